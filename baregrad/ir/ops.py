@@ -1,0 +1,299 @@
+"""The UOp: one immutable, hash-consed IR node for the tensor graph, the kernel AST and the linear program."""
+from __future__ import annotations
+from enum import Enum, auto
+from typing import Any, Callable, Iterator
+import math, struct, weakref
+from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
+
+class Ops(Enum):
+  # kernel structure
+  SINK = auto(); STORE = auto(); LOAD = auto(); INDEX = auto(); VIEW = auto()
+  DEFINE_GLOBAL = auto(); DEFINE_VAR = auto(); DEFINE_ACC = auto(); DEFINE_LOCAL = auto()
+  CONST = auto(); VCONST = auto()
+  REDUCE_AXIS = auto(); REDUCE = auto(); RANGE = auto(); ENDRANGE = auto(); ASSIGN = auto()
+  IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto(); NOOP = auto()
+  # vectors
+  VECTORIZE = auto(); GEP = auto()
+  # type changes
+  CAST = auto(); BITCAST = auto()
+  # unary ALU
+  NEG = auto(); EXP2 = auto(); LOG2 = auto(); SIN = auto(); SQRT = auto(); RECIP = auto(); TRUNC = auto()
+  # binary ALU
+  ADD = auto(); SUB = auto(); MUL = auto(); FDIV = auto(); IDIV = auto(); MOD = auto(); MAX = auto()
+  CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()
+  # ternary ALU
+  WHERE = auto(); MULACC = auto()
+  def __repr__(self) -> str: return f"Ops.{self.name}"
+
+class GroupOp:
+  Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
+  Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
+            Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
+  Ternary = {Ops.WHERE, Ops.MULACC}
+  ALU = Unary | Binary | Ternary
+  Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
+  Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
+  Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX}
+  Transcendental = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT}
+  Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
+
+class UOpMeta(type):
+  """Hash-consing: constructing a node equal to a live one returns that very object."""
+  ucache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+  def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+    key = (op, dtype, src, _argkey(arg))
+    try: hit = UOpMeta.ucache.get(key)
+    except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {type(arg).__name__} for {op}") from e
+    if hit is not None: return hit
+    UOpMeta.ucache[key] = ret = super().__call__(op, dtype, src, arg)
+    return ret
+
+def _argkey(arg: Any) -> Any:
+  # 0.0 == -0.0 and nan != nan: key floats by their bits so equal nodes really are equal
+  if isinstance(arg, float): return ("f", struct.pack("<d", arg))
+  if isinstance(arg, tuple) and any(isinstance(a, (float, tuple)) for a in arg): return tuple(_argkey(a) for a in arg)
+  return arg
+
+def _srcs_ok(src: tuple) -> tuple:
+  for s in src:
+    if not isinstance(s, UOp): raise TypeError(f"UOp src must be UOps, got {type(s).__name__}: {s!r}")
+  return src
+
+class UOp(metaclass=UOpMeta):
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_hash", "_bounds")
+  op: Ops; dtype: DType; src: tuple[UOp, ...]; arg: Any
+
+  def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
+    object.__setattr__(self, "op", op); object.__setattr__(self, "dtype", dtype)
+    object.__setattr__(self, "src", _srcs_ok(tuple(src))); object.__setattr__(self, "arg", arg)
+    object.__setattr__(self, "_hash", hash((op, dtype, self.src, arg)))
+    object.__setattr__(self, "_bounds", None)
+  def __setattr__(self, *a: object) -> None: raise AttributeError("UOp is immutable")
+  def __hash__(self) -> int: return self._hash
+  # identity is equality: hash-consing makes structurally equal nodes the same object
+  def __eq__(self, other: object) -> bool: return self is other
+  def __reduce__(self) -> tuple: return (UOp, (self.op, self.dtype, self.src, self.arg))
+  def replace(self, **kw: Any) -> UOp:
+    return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
+
+  # ---- graph walking
+  def toposort(self) -> dict[UOp, None]:
+    """Every node reachable from self, children before parents (iterative: graphs can be deep)."""
+    out: dict[UOp, None] = {}
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      u, done = stack.pop()
+      if u in out: continue
+      if done: out[u] = None; continue
+      stack.append((u, True))
+      for s in reversed(u.src):
+        if s not in out: stack.append((s, False))
+    return out
+  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+    if not mapping: return self
+    memo: dict[UOp, UOp] = dict(mapping)
+    for u in self.toposort():
+      if u in memo: continue
+      nsrc = tuple(memo[s] for s in u.src)
+      memo[u] = u if nsrc == u.src else u.replace(src=nsrc)
+    return memo[self]
+  def sparents(self) -> set[UOp]: return set(self.toposort())
+
+  def __repr__(self) -> str: return pretty(self)
+
+  # ---- constructors
+  @staticmethod
+  def const(dtype: DType, b: Any) -> UOp:
+    if isinstance(b, UOp): return b
+    if dtype.count > 1: return UOp(Ops.VECTORIZE, dtype, (UOp.const(dtype.scalar, b),) * dtype.count)
+    return UOp(Ops.CONST, dtype, (), _const_arg(dtype, b))
+  def const_like(self, b: Any) -> UOp: return UOp.const(self.dtype, b)
+  @staticmethod
+  def variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.int32) -> UOp:
+    return UOp(Ops.DEFINE_VAR, dtype, (), (name, vmin, vmax))
+  @staticmethod
+  def range(end: int | UOp, axis: int, kind: str = "loop", dtype: DType = dtypes.int32) -> UOp:
+    """A loop index in [0, end). kind: 'global' (parallel), 'loop', 'reduce', 'upcast', 'unroll', 'local'."""
+    e = end if isinstance(end, UOp) else UOp.const(dtype, end)
+    return UOp(Ops.RANGE, dtype, (e,), (axis, kind))
+  def alu(self, op: Ops, *src: UOp | int | float | bool) -> UOp:
+    srcs = (self,) + tuple(s if isinstance(s, UOp) else self._cl(s, op) for s in src)
+    out_dtype = srcs[-1].dtype if op is Ops.WHERE else self.dtype
+    if op in GroupOp.Comparison: out_dtype = dtypes.bool.vec(self.dtype.count)
+    return UOp(op, out_dtype, srcs)
+  def _cl(self, x: Any, op: Ops) -> UOp:
+    return UOp.const(self.dtype, x)
+  def cast(self, dtype: DType) -> UOp: return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+  def bitcast(self, dtype: DType) -> UOp: return UOp(Ops.BITCAST, dtype, (self,))
+  def where(self, a: UOp | int | float, b: UOp | int | float) -> UOp:
+    x = a if isinstance(a, UOp) else (b.const_like(a) if isinstance(b, UOp) else None)
+    if x is None: raise TypeError("where needs at least one UOp branch to know the dtype")
+    y = b if isinstance(b, UOp) else x.const_like(b)
+    return UOp(Ops.WHERE, x.dtype, (self, x, y))
+  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)
+  def store(self, *src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self,) + src)
+  def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
+    return UOp(Ops.INDEX, self.dtype, (self, idx) + ((valid,) if valid is not None else ()))
+  def sink(self, *srcs: UOp) -> UOp: return UOp(Ops.SINK, dtypes.void, (self,) + srcs)
+  def gep(self, i: int | tuple[int, ...]) -> UOp:
+    idx = (i,) if isinstance(i, int) else tuple(i)
+    if self.dtype.count == 1 and all(j == 0 for j in idx): return self if len(idx) == 1 else UOp(Ops.VECTORIZE, self.dtype.vec(len(idx)), (self,) * len(idx))
+    return UOp(Ops.GEP, self.dtype.scalar.vec(len(idx)), (self,), idx)
+  def broadcast(self, n: int) -> UOp:
+    if n == 1 or self.dtype.count == n: return self
+    return UOp(Ops.VECTORIZE, self.dtype.vec(n), (self,) * n)
+
+  # ---- operators build ALU nodes (Python semantics are NOT implied: // and % are C's truncating ones)
+  def __add__(self, x: Any) -> UOp: return self.alu(Ops.ADD, x)
+  def __radd__(self, x: Any) -> UOp: return self._cl(x, Ops.ADD).alu(Ops.ADD, self)
+  def __sub__(self, x: Any) -> UOp: return self.alu(Ops.SUB, x)
+  def __rsub__(self, x: Any) -> UOp: return self._cl(x, Ops.SUB).alu(Ops.SUB, self)
+  def __mul__(self, x: Any) -> UOp: return self.alu(Ops.MUL, x)
+  def __rmul__(self, x: Any) -> UOp: return self._cl(x, Ops.MUL).alu(Ops.MUL, self)
+  def __floordiv__(self, x: Any) -> UOp: return self.alu(Ops.IDIV, x)
+  def __mod__(self, x: Any) -> UOp: return self.alu(Ops.MOD, x)
+  def __truediv__(self, x: Any) -> UOp: return self.alu(Ops.FDIV, x)
+  def __neg__(self) -> UOp: return self.alu(Ops.NEG)
+  def __lt__(self, x: Any) -> UOp: return self.alu(Ops.CMPLT, x)
+  def __gt__(self, x: Any) -> UOp: return (x if isinstance(x, UOp) else self._cl(x, Ops.CMPLT)).alu(Ops.CMPLT, self)
+  def __ge__(self, x: Any) -> UOp: return (self < x).logical_not()
+  def __le__(self, x: Any) -> UOp: return (self > x).logical_not()
+  def __and__(self, x: Any) -> UOp: return self.alu(Ops.AND, x)
+  def __or__(self, x: Any) -> UOp: return self.alu(Ops.OR, x)
+  def __xor__(self, x: Any) -> UOp: return self.alu(Ops.XOR, x)
+  def __lshift__(self, x: Any) -> UOp: return self.alu(Ops.SHL, x)
+  def __rshift__(self, x: Any) -> UOp: return self.alu(Ops.SHR, x)
+  def ne(self, x: Any) -> UOp: return self.alu(Ops.CMPNE, x)
+  def eq(self, x: Any) -> UOp: return self.alu(Ops.CMPEQ, x)
+  def maximum(self, x: Any) -> UOp: return self.alu(Ops.MAX, x)
+  def minimum(self, x: Any) -> UOp: return -((-self).maximum(-x if isinstance(x, UOp) else -x))
+  def logical_not(self) -> UOp: return self.ne(True)
+
+  # ---- values
+  @property
+  def vmin(self) -> int | float: return self._bounds_get()[0]
+  @property
+  def vmax(self) -> int | float: return self._bounds_get()[1]
+  def _bounds_get(self) -> tuple:
+    if self._bounds is None: object.__setattr__(self, "_bounds", _bounds(self))
+    return self._bounds
+  def const_factor(self) -> int:
+    """The largest integer known to divide this expression (for div/mod folding)."""
+    if self.op is Ops.CONST and isinstance(self.arg, int): return abs(self.arg) or 1
+    if self.op is Ops.ADD: return math.gcd(self.src[0].const_factor(), self.src[1].const_factor())
+    if self.op is Ops.MUL:
+      a, b = self.src
+      return a.const_factor() * b.const_factor() if (a.op is Ops.CONST or b.op is Ops.CONST) else max(a.const_factor(), b.const_factor())
+    return 1
+  def divides(self, v: int) -> UOp | None:
+    """self // v exactly, if every term is divisible by v."""
+    if v == 1: return self
+    if self.op is Ops.CONST and isinstance(self.arg, int): return self.const_like(self.arg // v) if self.arg % v == 0 else None
+    if self.op is Ops.ADD:
+      a, b = self.src[0].divides(v), self.src[1].divides(v)
+      return a + b if a is not None and b is not None else None
+    if self.op is Ops.MUL:
+      if (a := self.src[0].divides(v)) is not None: return a * self.src[1]
+      if (b := self.src[1].divides(v)) is not None: return self.src[0] * b
+    return None
+  def simplify(self) -> UOp:
+    from baregrad.ir.symbolic import simplify
+    return simplify(self)
+  def ssimplify(self) -> UOp | int:
+    s = self.simplify()
+    return s.arg if s.op is Ops.CONST else s
+  def render(self) -> str:
+    """A compact infix string for an integer expression (for debugging and names)."""
+    return render_expr(self)
+
+def _const_arg(dtype: DType, b: Any) -> Any:
+  if isinstance(b, tuple): return tuple(_const_arg(dtype, x) for x in b)
+  if dtype == dtypes.void: return None
+  return truncate(dtype, b)
+
+def _bounds(u: UOp) -> tuple:
+  """Interval bounds of an integer/bool expression (floats: -inf..inf)."""
+  d = u.dtype
+  if u.op is Ops.CONST: return (u.arg, u.arg)
+  if u.op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if u.op is Ops.RANGE: return (0, max(0, u.src[0].vmax - 1))
+  if u.op is Ops.SPECIAL: return (0, u.arg[1] - 1)
+  if d.count > 1 or not (dtypes.is_int(d) or dtypes.is_bool(d)) or not u.src: return (dtypes.min(d), dtypes.max(d))
+  s = u.src
+  if u.op is Ops.CAST and (dtypes.is_int(s[0].dtype) or dtypes.is_bool(s[0].dtype)):
+    lo, hi = s[0].vmin, s[0].vmax
+    return (lo, hi) if dtypes.min(d) <= lo and hi <= dtypes.max(d) else (dtypes.min(d), dtypes.max(d))
+  if len(s) >= 1 and any(x.dtype.count > 1 for x in s): return (dtypes.min(d), dtypes.max(d))
+  a0, a1 = (s[0].vmin, s[0].vmax)
+  if u.op is Ops.NEG: return _clip(d, -a1, -a0)
+  if len(s) < 2: return (dtypes.min(d), dtypes.max(d))
+  b0, b1 = (s[1].vmin, s[1].vmax)
+  if u.op is Ops.ADD: return _clip(d, a0 + b0, a1 + b1)
+  if u.op is Ops.SUB: return _clip(d, a0 - b1, a1 - b0)
+  if u.op is Ops.MUL:
+    vals = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+    return _clip(d, min(vals), max(vals))
+  if u.op is Ops.MAX: return (max(a0, b0), max(a1, b1))
+  if u.op is Ops.MOD and b0 > 0:
+    if a0 >= 0: return (0, min(a1, b1 - 1)) if a1 >= b1 or a0 < b0 else (0, b1 - 1)
+    return (-(b1 - 1), b1 - 1) if a1 > 0 else (-(b1 - 1), 0)
+  if u.op is Ops.IDIV and b0 > 0:
+    def tdiv(x: int, y: int) -> int: return abs(x) // y * (1 if x >= 0 else -1)
+    vals = (tdiv(a0, b0), tdiv(a0, b1), tdiv(a1, b0), tdiv(a1, b1))
+    return (min(vals), max(vals))
+  if u.op is Ops.CMPLT: return (bool(a1 < b0), bool(a0 < b1))
+  if u.op is Ops.CMPNE:
+    if a1 < b0 or b1 < a0: return (True, True)
+    if a0 == a1 == b0 == b1: return (False, False)
+    return (False, True)
+  if u.op is Ops.CMPEQ:
+    if a1 < b0 or b1 < a0: return (False, False)
+    if a0 == a1 == b0 == b1: return (True, True)
+    return (False, True)
+  if u.op is Ops.AND and dtypes.is_bool(d): return (bool(a0 and b0), bool(a1 and b1))
+  if u.op is Ops.OR and dtypes.is_bool(d): return (bool(a0 or b0), bool(a1 or b1))
+  if u.op is Ops.AND and a0 >= 0 and b0 >= 0: return (0, min(a1, b1))
+  if u.op is Ops.WHERE and len(s) == 3:
+    c0, c1 = s[1].vmin, s[1].vmax
+    e0, e1 = s[2].vmin, s[2].vmax
+    if a0 == a1: return (c0, c1) if a0 else (e0, e1)
+    return (min(c0, e0), max(c1, e1))
+  return (dtypes.min(d), dtypes.max(d))
+
+def _clip(d: DType, lo: int | float, hi: int | float) -> tuple:
+  # an interval that leaves the dtype wraps: we know nothing then
+  if dtypes.is_int(d) and (lo < dtypes.min(d) or hi > dtypes.max(d)): return (dtypes.min(d), dtypes.max(d))
+  return (lo, hi)
+
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%", Ops.FDIV: "/", Ops.CMPLT: "<",
+          Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
+def render_expr(u: UOp) -> str:
+  if u.op is Ops.CONST: return str(u.arg)
+  if u.op is Ops.DEFINE_VAR: return u.arg[0]
+  if u.op is Ops.RANGE: return f"r{u.arg[0]}"
+  if u.op is Ops.SPECIAL: return u.arg[0]
+  if u.op in _INFIX: return f"({render_expr(u.src[0])}{_INFIX[u.op]}{render_expr(u.src[1])})"
+  if u.op is Ops.NEG: return f"(-{render_expr(u.src[0])})"
+  if u.op is Ops.MAX: return f"max({render_expr(u.src[0])}, {render_expr(u.src[1])})"
+  if u.op is Ops.WHERE: return f"({render_expr(u.src[0])} ? {render_expr(u.src[1])} : {render_expr(u.src[2])})"
+  if u.op is Ops.CAST: return f"({u.dtype.name}){render_expr(u.src[0])}"
+  return f"<{u.op.name}>"
+
+def pretty(u: UOp, limit: int = 60) -> str:
+  """Multi-line listing of a graph, shared nodes named once."""
+  nodes = list(u.toposort())
+  if len(nodes) > limit: return f"UOp({u.op}, {u.dtype}, arg={u.arg!r}, <{len(nodes)} nodes>)"
+  names = {n: f"x{i}" for i, n in enumerate(nodes)}
+  lines = [f"{names[n]} = {n.op.name} {n.dtype!r} [{', '.join(names[s] for s in n.src)}] {n.arg!r}" for n in nodes]
+  return "\n".join(lines)
+
+def exec_order(sink: UOp) -> Iterator[UOp]: yield from sink.toposort()
+
+def identity_element(op: Ops, dt: DType) -> int | float | bool:
+  """The starting value of a reduction."""
+  if op is Ops.ADD: return truncate(dt, 0)
+  if op is Ops.MUL: return truncate(dt, 1)
+  if op is Ops.MAX: return dtypes.min(dt.scalar)
+  raise ValueError(f"{op} is not a reduction op; expected one of ADD, MUL, MAX")
+
+Fn = Callable[..., Any]

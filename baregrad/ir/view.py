@@ -1,0 +1,165 @@
+"""Views: movement ops (reshape, permute, expand, pad, shrink, flip) as index arithmetic, never copies.
+
+A View maps an index tuple into a flat buffer offset: offset + sum(i*stride), valid only inside `mask` (padding).
+A ShapeTracker is a stack of Views, for reshapes one View cannot express; the last View is the visible shape."""
+from __future__ import annotations
+from dataclasses import dataclass
+import functools
+from baregrad.helpers import prod
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp, Ops
+
+def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+  out, acc = [], 1
+  for s in reversed(shape):
+    out.append(acc if s != 1 else 0)
+    acc *= s
+  return tuple(reversed(out))
+
+class ViewError(ValueError): pass
+
+@dataclass(frozen=True)
+class View:
+  shape: tuple[int, ...]
+  strides: tuple[int, ...]
+  offset: int = 0
+  mask: tuple[tuple[int, int], ...] | None = None
+
+  @staticmethod
+  def contiguous(shape: tuple[int, ...]) -> View:
+    if any(not isinstance(s, int) or s < 0 for s in shape): raise ViewError(f"shape must be non-negative ints, got {shape}")
+    return View(tuple(shape), strides_for_shape(tuple(shape)), 0, None)
+  @property
+  def is_contiguous(self) -> bool: return self.offset == 0 and self.mask is None and self.strides == strides_for_shape(self.shape)
+  def size(self) -> int: return prod(self.shape)
+
+  def _canon(self) -> View:
+    # stride of a size-1 dim is meaningless; a mask covering everything is no mask
+    strides = tuple(0 if s == 1 else st for s, st in zip(self.shape, self.strides))
+    mask = self.mask
+    if mask is not None and all(m == (0, s) for m, s in zip(mask, self.shape)): mask = None
+    if mask is not None and any(lo >= hi for lo, hi in mask):  # nothing valid: canonical empty mask
+      mask = tuple((0, 0) for _ in self.shape)
+    return View(self.shape, strides, self.offset, mask)
+
+  def permute(self, order: tuple[int, ...]) -> View:
+    if sorted(order) != list(range(len(self.shape))): raise ViewError(f"permute order {order} is not a permutation of {len(self.shape)} axes")
+    return View(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset,
+                tuple(self.mask[i] for i in order) if self.mask else None)._canon()
+
+  def expand(self, shape: tuple[int, ...]) -> View:
+    if len(shape) != len(self.shape) or any(s != n and s != 1 for s, n in zip(self.shape, shape)):
+      raise ViewError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
+    if 0 in shape: return View.contiguous(shape)
+    mask = tuple((0, n) if s == 1 and m != (0, 0) else (m if s == n else (0, 0)) for s, n, m in
+                 zip(self.shape, shape, self.mask)) if self.mask else None
+    return View(tuple(shape), tuple(0 if s == 1 else st for s, st in zip(self.shape, self.strides)), self.offset, mask)._canon()
+
+  def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
+    if len(arg) != len(self.shape) or any(not (0 <= lo <= hi <= s) for (lo, hi), s in zip(arg, self.shape)):
+      raise ViewError(f"shrink {arg} out of range for shape {self.shape}")
+    off = self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))
+    mask = tuple((max(0, mlo - lo), max(0, min(mhi, hi) - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)) if self.mask else None
+    return View(tuple(hi - lo for lo, hi in arg), self.strides, off, mask)._canon()
+
+  def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
+    if len(arg) != len(self.shape) or any(b < 0 or a < 0 for b, a in arg): raise ViewError(f"pad {arg} is not one non-negative (before, after) per axis of {self.shape}")
+    if all(b == 0 and a == 0 for b, a in arg): return self
+    mask = self.mask or tuple((0, s) for s in self.shape)
+    new_mask = tuple((lo + b, hi + b) for (lo, hi), (b, _) in zip(mask, arg))
+    off = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
+    return View(tuple(s + b + a for s, (b, a) in zip(self.shape, arg)), self.strides, off, new_mask)._canon()
+
+  def flip(self, axes: tuple[bool, ...]) -> View:
+    off = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, axes) if f and s > 0)
+    mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, axes)) if self.mask else None
+    return View(self.shape, tuple(-st if f else st for st, f in zip(self.strides, axes)), off, mask)._canon()
+
+  def reshape(self, shape: tuple[int, ...]) -> View | None:
+    """The same elements in a new shape as ONE view, or None when a single view can't express it."""
+    if prod(shape) != prod(self.shape): raise ViewError(f"cannot reshape {self.shape} ({prod(self.shape)} elements) to {shape} ({prod(shape)} elements)")
+    if self.shape == shape: return self
+    if 0 in shape or self.is_contiguous: return View.contiguous(shape)._with_offset(self.offset)
+    # drop size-1 axes (any mask on them must be full, or the view is empty)
+    if self.mask and any(s == 1 and m != (0, 1) for s, m in zip(self.shape, self.mask)): return None
+    dims = [(s, st, m) for s, st, m in zip(self.shape, self.strides, self.mask or [(0, s) for s in self.shape]) if s != 1]
+    # merge runs of old axes that are contiguous with each other, then split them into the new axes
+    groups: list[list] = []  # [size, stride of innermost, mask of merged axis or None if unmergeable]
+    for s, st, m in dims:
+      if groups and groups[-1][1] == st * s and groups[-1][3] is None and m == (0, s) and groups[-1][2] == (0, groups[-1][0]):
+        g = groups[-1]; g[0] *= s; g[1] = st; g[2] = (0, g[0])
+      else: groups.append([s, st, m, None])
+    new_strides, new_mask, gi, acc = [], [], 0, 1
+    rem = [g[0] for g in groups]
+    for n in shape:
+      if n == 1: new_strides.append(0); new_mask.append((0, 1)); continue
+      if gi >= len(groups): return None
+      g = groups[gi]
+      if rem[gi] % n != 0: return None
+      rem[gi] //= n
+      # a masked group can only be kept whole (no split), else masks would need several views
+      if g[2] != (0, g[0]) and (rem[gi] != 1 or n != g[0]): return None
+      new_strides.append(g[1] * rem[gi]); new_mask.append(g[2] if g[2] != (0, g[0]) else (0, n))
+      if rem[gi] == 1: gi += 1
+    if gi != len(groups): return None
+    return View(tuple(shape), tuple(new_strides), self.offset, tuple(new_mask) if self.mask else None)._canon()
+
+  def _with_offset(self, off: int) -> View: return View(self.shape, self.strides, off, self.mask)
+
+  def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    """(flat index, validity) of this view at index tuple idxs."""
+    idx: UOp = UOp.const(dtypes.int32, self.offset)
+    valid: UOp = UOp.const(dtypes.bool, True)
+    for i, (s, st) in enumerate(zip(self.shape, self.strides)):
+      if st != 0 and s != 1: idx = idx + idxs[i] * st
+      if self.mask is not None:
+        lo, hi = self.mask[i]
+        if lo > 0: valid = valid & (idxs[i] >= lo) if valid.op is not Ops.CONST else (idxs[i] >= lo)
+        if hi < s: valid = valid & (idxs[i] < hi) if valid.op is not Ops.CONST else (idxs[i] < hi)
+        if lo >= hi: valid = UOp.const(dtypes.bool, False)
+    return idx, valid
+
+@dataclass(frozen=True)
+class ShapeTracker:
+  views: tuple[View, ...]
+
+  @staticmethod
+  def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(tuple(shape)),))
+  @property
+  def shape(self) -> tuple[int, ...]: return self.views[-1].shape
+  @property
+  def size(self) -> int: return prod(self.shape)
+  @property
+  def contiguous(self) -> bool: return len(self.views) == 1 and self.views[0].is_contiguous
+  def _top(self, v: View) -> ShapeTracker: return ShapeTracker(self.views[:-1] + (v,))
+
+  def permute(self, order: tuple[int, ...]) -> ShapeTracker: return self._top(self.views[-1].permute(tuple(order)))
+  def expand(self, shape: tuple[int, ...]) -> ShapeTracker: return self._top(self.views[-1].expand(tuple(shape)))
+  def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._top(self.views[-1].shrink(tuple(arg)))
+  def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker: return self._top(self.views[-1].pad(tuple(arg)))
+  def flip(self, axes: tuple[bool, ...]) -> ShapeTracker: return self._top(self.views[-1].flip(tuple(axes)))
+  def reshape(self, shape: tuple[int, ...]) -> ShapeTracker:
+    shape = tuple(shape)
+    v = self.views[-1].reshape(shape)
+    return self._top(v) if v is not None else ShapeTracker(self.views + (View.contiguous(shape),))
+
+  def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
+    """Flat buffer index and validity for the visible index tuple idxs (simplified)."""
+    idx, valid = self.views[-1].to_index(idxs)
+    for v in reversed(self.views[:-1]):
+      # unravel the flat index of the view above into this view's shape
+      parts, acc = [], idx
+      for s in reversed(v.shape):
+        parts.append(acc % s if s != 1 else UOp.const(dtypes.int32, 0))
+        acc = acc // s
+      nidx, nvalid = v.to_index(list(reversed(parts)))
+      idx, valid = nidx, (valid & nvalid) if nvalid.op is not Ops.CONST or not nvalid.arg else valid
+    return idx.simplify(), valid.simplify()
+
+  def real_strides(self) -> tuple[int | None, ...]:
+    """Stride of each axis if it is affine in that axis alone, else None (used by the optimizer)."""
+    if len(self.views) == 1: return tuple(st for st in self.views[0].strides)
+    return tuple(None for _ in self.shape)
+
+@functools.cache
+def _range_vars(shape: tuple[int, ...]) -> list[UOp]: return [UOp.range(s, i) for i, s in enumerate(shape)]
