@@ -1,0 +1,175 @@
+"""A kernel AST and its iteration space; optimization actions as data; lowering to index arithmetic over ranges.
+
+Kernel AST (what the scheduler hands the codegen):
+  SINK(STORE(DEFINE_GLOBAL, VIEW(ShapeTracker), value), ...)
+  value := LOAD(DEFINE_GLOBAL, VIEW) | CONST [VIEW] | ALU(value...) | CAST/BITCAST(value) | REDUCE_AXIS(value, arg=(op, axes))
+Every VIEW has the same number of dimensions; the iteration space (full shape) is their per-axis maximum; an
+axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXIS over it.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from baregrad.helpers import prod
+from baregrad.ir.dtype import dtypes, PtrDType
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.view import ShapeTracker
+
+class KernelError(ValueError): pass
+class OptError(ValueError): pass
+
+class OptOps(Enum):
+  UPCAST = auto()    # split an output axis; the inner part becomes vector lanes (registers), vectorized loads/stores
+  UNROLL = auto()    # split a reduce axis; the inner part becomes lanes: several accumulators, horizontal reduce after
+  SPLIT = auto()     # split any axis into two nested loops (outer, inner of `amt`): tiling, split of a reduce loop
+  PARALLEL = auto()  # run an output axis over the device's threads (CPU cores); one per kernel
+  LOCAL = auto()     # split an output axis; the inner part runs over a workgroup's threads (GPUs)
+  def __repr__(self) -> str: return f"OptOps.{self.name}"
+
+@dataclass(frozen=True)
+class Opt:
+  op: OptOps
+  axis: int
+  amt: int = 0   # 0: the whole axis
+  def __repr__(self) -> str: return f"Opt({self.op.name}, axis={self.axis}, amt={self.amt})"
+
+LOOP_KINDS = ("global", "local", "loop", "reduce")
+LANE_KINDS = ("upcast", "unroll")
+
+@dataclass
+class Axis:
+  orig: int       # which axis of the full shape it is part of
+  size: int
+  kind: str       # global, local, loop, reduce, upcast, unroll
+
+def verify_ast(ast: UOp) -> tuple[int, ...]:
+  """Check the AST's structure and return the full shape; errors name what is wrong."""
+  if ast.op is not Ops.SINK or not ast.src: raise KernelError(f"kernel AST must be a SINK of STOREs, got {ast.op.name}")
+  shapes: list[tuple[int, ...]] = []
+  for st in ast.src:
+    if st.op is not Ops.STORE or len(st.src) != 3 or st.src[0].op is not Ops.DEFINE_GLOBAL or st.src[1].op is not Ops.VIEW:
+      raise KernelError(f"kernel AST: each SINK source must be STORE(DEFINE_GLOBAL, VIEW, value), got {st.op.name} with "
+                        f"{[s.op.name for s in st.src]}")
+  for u in ast.toposort():
+    if u.op is Ops.VIEW:
+      if not isinstance(u.arg, ShapeTracker): raise KernelError(f"VIEW arg must be a ShapeTracker, got {type(u.arg).__name__}")
+      shapes.append(u.arg.shape)
+    if u.op is Ops.LOAD and (len(u.src) != 2 or u.src[0].op is not Ops.DEFINE_GLOBAL or u.src[1].op is not Ops.VIEW):
+      raise KernelError(f"LOAD must be LOAD(DEFINE_GLOBAL, VIEW), got sources {[s.op.name for s in u.src]}")
+    if u.op is Ops.DEFINE_GLOBAL and not isinstance(u.dtype, PtrDType): raise KernelError(f"DEFINE_GLOBAL {u.arg} must have a pointer dtype, got {u.dtype}")
+    if u.op in GroupOp.ALU:
+      ds = {s.dtype for s in u.src[(1 if u.op is Ops.WHERE else 0):]}
+      if len(ds) > 1 and u.op not in (Ops.SHL, Ops.SHR): raise KernelError(f"{u.op.name} sources have different dtypes {sorted(map(str, ds))}: cast first")
+      if u.op is Ops.WHERE and u.src[0].dtype.scalar != dtypes.bool: raise KernelError(f"WHERE condition must be bool, got {u.src[0].dtype}")
+      if u.op in (Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR) and dtypes.is_float(u.dtype):
+        raise KernelError(f"{u.op.name} needs an integer or bool dtype, got {u.dtype}")
+      if u.op in GroupOp.Transcendental | {Ops.FDIV} and not dtypes.is_float(u.dtype):
+        raise KernelError(f"{u.op.name} needs a float dtype, got {u.dtype}")
+    if u.op is Ops.REDUCE_AXIS and (not isinstance(u.arg, tuple) or u.arg[0] not in GroupOp.Reduce):
+      raise KernelError(f"REDUCE_AXIS arg must be (op, axes) with op in ADD/MUL/MAX, got {u.arg!r}")
+  if not shapes: raise KernelError("kernel AST has no VIEW: nothing says the iteration space")
+  ndims = {len(s) for s in shapes}
+  if len(ndims) != 1: raise KernelError(f"every VIEW in a kernel must have the same number of axes, got shapes {shapes}")
+  full = tuple(max(s[i] for s in shapes) for i in range(ndims.pop()))
+  for s in shapes:
+    if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
+  return full
+
+class Kernel:
+  """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter."""
+  def __init__(self, ast: UOp, name: str | None = None):
+    self.ast = ast
+    self.full_shape = verify_ast(ast)
+    red: set[int] = set()
+    for u in ast.toposort():
+      if u.op is Ops.REDUCE_AXIS: red |= set(u.arg[1])
+    for st in ast.src:
+      for a in red:
+        if st.src[1].arg.shape[a] != 1: raise KernelError(f"reduced axis {a} must have size 1 in the stored VIEW, got shape {st.src[1].arg.shape}")
+    self.reduce_axes = red
+    self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
+    self.applied: list[Opt] = []
+    self.name = name
+
+  # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts
+  def loop_axes(self) -> list[int]: return [i for i, a in enumerate(self.axes) if a.kind in LOOP_KINDS]
+  @property
+  def lanes(self) -> int: return prod(a.size for a in self.axes if a.kind in LANE_KINDS)
+
+  def apply_opt(self, opt: Opt) -> None:
+    loops = self.loop_axes()
+    if not 0 <= opt.axis < len(loops): raise OptError(f"{opt}: axis out of range, kernel has {len(loops)} loop axes")
+    i = loops[opt.axis]
+    ax = self.axes[i]
+    amt = opt.amt or ax.size
+    if opt.op is OptOps.PARALLEL:
+      if ax.kind != "loop": raise OptError(f"{opt}: only an output loop axis can run over threads, axis is {ax.kind}")
+      if any(a.kind == "global" for a in self.axes): raise OptError(f"{opt}: the kernel already has a parallel axis")
+      ax.kind = "global"
+    else:
+      if ax.size % amt != 0 or amt < 1: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
+      kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local"}[opt.op]
+      if opt.op is OptOps.UPCAST and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: UPCAST needs an output axis, axis is {ax.kind}")
+      if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
+      if opt.op is OptOps.LOCAL and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: LOCAL needs an output axis")
+      if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.lanes * amt > 256: raise OptError(f"{opt}: more than 256 lanes")
+      if amt == ax.size and opt.op is not OptOps.SPLIT: ax.kind = kind
+      else:
+        ax.size //= amt
+        self.axes.insert(i + 1, Axis(ax.orig, amt, kind))
+    self.applied.append(opt)
+
+  # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
+  def lower(self) -> UOp:
+    order = {"global": 0, "local": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
+    # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
+    ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) for rid, i in enumerate(ids)}
+    idx_of: list[UOp] = []
+    for o, s in enumerate(self.full_shape):
+      parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
+      e: UOp = UOp.const(dtypes.int32, 0)
+      stride = 1
+      for i, a in reversed(parts):
+        e = e + rng[i] * stride
+        stride *= a.size
+      idx_of.append(e.simplify())
+    red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o] for o in self.reduce_axes}
+    memo: dict[UOp, UOp] = {}
+    def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
+      return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
+    for u in self.ast.toposort():
+      src = tuple(memo.get(s, s) for s in u.src)
+      if u.op is Ops.VIEW: new = u
+      elif u.op is Ops.LOAD:
+        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None),))
+      elif u.op is Ops.CONST and u.src:
+        _, valid = u.src[0].arg.to_index(idxs_for(u.src[0].arg.shape))
+        c = UOp.const(u.dtype, u.arg)
+        new = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+      elif u.op is Ops.STORE:
+        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
+        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None), src[2]))
+      elif u.op is Ops.REDUCE_AXIS:
+        rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
+        new = UOp(Ops.REDUCE, u.dtype, (src[0],) + rs, u.arg[0]) if rs else src[0]
+      else: new = u if src == u.src else u.replace(src=src)
+      memo[u] = new
+    return memo[self.ast]
+
+  def global_size(self) -> tuple[int, int, int]:
+    g = [a.size for a in self.axes if a.kind == "global"]
+    return (prod(g) if g else 1, 1, 1)
+  def local_size(self) -> tuple[int, int, int]:
+    g = [a.size for a in self.axes if a.kind == "local"]
+    return (prod(g) if g else 1, 1, 1)
+  def buffers(self) -> list[UOp]:
+    return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+  def vars(self) -> list[UOp]:
+    return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+  def colored_shape(self) -> str:
+    return " ".join(f"{a.size}{a.kind[0]}" for a in self.axes)
+  def function_name(self) -> str:
+    if self.name: return self.name
+    kind = "r" if self.reduce_axes else "E"
+    return f"{kind}_" + "_".join(str(a.size) for a in self.axes if a.kind in LOOP_KINDS) or kind

@@ -1,0 +1,98 @@
+"""Order a kernel graph into a linear program: open and close loops, place every node in the loops it needs.
+
+A node runs inside exactly the loops (RANGEs) it depends on, so loop-invariant work is hoisted for free. A REDUCE
+becomes DEFINE_ACC (before its loops), ASSIGN (inside them: acc = acc op value) and a read of the accumulator
+after them."""
+from __future__ import annotations
+import itertools
+from dataclasses import dataclass
+from baregrad.ir.ops import UOp, Ops, identity_element
+
+class LinearizeError(RuntimeError): pass
+
+@dataclass
+class Program:
+  uops: list[UOp]   # linear order; RANGE opens a loop, ENDRANGE closes it
+
+def _acc_init(u: UOp) -> UOp: return UOp.const(u.dtype, identity_element(u.arg, u.dtype.scalar))
+
+def linearize(sink: UOp) -> list[UOp]:
+  counter = itertools.count()
+  # 1. replace REDUCEs by accumulator nodes, remembering the loops each node must run in
+  ctx: dict[UOp, frozenset[UOp]] = {}
+  replace: dict[UOp, UOp] = {}
+  forced: dict[UOp, frozenset[UOp]] = {}
+  for u in sink.toposort():
+    src = tuple(replace.get(s, s) for s in u.src)
+    if u.op is Ops.RANGE:
+      new = u
+      c = frozenset([u])
+    elif u.op is Ops.REDUCE:
+      val, rs = src[0], src[1:]
+      inner = ctx[val] | frozenset(rs)
+      outer = ctx[val] - frozenset(rs)
+      acc = UOp(Ops.DEFINE_ACC, u.dtype, (_acc_init(u),), next(counter))
+      asg = UOp(Ops.ASSIGN, u.dtype, (acc, val), (u.arg, rs))
+      new = UOp(Ops.REDUCE, u.dtype, (acc, asg), u.arg)
+      ctx[acc], ctx[asg] = outer, inner | outer
+      forced[acc], forced[asg] = outer, inner | outer
+      c = outer
+    else:
+      new = u if src == u.src else u.replace(src=src)
+      c = frozenset().union(*(ctx[s] for s in src)) if src else frozenset()
+    replace[u] = new
+    ctx[new] = forced.get(new, c)
+  root = replace[sink]
+  # 2. dependency lists (RANGE nodes are scheduled by opening them)
+  nodes = [u for u in root.toposort() if u.op is not Ops.RANGE]
+  topo = {u: i for i, u in enumerate(root.toposort())}
+  deps = {u: [s for s in u.src if s.op is not Ops.RANGE] for u in nodes}
+  rng_deps = {u: list(u.src) for u in root.toposort() if u.op is Ops.RANGE}
+  # an accumulator must exist before the loops it accumulates over open
+  for u in nodes:
+    if u.op is Ops.ASSIGN:
+      for r in u.arg[1]: rng_deps[r].append(u.src[0])
+  emitted: set[UOp] = set()
+  pending = set(nodes)
+  stack: list[UOp] = []
+  out: list[UOp] = []
+  by_ctx: dict[frozenset, list[UOp]] = {}
+  for u in sorted(nodes, key=topo.__getitem__): by_ctx.setdefault(ctx[u], []).append(u)
+
+  def ready(u: UOp) -> bool: return all(d in emitted for d in deps[u])
+  def block(s: frozenset) -> list[UOp]: return [u for c, us in by_ctx.items() if c >= s for u in us if u in pending]
+  guard = 0
+  while pending:
+    guard += 1
+    if guard > 50 * (len(nodes) + 10): raise LinearizeError("linearize made no progress")
+    S = frozenset(stack)
+    lvl = [u for u in by_ctx.get(S, []) if u in pending and ready(u)]
+    if lvl:
+      for u in lvl:
+        if u in pending and ready(u):
+          out.append(u); emitted.add(u); pending.discard(u)
+      continue
+    # open the outermost missing loop of some waiting node whose block has everything it needs from outside
+    cands: list[UOp] = []
+    for c in by_ctx:
+      if c > S and any(u in pending for u in by_ctx[c]):
+        cands.append(min(c - S, key=lambda r: r.arg[0]))
+    opened = False
+    for r in sorted(set(cands), key=lambda r: r.arg[0]):
+      inner = S | {r}
+      blk = block(inner)
+      blkset = set(blk)
+      if not all(d in emitted for d in rng_deps[r] if d.op is not Ops.RANGE): continue
+      if all(d in emitted or d in blkset for u in blk for d in deps[u]):
+        stack.append(r); out.append(r); opened = True
+        break
+    if opened: continue
+    if stack and not block(S):
+      r = stack.pop()
+      out.append(UOp(Ops.ENDRANGE, src=(r,)))
+      continue
+    waiting = sorted(pending, key=topo.__getitem__)[:5]
+    raise LinearizeError(f"cannot place {len(pending)} nodes with loops {[f'r{r.arg[0]}' for r in stack]} open; "
+                         f"waiting: {[(u.op.name, sorted(f'r{r.arg[0]}' for r in ctx[u])) for u in waiting]}")
+  while stack: out.append(UOp(Ops.ENDRANGE, src=(stack.pop(),)))
+  return out
