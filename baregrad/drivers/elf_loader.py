@@ -67,6 +67,7 @@ _X86_STUB = b"\xff\x25\x00\x00\x00\x00"
 _A64_STUB = struct.pack("<II", 0x58000050, 0xD61F0200)
 _STUB_SIZE = 16
 _GOT_SLOT = 8
+_MAX_IMAGE = 1 << 30   # a kernel object this large is a corrupt header, not a kernel
 
 
 def _page_size() -> int:
@@ -159,6 +160,7 @@ class _Layout:
     # page-aligned regions (start, end, prot) for mprotect
     regions: list[tuple[int, int, int]] = field(default_factory=list)
     size: int = 0
+    init_size: int = 0       # bytes up to the last initialized byte; the rest is zero-fill
     needs_low: bool = False  # has absolute 32-bit relocations: image must sit in the low 2 GiB
 
 
@@ -168,7 +170,6 @@ def _sym_key(s: _Sym, idx: int) -> str:
 
 def _parse(obj: bytes) -> _Layout:
     try:
-        from elftools.common.exceptions import ELFError
         from elftools.elf.elffile import ELFFile
     except ImportError as e:  # pragma: no cover
         raise ElfLoadError("pyelftools is required to load ELF objects") from e
@@ -187,13 +188,10 @@ def _parse(obj: bytes) -> _Layout:
         return _layout(elf, obj)
     except ElfLoadError:
         raise
-    except (ELFError, struct.error, ValueError, KeyError, IndexError, AssertionError, TypeError) as e:
-        # pyelftools reports truncation as any of these; give one error type with context.
+    except Exception as e:
+        # Parsing is pure, so any failure here means bad input: pyelftools reports truncation
+        # and garbage as struct/construct/ELFError/ZeroDivisionError/...; give one error type.
         raise ElfLoadError(f"malformed or truncated ELF object ({len(obj)} bytes): {type(e).__name__}: {e}") from e
-    except Exception as e:  # construct's StreamError and friends
-        if type(e).__module__.startswith(("elftools", "construct")):
-            raise ElfLoadError(f"malformed or truncated ELF object ({len(obj)} bytes): {type(e).__name__}: {e}") from e
-        raise
 
 
 def _layout(elf, obj: bytes) -> _Layout:
@@ -282,9 +280,12 @@ def _layout(elf, obj: bytes) -> _Layout:
 
     page = _page_size()
     off = 0
+    # Within the writable region PROGBITS come before NOBITS, so the zero-fill tail (.bss,
+    # COMMON) is never copied: the anonymous mapping is already zero.
+    order = sorted(alloc, key=lambda i: sections[i]["sh_type"] == "SHT_NOBITS")
     for k in (0, 1, 2):
         start = off
-        for i in alloc:
+        for i in order:
             s = sections[i]
             if kind(s) != k:
                 continue
@@ -293,17 +294,20 @@ def _layout(elf, obj: bytes) -> _Layout:
             lay.sec_names[i] = s.name
             if s["sh_type"] != "SHT_NOBITS":
                 lay.contents[i] = obj[s["sh_offset"]:s["sh_offset"] + s["sh_size"]]
+                lay.init_size = off + s["sh_size"]
             off += s["sh_size"]
         if k == 0:
             off = _align(off, _STUB_SIZE)
             for si in stub_syms:
                 lay.stub_off[si] = off
                 off += _STUB_SIZE
+            lay.init_size = off
         elif k == 1:
             off = _align(off, _GOT_SLOT)
             for si in got_syms:
                 lay.got_off[si] = off
                 off += _GOT_SLOT
+            lay.init_size = off
         else:
             for idx, s in enumerate(lay.syms):
                 if s.shndx == SHN_COMMON:
@@ -316,6 +320,9 @@ def _layout(elf, obj: bytes) -> _Layout:
             prot = (mmap.PROT_READ | mmap.PROT_EXEC, mmap.PROT_READ, mmap.PROT_READ | mmap.PROT_WRITE)[k]
             lay.regions.append((start, off, prot))
     lay.size = max(off, page)
+    if lay.size > _MAX_IMAGE:
+        raise ElfLoadError(f"image would be {lay.size:#x} bytes (sections + .bss + COMMON): expected at most "
+                           f"{_MAX_IMAGE:#x} for a kernel object")
     return lay
 
 
@@ -348,12 +355,18 @@ def _fits(v: int, bits: int, signed: bool) -> bool:
     return -(1 << (bits - 1)) <= v < (1 << (bits - 1)) if signed else 0 <= v < (1 << bits)
 
 
-def link_image(obj: bytes, base_address: int, externals: dict[str, int] | None = None) -> bytes:
+def link_image(obj: bytes, base_address: int, externals: dict[str, int] | None = None, *,
+               symbols_out: dict[str, int] | None = None) -> bytes:
     """Lay out and relocate `obj` as if mapped at `base_address`; return the image bytes.
 
     Works for any supported machine regardless of the host, which is how AArch64 objects are
-    checked on an x86-64 machine. Undefined symbols come from `externals`, then the process."""
-    return bytes(_link(_parse(obj), base_address, externals))
+    checked on an x86-64 machine. Undefined symbols come from `externals`, then the process.
+    `symbols_out`, if given, receives the addresses of the defined global symbols."""
+    lay = _parse(obj)
+    img = _link(lay, base_address, externals)
+    if symbols_out is not None:
+        symbols_out.update(_exported(lay, base_address))
+    return bytes(img) + bytes(lay.size - len(img))
 
 
 def _link(lay: _Layout, base: int, externals: dict[str, int] | None) -> bytearray:
@@ -367,7 +380,7 @@ def _link(lay: _Layout, base: int, externals: dict[str, int] | None) -> bytearra
             cache[name] = _resolve_process(name)
         return cache[name]
 
-    img = bytearray(lay.size)
+    img = bytearray(lay.init_size)
     for i, data in lay.contents.items():
         img[lay.sec_off[i]:lay.sec_off[i] + len(data)] = data
     addrs = {}
@@ -387,7 +400,8 @@ def _link(lay: _Layout, base: int, externals: dict[str, int] | None) -> bytearra
     apply = _reloc_x86 if lay.machine == EM_X86_64 else _reloc_a64
     for r in lay.relocs:
         sec_size = len(lay.contents.get(r.sec, b""))
-        if r.offset + 4 > sec_size and not (r.type in (0, 256)):
+        width = 8 if r.type in (1, 24, 257, 260) else 4
+        if r.offset + width > sec_size and r.type not in (0, 256):
             raise ElfLoadError(f"{_reloc_name(lay.machine, r.type)} in {r.relsec} patches {r.secname}+{r.offset:#x}, "
                                f"outside the section ({sec_size} bytes)")
         apply(lay, img, base, r, addr)
@@ -638,7 +652,7 @@ def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hin
         raise _oserror(f"mmap({lay.size})")
     try:
         img = _link(lay, base, externals)
-        ctypes.memmove(base, bytes(img), lay.size)
+        ctypes.memmove(base, bytes(img), len(img))
         for start, end, prot in lay.regions:
             if lc.mprotect(base + start, end - start, prot) != 0:
                 raise _oserror(f"mprotect({base + start:#x}, {end - start}, {prot})")
