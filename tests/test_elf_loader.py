@@ -54,12 +54,12 @@ FLAGS = {
 _cache: dict[tuple, bytes] = {}
 
 
-def gcc(src: str, flags: list[str], tmp_path_factory, out: str = "k.o", extra: tuple = ()) -> bytes:
-    key = (src, tuple(flags), out, extra)
+def gcc(src: str, flags: list[str], tmp_path_factory, out: str = "k.o", lang: str = "c") -> bytes:
+    key = (src, tuple(flags), out, lang)
     if key not in _cache:
         d = tmp_path_factory.mktemp("gcc")
-        (d / "k.c").write_text(src)
-        cmd = ["gcc", *flags, str(d / "k.c"), "-o", str(d / out), *extra]
+        (d / f"k.{lang}").write_text(src)
+        cmd = ["gcc", *flags, str(d / f"k.{lang}"), "-o", str(d / out)]
         if "-shared" not in flags:
             cmd.insert(1, "-c")
         subprocess.run(cmd, check=True, capture_output=True)
@@ -528,3 +528,55 @@ def test_disassemble(tmp_path_factory):
         disassemble(obj, "zz")
     a64 = disassemble(llvm_object(LL_A64, "pic", "aarch64-unknown-linux-gnu"), "call_exp")
     assert "call_exp:" in a64 and "bl" in a64 and "ret" in a64
+
+
+@needs_gcc
+def test_nopic_far_data_is_an_error_not_a_stub(tmp_path_factory):
+    """Non-PIC code reads external data with PC32, like a call: only calls may go to a stub."""
+    src = r"""
+    extern int host_value;
+    extern int host_add(int, int);
+    int read_host(void) { return host_value; }
+    int call_host(int a) { return host_add(a, 1); }
+    """
+    obj = gcc(src, ["-O2", "-fno-pic", "-mcmodel=small"], tmp_path_factory)
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)(lambda a, b: a * 10 + b)
+    far_data = 0x7F00_0000_0000
+    with pytest.raises(ElfLoadError, match=r"R_X86_64_PC32 at \.text\+0x[0-9a-f]+ against host_value.*does not fit"):
+        load_elf(obj, {"host_value": far_data, "host_add": ctypes.cast(cb, ctypes.c_void_p).value})
+    call_only = gcc("extern int host_add(int, int);\nint call_host(int a) { return host_add(a, 1) + 1; }\n",
+                    ["-O2", "-fno-pic", "-mcmodel=small"], tmp_path_factory)
+    with load_elf(call_only, {"host_add": ctypes.cast(cb, ctypes.c_void_p).value}) as img:
+        assert fn(img, "call_host", ctypes.c_int, ctypes.c_int)(4) == 42
+
+
+@needs_gcc
+def test_pc32_branch_vs_data(tmp_path_factory):
+    """Hand-written PC32 (not PLT32) call, tail jump and data load against far externals."""
+    asm = """
+    .text
+    .globl via_call, via_jmp, load_it
+    via_call: sub $8, %rsp
+              .byte 0xe8
+              .long host_add - . - 4
+              add $8, %rsp
+              ret
+    via_jmp:  .byte 0xe9
+              .long host_add - . - 4
+    load_it:  mov host_value(%rip), %eax
+              ret
+    .section .note.GNU-stack,"",@progbits
+    """
+    obj = gcc(asm, [], tmp_path_factory, lang="s")
+    assert reloc_types(obj) == {"R_X86_64_PC32"}
+    cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)(lambda a, b: a - b)
+    hv = ctypes.c_int(77)
+    ext = {"host_add": ctypes.cast(cb, ctypes.c_void_p).value, "host_value": ctypes.addressof(hv)}
+    # host_value next to the image (never read): the far calls alone must go through stubs
+    with load_elf(obj, {**ext, "host_value": FAR + (1 << 20)}, address_hint=FAR) as img:
+        assert img.base == FAR
+        for name in ("via_call", "via_jmp"):
+            assert fn(img, name, ctypes.c_int, ctypes.c_int, ctypes.c_int)(50, 8) == 42
+    # a data load cannot be redirected: the far one is an error naming it
+    with pytest.raises(ElfLoadError, match="R_X86_64_PC32 at .text.* against host_value"):
+        load_elf(obj, ext, address_hint=FAR)

@@ -441,11 +441,18 @@ def _reloc_x86(lay: _Layout, img: bytearray, base: int, r: _Reloc, addr: Callabl
         _put(img, off, S + r.addend, 32, False, lay, r)
     elif t == 11:
         _put(img, off, S + r.addend, 32, True, lay, r)
-    else:  # PC32 / PLT32: go through the stub when the callee is out of +-2 GiB
+    else:  # PC32 / PLT32: a call/jump out of +-2 GiB goes through the stub
         v = S + r.addend - P
-        if not _fits(v, 32, True) and r.sym in lay.stub_off:
+        if not _fits(v, 32, True) and r.sym in lay.stub_off and (t == 4 or _x86_is_branch(img, off)):
             v = base + lay.stub_off[r.sym] + r.addend - P
         _put(img, off, v, 32, True, lay, r)
+
+
+def _x86_is_branch(img: bytearray, off: int) -> bool:
+    """Whether the rel32 at `off` is the operand of call/jmp/jcc. Non-PIC code uses PC32 for
+    both calls and data loads; redirecting a data load to a stub would silently read code."""
+    return (off >= 1 and img[off - 1] in (0xE8, 0xE9)) or \
+        (off >= 2 and img[off - 2] == 0x0F and 0x80 <= img[off - 1] <= 0x8F)
 
 
 def _a64_patch(img: bytearray, off: int, mask: int, bits: int) -> None:
@@ -568,13 +575,10 @@ def _flush_icache(start: int, size: int) -> None:
             fn = getattr(lib, name, None)
             if fn is None:
                 continue
+            # both take (begin, end): __builtin___clear_cache lowers to the first on AArch64
             fn.restype = None
-            if name == "__clear_cache":
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-                fn(start, start + size)
-            else:
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-                fn(start, size)
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+            fn(start, start + size)
             return
 
 
@@ -648,6 +652,10 @@ def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hin
     if lay.needs_low and address_hint is None:
         flags |= _MAP_32BIT
     base = lc.mmap(address_hint, lay.size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    if base in (None, _MAP_FAILED) and flags & _MAP_32BIT:
+        # low 2 GiB exhausted: map anywhere; relocation then names the field that cannot reach
+        flags &= ~_MAP_32BIT
+        base = lc.mmap(address_hint, lay.size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
     if base in (None, _MAP_FAILED):
         raise _oserror(f"mmap({lay.size})")
     try:
