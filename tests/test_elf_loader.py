@@ -359,6 +359,11 @@ define float @call_exp(float %x) {
   ret float %r
 }
 
+define <4 x float> @vconst(<4 x float> %x) {
+  %r = fmul <4 x float> %x, <float 1.25, float -2.5, float 3.75, float 0.125>
+  ret <4 x float> %r
+}
+
 define float @tail_exp(float %x) {
   %e = tail call float @expf(float %x)
   ret float %e
@@ -385,7 +390,8 @@ def test_aarch64_relocation_decodes(reloc):
     obj = llvm_object(LL_A64, reloc, "aarch64-unknown-linux-gnu")
     kinds = reloc_types(obj)
     assert {"R_AARCH64_ADR_PREL_PG_HI21", "R_AARCH64_CALL26", "R_AARCH64_JUMP26", "R_AARCH64_ABS64",
-            "R_AARCH64_ADD_ABS_LO12_NC", "R_AARCH64_LDST32_ABS_LO12_NC", "R_AARCH64_LDST64_ABS_LO12_NC"} <= kinds
+            "R_AARCH64_ADD_ABS_LO12_NC", "R_AARCH64_LDST32_ABS_LO12_NC", "R_AARCH64_LDST64_ABS_LO12_NC",
+            "R_AARCH64_LDST128_ABS_LO12_NC"} <= kinds
     base, expf, ext_var, near_var = 0x10_0000_0000, 0x7F12_3456_7000, 0x5555_1234_5678, 0x10_8765_4320
     syms: dict[str, int] = {}
     img = link_image(obj, base, {"expf": expf, "ext_var": ext_var, "near_var": near_var}, symbols_out=syms)
@@ -419,6 +425,16 @@ def test_aarch64_relocation_decodes(reloc):
     # read_near: dso_local, so ADRP + LDR w (LDST32, offset scaled by 4) straight to the address
     pg, ldr, _ = page_lo12("read_near")
     assert pg + _imm12(ldr) * 4 == near_var
+
+    # bump: ADRP + LDR x (LDST64, scaled by 8) -> the 8-byte counter, in the image, zeroed
+    pg, ldr, _ = page_lo12("bump")
+    counter = pg + _imm12(ldr) * 8
+    assert base <= counter < base + len(img) and counter % 8 == 0 and q(counter) == 0
+    # vconst: ADRP + LDR q (LDST128, scaled by 16) -> the 16-byte constant-pool entry
+    pg, ldr, _ = page_lo12("vconst")
+    assert (ldr & 0xFFC00000) == 0x3DC00000                   # LDR (immediate, unsigned offset), Qt
+    cst = pg + _imm12(ldr) * 16
+    assert struct.unpack_from("<4f", img, cst - base) == (1.25, -2.5, 3.75, 0.125)
 
     # call_exp: BL (CALL26) to a veneer that loads expf's address into x16 and branches
     for func, opcode in (("call_exp", 0x94000000), ("tail_exp", 0x14000000)):
@@ -580,3 +596,21 @@ def test_pc32_branch_vs_data(tmp_path_factory):
     # a data load cannot be redirected: the far one is an error naming it
     with pytest.raises(ElfLoadError, match="R_X86_64_PC32 at .text.* against host_value"):
         load_elf(obj, ext, address_hint=FAR)
+
+
+@needs_gcc
+def test_large_alignment(tmp_path_factory):
+    src = r"""
+    static float big[4096] __attribute__((aligned(16384)));
+    _Alignas(8192) const int tbl[4] = {1, 2, 3, 4};
+    float *addr_big(void) { return big; }
+    int get(int i) { big[i] += 1.0f; return tbl[i & 3] + (int)big[i]; }
+    """
+    obj = gcc(src, ["-O2", "-fPIC"], tmp_path_factory)
+    with load_elf(obj) as img:
+        p = ctypes.CFUNCTYPE(ctypes.c_void_p)(img.symbol("addr_big"))()
+        assert p % 16384 == 0 and img.symbol("tbl") % 8192 == 0 and img.base % 16384 == 0
+        get = fn(img, "get", ctypes.c_int, ctypes.c_int)
+        assert [get(2), get(2), get(3)] == [4, 5, 5]
+    with pytest.raises(ElfLoadError, match="not aligned to 0x4000"):
+        link_image(obj, FAR + 4096)

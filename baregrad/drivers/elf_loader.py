@@ -161,6 +161,7 @@ class _Layout:
     regions: list[tuple[int, int, int]] = field(default_factory=list)
     size: int = 0
     init_size: int = 0       # bytes up to the last initialized byte; the rest is zero-fill
+    max_align: int = 1       # the base must be aligned to this (it may exceed a page)
     needs_low: bool = False  # has absolute 32-bit relocations: image must sit in the low 2 GiB
 
 
@@ -290,6 +291,7 @@ def _layout(elf, obj: bytes) -> _Layout:
             if kind(s) != k:
                 continue
             off = _align(off, max(1, s["sh_addralign"]))
+            lay.max_align = max(lay.max_align, s["sh_addralign"])
             lay.sec_off[i] = off
             lay.sec_names[i] = s.name
             if s["sh_type"] != "SHT_NOBITS":
@@ -313,6 +315,7 @@ def _layout(elf, obj: bytes) -> _Layout:
                 if s.shndx == SHN_COMMON:
                     # for SHN_COMMON st_value holds the alignment
                     off = _align(off, max(1, s.value))
+                    lay.max_align = max(lay.max_align, s.value)
                     lay.common_off[idx] = off
                     off += s.size
         off = _align(off, page)
@@ -370,6 +373,9 @@ def link_image(obj: bytes, base_address: int, externals: dict[str, int] | None =
 
 
 def _link(lay: _Layout, base: int, externals: dict[str, int] | None) -> bytearray:
+    if base % max(1, lay.max_align):
+        raise ElfLoadError(f"base address {base:#x} is not aligned to {lay.max_align:#x}, the largest section/"
+                           f"COMMON alignment in the object")
     externals = externals or {}
     cache: dict[str, int | None] = {}
 
@@ -651,13 +657,21 @@ def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hin
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     if lay.needs_low and address_hint is None:
         flags |= _MAP_32BIT
-    base = lc.mmap(address_hint, lay.size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
-    if base in (None, _MAP_FAILED) and flags & _MAP_32BIT:
+    # mmap only guarantees page alignment: over-allocate for larger alignments and trim
+    slack = _align(lay.max_align, _page_size()) - _page_size() if lay.max_align > _page_size() else 0
+    raw = lc.mmap(address_hint, lay.size + slack, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    if raw in (None, _MAP_FAILED) and flags & _MAP_32BIT:
         # low 2 GiB exhausted: map anywhere; relocation then names the field that cannot reach
         flags &= ~_MAP_32BIT
-        base = lc.mmap(address_hint, lay.size, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
-    if base in (None, _MAP_FAILED):
-        raise _oserror(f"mmap({lay.size})")
+        raw = lc.mmap(address_hint, lay.size + slack, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    if raw in (None, _MAP_FAILED):
+        raise _oserror(f"mmap({lay.size + slack})")
+    base = _align(raw, lay.max_align) if slack else raw
+    if slack:
+        if base > raw:
+            lc.munmap(raw, base - raw)
+        if raw + slack > base:
+            lc.munmap(base + lay.size, raw + slack - base)
     try:
         img = _link(lay, base, externals)
         ctypes.memmove(base, bytes(img), len(img))
