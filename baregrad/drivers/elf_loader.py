@@ -165,6 +165,11 @@ class _Layout:
     needs_low: bool = False  # has absolute 32-bit relocations: image must sit in the low 2 GiB
 
 
+def _check_align(a: int, what: str) -> None:
+    if a & (a - 1) or a > _MAX_IMAGE:
+        raise ElfLoadError(f"{what} asks for alignment {a:#x}: expected 0 or a power of two up to {_MAX_IMAGE:#x}")
+
+
 def _sym_key(s: _Sym, idx: int) -> str:
     return s.name or f"<symbol #{idx}>"
 
@@ -290,6 +295,7 @@ def _layout(elf, obj: bytes) -> _Layout:
             s = sections[i]
             if kind(s) != k:
                 continue
+            _check_align(s["sh_addralign"], f"section {s.name}")
             off = _align(off, max(1, s["sh_addralign"]))
             lay.max_align = max(lay.max_align, s["sh_addralign"])
             lay.sec_off[i] = off
@@ -314,6 +320,7 @@ def _layout(elf, obj: bytes) -> _Layout:
             for idx, s in enumerate(lay.syms):
                 if s.shndx == SHN_COMMON:
                     # for SHN_COMMON st_value holds the alignment
+                    _check_align(s.value, f"COMMON symbol {s.name!r}")
                     off = _align(off, max(1, s.value))
                     lay.max_align = max(lay.max_align, s.value)
                     lay.common_off[idx] = off
