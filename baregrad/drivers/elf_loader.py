@@ -17,13 +17,11 @@ this x86-64 host) can be relocated at any address and checked without being run.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import io
 import mmap
 import os
 import platform
 import struct
-from dataclasses import dataclass, field
 from typing import Callable
 
 __all__ = ["ElfLoadError", "LoadedImage", "load_elf", "link_image", "disassemble"]
@@ -102,6 +100,7 @@ _proc_libs: list[ctypes.CDLL] | None = None
 def _process_libs() -> list[ctypes.CDLL]:
     global _proc_libs
     if _proc_libs is None:
+        import ctypes.util  # spawns nothing at import, but pulls in subprocess: keep it lazy
         libs = [ctypes.CDLL(None)]
         libm = ctypes.util.find_library("m")
         if libm:
@@ -125,44 +124,44 @@ def _resolve_process(name: str) -> int | None:
 # ---------------------------------------------------------------------------------------------
 # Parsing and layout (independent of the final address)
 
-@dataclass
+# Plain slotted classes rather than dataclasses: building dataclasses costs milliseconds at
+# import, and this module is imported on the CPU device's hot start path.
 class _Sym:
-    name: str
-    bind: int
-    type: int
-    shndx: int | str
-    value: int
-    size: int
+    __slots__ = ("name", "bind", "type", "shndx", "value", "size")
+
+    def __init__(self, name: str, bind: int, type: int, shndx: int | str, value: int, size: int) -> None:
+        self.name, self.bind, self.type, self.shndx, self.value, self.size = name, bind, type, shndx, value, size
 
 
-@dataclass
 class _Reloc:
-    sec: int                # index of the patched section
-    secname: str
-    relsec: str
-    offset: int
-    type: int
-    sym: int
-    addend: int
+    __slots__ = ("sec", "secname", "relsec", "offset", "type", "sym", "addend")
+
+    def __init__(self, sec: int, secname: str, relsec: str, offset: int, type: int, sym: int, addend: int) -> None:
+        self.sec, self.secname, self.relsec = sec, secname, relsec   # patched section, its name, the RELA's name
+        self.offset, self.type, self.sym, self.addend = offset, type, sym, addend
+
+    def __repr__(self) -> str:
+        return f"_Reloc({self.secname}+{self.offset:#x} type={self.type} sym={self.sym} addend={self.addend:+#x})"
 
 
-@dataclass
 class _Layout:
-    machine: int
-    sec_off: dict[int, int] = field(default_factory=dict)       # section index -> image offset
-    sec_names: dict[int, str] = field(default_factory=dict)
-    contents: dict[int, bytes] = field(default_factory=dict)    # PROGBITS data to copy
-    syms: list[_Sym] = field(default_factory=list)
-    common_off: dict[int, int] = field(default_factory=dict)    # symbol index -> offset
-    got_off: dict[int, int] = field(default_factory=dict)       # symbol index -> slot offset
-    stub_off: dict[int, int] = field(default_factory=dict)      # symbol index -> stub offset
-    relocs: list[_Reloc] = field(default_factory=list)
-    # page-aligned regions (start, end, prot) for mprotect
-    regions: list[tuple[int, int, int]] = field(default_factory=list)
-    size: int = 0
-    init_size: int = 0       # bytes up to the last initialized byte; the rest is zero-fill
-    max_align: int = 1       # the base must be aligned to this (it may exceed a page)
-    needs_low: bool = False  # has absolute 32-bit relocations: image must sit in the low 2 GiB
+    """Where everything goes, as offsets from the image base; independent of the final address."""
+
+    def __init__(self, machine: int) -> None:
+        self.machine = machine
+        self.sec_off: dict[int, int] = {}        # section index -> image offset
+        self.sec_names: dict[int, str] = {}
+        self.contents: dict[int, bytes] = {}     # PROGBITS data to copy
+        self.syms: list[_Sym] = []
+        self.common_off: dict[int, int] = {}     # symbol index -> offset
+        self.got_off: dict[int, int] = {}        # symbol index -> GOT slot offset
+        self.stub_off: dict[int, int] = {}       # symbol index -> call stub offset
+        self.relocs: list[_Reloc] = []
+        self.regions: list[tuple[int, int, int]] = []   # page-aligned (start, end, prot) for mprotect
+        self.size = 0
+        self.init_size = 0       # bytes up to the last initialized byte; the rest is zero-fill
+        self.max_align = 1       # the base must be aligned to this (it may exceed a page)
+        self.needs_low = False   # has absolute 32-bit relocations: image must sit in the low 2 GiB
 
 
 def _check_align(a: int, what: str) -> None:
