@@ -24,11 +24,16 @@ import platform
 import struct
 from typing import Callable
 
-__all__ = ["ElfLoadError", "LoadedImage", "load_elf", "link_image", "disassemble"]
+__all__ = ["ElfLoadError", "ElfSymbolError", "LoadedImage", "load_elf", "link_image", "disassemble"]
 
 
 class ElfLoadError(Exception):
     """The object cannot be loaded; the message names the offending section/relocation/symbol."""
+
+
+class ElfSymbolError(ElfLoadError, KeyError):
+    """A symbol asked of a LoadedImage is not defined there (also a KeyError, for dict-like use)."""
+    __str__ = Exception.__str__   # KeyError would repr() the message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,6 +232,9 @@ def _layout(elf, obj: bytes) -> _Layout:
 
     alloc = [i for i, s in enumerate(sections) if loadable(s)]
     for i in alloc:
+        if sections[i]["sh_flags"] & SHF_WRITE and sections[i]["sh_flags"] & SHF_EXECINSTR:
+            raise ElfLoadError(f"section {sections[i].name} is both writable and executable: expected W^X "
+                               f"(code in SHF_EXECINSTR sections, mutable data elsewhere)")
         if sections[i]["sh_flags"] & SHF_TLS:
             raise ElfLoadError(f"section {sections[i].name} is thread-local (SHF_TLS): TLS is not supported; "
                                f"expected kernels without thread_local storage")
@@ -614,7 +622,7 @@ class LoadedImage:
         try:
             return self._symbols[name]
         except KeyError:
-            raise ElfLoadError(f"no defined global symbol {name!r} in the image; available: "
+            raise ElfSymbolError(f"no defined global symbol {name!r} in the image; available: "
                                f"{', '.join(sorted(self._symbols)) or '(none)'}") from None
 
     def close(self) -> None:
@@ -652,6 +660,7 @@ def _exported(lay: _Layout, base: int) -> dict[str, int]:
 def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hint: int | None = None) -> LoadedImage:
     """Map, relocate and protect an ET_REL object for execution in this process.
 
+    Static constructors (.init_array) are laid out but not run: kernels have none.
     `externals` maps undefined symbol names to addresses and wins over libc/libm.
     `address_hint` asks mmap for a placement (no MAP_FIXED); tests use it to force far calls."""
     lay = _parse(obj)
@@ -704,6 +713,7 @@ def disassemble(obj: bytes, symbol: str | None = None) -> str:
         md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
     else:
         md = capstone.Cs(capstone.CS_ARCH_ARM64, capstone.CS_MODE_ARM)
+    md.skipdata = True   # constant islands in code must not end the listing
     relocs: dict[tuple[int, int], list[str]] = {}
     for r in lay.relocs:
         s = lay.syms[r.sym]
@@ -714,8 +724,9 @@ def disassemble(obj: bytes, symbol: str | None = None) -> str:
     for sec, data in lay.contents.items():
         if not any(start <= lay.sec_off[sec] < end and prot & mmap.PROT_EXEC for start, end, prot in lay.regions):
             continue
+        # '$x'/'$d' are AArch64 mapping symbols, not functions
         funcs = sorted((s.value, s.size, s.name) for s in lay.syms
-                       if s.shndx == sec and s.type in (STT_FUNC, STT_NOTYPE) and s.name)
+                       if s.shndx == sec and s.type in (STT_FUNC, STT_NOTYPE) and s.name and s.name[0] != "$")
         if not funcs:
             funcs = [(0, len(data), lay.sec_names[sec])]
         for n, (start, size, name) in enumerate(funcs):
