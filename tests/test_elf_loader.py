@@ -196,7 +196,10 @@ def test_avx2_fast_math_cst32(tmp_path_factory):
         pytest.skip("CPU has no AVX2")
     src = r"""
     void saxpy_poly(float *restrict y, const float *restrict x, int n) {
-        for (int i = 0; i < n; i++) { float v = x[i]; y[i] = v * (1.5f + v * (0.25f + v * 0.125f)) + (float)(i & 7) * 0.5f; }
+        for (int i = 0; i < n; i++) {
+            float v = x[i];
+            y[i] = v * (1.5f + v * (0.25f + v * 0.125f)) + (float)(i & 7) * 0.5f;   /* i&7: a cst32 vector */
+        }
     }"""
     obj = gcc(src, ["-O3", "-ffast-math", "-mavx2", "-mfma", "-fPIC"], tmp_path_factory)
     from elftools.elf.elffile import ELFFile
@@ -461,7 +464,8 @@ def test_aarch64_out_of_range_is_reported():
 # ---------------------------------------------------------------------------------------------
 # Bad input
 
-ADD_SRC = "int add(int a, int b) { return a + b; }\nextern int missing_fn(int);\nint use(int x) { return missing_fn(x); }\n"
+ADD_SRC = ("int add(int a, int b) { return a + b; }\n"
+           "extern int missing_fn(int);\nint use(int x) { return missing_fn(x); }\n")
 
 
 @needs_gcc

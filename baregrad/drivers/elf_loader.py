@@ -40,11 +40,14 @@ class ElfSymbolError(ElfLoadError, KeyError):
 # ELF constants (pyelftools' enums lack some newer relocation numbers, e.g. GOTPCRELX, LDST128)
 
 EM_X86_64, EM_AARCH64 = 62, 183
-SHT_PROGBITS, SHT_SYMTAB, SHT_RELA, SHT_NOBITS, SHT_REL, SHT_NOTE = 1, 2, 4, 8, 9, 7
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 0x1, 0x2, 0x4, 0x400
-SHN_UNDEF, SHN_ABS, SHN_COMMON, SHN_XINDEX = 0, 0xFFF1, 0xFFF2, 0xFFFF
+SHN_UNDEF, SHN_ABS, SHN_COMMON = 0, 0xFFF1, 0xFFF2
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
 STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE, STT_TLS = 0, 1, 2, 3, 4, 6
+
+_BIND = {"STB_LOCAL": STB_LOCAL, "STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}
+_TYPE = {"STT_NOTYPE": STT_NOTYPE, "STT_OBJECT": STT_OBJECT, "STT_FUNC": STT_FUNC, "STT_SECTION": STT_SECTION,
+         "STT_FILE": STT_FILE, "STT_TLS": STT_TLS}
 
 X86_RELOCS = {0: "R_X86_64_NONE", 1: "R_X86_64_64", 2: "R_X86_64_PC32", 4: "R_X86_64_PLT32",
               9: "R_X86_64_GOTPCREL", 10: "R_X86_64_32", 11: "R_X86_64_32S", 24: "R_X86_64_PC64",
@@ -247,9 +250,8 @@ def _layout(elf, obj: bytes) -> _Layout:
     symtabs = [s for s in sections if s["sh_type"] == "SHT_SYMTAB"]
     if symtabs:
         for sym in symtabs[0].iter_symbols():
-            lay.syms.append(_Sym(sym.name, {"STB_LOCAL": 0, "STB_GLOBAL": 1, "STB_WEAK": 2}.get(sym["st_info"]["bind"], 3),
-                                 {"STT_NOTYPE": 0, "STT_OBJECT": 1, "STT_FUNC": 2, "STT_SECTION": 3, "STT_FILE": 4,
-                                  "STT_COMMON": 5, "STT_TLS": 6}.get(sym["st_info"]["type"], 7),
+            info = sym["st_info"]
+            lay.syms.append(_Sym(sym.name, _BIND.get(info["bind"], -1), _TYPE.get(info["type"], -1),
                                  sym["st_shndx"], sym["st_value"], sym["st_size"]))
     sh_of = {"SHN_UNDEF": SHN_UNDEF, "SHN_ABS": SHN_ABS, "SHN_COMMON": SHN_COMMON}
     for s in lay.syms:
