@@ -13,6 +13,13 @@ Image layout (offsets from `base`, each region page aligned so it can get its ow
 
 `link_image` does everything except the mapping, so a foreign-architecture object (AArch64 on
 this x86-64 host) can be relocated at any address and checked without being run.
+
+Relocations: x86-64 64, PC32, PLT32, 32, 32S, PC64, GOTPCREL, GOTPCRELX, REX_GOTPCRELX (GOT slots
+are built in the image; no relaxation). AArch64 ABS64, ABS32, PREL64, PREL32, ADR_PREL_LO21,
+ADR_PREL_PG_HI21(_NC), ADD_ABS_LO12_NC, LDST8/16/32/64/128_ABS_LO12_NC, CALL26, JUMP26, CONDBR19,
+TSTBR14, ADR_GOT_PAGE, LD64_GOT_LO12_NC. Calls to externals beyond the branch range go through
+a stub in the image. Not supported (clear error): TLS, SHT_REL, IFUNC resolution, other types.
+Objects with R_X86_64_32/32S (gcc -fno-pic) are mapped with MAP_32BIT so absolute addresses fit.
 """
 from __future__ import annotations
 
