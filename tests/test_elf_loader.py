@@ -492,6 +492,10 @@ def test_bad_input(tmp_path_factory):
         for exc in (ElfLoadError, KeyError):
             with pytest.raises(exc, match="'nope' in the image; available: add$"):
                 img.symbol("nope")
+    ifunc = ("static int impl(int x) { return x + 1; }\nstatic void *res(void) { return impl; }\n"
+             "int f(int) __attribute__((ifunc(\"res\")));\nint g(int x) { return f(x) * 2; }\n")
+    with pytest.raises(ElfLoadError, match="'f' is an indirect function"):
+        load_elf(gcc(ifunc, ["-O2", "-fPIC"], tmp_path_factory))
     with pytest.raises(ElfLoadError, match=r"section \.wx is both writable and executable"):
         load_elf(gcc('.section .wx,"awx",@progbits\n.globl f\nf: ret\n', [], tmp_path_factory, lang="s"))
     with pytest.raises(ElfLoadError, match="expected the object's bytes, got str"):

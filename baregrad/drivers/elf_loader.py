@@ -50,11 +50,11 @@ EM_X86_64, EM_AARCH64 = 62, 183
 SHF_WRITE, SHF_ALLOC, SHF_EXECINSTR, SHF_TLS = 0x1, 0x2, 0x4, 0x400
 SHN_UNDEF, SHN_ABS, SHN_COMMON = 0, 0xFFF1, 0xFFF2
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
-STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE, STT_TLS = 0, 1, 2, 3, 4, 6
+STT_NOTYPE, STT_OBJECT, STT_FUNC, STT_SECTION, STT_FILE, STT_TLS, STT_GNU_IFUNC = 0, 1, 2, 3, 4, 6, 10
 
 _BIND = {"STB_LOCAL": STB_LOCAL, "STB_GLOBAL": STB_GLOBAL, "STB_WEAK": STB_WEAK}
 _TYPE = {"STT_NOTYPE": STT_NOTYPE, "STT_OBJECT": STT_OBJECT, "STT_FUNC": STT_FUNC, "STT_SECTION": STT_SECTION,
-         "STT_FILE": STT_FILE, "STT_TLS": STT_TLS}
+         "STT_FILE": STT_FILE, "STT_TLS": STT_TLS, "STT_LOOS": STT_GNU_IFUNC, "STT_GNU_IFUNC": STT_GNU_IFUNC}
 
 X86_RELOCS = {0: "R_X86_64_NONE", 1: "R_X86_64_64", 2: "R_X86_64_PC32", 4: "R_X86_64_PLT32",
               9: "R_X86_64_GOTPCREL", 10: "R_X86_64_32", 11: "R_X86_64_32S", 24: "R_X86_64_PC64",
@@ -268,6 +268,10 @@ def _layout(elf, obj: bytes) -> _Layout:
             s.shndx = sh_of[s.shndx]
         if s.type == STT_TLS:
             raise ElfLoadError(f"symbol {s.name!r} is thread-local (STT_TLS): TLS is not supported")
+        if s.type == STT_GNU_IFUNC and s.shndx != SHN_UNDEF:
+            # its value is the resolver, not the function: using it as the address would be wrong
+            raise ElfLoadError(f"symbol {s.name!r} is an indirect function (STT_GNU_IFUNC): not supported; "
+                               f"expected plain STT_FUNC definitions")
 
     # relocations; only those that patch a section we load
     for rs in sections:
