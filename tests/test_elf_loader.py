@@ -49,6 +49,7 @@ FLAGS = {
     "O2-nopic": ["-O2", "-fno-pic", "-mcmodel=small"],
     "O0": ["-O0"],
     "O2-pic-noplt": ["-O2", "-fPIC", "-fno-plt"],
+    "O2-sections": ["-O2", "-fPIC", "-ffunction-sections", "-fdata-sections"],   # calls across sections
 }
 
 _cache: dict[tuple, bytes] = {}
@@ -506,6 +507,10 @@ def test_bad_input(tmp_path_factory):
     # after all that, loading still works
     with load_elf(good) as img:
         assert fn(img, "add", ctypes.c_int, ctypes.c_int, ctypes.c_int)(1, 2) == 3
+        assert "1 symbols" in repr(img)
+    assert "closed" in repr(img)
+    with pytest.raises(ElfLoadError, match="closed"):
+        img.symbol("add")
 
 
 @needs_gcc
