@@ -501,6 +501,8 @@ def test_bad_input(tmp_path_factory):
         load_elf(gcc('.section .wx,"awx",@progbits\n.globl f\nf: ret\n', [], tmp_path_factory, lang="s"))
     with pytest.raises(ElfLoadError, match="expected the object's bytes, got str"):
         load_elf("not bytes")  # type: ignore[arg-type]
+    with pytest.raises(ElfLoadError, match=r"externals\['missing_fn'\] = 'x': expected an address as an int"):
+        load_elf(gcc(ADD_SRC, ["-O2", "-fPIC"], tmp_path_factory), {"missing_fn": "x"})
     # an external given by the caller resolves what the process cannot
     with load_elf(gcc(ADD_SRC, ["-O2", "-fPIC"], tmp_path_factory), {"missing_fn": 0x1234}) as img:
         assert img.symbol("use")

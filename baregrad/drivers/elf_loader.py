@@ -408,7 +408,11 @@ def _link(lay: _Layout, base: int, externals: dict[str, int] | None) -> bytearra
 
     def ext(name: str) -> int | None:
         if name in externals:
-            return int(externals[name])
+            a = externals[name]
+            if not isinstance(a, int) or not 0 <= a < 1 << 64:
+                raise ElfLoadError(f"externals[{name!r}] = {a!r}: expected an address as an int "
+                                   f"(e.g. ctypes.cast(f, ctypes.c_void_p).value)")
+            return a
         if name not in cache:
             cache[name] = _resolve_process(name)
         return cache[name]
