@@ -18,31 +18,49 @@ def _acc_init(u: UOp) -> UOp: return UOp.const(u.dtype, identity_element(u.arg, 
 
 def linearize(sink: UOp) -> list[UOp]:
   counter = itertools.count()
-  # 1. replace REDUCEs by accumulator nodes, remembering the loops each node must run in
+  # raw loop sets: the ranges a node depends on (a REDUCE hides its own)
+  raw: dict[UOp, frozenset[UOp]] = {}
+  reduces: list[UOp] = []
+  for u in sink.toposort():
+    if u.op is Ops.RANGE: raw[u] = frozenset([u])
+    elif u.op is Ops.REDUCE:
+      raw[u] = raw[u.src[0]] - frozenset(u.src[1:])
+      reduces.append(u)
+    else: raw[u] = frozenset().union(*(raw[s] for s in u.src)) if u.src else frozenset()
+  # which loops enclose each loop: output loops nest in id order; a reduce's loops sit inside its outer loops
+  encl: dict[UOp, frozenset[UOp]] = {}
+  outs = sorted({r for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] not in ("reduce",) for r in [u]}, key=lambda r: r.arg[0])
+  for i, r in enumerate(outs): encl[r] = frozenset(outs[:i])
+  def close(s: frozenset[UOp]) -> frozenset[UOp]:
+    out = set(s)
+    for r in s: out |= encl.get(r, frozenset())
+    return frozenset(out)
+  for u in reduces:  # toposort order: inner reductions were seen first, but their outer sets only need outputs
+    outer = close(raw[u])
+    prev: frozenset[UOp] = outer
+    for r in u.src[1:]:
+      encl[r] = close(prev)
+      prev = encl[r] | {r}
+  # replace REDUCEs by accumulator nodes, and give every node the loops it runs in
   ctx: dict[UOp, frozenset[UOp]] = {}
   replace: dict[UOp, UOp] = {}
-  forced: dict[UOp, frozenset[UOp]] = {}
   for u in sink.toposort():
     src = tuple(replace.get(s, s) for s in u.src)
-    if u.op is Ops.RANGE:
-      new = u
-      c = frozenset([u])
-    elif u.op is Ops.REDUCE:
+    if u.op is Ops.REDUCE:
       val, rs = src[0], src[1:]
-      inner = ctx[val] | frozenset(rs)
-      outer = ctx[val] - frozenset(rs)
-      acc = UOp(Ops.DEFINE_ACC, u.dtype, (_acc_init(u),), next(counter))
+      outer = close(raw[u])
+      init = _acc_init(u)
+      acc = UOp(Ops.DEFINE_ACC, u.dtype, (init,), next(counter))
       asg = UOp(Ops.ASSIGN, u.dtype, (acc, val), (u.arg, rs))
       new = UOp(Ops.REDUCE, u.dtype, (acc, asg), u.arg)
-      ctx[acc], ctx[asg] = outer, inner | outer
-      forced[acc], forced[asg] = outer, inner | outer
-      c = outer
+      ctx[acc], ctx[asg], ctx[new] = outer, close(raw[u.src[0]] | frozenset(rs) | outer), outer
     else:
       new = u if src == u.src else u.replace(src=src)
-      c = frozenset().union(*(ctx[s] for s in src)) if src else frozenset()
+      ctx[new] = close(raw[u])
     replace[u] = new
-    ctx[new] = forced.get(new, c)
   root = replace[sink]
+  for u in root.toposort():  # nodes made here (accumulator initial values) have no loops yet
+    if u not in ctx: ctx[u] = frozenset().union(*(ctx[s] for s in u.src)) if u.src else frozenset()
   # 2. dependency lists (RANGE nodes are scheduled by opening them)
   nodes = [u for u in root.toposort() if u.op is not Ops.RANGE]
   topo = {u: i for i, u in enumerate(root.toposort())}

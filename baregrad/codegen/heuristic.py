@@ -1,0 +1,76 @@
+"""The default choice of optimization actions for a kernel (a search can replace it: actions are data)."""
+from __future__ import annotations
+from baregrad.ir.ops import UOp, Ops
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, LOOP_KINDS
+from baregrad.codegen.renderer import Renderer
+
+def _strides(k: Kernel) -> list[tuple[UOp, tuple[int | None, ...]]]:
+  """(buffer access, stride per full-shape axis) for every LOAD and STORE of the AST."""
+  out = []
+  for u in k.ast.toposort():
+    if u.op in (Ops.LOAD, Ops.STORE):
+      st = u.src[1].arg
+      out.append((u, st.real_strides() if len(st.views) == 1 and st.views[0].mask is None else tuple(None for _ in st.shape)))
+  return out
+
+def _loop_index(k: Kernel, orig: int) -> int | None:
+  """The optimizer's axis number of the innermost loop part of full-shape axis `orig`."""
+  loops = k.loop_axes()
+  cands = [n for n, i in enumerate(loops) if k.axes[i].orig == orig]
+  return cands[-1] if cands else None
+
+def _try(k: Kernel, opt: Opt) -> bool:
+  try: k.apply_opt(opt); return True
+  except OptError: return False
+
+def _largest_divisor(n: int, limit: int) -> int:
+  for d in range(min(n, limit), 0, -1):
+    if n % d == 0 and (d & (d - 1)) == 0: return d
+  return 1
+
+def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
+  """Apply and return a reasonable set of opts: register tiles for reductions with reuse, vector lanes along
+  the contiguous axis, and one axis over the threads."""
+  acc = _strides(k)
+  itemsize = max((u.src[0].dtype.base.itemsize for u, _ in acc), default=4)
+  vec = max(1, 64 // itemsize)   # one 512-bit register of elements
+  out_axes = [a.orig for a in k.axes if a.kind == "loop"]
+  red_axes = [a.orig for a in k.axes if a.kind == "reduce"]
+  stores = [s for u, s in acc if u.op is Ops.STORE]
+  loads = [s for u, s in acc if u.op is Ops.LOAD]
+  def contiguous_in(ss: list, o: int) -> bool: return any(s[o] == 1 for s in ss)
+  if red_axes and out_axes:
+    # reuse: an output axis along which some load does not move (stride 0) is worth keeping in registers
+    reuse = [o for o in out_axes if any(s[o] == 0 for s in loads) and k.full_shape[o] > 1]
+    inner = [o for o in reuse if contiguous_in(loads, o) or contiguous_in(stores, o)]
+    if inner and len(reuse) > 1:
+      j = inner[-1]
+      amt_j = _largest_divisor(k.full_shape[j], 2 * vec)
+      if amt_j > 1 and (n := _loop_index(k, j)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt_j))
+      for i in reuse:
+        if i == j: continue
+        amt_i = _largest_divisor(k.full_shape[i], max(1, 256 // max(k.lanes, 1)) if k.lanes > 1 else 8)
+        amt_i = min(amt_i, 8)
+        if amt_i > 1 and (n := _loop_index(k, i)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt_i))
+        break
+    elif any(contiguous_in(loads, r) for r in red_axes):
+      r = red_axes[-1]
+      amt = _largest_divisor(k.full_shape[r], vec)
+      if amt > 1 and (n := _loop_index(k, r)) is not None: _try(k, Opt(OptOps.UNROLL, n, amt))
+  elif red_axes:
+    r = red_axes[-1]
+    amt = _largest_divisor(k.full_shape[r], vec)
+    if amt > 1 and (n := _loop_index(k, r)) is not None: _try(k, Opt(OptOps.UNROLL, n, amt))
+  else:
+    # elementwise: lanes along the innermost axis the stores walk contiguously
+    cont = [o for o in out_axes if contiguous_in(stores, o)] or out_axes[-1:]
+    if cont:
+      o = cont[-1]
+      amt = _largest_divisor(k.full_shape[o], vec)
+      if amt > 1 and (n := _loop_index(k, o)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt))
+  if ren.has_threads:
+    loops = k.loop_axes()
+    for n, i in enumerate(loops):
+      if k.axes[i].kind == "loop" and k.axes[i].size >= 2:
+        _try(k, Opt(OptOps.PARALLEL, n)); break
+  return list(k.applied)

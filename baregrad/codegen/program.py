@@ -1,0 +1,103 @@
+"""Kernel AST -> ProgramSpec: optimize, lower, expand lanes, simplify, linearize, render."""
+from __future__ import annotations
+from dataclasses import dataclass, field
+import sys
+from baregrad.helpers import getenv, DEBUG
+from baregrad.ir.dtype import dtypes, PtrDType
+from baregrad.ir.ops import UOp, Ops, GroupOp, pretty
+from baregrad.ir.pattern import UPat, PatternMatcher, graph_rewrite
+from baregrad.ir.symbolic import symbolic
+from baregrad.codegen.kernel import Kernel, Opt, KernelError
+from baregrad.codegen.heuristic import heuristic_opts
+from baregrad.codegen.lanes import expand_lanes
+from baregrad.codegen.linearize import linearize
+from baregrad.codegen.renderer import Renderer, RenderError
+
+@dataclass
+class ProgramSpec:
+  name: str
+  src: str
+  global_size: tuple[int, int, int]
+  local_size: tuple[int, int, int]
+  bufs: list[UOp]            # DEFINE_GLOBALs in argument order
+  vars: list[UOp]            # DEFINE_VARs in argument order (after the buffers)
+  opts: list[Opt]
+  uops: list[UOp] = field(repr=False, default_factory=list)
+  ast: UOp | None = field(repr=False, default=None)
+  @property
+  def outs(self) -> list[int]:
+    return sorted({u.src[0].arg for u in self.ast.src}) if self.ast is not None else []
+
+def _gep_vectorize(g: UOp, v: UOp) -> UOp:
+  picked = [v.src[i] for i in g.arg]
+  return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, g.dtype, tuple(picked))
+
+def _alu_of_vectorize(x: UOp) -> UOp | None:
+  # lane-wise ALU over vectors built from scalars: compute per lane (folds constant index vectors)
+  if x.dtype.count == 1 or not all(s.op is Ops.VECTORIZE for s in x.src): return None
+  if not all(all(e.op is Ops.CONST for e in s.src) for s in x.src): return None
+  lanes = [UOp(x.op, x.dtype.scalar, tuple(s.src[i] for s in x.src), x.arg) for i in range(x.dtype.count)]
+  return UOp(Ops.VECTORIZE, x.dtype, tuple(lanes))
+
+vector_simplify = PatternMatcher([
+  (UPat(Ops.GEP, name="g", src=(UPat(Ops.VECTORIZE, name="v"),)), _gep_vectorize),
+  (UPat(Ops.GEP, name="g", src=(UPat(Ops.GEP, name="h"),)), lambda g, h: h.src[0].gep(tuple(h.arg[i] for i in g.arg))),
+  (UPat(Ops.GEP, name="g"), lambda g: g.src[0] if g.arg == tuple(range(g.src[0].dtype.count)) else None),
+  (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), _alu_of_vectorize),
+  (UPat(Ops.VECTORIZE, name="v"), lambda v: v.src[0] if len(v.src) == 1 else None),
+])
+
+def devectorize(sink: UOp) -> UOp:
+  """Every vector op becomes one scalar op per lane (for renderers without vector types)."""
+  lanes: dict[UOp, list[UOp]] = {}
+  for u in sink.toposort():
+    n = u.dtype.count
+    if u.op is Ops.VECTORIZE: lanes[u] = [lanes[s][0] for s in u.src]; continue
+    if u.op is Ops.GEP: lanes[u] = [lanes[u.src[0]][i] for i in u.arg]; continue
+    if u.op is Ops.LOAD and n > 1:
+      idx = u.src[0]
+      lanes[u] = [UOp(Ops.LOAD, u.dtype.scalar, (idx.src[0].index(lanes[idx.src[1]][0] + i, *(lanes[s][0] for s in idx.src[2:])),)) for i in range(n)]
+      continue
+    if u.op is Ops.STORE and u.src[1].dtype.count > 1:
+      idx = u.src[0]
+      vs = lanes[u.src[1]]
+      sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(lanes[idx.src[1]][0] + i, *(lanes[s][0] for s in idx.src[2:])), v))
+                  for i, v in enumerate(vs))
+      lanes[u] = [UOp(Ops.NOOP, dtypes.void, sts)]
+      continue
+    if n > 1:
+      if u.op is Ops.REDUCE:
+        lanes[u] = [UOp(Ops.REDUCE, u.dtype.scalar, (lanes[u.src[0]][i],) + u.src[1:], u.arg) for i in range(n)]
+      else:
+        lanes[u] = [UOp(u.op, u.dtype.scalar, tuple(lanes[s][i] if s.dtype.count > 1 else lanes[s][0] for s in u.src), u.arg) for i in range(n)]
+      continue
+    src = tuple(lanes[s][0] if s.dtype.count == 1 or u.op in (Ops.SINK, Ops.NOOP) else lanes[s][0] for s in u.src)
+    if u.op in (Ops.SINK, Ops.NOOP):
+      src = tuple(x for s in u.src for x in lanes[s])
+    lanes[u] = [u if src == u.src else u.replace(src=src)]
+  return lanes[sink][0]
+
+def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: str | None = None) -> ProgramSpec:
+  """Compile one kernel AST to source for `ren`. opts=None: the default heuristic (none with NOOPT=1)."""
+  for u in ast.toposort():
+    d = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype.scalar
+    if d != dtypes.void and not ren.supports_dtype(d):
+      raise KernelError(f"dtype {d} is not supported by the {ren.name} renderer (used by {u.op.name})")
+  k = Kernel(ast, name)
+  if opts is None: opts = [] if getenv("NOOPT", 0) else heuristic_opts(k, ren)
+  else:
+    for o in opts: k.apply_opt(o)
+  fname = k.function_name()
+  if DEBUG() >= 2: print(f"kernel {fname}: shape {k.colored_shape()} opts {k.applied}", file=sys.stderr)
+  sink = k.lower()
+  sink = expand_lanes(sink)
+  pm = symbolic + vector_simplify + (ren.extra_matcher or PatternMatcher([]))
+  sink = graph_rewrite(sink, pm)
+  if not ren.vectorized: sink = graph_rewrite(devectorize(sink), symbolic)
+  if DEBUG() >= 4: print(pretty(sink, limit=10_000), file=sys.stderr)
+  uops = linearize(sink)
+  if DEBUG() >= 5:
+    for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[uops.index(s) if s in uops else '-' for s in u.src]} {u.arg!r}", file=sys.stderr)
+  src = ren.render(fname, uops)
+  if DEBUG() >= 3: print(src, file=sys.stderr)
+  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast)

@@ -1,0 +1,242 @@
+"""LLVM IR renderer for the CPU: `void name(ptr args, i64 start, i64 end)` (see drivers/cpu.py for the ABI).
+
+Loop counters and accumulators live in allocas; LLVM's mem2reg turns them into registers. Integer division
+and shifts are guarded so no input is undefined behaviour (semantics in ir/alu.py)."""
+from __future__ import annotations
+import math, struct
+from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.rewrites import cpu_float_matcher
+
+def ltype(d: DType) -> str:
+  if isinstance(d, PtrDType): return "ptr"
+  s = d.scalar
+  base = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+          dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
+          dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}[s]
+  return f"<{d.count} x {base}>" if d.count > 1 else base
+
+def lconst(d: DType, v: object) -> str:
+  s = d.scalar
+  if s == dtypes.bool: return "1" if v else "0"
+  if dtypes.is_int(s): return str(int(v))  # two's complement literal works for unsigned too
+  x = float(v)  # type: ignore[arg-type]
+  if s == dtypes.float16: return f"0xH{struct.unpack('<H', struct.pack('<e', x))[0]:04X}"
+  if s == dtypes.bfloat16: return f"0xR{float_to_bf16(x):04X}"
+  if s == dtypes.float32 and not math.isnan(x):
+    x = struct.unpack("<f", struct.pack("<f", x))[0] if not math.isinf(x) else x
+  return f"0x{struct.unpack('<Q', struct.pack('<d', x))[0]:016X}"
+
+def _suffix(d: DType) -> str:
+  s = {dtypes.float16: "f16", dtypes.bfloat16: "bf16", dtypes.float32: "f32", dtypes.float64: "f64"}.get(d.scalar)
+  if s is None: s = f"i{8 * d.scalar.itemsize}" if d.scalar != dtypes.bool else "i1"
+  return f"v{d.count}{s}" if d.count > 1 else s
+
+class LLVMRenderer(Renderer):
+  name = "LLVM"
+  has_threads = True
+  extra_matcher = cpu_float_matcher
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    r: dict[UOp, str] = {}
+    lines: list[str] = []
+    allocas: list[str] = []
+    decls: set[str] = set()
+    nbufs = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
+    cnt = [0]
+    def tmp() -> str:
+      cnt[0] += 1
+      return f"%t{cnt[0]}"
+    def intr(nm: str, d: DType, nargs: int) -> str:
+      t = ltype(d)
+      full = f"llvm.{nm}.{_suffix(d)}"
+      decls.add(f"declare {t} @{full}({', '.join([t] * nargs)})")
+      return f"@{full}"
+    def splat(d: DType, val: str) -> str:
+      # a vector whose every lane is the scalar val
+      t0, t1 = tmp(), tmp()
+      lines.append(f"  {t0} = insertelement {ltype(d)} poison, {ltype(d.scalar)} {val}, i32 0")
+      lines.append(f"  {t1} = shufflevector {ltype(d)} {t0}, {ltype(d)} poison, <{d.count} x i32> zeroinitializer")
+      return t1
+    def c(d: DType, v: object) -> str:
+      return lconst(d, v) if d.count == 1 else splat(d, lconst(d.scalar, v))
+    for i, u in enumerate(uops):
+      d = u.dtype
+      nm = f"%v{i}"
+      if u.op is Ops.CONST: r[u] = lconst(d, u.arg); continue
+      if u.op is Ops.DEFINE_GLOBAL:
+        lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {u.arg}")
+        lines.append(f"  {nm} = load ptr, ptr {nm}.p, align 8")
+        r[u] = nm
+      elif u.op is Ops.DEFINE_VAR:
+        k = nbufs + sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR).index(u.arg[0])
+        lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {k}")
+        lines.append(f"  {nm}.w = load i64, ptr {nm}.p, align 8")
+        lines.append(f"  {nm} = trunc i64 {nm}.w to {ltype(d)}" if d.itemsize < 8 else f"  {nm} = add i64 {nm}.w, 0")
+        r[u] = nm
+      elif u.op is Ops.RANGE:
+        t = ltype(d)
+        allocas.append(f"  {nm}.a = alloca {t}, align 8")
+        if u.arg[1] == "global":
+          lines.append(f"  {nm}.s = trunc i64 %start to {t}")
+          lines.append(f"  {nm}.e = trunc i64 %end to {t}")
+          start, end = f"{nm}.s", f"{nm}.e"
+        else: start, end = "0", r[u.src[0]]
+        lines += [f"  store {t} {start}, ptr {nm}.a", f"  br label %{nm[1:]}.head", f"{nm[1:]}.head:",
+                  f"  {nm} = load {t}, ptr {nm}.a", f"  {nm}.c = icmp slt {t} {nm}, {end}",
+                  f"  br i1 {nm}.c, label %{nm[1:]}.body, label %{nm[1:]}.exit", f"{nm[1:]}.body:"]
+        r[u] = nm
+      elif u.op is Ops.ENDRANGE:
+        rg = r[u.src[0]]
+        t = ltype(u.src[0].dtype)
+        lines += [f"  {rg}.n = add {t} {rg}, 1", f"  store {t} {rg}.n, ptr {rg}.a", f"  br label %{rg[1:]}.head", f"{rg[1:]}.exit:"]
+      elif u.op is Ops.DEFINE_ACC:
+        allocas.append(f"  {nm}.a = alloca {ltype(d)}, align 64")
+        lines.append(f"  store {ltype(d)} {r[u.src[0]]}, ptr {nm}.a")
+        r[u] = f"{nm}.a"
+      elif u.op is Ops.ASSIGN:
+        acc = r[u.src[0]]
+        lines.append(f"  {nm}.o = load {ltype(d)}, ptr {acc}")
+        lines.append(f"  {nm} = {self._binop(u.arg[0], d, f'{nm}.o', r[u.src[1]], intr, tmp, lines)}")
+        lines.append(f"  store {ltype(d)} {nm}, ptr {acc}")
+        r[u] = nm
+      elif u.op is Ops.REDUCE:
+        lines.append(f"  {nm} = load {ltype(d)}, ptr {r[u.src[0]]}")
+        r[u] = nm
+      elif u.op is Ops.INDEX: r[u] = self._index(u, r, lines, nm)
+      elif u.op is Ops.LOAD:
+        idx = u.src[0]
+        ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
+        lines.append(f"  {nm}.l = load {ltype(d)}, ptr {ptr}, align {d.scalar.itemsize}")
+        if valid is None: lines[-1] = lines[-1].replace(f"{nm}.l =", f"{nm} =")
+        else: lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
+        r[u] = nm
+      elif u.op is Ops.STORE:
+        idx = u.src[0]
+        ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
+        st = f"  store {ltype(u.src[1].dtype)} {r[u.src[1]]}, ptr {ptr}, align {u.src[1].dtype.scalar.itemsize}"
+        if valid is None: lines.append(st)
+        else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
+                        f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
+      elif u.op is Ops.VECTORIZE:
+        if all(s is u.src[0] for s in u.src): r[u] = splat(d, r[u.src[0]]); continue
+        if all(s.op is Ops.CONST for s in u.src):
+          r[u] = "<" + ", ".join(f"{ltype(d.scalar)} {lconst(d.scalar, s.arg)}" for s in u.src) + ">"; continue
+        cur = "poison"
+        for j, s in enumerate(u.src):
+          t = tmp()
+          lines.append(f"  {t} = insertelement {ltype(d)} {cur}, {ltype(d.scalar)} {r[s]}, i32 {j}")
+          cur = t
+        r[u] = cur
+      elif u.op is Ops.GEP:
+        s = u.src[0]
+        if len(u.arg) == 1: lines.append(f"  {nm} = extractelement {ltype(s.dtype)} {r[s]}, i32 {u.arg[0]}")
+        else:
+          mask = ", ".join(f"i32 {j}" for j in u.arg)
+          lines.append(f"  {nm} = shufflevector {ltype(s.dtype)} {r[s]}, {ltype(s.dtype)} poison, <{len(u.arg)} x i32> <{mask}>")
+        r[u] = nm
+      elif u.op is Ops.CAST: lines.append(f"  {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], decls.add)}"); r[u] = nm
+      elif u.op is Ops.BITCAST:
+        if u.src[0].dtype.nbytes != d.nbytes: raise RenderError(f"BITCAST from {u.src[0].dtype} to {d}: sizes differ")
+        lines.append(f"  {nm} = bitcast {ltype(u.src[0].dtype)} {r[u.src[0]]} to {ltype(d)}"); r[u] = nm
+      elif u.op in GroupOp.ALU:
+        lines.append(f"  {nm} = {self._alu(u, [r[s] for s in u.src], intr, tmp, lines, c)}"); r[u] = nm
+      elif u.op in (Ops.SINK, Ops.NOOP): pass
+      else: raise RenderError(f"LLVM renderer: cannot render {u.op}")
+    body = "\n".join(allocas + ["  br label %start0", "start0:"] + lines + ["  ret void"])
+    return "\n".join(sorted(decls)) + (f"\n\ndefine void @{name}(ptr noalias nocapture readonly %args, i64 %start, i64 %end) "
+                                       f"#0 {{\nentry:\n{body}\n}}\nattributes #0 = {{ nounwind \"no-trapping-math\"=\"true\" }}\n")
+
+  def _index(self, u: UOp, r: dict[UOp, str], lines: list[str], nm: str) -> str:
+    buf, idx = u.src[0], u.src[1]
+    it = ltype(idx.dtype)
+    iv = r[idx]
+    if len(u.src) > 2:  # masked: never form an address from an index that may be out of range
+      lines.append(f"  {nm}.i = select i1 {r[u.src[2]]}, {it} {iv}, {it} 0")
+      iv = f"{nm}.i"
+    lines.append(f"  {nm} = getelementptr inbounds {ltype(buf.dtype.base)}, ptr {r[buf]}, {it} {iv}")
+    return nm
+
+  def _binop(self, op: Ops, d: DType, a: str, b: str, intr, tmp, lines: list[str]) -> str:
+    t = ltype(d)
+    isf = dtypes.is_float(d)
+    if op is Ops.ADD: return f"{'fadd contract' if isf else ('or' if d.scalar == dtypes.bool else 'add')} {t} {a}, {b}"
+    if op is Ops.MUL: return f"{'fmul contract' if isf else ('and' if d.scalar == dtypes.bool else 'mul')} {t} {a}, {b}"
+    if op is Ops.MAX:
+      if isf: return f"call {t} {intr('maximum', d, 2)}({t} {a}, {t} {b})"
+      if d.scalar == dtypes.bool: return f"or {t} {a}, {b}"
+      return f"call {t} {intr('umax' if dtypes.is_unsigned(d) else 'smax', d, 2)}({t} {a}, {t} {b})"
+    raise RenderError(f"LLVM renderer: no reduction {op}")
+
+  def _alu(self, u: UOp, s: list[str], intr, tmp, lines: list[str], c) -> str:
+    op, d = u.op, u.dtype
+    sd = u.src[-1].dtype if op is Ops.WHERE else u.src[0].dtype
+    t, st = ltype(d), ltype(sd)
+    isf, uns = dtypes.is_float(sd), dtypes.is_unsigned(sd)
+    if op in (Ops.ADD, Ops.MUL, Ops.MAX): return self._binop(op, d, s[0], s[1], intr, tmp, lines)
+    if op is Ops.SUB: return f"{'fsub' if isf else 'sub'} {t} {s[0]}, {s[1]}"
+    if op is Ops.NEG:
+      if isf: return f"fneg {t} {s[0]}"
+      return f"xor {t} {s[0]}, {c(d, True)}" if d.scalar == dtypes.bool else f"sub {t} {c(d, 0)}, {s[0]}"
+    if op is Ops.FDIV: return f"fdiv {t} {s[0]}, {s[1]}"
+    if op is Ops.RECIP: return f"fdiv {t} {c(d, 1.0)}, {s[0]}"
+    if op in (Ops.IDIV, Ops.MOD):
+      # b == 0 -> 0; b == -1 -> -a (or 0 for MOD): both are UB/traps in LLVM otherwise
+      zero, one, m1 = c(d, 0), c(d, 1), c(d, -1)
+      bz, safe, res = tmp(), tmp(), tmp()
+      cmp = "i1" if d.count == 1 else f"<{d.count} x i1>"
+      lines.append(f"  {bz} = icmp eq {t} {s[1]}, {zero}")
+      if uns:
+        lines.append(f"  {safe} = select {cmp} {bz}, {t} {one}, {t} {s[1]}")
+        lines.append(f"  {res} = {'udiv' if op is Ops.IDIV else 'urem'} {t} {s[0]}, {safe}")
+        return f"select {cmp} {bz}, {t} {zero}, {t} {res}"
+      bm, bad, neg = tmp(), tmp(), tmp()
+      lines.append(f"  {bm} = icmp eq {t} {s[1]}, {m1}")
+      lines.append(f"  {bad} = or {cmp} {bz}, {bm}")
+      lines.append(f"  {safe} = select {cmp} {bad}, {t} {one}, {t} {s[1]}")
+      lines.append(f"  {res} = {'sdiv' if op is Ops.IDIV else 'srem'} {t} {s[0]}, {safe}")
+      lines.append(f"  {neg} = sub {t} {zero}, {s[0]}")
+      alt = tmp()
+      lines.append(f"  {alt} = select {cmp} {bm}, {t} {neg if op is Ops.IDIV else zero}, {t} {zero}")
+      return f"select {cmp} {bad}, {t} {alt}, {t} {res}"
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+      if isf: pred = {Ops.CMPLT: "olt", Ops.CMPNE: "une", Ops.CMPEQ: "oeq"}[op]
+      elif sd.scalar == dtypes.bool: pred = {Ops.CMPLT: "ult", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
+      else: pred = {Ops.CMPLT: "ult" if uns else "slt", Ops.CMPNE: "ne", Ops.CMPEQ: "eq"}[op]
+      return f"{'fcmp' if isf else 'icmp'} {pred} {st} {s[0]}, {s[1]}"
+    if op in (Ops.AND, Ops.OR, Ops.XOR): return f"{op.name.lower()} {t} {s[0]}, {s[1]}"
+    if op in (Ops.SHL, Ops.SHR):
+      amt = tmp()
+      lines.append(f"  {amt} = and {t} {s[1]}, {c(d, 8 * d.scalar.itemsize - 1)}")
+      return f"{'shl' if op is Ops.SHL else ('lshr' if uns else 'ashr')} {t} {s[0]}, {amt}"
+    if op is Ops.WHERE: return f"select {ltype(u.src[0].dtype)} {s[0]}, {t} {s[1]}, {t} {s[2]}"
+    if op is Ops.MULACC:
+      if isf: return f"call {t} {intr('fmuladd', d, 3)}({t} {s[0]}, {t} {s[1]}, {t} {s[2]})"
+      m = tmp(); lines.append(f"  {m} = mul {t} {s[0]}, {s[1]}")
+      return f"add {t} {m}, {s[2]}"
+    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
+      if not isf: raise RenderError(f"{op.name} needs a float dtype, got {d}")
+      return f"call {t} {intr(op.name.lower(), d, 1)}({t} {s[0]})"
+    raise RenderError(f"LLVM renderer: cannot render {op} for {d}")
+
+  def _cast(self, fr: DType, to: DType, v: str, declare) -> str:
+    ft, tt = ltype(fr), ltype(to)
+    if to.scalar == dtypes.bool:
+      if dtypes.is_float(fr): return f"fcmp une {ft} {v}, {lconst(fr, 0.0) if fr.count == 1 else 'zeroinitializer'}"
+      return f"icmp ne {ft} {v}, {'0' if fr.count == 1 else 'zeroinitializer'}"
+    if fr.scalar == dtypes.bool:
+      return f"uitofp {ft} {v} to {tt}" if dtypes.is_float(to) else f"zext {ft} {v} to {tt}"
+    if dtypes.is_float(fr) and dtypes.is_float(to):
+      if fr.itemsize == to.itemsize: return f"fadd {tt} {v}, {lconst(to, -0.0)}" if fr.scalar == to.scalar else f"bitcast {ft} {v} to {tt}"
+      return f"{'fpext' if to.itemsize > fr.itemsize else 'fptrunc'} {ft} {v} to {tt}"
+    if dtypes.is_float(fr):
+      # saturating conversion: NaN -> 0, out of range -> the nearest representable integer
+      sat = "fptoui.sat" if dtypes.is_unsigned(to) else "fptosi.sat"
+      fn = f"llvm.{sat}.{_suffix(to)}.{_suffix(fr)}"
+      declare(f"declare {tt} @{fn}({ft})")
+      return f"call {tt} @{fn}({ft} {v})"
+    if dtypes.is_float(to): return f"{'uitofp' if dtypes.is_unsigned(fr) else 'sitofp'} {ft} {v} to {tt}"
+    if to.itemsize == fr.itemsize: return f"add {tt} {v}, 0" if fr.count == 1 else f"bitcast {ft} {v} to {tt}"
+    if to.itemsize < fr.itemsize: return f"trunc {ft} {v} to {tt}"
+    return f"{'zext' if dtypes.is_unsigned(fr) else 'sext'} {ft} {v} to {tt}"

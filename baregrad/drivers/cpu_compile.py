@@ -1,0 +1,70 @@
+"""Compilers for the CPU: LLVM IR through llvmlite (in-process, no system compiler) and C through the system C
+compiler. Both produce an ELF relocatable object that drivers/elf_loader.py maps in-process."""
+from __future__ import annotations
+import functools, os, shutil, subprocess, tempfile, threading
+from baregrad.hal import Compiler, CompileError
+
+_llvm_lock = threading.Lock()
+
+@functools.cache
+def _llvm_target():
+  import llvmlite.binding as llvm
+  llvm.initialize_native_target(); llvm.initialize_native_asmprinter()
+  target = llvm.Target.from_default_triple()
+  tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+                                    opt=3, reloc="pic", codemodel="small")
+  return llvm, tm
+
+class LLVMCompiler(Compiler):
+  """LLVM IR -> optimized (O3, host CPU) -> ELF object."""
+  def __init__(self, opt_level: int = 3):
+    llvm, self.tm = _llvm_target()
+    self.opt_level = opt_level
+    super().__init__(f"llvm_{llvm.get_host_cpu_name()}_O{opt_level}")
+  def version(self) -> str:
+    import llvmlite, llvmlite.binding as llvm
+    return f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
+  def compile(self, src: str) -> bytes:
+    llvm, tm = _llvm_target()
+    with _llvm_lock:  # LLVM's global state is not safe to drive from several threads at once
+      try:
+        mod = llvm.parse_assembly(src)
+        mod.verify()
+      except RuntimeError as e: raise CompileError(src, f"LLVM rejected the IR: {e}") from None
+      mod.triple = tm.triple
+      mod.data_layout = str(tm.target_data)
+      pto = llvm.create_pipeline_tuning_options(speed_level=self.opt_level)
+      pto.loop_vectorization = pto.slp_vectorization = True
+      pb = llvm.create_pass_builder(tm, pto)
+      pm = pb.getModulePassManager()
+      pm.run(mod, pb)
+      return tm.emit_object(mod)
+  def assembly(self, src: str) -> str:
+    """The optimized IR (DEBUG=4 shows the UOp graph; this is LLVM's own)."""
+    llvm, tm = _llvm_target()
+    with _llvm_lock:
+      mod = llvm.parse_assembly(src)
+      return str(mod)
+
+@functools.cache
+def _cc() -> str | None:
+  return os.environ.get("CC") or shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")
+
+class ClangCompiler(Compiler):
+  """C -> ELF object with the system C compiler (clang if present, else gcc), for the host CPU."""
+  def __init__(self) -> None:
+    if _cc() is None: raise CompileError("", "no C compiler found (looked for $CC, clang, gcc, cc): apt-get install gcc")
+    super().__init__(f"cc_{os.path.basename(_cc() or '')}")
+  @functools.cache
+  def version(self) -> str:
+    out = subprocess.run([_cc(), "--version"], capture_output=True, text=True)
+    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+  def compile(self, src: str) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="baregrad_cc_") as d:
+      out = os.path.join(d, "k.o")
+      # no -ffast-math: NaN, inf and -0.0 must behave as IEEE says; contraction into FMA is allowed
+      cmd = [_cc(), "-c", "-x", "c", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fno-math-errno",
+             "-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-std=gnu11", "-", "-o", out]
+      p = subprocess.run(cmd, input=src, capture_output=True, text=True)
+      if p.returncode != 0: raise CompileError(src, f"{' '.join(cmd)} failed:\n{p.stderr.strip()}")
+      with open(out, "rb") as f: return f.read()
