@@ -135,6 +135,7 @@ class Kernel:
       idx_of.append(e.simplify())
     red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o] for o in self.reduce_axes}
     memo: dict[UOp, UOp] = {}
+    n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
     for u in self.ast.toposort():
@@ -152,7 +153,14 @@ class Kernel:
         new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None), src[2]))
       elif u.op is Ops.REDUCE_AXIS:
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
-        new = UOp(Ops.REDUCE, u.dtype, (src[0],) + rs, u.arg[0]) if rs else src[0]
+        val = src[0]
+        if rs and n_reduce:
+          # a second reduction over the same axes is a separate loop: give it its own ranges
+          fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * n_reduce, r.arg[1]) for r in rs}
+          val = val.substitute(fresh)
+          rs = tuple(fresh[r] for r in rs)
+        n_reduce += 1
+        new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
       else: new = u if src == u.src else u.replace(src=src)
       memo[u] = new
     return memo[self.ast]

@@ -62,8 +62,8 @@ class ClangCompiler(Compiler):
   def compile(self, src: str) -> bytes:
     with tempfile.TemporaryDirectory(prefix="baregrad_cc_") as d:
       out = os.path.join(d, "k.o")
-      # no -ffast-math: NaN, inf and -0.0 must behave as IEEE says; contraction into FMA is allowed
-      cmd = [_cc(), "-c", "-x", "c", "-O2", "-march=native", "-fPIC", "-ffp-contract=fast", "-fno-math-errno",
+      # IEEE floats (no -ffast-math, no contraction: fused ops are explicit, as in the LLVM renderer); wrapping ints
+      cmd = [_cc(), "-c", "-x", "c", "-O2", "-march=native", "-fPIC", "-ffp-contract=off", "-fwrapv", "-fno-math-errno",
              "-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-exceptions", "-std=gnu11", "-", "-o", out]
       p = subprocess.run(cmd, input=src, capture_output=True, text=True)
       if p.returncode != 0: raise CompileError(src, f"{' '.join(cmd)} failed:\n{p.stderr.strip()}")

@@ -98,7 +98,12 @@ class LLVMRenderer(Renderer):
       elif u.op is Ops.ASSIGN:
         acc = r[u.src[0]]
         lines.append(f"  {nm}.o = load {ltype(d)}, ptr {acc}")
-        lines.append(f"  {nm} = {self._binop(u.arg[0], d, f'{nm}.o', r[u.src[1]], intr, tmp, lines)}")
+        val = u.src[1]
+        if u.arg[0] is Ops.ADD and val.op is Ops.MUL and d.scalar in (dtypes.float32, dtypes.float64):
+          # acc + a*b as one fused op, the same in every renderer so they agree bit for bit
+          t = ltype(d)
+          lines.append(f"  {nm} = call {t} {intr('fma', d, 3)}({t} {r[val.src[0]]}, {t} {r[val.src[1]]}, {t} {nm}.o)")
+        else: lines.append(f"  {nm} = {self._binop(u.arg[0], d, f'{nm}.o', r[val], intr, tmp, lines)}")
         lines.append(f"  store {ltype(d)} {nm}, ptr {acc}")
         r[u] = nm
       elif u.op is Ops.REDUCE:
@@ -161,8 +166,8 @@ class LLVMRenderer(Renderer):
   def _binop(self, op: Ops, d: DType, a: str, b: str, intr, tmp, lines: list[str]) -> str:
     t = ltype(d)
     isf = dtypes.is_float(d)
-    if op is Ops.ADD: return f"{'fadd contract' if isf else ('or' if d.scalar == dtypes.bool else 'add')} {t} {a}, {b}"
-    if op is Ops.MUL: return f"{'fmul contract' if isf else ('and' if d.scalar == dtypes.bool else 'mul')} {t} {a}, {b}"
+    if op is Ops.ADD: return f"{'fadd' if isf else ('or' if d.scalar == dtypes.bool else 'add')} {t} {a}, {b}"
+    if op is Ops.MUL: return f"{'fmul' if isf else ('and' if d.scalar == dtypes.bool else 'mul')} {t} {a}, {b}"
     if op is Ops.MAX:
       if isf: return f"call {t} {intr('maximum', d, 2)}({t} {a}, {t} {b})"
       if d.scalar == dtypes.bool: return f"or {t} {a}, {b}"
@@ -212,7 +217,7 @@ class LLVMRenderer(Renderer):
       return f"{'shl' if op is Ops.SHL else ('lshr' if uns else 'ashr')} {t} {s[0]}, {amt}"
     if op is Ops.WHERE: return f"select {ltype(u.src[0].dtype)} {s[0]}, {t} {s[1]}, {t} {s[2]}"
     if op is Ops.MULACC:
-      if isf: return f"call {t} {intr('fmuladd', d, 3)}({t} {s[0]}, {t} {s[1]}, {t} {s[2]})"
+      if isf: return f"call {t} {intr('fma', d, 3)}({t} {s[0]}, {t} {s[1]}, {t} {s[2]})"
       m = tmp(); lines.append(f"  {m} = mul {t} {s[0]}, {s[1]}")
       return f"add {t} {m}, {s[2]}"
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):

@@ -1,0 +1,161 @@
+"""C renderer for the CPU (same ABI and same semantics as the LLVM renderer; vectors are split into lanes first).
+
+Compiled with -fwrapv so signed overflow wraps; division, shifts and float->int casts go through helpers that
+define every input (see ir/alu.py)."""
+from __future__ import annotations
+import math, struct
+from baregrad.ir.dtype import DType, PtrDType, dtypes
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.rewrites import cpu_float_matcher
+
+CTYPE = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+         dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+         dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short",
+         dtypes.float32: "float", dtypes.float64: "double"}
+INAME = {d: d.name for d in CTYPE}
+
+def ctype(d: DType) -> str:
+  if isinstance(d, PtrDType): return CTYPE[d.base.scalar] + "*"
+  if d.count > 1: raise RenderError(f"C renderer got a vector {d}: vectors are split before rendering")
+  return CTYPE[d.scalar]
+
+def cconst(d: DType, v: object) -> str:
+  s = d.scalar
+  if s == dtypes.bool: return "1" if v else "0"
+  if dtypes.is_int(s):
+    iv = int(v)  # type: ignore[arg-type]
+    if s == dtypes.int64 and iv == -(2 ** 63): return "(-9223372036854775807LL-1)"
+    if s == dtypes.int32 and iv == -(2 ** 31): return "(-2147483647-1)"
+    suf = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "U"}.get(s, "")
+    return f"(({CTYPE[s]}){iv}{suf})"
+  x = float(v)  # type: ignore[arg-type]
+  if math.isnan(x): return f"(({CTYPE[s]})__builtin_nan(\"\"))"
+  if math.isinf(x): return f"(({CTYPE[s]})({'-' if x < 0 else ''}__builtin_inf()))"
+  if s == dtypes.bfloat16: raise RenderError("bfloat16 constants are lowered to float32 before rendering")
+  return f"(({CTYPE[s]}){x.hex()})"
+
+PRELUDE = r"""
+typedef unsigned long long u64;
+#define BG_DIVS(T) static inline T idiv_##T(T a, T b) { return b == 0 ? 0 : (b == -1 ? (T)(0 - a) : a / b); } \
+  static inline T imod_##T(T a, T b) { return (b == 0 || b == -1) ? 0 : a % b; }
+#define BG_DIVU(T) static inline T idiv_##T(T a, T b) { return b == 0 ? 0 : a / b; } \
+  static inline T imod_##T(T a, T b) { return b == 0 ? 0 : a % b; }
+typedef signed char char_; typedef unsigned char uchar; typedef unsigned short ushort; typedef unsigned int uint;
+typedef long long llong; typedef unsigned long long ullong;
+BG_DIVS(char_) BG_DIVU(uchar) BG_DIVS(short) BG_DIVU(ushort) BG_DIVS(int) BG_DIVU(uint) BG_DIVS(llong) BG_DIVU(ullong)
+static inline float fmax_f(float a, float b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
+static inline double fmax_d(double a, double b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
+#define BG_SAT(F, T, LO, HI) static inline T sat_##F##_##T(F x) { return x != x ? 0 : x >= (F)HI ? (T)HI : x <= (F)LO ? (T)LO : (T)x; }
+"""
+_IT = {dtypes.int8: ("char_", "(-128)", "127"), dtypes.uint8: ("uchar", "0", "255"), dtypes.int16: ("short", "(-32768)", "32767"),
+       dtypes.uint16: ("ushort", "0", "65535"), dtypes.int32: ("int", "(-2147483647-1)", "2147483647"), dtypes.uint32: ("uint", "0", "4294967295U"),
+       dtypes.int64: ("llong", "(-9223372036854775807LL-1)", "9223372036854775807LL"), dtypes.uint64: ("ullong", "0", "18446744073709551615ULL")}
+_FT = {dtypes.float32: "float", dtypes.float64: "double"}
+
+class CRenderer(Renderer):
+  name = "C"
+  has_threads = True
+  vectorized = False
+  extra_matcher = cpu_float_matcher
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    r: dict[UOp, str] = {}
+    body: list[str] = []
+    need_sat: set[tuple[str, DType]] = set()
+    depth = 1
+    nbufs = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
+    varnames = sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR)
+    def emit(s: str) -> None: body.append("  " * depth + s)
+    for i, u in enumerate(uops):
+      d, nm = u.dtype, f"v{i}"
+      if u.op is Ops.CONST: r[u] = cconst(d, u.arg); continue
+      if u.op is Ops.DEFINE_GLOBAL:
+        emit(f"{ctype(d)} restrict data{u.arg} = ({ctype(d)})args[{u.arg}];"); r[u] = f"data{u.arg}"
+      elif u.op is Ops.DEFINE_VAR:
+        emit(f"const {ctype(d)} {u.arg[0]} = ({ctype(d)})args[{nbufs + varnames.index(u.arg[0])}];"); r[u] = u.arg[0]
+      elif u.op is Ops.RANGE:
+        lo, hi = ("(int)start", "(int)end") if u.arg[1] == "global" else ("0", r[u.src[0]])
+        emit(f"for ({ctype(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"
+      elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
+      elif u.op is Ops.DEFINE_ACC: emit(f"{ctype(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
+      elif u.op is Ops.ASSIGN:
+        acc, val = r[u.src[0]], u.src[1]
+        if u.arg[0] is Ops.ADD and val.op is Ops.MUL and dtypes.is_float(d) and d.scalar in _FT:
+          emit(f"{acc} = __builtin_fma{'f' if d.scalar == dtypes.float32 else ''}({r[val.src[0]]}, {r[val.src[1]]}, {acc});")
+        else: emit(f"{acc} = {self._binop(u.arg[0], d, acc, r[val])};")
+        r[u] = acc
+      elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
+      elif u.op is Ops.INDEX:
+        idx = r[u.src[1]]
+        if len(u.src) > 2: idx = f"({r[u.src[2]]} ? {idx} : 0)"  # never form an out-of-range address
+        r[u] = f"({r[u.src[0]]} + {idx})"
+      elif u.op is Ops.LOAD:
+        idx = u.src[0]
+        load = f"*{r[idx]}"
+        if len(idx.src) > 2: load = f"({r[idx.src[2]]} ? {load} : {cconst(d, 0)})"
+        emit(f"const {ctype(d)} {nm} = {load};"); r[u] = nm
+      elif u.op is Ops.STORE:
+        idx = u.src[0]
+        st = f"*{r[idx]} = {r[u.src[1]]};"
+        emit(f"if ({r[idx.src[2]]}) {st}" if len(idx.src) > 2 else st)
+      elif u.op is Ops.CAST:
+        emit(f"const {ctype(d)} {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], need_sat)};"); r[u] = nm
+      elif u.op is Ops.BITCAST:
+        if u.src[0].dtype.itemsize != d.itemsize: raise RenderError(f"BITCAST from {u.src[0].dtype} to {d}: sizes differ")
+        emit(f"{ctype(d)} {nm}; {{ {ctype(u.src[0].dtype)} t_ = {r[u.src[0]]}; __builtin_memcpy(&{nm}, &t_, sizeof({nm})); }}"); r[u] = nm
+      elif u.op in GroupOp.ALU: emit(f"const {ctype(d)} {nm} = {self._alu(u, [r[s] for s in u.src])};"); r[u] = nm
+      elif u.op in (Ops.SINK, Ops.NOOP): pass
+      else: raise RenderError(f"C renderer: cannot render {u.op}")
+    sats = "\n".join(f"BG_SAT({f}, {_IT[t][0]}, {_IT[t][1]}, {_IT[t][2]})" for f, t in sorted(need_sat, key=str))
+    return (PRELUDE + sats + f"\nvoid {name}(const u64 *restrict args, long long start, long long end) {{\n" +
+            "\n".join(body) + "\n}\n")
+
+  def _binop(self, op: Ops, d: DType, a: str, b: str) -> str:
+    if d.scalar == dtypes.bool:
+      return {Ops.ADD: f"({a} | {b})", Ops.MUL: f"({a} & {b})", Ops.MAX: f"({a} | {b})"}[op]
+    if op is Ops.ADD: return f"({a} + {b})"
+    if op is Ops.MUL: return f"({a} * {b})"
+    if op is Ops.MAX:
+      if d.scalar == dtypes.float32: return f"fmax_f({a}, {b})"
+      if d.scalar == dtypes.float64: return f"fmax_d({a}, {b})"
+      return f"({a} > {b} ? {a} : {b})"
+    raise RenderError(f"C renderer: no reduction {op}")
+
+  def _alu(self, u: UOp, s: list[str]) -> str:
+    op, d = u.op, u.dtype
+    sd = u.src[-1].dtype if op is Ops.WHERE else u.src[0].dtype
+    f = {dtypes.float32: "f", dtypes.float64: ""}.get(d.scalar)
+    if op in (Ops.ADD, Ops.MUL, Ops.MAX): return self._binop(op, d, s[0], s[1])
+    if op is Ops.SUB: return f"({s[0]} - {s[1]})"
+    if op is Ops.NEG: return f"(!{s[0]})" if d.scalar == dtypes.bool else f"(-{s[0]})"
+    if op is Ops.FDIV: return f"({s[0]} / {s[1]})"
+    if op is Ops.RECIP: return f"({cconst(d, 1.0)} / {s[0]})"
+    if op in (Ops.IDIV, Ops.MOD): return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[d.scalar][0]}({s[0]}, {s[1]})"
+    if op is Ops.CMPLT: return f"({s[0]} < {s[1]})"
+    if op is Ops.CMPNE: return f"({s[0]} != {s[1]})"
+    if op is Ops.CMPEQ: return f"({s[0]} == {s[1]})"
+    if op is Ops.AND: return f"({s[0]} & {s[1]})"
+    if op is Ops.OR: return f"({s[0]} | {s[1]})"
+    if op is Ops.XOR: return f"({s[0]} ^ {s[1]})"
+    if op in (Ops.SHL, Ops.SHR):
+      bits = 8 * d.scalar.itemsize
+      if op is Ops.SHL:  # shift in the unsigned type: left shifts of negative values are undefined in C
+        ut = CTYPE[{1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[d.itemsize]]
+        return f"(({ctype(d)})(({ut}){s[0]} << ({s[1]} & {bits - 1})))"
+      return f"({s[0]} >> ({s[1]} & {bits - 1}))"
+    if op is Ops.WHERE: return f"({s[0]} ? {s[1]} : {s[2]})"
+    if op is Ops.MULACC:
+      return f"__builtin_fma{f}({s[0]}, {s[1]}, {s[2]})" if f is not None else f"({s[0]} * {s[1]} + {s[2]})"
+    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
+      if f is None: raise RenderError(f"{op.name} on {d}: only float32/float64 reach the C renderer")
+      return f"__builtin_{op.name.lower()}{f}({s[0]})"
+    raise RenderError(f"C renderer: cannot render {op} for {d}")
+
+  def _cast(self, fr: DType, to: DType, v: str, need_sat: set) -> str:
+    if to.scalar == dtypes.bool: return f"({v} != 0)"
+    if dtypes.is_float(fr) and dtypes.is_int(to):
+      src = fr.scalar if fr.scalar in _FT else dtypes.float32
+      need_sat.add((_FT[src], to.scalar))
+      return f"sat_{_FT[src]}_{_IT[to.scalar][0]}(({_FT[src]}){v})"
+    return f"(({ctype(to)}){v})"

@@ -1,0 +1,53 @@
+"""Run kernel ASTs on a device: compile (cached by AST, device and opts), bind buffers, launch."""
+from __future__ import annotations
+import sys, time
+from typing import Sequence
+from baregrad.helpers import DEBUG
+from baregrad.ir.ops import UOp
+from baregrad.hal import Device, Buffer
+from baregrad.codegen.kernel import Opt
+from baregrad.codegen.program import ProgramSpec, get_program
+
+class CompiledRunner:
+  """A ProgramSpec compiled for one device."""
+  def __init__(self, spec: ProgramSpec, device: str):
+    self.spec, self.device = spec, Device.canonicalize(device)
+    dev = Device[self.device]
+    self.lib = dev.compiler.compile_cached(spec.src)
+    self.prg = dev.runtime(spec.name, self.lib)
+
+  def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
+    """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
+    raw = []
+    for g in self.spec.bufs:
+      if g.arg >= len(bufs): raise ValueError(f"kernel {self.spec.name} uses buffer {g.arg} but only {len(bufs)} were given")
+      b = bufs[g.arg]
+      if b.device != self.device: raise ValueError(f"kernel {self.spec.name} runs on {self.device} but buffer {g.arg} is on {b.device}")
+      if b.dtype.scalar != g.dtype.base.scalar: raise TypeError(f"kernel {self.spec.name} buffer {g.arg} wants {g.dtype.base}, got {b.dtype}")
+      if not b.is_allocated(): b.allocate()
+      raw.append(b._buf)
+    vals = vals or {}
+    missing = [v.arg[0] for v in self.spec.vars if v.arg[0] not in vals]
+    if missing: raise ValueError(f"kernel {self.spec.name} needs values for variables {missing}")
+    for v in self.spec.vars:
+      if not v.arg[1] <= vals[v.arg[0]] <= v.arg[2]: raise ValueError(f"variable {v.arg[0]}={vals[v.arg[0]]} is outside [{v.arg[1]}, {v.arg[2]}]")
+    t = self.prg(*raw, global_size=self.spec.global_size, local_size=self.spec.local_size,
+                 vals=tuple(vals[v.arg[0]] for v in self.spec.vars), wait=wait or DEBUG() >= 1)
+    if DEBUG() >= 1 and t is not None:
+      print(f"*** {self.device:8s} {self.spec.name:30s} {t * 1e6:9.2f} us", file=sys.stderr)
+    return t
+
+_cache: dict[tuple, CompiledRunner] = {}
+
+def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = None, name: str | None = None) -> CompiledRunner:
+  dname = Device.canonicalize(device or Device.DEFAULT)
+  key = (ast, dname, tuple(opts) if opts is not None else None, name)
+  if (r := _cache.get(key)) is None:
+    spec = get_program(ast, Device[dname].renderer, opts, name)
+    _cache[key] = r = CompiledRunner(spec, dname)
+  return r
+
+def run_ast(ast: UOp, bufs: Sequence[Buffer], device: str | None = None, opts: list[Opt] | None = None,
+            vals: dict[str, int] | None = None, wait: bool = True) -> float | None:
+  """Compile (cached) and run one kernel AST on bufs; returns the kernel time in seconds when wait."""
+  return compile_ast(ast, device or (bufs[0].device if bufs else None), opts)(bufs, vals, wait=wait)
