@@ -312,6 +312,7 @@ def _toolchain(variant: str) -> tuple[Any, Any]:
 class CPUDevice(HCQDevice):
   has_local, has_threads, max_local_size, max_shared_mem = False, True, (1, 1, 1), 0
   ticks_per_us = 1000.0  # timestamps are perf_counter_ns
+  ring_bytes = 1 << 20   # command ring per queue
 
   def __init__(self, device: str) -> None:
     self.variant = Device.variant(device) or "LLVM"
@@ -323,7 +324,7 @@ class CPUDevice(HCQDevice):
     self._shared: list[tuple[int, int]] = []
     super().__init__(device, None, renderer, compiler, CPUProgram, CPUComputeQueue, CPUCopyQueue)
     self.allocator = CPUAllocator(self)
-    self.engines = {"compute": QueueEngine(self, "compute"), "copy": QueueEngine(self, "copy")}
+    self.engines = {n: QueueEngine(self, n, self.ring_bytes) for n in ("compute", "copy")}
 
   def _alloc_shared(self, size: int) -> HCQBuffer:
     addr = host_map(_pages(size))
@@ -359,4 +360,4 @@ class CPUDevice(HCQDevice):
     self.closed = True
     for e in self.engines.values(): e.stop()
     for e in self.engines.values(): e.thread.join(timeout=1.0)
-    Device.forget(self.device)
+    Device.forget(self.device, self)

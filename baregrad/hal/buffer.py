@@ -68,7 +68,9 @@ class Buffer:
   def copyout(self, mv: memoryview) -> memoryview:
     out = self._check_mv(mv, "copyout")
     if out.readonly: raise ValueError("copyout: destination memoryview is read-only")
-    if self._buf is None: raise RuntimeError(f"copyout: {self!r} is not allocated")
+    if self._buf is None:
+      if self._base is None or not self._base.is_allocated(): raise RuntimeError(f"copyout: {self!r} is not allocated")
+      self.allocate()  # a view of allocated memory costs nothing to materialize
     if self.nbytes: self.allocator._copyout(out, self._buf)
     return mv
 

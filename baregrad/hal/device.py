@@ -29,6 +29,7 @@ class Compiled:
     """Wait until all work submitted to this device has finished."""
   def close(self) -> None:
     """Release the device (queues, threads). The registry forgets it; Device[name] opens it again."""
+    Device.forget(self.device, self)
   def __repr__(self) -> str: return f"<{type(self).__name__} {self.device}>"
 
 def parse_device(name: str) -> tuple[str, int | None, str | None]:
@@ -85,9 +86,11 @@ class _DeviceRegistry:
       self._open[cname] = d
       return d
 
-  def forget(self, name: str) -> None:
-    """Drop a device from the cache (Compiled.close calls this)."""
-    with self._lock: self._open.pop(self.canonicalize(name), None)
+  def forget(self, name: str, instance: Compiled | None = None) -> None:
+    """Drop a device from the cache (close() calls this); with `instance`, only if that is the cached one."""
+    with self._lock:
+      cname = self.canonicalize(name)
+      if instance is None or self._open.get(cname) is instance: self._open.pop(cname, None)
 
   @property
   def opened(self) -> list[str]: return list(self._open)
