@@ -79,19 +79,6 @@ def test_wait_returns_kernel_time(hcq_device, kernel):
   t = kernel("fill")(out._buf, global_size=(4, 1, 1), vals=(1,), wait=True)
   assert isinstance(t, float) and 0 < t < 5
 
-def test_range_split_over_threads(hcq_device, kernel):
-  n = 1001
-  out = Buffer(hcq_device.device, n, dtypes.int64).allocate()
-  kernel("chunk")(out._buf, global_size=(n, 1, 1))
-  hcq_device.synchronize()
-  starts = np.frombuffer(out.as_memoryview(), np.int64)
-  chunks = sorted(set(starts.tolist()))
-  assert chunks[0] == 0 and len(chunks) == min(n, getattr(hcq_device, "threads", 1))
-  assert (np.diff(starts) >= 0).all()  # contiguous ranges
-  kernel("chunk")(out._buf, global_size=(1, 1, 1))  # tiny: one call (0, 1)
-  hcq_device.synchronize()
-  assert np.frombuffer(out.as_memoryview(), np.int64)[0] == 0
-
 def test_timeline(hcq_device, kernel):
   a = Buffer(hcq_device.device, 8, dtypes.int32).copyin(memoryview(np.zeros(8, np.int32)))
   inc = kernel("inc")
@@ -207,6 +194,32 @@ def test_decode_names_fields(hcq_device, kernel):
 import sys, textwrap
 from baregrad.helpers import Context
 
+def test_cpu_range_split_over_threads(cpu_object):
+  dev, n = Device["CPU"], 1001
+  out = Buffer("CPU", n, dtypes.int64).allocate()
+  dev.runtime(dev, "chunk", cpu_object, min_chunk=1)(out._buf, global_size=(n, 1, 1))  # force a split
+  dev.synchronize()
+  starts = np.frombuffer(out.as_memoryview(), np.int64)
+  assert sorted(set(starts.tolist())) == [n * i // dev.threads for i in range(dev.threads)]  # contiguous, one chunk per thread
+  dev.runtime(dev, "chunk", cpu_object, min_chunk=600)(out._buf, global_size=(n, 1, 1))  # hint: >= 600 items per thread
+  dev.synchronize()
+  assert set(np.frombuffer(out.as_memoryview(), np.int64).tolist()) == {0}
+  out2 = Buffer("CPU", 1, dtypes.int64).allocate()
+  dev.runtime(dev, "chunk", cpu_object)(out2._buf, global_size=(1, 1, 1))  # tiny: one call (0, 1)
+  dev.synchronize()
+  assert np.frombuffer(out2.as_memoryview(), np.int64).tolist() == [0]
+
+def test_cpu_pool_learns_cost():
+  from baregrad.drivers.cpu import ThreadPool
+  p = ThreadPool(4, split_ns=50_000)
+  try:
+    assert p.chunks(1, 1000, 0) == 4            # unknown cost: split
+    p.cost[1] = 1.0                             # 1 ns/item: 1000 items are not worth a handoff
+    assert p.chunks(1, 1000, 0) == 1
+    p.cost[1] = 200.0                           # 200 µs of work: 4 chunks of 50 µs
+    assert p.chunks(1, 1000, 0) == 4 and p.chunks(1, 1000, 500) == 2 and p.chunks(1, 1, 0) == 1
+  finally: p.stop()
+
 def test_cpu_copy_queue_cannot_exec(cpu_object):
   dev = Device["CPU"]
   prg = dev.runtime(dev, "inc", cpu_object)
@@ -219,6 +232,7 @@ def test_cpu_ring_wraps(cpu_object):
   try:
     a = Buffer("CPU", 4, dtypes.int32)  # allocated on the registry's device; only its address matters here
     a.copyin(memoryview(np.zeros(4, np.int32)))
+    Device["CPU"].synchronize()  # the copy ran on the other device's queues: nothing orders it with dev's
     prg = dev.runtime(dev, "inc", cpu_object)
     args = prg.fill_kernargs([a._buf], kernargs=dev.alloc_kernargs(64))
     for _ in range(200):  # ~80 bytes each: wraps the 512-byte ring many times

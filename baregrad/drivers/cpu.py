@@ -115,7 +115,7 @@ class CPUComputeQueue(HWQueue):
   def _enc_memory_barrier(self) -> Any: return _enc(OP_BARRIER)
   def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> Any:
     if gs[1] != 1 or gs[2] != 1: raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {gs}")
-    return _enc(OP_EXEC, prg.fxn_addr, args_state.va_addr, *gs, *ls, getattr(prg, "min_chunk", 1))
+    return _enc(OP_EXEC, prg.fxn_addr, args_state.va_addr, *gs, *ls, getattr(prg, "min_chunk", 0))
   def _submit(self, dev: Any) -> None: dev.engines[self.engine].submit(self.words)
   def decode(self) -> str: return decode_words(self.words)
 
@@ -141,22 +141,35 @@ class _PoolThread(threading.Thread):
       finally: self.done.release()
 
 class ThreadPool:
-  """Persistent threads; the calling (queue) thread runs the first chunk itself."""
-  def __init__(self, n: int) -> None:
-    self.n, self.stopped = max(1, n), False
+  """Persistent threads; the calling (queue) thread runs the first chunk itself.
+
+  Handing a chunk to another thread costs tens of µs in CPython (lock handoffs, the GIL), so with no
+  cost hint (min_chunk=0) the pool learns each kernel's ns per item from the chunk it runs itself and
+  splits only into chunks worth at least `split_ns` of work. min_chunk=k>0 forces chunks of >= k items."""
+  def __init__(self, n: int, split_ns: int = 50_000) -> None:
+    self.n, self.stopped, self.split_ns = max(1, n), False, split_ns
+    self.cost: dict[int, float] = {}  # kernel address -> measured ns per item
     self.threads = [_PoolThread(self, i) for i in range(self.n - 1)]
     for t in self.threads: t.start()
-  def run(self, fxn: Any, args: int, total: int, min_chunk: int = 1) -> None:
-    nchunks = max(1, min(self.n, total // max(1, min_chunk))) if total >= 2 else 1
-    if nchunks == 1:
-      if total: fxn(args, 0, total)
-      return
+  def chunks(self, key: int, total: int, min_chunk: int) -> int:
+    if total < 2 or self.n == 1: return 1
+    if min_chunk > 0: return max(1, min(self.n, total // min_chunk))
+    est = self.cost.get(key)
+    if est is None or self.split_ns <= 0: return min(self.n, total)  # unknown cost: assume it is worth splitting
+    return max(1, min(self.n, total, int(total * est) // self.split_ns))
+  def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0) -> None:
+    nchunks = self.chunks(key, total, min_chunk)
     bounds = [total * i // nchunks for i in range(nchunks + 1)]
     for i in range(1, nchunks):
       t = self.threads[i - 1]
       t.task = (fxn, args, bounds[i], bounds[i + 1])
       t.go.release()
-    fxn(args, bounds[0], bounds[1])
+    st = time.perf_counter_ns()
+    if bounds[1]: fxn(args, 0, bounds[1])
+    if bounds[1]:
+      per_item = (time.perf_counter_ns() - st) / bounds[1]
+      old = self.cost.get(key)
+      self.cost[key] = per_item if old is None else 0.5 * (old + per_item)
     for i in range(1, nchunks):
       while not self.threads[i - 1].done.acquire(timeout=1.0):
         if self.stopped: return
@@ -180,7 +193,7 @@ class QueueEngine:
     self.state = "idle"
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
     self._fxns: dict[int, Any] = {}
-    self.pool = ThreadPool(dev.threads) if name == "compute" else None
+    self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
     self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
     self.thread.start()
 
@@ -264,7 +277,7 @@ class QueueEngine:
         if self.pool is None: raise RuntimeError("EXEC on a queue without a thread pool (the copy queue)")
         self.state = f"executing kernel {f['fxn']:#x} over {f['gx']} items"
         fxn = self._fxns.get(f["fxn"]) or self._fxns.setdefault(f["fxn"], _KFN(f["fxn"]))
-        self.pool.run(fxn, f["args"], f["gx"], f["min_chunk"])
+        self.pool.run(f["fxn"], fxn, f["args"], f["gx"], f["min_chunk"])
       elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
       elif op == OP_COPY:
         _, f, _ = decode_one(ws, p)
@@ -283,17 +296,21 @@ class QueueEngine:
 # ---------------------------------------------------------------- program and device
 class CPUProgram(HCQProgram):
   args_state_t = CPUArgsState
-  def __init__(self, dev: CPUDevice, name: str, lib: bytes, min_chunk: int = 1) -> None:
+  def __init__(self, dev: CPUDevice, name: str, lib: bytes, min_chunk: int = 0) -> None:
     super().__init__(dev, name, lib)
     from baregrad.drivers.elf_loader import load_elf, disassemble
     if DEBUG() >= 7: print(disassemble(lib, name))
     self.image = load_elf(lib)
-    self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk  # min_chunk: cost hint, items per thread at least
+    # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
+    self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
   def __del__(self) -> None:
     # unmapping code a queued exec may still run would crash the process: drain first
     try:
       if not self.dev.closed: self.dev.synchronize()
       self.image.close()
+      for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
+        e._fxns.pop(self.fxn_addr, None)
+        if e.pool: e.pool.cost.pop(self.fxn_addr, None)
     except Exception: pass
 
 def _toolchain(variant: str) -> tuple[Any, Any]:

@@ -34,19 +34,21 @@ class Buffer:
       if not self._base.is_allocated(): self._base.allocate()
       self._buf = self.allocator._offset(self._base._buf, self.offset, self.nbytes)
     elif opaque is not None: self._buf, self._owned = opaque, False
-    else: self._buf, self._owned = self.allocator.alloc(self.nbytes, self.options), True
+    else:
+      self._allocator = self.allocator  # free into the allocator we came from, even if the device is reopened
+      self._buf, self._owned = self._allocator.alloc(self.nbytes, self.options), True
     return self
 
   def deallocate(self) -> None:
     if self._buf is None: raise RuntimeError(f"{self!r} is not allocated")
-    if self._base is None and getattr(self, "_owned", False): self.allocator.free(self._buf, self.nbytes, self.options)
+    if self._base is None and getattr(self, "_owned", False): self._allocator.free(self._buf, self.nbytes, self.options)
     self._buf = None
 
   def __del__(self) -> None:
     try:
       if self._buf is not None and self._base is None and getattr(self, "_owned", False):
-        self.allocator.free(self._buf, self.nbytes, self.options)
-        self._buf = None
+        self._buf, buf = None, self._buf
+        self._allocator.free(buf, self.nbytes, self.options)
     except Exception: pass  # at interpreter exit the device may already be gone
 
   def _check_mv(self, mv: memoryview, what: str) -> memoryview:

@@ -39,6 +39,9 @@ class HCQDevice(Compiled):
     self.kernargs = self._alloc_shared(kernargs_size)
     self._kernargs_off = 0
     self._lock = threading.Lock()
+    # reserving a timeline value and submitting must be atomic: otherwise two host threads can queue
+    # "wait N; signal N+1" ahead of "wait N-1; signal N" on one FIFO queue and deadlock it
+    self.submit_lock = threading.Lock()
 
   def next_timeline(self) -> int:
     """Reserve the next timeline value (the one a submission will signal)."""
@@ -103,11 +106,14 @@ class HCQProgram(Program):
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     dev = self.dev
     args = self.fill_kernargs(bufs, vals)
-    q = dev.compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1)
-    if wait: st, en = dev.signal_t(dev), dev.signal_t(dev); q.timestamp(st)
-    q.exec(self, args, global_size, local_size)
-    if wait: q.timestamp(en)
-    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    q = dev.compute_queue_t()
+    if wait: st, en = dev.signal_t(dev), dev.signal_t(dev)
+    with dev.submit_lock:
+      q.wait(dev.timeline_signal, dev.timeline_value - 1)
+      if wait: q.timestamp(st)
+      q.exec(self, args, global_size, local_size)
+      if wait: q.timestamp(en)
+      q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
     if not wait: return None
     dev.synchronize()
     return (en.timestamp - st.timestamp) / dev.ticks_per_us / 1e6
@@ -120,6 +126,7 @@ class HCQAllocator(LRUAllocator):
     self.dev, self.staging_size = dev, staging_size
     self._staging: list[HCQBuffer] = []
     self._staging_done = [0, 0]  # timeline value after which staging[i] is free again
+    self._copy_lock = threading.Lock()  # the staging buffers are shared by all host threads
 
   def _stage(self, i: int) -> tuple[HCQBuffer, memoryview]:
     if not self._staging: self._staging = [self.dev._alloc_shared(self.staging_size) for _ in range(2)]
@@ -130,24 +137,32 @@ class HCQAllocator(LRUAllocator):
   def _queue(self) -> HWQueue: return (self.dev.copy_queue_t or self.dev.compute_queue_t)()
 
   def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+    with self._copy_lock: self._copyin_locked(dest, src)
+  def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+    with self._copy_lock: self._copyout_locked(dest, src)
+
+  def _copyin_locked(self, dest: HCQBuffer, src: memoryview) -> None:
     dev = self.dev
     for n, off in enumerate(range(0, src.nbytes, self.staging_size)):
       k, size = n % 2, min(self.staging_size, src.nbytes - off)
       dev.timeline_signal.wait(self._staging_done[k])
       s, mv = self._stage(k)
       mv[:size] = src[off:off + size]
-      self._staging_done[k] = tv = dev.next_timeline()
-      self._queue().wait(dev.timeline_signal, tv - 1).copy(dest.va_addr + off, s.va_addr, size) \
-                   .signal(dev.timeline_signal, tv).submit(dev)
+      with dev.submit_lock:
+        self._staging_done[k] = tv = dev.next_timeline()
+        self._queue().wait(dev.timeline_signal, tv - 1).copy(dest.va_addr + off, s.va_addr, size) \
+                     .signal(dev.timeline_signal, tv).submit(dev)
 
-  def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+  def _copyout_locked(self, dest: memoryview, src: HCQBuffer) -> None:
     dev = self.dev
     for off in range(0, dest.nbytes, self.staging_size):
       size = min(self.staging_size, dest.nbytes - off)
+      dev.timeline_signal.wait(self._staging_done[0])
       s, mv = self._stage(0)
-      tv = dev.next_timeline()
-      self._queue().wait(dev.timeline_signal, tv - 1).copy(s.va_addr, src.va_addr + off, size) \
-                   .signal(dev.timeline_signal, tv).submit(dev)
+      with dev.submit_lock:
+        tv = dev.next_timeline()
+        self._queue().wait(dev.timeline_signal, tv - 1).copy(s.va_addr, src.va_addr + off, size) \
+                     .signal(dev.timeline_signal, tv).submit(dev)
       dev.timeline_signal.wait(tv)
       self._staging_done[0] = tv
       dest[off:off + size] = mv[:size]
