@@ -150,7 +150,7 @@ class CountingCompiler(Compiler):
   def __init__(self, key: str | None = "toy", ver: str = "1") -> None: super().__init__(key); self.n, self.ver = 0, ver
   def version(self) -> str: return self.ver
   def compile(self, src: str) -> bytes:
-    if "syntax error" in src: raise CompileError("toy:2: error: expected ';'", src)
+    if "syntax error" in src: raise CompileError(src, "toy:2: error: expected ';'")
     self.n += 1
     return src.encode()[::-1]
 

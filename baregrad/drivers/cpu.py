@@ -8,7 +8,7 @@ import ctypes, errno, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.helpers import DEBUG, getenv
-from baregrad.hal import Device, OutOfMemory
+from baregrad.hal import Device, OutOfMemory, Compiler, CompileError
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 
 # ---------------------------------------------------------------- host memory (anonymous mmap)
@@ -313,18 +313,25 @@ class CPUProgram(HCQProgram):
         if e.pool: e.pool.cost.pop(self.fxn_addr, None)
     except Exception: pass
 
-def _toolchain(variant: str) -> tuple[Any, Any]:
-  """Renderer and compiler for a CPU variant; (None, None) where those modules are not in this build yet."""
+class MissingCompiler(Compiler):
+  """Stands in when a variant's toolchain cannot be set up here; the device still runs loaded objects."""
+  def __init__(self, reason: str) -> None:
+    super().__init__(None)
+    self.reason = reason
+  def compile(self, src: str) -> bytes: raise CompileError(src, f"no compiler for this CPU variant: {self.reason}")
+
+def _toolchain(variant: str) -> tuple[Any, Compiler]:
+  """Renderer and compiler for a CPU variant (imported on first use: codegen is heavy)."""
   import importlib
   mods = {"LLVM": ("baregrad.codegen.renderer.llvmir", "LLVMRenderer", "LLVMCompiler"),
           "C": ("baregrad.codegen.renderer.cstyle", "CRenderer", "ClangCompiler")}
   if variant not in mods: raise ValueError(f"unknown CPU variant {variant!r}; expected one of {', '.join(mods)} (e.g. DEV=CPU:C)")
   rmod, rname, cname = mods[variant]
-  try: r, c = importlib.import_module(rmod), importlib.import_module("baregrad.drivers.cpu_compile")
-  except ModuleNotFoundError as e:
-    if e.name and e.name.startswith("baregrad."): return None, None
-    raise
-  return getattr(r, rname)(), getattr(c, cname)()
+  try:
+    r, c = importlib.import_module(rmod), importlib.import_module("baregrad.drivers.cpu_compile")
+    return getattr(r, rname)(), getattr(c, cname)()
+  except (ImportError, CompileError, OSError) as e:  # e.g. llvmlite or a C compiler missing on this machine
+    return None, MissingCompiler(f"CPU:{variant} toolchain unavailable: {type(e).__name__}: {e}")
 
 class CPUDevice(HCQDevice):
   has_local, has_threads, max_local_size, max_shared_mem = False, True, (1, 1, 1), 0

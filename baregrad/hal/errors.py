@@ -12,11 +12,12 @@ class OutOfMemory(MemoryError):
                      f"{in_use} bytes ({_fmt(in_use)}) in use" + (f"; {detail}" if detail else ""))
 
 class CompileError(Exception):
-  """The compiler rejected a source; str() shows its message and the numbered source."""
-  def __init__(self, msg: str, src: str) -> None:
+  """The compiler rejected a source; str() shows its message and the numbered source. CompileError(src, msg)."""
+  def __init__(self, src: str, msg: str) -> None:
     self.msg, self.src = msg, src
     super().__init__(msg)
   def __str__(self) -> str:
+    if not self.src: return self.msg
     lines = self.src.splitlines()
     w = len(str(len(lines)))
     numbered = "\n".join(f"{i:>{w}} | {l}" for i, l in enumerate(lines, 1))
