@@ -275,3 +275,29 @@ def test_cpu_exit_with_stuck_queue_does_not_hang():
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert r.returncode == 0 and "submitted" in r.stdout, r.stderr
+
+def test_cpu_concurrent_host_threads(cpu_object):
+  import threading
+  dev = Device["CPU"]
+  prg = dev.runtime(dev, "inc", cpu_object)
+  bufs = [Buffer("CPU", 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32))) for _ in range(3)]
+  def work(b: Buffer) -> None:
+    for _ in range(40): prg(b._buf, global_size=(16, 1, 1))
+  ts = [threading.Thread(target=work, args=(b,)) for b in bufs]
+  for t in ts: t.start()
+  for t in ts: t.join(timeout=20)
+  dev.synchronize(timeout_ms=10000)
+  assert all(i32(b) == [40] * 16 for b in bufs)
+
+def test_cpu_close_and_reopen(cpu_object):
+  from baregrad.drivers.cpu import CPUDevice
+  dev = CPUDevice("CPU")
+  prg = dev.runtime(dev, "inc", cpu_object)
+  b = dev.allocator.alloc(64)
+  dev.allocator._copyin(b, memoryview(bytearray(64)))
+  prg(b, global_size=(16, 1, 1))
+  dev.allocator.free(b, 64)
+  del prg
+  dev.close()
+  assert dev.allocator.mem_cached == 0 and not any(e.thread.is_alive() for e in dev.engines.values())
+  with pytest.raises(RuntimeError, match="closed"): dev.engines["compute"].submit(dev.compute_queue_t().memory_barrier().words)

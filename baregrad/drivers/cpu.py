@@ -47,7 +47,7 @@ class CPUAllocator(HCQAllocator):
       raise OutOfMemory(self.device, size, self.mem_used, f"mmap: {e.strerror}") from None
     return HCQBuffer(addr, size, addr)
   def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
-    self.dev.synchronize()  # a queued kernel or copy may still touch it
+    self.dev.synchronize()  # a queued kernel or copy may still touch it (no-op once the device is closed)
     host_unmap(opaque.va_addr, _pages(size))
 
 # ---------------------------------------------------------------- command encoding (32-bit words)
@@ -175,7 +175,10 @@ class ThreadPool:
         if self.stopped: return
   def stop(self) -> None:
     self.stopped = True
-    for t in self.threads: t.task = None; t.go.release()
+    for t in self.threads:
+      t.task = None
+      try: t.go.release()
+      except RuntimeError: pass  # already released: the thread sees `stopped` when it loops
 
 # ---------------------------------------------------------------- a hardware queue: ring + doorbell + worker
 class QueueEngine:
@@ -218,6 +221,10 @@ class QueueEngine:
       self.woff = off + nbytes
       self.wptr += 1
       self.doorbell.notify_all()
+
+  def unmap(self) -> None:
+    host_unmap(self.ring, self.ring_bytes)
+    host_unmap(ctypes.addressof(self.entries), _pages(16 * self.nentries))
 
   def _place(self, n: int) -> int | None:
     """Ring offset for n bytes, or None while unfinished submissions occupy it. In-flight buffers lie
@@ -304,13 +311,17 @@ class CPUProgram(HCQProgram):
     # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
     self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
   def __del__(self) -> None:
-    # unmapping code a queued exec may still run would crash the process: drain first
+    # unmapping code a queued exec may still run would crash the process: drain first. The GC may run
+    # this on a queue or pool thread, which must not wait for itself: then the host closes it later.
     try:
-      if not self.dev.closed: self.dev.synchronize()
-      self.image.close()
       for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
         e._fxns.pop(self.fxn_addr, None)
         if e.pool: e.pool.cost.pop(self.fxn_addr, None)
+      if self.dev.closed: self.image.close()
+      elif threading.current_thread().name.startswith("baregrad-cpu"): self.dev._zombies.append(self.image)
+      else:
+        self.dev.synchronize()
+        self.image.close()
     except Exception: pass
 
 class MissingCompiler(Compiler):
@@ -346,6 +357,7 @@ class CPUDevice(HCQDevice):
     self.closed = False
     self.engines: dict[str, QueueEngine] = {}
     self._shared: list[tuple[int, int]] = []
+    self._zombies: list[Any] = []  # images of programs freed on a device thread, closed at the next synchronize
     super().__init__(device, None, renderer, compiler, CPUProgram, CPUComputeQueue, CPUCopyQueue)
     self.allocator = CPUAllocator(self)
     self.engines = {n: QueueEngine(self, n, self.ring_bytes) for n in ("compute", "copy")}
@@ -378,10 +390,22 @@ class CPUDevice(HCQDevice):
     return (f"{self.device}: timeline {self.timeline_signal.va_addr:#x} value {self.timeline_signal.value}, last submitted "
             f"{self.timeline_value - 1}\n" + "\n".join(e.describe() for e in self.engines.values()))
 
+  def synchronize(self, timeout_ms: int | None = None) -> None:
+    if self.closed: return  # nothing runs on a closed device
+    super().synchronize(timeout_ms)
+    while self._zombies: self._zombies.pop().close()
+
   def close(self) -> None:
-    """Stop the queue workers (they are daemon threads, so exiting without close never hangs)."""
+    """Drain (briefly), stop the queue workers and give back their rings and the allocator's cache.
+    Signal and kernel-args memory stays mapped: Python objects may still read it. Exiting without
+    close never hangs: the workers are daemon threads."""
     if self.closed: return
+    try: self.synchronize(timeout_ms=1000)
+    except Exception: pass  # a stuck queue is not drained; close anyway
     self.closed = True
     for e in self.engines.values(): e.stop()
-    for e in self.engines.values(): e.thread.join(timeout=1.0)
+    for e in self.engines.values():
+      e.thread.join(timeout=1.0)
+      if not e.thread.is_alive(): e.unmap()
+    self.allocator.free_cache()
     Device.forget(self.device, self)
