@@ -126,7 +126,7 @@ def test_patch_and_resubmit(hcq_device, kernel):
   c = Buffer(dev.device, 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32)))
   dev.synchronize()
   prg, sig = kernel("fill"), HCQSignal(dev, 0)
-  args = prg.fill_kernargs([a._buf], [100], kernargs=dev.alloc_kernargs(64))
+  args = prg.fill_kernargs([a._buf], [100], kernargs=dev.alloc_args_memory(64))
   q = dev.compute_queue_t().exec(prg, args, (16, 1, 1))
   i_exec = q.last
   q.copy(b._buf.va_addr, a._buf.va_addr, 4 * 16)
@@ -156,7 +156,7 @@ def test_graph_replay(hcq_device, kernel):
   a = Buffer(dev.device, 32, dtypes.int32).copyin(memoryview(np.zeros(32, np.int32)))
   dev.synchronize()
   prg = kernel("inc")
-  args = prg.fill_kernargs([a._buf], kernargs=dev.alloc_kernargs(64))
+  args = prg.fill_kernargs([a._buf], kernargs=dev.alloc_args_memory(64))
   q = dev.compute_queue_t().wait(dev.timeline_signal, 0)
   for _ in range(3): q.exec(prg, args, (32, 1, 1))
   q.signal(dev.timeline_signal, 0)
@@ -234,7 +234,7 @@ def test_cpu_ring_wraps(cpu_object):
     a.copyin(memoryview(np.zeros(4, np.int32)))
     Device["CPU"].synchronize()  # the copy ran on the other device's queues: nothing orders it with dev's
     prg = dev.runtime(dev, "inc", cpu_object)
-    args = prg.fill_kernargs([a._buf], kernargs=dev.alloc_kernargs(64))
+    args = prg.fill_kernargs([a._buf], kernargs=dev.alloc_args_memory(64))
     for _ in range(200):  # ~80 bytes each: wraps the 512-byte ring many times
       dev.compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).exec(prg, args, (4, 1, 1)) \
          .signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
@@ -301,3 +301,49 @@ def test_cpu_close_and_reopen(cpu_object):
   dev.close()
   assert dev.allocator.mem_cached == 0 and not any(e.thread.is_alive() for e in dev.engines.values())
   with pytest.raises(RuntimeError, match="closed"): dev.engines["compute"].submit(dev.compute_queue_t().memory_barrier().words)
+
+from hypothesis import given, settings, strategies as st
+
+_u64 = st.integers(0, 2**64 - 1)
+_cmd = st.one_of(st.tuples(st.just("wait"), _u64, _u64), st.tuples(st.just("signal"), _u64, _u64),
+                 st.tuples(st.just("timestamp"), _u64), st.tuples(st.just("copy"), _u64, _u64, _u64),
+                 st.tuples(st.just("barrier")),
+                 st.tuples(st.just("exec"), _u64, _u64, st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)))
+
+class _Sig:
+  def __init__(self, a: int) -> None: self.va_addr, self.timestamp_va_addr = a, a
+class _Prg:
+  def __init__(self, a: int) -> None: self.fxn_addr, self.min_chunk = a, 0
+class _Args:
+  def __init__(self, a: int) -> None: self.va_addr = a
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_cmd, max_size=12), st.data())
+def test_cpu_encode_decode_roundtrip(cmds, data):
+  """Every command encodes to words that the device-side decoder reads back; patches land in the words."""
+  from baregrad.drivers.cpu import CPUComputeQueue, decode_one, OP_NAMES
+  q = CPUComputeQueue()
+  for c in cmds:
+    if c[0] == "wait": q.wait(_Sig(c[1]), c[2])
+    elif c[0] == "signal": q.signal(_Sig(c[1]), c[2])
+    elif c[0] == "timestamp": q.timestamp(_Sig(c[1]))
+    elif c[0] == "copy": q.copy(c[1], c[2], c[3])
+    elif c[0] == "barrier": q.memory_barrier()
+    else: q.exec(_Prg(c[1]), _Args(c[2]), (c[3], 1, 1), (c[4], 1, 1))  # type: ignore[arg-type]
+  for i, c in enumerate(cmds):  # patch a few commands, then check everything against the decoder
+    if c[0] in ("wait", "signal") and data.draw(st.booleans()):
+      c = cmds[i] = (c[0], c[1], data.draw(_u64))
+      (q.update_wait if c[0] == "wait" else q.update_signal)(i, value=c[2])
+    if c[0] == "copy" and data.draw(st.booleans()):
+      c = cmds[i] = ("copy", data.draw(_u64), c[2], data.draw(_u64))
+      q.update_copy(i, dest=c[1], nbytes=c[3])
+  ws, p = list(q.words), 0
+  for c in cmds:
+    op, f, p = decode_one(ws, p)
+    assert OP_NAMES[op].lower().startswith(c[0][:4])
+    if c[0] in ("wait", "signal"): assert (f["addr"], f["value"]) == c[1:]
+    elif c[0] == "timestamp": assert f["addr"] == c[1]
+    elif c[0] == "copy": assert (f["dest"], f["src"], f["nbytes"]) == c[1:]
+    elif c[0] == "exec": assert (f["fxn"], f["args"], f["gx"], f["lx"]) == c[1:]
+  assert p == len(ws)
+  assert len(q.decode().splitlines()) == len(cmds)

@@ -116,6 +116,10 @@ class CPUComputeQueue(HWQueue):
   def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> Any:
     if gs[1] != 1 or gs[2] != 1: raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {gs}")
     return _enc(OP_EXEC, prg.fxn_addr, args_state.va_addr, *gs, *ls, getattr(prg, "min_chunk", 0))
+  def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
+    if global_size is not None and tuple(global_size)[1:] not in ((), (1,), (1, 1)):
+      raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {tuple(global_size)}")
+    return super().update_exec(i, global_size, local_size)
   def _submit(self, dev: Any) -> None: dev.engines[self.engine].submit(self.words)
   def decode(self) -> str: return decode_words(self.words)
 

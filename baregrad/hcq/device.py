@@ -65,6 +65,13 @@ class HCQDevice(Compiled):
     assert self.kernargs.cpu_addr is not None
     return self.kernargs.cpu_addr + off, self.kernargs.va_addr + off
 
+  def alloc_args_memory(self, size: int) -> tuple[int, int]:
+    """(cpu_addr, va_addr) of dedicated kernel-args memory that is never reused: for recorded queues
+    (graphs) whose args must outlive the ring (pass it as fill_kernargs(..., kernargs=...))."""
+    m = self._alloc_shared(size)
+    assert m.cpu_addr is not None
+    return m.cpu_addr, m.va_addr
+
   # --- what a driver provides
   def _alloc_shared(self, size: int) -> HCQBuffer: raise NotImplementedError
   def queue_state(self) -> str:
@@ -97,7 +104,8 @@ class HCQProgram(Program):
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return 8 * (nbufs + nvals)
 
   def fill_kernargs(self, bufs: Sequence[Any], vals: Sequence[int] = (), kernargs: tuple[int, int] | None = None) -> HCQArgsState:
-    """Write the args (buffer addresses, then values) into `kernargs` (cpu_addr, va_addr), or into the ring."""
+    """Write the args (buffer addresses, then values) into `kernargs` (cpu_addr, va_addr), or into the ring,
+    which is reused once it wraps: a queue recorded for replay should pass dev.alloc_args_memory(...)."""
     bufs = [b._buf if hasattr(b, "_buf") else b for b in bufs]  # accept hal Buffers as well as HCQBuffers
     cpu, va = kernargs if kernargs is not None else self.dev.alloc_kernargs(self.kernargs_size(len(bufs), len(vals)))
     return self.args_state_t(cpu, va, self, bufs, vals)
