@@ -1,0 +1,415 @@
+"""CPU device on the HCQ core: two hardware queues (compute, copy), each a worker thread that reads
+encoded command buffers from memory, so ordering, signals, the timeline and patching run for real.
+
+Kernel ABI: void NAME(const uint64_t *args, int64_t start, int64_t end); args = buffer addresses,
+then int64 variable values; the kernel covers [start, end) of global_size[0]."""
+from __future__ import annotations
+import ctypes, errno, mmap, os, threading, time
+from collections import deque
+from typing import Any, Hashable, Sequence
+from baregrad.helpers import DEBUG, getenv
+from baregrad.hal import Device, OutOfMemory, Compiler, CompileError
+from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
+
+# ---------------------------------------------------------------- host memory (anonymous mmap)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype, _libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+PAGE = mmap.PAGESIZE
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+def _phys_bytes() -> int:
+  try: return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+  except (ValueError, OSError): return 1 << 62
+
+def host_map(size: int) -> int:
+  """Page-aligned zeroed anonymous memory; OSError(ENOMEM) if the kernel refuses."""
+  addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+  if addr in (None, _MAP_FAILED):
+    e = ctypes.get_errno()
+    raise OSError(e, f"mmap of {size} bytes failed: {os.strerror(e)}")
+  return addr
+
+def host_unmap(addr: int, size: int) -> None:
+  if _libc.munmap(addr, size) != 0: raise OSError(ctypes.get_errno(), f"munmap({addr:#x}, {size}) failed")
+
+def sig_addr(c: ctypes.c_uint64) -> int: return ctypes.addressof(c)
+
+def _pages(size: int) -> int: return max(PAGE, (size + PAGE - 1) // PAGE * PAGE)
+
+class CPUAllocator(HCQAllocator):
+  def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
+    if size > _phys_bytes():
+      raise OutOfMemory(self.device, size, self.mem_used, f"the machine has {_phys_bytes()} bytes of physical memory")
+    try: addr = host_map(_pages(size))
+    except OSError as e:
+      if e.errno != errno.ENOMEM: raise
+      raise OutOfMemory(self.device, size, self.mem_used, f"mmap: {e.strerror}") from None
+    return HCQBuffer(addr, size, addr)
+  def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
+    self.dev.synchronize()  # a queued kernel or copy may still touch it (no-op once the device is closed)
+    host_unmap(opaque.va_addr, _pages(size))
+
+# ---------------------------------------------------------------- command encoding (32-bit words)
+# header: op << 16 | length in words (header included); 64-bit fields are (lo, hi)
+OP_WAIT, OP_SIGNAL, OP_TIMESTAMP, OP_EXEC, OP_COPY, OP_BARRIER = 1, 2, 3, 4, 5, 6
+OP_NAMES = {OP_WAIT: "WAIT", OP_SIGNAL: "SIGNAL", OP_TIMESTAMP: "TIMESTAMP", OP_EXEC: "EXEC", OP_COPY: "COPY", OP_BARRIER: "BARRIER"}
+# field layout per op: (name, nwords) after the header
+LAYOUT: dict[int, tuple[tuple[str, int], ...]] = {
+  OP_WAIT: (("addr", 2), ("value", 2)), OP_SIGNAL: (("addr", 2), ("value", 2)), OP_TIMESTAMP: (("addr", 2),),
+  OP_EXEC: (("fxn", 2), ("args", 2), ("gx", 1), ("gy", 1), ("gz", 1), ("lx", 1), ("ly", 1), ("lz", 1), ("min_chunk", 1)),
+  OP_COPY: (("dest", 2), ("src", 2), ("nbytes", 2)), OP_BARRIER: ()}
+_SIZE = {op: 1 + sum(n for _, n in lay) for op, lay in LAYOUT.items()}
+_FIELDS = {op: {name: (1 + sum(k for _, k in lay[:i]), n) for i, (name, n) in enumerate(lay)} for op, lay in LAYOUT.items()}
+_M32 = 0xFFFFFFFF
+
+def _enc(op: int, *vals: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
+  """Words for one command; vals in LAYOUT order. Out-of-range values raise when they reach the uint32 array."""
+  words = [(op << 16) | _SIZE[op]]
+  for (name, n), v in zip(LAYOUT[op], vals):
+    if n == 2: words += (v & _M32, v >> 32)
+    else: words.append(v)
+  return words, _FIELDS[op]
+
+def decode_one(ws: Sequence[int], p: int) -> tuple[int, dict[str, int], int]:
+  """Decode the command at word p: (op, fields, next p). Raises ValueError on a malformed header."""
+  op, n = ws[p] >> 16, ws[p] & 0xFFFF
+  if op not in LAYOUT or n != _SIZE[op] or p + n > len(ws):
+    raise ValueError(f"bad command header {ws[p]:#010x} at word {p}: op {op}, length {n}")
+  out, q = {}, p + 1
+  for name, k in LAYOUT[op]:
+    out[name] = ws[q] | (ws[q + 1] << 32) if k == 2 else ws[q]
+    q += k
+  return op, out, p + n
+
+def decode_words(ws: Sequence[int], mark: int | None = None) -> str:
+  """The command buffer in words, one line per command; `mark` (a word offset) gets an arrow."""
+  lines, p, i = [], 0, 0
+  while p < len(ws):
+    try: op, f, nxt = decode_one(ws, p)
+    except ValueError as e: lines.append(f"  [{i:3d}] @{p:5d} {e}"); break
+    fs = " ".join(f"{k}={v:#x}" if k in ("addr", "dest", "src", "fxn", "args") else f"{k}={v}" for k, v in f.items())
+    lines.append(f"{'->' if mark == p else '  '}[{i:3d}] @{p:5d} {OP_NAMES[op]:<9s} {fs}")
+    p, i = nxt, i + 1
+  return "\n".join(lines)
+
+class CPUArgsState(HCQArgsState):
+  def __init__(self, cpu_addr: int, va_addr: int, prg: Any, bufs: Sequence[Any], vals: Sequence[int]) -> None:
+    super().__init__(cpu_addr, va_addr, prg, bufs, vals)
+    self.slots = (ctypes.c_uint64 * (len(self.bufs) + len(self.vals))).from_address(cpu_addr)
+    for i, b in enumerate(self.bufs): self.slots[i] = b.va_addr
+    for i, v in enumerate(self.vals): self.slots[len(self.bufs) + i] = v & 0xFFFFFFFFFFFFFFFF  # int64, two's complement
+  def update_buffer(self, i: int, addr: int) -> None:
+    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
+    self.slots[i] = addr
+  def update_var(self, i: int, value: int) -> None:
+    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
+    self.slots[len(self.bufs) + i] = value & 0xFFFFFFFFFFFFFFFF
+
+class CPUComputeQueue(HWQueue):
+  engine = "compute"
+  def _enc_wait(self, addr: int, value: int) -> Any: return _enc(OP_WAIT, addr, value)
+  def _enc_signal(self, addr: int, value: int) -> Any: return _enc(OP_SIGNAL, addr, value)
+  def _enc_timestamp(self, addr: int) -> Any: return _enc(OP_TIMESTAMP, addr)
+  def _enc_copy(self, dest: int, src: int, nbytes: int) -> Any: return _enc(OP_COPY, dest, src, nbytes)
+  def _enc_memory_barrier(self) -> Any: return _enc(OP_BARRIER)
+  def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> Any:
+    if gs[1] != 1 or gs[2] != 1: raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {gs}")
+    return _enc(OP_EXEC, prg.fxn_addr, args_state.va_addr, *gs, *ls, getattr(prg, "min_chunk", 0))
+  def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
+    if global_size is not None and tuple(global_size)[1:] not in ((), (1,), (1, 1)):
+      raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {tuple(global_size)}")
+    return super().update_exec(i, global_size, local_size)
+  def _submit(self, dev: Any) -> None: dev.engines[self.engine].submit(self.words)
+  def decode(self) -> str: return decode_words(self.words)
+
+class CPUCopyQueue(CPUComputeQueue):
+  engine = "copy"
+  def _enc_exec(self, *a: Any) -> Any: raise NotImplementedError("the copy queue cannot execute kernels; use the compute queue")
+
+# ---------------------------------------------------------------- thread pool for exec
+_KFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+class _PoolThread(threading.Thread):
+  def __init__(self, pool: ThreadPool, i: int) -> None:
+    super().__init__(name=f"baregrad-cpu-pool-{i}", daemon=True)
+    self.pool, self.go, self.done = pool, threading.Lock(), threading.Lock()
+    self.go.acquire(); self.done.acquire()  # locks as binary semaphores: the cheapest handoff CPython has
+    self.task: tuple[Any, int, int, int] | None = None
+  def run(self) -> None:
+    while not self.pool.stopped:
+      if not self.go.acquire(timeout=0.5): continue
+      if self.task is None: break
+      fxn, args, s, e = self.task
+      try: fxn(args, s, e)
+      finally: self.done.release()
+
+class ThreadPool:
+  """Persistent threads; the calling (queue) thread runs the first chunk itself.
+
+  Handing a chunk to another thread costs tens of µs in CPython (lock handoffs, the GIL), so with no
+  cost hint (min_chunk=0) the pool learns each kernel's ns per item from the chunk it runs itself and
+  splits only into chunks worth at least `split_ns` of work. min_chunk=k>0 forces chunks of >= k items."""
+  def __init__(self, n: int, split_ns: int = 50_000) -> None:
+    self.n, self.stopped, self.split_ns = max(1, n), False, split_ns
+    self.cost: dict[int, float] = {}  # kernel address -> measured ns per item
+    self.threads = [_PoolThread(self, i) for i in range(self.n - 1)]
+    for t in self.threads: t.start()
+  def chunks(self, key: int, total: int, min_chunk: int) -> int:
+    if total < 2 or self.n == 1: return 1
+    if min_chunk > 0: return max(1, min(self.n, total // min_chunk))
+    est = self.cost.get(key)
+    if est is None or self.split_ns <= 0: return min(self.n, total)  # unknown cost: assume it is worth splitting
+    return max(1, min(self.n, total, int(total * est) // self.split_ns))
+  def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0) -> None:
+    nchunks = self.chunks(key, total, min_chunk)
+    bounds = [total * i // nchunks for i in range(nchunks + 1)]
+    for i in range(1, nchunks):
+      t = self.threads[i - 1]
+      t.task = (fxn, args, bounds[i], bounds[i + 1])
+      t.go.release()
+    st = time.perf_counter_ns()
+    if bounds[1]: fxn(args, 0, bounds[1])
+    if bounds[1]:
+      per_item = (time.perf_counter_ns() - st) / bounds[1]
+      old = self.cost.get(key)
+      self.cost[key] = per_item if old is None else 0.5 * (old + per_item)
+    for i in range(1, nchunks):
+      while not self.threads[i - 1].done.acquire(timeout=1.0):
+        if self.stopped: return
+  def stop(self) -> None:
+    self.stopped = True
+    for t in self.threads:
+      t.task = None
+      try: t.go.release()
+      except RuntimeError: pass  # already released: the thread sees `stopped` when it loops
+
+# ---------------------------------------------------------------- a hardware queue: ring + doorbell + worker
+class QueueEngine:
+  """Host side writes command words into a ring in memory and an (address, length) entry into a
+  submission ring, then rings the doorbell (a Condition). The worker thread reads both from memory."""
+  def __init__(self, dev: CPUDevice, name: str, ring_bytes: int = 1 << 20, nentries: int = 4096) -> None:
+    self.dev, self.name, self.ring_bytes, self.nentries = dev, name, ring_bytes, nentries
+    self.ring = host_map(ring_bytes)
+    self.entries = (ctypes.c_uint64 * (2 * nentries)).from_address(host_map(_pages(16 * nentries)))
+    self.wptr = self.rptr = 0             # submissions written by the host / finished by the worker
+    self.woff = 0                         # host's write offset in the command ring (bytes)
+    self.inflight: deque[tuple[int, int, int]] = deque()  # (entry index, ring offset, bytes) not yet finished
+    self.doorbell = threading.Condition()
+    self.stopped, self.fault = False, None
+    self.state = "idle"
+    self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
+    self._fxns: dict[int, Any] = {}
+    self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
+    self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
+    self.thread.start()
+
+  # --- host side
+  def submit(self, words: Any) -> None:
+    if self.stopped: raise RuntimeError(f"{self.dev.device} {self.name} queue is closed")
+    if self.fault: raise RuntimeError(f"{self.dev.device} {self.name} queue faulted: {self.fault}")
+    nbytes = len(words) * 4
+    if nbytes > self.ring_bytes: raise ValueError(f"command buffer of {nbytes} bytes exceeds the {self.name} ring ({self.ring_bytes} bytes)")
+    deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
+    with self.doorbell:  # wait for ring space and a free entry: the worker must have finished what we overwrite
+      while (off := self._place(nbytes)) is None or self.wptr - self.rptr >= self.nentries:
+        if self.fault or time.perf_counter() > deadline:
+          raise RuntimeError(f"{self.dev.device} {self.name} queue: no ring space for {nbytes} bytes\n{self.dev.queue_state()}")
+        self.doorbell.wait(0.05)
+    addr, buf_addr = self.ring + off, words.buffer_info()[0]
+    ctypes.memmove(addr, buf_addr, nbytes)
+    e = self.wptr % self.nentries
+    self.entries[2 * e], self.entries[2 * e + 1] = addr, nbytes
+    with self.doorbell:
+      self.inflight.append((self.wptr, off, nbytes))
+      self.woff = off + nbytes
+      self.wptr += 1
+      self.doorbell.notify_all()
+
+  def unmap(self) -> None:
+    host_unmap(self.ring, self.ring_bytes)
+    host_unmap(ctypes.addressof(self.entries), _pages(16 * self.nentries))
+
+  def _place(self, n: int) -> int | None:
+    """Ring offset for n bytes, or None while unfinished submissions occupy it. In-flight buffers lie
+    between the oldest one's offset (head) and the write offset (tail), possibly wrapped."""
+    while self.inflight and self.inflight[0][0] < self.rptr: self.inflight.popleft()
+    tail = self.woff
+    if not self.inflight: return tail if tail + n <= self.ring_bytes else 0
+    head = self.inflight[0][1]
+    if tail > head: return tail if tail + n <= self.ring_bytes else 0 if n <= head else None
+    return tail if tail + n <= head else None
+
+  def stop(self) -> None:
+    self.stopped = True
+    with self.doorbell: self.doorbell.notify_all()
+    if self.pool: self.pool.stop()
+
+  # --- device side
+  def _run(self) -> None:
+    while not self.stopped:
+      with self.doorbell:
+        while self.rptr == self.wptr and not self.stopped: self.doorbell.wait(0.5)
+      if self.stopped: return
+      e = self.rptr % self.nentries
+      addr, nbytes = self.entries[2 * e], self.entries[2 * e + 1]
+      try: self._execute(addr, nbytes // 4)
+      except Exception as ex:  # a malformed buffer: stop this queue, host waits raise with the reason
+        self.fault = f"{type(ex).__name__}: {ex}"
+        self.state = f"FAULTED: {self.fault}"
+        self.dev._signal_written()
+        return
+      self.cur, self.state = None, "idle"
+      with self.doorbell:
+        self.rptr += 1
+        self.doorbell.notify_all()
+
+  def _execute(self, addr: int, nwords: int) -> None:
+    ws = (ctypes.c_uint32 * nwords).from_address(addr)[:]
+    p = 0
+    while p < nwords and not self.stopped:
+      h = ws[p]
+      op = h >> 16
+      if (h & 0xFFFF) != _SIZE.get(op) or p + (h & 0xFFFF) > nwords: decode_one(ws, p)  # raises, naming the bad header
+      self.cur = (addr, nwords, p)
+      if op == OP_WAIT or op == OP_SIGNAL:
+        sig = ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32)
+        value = ws[p + 3] | ws[p + 4] << 32
+        if op == OP_SIGNAL:
+          sig.value = value
+          self.dev._signal_written()
+        elif sig.value < value:
+          self.state = f"waiting for signal {sig_addr(sig):#x} >= {value} (value now {sig.value})"
+          cv = self.dev.sig_cv
+          with cv:
+            while sig.value < value and not self.stopped: cv.wait(0.05)
+      elif op == OP_EXEC:
+        _, f, _ = decode_one(ws, p)
+        if self.pool is None: raise RuntimeError("EXEC on a queue without a thread pool (the copy queue)")
+        self.state = f"executing kernel {f['fxn']:#x} over {f['gx']} items"
+        fxn = self._fxns.get(f["fxn"]) or self._fxns.setdefault(f["fxn"], _KFN(f["fxn"]))
+        self.pool.run(f["fxn"], fxn, f["args"], f["gx"], f["min_chunk"])
+      elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
+      elif op == OP_COPY:
+        _, f, _ = decode_one(ws, p)
+        self.state = f"copying {f['nbytes']} bytes {f['src']:#x} -> {f['dest']:#x}"
+        ctypes.memmove(f["dest"], f["src"], f["nbytes"])
+      # OP_BARRIER: commands already execute in order on one thread and ctypes writes are visible to the host
+      p += h & 0xFFFF
+
+  def describe(self) -> str:
+    s = f"  {self.name} queue: {self.state}; submissions written {self.wptr}, finished {self.rptr}"
+    if self.cur is not None:
+      addr, nwords, p = self.cur
+      s += f"\n  current command buffer at {addr:#x} ({nwords} words):\n" + decode_words((ctypes.c_uint32 * nwords).from_address(addr)[:], mark=p)
+    return s
+
+# ---------------------------------------------------------------- program and device
+class CPUProgram(HCQProgram):
+  args_state_t = CPUArgsState
+  def __init__(self, dev: CPUDevice, name: str, lib: bytes, min_chunk: int = 0) -> None:
+    super().__init__(dev, name, lib)
+    from baregrad.drivers.elf_loader import load_elf, disassemble
+    if DEBUG() >= 7: print(disassemble(lib, name))
+    self.image = load_elf(lib)
+    # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
+    self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
+  def __del__(self) -> None:
+    # unmapping code a queued exec may still run would crash the process: drain first. The GC may run
+    # this on a queue or pool thread, which must not wait for itself: then the host closes it later.
+    try:
+      for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
+        e._fxns.pop(self.fxn_addr, None)
+        if e.pool: e.pool.cost.pop(self.fxn_addr, None)
+      if self.dev.closed: self.image.close()
+      elif threading.current_thread().name.startswith("baregrad-cpu"): self.dev._zombies.append(self.image)
+      else:
+        self.dev.synchronize()
+        self.image.close()
+    except Exception: pass
+
+class MissingCompiler(Compiler):
+  """Stands in when a variant's toolchain cannot be set up here; the device still runs loaded objects."""
+  def __init__(self, reason: str) -> None:
+    super().__init__(None)
+    self.reason = reason
+  def compile(self, src: str) -> bytes: raise CompileError(src, f"no compiler for this CPU variant: {self.reason}")
+
+def _toolchain(variant: str) -> tuple[Any, Compiler]:
+  """Renderer and compiler for a CPU variant (imported on first use: codegen is heavy)."""
+  import importlib
+  mods = {"LLVM": ("baregrad.codegen.renderer.llvmir", "LLVMRenderer", "LLVMCompiler"),
+          "C": ("baregrad.codegen.renderer.cstyle", "CRenderer", "ClangCompiler")}
+  if variant not in mods: raise ValueError(f"unknown CPU variant {variant!r}; expected one of {', '.join(mods)} (e.g. DEV=CPU:C)")
+  rmod, rname, cname = mods[variant]
+  try:
+    r, c = importlib.import_module(rmod), importlib.import_module("baregrad.drivers.cpu_compile")
+    return getattr(r, rname)(), getattr(c, cname)()
+  except (ImportError, CompileError, OSError) as e:  # e.g. llvmlite or a C compiler missing on this machine
+    return None, MissingCompiler(f"CPU:{variant} toolchain unavailable: {type(e).__name__}: {e}")
+
+class CPUDevice(HCQDevice):
+  has_local, has_threads, max_local_size, max_shared_mem = False, True, (1, 1, 1), 0
+  ticks_per_us = 1000.0  # timestamps are perf_counter_ns
+  ring_bytes = 1 << 20   # command ring per queue
+
+  def __init__(self, device: str) -> None:
+    self.variant = Device.variant(device) or "LLVM"
+    renderer, compiler = _toolchain(self.variant)
+    self.threads = int(os.environ.get("CPU_THREADS", "0")) or os.cpu_count() or 1
+    self.sig_cv = threading.Condition()
+    self.closed = False
+    self.engines: dict[str, QueueEngine] = {}
+    self._shared: list[tuple[int, int]] = []
+    self._zombies: list[Any] = []  # images of programs freed on a device thread, closed at the next synchronize
+    super().__init__(device, None, renderer, compiler, CPUProgram, CPUComputeQueue, CPUCopyQueue)
+    self.allocator = CPUAllocator(self)
+    self.engines = {n: QueueEngine(self, n, self.ring_bytes) for n in ("compute", "copy")}
+
+  def _alloc_shared(self, size: int) -> HCQBuffer:
+    addr = host_map(_pages(size))
+    self._shared.append((addr, _pages(size)))
+    return HCQBuffer(addr, size, addr)
+
+  def _signal_written(self) -> None:
+    with self.sig_cv: self.sig_cv.notify_all()
+
+  def _check_fault(self) -> None:
+    for e in self.engines.values():
+      if e.fault: raise RuntimeError(f"{self.device}: {e.name} queue faulted: {e.fault}\n{self.queue_state()}")
+
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+    deadline = time.perf_counter() + timeout_s
+    for _ in range(50):  # short kernels finish within a few µs: spin before sleeping on the condition
+      if sig._v.value >= value: return True
+    with self.sig_cv:
+      while sig._v.value < value:
+        self._check_fault()
+        left = deadline - time.perf_counter()
+        if left <= 0: return False
+        self.sig_cv.wait(min(left, 0.05))
+    return True
+
+  def queue_state(self) -> str:
+    return (f"{self.device}: timeline {self.timeline_signal.va_addr:#x} value {self.timeline_signal.value}, last submitted "
+            f"{self.timeline_value - 1}\n" + "\n".join(e.describe() for e in self.engines.values()))
+
+  def synchronize(self, timeout_ms: int | None = None) -> None:
+    if self.closed: return  # nothing runs on a closed device
+    super().synchronize(timeout_ms)
+    while self._zombies: self._zombies.pop().close()
+
+  def close(self) -> None:
+    """Drain (briefly), stop the queue workers and give back their rings and the allocator's cache.
+    Signal and kernel-args memory stays mapped: Python objects may still read it. Exiting without
+    close never hangs: the workers are daemon threads."""
+    if self.closed: return
+    try: self.synchronize(timeout_ms=1000)
+    except Exception: pass  # a stuck queue is not drained; close anyway
+    self.closed = True
+    for e in self.engines.values(): e.stop()
+    for e in self.engines.values():
+      e.thread.join(timeout=1.0)
+      if not e.thread.is_alive(): e.unmap()
+    self.allocator.free_cache()
+    Device.forget(self.device, self)

@@ -1,0 +1,180 @@
+"""HCQDevice: the generic part of a hardware-command-queue device (timeline, kernel args, programs, copies)."""
+from __future__ import annotations
+import ctypes, os, threading, time
+from dataclasses import dataclass
+from typing import Any, Hashable, Sequence
+from baregrad.hal import Compiled, Device, LRUAllocator, Program
+from baregrad.hcq.signal import HCQSignal, SignalPool
+from baregrad.hcq.queue import HWQueue, HCQArgsState
+
+@dataclass
+class HCQBuffer:
+  """Device memory: `va_addr` is what commands use; `cpu_addr` is the host mapping (None if not mapped)."""
+  va_addr: int
+  size: int
+  cpu_addr: int | None = None
+  view_of: HCQBuffer | None = None
+  meta: Any = None
+  def offset(self, off: int, size: int) -> HCQBuffer:
+    return HCQBuffer(self.va_addr + off, size, None if self.cpu_addr is None else self.cpu_addr + off, self.view_of or self)
+
+class HCQDevice(Compiled):
+  """Subclasses pass their queue types and implement `_alloc_shared(size) -> HCQBuffer` (memory the host
+  and the device both see, for signals, kernel args and staging) and `queue_state() -> str`."""
+  signal_t: type[HCQSignal] = HCQSignal
+  ticks_per_us: float = 1.0
+  default_timeout_ms: int = 30000
+
+  def __init__(self, device: str, allocator: Any, renderer: Any, compiler: Any, runtime: type | None,
+               compute_queue_t: type[HWQueue], copy_queue_t: type[HWQueue] | None = None,
+               kernargs_size: int = 16 << 20, signal_pool_size: int = 64 << 10) -> None:
+    super().__init__(device, allocator, renderer, compiler, runtime)
+    self.compute_queue_t, self.copy_queue_t = compute_queue_t, copy_queue_t
+    self.default_timeout_ms = int(os.environ.get("HCQ_TIMEOUT_MS", self.default_timeout_ms))
+    pool_mem = self._alloc_shared(signal_pool_size)
+    assert pool_mem.cpu_addr is not None
+    self.signal_pool = SignalPool(pool_mem.cpu_addr, pool_mem.va_addr, signal_pool_size)
+    self.timeline_signal = self.signal_t(self, value=0)
+    self.timeline_value = 1  # the value the next submission signals
+    self.kernargs = self._alloc_shared(kernargs_size)
+    self._kernargs_off = 0
+    self._lock = threading.Lock()
+    # reserving a timeline value and submitting must be atomic: otherwise two host threads can queue
+    # "wait N; signal N+1" ahead of "wait N-1; signal N" on one FIFO queue and deadlock it
+    self.submit_lock = threading.Lock()
+
+  def next_timeline(self) -> int:
+    """Reserve the next timeline value (the one a submission will signal)."""
+    v = self.timeline_value
+    self.timeline_value += 1
+    return v
+
+  def synchronize(self, timeout_ms: int | None = None) -> None:
+    self.timeline_signal.wait(self.timeline_value - 1, timeout_ms)
+
+  def alloc_kernargs(self, size: int) -> tuple[int, int]:
+    """(cpu_addr, va_addr) of `size` bytes in the kernel-args ring. On wrap the device is synchronized,
+    so nothing still in flight reads memory that is handed out again."""
+    size = (size + 63) & ~63
+    if size > self.kernargs.size: raise ValueError(f"{size} bytes of kernel args exceed the ring of {self.kernargs.size} bytes")
+    with self._lock:
+      if self._kernargs_off + size > self.kernargs.size:
+        self.synchronize()
+        self._kernargs_off = 0
+      off, self._kernargs_off = self._kernargs_off, self._kernargs_off + size
+    assert self.kernargs.cpu_addr is not None
+    return self.kernargs.cpu_addr + off, self.kernargs.va_addr + off
+
+  def alloc_args_memory(self, size: int) -> tuple[int, int]:
+    """(cpu_addr, va_addr) of dedicated kernel-args memory that is never reused: for recorded queues
+    (graphs) whose args must outlive the ring (pass it as fill_kernargs(..., kernargs=...))."""
+    m = self._alloc_shared(size)
+    assert m.cpu_addr is not None
+    return m.cpu_addr, m.va_addr
+
+  # --- what a driver provides
+  def _alloc_shared(self, size: int) -> HCQBuffer: raise NotImplementedError
+  def queue_state(self) -> str:
+    """The queues' state in words (what each is executing or waiting on); put into timeout messages."""
+    return f"{self.device}: timeline value {self.timeline_signal.value}, last submitted {self.timeline_value - 1}"
+  def _signal_written(self) -> None:
+    """The host wrote a signal; devices whose queues sleep on signal memory wake them here."""
+  def _check_fault(self) -> None:
+    """Raise if a queue has faulted (a host wait must not sit out its timeout on a dead queue)."""
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+    """Poll the signal memory until value >= `value`; False on timeout. Spins briefly, then backs off."""
+    deadline, delay, spins = time.perf_counter() + timeout_s, 1e-5, 0
+    while sig._v.value < value:
+      self._check_fault()
+      if time.perf_counter() > deadline: return False
+      spins += 1
+      if spins > 200:
+        time.sleep(delay)
+        delay = min(delay * 2, 1e-3)
+    return True
+
+class HCQProgram(Program):
+  """Launches through the compute queue: wait(timeline) -> [timestamp] -> exec -> [timestamp] -> signal(timeline)."""
+  args_state_t: type[HCQArgsState] = HCQArgsState
+
+  def __init__(self, device: HCQDevice, name: str, lib: bytes) -> None:
+    super().__init__(device, name, lib)
+    self.dev = device
+
+  def kernargs_size(self, nbufs: int, nvals: int) -> int: return 8 * (nbufs + nvals)
+
+  def fill_kernargs(self, bufs: Sequence[Any], vals: Sequence[int] = (), kernargs: tuple[int, int] | None = None) -> HCQArgsState:
+    """Write the args (buffer addresses, then values) into `kernargs` (cpu_addr, va_addr), or into the ring,
+    which is reused once it wraps: a queue recorded for replay should pass dev.alloc_args_memory(...)."""
+    bufs = [b._buf if hasattr(b, "_buf") else b for b in bufs]  # accept hal Buffers as well as HCQBuffers
+    cpu, va = kernargs if kernargs is not None else self.dev.alloc_kernargs(self.kernargs_size(len(bufs), len(vals)))
+    return self.args_state_t(cpu, va, self, bufs, vals)
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    dev = self.dev
+    args = self.fill_kernargs(bufs, vals)
+    q = dev.compute_queue_t()
+    if wait: st, en = dev.signal_t(dev), dev.signal_t(dev)
+    with dev.submit_lock:
+      q.wait(dev.timeline_signal, dev.timeline_value - 1)
+      if wait: q.timestamp(st)
+      q.exec(self, args, global_size, local_size)
+      if wait: q.timestamp(en)
+      q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    if not wait: return None
+    dev.synchronize()
+    return (en.timestamp - st.timestamp) / dev.ticks_per_us / 1e6
+
+class HCQAllocator(LRUAllocator):
+  """Copies between host and device go through the copy queue (or the compute queue) via two staging
+  buffers in shared memory, so filling one overlaps the device copying the other."""
+  def __init__(self, dev: HCQDevice, staging_size: int = 2 << 20) -> None:
+    super().__init__(dev.device)
+    self.dev, self.staging_size = dev, staging_size
+    self._staging: list[HCQBuffer] = []
+    self._staging_done = [0, 0]  # timeline value after which staging[i] is free again
+    self._copy_lock = threading.Lock()  # the staging buffers are shared by all host threads
+
+  def _stage(self, i: int) -> tuple[HCQBuffer, memoryview]:
+    if not self._staging: self._staging = [self.dev._alloc_shared(self.staging_size) for _ in range(2)]
+    s = self._staging[i]
+    assert s.cpu_addr is not None
+    return s, memoryview((ctypes.c_char * s.size).from_address(s.cpu_addr)).cast("B")
+
+  def _queue(self) -> HWQueue: return (self.dev.copy_queue_t or self.dev.compute_queue_t)()
+
+  def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
+    with self._copy_lock: self._copyin_locked(dest, src)
+  def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+    with self._copy_lock: self._copyout_locked(dest, src)
+
+  def _copyin_locked(self, dest: HCQBuffer, src: memoryview) -> None:
+    dev = self.dev
+    for n, off in enumerate(range(0, src.nbytes, self.staging_size)):
+      k, size = n % 2, min(self.staging_size, src.nbytes - off)
+      dev.timeline_signal.wait(self._staging_done[k])
+      s, mv = self._stage(k)
+      mv[:size] = src[off:off + size]
+      with dev.submit_lock:
+        self._staging_done[k] = tv = dev.next_timeline()
+        self._queue().wait(dev.timeline_signal, tv - 1).copy(dest.va_addr + off, s.va_addr, size) \
+                     .signal(dev.timeline_signal, tv).submit(dev)
+
+  def _copyout_locked(self, dest: memoryview, src: HCQBuffer) -> None:
+    dev = self.dev
+    for off in range(0, dest.nbytes, self.staging_size):
+      size = min(self.staging_size, dest.nbytes - off)
+      dev.timeline_signal.wait(self._staging_done[0])
+      s, mv = self._stage(0)
+      with dev.submit_lock:
+        tv = dev.next_timeline()
+        self._queue().wait(dev.timeline_signal, tv - 1).copy(s.va_addr, src.va_addr + off, size) \
+                     .signal(dev.timeline_signal, tv).submit(dev)
+      dev.timeline_signal.wait(tv)
+      self._staging_done[0] = tv
+      dest[off:off + size] = mv[:size]
+
+  def _offset(self, opaque: HCQBuffer, offset: int, size: int) -> HCQBuffer: return opaque.offset(offset, size)
+
+__all__ = ["HCQBuffer", "HCQDevice", "HCQProgram", "HCQAllocator", "Device"]

@@ -1,0 +1,129 @@
+"""HWQueue: abstract commands recorded into an encoded command buffer that can be patched and resubmitted.
+
+A driver subclass encodes each command into 32-bit words (`_enc_*`) and names the words that hold
+each patchable field; the base class keeps the index so update_* can rewrite those words in place."""
+from __future__ import annotations
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+@dataclass
+class Cmd:
+  kind: str
+  start: int                  # first word of the command in HWQueue.words
+  nwords: int
+  fields: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (word offset in the command, nwords)
+
+class HCQArgsState:
+  """Kernel arguments written into argument memory; patch them in place for replays."""
+  def __init__(self, cpu_addr: int, va_addr: int, prg: Any, bufs: Sequence[Any], vals: Sequence[int]) -> None:
+    self.cpu_addr, self.va_addr, self.prg, self.bufs, self.vals = cpu_addr, va_addr, prg, list(bufs), list(vals)
+  def update_buffer(self, i: int, addr: int) -> None: raise NotImplementedError
+  def update_var(self, i: int, value: int) -> None: raise NotImplementedError
+
+class HWQueue:
+  def __init__(self) -> None:
+    self.words = array("I")
+    self.cmds: list[Cmd] = []
+    self._refs: list[Any] = []  # signals, programs, args: must outlive the queue's commands
+
+  def __len__(self) -> int: return len(self.cmds)
+  @property
+  def last(self) -> int:
+    """Index of the most recently recorded command (what update_* take)."""
+    return len(self.cmds) - 1
+
+  # --- recording (each returns self so commands chain)
+  def wait(self, signal: Any, value: int) -> HWQueue:
+    self._refs.append(signal)
+    return self._add("wait", *self._enc_wait(signal.va_addr, value))
+  def signal(self, signal: Any, value: int) -> HWQueue:
+    self._refs.append(signal)
+    return self._add("signal", *self._enc_signal(signal.va_addr, value))
+  def timestamp(self, signal: Any) -> HWQueue:
+    self._refs.append(signal)
+    return self._add("timestamp", *self._enc_timestamp(signal.timestamp_va_addr))
+  def exec(self, prg: Any, args_state: HCQArgsState, global_size: Sequence[int], local_size: Sequence[int] = (1, 1, 1)) -> HWQueue:
+    self._refs += [prg, args_state]
+    return self._add("exec", *self._enc_exec(prg, args_state, _dims(global_size, "global_size"), _dims(local_size, "local_size")))
+  def copy(self, dest: int, src: int, nbytes: int) -> HWQueue: return self._add("copy", *self._enc_copy(dest, src, nbytes))
+  def memory_barrier(self) -> HWQueue: return self._add("barrier", *self._enc_memory_barrier())
+
+  def submit(self, dev: Any) -> HWQueue:
+    if self.cmds: self._submit(dev)
+    return self
+
+  # --- patching
+  def update_wait(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
+    self._check(i, "wait")
+    if signal is not None: self._refs.append(signal); self._put(i, "addr", signal.va_addr)
+    if value is not None: self._put(i, "value", value)
+    return self
+  def update_signal(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
+    self._check(i, "signal")
+    if signal is not None: self._refs.append(signal); self._put(i, "addr", signal.va_addr)
+    if value is not None: self._put(i, "value", value)
+    return self
+  def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
+    self._check(i, "exec")
+    if global_size is not None:
+      for n, g in zip(("gx", "gy", "gz"), _dims(global_size, "global_size")): self._put(i, n, g)
+    if local_size is not None:
+      for n, l in zip(("lx", "ly", "lz"), _dims(local_size, "local_size")): self._put(i, n, l)
+    return self
+  def update_copy(self, i: int, dest: int | None = None, src: int | None = None, nbytes: int | None = None) -> HWQueue:
+    self._check(i, "copy")
+    for n, v in (("dest", dest), ("src", src), ("nbytes", nbytes)):
+      if v is not None: self._put(i, n, v)
+    return self
+
+  def field(self, i: int, name: str) -> int:
+    """Read a field of command i back from the encoded words."""
+    c = self.cmds[i]
+    off, n = c.fields[name]
+    off += c.start
+    return sum(self.words[off + j] << (32 * j) for j in range(n))
+
+  def decode(self) -> str:
+    """The encoded buffer in words: one line per command, fields read back from the words."""
+    out = []
+    for i, c in enumerate(self.cmds):
+      fs = " ".join(f"{k}={self.field(i, k):#x}" if k in ("addr", "dest", "src", "fxn", "args") else f"{k}={self.field(i, k)}"
+                    for k in c.fields)
+      out.append(f"[{i:3d}] @{c.start:5d} {c.kind:<9s} {fs}")
+    return "\n".join(out)
+
+  # --- internals
+  def _add(self, kind: str, words: Sequence[int], fields: dict[str, tuple[int, int]]) -> HWQueue:
+    start = len(self.words)
+    try: self.words.extend(words)
+    except OverflowError:
+      raise ValueError(f"{kind}: a field does not fit its 32-bit words (negative, or too large): {list(words)}") from None
+    self.cmds.append(Cmd(kind, start, len(words), fields))  # fields is usually a shared per-op table: never mutate it
+    return self
+  def _check(self, i: int, kind: str) -> None:
+    if not -len(self.cmds) <= i < len(self.cmds): raise IndexError(f"command {i} out of range: queue has {len(self.cmds)} commands")
+    if self.cmds[i].kind != kind: raise ValueError(f"command {i} is a {self.cmds[i].kind}, not a {kind}")
+  def _put(self, i: int, name: str, value: int) -> None:
+    c = self.cmds[i]
+    off, n = c.fields[name]
+    off += c.start
+    if value < 0 or value >= 1 << (32 * n): raise ValueError(f"{name}={value} does not fit in {32 * n} bits")
+    for j in range(n): self.words[off + j] = (value >> (32 * j)) & 0xFFFFFFFF
+
+  # --- what a driver implements: return (words, {field: (offset in command, nwords)})
+  def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]: raise NotImplementedError
+  def _enc_signal(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]: raise NotImplementedError
+  def _enc_timestamp(self, addr: int) -> tuple[list[int], dict[str, tuple[int, int]]]: raise NotImplementedError
+  def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> tuple[list[int], dict[str, tuple[int, int]]]:
+    raise NotImplementedError(f"{type(self).__name__} cannot execute kernels")
+  def _enc_copy(self, dest: int, src: int, nbytes: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
+    raise NotImplementedError(f"{type(self).__name__} cannot copy")
+  def _enc_memory_barrier(self) -> tuple[list[int], dict[str, tuple[int, int]]]: return [], {}
+  def _submit(self, dev: Any) -> None: raise NotImplementedError
+
+def _dims(x: Sequence[int], what: str) -> tuple[int, int, int]:
+  if type(x) is tuple and len(x) == 3: return x  # type: ignore[return-value]  # the common case, kept cheap
+  t = tuple(int(v) for v in x) + (1,) * (3 - len(x))
+  if len(t) != 3 or any(v < 0 for v in t): raise ValueError(f"{what} must be up to 3 non-negative ints, got {tuple(x)}")
+  return t  # type: ignore[return-value]

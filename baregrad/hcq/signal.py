@@ -1,0 +1,67 @@
+"""HCQ signals: a 64-bit value and a 64-bit timestamp in memory both the host and the device see."""
+from __future__ import annotations
+import ctypes, threading
+from typing import Any
+
+class HCQTimeout(TimeoutError):
+  """A host wait ran out of time; the message carries the device's queue state in words."""
+
+class SignalPool:
+  """Fixed-size slots carved from one shared allocation; signals are created and dropped often."""
+  SLOT = 16  # value u64 at +0, timestamp u64 at +8
+
+  def __init__(self, cpu_addr: int, va_addr: int, size: int) -> None:
+    self.cpu_addr, self.va_addr, self.size = cpu_addr, va_addr, size
+    self._free = list(range(size // self.SLOT - 1, -1, -1))
+    self._lock = threading.Lock()
+
+  def take(self) -> int:
+    with self._lock:
+      if not self._free: raise RuntimeError(f"signal pool exhausted ({self.size // self.SLOT} signals in use); drop unused signals")
+      return self._free.pop()
+
+  def give(self, slot: int) -> None:
+    with self._lock: self._free.append(slot)
+
+  @property
+  def in_use(self) -> int: return self.size // self.SLOT - len(self._free)
+
+class HCQSignal:
+  """`HCQSignal(dev, value=0)` takes a slot from dev.signal_pool. `va_addr` is what commands reference,
+  `cpu_addr` what the host reads (the same on the CPU device)."""
+  def __init__(self, dev: Any, value: int = 0) -> None:
+    self.dev, self._slot = dev, dev.signal_pool.take()
+    pool: SignalPool = dev.signal_pool
+    self.cpu_addr = pool.cpu_addr + self._slot * SignalPool.SLOT
+    self.va_addr = pool.va_addr + self._slot * SignalPool.SLOT
+    self.timestamp_va_addr = self.va_addr + 8
+    self._v, self._ts = ctypes.c_uint64.from_address(self.cpu_addr), ctypes.c_uint64.from_address(self.cpu_addr + 8)
+    self._ts.value = 0
+    self.value = value
+
+  @property
+  def value(self) -> int: return self._v.value
+  @value.setter
+  def value(self, v: int) -> None:
+    self._v.value = v
+    self.dev._signal_written()  # the device side may sleep on signal memory: wake it
+
+  @property
+  def timestamp(self) -> int:
+    """The last timestamp a queue wrote here, in device ticks."""
+    return self._ts.value
+  def timestamp_us(self) -> float: return self._ts.value / self.dev.ticks_per_us
+
+  def wait(self, value: int, timeout_ms: int | None = None) -> None:
+    """Block until value >= `value`; HCQTimeout after timeout_ms (default: the device's)."""
+    t = self.dev.default_timeout_ms if timeout_ms is None else timeout_ms
+    if self._v.value >= value: return
+    if not self.dev._wait_signal(self, value, t / 1000.0):
+      raise HCQTimeout(f"{self.dev.device}: timed out after {t} ms waiting for signal {self.va_addr:#x} >= {value} "
+                       f"(it is {self.value})\n{self.dev.queue_state()}")
+
+  def __del__(self) -> None:
+    try: self.dev.signal_pool.give(self._slot)
+    except Exception: pass
+
+  def __repr__(self) -> str: return f"<HCQSignal {self.va_addr:#x} value={self.value}>"
