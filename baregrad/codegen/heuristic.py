@@ -34,6 +34,7 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   acc = _strides(k)
   itemsize = max((u.src[0].dtype.base.itemsize for u, _ in acc), default=4)
   vec = max(1, 64 // itemsize)   # one 512-bit register of elements
+  if not ren.vectorized: vec = min(vec, 4)  # scalar code: lanes become separate registers
   out_axes = [a.orig for a in k.axes if a.kind == "loop"]
   red_axes = [a.orig for a in k.axes if a.kind == "reduce"]
   stores = [s for u, s in acc if u.op is Ops.STORE]
@@ -49,8 +50,7 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       if amt_j > 1 and (n := _loop_index(k, j)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt_j))
       for i in reuse:
         if i == j: continue
-        amt_i = _largest_divisor(k.full_shape[i], max(1, 256 // max(k.lanes, 1)) if k.lanes > 1 else 8)
-        amt_i = min(amt_i, 8)
+        amt_i = min(_largest_divisor(k.full_shape[i], max(1, 256 // max(k.lanes, 1)) if k.lanes > 1 else 8), 8 if ren.vectorized else 4)
         if amt_i > 1 and (n := _loop_index(k, i)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt_i))
         break
     elif any(contiguous_in(loads, r) for r in red_axes):

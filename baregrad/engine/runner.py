@@ -14,7 +14,7 @@ class CompiledRunner:
     self.spec, self.device = spec, Device.canonicalize(device)
     dev = Device[self.device]
     self.lib = dev.compiler.compile_cached(spec.src)
-    self.prg = dev.runtime(spec.name, self.lib)
+    self.prg = dev.runtime(dev, spec.name, self.lib)
 
   def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
     """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
