@@ -12,6 +12,9 @@ class Ops(Enum):
   CONST = auto(); VCONST = auto()
   REDUCE_AXIS = auto(); REDUCE = auto(); RANGE = auto(); ENDRANGE = auto(); ASSIGN = auto()
   IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto(); NOOP = auto()
+  # tensor graph
+  BUFFER = auto(); COPY = auto(); CONTIGUOUS = auto(); DETACH = auto()
+  RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
   # vectors
   VECTORIZE = auto(); GEP = auto()
   # type changes
@@ -36,6 +39,7 @@ class GroupOp:
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX}
   Transcendental = {Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT}
   Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
+  Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
 class UOpMeta(type):
   """Hash-consing: constructing a node equal to a live one returns that very object."""

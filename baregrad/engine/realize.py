@@ -1,0 +1,50 @@
+"""Run a schedule: allocate buffers (reusing intermediates' memory once they are dead), compile, launch."""
+from __future__ import annotations
+import sys
+from baregrad.helpers import DEBUG, getenv
+from baregrad.hal import Buffer, Device
+from baregrad.engine.schedule import ScheduleItem
+from baregrad.engine.graph import BufRef
+from baregrad.engine.runner import compile_ast
+
+# observers of executed items (the jit captures through this)
+capturing: list = []
+
+def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
+  """Intermediate buffers (not in keep) share memory when their lifetimes don't overlap: returns, for each
+  intermediate BufRef id, the BufRef whose memory it takes."""
+  last: dict[int, int] = {}
+  for i, it in enumerate(items):
+    for b in it.bufs: last[b.id] = i
+  free: dict[tuple, list[BufRef]] = {}
+  assign: dict[int, BufRef] = {}
+  for i, it in enumerate(items):
+    out = it.bufs[0]
+    if out.id not in keep and out.buf is None and out.id not in assign:
+      key = (out.device, out.size * out.dtype.itemsize)
+      if free.get(key): assign[out.id] = free[key].pop()
+    for b in it.bufs:
+      if last[b.id] == i and b.id not in keep:
+        host = assign.get(b.id, b)
+        free.setdefault((b.device, b.size * b.dtype.itemsize), []).append(host)
+  return assign
+
+def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
+  assign = plan_memory(items, keep or set()) if not getenv("NO_MEMPLAN", 0) else {}
+  for it in items:
+    out = it.bufs[0]
+    if out.buf is None and out.id in assign:
+      host = assign[out.id].ensure()
+      out.buf = Buffer(out.device, out.size, out.dtype, base=host.base, offset=host.offset) if host.dtype != out.dtype or host.size != out.size else host
+    for b in it.bufs: b.ensure()
+    if it.kind == "copy":
+      dst, src = it.bufs[0].buf, it.bufs[1].buf
+      Device[src.device].synchronize()
+      data = src.copyout(memoryview(bytearray(src.nbytes)))
+      dst.copyin(data)
+      if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes", file=sys.stderr)
+      for c in capturing: c.add_copy(it)
+      continue
+    runner = compile_ast(it.ast, out.device)
+    runner([b.buf for b in it.bufs])
+    for c in capturing: c.add_kernel(runner, it)

@@ -1,0 +1,142 @@
+"""Cut a tensor graph into kernels. Fusion is the default: elementwise chains, elementwise ops into a reduction's
+input and output, and movement ops (pushed down to the loads) all land in one kernel. A node is realized (gets
+a buffer and its own kernel) only at true boundaries:
+  - what the caller asked for, COPY, CONTIGUOUS and ASSIGN;
+  - a reduction whose result is moved (reshaped, expanded, ...) or reduced again;
+  - a padded view of a computed value (the padding must be zeros, not f(0));
+  - a second reduction in one kernel over a different iteration space.
+"""
+from __future__ import annotations
+from dataclasses import dataclass, field
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.view import ShapeTracker
+from baregrad.codegen.astbuild import gbuf
+from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements
+
+@dataclass
+class ScheduleItem:
+  ast: UOp | None          # kernel AST; None for a copy between devices
+  bufs: list[BufRef]       # by the kernel's buffer numbers: bufs[0] is written
+  kind: str = "kernel"     # "kernel" or "copy"
+  srcnode: UOp | None = field(default=None, repr=False)
+
+class _NeedRealize(Exception):
+  def __init__(self, u: UOp): self.u = u
+
+def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
+  """upper (root index -> this node's index) followed by lower (this node -> its source)."""
+  if len(upper.views) == 1 and upper.views[0].is_contiguous and upper.shape == lower.shape: return lower
+  if len(lower.views) == 1 and lower.views[0].is_contiguous and upper.views[0].shape == lower.shape: return upper
+  return ShapeTracker(lower.views + upper.views)
+
+def _is_buffer_view(u: UOp) -> bool: return base_of(u).op is Ops.BUFFER
+
+class _KernelBuilder:
+  def __init__(self, realized: dict[UOp, BufRef]):
+    self.realized = realized
+    self.bufs: list[BufRef] = []
+    self.memo: dict[tuple[UOp, ShapeTracker, bool], UOp] = {}
+    self.reduce_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+
+  def buf_index(self, ref: BufRef) -> int:
+    for i, b in enumerate(self.bufs):
+      if b is ref: return i
+    self.bufs.append(ref)
+    return len(self.bufs) - 1
+
+  def load(self, ref: BufRef, st: ShapeTracker) -> UOp:
+    return UOp(Ops.LOAD, ref.dtype, (gbuf(self.buf_index(ref), ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
+
+  def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
+    key = (u, st, in_reduce)
+    if key in self.memo: return self.memo[key]
+    if not root and u in self.realized: out = self.load(self.realized[u], st)
+    elif u.op is Ops.BUFFER: out = self.load(u.arg, st)
+    elif u.op in GroupOp.Movement:
+      inner, vst = fold_movements(u)
+      if any(v.mask is not None for v in vst.views) and not (inner.op in (Ops.BUFFER, Ops.CONST) or inner in self.realized):
+        raise _NeedRealize(inner)
+      out = self.lower(inner, compose(vst, st), in_reduce)
+    elif u.op is Ops.CONST:
+      masked = any(v.mask is not None for v in st.views)
+      out = UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked else UOp.const(u.dtype, u.arg)
+    elif u.op is Ops.REDUCE_AXIS:
+      if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
+      ishape = shape_of(u.src[0])
+      self.reduce_shapes.add((ishape, tuple(sorted(u.arg[1]))))
+      if len({s for s, _ in self.reduce_shapes}) > 1: raise _NeedRealize(u)
+      out = UOp(Ops.REDUCE_AXIS, u.dtype, (self.lower(u.src[0], ShapeTracker.from_shape(ishape), True),), u.arg)
+    elif u.op is Ops.DETACH: out = self.lower(u.src[0], st, in_reduce)
+    elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
+      out = u.replace(src=tuple(self.lower(s, st, in_reduce) for s in u.src))
+    elif u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): raise _NeedRealize(u)
+    else: raise NotImplementedError(f"schedule: cannot lower {u.op}")
+    self.memo[key] = out
+    return out
+
+def _value_of(u: UOp) -> UOp:
+  return u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u
+
+def create_schedule(targets: list[UOp], device_for: dict[UOp, str] | None = None) -> tuple[list[ScheduleItem], dict[UOp, BufRef]]:
+  """Kernels that compute every target, in order; returns them and the buffer each realized node lives in."""
+  device_for = device_for or {}
+  realized: dict[UOp, BufRef] = {}
+  # a node already backed by a buffer needs no kernel
+  for u in _all_nodes(targets):
+    if u.op is Ops.ASSIGN:
+      tgt = u.src[0]
+      if tgt.op is not Ops.BUFFER: raise ValueError("ASSIGN target must be a realized buffer")
+  must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
+  for u in _all_nodes(targets):
+    if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
+    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+  while True:
+    items: list[ScheduleItem] = []
+    realized.clear()
+    order = [u for u in _all_nodes(targets) if u in must]
+    try:
+      for u in order:
+        if u.op is Ops.COPY:
+          src = u.src[0]
+          sref = _src_ref(src, realized)
+          ref = BufRef(u.arg, numel(u), u.dtype)
+          realized[u] = ref
+          items.append(ScheduleItem(None, [ref, sref], "copy", u))
+          continue
+        dev = device_for.get(u) or device_of(u)
+        if dev is None: raise ValueError("cannot tell which device computes this tensor (it has no buffers): give it a device")
+        ref = u.src[0].arg if u.op is Ops.ASSIGN else BufRef(dev, numel(u), u.dtype)
+        kb = _KernelBuilder(realized)
+        kb.buf_index(ref)
+        val = _value_of(u)
+        shape = shape_of(u)
+        st = ShapeTracker.from_shape(shape)
+        lowered = kb.lower(val, st, False, root=True)
+        if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
+        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
+        if u.op is Ops.ASSIGN and any(b is ref for b in kb.bufs[1:]): ast = _assign_check(ast, kb, ref)
+        realized[u] = ref
+        items.append(ScheduleItem(ast, kb.bufs, "kernel", u))
+      return items, realized
+    except _NeedRealize as e:
+      if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
+      must.add(e.u)
+
+def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> UOp:
+  # reading the buffer being written is fine only where every element reads its own position (x += y)
+  for u in ast.toposort():
+    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg] is ref and not u.src[1].arg.contiguous:
+      raise ValueError("ASSIGN reads its own target through a view: the result would depend on the order of writes")
+  return ast
+
+def _src_ref(src: UOp, realized: dict[UOp, BufRef]) -> BufRef:
+  if src in realized: return realized[src]
+  if src.op is Ops.BUFFER: return src.arg
+  raise _NeedRealize(src)
+
+def _all_nodes(targets: list[UOp]) -> list[UOp]:
+  seen: dict[UOp, None] = {}
+  for t in targets:
+    for u in t.toposort(): seen.setdefault(u, None)
+  return list(seen)
