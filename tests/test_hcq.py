@@ -347,3 +347,15 @@ def test_cpu_encode_decode_roundtrip(cmds, data):
     elif c[0] == "exec": assert (f["fxn"], f["args"], f["gx"], f["lx"]) == c[1:]
   assert p == len(ws)
   assert len(q.decode().splitlines()) == len(cmds)
+
+def test_hwqueue_high_word_first_fields():
+  """Drivers whose hardware stores addresses high word first (NV semaphores) mark the field so."""
+  class Q(HWQueue):
+    def _enc_wait(self, addr, value):
+      return [0xAA, addr >> 32, addr & 0xFFFFFFFF, value & 0xFFFFFFFF, value >> 32], {"addr": (1, 2, True), "value": (3, 2)}
+  q = Q().wait(_Sig(0x1122334455667788), 5)
+  assert list(q.words) == [0xAA, 0x11223344, 0x55667788, 5, 0] and q.field(0, "addr") == 0x1122334455667788
+  q.update_wait(0, _Sig(0x99AABBCCDDEEFF00), 2**40)
+  assert list(q.words) == [0xAA, 0x99AABBCC, 0xDDEEFF00, 0, 0x100]
+  assert "addr=0x99aabbccddeeff00 value=1099511627776" in q.decode()
+  with pytest.raises(ValueError, match="does not fit"): q.update_wait(0, value=2**64)

@@ -1,7 +1,8 @@
 """HWQueue: abstract commands recorded into an encoded command buffer that can be patched and resubmitted.
 
 A driver subclass encodes each command into 32-bit words (`_enc_*`) and names the words that hold
-each patchable field; the base class keeps the index so update_* can rewrite those words in place."""
+each patchable field (offset, nwords[, high word first]); the base class keeps the index so update_*
+can rewrite those words in place. Command i is the i-th recorded command (`q.last` right after it)."""
 from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ class Cmd:
   kind: str
   start: int                  # first word of the command in HWQueue.words
   nwords: int
-  fields: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (word offset in the command, nwords)
+  # name -> (word offset in the command, nwords) or (offset, nwords, True) for a field stored high word first
+  fields: dict[str, tuple] = field(default_factory=dict)
 
 class HCQArgsState:
   """Kernel arguments written into argument memory; patch them in place for replays."""
@@ -80,9 +82,9 @@ class HWQueue:
   def field(self, i: int, name: str) -> int:
     """Read a field of command i back from the encoded words."""
     c = self.cmds[i]
-    off, n = c.fields[name]
+    off, n, *hi_first = c.fields[name]
     off += c.start
-    return sum(self.words[off + j] << (32 * j) for j in range(n))
+    return sum(self.words[off + j] << (32 * (n - 1 - j if hi_first and hi_first[0] else j)) for j in range(n))
 
   def decode(self) -> str:
     """The encoded buffer in words: one line per command, fields read back from the words."""
@@ -106,10 +108,10 @@ class HWQueue:
     if self.cmds[i].kind != kind: raise ValueError(f"command {i} is a {self.cmds[i].kind}, not a {kind}")
   def _put(self, i: int, name: str, value: int) -> None:
     c = self.cmds[i]
-    off, n = c.fields[name]
+    off, n, *hi_first = c.fields[name]
     off += c.start
     if value < 0 or value >= 1 << (32 * n): raise ValueError(f"{name}={value} does not fit in {32 * n} bits")
-    for j in range(n): self.words[off + j] = (value >> (32 * j)) & 0xFFFFFFFF
+    for j in range(n): self.words[off + j] = (value >> (32 * (n - 1 - j if hi_first and hi_first[0] else j))) & 0xFFFFFFFF
 
   # --- what a driver implements: return (words, {field: (offset in command, nwords)})
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]: raise NotImplementedError
