@@ -263,18 +263,25 @@ def test_cpu_debug7_disassembles(cpu_object, capsys):
   out = capsys.readouterr().out
   assert "inc" in out and len(out.splitlines()) > 3
 
-def test_cpu_exit_with_stuck_queue_does_not_hang():
-  code = textwrap.dedent("""
-    from baregrad.hal import Device
+def test_cpu_exit_with_stuck_queue_does_not_hang(cpu_object, tmp_path):
+  (tmp_path / "k.o").write_bytes(cpu_object)
+  code = textwrap.dedent(f"""
+    from baregrad.hal import Device, Buffer
     from baregrad.hcq import HCQSignal
+    from baregrad.ir.dtype import dtypes
     dev = Device["CPU"]
+    prg = dev.runtime(dev, "inc", open({str(tmp_path / "k.o")!r}, "rb").read())
+    buf = Buffer("CPU", 4, dtypes.int32).allocate()
     never = HCQSignal(dev)
     dev.compute_queue_t().wait(never, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    prg(buf._buf, global_size=(4, 1, 1))  # queued behind the stuck wait; its program is freed at exit
     print("submitted")
   """)
+  t0 = time.perf_counter()
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert r.returncode == 0 and "submitted" in r.stdout, r.stderr
+  assert time.perf_counter() - t0 < 10
 
 def test_cpu_concurrent_host_threads(cpu_object):
   import threading

@@ -4,7 +4,7 @@ encoded command buffers from memory, so ordering, signals, the timeline and patc
 Kernel ABI: void NAME(const uint64_t *args, int64_t start, int64_t end); args = buffer addresses,
 then int64 variable values; the kernel covers [start, end) of global_size[0]."""
 from __future__ import annotations
-import ctypes, errno, mmap, os, threading, time
+import atexit, ctypes, errno, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.helpers import DEBUG, getenv
@@ -16,6 +16,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.restype, _libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
 PAGE = mmap.PAGESIZE
+_EXITING = False  # at interpreter exit nothing is drained: a stuck queue must not stall exit in __del__
+
+@atexit.register
+def _at_exit() -> None:
+  global _EXITING
+  _EXITING = True
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
 def _phys_bytes() -> int:
@@ -317,6 +323,7 @@ class CPUProgram(HCQProgram):
   def __del__(self) -> None:
     # unmapping code a queued exec may still run would crash the process: drain first. The GC may run
     # this on a queue or pool thread, which must not wait for itself: then the host closes it later.
+    if _EXITING: return  # the process is going away: leave the image mapped
     try:
       for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
         e._fxns.pop(self.fxn_addr, None)
