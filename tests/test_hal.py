@@ -96,6 +96,14 @@ def test_views_share_memory():
   assert vv.base is base and vv.offset == 36
   assert np.frombuffer(vv.as_memoryview(), np.int16).tolist() == [-1, -1]
 
+def test_base_outlives_views():
+  base = Buffer("CPU", 8, dtypes.int32).allocate()
+  v = base.view(2, dtypes.int32, 0).allocate()
+  with pytest.raises(RuntimeError, match="1 allocated view"): base.deallocate()
+  v.deallocate()
+  base.deallocate()
+  assert not base.is_allocated()
+
 def test_view_out_of_range():
   base = Buffer("CPU", 16, dtypes.int32)
   with pytest.raises(ValueError, match="outside"): base.view(5, dtypes.int32, 48)
