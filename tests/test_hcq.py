@@ -58,11 +58,18 @@ def hcq_device(request) -> HCQDevice:
   yield dev
   dev.synchronize(timeout_ms=5000)  # a test must leave its device idle
 
+def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
+
+# device base name -> function(request) returning the binary with the kernels fill, inc, slow_fill
+# (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
+KERNEL_PROVIDERS = {"CPU": _cpu_lib}
+
 @pytest.fixture
 def kernel(hcq_device, request):
   """kernel(name) -> a Program for the device under test."""
-  if hcq_device.device.startswith("CPU"): lib = request.getfixturevalue("cpu_object")
-  else: pytest.skip(f"no test kernels for {hcq_device.device} yet")
+  provider = KERNEL_PROVIDERS.get(hcq_device.device.split(":")[0])
+  if provider is None: pytest.skip(f"no test kernels for {hcq_device.device} yet (add one to KERNEL_PROVIDERS)")
+  lib = provider(request)
   return lambda name: hcq_device.runtime(hcq_device, name, lib)
 
 def i32(buf: Buffer) -> list[int]: return np.frombuffer(buf.as_memoryview(), np.int32).tolist()
