@@ -1,6 +1,6 @@
 """HAL: device registry, Buffer, allocators, compiler cache, errors. Runs on the CPU device."""
 from __future__ import annotations
-import gc, os, sys, types
+import gc, sys, types
 import numpy as np
 import pytest
 from baregrad.hal import (Device, Buffer, Compiled, Compiler, CompileError, DeviceUnavailable, OutOfMemory, LRUAllocator,

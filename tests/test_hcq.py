@@ -2,7 +2,7 @@
 
 Kernels follow the CPU ABI: void NAME(const uint64_t *args, int64_t start, int64_t end)."""
 from __future__ import annotations
-import ctypes, os, shutil, subprocess, time
+import os, shutil, subprocess, time
 import numpy as np
 import pytest
 from baregrad.hal import Device, Buffer

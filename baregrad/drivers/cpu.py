@@ -7,7 +7,7 @@ from __future__ import annotations
 import atexit, ctypes, errno, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
-from baregrad.helpers import DEBUG, getenv
+from baregrad.helpers import DEBUG
 from baregrad.hal import Device, OutOfMemory, Compiler, CompileError
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 
@@ -16,13 +16,13 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
 _libc.munmap.restype, _libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
 PAGE = mmap.PAGESIZE
+_MAP_FAILED = ctypes.c_void_p(-1).value
 _EXITING = False  # at interpreter exit nothing is drained: a stuck queue must not stall exit in __del__
 
 @atexit.register
 def _at_exit() -> None:
   global _EXITING
   _EXITING = True
-_MAP_FAILED = ctypes.c_void_p(-1).value
 
 def _phys_bytes() -> int:
   try: return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
