@@ -31,6 +31,9 @@ def test_variant_is_separate_instance(monkeypatch):
   monkeypatch.setenv("DEV", "CPU:C")
   assert Device.variant("CPU") == "C"  # plain CPU follows DEV's variant
 
+def test_unknown_cpu_variant():
+  with pytest.raises(ValueError, match="FOO.*LLVM, C"): Device["CPU:foo"]
+
 def test_unavailable_device_reraises_with_reason(monkeypatch):
   mod = types.ModuleType("baregrad.drivers.qcom")
   class QCOMDevice(Compiled):
