@@ -202,6 +202,7 @@ class QueueEngine:
     self.woff = 0                         # host's write offset in the command ring (bytes)
     self.inflight: deque[tuple[int, int, int]] = deque()  # (entry index, ring offset, bytes) not yet finished
     self.doorbell = threading.Condition()
+    self._host_lock = threading.Lock()
     self.stopped, self.fault = False, None
     self.state = "idle"
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
@@ -212,6 +213,9 @@ class QueueEngine:
 
   # --- host side
   def submit(self, words: Any) -> None:
+    with self._host_lock: self._submit(words)  # host threads must not claim the same ring space
+
+  def _submit(self, words: Any) -> None:
     if self.stopped: raise RuntimeError(f"{self.dev.device} {self.name} queue is closed")
     if self.fault: raise RuntimeError(f"{self.dev.device} {self.name} queue faulted: {self.fault}")
     nbytes = len(words) * 4
