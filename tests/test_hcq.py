@@ -373,3 +373,15 @@ def test_hwqueue_high_word_first_fields():
   assert list(q.words) == [0xAA, 0x99AABBCC, 0xDDEEFF00, 0, 0x100]
   assert "addr=0x99aabbccddeeff00 value=1099511627776" in q.decode()
   with pytest.raises(ValueError, match="does not fit"): q.update_wait(0, value=2**64)
+
+def test_cpu_concurrent_raw_submits():
+  """Host threads submitting straight to one queue (no timeline) each see all their commands run."""
+  import threading
+  dev = Device["CPU"]
+  sigs = [HCQSignal(dev) for _ in range(3)]
+  def work(s: HCQSignal) -> None:
+    for v in range(1, 101): dev.copy_queue_t().memory_barrier().signal(s, v).submit(dev)
+  ts = [threading.Thread(target=work, args=(s,)) for s in sigs]
+  for t in ts: t.start()
+  for t in ts: t.join(timeout=20)
+  for s in sigs: s.wait(100, timeout_ms=5000)
