@@ -27,7 +27,7 @@ class HWQueue:
   def __init__(self) -> None:
     self.words = array("I")
     self.cmds: list[Cmd] = []
-    self._refs: list[Any] = []  # signals, programs, args: must outlive the queue's commands
+    self._refs: dict[tuple[int, str], Any] = {}  # (command, role) -> signal/program/args the words point at: kept alive
 
   def __len__(self) -> int: return len(self.cmds)
   @property
@@ -37,16 +37,16 @@ class HWQueue:
 
   # --- recording (each returns self so commands chain)
   def wait(self, signal: Any, value: int) -> HWQueue:
-    self._refs.append(signal)
+    self._refs[(len(self.cmds), "signal")] = signal
     return self._add("wait", *self._enc_wait(signal.va_addr, value))
   def signal(self, signal: Any, value: int) -> HWQueue:
-    self._refs.append(signal)
+    self._refs[(len(self.cmds), "signal")] = signal
     return self._add("signal", *self._enc_signal(signal.va_addr, value))
   def timestamp(self, signal: Any) -> HWQueue:
-    self._refs.append(signal)
+    self._refs[(len(self.cmds), "signal")] = signal
     return self._add("timestamp", *self._enc_timestamp(signal.timestamp_va_addr))
   def exec(self, prg: Any, args_state: HCQArgsState, global_size: Sequence[int], local_size: Sequence[int] = (1, 1, 1)) -> HWQueue:
-    self._refs += [prg, args_state]
+    self._refs[(len(self.cmds), "prg")], self._refs[(len(self.cmds), "args")] = prg, args_state
     return self._add("exec", *self._enc_exec(prg, args_state, _dims(global_size, "global_size"), _dims(local_size, "local_size")))
   def copy(self, dest: int, src: int, nbytes: int) -> HWQueue: return self._add("copy", *self._enc_copy(dest, src, nbytes))
   def memory_barrier(self) -> HWQueue: return self._add("barrier", *self._enc_memory_barrier())
@@ -58,12 +58,12 @@ class HWQueue:
   # --- patching
   def update_wait(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
     self._check(i, "wait")
-    if signal is not None: self._refs.append(signal); self._put(i, "addr", signal.va_addr)
+    if signal is not None: self._refs[(i % len(self.cmds), "signal")] = signal; self._put(i, "addr", signal.va_addr)
     if value is not None: self._put(i, "value", value)
     return self
   def update_signal(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
     self._check(i, "signal")
-    if signal is not None: self._refs.append(signal); self._put(i, "addr", signal.va_addr)
+    if signal is not None: self._refs[(i % len(self.cmds), "signal")] = signal; self._put(i, "addr", signal.va_addr)
     if value is not None: self._put(i, "value", value)
     return self
   def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
