@@ -1,6 +1,6 @@
 """HAL: device registry, Buffer, allocators, compiler cache, errors. Runs on the CPU device."""
 from __future__ import annotations
-import gc, os, sys, types
+import gc, sys, types
 import numpy as np
 import pytest
 from baregrad.hal import (Device, Buffer, Compiled, Compiler, CompileError, DeviceUnavailable, OutOfMemory, LRUAllocator,
@@ -30,6 +30,9 @@ def test_variant_is_separate_instance(monkeypatch):
   assert Device.variant("CPU") is None
   monkeypatch.setenv("DEV", "CPU:C")
   assert Device.variant("CPU") == "C"  # plain CPU follows DEV's variant
+
+def test_unknown_cpu_variant():
+  with pytest.raises(ValueError, match="FOO.*LLVM, C"): Device["CPU:foo"]
 
 def test_unavailable_device_reraises_with_reason(monkeypatch):
   mod = types.ModuleType("baregrad.drivers.qcom")
@@ -95,6 +98,14 @@ def test_views_share_memory():
   vv = v.view(2, dtypes.int16, 4)  # view of a view points into the root allocation
   assert vv.base is base and vv.offset == 36
   assert np.frombuffer(vv.as_memoryview(), np.int16).tolist() == [-1, -1]
+
+def test_base_outlives_views():
+  base = Buffer("CPU", 8, dtypes.int32).allocate()
+  v = base.view(2, dtypes.int32, 0).allocate()
+  with pytest.raises(RuntimeError, match="1 allocated view"): base.deallocate()
+  v.deallocate()
+  base.deallocate()
+  assert not base.is_allocated()
 
 def test_view_out_of_range():
   base = Buffer("CPU", 16, dtypes.int32)

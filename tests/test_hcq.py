@@ -2,7 +2,7 @@
 
 Kernels follow the CPU ABI: void NAME(const uint64_t *args, int64_t start, int64_t end)."""
 from __future__ import annotations
-import ctypes, os, shutil, subprocess, time
+import os, shutil, subprocess, time
 import numpy as np
 import pytest
 from baregrad.hal import Device, Buffer
@@ -58,11 +58,18 @@ def hcq_device(request) -> HCQDevice:
   yield dev
   dev.synchronize(timeout_ms=5000)  # a test must leave its device idle
 
+def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
+
+# device base name -> function(request) returning the binary with the kernels fill, inc, slow_fill
+# (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
+KERNEL_PROVIDERS = {"CPU": _cpu_lib}
+
 @pytest.fixture
 def kernel(hcq_device, request):
   """kernel(name) -> a Program for the device under test."""
-  if hcq_device.device.startswith("CPU"): lib = request.getfixturevalue("cpu_object")
-  else: pytest.skip(f"no test kernels for {hcq_device.device} yet")
+  provider = KERNEL_PROVIDERS.get(hcq_device.device.split(":")[0])
+  if provider is None: pytest.skip(f"no test kernels for {hcq_device.device} yet (add one to KERNEL_PROVIDERS)")
+  lib = provider(request)
   return lambda name: hcq_device.runtime(hcq_device, name, lib)
 
 def i32(buf: Buffer) -> list[int]: return np.frombuffer(buf.as_memoryview(), np.int32).tolist()
@@ -263,18 +270,25 @@ def test_cpu_debug7_disassembles(cpu_object, capsys):
   out = capsys.readouterr().out
   assert "inc" in out and len(out.splitlines()) > 3
 
-def test_cpu_exit_with_stuck_queue_does_not_hang():
-  code = textwrap.dedent("""
-    from baregrad.hal import Device
+def test_cpu_exit_with_stuck_queue_does_not_hang(cpu_object, tmp_path):
+  (tmp_path / "k.o").write_bytes(cpu_object)
+  code = textwrap.dedent(f"""
+    from baregrad.hal import Device, Buffer
     from baregrad.hcq import HCQSignal
+    from baregrad.ir.dtype import dtypes
     dev = Device["CPU"]
+    prg = dev.runtime(dev, "inc", open({str(tmp_path / "k.o")!r}, "rb").read())
+    buf = Buffer("CPU", 4, dtypes.int32).allocate()
     never = HCQSignal(dev)
     dev.compute_queue_t().wait(never, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    prg(buf._buf, global_size=(4, 1, 1))  # queued behind the stuck wait; its program is freed at exit
     print("submitted")
   """)
+  t0 = time.perf_counter()
   r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   assert r.returncode == 0 and "submitted" in r.stdout, r.stderr
+  assert time.perf_counter() - t0 < 10
 
 def test_cpu_concurrent_host_threads(cpu_object):
   import threading
@@ -347,3 +361,27 @@ def test_cpu_encode_decode_roundtrip(cmds, data):
     elif c[0] == "exec": assert (f["fxn"], f["args"], f["gx"], f["lx"]) == c[1:]
   assert p == len(ws)
   assert len(q.decode().splitlines()) == len(cmds)
+
+def test_hwqueue_high_word_first_fields():
+  """Drivers whose hardware stores addresses high word first (NV semaphores) mark the field so."""
+  class Q(HWQueue):
+    def _enc_wait(self, addr, value):
+      return [0xAA, addr >> 32, addr & 0xFFFFFFFF, value & 0xFFFFFFFF, value >> 32], {"addr": (1, 2, True), "value": (3, 2)}
+  q = Q().wait(_Sig(0x1122334455667788), 5)
+  assert list(q.words) == [0xAA, 0x11223344, 0x55667788, 5, 0] and q.field(0, "addr") == 0x1122334455667788
+  q.update_wait(0, _Sig(0x99AABBCCDDEEFF00), 2**40)
+  assert list(q.words) == [0xAA, 0x99AABBCC, 0xDDEEFF00, 0, 0x100]
+  assert "addr=0x99aabbccddeeff00 value=1099511627776" in q.decode()
+  with pytest.raises(ValueError, match="does not fit"): q.update_wait(0, value=2**64)
+
+def test_cpu_concurrent_raw_submits():
+  """Host threads submitting straight to one queue (no timeline) each see all their commands run."""
+  import threading
+  dev = Device["CPU"]
+  sigs = [HCQSignal(dev) for _ in range(3)]
+  def work(s: HCQSignal) -> None:
+    for v in range(1, 101): dev.copy_queue_t().memory_barrier().signal(s, v).submit(dev)
+  ts = [threading.Thread(target=work, args=(s,)) for s in sigs]
+  for t in ts: t.start()
+  for t in ts: t.join(timeout=20)
+  for s in sigs: s.wait(100, timeout_ms=5000)

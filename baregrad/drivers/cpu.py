@@ -4,10 +4,10 @@ encoded command buffers from memory, so ordering, signals, the timeline and patc
 Kernel ABI: void NAME(const uint64_t *args, int64_t start, int64_t end); args = buffer addresses,
 then int64 variable values; the kernel covers [start, end) of global_size[0]."""
 from __future__ import annotations
-import ctypes, errno, mmap, os, threading, time
+import atexit, ctypes, errno, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
-from baregrad.helpers import DEBUG, getenv
+from baregrad.helpers import DEBUG
 from baregrad.hal import Device, OutOfMemory, Compiler, CompileError
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 
@@ -17,6 +17,12 @@ _libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, cty
 _libc.munmap.restype, _libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
 PAGE = mmap.PAGESIZE
 _MAP_FAILED = ctypes.c_void_p(-1).value
+_EXITING = False  # at interpreter exit nothing is drained: a stuck queue must not stall exit in __del__
+
+@atexit.register
+def _at_exit() -> None:
+  global _EXITING
+  _EXITING = True
 
 def _phys_bytes() -> int:
   try: return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -196,6 +202,7 @@ class QueueEngine:
     self.woff = 0                         # host's write offset in the command ring (bytes)
     self.inflight: deque[tuple[int, int, int]] = deque()  # (entry index, ring offset, bytes) not yet finished
     self.doorbell = threading.Condition()
+    self._host_lock = threading.Lock()
     self.stopped, self.fault = False, None
     self.state = "idle"
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
@@ -206,6 +213,9 @@ class QueueEngine:
 
   # --- host side
   def submit(self, words: Any) -> None:
+    with self._host_lock: self._submit(words)  # host threads must not claim the same ring space
+
+  def _submit(self, words: Any) -> None:
     if self.stopped: raise RuntimeError(f"{self.dev.device} {self.name} queue is closed")
     if self.fault: raise RuntimeError(f"{self.dev.device} {self.name} queue faulted: {self.fault}")
     nbytes = len(words) * 4
@@ -317,6 +327,7 @@ class CPUProgram(HCQProgram):
   def __del__(self) -> None:
     # unmapping code a queued exec may still run would crash the process: drain first. The GC may run
     # this on a queue or pool thread, which must not wait for itself: then the host closes it later.
+    if _EXITING: return  # the process is going away: leave the image mapped
     try:
       for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
         e._fxns.pop(self.fxn_addr, None)

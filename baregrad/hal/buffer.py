@@ -10,6 +10,7 @@ class Buffer:
     if size < 0: raise ValueError(f"Buffer size must be >= 0 elements, got {size}")
     self.device, self.size, self.dtype, self.options = Device.canonicalize(device), size, dtype, options
     self._buf: Any = None
+    self._views = 0  # allocated views into this buffer: it must not be freed under them
     if base is not None:
       if base._base is not None: base, offset = base._base, base.offset + offset  # views always point at the root
       if Device.canonicalize(base.device) != self.device: raise ValueError(f"view on {self.device} of a buffer on {base.device}")
@@ -33,6 +34,7 @@ class Buffer:
     if self._base is not None:
       if not self._base.is_allocated(): self._base.allocate()
       self._buf = self.allocator._offset(self._base._buf, self.offset, self.nbytes)
+      self._base._views += 1
     elif opaque is not None: self._buf, self._owned = opaque, False
     else:
       self._allocator = self.allocator  # free into the allocator we came from, even if the device is reopened
@@ -41,11 +43,14 @@ class Buffer:
 
   def deallocate(self) -> None:
     if self._buf is None: raise RuntimeError(f"{self!r} is not allocated")
+    if self._views: raise RuntimeError(f"cannot deallocate {self!r}: {self._views} allocated view(s) still use its memory")
     if self._base is None and getattr(self, "_owned", False): self._allocator.free(self._buf, self.nbytes, self.options)
+    if self._base is not None: self._base._views -= 1
     self._buf = None
 
   def __del__(self) -> None:
     try:
+      if self._buf is not None and self._base is not None: self._base._views -= 1
       if self._buf is not None and self._base is None and getattr(self, "_owned", False):
         self._buf, buf = None, self._buf
         self._allocator.free(buf, self.nbytes, self.options)

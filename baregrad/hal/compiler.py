@@ -2,7 +2,6 @@
 from __future__ import annotations
 import hashlib, os, tempfile
 from baregrad.helpers import cache_dir
-from baregrad.hal.errors import CompileError
 
 class Compiler:
   """Subclasses implement compile(); callers use compile_cached().
@@ -44,5 +43,3 @@ class Compiler:
       if os.path.exists(tmp): os.unlink(tmp)
       raise
     return bytes(lib)
-
-__all__ = ["Compiler", "CompileError"]

@@ -24,6 +24,8 @@ class Compiled:
   def __init__(self, device: str, allocator: Any, renderer: Any, compiler: Any, runtime: type | None) -> None:
     self.device, self.allocator, self.renderer, self.compiler, self.runtime = device, allocator, renderer, compiler, runtime
 
+  @property
+  def name(self) -> str: return self.device
   def supports_dtype(self, dtype: DType) -> bool: return dtype.scalar in self.supported_dtypes
   def synchronize(self) -> None:
     """Wait until all work submitted to this device has finished."""

@@ -2,8 +2,8 @@
 from __future__ import annotations
 import ctypes, os, threading, time
 from dataclasses import dataclass
-from typing import Any, Hashable, Sequence
-from baregrad.hal import Compiled, Device, LRUAllocator, Program
+from typing import Any, Sequence
+from baregrad.hal import Compiled, LRUAllocator, Program
 from baregrad.hcq.signal import HCQSignal, SignalPool
 from baregrad.hcq.queue import HWQueue, HCQArgsState
 
@@ -177,4 +177,4 @@ class HCQAllocator(LRUAllocator):
 
   def _offset(self, opaque: HCQBuffer, offset: int, size: int) -> HCQBuffer: return opaque.offset(offset, size)
 
-__all__ = ["HCQBuffer", "HCQDevice", "HCQProgram", "HCQAllocator", "Device"]
+__all__ = ["HCQBuffer", "HCQDevice", "HCQProgram", "HCQAllocator"]

@@ -1,7 +1,8 @@
 """HWQueue: abstract commands recorded into an encoded command buffer that can be patched and resubmitted.
 
 A driver subclass encodes each command into 32-bit words (`_enc_*`) and names the words that hold
-each patchable field; the base class keeps the index so update_* can rewrite those words in place."""
+each patchable field (offset, nwords[, high word first]); the base class keeps the index so update_*
+can rewrite those words in place. Command i is the i-th recorded command (`q.last` right after it)."""
 from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
@@ -12,7 +13,8 @@ class Cmd:
   kind: str
   start: int                  # first word of the command in HWQueue.words
   nwords: int
-  fields: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (word offset in the command, nwords)
+  # name -> (word offset in the command, nwords) or (offset, nwords, True) for a field stored high word first
+  fields: dict[str, tuple] = field(default_factory=dict)
 
 class HCQArgsState:
   """Kernel arguments written into argument memory; patch them in place for replays."""
@@ -25,7 +27,7 @@ class HWQueue:
   def __init__(self) -> None:
     self.words = array("I")
     self.cmds: list[Cmd] = []
-    self._refs: list[Any] = []  # signals, programs, args: must outlive the queue's commands
+    self._refs: dict[tuple[int, str], Any] = {}  # (command, role) -> signal/program/args the words point at: kept alive
 
   def __len__(self) -> int: return len(self.cmds)
   @property
@@ -35,16 +37,16 @@ class HWQueue:
 
   # --- recording (each returns self so commands chain)
   def wait(self, signal: Any, value: int) -> HWQueue:
-    self._refs.append(signal)
+    self._refs[(len(self.cmds), "signal")] = signal
     return self._add("wait", *self._enc_wait(signal.va_addr, value))
   def signal(self, signal: Any, value: int) -> HWQueue:
-    self._refs.append(signal)
+    self._refs[(len(self.cmds), "signal")] = signal
     return self._add("signal", *self._enc_signal(signal.va_addr, value))
   def timestamp(self, signal: Any) -> HWQueue:
-    self._refs.append(signal)
+    self._refs[(len(self.cmds), "signal")] = signal
     return self._add("timestamp", *self._enc_timestamp(signal.timestamp_va_addr))
   def exec(self, prg: Any, args_state: HCQArgsState, global_size: Sequence[int], local_size: Sequence[int] = (1, 1, 1)) -> HWQueue:
-    self._refs += [prg, args_state]
+    self._refs[(len(self.cmds), "prg")], self._refs[(len(self.cmds), "args")] = prg, args_state
     return self._add("exec", *self._enc_exec(prg, args_state, _dims(global_size, "global_size"), _dims(local_size, "local_size")))
   def copy(self, dest: int, src: int, nbytes: int) -> HWQueue: return self._add("copy", *self._enc_copy(dest, src, nbytes))
   def memory_barrier(self) -> HWQueue: return self._add("barrier", *self._enc_memory_barrier())
@@ -56,12 +58,12 @@ class HWQueue:
   # --- patching
   def update_wait(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
     self._check(i, "wait")
-    if signal is not None: self._refs.append(signal); self._put(i, "addr", signal.va_addr)
+    if signal is not None: self._refs[(i % len(self.cmds), "signal")] = signal; self._put(i, "addr", signal.va_addr)
     if value is not None: self._put(i, "value", value)
     return self
   def update_signal(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
     self._check(i, "signal")
-    if signal is not None: self._refs.append(signal); self._put(i, "addr", signal.va_addr)
+    if signal is not None: self._refs[(i % len(self.cmds), "signal")] = signal; self._put(i, "addr", signal.va_addr)
     if value is not None: self._put(i, "value", value)
     return self
   def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
@@ -80,9 +82,9 @@ class HWQueue:
   def field(self, i: int, name: str) -> int:
     """Read a field of command i back from the encoded words."""
     c = self.cmds[i]
-    off, n = c.fields[name]
+    off, n, *hi_first = c.fields[name]
     off += c.start
-    return sum(self.words[off + j] << (32 * j) for j in range(n))
+    return sum(self.words[off + j] << (32 * (n - 1 - j if hi_first and hi_first[0] else j)) for j in range(n))
 
   def decode(self) -> str:
     """The encoded buffer in words: one line per command, fields read back from the words."""
@@ -106,10 +108,10 @@ class HWQueue:
     if self.cmds[i].kind != kind: raise ValueError(f"command {i} is a {self.cmds[i].kind}, not a {kind}")
   def _put(self, i: int, name: str, value: int) -> None:
     c = self.cmds[i]
-    off, n = c.fields[name]
+    off, n, *hi_first = c.fields[name]
     off += c.start
     if value < 0 or value >= 1 << (32 * n): raise ValueError(f"{name}={value} does not fit in {32 * n} bits")
-    for j in range(n): self.words[off + j] = (value >> (32 * j)) & 0xFFFFFFFF
+    for j in range(n): self.words[off + j] = (value >> (32 * (n - 1 - j if hi_first and hi_first[0] else j))) & 0xFFFFFFFF
 
   # --- what a driver implements: return (words, {field: (offset in command, nwords)})
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]: raise NotImplementedError
