@@ -1,0 +1,6 @@
+"""baregrad: a deep-learning stack that drives GPUs from userspace. Drivers load lazily: importing this is cheap."""
+from baregrad.ir.dtype import dtypes
+from baregrad.hal import Device
+from baregrad.tensor import Tensor
+
+__all__ = ["Tensor", "dtypes", "Device"]

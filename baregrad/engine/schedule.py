@@ -78,9 +78,9 @@ class _KernelBuilder:
 def _value_of(u: UOp) -> UOp:
   return u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u
 
-def create_schedule(targets: list[UOp], device_for: dict[UOp, str] | None = None) -> tuple[list[ScheduleItem], dict[UOp, BufRef]]:
-  """Kernels that compute every target, in order; returns them and the buffer each realized node lives in."""
-  device_for = device_for or {}
+def create_schedule(targets: list[UOp], default_device: str | None = None) -> tuple[list[ScheduleItem], dict[UOp, BufRef]]:
+  """Kernels that compute every target, in order; returns them and the buffer each realized node lives in.
+  A graph that reads no buffer (a constant) runs on default_device."""
   realized: dict[UOp, BufRef] = {}
   # a node already backed by a buffer needs no kernel
   for u in _all_nodes(targets):
@@ -104,7 +104,7 @@ def create_schedule(targets: list[UOp], device_for: dict[UOp, str] | None = None
           realized[u] = ref
           items.append(ScheduleItem(None, [ref, sref], "copy", u))
           continue
-        dev = device_for.get(u) or device_of(u)
+        dev = device_of(u) or default_device
         if dev is None: raise ValueError("cannot tell which device computes this tensor (it has no buffers): give it a device")
         ref = u.src[0].arg if u.op is Ops.ASSIGN else BufRef(dev, numel(u), u.dtype)
         kb = _KernelBuilder(realized)

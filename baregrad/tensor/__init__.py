@@ -1,0 +1,2 @@
+from baregrad.tensor.tensor import Tensor
+__all__ = ["Tensor"]

@@ -1,0 +1,119 @@
+"""Reverse-mode autograd over the tensor graph: gradients are UOp graphs too, so they fuse like forward code."""
+from __future__ import annotations
+import math
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.engine.graph import shape_of
+
+def _c(like: UOp, v: float) -> UOp:
+  """A constant broadcast to like's shape."""
+  shape = shape_of(like)
+  c = UOp.const(like.dtype, v)
+  if not shape: return c
+  return UOp(Ops.EXPAND, like.dtype, (UOp(Ops.RESHAPE, like.dtype, (c,), (1,) * len(shape)),), shape)
+
+def _alu(op: Ops, *src: UOp) -> UOp:
+  dt = dtypes.bool if op in GroupOp.Comparison else src[-1].dtype
+  return UOp(op, dt, src)
+
+def _expand_to(g: UOp, shape: tuple[int, ...]) -> UOp: return g if shape_of(g) == shape else UOp(Ops.EXPAND, g.dtype, (g,), shape)
+
+def _sum_to(g: UOp, shape: tuple[int, ...]) -> UOp:
+  """Reduce g (of an expanded shape) back to shape."""
+  gs = shape_of(g)
+  axes = tuple(i for i, (a, b) in enumerate(zip(gs, shape)) if a != b)
+  return UOp(Ops.REDUCE_AXIS, g.dtype, (g,), (Ops.ADD, axes)) if axes else g
+
+def _inv_perm(order: tuple[int, ...]) -> tuple[int, ...]:
+  out = [0] * len(order)
+  for i, o in enumerate(order): out[o] = i
+  return tuple(out)
+
+def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
+  """Gradients of u's sources given the gradient g of u."""
+  s = u.src
+  if u.op is Ops.ADD: return (g, g)
+  if u.op is Ops.SUB: return (g, _alu(Ops.NEG, g))
+  if u.op is Ops.MUL: return (_alu(Ops.MUL, g, s[1]), _alu(Ops.MUL, g, s[0]))
+  if u.op is Ops.FDIV:
+    return (_alu(Ops.FDIV, g, s[1]), _alu(Ops.NEG, _alu(Ops.FDIV, _alu(Ops.MUL, g, u), s[1])))
+  if u.op is Ops.NEG: return (_alu(Ops.NEG, g),)
+  if u.op is Ops.EXP2: return (_alu(Ops.MUL, _alu(Ops.MUL, g, u), _c(u, math.log(2))),)
+  if u.op is Ops.LOG2: return (_alu(Ops.FDIV, g, _alu(Ops.MUL, s[0], _c(u, math.log(2)))),)
+  if u.op is Ops.SIN: return (_alu(Ops.MUL, g, _alu(Ops.SIN, _alu(Ops.SUB, _c(s[0], math.pi / 2), s[0]))),)
+  if u.op is Ops.SQRT: return (_alu(Ops.FDIV, g, _alu(Ops.MUL, u, _c(u, 2.0))),)
+  if u.op is Ops.RECIP: return (_alu(Ops.NEG, _alu(Ops.MUL, g, _alu(Ops.MUL, u, u))),)
+  if u.op is Ops.TRUNC: return (_alu(Ops.MUL, g, _c(g, 0.0)),)
+  if u.op is Ops.MAX:
+    # ties split the gradient evenly, as torch.maximum does
+    gt = UOp(Ops.CAST, g.dtype, (_alu(Ops.CMPLT, s[1], s[0]),))
+    eq = UOp(Ops.CAST, g.dtype, (_alu(Ops.CMPEQ, s[0], s[1]),))
+    w0 = _alu(Ops.ADD, gt, _alu(Ops.MUL, eq, _c(g, 0.5)))
+    w1 = _alu(Ops.SUB, _c(g, 1.0), w0)
+    return (_alu(Ops.MUL, g, w0), _alu(Ops.MUL, g, w1))
+  if u.op is Ops.WHERE:
+    z = _c(g, 0.0)
+    return (None, _alu(Ops.WHERE, s[0], g, z), _alu(Ops.WHERE, s[0], z, g))
+  if u.op is Ops.MULACC: return (_alu(Ops.MUL, g, s[1]), _alu(Ops.MUL, g, s[0]), g)
+  if u.op is Ops.CAST:
+    return (UOp(Ops.CAST, s[0].dtype, (g,)) if dtypes.is_float(s[0].dtype) else None,)
+  if u.op in GroupOp.Comparison or u.op in (Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.IDIV, Ops.MOD, Ops.BITCAST):
+    return tuple(None for _ in s)
+  if u.op is Ops.REDUCE_AXIS:
+    op, axes = u.arg
+    ishape = shape_of(s[0])
+    ge = _expand_to(g, ishape)
+    if op is Ops.ADD: return (ge,)
+    if op is Ops.MAX:
+      hit = UOp(Ops.CAST, g.dtype, (_alu(Ops.CMPEQ, s[0], _expand_to(u, ishape)),))
+      cnt = _expand_to(UOp(Ops.REDUCE_AXIS, g.dtype, (hit,), (Ops.ADD, axes)), ishape)
+      return (_alu(Ops.FDIV, _alu(Ops.MUL, ge, hit), cnt),)
+    if op is Ops.MUL: return (_alu(Ops.FDIV, _alu(Ops.MUL, ge, _expand_to(u, ishape)), s[0]),)
+  if u.op is Ops.RESHAPE: return (UOp(Ops.RESHAPE, g.dtype, (g,), shape_of(s[0])),)
+  if u.op is Ops.PERMUTE: return (UOp(Ops.PERMUTE, g.dtype, (g,), _inv_perm(u.arg)),)
+  if u.op is Ops.EXPAND: return (_sum_to(g, shape_of(s[0])),)
+  if u.op is Ops.PAD:
+    return (UOp(Ops.SHRINK, g.dtype, (g,), tuple((b, b + n) for (b, _), n in zip(u.arg, shape_of(s[0])))),)
+  if u.op is Ops.SHRINK:
+    return (UOp(Ops.PAD, g.dtype, (g,), tuple((lo, n - hi) for (lo, hi), n in zip(u.arg, shape_of(s[0])))),)
+  if u.op is Ops.FLIP: return (UOp(Ops.FLIP, g.dtype, (g,), u.arg),)
+  if u.op in (Ops.CONTIGUOUS,): return (g,)
+  if u.op is Ops.COPY: return (UOp(Ops.COPY, g.dtype, (g,), None),)
+  if u.op is Ops.DETACH: return (None,)
+  raise NotImplementedError(f"no gradient rule for {u.op}")
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+  """d root / d t for every t in targets reachable from root."""
+  topo = list(root.toposort())
+  # only nodes on a path to a target matter
+  on_path: set[UOp] = set()
+  for u in topo:
+    if u in targets or any(s in on_path for s in u.src if u.op is not Ops.DETACH): on_path.add(u)
+  grads: dict[UOp, UOp] = {root: root_grad}
+  for u in reversed(topo):
+    if u not in grads or u in targets and not u.src: continue
+    if u not in on_path or u.op is Ops.DETACH: continue
+    if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR): continue
+    sg = grad_rule(u, grads[u])
+    for src, g in zip(u.src, sg):
+      if g is None or src not in on_path: continue
+      if shape_of(g) != shape_of(src): raise RuntimeError(f"gradient of {u.op} has shape {shape_of(g)}, expected {shape_of(src)}")
+      grads[src] = _alu(Ops.ADD, grads[src], g) if src in grads else g
+  return {t: grads[t] for t in targets if t in grads}
+
+def backward(loss, gradient=None) -> None:
+  from baregrad.tensor.tensor import Tensor, _all_grad_tensors
+  if gradient is None:
+    if loss.numel() != 1: raise RuntimeError(f"backward() without a gradient needs a scalar (one-element) tensor, got shape {loss.shape}")
+    if not dtypes.is_float(loss.dtype): raise RuntimeError(f"backward() needs a float tensor, got {loss.dtype}")
+    gradient = Tensor.full(loss.shape, 1.0, dtype=loss.dtype, device=loss.device)
+  elif gradient.shape != loss.shape: raise ValueError(f"gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
+  leaves = [t for t in list(_all_grad_tensors) if t.requires_grad]
+  nodes = set(loss.uop.toposort())
+  targets = {t.uop for t in leaves if t.uop in nodes}
+  if not targets: raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
+  grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
+  for t in leaves:
+    if t.uop not in grads: continue
+    g = Tensor(grads[t.uop], device=t.device)
+    t.grad = g if t.grad is None else (t.grad + g)

@@ -1,0 +1,763 @@
+"""Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
+from __future__ import annotations
+import math, weakref
+from typing import Any, Iterable, Sequence
+import numpy as np
+from baregrad.helpers import prod, getenv, argsort
+from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.hal import Device, Buffer
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of
+from baregrad.engine import lazy
+
+ShapeLike = int | Sequence[int]
+_all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
+
+def _np_dtype(d: DType) -> Any:
+  if d == dtypes.bfloat16: return np.uint16
+  return np.dtype(torch_name(d) if d != dtypes.bool else "bool")
+
+def _from_np_dtype(d: np.dtype) -> DType:
+  try: return dtypes.from_name(np.dtype(d).name)
+  except ValueError: raise TypeError(f"NumPy dtype {d} has no baregrad dtype") from None
+
+def _shape_arg(shape: tuple) -> tuple[int, ...]:
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  return tuple(int(s) for s in shape)
+
+def _axis(axis: int, ndim: int) -> int:
+  if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} is out of range for a tensor of {ndim} dimensions (expected in [{-max(ndim, 1)}, {max(ndim, 1) - 1}])")
+  return axis % max(ndim, 1)
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+  nd = max(len(s) for s in shapes)
+  ps = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
+  out = []
+  for dims in zip(*ps):
+    big = {d for d in dims if d != 1}
+    if len(big) > 1: raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
+    out.append(big.pop() if big else 1)
+  return tuple(out)
+
+class Tensor:
+  """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
+  __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
+  training: bool = False
+  _seed: int = 0
+  _rng_counter: int = 0
+
+  def __init__(self, data: Any, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None):
+    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+    self.device = Device.canonicalize(device or Device.DEFAULT)
+    self.grad: Tensor | None = None
+    self.requires_grad = requires_grad
+    if isinstance(data, UOp): self.uop = data
+    elif isinstance(data, Tensor): self.uop = data.uop if dtype is None else data.cast(dtype).uop
+    elif isinstance(data, (bool, int, float)):
+      d = dtype or (dtypes.bool if isinstance(data, bool) else dtypes.int64 if isinstance(data, int) else dtypes.default_float)
+      self.uop = UOp.const(d, data)
+    elif isinstance(data, (list, tuple)):
+      arr = np.array(data)
+      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor")
+      if dtype is None:
+        dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
+        if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
+      self.uop = self._from_numpy(arr.astype(_np_dtype(dtype)) if dtype != dtypes.bfloat16 else _f32_to_bf16_np(arr), dtype)
+    elif isinstance(data, np.ndarray):
+      d = dtype or _from_np_dtype(data.dtype)
+      self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
+    else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    if requires_grad: _all_grad_tensors.add(self)
+
+  def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
+    if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
+    arr = np.ascontiguousarray(arr)
+    ref = BufRef(self.device, arr.size, dtype)
+    if arr.size: ref.ensure().copyin(memoryview(arr.reshape(-1)).cast("B"))
+    else: ref.ensure()
+    return lazy.buffer_view(ref, arr.shape)
+
+  # ---- properties
+  @property
+  def shape(self) -> tuple[int, ...]: return shape_of(self.uop)
+  @property
+  def dtype(self) -> DType: return self.uop.dtype
+  @property
+  def ndim(self) -> int: return len(self.shape)
+  def numel(self) -> int: return prod(self.shape)
+  def size(self, dim: int | None = None) -> Any: return self.shape if dim is None else self.shape[_axis(dim, self.ndim)]
+  def dim(self) -> int: return self.ndim
+  def element_size(self) -> int: return self.dtype.itemsize
+  @property
+  def T(self) -> Tensor: return self.permute(*range(self.ndim - 1, -1, -1))
+  @property
+  def is_leaf(self) -> bool: return base_of(self.uop).op is Ops.BUFFER or self.uop.op is Ops.CONST
+  def __len__(self) -> int:
+    if not self.shape: raise TypeError("len() of a 0-d tensor")
+    return self.shape[0]
+  def __repr__(self) -> str:
+    return f"<Tensor shape={self.shape} dtype={torch_name(self.dtype)} device={self.device}{' requires_grad' if self.requires_grad else ''}>"
+  def __hash__(self) -> int: return id(self)
+  def __bool__(self) -> bool:
+    if self.numel() != 1: raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
+    return bool(self.item())
+
+  def _new(self, u: UOp, requires_grad: bool | None = None) -> Tensor:
+    t = Tensor(u, device=self.device)
+    rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
+    t.requires_grad = rg
+    return t
+
+  # ---- realization
+  def schedule(self) -> list:
+    """The kernels realize() would run, without running them (each item has .ast and .bufs)."""
+    items, _, _ = lazy.schedule_for([self.uop], self.device)
+    return items
+  def realize(self, *others: Tensor) -> Tensor:
+    ts = [self, *others]
+    ts2 = [t._materialize_const() for t in ts]
+    outs = lazy.realize([t.uop for t in ts2], self.device)
+    # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
+    for t, u in zip(ts, outs):
+      if not t.requires_grad: t.uop = u
+    return self
+  def _materialize_const(self) -> Tensor: return self
+  def contiguous(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def _buffer(self) -> Buffer:
+    """A realized, contiguous buffer holding exactly this tensor's elements."""
+    u = lazy.substitute_realized(self.uop)
+    if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
+      u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
+      if not self.requires_grad: self.uop = u
+    Device[self.device].synchronize()
+    return base_of(u).arg.buf
+  def numpy(self) -> np.ndarray:
+    if self.numel() == 0: return np.zeros(self.shape, _np_dtype(self.dtype))
+    buf = self._buffer()
+    out = np.empty(self.shape, _np_dtype(self.dtype))
+    buf.copyout(memoryview(out.reshape(-1)).cast("B"))
+    return out if self.dtype != dtypes.bfloat16 else _bf16_to_f32_np(out)
+  def tolist(self) -> Any: return self.numpy().tolist()
+  def item(self) -> Any:
+    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    return self.numpy().reshape(-1)[0].item()
+  def data(self) -> memoryview: return memoryview(self.numpy())
+  def to(self, device: str | None = None, dtype: DType | None = None) -> Tensor:
+    t = self
+    if dtype is not None: t = t.cast(dtype)
+    if device is not None and Device.canonicalize(device) != self.device:
+      d = Device.canonicalize(device)
+      src = t.contiguous() if base_of(t.uop).op is not Ops.BUFFER or t.uop.op not in (Ops.BUFFER, Ops.RESHAPE) else t
+      u = UOp(Ops.COPY, t.dtype, (src._materialize_const().uop,), d)
+      out = Tensor(u, device=d)
+      out.requires_grad = t.requires_grad
+      return out
+    return t
+  def cpu(self) -> Tensor: return self.to("CPU")
+  def clone(self) -> Tensor: return self.contiguous()
+  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
+  def requires_grad_(self, flag: bool = True) -> Tensor:
+    self.requires_grad = flag
+    if flag: _all_grad_tensors.add(self)
+    return self
+
+  def assign(self, x: Tensor | Any) -> Tensor:
+    """Write x into this tensor's buffer (in place, used by optimizers); the tensor keeps its identity."""
+    if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
+    if x.shape != self.shape: raise ValueError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
+    if x.dtype != self.dtype: x = x.cast(self.dtype)
+    base = base_of(self.uop)
+    if base.op is not Ops.BUFFER or self.uop.op not in (Ops.BUFFER, Ops.RESHAPE):
+      self.uop = x.contiguous().uop
+      return self
+    ref = base.arg
+    # the write goes into the same memory under a new identity, so graphs built on the old value stay distinct
+    new_ref = BufRef(ref.device, ref.size, ref.dtype, ref.ensure())
+    src = lazy.substitute_realized(x.uop)
+    target = buffer_uop(new_ref)
+    u = UOp(Ops.ASSIGN, self.dtype, (target, UOp(Ops.RESHAPE, x.dtype, (src,), (ref.size,)) if shape_of(src) != (ref.size,) else src))
+    lazy.realize([u], self.device)
+    self.uop = lazy.buffer_view(new_ref, self.shape)
+    return self
+
+  # ---- creation
+  @staticmethod
+  def empty(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    return Tensor.zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
+  @staticmethod
+  def full(shape: ShapeLike, fill_value: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    d = dtype or (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
+    if isinstance(d, str): d = dtypes.from_name(d)
+    c = UOp.const(d, fill_value)
+    u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
+    return Tensor(u, device=device, requires_grad=requires_grad)
+  @staticmethod
+  def zeros(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float, device=device, requires_grad=requires_grad).contiguous().realize()._leaf(requires_grad)
+  @staticmethod
+  def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device, requires_grad=requires_grad).contiguous().realize()._leaf(requires_grad)
+  def _leaf(self, requires_grad: bool | None) -> Tensor:
+    self.requires_grad = requires_grad
+    if requires_grad: _all_grad_tensors.add(self)
+    return self
+  def full_like(self, v: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    return Tensor.full(self.shape, v, dtype=dtype or self.dtype, device=device or self.device)
+  def zeros_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
+  def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
+  def empty_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
+  @staticmethod
+  def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    if stop is None: start, stop = 0, start
+    n = max(0, math.ceil((stop - start) / step))
+    d = dtype or (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
+    if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
+    # cumulative sum of ones gives 1..n without loading anything
+    idx = Tensor.full((n,), 1, dtype=dtypes.int32, device=device)._cumsum_ones()
+    return ((idx - 1).cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else ((idx - 1).cast(d) * step + start).cast(d)
+  def _cumsum_ones(self) -> Tensor:
+    # 1..n without loading anything: row i of a sliding window over [0]*(n-1) + [1]*n sums to i+1
+    n = self.shape[0]
+    return _windows(self.pad((n - 1, 0)), n).sum(-1)
+  @staticmethod
+  def linspace(start: float, end: float, steps: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    if steps == 1: return Tensor.full((1,), start, dtype=dtype or dtypes.default_float, device=device)
+    return (Tensor.arange(steps, device=device).cast(dtypes.default_float) * ((end - start) / (steps - 1)) + start).cast(dtype or dtypes.default_float)
+  @staticmethod
+  def eye(n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    m = n if m is None else m
+    r = Tensor.arange(n, device=device).reshape(n, 1)
+    c = Tensor.arange(m, device=device).reshape(1, m)
+    return r.eq(c).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+
+  # ---- random numbers: Threefry-2x32 (20 rounds) over a counter, computed on the device
+  @staticmethod
+  def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = int(seed), 0
+  @staticmethod
+  def _random_bits(n: int, device: str | None) -> Tensor:
+    Tensor._rng_counter += 1
+    key0, key1 = Tensor._seed & 0xffffffff, (Tensor._rng_counter * 0x9E3779B9) & 0xffffffff
+    ctr = Tensor.arange(n, device=device, dtype=dtypes.uint32)
+    return _threefry(ctr, Tensor.full((n,), 0, dtype=dtypes.uint32, device=device), key0, key1)
+  @staticmethod
+  def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    shape = _shape_arg(shape)
+    n = prod(shape)
+    if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
+    bits = Tensor._random_bits(n, device)
+    u = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
+    return u.reshape(shape).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+  @staticmethod
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    return ((high - low) * Tensor.rand(*shape, device=device) + low).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+  @staticmethod
+  def randn(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    shape = _shape_arg(shape)
+    # Box-Muller over two uniform streams
+    u1 = Tensor.rand(*shape, device=device)
+    u2 = Tensor.rand(*shape, device=device)
+    z = (-2.0 * (1.0 - u1).log()).sqrt() * (2 * math.pi * u2).cos()
+    return z.cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+  @staticmethod
+  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+  @staticmethod
+  def randint(low: int, high: int | None = None, size: ShapeLike = (), dtype: DType = dtypes.int64, device: str | None = None) -> Tensor:
+    if high is None: low, high = 0, low
+    shape = (size,) if isinstance(size, int) else tuple(size)
+    r = (Tensor.rand(*shape, device=device, dtype=dtypes.float64) * (high - low)).floor().cast(dtypes.int64) + low
+    return r.cast(dtype).contiguous().realize()
+  def rand_like(self) -> Tensor: return Tensor.rand(*self.shape, dtype=self.dtype, device=self.device)
+  def randn_like(self) -> Tensor: return Tensor.randn(*self.shape, dtype=self.dtype, device=self.device)
+
+  # ---- movement
+  def reshape(self, *shape: Any) -> Tensor:
+    shape = _shape_arg(shape)
+    if shape.count(-1) > 1: raise ValueError(f"reshape {shape}: at most one -1")
+    if -1 in shape:
+      known = prod(s for s in shape if s != -1)
+      if known == 0 or self.numel() % known: raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
+    if prod(shape) != self.numel(): raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
+    if shape == self.shape: return self
+    return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
+  view = reshape
+  def permute(self, *order: Any) -> Tensor:
+    order = _shape_arg(order)
+    nd = self.ndim
+    o = tuple(_axis(a, nd) for a in order)
+    if sorted(o) != list(range(nd)): raise ValueError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
+    if o == tuple(range(nd)): return self
+    return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
+  def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
+    o = list(range(self.ndim))
+    a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
+    o[a], o[b] = o[b], o[a]
+    return self.permute(*o)
+  def expand(self, *shape: Any) -> Tensor:
+    shape = _shape_arg(shape)
+    if len(shape) < self.ndim: raise ValueError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
+    new = tuple(x.shape[i] if s == -1 else s for i, s in enumerate(shape))
+    for a, b in zip(x.shape, new):
+      if a != b and a != 1: raise ValueError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
+    if new == x.shape: return x
+    return x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
+  def expand_as(self, other: Tensor) -> Tensor: return self.expand(other.shape)
+  def _pad(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
+    if all(a == (0, 0) for a in arg): return self
+    return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), tuple(arg)))
+  def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
+    if all(a == (0, s) for a, s in zip(arg, self.shape)): return self
+    return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), tuple(arg)))
+  def flip(self, *dims: Any) -> Tensor:
+    dims = _shape_arg(dims)
+    ax = {_axis(d, self.ndim) for d in dims}
+    if not ax: return self
+    return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in ax for i in range(self.ndim))))
+  def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
+    """PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the one before, ..."""
+    if len(pad) % 2 or len(pad) // 2 > self.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{self.ndim}")
+    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r}: only 'constant' is implemented")
+    arg = [(0, 0)] * self.ndim
+    for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    # negative padding crops
+    crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape))
+    x = self._shrink(crop)
+    arg2 = tuple((max(0, b), max(0, a)) for b, a in arg)
+    out = x._pad(arg2)
+    if value != 0:
+      ones = Tensor.full(x.shape, True, dtype=dtypes.bool, device=self.device)._pad(arg2)
+      out = ones.where(out, value)
+    return out
+  def squeeze(self, dim: int | None = None) -> Tensor:
+    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
+    d = _axis(dim, self.ndim)
+    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+  def unsqueeze(self, dim: int) -> Tensor:
+    d = _axis(dim, self.ndim + 1)
+    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    if self.ndim == 0: return self.reshape(1)
+    s, e = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
+    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+  def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    d = _axis(dim, self.ndim)
+    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+  # ---- elementwise
+  def cast(self, dtype: DType | str) -> Tensor:
+    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+    if dtype == self.dtype: return self
+    return self._new(UOp(Ops.CAST, dtype, (self.uop,)), requires_grad=self.requires_grad if dtypes.is_float(dtype) else None)
+  def bitcast(self, dtype: DType | str) -> Tensor:
+    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+    if dtype.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast from {self.dtype} to {dtype}: item sizes differ")
+    return self._new(UOp(Ops.BITCAST, dtype, (self.uop,)), requires_grad=False)
+  def float(self) -> Tensor: return self.cast(dtypes.float32)
+  def half(self) -> Tensor: return self.cast(dtypes.float16)
+  def double(self) -> Tensor: return self.cast(dtypes.float64)
+  def int(self) -> Tensor: return self.cast(dtypes.int32)
+  def long(self) -> Tensor: return self.cast(dtypes.int64)
+  def bool(self) -> Tensor: return self.cast(dtypes.bool)
+  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+
+  def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
+    if isinstance(y, Tensor):
+      if y.device != self.device: raise ValueError(f"tensors on different devices: {self.device} and {y.device}")
+      d = promote(self.dtype, y.dtype)
+    elif isinstance(y, (bool, int, float)): d = promote_with_scalar(self.dtype, y)
+    else: raise TypeError(f"unsupported operand type {type(y).__name__}")
+    if out_float and not dtypes.is_float(d): d = dtypes.default_float
+    x = self.cast(d)
+    y = y.cast(d) if isinstance(y, Tensor) else Tensor(UOp.const(d, y), device=self.device)
+    shape = broadcast_shape(x.shape, y.shape)
+    x, y = x._bcast(shape), y._bcast(shape)
+    return (y, x) if reverse else (x, y)
+  def _bcast(self, shape: tuple[int, ...]) -> Tensor:
+    if self.shape == shape: return self
+    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
+    return x.expand(shape)
+  def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
+    dt = dtypes.bool if op in GroupOp.Comparison else (srcs[-1].dtype if op is Ops.WHERE else self.dtype)
+    rg = (self.requires_grad or any(s.requires_grad for s in srcs)) and op not in GroupOp.Comparison and dtypes.is_float(dt)
+    return self._new(UOp(op, dt, (self.uop,) + tuple(s.uop for s in srcs)), requires_grad=True if rg else None)
+
+  def add(self, y: Any, alpha: Any = 1) -> Tensor:
+    x, y = self._operands(y if alpha == 1 else y * alpha)
+    return x._alu(Ops.ADD, y)
+  def sub(self, y: Any, alpha: Any = 1) -> Tensor:
+    x, y = self._operands(y if alpha == 1 else y * alpha)
+    if x.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor")
+    return x._alu(Ops.SUB, y)
+  def mul(self, y: Any) -> Tensor:
+    x, y = self._operands(y)
+    return x._alu(Ops.MUL, y)
+  def div(self, y: Any, rounding_mode: str | None = None) -> Tensor:
+    if rounding_mode == "floor": return self.floor_divide(y)
+    if rounding_mode == "trunc":
+      x, yy = self._operands(y)
+      return x._alu(Ops.IDIV, yy) if not dtypes.is_float(x.dtype) else (x / yy).trunc()
+    x, y = self._operands(y, out_float=True)
+    return x._alu(Ops.FDIV, y)
+  def floor_divide(self, y: Any) -> Tensor:
+    x, yy = self._operands(y)
+    if dtypes.is_float(x.dtype): return (x / yy).floor()
+    q = x._alu(Ops.IDIV, yy)
+    r = x._alu(Ops.MOD, yy)
+    # truncation -> floor: subtract one where the remainder is nonzero and the signs differ
+    fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
+    return fix.where(q - 1, q)
+  def remainder(self, y: Any) -> Tensor:
+    x, yy = self._operands(y)
+    if dtypes.is_float(x.dtype): return x - (x / yy).floor() * yy
+    r = x._alu(Ops.MOD, yy)
+    fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
+    return fix.where(r + yy, r)
+  def fmod(self, y: Any) -> Tensor:
+    x, yy = self._operands(y)
+    return x._alu(Ops.MOD, yy) if not dtypes.is_float(x.dtype) else x - (x / yy).trunc() * yy
+  def pow(self, y: Any) -> Tensor:
+    if isinstance(y, (int, float)) and not isinstance(y, bool):
+      if y == 2: return self * self
+      if y == 1: return self * 1
+      if y == 0.5: return self.float().sqrt() if not dtypes.is_float(self.dtype) else self.sqrt()
+      if y == -1: return self.reciprocal()
+      if isinstance(y, int) and y > 0 and not dtypes.is_float(self.dtype):
+        out, base, e = Tensor.ones_like(self), self, y
+        while e:
+          if e & 1: out = out * base
+          base, e = base * base, e >> 1
+        return out
+    x, yy = self._operands(y, out_float=True)
+    # x ** y = exp2(y * log2|x|), with the sign of negative bases for integer exponents
+    mag = (yy * x.abs().log2()).exp2()
+    yint = yy.trunc().eq(yy)
+    odd = (yy.abs().fmod(2)).eq(1)
+    neg = x < 0
+    res = neg.where(yint.where(odd.where(-mag, mag), math.nan), mag)
+    return (x.eq(0) & yy.eq(0)).where(1.0, res)
+  def __add__(self, y: Any) -> Tensor: return self.add(y)
+  def __radd__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.ADD, y2)
+  def __sub__(self, y: Any) -> Tensor: return self.sub(y)
+  def __rsub__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.SUB, y2)
+  def __mul__(self, y: Any) -> Tensor: return self.mul(y)
+  def __rmul__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.MUL, y2)
+  def __truediv__(self, y: Any) -> Tensor: return self.div(y)
+  def __rtruediv__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True, out_float=True); return x._alu(Ops.FDIV, y2)
+  def __floordiv__(self, y: Any) -> Tensor: return self.floor_divide(y)
+  def __rfloordiv__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x.floor_divide(y2)
+  def __mod__(self, y: Any) -> Tensor: return self.remainder(y)
+  def __rmod__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x.remainder(y2)
+  def __pow__(self, y: Any) -> Tensor: return self.pow(y)
+  def __rpow__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True, out_float=True); return x.pow(y2)
+  def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
+  def __rmatmul__(self, y: Tensor) -> Tensor: return y.matmul(self)
+  def __neg__(self) -> Tensor: return self.neg()
+  def __abs__(self) -> Tensor: return self.abs()
+  def __invert__(self) -> Tensor: return self.bitwise_not()
+  def __lt__(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.CMPLT, y2)
+  def __gt__(self, y: Any) -> Tensor: x, y2 = self._operands(y); return y2._alu(Ops.CMPLT, x)
+  def __le__(self, y: Any) -> Tensor: return (self > y).logical_not()._nan_guard(self, y)
+  def __ge__(self, y: Any) -> Tensor: return (self < y).logical_not()._nan_guard(self, y)
+  def _nan_guard(self, x: Tensor, y: Any) -> Tensor:
+    # not(a > b) is true for NaN; a <= b must be false there
+    if not dtypes.is_float(x.dtype) and not (isinstance(y, Tensor) and dtypes.is_float(y.dtype)) and not isinstance(y, float): return self
+    a, b = x._operands(y)
+    return self & a.eq(a) & b.eq(b)
+  def eq(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.CMPEQ, y2)
+  def ne(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.CMPNE, y2)
+  __eq__ = eq  # type: ignore[assignment]
+  __ne__ = ne  # type: ignore[assignment]
+  lt, gt = __lt__, __gt__
+  def le(self, y: Any) -> Tensor: return self <= y
+  def ge(self, y: Any) -> Tensor: return self >= y
+  def _bitwise(self, op: Ops, y: Any) -> Tensor:
+    x, y2 = self._operands(y)
+    if dtypes.is_float(x.dtype): raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {x.dtype}")
+    return x._alu(op, y2)
+  def __and__(self, y: Any) -> Tensor: return self._bitwise(Ops.AND, y)
+  def __or__(self, y: Any) -> Tensor: return self._bitwise(Ops.OR, y)
+  def __xor__(self, y: Any) -> Tensor: return self._bitwise(Ops.XOR, y)
+  __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+  bitwise_and, bitwise_or, bitwise_xor = __and__, __or__, __xor__
+  def __lshift__(self, y: Any) -> Tensor: return self._bitwise(Ops.SHL, y)
+  def __rshift__(self, y: Any) -> Tensor: return self._bitwise(Ops.SHR, y)
+  def bitwise_not(self) -> Tensor:
+    if self.dtype == dtypes.bool: return self.logical_not()
+    return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(dtypes.max(self.dtype))
+  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor(UOp.const(dtypes.bool, True), device=self.device)._bcast(self.shape))
+  def logical_and(self, y: Any) -> Tensor: return self.bool() & (y.bool() if isinstance(y, Tensor) else bool(y))
+  def logical_or(self, y: Any) -> Tensor: return self.bool() | (y.bool() if isinstance(y, Tensor) else bool(y))
+  def logical_xor(self, y: Any) -> Tensor: return self.bool() ^ (y.bool() if isinstance(y, Tensor) else bool(y))
+  def maximum(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.MAX, y2)
+  def minimum(self, y: Any) -> Tensor:
+    x, y2 = self._operands(y)
+    if dtypes.is_unsigned(x.dtype) or x.dtype == dtypes.bool: return (x < y2).where(x, y2)
+    return -((-x)._alu(Ops.MAX, -y2))
+  def where(self: Tensor, x: Any, y: Any) -> Tensor:
+    cond = self.bool() if self.dtype != dtypes.bool else self
+    if isinstance(x, Tensor): a, b = x._operands(y)
+    elif isinstance(y, Tensor): b, a = y._operands(x)
+    else:
+      d = least_upper(promote_with_scalar(dtypes.bool, x), promote_with_scalar(dtypes.bool, y))
+      a, b = Tensor(UOp.const(d, x), device=self.device), Tensor(UOp.const(d, y), device=self.device)
+    shape = broadcast_shape(cond.shape, a.shape, b.shape)
+    return cond._bcast(shape)._alu(Ops.WHERE, a._bcast(shape), b._bcast(shape))
+  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min or max")
+    out = self
+    if min_ is not None: out = out.maximum(min_)
+    if max_ is not None: out = out.minimum(max_)
+    return out
+  clamp = clip
+  def neg(self) -> Tensor:
+    if self.dtype == dtypes.bool: raise TypeError("negation of a bool tensor: use logical_not")
+    return self._alu(Ops.NEG)
+  def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
+  def exp2(self) -> Tensor: return self._float()._alu(Ops.EXP2)
+  def log2(self) -> Tensor: return self._float()._alu(Ops.LOG2)
+  def exp(self) -> Tensor: return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
+  def log(self) -> Tensor: return self._float()._alu(Ops.LOG2) * math.log(2)
+  def log10(self) -> Tensor: return self.log2() * (math.log(2) / math.log(10))
+  def log1p(self) -> Tensor: return (self + 1).log()
+  def expm1(self) -> Tensor: return self.exp() - 1
+  def sqrt(self) -> Tensor: return self._float()._alu(Ops.SQRT)
+  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+  def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
+  def square(self) -> Tensor: return self * self
+  def sin(self) -> Tensor: return self._float()._alu(Ops.SIN)
+  def cos(self) -> Tensor: return (math.pi / 2 - self._float()).sin()
+  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def sigmoid(self) -> Tensor:
+    x = self._float()
+    return (1 + (-x).exp()).reciprocal()
+  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+  def relu(self) -> Tensor: return (self < 0).where(self.zeros_like_uop(), self)  # NaN stays NaN, as in PyTorch
+  def zeros_like_uop(self) -> Tensor: return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
+  def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
+  def selu(self) -> Tensor:
+    a, s = 1.6732632423543772, 1.0507009873554805
+    return s * (self > 0).where(self, a * (self.exp() - 1))
+  def celu(self, alpha: float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+  def erf(self) -> Tensor:
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
+    x = self._float()
+    t = 1.0 / (1.0 + 0.3275911 * x.abs())
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(x * x)).exp()
+    return x.sign() * y
+  def gelu(self, approximate: str = "none") -> Tensor:
+    if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+    return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
+  def silu(self) -> Tensor: return self * self.sigmoid()
+  swish = silu
+  def mish(self) -> Tensor: return self * self.softplus().tanh()
+  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    bx = self._float() * beta
+    soft = (1 + (-bx.abs()).exp()).log() + bx.maximum(0)
+    return (bx > threshold).where(self, soft / beta)
+  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
+  def hardsigmoid(self) -> Tensor: return (self / 6 + 0.5).clip(0, 1)
+  def hardswish(self) -> Tensor: return self * (self + 3).clip(0, 6) / 6
+  def relu6(self) -> Tensor: return self.clip(0, 6)
+  def logsigmoid(self) -> Tensor: return -(-self).softplus()
+  def abs(self) -> Tensor:
+    if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+    return (self < 0).where(-self, self)
+  def sign(self) -> Tensor:
+    if self.dtype == dtypes.bool: return self
+    return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) if not dtypes.is_unsigned(self.dtype) else (self > 0).cast(self.dtype)
+  def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+  def floor(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (t > self).where(t - 1, t)
+  def ceil(self) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    t = self.trunc()
+    return (t < self).where(t + 1, t)
+  def round(self, decimals: int = 0) -> Tensor:
+    if not dtypes.is_float(self.dtype): return self
+    if decimals: return (self * 10 ** decimals).round() / 10 ** decimals
+    # half to even, as PyTorch does
+    f = (self + 0.5).floor()
+    half = (f - self).eq(0.5)
+    odd = (f * 0.5).floor().ne(f * 0.5)
+    return (half & odd).where(f - 1, f)
+  def frac(self) -> Tensor: return self - self.trunc()
+  def lerp(self, end: Tensor, weight: Any) -> Tensor: return self + (end - self) * weight
+  def isnan(self) -> Tensor: return self.ne(self)
+  def isinf(self) -> Tensor: return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.zeros_like_uop().bool()
+  def isfinite(self) -> Tensor: return (self.isnan() | self.isinf()).logical_not()
+  def nan_to_num(self, nan: float = 0.0) -> Tensor: return self.isnan().where(nan, self)
+
+  # ---- reductions
+  def _axes(self, dim: Any) -> tuple[int, ...]:
+    if dim is None: return tuple(range(self.ndim))
+    ds = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted({_axis(d, self.ndim) for d in ds})) if self.ndim else ()
+  def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
+    axes = self._axes(dim)
+    out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+    if any(self.shape[a] == 0 for a in axes):
+      from baregrad.ir.ops import identity_element
+      if op is Ops.MAX: raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
+      r = Tensor.full(out_shape, identity_element(op, self.dtype), dtype=self.dtype, device=self.device)
+    elif not axes or all(self.shape[a] == 1 for a in axes): r = self
+    else: r = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
+    return r if keepdim else r.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  def sum(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
+    dim = axis if dim is None else dim
+    x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
+    if x.dtype in (dtypes.float16, dtypes.bfloat16):  # accumulate in float32, as PyTorch's CPU kernels do
+      return x.float()._reduce(Ops.ADD, dim, keepdim).cast(x.dtype)
+    return x._reduce(Ops.ADD, dim, keepdim)
+  def prod(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
+    dim = axis if dim is None else dim
+    x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
+    return x._reduce(Ops.MUL, dim, keepdim)
+  def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    dim = axis if dim is None else dim
+    if self.dtype == dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, dim, keepdim).bool()
+    return self._reduce(Ops.MAX, dim, keepdim)
+  def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    dim = axis if dim is None else dim
+    if self.dtype == dtypes.bool: return self.logical_not().max(dim, keepdim).logical_not()
+    if dtypes.is_unsigned(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
+    return -((-self).max(dim, keepdim))
+  amax, amin = max, min
+  def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    dim = axis if dim is None else dim
+    x = self._float()
+    n = prod(x.shape[a] for a in x._axes(dim))
+    s = x.sum(dim, keepdim=True)
+    out = s * (1.0 / n) if n else s * math.nan
+    return out if keepdim else out.reshape(tuple(sz for i, sz in enumerate(x.shape) if i not in x._axes(dim)))
+  def var(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
+    dim = axis if dim is None else dim
+    if unbiased is not None: correction = int(unbiased)
+    x = self._float()
+    n = prod(x.shape[a] for a in x._axes(dim))
+    sq = (x - x.mean(dim, keepdim=True)).square().sum(dim, keepdim=keepdim)
+    return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
+  def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
+    return self.var(dim, keepdim, correction, axis, unbiased).sqrt()
+  def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
+  def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
+  def any(self, dim: Any = None, keepdim: bool = False) -> Tensor: return self.bool().max(dim, keepdim)
+  def all(self, dim: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(dim, keepdim).logical_not()
+  def logsumexp(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+    x = self._float()
+    m = x.max(dim, keepdim=True).detach()
+    m = m.isinf().where(0.0, m)
+    out = (x - m).exp().sum(dim, keepdim=True).log() + m
+    return out if keepdim else out.squeeze_axes(x._axes(dim))
+  def squeeze_axes(self, axes: tuple[int, ...]) -> Tensor:
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  def softmax(self, dim: int = -1, dtype: DType | None = None) -> Tensor:
+    x = self.cast(dtype) if dtype else self._float()
+    e = (x - x.max(dim, keepdim=True).detach()).exp()
+    return e / e.sum(dim, keepdim=True)
+  def log_softmax(self, dim: int = -1, dtype: DType | None = None) -> Tensor:
+    x = self.cast(dtype) if dtype else self._float()
+    m = x - x.max(dim, keepdim=True).detach()
+    return m - m.exp().sum(dim, keepdim=True).log()
+  def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    if dim is None: return self.reshape(-1).argmax(0)
+    d = _axis(dim, self.ndim)
+    n = self.shape[d]
+    m = self.max(d, keepdim=True)
+    # the first index of the maximum: largest (n - i) where x == max
+    idx = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - d - 1))
+    hit = (self.eq(m) | (self.isnan() if dtypes.is_float(self.dtype) else self.eq(m))).where(idx._bcast_to(self.shape, d), 0)
+    return (n - hit.max(d, keepdim=keepdim)).cast(dtypes.int64)
+  def _bcast_to(self, shape: tuple[int, ...], d: int) -> Tensor:
+    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
+  def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    if dtypes.is_float(self.dtype) or not dtypes.is_unsigned(self.dtype): return (-self if self.dtype != dtypes.bool else self.logical_not()).argmax(dim, keepdim)
+    return self.bitwise_not().argmax(dim, keepdim)
+  def cumsum(self, dim: int = 0) -> Tensor:
+    d = _axis(dim, self.ndim)
+    n = self.shape[d]
+    if n == 0: return self
+    x = self.transpose(d, -1) if d != self.ndim - 1 else self
+    # each output i sums x[0..i]: a lower-triangular mask times the rows, reduced
+    tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
+    s = (x.unsqueeze(-2) * tri.cast(x.dtype if x.dtype != dtypes.bool else dtypes.int64)).sum(-1)
+    return s.transpose(d, -1) if d != self.ndim - 1 else s
+  def cumprod(self, dim: int = 0) -> Tensor:
+    d = _axis(dim, self.ndim)
+    n = self.shape[d]
+    x = self.transpose(d, -1) if d != self.ndim - 1 else self
+    tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
+    s = tri.where(x.unsqueeze(-2), 1).prod(-1)
+    return s.transpose(d, -1) if d != self.ndim - 1 else s
+
+  # ---- matmul
+  def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
+  def matmul(self, w: Tensor) -> Tensor:
+    x = self
+    if x.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape}")
+    if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
+      raise ValueError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
+    xv = x.unsqueeze(0) if x.ndim == 1 else x
+    wv = w.unsqueeze(-1) if w.ndim == 1 else w
+    d = promote(x.dtype, w.dtype)
+    xv, wv = xv.cast(d), wv.cast(d)
+    # (..., n, 1, k) * (..., 1, m, k) summed over k
+    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d if dtypes.is_float(d) else None)
+    if x.ndim == 1: out = out.squeeze(-2)
+    if w.ndim == 1: out = out.squeeze(-1)
+    return out
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    out = self.matmul(weight.T if weight.ndim == 2 else weight)
+    return out + bias if bias is not None else out
+
+  # ---- autograd
+  def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
+    from baregrad.tensor.autograd import backward
+    backward(self, gradient)
+    return self
+
+  # ---- misc
+  def __getitem__(self, idx: Any) -> Tensor:
+    from baregrad.tensor.indexing import getitem
+    return getitem(self, idx)
+  def __setitem__(self, idx: Any, v: Any) -> None:
+    from baregrad.tensor.indexing import setitem
+    setitem(self, idx, v)
+
+def _windows(x: Tensor, n: int) -> Tensor:
+  """(n, n) view whose row i is x[i : i + n], for x of length 2n-1: n copies laid end to end, each row shifted
+  by one more element through padding, then cropped. Only movement ops: no copy."""
+  m = x.shape[0]
+  rows = x.reshape(1, m).expand(n, m).reshape(n * m)
+  return rows._pad(((0, n),)).reshape(n, m + 1)._shrink(((0, n), (0, n)))
+
+def _threefry(x0: Tensor, x1: Tensor, k0: int, k1: int) -> Tensor:
+  """Threefry-2x32 with 20 rounds (Salmon et al., 2011): x0 is the counter, returns the first output word."""
+  rot = [13, 15, 26, 6, 17, 29, 16, 24]
+  ks = [k0, k1, (k0 ^ k1 ^ 0x1BD11BDA) & 0xffffffff]
+  x0, x1 = x0 + ks[0], x1 + ks[1]
+  for i in range(5):
+    for j in range(4):
+      r = rot[(i % 2) * 4 + j]
+      x0 = x0 + x1
+      x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ((ks[(i + 2) % 3] + i + 1) & 0xffffffff)
+  return x0
+
+def _f32_to_bf16_np(a: np.ndarray) -> np.ndarray:
+  u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+  r = ((u + 0x7fff + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+  nan = np.isnan(np.asarray(a, np.float32))
+  return np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), r)
+
+def _bf16_to_f32_np(a: np.ndarray) -> np.ndarray:
+  return (a.astype(np.uint32) << 16).view(np.float32)
