@@ -2,5 +2,6 @@
 from baregrad.ir.dtype import dtypes
 from baregrad.hal import Device
 from baregrad.tensor import Tensor
+from baregrad.tensor.jit import jit
 
-__all__ = ["Tensor", "dtypes", "Device"]
+__all__ = ["Tensor", "dtypes", "Device", "jit"]

@@ -27,7 +27,7 @@ class _NeedRealize(Exception):
 def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
   """upper (root index -> this node's index) followed by lower (this node -> its source)."""
   if len(upper.views) == 1 and upper.views[0].is_contiguous and upper.shape == lower.shape: return lower
-  if len(lower.views) == 1 and lower.views[0].is_contiguous and upper.views[0].shape == lower.shape: return upper
+  if len(lower.views) == 1 and lower.views[0].is_contiguous: return upper  # lower maps to the same flat offsets
   return ShapeTracker(lower.views + upper.views)
 
 def _is_buffer_view(u: UOp) -> bool: return base_of(u).op is Ops.BUFFER
@@ -75,6 +75,27 @@ class _KernelBuilder:
     self.memo[key] = out
     return out
 
+def _no_ones(s: tuple[int, ...]) -> tuple[int, ...]: return tuple(x for x in s if x != 1)
+
+def _squeeze_only(u: UOp) -> bool:
+  """A reshape that only drops or adds size-1 axes (sum without keepdim): it can stay fused with its reduce."""
+  return u.op is Ops.RESHAPE and _no_ones(u.arg) == _no_ones(shape_of(u.src[0]))
+
+def _kernel_space(val: UOp, shape: tuple[int, ...], realized: dict) -> tuple[int, ...]:
+  """The shape a kernel iterates in: the output shape, or the reduction's keepdim shape when the output is
+  that reduction with size-1 axes dropped (so the reduce and what follows it stay one kernel)."""
+  stack, seen = [val], set()
+  while stack:
+    x = stack.pop()
+    if x in seen or x in realized: continue
+    seen.add(x)
+    if x.op is Ops.REDUCE_AXIS:
+      rs = shape_of(x)
+      return rs if _no_ones(rs) == _no_ones(shape) and rs != shape else shape
+    if x.op in GroupOp.Movement and not _squeeze_only(x): continue
+    stack.extend(x.src)
+  return shape
+
 def _value_of(u: UOp) -> UOp:
   return u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u
 
@@ -90,7 +111,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
   for u in _all_nodes(targets):
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
-    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS and not _squeeze_only(u): must.add(u.src[0])
   while True:
     items: list[ScheduleItem] = []
     realized.clear()
@@ -111,8 +132,10 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         kb.buf_index(ref)
         val = _value_of(u)
         shape = shape_of(u)
-        st = ShapeTracker.from_shape(shape)
+        space = _kernel_space(val, shape, realized)
+        st = ShapeTracker.from_shape(shape) if space == shape else ShapeTracker.from_shape(shape).reshape(space)
         lowered = kb.lower(val, st, False, root=True)
+        shape = space
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
         if u.op is Ops.ASSIGN and any(b is ref for b in kb.bufs[1:]): ast = _assign_check(ast, kb, ref)
