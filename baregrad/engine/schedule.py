@@ -51,7 +51,7 @@ class _KernelBuilder:
   def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
     key = (u, st, in_reduce)
     if key in self.memo: return self.memo[key]
-    if not root and u in self.realized: out = self.load(self.realized[u], st)
+    if u in self.realized: out = self.load(self.realized[u], st)
     elif u.op is Ops.BUFFER: out = self.load(u.arg, st)
     elif u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)

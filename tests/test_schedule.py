@@ -1,0 +1,81 @@
+"""The scheduler fuses: kernel counts for representative graphs, movement ops make no kernels, intermediates
+share memory, and the fused results are right."""
+import numpy as np
+import pytest
+from baregrad import Tensor, dtypes
+from baregrad.engine.realize import plan_memory
+from baregrad.ir.ops import Ops
+
+def kernels(t: Tensor) -> int: return len(t.schedule())
+
+@pytest.fixture
+def ab():
+  return Tensor.rand(8, 16).realize(), Tensor.rand(8, 16).realize()
+
+def test_elementwise_chain_is_one_kernel(ab):
+  a, b = ab
+  t = ((a * b + 1).exp() - a).sqrt().relu() * 3
+  assert kernels(t) == 1
+  np.testing.assert_allclose(t.numpy(), np.maximum(np.sqrt(np.exp(a.numpy() * b.numpy() + 1) - a.numpy()), 0) * 3, rtol=1e-5)
+
+def test_elementwise_into_reduce_is_one_kernel(ab):
+  a, b = ab
+  t = (a * b + 1).relu().sum(1)
+  assert kernels(t) == 1
+  np.testing.assert_allclose(t.numpy(), np.maximum(a.numpy() * b.numpy() + 1, 0).sum(1), rtol=1e-5)
+
+def test_reduce_then_elementwise_is_one_kernel(ab):
+  a, _ = ab
+  assert kernels(a.mean(1)) == 1
+  assert kernels(a.sum(0) * 2 + 1) == 1
+
+def test_softmax_at_most_three_kernels(ab):
+  a, _ = ab
+  s = a.softmax(-1)
+  assert kernels(s) <= 3
+  e = np.exp(a.numpy() - a.numpy().max(-1, keepdims=True))
+  np.testing.assert_allclose(s.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5)
+
+def test_movement_ops_make_no_kernel(ab):
+  a, _ = ab
+  assert kernels(a.reshape(16, 8)) == 0
+  assert kernels(a.T) == 0
+  assert kernels(a[::2, 1:5]) == 0
+  assert kernels(a.T.reshape(-1).flip(0) + 1) == 1  # moved views fuse into the consumer
+
+def test_matmul_is_one_kernel():
+  x, w = Tensor.rand(5, 7), Tensor.rand(7, 3)
+  Tensor.realize(x, w)
+  assert kernels(x @ w) == 1
+  np.testing.assert_allclose((x @ w).numpy(), x.numpy() @ w.numpy(), rtol=1e-5)
+
+def test_schedule_items_carry_their_ast(ab):
+  a, b = ab
+  items = (a + b).schedule()
+  assert len(items) == 1 and items[0].ast.op is Ops.SINK and items[0].ast.src[0].op is Ops.STORE
+  assert len(items[0].bufs) == 3  # output, a, b
+
+def test_padded_computed_value_is_realized_first(ab):
+  a, _ = ab
+  t = a.exp().pad((1, 1))  # the padding must be 0, not exp(0)
+  got = t.numpy()
+  assert got[:, 0].max() == 0 and got[:, -1].max() == 0
+  np.testing.assert_allclose(got[:, 1:-1], np.exp(a.numpy()), rtol=1e-6)
+
+def test_memory_planning_reuses_dead_intermediates():
+  x = Tensor.rand(64, 64).realize()
+  y = x
+  for _ in range(4): y = ((y * 0.1).exp().sum(1, keepdim=True) * 0.01 + y).contiguous()  # realized intermediates
+  items = y.schedule()
+  keep = {items[-1].bufs[0].id}
+  assign = plan_memory(items, keep)
+  assert assign, "some intermediate should take over a dead one's memory"
+  ref = x.numpy()
+  for _ in range(4): ref = np.exp(ref * 0.1).sum(1, keepdims=True) * 0.01 + ref
+  np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4)
+
+def test_realized_graph_is_not_recomputed():
+  x = Tensor.rand(16).realize()
+  y = (x * 2).exp()
+  y.realize()
+  assert kernels(y + 1) == 1  # reads y's buffer, doesn't recompute exp
