@@ -76,8 +76,10 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
 
 class Kernel:
   """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter."""
-  def __init__(self, ast: UOp, name: str | None = None):
+  def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False):
     self.ast = ast
+    # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
+    self.max_parallel, self.gpu = max_parallel, gpu
     self.full_shape = verify_ast(ast)
     red: set[int] = set()
     for u in ast.toposort():
@@ -103,7 +105,8 @@ class Kernel:
     amt = opt.amt or ax.size
     if opt.op is OptOps.PARALLEL:
       if ax.kind != "loop": raise OptError(f"{opt}: only an output loop axis can run over threads, axis is {ax.kind}")
-      if any(a.kind == "global" for a in self.axes): raise OptError(f"{opt}: the kernel already has a parallel axis")
+      if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:
+        raise OptError(f"{opt}: the kernel already has {self.max_parallel} parallel axis(es)")
       ax.kind = "global"
     else:
       if ax.size % amt != 0 or amt < 1: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
@@ -124,6 +127,11 @@ class Kernel:
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
     rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) for rid, i in enumerate(ids)}
+    if self.gpu:
+      # grid and workgroup axes are hardware indices, not loops (x is the innermost, fastest-varying axis)
+      for kind, pre in (("global", "gidx"), ("local", "lidx")):
+        ks = [i for i in range(len(self.axes)) if self.axes[i].kind == kind]
+        for n, i in enumerate(reversed(ks)): rng[i] = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{pre}{n}", self.axes[i].size))
     idx_of: list[UOp] = []
     for o, s in enumerate(self.full_shape):
       parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
@@ -165,12 +173,17 @@ class Kernel:
       memo[u] = new
     return memo[self.ast]
 
+  def _dims(self, kind: str) -> tuple[int, int, int]:
+    g = [a.size for a in self.axes if a.kind == kind]
+    if not self.gpu: return (prod(g) if g else 1, 1, 1)
+    g = list(reversed(g)) + [1, 1, 1]  # x is the innermost axis
+    return (g[0], g[1], g[2])
   def global_size(self) -> tuple[int, int, int]:
-    g = [a.size for a in self.axes if a.kind == "global"]
-    return (prod(g) if g else 1, 1, 1)
+    """CPU: the parallel axis' extent; GPU: workgroups per grid dimension."""
+    return self._dims("global")
   def local_size(self) -> tuple[int, int, int]:
-    g = [a.size for a in self.axes if a.kind == "local"]
-    return (prod(g) if g else 1, 1, 1)
+    """GPU: threads per workgroup per dimension."""
+    return self._dims("local")
   def buffers(self) -> list[UOp]:
     return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
   def vars(self) -> list[UOp]:

@@ -83,7 +83,7 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
     d = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype.scalar
     if d != dtypes.void and not ren.supports_dtype(d):
       raise KernelError(f"dtype {d} is not supported by the {ren.name} renderer (used by {u.op.name})")
-  k = Kernel(ast, name)
+  k = Kernel(ast, name, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local)
   if opts is None: opts = [] if getenv("NOOPT", 0) else heuristic_opts(k, ren)
   else:
     for o in opts: k.apply_opt(o)
