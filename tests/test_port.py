@@ -42,7 +42,7 @@ def test_mock_port_round_trips_structs():
 def test_failed_ioctl_names_ioctl_errno_and_params():
   p = MockPort(ToyGPU())
   register_ioctl(REQ_BAD, "TOY_BAD", Args)
-  with pytest.raises(IoctlError, match=r"TOY_BAD.*EINVAL.*size=0x1000"): p.ioctl(3, REQ_BAD, Args(size=4096))
+  with pytest.raises(IoctlError, match=r"(?s)TOY_BAD.*EINVAL.*size=0x1000"): p.ioctl(3, REQ_BAD, Args(size=4096))
 
 def test_tracing_port_decodes_calls():
   lines = []
