@@ -17,6 +17,11 @@ def ltype(d: DType) -> str:
           dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}[s]
   return f"<{d.count} x {base}>" if d.count > 1 else base
 
+def _mem_type(d: DType) -> str:
+  """How a value of d is laid out in memory (bools are one byte each)."""
+  if d.scalar == dtypes.bool: return f"<{d.count} x i8>" if d.count > 1 else "i8"
+  return ltype(d)
+
 def lconst(d: DType, v: object) -> str:
   s = d.scalar
   if s == dtypes.bool: return "1" if v else "0"
@@ -113,14 +118,23 @@ class LLVMRenderer(Renderer):
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
-        lines.append(f"  {nm}.l = load {ltype(d)}, ptr {ptr}, align {d.scalar.itemsize}")
-        if valid is None: lines[-1] = lines[-1].replace(f"{nm}.l =", f"{nm} =")
-        else: lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
-        r[u] = nm
+        mt = _mem_type(d)
+        lines.append(f"  {nm}.m = load {mt}, ptr {ptr}, align {d.scalar.itemsize}")
+        if d.scalar == dtypes.bool:  # bools are bytes in memory (an <N x i1> in memory would be packed bits)
+          lines.append(f"  {nm}.l = icmp ne {mt} {nm}.m, {'0' if d.count == 1 else 'zeroinitializer'}")
+        else: lines[-1] = lines[-1].replace(f"{nm}.m =", f"{nm}.l =")
+        if valid is None: r[u] = f"{nm}.l"
+        else:
+          lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
+          r[u] = nm
       elif u.op is Ops.STORE:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
-        st = f"  store {ltype(u.src[1].dtype)} {r[u.src[1]]}, ptr {ptr}, align {u.src[1].dtype.scalar.itemsize}"
+        vd, val = u.src[1].dtype, r[u.src[1]]
+        if vd.scalar == dtypes.bool:
+          lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {_mem_type(vd)}")
+          val = f"{nm}.z"
+        st = f"  store {_mem_type(vd)} {val}, ptr {ptr}, align {vd.scalar.itemsize}"
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
