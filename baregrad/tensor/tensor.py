@@ -607,6 +607,10 @@ class Tensor:
       if op is Ops.MAX: raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
       r = Tensor.full(out_shape, identity_element(op, self.dtype), dtype=self.dtype, device=self.device)
     elif not axes or all(self.shape[a] == 1 for a in axes): r = self
+    elif prod(out_shape) == 1 and self.numel() >= 1 << 16 and (k := _split_factor(self.numel())):
+      # a big full reduction runs as partial results over k rows (in parallel), then a small one over those
+      part = self.reshape(k, self.numel() // k)._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.reshape(k, self.numel() // k).uop,), (op, (1,))))
+      r = part._new(UOp(Ops.REDUCE_AXIS, self.dtype, (part.uop,), (op, (0,)))).reshape(out_shape)
     else: r = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return r if keepdim else r.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
   def sum(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
@@ -731,6 +735,11 @@ class Tensor:
   def __setitem__(self, idx: Any, v: Any) -> None:
     from baregrad.tensor.indexing import setitem
     setitem(self, idx, v)
+
+def _split_factor(n: int) -> int:
+  for k in (256, 128, 64, 32, 16):
+    if n % k == 0 and n // k >= 256: return k
+  return 0
 
 def _windows(x: Tensor, n: int) -> Tensor:
   """(n, n) view whose row i is x[i : i + n], for x of length 2n-1: n copies laid end to end, each row shifted
