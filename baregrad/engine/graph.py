@@ -79,9 +79,15 @@ def base_of(u: UOp) -> UOp:
   return u
 
 def device_of(u: UOp) -> str | None:
-  for n in u.toposort():
+  """The device a node computes on: where its buffers are, not looking past a COPY (which names its own)."""
+  stack, seen = [u], set()
+  while stack:
+    n = stack.pop()
+    if n in seen: continue
+    seen.add(n)
     if n.op is Ops.BUFFER: return n.arg.device
     if n.op is Ops.COPY: return n.arg
+    stack.extend(n.src)
   return None
 
 def numel(u: UOp) -> int: return prod(shape_of(u))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.engine.graph import shape_of
+from baregrad.engine.graph import shape_of, device_of
 
 def _c(like: UOp, v: float) -> UOp:
   """A constant broadcast to like's shape."""
@@ -78,7 +78,7 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
     return (UOp(Ops.PAD, g.dtype, (g,), tuple((lo, n - hi) for (lo, hi), n in zip(u.arg, shape_of(s[0])))),)
   if u.op is Ops.FLIP: return (UOp(Ops.FLIP, g.dtype, (g,), u.arg),)
   if u.op in (Ops.CONTIGUOUS,): return (g,)
-  if u.op is Ops.COPY: return (UOp(Ops.COPY, g.dtype, (g,), None),)
+  if u.op is Ops.COPY: return (UOp(Ops.COPY, g.dtype, (g,), device_of(s[0])),)
   if u.op is Ops.DETACH: return (None,)
   raise NotImplementedError(f"no gradient rule for {u.op}")
 

@@ -115,13 +115,11 @@ class Tensor:
     return items
   def realize(self, *others: Tensor) -> Tensor:
     ts = [self, *others]
-    ts2 = [t._materialize_const() for t in ts]
-    outs = lazy.realize([t.uop for t in ts2], self.device)
+    outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
     for t, u in zip(ts, outs):
       if not t.requires_grad: t.uop = u
     return self
-  def _materialize_const(self) -> Tensor: return self
   def contiguous(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def _buffer(self) -> Buffer:
     """A realized, contiguous buffer holding exactly this tensor's elements."""
@@ -148,7 +146,7 @@ class Tensor:
     if device is not None and Device.canonicalize(device) != self.device:
       d = Device.canonicalize(device)
       src = t.contiguous() if base_of(t.uop).op is not Ops.BUFFER or t.uop.op not in (Ops.BUFFER, Ops.RESHAPE) else t
-      u = UOp(Ops.COPY, t.dtype, (src._materialize_const().uop,), d)
+      u = UOp(Ops.COPY, t.dtype, (src.uop,), d)
       out = Tensor(u, device=d)
       out.requires_grad = t.requires_grad
       return out
