@@ -2,7 +2,7 @@
 from __future__ import annotations
 import sys, time
 from typing import Sequence
-from baregrad.helpers import DEBUG
+from baregrad.helpers import DEBUG, getenv
 from baregrad.ir.ops import UOp
 from baregrad.hal import Device, Buffer
 from baregrad.codegen.kernel import Opt
@@ -43,6 +43,9 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
   dname = Device.canonicalize(device or Device.DEFAULT)
   key = (ast, dname, tuple(opts) if opts is not None else None, name)
   if (r := _cache.get(key)) is None:
+    if opts is None and (width := int(getenv("BEAM", 0))) > 0:
+      from baregrad.engine.search import beam_search
+      opts = beam_search(ast, dname, width)
     spec = get_program(ast, Device[dname].renderer, opts, name)
     _cache[key] = r = CompiledRunner(spec, dname)
   return r
