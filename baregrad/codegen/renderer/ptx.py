@@ -5,7 +5,8 @@ Scalar code (vectorized=False: vectors are split into lanes before rendering). O
   .visible .entry NAME(.param .u64 data0, ..., .param .u64 dataN, .param .s32 var_a, ...)
 
 Parameter layout (the NV driver fills constant bank 0 from it, see PARAM_CBUF_OFFSET):
-- one `.param .u64 data{i}` per buffer, in buffer order (DEFINE_GLOBAL arg 0..N), each 8 bytes, 8-aligned;
+- one `.param .u64 data{i}` per buffer slot i = DEFINE_GLOBAL arg 0..max (a slot no uop uses is still declared, so
+  the layout depends only on the arg numbers), each 8 bytes, 8-aligned;
 - then one param per DEFINE_VAR, sorted by name (the same order the CPU ABI uses, see llvmir.py), named
   `var_<name>`, of the variable's dtype (`.s32` for int32 variables), naturally aligned.
 `param_layout(bufs, vars)` computes the byte offsets; EIATTR_KPARAM_INFO in the cubin says the same (tests check it).
@@ -21,7 +22,8 @@ Semantics (ir/alu.py), and how each is reached in PTX:
   to 0 explicitly;
 - float add/sub/mul carry `.rn`: without a rounding modifier ptxas may contract mul+add into fma, and results would
   no longer match the CPU bit for bit. ASSIGN of ADD with a MUL value is an explicit fma.rn, as in every renderer;
-- MAX on floats is `max.NaN` (sm_80+, propagates NaN). The PTX ISA leaves the sign of max(+0, -0) unspecified, so
+- MAX on floats is `max.NaN.f32` (sm_80+, propagates NaN); f64 has no .NaN form, so `max.f64` (which drops a NaN)
+  is followed by a select of a + b where either input is NaN. The PTX ISA leaves the sign of max(+0, -0) unspecified, so
   equal inputs are combined with a bitwise AND of their bits (+0 wins over -0; equal non-zero values are unchanged);
 - comparisons are IEEE: lt/eq ordered (false with NaN), ne unordered (true with NaN);
 - bool is a predicate in registers and a byte (0/1) in memory.
@@ -105,9 +107,10 @@ def param_name(u: UOp) -> str:
 
 def param_layout(bufs: list[UOp], vars: list[UOp]) -> list[tuple[str, int, int]]:
   """(name, byte offset, size) of each kernel parameter, relative to the start of the parameter block."""
-  out, off = [], 0
-  for u in list(bufs) + sorted(vars, key=lambda v: v.arg[0]):
-    sz = 8 if u.op is Ops.DEFINE_GLOBAL else u.dtype.itemsize
+  out = [(f"data{i}", 8 * i, 8) for i in range(max((u.arg for u in bufs), default=-1) + 1)]
+  off = 8 * len(out)
+  for u in dict.fromkeys(sorted(vars, key=lambda v: v.arg[0])):
+    sz = u.dtype.itemsize
     off = (off + sz - 1) // sz * sz
     out.append((param_name(u), off, sz)); off += sz
   return out
@@ -285,7 +288,11 @@ class PTXRenderer(Renderer):
       if s not in (dtypes.float32, dtypes.float64): raise RenderError(f"PTX: MAX on {d} reaches the renderer unpromoted")
       bt, it = _BITS[s.itemsize], (dtypes.uint32 if s.itemsize == 4 else dtypes.uint64)
       m, p, ia, ib, z = reg(d), reg(dtypes.bool), reg(it), reg(it), reg(d)
-      emit(f"max.NaN.{_AT[s]} {m}, {a}, {b};")
+      if s == dtypes.float32: emit(f"max.NaN.f32 {m}, {a}, {b};")
+      else:  # max.NaN has no f64 form: max ignores a NaN, so put one back (a + b propagates an input NaN)
+        pn, sm = reg(dtypes.bool), reg(d)
+        emit(f"max.f64 {m}, {a}, {b};"); emit(f"setp.nan.f64 {pn}, {a}, {b};"); emit(f"add.rn.f64 {sm}, {a}, {b};")
+        emit(f"selp.f64 {m}, {sm}, {m}, {pn};")
       emit(f"setp.eq.{_AT[s]} {p}, {a}, {b};")   # equal (incl. +0 == -0): AND of the bits, so +0 wins
       emit(f"mov.{bt} {ia}, {a};"); emit(f"mov.{bt} {ib}, {b};")
       emit(f"and.{bt} {ia}, {ia}, {ib};"); emit(f"mov.{bt} {z}, {ia};")
