@@ -160,6 +160,8 @@ def test_every_kernel_assembles(arch):
     k = info["kernels"][nm]
     lay = param_layout(p.bufs, p.vars)
     assert k["regs"] > 0 and len(k["code"]) > 0
+    assert k["text_regs"] in (0, k["regs"])   # sm_80/89 repeat EIATTR_REGCOUNT in .text's sh_info >> 24; sm_90 leaves it 0
+    assert k["max_threads"] == p.local_size, nm
     assert k["param_cbank"] == (off, lay[-1][1] + lay[-1][2]), (nm, k["param_cbank"])
     assert [(o, s) for _, o, s in k["params"]] == [(o, s) for _, o, s in lay], nm
 
@@ -172,9 +174,8 @@ def test_single_kernel_cubin_metadata():
     assert 0 < k["regs"] <= 255 and k["shared"] == 0 and k["param_cbank"] == (off, 24)
     assert [n for n, _ in k["attrs"]].count("KPARAM_INFO") == 3 and "EXIT_INSTR_OFFSETS" in [n for n, _ in k["attrs"]]
     assert k["cbank0_size"] == off + 24
-  # .maxntid shows up as EIATTR_MAX_THREADS
-  s2 = s.replace(f".visible .entry {nm}(", f".visible .entry {nm}(").replace("\n)\n{", "\n)\n.maxntid 64, 2, 1\n{", 1)
-  assert parse_cubin(PTXCompiler("sm_90").compile(s2))["kernels"][nm]["max_threads"] == (64, 2, 1)
+  # the workgroup size (.maxntid, from the thread indices) shows up as EIATTR_MAX_THREADS
+  assert p.local_size == (8, 1, 1) and k["max_threads"] == p.local_size
 
 def test_cubin_parse_errors():
   with pytest.raises(CubinError): parse_cubin(b"\x7fELF garbage")
