@@ -140,7 +140,8 @@ def test_semantics_in_the_text():
   assert "fma.rn.f32" in src["matmul"]                                      # ASSIGN of ADD with MUL
   assert "cvt.s16.s8" in src["ew_char"]                                     # 8-bit results wrap
   assert re.search(r"@%p\d+ ld\.global", src["pad"]) and "st.global.u8" in src["ew_bool"]
-  assert "@%p" in src["opt_ewo_1"] or "bra" not in src["opt_ewo_1"]
+  assert "%tid.x" in src["opt_ewo_1"] and "%ctaid" not in src["opt_ewo_1"] and "bra" not in src["opt_ewo_1"]  # LOCAL 37: no loop
+  assert "bra" in src["opt_ewo_0"] or "%tid" not in src["opt_ewo_0"]
 
 @need_ptxas
 @pytest.mark.parametrize("arch", ARCHS)
@@ -232,3 +233,55 @@ def _dedup_sats(body: str) -> str:
       seen.add(line)
     out.append(line)
   return "\n".join(out)
+
+def _var_loop_uops() -> list[UOp]:
+  """sum of data1[0:n] into data0[0], a loop whose end is a kernel parameter (may run zero times)."""
+  g0, g1 = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 1)
+  n = UOp.variable("n", 0, 100)
+  c0, z = UOp.const(dtypes.float32, 0.0), UOp.const(dtypes.int32, 0)
+  acc = UOp(Ops.DEFINE_ACC, dtypes.float32, (c0,), 0)
+  r = UOp.range(n, 0, "reduce")
+  ld = UOp(Ops.LOAD, dtypes.float32, (g1.index(r),))
+  asg = UOp(Ops.ASSIGN, dtypes.float32, (acc, ld), (Ops.ADD, (r,)))
+  red = UOp(Ops.REDUCE, dtypes.float32, (acc, asg), Ops.ADD)
+  st = UOp(Ops.STORE, dtypes.void, (g0.index(z), red))
+  return [g0, g1, n, c0, z, acc, r, ld.src[0], ld, asg, UOp(Ops.ENDRANGE, src=(r,)), red, st.src[0], st, UOp(Ops.SINK, src=(st,))]
+
+def test_loop_with_a_variable_end():
+  src = PTXRenderer().render("varloop", _var_loop_uops())
+  assert re.search(r"setp\.ge\.s32 %p\d+, %r\d+, %r\d+;\n  @%p\d+ bra \$L6_exit;", src)   # tested before the first trip
+  assert ".param .s32 var_n" in src and "bra $L6_head;" in src
+  if find_ptxas() is not None:
+    k = parse_cubin(PTXCompiler("sm_80").compile(src))["kernels"]["varloop"]
+    assert k["param_cbank"] == (PARAM_CBUF_OFFSET_SM70, 20) and [s for _, _, s in k["params"]] == [8, 8, 4]
+
+@need_ptxas
+def test_newer_target_bumps_the_ptx_version():
+  src = get_program(sink(store(0, (64,), load(1, dtypes.float32, (64,)) * 3.0)), PTXRenderer("sm_80")).src
+  try: lib = PTXCompiler("sm_100").compile(src)
+  except CompileError as e:
+    if "not defined" in str(e) or "Unknown" in str(e) or "unsupported" in str(e).lower(): pytest.skip(f"this ptxas has no sm_100: {e.msg[:200]}")
+    raise
+  assert parse_cubin(lib)["arch"] == "sm_100"
+
+from hypothesis import given, settings, strategies as st
+
+@st.composite
+def _nv_info_entries(draw):
+  out = []
+  for _ in range(draw(st.integers(0, 8))):
+    fmt, attr = draw(st.sampled_from([1, 2, 3, 4])), draw(st.integers(0, 255))
+    if fmt == 4: out.append((fmt, attr, draw(st.binary(min_size=0, max_size=24))))
+    elif fmt in (2, 3): out.append((fmt, attr, draw(st.integers(0, 0xffff))))
+    else: out.append((fmt, attr, None))
+  return out
+
+@settings(max_examples=200, deadline=None)
+@given(_nv_info_entries())
+def test_nv_info_round_trip(entries):
+  raw = b"".join(struct.pack("<BBH", f, a, len(v) if f == 4 else (v or 0)) + (v if f == 4 else b"") for f, a, v in entries)
+  assert parse_nv_info(raw) == entries
+  if raw:  # a cut-off payload is an error, never a wrong answer
+    last = entries[-1]
+    if last[0] == 4 and last[2]:
+      with pytest.raises(CubinError): parse_nv_info(raw[:-1])

@@ -56,6 +56,10 @@ class PTXCompiler(Compiler):
   def compile(self, src: str) -> bytes:
     # the PTX's own .target must agree with -arch, or ptxas refuses it; rewrite it so one renderer serves any arch
     src = re.sub(r"^\.target\s+\S+", f".target {self.arch}", src, count=1, flags=re.M)
+    from baregrad.codegen.renderer.ptx import ptx_version
+    if (m := re.search(r"^\.version\s+(\d+)\.(\d+)", src, re.M)) is not None:   # and a newer target may need a newer ISA
+      need = tuple(map(int, ptx_version(self.arch).split(".")))
+      if (int(m.group(1)), int(m.group(2))) < need: src = src[:m.start()] + f".version {need[0]}.{need[1]}" + src[m.end():]
     with tempfile.TemporaryDirectory(prefix="baregrad_ptxas_") as d:
       inp, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
       with open(inp, "w") as f: f.write(src)

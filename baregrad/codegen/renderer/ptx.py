@@ -201,7 +201,7 @@ class PTXRenderer(Renderer):
           p = reg(dtypes.bool)
           emit(f"setp.lt.{at} {p}, {x}, {r[end]};")
           emit(f"@{p} bra $L{i0}_head;")
-        else: emit(f"bra.uni $L{i0}_head;")
+        else: emit(f"bra $L{i0}_head;")
         lines.append(f"$L{i0}_exit:")
       elif u.op is Ops.DEFINE_ACC:
         x = reg(d)
