@@ -13,12 +13,13 @@ import functools, glob, os, re, shutil, struct, subprocess, tempfile
 from baregrad.hal import Compiler, CompileError
 
 def _wheel_tool(tool: str) -> str | None:
+  """The tool from NVIDIA's pip wheels: nvidia/cuda_nvcc/bin (nvidia-cuda-nvcc-cu12), or another nvidia/*/bin."""
   try:
-    import nvidia.cuda_nvcc as m  # type: ignore[import-not-found]  # the nvidia-cuda-nvcc pip wheel
+    import nvidia  # type: ignore[import-not-found]  # namespace package of NVIDIA's wheels
   except ImportError: return None
-  for base in list(getattr(m, "__path__", [])):
-    p = os.path.join(base, "bin", tool)
-    if os.path.isfile(p) and os.access(p, os.X_OK): return p
+  for base in list(getattr(nvidia, "__path__", [])):
+    for p in [os.path.join(base, "cuda_nvcc", "bin", tool)] + sorted(glob.glob(os.path.join(base, "*", "bin", tool))):
+      if os.path.isfile(p) and os.access(p, os.X_OK): return p
   return None
 
 @functools.cache
