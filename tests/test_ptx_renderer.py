@@ -285,3 +285,21 @@ def test_nv_info_round_trip(entries):
     last = entries[-1]
     if last[0] == 4 and last[2]:
       with pytest.raises(CubinError): parse_nv_info(raw[:-1])
+
+def test_param_layout_aligns_each_var():
+  g0 = UOp(Ops.DEFINE_GLOBAL, dtypes.int64.ptr(), (), 1)   # slot 0 unused: still a parameter
+  a, b, c = UOp.variable("a", -3, 3, dtypes.int8), UOp.variable("b", 0, 9, dtypes.int64), UOp.variable("c", 0, 9, dtypes.int32)
+  ca, cc = a.cast(dtypes.int64), c.cast(dtypes.int64)
+  s1 = ca + b
+  s2 = s1 + cc
+  z = UOp.const(dtypes.int32, 0)
+  st = UOp(Ops.STORE, dtypes.void, (g0.index(z), s2))
+  uops = [g0, c, a, b, ca, cc, s1, s2, z, st.src[0], st, UOp(Ops.SINK, src=(st,))]
+  lay = param_layout([g0], [a, b, c])
+  assert lay == [("data0", 0, 8), ("data1", 8, 8), ("var_a", 16, 1), ("var_b", 24, 8), ("var_c", 32, 4)]
+  src = PTXRenderer().render("mixed", uops)
+  assert re.findall(r"\.param \.(\w+) (\w+)", src) == [("u64", "data0"), ("u64", "data1"), ("s8", "var_a"), ("s64", "var_b"), ("s32", "var_c")]
+  if find_ptxas() is not None:
+    k = parse_cubin(PTXCompiler("sm_90").compile(src))["kernels"]["mixed"]
+    assert [(o, s) for _, o, s in k["params"]] == [(o, s) for _, o, s in lay]
+    assert k["param_cbank"] == (PARAM_CBUF_OFFSET_SM90, 36)
