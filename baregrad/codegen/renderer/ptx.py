@@ -87,8 +87,6 @@ _UT = {1: "u16", 2: "u16", 4: "u32", 8: "u64"}
 _PARAM_T = {dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.int16: "s16",
             dtypes.uint16: "u16", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.float32: "f32", dtypes.float64: "f64"}
 
-def _is8(d: DType) -> bool: return d.scalar in (dtypes.int8, dtypes.uint8)
-
 def ptx_imm(d: DType, v: object) -> str:
   """An immediate of dtype d as PTX writes it (floats as raw bits: 0f/0d)."""
   s = d.scalar
@@ -160,6 +158,7 @@ class PTXRenderer(Renderer):
       seen_vars.add(v.arg[0])
       if v.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {v.arg[0]} of dtype {v.dtype} cannot be a parameter")
       params.append(f"  .param .{_PARAM_T[v.dtype.scalar]} {param_name(v)}")
+    pos = {u: i for i, u in enumerate(uops)}
     for i, u in enumerate(uops):
       d = u.dtype
       if u.op is Ops.CONST: r[u] = cst(d, u.arg)
@@ -169,9 +168,7 @@ class PTXRenderer(Renderer):
         emit(f"cvta.to.global.u64 {y}, {x};"); r[u] = y
       elif u.op is Ops.DEFINE_VAR:
         x = reg(d)
-        pt = _PARAM_T[d.scalar]
-        if _is8(d): emit(f"ld.param.{pt} {x}, [{param_name(u)}];")
-        else: emit(f"ld.param.{pt} {x}, [{param_name(u)}];")
+        emit(f"ld.param.{_PARAM_T[d.scalar]} {x}, [{param_name(u)}];")   # 8-bit params are extended into 16 bits
         r[u] = x
       elif u.op is Ops.SPECIAL:
         nm, _ = u.arg
@@ -193,7 +190,7 @@ class PTXRenderer(Renderer):
         r[u] = x
       elif u.op is Ops.ENDRANGE:
         rg = u.src[0]
-        i0 = uops.index(rg)
+        i0 = pos[rg]
         x, at = r[rg], _AT[rg.dtype.scalar]
         emit(f"add.{at} {x}, {x}, 1;")
         end = rg.src[0]
