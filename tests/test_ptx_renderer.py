@@ -262,7 +262,8 @@ def test_newer_target_bumps_the_ptx_version():
   except CompileError as e:
     if "not defined" in str(e) or "Unknown" in str(e) or "unsupported" in str(e).lower(): pytest.skip(f"this ptxas has no sm_100: {e.msg[:200]}")
     raise
-  assert parse_cubin(lib)["arch"] == "sm_100"
+  k = parse_cubin(lib)
+  assert k["arch"] == "sm_100" and k["kernels"][next(iter(k["kernels"]))]["param_cbank"][0] == param_cbuf_offset("sm_100") == 0x380
 
 from hypothesis import given, settings, strategies as st
 

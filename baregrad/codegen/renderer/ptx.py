@@ -49,13 +49,16 @@ from baregrad.codegen.rewrites import cpu_float_matcher
 
 # Kernel parameters sit in constant bank 0 after the driver's own words. The offset differs by architecture: the
 # SASS of sm_70..sm_89 kernels reads the first parameter at c[0x0][0x160] (tinygrad's ops_nv.py writes kernel args at
-# kernargs_args_offset=0x160 after a 0x160-byte driver constant buffer), and sm_90+ (Hopper, Blackwell) at
-# c[0x0][0x210]. The cubin states it per kernel in EIATTR_PARAM_CBANK (drivers/nv_compile.py parse_cubin reads it;
+# kernargs_args_offset=0x160 after a 0x160-byte driver constant buffer), Hopper (sm_90) at c[0x0][0x210] and
+# Blackwell (sm_100, sm_120) at c[0x0][0x380]. The cubin states it per kernel in EIATTR_PARAM_CBANK (drivers/nv_compile.py parse_cubin reads it;
 # tests/test_ptx_renderer.py checks these constants against ptxas's output), and the driver should prefer that.
+# ptxas 13.0 reports (EIATTR_PARAM_CBANK) 0x160 for sm_75..sm_89, 0x210 for sm_90 and 0x380 for sm_100 and sm_120.
 PARAM_CBUF_OFFSET_SM70 = 0x160
 PARAM_CBUF_OFFSET_SM90 = 0x210
+PARAM_CBUF_OFFSET_SM100 = 0x380
 def param_cbuf_offset(arch: str) -> int:
-  return PARAM_CBUF_OFFSET_SM90 if _sm(arch) >= 90 else PARAM_CBUF_OFFSET_SM70
+  sm = _sm(arch)
+  return PARAM_CBUF_OFFSET_SM100 if sm >= 100 else PARAM_CBUF_OFFSET_SM90 if sm >= 90 else PARAM_CBUF_OFFSET_SM70
 
 def _sm(arch: str) -> int:
   m = re.fullmatch(r"sm_(\d+)[af]?", arch)
@@ -65,6 +68,8 @@ def _sm(arch: str) -> int:
 def ptx_version(arch: str) -> str:
   """The lowest PTX ISA version that knows the target (ptxas 12.x and 13.x accept it)."""
   sm = _sm(arch)
+  if sm >= 110: return "9.0"
+  if sm in (103, 121): return "8.8"
   if sm >= 120: return "8.7"
   if sm >= 100: return "8.6"
   return "8.0"   # sm_90 needs 7.8; 8.0 is CUDA 12.0's
