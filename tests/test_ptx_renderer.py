@@ -7,8 +7,8 @@ import pytest
 from baregrad.ir.dtype import DType, dtypes, ALL
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker
-from baregrad.codegen.astbuild import load, store, const, reduce, sink, gbuf, view
-from baregrad.codegen.kernel import Opt, OptOps, OptError
+from baregrad.codegen.astbuild import load, store, const, reduce, sink
+from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer import RenderError
 from baregrad.codegen.renderer.ptx import PTXRenderer, param_layout, param_cbuf_offset, PARAM_CBUF_OFFSET_SM70, PARAM_CBUF_OFFSET_SM90
@@ -189,7 +189,6 @@ def test_ptxas_error_is_a_compile_error():
     PTXCompiler("sm_90").compile(".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k() { bogus.op; }\n")
 
 def test_vectors_are_rejected():
-  from baregrad.ir.dtype import PtrDType
   u = [UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0), UOp(Ops.CONST, dtypes.float32.vec(4), (), 1.0)]
   with pytest.raises(RenderError): PTXRenderer().render("k", u)
 

@@ -41,7 +41,7 @@ Precision (differs from the CPU, whose libm is correctly rounded or close):
   0x7fff where the CPU keeps the payload's top bits).
 """
 from __future__ import annotations
-import math, re, struct
+import re, struct
 from baregrad.ir.dtype import DType, PtrDType, dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
