@@ -4,7 +4,8 @@ Scalar code (vectorized=False: vectors are split into lanes before rendering). O
 
   .visible .entry NAME(.param .u64 data0, ..., .param .u64 dataN, .param .s32 var_a, ...)
 
-Parameter layout (the NV driver fills constant bank 0 from it, see PARAM_CBUF_OFFSET):
+Parameter layout (the NV driver fills constant bank 0 from it at param_cbuf_offset(arch): 0x160 for sm_75..sm_89,
+0x210 for sm_90, 0x380 for sm_100+; the cubin says it too, in EIATTR_PARAM_CBANK):
 - one `.param .u64 data{i}` per buffer slot i = DEFINE_GLOBAL arg 0..max (a slot no uop uses is still declared, so
   the layout depends only on the arg numbers), each 8 bytes, 8-aligned;
 - then one param per DEFINE_VAR, sorted by name (the same order the CPU ABI uses, see llvmir.py), named
@@ -22,9 +23,10 @@ Semantics (ir/alu.py), and how each is reached in PTX:
   to 0 explicitly;
 - float add/sub/mul carry `.rn`: without a rounding modifier ptxas may contract mul+add into fma, and results would
   no longer match the CPU bit for bit. ASSIGN of ADD with a MUL value is an explicit fma.rn, as in every renderer;
-- MAX on floats is `max.NaN.f32` (sm_80+, propagates NaN); f64 has no .NaN form, so `max.f64` (which drops a NaN)
-  is followed by a select of a + b where either input is NaN. The PTX ISA leaves the sign of max(+0, -0) unspecified, so
-  equal inputs are combined with a bitwise AND of their bits (+0 wins over -0; equal non-zero values are unchanged);
+- MAX on floats is `max.NaN.f32` (sm_80+, propagates NaN, as a canonical NaN where the CPU keeps the input's
+  payload); f64 has no .NaN form, so `max.f64` (which drops a NaN) is followed by a select of a + b where either input
+  is NaN. The renderer does not rely on how max orders signed zeros: equal inputs (+0 == -0 included) are combined
+  with a bitwise AND of their bits, so max(+0, -0) is +0 as in ir/alu.py and equal non-zero values are unchanged;
 - comparisons are IEEE: lt/eq ordered (false with NaN), ne unordered (true with NaN);
 - bool is a predicate in registers and a byte (0/1) in memory.
 Precision (differs from the CPU, whose libm is correctly rounded or close):
