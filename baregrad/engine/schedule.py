@@ -90,7 +90,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
   for u in _all_nodes(targets):
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
-    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS and not (u in must and u.op is Ops.RESHAPE): must.add(u.src[0])
   while True:
     items: list[ScheduleItem] = []
     realized.clear()
@@ -110,7 +110,10 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         kb = _KernelBuilder(realized)
         kb.buf_index(ref)
         val = _value_of(u)
-        shape = shape_of(u)
+        # a reshape at the root only relabels the contiguous output: store the computed value in its own shape
+        while val.op is Ops.RESHAPE and val.src[0].op not in GroupOp.Movement and not _is_buffer_view(val.src[0]) and val.src[0] not in realized:
+          val = val.src[0]
+        shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
         st = ShapeTracker.from_shape(shape)
         lowered = kb.lower(val, st, False, root=True)
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
