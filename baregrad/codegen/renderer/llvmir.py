@@ -113,7 +113,11 @@ class LLVMRenderer(Renderer):
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
-        lines.append(f"  {nm}.l = load {ltype(d)}, ptr {ptr}, align {d.scalar.itemsize}")
+        if d.scalar == dtypes.bool:
+          # bools are bytes in memory; a vector of i1 would be bit-packed, so load i8 and compare
+          mt = ltype(d).replace("i1", "i8")
+          lines += [f"  {nm}.b = load {mt}, ptr {ptr}, align 1", f"  {nm}.l = icmp ne {mt} {nm}.b, zeroinitializer"]
+        else: lines.append(f"  {nm}.l = load {ltype(d)}, ptr {ptr}, align {d.scalar.itemsize}")
         if valid is None: lines[-1] = lines[-1].replace(f"{nm}.l =", f"{nm} =")
         else: lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
         r[u] = nm
@@ -121,6 +125,10 @@ class LLVMRenderer(Renderer):
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
         st = f"  store {ltype(u.src[1].dtype)} {r[u.src[1]]}, ptr {ptr}, align {u.src[1].dtype.scalar.itemsize}"
+        if u.src[1].dtype.scalar == dtypes.bool:
+          mt = ltype(u.src[1].dtype).replace("i1", "i8")
+          lines.append(f"  {nm}.z = zext {ltype(u.src[1].dtype)} {r[u.src[1]]} to {mt}")
+          st = f"  store {mt} {nm}.z, ptr {ptr}, align 1"
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
