@@ -115,7 +115,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
           val = val.src[0]
         shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
         st = ShapeTracker.from_shape(shape)
-        lowered = kb.lower(val, st, False, root=True)
+        lowered = kb.lower(val, st, False, root=val is u)
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
         if u.op is Ops.ASSIGN and any(b is ref for b in kb.bufs[1:]): ast = _assign_check(ast, kb, ref)
