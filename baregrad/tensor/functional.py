@@ -311,7 +311,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   for t, x in zip(norm, xs):
     mine = [c for c in order if c in t]
     x = x.permute(*[t.index(c) for c in mine]) if mine else x
-    aligned.append(x.reshape(tuple(sizes[c] if c in t else 1 for c in order) if order else ()))
+    aligned.append(x.reshape(tuple(x.shape[mine.index(c)] if c in t else 1 for c in order) if order else ()))
   out = aligned[0]
   for a in aligned[1:]: out = out * a
   full = tuple(sizes[c] for c in order)
