@@ -332,3 +332,29 @@ def test_errors_name_shapes():
   with pytest.raises(ValueError, match=r"normalized_shape \(4,\)"): F.layer_norm(Tensor(rnd(2, 3)), 4)
   with pytest.raises(ValueError, match=r"sum to the size 5"): F.split(Tensor(rnd(5)), [2, 2])
   with pytest.raises(ValueError, match=r"padding"): F.max_pool2d(x, 2, padding=2)
+
+# ---------------------------------------------------------------- odds and ends
+
+def test_cat_empty_piece_and_grad_through_pad():
+  torch = _t()
+  check(lambda a, e, b: F.cat([a, e, b], 1), lambda a, e, b: torch.cat([a, e, b], 1), rnd(2, 3, 4), rnd(2, 0, 4), rnd(2, 1, 4), nograd=(1,))
+  check(lambda a, b: F.cat([a.relu(), b * 2], 0), lambda a, b: torch.cat([a.relu(), b * 2], 0), rnd(1, 3), rnd(2, 3))
+
+def test_dropout_in_attention_and_grad():
+  q = Tensor(rnd(1, 2, 8, 4))
+  a = F.scaled_dot_product_attention(q, q, q).numpy()
+  b = F.scaled_dot_product_attention(q, q, q, dropout_p=0.5).numpy()
+  assert a.shape == b.shape and not np.allclose(a, b)
+  Tensor.training = True
+  try:
+    x = Tensor(np.ones((16, 16), np.float32), requires_grad=True)
+    y = F.dropout(x, 0.5)
+    y.sum().backward()
+    np.testing.assert_array_equal(x.grad.numpy(), y.numpy())   # d(sum)/dx is the mask scaled, as y is for x = 1
+  finally: Tensor.training = False
+
+def test_exports():
+  assert baregrad.cat is F.cat and baregrad.conv2d is F.conv2d and baregrad.tensor.functional is F
+  x = Tensor(rnd(2, 3))
+  np.testing.assert_array_equal(baregrad.einsum("ij->ji", x).numpy(), x.numpy().T)
+  assert Tensor.stack([x, x], 1).shape == (2, 2, 3) and x.stack(x, x).shape == (3, 2, 3)
