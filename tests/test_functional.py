@@ -101,6 +101,10 @@ def test_gather_scatter():
   check(lambda b, i, s: F.scatter_add(b, 0, i, s), lambda b, i, s: b.scatter_add(0, i, s), rnd(4, 6), rep, rnd(3, 5))
   check(lambda b, i, s: F.scatter_add(b, 0, i, s), lambda b, i, s: b.scatter_add(0, i, s), rnd(4, 6), rep, rnd(3, 7), nograd=(2,))  # src larger than index
   np.testing.assert_allclose(Tensor(base).scatter(1, Tensor(perm), value=2.5).numpy(), torch.tensor(base).scatter(1, torch.tensor(perm), 2.5).numpy())
+  # repeated indices: the last value along dim wins, as PyTorch's CPU kernel leaves it
+  ri, rs = np.array([[1, 1, 0], [2, 0, 2]]), rnd(2, 3)
+  np.testing.assert_allclose(F.scatter(Tensor(base[:2]), 1, Tensor(ri), Tensor(rs)).numpy(), torch.tensor(base[:2]).scatter(1, torch.tensor(ri), torch.tensor(rs)).numpy())
+  np.testing.assert_allclose(F.scatter(Tensor(base[:2]), 1, Tensor(ri), Tensor(rs), reduce="add").numpy(), torch.tensor(base[:2]).scatter(1, torch.tensor(ri), torch.tensor(rs), reduce="add").numpy())
 
 def test_masked_fill_where_one_hot():
   torch = _t()
@@ -196,6 +200,16 @@ def test_avg_pool2d(k, stride, padding, ceil_mode, cip):
   torch = _t()
   kw = dict(kernel_size=k, stride=stride, padding=padding, ceil_mode=ceil_mode, count_include_pad=cip)
   check(lambda t: F.avg_pool2d(t, **kw), lambda t: torch.nn.functional.avg_pool2d(t, **kw), rnd(1, 2, 7, 8))
+
+def test_max_pool2d_indices():
+  torch = _t()
+  x = rng.permutation(2 * 7 * 6).astype(np.float32).reshape(1, 2, 7, 6)
+  x[0, 0, :2, :2] = 5.0  # a tie: the first position wins
+  for kw in (dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1, ceil_mode=True), dict(kernel_size=(2, 3), dilation=(2, 1))):
+    o, i = F.max_pool2d(Tensor(x), return_indices=True, **kw)
+    to, ti = torch.nn.functional.max_pool2d(torch.tensor(x), return_indices=True, **kw)
+    np.testing.assert_array_equal(o.numpy(), to.numpy())
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
 
 def test_pool1d_and_noncontiguous():
   torch = _t()

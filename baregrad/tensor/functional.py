@@ -191,12 +191,18 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
   if x.dtype == dtypes.bool: return oh.where(xt, False).any(-1)
   return oh.where(xt, _zero(xt)).sum(-1).cast(x.dtype)
 
-def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str) -> tuple[Tensor, Tensor]:
-  """(sum of the values sent to each position, whether any value was sent), both of x's shape."""
+def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str, last: bool = False) -> tuple[Tensor, Tensor]:
+  """(sum of the values sent to each position, whether any value was sent), both of x's shape. With last, only the
+  value with the largest index along d counts where an index repeats (what PyTorch's CPU kernels leave there)."""
   s = src if isinstance(src, Tensor) else None
   _check_index(name, x, d, index, s)
   n, nd = x.shape[d], x.ndim
   oh = _onehot(index, n)                                     # (*I, n)
+  if last and index.shape[d] > 1:
+    m = index.shape[d]
+    j = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape((1,) * d + (m,) + (1,) * (nd - d))
+    score = oh.where(j, 0)
+    oh = oh & score.eq(score.max(d, keepdim=True))
   if s is None: v = Tensor.full(index.shape, src, dtype=x.dtype, device=x.device)
   else: v = s.cast(x.dtype)._shrink(tuple((0, i) for i in index.shape))
   contrib = oh.where(v.unsqueeze(-1), _zero(v.unsqueeze(-1))).sum(d)  # (*I without d, n)
@@ -208,13 +214,13 @@ def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str) -> tup
   return contrib._pad(pad), hit._pad(pad)
 
 def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, value: Any = None, reduce: str | None = None) -> Tensor:
-  """Out-of-place torch.scatter: out = input with out[..index..] = src. Where an index repeats, the values are summed
-  (PyTorch leaves that case undefined); reduce='add' is scatter_add."""
+  """Out-of-place torch.scatter: out = input with out[..index..] = src. Where an index repeats along dim, the last
+  value wins (PyTorch documents that case as undefined; its CPU kernels write in order); reduce='add' is scatter_add."""
   if src is None: src = value
   if src is None: raise TypeError("scatter needs src (a tensor) or value (a number)")
   d = _axis(dim, input.ndim)
-  contrib, hit = _scatter_parts(input, d, index, src, "scatter")
-  if reduce == "add": return input + contrib
+  if reduce == "add": return scatter_add(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device))
+  contrib, hit = _scatter_parts(input, d, index, src, "scatter", last=True)
   if reduce is not None: raise NotImplementedError(f"scatter reduce={reduce!r}: only 'add' is implemented")
   return hit.where(contrib, input)
 
@@ -473,14 +479,21 @@ def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any
 def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
 
-def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nsp, name) -> Tensor:
-  if return_indices: raise NotImplementedError(f"{name}: return_indices=True is not implemented")
+def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nsp, name) -> Any:
   k_, s_, p_, d_, o_, extra = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nsp, name)
   fill = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
   flat = [v for p, e in zip(reversed(p_), reversed(extra)) for v in (p, p + e)]
   xp = x.pad(flat, value=fill) if any(flat) else x
   win = _pool(xp, k_, s_, d_)
-  return win.max(tuple(range(-nsp, 0)))
+  out = win.max(tuple(range(-nsp, 0)))
+  if not return_indices: return out
+  # the flat spatial position of each window's first maximum (PyTorch's indices, for max_unpool)
+  i_, K = x.shape[-nsp:], prod(k_)
+  pos = Tensor.arange(prod(i_), device=x.device, dtype=dtypes.int32).reshape(i_)
+  posw = _pool(pos.pad(flat, value=-1) if any(flat) else pos, k_, s_, d_).reshape(o_ + (K,))
+  am = win.reshape(win.shape[:-nsp] + (K,)).argmax(-1)
+  idx = _onehot(am, K).where(posw, 0).sum(-1)
+  return out, idx.cast(dtypes.int64)
 
 def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
