@@ -1,5 +1,5 @@
 """baregrad.tensor.functional against PyTorch on the CPU (forward and autograd), plus errors and kernel counts."""
-import math
+import gc, math
 import numpy as np
 import pytest
 import baregrad
@@ -7,6 +7,12 @@ from baregrad import Tensor, dtypes
 import baregrad.tensor.functional as F
 
 rng = np.random.default_rng(0)
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect():
+  # free the buffers of graphs left in reference cycles here, not in a later module that counts allocator bytes
+  yield
+  gc.collect()
 
 def _t():
   return pytest.importorskip("torch")
@@ -164,6 +170,8 @@ def test_conv2d_kernel_count():
   x, w, b = Tensor(rnd(2, 4, 9, 8)), Tensor(rnd(6, 2, 3, 3)), Tensor(rnd(6))
   assert len(F.conv2d(x, w, stride=2, padding=1, dilation=(1, 2), groups=2).schedule()) == 1
   assert len(F.conv2d(x, w, b, padding=1, groups=2).schedule()) == 1
+  assert len(F.conv2d(x, w, b, padding=1, groups=2).relu().schedule()) == 1   # bias and activation fuse
+  assert len(F.conv1d(x[:, :, 0], w[:, :, 0], b, groups=2).schedule()) == 1
   assert len(F.conv2d(x.permute(0, 1, 3, 2), w, groups=2).schedule()) == 1
   assert len(F.max_pool2d(x, 3, 2, 1).schedule()) == 1
 

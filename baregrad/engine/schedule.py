@@ -90,7 +90,8 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
   for u in _all_nodes(targets):
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
-    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS and not (u in must and u.op is Ops.RESHAPE): must.add(u.src[0])
+    # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
+    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
   while True:
     items: list[ScheduleItem] = []
     realized.clear()
@@ -111,8 +112,10 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         kb.buf_index(ref)
         val = _value_of(u)
         # a reshape at the root only relabels the contiguous output: store the computed value in its own shape
-        while val.op is Ops.RESHAPE and val.src[0].op not in GroupOp.Movement and not _is_buffer_view(val.src[0]) and val.src[0] not in realized:
-          val = val.src[0]
+        inner = val
+        while inner.op is Ops.RESHAPE and inner.src[0] not in realized: inner = inner.src[0]
+        if inner.op not in GroupOp.Movement and inner.op is not Ops.BUFFER and inner not in realized: val = inner
+        val = _reshape_to_reduce(val, realized)
         shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
         st = ShapeTracker.from_shape(shape)
         lowered = kb.lower(val, st, False, root=val is u)
@@ -125,6 +128,40 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
     except _NeedRealize as e:
       if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
       must.add(e.u)
+
+def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
+
+def _reshape_to_reduce(val: UOp, realized: dict[UOp, BufRef]) -> UOp:
+  """An elementwise root over a reshaped reduction (x.sum(-1) + 1: the reduction's size-1 axes dropped) runs in the
+  reduction's own shape: every leaf is reshaped to it instead, and the output, contiguous, is the same bytes."""
+  if not _is_elementwise(val): return val
+  leaves: dict[UOp, None] = {}
+  seen: set[UOp] = set()
+  def walk(u: UOp) -> None:
+    if u in seen: return
+    seen.add(u)
+    if u in realized or not _is_elementwise(u): leaves[u] = None
+    else:
+      for x in u.src: walk(x)
+  walk(val)
+  def unreshaped(u: UOp) -> UOp:
+    while u.op is Ops.RESHAPE and u not in realized: u = u.src[0]
+    return u
+  n = numel(val)
+  rshape = next((shape_of(b) for l in leaves if l.op is Ops.RESHAPE and (b := unreshaped(l)).op is Ops.REDUCE_AXIS and b not in realized
+                 and numel(b) == n), None)
+  if rshape is None or rshape == shape_of(val): return val
+  memo: dict[UOp, UOp] = {}
+  def rebuild(u: UOp) -> UOp:
+    if u in memo: return memo[u]
+    if u in leaves:
+      if shape_of(u) == (): out = u
+      elif u.op is Ops.RESHAPE and shape_of(unreshaped(u)) == rshape: out = unreshaped(u)
+      else: out = UOp(Ops.RESHAPE, u.dtype, (u,), rshape)
+    else: out = u.replace(src=tuple(rebuild(x) for x in u.src))
+    memo[u] = out
+    return out
+  return rebuild(val)
 
 def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> UOp:
   # reading the buffer being written is fine only where every element reads its own position (x += y)

@@ -406,9 +406,9 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   win = win.reshape((N, G, 1, Cg) + o_ + k_).permute(0, 1, 2, *range(4, 4 + nsp), 3, *range(4 + nsp, 4 + 2 * nsp))
   wr = w.reshape((1, G, Cog) + (1,) * nsp + (Cg,) + k_)
   red = tuple(range(3 + nsp, 4 + 2 * nsp))
-  out = (win * wr).sum(red, keepdim=True)                        # (N, G, Cog, *o, 1, 1.., 1)
-  if bias is not None: out = out + bias.reshape((1, G, Cog) + (1,) * (2 * nsp + 1))
-  out = out.reshape((N, Cout) + o_)
+  out = (win * wr).sum(red).reshape((N, Cout) + o_)
+  # elementwise work on the reshaped reduction (bias, an activation after) fuses into the same kernel
+  if bias is not None: out = out + bias.reshape((1, Cout) + (1,) * nsp)
   return out.squeeze(0) if unbatched else out
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
