@@ -380,3 +380,33 @@ def test_exports():
   x = Tensor(rnd(2, 3))
   np.testing.assert_array_equal(baregrad.einsum("ij->ji", x).numpy(), x.numpy().T)
   assert Tensor.stack([x, x], 1).shape == (2, 2, 3) and x.stack(x, x).shape == (3, 2, 3)
+
+# ---------------------------------------------------------------- regressions in the core found while building these ops
+
+def test_core_bool_vector_store():
+  x = rnd(3, 5)
+  np.testing.assert_array_equal((Tensor(x) > 0).numpy(), x > 0)        # <N x i1> stores were bit-packed
+  b = x > 0
+  np.testing.assert_array_equal(Tensor(b)._pad(((0, 0), (2, 0))).numpy(), np.pad(b, ((0, 0), (2, 0))))
+
+def test_core_memory_planner_keeps_leaves():
+  a, b, g = rnd(3, 4), rnd(4, 5), rnd(3, 1)
+  A, B = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+  m = A.matmul(B)
+  ((m * m).sum(-1, keepdim=True) * Tensor(g)).sum().backward()
+  A.grad.numpy()                                                      # reused B's buffer for an intermediate
+  np.testing.assert_allclose(B.grad.numpy(), np.einsum("ik,ij->kj", a, 2 * (a @ b) * g), rtol=1e-4, atol=1e-4)
+
+def test_core_reduce_over_broadcast_axis_and_realized_root():
+  x = rnd(4, 5)
+  np.testing.assert_allclose(Tensor(x).reshape(4, 1, 5).expand(4, 3, 5).sum(1).numpy(), 3 * x, rtol=1e-6)
+  y = rnd(4, 3, 5)
+  np.testing.assert_allclose(Tensor(y).sum(1).T.contiguous().numpy(), y.sum(1).T, rtol=1e-5)
+
+def test_core_reshaped_reduction_fuses():
+  x = rnd(3, 4)
+  t = Tensor(x).sum(-1) * 2 + 1
+  assert len(t.schedule()) == 1
+  np.testing.assert_allclose(t.numpy(), x.sum(-1) * 2 + 1, rtol=1e-5)
+  u = Tensor(x).sum(0).reshape(2, 2) * Tensor(x)[1:3, 0:2]
+  np.testing.assert_allclose(u.numpy(), x.sum(0).reshape(2, 2) * x[1:3, 0:2], rtol=1e-5)
