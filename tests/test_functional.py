@@ -234,6 +234,14 @@ def test_interpolate(kw):
   torch = _t()
   check(lambda t: F.interpolate(t, **kw), lambda t: torch.nn.functional.interpolate(t, **kw), rnd(2, 3, 4, 6))
 
+def test_adaptive_avg_pool_and_area():
+  torch = _t()
+  tf = torch.nn.functional
+  for size in ((3, 3), (2, 5), 1, (None, 4)):
+    check(lambda t: F.adaptive_avg_pool2d(t, size), lambda t: tf.adaptive_avg_pool2d(t, size), rnd(1, 2, 7, 6))
+  check(lambda t: F.adaptive_avg_pool1d(t.permute(0, 2, 1), 4), lambda t: tf.adaptive_avg_pool1d(t.permute(0, 2, 1), 4), rnd(2, 9, 3))
+  check(lambda t: F.interpolate(t, size=(4, 3), mode="area"), lambda t: tf.interpolate(t, size=(4, 3), mode="area"), rnd(1, 2, 7, 6))
+
 def test_interpolate_linear():
   torch = _t()
   check(lambda t: F.interpolate(t, size=9, mode="linear", align_corners=True), lambda t: torch.nn.functional.interpolate(t, size=9, mode="linear", align_corners=True), rnd(1, 2, 5))
@@ -410,3 +418,9 @@ def test_core_reshaped_reduction_fuses():
   np.testing.assert_allclose(t.numpy(), x.sum(-1) * 2 + 1, rtol=1e-5)
   u = Tensor(x).sum(0).reshape(2, 2) * Tensor(x)[1:3, 0:2]
   np.testing.assert_allclose(u.numpy(), x.sum(0).reshape(2, 2) * x[1:3, 0:2], rtol=1e-5)
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular", "constant"])
+def test_pad_modes(mode):
+  torch = _t()
+  check(lambda t: F.pad(t, (2, 1, 0, 3), mode=mode), lambda t: torch.nn.functional.pad(t, (2, 1, 0, 3), mode=mode), rnd(1, 2, 5, 4))
+  check(lambda t: F.pad(t.permute(0, 2, 1), (3, -1), mode=mode), lambda t: torch.nn.functional.pad(t.permute(0, 2, 1), (3, -1), mode=mode), rnd(2, 6, 2))

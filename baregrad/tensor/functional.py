@@ -14,7 +14,7 @@ from baregrad.tensor.tensor import Tensor, _axis
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv_transpose2d",
-           "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "interpolate", "dropout", "layer_norm", "batch_norm",
+           "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout", "layer_norm", "batch_norm",
            "group_norm", "rms_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad"]
 
@@ -332,7 +332,33 @@ def where(condition: Tensor, input: Any, other: Any) -> Tensor:
   return condition.where(input, other)
 
 def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
-  return input.pad(pad, mode, 0.0 if value is None else value)
+  """torch.nn.functional.pad: pad is (left, right) for the last axis, then the one before, ...; mode 'constant',
+  'reflect', 'replicate' or 'circular' (the last three built from slices, flips and expands joined with cat)."""
+  if mode == "constant": return input.pad(pad, "constant", 0.0 if value is None else value)
+  if mode not in ("reflect", "replicate", "circular"): raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+  if len(pad) % 2 or len(pad) // 2 > input.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
+  x = input
+  for i in range(len(pad) // 2):
+    ax, (b, a) = x.ndim - 1 - i, (int(pad[2 * i]), int(pad[2 * i + 1]))
+    if b == 0 and a == 0: continue
+    n = x.shape[ax]
+    def sl(lo: int, hi: int) -> Tensor: return x._shrink(tuple((lo, hi) if k == ax else (0, sz) for k, sz in enumerate(x.shape)))
+    if min(b, a) < 0:  # negative padding crops first
+      x = sl(max(0, -b), n - max(0, -a)); b, a, n = max(b, 0), max(a, 0), x.shape[ax]
+    if mode == "reflect":
+      if b >= n or a >= n: raise ValueError(f"pad: reflect padding ({b}, {a}) must be smaller than the size {n} of dimension {ax} (shape {input.shape})")
+      parts = [sl(1, b + 1).flip(ax), x, sl(n - 1 - a, n - 1).flip(ax)]
+    elif mode == "replicate":
+      if n == 0: raise ValueError(f"pad: replicate padding of an empty dimension {ax} (shape {input.shape})")
+      def edge(k: int, cnt: int) -> Tensor:
+        e = sl(k, k + 1)
+        return e.expand(tuple(cnt if j == ax else sz for j, sz in enumerate(e.shape)))
+      parts = [edge(0, b), x, edge(n - 1, a)]
+    else:
+      if b > n or a > n: raise ValueError(f"pad: circular padding ({b}, {a}) must be at most the size {n} of dimension {ax} (shape {input.shape})")
+      parts = [sl(n - b, n), x, sl(0, a)]
+    x = cat([p for p in parts if p.shape[ax] > 0], ax)
+  return x
 
 # ---------------------------------------------------------------- convolution and pooling
 
@@ -526,7 +552,7 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
   if nsp < 1: raise ValueError(f"interpolate: input must have at least 3 dimensions (N, C, *spatial), got shape {x.shape}")
   want = {"linear": 1, "bilinear": 2, "trilinear": 3}
   if mode in want and want[mode] != nsp: raise ValueError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
-  if mode not in ("nearest", "nearest-exact") and mode not in want: raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented")
+  if mode not in ("nearest", "nearest-exact", "area") and mode not in want: raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented")
   if antialias: raise NotImplementedError("interpolate: antialias=True is not implemented")
   if mode.startswith("nearest") and align_corners is not None: raise ValueError("interpolate: align_corners only applies to the linear modes")
   i_ = x.shape[2:]
@@ -540,6 +566,7 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
     o_ = tuple(int(math.floor(i * s)) for i, s in zip(i_, sf))
     scales = [None if recompute_scale_factor else s for s in sf]
   if any(o <= 0 for o in o_): raise ValueError(f"interpolate: output size {o_} must be positive (input shape {x.shape})")
+  if mode == "area": return _adaptive_avg_pool(x, o_, nsp, "interpolate")
   x = x._float() if mode in want else x
   for j, (i, o, sc) in enumerate(zip(i_, o_, scales)):
     if i == o and sc in (None, 1.0): continue
@@ -556,6 +583,34 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
       y = xt.matmul(Tensor(m, device=x.device, dtype=x.dtype).T)
     x = y.transpose(ax, -1)
   return x
+
+def _resample(x: Tensor, ax: int, m: list[list[float]]) -> Tensor:
+  """x with axis ax replaced by m @ (that axis): a constant (out, in) matrix."""
+  y = x.transpose(ax, -1).matmul(Tensor(m, device=x.device, dtype=x.dtype).T)
+  return y.transpose(ax, -1)
+
+def _adaptive_avg_pool(x: Tensor, output_size: Any, nsp: int, name: str) -> Tensor:
+  if x.ndim not in (nsp + 1, nsp + 2): raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  i_ = x.shape[-nsp:]
+  o_ = tuple(i if o is None else int(o) for i, o in zip(i_, (output_size,) * nsp if isinstance(output_size, int) or output_size is None else output_size))
+  if len(o_) != nsp or any(o <= 0 for o in o_): raise ValueError(f"{name}: output_size {output_size} must be {nsp} positive sizes")
+  x = x._float()
+  for j, (i, o) in enumerate(zip(i_, o_)):
+    if i == o: continue
+    ax = x.ndim - nsp + j
+    if i % o == 0:  # equal windows: a reshape and a mean
+      x = x.reshape(x.shape[:ax] + (o, i // o) + x.shape[ax + 1:]).mean(ax + 1)
+      continue
+    # bin r averages [floor(r*i/o), ceil((r+1)*i/o)), as PyTorch's adaptive pooling does
+    m = [[0.0] * i for _ in range(o)]
+    for r in range(o):
+      lo, hi = (r * i) // o, -(-((r + 1) * i) // o)
+      for c in range(lo, hi): m[r][c] = 1.0 / (hi - lo)
+    x = _resample(x, ax, m)
+  return x
+
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor: return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor: return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
 
 def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners: bool) -> list[list[tuple[int, float]]]:
   """For each output position: [(source index, weight), ...], computed in float32 as PyTorch's CPU kernels do."""
@@ -814,7 +869,7 @@ Tensor.stack = _stack_method  # type: ignore[attr-defined]
 Tensor.einsum = staticmethod(einsum)  # type: ignore[attr-defined]
 for _name in ("split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter", "scatter_add", "masked_fill", "diagonal", "diag",
               "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "interpolate",
-              "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",
+              "adaptive_avg_pool1d", "adaptive_avg_pool2d", "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",
               "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot"):
   setattr(Tensor, _name, globals()[_name])
 del _name
