@@ -424,3 +424,14 @@ def test_pad_modes(mode):
   torch = _t()
   check(lambda t: F.pad(t, (2, 1, 0, 3), mode=mode), lambda t: torch.nn.functional.pad(t, (2, 1, 0, 3), mode=mode), rnd(1, 2, 5, 4))
   check(lambda t: F.pad(t.permute(0, 2, 1), (3, -1), mode=mode), lambda t: torch.nn.functional.pad(t.permute(0, 2, 1), (3, -1), mode=mode), rnd(2, 6, 2))
+
+def test_3d_conv_pool_and_transpose1d():
+  torch = _t()
+  tf = torch.nn.functional
+  kw = dict(stride=(1, 2, 1), padding=1, dilation=(2, 1, 1), groups=2)
+  check(lambda *t: F.conv3d(*t, **kw), lambda *t: tf.conv3d(*t, **kw), rnd(1, 4, 5, 6, 4), rnd(2, 2, 2, 3, 2), rnd(2), atol=2e-4)
+  x = rng.permutation(2 * 5 * 6 * 4).astype(np.float32).reshape(1, 2, 5, 6, 4)
+  check(lambda t: F.max_pool3d(t, 2, (1, 2, 2), 1, ceil_mode=True), lambda t: tf.max_pool3d(t, 2, (1, 2, 2), 1, ceil_mode=True), x)
+  check(lambda t: F.avg_pool3d(t, 3, 2, 1, count_include_pad=False), lambda t: tf.avg_pool3d(t, 3, 2, 1, count_include_pad=False), x)
+  kw1 = dict(stride=3, padding=1, output_padding=2, dilation=2)
+  check(lambda *t: F.conv_transpose1d(*t, **kw1), lambda *t: tf.conv_transpose1d(*t, **kw1), rnd(2, 3, 5), rnd(3, 2, 3), rnd(2))

@@ -13,8 +13,8 @@ from baregrad.ir.dtype import DType, dtypes, promote
 from baregrad.tensor.tensor import Tensor, _axis
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
-           "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv_transpose2d",
-           "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout", "layer_norm", "batch_norm",
+           "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+           "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout", "layer_norm", "batch_norm",
            "group_norm", "rms_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad"]
 
@@ -442,6 +442,9 @@ def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
   if input.ndim not in (2, 3): raise ValueError(f"conv1d: input must have 2 or 3 dimensions, got shape {input.shape}")
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
+def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+  return _convnd(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
                      groups: int = 1, dilation: Any = 1) -> Tensor:
   """Transposed convolution: spread the input with stride-1 zeros between elements, pad by dilation*(k-1)-padding,
@@ -504,6 +507,13 @@ def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any
 
 def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
+
+def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
+
+def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+  return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3, "avg_pool3d")
 
 def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nsp, name) -> Any:
   k_, s_, p_, d_, o_, extra = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nsp, name)
@@ -868,8 +878,8 @@ Tensor.cat = _cat_method  # type: ignore[attr-defined]
 Tensor.stack = _stack_method  # type: ignore[attr-defined]
 Tensor.einsum = staticmethod(einsum)  # type: ignore[attr-defined]
 for _name in ("split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter", "scatter_add", "masked_fill", "diagonal", "diag",
-              "conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "interpolate",
-              "adaptive_avg_pool1d", "adaptive_avg_pool2d", "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",
+              "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
+              "avg_pool2d", "avg_pool3d", "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",
               "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot"):
   setattr(Tensor, _name, globals()[_name])
 del _name
