@@ -62,10 +62,14 @@ def linearize(sink: UOp) -> list[UOp]:
   for u in root.toposort():  # nodes made here (accumulator initial values) have no loops yet
     if u not in ctx: ctx[u] = frozenset().union(*(ctx[s] for s in u.src)) if u.src else frozenset()
   # 2. dependency lists (RANGE nodes are scheduled by opening them)
-  nodes = [u for u in root.toposort() if u.op is not Ops.RANGE]
-  topo = {u: i for i, u in enumerate(root.toposort())}
+  # a reduce range the value does not read (a reduction over a broadcast axis) is only in the ASSIGN's arg: keep it
+  # and its bound in the graph
+  lost = [x for u in sink.toposort() if u.op is Ops.RANGE for x in u.toposort()]
+  everything = list(dict.fromkeys(lost + list(root.toposort())))
+  nodes = [u for u in everything if u.op is not Ops.RANGE]
+  topo = {u: i for i, u in enumerate(everything)}
   deps = {u: [s for s in u.src if s.op is not Ops.RANGE] for u in nodes}
-  rng_deps = {u: list(u.src) for u in root.toposort() if u.op is Ops.RANGE}
+  rng_deps = {u: list(u.src) for u in everything if u.op is Ops.RANGE}
   # an accumulator must exist before the loops it accumulates over open
   for u in nodes:
     if u.op is Ops.ASSIGN:

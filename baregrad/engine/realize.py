@@ -16,6 +16,9 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
   last: dict[int, int] = {}
   for i, it in enumerate(items):
     for b in it.bufs: last[b.id] = i
+  # only memory this schedule itself allocates can be reused: a buffer that already holds data (a leaf, a tensor
+  # realized earlier and still referenced by the graph) must never be written
+  fresh = {it.bufs[0].id for it in items if it.bufs[0].buf is None}
   free: dict[tuple, list[BufRef]] = {}
   assign: dict[int, BufRef] = {}
   for i, it in enumerate(items):
@@ -24,7 +27,7 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
       key = (out.device, out.size * out.dtype.itemsize)
       if free.get(key): assign[out.id] = free[key].pop()
     for b in it.bufs:
-      if last[b.id] == i and b.id not in keep:
+      if last[b.id] == i and b.id not in keep and b.id in fresh:
         host = assign.get(b.id, b)
         free.setdefault((b.device, b.size * b.dtype.itemsize), []).append(host)
   return assign

@@ -27,7 +27,7 @@ class _NeedRealize(Exception):
 def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
   """upper (root index -> this node's index) followed by lower (this node -> its source)."""
   if len(upper.views) == 1 and upper.views[0].is_contiguous and upper.shape == lower.shape: return lower
-  if len(lower.views) == 1 and lower.views[0].is_contiguous: return upper  # lower maps to the same flat offsets
+  if len(lower.views) == 1 and lower.views[0].is_contiguous and upper.views[0].shape == lower.shape: return upper
   return ShapeTracker(lower.views + upper.views)
 
 def _is_buffer_view(u: UOp) -> bool: return base_of(u).op is Ops.BUFFER
@@ -51,7 +51,7 @@ class _KernelBuilder:
   def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
     key = (u, st, in_reduce)
     if key in self.memo: return self.memo[key]
-    if u in self.realized: out = self.load(self.realized[u], st)
+    if not root and u in self.realized: out = self.load(self.realized[u], st)
     elif u.op is Ops.BUFFER: out = self.load(u.arg, st)
     elif u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
@@ -75,27 +75,6 @@ class _KernelBuilder:
     self.memo[key] = out
     return out
 
-def _no_ones(s: tuple[int, ...]) -> tuple[int, ...]: return tuple(x for x in s if x != 1)
-
-def _squeeze_only(u: UOp) -> bool:
-  """A reshape that only drops or adds size-1 axes (sum without keepdim): it can stay fused with its reduce."""
-  return u.op is Ops.RESHAPE and _no_ones(u.arg) == _no_ones(shape_of(u.src[0]))
-
-def _kernel_space(val: UOp, shape: tuple[int, ...], realized: dict) -> tuple[int, ...]:
-  """The shape a kernel iterates in: the output shape, or the reduction's keepdim shape when the output is
-  that reduction with size-1 axes dropped (so the reduce and what follows it stay one kernel)."""
-  stack, seen = [val], set()
-  while stack:
-    x = stack.pop()
-    if x in seen or x in realized: continue
-    seen.add(x)
-    if x.op is Ops.REDUCE_AXIS:
-      rs = shape_of(x)
-      return rs if _no_ones(rs) == _no_ones(shape) and rs != shape else shape
-    if x.op in GroupOp.Movement and not _squeeze_only(x): continue
-    stack.extend(x.src)
-  return shape
-
 def _value_of(u: UOp) -> UOp:
   return u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u
 
@@ -111,7 +90,8 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
   for u in _all_nodes(targets):
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
-    if u.op in GroupOp.Movement and u.src[0].op is Ops.REDUCE_AXIS and not _squeeze_only(u): must.add(u.src[0])
+    # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
+    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
   while True:
     items: list[ScheduleItem] = []
     realized.clear()
@@ -131,11 +111,14 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         kb = _KernelBuilder(realized)
         kb.buf_index(ref)
         val = _value_of(u)
-        shape = shape_of(u)
-        space = _kernel_space(val, shape, realized)
-        st = ShapeTracker.from_shape(shape) if space == shape else ShapeTracker.from_shape(shape).reshape(space)
-        lowered = kb.lower(val, st, False, root=True)
-        shape = space
+        # a reshape at the root only relabels the contiguous output: store the computed value in its own shape
+        inner = val
+        while inner.op is Ops.RESHAPE and inner.src[0] not in realized: inner = inner.src[0]
+        if inner.op not in GroupOp.Movement and inner.op is not Ops.BUFFER and inner not in realized: val = inner
+        val = _reshape_to_reduce(val, realized)
+        shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
+        st = ShapeTracker.from_shape(shape)
+        lowered = kb.lower(val, st, False, root=val is u)
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
         if u.op is Ops.ASSIGN and any(b is ref for b in kb.bufs[1:]): ast = _assign_check(ast, kb, ref)
@@ -145,6 +128,40 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
     except _NeedRealize as e:
       if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
       must.add(e.u)
+
+def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
+
+def _reshape_to_reduce(val: UOp, realized: dict[UOp, BufRef]) -> UOp:
+  """An elementwise root over a reshaped reduction (x.sum(-1) + 1: the reduction's size-1 axes dropped) runs in the
+  reduction's own shape: every leaf is reshaped to it instead, and the output, contiguous, is the same bytes."""
+  if not _is_elementwise(val): return val
+  leaves: dict[UOp, None] = {}
+  seen: set[UOp] = set()
+  def walk(u: UOp) -> None:
+    if u in seen: return
+    seen.add(u)
+    if u in realized or not _is_elementwise(u): leaves[u] = None
+    else:
+      for x in u.src: walk(x)
+  walk(val)
+  def unreshaped(u: UOp) -> UOp:
+    while u.op is Ops.RESHAPE and u not in realized: u = u.src[0]
+    return u
+  n = numel(val)
+  rshape = next((shape_of(b) for l in leaves if l.op is Ops.RESHAPE and (b := unreshaped(l)).op is Ops.REDUCE_AXIS and b not in realized
+                 and numel(b) == n), None)
+  if rshape is None or rshape == shape_of(val): return val
+  memo: dict[UOp, UOp] = {}
+  def rebuild(u: UOp) -> UOp:
+    if u in memo: return memo[u]
+    if u in leaves:
+      if shape_of(u) == (): out = u
+      elif u.op is Ops.RESHAPE and shape_of(unreshaped(u)) == rshape: out = unreshaped(u)
+      else: out = UOp(Ops.RESHAPE, u.dtype, (u,), rshape)
+    else: out = u.replace(src=tuple(rebuild(x) for x in u.src))
+    memo[u] = out
+    return out
+  return rebuild(val)
 
 def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> UOp:
   # reading the buffer being written is fine only where every element reads its own position (x += y)

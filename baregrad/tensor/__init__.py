@@ -1,2 +1,4 @@
 from baregrad.tensor.tensor import Tensor
-__all__ = ["Tensor"]
+from baregrad.tensor import functional
+from baregrad.tensor.functional import cat, concat, stack, where, einsum
+__all__ = ["Tensor", "functional", "cat", "concat", "stack", "where", "einsum"]
