@@ -893,7 +893,7 @@ class PTXKernel:
                     continue
                 break
             st = s.strip()
-            while st.endswith("}"):  # a closing scope brace at the end of the body
+            while st.endswith("}") and st.count("}") > st.count("{"):  # a closing scope brace
                 st = st[:-1].rstrip()
             if not st:
                 continue
