@@ -488,13 +488,14 @@ class _Local:
 
 
 class _Shared(_Local):
-    """Per-CTA memory: one row shared by all threads (lanes are ignored)."""
+    """Per-CTA memory: one row per block of the batch, shared by that block's threads."""
 
-    def __init__(self, size):
-        super().__init__(1, size, "shared")
+    def __init__(self, nblocks, size, nthreads):
+        super().__init__(nblocks, size, "shared")
+        self.nthreads = nthreads
 
     def _flat(self, offs, lanes, w, what):
-        return super()._flat(offs, 0, w, what)
+        return super()._flat(offs, np.asarray(lanes) // self.nthreads, w, what)
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -839,13 +840,14 @@ class PTXModule:
 
 class _Ctx:
     __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
-                 "clock")
+                 "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size")
 
 
 class PTXKernel:
     """One `.entry` of a module: parsed and compiled to per-instruction closures."""
 
     strict_barriers = False  # True: a barrier that some threads exited before reaching raises
+    max_batch_lanes = 8192  # blocks are run together in batches of up to this many threads
 
     def __init__(self, module, name, params, body, body_off, line):
         self.module, self.name = module, name
@@ -2187,8 +2189,9 @@ class PTXKernel:
             # resolve the memory each address lives in, as (load, store) on that backend
             if space == "shared" or (space == "generic" and ((a >= np.uint64(SHARED_WINDOW)) & (a < np.uint64(SHARED_WINDOW + WINDOW_SIZE))).all()):
                 off = a - np.uint64(SHARED_WINDOW) if space == "generic" else a
-                ld = lambda x: c.shared.load(x, 0, dt, what)
-                st = lambda x, v: c.shared.store(x, 0, v, dt, what)
+                off = c.shared._flat(off, lanes, dt.itemsize, what)
+                ld = lambda x: _gather(c.shared.data, x, dt)
+                st = lambda x, v: _scatter(c.shared.data, x, np.asarray(v).astype(dt), dt)
             else:
                 off = a
                 ld = lambda x: c.mem.load(x, dt, what)
@@ -2222,8 +2225,9 @@ class PTXKernel:
         def fn(c, m):
             self._check_full_warps(c, m, ins)
             v = np.broadcast_to(np.asarray(a(c)), (c.n,))
-            lane = c.lanes % 32
+            lane = c.tlin % 32
             wbase = c.lanes - lane
+            wstart = c.tlin - lane
             bb = np.broadcast_to(np.asarray(b(c)), (c.n,)).astype(np.int64) & 31
             cv = np.broadcast_to(np.asarray(cc(c)), (c.n,)).astype(np.int64)
             clamp = cv & 31
@@ -2243,8 +2247,7 @@ class PTXKernel:
                 j = minl | (bb & ~segmask)
                 ok = j <= maxl
             j = np.where(ok, j, lane)
-            src = wbase + j
-            src = np.where(src < c.n, src, c.lanes)
+            src = np.where(wstart + j < c.nthreads, wbase + j, c.lanes)
             wd(c, v[src], False, m)
             if wp is not None:
                 wp(c, ok, False, m)
@@ -2262,37 +2265,27 @@ class PTXKernel:
             self._check_full_warps(c, m, ins)
             v = np.broadcast_to(np.asarray(p(c)), (c.n,))
             act = np.ones(c.n, bool) if m is None else m
-            nw = (c.n + 31) // 32
-            pad = np.zeros(nw * 32, bool)
-            pad[:c.n] = v & act
-            pw = pad.reshape(nw, 32)
-            apad = np.zeros(nw * 32, bool)
-            apad[:c.n] = act
-            aw = apad.reshape(nw, 32)
-            widx = c.lanes // 32
+            gid, ng = c.warp_gid, c.nwarp_groups
+            pv = v & act
+            npos = np.bincount(gid, weights=pv, minlength=ng)
+            nact = np.bincount(gid, weights=act, minlength=ng)
             if mode == "ballot":
-                bits = (pw.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(1).astype(np.uint32)
-                r = bits[widx]
+                w = (pv.astype(np.float64) * np.exp2((c.tlin % 32).astype(np.float64)))
+                r = np.bincount(gid, weights=w, minlength=ng).astype(np.uint64).astype(np.uint32)[gid]
             elif mode == "all":
-                r = (pw | ~aw).all(1)[widx]
+                r = (npos == nact)[gid]
             elif mode == "any":
-                r = pw.any(1)[widx]
+                r = (npos > 0)[gid]
             else:
-                r = ((pw | ~aw).all(1) | ~pw.any(1))[widx]
+                r = ((npos == nact) | (npos == 0))[gid]
             wd(c, r, False, m)
         ins.fn = fn
 
     def _check_full_warps(self, c, m, ins):
         if m is None:
             return
-        nw = (c.n + 31) // 32
-        pad = np.ones(nw * 32, bool)
-        pad[:c.n] = m
-        part = pad.reshape(nw, 32)
-        anyw = np.zeros(nw * 32, bool)
-        anyw[:c.n] = m
-        aw = anyw.reshape(nw, 32).any(1)
-        if (aw & ~part.all(1)).any():
+        nact = np.bincount(c.warp_gid, weights=m, minlength=c.nwarp_groups)
+        if ((nact > 0) & (nact < c.warp_size)).any():
             raise self._err(ins, "warp-level instruction executed by a partial warp (divergent lanes) "
                                  "is not supported by the mock")
 
@@ -2302,11 +2295,9 @@ class PTXKernel:
 
         def fn(c, m):
             act = np.ones(c.n, bool) if m is None else m
-            nw = (c.n + 31) // 32
-            pad = np.zeros(nw * 32, bool)
-            pad[:c.n] = act
-            bits = (pad.reshape(nw, 32).astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(1).astype(np.uint32)
-            wd(c, bits[c.lanes // 32], False, m)
+            w = act.astype(np.float64) * np.exp2((c.tlin % 32).astype(np.float64))
+            bits = np.bincount(c.warp_gid, weights=w, minlength=c.nwarp_groups).astype(np.uint64).astype(np.uint32)
+            wd(c, bits[c.warp_gid], False, m)
         ins.fn = fn
 
     # ------------------------------------------------------------------------- launch
@@ -2346,33 +2337,46 @@ class PTXKernel:
         else:
             pbuf = self.pack_params(list(params))
         gaddr = self.module.load_globals(memory)
-        lanes = np.arange(n, dtype=np.int64)
-        tid = [(lanes % block[0]).astype(np.uint32),
-               ((lanes // block[0]) % block[1]).astype(np.uint32),
-               (lanes // (block[0] * block[1])).astype(np.uint32)]
         shared_size = self.static_shared + (15 if shared_bytes else 0) + int(shared_bytes)
-        zero = {}
-        for dt in set(self.reg_types.values()):
-            z = np.zeros(n, dt)
-            z.flags.writeable = False
-            zero[dt] = z
+        nblocks = grid[0] * grid[1] * grid[2]
+        per = max(1, min(nblocks, self.max_batch_lanes // n))
+        if shared_size * per > (64 << 20):
+            per = max(1, (64 << 20) // max(shared_size, 1))
+        t1 = np.arange(n, dtype=np.int64)
+        tid1 = [t1 % block[0], (t1 // block[0]) % block[1], t1 // (block[0] * block[1])]
+        nw1 = (n + 31) // 32
         with np.errstate(all="ignore"):
-            for bz in range(grid[2]):
-                for by in range(grid[1]):
-                    for bx in range(grid[0]):
-                        c = _Ctx()
-                        c.n = n
-                        c.mem = memory
-                        c.params = pbuf
-                        c.gaddr = gaddr
-                        c.lanes = lanes
-                        c.regs = {r: zero[dt] for r, dt in self.reg_types.items()}
-                        c.shared = _Shared(shared_size)
-                        c.local = _Local(n, self.local_size, "local")
-                        c.clock = 0
-                        c.special = _special_fn(c, tid, block, (bx, by, bz), grid, shared_size,
-                                                shared_bytes)
-                        self._run_block(c, (bx, by, bz))
+            for start in range(0, nblocks, per):
+                nb = min(per, nblocks - start)
+                N = nb * n
+                c = _Ctx()
+                c.n, c.nthreads, c.nblocks = N, n, nb
+                c.mem, c.params, c.gaddr = memory, pbuf, gaddr
+                c.lanes = np.arange(N, dtype=np.int64)
+                c.tlin = np.tile(t1, nb)
+                c.bidx = c.lanes // n
+                c.warp_gid = c.bidx * nw1 + c.tlin // 32
+                c.nwarp_groups = nb * nw1
+                ws = np.minimum(32, n - np.arange(nw1) * 32)
+                c.warp_size = np.tile(ws, nb)
+                bl = np.arange(start, start + nb, dtype=np.int64)
+                cta = [bl % grid[0], (bl // grid[0]) % grid[1], bl // (grid[0] * grid[1])]
+                tid = [np.tile(a, nb).astype(np.uint32) for a in tid1]
+                ctaid = [np.repeat(a, n).astype(np.uint32) for a in cta]
+                c.regs = {}
+                zero = {}
+                for r, dt in self.reg_types.items():
+                    z = zero.get(dt)
+                    if z is None:
+                        z = zero[dt] = np.zeros(N, dt)
+                        z.flags.writeable = False
+                    c.regs[r] = z
+                c.shared = _Shared(nb, shared_size, n)
+                c.local = _Local(N, self.local_size, "local")
+                c.clock = 0
+                c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes)
+                first = (int(cta[0][0]), int(cta[1][0]), int(cta[2][0]))
+                self._run_block(c, first)
 
     def _run_block(self, c, ctaid):
         code = self.code
@@ -2435,7 +2439,10 @@ class PTXKernel:
                                            "for some threads")
                         else:
                             if exited_any and self.strict_barriers:
-                                raise PTXError("barrier reached after some threads of the block exited")
+                                wb = np.zeros(c.nblocks, bool)
+                                wb[c.bidx[live]] = True
+                                if (~live & wb[c.bidx]).any():
+                                    raise PTXError("barrier reached after some threads of the block exited")
                             pc += 1
                     elif k == "trap":
                         if not gnone:
@@ -2453,12 +2460,24 @@ class PTXKernel:
                 wl = waiting & live
                 bp = waitpc[wl]
                 if (bp != bp[0]).any():
-                    lines = sorted({code[int(p)].line for p in np.unique(bp)})
-                    raise PTXError(f"divergent barrier: threads of block {ctaid} wait at different "
-                                   f"barriers (lines {lines})")
+                    bb = c.bidx[wl]
+                    mn = np.full(c.nblocks, ncode + 1, np.int64)
+                    mx = np.full(c.nblocks, -1, np.int64)
+                    np.minimum.at(mn, bb, bp)
+                    np.maximum.at(mx, bb, bp)
+                    bad = (mx >= 0) & (mn != mx)
+                    if bad.any():
+                        b0 = int(np.argmax(bad))
+                        lines = sorted({code[int(p)].line for p in np.unique(bp[bb == b0])})
+                        raise PTXError(f"divergent barrier: threads of one block wait at different "
+                                       f"barriers (lines {lines})")
                 if self.strict_barriers and exited_any:
-                    i0 = code[int(bp[0])]
-                    raise PTXError("barrier reached after some threads of the block exited", i0.line, i0.text)
+                    wb = np.zeros(c.nblocks, bool)
+                    wb[c.bidx[wl]] = True
+                    if (~live & wb[c.bidx]).any():
+                        i0 = code[int(bp[0])]
+                        raise PTXError("barrier reached after some threads of the block exited",
+                                       i0.line, i0.text)
                 waiting[:] = False
                 runnable = live.copy()
             rp = np.where(runnable, pcs, ncode + 1)
@@ -2549,15 +2568,15 @@ def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn):
         elif base == "ntid":
             v = np.full(n, block[i], u32)
         elif base == "ctaid":
-            v = np.full(n, ctaid[i], u32)
+            v = ctaid[i]
         elif base == "nctaid":
             v = np.full(n, grid[i], u32)
         elif base == "laneid":
-            v = (c.lanes % 32).astype(u32)
+            v = (c.tlin % 32).astype(u32)
         elif base == "warpid":
-            v = (c.lanes // 32).astype(u32)
+            v = (c.tlin // 32).astype(u32)
         elif base == "nwarpid":
-            v = np.full(n, (n + 31) // 32, u32)
+            v = np.full(n, (c.nthreads + 31) // 32, u32)
         elif base in ("smid", "gridid"):
             v = np.zeros(n, u32)
         elif base in ("nsmid",):
@@ -2569,7 +2588,7 @@ def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn):
         elif base == "total_smem_size":
             v = np.full(n, shared_size, u32)
         elif base.startswith("lanemask_"):
-            lane = (c.lanes % 32).astype(np.uint64)
+            lane = (c.tlin % 32).astype(np.uint64)
             one = np.uint64(1)
             kind = base[9:]
             if kind == "eq":
