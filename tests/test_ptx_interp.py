@@ -643,6 +643,179 @@ $E:
         k.launch(Memory(), [0], (1, 1, 1), (64, 1, 1))
 
 
+
+def test_generic_shared_and_local_addressing():
+    src = HDR + """
+.visible .entry gen(.param .u64 out)
+{
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<10>;
+    .shared .align 4 .b8 sh[512];
+    .local .align 8 .b8 depot[64];
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    mov.u64 %rd2, sh;
+    cvta.shared.u64 %rd3, %rd2;           // generic address of sh
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd3, %rd4;
+    mul.lo.s32 %r2, %r1, 3;
+    st.u32 [%rd5], %r2;                   // generic store lands in shared memory
+    bar.sync 0;
+    xor.b32 %r3, %r1, 1;
+    mul.wide.u32 %rd6, %r3, 4;
+    add.s64 %rd7, %rd2, %rd6;
+    ld.shared.u32 %r4, [%rd7];            // neighbour's value through the shared window
+    mov.u64 %rd8, depot;
+    cvta.local.u64 %rd9, %rd8;
+    st.u32 [%rd9+8], %r4;                 // generic store lands in this thread's local memory
+    st.local.u32 [depot+12], %r1;
+    ld.local.u32 %r5, [%rd8+8];
+    ld.u32 %r2, [%rd9+12];
+    add.s32 %r5, %r5, %r2;
+    add.s64 %rd5, %rd1, %rd4;
+    st.global.u32 [%rd5], %r5;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("gen")
+    mem = Memory()
+    po = buf(mem, np.zeros(128, np.uint32))
+    k.launch(mem, [po], (1, 1, 1), (128, 1, 1))
+    t = np.arange(128)
+    np.testing.assert_array_equal(rd(mem, po, np.uint32, 128), (t ^ 1) * 3 + t)
+
+
+def test_blocks_in_a_batch_are_independent():
+    """Blocks run together as one vector; a result must not depend on how many share a batch,
+    and blocks may take different (per-block uniform) paths through different barriers."""
+    src = HDR + """
+.visible .entry paths(.param .u64 out)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .shared .align 4 .u32 sh[64];
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    shl.b32 %r3, %r1, 2;
+    mov.u32 %r4, sh;
+    add.s32 %r4, %r4, %r3;
+    and.b32 %r5, %r2, 1;
+    setp.eq.s32 %p1, %r5, 0;
+    @%p1 bra $EVEN;
+    mul.lo.s32 %r6, %r1, %r2;
+    st.shared.u32 [%r4], %r6;
+    bar.sync 0;
+    bra.uni $JOIN;
+$EVEN:
+    add.s32 %r6, %r1, %r2;
+    st.shared.u32 [%r4], %r6;
+    bar.sync 0;
+$JOIN:
+    xor.b32 %r7, %r1, 63;
+    shl.b32 %r7, %r7, 2;
+    mov.u32 %r3, sh;
+    add.s32 %r7, %r3, %r7;
+    ld.shared.u32 %r6, [%r7];
+    mad.lo.s32 %r5, %r2, 64, %r1;
+    mul.wide.u32 %rd2, %r5, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r6;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("paths")
+    outs = []
+    for batch in (1, 3 * 64, 8192):
+        k.max_batch_lanes = batch
+        mem = Memory()
+        po = buf(mem, np.zeros(7 * 64, np.uint32))
+        k.launch(mem, [po], (7, 1, 1), (64, 1, 1))
+        outs.append(rd(mem, po, np.uint32, 7 * 64))
+    del k.max_batch_lanes
+    b = np.arange(7)[:, None]
+    t = 63 - np.arange(64)[None, :]
+    ref = np.where(b % 2 == 0, t + b, t * b).reshape(-1)
+    for o in outs:
+        np.testing.assert_array_equal(o, ref)
+
+
+def test_barrier_after_early_exit():
+    src = HDR + """
+.visible .entry early(.param .u64 out)
+{
+    .reg .pred %p1;
+    .reg .b32 %r<4>;
+    .reg .b64 %rd<4>;
+    .shared .align 4 .u32 sh[64];
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    setp.ge.u32 %p1, %r1, 40;
+    @%p1 ret;
+    shl.b32 %r2, %r1, 2;
+    st.shared.u32 [sh+0], 0;
+    bar.sync 0;
+    atom.shared.add.u32 %r3, [sh], 1;
+    bar.sync 0;
+    ld.shared.u32 %r3, [sh];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r3;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("early")
+    mem = Memory()
+    po = buf(mem, np.zeros(64, np.uint32))
+    k.launch(mem, [po], (1, 1, 1), (64, 1, 1))  # exited threads count as arrived (sm_70+)
+    np.testing.assert_array_equal(rd(mem, po, np.uint32, 64), [40] * 40 + [0] * 24)
+    k.strict_barriers = True
+    try:
+        with pytest.raises(PTXError, match="exited"):
+            k.launch(mem, [po], (1, 1, 1), (64, 1, 1))
+    finally:
+        del k.strict_barriers
+
+
+def test_module_globals_with_initializers():
+    src = HDR + """
+.global .align 4 .b8 table[16] = {1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0};
+.const .align 4 .f32 scale[2] = {0f40000000, 0f3F000000};
+.global .align 4 .u32 counter;
+.visible .entry g(.param .u64 out)
+{
+    .reg .b32 %r<5>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<6>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    and.b32 %r2, %r1, 3;
+    mul.wide.u32 %rd2, %r2, 4;
+    mov.u64 %rd3, table;
+    add.s64 %rd3, %rd3, %rd2;
+    ld.global.u32 %r3, [%rd3];
+    cvt.rn.f32.u32 %f1, %r3;
+    ld.const.f32 %f2, [scale];
+    ld.const.f32 %f3, [scale+4];
+    fma.rn.f32 %f1, %f1, %f2, %f3;
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    st.global.f32 [%rd5], %f1;
+    atom.global.inc.u32 %r4, [counter], 1000;
+    ret;
+}
+"""
+    mod = PTXModule(src)
+    mem = Memory()
+    po = buf(mem, np.zeros(8, np.float32))
+    mod.kernel("g").launch(mem, [po], (1, 1, 1), (8, 1, 1))
+    np.testing.assert_array_equal(rd(mem, po, np.float32, 8), np.tile([2.5, 4.5, 6.5, 8.5], 2))
+    addrs = mod.load_globals(mem)
+    assert rd(mem, addrs["counter"], np.uint32, 1)[0] == 8
+    assert rd(mem, addrs["table"], np.uint32, 4).tolist() == [1, 2, 3, 4]
+
+
 # ----------------------------------------------------------------------------- nvcc
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
@@ -711,6 +884,17 @@ extern "C" __global__ void blocksum(const float* x, float* out, int n) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffff, v, o);
     if (tid == 0) atomicAdd(out, v);
   }
+}
+__constant__ float coef[4] = {0.5f, -1.0f, 2.0f, 0.25f};
+__device__ unsigned int hits;
+extern "C" __global__ void votes(const int* in, unsigned* out, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int v = in[i];
+  unsigned b = __ballot_sync(0xffffffff, v > 0);
+  int all = __all_sync(0xffffffff, v > -1000), any = __any_sync(0xffffffff, v > 900);
+  out[i] = b ^ (all << 1) ^ any;
+  y[i] = coef[i & 3] * v;
+  if (v > 0) atomicAdd(&hits, 1u);
 }
 extern "C" __global__ void halfs(const __half* a, __half* out, unsigned char* u8, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -861,3 +1045,20 @@ def test_nvcc_int64(nvcc_module):
         assert out[i, 1] == wrap((u // 7) ^ (u >> 61))
         assert out[i, 2] == bin(u).count("1") + (64 - u.bit_length()) * 100
         assert out[i, 3] == wrap((v >> 5) * i)
+
+
+def test_nvcc_warp_vote_and_constants(nvcc_module):
+    k = nvcc_module.kernel("votes")
+    mem = Memory()
+    v = np.random.default_rng(9).integers(-999, 999, 128).astype(np.int32)
+    pi, po, py = buf(mem, v), buf(mem, np.zeros(128, np.uint32)), buf(mem, np.zeros(128, np.float32))
+    k.launch(mem, [pi, po, py], (2, 1, 1), (64, 1, 1))
+    w = (v > 0).reshape(4, 32)
+    ballot = (w.astype(np.uint64) << np.arange(32, dtype=np.uint64)).sum(1).astype(np.uint32)
+    anyw = (v > 900).reshape(4, 32).any(1).astype(np.uint32)
+    ref = np.repeat(ballot ^ (1 << 1) ^ anyw, 32)
+    np.testing.assert_array_equal(rd(mem, po, np.uint32, 128), ref)
+    coef = np.array([0.5, -1.0, 2.0, 0.25], np.float32)
+    np.testing.assert_array_equal(rd(mem, py, np.float32, 128), coef[np.arange(128) & 3] * v.astype(np.float32))
+    hits = nvcc_module.load_globals(mem)["hits"]
+    assert rd(mem, hits, np.uint32, 1)[0] == (v > 0).sum()
