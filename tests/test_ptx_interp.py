@@ -621,6 +621,40 @@ def test_errors_name_line_and_instruction():
         PTXModule(VADD).kernel("nope")
 
 
+PTXAS = shutil.which("ptxas") or ("/usr/local/bin/ptxas" if os.path.exists("/usr/local/bin/ptxas") else None)
+TYPE_CASES = [  # (instruction, valid PTX?)
+    ("add.s32 %u1, %u2, %u3;", True), ("add.f32 %f1, %b1, %b2;", True), ("mov.u32 %u1, %f1;", False),
+    ("add.s32 %r1, %f1, %r2;", False), ("add.s64 %rd1, %rd2, %u1;", False), ("st.global.u32 [%rd1], %rd2;", True),
+    ("ld.global.u8 %u1, [%rd1];", True), ("cvt.u32.u64 %u1, %rd1;", True), ("add.f32 %f1, %f2, %h1;", False),
+    ("setp.lt.s32 %p1, %u1, %u2;", True), ("mov.b32 %f1, %u1;", True), ("selp.f32 %f1, %f2, %r1, %p1;", False),
+]
+
+
+def _type_case_ptx(body):
+    return HDR + f"""
+.visible .entry t(.param .u64 a)
+{{
+    .reg .u32 %u<4>; .reg .s32 %r<4>; .reg .b32 %b<4>; .reg .f32 %f<4>; .reg .b64 %rd<4>; .reg .f16 %h<3>; .reg .pred %p<2>;
+    {body}
+    ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("body,valid", TYPE_CASES)
+def test_operand_type_rules(body, valid, tmp_path):
+    src = _type_case_ptx(body)
+    if valid:
+        PTXModule(src)
+    else:
+        with pytest.raises(PTXError, match="wrong operand type"):
+            PTXModule(src)
+    if PTXAS is not None:  # the rules are ptxas's
+        (tmp_path / "t.ptx").write_text(src)
+        r = subprocess.run([PTXAS, "-arch=sm_80", str(tmp_path / "t.ptx"), "-o", os.devnull], capture_output=True)
+        assert (r.returncode == 0) == valid, r.stderr
+
+
 def test_divergent_barrier_raises():
     src = HDR + """
 .visible .entry badbar(.param .u64 p)

@@ -864,6 +864,7 @@ class PTXKernel:
             off += p.size
         self.param_size = off
         self.reg_types: dict[str, np.dtype] = {}
+        self.reg_tnames: dict[str, str] = {}
         self.shared_vars: dict[str, _Var] = {}
         self.local_vars: dict[str, _Var] = {}
         self.code: list[_Ins] = []
@@ -936,8 +937,10 @@ class PTXKernel:
                     base = name[:name.index("<")]
                     for k in range(int(m.group(1))):
                         self.reg_types[f"{base}{k}"] = dt
+                        self.reg_tnames[f"{base}{k}"] = tname
                 else:
                     self.reg_types[name] = dt
+                    self.reg_tnames[name] = tname
         elif head in (".shared", ".local") or (head == ".align" and len(toks) > 2):
             v = _parse_var(st, line, text)
             if v.space == "shared":
@@ -1011,9 +1014,35 @@ class PTXKernel:
         except KeyError:
             raise self._err(ins, f"undeclared register {name}") from None
 
-    def _src(self, ins, s, dt, signed=None):
+    _RELAXED = {"ld", "ldu", "st", "cvt"}  # a register wider than the instruction type is allowed
+
+    def _check_type(self, ins, reg, tname):
+        """PTX operand type rules: same type; or the same size where either is a bit type (.bNN)
+        or both are integers; ld/st/cvt also take a register wider than the instruction type."""
+        rt = self.reg_tnames.get(reg)
+        if rt is None or tname is None or rt == tname or "pred" in (rt, tname):
+            return
+        rs, ts = _DT[rt].itemsize, _DT[tname].itemsize
+        rk, tk = _kind(rt), _kind(tname)
+        relaxed = ins.op in self._RELAXED
+        size_ok = rs == ts or (relaxed and rs > ts and rt[0] in "bsu")
+        if rt[0] == "b" or tname[0] == "b" and tname not in ("bf16", "bf16x2"):
+            compatible = True
+        elif rk in "su" and tk in "su":
+            compatible = True
+        elif rt in ("b16",) and tname in ("bf16",):
+            compatible = True
+        else:
+            compatible = False
+        if not (compatible and size_ok):
+            raise self._err(ins, f"wrong operand type: register {reg} is .{rt}, the instruction "
+                                 f"type is .{tname}")
+
+    def _src(self, ins, s, dt, signed=None, tname=None):
         """Compile a source operand into fn(ctx) -> array or scalar of dtype dt."""
         s = s.strip()
+        if s.startswith("%") and tname is not None:
+            self._check_type(ins, s, tname)
         if signed is None:
             signed = dt.kind == "i"
         if s.startswith("!"):
@@ -1067,11 +1096,13 @@ class PTXKernel:
             raise self._err(ins, f"special register {s} is not supported")
         return lambda c: _bits(c.special(name), dt, False)
 
-    def _dst(self, ins, s):
+    def _dst(self, ins, s, tname=None):
         """Compile a destination register into fn(ctx, value, value_dtype_signed, mask)."""
         s = s.strip()
         if s == "_":
             return lambda c, v, sg, m: None
+        if tname is not None and s.startswith("%"):
+            self._check_type(ins, s, tname)
         if not s.startswith("%"):
             raise self._err(ins, f"destination `{s}` is not a register")
         rdt = self._reg_dtype(ins, s)
@@ -1247,8 +1278,8 @@ class PTXKernel:
                     wd(c, ((v >> W.type(8 * pw * k)) & W.type((1 << (8 * pw)) - 1)).astype(_UINT[pw]), False, m)
             ins.fn = fn
             return
-        src = self._src(ins, a, dt)
-        wd = self._dst(ins, d)
+        src = self._src(ins, a, dt, tname=t)
+        wd = self._dst(ins, d, tname=t)
         sg = dt.kind == "i"
         ins.fn = lambda c, m: wd(c, src(c), sg, m)
 
@@ -1277,8 +1308,8 @@ class PTXKernel:
         t = self._one_type(ins) if src_t is None else src_t
         dt = _DT[t]
         self._need(ins, nsrc + 1)
-        srcs = [self._src(ins, o, dt) for o in ins.ops[1:]]
-        wd = self._dst(ins, ins.ops[0])
+        srcs = [self._src(ins, o, dt, tname=t) for o in ins.ops[1:]]
+        wd = self._dst(ins, ins.ops[0], tname=res_t or t)
         rdt = _DT[res_t] if res_t else dt
         sg = rdt.kind == "i"
         ftz = "ftz" in ins.mods and dt == np.float32
@@ -1805,8 +1836,8 @@ class PTXKernel:
         dsts = ins.ops[0].split("|")
         wp = self._dst(ins, dsts[0])
         wq = self._dst(ins, dsts[1]) if len(dsts) > 1 else None
-        sa = self._src(ins, ins.ops[1], dt)
-        sb = self._src(ins, ins.ops[2], dt)
+        sa = self._src(ins, ins.ops[1], dt, tname=t)
+        sb = self._src(ins, ins.ops[2], dt, tname=t)
         sc = self._src(ins, ins.ops[3], np.dtype(np.bool_)) if boolop else None
         bop = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(boolop)
 
@@ -1851,9 +1882,9 @@ class PTXKernel:
         self._need(ins, 4)
         t = self._one_type(ins)
         dt = _DT[t]
-        a, b = self._src(ins, ins.ops[1], dt), self._src(ins, ins.ops[2], dt)
+        a, b = self._src(ins, ins.ops[1], dt, tname=t), self._src(ins, ins.ops[2], dt, tname=t)
         p = self._src(ins, ins.ops[3], np.dtype(np.bool_))
-        wd = self._dst(ins, ins.ops[0])
+        wd = self._dst(ins, ins.ops[0], tname=t)
         sg = dt.kind == "i"
         ins.fn = lambda c, m: wd(c, np.where(p(c), a(c), b(c)).astype(dt), sg, m)
 
@@ -1879,8 +1910,8 @@ class PTXKernel:
         mode = next((m for m in ins.mods if m in _ROUND), None)
         sat = "sat" in ins.mods
         ftz = "ftz" in ins.mods
-        src = self._src(ins, ins.ops[1], sdt)
-        wd = self._dst(ins, ins.ops[0])
+        src = self._src(ins, ins.ops[1], sdt, tname=sn)
+        wd = self._dst(ins, ins.ops[0], tname=dn)
         dk, sk = _kind(dn), _kind(sn)
         sg = dk == "s"
         if sk == "p" or dk == "p":
@@ -2005,11 +2036,11 @@ class PTXKernel:
         if nv > 1:
             if not d.startswith("{"):
                 raise self._err(ins, f"ld.v{nv} needs a vector destination {{...}}")
-            dsts = [self._dst(ins, p) for p in _split_operands(d.strip()[1:-1])]
+            dsts = [self._dst(ins, p, tname=t) for p in _split_operands(d.strip()[1:-1])]
             if len(dsts) != nv:
                 raise self._err(ins, f"ld.v{nv} needs {nv} destination registers")
         else:
-            dsts = [self._dst(ins, d)]
+            dsts = [self._dst(ins, d, tname=t)]
         sg = dt.kind == "i"
         w = dt.itemsize
         load = self._mem_access(ins, space, dt, nv, "load")
@@ -2036,11 +2067,11 @@ class PTXKernel:
         if nv > 1:
             if not s.startswith("{"):
                 raise self._err(ins, f"st.v{nv} needs a vector source {{...}}")
-            srcs = [self._src(ins, p, dt) for p in _split_operands(s[1:-1])]
+            srcs = [self._src(ins, p, dt, tname=t) for p in _split_operands(s[1:-1])]
             if len(srcs) != nv:
                 raise self._err(ins, f"st.v{nv} needs {nv} source operands")
         else:
-            srcs = [self._src(ins, s, dt)]
+            srcs = [self._src(ins, s, dt, tname=t)]
         store = self._mem_access(ins, space, dt, nv, "store")
 
         def fn(c, m):
