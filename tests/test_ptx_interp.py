@@ -599,9 +599,11 @@ def test_gpu_fault_names_address_and_instruction():
     line = next(i for i, t in enumerate(VADD.splitlines(), 1) if "ld.global.f32 %f2, [%rd8]" in t)
     assert "0xdead0000" in msg and "ld.global.f32 %f2, [%rd8]" in msg and f"line {line}:" in msg
     assert ei.value.address == bad
-    # just past the end of a mapping faults too (65 threads, 64 floats)
-    with pytest.raises(GPUFault, match=hex(pa + 256)):
-        k.launch(mem, [pa, pa, pc, 65], (1, 1, 1), (65, 1, 1))
+    assert ei.value.thread == (0, 0, 0) and ei.value.block == (0, 0, 0) and "thread (0, 0, 0)" in msg
+    # just past the end of a mapping faults too (65 threads, 64 floats): thread 64, in block 2
+    with pytest.raises(GPUFault, match=hex(pa + 256)) as ei:
+        k.launch(mem, [pa, pa, pc, 65], (3, 1, 1), (32, 1, 1))
+    assert ei.value.thread == (0, 0, 0) and ei.value.block == (2, 0, 0)
     # inactive (masked-off) threads never fault
     k.launch(mem, [pa, pa, pc, 64], (1, 1, 1), (128, 1, 1))
 
@@ -653,6 +655,36 @@ def test_operand_type_rules(body, valid, tmp_path):
         (tmp_path / "t.ptx").write_text(src)
         r = subprocess.run([PTXAS, "-arch=sm_80", str(tmp_path / "t.ptx"), "-o", os.devnull], capture_output=True)
         assert (r.returncode == 0) == valid, r.stderr
+
+
+def test_shared_out_of_bounds_and_hang_detection():
+    src = HDR + """
+.visible .entry oob(.param .u32 off)
+{
+    .reg .b32 %r<4>;
+    .reg .pred %p1;
+    .shared .align 4 .b8 sh[128];
+    ld.param.u32 %r1, [off];
+    mov.u32 %r2, %tid.x;
+    shl.b32 %r2, %r2, 2;
+    add.s32 %r3, %r1, %r2;
+    st.shared.u32 [%r3], %r2;
+    setp.eq.s32 %p1, %r1, 0;
+$SPIN:
+    @%p1 bra $SPIN;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("oob")
+    with pytest.raises(GPUFault, match=r"shared offset 0x80 is outside the 128-byte shared window") as ei:
+        k.launch(Memory(), [4], (1, 1, 1), (32, 1, 1))
+    assert ei.value.thread == (31, 0, 0)
+    k.max_steps = 10_000
+    try:
+        with pytest.raises(PTXError, match="infinite loop"):
+            k.launch(Memory(), [0], (1, 1, 1), (32, 1, 1))
+    finally:
+        del k.max_steps
 
 
 def test_divergent_barrier_raises():
@@ -1096,3 +1128,27 @@ def test_nvcc_warp_vote_and_constants(nvcc_module):
     np.testing.assert_array_equal(rd(mem, py, np.float32, 128), coef[np.arange(128) & 3] * v.astype(np.float32))
     hits = nvcc_module.load_globals(mem)["hits"]
     assert rd(mem, hits, np.uint32, 1)[0] == (v > 0).sum()
+
+
+def test_nvcc_lineinfo_and_debug_builds(tmp_path):
+    if NVCC is None:
+        pytest.skip("nvcc not found: nvcc-generated PTX tests skipped")
+    src = tmp_path / "d.cu"
+    src.write_text('extern "C" __global__ void sq(float* x) { int i = threadIdx.x; x[i] = expf(x[i]) * x[i]; }\n')
+    for flag in ("-lineinfo", "-G"):
+        out = tmp_path / f"d{flag}.ptx"
+        r = subprocess.run([NVCC, "-ptx", "-arch=sm_80", flag, "-o", str(out), str(src)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"nvcc {flag} failed: {r.stderr[-300:]}")
+        text = out.read_text()
+        if flag == "-G":  # debug builds call libdevice functions: a clear error, not a parse failure
+            with pytest.raises(PTXError, match="`call` is not supported"):
+                PTXModule(text)
+            continue
+        assert ".loc" in text
+        k = PTXModule(text).kernel("sq")
+        mem = Memory()
+        x = np.linspace(-2, 2, 32).astype(np.float32)
+        px = buf(mem, x)
+        k.launch(mem, [px], (1, 1, 1), (32, 1, 1))
+        np.testing.assert_allclose(rd(mem, px, np.float32, 32), np.exp(x.astype(np.float64)) * x, rtol=1e-6, atol=1e-7)

@@ -78,6 +78,7 @@ class GPUFault(PTXError):
 
     def __init__(self, msg, address, line=None, text=None):
         self.address = address
+        self.thread = self.block = None
         super().__init__(msg, line, text)
 
 
@@ -736,6 +737,9 @@ class PTXModule:
                     stmt = src[i:j]
                     if re.search(r"\.(entry|func)\b", stmt):
                         break
+                    if stmt.lstrip().startswith(".section"):  # debug sections: skipped whole
+                        j = self._match_brace(j)
+                        break
                     # initializer braces: skip to matching '}'
                     k = self._match_brace(j)
                     j = k
@@ -744,6 +748,9 @@ class PTXModule:
                 j += 1
             stmt = src[i:j].strip()
             line = int(lines_at[i]) + 1
+            if stmt.startswith(".section"):
+                i = j + 1
+                continue
             if j < n and src[j] == "{":
                 end = self._match_brace(j)
                 self._parse_function(stmt, src[j + 1:end], j + 1, line)
@@ -848,6 +855,7 @@ class PTXKernel:
 
     strict_barriers = False  # True: a barrier that some threads exited before reaching raises
     max_batch_lanes = 8192  # blocks are run together in batches of up to this many threads
+    max_steps = 20_000_000  # instructions issued per batch of blocks before we call it a hang
 
     def __init__(self, module, name, params, body, body_off, line):
         self.module, self.name = module, name
@@ -870,6 +878,10 @@ class PTXKernel:
         self.code: list[_Ins] = []
         self.labels: dict[str, int] = {}
         self._parse_body(body, body_off)
+        for ins in self.code:
+            if ins.op == "call":
+                raise PTXError("`call` is not supported: the mock runs call-free code only (device "
+                               "functions must be inlined; nvcc -G output calls libdevice)", ins.line, ins.text)
         self._layout()
         for ins in self.code:
             self._compile(ins)
@@ -952,6 +964,8 @@ class PTXKernel:
         elif head in (".pragma", ".loc", ".file", ".maxntid", ".reqntid", ".minnctapersm",
                       ".maxnreg", ".maxnctapersm", ".noreturn", ".explicitcluster", ".reqnctapercluster",
                       ".maxclusterrank"):
+            pass
+        elif head == ".param":  # call-site parameter scratch (only with `call`, rejected above)
             pass
         elif head in (".global", ".const"):
             v = _parse_var(st, line, text)
@@ -2049,7 +2063,10 @@ class PTXKernel:
             a = addr(c)
             if np.ndim(a) == 0:
                 a = np.full(c.n, a, np.uint64)
-            vals = load(c, a, m)
+            try:
+                vals = load(c, a, m)
+            except GPUFault as e:
+                raise _fault_thread(c, e, a, m, nv * w)
             for k, wd in enumerate(dsts):
                 wd(c, vals[k], sg, m)
         ins.fn = fn
@@ -2084,7 +2101,10 @@ class PTXKernel:
                 if np.ndim(v) == 0:
                     v = np.full(c.n, v, dt)
                 vals.append(v)
-            store(c, a, m, vals)
+            try:
+                store(c, a, m, vals)
+            except GPUFault as e:
+                raise _fault_thread(c, e, a, m, nv * dt.itemsize)
         ins.fn = fn
 
     def _mem_access(self, ins, space, dt, nv, kind):
@@ -2207,16 +2227,13 @@ class PTXKernel:
         what = f"{space} {ins.op}"
         sg = dt.kind == "i"
 
-        def fn(c, m):
-            a = addr(c)
-            if np.ndim(a) == 0:
-                a = np.full(c.n, a, np.uint64)
+        def run(c, a, m):
             vals = [np.broadcast_to(np.asarray(f(c)), (c.n,)) for f in srcs]
             lanes = c.lanes
             if m is not None:
                 a, lanes, vals = a[m], lanes[m], [v[m] for v in vals]
             if a.size == 0:
-                return
+                return None
             # resolve the memory each address lives in, as (load, store) on that backend
             if space == "shared" or (space == "generic" and ((a >= np.uint64(SHARED_WINDOW)) & (a < np.uint64(SHARED_WINDOW + WINDOW_SIZE))).all()):
                 off = a - np.uint64(SHARED_WINDOW) if space == "generic" else a
@@ -2227,7 +2244,18 @@ class PTXKernel:
                 off = a
                 ld = lambda x: c.mem.load(x, dt, what)
                 st = lambda x, v: c.mem.store(x, v, dt, what)
-            old = _atomic(aop, off, vals, dt, ld, st)
+            return _atomic(aop, off, vals, dt, ld, st)
+
+        def fn(c, m):
+            a = addr(c)
+            if np.ndim(a) == 0:
+                a = np.full(c.n, a, np.uint64)
+            try:
+                old = run(c, a, m)
+            except GPUFault as e:
+                raise _fault_thread(c, e, a, m, dt.itemsize)
+            if old is None:
+                return
             if wd is not None:
                 if m is not None:
                     full = np.zeros(c.n, dt)
@@ -2421,7 +2449,12 @@ class PTXKernel:
         waitpc = None
         exited_any = False
         steps = 0
+        budget = self.max_steps
         while True:
+            steps += 1
+            if steps > budget:
+                raise PTXError(f"kernel {self.name}: more than {budget} instruction issues in one batch of "
+                               f"blocks (an infinite loop?); raise PTXKernel.max_steps if intended")
             if conv:
                 if pc >= ncode:
                     raise PTXError(f"kernel {self.name}: fell off the end of the code without ret/exit")
@@ -2557,6 +2590,26 @@ class PTXKernel:
                 if (lp == lp[0]).all():
                     conv = True
                     pc = int(lp[0])
+
+
+def _fault_thread(c, e, a, m, span):
+    """Name the first faulting thread (and its block) in a GPUFault's message."""
+    if getattr(e, "thread", None) is not None or e.address is None:
+        return e
+    act = np.ones(c.n, bool) if m is None else m
+    bad = int(e.address)
+    for base in (0, SHARED_WINDOW, LOCAL_WINDOW):
+        lo = a.astype(np.uint64) - np.uint64(base)
+        hit = act & (lo <= np.uint64(bad)) & (np.uint64(bad) < lo + np.uint64(span))
+        if hit.any():
+            lane = int(np.argmax(hit))
+            t = tuple(int(c.special(f"tid.{x}")[lane]) for x in "xyz")
+            b = tuple(int(c.special(f"ctaid.{x}")[lane]) for x in "xyz")
+            e.thread, e.block = t, b
+            e.msg = f"{e.msg} (thread {t} of block {b})"
+            e.args = (e._fmt(),)
+            break
+    return e
 
 
 def _to_f16(x, mode):
