@@ -707,6 +707,43 @@ $E:
     k = PTXModule(src).kernel("badbar")
     with pytest.raises(PTXError, match="divergent barrier"):
         k.launch(Memory(), [0], (1, 1, 1), (64, 1, 1))
+    # a predicated barrier: fine when the guard is uniform in each block (blocks differ), an error otherwise
+    src2 = HDR + """
+.visible .entry pbar(.param .u64 out, .param .u32 cbit, .param .u32 tbit)
+{
+    .reg .pred %p1;
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<3>;
+    .shared .align 4 .u32 sh[64];
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r4, [cbit];
+    mov.u32 %r1, %tid.x;
+    mov.u32 %r2, %ctaid.x;
+    st.shared.u32 [sh], %r2;
+    and.b32 %r3, %r2, %r4;
+    ld.param.u32 %r4, [tbit];
+    and.b32 %r2, %r1, %r4;
+    or.b32 %r3, %r3, %r2;
+    setp.eq.s32 %p1, %r3, 0;
+    @%p1 bar.sync 0;
+    ld.shared.u32 %r3, [sh];
+    mov.u32 %r2, %ctaid.x;
+    mad.lo.s32 %r2, %r2, 64, %r1;
+    mul.wide.u32 %rd2, %r2, 4;
+    add.s64 %rd2, %rd1, %rd2;
+    st.global.u32 [%rd2], %r3;
+    ret;
+}
+"""
+    k2 = PTXModule(src2).kernel("pbar")
+    mem = Memory()
+    po = buf(mem, np.zeros(4 * 64, np.uint32))
+    k2.launch(mem, [po, 0, 0], (4, 1, 1), (64, 1, 1))  # guard true everywhere
+    np.testing.assert_array_equal(rd(mem, po, np.uint32, 256), np.repeat(np.arange(4), 64))
+    k2.launch(mem, [po, 1, 0], (4, 1, 1), (64, 1, 1))  # odd blocks skip the barrier as a whole
+    np.testing.assert_array_equal(rd(mem, po, np.uint32, 256), np.repeat(np.arange(4), 64))
+    with pytest.raises(PTXError, match="divergent barrier"):
+        k2.launch(mem, [po, 0, 2], (4, 1, 1), (64, 1, 1))  # guard depends on tid: diverges inside blocks
 
 
 

@@ -2499,8 +2499,15 @@ class PTXKernel:
                         if gnone:
                             pc += 1
                         elif not gall:
-                            raise PTXError("divergent barrier: bar.sync under a guard that is false "
-                                           "for some threads")
+                            # a guard may differ between blocks of the batch, never inside a block
+                            a0 = live if act is None else act
+                            if _mixed_blocks(c, a0, g):
+                                raise PTXError("divergent barrier: bar.sync under a guard that is "
+                                               "false for some threads of a block")
+                            conv = False
+                            pcs = np.full(n, pc + 1, np.int64)
+                            waiting = g.copy()
+                            waitpc = np.full(n, pc, np.int64)
                         else:
                             if exited_any and self.strict_barriers:
                                 wb = np.zeros(c.nblocks, bool)
@@ -2569,9 +2576,9 @@ class PTXKernel:
                     exited_any = exited_any or bool(g.any())
                     pcs[act & ~g] = cur + 1
                 elif k == "bar":
-                    if (act & ~g).any() and g.any():
+                    if (act & ~g).any() and g.any() and _mixed_blocks(c, act, g):
                         raise PTXError("divergent barrier: bar.sync under a guard that is false for "
-                                       "some threads")
+                                       "some threads of a block")
                     pcs[act] = cur + 1
                     if g.any():
                         waiting |= g
@@ -2590,6 +2597,13 @@ class PTXKernel:
                 if (lp == lp[0]).all():
                     conv = True
                     pc = int(lp[0])
+
+
+def _mixed_blocks(c, act, g):
+    """Whether some block has active threads on both sides of the guard g."""
+    yes = np.bincount(c.bidx, weights=act & g, minlength=c.nblocks)
+    no = np.bincount(c.bidx, weights=act & ~g, minlength=c.nblocks)
+    return bool(((yes > 0) & (no > 0)).any())
 
 
 def _fault_thread(c, e, a, m, span):
