@@ -3,43 +3,64 @@
 The mock GPU knows only what a GPU would know: the PTX text the driver uploaded, the kernel
 parameter buffer, the launch geometry and its own memory (`Memory`).
 
+    mod = PTXModule(ptx_text)               # parse + compile every .entry (errors name line and text)
+    k = mod.kernel("name"); k.params        # [(param name, type)], in order
+    k.launch(memory, [ptr, n, 2.5] or param_bytes, grid, block, shared_bytes=0)
+
 Execution model
 ---------------
-Blocks (CTAs) run one after another.  Inside a block every thread runs at once as a vector:
-each register is a NumPy array over the block's threads (dtype = the register's declared
-type; instructions re-interpret the bits by their own type, as the hardware does).
+SIMT over a block: every register is a NumPy array with one element per thread (dtype = the
+register's declared type; an instruction re-interprets the bits by its own type, as the
+hardware does), predicates are bool arrays, and each instruction runs once for all the
+threads it is active for (an active mask, narrowed by an `@%p` / `@!%p` guard; masked-off
+threads neither write registers nor touch memory, so they cannot fault).  Several blocks
+(CTAs) of the grid are run together as one longer vector (`PTXKernel.max_batch_lanes`
+threads, 8192 by default): shared memory has one row per block, barriers and warps are per
+block, %ctaid is per thread, and a batch of 1 block gives the same results.
 
-Control flow: per-thread program counters, *minimum-PC-first* scheduling.  Each step picks
-the smallest PC among the runnable threads of the block and executes that one instruction
-for exactly the threads sitting at it (the active mask, further narrowed by an `@%p` guard).
-Because compilers lay code out so that a branch's immediate post-dominator has a larger
-address than both arms (forward `if`/`else`), and a loop's exit block lies after the loop,
-the threads that went ahead wait at the join point while the late ones catch up, so the
-block reconverges there; a backward branch (loop) sends looping threads to a smaller PC,
-so they run first while exited threads wait after the loop.  This needs no CFG analysis,
-is correct for any control flow (every thread executes its own path exactly; only the
-interleaving is chosen), and costs O(1) NumPy reductions per step.  While all runnable
-threads share one PC (the common case) the scheduler takes a fast path without the
-per-step reduction.
+Control flow (divergence and reconvergence): per-thread program counters with
+*minimum-PC-first* scheduling.  Each step takes the smallest PC among the runnable threads
+and executes that one instruction for exactly the threads sitting at it.  Compilers lay
+code out so that the immediate post-dominator of a forward branch (the join of an if/else)
+lies after both arms, and a loop's exit block lies after the loop, so the threads that went
+ahead wait at the join while the late ones catch up, and the block reconverges there; a
+backward branch sends the threads that keep looping to a smaller PC, so they run first
+while threads that left the loop wait after it (per-thread loop exit).  Every thread still
+executes exactly its own path (only the interleaving is chosen), so the scheme is correct
+for any control flow, needs no CFG analysis, and costs a couple of NumPy reductions per
+step; while all runnable threads share one PC (the usual case) a fast path skips them.
 
-`bar.sync`/`barrier.sync`: a thread reaching a barrier waits; once no runnable thread is
-left the barrier opens.  Threads that have exited count as arrived (as on sm_70+
-hardware).  Threads waiting at *different* barrier instructions, or with different barrier
-ids, are a divergent barrier and raise `PTXError`.
+Barriers (`bar.sync` / `barrier.sync` / `bar.cta.sync`): a thread that reaches one waits;
+when no runnable thread is left, the barrier opens.  Threads that exited count as arrived
+(sm_70+ behaviour; `PTXKernel.strict_barriers = True` makes that an error).  Threads of one
+block waiting at *different* barrier instructions, or a `@%p bar.sync` whose guard differs
+inside a block, raise PTXError ("divergent barrier").  Warp-level instructions (shfl.sync,
+vote.sync, activemask) need every thread of the warp active at that instruction.
 
 Memory: `Memory` is a flat GPU virtual address space of mapped regions backed by NumPy byte
-arrays; any access that is not inside a mapped region raises `GPUFault` naming the address
-and the instruction.  Generic addresses: global addresses are identity; the shared window
-is `SHARED_WINDOW + offset` and the local window is `LOCAL_WINDOW + offset` (per thread).
-`.const` variables live in global memory (module globals are placed in `Memory` on first
-launch, or by `PTXModule.load_globals`).
+arrays; an access not entirely inside one mapped region, or misaligned, raises `GPUFault`
+naming the address, the instruction and line, and the first faulting thread and block.
+Generic addresses: global addresses are themselves; shared memory is the window
+`SHARED_WINDOW + offset`, local memory `LOCAL_WINDOW + offset` (per thread); `cvta` converts.
+.global/.const module variables (with initializers) are placed in `Memory` on first launch
+(`PTXModule.load_globals(memory)` gives their addresses); `ld.const` reads them there.
+`ld.param` reads the kernel's parameter buffer (natural alignment, as CUDA lays it out).
 
-Floating point: f32 ops are computed in float32, f64 in float64, f16 in float16 (NumPy
-rounds each f16 op through float32, which is correctly rounded for + - * / sqrt).
-fma.f32 is computed exactly in float64 then rounded (a double rounding, at most very rarely
-1 ulp off); fma.f64 is a*b+c in float64 (not fused).  .approx functions use the correctly
-rounded NumPy functions.  Directed roundings (.rz .rm .rp) are honoured for cvt and for
-f32 add/sub/mul/fma/div.
+Numerics: f32 ops compute in float32, f64 in float64, f16 (and f16x2 halves) in float16
+(NumPy rounds each f16 op through float32: correctly rounded for + - * / sqrt); bf16 via
+float32 with round-to-nearest-even.  fma.f32 is computed exactly in float64 then rounded
+(a double rounding: rarely 1 ulp off); fma.f64 is a*b+c in float64 (not fused).  .approx
+functions (ex2 lg2 sin cos rsqrt rcp sqrt tanh) return the correctly rounded NumPy values.
+Directed roundings .rz .rm .rp are honoured for cvt and f32 add/sub/mul/div/fma/rcp; .ftz
+flushes f32 subnormals.  cvt float->int rounds (.rni .rzi .rmi .rpi; default .rzi),
+saturates to the destination range and gives 0 for NaN; .sat on float results clamps to
+[0, 1] with NaN -> 0.  Integer division truncates; x/0 gives all ones (unsigned) or -1
+(signed); shifts clamp amounts >= the width (shr.s fills with the sign).
+
+Not supported (PTXError naming the instruction): `call` and device functions (nvcc -G output
+calls libdevice), texture/surface instructions, carry chains (add.cc/addc/mad.cc), bar.arrive
+and barriers with a thread count, mma/wmma/ldmatrix/cp.async and other sm_80+ matrix and
+async-copy instructions, vector registers (.reg .v4), prmt modes other than the default.
 """
 from __future__ import annotations
 
