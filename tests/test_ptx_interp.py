@@ -999,6 +999,16 @@ extern "C" __global__ void votes(const int* in, unsigned* out, float* y) {
   y[i] = coef[i & 3] * v;
   if (v > 0) atomicAdd(&hits, 1u);
 }
+__device__ int lock;
+extern "C" __global__ void spinlock(float* acc, int* order) {
+  // a naive intra-warp spin lock: needs sm_70+ forward progress (the mock lets leading threads run)
+  while (atomicCAS(&lock, 0, 1) != 0) {}
+  float v = *acc;
+  *acc = v + 1.0f;
+  order[threadIdx.x] = (int)v;
+  __threadfence();
+  atomicExch(&lock, 0);
+}
 extern "C" __global__ void halfs(const __half* a, __half* out, unsigned char* u8, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -1189,3 +1199,12 @@ def test_nvcc_lineinfo_and_debug_builds(tmp_path):
         px = buf(mem, x)
         k.launch(mem, [px], (1, 1, 1), (32, 1, 1))
         np.testing.assert_allclose(rd(mem, px, np.float32, 32), np.exp(x.astype(np.float64)) * x, rtol=1e-6, atol=1e-7)
+
+
+def test_nvcc_spin_lock_makes_progress(nvcc_module):
+    k = nvcc_module.kernel("spinlock")
+    mem = Memory()
+    pa, po = buf(mem, np.zeros(1, np.float32)), buf(mem, np.full(64, -1, np.int32))
+    k.launch(mem, [pa, po], (1, 1, 1), (64, 1, 1))
+    assert rd(mem, pa, np.float32, 1)[0] == 64
+    assert sorted(rd(mem, po, np.int32, 64).tolist()) == list(range(64))  # mutual exclusion held

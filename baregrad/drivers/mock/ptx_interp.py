@@ -29,6 +29,10 @@ while threads that left the loop wait after it (per-thread loop exit).  Every th
 executes exactly its own path (only the interleaving is chosen), so the scheme is correct
 for any control flow, needs no CFG analysis, and costs a couple of NumPy reductions per
 step; while all runnable threads share one PC (the usual case) a fast path skips them.
+Minimum-PC-first alone would starve a thread that is ahead while others spin in a loop
+waiting for it (an intra-warp spin lock, legal on sm_70+); after `livelock_steps` divergent
+steps without reconvergence every other step goes to the *maximum* PC instead, for the rest
+of the batch, so such code makes progress.
 
 Barriers (`bar.sync` / `barrier.sync` / `bar.cta.sync`): a thread that reaches one waits;
 when no runnable thread is left, the barrier opens.  Threads that exited count as arrived
@@ -877,6 +881,7 @@ class PTXKernel:
     strict_barriers = False  # True: a barrier that some threads exited before reaching raises
     max_batch_lanes = 8192  # blocks are run together in batches of up to this many threads
     max_steps = 20_000_000  # instructions issued per batch of blocks before we call it a hang
+    livelock_steps = 4096  # divergent steps without reconvergence before leading threads get turns
 
     def __init__(self, module, name, params, body, body_off, line):
         self.module, self.name = module, name
@@ -2470,6 +2475,7 @@ class PTXKernel:
         waitpc = None
         exited_any = False
         steps = 0
+        div_steps = 0
         budget = self.max_steps
         while True:
             steps += 1
@@ -2572,11 +2578,18 @@ class PTXKernel:
                                        i0.line, i0.text)
                 waiting[:] = False
                 runnable = live.copy()
-            rp = np.where(runnable, pcs, ncode + 1)
-            cur = int(rp.min())
+            div_steps += 1
+            if div_steps > self.livelock_steps and div_steps & 1:
+                # long without reconverging (a spin loop waiting on a thread that is further
+                # ahead, e.g. a lock): let the leading threads run too, as sm_70+ scheduling does
+                cur = int(np.where(runnable, pcs, -1).max())
+                act = runnable & (pcs == cur)
+            else:
+                rp = np.where(runnable, pcs, ncode + 1)
+                cur = int(rp.min())
+                act = rp == cur
             if cur >= ncode:
                 raise PTXError(f"kernel {self.name}: fell off the end of the code without ret/exit")
-            act = rp == cur
             ins = code[cur]
             if ins.pred is not None:
                 pv = c.regs[ins.pred]
@@ -2618,6 +2631,8 @@ class PTXKernel:
                 if (lp == lp[0]).all():
                     conv = True
                     pc = int(lp[0])
+                    if div_steps <= self.livelock_steps:  # once a spin loop was seen, stay fair
+                        div_steps = 0
 
 
 def _mixed_blocks(c, act, g):
