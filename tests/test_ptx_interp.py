@@ -919,6 +919,197 @@ def test_module_globals_with_initializers():
     assert rd(mem, addrs["table"], np.uint32, 4).tolist() == [1, 2, 3, 4]
 
 
+
+def test_bit_manipulation_and_misc_integer_ops():
+    x = I32
+    u = x.view(np.uint32)
+    np.testing.assert_array_equal(run_unary("bfe.u32 %b, %a, 28, 8;", u, np.uint32, "u32", "u32"), u >> 28)
+    np.testing.assert_array_equal(run_unary("brev.b32 %b, %a;", u, np.uint32, "u32", "u32", "b32", "b32"),
+                                  [int(f"{v:032b}"[::-1], 2) for v in u.tolist()])
+    np.testing.assert_array_equal(run_unary("bfind.u32 %b, %a;", u, np.uint32, "u32", "u32"),
+                                  [v.bit_length() - 1 if v else 0xFFFFFFFF for v in u.tolist()])
+    np.testing.assert_array_equal(run_unary("bfind.s32 %b, %a;", x, np.uint32, "s32", "u32", "s32", "u32"),
+                                  [(v if v >= 0 else ~v).bit_length() - 1 if v not in (0, -1) else 0xFFFFFFFF
+                                   for v in x.tolist()])
+    # prmt: select bytes of {b, a}; 0x3210 is identity, 0x0123 byte-reverses, 0x8880 sign-replicates byte 0
+    np.testing.assert_array_equal(run_unary("prmt.b32 %b, %a, 0, 0x0123;", u, np.uint32, "u32", "u32", "b32", "b32"),
+                                  u.byteswap())
+    ref = [((v & 0xFF) | ((0xFFFFFF00) if v & 0x80 else 0)) for v in u.tolist()]
+    np.testing.assert_array_equal(run_unary("prmt.b32 %b, %a, 0, 0x8880;", u, np.uint32, "u32", "u32", "b32", "b32"), ref)
+    # lop3 with LUT 0x96 is a ^ b ^ c; 0xE8 is majority
+    np.testing.assert_array_equal(run_unary("lop3.b32 %b, %a, 0x0F0F0F0F, 0x00FF00FF, 0x96;", u, np.uint32, "u32", "u32", "b32", "b32"),
+                                  u ^ 0x0F0F0F0F ^ 0x00FF00FF)
+    np.testing.assert_array_equal(run_unary("lop3.b32 %b, %a, 0x0F0F0F0F, 0x00FF00FF, 0xE8;", u, np.uint32, "u32", "u32", "b32", "b32"),
+                                  (u & 0x0F0F0F0F) | (u & 0x00FF00FF) | (0x0F0F0F0F & 0x00FF00FF))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(run_unary("mad.hi.s32 %b, %a, 1431655766, 7;", x, np.int32, "s32", "s32"),
+                                      (((x.astype(np.int64) * 1431655766) >> 32) + 7).astype(np.int32))
+        np.testing.assert_array_equal(run_unary("mad.wide.s32 %b, %a, -5, 0x100000000;", x, np.int64, "s32", "s64",
+                                                reg_out="s64"), x.astype(np.int64) * -5 + 2**32)
+        np.testing.assert_array_equal(run_unary("mul24.lo.s32 %b, %a, 3;", x, np.int32, "s32", "s32"),
+                                      ((x.astype(np.int64) << 40 >> 40) * 3).astype(np.int32))
+    np.testing.assert_array_equal(run_unary("sad.s32 %b, %a, 5, 100;", x[:7], np.int32, "s32", "s32"),
+                                  np.abs(x[:7].astype(np.int64) - 5) + 100)
+    np.testing.assert_array_equal(run_unary("cnot.b32 %b, %a;", u, np.uint32, "u32", "u32", "b32", "b32"), (u == 0) * 1)
+    np.testing.assert_array_equal(run_unary("slct.s32.s32 %b, 10, 20, %a;", x, np.int32, "s32", "s32"),
+                                  np.where(x >= 0, 10, 20))
+    np.testing.assert_array_equal(run_unary("set.lt.u32.s32 %b, %a, 7;", x, np.uint32, "s32", "u32", "s32", "u32"),
+                                  np.where(x < 7, 0xFFFFFFFF, 0))
+    np.testing.assert_array_equal(run_unary("set.gt.f32.s32 %b, %a, 7;", x, np.float32, "s32", "f32", "s32", "f32"),
+                                  np.where(x > 7, 1.0, 0.0))
+    t = np.array([1.0, 0.0, 1e-40, -1e-40, np.inf, np.nan, -3.0], np.float32)
+    for kind, ref in [("normal", [1, 0, 0, 0, 0, 0, 1]), ("subnormal", [0, 0, 1, 1, 0, 0, 0]),
+                      ("infinite", [0, 0, 0, 0, 1, 0, 0]), ("notanumber", [0, 0, 0, 0, 0, 1, 0]),
+                      ("number", [1, 1, 1, 1, 1, 0, 1])]:
+        np.testing.assert_array_equal(run_unary(f"testp.{kind}.f32 %p1, %a; selp.s32 %b, 1, 0, %p1;", t, np.int32,
+                                                "f32", "s32"), ref, err_msg=kind)
+    # .ftz flushes subnormal inputs and results
+    np.testing.assert_array_equal(run_unary("add.ftz.f32 %b, %a, 0f00000000;", t[:4], np.float32, "f32", "f32"),
+                                  [1.0, 0.0, 0.0, -0.0])
+
+
+def test_f16x2_bf16_and_packing():
+    a = np.array([1.5, -2.25, 1000.0, 0.1], np.float32)
+    b = np.array([0.5, 4.0, -3.0, 1e5], np.float32)
+    src = HDR + """
+.visible .entry h(.param .u64 pa, .param .u64 pb, .param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .b16 %rs<4>;
+    .reg .f32 %f<4>;
+    .reg .b64 %rd<10>;
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [out];
+    mov.u32 %r1, %tid.x;
+    mul.wide.u32 %rd4, %r1, 4;
+    add.s64 %rd5, %rd1, %rd4;
+    add.s64 %rd6, %rd2, %rd4;
+    ld.global.f32 %f1, [%rd5];
+    ld.global.f32 %f2, [%rd6];
+    cvt.rn.f16x2.f32 %r2, %f1, %f2;          // {hi = a, lo = b}
+    add.f16x2 %r3, %r2, %r2;
+    mul.f16x2 %r4, %r3, %r2;
+    fma.rn.f16x2 %r5, %r4, %r2, %r3;
+    mov.b32 {%rs1, %rs2}, %r5;               // rs1 = low half (from b), rs2 = high half (from a)
+    cvt.rn.bf16.f32 %rs3, %f1;
+    cvt.f32.bf16 %f3, %rs3;
+    mul.wide.u32 %rd7, %r1, 16;
+    add.s64 %rd8, %rd3, %rd7;
+    st.global.v2.b32 [%rd8], {%r2, %r5};
+    st.global.b16 [%rd8+8], %rs3;
+    st.global.f32 [%rd8+12], %f3;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("h")
+    mem = Memory()
+    pa, pb, po = buf(mem, a), buf(mem, b), buf(mem, np.zeros(16, np.uint32))
+    k.launch(mem, [pa, pb, po], (1, 1, 1), (4, 1, 1))
+    np.seterr(over="ignore")
+    raw = mem.read_bytes(po, 64)
+    rows = [raw[16 * i:16 * i + 16] for i in range(4)]
+    h = lambda v: np.float16(v)
+    for i, r in enumerate(rows):
+        packed = np.frombuffer(r[:4], np.float16)
+        assert packed[1] == h(a[i]) and packed[0] == h(b[i])
+        res = np.frombuffer(r[4:8], np.float16)
+        for half, x in ((1, h(a[i])), (0, h(b[i]))):
+            s2 = np.float16(x + x)
+            m = np.float16(s2 * x)
+            ref = np.float16(np.float64(m) * np.float64(x) + np.float64(s2))
+            assert res[half] == ref or (np.isinf(res[half]) and np.isinf(ref))
+        bf = np.frombuffer(r[8:10], np.uint16)[0]
+        f32 = np.frombuffer(r[12:16], np.float32)[0]
+        assert f32 == np.frombuffer((np.uint32(bf) << 16).tobytes(), np.float32)[0]
+        assert abs(f32 - a[i]) <= abs(a[i]) * 2**-8
+
+
+SHFL = HDR + """
+.visible .entry sh(.param .u64 out, .param .u32 delta)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    ld.param.u32 %r6, [delta];
+    mov.u32 %r1, %tid.x;
+    mul.lo.s32 %r2, %r1, 10;
+    shfl.sync.MODE.b32 %r3|%p1, %r2, %r6, CVAL, -1;
+    selp.u32 %r4, 1, 0, %p1;
+    mul.wide.u32 %rd2, %r1, 8;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.v2.u32 [%rd3], {%r3, %r4};
+    ret;
+}
+"""
+
+
+@pytest.mark.parametrize("mode,cval", [("bfly", 31), ("down", 31), ("up", 0), ("idx", 31)])
+def test_shfl_sync_modes(mode, cval):
+    k = PTXModule(SHFL.replace("MODE", mode).replace("CVAL", str(cval))).kernel("sh")
+    mem = Memory()
+    po = buf(mem, np.zeros(2 * 64, np.uint32))
+    d = 3
+    k.launch(mem, [po, d], (1, 1, 1), (64, 1, 1))
+    out = rd(mem, po, np.uint32, 128).reshape(64, 2)
+    t = np.arange(64)
+    lane, base = t % 32, t - t % 32
+    if mode == "bfly":
+        j, ok = lane ^ d, np.ones(64, bool)
+    elif mode == "down":
+        j = lane + d
+        ok = j <= 31
+    elif mode == "up":
+        j = lane - d
+        ok = j >= 0
+    else:
+        j, ok = np.full(64, d), np.ones(64, bool)
+    src = np.where(ok, base + j, t)
+    np.testing.assert_array_equal(out[:, 0], src * 10)
+    np.testing.assert_array_equal(out[:, 1], ok)
+
+
+def test_shared_atomics_and_red():
+    src = HDR + """
+.visible .entry sa(.param .u64 out)
+{
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    .shared .align 4 .u32 cnt[4];
+    mov.u32 %r1, %tid.x;
+    st.shared.u32 [cnt], 0;
+    st.shared.u32 [cnt+4], 0;
+    st.shared.u32 [cnt+8], 0xFFFFFFFF;
+    st.shared.u32 [cnt+12], 0;
+    bar.sync 0;
+    and.b32 %r2, %r1, 7;
+    red.shared.add.u32 [cnt], %r2;
+    atom.shared.or.b32 %r3, [cnt+4], %r1;
+    atom.shared.and.b32 %r3, [cnt+8], %r1;
+    atom.shared.inc.u32 %r3, [cnt+12], 9;
+    bar.sync 0;
+    ld.param.u64 %rd1, [out];
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    and.b32 %r4, %r1, 3;
+    shl.b32 %r4, %r4, 2;
+    mov.u32 %r5, cnt;
+    add.s32 %r5, %r5, %r4;
+    ld.shared.u32 %r6, [%r5];
+    st.global.u32 [%rd3], %r6;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("sa")
+    mem = Memory()
+    po = buf(mem, np.zeros(2 * 100, np.uint32))
+    k.launch(mem, [po], (2, 1, 1), (100, 1, 1))
+    t = np.arange(100)
+    ref = [int((t & 7).sum()), int(np.bitwise_or.reduce(t)), 0, 100 % 10]
+    out = rd(mem, po, np.uint32, 100)
+    np.testing.assert_array_equal(out, np.array(ref, np.uint32)[t & 3])
+
 # ----------------------------------------------------------------------------- nvcc
 
 NVCC = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)

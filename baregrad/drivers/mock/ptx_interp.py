@@ -1939,13 +1939,13 @@ class PTXKernel:
 
     # conversions
     def _c_cvt(self, ins):
-        self._need(ins, 2)
         ts = self._types(ins)
         if len(ts) != 2:
             raise self._err(ins, "cvt needs a destination and a source type")
         dn, sn = ts
         if "f16x2" in ts or "bf16x2" in ts:
             return self._cvt_pack(ins, dn, sn)
+        self._need(ins, 2)
         ddt, sdt = _DT[dn], _DT[sn]
         mode = next((m for m in ins.mods if m in _ROUND), None)
         sat = "sat" in ins.mods
