@@ -1223,13 +1223,14 @@ extern "C" __global__ void ints(const long long* a, long long* out) {
 """
 
 
-@pytest.fixture(scope="module")
-def nvcc_module(tmp_path_factory):
+@pytest.fixture(scope="module", params=["-O3", "-G"])
+def nvcc_module(request, tmp_path_factory):
+    """The CUDA kernels compiled optimized, and as debug builds (-G: calls to device functions)."""
     if NVCC is None:
         pytest.skip("nvcc not found (set PATH or install CUDA): nvcc-generated PTX tests skipped")
     d = tmp_path_factory.mktemp("nvcc")
     (d / "k.cu").write_text(CUDA_SRC)
-    r = subprocess.run([NVCC, "-ptx", "-arch=sm_80", "-o", str(d / "k.ptx"), str(d / "k.cu")],
+    r = subprocess.run([NVCC, "-ptx", "-arch=sm_80", request.param, "-o", str(d / "k.ptx"), str(d / "k.cu")],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"nvcc failed: {r.stderr[-500:]}")
@@ -1372,34 +1373,113 @@ def test_nvcc_warp_vote_and_constants(nvcc_module):
     assert rd(mem, hits, np.uint32, 1)[0] == (v > 0).sum()
 
 
-def test_nvcc_lineinfo_and_debug_builds(tmp_path):
+def test_nvcc_lineinfo_and_external_calls(tmp_path):
     if NVCC is None:
         pytest.skip("nvcc not found: nvcc-generated PTX tests skipped")
     src = tmp_path / "d.cu"
-    src.write_text('extern "C" __global__ void sq(float* x) { int i = threadIdx.x; x[i] = expf(x[i]) * x[i]; }\n')
-    for flag in ("-lineinfo", "-G"):
-        out = tmp_path / f"d{flag}.ptx"
-        r = subprocess.run([NVCC, "-ptx", "-arch=sm_80", flag, "-o", str(out), str(src)], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"nvcc {flag} failed: {r.stderr[-300:]}")
-        text = out.read_text()
-        if flag == "-G":  # debug builds call libdevice functions: a clear error, not a parse failure
-            with pytest.raises(PTXError, match="`call` is not supported"):
-                PTXModule(text)
-            continue
-        assert ".loc" in text
-        k = PTXModule(text).kernel("sq")
-        mem = Memory()
-        x = np.linspace(-2, 2, 32).astype(np.float32)
-        px = buf(mem, x)
-        k.launch(mem, [px], (1, 1, 1), (32, 1, 1))
-        np.testing.assert_allclose(rd(mem, px, np.float32, 32), np.exp(x.astype(np.float64)) * x, rtol=1e-6, atol=1e-7)
-
-
-def test_nvcc_spin_lock_makes_progress(nvcc_module):
-    k = nvcc_module.kernel("spinlock")
+    src.write_text('#include <cstdio>\n'
+                   'extern "C" __global__ void sq(float* x) { int i = threadIdx.x; x[i] = expf(x[i]) * x[i]; }\n'
+                   'extern "C" __global__ void say(int v) { printf("%d\\n", v); }\n')
+    out = tmp_path / "d.ptx"
+    r = subprocess.run([NVCC, "-ptx", "-arch=sm_80", "-lineinfo", "-o", str(out), str(src)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"nvcc -lineinfo failed: {r.stderr[-300:]}")
+    text = out.read_text()
+    assert ".loc" in text
+    # printf calls the external vprintf: a clear error naming it (when the module is built)
+    with pytest.raises(PTXError, match="external function vprintf"):
+        PTXModule(text)
+    text = text[:text.index(".visible .entry say")] if ".visible .entry say" in text else text
+    k = PTXModule(text).kernel("sq")
     mem = Memory()
-    pa, po = buf(mem, np.zeros(1, np.float32)), buf(mem, np.full(64, -1, np.int32))
-    k.launch(mem, [pa, po], (1, 1, 1), (64, 1, 1))
-    assert rd(mem, pa, np.float32, 1)[0] == 64
-    assert sorted(rd(mem, po, np.int32, 64).tolist()) == list(range(64))  # mutual exclusion held
+    x = np.linspace(-2, 2, 32).astype(np.float32)
+    px = buf(mem, x)
+    k.launch(mem, [px], (1, 1, 1), (32, 1, 1))
+    np.testing.assert_allclose(rd(mem, px, np.float32, 32), np.exp(x.astype(np.float64)) * x, rtol=1e-6, atol=1e-7)
+
+
+FUNCS = HDR + """
+.func (.param .b32 r) addmul(.param .b32 a, .param .b32 b)
+{
+    .reg .b32 %r<4>;
+    .reg .pred %p1;
+    ld.param.b32 %r1, [a];
+    ld.param.b32 %r2, [b];
+    setp.lt.s32 %p1, %r1, 0;
+    @%p1 bra $NEG;
+    mul.lo.s32 %r3, %r1, %r2;
+    st.param.b32 [r], %r3;
+    ret;
+$NEG:
+    add.s32 %r3, %r1, %r2;
+    st.param.b32 [r], %r3;
+    ret;
+}
+.func (.param .b32 r) twice(.param .b32 a)
+{
+    .reg .b32 %r<3>;
+    ld.param.b32 %r1, [a];
+    {
+    .param .b32 p0;
+    .param .b32 p1;
+    .param .b32 q;
+    st.param.b32 [p0], %r1;
+    st.param.b32 [p1], 2;
+    call.uni (q), addmul, (p0, p1);
+    ld.param.b32 %r2, [q];
+    }
+    st.param.b32 [r], %r2;
+    ret;
+}
+.func loop(.param .b32 a)
+{
+    .param .b32 p;
+    st.param.b32 [p], 1;
+    call loop, (p);
+    ret;
+}
+.visible .entry calls(.param .u64 out)
+{
+    .reg .b32 %r<5>;
+    .reg .pred %p1;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %tid.x;
+    sub.s32 %r2, %r1, 4;
+    mov.u32 %r4, 1000;
+    setp.ne.s32 %p1, %r1, 5;
+    {
+    .param .b32 x;
+    .param .b32 y;
+    st.param.b32 [x], %r2;
+    @%p1 call.uni (y), twice, (x);
+    @%p1 ld.param.b32 %r4, [y];
+    }
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r4;
+    ret;
+}
+"""
+
+
+def test_device_function_calls_are_inlined():
+    rec = FUNCS.split(".visible")[0] + """
+.visible .entry rec(.param .u64 o)
+{
+    .param .b32 p;
+    st.param.b32 [p], 0;
+    call loop, (p);
+    ret;
+}
+"""
+    with pytest.raises(PTXError, match="recursion"):
+        PTXModule(rec)
+    k = PTXModule(FUNCS).kernel("calls")
+    mem = Memory()
+    po = buf(mem, np.zeros(16, np.int32))
+    k.launch(mem, [po], (1, 1, 1), (16, 1, 1))
+    v = np.arange(16) - 4
+    ref = np.where(v < 0, v + 2, v * 2)
+    ref[5] = 1000  # its call was predicated off
+    np.testing.assert_array_equal(rd(mem, po, np.int32, 16), ref)

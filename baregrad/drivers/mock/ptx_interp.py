@@ -61,8 +61,12 @@ saturates to the destination range and gives 0 for NaN; .sat on float results cl
 [0, 1] with NaN -> 0.  Integer division truncates; x/0 gives all ones (unsigned) or -1
 (signed); shifts clamp amounts >= the width (shr.s fills with the sign).
 
-Not supported (PTXError naming the instruction): `call` and device functions (nvcc -G output
-calls libdevice), texture/surface instructions, carry chains (add.cc/addc/mad.cc), bar.arrive
+Device functions (.func, as in nvcc -G builds) are inlined at each `call` site: the callee's
+registers, labels and local names get a per-site prefix, its formal .param names are bound
+to the call site's .param variables (per-thread storage), `ret` jumps to the return point.
+
+Not supported (PTXError naming the instruction): calls to external functions (vprintf,
+malloc, __assertfail), indirect calls and recursion, texture/surface instructions, carry chains (add.cc/addc/mad.cc), bar.arrive
 and barriers with a thread count, mma/wmma/ldmatrix/cp.async and other sm_80+ matrix and
 async-copy instructions, vector registers (.reg .v4), prmt modes other than the default.
 """
@@ -535,6 +539,31 @@ _INT = re.compile(r"^[-+]?(0[xX][0-9a-fA-F]+|0[bB][01]+|0[0-7]*|[1-9][0-9]*)[uU]
 _LINE_DIRECTIVE = re.compile(r"^[ \t]*\.(?:loc|file|version|target|address_size)\b[^\n;]*;?", re.M)
 
 
+class _Renamer:
+    """Renames a device function's registers, labels and names when it is inlined."""
+
+    _IDENT = re.compile(r"(?<![\w$%.])([A-Za-z_$][\w$]*)")
+    _REG = re.compile(r"%([A-Za-z_$][\w$]*)")
+
+    def __init__(self, reg_prefix=None, names=None, ret_label=None):
+        self.reg_prefix, self.names, self.ret_label = reg_prefix, names or {}, ret_label
+
+    def label(self, name):
+        return self.names.get(name, name)
+
+    def __call__(self, st):
+        if self.reg_prefix is None:
+            return st
+        pre = self.reg_prefix
+
+        def reg(m):
+            base = m.group(1)
+            return m.group(0) if base in _SPECIAL else pre + base
+        st = self._REG.sub(reg, st)
+        names = self.names
+        return self._IDENT.sub(lambda m: names.get(m.group(1), m.group(1)), st)
+
+
 def _strip_comments(text):
     # keep newlines so line numbers stay right
     return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
@@ -725,10 +754,14 @@ class PTXModule:
         self.shared: dict[str, _Var] = {}  # module-scope .shared (incl. extern)
         self.kernels: dict[str, PTXKernel] = {}
         self.funcs: set[str] = set()
+        self.func_defs: dict[str, tuple] = {}
+        self._entries: list[tuple] = []
         src, lined = _line_directives(_strip_comments(ptx_text))
         for stmt, line in lined:
             self._directive(stmt, line)
         self._parse(src)
+        for name, params, body, body_off, line in self._entries:
+            self.kernels[name] = PTXKernel(self, name, params, body, body_off, line)
 
     def kernel(self, name: str) -> "PTXKernel":
         try:
@@ -834,14 +867,17 @@ class PTXModule:
         if not m:
             raise PTXError("cannot parse function header", line, text)
         kind, name = m.group(1), m.group(3)
-        if kind == "func":
-            self.funcs.add(name)  # device functions: parsed only as names; `call` is unsupported
+        if kind == "func":  # device function: inlined at each call site
+            self.funcs.add(name)
+            rets = [_parse_var(p, line, text).name for p in _split_operands(m.group(2) or "")]
+            fparams = [_parse_var(p, line, text).name for p in _split_operands(m.group(5) or "")]
+            self.func_defs[name] = (rets, fparams, body, body_off, line)
             return
         params = []
         for p in _split_operands(m.group(5) or ""):
             pv = _parse_var(p, line, text)
             params.append(pv)
-        self.kernels[name] = PTXKernel(self, name, params, body, body_off, line)
+        self._entries.append((name, params, body, body_off, line))
 
     def load_globals(self, memory: "Memory", base: int | None = None) -> dict:
         """Place this module's .global/.const variables in `memory` (once per memory)."""
@@ -903,20 +939,20 @@ class PTXKernel:
         self.local_vars: dict[str, _Var] = {}
         self.code: list[_Ins] = []
         self.labels: dict[str, int] = {}
+        self.call_params: set[str] = set()
+        self._ncalls = 0
         self._parse_body(body, body_off)
-        for ins in self.code:
-            if ins.op == "call":
-                raise PTXError("`call` is not supported: the mock runs call-free code only (device "
-                               "functions must be inlined; nvcc -G output calls libdevice)", ins.line, ins.text)
         self._layout()
         for ins in self.code:
             self._compile(ins)
 
     # -- parsing the body
-    def _parse_body(self, body, body_off):
+    def _parse_body(self, body, body_off, rename=None, depth=0):
         mod = self.module
         lines_at = mod._lines_at
         pos = 0
+        if rename is None:
+            rename = _Renamer()
         for chunk in body.split(";"):
             start = pos
             pos += len(chunk) + 1
@@ -929,7 +965,7 @@ class PTXKernel:
                     continue
                 m = _LABEL.match(s)
                 if m:
-                    self.labels[m.group(1)] = len(self.code)
+                    self.labels[rename.label(m.group(1))] = len(self.code)
                     s = s[m.end():]
                     continue
                 break
@@ -941,11 +977,63 @@ class PTXKernel:
             lead = len(chunk) - len(chunk.lstrip()) if chunk.strip() else 0
             idx = body_off + start + (chunk.find(st[:8]) if st[:8] in chunk else lead)
             line = int(lines_at[min(idx, len(lines_at) - 1)]) + 1
+            st = rename(st)
             text = " ".join(st.split())
             if st.startswith("."):
                 self._body_directive(st, line, text)
                 continue
-            self.code.append(self._parse_ins(st, line, text))
+            ins = self._parse_ins(st, line, text)
+            if ins.op == "call":
+                self._inline_call(ins, depth)
+                continue
+            if ins.op in ("ret", "exit") and rename.ret_label is not None:
+                if ins.op == "exit":
+                    raise PTXError("`exit` inside a device function is not supported", line, text)
+                ins.op, ins.mods, ins.ops = "bra", ["uni"], [rename.ret_label]
+            self.code.append(ins)
+
+    def _inline_call(self, ins, depth):
+        """`call (ret), f, (args)`: inline f's body here, its registers, labels and local
+        names prefixed, its formal params bound to the call site's .param variables."""
+        ops = ins.ops
+        if ops and ops[0].startswith("("):
+            rets, ops = [x.strip() for x in ops[0][1:-1].split(",") if x.strip()], ops[1:]
+        else:
+            rets = []
+        if not ops:
+            raise PTXError("call without a function", ins.line, ins.text)
+        fname = ops[0].strip()
+        args = [x.strip() for x in ops[1][1:-1].split(",") if x.strip()] if len(ops) > 1 and ops[1].startswith("(") else []
+        if len(ops) > 2 or fname.startswith("%"):
+            raise PTXError("indirect calls (through a register / prototype) are not supported", ins.line, ins.text)
+        fd = self.module.func_defs.get(fname)
+        if fd is None:
+            raise PTXError(f"call to external function {fname} (no body in this module) is not supported",
+                           ins.line, ins.text)
+        if depth >= 16:
+            raise PTXError(f"call depth > 16 (recursion through {fname}?) is not supported", ins.line, ins.text)
+        frets, fparams, body, body_off, _ = fd
+        if len(frets) != len(rets) or len(fparams) != len(args):
+            raise PTXError(f"call of {fname}: {len(rets)} returns / {len(args)} arguments, the function "
+                           f"takes {len(frets)} / {len(fparams)}", ins.line, ins.text)
+        self._ncalls += 1
+        k = self._ncalls
+        done = f"$__ret{k}_{fname}"
+        if ins.pred is not None:  # @p call f  ->  @!p bra done
+            skip = _Ins()
+            skip.line, skip.text = ins.line, ins.text
+            skip.pred, skip.pneg = ins.pred, not ins.pneg
+            skip.op, skip.mods, skip.ops = "bra", [], [done]
+            skip.fn, skip.kind, skip.target, skip.barid = None, "op", None, 0
+            self.code.append(skip)
+        names = dict(zip(frets, rets))
+        names.update(zip(fparams, args))
+        for lab in re.findall(r"([A-Za-z_$][\w$]*)\s*:(?!:)", body):
+            names.setdefault(lab, f"$__f{k}_{lab.lstrip('$')}")
+        for decl in re.findall(r"\.(?:param|local|shared)\b[^;]*?([A-Za-z_$][\w$]*)\s*(?:\[[^\]]*\]\s*)*(?:;|=)", body):
+            names.setdefault(decl, f"__f{k}_{decl}")
+        self._parse_body(body, body_off, _Renamer(f"%__f{k}_", names, done), depth + 1)
+        self.labels[done] = len(self.code)
 
     def _body_directive(self, st, line, text):
         toks = st.split()
@@ -991,8 +1079,13 @@ class PTXKernel:
                       ".maxnreg", ".maxnctapersm", ".noreturn", ".explicitcluster", ".reqnctapercluster",
                       ".maxclusterrank"):
             pass
-        elif head == ".param":  # call-site parameter scratch (only with `call`, rejected above)
-            pass
+        elif head == ".param":  # call-site parameter: per-thread storage (local memory)
+            v = _parse_var(st, line, text)
+            old = self.local_vars.get(v.name)
+            if old is None or old.size < v.size or old.align < v.align:
+                v.space = "local"
+                self.local_vars[v.name] = v
+            self.call_params.add(v.name)
         elif head in (".global", ".const"):
             v = _parse_var(st, line, text)
             v.init_data = _init_bytes(v, line, text)
@@ -2059,6 +2152,11 @@ class PTXKernel:
     # memory
     def _space(self, ins):
         sp = next((m for m in ins.mods if m in _SPACES), "generic")
+        if sp == "param" and self.call_params:
+            a = ins.ops[1] if ins.op in ("ld", "ldu") else ins.ops[0]
+            base = re.sub(r"[\[\]\s]", "", a).split("+")[0]
+            if base in self.call_params:
+                return "local"
         return sp
 
     def _vec(self, ins):
