@@ -1030,7 +1030,8 @@ class PTXKernel:
         names.update(zip(fparams, args))
         for lab in re.findall(r"([A-Za-z_$][\w$]*)\s*:(?!:)", body):
             names.setdefault(lab, f"$__f{k}_{lab.lstrip('$')}")
-        for decl in re.findall(r"\.(?:param|local|shared)\b[^;]*?([A-Za-z_$][\w$]*)\s*(?:\[[^\]]*\]\s*)*(?:;|=)", body):
+        for decl in re.findall(r"(?:^|[;{}])\s*\.(?:param|local|shared)\b[^;]*?([A-Za-z_$][\w$]*)\s*"
+                               r"(?:\[[^\]]*\]\s*)*(?:;|=)", body):
             names.setdefault(decl, f"__f{k}_{decl}")
         self._parse_body(body, body_off, _Renamer(f"%__f{k}_", names, done), depth + 1)
         self.labels[done] = len(self.code)
