@@ -235,7 +235,13 @@ def test_divergent_loop_and_masked_store():
     k = PTXModule(DIVLOOP).kernel("divloop")
     mem = Memory()
     po = buf(mem, np.full(96, -7, np.int32))
+    seen = []
+    k.trace = lambda line, text, active, n: seen.append((text, active))
     k.launch(mem, [po], (1, 1, 1), (96, 1, 1))
+    del k.trace
+    # the loop body runs for fewer threads each trip; the store after the loop runs once for all 96
+    assert [a for t, a in seen if t.startswith("add.s32 %r2")][:3] == [95, 94, 93]
+    assert [a for t, a in seen if t.startswith("@%p3 st.global")] == [96]
     out = rd(mem, po, np.int32, 96)
     ref = np.array([sum(2 * i if i % 2 == 0 else -i for i in range(t)) for t in range(96)], np.int32)
     ref[3::4] = -7

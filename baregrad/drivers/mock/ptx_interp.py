@@ -918,6 +918,7 @@ class PTXKernel:
     max_batch_lanes = 8192  # blocks are run together in batches of up to this many threads
     max_steps = 20_000_000  # instructions issued per batch of blocks before we call it a hang
     livelock_steps = 4096  # divergent steps without reconvergence before leading threads get turns
+    trace = None  # a callable(line, text, active_threads, threads): called per issued instruction
 
     def __init__(self, module, name, params, body, body_off, line):
         self.module, self.name = module, name
@@ -2575,6 +2576,7 @@ class PTXKernel:
         exited_any = False
         steps = 0
         div_steps = 0
+        trace = self.trace
         budget = self.max_steps
         while True:
             steps += 1
@@ -2585,6 +2587,8 @@ class PTXKernel:
                 if pc >= ncode:
                     raise PTXError(f"kernel {self.name}: fell off the end of the code without ret/exit")
                 ins = code[pc]
+                if trace is not None:
+                    trace(ins.line, ins.text, int(live.sum()) if exited_any else n, n)
                 act = None if not exited_any else live
                 # guard
                 if ins.pred is not None:
@@ -2690,6 +2694,8 @@ class PTXKernel:
             if cur >= ncode:
                 raise PTXError(f"kernel {self.name}: fell off the end of the code without ret/exit")
             ins = code[cur]
+            if trace is not None:
+                trace(ins.line, ins.text, int(act.sum()), n)
             if ins.pred is not None:
                 pv = c.regs[ins.pred]
                 g = act & (~pv if ins.pneg else pv)
