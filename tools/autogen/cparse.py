@@ -21,7 +21,7 @@ import tempfile
 from typing import Optional
 
 from pycparser import c_ast, c_generator, c_parser
-from pycparser.plyparser import ParseError
+from pycparser.c_parser import ParseError
 
 
 class AutogenError(Exception):
