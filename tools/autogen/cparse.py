@@ -46,7 +46,7 @@ def preprocess(headers: list[str], includes: list[str], defines: list[str], prel
     path = os.path.join(td, "autogen_input.c")
     with open(path, "w") as f:
       f.write(prelude)
-      for h in headers: f.write(f'#include "{os.path.abspath(h)}"\n')
+      for h in headers: f.write((f"#include {h}\n" if h.startswith("<") else f'#include "{os.path.abspath(h)}"\n'))
     cmd = [cc, "-E", "-dD", "-std=gnu11"] + [f"-I{i}" for i in includes] + [f"-D{d}" for d in defines] + [path]
     r = subprocess.run(cmd, capture_output=True, text=True)
   if r.returncode != 0:

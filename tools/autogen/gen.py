@@ -73,9 +73,9 @@ def _fmt_int(v: int) -> str:
 def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) -> tuple[str, dict]:
   """Generate the module text for `spec` from the sources under `src`. Returns (text, report)."""
   if not os.path.isdir(src): raise AutogenError(f"{spec.name}: source path {src} not found: {spec.source.how}")
-  headers = [spec.path(src, h) for h in spec.headers]
+  headers = [h if h.startswith("<") else spec.path(src, h) for h in spec.headers]
   for h in headers:
-    if not os.path.exists(h): raise AutogenError(f"{spec.name}: header {h} not found: {spec.source.how}")
+    if not h.startswith("<") and not os.path.exists(h): raise AutogenError(f"{spec.name}: header {h} not found: {spec.source.how}")
   includes = [spec.path(src, i) for i in spec.includes]
   text, macros = preprocess(headers, includes, spec.defines, spec.prelude)
   model = parse(text, macros)
@@ -99,7 +99,10 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   for fname in spec.funcs or []:
     sym = fname
     mac = model.macros.get(fname)
-    if mac is not None and mac.params is None and re.fullmatch(r"\w+", mac.body): sym = mac.body
+    if sym not in model.funcs and mac is not None and mac.params is None:
+      # `#define cuMemAlloc cuMemAlloc_v2` or `__CUDA_API_PTDS(cuMemcpyHtoD_v2)`: the declared name in the body
+      hits = [w for w in re.findall(r"[A-Za-z_]\w*", mac.body) if w in model.funcs]
+      if len(hits) == 1: sym = hits[0]
     if sym not in model.funcs: raise AutogenError(f"{spec.name}: function {fname} is not declared in {spec.headers}")
     funcs.append((fname, sym))
 

@@ -153,7 +153,7 @@ def add(m: Union[CModule, "XmlModule"]) -> None:
 
 
 add(CModule("libc", apt("libc6-dev linux-libc-dev", "/usr/include"),
-            headers=["sys/mman.h", "fcntl.h", "errno.h", "unistd.h", "sys/ioctl.h"],
+            headers=["<sys/mman.h>", "<fcntl.h>", "<errno.h>", "<unistd.h>", "<sys/ioctl.h>"],
             prelude="#define _GNU_SOURCE 1\n", emit_files=["/usr/include/*"], types="",
             macros=r"^(MAP_|PROT_|O_|MREMAP_|MADV_|MFD_|E[A-Z0-9]+$|F_[A-Z]|AT_FDCWD$|SEEK_)",
             funcs=LIBC_FUNCS, lib=("libc", (None, "libc.so.6"), "the C library must be loadable"), use_errno=True,

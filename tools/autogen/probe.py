@@ -19,7 +19,7 @@ def _cc(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def _head(headers: list[str], prelude: str) -> str:
-  return prelude + "".join(f'#include "{os.path.abspath(h)}"\n' for h in headers)
+  return prelude + "".join((f"#include {h}\n" if h.startswith("<") else f'#include "{os.path.abspath(h)}"\n') for h in headers)
 
 
 def eval_int_exprs(exprs: dict[str, str], headers: list[str], includes: list[str], defines: list[str],
