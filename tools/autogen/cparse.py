@@ -170,7 +170,8 @@ class Record:
   file: str
   line: int
   cexpr: Optional[str] = None  # how C names this type (None for anonymous members)
-  parent: Optional[str] = None  # enclosing record key, for nested anonymous records
+  parent: Optional[str] = None  # enclosing record key, for nested records
+  anon_member: bool = False  # an unnamed struct/union member: C cannot name its type
   attrs: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -236,6 +237,7 @@ class _Builder:
     self.m = model
     self.gen = c_generator.CGenerator()
     self.anon = 0
+    self.untagged: dict = {}
 
   def expr(self, node: c_ast.Node) -> str:
     return self.gen.visit(node)
@@ -258,8 +260,12 @@ class _Builder:
         self.m.order.append(("record", key))
         rec.members = self.members(node.decls, key, rec.cexpr)
       return key
+    # `typedef struct {...} A, *PA;` gives the same untagged struct twice: one record
+    at = (node.coord.file, node.coord.line, node.coord.column) if node.coord else id(node)
+    if at in self.untagged: return self.untagged[at]
     key = hint
     while key in self.m.records: key += "_"
+    self.untagged[at] = key
     file, line = self.coord(node)
     rec = self.m.records[key] = Record(key, kind, None, None, file, line, cexpr=cexpr, parent=parent)
     self.m.order.append(("record", key))
@@ -272,20 +278,23 @@ class _Builder:
       if d.name is None and isinstance(d.type, (c_ast.Struct, c_ast.Union)) and d.bitsize is None:
         self.anon += 1
         sub = self.record(d.type, f"{key}_anon{self.anon}", key, None) if d.type.name is None else self.record(d.type, "", key, None)
+        if d.type.name is None: self.m.records[sub].anon_member = True
         out.append(Member(None, CType("record", sub)))
         continue
-      sub_cexpr = f"__typeof__((({cexpr}*)0)->{d.name})" if (cexpr and d.name) else None
-      t = self.ctype(d.type, f"{key}_{d.name}", key, sub_cexpr)
+      # an lvalue of the member, so that nested unnamed types can be named with __typeof__ in probes
+      access = f"(({cexpr}*)0)->{d.name}" if (cexpr and d.name) else None
+      t = self.ctype(d.type, f"{key}_{d.name}", key, access)
       out.append(Member(d.name, t, self.expr(d.bitsize) if d.bitsize is not None else None))
     return out
 
-  def ctype(self, node: c_ast.Node, hint: str, parent: Optional[str] = None, cexpr: Optional[str] = None) -> CType:
+  def ctype(self, node: c_ast.Node, hint: str, parent: Optional[str] = None, access: Optional[str] = None) -> CType:
+    cexpr = f"__typeof__({access})" if access else None
     if isinstance(node, c_ast.TypeDecl):
-      t = self.ctype(node.type, hint, parent, cexpr)
+      t = self.ctype(node.type, hint, parent, access)
       if "const" in node.quals: t = dataclasses.replace(t, const=True)
       return t
     if isinstance(node, c_ast.Typename):
-      return self.ctype(node.type, hint, parent, cexpr)
+      return self.ctype(node.type, hint, parent, access)
     if isinstance(node, c_ast.IdentifierType):
       if all(n in _BASE_WORDS for n in node.names): return CType("base", normalize_base(node.names))
       if len(node.names) == 1: return CType("typedef", node.names[0])
@@ -293,8 +302,7 @@ class _Builder:
     if isinstance(node, c_ast.PtrDecl):
       return CType("ptr", sub=self.ctype(node.type, hint + "_p", parent, None))
     if isinstance(node, c_ast.ArrayDecl):
-      elem_cexpr = f"__typeof__(({cexpr})[0])" if cexpr else None
-      return CType("array", sub=self.ctype(node.type, hint, parent, elem_cexpr),
+      return CType("array", sub=self.ctype(node.type, hint, parent, f"({access})[0]" if access else None),
                    dim=self.expr(node.dim) if node.dim is not None else None)
     if isinstance(node, (c_ast.Struct, c_ast.Union)):
       return CType("record", self.record(node, hint, parent, cexpr))
@@ -333,7 +341,14 @@ class _Builder:
     if isinstance(node, c_ast.Typedef):
       inner = node.type.type if isinstance(node.type, c_ast.TypeDecl) else None
       hint = node.name
-      t = self.ctype(node.type, hint, None, node.name)
+      inner = node.type.type if isinstance(node.type, c_ast.TypeDecl) else None
+      if isinstance(inner, (c_ast.Struct, c_ast.Union)) and inner.name is None and inner.decls is not None:
+        # `typedef struct { ... } T;`: C names the struct T, and its nested types through T
+        t = CType("record", self.record(inner, node.name, None, node.name))
+      else:
+        t = self.ctype(node.type, hint, None, None)
+      if t.kind == "enum" and t.name in self.m.enums and self.m.enums[t.name].cexpr is None:
+        self.m.enums[t.name].cexpr = node.name
       self.m.typedefs[node.name] = Typedef(node.name, t, file, line)
       self.m.order.append(("typedef", node.name))
       # an untagged struct named only by this typedef: its C name is the typedef

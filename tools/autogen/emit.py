@@ -114,7 +114,7 @@ class Emitter:
     """The compiler's layout of `key`; for an anonymous member, derived from its parent's."""
     if key in self.layouts: return self.layouts[key]
     rec = self.m.records[key]
-    if rec.parent is None or rec.cexpr is not None: return None
+    if not rec.anon_member or rec.parent is None: return None
     pt = self.target(rec.parent)
     if pt is None: return None
     names = self.leaves(key)

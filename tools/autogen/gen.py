@@ -93,7 +93,8 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     if kind == "func" or obj is None or not selected(obj.file): continue
     if kind == "record" and (model.records[key].parent is not None or model.records[key].members is None): continue
     name = key if kind != "enum" else (obj.tag or key)
-    if type_re and not type_re.match(name): continue
+    # enums of the selected files are always kept: their enumerators are the constants
+    if type_re and not type_re.match(name) and kind != "enum": continue
     roots.append((kind, key))
   funcs: list[tuple[str, str]] = []  # (python name, C symbol)
   for fname in spec.funcs or []:
@@ -158,6 +159,16 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     elif k.startswith("dim:"): pass  # reported by the emitter if used
     else: raise AutogenError(f"{spec.name}: {k} could not be evaluated: {why}")
 
+  # register field conventions of the AMD headers become hi:lo data as well:
+  # REG__FIELD__SHIFT + REG__FIELD_MASK (mask in place), and PKT_field_shift + PKT_field_mask (mask unshifted)
+  for n in mac_consts:
+    for sfx_shift, sfx_mask, shifted in (("__SHIFT", "_MASK", True), ("_shift", "_mask", False)):
+      if not n.endswith(sfx_shift): continue
+      base = n[:-len(sfx_shift)]
+      sh, mk = ints.get(f"const:{n}"), ints.get(f"const:{base}{sfx_mask}")
+      if sh is None or mk is None or mk <= 0: continue
+      mk = mk >> sh if shifted else mk
+      if mk & (mk + 1) == 0: fields.setdefault(base, (sh + mk.bit_length() - 1, sh))
   # layouts of every record that is reachable by value and nameable in C
   em = Emitter(model, {}, ints)
   queries = []

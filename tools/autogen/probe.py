@@ -44,11 +44,17 @@ def eval_int_exprs(exprs: dict[str, str], headers: list[str], includes: list[str
       r = _cc([cc, "-std=gnu11", "-fsyntax-only", "-fmax-errors=0", "-w"] + flags + [src])
       if r.returncode == 0: break
       bad = set()
-      for m in re.finditer(rf"^{re.escape(src)}:(\d+):\d+: error: (.*)$", r.stderr, re.M):
-        idx = int(m.group(1)) - base
-        if 0 <= idx < len(ok):
-          bad.add(ok[idx])
-          rejected.setdefault(ok[idx], m.group(2))
+      # an error inside a macro is reported at the header; the probe line shows up in the notes
+      why = ""
+      for ln in r.stderr.splitlines():
+        e = re.search(r"error: (.*)$", ln)
+        if e: why = e.group(1)
+        m = re.match(rf"^{re.escape(src)}:(\d+):\d+: ", ln)
+        if m:
+          idx = int(m.group(1)) - base
+          if 0 <= idx < len(ok):
+            bad.add(ok[idx])
+            rejected.setdefault(ok[idx], why)
       if not bad: raise AutogenError(f"probe failed to compile:\n{r.stderr[:4000]}")
       ok = [n for n in ok if n not in bad]
     else:
