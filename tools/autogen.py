@@ -18,6 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from autogen.cparse import AutogenError  # noqa: E402
 from autogen.gen import CModule, generate  # noqa: E402
 from autogen.modules import LINUX_SRC, MODULES, linux_source  # noqa: E402
+from autogen.rnn import XmlModule, generate_xml  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "baregrad", "ctypes_autogen")
@@ -43,6 +44,7 @@ def make(name: str, src: str | None, allow: list[str]) -> tuple[str, dict]:
   spec = MODULES[name]
   if src is None: src = default_src(spec)
   if src is None: raise AutogenError(f"{name}: no source path: {spec.source.how}")
+  if isinstance(spec, XmlModule): return generate_xml(spec, src, command_for(name, src, allow))
   return generate(spec, src, command_for(name, src, allow), allow)
 
 
@@ -74,8 +76,8 @@ def check() -> int:
   diffs, skipped = 0, []
   with tempfile.TemporaryDirectory() as td:
     for name in MODULES:
-      src = recorded_src(name) if not isinstance(MODULES[name], CModule) or MODULES[name].source is not LINUX_SRC else None
       spec = MODULES[name]
+      src = None if spec.source is LINUX_SRC else recorded_src(name)
       if src is None: src = default_src(spec)
       if src is None or not os.path.isdir(src):
         skipped.append(f"{name}: sources not here ({spec.source.how})")

@@ -22,6 +22,26 @@ nvrtcResult = ctypes.c_uint32
 nvrtcProgram = ctypes.POINTER(struct__nvrtcProgram)
 size_t = ctypes.c_ulong
 
+# integer constants (enumerators and #defines), evaluated by the C compiler
+NVRTC_SUCCESS = 0
+NVRTC_ERROR_OUT_OF_MEMORY = 1
+NVRTC_ERROR_PROGRAM_CREATION_FAILURE = 2
+NVRTC_ERROR_INVALID_INPUT = 3
+NVRTC_ERROR_INVALID_PROGRAM = 4
+NVRTC_ERROR_INVALID_OPTION = 5
+NVRTC_ERROR_COMPILATION = 6
+NVRTC_ERROR_BUILTIN_OPERATION_FAILURE = 7
+NVRTC_ERROR_NO_NAME_EXPRESSIONS_AFTER_COMPILATION = 8
+NVRTC_ERROR_NO_LOWERED_NAMES_BEFORE_COMPILATION = 9
+NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID = 10
+NVRTC_ERROR_INTERNAL_ERROR = 11
+NVRTC_ERROR_TIME_FILE_WRITE_FAILED = 12
+NVRTC_ERROR_NO_PCH_CREATE_ATTEMPTED = 13
+NVRTC_ERROR_PCH_CREATE_HEAP_EXHAUSTED = 14
+NVRTC_ERROR_PCH_CREATE = 15
+NVRTC_ERROR_CANCELLED = 16
+NVRTC_ERROR_TIME_TRACE_FILE_WRITE_FAILED = 17
+
 # functions, bound on first call
 nvrtcVersion = _lib.fn('nvrtcVersion', nvrtcResult, [ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int32)])
 nvrtcCreateProgram = _lib.fn('nvrtcCreateProgram', nvrtcResult, [ctypes.POINTER(nvrtcProgram), ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)])

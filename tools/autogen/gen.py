@@ -255,7 +255,9 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     out += ["", "# hi:lo bit ranges (MW(hi:lo) ranges count bits across the whole multi-word structure)",
             "_F = _support.BitField"]
     for n, (h, l) in fields.items(): out.append(f"{pyname(n)} = _F({h}, {l})")
-    out.append("FIELDS: dict[str, _support.BitField] = {" + ", ".join(f"{n!r}: {pyname(n)}" for n in fields) + "}")
+    out.append("FIELDS: dict[str, _support.BitField] = {")
+    out += [f"  {n!r}: {pyname(n)}," for n in fields]
+    out.append("}")
   if func_lines: out += ["", "# functions, bound on first call"] + func_lines
   lay = {k: layouts[k] for k in decl if k in layouts}
   out += ["", "# the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},",

@@ -204,7 +204,8 @@ add(CModule("nv.nv_580", pinned("NVIDIA/open-gpu-kernel-modules", NV_TAG, NV_HOW
               "ctrl/ctrl2080/ctrl2080gpu.h", "ctrl/ctrl2080/ctrl2080gr.h", "ctrl/ctrl2080/ctrl2080mc.h",
               "ctrl/ctrl2080/ctrl2080fb.h", "ctrl/ctrla06c.h", "ctrl/ctrlc36f.h")] +
             ["src/nvidia/arch/nvalloc/unix/include/nv-ioctl-numbers.h", "src/nvidia/arch/nvalloc/unix/include/nv_escape.h",
-             "src/nvidia/arch/nvalloc/unix/include/nv-ioctl.h", "kernel-open/nvidia-uvm/uvm_linux_ioctl.h"],
+             "src/nvidia/arch/nvalloc/unix/include/nv-ioctl.h", "kernel-open/nvidia-uvm/uvm_ioctl.h",
+             "kernel-open/nvidia-uvm/uvm_linux_ioctl.h"],
             includes=["src/common/sdk/nvidia/inc", "src/nvidia/arch/nvalloc/unix/include", "kernel-open/common/inc",
                       "kernel-open/nvidia-uvm"],
             doc="NVIDIA RM (NV_ESC_* escapes, NVOS* parameters, alloc parameters, controls), UVM ioctls, GPFIFO and\n"
@@ -214,4 +215,13 @@ add(CModule("nv.qmd", pinned("NVIDIA/open-gpu-doc", NVDOC_COMMIT, f"fetch github
             types="", doc="Compute QMD layouts as MW(hi:lo) fields: v03 (Ampere/Ada), v04 (Hopper), v05 (Blackwell)."))
 add(CModule("kgsl", pinned("qualcomm-linux/kgsl", KGSL_COMMIT, f"fetch github:qualcomm-linux/kgsl at commit {KGSL_COMMIT}"),
             headers=["include/uapi/linux/msm_kgsl.h"], includes=["/usr/include"],
+            defines=["__user="],  # the kernel-tree header is not run through headers_install, which drops __user
             doc="Qualcomm KGSL (/dev/kgsl-3d0) ioctls and argument structs."))
+
+from .rnn import XmlModule  # noqa: E402
+
+add(XmlModule("adreno", LINUX_SRC, files=["drivers/gpu/drm/msm/registers/adreno/a6xx.xml"], gens=["A6XX", "A7XX"],
+              domains=["A6XX"], packet_enum="adreno_pm4_type3_packets",
+              doc="Adreno A6xx/A7xx registers (offsets, arrays, bitfields), CP packet opcodes and payload fields, from\n"
+                  "the freedreno register database (Mesa's src/freedreno/registers, as carried by Linux in\n"
+                  "drivers/gpu/drm/msm/registers)."))
