@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.adreno
 # Source: Debian package linux-source-6.12=6.12.117-1~deb12u1 (Linux 6.12.117)
 # Files: drivers/gpu/drm/msm/registers/adreno/a6xx.xml (and what they import)
-# Command: python tools/autogen.py adreno --src /tmp/baregrad-autogen-src/linux-source-6.12
+# Command: python tools/autogen.py adreno
 #
 # Adreno A6xx/A7xx registers (offsets, arrays, bitfields), CP packet opcodes and payload fields, from
 # the freedreno register database (Mesa's src/freedreno/registers, as carried by Linux in

@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.cuda
 # Source: CUDA toolkit cuda.h (cuda.h CUDA_VERSION 13000: CUDA 13.0, at /usr/local/cuda/include)
 # Headers: cuda.h
-# Command: python tools/autogen.py cuda --src /usr/local/cuda/include
+# Command: python tools/autogen.py cuda
 #
 # CUDA driver API subset for the CUDA fallback (cuInit .. cuLaunchKernel, events, errors).
 # mypy: ignore-errors
@@ -2241,8 +2241,6 @@ CU_LOG_LEVEL_ERROR = 0
 CU_LOG_LEVEL_WARNING = 1
 CUDA_VERSION = 0x32c8
 CU_IPC_HANDLE_SIZE = 64
-CU_STREAM_LEGACY = 1
-CU_STREAM_PER_THREAD = 2
 CU_COMPUTE_ACCELERATED_TARGET_BASE = 0x10000
 CU_COMPUTE_FAMILY_TARGET_BASE = 0x20000
 CU_GRAPH_COND_ASSIGN_DEFAULT = 1
@@ -2301,11 +2299,8 @@ CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION = 32
 CU_TRSF_SEAMLESS_CUBEMAP = 64
 CU_LAUNCH_KERNEL_REQUIRED_BLOCK_DIM = 1
 CU_LAUNCH_PARAM_END_AS_INT = 0
-CU_LAUNCH_PARAM_END = 0
 CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT = 1
-CU_LAUNCH_PARAM_BUFFER_POINTER = 1
 CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT = 2
-CU_LAUNCH_PARAM_BUFFER_SIZE = 2
 CU_PARAM_TR_DEFAULT = -1
 CU_DEVICE_CPU = -1
 CU_DEVICE_INVALID = -2
@@ -2485,7 +2480,136 @@ _LAYOUT = {
   'struct_CUdevSmResource_st': (12, 4, {'smCount': 0, 'minSmPartitionSize': 4, 'smCoscheduledAlignment': 8}, {}),
   'struct_CUdevResource_st': (144, 4, {'type': 0, '_internal_padding': 4, 'sm': 96, '_oversize': 96}, {}),
 }
+# how C names each record above (for layout probes)
+_CTYPES = {
+  'struct_CUuuid_st': 'struct CUuuid_st',
+  'struct_CUmemFabricHandle_st': 'struct CUmemFabricHandle_st',
+  'struct_CUipcEventHandle_st': 'struct CUipcEventHandle_st',
+  'struct_CUipcMemHandle_st': 'struct CUipcMemHandle_st',
+  'union_CUstreamBatchMemOpParams_union': 'union CUstreamBatchMemOpParams_union',
+  'struct_CUstreamMemOpWaitValueParams_st': 'struct CUstreamMemOpWaitValueParams_st',
+  'struct_CUstreamMemOpWriteValueParams_st': 'struct CUstreamMemOpWriteValueParams_st',
+  'struct_CUstreamMemOpFlushRemoteWritesParams_st': 'struct CUstreamMemOpFlushRemoteWritesParams_st',
+  'struct_CUstreamMemOpMemoryBarrierParams_st': 'struct CUstreamMemOpMemoryBarrierParams_st',
+  'struct_CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st': 'struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st',
+  'struct_CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st': 'struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st',
+  'struct_CUasyncNotificationInfo_st': 'struct CUasyncNotificationInfo_st',
+  'struct_CUasyncNotificationInfo_st_info': '__typeof__(((struct CUasyncNotificationInfo_st*)0)->info)',
+  'struct_CUasyncNotificationInfo_st_info_overBudget': '__typeof__(((__typeof__(((struct CUasyncNotificationInfo_st*)0)->info)*)0)->overBudget)',
+  'struct_CUdevprop_st': 'struct CUdevprop_st',
+  'struct_CUaccessPolicyWindow_st': 'struct CUaccessPolicyWindow_st',
+  'struct_CUDA_KERNEL_NODE_PARAMS_st': 'struct CUDA_KERNEL_NODE_PARAMS_st',
+  'struct_CUDA_KERNEL_NODE_PARAMS_v2_st': 'struct CUDA_KERNEL_NODE_PARAMS_v2_st',
+  'struct_CUDA_KERNEL_NODE_PARAMS_v3_st': 'struct CUDA_KERNEL_NODE_PARAMS_v3_st',
+  'struct_CUDA_MEMSET_NODE_PARAMS_st': 'struct CUDA_MEMSET_NODE_PARAMS_st',
+  'struct_CUDA_MEMSET_NODE_PARAMS_v2_st': 'struct CUDA_MEMSET_NODE_PARAMS_v2_st',
+  'struct_CUDA_HOST_NODE_PARAMS_st': 'struct CUDA_HOST_NODE_PARAMS_st',
+  'struct_CUDA_HOST_NODE_PARAMS_v2_st': 'struct CUDA_HOST_NODE_PARAMS_v2_st',
+  'struct_CUDA_CONDITIONAL_NODE_PARAMS': 'struct CUDA_CONDITIONAL_NODE_PARAMS',
+  'struct_CUgraphEdgeData_st': 'struct CUgraphEdgeData_st',
+  'struct_CUDA_GRAPH_INSTANTIATE_PARAMS_st': 'struct CUDA_GRAPH_INSTANTIATE_PARAMS_st',
+  'struct_CUlaunchMemSyncDomainMap_st': 'struct CUlaunchMemSyncDomainMap_st',
+  'union_CUlaunchAttributeValue_union': 'union CUlaunchAttributeValue_union',
+  'union_CUlaunchAttributeValue_union_clusterDim': '__typeof__(((union CUlaunchAttributeValue_union*)0)->clusterDim)',
+  'union_CUlaunchAttributeValue_union_programmaticEvent': '__typeof__(((union CUlaunchAttributeValue_union*)0)->programmaticEvent)',
+  'union_CUlaunchAttributeValue_union_launchCompletionEvent': '__typeof__(((union CUlaunchAttributeValue_union*)0)->launchCompletionEvent)',
+  'union_CUlaunchAttributeValue_union_preferredClusterDim': '__typeof__(((union CUlaunchAttributeValue_union*)0)->preferredClusterDim)',
+  'union_CUlaunchAttributeValue_union_deviceUpdatableKernelNode': '__typeof__(((union CUlaunchAttributeValue_union*)0)->deviceUpdatableKernelNode)',
+  'struct_CUlaunchAttribute_st': 'struct CUlaunchAttribute_st',
+  'struct_CUlaunchConfig_st': 'struct CUlaunchConfig_st',
+  'struct_CUexecAffinitySmCount_st': 'struct CUexecAffinitySmCount_st',
+  'struct_CUexecAffinityParam_st': 'struct CUexecAffinityParam_st',
+  'struct_CUexecAffinityParam_st_param': '__typeof__(((struct CUexecAffinityParam_st*)0)->param)',
+  'struct_CUctxCigParam_st': 'struct CUctxCigParam_st',
+  'struct_CUctxCreateParams_st': 'struct CUctxCreateParams_st',
+  'struct_CUlibraryHostUniversalFunctionAndDataTable_st': 'struct CUlibraryHostUniversalFunctionAndDataTable_st',
+  'struct_CUDA_MEMCPY2D_st': 'struct CUDA_MEMCPY2D_st',
+  'struct_CUDA_MEMCPY3D_st': 'struct CUDA_MEMCPY3D_st',
+  'struct_CUDA_MEMCPY3D_PEER_st': 'struct CUDA_MEMCPY3D_PEER_st',
+  'struct_CUDA_MEMCPY_NODE_PARAMS_st': 'struct CUDA_MEMCPY_NODE_PARAMS_st',
+  'struct_CUDA_ARRAY_DESCRIPTOR_st': 'struct CUDA_ARRAY_DESCRIPTOR_st',
+  'struct_CUDA_ARRAY3D_DESCRIPTOR_st': 'struct CUDA_ARRAY3D_DESCRIPTOR_st',
+  'struct_CUDA_ARRAY_SPARSE_PROPERTIES_st': 'struct CUDA_ARRAY_SPARSE_PROPERTIES_st',
+  'struct_CUDA_ARRAY_SPARSE_PROPERTIES_st_tileExtent': '__typeof__(((struct CUDA_ARRAY_SPARSE_PROPERTIES_st*)0)->tileExtent)',
+  'struct_CUDA_ARRAY_MEMORY_REQUIREMENTS_st': 'struct CUDA_ARRAY_MEMORY_REQUIREMENTS_st',
+  'struct_CUDA_RESOURCE_DESC_st': 'struct CUDA_RESOURCE_DESC_st',
+  'struct_CUDA_RESOURCE_DESC_st_res': '__typeof__(((struct CUDA_RESOURCE_DESC_st*)0)->res)',
+  'struct_CUDA_RESOURCE_DESC_st_res_array': '__typeof__(((__typeof__(((struct CUDA_RESOURCE_DESC_st*)0)->res)*)0)->array)',
+  'struct_CUDA_RESOURCE_DESC_st_res_mipmap': '__typeof__(((__typeof__(((struct CUDA_RESOURCE_DESC_st*)0)->res)*)0)->mipmap)',
+  'struct_CUDA_RESOURCE_DESC_st_res_linear': '__typeof__(((__typeof__(((struct CUDA_RESOURCE_DESC_st*)0)->res)*)0)->linear)',
+  'struct_CUDA_RESOURCE_DESC_st_res_pitch2D': '__typeof__(((__typeof__(((struct CUDA_RESOURCE_DESC_st*)0)->res)*)0)->pitch2D)',
+  'struct_CUDA_RESOURCE_DESC_st_res_reserved': '__typeof__(((__typeof__(((struct CUDA_RESOURCE_DESC_st*)0)->res)*)0)->reserved)',
+  'struct_CUDA_TEXTURE_DESC_st': 'struct CUDA_TEXTURE_DESC_st',
+  'struct_CUDA_RESOURCE_VIEW_DESC_st': 'struct CUDA_RESOURCE_VIEW_DESC_st',
+  'struct_CUtensorMap_st': 'struct CUtensorMap_st',
+  'struct_CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st': 'struct CUDA_POINTER_ATTRIBUTE_P2P_TOKENS_st',
+  'struct_CUDA_LAUNCH_PARAMS_st': 'struct CUDA_LAUNCH_PARAMS_st',
+  'struct_CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st': 'struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st',
+  'struct_CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st_handle': '__typeof__(((struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st*)0)->handle)',
+  'struct_CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st_handle_win32': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st*)0)->handle)*)0)->win32)',
+  'struct_CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st': 'struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st',
+  'struct_CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st': 'struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st': 'struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st_handle': '__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st*)0)->handle)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st_handle_win32': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st*)0)->handle)*)0)->win32)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st': 'struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st_params': '__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st*)0)->params)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st_params_fence': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st*)0)->params)*)0)->fence)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st_params_nvSciSync': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st*)0)->params)*)0)->nvSciSync)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st_params_keyedMutex': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS_st*)0)->params)*)0)->keyedMutex)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st': 'struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st_params': '__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st*)0)->params)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st_params_fence': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st*)0)->params)*)0)->fence)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st_params_nvSciSync': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st*)0)->params)*)0)->nvSciSync)',
+  'struct_CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st_params_keyedMutex': '__typeof__(((__typeof__(((struct CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS_st*)0)->params)*)0)->keyedMutex)',
+  'struct_CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st': 'struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_st',
+  'struct_CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st': 'struct CUDA_EXT_SEM_SIGNAL_NODE_PARAMS_v2_st',
+  'struct_CUDA_EXT_SEM_WAIT_NODE_PARAMS_st': 'struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_st',
+  'struct_CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st': 'struct CUDA_EXT_SEM_WAIT_NODE_PARAMS_v2_st',
+  'struct_CUarrayMapInfo_st': 'struct CUarrayMapInfo_st',
+  'struct_CUarrayMapInfo_st_resource': '__typeof__(((struct CUarrayMapInfo_st*)0)->resource)',
+  'struct_CUarrayMapInfo_st_subresource': '__typeof__(((struct CUarrayMapInfo_st*)0)->subresource)',
+  'struct_CUarrayMapInfo_st_subresource_sparseLevel': '__typeof__(((__typeof__(((struct CUarrayMapInfo_st*)0)->subresource)*)0)->sparseLevel)',
+  'struct_CUarrayMapInfo_st_subresource_miptail': '__typeof__(((__typeof__(((struct CUarrayMapInfo_st*)0)->subresource)*)0)->miptail)',
+  'struct_CUarrayMapInfo_st_memHandle': '__typeof__(((struct CUarrayMapInfo_st*)0)->memHandle)',
+  'struct_CUmemLocation_st': 'struct CUmemLocation_st',
+  'struct_CUmemAllocationProp_st': 'struct CUmemAllocationProp_st',
+  'struct_CUmemAllocationProp_st_allocFlags': '__typeof__(((struct CUmemAllocationProp_st*)0)->allocFlags)',
+  'struct_CUmulticastObjectProp_st': 'struct CUmulticastObjectProp_st',
+  'struct_CUmemAccessDesc_st': 'struct CUmemAccessDesc_st',
+  'struct_CUgraphExecUpdateResultInfo_st': 'struct CUgraphExecUpdateResultInfo_st',
+  'struct_CUmemPoolProps_st': 'struct CUmemPoolProps_st',
+  'struct_CUmemPoolPtrExportData_st': 'struct CUmemPoolPtrExportData_st',
+  'struct_CUmemcpyAttributes_st': 'struct CUmemcpyAttributes_st',
+  'struct_CUoffset3D_st': 'struct CUoffset3D_st',
+  'struct_CUextent3D_st': 'struct CUextent3D_st',
+  'struct_CUmemcpy3DOperand_st': 'struct CUmemcpy3DOperand_st',
+  'struct_CUmemcpy3DOperand_st_op': '__typeof__(((struct CUmemcpy3DOperand_st*)0)->op)',
+  'struct_CUmemcpy3DOperand_st_op_ptr': '__typeof__(((__typeof__(((struct CUmemcpy3DOperand_st*)0)->op)*)0)->ptr)',
+  'struct_CUmemcpy3DOperand_st_op_array': '__typeof__(((__typeof__(((struct CUmemcpy3DOperand_st*)0)->op)*)0)->array)',
+  'struct_CUDA_MEMCPY3D_BATCH_OP_st': 'struct CUDA_MEMCPY3D_BATCH_OP_st',
+  'struct_CUDA_MEM_ALLOC_NODE_PARAMS_v1_st': 'struct CUDA_MEM_ALLOC_NODE_PARAMS_v1_st',
+  'struct_CUDA_MEM_ALLOC_NODE_PARAMS_v2_st': 'struct CUDA_MEM_ALLOC_NODE_PARAMS_v2_st',
+  'struct_CUDA_MEM_FREE_NODE_PARAMS_st': 'struct CUDA_MEM_FREE_NODE_PARAMS_st',
+  'struct_CUDA_CHILD_GRAPH_NODE_PARAMS_st': 'struct CUDA_CHILD_GRAPH_NODE_PARAMS_st',
+  'struct_CUDA_EVENT_RECORD_NODE_PARAMS_st': 'struct CUDA_EVENT_RECORD_NODE_PARAMS_st',
+  'struct_CUDA_EVENT_WAIT_NODE_PARAMS_st': 'struct CUDA_EVENT_WAIT_NODE_PARAMS_st',
+  'struct_CUgraphNodeParams_st': 'struct CUgraphNodeParams_st',
+  'struct_CUcheckpointLockArgs_st': 'struct CUcheckpointLockArgs_st',
+  'struct_CUcheckpointCheckpointArgs_st': 'struct CUcheckpointCheckpointArgs_st',
+  'struct_CUcheckpointGpuPair_st': 'struct CUcheckpointGpuPair_st',
+  'struct_CUcheckpointRestoreArgs_st': 'struct CUcheckpointRestoreArgs_st',
+  'struct_CUcheckpointUnlockArgs_st': 'struct CUcheckpointUnlockArgs_st',
+  'struct_CUmemDecompressParams_st': 'struct CUmemDecompressParams_st',
+  'struct_CUdevSmResource_st': 'struct CUdevSmResource_st',
+  'struct_CUdevResource_st': 'struct CUdevResource_st',
+}
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
+  'CU_LAUNCH_PARAM_BUFFER_POINTER': 'not an integer constant (invalid operands to binary & (have ‘void *’ and ‘int’))',
+  'CU_LAUNCH_PARAM_BUFFER_SIZE': 'not an integer constant (invalid operands to binary & (have ‘void *’ and ‘int’))',
+  'CU_LAUNCH_PARAM_END': 'not an integer constant (invalid operands to binary & (have ‘void *’ and ‘int’))',
+  'CU_STREAM_LEGACY': 'not an integer constant (invalid operands to binary & (have ‘struct CUstream_st *’ and ‘int’))',
+  'CU_STREAM_PER_THREAD': 'not an integer constant (invalid operands to binary & (have ‘struct CUstream_st *’ and ‘int’))',
 }

@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.kfd
 # Source: Debian package linux-libc-dev linux-libc-dev=6.1.192-2
 # Headers: linux/kfd_ioctl.h
-# Command: python tools/autogen.py kfd --src /usr/include
+# Command: python tools/autogen.py kfd
 #
 # AMD KFD (/dev/kfd) ioctls and argument structs, from the kernel's uapi header.
 # mypy: ignore-errors
@@ -532,6 +532,52 @@ _LAYOUT = {
   'struct_kfd_ioctl_svm_attribute': (8, 4, {'type': 0, 'value': 4}, {}),
   'struct_kfd_ioctl_svm_args': (24, 8, {'start_addr': 0, 'size': 8, 'op': 16, 'nattr': 20, 'attrs': 24}, {}),
   'struct_kfd_ioctl_set_xnack_mode_args': (4, 4, {'xnack_enabled': 0}, {}),
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
+  'struct_kfd_ioctl_get_version_args': 'struct kfd_ioctl_get_version_args',
+  'struct_kfd_ioctl_create_queue_args': 'struct kfd_ioctl_create_queue_args',
+  'struct_kfd_ioctl_destroy_queue_args': 'struct kfd_ioctl_destroy_queue_args',
+  'struct_kfd_ioctl_update_queue_args': 'struct kfd_ioctl_update_queue_args',
+  'struct_kfd_ioctl_set_cu_mask_args': 'struct kfd_ioctl_set_cu_mask_args',
+  'struct_kfd_ioctl_get_queue_wave_state_args': 'struct kfd_ioctl_get_queue_wave_state_args',
+  'struct_kfd_ioctl_get_available_memory_args': 'struct kfd_ioctl_get_available_memory_args',
+  'struct_kfd_ioctl_set_memory_policy_args': 'struct kfd_ioctl_set_memory_policy_args',
+  'struct_kfd_ioctl_get_clock_counters_args': 'struct kfd_ioctl_get_clock_counters_args',
+  'struct_kfd_process_device_apertures': 'struct kfd_process_device_apertures',
+  'struct_kfd_ioctl_get_process_apertures_args': 'struct kfd_ioctl_get_process_apertures_args',
+  'struct_kfd_ioctl_get_process_apertures_new_args': 'struct kfd_ioctl_get_process_apertures_new_args',
+  'struct_kfd_ioctl_dbg_register_args': 'struct kfd_ioctl_dbg_register_args',
+  'struct_kfd_ioctl_dbg_unregister_args': 'struct kfd_ioctl_dbg_unregister_args',
+  'struct_kfd_ioctl_dbg_address_watch_args': 'struct kfd_ioctl_dbg_address_watch_args',
+  'struct_kfd_ioctl_dbg_wave_control_args': 'struct kfd_ioctl_dbg_wave_control_args',
+  'struct_kfd_ioctl_create_event_args': 'struct kfd_ioctl_create_event_args',
+  'struct_kfd_ioctl_destroy_event_args': 'struct kfd_ioctl_destroy_event_args',
+  'struct_kfd_ioctl_set_event_args': 'struct kfd_ioctl_set_event_args',
+  'struct_kfd_ioctl_reset_event_args': 'struct kfd_ioctl_reset_event_args',
+  'struct_kfd_memory_exception_failure': 'struct kfd_memory_exception_failure',
+  'struct_kfd_hsa_memory_exception_data': 'struct kfd_hsa_memory_exception_data',
+  'struct_kfd_hsa_hw_exception_data': 'struct kfd_hsa_hw_exception_data',
+  'struct_kfd_event_data': 'struct kfd_event_data',
+  'struct_kfd_ioctl_wait_events_args': 'struct kfd_ioctl_wait_events_args',
+  'struct_kfd_ioctl_set_scratch_backing_va_args': 'struct kfd_ioctl_set_scratch_backing_va_args',
+  'struct_kfd_ioctl_get_tile_config_args': 'struct kfd_ioctl_get_tile_config_args',
+  'struct_kfd_ioctl_set_trap_handler_args': 'struct kfd_ioctl_set_trap_handler_args',
+  'struct_kfd_ioctl_acquire_vm_args': 'struct kfd_ioctl_acquire_vm_args',
+  'struct_kfd_ioctl_alloc_memory_of_gpu_args': 'struct kfd_ioctl_alloc_memory_of_gpu_args',
+  'struct_kfd_ioctl_free_memory_of_gpu_args': 'struct kfd_ioctl_free_memory_of_gpu_args',
+  'struct_kfd_ioctl_map_memory_to_gpu_args': 'struct kfd_ioctl_map_memory_to_gpu_args',
+  'struct_kfd_ioctl_unmap_memory_from_gpu_args': 'struct kfd_ioctl_unmap_memory_from_gpu_args',
+  'struct_kfd_ioctl_alloc_queue_gws_args': 'struct kfd_ioctl_alloc_queue_gws_args',
+  'struct_kfd_ioctl_get_dmabuf_info_args': 'struct kfd_ioctl_get_dmabuf_info_args',
+  'struct_kfd_ioctl_import_dmabuf_args': 'struct kfd_ioctl_import_dmabuf_args',
+  'struct_kfd_ioctl_smi_events_args': 'struct kfd_ioctl_smi_events_args',
+  'struct_kfd_ioctl_criu_args': 'struct kfd_ioctl_criu_args',
+  'struct_kfd_criu_device_bucket': 'struct kfd_criu_device_bucket',
+  'struct_kfd_criu_bo_bucket': 'struct kfd_criu_bo_bucket',
+  'struct_kfd_ioctl_svm_attribute': 'struct kfd_ioctl_svm_attribute',
+  'struct_kfd_ioctl_svm_args': 'struct kfd_ioctl_svm_args',
+  'struct_kfd_ioctl_set_xnack_mode_args': 'struct kfd_ioctl_set_xnack_mode_args',
 }
 
 # declarations seen in the sources but not bound, with the reason

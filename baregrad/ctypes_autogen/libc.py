@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.libc
 # Source: Debian packages libc6-dev, linux-libc-dev libc6-dev=2.36-9+deb12u14 linux-libc-dev=6.1.192-2
 # Headers: <sys/mman.h>, <fcntl.h>, <errno.h>, <unistd.h>, <sys/ioctl.h>
-# Command: python tools/autogen.py libc --src /usr/include
+# Command: python tools/autogen.py libc
 #
 # open/close/ioctl/mmap/munmap/madvise/mremap/memfd_create, their flags, and errno names.
 # mypy: ignore-errors
@@ -75,7 +75,6 @@ MREMAP_DONTUNMAP = 4
 MFD_CLOEXEC = 1
 MFD_ALLOW_SEALING = 2
 MFD_HUGETLB = 4
-MAP_FAILED = 0xffffffffffffffff
 F_GETLK64 = 5
 F_SETLK64 = 6
 F_SETLKW64 = 7
@@ -302,7 +301,11 @@ memfd_create = _lib.fn('memfd_create', ctypes.c_int32, [ctypes.c_char_p, ctypes.
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
+# how C names each record above (for layout probes)
+_CTYPES = {
+}
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
+  'MAP_FAILED': 'not an integer constant (invalid operands to binary & (have ‘void *’ and ‘int’))',
 }

@@ -59,6 +59,9 @@ nvrtcGetErrorString = _lib.fn('nvrtcGetErrorString', ctypes.c_char_p, [nvrtcResu
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
+# how C names each record above (for layout probes)
+_CTYPES = {
+}
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {

@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.opencl
 # Source: Debian package opencl-c-headers opencl-c-headers=3.0~2023.02.06-1
 # Headers: CL/cl.h
-# Command: python tools/autogen.py opencl --src /usr/include
+# Command: python tools/autogen.py opencl
 #
 # OpenCL fallback: platform/device/context/queue/buffer/program/kernel calls and CL_* constants.
 # mypy: ignore-errors
@@ -652,6 +652,13 @@ _LAYOUT = {
   'struct__cl_image_desc': (72, 8, {'image_type': 0, 'image_width': 8, 'image_height': 16, 'image_depth': 24, 'image_array_size': 32, 'image_row_pitch': 40, 'image_slice_pitch': 48, 'num_mip_levels': 56, 'num_samples': 60, 'buffer': 64, 'mem_object': 64}, {}),
   'struct__cl_buffer_region': (16, 8, {'origin': 0, 'size': 8}, {}),
   'struct__cl_name_version': (68, 4, {'version': 0, 'name': 4}, {}),
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
+  'struct__cl_image_format': 'struct _cl_image_format',
+  'struct__cl_image_desc': 'struct _cl_image_desc',
+  'struct__cl_buffer_region': 'struct _cl_buffer_region',
+  'struct__cl_name_version': 'struct _cl_name_version',
 }
 
 # declarations seen in the sources but not bound, with the reason

@@ -8,8 +8,8 @@ before parsing. That is safe for layout because the layout is never taken from t
 stripped text: every struct is laid out by the C compiler itself from the *original*
 header (see probe.py), which reads `__attribute__((packed))`, `aligned(n)`, `#pragma
 pack` and the rest exactly; the ctypes classes are then fitted to the compiler's offsets
-(emit.py) and a mismatch is an error. The attributes seen while stripping are kept per
-declaration as a note (`Record.attrs`) for the generated comments and for a cross-check.
+(emit.py) and a mismatch is an error. So `__attribute__((packed))`, `aligned(n)` and
+`#pragma pack` are honoured exactly, while pycparser only ever sees plain C.
 """
 from __future__ import annotations
 
@@ -100,16 +100,7 @@ _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[A-Za-z_]\w*|\s
 
 def strip_extensions(text: str) -> tuple[str, list[tuple[int, str]]]:
   """Remove GCC extensions pycparser cannot read; returns the text and (position, attribute)s."""
-  out: list[str] = []
   attrs: list[tuple[int, str]] = []
-  lines = text.split("\n")
-  # line markers must stay intact, so only code lines are rewritten
-  for li, line in enumerate(lines):
-    if line.startswith("#"):
-      out.append(line)
-      continue
-    out.append(line)
-  text = "\n".join(out)
   res: list[str] = []
   toks = _TOKEN.findall(text)
   i = 0
@@ -172,7 +163,6 @@ class Record:
   cexpr: Optional[str] = None  # how C names this type (None for anonymous members)
   parent: Optional[str] = None  # enclosing record key, for nested records
   anon_member: bool = False  # an unnamed struct/union member: C cannot name its type
-  attrs: list[str] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -39,7 +39,8 @@ def eval_int_exprs(exprs: dict[str, str], headers: list[str], includes: list[str
       lines = [head]
       base = head.count("\n") + 1
       for n in ok:
-        lines.append(f"_Static_assert(((long long)({exprs[n]}) & 0) == 0, \"\");\n")
+        # integer constant expressions only: `& 0` refuses pointers, strings and floats
+        lines.append(f"_Static_assert((({exprs[n]}) & 0) == 0, \"\");\n")
       with open(src, "w") as f: f.write("".join(lines))
       r = _cc([cc, "-std=gnu11", "-fsyntax-only", "-fmax-errors=0", "-w"] + flags + [src])
       if r.returncode == 0: break

@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.amdgpu.gfx11
 # Source: Debian package linux-source-6.12=6.12.117-1~deb12u1 (Linux 6.12.117)
 # Headers: drivers/gpu/drm/amd/include/asic_reg/gc/gc_11_0_0_offset.h, drivers/gpu/drm/amd/include/asic_reg/gc/gc_11_0_0_sh_mask.h
-# Command: python tools/autogen.py amdgpu.gfx11 --src /tmp/baregrad-autogen-src/linux-source-6.12
+# Command: python tools/autogen.py amdgpu.gfx11
 #
 # GC 11.0.0 compute registers (offsets, BASE_IDX) and their fields (__SHIFT/_MASK).
 # mypy: ignore-errors
@@ -1797,6 +1797,9 @@ FIELDS: dict[str, _support.BitField] = {
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
 }
 
 # declarations seen in the sources but not bound, with the reason

@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.amdgpu.gfx9_4_3
 # Source: Debian package linux-source-6.12=6.12.117-1~deb12u1 (Linux 6.12.117)
 # Headers: drivers/gpu/drm/amd/include/asic_reg/gc/gc_9_4_3_offset.h, drivers/gpu/drm/amd/include/asic_reg/gc/gc_9_4_3_sh_mask.h
-# Command: python tools/autogen.py amdgpu.gfx9_4_3 --src /tmp/baregrad-autogen-src/linux-source-6.12
+# Command: python tools/autogen.py amdgpu.gfx9_4_3
 #
 # GC 9.4.3 compute registers (offsets, BASE_IDX) and their fields (__SHIFT/_MASK).
 # mypy: ignore-errors
@@ -1459,6 +1459,9 @@ FIELDS: dict[str, _support.BitField] = {
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
 }
 
 # declarations seen in the sources but not bound, with the reason

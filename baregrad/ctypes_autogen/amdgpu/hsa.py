@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.amdgpu.hsa
 # Source: baregrad's own header, written from public documents: tools/autogen/headers/amd_hsa.h
 # Headers: amd_hsa.h
-# Command: python tools/autogen.py amdgpu.hsa --src /work/wt-autogen/tools/autogen/headers
+# Command: python tools/autogen.py amdgpu.hsa
 #
 # AQL kernel dispatch packet (HSA Platform System Architecture 1.2, 2.9.6) and the AMDHSA kernel
 # descriptor (LLVM AMDGPUUsage, 'Kernel Descriptor'); the header cites each offset.
@@ -219,6 +219,13 @@ _LAYOUT = {
   'struct_hsa_kernel_dispatch_packet_s': (64, 8, {'header': 0, 'setup': 2, 'workgroup_size_x': 4, 'workgroup_size_y': 6, 'workgroup_size_z': 8, 'reserved0': 10, 'grid_size_x': 12, 'grid_size_y': 16, 'grid_size_z': 20, 'private_segment_size': 24, 'group_segment_size': 28, 'kernel_object': 32, 'kernarg_address': 40, 'reserved2': 48, 'completion_signal': 56}, {}),
   'struct_hsa_barrier_and_packet_s': (64, 8, {'header': 0, 'reserved0': 2, 'reserved1': 4, 'dep_signal': 8, 'reserved2': 48, 'completion_signal': 56}, {}),
   'struct_amdhsa_kernel_descriptor_s': (64, 8, {'group_segment_fixed_size': 0, 'private_segment_fixed_size': 4, 'kernarg_size': 8, 'reserved0': 12, 'kernel_code_entry_byte_offset': 16, 'reserved1': 24, 'compute_pgm_rsrc3': 44, 'compute_pgm_rsrc1': 48, 'compute_pgm_rsrc2': 52, 'kernel_code_properties': 56, 'kernarg_preload': 58, 'reserved3': 60}, {}),
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
+  'struct_hsa_signal_s': 'struct hsa_signal_s',
+  'struct_hsa_kernel_dispatch_packet_s': 'struct hsa_kernel_dispatch_packet_s',
+  'struct_hsa_barrier_and_packet_s': 'struct hsa_barrier_and_packet_s',
+  'struct_amdhsa_kernel_descriptor_s': 'struct amdhsa_kernel_descriptor_s',
 }
 
 # declarations seen in the sources but not bound, with the reason

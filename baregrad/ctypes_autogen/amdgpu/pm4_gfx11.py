@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.amdgpu.pm4_gfx11
 # Source: Debian package linux-source-6.12=6.12.117-1~deb12u1 (Linux 6.12.117)
 # Headers: drivers/gpu/drm/amd/amdgpu/nvd.h
-# Command: python tools/autogen.py amdgpu.pm4_gfx11 --src /tmp/baregrad-autogen-src/linux-source-6.12
+# Command: python tools/autogen.py amdgpu.pm4_gfx11
 #
 # PM4 type-3 packet opcodes and fields used with gfx11 (amdgpu/nvd.h).
 # mypy: ignore-errors
@@ -182,6 +182,9 @@ PACKET3_SET_Q_PREEMPTION_MODE_INIT_SHADOW_MEM = 1
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
 }
 
 # declarations seen in the sources but not bound, with the reason

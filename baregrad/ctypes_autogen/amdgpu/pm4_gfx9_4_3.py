@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.amdgpu.pm4_gfx9_4_3
 # Source: Debian package linux-source-6.12=6.12.117-1~deb12u1 (Linux 6.12.117)
 # Headers: drivers/gpu/drm/amd/amdgpu/soc15d.h
-# Command: python tools/autogen.py amdgpu.pm4_gfx9_4_3 --src /tmp/baregrad-autogen-src/linux-source-6.12
+# Command: python tools/autogen.py amdgpu.pm4_gfx9_4_3
 #
 # PM4 type-3 packet opcodes and fields used with gfx9_4_3 (amdgpu/soc15d.h).
 # mypy: ignore-errors
@@ -167,6 +167,9 @@ HEVC_ENC_CMD_REG_WAIT = 0x10a
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
 }
 
 # declarations seen in the sources but not bound, with the reason

@@ -2,7 +2,7 @@
 # Module: baregrad.ctypes_autogen.amdgpu.sdma_gfx11
 # Source: Debian package linux-source-6.12=6.12.117-1~deb12u1 (Linux 6.12.117)
 # Headers: drivers/gpu/drm/amd/amdgpu/sdma_v6_0_0_pkt_open.h
-# Command: python tools/autogen.py amdgpu.sdma_gfx11 --src /tmp/baregrad-autogen-src/linux-source-6.12
+# Command: python tools/autogen.py amdgpu.sdma_gfx11
 #
 # SDMA packet opcodes and field offsets/masks/shifts used with gfx11 (amdgpu/sdma_v6_0_0_pkt_open.h).
 # mypy: ignore-errors
@@ -4191,6 +4191,9 @@ FIELDS: dict[str, _support.BitField] = {
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
+}
+# how C names each record above (for layout probes)
+_CTYPES = {
 }
 
 # declarations seen in the sources but not bound, with the reason

@@ -5687,6 +5687,9 @@ FIELDS: dict[str, _support.BitField] = {
 # {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
+# how C names each record above (for layout probes)
+_CTYPES = {
+}
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
