@@ -263,11 +263,11 @@ struct_CUstreamMemOpWaitValueParams_st_anon1._fields_ = [
   ('value', cuuint32_t),
   ('value64', cuuint64_t),
 ]
-struct_CUstreamMemOpWaitValueParams_st._anonymous_ = ['_0']
+struct_CUstreamMemOpWaitValueParams_st._anonymous_ = ['_anon0']
 struct_CUstreamMemOpWaitValueParams_st._fields_ = [
   ('operation', CUstreamBatchMemOpType),
   ('address', CUdeviceptr),
-  ('_0', struct_CUstreamMemOpWaitValueParams_st_anon1),
+  ('_anon0', struct_CUstreamMemOpWaitValueParams_st_anon1),
   ('flags', ctypes.c_uint32),
   ('alias', CUdeviceptr),
 ]
@@ -275,11 +275,11 @@ struct_CUstreamMemOpWriteValueParams_st_anon2._fields_ = [
   ('value', cuuint32_t),
   ('value64', cuuint64_t),
 ]
-struct_CUstreamMemOpWriteValueParams_st._anonymous_ = ['_0']
+struct_CUstreamMemOpWriteValueParams_st._anonymous_ = ['_anon0']
 struct_CUstreamMemOpWriteValueParams_st._fields_ = [
   ('operation', CUstreamBatchMemOpType),
   ('address', CUdeviceptr),
-  ('_0', struct_CUstreamMemOpWriteValueParams_st_anon2),
+  ('_anon0', struct_CUstreamMemOpWriteValueParams_st_anon2),
   ('flags', ctypes.c_uint32),
   ('alias', CUdeviceptr),
 ]
@@ -1170,11 +1170,11 @@ struct_CUgraphNodeParams_st_anon3._fields_ = [
   ('memOp', CUDA_BATCH_MEM_OP_NODE_PARAMS_v2),
   ('conditional', CUDA_CONDITIONAL_NODE_PARAMS),
 ]
-struct_CUgraphNodeParams_st._anonymous_ = ['_0']
+struct_CUgraphNodeParams_st._anonymous_ = ['_anon0']
 struct_CUgraphNodeParams_st._fields_ = [
   ('type', CUgraphNodeType),
   ('reserved0', (ctypes.c_int32 * 3)),
-  ('_0', struct_CUgraphNodeParams_st_anon3),
+  ('_anon0', struct_CUgraphNodeParams_st_anon3),
   ('reserved2', ctypes.c_int64),
 ]
 CUgraphNodeParams = struct_CUgraphNodeParams_st
@@ -1243,11 +1243,11 @@ struct_CUdevResource_st_anon4._fields_ = [
   ('sm', CUdevSmResource),
   ('_oversize', (ctypes.c_uint8 * 48)),
 ]
-struct_CUdevResource_st._anonymous_ = ['_0']
+struct_CUdevResource_st._anonymous_ = ['_anon0']
 struct_CUdevResource_st._fields_ = [
   ('type', CUdevResourceType),
   ('_internal_padding', (ctypes.c_uint8 * 92)),
-  ('_0', struct_CUdevResource_st_anon4),
+  ('_anon0', struct_CUdevResource_st_anon4),
 ]
 CUdevResource_v1 = struct_CUdevResource_st
 CUdevResource = CUdevResource_v1

@@ -206,9 +206,9 @@ struct_kfd_event_data_anon1._fields_ = [
   ('memory_exception_data', struct_kfd_hsa_memory_exception_data),
   ('hw_exception_data', struct_kfd_hsa_hw_exception_data),
 ]
-struct_kfd_event_data._anonymous_ = ['_0']
+struct_kfd_event_data._anonymous_ = ['_anon0']
 struct_kfd_event_data._fields_ = [
-  ('_0', struct_kfd_event_data_anon1),
+  ('_anon0', struct_kfd_event_data_anon1),
   ('kfd_event_data_ext', __u64),
   ('event_id', __u32),
   ('pad', __u32),

@@ -122,7 +122,7 @@ struct__cl_image_desc_anon133._fields_ = [
   ('mem_object', cl_mem),
 ]
 size_t = ctypes.c_ulong
-struct__cl_image_desc._anonymous_ = ['_0']
+struct__cl_image_desc._anonymous_ = ['_anon0']
 struct__cl_image_desc._fields_ = [
   ('image_type', cl_mem_object_type),
   ('image_width', size_t),
@@ -133,7 +133,7 @@ struct__cl_image_desc._fields_ = [
   ('image_slice_pitch', size_t),
   ('num_mip_levels', cl_uint),
   ('num_samples', cl_uint),
-  ('_0', struct__cl_image_desc_anon133),
+  ('_anon0', struct__cl_image_desc_anon133),
 ]
 cl_image_desc = struct__cl_image_desc
 struct__cl_buffer_region._fields_ = [

@@ -141,6 +141,9 @@ class Emitter:
     texts: list[str] = []
     anon: list[str] = []
     members = []
+    taken = {m.name for m in rec.members if m.name}
+    if any(n.startswith(("_pad", "_bfpad", "_anon")) for n in taken):
+      raise AutogenError(f"{rec.file}:{rec.line}: {key} has a member named like the generator's padding (_pad*, _bfpad*, _anon*)")
     for mem in rec.members:
       if mem.name is None and mem.bits is not None: continue  # unnamed bitfield: padding, positions come from gcc
       if mem.name is None:
@@ -149,8 +152,8 @@ class Emitter:
         st = self.target(sub)
         names = self.leaves(sub)
         sub_starts = [offs[n] - st[2][n] for n, b in names if not b] + [(bits[n][0] - st[3][n][0]) // 8 for n, b in names if b]
-        members.append((f"_{len(anon)}", mem.type, None, min(sub_starts) if sub_starts else None))
-        anon.append(f"_{len(anon)}")
+        members.append((f"_anon{len(anon)}", mem.type, None, min(sub_starts) if sub_starts else None))
+        anon.append(f"_anon{len(anon)}")
       elif mem.bits is not None:
         members.append((mem.name, mem.type, bits[mem.name], None))
       else:
