@@ -298,7 +298,7 @@ mremap = _lib.fn('mremap', ctypes.c_void_p, [ctypes.c_void_p, size_t, size_t, ct
 memfd_create = _lib.fn('memfd_create', ctypes.c_int32, [ctypes.c_char_p, ctypes.c_uint32])
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
-# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
+# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
 # how C names each record above (for layout probes)

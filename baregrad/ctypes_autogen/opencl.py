@@ -646,12 +646,12 @@ clGetEventProfilingInfo = _lib.fn('clGetEventProfilingInfo', cl_int, [cl_event, 
 clReleaseEvent = _lib.fn('clReleaseEvent', cl_int, [cl_event])
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
-# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
+# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
-  'struct__cl_image_format': (8, 4, {'image_channel_order': 0, 'image_channel_data_type': 4}, {}),
-  'struct__cl_image_desc': (72, 8, {'image_type': 0, 'image_width': 8, 'image_height': 16, 'image_depth': 24, 'image_array_size': 32, 'image_row_pitch': 40, 'image_slice_pitch': 48, 'num_mip_levels': 56, 'num_samples': 60, 'buffer': 64, 'mem_object': 64}, {}),
-  'struct__cl_buffer_region': (16, 8, {'origin': 0, 'size': 8}, {}),
-  'struct__cl_name_version': (68, 4, {'version': 0, 'name': 4}, {}),
+  'struct__cl_image_format': (8, 4, {'image_channel_order': 0, 'image_channel_data_type': 4}, {}, {'image_channel_order': 4, 'image_channel_data_type': 4}),
+  'struct__cl_image_desc': (72, 8, {'image_type': 0, 'image_width': 8, 'image_height': 16, 'image_depth': 24, 'image_array_size': 32, 'image_row_pitch': 40, 'image_slice_pitch': 48, 'num_mip_levels': 56, 'num_samples': 60, 'buffer': 64, 'mem_object': 64}, {}, {'image_type': 4, 'image_width': 8, 'image_height': 8, 'image_depth': 8, 'image_array_size': 8, 'image_row_pitch': 8, 'image_slice_pitch': 8, 'num_mip_levels': 4, 'num_samples': 4, 'buffer': 8, 'mem_object': 8}),
+  'struct__cl_buffer_region': (16, 8, {'origin': 0, 'size': 8}, {}, {'origin': 8, 'size': 8}),
+  'struct__cl_name_version': (68, 4, {'version': 0, 'name': 4}, {}, {'version': 4, 'name': 64}),
 }
 # how C names each record above (for layout probes)
 _CTYPES = {

@@ -15,8 +15,8 @@ if str(ROOT) not in sys.path: sys.path.insert(0, str(ROOT))
 
 PAD_PREFIXES = ("_pad", "_bfpad")
 
-# (size, align, {member: offset}, {bitfield: (bit offset, width)})
-Layout = tuple[int, int, dict[str, int], dict[str, tuple[int, int]]]
+# (size, align, {member: offset}, {bitfield: (bit offset, width)}, {member: sizeof})
+Layout = tuple[int, int, dict[str, int], dict[str, tuple[int, int]], dict[str, int]]
 
 
 def ctypes_leaves(cls: Any) -> Iterator[tuple[str, bool]]:
@@ -29,28 +29,38 @@ def ctypes_leaves(cls: Any) -> Iterator[tuple[str, bool]]:
 
 
 def ctypes_layout(cls: Any) -> Layout:
-  offs, bits = {}, {}
+  offs, bits, sizes = {}, {}, {}
   for name, isbf in ctypes_leaves(cls):
     d = getattr(cls, name)
     if isbf: bits[name] = (d.offset * 8 + (d.size & 0xFFFF), d.size >> 16)
-    else: offs[name] = d.offset
-  return ctypes.sizeof(cls), ctypes.alignment(cls), offs, bits
+    else: offs[name], sizes[name] = d.offset, d.size
+  return ctypes.sizeof(cls), ctypes.alignment(cls), offs, bits, sizes
 
 
-def cffi_layouts(records: dict[str, tuple[str, list[tuple[str, bool]]]], prelude: str, includes: list[str],
+def flexible(cls: Any) -> set[str]:
+  """Members that are flexible arrays (zero-length ctypes arrays at the end): C has no sizeof for them."""
+  return {n for n, b in ctypes_leaves(cls) if not b and issubclass(type(getattr(cls, n)), object)
+          and getattr(cls, n).size == 0 and getattr(cls, n).offset == ctypes.sizeof(cls)}
+
+
+def records_of(mod: Any) -> dict[str, tuple[str, list[tuple[str, bool]], set[str]]]:
+  return {k: (mod._CTYPES[k], list(ctypes_leaves(getattr(mod, k))), flexible(getattr(mod, k))) for k in mod._LAYOUT}
+
+
+def cffi_layouts(records: dict[str, tuple[str, list[tuple[str, bool]], set[str]]], prelude: str, includes: list[str],
                  defines: list[str], cflags: tuple[str, ...] = ()) -> dict[str, Layout]:
   """Compile a cffi extension (API mode) that asks the C compiler for sizeof/_Alignof/offsetof of every
   member and the bit range of every bitfield; `records` maps key -> (C type, [(member, is_bitfield)])."""
   import cffi
   tab, bfc, nbf = [], [], 0
-  for key, (ctype, leaves) in records.items():
+  for key, (ctype, leaves, flex) in records.items():
     tab.append(f"sizeof({ctype}), _Alignof({ctype}),")
     for leaf, isbf in leaves:
       if isbf:
         bfc.append(f"  {{ {ctype} s; memset(&s, 0, sizeof s); s.{leaf} = -1; bfscan(&s, sizeof s, &bf_values[{2 * nbf}]); }}\n")
         nbf += 1
       else:
-        tab.append(f"offsetof({ctype}, {leaf}),")
+        tab.append(f"offsetof({ctype}, {leaf}), " + ("0," if leaf in flex else f"sizeof((({ctype}*)0)->{leaf}),"))
   ntab = len("".join(tab).split(",")) - 1
   src = (prelude + "#include <stddef.h>\n#include <string.h>\n"
          f"long long layout_values[{ntab + 1}] = {{\n" + "\n".join(tab) + "\n0};\n"
@@ -76,18 +86,18 @@ def cffi_layouts(records: dict[str, tuple[str, list[tuple[str, bool]]]], prelude
     bfv = list(lib.bf_values)
   out: dict[str, Layout] = {}
   pos, bpos = 0, 0
-  for key, (ctype, leaves) in records.items():
+  for key, (ctype, leaves, _) in records.items():
     size, align = vals[pos], vals[pos + 1]
     pos += 2
-    offs, bits = {}, {}
+    offs, bits, sizes = {}, {}, {}
     for leaf, isbf in leaves:
       if isbf:
         bits[leaf] = (bfv[bpos], bfv[bpos + 1])
         bpos += 2
       else:
-        offs[leaf] = vals[pos]
-        pos += 1
-    out[key] = (size, align, offs, bits)
+        offs[leaf], sizes[leaf] = vals[pos], vals[pos + 1]
+        pos += 2
+    out[key] = (size, align, offs, bits, sizes)
   return out
 
 

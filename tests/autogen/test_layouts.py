@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from autogen_testlib import cffi_layouts, ctypes_layout, ctypes_leaves, include_lines
+from autogen_testlib import records_of, cffi_layouts, ctypes_layout, ctypes_leaves, include_lines
 from autogen.cli import source_for
 from autogen.gen import CModule
 from autogen.modules import MODULES
@@ -38,7 +38,7 @@ def _compiler_layouts(name: str) -> dict:
   src, why = source_for(name)
   assert src is not None, why
   mod = importlib.import_module(f"baregrad.ctypes_autogen.{name}")
-  records = {k: (mod._CTYPES[k], list(ctypes_leaves(getattr(mod, k)))) for k in mod._LAYOUT}
+  records = records_of(mod)
   inc = [spec.path(src, i) for i in spec.includes]
   return cffi_layouts(records, spec.prelude + include_lines(spec.headers, src), inc, spec.defines)
 
@@ -47,12 +47,13 @@ def _compiler_layouts(name: str) -> dict:
 def test_layout(name: str, key: str, mode: str) -> None:
   mod = importlib.import_module(f"baregrad.ctypes_autogen.{name}")
   cls = getattr(mod, key)
-  size, align, offs, bits = ctypes_layout(cls)
+  size, align, offs, bits, sizes = ctypes_layout(cls)
   want = _compiler_layouts(name)[key] if mode == "cffi" else mod._LAYOUT[key]
-  wsize, walign, woffs, wbits = want
+  wsize, walign, woffs, wbits, wsizes = want
   assert size == wsize, f"{key}: sizeof ctypes {size} != C {wsize}"
   assert offs == woffs, f"{key}: offsets differ: ctypes {offs} C {woffs}"
   assert bits == wbits, f"{key}: bitfields differ: ctypes {bits} C {wbits}"
+  assert sizes == wsizes, f"{key}: member sizes differ: ctypes {sizes} C {wsizes}"
   # ctypes cannot raise a record's alignment above its members' (no _align_ before Python 3.13);
   # the generator makes offsets and sizes exact with padding instead, so only check it never exceeds C's
   assert align <= walign or ctypes.sizeof(cls) == 0, f"{key}: ctypes alignment {align} > C {walign}"

@@ -51,6 +51,7 @@ class Emitter:
     self.typedefs_used: dict[str, str] = {}  # typedef name -> text of its target
     self.enum_types: dict[str, tuple[Any, str]] = {}
     self.problems: list[str] = []
+    self.failed: dict[str, str] = {}
 
   # ------------------------------------------------------------------ types
   def enum_ctype(self, key: Optional[str]) -> tuple[Any, str]:
@@ -110,6 +111,15 @@ class Emitter:
       elif mem.name is not None: out.append((mem.name, mem.bits is not None))
     return out
 
+  def flexible(self, key: str) -> set[str]:
+    """Leaves that are flexible array members (`T x[];`)."""
+    out = set()
+    for mem in self.m.records[key].members or []:
+      if mem.name is None and mem.bits is None and mem.type.kind == "record": out |= self.flexible(mem.type.name)
+      elif mem.name is not None and self.resolve(mem.type).kind == "array" and self.resolve(mem.type).dim is None:
+        out.add(mem.name)
+    return out
+
   def target(self, key: str) -> Optional[Layout]:
     """The compiler's layout of `key`; for an anonymous member, derived from its parent's."""
     if key in self.layouts: return self.layouts[key]
@@ -123,7 +133,7 @@ class Emitter:
     s = min(starts)
     offs = {n: pt[2][n] - s for n, b in names if not b}
     bits = {n: (pt[3][n][0] - 8 * s, pt[3][n][1]) for n, b in names if b}
-    return (-1, -1, offs, bits)  # size and alignment unknown: C cannot name this type
+    return (-1, -1, offs, bits, {n: pt[4][n] for n in offs})  # size and alignment unknown: C cannot name this type
 
   def build(self, key: str) -> None:
     if key in self.built or key in self.building: return
@@ -133,10 +143,20 @@ class Emitter:
       self.built[key] = []  # opaque: declared, never defined in the headers read
       self.events.append(("record", key))
       return
+    if key in self.failed: raise AutogenError(f"{key} could not be bound ({self.failed[key]})")
     self.building.add(key)
+    try:
+      self._build(key, rec, cls)
+    except AutogenError as e:
+      self.failed[key] = str(e)
+      raise
+    finally:
+      self.building.discard(key)
+
+  def _build(self, key: str, rec: Record, cls: Any) -> None:
     tgt = self.target(key)
     if tgt is None: raise AutogenError(f"{rec.file}:{rec.line}: no compiler layout for {key}")
-    size, align, offs, bits = tgt
+    size, align, offs, bits, _ = tgt
     fields: list[tuple] = []
     texts: list[str] = []
     anon: list[str] = []
@@ -160,91 +180,114 @@ class Emitter:
         members.append((mem.name, mem.type, None, offs[mem.name]))
     live = [(n, self.ct(t), bf, off) for n, t, bf, off in members]
     natural = max([ctypes.alignment(o) for _, (o, _), _, _ in live] or [1])
-    pack = None
-    if align > 0 and align < natural: pack = align
+    pack0 = None
+    if align > 0 and align < natural: pack0 = align
     elif align < 0 and any(off is not None and off % ctypes.alignment(o) for _, (o, _), _, off in live):
-      pack = 1
+      pack0 = 1
     base = ctypes.Structure if rec.kind == "struct" else ctypes.Union
 
-    def trial(fs: list[tuple]) -> Any:
-      ns: dict[str, Any] = {}
-      if pack: ns["_pack_"] = pack
-      if anon: ns["_anonymous_"] = [a for a in anon if any(f[0] == a for f in fs)]
-      ns["_fields_"] = fs
-      return type("trial", (base,), ns)
+    def fit(pack: Optional[int], small_first: bool) -> tuple[list[tuple], list[str]]:
+      """ctypes fields (and their text) that reproduce the compiler's layout with this `_pack_`."""
+      fields: list[tuple] = []
+      texts: list[str] = []
+      def trial(fs: list[tuple]) -> Any:
+        ns: dict[str, Any] = {}
+        if pack: ns["_pack_"] = pack
+        if anon: ns["_anonymous_"] = [a for a in anon if any(f[0] == a for f in fs)]
+        ns["_fields_"] = fs
+        return type("trial", (base,), ns)
 
-    cur = 0  # where ctypes' next non-bitfield member would start looking
-    npad = 0
-    for name, (obj, text), bf, off in live:
-      if bf is None:
-        if rec.kind == "struct":
-          a = min(pack, ctypes.alignment(obj)) if pack else ctypes.alignment(obj)
-          where = _align_up(cur, a)
-          if off is not None and where != off:
-            if where > off or off % a:
-              raise AutogenError(f"{rec.file}:{rec.line}: {key}.{name}: ctypes cannot place it at offset {off} "
-                                 f"(it would go to {where})")
-            fields.append((f"_pad{npad}", ctypes.c_uint8 * (off - cur)))
-            texts.append(f"('_pad{npad}', ctypes.c_uint8 * {off - cur})")
-            npad += 1
-            where = off
-          cur = where + ctypes.sizeof(obj)
-        fields.append((name, obj))
-        texts.append(f"({name!r}, {text})")
-        continue
-      # bitfield: find a storage type (and maybe a padding bitfield) that puts it where gcc does
-      want_bit, width = bf
-      cands = [(obj, text)] + [v for (sz, sg), v in sorted(_INTS.items()) if sg == (obj in _SIGNED or obj in (
-        ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)) and v[0] is not obj]
-      if obj is ctypes.c_bool: cands = [_INTS[(1, False)]] + cands[1:]
-      done = False
-      for cobj, ctext in cands:
-        for padbits in (None, "gap"):
-          fs = list(fields)
-          extra = []
-          if padbits == "gap":
-            probe = trial(fs + [(name, cobj, width)])
-            f0 = getattr(probe, name)
-            got = f0.offset * 8 + (f0.size & 0xFFFF)
-            if got >= want_bit: continue
-            gap = want_bit - got
-            if gap >= ctypes.sizeof(cobj) * 8: continue
-            extra = [(f"_bfpad{npad}", cobj, gap)]
-          try:
-            t = trial(fs + extra + [(name, cobj, width)])
-          except (TypeError, ValueError):
-            continue
-          fd = getattr(t, name)
-          if fd.offset * 8 + (fd.size & 0xFFFF) == want_bit and fd.size >> 16 == width:
-            for e in extra:
-              fields.append(e)
-              texts.append(f"({e[0]!r}, {ctext}, {e[2]})")
+      cur = 0  # where ctypes' next non-bitfield member would start looking
+      npad = 0
+      for name, (obj, text), bf, off in live:
+        if bf is None:
+          if rec.kind == "struct":
+            a = min(pack, ctypes.alignment(obj)) if pack else ctypes.alignment(obj)
+            where = _align_up(cur, a)
+            if off is not None and where != off:
+              if where > off or off % a:
+                raise AutogenError(f"{rec.file}:{rec.line}: {key}.{name}: ctypes cannot place it at offset {off} "
+                                   f"(it would go to {where})")
+              fields.append((f"_pad{npad}", ctypes.c_uint8 * (off - cur)))
+              texts.append(f"('_pad{npad}', ctypes.c_uint8 * {off - cur})")
               npad += 1
-            fields.append((name, cobj, width))
-            texts.append(f"({name!r}, {ctext}, {width})")
-            cur = fd.offset + ctypes.sizeof(cobj)
-            done = True
-            break
-        if done: break
-      if not done:
-        raise AutogenError(f"{rec.file}:{rec.line}: {key}.{name}: no ctypes bitfield gives gcc's bit offset "
-                           f"{want_bit} width {width}")
-    if size > 0:
-      t = trial(fields)
-      have = ctypes.sizeof(t)
-      if have < size:
-        if rec.kind == "union":
-          fields.append(("_pad", ctypes.c_uint8 * size))
-          texts.append(f"('_pad', ctypes.c_uint8 * {size})")
-        else:
-          # ctypes' own end (before its tail rounding) is where the padding goes
-          end = max([getattr(t, f[0]).offset + ctypes.sizeof(f[1]) for f in fields] or [0])
-          fields.append((f"_pad{npad}", ctypes.c_uint8 * (size - end)))
-          texts.append(f"('_pad{npad}', ctypes.c_uint8 * {size - end})")
-        if ctypes.sizeof(trial(fields)) != size:
-          raise AutogenError(f"{rec.file}:{rec.line}: {key}: ctypes size {ctypes.sizeof(trial(fields))} != C size {size}")
-      elif have > size:
-        raise AutogenError(f"{rec.file}:{rec.line}: {key}: ctypes size {have} > C size {size}")
+              where = off
+            cur = where + ctypes.sizeof(obj)
+          fields.append((name, obj))
+          texts.append(f"({name!r}, {text})")
+          continue
+        # bitfield: find a storage type (and maybe a padding bitfield) that puts it where gcc does
+        want_bit, width = bf
+        signed = obj in _SIGNED or obj in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
+        same = [v for (sz, sg), v in sorted(_INTS.items()) if sg == signed and sz * 8 >= width]
+        # the declared type first; with _pack_=1 the smallest unit that holds the field, so that the
+        # unit does not run into the next member
+        cands = same if small_first else [(obj, text)] + [v for v in same if v[0] is not obj]
+        if obj is ctypes.c_bool: cands = [_INTS[(1, False)]] + [v for v in cands if v[0] is not obj]
+        done = False
+        for cobj, ctext in cands:
+          for padbits in (None, "gap"):
+            fs = list(fields)
+            extra = []
+            if padbits == "gap":
+              if ctypes.sizeof(cobj) * 8 < width: continue
+              try:
+                probe = trial(fs + [(name, cobj, width)])
+              except (TypeError, ValueError):
+                continue
+              f0 = getattr(probe, name)
+              got = f0.offset * 8 + (f0.size & 0xFFFF)
+              if got >= want_bit: continue
+              gap = want_bit - got
+              if gap >= ctypes.sizeof(cobj) * 8: continue
+              extra = [(f"_bfpad{npad}", cobj, gap)]
+            try:
+              t = trial(fs + extra + [(name, cobj, width)])
+            except (TypeError, ValueError):
+              continue
+            fd = getattr(t, name)
+            if fd.offset * 8 + (fd.size & 0xFFFF) == want_bit and fd.size >> 16 == width:
+              for e in extra:
+                fields.append(e)
+                texts.append(f"({e[0]!r}, {ctext}, {e[2]})")
+                npad += 1
+              fields.append((name, cobj, width))
+              texts.append(f"({name!r}, {ctext}, {width})")
+              cur = fd.offset + ctypes.sizeof(cobj)
+              done = True
+              break
+          if done: break
+        if not done:
+          raise AutogenError(f"{rec.file}:{rec.line}: {key}.{name}: no ctypes bitfield gives gcc's bit offset "
+                             f"{want_bit} width {width}")
+      if size > 0:
+        t = trial(fields)
+        have = ctypes.sizeof(t)
+        if have < size:
+          if rec.kind == "union":
+            fields.append(("_pad", ctypes.c_uint8 * size))
+            texts.append(f"('_pad', ctypes.c_uint8 * {size})")
+          else:
+            # ctypes' own end (before its tail rounding) is where the padding goes
+            end = max([getattr(t, f[0]).offset + ctypes.sizeof(f[1]) for f in fields] or [0])
+            fields.append((f"_pad{npad}", ctypes.c_uint8 * (size - end)))
+            texts.append(f"('_pad{npad}', ctypes.c_uint8 * {size - end})")
+          if ctypes.sizeof(trial(fields)) != size:
+            raise AutogenError(f"{rec.file}:{rec.line}: {key}: ctypes size {ctypes.sizeof(trial(fields))} != C size {size}")
+        elif have > size:
+          raise AutogenError(f"{rec.file}:{rec.line}: {key}: ctypes size {have} > C size {size}")
+      return fields, texts
+
+    attempts = [(pack0, False), (1, True)] if pack0 != 1 else [(1, False), (1, True)]
+    err: Optional[AutogenError] = None
+    for pack, small_first in attempts:
+      try:
+        fields, texts = fit(pack, small_first)
+        break
+      except AutogenError as e:
+        err = err or e
+    else:
+      raise err
     if pack: cls._pack_ = pack
     if anon: cls._anonymous_ = anon
     cls._fields_ = fields
@@ -254,7 +297,6 @@ class Emitter:
     body = ",\n  ".join(texts)
     lines.append(f"{key}._fields_ = [\n  {body},\n]" if texts else f"{key}._fields_ = []")
     self.built[key] = lines
-    self.building.discard(key)
     self.events.append(("record", key))
     self.verify(key)
 
@@ -263,11 +305,12 @@ class Emitter:
     tgt = self.layouts.get(key)
     if tgt is None: return
     cls = self.classes[key]
-    size, _, offs, bits = tgt
+    size, _, offs, bits, sizes = tgt
     bad = []
     if ctypes.sizeof(cls) != size: bad.append(f"sizeof {ctypes.sizeof(cls)} != {size}")
     for n, o in offs.items():
       if getattr(cls, n).offset != o: bad.append(f"{n} at {getattr(cls, n).offset} != {o}")
+      if getattr(cls, n).size != sizes[n]: bad.append(f"{n} has size {getattr(cls, n).size} != {sizes[n]}")
     for n, (b, w) in bits.items():
       f = getattr(cls, n)
       if (f.offset * 8 + (f.size & 0xFFFF), f.size >> 16) != (b, w): bad.append(f"bitfield {n} != ({b}, {w})")

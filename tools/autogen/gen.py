@@ -175,7 +175,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   for key in sorted(k for k in seen if isinstance(k, tuple) for k in [k[1]]):
     rec = model.records[key]
     if rec.members is not None and rec.cexpr is not None:
-      queries.append((key, rec.cexpr, em.leaves(key)))
+      queries.append((key, rec.cexpr, em.leaves(key), em.flexible(key)))
   layouts = probe_layouts(queries, headers, includes, spec.defines, spec.prelude)
   em.layouts = layouts
   allowed = list(spec.allow_skip) + list(allow_skip)
@@ -261,9 +261,9 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   if func_lines: out += ["", "# functions, bound on first call"] + func_lines
   lay = {k: layouts[k] for k in decl if k in layouts}
   out += ["", "# the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},",
-          "# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent",
+          "# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent",
           "_LAYOUT = {"]
-  for k, (sz, al, offs, bits) in lay.items(): out.append(f"  {k!r}: ({sz}, {al}, {offs!r}, {bits!r}),")
+  for k, (sz, al, offs, bits, sizes) in lay.items(): out.append(f"  {k!r}: ({sz}, {al}, {offs!r}, {bits!r}, {sizes!r}),")
   out.append("}")
   out.append("# how C names each record above (for layout probes)")
   out.append("_CTYPES = {")

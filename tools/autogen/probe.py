@@ -83,9 +83,10 @@ def _run(src: str, flags: list[str], td: str, cc: str) -> str:
   return r.stdout
 
 
-LayoutQuery = tuple[str, str, list[tuple[str, bool]]]  # (key, C type expression, [(leaf, is_bitfield)])
-# one record's layout: (size, align, {leaf: offset}, {leaf: (bit offset, width)})
-Layout = tuple[int, int, dict[str, int], dict[str, tuple[int, int]]]
+# (key, C type expression, [(leaf, is_bitfield)], {flexible array members: sizeof is not defined for them})
+LayoutQuery = tuple[str, str, list[tuple[str, bool]], set[str]]
+# one record's layout: (size, align, {leaf: offset}, {leaf: (bit offset, width)}, {leaf: sizeof})
+Layout = tuple[int, int, dict[str, int], dict[str, tuple[int, int]], dict[str, int]]
 
 
 def probe_layouts(queries: list[LayoutQuery], headers: list[str], includes: list[str], defines: list[str],
@@ -94,13 +95,13 @@ def probe_layouts(queries: list[LayoutQuery], headers: list[str], includes: list
   flags = [f"-I{i}" for i in includes] + [f"-D{d}" for d in defines]
   tab: list[str] = []
   bfc: list[str] = []
-  for qi, (key, cexpr, leaves) in enumerate(queries):
+  for qi, (key, cexpr, leaves, flex) in enumerate(queries):
     tab.append(f"sizeof({cexpr}), _Alignof({cexpr}),")
     for leaf, isbf in leaves:
       if isbf:
         bfc.append(f"  {{ {cexpr} s; memset(&s, 0, sizeof s); s.{leaf} = -1; bf(&s, sizeof s); }}\n")
       else:
-        tab.append(f"offsetof({cexpr}, {leaf}),")
+        tab.append(f"offsetof({cexpr}, {leaf}), " + ("0," if leaf in flex else f"sizeof((({cexpr}*)0)->{leaf}),"))
   src_text = (_head(headers, prelude) + "#include <stdio.h>\n#include <stddef.h>\n#include <string.h>\n"
               "static const unsigned long long T[] = {\n" + "\n".join(tab) + "\n0};\n"
               "static void bf(const void *p, size_t n) { const unsigned char *b = p; long lo = -1, hi = -1;\n"
@@ -114,20 +115,21 @@ def probe_layouts(queries: list[LayoutQuery], headers: list[str], includes: list
     out = _run(src, flags, td, cc).split("\n")
   pos = 0
   res: dict[str, Layout] = {}
-  ntab = sum(2 + sum(1 for _, b in lv if not b) for _, _, lv in queries)
+  ntab = sum(2 + sum(2 for _, b in lv if not b) for _, _, lv, _ in queries)
   bfpos = ntab
-  for key, cexpr, leaves in queries:
+  for key, cexpr, leaves, _ in queries:
     size, align = int(out[pos]), int(out[pos + 1])
     pos += 2
     offs: dict[str, int] = {}
     bits: dict[str, tuple[int, int]] = {}
+    sizes: dict[str, int] = {}
     for leaf, isbf in leaves:
       if isbf:
         lo, w = map(int, out[bfpos].split())
         bfpos += 1
         bits[leaf] = (lo, w)
       else:
-        offs[leaf] = int(out[pos])
-        pos += 1
-    res[key] = (size, align, offs, bits)
+        offs[leaf], sizes[leaf] = int(out[pos]), int(out[pos + 1])
+        pos += 2
+    res[key] = (size, align, offs, bits, sizes)
   return res

@@ -1457,7 +1457,7 @@ FIELDS: dict[str, _support.BitField] = {
 }
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
-# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
+# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
 # how C names each record above (for layout probes)

@@ -213,12 +213,12 @@ FIELDS: dict[str, _support.BitField] = {
 }
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
-# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
+# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
-  'struct_hsa_signal_s': (8, 8, {'handle': 0}, {}),
-  'struct_hsa_kernel_dispatch_packet_s': (64, 8, {'header': 0, 'setup': 2, 'workgroup_size_x': 4, 'workgroup_size_y': 6, 'workgroup_size_z': 8, 'reserved0': 10, 'grid_size_x': 12, 'grid_size_y': 16, 'grid_size_z': 20, 'private_segment_size': 24, 'group_segment_size': 28, 'kernel_object': 32, 'kernarg_address': 40, 'reserved2': 48, 'completion_signal': 56}, {}),
-  'struct_hsa_barrier_and_packet_s': (64, 8, {'header': 0, 'reserved0': 2, 'reserved1': 4, 'dep_signal': 8, 'reserved2': 48, 'completion_signal': 56}, {}),
-  'struct_amdhsa_kernel_descriptor_s': (64, 8, {'group_segment_fixed_size': 0, 'private_segment_fixed_size': 4, 'kernarg_size': 8, 'reserved0': 12, 'kernel_code_entry_byte_offset': 16, 'reserved1': 24, 'compute_pgm_rsrc3': 44, 'compute_pgm_rsrc1': 48, 'compute_pgm_rsrc2': 52, 'kernel_code_properties': 56, 'kernarg_preload': 58, 'reserved3': 60}, {}),
+  'struct_hsa_signal_s': (8, 8, {'handle': 0}, {}, {'handle': 8}),
+  'struct_hsa_kernel_dispatch_packet_s': (64, 8, {'header': 0, 'setup': 2, 'workgroup_size_x': 4, 'workgroup_size_y': 6, 'workgroup_size_z': 8, 'reserved0': 10, 'grid_size_x': 12, 'grid_size_y': 16, 'grid_size_z': 20, 'private_segment_size': 24, 'group_segment_size': 28, 'kernel_object': 32, 'kernarg_address': 40, 'reserved2': 48, 'completion_signal': 56}, {}, {'header': 2, 'setup': 2, 'workgroup_size_x': 2, 'workgroup_size_y': 2, 'workgroup_size_z': 2, 'reserved0': 2, 'grid_size_x': 4, 'grid_size_y': 4, 'grid_size_z': 4, 'private_segment_size': 4, 'group_segment_size': 4, 'kernel_object': 8, 'kernarg_address': 8, 'reserved2': 8, 'completion_signal': 8}),
+  'struct_hsa_barrier_and_packet_s': (64, 8, {'header': 0, 'reserved0': 2, 'reserved1': 4, 'dep_signal': 8, 'reserved2': 48, 'completion_signal': 56}, {}, {'header': 2, 'reserved0': 2, 'reserved1': 4, 'dep_signal': 40, 'reserved2': 8, 'completion_signal': 8}),
+  'struct_amdhsa_kernel_descriptor_s': (64, 8, {'group_segment_fixed_size': 0, 'private_segment_fixed_size': 4, 'kernarg_size': 8, 'reserved0': 12, 'kernel_code_entry_byte_offset': 16, 'reserved1': 24, 'compute_pgm_rsrc3': 44, 'compute_pgm_rsrc1': 48, 'compute_pgm_rsrc2': 52, 'kernel_code_properties': 56, 'kernarg_preload': 58, 'reserved3': 60}, {}, {'group_segment_fixed_size': 4, 'private_segment_fixed_size': 4, 'kernarg_size': 4, 'reserved0': 4, 'kernel_code_entry_byte_offset': 8, 'reserved1': 20, 'compute_pgm_rsrc3': 4, 'compute_pgm_rsrc1': 4, 'compute_pgm_rsrc2': 4, 'kernel_code_properties': 2, 'kernarg_preload': 2, 'reserved3': 4}),
 }
 # how C names each record above (for layout probes)
 _CTYPES = {

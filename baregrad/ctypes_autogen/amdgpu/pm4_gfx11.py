@@ -180,7 +180,7 @@ PACKET3_SET_Q_PREEMPTION_MODE = 240
 PACKET3_SET_Q_PREEMPTION_MODE_INIT_SHADOW_MEM = 1
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
-# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
+# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
 # how C names each record above (for layout probes)

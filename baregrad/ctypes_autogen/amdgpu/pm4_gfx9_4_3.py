@@ -165,7 +165,7 @@ HEVC_ENC_CMD_REG_WRITE = 0x109
 HEVC_ENC_CMD_REG_WAIT = 0x10a
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
-# {bitfield: (bit offset, width)}); tests compare ctypes with it where the header is absent
+# {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
 }
 # how C names each record above (for layout probes)
