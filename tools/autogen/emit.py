@@ -287,7 +287,12 @@ class Emitter:
       except AutogenError as e:
         err = err or e
     else:
-      raise err
+      if not any(bf is not None for _, _, bf, _ in live) or rec.kind != "struct" or size <= 0: raise err
+      # a bitfield shares its storage unit with a plain member, or a packed bitfield straddles
+      # units: ctypes cannot say that in one Structure, so overlay views of the same bytes
+      fields, texts, pack, anon = self._overlay(key, live, size), None, None, ["_anon0"]
+    if texts is None:
+      texts = [f"('_anon0', {key}_overlay)"]
     if pack: cls._pack_ = pack
     if anon: cls._anonymous_ = anon
     cls._fields_ = fields
@@ -299,6 +304,63 @@ class Emitter:
     self.built[key] = lines
     self.events.append(("record", key))
     self.verify(key)
+
+  def _helper(self, name: str, base: Any, fields: list[tuple], texts: list[str], anon: list[str]) -> Any:
+    """A class the overlay needs; emitted like a record."""
+    ns: dict[str, Any] = {"_pack_": 1}
+    if anon: ns["_anonymous_"] = anon
+    ns["_fields_"] = fields
+    cls = type(name, (base,), ns)
+    self.classes[name] = cls
+    lines = [f"{name}._pack_ = 1"] + ([f"{name}._anonymous_ = {anon!r}"] if anon else [])
+    lines.append(f"{name}._fields_ = [\n  " + ",\n  ".join(texts) + ",\n]")
+    self.built[name] = lines
+    self.events.append(("record", name))
+    return cls
+
+  def _overlay(self, key: str, live: list, size: int) -> list[tuple]:
+    """`key` as a union of views, each at exact byte offsets: one struct with every plain member, and
+    one struct per bitfield holding only that field in a storage unit chosen to reach its bits."""
+    pf, pt, panon, cur, npad = [], [], [], 0, 0
+    for name, (obj, text), bf, off in live:
+      if bf is not None: continue
+      if off > cur:
+        pf.append((f"_pad{npad}", ctypes.c_uint8 * (off - cur)))
+        pt.append(f"('_pad{npad}', ctypes.c_uint8 * {off - cur})")
+        npad += 1
+      elif off < cur:
+        raise AutogenError(f"{key}.{name}: members overlap at offset {off}")
+      pf.append((name, obj))
+      pt.append(f"({name!r}, {text})")
+      if name.startswith("_anon"): panon.append(name)
+      cur = off + ctypes.sizeof(obj)
+    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")]
+    for i, (name, (obj, text), bf, off) in enumerate(x for x in live if x[2] is not None):
+      want, width = bf
+      signed = obj in _SIGNED or obj in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
+      first, last = want // 8, (want + width - 1) // 8
+      for sz in (1, 2, 4, 8):
+        start = min(first, size - sz)
+        if start >= 0 and start + sz > last and want - 8 * start + width <= 8 * sz: break
+      else:
+        raise AutogenError(f"{key}.{name}: no ctypes storage unit (1, 2, 4 or 8 bytes) holds bits {want}..{want + width - 1} "
+                           f"inside the {size}-byte record")
+      t, tt = _INTS[(sz, signed)]
+      bfs, bts = [], []
+      if start:
+        bfs.append(("_pad0", ctypes.c_uint8 * start))
+        bts.append(f"('_pad0', ctypes.c_uint8 * {start})")
+      if want - 8 * start:
+        bfs.append(("_bfpad0", t, want - 8 * start))
+        bts.append(f"('_bfpad0', {tt}, {want - 8 * start})")
+      bfs.append((name, t, width))
+      bts.append(f"({name!r}, {tt}, {width})")
+      views.append((self._helper(f"{key}_bf{i}", ctypes.Structure, bfs, bts, []), f"{key}_bf{i}"))
+    names = [f"_anon{i}" for i in range(len(views))]
+    uf = [(n, c) for n, (c, _) in zip(names, views)] + [("_pad", ctypes.c_uint8 * size)]
+    ut = [f"({n!r}, {t})" for n, (_, t) in zip(names, views)] + [f"('_pad', ctypes.c_uint8 * {size})"]
+    u = self._helper(f"{key}_overlay", ctypes.Union, uf, ut, names)
+    return [("_anon0", u)]
 
   def verify(self, key: str) -> None:
     """Compare the live class with the compiler's layout, through anonymous members too."""

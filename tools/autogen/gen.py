@@ -189,7 +189,8 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     except AutogenError as e:
       name = key
       if any(fnmatch.fnmatch(name, p) for p in allowed): skipped[name] = str(e)
-      else: problems.append(f"{name}: {e}")
+      elif "could not be bound" not in str(e) or not any(p.startswith(f"{name}: ") for p in problems):
+        problems.append(f"{name}: {e}")
   # records reached only through pointers: complete them too where the compiler could lay them out
   tried: set[str] = set()
   while True:
@@ -232,7 +233,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   if decl:
     out.append("# records (fields are set below, once the types they hold by value are complete)")
     for k in decl:
-      base = "Structure" if model.records[k].kind == "struct" else "Union"
+      base = "Union" if issubclass(em.classes[k], __import__("ctypes").Union) else "Structure"
       out.append(f"class {pyname(k)}(ctypes.{base}): pass")
     out.append("")
   for k in decl:
