@@ -293,13 +293,18 @@ class NVDevice(HCQDevice):
     rv = nv.UVM_REGISTER_GPU_VASPACE_PARAMS(rmCtrlFd=self.fd_ctl, hClient=self.root, hVaSpace=self.vaspace)
     ctypes.memmove(rv.gpuUuid.uuid, self.uuid, 16)
     self.uvm(nv.UVM_REGISTER_GPU_VASPACE, rv, "UVM_REGISTER_GPU_VASPACE")
-    # reserve the host-visible window (fails cleanly if anything already lives there)
-    base, size = CPU_WINDOW
-    r = self.port.mmap(base, size, PROT_NONE, MAP_PRIVATE | MAP_ANON | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0)
-    if r != base:
-      self.port.munmap(r, size)
-      raise DeviceUnavailable(f"{device}: cannot reserve host address window {base:#x}+{size:#x} for GPU-visible memory")
-    self.cpu_va, self.gpu_va = VAAllocator(*CPU_WINDOW), VAAllocator(*GPU_WINDOW)
+    # reserve a host-visible window below 2**40 (fails cleanly where anything, e.g. another device, already lives)
+    size = CPU_WINDOW[1]
+    for base in range(CPU_WINDOW[0], 1 << 40, size):
+      try: r = self.port.mmap(base, size, PROT_NONE, MAP_PRIVATE | MAP_ANON | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0)
+      except OSError as e:
+        if e.errno == errno.EEXIST: continue
+        raise
+      if r == base: break
+      self.port.munmap(r, size)  # an old kernel took the flag as a hint
+    else: raise DeviceUnavailable(f"{device}: no free {size:#x}-byte host address window below 2**40 for GPU-visible memory")
+    self.window = (base, size)
+    self.cpu_va, self.gpu_va = VAAllocator(*self.window), VAAllocator(*GPU_WINDOW)
 
   def _map_to_cpu(self, handle: int, size: int, target: int = 0) -> int:
     """NV_ESC_RM_MAP_MEMORY onto a fresh /dev/nvidiaN fd, then mmap that fd (at `target` when given)."""
@@ -443,6 +448,9 @@ class NVDevice(HCQDevice):
     except Exception: pass
     for fd in self._fds: self.port.close(fd)
     self._fds.clear()
+    self.channels.clear()
+    try: self.port.munmap(*self.window)  # every host-visible mapping lived in the window
+    except OSError: pass
     from baregrad.hal import Device
     Device.forget(self.device, self)
 
