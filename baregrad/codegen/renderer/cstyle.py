@@ -20,8 +20,9 @@ def ctype(d: DType) -> str:
   if d.count > 1: raise RenderError(f"C renderer got a vector {d}: vectors are split before rendering")
   return CTYPE[d.scalar]
 
-def cconst(d: DType, v: object) -> str:
+def cconst(d: DType, v: object, types: dict[DType, str] = CTYPE) -> str:
   s = d.scalar
+  CTYPE = types  # noqa: N806  (a renderer with other type names, e.g. CUDA's __half, passes its own table)
   if s == dtypes.bool: return "1" if v else "0"
   if dtypes.is_int(s):
     iv = int(v)  # type: ignore[arg-type]
@@ -58,6 +59,25 @@ class CRenderer(Renderer):
   has_threads = True
   vectorized = False
   extra_matcher = cpu_float_matcher
+  types: dict[DType, str] = CTYPE   # scalar dtype -> C type name (CUDA C overrides bool and half)
+
+  def _ct(self, d: DType) -> str:
+    if isinstance(d, PtrDType): return self.types[d.base.scalar] + "*"
+    if d.count > 1: raise RenderError(f"{self.name} renderer got a vector {d}: vectors are split before rendering")
+    return self.types[d.scalar]
+  def _cc(self, d: DType, v: object) -> str: return cconst(d, v, self.types)
+
+  # ---- hooks a C dialect overrides (CUDA C: kernel parameters, blockIdx/threadIdx)
+  def _define(self, u: UOp, nbufs: int, varnames: list[str], emit) -> str:
+    d = u.dtype
+    if u.op is Ops.DEFINE_GLOBAL:
+      emit(f"{self._ct(d)} restrict data{u.arg} = ({self._ct(d)})args[{u.arg}];"); return f"data{u.arg}"
+    if u.op is Ops.DEFINE_VAR:
+      emit(f"const {self._ct(d)} {u.arg[0]} = ({self._ct(d)})args[{nbufs + varnames.index(u.arg[0])}];"); return u.arg[0]
+    raise RenderError(f"{self.name} renderer: cannot render {u.op} (no GPU indices on the CPU)")
+  def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
+    return (PRELUDE + sats + f"\nvoid {name}(const u64 *restrict args, long long start, long long end) {{\n" +
+            "\n".join(body) + "\n}\n")
 
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, str] = {}
@@ -69,16 +89,13 @@ class CRenderer(Renderer):
     def emit(s: str) -> None: body.append("  " * depth + s)
     for i, u in enumerate(uops):
       d, nm = u.dtype, f"v{i}"
-      if u.op is Ops.CONST: r[u] = cconst(d, u.arg); continue
-      if u.op is Ops.DEFINE_GLOBAL:
-        emit(f"{ctype(d)} restrict data{u.arg} = ({ctype(d)})args[{u.arg}];"); r[u] = f"data{u.arg}"
-      elif u.op is Ops.DEFINE_VAR:
-        emit(f"const {ctype(d)} {u.arg[0]} = ({ctype(d)})args[{nbufs + varnames.index(u.arg[0])}];"); r[u] = u.arg[0]
+      if u.op is Ops.CONST: r[u] = self._cc(d, u.arg); continue
+      if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL): r[u] = self._define(u, nbufs, varnames, emit)
       elif u.op is Ops.RANGE:
         lo, hi = ("(int)start", "(int)end") if u.arg[1] == "global" else ("0", r[u.src[0]])
-        emit(f"for ({ctype(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"
+        emit(f"for ({self._ct(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"
       elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
-      elif u.op is Ops.DEFINE_ACC: emit(f"{ctype(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
+      elif u.op is Ops.DEFINE_ACC: emit(f"{self._ct(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         if u.arg[0] is Ops.ADD and val.op is Ops.MUL and dtypes.is_float(d) and d.scalar in _FT:
@@ -93,23 +110,22 @@ class CRenderer(Renderer):
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         load = f"*{r[idx]}"
-        if len(idx.src) > 2: load = f"({r[idx.src[2]]} ? {load} : {cconst(d, 0)})"
-        emit(f"const {ctype(d)} {nm} = {load};"); r[u] = nm
+        if len(idx.src) > 2: load = f"({r[idx.src[2]]} ? {load} : {self._cc(d, 0)})"
+        emit(f"const {self._ct(d)} {nm} = {load};"); r[u] = nm
       elif u.op is Ops.STORE:
         idx = u.src[0]
         st = f"*{r[idx]} = {r[u.src[1]]};"
         emit(f"if ({r[idx.src[2]]}) {st}" if len(idx.src) > 2 else st)
       elif u.op is Ops.CAST:
-        emit(f"const {ctype(d)} {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], need_sat)};"); r[u] = nm
+        emit(f"const {self._ct(d)} {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], need_sat)};"); r[u] = nm
       elif u.op is Ops.BITCAST:
         if u.src[0].dtype.itemsize != d.itemsize: raise RenderError(f"BITCAST from {u.src[0].dtype} to {d}: sizes differ")
-        emit(f"{ctype(d)} {nm}; {{ {ctype(u.src[0].dtype)} t_ = {r[u.src[0]]}; __builtin_memcpy(&{nm}, &t_, sizeof({nm})); }}"); r[u] = nm
-      elif u.op in GroupOp.ALU: emit(f"const {ctype(d)} {nm} = {self._alu(u, [r[s] for s in u.src])};"); r[u] = nm
+        emit(f"{self._ct(d)} {nm}; {{ {self._ct(u.src[0].dtype)} t_ = {r[u.src[0]]}; __builtin_memcpy(&{nm}, &t_, sizeof({nm})); }}"); r[u] = nm
+      elif u.op in GroupOp.ALU: emit(f"const {self._ct(d)} {nm} = {self._alu(u, [r[s] for s in u.src])};"); r[u] = nm
       elif u.op in (Ops.SINK, Ops.NOOP): pass
       else: raise RenderError(f"C renderer: cannot render {u.op}")
     sats = "\n".join(f"BG_SAT({f}, {_IT[t][0]}, {_IT[t][1]}, {_IT[t][2]})" for f, t in sorted(need_sat, key=str))
-    return (PRELUDE + sats + f"\nvoid {name}(const u64 *restrict args, long long start, long long end) {{\n" +
-            "\n".join(body) + "\n}\n")
+    return self._wrap(name, body, sats, uops)
 
   def _binop(self, op: Ops, d: DType, a: str, b: str) -> str:
     if d.scalar == dtypes.bool:
@@ -130,7 +146,7 @@ class CRenderer(Renderer):
     if op is Ops.SUB: return f"({s[0]} - {s[1]})"
     if op is Ops.NEG: return f"(!{s[0]})" if d.scalar == dtypes.bool else f"(-{s[0]})"
     if op is Ops.FDIV: return f"({s[0]} / {s[1]})"
-    if op is Ops.RECIP: return f"({cconst(d, 1.0)} / {s[0]})"
+    if op is Ops.RECIP: return f"({self._cc(d, 1.0)} / {s[0]})"
     if op in (Ops.IDIV, Ops.MOD): return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[d.scalar][0]}({s[0]}, {s[1]})"
     if op is Ops.CMPLT: return f"({s[0]} < {s[1]})"
     if op is Ops.CMPNE: return f"({s[0]} != {s[1]})"
@@ -142,7 +158,7 @@ class CRenderer(Renderer):
       bits = 8 * d.scalar.itemsize
       if op is Ops.SHL:  # shift in the unsigned type: left shifts of negative values are undefined in C
         ut = CTYPE[{1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[d.itemsize]]
-        return f"(({ctype(d)})(({ut}){s[0]} << ({s[1]} & {bits - 1})))"
+        return f"(({self._ct(d)})(({ut}){s[0]} << ({s[1]} & {bits - 1})))"
       return f"({s[0]} >> ({s[1]} & {bits - 1}))"
     if op is Ops.WHERE: return f"({s[0]} ? {s[1]} : {s[2]})"
     if op is Ops.MULACC:
@@ -158,4 +174,4 @@ class CRenderer(Renderer):
       src = fr.scalar if fr.scalar in _FT else dtypes.float32
       need_sat.add((_FT[src], to.scalar))
       return f"sat_{_FT[src]}_{_IT[to.scalar][0]}(({_FT[src]}){v})"
-    return f"(({ctype(to)}){v})"
+    return f"(({self._ct(to)}){v})"

@@ -1,0 +1,501 @@
+"""PTX renderer: a linear program -> PTX text for NVIDIA GPUs (assembled to a cubin by ptxas, drivers/nv_compile.py).
+
+Scalar code (vectorized=False: vectors are split into lanes before rendering). One kernel per module:
+
+  .visible .entry NAME(.param .u64 data0, ..., .param .u64 dataN, .param .s32 var_a, ...)
+
+Parameter layout (the NV driver fills constant bank 0 from it, see PARAM_CBUF_OFFSET):
+- one `.param .u64 data{i}` per buffer slot i = DEFINE_GLOBAL arg 0..max (a slot no uop uses is still declared, so
+  the layout depends only on the arg numbers), each 8 bytes, 8-aligned;
+- then one param per DEFINE_VAR, sorted by name (the same order the CPU ABI uses, see llvmir.py), named
+  `var_<name>`, of the variable's dtype (`.s32` for int32 variables), naturally aligned.
+`param_layout(bufs, vars)` computes the byte offsets; EIATTR_KPARAM_INFO in the cubin says the same (tests check it).
+
+Semantics (ir/alu.py), and how each is reached in PTX:
+- integer division and modulo by 0 give 0 and INT_MIN // -1 wraps: the divisor is replaced by 1 when it is 0 or -1
+  and the result selected afterwards (PTX div/rem by zero gives an unspecified value, not a trap);
+- shift amounts are taken modulo the bit width (`and` before shl/shr; PTX clamps shifts >= width instead);
+- int8/uint8 live in 16-bit registers, sign/zero-extended; every 8-bit result is re-normalized (cvt.s16.s8 / and 0xff)
+  so it wraps like an 8-bit value;
+- float -> int casts saturate (cvt.rzi is clamped to the destination range by default) and NaN gives 0: the PTX ISA
+  gives 0 for NaN only for some type pairs (f64 sources and 64-bit destinations give MININT), so NaN is selected
+  to 0 explicitly;
+- float add/sub/mul carry `.rn`: without a rounding modifier ptxas may contract mul+add into fma, and results would
+  no longer match the CPU bit for bit. ASSIGN of ADD with a MUL value is an explicit fma.rn, as in every renderer;
+- MAX on floats is `max.NaN.f32` (sm_80+, propagates NaN); f64 has no .NaN form, so `max.f64` (which drops a NaN)
+  is followed by a select of a + b where either input is NaN. The PTX ISA leaves the sign of max(+0, -0) unspecified, so
+  equal inputs are combined with a bitwise AND of their bits (+0 wins over -0; equal non-zero values are unchanged);
+- comparisons are IEEE: lt/eq ordered (false with NaN), ne unordered (true with NaN);
+- bool is a predicate in registers and a byte (0/1) in memory.
+Precision (differs from the CPU, whose libm is correctly rounded or close):
+- FDIV div.rn, RECIP rcp.rn, SQRT sqrt.rn are IEEE correctly rounded (f32 and f64): identical to the CPU;
+- EXP2 ex2.approx.f32 (max 2 ulp), LOG2 lg2.approx.f32 (about 2^-22 absolute error near 1), SIN sin.approx.f32 (2^-20.9
+  absolute error in [-pi, pi]; the argument is first reduced by 2*pi in three fused steps, so large arguments keep
+  that accuracy up to |x| ~ 1e5) are approximations; the non-ftz forms are used, so subnormals are kept;
+- float64 EXP2/LOG2/SIN have no PTX instruction: the range is handled in float64 (exp2: 2^floor(x) built from exponent
+  bits, so overflow and underflow happen where float64's do; log2: exponent split, subnormals scaled; sin: reduction
+  by 2*pi in float64) and the core is the float32 instruction, so the result carries float32 precision (about 1e-7
+  relative, 2^-22 absolute for log2): a known gap against the CPU's float64 libm;
+- float16 and bfloat16 arithmetic is promoted to float32 by the shared cpu_float_matcher (as on the CPU); bfloat16
+  accumulators are widened with a shift and rounded back with cvt.rn.bf16.f32 (RNE; a NaN becomes the canonical
+  0x7fff where the CPU keeps the payload's top bits).
+"""
+from __future__ import annotations
+import math, re, struct
+from baregrad.ir.dtype import DType, PtrDType, dtypes
+from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.rewrites import cpu_float_matcher
+
+# Kernel parameters sit in constant bank 0 after the driver's own words. The offset differs by architecture: the
+# SASS of sm_70..sm_89 kernels reads the first parameter at c[0x0][0x160] (tinygrad's ops_nv.py writes kernel args at
+# kernargs_args_offset=0x160 after a 0x160-byte driver constant buffer), and sm_90+ (Hopper, Blackwell) at
+# c[0x0][0x210]. The cubin states it per kernel in EIATTR_PARAM_CBANK (drivers/nv_compile.py parse_cubin reads it;
+# tests/test_ptx_renderer.py checks these constants against ptxas's output), and the driver should prefer that.
+PARAM_CBUF_OFFSET_SM70 = 0x160
+PARAM_CBUF_OFFSET_SM90 = 0x210
+def param_cbuf_offset(arch: str) -> int:
+  return PARAM_CBUF_OFFSET_SM90 if _sm(arch) >= 90 else PARAM_CBUF_OFFSET_SM70
+
+def _sm(arch: str) -> int:
+  m = re.fullmatch(r"sm_(\d+)[af]?", arch)
+  if m is None: raise ValueError(f"PTX arch must look like sm_80, sm_90 or sm_90a, got {arch!r}")
+  return int(m.group(1))
+
+def ptx_version(arch: str) -> str:
+  """The lowest PTX ISA version that knows the target (ptxas 12.x and 13.x accept it)."""
+  sm = _sm(arch)
+  if sm >= 120: return "8.7"
+  if sm >= 100: return "8.6"
+  return "8.0"   # sm_90 needs 7.8; 8.0 is CUDA 12.0's
+
+# register class per scalar dtype: (declared type, name prefix)
+_REG = {dtypes.bool: ("pred", "%p"), dtypes.int8: ("b16", "%rs"), dtypes.uint8: ("b16", "%rs"), dtypes.int16: ("b16", "%rs"),
+        dtypes.uint16: ("b16", "%rs"), dtypes.float16: ("b16", "%h"), dtypes.bfloat16: ("b16", "%hb"),
+        dtypes.int32: ("b32", "%r"), dtypes.uint32: ("b32", "%r"), dtypes.int64: ("b64", "%rd"), dtypes.uint64: ("b64", "%rd"),
+        dtypes.float32: ("f32", "%f"), dtypes.float64: ("f64", "%fd")}
+# arithmetic type suffix (8-bit integers compute in 16 bits)
+_AT = {dtypes.int8: "s16", dtypes.uint8: "u16", dtypes.int16: "s16", dtypes.uint16: "u16", dtypes.int32: "s32",
+       dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.float16: "f16", dtypes.bfloat16: "bf16",
+       dtypes.float32: "f32", dtypes.float64: "f64", dtypes.bool: "pred"}
+# memory type for ld/st
+_MT = {dtypes.bool: "u8", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16", dtypes.int32: "s32",
+       dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.float16: "b16", dtypes.bfloat16: "b16",
+       dtypes.float32: "f32", dtypes.float64: "f64"}
+_BITS = {1: "b16", 2: "b16", 4: "b32", 8: "b64"}
+_UT = {1: "u16", 2: "u16", 4: "u32", 8: "u64"}
+_PARAM_T = {dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.int16: "s16",
+            dtypes.uint16: "u16", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.float32: "f32", dtypes.float64: "f64"}
+
+def _is8(d: DType) -> bool: return d.scalar in (dtypes.int8, dtypes.uint8)
+
+def ptx_imm(d: DType, v: object) -> str:
+  """An immediate of dtype d as PTX writes it (floats as raw bits: 0f/0d)."""
+  s = d.scalar
+  if s == dtypes.bool: return "1" if v else "0"
+  if dtypes.is_int(s):
+    bits = 8 * (2 if s.itemsize == 1 else s.itemsize)  # 8-bit values live sign/zero-extended in 16 bits
+    return f"0x{int(v) & ((1 << bits) - 1):0{bits // 4}X}"  # type: ignore[call-overload]
+  x = float(v)  # type: ignore[arg-type]
+  if s == dtypes.float32: return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
+  if s == dtypes.float64: return f"0d{struct.unpack('<Q', struct.pack('<d', x))[0]:016X}"
+  if s == dtypes.float16: return f"0x{struct.unpack('<H', struct.pack('<e', x))[0]:04X}"
+  if s == dtypes.bfloat16:
+    from baregrad.ir.dtype import float_to_bf16
+    return f"0x{float_to_bf16(x):04X}"
+  raise RenderError(f"PTX: no immediate for {d}")
+
+def param_name(u: UOp) -> str:
+  if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
+  return "var_" + re.sub(r"[^A-Za-z0-9_]", "_", u.arg[0])
+
+def param_layout(bufs: list[UOp], vars: list[UOp]) -> list[tuple[str, int, int]]:
+  """(name, byte offset, size) of each kernel parameter, relative to the start of the parameter block."""
+  out = [(f"data{i}", 8 * i, 8) for i in range(max((u.arg for u in bufs), default=-1) + 1)]
+  off = 8 * len(out)
+  for u in dict.fromkeys(sorted(vars, key=lambda v: v.arg[0])):
+    sz = u.dtype.itemsize
+    off = (off + sz - 1) // sz * sz
+    out.append((param_name(u), off, sz)); off += sz
+  return out
+
+class PTXRenderer(Renderer):
+  name = "PTX"
+  has_local = True
+  global_max = (2 ** 31 - 1, 65535, 65535)
+  local_max = 1024
+  vectorized = False
+  extra_matcher = cpu_float_matcher
+
+  def __init__(self, arch: str = "sm_90") -> None:
+    if _sm(arch) < 80: raise ValueError(f"PTX renderer needs sm_80 or newer (max.NaN, cvt.bf16), got {arch}")
+    self.arch = arch
+
+  def render(self, name: str, uops: list[UOp]) -> str:
+    r: dict[UOp, str] = {}
+    cnt: dict[str, int] = {}
+    lines: list[str] = []
+    def reg(d: DType) -> str:
+      if isinstance(d, PtrDType): pre = "%rd"
+      else:
+        if d.count > 1: raise RenderError(f"PTX renderer got a vector {d}: vectors are split before rendering")
+        pre = _REG[d.scalar][1]
+      cnt[pre] = cnt.get(pre, 0) + 1
+      return f"{pre}{cnt[pre]}"
+    def emit(s: str) -> None: lines.append("  " + s)
+    def cst(d: DType, v: object) -> str:
+      x = reg(d)
+      emit(f"mov.{'pred' if d.scalar == dtypes.bool else _BITS[d.scalar.itemsize] if not dtypes.is_float(d) or d.itemsize == 2 else _AT[d.scalar]} {x}, {ptx_imm(d, v)};")
+      return x
+    def norm8(d: DType, x: str) -> None:
+      if d.scalar == dtypes.int8: emit(f"cvt.s16.s8 {x}, {x};")
+      elif d.scalar == dtypes.uint8: emit(f"and.b16 {x}, {x}, 0x00FF;")
+    bufs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
+    vars_ = sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+    nbuf = max((u.arg for u in bufs), default=-1) + 1
+    params = [f"  .param .u64 data{i}" for i in range(nbuf)]
+    seen_vars: set[str] = set()
+    for v in vars_:
+      if v.arg[0] in seen_vars: continue
+      seen_vars.add(v.arg[0])
+      if v.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {v.arg[0]} of dtype {v.dtype} cannot be a parameter")
+      params.append(f"  .param .{_PARAM_T[v.dtype.scalar]} {param_name(v)}")
+    for i, u in enumerate(uops):
+      d = u.dtype
+      if u.op is Ops.CONST: r[u] = cst(d, u.arg)
+      elif u.op is Ops.DEFINE_GLOBAL:
+        x, y = reg(d), reg(d)
+        emit(f"ld.param.u64 {x}, [data{u.arg}];")
+        emit(f"cvta.to.global.u64 {y}, {x};"); r[u] = y
+      elif u.op is Ops.DEFINE_VAR:
+        x = reg(d)
+        pt = _PARAM_T[d.scalar]
+        if _is8(d): emit(f"ld.param.{pt} {x}, [{param_name(u)}];")
+        else: emit(f"ld.param.{pt} {x}, [{param_name(u)}];")
+        r[u] = x
+      elif u.op is Ops.SPECIAL:
+        nm, _ = u.arg
+        sreg = {"gidx": "%ctaid", "lidx": "%tid"}.get(nm[:4])
+        if sreg is None or nm[4:] not in ("0", "1", "2"): raise RenderError(f"PTX: unknown SPECIAL {nm}")
+        x = reg(dtypes.int32)
+        emit(f"mov.u32 {x}, {sreg}.{'xyz'[int(nm[4:])]};")
+        r[u] = x if d.scalar == dtypes.int32 else self._cast(dtypes.int32, d, x, reg, emit, norm8)
+      elif u.op is Ops.RANGE:
+        x = reg(d)
+        at = _AT[d.scalar]
+        end = u.src[0]
+        emit(f"mov.{_BITS[d.itemsize]} {x}, 0;")
+        lines.append(f"$L{i}_head:")
+        if not (end.op is Ops.CONST and int(end.arg) >= 1):  # a loop that may run zero times tests first
+          p = reg(dtypes.bool)
+          emit(f"setp.ge.{at} {p}, {x}, {r[end]};")
+          emit(f"@{p} bra $L{i}_exit;")
+        r[u] = x
+      elif u.op is Ops.ENDRANGE:
+        rg = u.src[0]
+        i0 = uops.index(rg)
+        x, at = r[rg], _AT[rg.dtype.scalar]
+        emit(f"add.{at} {x}, {x}, 1;")
+        end = rg.src[0]
+        if end.op is Ops.CONST and int(end.arg) >= 1:
+          p = reg(dtypes.bool)
+          emit(f"setp.lt.{at} {p}, {x}, {r[end]};")
+          emit(f"@{p} bra $L{i0}_head;")
+        else: emit(f"bra.uni $L{i0}_head;")
+        lines.append(f"$L{i0}_exit:")
+      elif u.op is Ops.DEFINE_ACC:
+        x = reg(d)
+        emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
+      elif u.op is Ops.ASSIGN:
+        acc, val = r[u.src[0]], u.src[1]
+        s = d.scalar
+        if u.arg[0] is Ops.ADD and val.op is Ops.MUL and s in (dtypes.float32, dtypes.float64):
+          emit(f"fma.rn.{_AT[s]} {acc}, {r[val.src[0]]}, {r[val.src[1]]}, {acc};")  # the same fused op in every renderer
+        elif s in (dtypes.float16, dtypes.bfloat16):
+          a32, v32 = self._cast(d, dtypes.float32, acc, reg, emit, norm8), self._cast(d, dtypes.float32, r[val], reg, emit, norm8)
+          o = reg(dtypes.float32)
+          self._binop(u.arg[0], dtypes.float32, o, a32, v32, reg, emit)
+          emit(f"cvt.rn.{_AT[s]}.f32 {acc}, {o};")
+        else:
+          self._binop(u.arg[0], d, acc, acc, r[val], reg, emit)
+          norm8(d, acc)
+        r[u] = acc
+      elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
+      elif u.op is Ops.INDEX:
+        buf, idx = u.src[0], u.src[1]
+        sz = buf.dtype.base.itemsize if isinstance(buf.dtype, PtrDType) else buf.dtype.itemsize
+        off, x = reg(dtypes.int64), reg(d)
+        it = idx.dtype.scalar
+        if it.itemsize == 4: emit(f"mul.wide.{_AT[it]} {off}, {r[idx]}, {sz};")
+        elif it.itemsize == 8: emit(f"mul.lo.s64 {off}, {r[idx]}, {sz};")
+        else:
+          w = self._cast(it, dtypes.int64, r[idx], reg, emit, norm8)
+          emit(f"mul.lo.s64 {off}, {w}, {sz};")
+        emit(f"add.s64 {x}, {r[buf]}, {off};")
+        r[u] = x
+      elif u.op is Ops.LOAD:
+        idx = u.src[0]
+        pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
+        s = d.scalar
+        if s == dtypes.bool:
+          t = reg(dtypes.uint16)
+          if pred: emit(f"mov.b16 {t}, 0;")
+          emit(f"{pred}ld.global.u8 {t}, [{r[idx]}];")
+          x = reg(d); emit(f"setp.ne.u16 {x}, {t}, 0;")
+        else:
+          x = reg(d)
+          if pred: emit(f"mov.{self._movt(d)} {x}, {ptx_imm(d, 0)};")
+          emit(f"{pred}ld.global.{_MT[s]} {x}, [{r[idx]}];")
+        r[u] = x
+      elif u.op is Ops.STORE:
+        idx, val = u.src[0], u.src[1]
+        pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
+        v = r[val]
+        if val.dtype.scalar == dtypes.bool:
+          t = reg(dtypes.uint16); emit(f"selp.u16 {t}, 1, 0, {v};"); v = t
+        emit(f"{pred}st.global.{_MT[val.dtype.scalar]} [{r[idx]}], {v};")
+      elif u.op is Ops.CAST: r[u] = self._cast(u.src[0].dtype, d, r[u.src[0]], reg, emit, norm8)
+      elif u.op is Ops.BITCAST:
+        fr = u.src[0].dtype
+        if fr.itemsize != d.itemsize: raise RenderError(f"BITCAST from {fr} to {d}: sizes differ")
+        if dtypes.is_bool(fr) or dtypes.is_bool(d): raise RenderError(f"PTX: BITCAST of bool ({fr} -> {d})")
+        x = reg(d)
+        emit(f"mov.{_BITS[d.itemsize]} {x}, {r[u.src[0]]};")
+        norm8(d, x)
+        r[u] = x
+      elif u.op in GroupOp.ALU: r[u] = self._alu(u, [r[s] for s in u.src], reg, emit, norm8)
+      elif u.op in (Ops.SINK, Ops.NOOP): pass
+      else: raise RenderError(f"PTX renderer: cannot render {u.op}")
+    decl = []
+    for (t, pre) in sorted(set(_REG.values()) | {("b64", "%rd")}):
+      if pre in cnt: decl.append(f"  .reg .{t} {pre}<{cnt[pre] + 1}>;")
+    # the workgroup size is known from the thread indices: .maxntid lets ptxas budget registers for it (and the cubin
+    # then carries EIATTR_MAX_THREADS, which the driver can check a launch against)
+    ntid = [1, 1, 1]
+    for u in uops:
+      if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): ntid[int(u.arg[0][4:])] = int(u.arg[1])
+    return (f"//\n// Generated by baregrad's PTX renderer\n//\n.version {ptx_version(self.arch)}\n.target {self.arch}\n.address_size 64\n\n"
+            f".visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
+            "\n".join(decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
+
+  @staticmethod
+  def _movt(d: DType) -> str:
+    s = d.scalar
+    if s == dtypes.bool: return "pred"
+    if s in (dtypes.float32, dtypes.float64): return _AT[s]
+    return _BITS[s.itemsize]
+
+  def _binop(self, op: Ops, d: DType, out: str, a: str, b: str, reg, emit) -> None:
+    """out = a op b for the reduction ops (ADD, MUL, MAX); out may be a."""
+    s = d.scalar
+    if s == dtypes.bool:
+      emit(f"{'and' if op is Ops.MUL else 'or'}.pred {out}, {a}, {b};"); return
+    isf = dtypes.is_float(s)
+    if op is Ops.ADD: emit(f"add{'.rn' if isf else ''}.{_AT[s]} {out}, {a}, {b};")
+    elif op is Ops.MUL: emit(f"mul{'.rn' if isf else '.lo'}.{_AT[s]} {out}, {a}, {b};")
+    elif op is Ops.MAX:
+      if not isf: emit(f"max.{_AT[s]} {out}, {a}, {b};"); return
+      if s not in (dtypes.float32, dtypes.float64): raise RenderError(f"PTX: MAX on {d} reaches the renderer unpromoted")
+      bt, it = _BITS[s.itemsize], (dtypes.uint32 if s.itemsize == 4 else dtypes.uint64)
+      m, p, ia, ib, z = reg(d), reg(dtypes.bool), reg(it), reg(it), reg(d)
+      if s == dtypes.float32: emit(f"max.NaN.f32 {m}, {a}, {b};")
+      else:  # max.NaN has no f64 form: max ignores a NaN, so put one back (a + b propagates an input NaN)
+        pn, sm = reg(dtypes.bool), reg(d)
+        emit(f"max.f64 {m}, {a}, {b};"); emit(f"setp.nan.f64 {pn}, {a}, {b};"); emit(f"add.rn.f64 {sm}, {a}, {b};")
+        emit(f"selp.f64 {m}, {sm}, {m}, {pn};")
+      emit(f"setp.eq.{_AT[s]} {p}, {a}, {b};")   # equal (incl. +0 == -0): AND of the bits, so +0 wins
+      emit(f"mov.{bt} {ia}, {a};"); emit(f"mov.{bt} {ib}, {b};")
+      emit(f"and.{bt} {ia}, {ia}, {ib};"); emit(f"mov.{bt} {z}, {ia};")
+      emit(f"selp.{_AT[s]} {out}, {z}, {m}, {p};")
+    else: raise RenderError(f"PTX renderer: no reduction {op}")
+
+  def _alu(self, u: UOp, s: list[str], reg, emit, norm8) -> str:
+    op, d = u.op, u.dtype
+    sd = u.src[-1].dtype.scalar if op is Ops.WHERE else u.src[0].dtype.scalar
+    ds = d.scalar
+    isf = dtypes.is_float(sd)
+    at = _AT.get(sd)
+    if ds in (dtypes.float16, dtypes.bfloat16) and op is not Ops.WHERE:
+      raise RenderError(f"PTX: {op.name} on {d} reaches the renderer (half arithmetic is promoted to float32 first)")
+    x = reg(d)
+    if op in (Ops.ADD, Ops.MUL, Ops.MAX): self._binop(op, d, x, s[0], s[1], reg, emit); norm8(d, x); return x
+    if op is Ops.SUB:
+      if sd == dtypes.bool: raise RenderError("PTX: SUB on bool")
+      emit(f"sub{'.rn' if isf else ''}.{at} {x}, {s[0]}, {s[1]};"); norm8(d, x); return x
+    if op is Ops.NEG:
+      if sd == dtypes.bool: emit(f"not.pred {x}, {s[0]};")
+      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)
+      return x
+    if op is Ops.FDIV: emit(f"div.rn.{at} {x}, {s[0]}, {s[1]};"); return x
+    if op is Ops.RECIP:
+      if isf: emit(f"rcp.rn.{at} {x}, {s[0]};")
+      else: raise RenderError(f"PTX: RECIP on {d}")
+      return x
+    if op in (Ops.SQRT, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.TRUNC):
+      if not isf: raise RenderError(f"{op.name} needs a float dtype, got {d}")
+      if op is Ops.SQRT: emit(f"sqrt.rn.{at} {x}, {s[0]};"); return x
+      if op is Ops.TRUNC: emit(f"cvt.rzi.{at}.{at} {x}, {s[0]};"); return x
+      self._transcendental(op, sd, x, s[0], reg, emit)
+      return x
+    if op in (Ops.IDIV, Ops.MOD):
+      ins = "div" if op is Ops.IDIV else "rem"
+      zero, one = reg(d), reg(d)
+      emit(f"mov.{_BITS[ds.itemsize]} {zero}, 0;"); emit(f"mov.{_BITS[ds.itemsize]} {one}, 1;")
+      pz, safe, q = reg(dtypes.bool), reg(d), reg(d)
+      emit(f"setp.eq.{at} {pz}, {s[1]}, 0;")
+      if dtypes.is_unsigned(sd):
+        emit(f"selp.{at} {safe}, {one}, {s[1]}, {pz};")
+        emit(f"{ins}.{at} {q}, {s[0]}, {safe};")
+        emit(f"selp.{at} {x}, {zero}, {q}, {pz};")
+        return x
+      pm, bad, alt = reg(dtypes.bool), reg(dtypes.bool), reg(d)
+      emit(f"setp.eq.{at} {pm}, {s[1]}, -1;")
+      emit(f"or.pred {bad}, {pz}, {pm};")
+      emit(f"selp.{at} {safe}, {one}, {s[1]}, {bad};")
+      emit(f"{ins}.{at} {q}, {s[0]}, {safe};")
+      if op is Ops.IDIV: emit(f"neg.{at} {alt}, {s[0]};")          # a // -1 == -a, wrapping for INT_MIN
+      else: emit(f"mov.{_BITS[ds.itemsize]} {alt}, 0;")
+      emit(f"selp.{at} {x}, {alt}, {q}, {pm};")
+      emit(f"selp.{at} {x}, {zero}, {x}, {pz};")
+      norm8(d, x)
+      return x
+    if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+      if sd == dtypes.bool:
+        if op is Ops.CMPNE: emit(f"xor.pred {x}, {s[0]}, {s[1]};")
+        elif op is Ops.CMPEQ: emit(f"xor.pred {x}, {s[0]}, {s[1]};"); emit(f"not.pred {x}, {x};")
+        else: t = reg(d); emit(f"not.pred {t}, {s[0]};"); emit(f"and.pred {x}, {t}, {s[1]};")
+        return x
+      if sd in (dtypes.float16, dtypes.bfloat16): raise RenderError(f"PTX: comparison on {sd} reaches the renderer unpromoted")
+      cmp = {Ops.CMPLT: "lt", Ops.CMPNE: "neu" if isf else "ne", Ops.CMPEQ: "eq"}[op]
+      emit(f"setp.{cmp}.{at} {x}, {s[0]}, {s[1]};")
+      return x
+    if op in (Ops.AND, Ops.OR, Ops.XOR):
+      t = "pred" if ds == dtypes.bool else _BITS[ds.itemsize]
+      emit(f"{op.name.lower()}.{t} {x}, {s[0]}, {s[1]};")
+      return x
+    if op in (Ops.SHL, Ops.SHR):
+      if ds == dtypes.bool or isf: raise RenderError(f"PTX: {op.name} on {d}")
+      width = 8 * ds.itemsize
+      bd = u.src[1].dtype.scalar
+      amt = reg(dtypes.uint32)
+      if bd.itemsize == 4: emit(f"and.b32 {amt}, {s[1]}, {width - 1};")
+      else:
+        emit(f"cvt.u32.{_UT[bd.itemsize] if bd != dtypes.bool else 'u16'} {amt}, {s[1]};")
+        emit(f"and.b32 {amt}, {amt}, {width - 1};")
+      if op is Ops.SHL: emit(f"shl.{_BITS[ds.itemsize]} {x}, {s[0]}, {amt};")
+      else: emit(f"shr.{_AT[ds]} {x}, {s[0]}, {amt};")
+      norm8(d, x)
+      return x
+    if op is Ops.WHERE:
+      if ds == dtypes.bool:
+        emit(f"@{s[0]} mov.pred {x}, {s[1]};"); emit(f"@!{s[0]} mov.pred {x}, {s[2]};")
+      else: emit(f"selp.{_BITS[ds.itemsize] if ds.itemsize <= 2 else _AT[ds] if isf else _BITS[ds.itemsize]} {x}, {s[1]}, {s[2]}, {s[0]};")
+      return x
+    if op is Ops.MULACC:
+      if isf: emit(f"fma.rn.{at} {x}, {s[0]}, {s[1]}, {s[2]};")
+      else: emit(f"mad.lo.{at} {x}, {s[0]}, {s[1]}, {s[2]};"); norm8(d, x)
+      return x
+    raise RenderError(f"PTX renderer: cannot render {op} for {d}")
+
+  def _transcendental(self, op: Ops, sd: DType, x: str, a: str, reg, emit) -> None:
+    """EXP2/LOG2/SIN: PTX has float32 approximations only (see the module docstring for their precision)."""
+    f32, f64, b = dtypes.float32, dtypes.float64, dtypes.bool
+    if op is Ops.SIN:
+      # sin.approx is accurate in [-pi, pi] only: reduce by 2*pi first (Cody-Waite, 2*pi split in three f32 or two f64
+      # parts, fused so each step rounds once). Inf and NaN give NaN, as on the CPU; past |x| ~ 1e5 (f32) the
+      # reduction itself loses digits
+      k, r = reg(sd), reg(sd)
+      if sd == f32:
+        emit(f"mul.rn.f32 {k}, {a}, 0f3E22F983;"); emit(f"cvt.rni.f32.f32 {k}, {k};"); emit(f"neg.f32 {k}, {k};")
+        emit(f"fma.rn.f32 {r}, {k}, 0f40C90000, {a};"); emit(f"fma.rn.f32 {r}, {k}, 0f3AFDAA22, {r};")
+        emit(f"fma.rn.f32 {r}, {k}, 0f2D34611A, {r};")
+        emit(f"sin.approx.f32 {x}, {r};")
+      else:
+        t, t2 = reg(f32), reg(f32)
+        emit(f"mul.rn.f64 {k}, {a}, 0d3FC45F306DC9C883;"); emit(f"cvt.rni.f64.f64 {k}, {k};"); emit(f"neg.f64 {k}, {k};")
+        emit(f"fma.rn.f64 {r}, {k}, 0d401921FB54442D18, {a};"); emit(f"fma.rn.f64 {r}, {k}, 0d3CB1A62633145C07, {r};")
+        emit(f"cvt.rn.f32.f64 {t}, {r};"); emit(f"sin.approx.f32 {t2}, {t};"); emit(f"cvt.f64.f32 {x}, {t2};")
+      return
+    if sd == f32:
+      emit(f"{'ex2' if op is Ops.EXP2 else 'lg2'}.approx.f32 {x}, {a};"); return
+    u64, s32 = dtypes.uint64, dtypes.int32
+    if op is Ops.EXP2:
+      # exp2(x) = 2^n * 2^f with n = floor(x), f in [0, 1): 2^f from ex2.approx.f32 (about 1e-7 relative), 2^n built
+      # as two float64 powers of two so overflow (inf) and gradual underflow come out as in float64
+      xc, n, fr, t, t2, pf = reg(f64), reg(f64), reg(f64), reg(f32), reg(f32), reg(f64)
+      emit(f"max.f64 {xc}, {a}, 0dC091300000000000;"); emit(f"min.f64 {xc}, {xc}, 0d4091300000000000;")   # [-1100, 1100]
+      emit(f"cvt.rmi.f64.f64 {n}, {xc};"); emit(f"sub.rn.f64 {fr}, {xc}, {n};")
+      emit(f"cvt.rn.f32.f64 {t}, {fr};"); emit(f"ex2.approx.f32 {t2}, {t};"); emit(f"cvt.f64.f32 {pf}, {t2};")
+      ni, n1, n2, e1, e2, w1, w2, p1, p2, pn = reg(s32), reg(s32), reg(s32), reg(u64), reg(u64), reg(f64), reg(f64), reg(f64), reg(f64), reg(b)
+      emit(f"cvt.rzi.s32.f64 {ni}, {n};"); emit(f"shr.s32 {n1}, {ni}, 1;"); emit(f"sub.s32 {n2}, {ni}, {n1};")
+      for nn, e, w in ((n1, e1, w1), (n2, e2, w2)):
+        emit(f"add.s32 {nn}, {nn}, 1023;"); emit(f"cvt.u64.s32 {e}, {nn};"); emit(f"shl.b64 {e}, {e}, 52;"); emit(f"mov.b64 {w}, {e};")
+      emit(f"mul.rn.f64 {p1}, {pf}, {w1};"); emit(f"mul.rn.f64 {p2}, {p1}, {w2};")
+      emit(f"setp.nan.f64 {pn}, {a}, {a};"); emit(f"selp.f64 {x}, {a}, {p2}, {pn};")
+      return
+    # LOG2: x = m * 2^e with m in [1, 2): e + lg2.approx.f32(m) (about 2^-22 absolute error); subnormals are scaled by
+    # 2^54 first; x <= 0, inf and NaN take the float32 instruction's answer (NaN, -inf, inf)
+    ps, xs, bits, ex, mb, m, t, t2, ef, lg, sp, ok, pinf, bias = (reg(b), reg(f64), reg(u64), reg(u64), reg(u64), reg(f64), reg(f32),
+                                                                  reg(f32), reg(f64), reg(f64), reg(f64), reg(b), reg(b), reg(f64))
+    emit(f"setp.lt.f64 {ps}, {a}, 0d0010000000000000;")
+    emit(f"mul.rn.f64 {xs}, {a}, 0d4350000000000000;"); emit(f"selp.f64 {xs}, {xs}, {a}, {ps};")
+    emit(f"selp.f64 {bias}, 0d404B000000000000, 0d0000000000000000, {ps};")    # 54 or 0
+    emit(f"mov.b64 {bits}, {xs};"); emit(f"shr.u64 {ex}, {bits}, 52;"); emit(f"and.b64 {ex}, {ex}, 2047;")
+    emit(f"and.b64 {mb}, {bits}, 0x000FFFFFFFFFFFFF;"); emit(f"or.b64 {mb}, {mb}, 0x3FF0000000000000;"); emit(f"mov.b64 {m}, {mb};")
+    emit(f"cvt.rn.f32.f64 {t}, {m};"); emit(f"lg2.approx.f32 {t2}, {t};")
+    emit(f"cvt.rn.f64.u64 {ef}, {ex};"); emit(f"sub.rn.f64 {ef}, {ef}, 0d408FF80000000000;"); emit(f"sub.rn.f64 {ef}, {ef}, {bias};")
+    emit(f"cvt.f64.f32 {lg}, {t2};"); emit(f"add.rn.f64 {lg}, {lg}, {ef};")
+    emit(f"cvt.rn.f32.f64 {t}, {a};"); emit(f"lg2.approx.f32 {t2}, {t};"); emit(f"cvt.f64.f32 {sp}, {t2};")
+    emit(f"setp.gt.f64 {ok}, {a}, 0d0000000000000000;"); emit(f"setp.lt.f64 {pinf}, {a}, 0d7FF0000000000000;")
+    emit(f"and.pred {ok}, {ok}, {pinf};"); emit(f"selp.f64 {x}, {lg}, {sp}, {ok};")
+
+  def _cast(self, fr: DType, to: DType, v: str, reg, emit, norm8) -> str:
+    f, t = fr.scalar, to.scalar
+    if f == t: return v
+    x = reg(to)
+    if t == dtypes.bool:
+      if dtypes.is_float(f):
+        if f in (dtypes.float16, dtypes.bfloat16):
+          w = self._cast(f, dtypes.float32, v, reg, emit, norm8)
+          emit(f"setp.neu.f32 {x}, {w}, 0f00000000;")
+        else: emit(f"setp.neu.{_AT[f]} {x}, {v}, {ptx_imm(fr, 0.0)};")
+      else: emit(f"setp.ne.{_AT[f]} {x}, {v}, 0;")
+      return x
+    if f == dtypes.bool:
+      if t == dtypes.bfloat16 or t == dtypes.float16: emit(f"selp.b16 {x}, {ptx_imm(to, 1.0)}, 0x0000, {v};")
+      elif dtypes.is_float(t): emit(f"selp.{_AT[t]} {x}, {ptx_imm(to, 1.0)}, {ptx_imm(to, 0.0)}, {v};")
+      else: emit(f"selp.{_BITS[t.itemsize]} {x}, 1, 0, {v};")
+      return x
+    if f == dtypes.bfloat16:  # widen by shifting the bits up (exact)
+      if t == dtypes.float32: z = reg(dtypes.uint16); emit(f"mov.b16 {z}, 0;"); emit(f"mov.b32 {x}, {{{z}, {v}}};"); return x
+      w = self._cast(f, dtypes.float32, v, reg, emit, norm8)
+      return self._cast(dtypes.float32, to, w, reg, emit, norm8)
+    if t == dtypes.bfloat16:
+      w = v if f == dtypes.float32 else self._cast(f, dtypes.float32, v, reg, emit, norm8)
+      emit(f"cvt.rn.bf16.f32 {x}, {w};")
+      return x
+    fi, ti = dtypes.is_float(f), dtypes.is_float(t)
+    if fi and ti:
+      rnd = ".rn" if t.itemsize < f.itemsize else ""
+      emit(f"cvt{rnd}.{_AT[t]}.{_AT[f]} {x}, {v};")
+      return x
+    if fi:  # float -> int: cvt.rzi clamps to the destination range; NaN is selected to 0 (see the module docstring)
+      src, sv = f, v
+      c = reg(to)
+      dt = {dtypes.int8: "s8", dtypes.uint8: "u8"}.get(t, _AT[t])
+      emit(f"cvt.rzi.sat.{dt}.{_AT[src]} {c}, {sv};")
+      norm8(to, c)
+      p = reg(dtypes.bool)
+      emit(f"setp.num.{_AT[src]} {p}, {sv}, {sv};")
+      emit(f"selp.{_BITS[t.itemsize]} {x}, {c}, 0, {p};")
+      return x
+    if ti:  # int -> float
+      emit(f"cvt.rn.{_AT[t]}.{_AT[f]} {x}, {v};")
+      return x
+    # int -> int
+    fs, ts = 2 if f.itemsize == 1 else f.itemsize, 2 if t.itemsize == 1 else t.itemsize
+    if fs == ts: emit(f"mov.{_BITS[ts]} {x}, {v};")
+    elif ts > fs: emit(f"cvt.{_AT[t] if ts > 2 else _UT[ts]}.{_AT[f]} {x}, {v};")   # extend by the source's signedness
+    else: emit(f"cvt.{_UT[ts]}.{_UT[fs]} {x}, {v};")     # narrow: truncate
+    norm8(to, x)
+    return x
