@@ -35,6 +35,61 @@ def mock(nvdev) -> MockNVGPU: return nvdev.port.mock
 def i32(buf: Buffer) -> list[int]: return np.frombuffer(buf.as_memoryview(), np.int32).tolist()
 
 # ---------------------------------------------------------------- HCQ conformance suite on the mock NV
+# the suite's kernels (fill, inc, slow_fill: buffers, then int64 values; one thread per element), in PTX
+NV_KERNELS_PTX = r"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry fill(.param .u64 out, .param .s64 val) {
+  .reg .b32 %r<8>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out];
+  ld.param.s64 %rd2, [val];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x;
+  mad.lo.s32 %r4, %r1, %r2, %r3;
+  cvt.u32.u64 %r5, %rd2;
+  add.s32 %r5, %r5, %r4;
+  mul.wide.s32 %rd3, %r4, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  st.global.u32 [%rd4], %r5;
+  ret;
+}
+.visible .entry inc(.param .u64 a) {
+  .reg .b32 %r<8>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [a];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x;
+  mad.lo.s32 %r4, %r1, %r2, %r3;
+  mul.wide.s32 %rd3, %r4, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r5, [%rd4];
+  add.s32 %r5, %r5, 1;
+  st.global.u32 [%rd4], %r5;
+  ret;
+}
+.visible .entry slow_fill(.param .u64 out) {
+  .reg .b32 %r<8>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r6, 0;
+LOOP:
+  add.s32 %r6, %r6, 1;
+  setp.lt.s32 %p1, %r6, 200;
+  @%p1 bra LOOP;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x;
+  mad.lo.s32 %r4, %r1, %r2, %r3;
+  mul.wide.s32 %rd3, %r4, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  mov.u32 %r5, 7;
+  st.global.u32 [%rd4], %r5;
+  ret;
+}
+"""
+
+def nv_test_lib(request) -> bytes: return NV_KERNELS_PTX.encode()
+
+import test_hcq  # noqa: E402
+test_hcq.KERNEL_PROVIDERS.setdefault("NV", nv_test_lib)
 from test_hcq import (kernel, test_program_call_and_vals, test_wait_returns_kernel_time, test_timeline, test_cross_queue_ordering,  # noqa: F401,E402
                       test_timeout_reports_queue_state, test_patch_and_resubmit, test_graph_replay, test_timestamps_monotonic,
                       test_decode_names_fields)
@@ -49,7 +104,9 @@ def test_open_reads_gpu(nvdev, mock):
   assert nvdev.arch == "sm_90" and nvdev.sm_count == mock.gpcs * mock.tpc_per_gpc * mock.sm_per_tpc
   assert nvdev.driver_version == mock.driver_version and nvdev.uuid == mock.uuid
   assert (nvdev.gpfifo_class, nvdev.compute_class, nvdev.dma_class) == (nv.HOPPER_CHANNEL_GPFIFO_A, nv.HOPPER_COMPUTE_A, nv.HOPPER_DMA_COPY_A)
-  assert "GP_GET 1 GP_PUT 1" in mock.channel_state()  # the SET_OBJECT submit ran on both channels
+  import re
+  states = re.findall(r"GP_GET (\d+) GP_PUT (\d+)", mock.channel_state())
+  assert len(states) == 2 and all(g == p != "0" for g, p in states)  # both channels ran their SET_OBJECT submit and are idle
 
 def test_unknown_driver_version_refused_by_name():
   with pytest.raises(DeviceUnavailable, match=r"999\.12\.3.*no generated bindings"): open_mock(driver_version="999.12.3")
@@ -231,8 +288,28 @@ def test_channel_fault_reported_fast():
     assert "MMU fault" in mock.log[-1]
   finally: dev.close()
 
-def test_exec_not_implemented_says_what_is_missing(nvdev):
-  with pytest.raises(NotImplementedError, match="mockptx"): nvdev.runtime(nvdev, "k", b"")
+def test_exec_2d_grid_and_blocks(nvdev, mock):
+  prg = nvdev.runtime(nvdev, "fill", NV_KERNELS_PTX.encode())
+  out = Buffer("NV", 96, dtypes.int32).allocate()
+  prg(out._buf, global_size=(3, 1, 1), local_size=(32, 1, 1), vals=(1000,))
+  nvdev.synchronize()
+  assert i32(out) == [1000 + i for i in range(96)]
+  q = mock.launches[-1]
+  assert q["grid"] == (3, 1, 1) and q["block"] == (32, 1, 1) and q["cbank0"] % 64 == 0
+
+def test_exec_fault_in_kernel_reported():
+  dev, mock = open_mock()
+  try:
+    prg = dev.runtime(dev, "inc", NV_KERNELS_PTX.encode())
+    args = prg.fill_kernargs([], [])  # wrong: inc takes one buffer
+  except ValueError as e: assert "takes 1 parameters" in str(e)
+  try:
+    from baregrad.hcq import HCQBuffer
+    bogus = HCQBuffer(0x7770000000, 64)
+    prg(bogus, global_size=(4, 1, 1))
+    with pytest.raises(RuntimeError, match="Xid 31"): dev.synchronize(timeout_ms=5000)
+    assert "MMU fault in kernel inc" in mock.log[-1]
+  finally: dev.close()
 
 # ---------------------------------------------------------------- encode/decode round trips
 class _Sig:

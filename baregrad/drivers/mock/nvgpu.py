@@ -117,6 +117,8 @@ class MockNVGPU:
     self._next_fd, self._next_client, self._next_handle, self._next_token = 1000, 0xc1d00000, 0xcaf00000, 1
     self._lock = threading.RLock()
     self.uvm_registered = False
+    self._ptx_cache: dict[str, Any] = {}
+    self._ptx_mem: tuple[Any, Any] | None = None
 
   # ---------------------------------------------------------------- files
   def open(self, path: str, flags: int) -> int:
@@ -641,11 +643,44 @@ class MockNVGPU:
     return True
 
   def _launch(self, ch: Channel, qmd_addr: int) -> None:
-    words = hw.words_of(self.read(qmd_addr, 0x100))
-    f = hw.decode_qmd(words, 4)
-    self.launches.append(f)
-    raise ValueError(f"kernel launch (QMD at {qmd_addr:#x}) needs the PTX interpreter (baregrad/drivers/mock/ptx_interp.py, "
-                     "branch mockptx), which is not merged: this mock cannot run kernels yet")
+    """Run the grid a QMD describes: the PTX found right before its program address, the parameters read from
+    constant bank 0 (at the offset compiled code reads them from), on the PTX interpreter over the GPU's memory."""
+    import struct
+    from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, GPUFault
+    q = hw.read_qmd(hw.words_of(self.read(qmd_addr, hw.QMD_BYTES)))
+    self.launches.append({"qmd": qmd_addr, **q})
+    if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != 4: raise ValueError(f"QMD at {qmd_addr:#x}: type {q['type']} version {q['major']} (expected a v04 grid)")
+    if q["cbank0"] is None: raise ValueError(f"QMD at {qmd_addr:#x}: constant bank 0 not valid (no kernel parameters)")
+    trailer = self.read(q["program"] - 16, 16)
+    if trailer[:8] != hw.IMAGE_MAGIC:
+      raise ValueError(f"program at {q['program']:#x}: no PTX before the code; this mock runs PTX only, not SASS")
+    tlen, nlen = struct.unpack("<II", trailer[8:])
+    start = q["program"] - hw.image_prefix_bytes(tlen, nlen)
+    text = self.read(start, tlen).decode()
+    name = self.read(start + tlen + 1, nlen).decode()
+    mod = self._ptx_cache.get(text)
+    if mod is None: mod = self._ptx_cache[text] = PTXModule(text)
+    try:
+      k = mod.kernel(name)
+      params = self.read(q["cbank0"] + hw.PARAM_CBANK_OFFSET, k.param_size)
+      k.launch(self._ptx_memory(), params, q["grid"], q["block"], shared_bytes=max(0, q["shared"] - k.static_shared))
+    except GPUFault as e: raise ValueError(f"MMU fault in kernel {name}: {e}") from None
+    except PTXError as e: raise ValueError(f"kernel {name}: {e}") from None
+    if q["release0"] is not None:
+      addr, payload, wide = q["release0"]
+      self.write(addr, payload.to_bytes(8 if wide else 4, "little"))
+
+  def _ptx_memory(self) -> Any:
+    """The interpreter's view of the GPU VA space: every mapping, backed by the same host pages (no copies)."""
+    from baregrad.drivers.mock.ptx_interp import Memory as PTXMemory
+    import numpy as np
+    key = tuple((va, n, id(m), off) for va, n, m, off in self.va_map)
+    if self._ptx_mem is None or self._ptx_mem[0] != key:
+      pm = PTXMemory()
+      for va, n, m, off in self.va_map:
+        pm.map(va, n, data=np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(m.view + off)), name=m.kind)
+      self._ptx_mem = (key, pm)
+    return self._ptx_mem[1]
 
   # ---------------------------------------------------------------- for tests and tools (what a debugger would show)
   def channel_state(self) -> str:

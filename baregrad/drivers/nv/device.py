@@ -83,8 +83,19 @@ class NVComputeQueue(HWQueue):
     if not 0 <= nbytes < (1 << 32): raise ValueError(f"copy of {nbytes} bytes: LINE_LENGTH_IN holds 32 bits; split the copy")
     return hw.copy_words(dest, src, nbytes), _COPY_FIELDS
   def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> Any:
-    raise NotImplementedError("NV exec is not implemented yet: the QMD launch needs the PTX renderer (branch ptx) and, on the mock, "
-                              "the PTX interpreter baregrad/drivers/mock/ptx_interp.py (branch mockptx), neither of which is merged")
+    """The QMD lives in the args memory (written here; update_exec rewrites it); the pushbuffer points the compute
+    engine at it. Fields: qmd (the QMD address, shifted 8, as SEND_PCAS_A carries it)."""
+    assert isinstance(args_state, NVArgsState), "NV exec needs args from NVProgram.fill_kernargs"
+    args_state.write_qmd(gs, ls)
+    return hw.exec_words(args_state.qmd_va), {"qmd": (3, 1)}
+  def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
+    self._check(i, "exec")
+    args: NVArgsState = self._refs[(i % len(self.cmds), "args")]
+    from baregrad.hcq.queue import _dims
+    gs = args.grid if global_size is None else _dims(global_size, "global_size")
+    ls = args.block if local_size is None else _dims(local_size, "local_size")
+    args.write_qmd(gs, ls)
+    return self
   def _submit(self, dev: Any) -> None: dev.channels[self.engine].submit(self.words)
 
 class NVCopyQueue(NVComputeQueue):
@@ -151,10 +162,118 @@ class NVChannel:
     return s
 
 # ---------------------------------------------------------------- program, allocator
+_PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "bf16": 2, "u32": 4, "s32": 4, "b32": 4, "f32": 4,
+              "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+LIB_MAGIC = b"BGNVLIB1"
+
+def pack_lib(ptx: str, cubin: bytes) -> bytes:
+  """What NVCompiler produces: the cubin (the GPU's code) and the PTX it came from (what the mock GPU runs)."""
+  import struct
+  t = ptx.encode()
+  return LIB_MAGIC + struct.pack("<II", len(cubin), len(t)) + cubin + t
+
+def unpack_lib(lib: bytes) -> tuple[str, bytes]:
+  """(PTX text, cubin or b"") from NVCompiler output, or from plain PTX text."""
+  import struct
+  if lib.startswith(LIB_MAGIC):
+    nc, nt = struct.unpack_from("<II", lib, len(LIB_MAGIC))
+    o = len(LIB_MAGIC) + 8
+    return lib[o + nc:o + nc + nt].decode(), lib[o:o + nc]
+  text = lib.decode(errors="replace")
+  if ".entry" not in text: raise ValueError("NV program: expected NVCompiler output or PTX text (no .entry found)")
+  return text, b""
+
+def ptx_params(ptx: str, name: str) -> list[tuple[int, int]]:
+  """(offset, size) of each .param of entry `name`, naturally aligned, from the PTX declaration."""
+  import re
+  m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\(([^)]*)\)", ptx)
+  if m is None: raise ValueError(f"no .entry {name} in the PTX")
+  out, off = [], 0
+  for t in re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)", m.group(1)):
+    sz = _PTX_SIZES.get(t, 8)
+    off = _rup(off, sz)
+    out.append((off, sz))
+    off += sz
+  return out
+
+class NVArgsState(HCQArgsState):
+  """Args memory: [pad to 256][QMD 0x180, pad to 0x200][constant bank 0: 0x210 bytes, then the kernel parameters]."""
+  def __init__(self, cpu_addr: int, va_addr: int, prg: NVProgram, bufs: Sequence[Any], vals: Sequence[int]) -> None:
+    super().__init__(cpu_addr, va_addr, prg, bufs, vals)
+    pad = -va_addr % 256
+    self.qmd_va, self.qmd_cpu = va_addr + pad, cpu_addr + pad
+    self.cb_va, self.cb_cpu = self.qmd_va + 0x200, self.qmd_cpu + 0x200
+    self.grid, self.block = (1, 1, 1), (1, 1, 1)
+    if len(self.bufs) + len(self.vals) != len(prg.params):
+      raise ValueError(f"{prg.name} takes {len(prg.params)} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
+    ctypes.memset(self.cb_cpu, 0, prg.param_off)
+    for i, b in enumerate(self.bufs): self._put(i, b.va_addr)
+    for i, v in enumerate(self.vals): self._put(len(self.bufs) + i, v)
+  def _put(self, i: int, v: int) -> None:
+    off, sz = self.prg.params[i]
+    ctypes.memmove(self.cb_cpu + self.prg.param_off + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
+  def update_buffer(self, i: int, addr: int) -> None:
+    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
+    self._put(i, addr)
+  def update_var(self, i: int, value: int) -> None:
+    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
+    self._put(len(self.bufs) + i, value)
+  def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
+    prg = self.prg
+    if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
+    if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
+    self.grid, self.block = gs, ls
+    w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared, prg.regs)
+    (ctypes.c_uint32 * len(w)).from_address(self.qmd_cpu)[:] = w
+
+def prod3(t: Sequence[int]) -> int: return t[0] * t[1] * t[2]
+
 class NVProgram(HCQProgram):
+  """A kernel: its code uploaded to GPU memory in an image that also holds the PTX (the mock GPU runs that)."""
+  args_state_t = NVArgsState
   def __init__(self, dev: NVDevice, name: str, lib: bytes) -> None:
-    raise NotImplementedError(f"NV program {name!r}: kernel launch is not implemented yet (needs the PTX renderer from branch ptx "
-                              "and, on the mock, the PTX interpreter from branch mockptx)")
+    super().__init__(dev, name, lib)
+    ptx, cubin = unpack_lib(lib)
+    if not cubin and dev.compiler_ok:  # plain PTX: assemble it for the real GPU's sake when ptxas is here
+      try: cubin = unpack_lib(dev.compiler.compile(ptx))[1]
+      except Exception: cubin = b""
+    if not cubin and not dev.is_mock:
+      raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
+    self.ptx, self.param_off, self.regs, self.shared = ptx, hw.PARAM_CBANK_OFFSET, 32, 0
+    code = b""
+    self.params = ptx_params(ptx, name)
+    if cubin:
+      from baregrad.drivers.nv_compile import parse_cubin
+      info = parse_cubin(cubin)["kernels"].get(name)
+      if info is None: raise ValueError(f"NV program: the cubin has no kernel {name}")
+      code, self.regs, self.shared = info["code"], max(info["regs"], 16), info["shared"]
+      if info["param_cbank"] is not None: self.param_off = info["param_cbank"][0]
+      if info["params"]: self.params = [(o, sz) for _, o, sz in info["params"]]
+    self.param_size = max((o + s for o, s in self.params), default=0)
+    image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
+    dev._ensure_local_memory()
+    # host-visible, written by the CPU: a copy-queue upload would not be ordered before a raw compute-queue launch
+    self.image = dev._gpu_alloc(len(image), host=True)
+    assert self.image.cpu is not None
+    ctypes.memmove(self.image.cpu, image, len(image))
+    self.code_va = self.image.va + code_off
+  def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def __del__(self) -> None:
+    try:
+      if not self.dev.closed:
+        self.dev.synchronize()
+        self.dev._gpu_free(self.image)
+    except Exception: pass
+
+class NVCompiler:
+  """PTX -> NVCompiler output (cubin from ptxas + the PTX); PTX alone when ptxas is missing (the mock runs it)."""
+  def __init__(self, arch: str) -> None:
+    from baregrad.hal import CompileError
+    from baregrad.drivers.nv_compile import PTXCompiler
+    try: self.ptxas: Any = PTXCompiler(arch)
+    except CompileError as e: self.ptxas, self.reason = None, str(e)
+    self.arch = arch
+  def compile(self, src: str) -> bytes: return pack_lib(src, self.ptxas.compile(src) if self.ptxas is not None else b"")
 
 class NVAllocator(HCQAllocator):
   def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
@@ -189,8 +308,12 @@ class NVDevice(HCQDevice):
       raise DeviceUnavailable(f"{device}: /dev/nvidiactl not found (no NVIDIA kernel driver loaded here); set MOCKGPU=1 for the mock GPU") from None
     except PermissionError as e: raise DeviceUnavailable(f"{device}: cannot open /dev/nvidiactl: {e}") from None
     self._init_rm(device)
-    super().__init__(device, None, None, _MissingCompiler(), NVProgram, NVComputeQueue, NVCopyQueue,
+    self.is_mock = hasattr(getattr(port, "inner", port), "mock")
+    renderer, compiler = _toolchain(self.arch)
+    self.compiler_ok = getattr(compiler, "ptxas", None) is not None
+    super().__init__(device, None, renderer, compiler, NVProgram, NVComputeQueue, NVCopyQueue,
                      kernargs_size=1 << 20, signal_pool_size=64 << 10)
+    self.local_mem: NVMemory | None = None
     self.allocator = NVAllocator(self)
     self._init_channels()
 
@@ -396,6 +519,20 @@ class NVDevice(HCQDevice):
       ch.submit(array("I", [hw.mthd(hw.SUBC_COMPUTE, hw.SET_OBJECT, 1), self.compute_class, hw.mthd(hw.SUBC_COPY, hw.SET_OBJECT, 1), self.dma_class]))
     self.synchronize()
 
+  def _ensure_local_memory(self, per_thread: int = 0x400) -> None:
+    """Shader local memory (per-thread stacks) and the shared/local windows, set once on the compute channel."""
+    if self.local_mem is not None: return
+    from array import array
+    size = _rup(per_thread * self.sm_count * 2048, 2 << 20)
+    self.local_mem = self._gpu_alloc(size)
+    c, M = hw.SUBC_COMPUTE, hw.M32
+    nv = self.nv
+    w = [hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_A, 2), self.local_mem.va >> 32, self.local_mem.va & M,
+         hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 3), size >> 32, size & M, 0xFF,
+         hw.mthd(c, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A, 2), 0, 0xFE000000,
+         hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A, 2), 0, 0xFF000000]
+    self.channels["compute"].submit(array("I", w))
+
   # ---------------------------------------------------------------- HCQ hooks
   def _kick(self) -> None:
     """Ring the doorbell of channels with pending work: the GPU re-checks semaphore acquires (host-written signals)."""
@@ -454,11 +591,9 @@ class NVDevice(HCQDevice):
     from baregrad.hal import Device
     Device.forget(self.device, self)
 
-class _MissingCompiler:
-  def __init__(self) -> None: self.reason = "the PTX renderer/compiler (branch ptx) is not merged"
-  def compile(self, src: str) -> bytes:
-    from baregrad.hal import CompileError
-    raise CompileError(src, f"NV: no compiler: {self.reason}")
+def _toolchain(arch: str) -> tuple[Any, Any]:
+  from baregrad.codegen.renderer.ptx import PTXRenderer
+  return PTXRenderer(arch), NVCompiler(arch)
 
 def _unavail(device: str, why: str) -> Any: raise DeviceUnavailable(f"{device}: {why}")
 

@@ -7,7 +7,7 @@ headers, via ctypes_autogen.nv); the few the bindings lack are named here with t
 from __future__ import annotations
 import ctypes, struct
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 
 M32 = 0xFFFFFFFF
@@ -287,3 +287,98 @@ def nv_bits(words: Sequence[int], hi: int, lo: int) -> int:
 def format_qmd(words: Sequence[int], version: int = 4) -> str:
   f = decode_qmd(words, version)
   return "\n".join(f"  {k:<40s} {v:#x}" for k, v in sorted(f.items())) or "  (all fields zero)"
+
+# ---------------------------------------------------------------- Hopper QMD (v04) fields the launch uses
+# qmd.py names them; the indexed ones (constant buffers, releases) are function-like macros in clcbc0qmd.h, given here
+# for index 0 as (hi, lo) bit ranges of the 384-byte QMD.
+QMD_BYTES = 0x180
+def _qf(name: str) -> tuple[int, int]:
+  from baregrad.ctypes_autogen.nv import qmd
+  return tuple(getattr(qmd, "NVCBC0_QMDV04_00_" + name))  # type: ignore[return-value]
+QMD_CB0_VALID, QMD_CB0_ADDR_LO6, QMD_CB0_ADDR_HI6, QMD_CB0_SIZE4 = (416, 416), (1567, 1536), (1586, 1568), (1599, 1587)
+QMD_RELEASE0_ENABLE, QMD_RELEASE0_STRUCTURE_SIZE, QMD_RELEASE0_PAYLOAD64B = (320, 320), (322, 321), (332, 332)
+QMD_QMD_TYPE, QMD_MINOR, QMD_MAJOR = (25, 23), (579, 576), (583, 580)
+QMD_TYPE_GRID_CTA = 2
+PCAS_ACTION_PREFETCH_SCHEDULE = 9
+PARAM_CBANK_OFFSET = 0x210  # where sm_70..sm_90 code finds kernel parameters in constant bank 0 (cubins say so too)
+
+def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
+  n = hi - lo + 1
+  if value < 0 or value >> n: raise ValueError(f"{value:#x} does not fit QMD bits {hi}:{lo}")
+  v = 0
+  for i in range(hi // 32, lo // 32 - 1, -1): v = (v << 32) | int(words[i])
+  sh = lo % 32
+  v = (v & ~(((1 << n) - 1) << sh)) | (value << sh)
+  for i in range(lo // 32, hi // 32 + 1): words[i] = (v >> (32 * (i - lo // 32))) & M32
+
+QMD_GRID = ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")
+QMD_BLOCK = ("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
+
+def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], block: Sequence[int], shared: int, regs: int,
+              release: tuple[int, int] | None = None) -> list[int]:
+  """A Hopper compute QMD (v04) for one grid launch, as 96 words."""
+  w = [0] * (QMD_BYTES // 4)
+  set_bits(w, *QMD_QMD_TYPE, QMD_TYPE_GRID_CTA)
+  set_bits(w, *QMD_MAJOR, 4)
+  for name, v in zip(QMD_GRID, grid): set_bits(w, *_qf(name), v)
+  for name, v in zip(QMD_BLOCK, block): set_bits(w, *_qf(name), v)
+  set_bits(w, *_qf("SHARED_MEMORY_SIZE"), _rup16(shared))
+  set_bits(w, *_qf("REGISTER_COUNT"), regs)
+  set_bits(w, *_qf("BARRIER_COUNT"), 1)
+  set_bits(w, *_qf("PROGRAM_ADDRESS_LOWER"), program & M32)
+  set_bits(w, *_qf("PROGRAM_ADDRESS_UPPER"), program >> 32)
+  if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
+  set_bits(w, *QMD_CB0_VALID, 1)
+  set_bits(w, *QMD_CB0_ADDR_LO6, (cbank0 >> 6) & M32)
+  set_bits(w, *QMD_CB0_ADDR_HI6, cbank0 >> 38)
+  set_bits(w, *QMD_CB0_SIZE4, _rup16(cbank0_size) >> 4)
+  if release is not None:
+    set_bits(w, *QMD_RELEASE0_ENABLE, 1)
+    set_bits(w, *QMD_RELEASE0_PAYLOAD64B, 1)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_ADDR_LOWER"), release[0] & M32)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_ADDR_UPPER"), release[0] >> 32)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), release[1] & M32)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), release[1] >> 32)
+  return w
+
+def _rup16(x: int) -> int: return (x + 15) // 16 * 16
+
+def read_qmd(words: Sequence[int]) -> dict[str, Any]:
+  """The launch a QMD describes: grid, block, shared bytes, registers, program address, constant bank 0 (addr, size)."""
+  b = lambda f: nv_bits(words, *f)
+  return {"grid": tuple(b(_qf(n)) for n in QMD_GRID), "block": tuple(b(_qf(n)) for n in QMD_BLOCK),
+          "shared": b(_qf("SHARED_MEMORY_SIZE")), "regs": b(_qf("REGISTER_COUNT")),
+          "program": b(_qf("PROGRAM_ADDRESS_LOWER")) | (b(_qf("PROGRAM_ADDRESS_UPPER")) << 32),
+          "cbank0": ((b(QMD_CB0_ADDR_LO6) | (b(QMD_CB0_ADDR_HI6) << 32)) << 6) if b(QMD_CB0_VALID) else None,
+          "cbank0_size": b(QMD_CB0_SIZE4) << 4, "type": b(QMD_QMD_TYPE), "major": b(QMD_MAJOR),
+          "release0": (b(_qf("RELEASE_SEMAPHORE0_ADDR_LOWER")) | (b(_qf("RELEASE_SEMAPHORE0_ADDR_UPPER")) << 32),
+                       b(_qf("RELEASE_SEMAPHORE0_PAYLOAD_LOWER")) | (b(_qf("RELEASE_SEMAPHORE0_PAYLOAD_UPPER")) << 32),
+                       b(QMD_RELEASE0_PAYLOAD64B)) if b(QMD_RELEASE0_ENABLE) else None}
+
+def exec_words(qmd_addr: int) -> list[int]:
+  """Invalidate the shader caches, then SEND_PCAS_A (QMD address >> 8) + SEND_SIGNALING_PCAS2_B (prefetch and schedule)."""
+  if qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} must be 256-byte aligned")
+  inv = (nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION.encode(1) | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA.encode(1)
+         | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT.encode(1))
+  return [mthd(SUBC_COMPUTE, INVALIDATE_SHADER_CACHES_NO_WFI, 1), inv, mthd(SUBC_COMPUTE, SEND_PCAS_A, 1), qmd_addr >> 8,
+          mthd(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION_PREFETCH_SCHEDULE]
+
+# ---------------------------------------------------------------- program images
+# The image the QMD's program address points into: [PTX text \0 entry name \0, padded][trailer 16 bytes][code...].
+# The GPU runs the code at the program address; the mock GPU, which cannot run SASS, finds the PTX right before it.
+IMAGE_MAGIC = b"BGPTX\0\0\0"
+CODE_ALIGN = 256
+
+def pack_image(ptx: str, name: str, code: bytes) -> tuple[bytes, int]:
+  """(image bytes, offset of the code in it)."""
+  t, nm = ptx.encode(), name.encode()
+  block = t + b"\0" + nm + b"\0"
+  block += b"\0" * (-len(block) % 16)
+  head = block + IMAGE_MAGIC + struct.pack("<II", len(t), len(nm))
+  pad = -len(head) % CODE_ALIGN
+  return b"\0" * pad + head + code, pad + len(head)
+
+def image_prefix_bytes(text_len: int, name_len: int) -> int:
+  """How far before the code the PTX text starts (given the trailer's lengths)."""
+  n = text_len + name_len + 2
+  return n + (-n % 16) + 16
