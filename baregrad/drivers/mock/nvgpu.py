@@ -691,3 +691,13 @@ class MockNVGPU:
         out.append(f"channel token {ch.token}: GP_GET {ch.gp_get} GP_PUT {put} methods executed {ch.methods_done}"
                    + (f" BLOCKED {ch.blocked}" if ch.blocked else "") + (f" FAULT {ch.fault}" if ch.fault else ""))
       return "\n".join(out)
+
+  def dump_channel(self, token: int, last: int = 8) -> str:
+    """A channel's GPFIFO and pushbuffers as the GPU sees them (read through its VA space), decoded."""
+    with self._lock:
+      ch = self.channels[token]
+      ring = hw.words_of(self.read(ch.ring_va, 8 * ch.entries))
+      entries = [ring[2 * i] | (ring[2 * i + 1] << 32) for i in range(ch.entries)]
+      put = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT).value
+      return f"channel token {ch.token}" + (f" BLOCKED {ch.blocked}" if ch.blocked else "") + (f" FAULT {ch.fault}" if ch.fault else "") + "\n" + \
+        hw.format_gpfifo(entries, ch.gp_get, put, self.read, dict(ch.subc_class), last)

@@ -382,3 +382,24 @@ def image_prefix_bytes(text_len: int, name_len: int) -> int:
   """How far before the code the PTX text starts (given the trailer's lengths)."""
   n = text_len + name_len + 2
   return n + (-n % 16) + 16
+
+def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, classes: dict[int, int] | None = None, last: int = 8) -> str:
+  """A GPFIFO ring in words: the entries between GP_GET and GP_PUT (pending) and up to `last` before GP_GET (done).
+  `read(addr, nbytes) -> bytes`, when given, fetches each pushbuffer segment so its commands are decoded too."""
+  n = len(entries)
+  lines = [f"GPFIFO: {n} entries, GP_GET {get}, GP_PUT {put} ({(put - get) % n} pending)"]
+  first = (get - min(last, (get - put) % n if put != get else last)) % n
+  i = first
+  while True:
+    if i == put and i != first: break
+    e = int(entries[i])
+    if e == 0 and i != get: i = (i + 1) % n; continue
+    addr, nw, sync = decode_gp_entry(e)
+    state = "pending" if (i - get) % n < (put - get) % n else "done"
+    lines.append(f"  [{i:5d}] {state:<7s} pushbuffer {addr:#x} {nw} words{' SYNC' if sync else ''}")
+    if read is not None and nw:
+      try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes))
+      except Exception as ex: lines.append(f"    (cannot read the segment: {ex})")
+    i = (i + 1) % n
+    if i == put: break
+  return "\n".join(lines)
