@@ -403,3 +403,13 @@ def test_nv_smoke_tool_on_mock(capsys):
 def test_qmd_roundtrip(grid, block, shared, regs, prog, cb):
   q = hw.read_qmd(hw.build_qmd(prog, cb, 0x220, grid, block, shared, regs, (0x1000, 9)))
   assert (q["grid"], q["block"], q["shared"], q["regs"], q["program"], q["cbank0"], q["release0"]) == (grid, block, shared, regs, prog, cb, (0x1000, 9, 1))
+
+# ---------------------------------------------------------------- the whole stack on the mock: Tensor -> PTX -> QMD -> interpreter
+def test_tensor_ops_on_mock_nv(nvdev):
+  from baregrad.tensor import Tensor
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+  a = Tensor(x, device="NV")
+  np.testing.assert_allclose((a * 2 + 1).sum(axis=1).numpy(), (x * 2 + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose((a @ Tensor(w, device="NV")).numpy(), x @ w, rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(a.exp().max(axis=0).numpy(), np.exp(x).max(axis=0), rtol=1e-5)

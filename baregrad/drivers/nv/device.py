@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes, errno, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
-from baregrad.hal import OutOfMemory, DeviceUnavailable
+from baregrad.hal import OutOfMemory, DeviceUnavailable, Compiler
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 from baregrad.drivers.port import IoctlError, make_port, register_ioctl, describe
 from baregrad.ctypes_autogen.nv import pick_nv_module, UnsupportedDriverVersion, nv_580
@@ -265,7 +265,7 @@ class NVProgram(HCQProgram):
         self.dev._gpu_free(self.image)
     except Exception: pass
 
-class NVCompiler:
+class NVCompiler(Compiler):
   """PTX -> NVCompiler output (cubin from ptxas + the PTX); PTX alone when ptxas is missing (the mock runs it)."""
   def __init__(self, arch: str) -> None:
     from baregrad.hal import CompileError
@@ -273,6 +273,8 @@ class NVCompiler:
     try: self.ptxas: Any = PTXCompiler(arch)
     except CompileError as e: self.ptxas, self.reason = None, str(e)
     self.arch = arch
+    super().__init__(f"nv_{arch}_{'ptxas' if self.ptxas is not None else 'ptxonly'}")
+  def version(self) -> str: return self.ptxas.version() if self.ptxas is not None else "ptx-only"
   def compile(self, src: str) -> bytes: return pack_lib(src, self.ptxas.compile(src) if self.ptxas is not None else b"")
 
 class NVAllocator(HCQAllocator):
