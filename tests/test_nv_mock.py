@@ -413,3 +413,50 @@ def test_tensor_ops_on_mock_nv(nvdev):
   np.testing.assert_allclose((a * 2 + 1).sum(axis=1).numpy(), (x * 2 + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose((a @ Tensor(w, device="NV")).numpy(), x @ w, rtol=1e-4, atol=1e-4)
   np.testing.assert_allclose(a.exp().max(axis=0).numpy(), np.exp(x).max(axis=0), rtol=1e-5)
+
+# ---------------------------------------------------------------- rings wrap, host threads
+def test_rings_wrap():
+  class SmallNV(NVDevice): gpfifo_entries, cmd_ring_bytes = 8, 4096
+  mock = MockNVGPU()
+  dev = SmallNV("NV", port=make_port(mock))
+  try:
+    s = HCQSignal(dev)
+    for v in range(1, 301):  # 300 submits of ~70 bytes: the 8-entry GPFIFO and the 4 KiB command ring wrap many times
+      q = (dev.compute_queue_t if v % 3 else dev.copy_queue_t)()
+      with dev.submit_lock: q.wait(dev.timeline_signal, dev.timeline_value - 1).signal(s, v).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout_ms=10000)
+    assert s.value == 300
+    big = dev.copy_queue_t()
+    for _ in range(200): big.memory_barrier()  # 200 x 28 bytes > 4 KiB
+    with pytest.raises(ValueError, match="exceeds"): big.submit(dev)
+    # a stuck channel fills its GPFIFO: the next submit times out naming the state instead of overwriting entries
+    never = HCQSignal(dev)
+    dev.default_timeout_ms = 200
+    for _ in range(7): dev.copy_queue_t().wait(never, 1).submit(dev)
+    with pytest.raises(RuntimeError, match="no room") as e: dev.copy_queue_t().wait(never, 1).submit(dev)
+    assert "7 entries pending" in str(e.value)
+    never.value = 1
+    dev.synchronize(timeout_ms=5000)
+  finally: dev.close()
+
+def test_concurrent_host_threads(nvdev):
+  import threading
+  sigs = [HCQSignal(nvdev) for _ in range(3)]
+  def work(s: HCQSignal, q) -> None:
+    for v in range(1, 61): q().memory_barrier().signal(s, v).submit(nvdev)
+  ts = [threading.Thread(target=work, args=(s, q)) for s, q in zip(sigs, (nvdev.compute_queue_t, nvdev.copy_queue_t, nvdev.compute_queue_t))]
+  for t in ts: t.start()
+  for t in ts: t.join(timeout=20)
+  for s in sigs: s.wait(60, timeout_ms=5000)
+
+def test_failed_open_gives_everything_back():
+  class NoCopy(MockNVGPU):
+    def __init__(self) -> None:
+      super().__init__()
+      del self.classes[nv.HOPPER_DMA_COPY_A]  # a GPU without the copy class we need
+      self.classlist.remove(nv.HOPPER_DMA_COPY_A)
+  mock = NoCopy()
+  with pytest.raises(DeviceUnavailable, match="no DMA copy class"): NVDevice("NV", port=make_port(mock))
+  assert mock.clients == {} and mock.files == {}
+  dev, _ = open_mock()  # the address window it reserved is free again
+  dev.close()

@@ -309,7 +309,10 @@ class NVDevice(HCQDevice):
     except FileNotFoundError:
       raise DeviceUnavailable(f"{device}: /dev/nvidiactl not found (no NVIDIA kernel driver loaded here); set MOCKGPU=1 for the mock GPU") from None
     except PermissionError as e: raise DeviceUnavailable(f"{device}: cannot open /dev/nvidiactl: {e}") from None
-    self._init_rm(device)
+    try: self._init_rm(device)
+    except BaseException:
+      self._abandon()
+      raise
     self.is_mock = hasattr(getattr(port, "inner", port), "mock")
     renderer, compiler = _toolchain(self.arch)
     self.compiler_ok = getattr(compiler, "ptxas", None) is not None
@@ -317,7 +320,23 @@ class NVDevice(HCQDevice):
                      kernargs_size=1 << 20, signal_pool_size=64 << 10)
     self.local_mem: NVMemory | None = None
     self.allocator = NVAllocator(self)
-    self._init_channels()
+    try: self._init_channels()
+    except BaseException:
+      self._abandon()
+      raise
+
+  def _abandon(self) -> None:
+    """A failed open gives back what it took: the RM client (and so every object under it), the fds, the window."""
+    if getattr(self, "root", None):
+      try: self.rm_free(self.root)
+      except Exception: pass
+    for fd in self._fds:
+      try: self.port.close(fd)
+      except Exception: pass
+    self._fds.clear()
+    if getattr(self, "window", None):
+      try: self.port.munmap(*self.window)
+      except OSError: pass
 
   # ---------------------------------------------------------------- syscalls
   def _open(self, path: str) -> int:
@@ -499,7 +518,7 @@ class NVDevice(HCQDevice):
                                        nv.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS(engineType=hw.NV2080_ENGINE_TYPE_GRAPHICS))
     self.ctxshare = self.rm_alloc(self.channel_group, hw.FERMI_CONTEXT_SHARE_A, nv.NV_CTXSHARE_ALLOCATION_PARAMETERS(
       hVASpace=self.vaspace, flags=nv.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC))
-    ring_bytes = self.gpfifo_entries * 8
+    ring_bytes = _rup(self.gpfifo_entries * 8, 0x200)  # USERD follows the ring, 512-byte aligned
     per = _rup(ring_bytes + 0x200, PAGE)
     self.gpfifo_mem = self._gpu_alloc(2 * per, host=True)
     self.notifier_mem = self._gpu_alloc(PAGE, host=True)
