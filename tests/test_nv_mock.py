@@ -259,6 +259,7 @@ def test_timeout_message_has_gpfifo_state(nvdev):
   assert "copy channel" in msg and "GP_GET" in msg and "GP_PUT" in msg and "1 entries pending" in msg
   assert f"WAIT      addr={never.va_addr:#x} value=42" in msg and "SEM_EXECUTE ACQ_STRICT_GEQ" in msg
   assert "SEM_PAYLOAD_LO" in msg  # the raw methods of the stuck segment
+  assert f"->[@    1] WAIT      addr={never.va_addr:#x}" in msg and "the GPU is at" in msg  # where USERD's pushbuffer GET points
   never.value = 42
   done.wait(1, timeout_ms=5000)
 

@@ -575,7 +575,11 @@ class MockNVGPU:
         except ValueError as e:
           self._fault(ch, 31 if "MMU" in str(e) else 13, f"{hw.method_name(ch.subc_class.get(m.subc), m.method)} at {addr + 4 * m.pos:#x}: {e}")
           return progress
-        if not ok: return progress  # blocked on an acquire: resume here on the next doorbell or release
+        if not ok:  # blocked on an acquire: resume here on the next doorbell or release
+          here = addr + 4 * m.pos  # the PBDMA's pushbuffer GET, as USERD shows it
+          ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET).value = here & 0xFFFFFFFF
+          ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET_HI).value = here >> 32
+          return progress
         ch.pos += 1
         ch.methods_done += 1
         progress = True

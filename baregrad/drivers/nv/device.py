@@ -154,11 +154,16 @@ class NVChannel:
     s = f"  {self.name} channel (token {self.token}): GP_GET {get} GP_PUT {put}" + (" (idle)" if get == put else f" ({(put - get) % self.entries} entries pending)")
     classes = {hw.SUBC_COMPUTE: self.dev.compute_class, hw.SUBC_COPY: self.dev.dma_class}
     shown = [e for e in self.inflight if not self._done(e[0])][:2] or list(self.inflight)[-1:]
+    userd = ctypes.addressof(self.gp_get_p) - hw.USERD_GP_GET
+    pb_get = ctypes.c_uint32.from_address(userd + hw.USERD_GET).value | (ctypes.c_uint32.from_address(userd + hw.USERD_GET_HI).value << 32)
     for idx, off, n in shown:
       words = (ctypes.c_uint32 * n).from_address(self.cmd.cpu + off)[:]
       cur = "pending" if not self._done(idx) else "last completed"
-      s += f"\n  GPFIFO entry {idx} ({cur}): {n} words at {self.cmd.va + off:#x}\n" + hw.format_commands(words, classes)
-      if not self._done(idx) and idx == get: s += "\n" + hw.format_methods(words, classes, base=self.cmd.va + off)
+      seg = self.cmd.va + off
+      mark = (pb_get - seg) // 4 if not self._done(idx) and idx == get and seg <= pb_get < seg + 4 * n else None
+      s += f"\n  GPFIFO entry {idx} ({cur}): {n} words at {seg:#x}" + (f", the GPU is at {pb_get:#x}" if mark is not None else "")
+      s += "\n" + hw.format_commands(words, classes, mark)
+      if not self._done(idx) and idx == get: s += "\n" + hw.format_methods(words, classes, mark, base=seg)
     return s
 
 # ---------------------------------------------------------------- program, allocator

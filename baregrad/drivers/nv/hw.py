@@ -223,11 +223,13 @@ def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, 
   classes = classes or {}
   try: ms = decode_pushbuffer(words)
   except PushbufferError as e: return f"    {e}"
-  lines = []
+  lines, marked = [], False
   for m in ms:
     where = f"{base + 4 * m.pos:#x}" if base is not None else f"@{m.pos}"
-    flag = "->" if mark is not None and m.pos >= mark and not any(l.startswith("->") for l in lines) else "  "
-    lines.append(f"  {flag}{where:>14s} subc{m.subc} {method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method):<34s} {m.value:#010x}")
+    here = mark is not None and not marked and m.pos >= mark
+    marked |= here
+    name = method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method)
+    lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}")
   return "\n".join(lines)
 
 def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None) -> str:
@@ -262,6 +264,7 @@ def decode_gp_entry(e: int) -> tuple[int, int, bool]:
 # USERD (Nvc56fControl_struct): GP_GET / GP_PUT word offsets
 USERD_GP_GET = nv.struct_Nvc56fControl_struct.GPGet.offset
 USERD_GP_PUT = nv.struct_Nvc56fControl_struct.GPPut.offset
+USERD_GET, USERD_GET_HI = nv.struct_Nvc56fControl_struct.Get.offset, nv.struct_Nvc56fControl_struct.GetHi.offset  # pushbuffer read pointer
 
 def words_of(b: bytes) -> list[int]: return list(struct.unpack(f"<{len(b) // 4}I", b[:len(b) // 4 * 4]))
 
