@@ -461,3 +461,19 @@ def test_failed_open_gives_everything_back():
   assert mock.clients == {} and mock.files == {}
   dev, _ = open_mock()  # the address window it reserved is free again
   dev.close()
+
+def test_mock_semaphore_and_copy_semaphore_ops(nvdev):
+  """Raw pushbuffers: 32-bit releases, reductions, circular acquire, and the copy engine's own semaphore release."""
+  from array import array
+  s, t = HCQSignal(nvdev), HCQSignal(nvdev)
+  F = hw
+  red = lambda op: (F.F_SEM_OP.encode(6) | F.F_SEM_RED.encode(op) | F.F_SEM_FMT.encode(1))
+  w = (F.sem_words(s.va_addr, 0xFFFFFFF0, F.F_SEM_OP.encode(1)) +           # 32-bit release
+       F.sem_words(s.va_addr, 0x20, red(5)) +                               # 32-bit IADD wraps: 0x10
+       F.sem_words(s.va_addr, 0x10, F.F_SEM_OP.encode(3)) +                 # circular >= 0x10: passes
+       F.sem_words(s.va_addr, 7, red(1)) +                                  # IMAX -> 0x10
+       [F.mthd(F.SUBC_COPY, F.SET_SEMAPHORE_A, 3), t.va_addr >> 32, t.va_addr & F.M32, 99,
+        F.mthd(F.SUBC_COPY, F.LAUNCH_DMA, 1), hw.nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE.encode(2)])  # no transfer, release + timestamp
+  nvdev.channels["copy"].submit(array("I", w))
+  nvdev.synchronize()
+  assert s.value == 0x10 and t.value == 99 and t.timestamp > 0
