@@ -63,6 +63,7 @@ def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
 # device base name -> function(request) returning the binary with the kernels fill, inc, slow_fill
 # (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
 KERNEL_PROVIDERS = {"CPU": _cpu_lib}
+KERNEL_PROVIDERS["NV"] = lambda request: __import__("test_nv_mock").NV_KERNELS_PTX.encode()  # PTX, run by the mock GPU (MOCKGPU=1)
 
 @pytest.fixture
 def kernel(hcq_device, request):

@@ -1,0 +1,52 @@
+"""NVIDIA bindings, one module per driver branch whose interface structs differ.
+
+The RM and UVM parameter structs are private to the driver and change between branches
+(fields are added, arrays grow), so a binding made from one branch's headers must not be
+used with another branch's kernel module. `pick_nv_module` maps the version the kernel
+reports (/proc/driver/nvidia/version, or /sys/module/nvidia/version) to the module
+generated from that branch's open-gpu-kernel-modules tag, and refuses any other version
+by name instead of guessing.
+
+`qmd` (compute queue meta data, from open-gpu-doc) describes hardware, not the driver,
+and is shared by every branch.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+from types import ModuleType
+
+# driver branch -> (module, the tag its headers came from). A branch is added by generating
+# its module (python tools/autogen.py nv.nv_BRANCH --src ...) and listing it here.
+BRANCHES: dict[str, tuple[str, str]] = {
+  "580": ("nv_580", "580.142"),
+}
+
+
+class UnsupportedDriverVersion(RuntimeError):
+  """The running NVIDIA kernel module is from a branch with no generated bindings."""
+
+
+def pick_nv_module(driver_version: str) -> ModuleType:
+  """The bindings for NVIDIA driver `driver_version` (e.g. '580.95.05'); raises for unknown branches."""
+  m = re.fullmatch(r"\s*(\d+)\.(\d+)(?:\.(\d+))?\s*", driver_version)
+  if m is None:
+    raise UnsupportedDriverVersion(f"not an NVIDIA driver version: {driver_version!r}")
+  branch = m.group(1)
+  if branch not in BRANCHES:
+    raise UnsupportedDriverVersion(
+      f"NVIDIA driver {driver_version.strip()} (branch {branch}) has no generated bindings; supported branches: "
+      f"{', '.join(f'{b}.x (from {t})' for b, (_, t) in BRANCHES.items())}. Generate one with "
+      f"python tools/autogen.py nv.nv_{branch} --src <open-gpu-kernel-modules at that tag>.")
+  return importlib.import_module(f"{__name__}.{BRANCHES[branch][0]}")
+
+
+def kernel_driver_version(path: str = "/sys/module/nvidia/version") -> str:
+  """The version of the loaded nvidia.ko, as the kernel reports it."""
+  try:
+    with open(path) as f: return f.read().strip()
+  except FileNotFoundError:
+    with open("/proc/driver/nvidia/version") as f: text = f.read()
+    m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?(\d+\.\d+(?:\.\d+)?)", text)
+    if m is None: raise UnsupportedDriverVersion(f"cannot read the driver version from /proc/driver/nvidia/version: {text[:200]!r}")
+    return m.group(1)

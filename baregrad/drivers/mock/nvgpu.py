@@ -1,0 +1,707 @@
+"""MockNVGPU: the kernel interface of NVIDIA's driver (RM escapes on /dev/nvidiactl and /dev/nvidiaN, UVM ioctls on
+/dev/nvidia-uvm, mmaps, the usermode doorbell) and a Hopper-like GPU behind it (GPFIFO channels, host semaphores, the
+DMA copy engine, the compute class up to the QMD launch).
+
+The mock knows only what the real kernel driver and GPU would: ioctl parameter blocks read from the addresses passed,
+GPU virtual addresses resolved through the VA space UVM was told about, pushbuffers read from memory when a doorbell
+rings. Memory objects are memfds, so the driver's CPU mapping (an mmap of the device fd, anywhere it asks, MAP_FIXED
+included) and the mock's own view share the same pages, as the GPU and CPU would.
+
+Channel errors are reported the way RM reports them: status 0xffff and the Xid in the channel's error notifier
+memory (hObjectError). `log` is the mock's dmesg: what a kernel log would say about faults."""
+from __future__ import annotations
+import bisect, ctypes, errno, os, threading, time
+from dataclasses import dataclass, field
+from typing import Any
+from baregrad.ctypes_autogen import _support
+from baregrad.ctypes_autogen.nv import nv_580 as nv
+from baregrad.drivers.nv import hw
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype, _libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+PROT_RW, MAP_SHARED, MAP_FIXED = 3, 0x01, 0x10
+PAGE = 4096
+
+def _mmap(addr: int, size: int, prot: int, flags: int, fd: int, off: int) -> int:
+  r = _libc.mmap(addr or None, size, prot, flags, fd, off)
+  if r in (None, _MAP_FAILED):
+    e = ctypes.get_errno()
+    raise OSError(e, f"mmap({addr:#x}, {size:#x}, fd={fd}) failed: {os.strerror(e)}")
+  return r
+
+from baregrad.drivers.nv.hw import nv_ioctl_nvos33_parameters_with_fd, nv_ioctl_nvos02_parameters_with_fd, NVNotification
+
+# ---------------------------------------------------------------- RM objects
+@dataclass
+class RMObject:
+  handle: int
+  cls: int
+  parent: int | None
+  children: list[int] = field(default_factory=list)
+  data: Any = None
+
+class Memory:
+  """A memory object: a memfd (its pages are the object's "physical" memory) and the mock's own mapping of it."""
+  def __init__(self, size: int, kind: str) -> None:
+    self.size, self.kind = size, kind
+    self.fd = os.memfd_create(f"mocknv-{kind}", os.MFD_CLOEXEC)
+    os.ftruncate(self.fd, max(size, PAGE))
+    self.view = _mmap(0, max(size, PAGE), PROT_RW, MAP_SHARED, self.fd, 0)
+  def release(self) -> None:
+    if self.fd >= 0:
+      _libc.munmap(self.view, max(self.size, PAGE))
+      os.close(self.fd)
+      self.fd = -1
+
+@dataclass
+class Channel:
+  obj: RMObject
+  group: int
+  token: int
+  ring_va: int
+  entries: int
+  userd: int              # host address (the mock's view) of USERD
+  error_notifier: int | None
+  gp_get: int = 0
+  subc_class: dict[int, int] = field(default_factory=dict)
+  regs: dict[tuple[int, int], int] = field(default_factory=dict)
+  cur: tuple[int, int, list] | None = None   # (GPFIFO index, pushbuffer address, decoded methods) being executed
+  pos: int = 0                                # next method in cur
+  blocked: str | None = None
+  fault: str | None = None
+  methods_done: int = 0
+
+# class -> (parent classes allowed, parameter struct or None, parameters required)
+def _class_table() -> dict[int, tuple[tuple[int, ...], type | None, bool]]:
+  dev, sub, grp, ch = (nv.NV01_DEVICE_0,), (nv.NV20_SUBDEVICE_0,), (nv.KEPLER_CHANNEL_GROUP_A,), (nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A)
+  return {
+    nv.NV01_DEVICE_0: ((nv.NV01_ROOT_CLIENT,), nv.NV0080_ALLOC_PARAMETERS, False),
+    nv.NV20_SUBDEVICE_0: (dev, nv.NV2080_ALLOC_PARAMETERS, False),
+    hw.HOPPER_USERMODE_A: (sub, nv.NV_HOPPER_USERMODE_A_PARAMS, False),
+    nv.FERMI_VASPACE_A: (dev + sub, nv.NV_VASPACE_ALLOCATION_PARAMETERS, False),
+    nv.KEPLER_CHANNEL_GROUP_A: (dev + sub, nv.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, True),
+    hw.FERMI_CONTEXT_SHARE_A: (grp, nv.NV_CTXSHARE_ALLOCATION_PARAMETERS, True),
+    nv.HOPPER_CHANNEL_GPFIFO_A: (grp, nv.NV_CHANNEL_ALLOC_PARAMS, True),
+    nv.AMPERE_CHANNEL_GPFIFO_A: (grp, nv.NV_CHANNEL_ALLOC_PARAMS, True),
+    nv.HOPPER_COMPUTE_A: (ch, None, False),
+    nv.HOPPER_DMA_COPY_A: (ch, None, False),
+    nv.NV01_MEMORY_SYSTEM: (dev + sub, nv.NV_MEMORY_ALLOCATION_PARAMS, True),
+    nv.NV01_MEMORY_LOCAL_USER: (dev + sub, nv.NV_MEMORY_ALLOCATION_PARAMS, True),
+  }
+
+class RMStatus(Exception):
+  def __init__(self, status: int, why: str = "") -> None:
+    super().__init__(f"{hw.status_name(status)}: {why}")
+    self.status = status
+
+class MockNVGPU:
+  """One Hopper GPU (sm_90) behind a mock NVIDIA kernel driver."""
+  def __init__(self, driver_version: str = "580.95.05", vram_bytes: int = 80 << 30, sysmem_bytes: int = 64 << 30,
+               gpcs: int = 8, tpc_per_gpc: int = 9, sm_per_tpc: int = 2, uuid: bytes = bytes(range(0x10, 0x20))) -> None:
+    self.driver_version, self.vram_bytes, self.sysmem_bytes, self.uuid = driver_version, vram_bytes, sysmem_bytes, uuid
+    self.gpcs, self.tpc_per_gpc, self.sm_per_tpc = gpcs, tpc_per_gpc, sm_per_tpc
+    self.vram_used = self.sysmem_used = 0
+    self.classes = _class_table()
+    self.classlist = [nv.NV01_ROOT_CLIENT] + sorted(self.classes)
+    self.files: dict[int, dict[str, Any]] = {}
+    self.clients: dict[int, dict[int, RMObject]] = {}
+    self.channels: dict[int, Channel] = {}       # work-submit token -> channel
+    self.scheduled_groups: set[tuple[int, int]] = set()
+    self.va_map: list[tuple[int, int, Memory, int]] = []   # sorted (va, length, memory, offset): the GPU page tables
+    self.uvm_ranges: dict[int, int] = {}                     # external range base -> length
+    self.maps: dict[int, tuple[int, Any]] = {}               # host mmaps the mock made: addr -> (length, memory or None)
+    self.log: list[str] = []
+    self.launches: list[dict[str, int]] = []
+    self._next_fd, self._next_client, self._next_handle, self._next_token = 1000, 0xc1d00000, 0xcaf00000, 1
+    self._lock = threading.RLock()
+    self.uvm_registered = False
+    self._ptx_cache: dict[str, Any] = {}
+    self._ptx_mem: tuple[Any, Any] | None = None
+
+  # ---------------------------------------------------------------- files
+  def open(self, path: str, flags: int) -> int:
+    with self._lock:
+      if path == "/dev/nvidiactl": kind = "ctl"
+      elif path == "/dev/nvidia-uvm": kind = "uvm"
+      elif path == "/dev/nvidia0": kind = "dev"
+      else: raise FileNotFoundError(errno.ENOENT, f"open {path} failed: ENOENT (No such file or directory)", path)
+      fd, self._next_fd = self._next_fd, self._next_fd + 1
+      self.files[fd] = {"path": path, "kind": kind, "map": None, "uvm_init": False, "ctl": None}
+      return fd
+
+  def close(self, fd: int) -> None:
+    with self._lock: self.files.pop(fd, None)
+
+  def read(self, fd: int, n: int) -> bytes: return b""
+
+  # ---------------------------------------------------------------- ioctl entry
+  def ioctl(self, fd: int, request: int, argp: int, argsize: int) -> int:
+    with self._lock:
+      f = self.files.get(fd)
+      if f is None: return -errno.EBADF
+      if f["kind"] == "uvm": return self._uvm(f, request, argp, argsize)
+      if (request >> 8) & 0xFF != nv.NV_IOCTL_MAGIC: return -errno.ENOTTY
+      nr, size = request & 0xFF, (request >> 16) & 0x3FFF
+      h = self._escapes.get(nr)
+      if h is None: return -errno.EINVAL
+      argtypes, ctl_only, fn = h
+      if size not in [ctypes.sizeof(t) for t in argtypes] and not (nr == nv.NV_ESC_CARD_INFO and size % ctypes.sizeof(nv.nv_ioctl_card_info_t) == 0):
+        self.log.append(f"nvidia: ioctl {nr:#x} with a {size}-byte argument; expected {[ctypes.sizeof(t) for t in argtypes]}")
+        return -errno.EINVAL  # the escape's size field does not match its parameter struct
+      if ctl_only and f["kind"] != "ctl": return -errno.EINVAL
+      return fn(self, f, argp, size)
+
+  def _esc_card_info(self, f: dict, argp: int, size: int) -> int:
+    n = size // ctypes.sizeof(nv.nv_ioctl_card_info_t)
+    cards = (nv.nv_ioctl_card_info_t * n).from_address(argp)
+    ctypes.memset(argp, 0, size)
+    cards[0].valid, cards[0].gpu_id, cards[0].minor_number = 1, 0x100, 0
+    cards[0].pci_info.vendor_id, cards[0].pci_info.device_id, cards[0].pci_info.bus = 0x10de, 0x2330, 1
+    cards[0].fb_size = self.vram_bytes
+    return 0
+
+  def _esc_version(self, f: dict, argp: int, size: int) -> int:
+    p = nv.nv_ioctl_rm_api_version_t.from_address(argp)
+    mine = self.driver_version.encode()
+    if p.cmd == nv.NV_RM_API_VERSION_CMD_QUERY:
+      ctypes.memmove(ctypes.addressof(p) + type(p).versionString.offset, mine + b"\0", len(mine) + 1)
+      p.reply = nv.NV_RM_API_VERSION_REPLY_RECOGNIZED
+      return 0
+    theirs = bytes(p.versionString).split(b"\0")[0]
+    if p.cmd == nv.NV_RM_API_VERSION_CMD_STRICT and theirs != mine:
+      p.reply = nv.NV_RM_API_VERSION_REPLY_UNRECOGNIZED
+      ctypes.memmove(ctypes.addressof(p) + type(p).versionString.offset, mine + b"\0", len(mine) + 1)
+      return -errno.EINVAL
+    p.reply = nv.NV_RM_API_VERSION_REPLY_RECOGNIZED
+    return 0
+
+  def _esc_register_fd(self, f: dict, argp: int, size: int) -> int:
+    if f["kind"] != "dev": return -errno.EINVAL
+    ctl = nv.nv_ioctl_register_fd_t.from_address(argp).ctl_fd
+    if self.files.get(ctl, {}).get("kind") != "ctl": return -errno.EINVAL
+    f["ctl"] = ctl
+    return 0
+
+  def _rm(self, p: Any, fn: Any) -> int:
+    """Run an RM call: errors land in the parameters' status field; the ioctl itself succeeds."""
+    try:
+      fn()
+      p.status = nv.NV_OK
+    except RMStatus as e:
+      p.status = e.status
+      self.log.append(f"NVRM: {e}")
+    return 0
+
+  def _esc_alloc(self, f: dict, argp: int, size: int) -> int:
+    p = (nv.NVOS64_PARAMETERS if size == ctypes.sizeof(nv.NVOS64_PARAMETERS) else nv.NVOS21_PARAMETERS).from_address(argp)
+    return self._rm(p, lambda: self._alloc(p))
+
+  def _esc_free(self, f: dict, argp: int, size: int) -> int:
+    p = nv.NVOS00_PARAMETERS.from_address(argp)
+    return self._rm(p, lambda: self._free(p.hRoot, p.hObjectParent, p.hObjectOld))
+
+  def _esc_control(self, f: dict, argp: int, size: int) -> int:
+    p = nv.NVOS54_PARAMETERS.from_address(argp)
+    return self._rm(p, lambda: self._control(p))
+
+  def _esc_map_memory(self, f: dict, argp: int, size: int) -> int:
+    w = nv_ioctl_nvos33_parameters_with_fd.from_address(argp)
+    p = w.params
+    def go() -> None:
+      obj = self._get(p.hClient, p.hMemory)
+      self._get(p.hClient, p.hDevice, nv.NV01_DEVICE_0)
+      if not isinstance(obj.data, Memory): raise RMStatus(nv.NV_ERR_INVALID_OBJECT, f"object {p.hMemory:#x} ({hw.class_name(obj.cls)}) is not mappable memory")
+      if p.offset + p.length > obj.data.size or p.length == 0:
+        raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"map of {p.length:#x} bytes at {p.offset:#x} exceeds the object's {obj.data.size:#x} bytes")
+      target = self.files.get(w.fd)
+      if target is None or target["kind"] != "dev": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"fd {w.fd} is not an open /dev/nvidiaN")
+      target["map"] = (obj.data, p.offset, p.length)
+      p.pLinearAddress = p.offset
+    return self._rm(p, go)
+
+  def _esc_unmap_memory(self, f: dict, argp: int, size: int) -> int:
+    p = nv.NVOS34_PARAMETERS.from_address(argp)
+    return self._rm(p, lambda: self._get(p.hClient, p.hMemory))
+
+  _escapes: dict[int, tuple[tuple[type, ...], bool, Any]] = {
+    nv.NV_ESC_CARD_INFO: ((nv.nv_ioctl_card_info_t,), True, _esc_card_info),
+    nv.NV_ESC_CHECK_VERSION_STR: ((nv.nv_ioctl_rm_api_version_t,), False, _esc_version),
+    nv.NV_ESC_REGISTER_FD: ((nv.nv_ioctl_register_fd_t,), False, _esc_register_fd),
+    nv.NV_ESC_RM_ALLOC: ((nv.NVOS21_PARAMETERS, nv.NVOS64_PARAMETERS), True, _esc_alloc),
+    nv.NV_ESC_RM_FREE: ((nv.NVOS00_PARAMETERS,), True, _esc_free),
+    nv.NV_ESC_RM_CONTROL: ((nv.NVOS54_PARAMETERS,), True, _esc_control),
+    nv.NV_ESC_RM_MAP_MEMORY: ((nv_ioctl_nvos33_parameters_with_fd,), True, _esc_map_memory),
+    nv.NV_ESC_RM_UNMAP_MEMORY: ((nv.NVOS34_PARAMETERS,), True, _esc_unmap_memory),
+  }
+
+  # ---------------------------------------------------------------- RM object tree
+  def _get(self, hclient: int, h: int, cls: int | tuple[int, ...] | None = None) -> RMObject:
+    objs = self.clients.get(hclient)
+    if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {hclient:#x}")
+    o = objs.get(h)
+    if o is None: raise RMStatus(nv.NV_ERR_INVALID_OBJECT_HANDLE, f"client {hclient:#x} has no object {h:#x}")
+    if cls is not None and o.cls not in ((cls,) if isinstance(cls, int) else cls):
+      raise RMStatus(nv.NV_ERR_INVALID_OBJECT, f"object {h:#x} is a {hw.class_name(o.cls)}")
+    return o
+
+  def _alloc(self, p: Any) -> None:
+    cls = p.hClass
+    if cls == nv.NV01_ROOT_CLIENT or cls in (nv.NV01_ROOT, nv.NV01_ROOT_NON_PRIV):
+      h = p.hObjectNew or self._next_client
+      if h in self.clients: raise RMStatus(nv.NV_ERR_INSERT_DUPLICATE_NAME, f"client {h:#x} exists")
+      if h == self._next_client: self._next_client += 1
+      self.clients[h] = {h: RMObject(h, nv.NV01_ROOT_CLIENT, None)}
+      p.hObjectNew = h
+      return
+    if cls not in self.classes: raise RMStatus(nv.NV_ERR_INVALID_CLASS, f"class {cls:#x} is not supported by this GPU (sm_90)")
+    objs = self.clients.get(p.hRoot)
+    if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {p.hRoot:#x}")
+    parent = objs.get(p.hObjectParent)
+    allowed, ptype, required = self.classes[cls]
+    if parent is None: raise RMStatus(nv.NV_ERR_INVALID_OBJECT_PARENT, f"parent {p.hObjectParent:#x} does not exist")
+    if parent.cls not in allowed:
+      raise RMStatus(nv.NV_ERR_INVALID_OBJECT_PARENT, f"a {hw.class_name(cls)} cannot be a child of a {hw.class_name(parent.cls)} "
+                     f"(parent must be {' or '.join(hw.class_name(c) for c in allowed)})")
+    params = None
+    if p.pAllocParms:
+      if ptype is not None and p.paramsSize not in (0, ctypes.sizeof(ptype)):
+        raise RMStatus(nv.NV_ERR_INVALID_PARAM_STRUCT, f"{hw.class_name(cls)} parameters are {ctypes.sizeof(ptype)} bytes, got {p.paramsSize}")
+      if ptype is not None: params = ptype.from_address(p.pAllocParms)
+    elif required: raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"{hw.class_name(cls)} needs allocation parameters")
+    h = p.hObjectNew
+    if h == 0: h, self._next_handle = self._next_handle, self._next_handle + 1
+    if h in objs: raise RMStatus(nv.NV_ERR_INSERT_DUPLICATE_NAME, f"handle {h:#x} is in use")
+    o = RMObject(h, cls, parent.handle)
+    o.data = self._construct(p.hRoot, o, parent, params)
+    objs[h] = o
+    parent.children.append(h)
+    p.hObjectNew = h
+
+  def _construct(self, hclient: int, o: RMObject, parent: RMObject, params: Any) -> Any:
+    cls = o.cls
+    if cls in (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER):
+      size = params.size
+      if size == 0: raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, "memory of size 0")
+      size = (size + PAGE - 1) // PAGE * PAGE
+      vid = cls == nv.NV01_MEMORY_LOCAL_USER
+      used, cap = (self.vram_used, self.vram_bytes) if vid else (self.sysmem_used, self.sysmem_bytes)
+      if used + size > cap:
+        raise RMStatus(nv.NV_ERR_NO_MEMORY, f"{'video' if vid else 'system'} memory: {size:#x} bytes requested, {cap - used:#x} free")
+      m = Memory(size, "vid" if vid else "sys")
+      if vid: self.vram_used += size
+      else: self.sysmem_used += size
+      params.size, params.limit = size, size - 1
+      return m
+    if cls == hw.HOPPER_USERMODE_A: return Memory(hw.USERMODE_SIZE, "usermode")
+    if cls in (nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A):
+      if params.gpFifoEntries == 0 or params.gpFifoEntries & (params.gpFifoEntries - 1):
+        raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"gpFifoEntries={params.gpFifoEntries} must be a power of two")
+      if params.hContextShare:
+        cs = self._get(hclient, params.hContextShare, hw.FERMI_CONTEXT_SHARE_A)
+        if cs.parent != parent.handle: raise RMStatus(nv.NV_ERR_INVALID_OBJECT_PARENT, "context share belongs to another channel group")
+      um = self._get(hclient, params.hUserdMemory[0], (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
+      if params.userdOffset[0] + 0x200 > um.data.size or params.userdOffset[0] % 0x200:
+        raise RMStatus(nv.NV_ERR_INVALID_OFFSET, f"USERD offset {params.userdOffset[0]:#x} (must be 512-byte aligned, inside the memory)")
+      notifier = None
+      if params.hObjectError:
+        en = self._get(hclient, params.hObjectError, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
+        notifier = en.data.view
+      token, self._next_token = self._next_token, self._next_token + 1
+      ch = Channel(o, parent.handle, token, params.gpFifoOffset, params.gpFifoEntries, um.data.view + params.userdOffset[0], notifier)
+      ctypes.memset(ch.userd, 0, 0x200)
+      self.channels[token] = ch
+      return ch
+    if cls == nv.KEPLER_CHANNEL_GROUP_A:
+      if params.engineType not in (hw.NV2080_ENGINE_TYPE_GRAPHICS, hw.NV2080_ENGINE_TYPE_COPY0):
+        raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"engineType {params.engineType} has no runlist on this GPU")
+    if cls == hw.FERMI_CONTEXT_SHARE_A and params.hVASpace: self._get(hclient, params.hVASpace, nv.FERMI_VASPACE_A)
+    if cls in (nv.HOPPER_COMPUTE_A, nv.HOPPER_DMA_COPY_A):
+      if any(self.clients[hclient][c].cls == cls for c in parent.children):
+        raise RMStatus(nv.NV_ERR_INVALID_STATE, f"channel {parent.handle:#x} already has a {hw.class_name(cls)} object")
+    return None
+
+  def _free(self, hclient: int, hparent: int, h: int) -> None:
+    objs = self.clients.get(hclient)
+    if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {hclient:#x}")
+    if h == hclient:
+      for c in list(objs[h].children): self._free_tree(objs, c)
+      del self.clients[hclient]
+      return
+    o = objs.get(h)
+    if o is None: raise RMStatus(nv.NV_ERR_INVALID_OBJECT_HANDLE, f"client {hclient:#x} has no object {h:#x}")
+    if hparent and o.parent != hparent: raise RMStatus(nv.NV_ERR_INVALID_OBJECT_PARENT, f"object {h:#x}'s parent is {o.parent:#x}, not {hparent:#x}")
+    self._free_tree(objs, h)
+
+  def _free_tree(self, objs: dict[int, RMObject], h: int) -> None:
+    o = objs.pop(h)
+    for c in list(o.children): self._free_tree(objs, c)
+    if o.parent is not None and o.parent in objs: objs[o.parent].children.remove(h)
+    if isinstance(o.data, Memory):
+      self.va_map = [m for m in self.va_map if m[2] is not o.data]
+      if o.data.kind == "vid": self.vram_used -= o.data.size
+      elif o.data.kind == "sys": self.sysmem_used -= o.data.size
+      o.data.release()
+    if isinstance(o.data, Channel): self.channels.pop(o.data.token, None)
+    if o.cls == nv.KEPLER_CHANNEL_GROUP_A: self.scheduled_groups.discard((id(objs), h))
+
+  # ---------------------------------------------------------------- controls
+  def _control(self, p: Any) -> None:
+    o = self._get(p.hClient, p.hObject)
+    entry = self._controls.get(p.cmd)
+    if entry is None: raise RMStatus(nv.NV_ERR_NOT_SUPPORTED, f"control {p.cmd:#x} is not supported")
+    classes, ptype, fn = entry
+    if o.cls not in classes:
+      raise RMStatus(nv.NV_ERR_NOT_SUPPORTED, f"control {p.cmd:#x} is not supported on a {hw.class_name(o.cls)}")
+    if p.paramsSize != ctypes.sizeof(ptype) or not p.params:
+      raise RMStatus(nv.NV_ERR_INVALID_PARAM_STRUCT, f"control {p.cmd:#x} takes {ctypes.sizeof(ptype)} bytes of parameters, got {p.paramsSize}")
+    fn(self, p.hClient, o, ptype.from_address(p.params))
+
+  def _ctl_classlist(self, hc: int, o: RMObject, q: Any) -> None:
+    q.numClasses = len(self.classlist)
+    for i, c in enumerate(self.classlist): q.classList[i] = c
+
+  def _ctl_arch(self, hc: int, o: RMObject, q: Any) -> None:
+    q.architecture, q.implementation, q.revision = nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100, 0, 0xa1
+
+  def _ctl_gr_info(self, hc: int, o: RMObject, q: Any) -> None:
+    vals = {nv.NV2080_CTRL_GR_INFO_INDEX_SM_VERSION: nv.NV2080_CTRL_GR_INFO_SM_VERSION_9_0,
+            nv.NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GPCS: self.gpcs, nv.NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC: self.tpc_per_gpc,
+            nv.NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC: self.sm_per_tpc, nv.NV2080_CTRL_GR_INFO_INDEX_MAX_WARPS_PER_SM: 64,
+            nv.NV2080_CTRL_GR_INFO_INDEX_MAX_THREADS_PER_WARP: 32}
+    if q.grInfoListSize == 0 or q.grInfoListSize > nv.NV2080_CTRL_GR_INFO_INDEX_MAX + 1 or not q.grInfoList:
+      raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"grInfoListSize={q.grInfoListSize}")
+    lst = (nv.NVXXXX_CTRL_XXX_INFO * q.grInfoListSize).from_address(q.grInfoList)
+    for e in lst:
+      if e.index > nv.NV2080_CTRL_GR_INFO_INDEX_MAX: raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"GR info index {e.index}")
+      e.data = vals.get(e.index, 0)
+
+  def _ctl_gid(self, hc: int, o: RMObject, q: Any) -> None:
+    if nv.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT.decode(q.flags) != nv.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY:
+      text = ("GPU-" + self.uuid.hex()).encode()
+      q.length = len(text) + 1
+      ctypes.memmove(ctypes.addressof(q.data), text, len(text))
+      return
+    q.length = 16
+    ctypes.memmove(ctypes.addressof(q.data), self.uuid, 16)
+
+  def _ctl_token(self, hc: int, o: RMObject, q: Any) -> None: q.workSubmitToken = o.data.token
+
+  def _ctl_schedule(self, hc: int, o: RMObject, q: Any) -> None:
+    key = (id(self.clients[hc]), o.handle)
+    if q.bEnable: self.scheduled_groups.add(key)
+    else: self.scheduled_groups.discard(key)
+    self._run_all()
+
+  _controls: dict[int, tuple[tuple[int, ...], type, Any]] = {
+    nv.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2: ((nv.NV01_DEVICE_0,), nv.NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS, _ctl_classlist),
+    nv.NV2080_CTRL_CMD_MC_GET_ARCH_INFO: ((nv.NV20_SUBDEVICE_0,), nv.NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS, _ctl_arch),
+    nv.NV2080_CTRL_CMD_GR_GET_INFO: ((nv.NV20_SUBDEVICE_0,), nv.NV2080_CTRL_GR_GET_INFO_PARAMS, _ctl_gr_info),
+    nv.NV2080_CTRL_CMD_GPU_GET_GID_INFO: ((nv.NV20_SUBDEVICE_0,), nv.NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, _ctl_gid),
+    nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: ((nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A),
+                                                     nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS, _ctl_token),
+    nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: ((nv.KEPLER_CHANNEL_GROUP_A,), nv.NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS, _ctl_schedule),
+  }
+
+  # ---------------------------------------------------------------- UVM
+  def _uvm(self, f: dict, request: int, argp: int, argsize: int) -> int:
+    entry = self._uvm_ioctls.get(request)
+    if entry is None: return -errno.ENOTTY
+    ptype, fn = entry
+    if argsize and argsize < ctypes.sizeof(ptype): return -errno.EFAULT
+    p = ptype.from_address(argp)
+    if request != nv.UVM_INITIALIZE and request != nv.UVM_MM_INITIALIZE and not f["uvm_init"]:
+      p.rmStatus = nv.NV_ERR_ILLEGAL_ACTION
+      return 0
+    try:
+      fn(self, f, p)
+      p.rmStatus = nv.NV_OK
+    except RMStatus as e:
+      p.rmStatus = e.status
+      self.log.append(f"nvidia-uvm: {e}")
+    return 0
+
+  def _uvm_initialize(self, f: dict, p: Any) -> None:
+    if f["uvm_init"]: raise RMStatus(nv.NV_ERR_INVALID_STATE, "UVM_INITIALIZE twice on one fd")
+    f["uvm_init"] = True
+
+  def _uvm_mm_initialize(self, f: dict, p: Any) -> None:
+    other = self.files.get(p.uvmFd)
+    if other is None or other["kind"] != "uvm" or not other["uvm_init"]:
+      raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"uvmFd {p.uvmFd} is not an initialized /dev/nvidia-uvm fd")
+
+  def _uvm_register_gpu(self, f: dict, p: Any) -> None:
+    if bytes(p.gpu_uuid.uuid) != self.uuid: raise RMStatus(nv.NV_ERR_GPU_UUID_NOT_FOUND, f"no GPU with uuid {bytes(p.gpu_uuid.uuid).hex()}")
+    self.uvm_registered = True
+
+  def _uvm_register_vaspace(self, f: dict, p: Any) -> None:
+    if bytes(p.gpuUuid.uuid) != self.uuid or not self.uvm_registered:
+      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "GPU not registered with UVM_REGISTER_GPU")
+    if self.files.get(p.rmCtrlFd, {}).get("kind") != "ctl": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"rmCtrlFd {p.rmCtrlFd} is not /dev/nvidiactl")
+    try: self._get(p.hClient, p.hVaSpace, nv.FERMI_VASPACE_A)
+    except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
+
+  def _uvm_create_range(self, f: dict, p: Any) -> None:
+    if p.base % PAGE or p.length % PAGE or p.length == 0: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"range {p.base:#x}+{p.length:#x} not page aligned")
+    for b, l in self.uvm_ranges.items():
+      if p.base < b + l and b < p.base + p.length: raise RMStatus(nv.NV_ERR_UVM_ADDRESS_IN_USE, f"{p.base:#x}+{p.length:#x} overlaps {b:#x}+{l:#x}")
+    self.uvm_ranges[p.base] = p.length
+
+  def _uvm_map_external(self, f: dict, p: Any) -> None:
+    if not any(b <= p.base and p.base + p.length <= b + l for b, l in self.uvm_ranges.items()):
+      raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"{p.base:#x}+{p.length:#x} is not inside an external range")
+    if p.gpuAttributesCount < 1 or bytes(p.perGpuAttributes[0].gpuUuid.uuid) != self.uuid:
+      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "mapping attributes name no registered GPU")
+    try: o = self._get(p.hClient, p.hMemory, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
+    except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
+    if p.offset + p.length > o.data.size: raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"{p.length:#x} bytes at {p.offset:#x} exceed the memory's {o.data.size:#x}")
+    self._unmap_va(p.base, p.length)
+    bisect.insort(self.va_map, (p.base, p.length, o.data, p.offset), key=lambda m: m[0])
+
+  def _uvm_free(self, f: dict, p: Any) -> None:
+    if p.base not in self.uvm_ranges: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"{p.base:#x} is not the start of an allocation")
+    self._unmap_va(p.base, self.uvm_ranges.pop(p.base))
+
+  def _unmap_va(self, base: int, length: int) -> None:
+    self.va_map = [m for m in self.va_map if not (m[0] < base + length and base < m[0] + m[1])]
+
+  _uvm_ioctls: dict[int, tuple[type, Any]] = {
+    nv.UVM_INITIALIZE: (nv.UVM_INITIALIZE_PARAMS, _uvm_initialize),
+    nv.UVM_MM_INITIALIZE: (nv.UVM_MM_INITIALIZE_PARAMS, _uvm_mm_initialize),
+    nv.UVM_REGISTER_GPU: (nv.UVM_REGISTER_GPU_PARAMS, _uvm_register_gpu),
+    nv.UVM_REGISTER_GPU_VASPACE: (nv.UVM_REGISTER_GPU_VASPACE_PARAMS, _uvm_register_vaspace),
+    nv.UVM_CREATE_EXTERNAL_RANGE: (nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS, _uvm_create_range),
+    nv.UVM_MAP_EXTERNAL_ALLOCATION: (nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, _uvm_map_external),
+    nv.UVM_FREE: (nv.UVM_FREE_PARAMS, _uvm_free),
+  }
+
+  # ---------------------------------------------------------------- mmap
+  def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
+    with self._lock:
+      if fd == -1:  # anonymous memory: the kernel's ordinary behaviour
+        r = _mmap(addr, length, prot, flags, -1, offset)
+        self.maps[r] = (length, None)
+        return r
+      f = self.files.get(fd)
+      if f is None: raise OSError(errno.EBADF, f"mmap: bad fd {fd}")
+      if f["kind"] != "dev" or f["map"] is None:
+        raise OSError(errno.EINVAL, f"mmap of {f['path']} (fd {fd}) without a preceding NV_ESC_RM_MAP_MEMORY on it")
+      mem, moff, mlen = f["map"]
+      if offset + length > mlen: raise OSError(errno.EINVAL, f"mmap of {length:#x} bytes at {offset:#x}: the RM mapping is {mlen:#x} bytes")
+      r = _mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, mem.fd, moff + offset)
+      self.maps[r] = (length, mem)
+      return r
+
+  def munmap(self, addr: int, length: int) -> None:
+    with self._lock:
+      if _libc.munmap(addr, length) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"munmap({addr:#x}, {length:#x}) failed: {os.strerror(e)}")
+      self.maps.pop(addr, None)
+
+  # ---------------------------------------------------------------- doorbell and the GPU
+  def doorbell(self, addr: int, value: int) -> None:
+    with self._lock:
+      for a, (l, mem) in self.maps.items():
+        if a <= addr < a + l:
+          if isinstance(mem, Memory) and mem.kind == "usermode" and addr - a == hw.NVC361_NOTIFY_CHANNEL_PENDING:
+            ch = self.channels.get(value)
+            if ch is None: self.log.append(f"doorbell: no channel with work-submit token {value}")
+            self._run_all()
+          else: ctypes.c_uint32.from_address(addr).value = value
+          return
+      raise OSError(errno.EFAULT, f"doorbell write to {addr:#x}: not a mapped usermode region")
+
+  def _xlate(self, va: int, n: int) -> int:
+    """Host address of GPU VA range [va, va+n) (one mapping); MMU fault (ValueError) when unmapped."""
+    i = bisect.bisect_right(self.va_map, va, key=lambda m: m[0]) - 1
+    if i >= 0:
+      base, length, mem, off = self.va_map[i]
+      if va + n <= base + length: return mem.view + off + (va - base)
+    raise ValueError(f"MMU fault: GPU VA {va:#x}+{n:#x} is not mapped")
+
+  def read(self, va: int, n: int) -> bytes: return ctypes.string_at(self._xlate(va, n), n) if n else b""
+  def write(self, va: int, data: bytes) -> None:
+    if data: ctypes.memmove(self._xlate(va, len(data)), data, len(data))
+
+  def _copy(self, dst: int, src: int, n: int) -> None:
+    while n > 0:  # page by page across mappings
+      k = min(n, PAGE - (src % PAGE), PAGE - (dst % PAGE)) if n > PAGE else n
+      try: s, d = self._xlate(src, k), self._xlate(dst, k)
+      except ValueError:
+        k = min(n, PAGE - (src % PAGE), PAGE - (dst % PAGE))
+        s, d = self._xlate(src, k), self._xlate(dst, k)
+      ctypes.memmove(d, s, k)
+      src, dst, n = src + k, dst + k, n - k
+
+  def _run_all(self) -> None:
+    """Run every scheduled channel until none makes progress (a release on one may unblock an acquire on another)."""
+    progress = True
+    while progress:
+      progress = False
+      for ch in list(self.channels.values()):
+        if ch.fault is None and self._is_scheduled(ch): progress |= self._run_channel(ch)
+
+  def _is_scheduled(self, ch: Channel) -> bool:
+    return any(key[1] == ch.group for key in self.scheduled_groups)
+
+  def _fault(self, ch: Channel, xid: int, why: str) -> None:
+    ch.fault = f"Xid {xid} ({hw.XID_NAMES.get(xid, '?')}): {why}"
+    self.log.append(f"NVRM: Xid (PCI:0000:01:00): {xid}, channel token {ch.token}: {why}")
+    if ch.error_notifier is not None:
+      n = NVNotification.from_address(ch.error_notifier)
+      n.timeStamp, n.info32, n.info16, n.status = time.perf_counter_ns(), xid, 0, 0xFFFF
+
+  def _run_channel(self, ch: Channel) -> bool:
+    progress = False
+    put_p = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT)
+    get_p = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_GET)
+    while ch.fault is None:
+      if ch.cur is None:
+        if ch.gp_get == put_p.value % ch.entries: break
+        try:
+          entry = int.from_bytes(self.read(ch.ring_va + 8 * ch.gp_get, 8), "little")
+          addr, n, _ = hw.decode_gp_entry(entry)
+          words = hw.words_of(self.read(addr, 4 * n))
+          ch.cur, ch.pos = (ch.gp_get, addr, hw.decode_pushbuffer(words)), 0
+        except (ValueError, hw.PushbufferError) as e:
+          self._fault(ch, 31 if "MMU" in str(e) else 32, f"GPFIFO entry {ch.gp_get}: {e}")
+          break
+      _, addr, methods = ch.cur
+      while ch.pos < len(methods):
+        m = methods[ch.pos]
+        try: ok = self._method(ch, m)
+        except ValueError as e:
+          self._fault(ch, 31 if "MMU" in str(e) else 13, f"{hw.method_name(ch.subc_class.get(m.subc), m.method)} at {addr + 4 * m.pos:#x}: {e}")
+          return progress
+        if not ok:  # blocked on an acquire: resume here on the next doorbell or release
+          here = addr + 4 * m.pos  # the PBDMA's pushbuffer GET, as USERD shows it
+          ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET).value = here & 0xFFFFFFFF
+          ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET_HI).value = here >> 32
+          return progress
+        ch.pos += 1
+        ch.methods_done += 1
+        progress = True
+      ch.cur, ch.blocked = None, None
+      ch.gp_get = (ch.gp_get + 1) % ch.entries
+      get_p.value = ch.gp_get
+      progress = True
+    return progress
+
+  def _method(self, ch: Channel, m: hw.Method) -> bool:
+    """Execute one method write; False when it must wait (an unsatisfied acquire)."""
+    if m.method < 0x100:
+      ch.regs[(0, m.method)] = m.value
+      if m.method == hw.SET_OBJECT:
+        cls = m.value & 0xFFFF
+        objs = next(o for o in self.clients.values() if ch.obj.handle in o and o[ch.obj.handle] is ch.obj)
+        if not any(objs[c].cls == cls for c in ch.obj.children):
+          raise ValueError(f"SET_OBJECT subchannel {m.subc}: no {hw.class_name(cls)} object on this channel")
+        ch.subc_class[m.subc] = cls
+      elif m.method == hw.SEM_EXECUTE: return self._semaphore(ch, m.value)
+      return True
+    cls = ch.subc_class.get(m.subc)
+    if cls is None: raise ValueError(f"method {m.method:#x} on subchannel {m.subc}, which has no object bound (SET_OBJECT)")
+    ch.regs[(m.subc, m.method)] = m.value
+    g = lambda meth: ch.regs.get((m.subc, meth), 0)
+    if cls in hw.DMA_CLASSES and m.method == hw.LAUNCH_DMA:
+      v = m.value
+      if nv.NVC8B5_LAUNCH_DMA_DATA_TRANSFER_TYPE.decode(v):
+        src = (g(hw.OFFSET_IN_UPPER) << 32) | g(hw.OFFSET_IN_UPPER + 4)
+        dst = (g(hw.OFFSET_IN_UPPER + 8) << 32) | g(hw.OFFSET_IN_UPPER + 12)
+        n = g(hw.LINE_LENGTH_IN) * (g(hw.LINE_COUNT) if nv.NVC8B5_LAUNCH_DMA_MULTI_LINE_ENABLE.decode(v) else 1)
+        self._copy(dst, src, n)
+      st = nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE.decode(v)
+      if st:
+        sa = (g(hw.SET_SEMAPHORE_A) << 32) | g(hw.SET_SEMAPHORE_A + 4)
+        self.write(sa, g(hw.SET_SEMAPHORE_A + 8).to_bytes(4, "little"))
+        if st == nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE_RELEASE_SEMAPHORE_WITH_TIMESTAMP:
+          self.write(sa + 8, time.perf_counter_ns().to_bytes(8, "little"))
+    elif cls in hw.COMPUTE_CLASSES and m.method in (hw.SEND_SIGNALING_PCAS2_B, hw.SEND_PCAS_A + 4):
+      self._launch(ch, g(hw.SEND_PCAS_A) << 8)
+    return True
+
+  def _semaphore(self, ch: Channel, ex: int) -> bool:
+    g = lambda meth: ch.regs.get((0, meth), 0)
+    addr = g(hw.SEM_ADDR_LO) | (g(hw.SEM_ADDR_LO + 4) << 32)
+    wide = hw.F_SEM_SIZE.decode(ex)
+    payload = g(hw.SEM_ADDR_LO + 8) | ((g(hw.SEM_ADDR_LO + 12) << 32) if wide else 0)
+    nb, mask = (8, (1 << 64) - 1) if wide else (4, 0xFFFFFFFF)
+    if addr % nb: raise ValueError(f"semaphore address {addr:#x} not {nb}-byte aligned")
+    op = hw.F_SEM_OP.decode(ex)
+    cur = int.from_bytes(self.read(addr, nb), "little")
+    if op in (0, 2, 3, 4, 5):  # acquires
+      ok = {0: cur == payload, 2: cur >= payload, 3: ((cur - payload) & mask) < (1 << (8 * nb - 1)),
+            4: (cur & payload) != 0, 5: (cur | payload) != mask}[op] if op != 5 else not (cur | payload) == 0
+      ch.blocked = None if ok else f"acquire {hw.SEM_OP_NAMES[op]} {addr:#x} >= {payload} (value {cur})"
+      return ok
+    if op == 1: new = payload
+    elif op == 6:
+      red = hw.F_SEM_RED.decode(ex)
+      new = {0: min(cur, payload), 1: max(cur, payload), 2: cur ^ payload, 3: cur & payload, 4: cur | payload, 5: cur + payload,
+             6: 0 if cur >= payload else cur + 1, 7: payload if cur == 0 or cur > payload else cur - 1}[red] & mask
+    else: raise ValueError(f"SEM_EXECUTE operation {op} is reserved")
+    self.write(addr, new.to_bytes(nb, "little"))
+    if hw.F_SEM_TS.decode(ex): self.write(addr + 8, time.perf_counter_ns().to_bytes(8, "little"))
+    return True
+
+  def _launch(self, ch: Channel, qmd_addr: int) -> None:
+    """Run the grid a QMD describes: the PTX found right before its program address, the parameters read from
+    constant bank 0 (at the offset compiled code reads them from), on the PTX interpreter over the GPU's memory."""
+    import struct
+    from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, GPUFault
+    q = hw.read_qmd(hw.words_of(self.read(qmd_addr, hw.QMD_BYTES)))
+    self.launches.append({"qmd": qmd_addr, **q})
+    if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != 4: raise ValueError(f"QMD at {qmd_addr:#x}: type {q['type']} version {q['major']} (expected a v04 grid)")
+    if q["cbank0"] is None: raise ValueError(f"QMD at {qmd_addr:#x}: constant bank 0 not valid (no kernel parameters)")
+    trailer = self.read(q["program"] - 16, 16)
+    if trailer[:8] != hw.IMAGE_MAGIC:
+      raise ValueError(f"program at {q['program']:#x}: no PTX before the code; this mock runs PTX only, not SASS")
+    tlen, nlen = struct.unpack("<II", trailer[8:])
+    start = q["program"] - hw.image_prefix_bytes(tlen, nlen)
+    text = self.read(start, tlen).decode()
+    name = self.read(start + tlen + 1, nlen).decode()
+    mod = self._ptx_cache.get(text)
+    if mod is None: mod = self._ptx_cache[text] = PTXModule(text)
+    try:
+      k = mod.kernel(name)
+      params = self.read(q["cbank0"] + hw.PARAM_CBANK_OFFSET, k.param_size)
+      k.launch(self._ptx_memory(), params, q["grid"], q["block"], shared_bytes=max(0, q["shared"] - k.static_shared))
+    except GPUFault as e: raise ValueError(f"MMU fault in kernel {name}: {e}") from None
+    except PTXError as e: raise ValueError(f"kernel {name}: {e}") from None
+    if q["release0"] is not None:
+      addr, payload, wide = q["release0"]
+      self.write(addr, payload.to_bytes(8 if wide else 4, "little"))
+
+  def _ptx_memory(self) -> Any:
+    """The interpreter's view of the GPU VA space: every mapping, backed by the same host pages (no copies)."""
+    from baregrad.drivers.mock.ptx_interp import Memory as PTXMemory
+    import numpy as np
+    key = tuple((va, n, id(m), off) for va, n, m, off in self.va_map)
+    if self._ptx_mem is None or self._ptx_mem[0] != key:
+      pm = PTXMemory()
+      for va, n, m, off in self.va_map:
+        pm.map(va, n, data=np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(m.view + off)), name=m.kind)
+      self._ptx_mem = (key, pm)
+    return self._ptx_mem[1]
+
+  # ---------------------------------------------------------------- for tests and tools (what a debugger would show)
+  def channel_state(self) -> str:
+    with self._lock:
+      out = []
+      for ch in self.channels.values():
+        put = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT).value
+        out.append(f"channel token {ch.token}: GP_GET {ch.gp_get} GP_PUT {put} methods executed {ch.methods_done}"
+                   + (f" BLOCKED {ch.blocked}" if ch.blocked else "") + (f" FAULT {ch.fault}" if ch.fault else ""))
+      return "\n".join(out)
+
+  def dump_channel(self, token: int, last: int = 8) -> str:
+    """A channel's GPFIFO and pushbuffers as the GPU sees them (read through its VA space), decoded."""
+    with self._lock:
+      ch = self.channels[token]
+      ring = hw.words_of(self.read(ch.ring_va, 8 * ch.entries))
+      entries = [ring[2 * i] | (ring[2 * i + 1] << 32) for i in range(ch.entries)]
+      put = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT).value
+      return f"channel token {ch.token}" + (f" BLOCKED {ch.blocked}" if ch.blocked else "") + (f" FAULT {ch.fault}" if ch.fault else "") + "\n" + \
+        hw.format_gpfifo(entries, ch.gp_get, put, self.read, dict(ch.subc_class), last)

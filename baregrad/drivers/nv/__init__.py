@@ -1,0 +1,3 @@
+from baregrad.drivers.nv.device import NVDevice, NVComputeQueue, NVCopyQueue, RMError
+
+__all__ = ["NVDevice", "NVComputeQueue", "NVCopyQueue", "RMError"]

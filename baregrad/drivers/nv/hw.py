@@ -1,0 +1,408 @@
+"""What the NVIDIA GPU defines (not the driver): pushbuffer method encoding, GPFIFO entries, the host/copy/compute
+class methods the stack uses, and decoders that print a command stream in words.
+
+Shared by the driver (encoding, timeout messages), the mock GPU (which executes what it decodes) and
+tools/nv_decode.py. Method numbers and field positions come from the generated bindings (open-gpu-doc class
+headers, via ctypes_autogen.nv); the few the bindings lack are named here with the header they come from."""
+from __future__ import annotations
+import ctypes, struct
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+from baregrad.ctypes_autogen.nv import nv_580 as nv
+
+M32 = 0xFFFFFFFF
+
+# ---------------------------------------------------------------- classes (cl*.h numbers; those missing from the bindings)
+HOPPER_USERMODE_A = 0xc661          # clc661.h
+TURING_USERMODE_A = 0xc461          # clc461.h
+FERMI_CONTEXT_SHARE_A = 0x9067      # cl9067.h
+NV01_MEMORY_SYSTEM_OS_DESCRIPTOR = 0x71  # cl0071.h
+NV2080_ENGINE_TYPE_GRAPHICS = 1     # cl2080_notification.h engine types
+NV2080_ENGINE_TYPE_COPY0 = 9
+NVC361_NOTIFY_CHANNEL_PENDING = 0x90  # clc361.h: usermode doorbell register (write the work-submit token)
+USERMODE_SIZE = 0x10000
+
+CLASS_NAMES = {
+  nv.NV01_ROOT_CLIENT: "NV01_ROOT_CLIENT", nv.NV01_DEVICE_0: "NV01_DEVICE_0", nv.NV20_SUBDEVICE_0: "NV20_SUBDEVICE_0",
+  HOPPER_USERMODE_A: "HOPPER_USERMODE_A", TURING_USERMODE_A: "TURING_USERMODE_A", nv.FERMI_VASPACE_A: "FERMI_VASPACE_A",
+  nv.KEPLER_CHANNEL_GROUP_A: "KEPLER_CHANNEL_GROUP_A", FERMI_CONTEXT_SHARE_A: "FERMI_CONTEXT_SHARE_A",
+  nv.AMPERE_CHANNEL_GPFIFO_A: "AMPERE_CHANNEL_GPFIFO_A", nv.HOPPER_CHANNEL_GPFIFO_A: "HOPPER_CHANNEL_GPFIFO_A",
+  nv.BLACKWELL_CHANNEL_GPFIFO_A: "BLACKWELL_CHANNEL_GPFIFO_A", nv.AMPERE_COMPUTE_A: "AMPERE_COMPUTE_A",
+  nv.AMPERE_COMPUTE_B: "AMPERE_COMPUTE_B", nv.ADA_COMPUTE_A: "ADA_COMPUTE_A", nv.HOPPER_COMPUTE_A: "HOPPER_COMPUTE_A",
+  nv.BLACKWELL_COMPUTE_A: "BLACKWELL_COMPUTE_A", nv.AMPERE_DMA_COPY_A: "AMPERE_DMA_COPY_A", nv.AMPERE_DMA_COPY_B: "AMPERE_DMA_COPY_B",
+  nv.HOPPER_DMA_COPY_A: "HOPPER_DMA_COPY_A", nv.BLACKWELL_DMA_COPY_A: "BLACKWELL_DMA_COPY_A",
+  nv.NV01_MEMORY_SYSTEM: "NV01_MEMORY_SYSTEM", nv.NV01_MEMORY_LOCAL_USER: "NV01_MEMORY_LOCAL_USER",
+  NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: "NV01_MEMORY_SYSTEM_OS_DESCRIPTOR",
+}
+GPFIFO_CLASSES = (nv.BLACKWELL_CHANNEL_GPFIFO_A, nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A)
+COMPUTE_CLASSES = (nv.BLACKWELL_COMPUTE_A, nv.HOPPER_COMPUTE_A, nv.ADA_COMPUTE_A, nv.AMPERE_COMPUTE_B, nv.AMPERE_COMPUTE_A)
+DMA_CLASSES = (nv.BLACKWELL_DMA_COPY_A, nv.HOPPER_DMA_COPY_A, nv.AMPERE_DMA_COPY_B, nv.AMPERE_DMA_COPY_A)
+# parameter blocks the kernel driver's unix layer wraps around NVOS structs (nv-unix-nvos-params-wrappers.h)
+class nv_ioctl_nvos33_parameters_with_fd(ctypes.Structure):
+  _fields_ = [("params", nv.NVOS33_PARAMETERS), ("fd", ctypes.c_int32)]
+class nv_ioctl_nvos02_parameters_with_fd(ctypes.Structure):
+  _fields_ = [("params", nv.NVOS02_PARAMETERS), ("fd", ctypes.c_int32)]
+
+class NVNotification(ctypes.Structure):
+  """A channel's error notifier entry (nvos.h NvNotification): status 0xffff when RM reports an error, info32 = Xid."""
+  _fields_ = [("timeStamp", ctypes.c_uint64), ("info32", ctypes.c_uint32), ("info16", ctypes.c_uint16), ("status", ctypes.c_uint16)]
+
+def class_name(c: int) -> str: return CLASS_NAMES.get(c, f"class {c:#x}")
+
+# ---------------------------------------------------------------- RM status codes
+STATUS_NAMES: dict[int, str] = {}
+for _k, _v in vars(nv).items():
+  if (_k.startswith("NV_ERR_") or _k == "NV_OK") and isinstance(_v, int): STATUS_NAMES.setdefault(_v, _k)
+def status_name(s: int) -> str: return STATUS_NAMES.get(s, f"NV status {s:#x}")
+
+# robust-channel (Xid) codes written into a channel's error notifier (nverror.h)
+XID_NAMES = {13: "ROBUST_CHANNEL_GR_EXCEPTION", 31: "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", 32: "ROBUST_CHANNEL_PBDMA_ERROR",
+             43: "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", 69: "ROBUST_CHANNEL_GR_CLASS_ERROR"}
+
+# ---------------------------------------------------------------- pushbuffer method headers (clc56f.h NVC56F_DMA_*)
+SEC_OP_INC, SEC_OP_NON_INC, SEC_OP_IMMD, SEC_OP_ONE_INC, SEC_OP_END_SEG = (nv.NVC56F_DMA_SEC_OP_INC_METHOD, nv.NVC56F_DMA_SEC_OP_NON_INC_METHOD,
+  nv.NVC56F_DMA_SEC_OP_IMMD_DATA_METHOD, nv.NVC56F_DMA_SEC_OP_ONE_INC, nv.NVC56F_DMA_SEC_OP_END_PB_SEGMENT)
+_F_SEC_OP, _F_COUNT, _F_SUBC, _F_ADDR = nv.NVC56F_DMA_SEC_OP, nv.NVC56F_DMA_METHOD_COUNT, nv.NVC56F_DMA_METHOD_SUBCHANNEL, nv.NVC56F_DMA_METHOD_ADDRESS
+
+def mthd(subc: int, method: int, count: int, op: int = SEC_OP_INC) -> int:
+  """A method header: `count` data words follow for `method` (a byte offset in the class) on subchannel `subc`."""
+  return _F_SEC_OP.encode(op) | _F_COUNT.encode(count) | _F_SUBC.encode(subc) | _F_ADDR.encode(method >> 2)
+
+def immd(subc: int, method: int, data: int) -> int:
+  """An immediate-data method: the 13-bit value travels in the header."""
+  return _F_SEC_OP.encode(SEC_OP_IMMD) | nv.NVC56F_DMA_IMMD_DATA.encode(data) | _F_SUBC.encode(subc) | _F_ADDR.encode(method >> 2)
+
+# subchannels the stack binds (SET_OBJECT) on every channel
+SUBC_COMPUTE, SUBC_COPY = 1, 4
+
+# ---------------------------------------------------------------- host class (NVC56F / NVC86F) semaphores
+SEM_ADDR_LO, SEM_EXECUTE = nv.NVC56F_SEM_ADDR_LO, nv.NVC56F_SEM_EXECUTE
+F_SEM_OP, F_SEM_SWITCH, F_SEM_WFI = nv.NVC56F_SEM_EXECUTE_OPERATION, nv.NVC56F_SEM_EXECUTE_ACQUIRE_SWITCH_TSG, nv.NVC56F_SEM_EXECUTE_RELEASE_WFI
+F_SEM_SIZE, F_SEM_TS, F_SEM_RED, F_SEM_FMT = (nv.NVC56F_SEM_EXECUTE_PAYLOAD_SIZE, nv.NVC56F_SEM_EXECUTE_RELEASE_TIMESTAMP,
+                                             nv.NVC56F_SEM_EXECUTE_REDUCTION, nv.NVC56F_SEM_EXECUTE_REDUCTION_FORMAT)
+SEM_OP_NAMES = {0: "ACQUIRE", 1: "RELEASE", 2: "ACQ_STRICT_GEQ", 3: "ACQ_CIRC_GEQ", 4: "ACQ_AND", 5: "ACQ_NOR", 6: "REDUCTION"}
+SEM_RED_NAMES = {0: "IMIN", 1: "IMAX", 2: "IXOR", 3: "IAND", 4: "IOR", 5: "IADD", 6: "INC", 7: "DEC"}
+
+SEM_EXEC_ACQUIRE_GEQ = (F_SEM_OP.encode(nv.NVC56F_SEM_EXECUTE_OPERATION_ACQ_STRICT_GEQ) | F_SEM_SWITCH.encode(1) | F_SEM_SIZE.encode(1))
+SEM_EXEC_RELEASE = (F_SEM_OP.encode(nv.NVC56F_SEM_EXECUTE_OPERATION_RELEASE) | F_SEM_WFI.encode(1) | F_SEM_SIZE.encode(1) | F_SEM_TS.encode(1))
+# a timestamp without touching the value: a 64-bit reduction "add 0" that also writes the release timestamp
+SEM_EXEC_TIMESTAMP = (F_SEM_OP.encode(nv.NVC56F_SEM_EXECUTE_OPERATION_REDUCTION) | F_SEM_RED.encode(nv.NVC56F_SEM_EXECUTE_REDUCTION_IADD)
+                      | F_SEM_FMT.encode(1) | F_SEM_WFI.encode(1) | F_SEM_SIZE.encode(1) | F_SEM_TS.encode(1))
+
+def sem_words(addr: int, payload: int, execute: int) -> list[int]:
+  """SEM_ADDR_LO..SEM_EXECUTE as one 5-method incrementing burst: addr lo/hi, payload lo/hi, execute."""
+  return [mthd(0, SEM_ADDR_LO, 5), addr & M32, addr >> 32, payload & M32, payload >> 32, execute]
+
+MEM_OP_A, WFI, NOP, SET_OBJECT = nv.NVC86F_MEM_OP_A, nv.NVC56F_WFI, nv.NVC56F_NOP, nv.NVC56F_SET_OBJECT
+def membar_words() -> list[int]:
+  """WFI, then MEM_OP_D MEMBAR (system-scope memory barrier)."""
+  return [mthd(0, WFI, 1), nv.NVC56F_WFI_SCOPE_ALL, mthd(0, MEM_OP_A, 4), 0, 0,
+          nv.NVC56F_MEM_OP_C_MEMBAR_TYPE.encode(nv.NVC86F_MEM_OP_C_MEMBAR_TYPE_SYS_MEMBAR),
+          nv.NVC56F_MEM_OP_D_OPERATION.encode(nv.NVC86F_MEM_OP_D_OPERATION_MEMBAR)]
+
+# ---------------------------------------------------------------- copy class (NVC8B5)
+OFFSET_IN_UPPER, LINE_LENGTH_IN, LINE_COUNT, LAUNCH_DMA = nv.NVC8B5_OFFSET_IN_UPPER, nv.NVC8B5_LINE_LENGTH_IN, 0x41c, nv.NVC8B5_LAUNCH_DMA
+SET_SEMAPHORE_A = nv.NVC8B5_SET_SEMAPHORE_A
+LAUNCH_DMA_COPY = (nv.NVC8B5_LAUNCH_DMA_DATA_TRANSFER_TYPE.encode(nv.NVC8B5_LAUNCH_DMA_DATA_TRANSFER_TYPE_NON_PIPELINED)
+                   | nv.NVC8B5_LAUNCH_DMA_FLUSH_ENABLE.encode(1) | nv.NVC8B5_LAUNCH_DMA_SRC_MEMORY_LAYOUT.encode(1)
+                   | nv.NVC8B5_LAUNCH_DMA_DST_MEMORY_LAYOUT.encode(1))
+
+def copy_words(dest: int, src: int, nbytes: int) -> list[int]:
+  """OFFSET_IN_UPPER/LOWER, OFFSET_OUT_UPPER/LOWER (high word first), LINE_LENGTH_IN, LAUNCH_DMA (one pitch line)."""
+  return [mthd(SUBC_COPY, OFFSET_IN_UPPER, 4), src >> 32, src & M32, dest >> 32, dest & M32,
+          mthd(SUBC_COPY, LINE_LENGTH_IN, 1), nbytes, mthd(SUBC_COPY, LAUNCH_DMA, 1), LAUNCH_DMA_COPY]
+
+# ---------------------------------------------------------------- compute class (NVC6C0 family) launch methods
+SEND_PCAS_A, SEND_SIGNALING_PCAS2_B, INVALIDATE_SHADER_CACHES_NO_WFI = nv.NVC6C0_SEND_PCAS_A, 0x2c0, nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI
+SET_INLINE_QMD_ADDRESS_A = nv.NVC6C0_SET_INLINE_QMD_ADDRESS_A
+
+# ---------------------------------------------------------------- method names (per class kind)
+def _names(prefix: str, keep: Iterable[str] = ()) -> dict[int, str]:
+  out: dict[int, str] = {}
+  for k, v in vars(nv).items():
+    if not k.startswith(prefix) or not isinstance(v, int): continue
+    rest = k[len(prefix):]
+    # method offsets are 4-byte aligned and not enumerants: skip field values (ALL_CAPS_FALSE, _TRUE, ...)
+    if v % 4 or v >= 0x4000 or any(rest.endswith(s) for s in ("_FALSE", "_TRUE")): continue
+    if rest.count("_") > 4 and rest not in keep: continue
+    out.setdefault(v, rest)
+  return out
+
+HOST_METHODS = {0x0: "SET_OBJECT", 0x4: "ILLEGAL", 0x8: "NOP", 0x10: "SEMAPHOREA", 0x14: "SEMAPHOREB", 0x18: "SEMAPHOREC", 0x1c: "SEMAPHORED",
+                0x20: "NON_STALL_INTERRUPT", 0x28: "MEM_OP_A", 0x2c: "MEM_OP_B", 0x30: "MEM_OP_C", 0x34: "MEM_OP_D", 0x50: "SET_REFERENCE",
+                0x5c: "SEM_ADDR_LO", 0x60: "SEM_ADDR_HI", 0x64: "SEM_PAYLOAD_LO", 0x68: "SEM_PAYLOAD_HI", 0x6c: "SEM_EXECUTE", 0x78: "WFI",
+                0x80: "YIELD", 0x84: "CLEAR_FAULTED"}
+COPY_METHODS = {0x240: "SET_SEMAPHORE_A", 0x244: "SET_SEMAPHORE_B", 0x248: "SET_SEMAPHORE_PAYLOAD", 0x260: "SET_SRC_PHYS_MODE",
+                0x264: "SET_DST_PHYS_MODE", 0x300: "LAUNCH_DMA", 0x400: "OFFSET_IN_UPPER", 0x404: "OFFSET_IN_LOWER",
+                0x408: "OFFSET_OUT_UPPER", 0x40c: "OFFSET_OUT_LOWER", 0x410: "PITCH_IN", 0x414: "PITCH_OUT", 0x418: "LINE_LENGTH_IN",
+                0x41c: "LINE_COUNT", 0x100: "NOP"}
+COMPUTE_METHODS = _names("NVC6C0_")
+COMPUTE_METHODS[SEND_SIGNALING_PCAS2_B] = "SEND_SIGNALING_PCAS2_B"
+
+def method_name(subc_class: int | None, method: int) -> str:
+  if method < 0x100: return HOST_METHODS.get(method, f"HOST_{method:#x}")
+  if subc_class in DMA_CLASSES or (subc_class is None and method in COPY_METHODS and method >= 0x240):
+    return COPY_METHODS.get(method, f"COPY_{method:#x}")
+  return COMPUTE_METHODS.get(method, f"{method:#x}")
+
+# ---------------------------------------------------------------- pushbuffer decoding
+class PushbufferError(ValueError):
+  """A malformed pushbuffer (what a PBDMA would fault on)."""
+
+@dataclass(frozen=True)
+class Method:
+  subc: int
+  method: int    # byte offset in the class
+  value: int
+  pos: int       # word index of the data word (or of the header for immediates)
+
+def decode_pushbuffer(words: Sequence[int]) -> list[Method]:
+  """Every method write in a pushbuffer segment, in order."""
+  out: list[Method] = []
+  p, n = 0, len(words)
+  while p < n:
+    h = int(words[p])
+    op, subc, addr = _F_SEC_OP.decode(h), _F_SUBC.decode(h), _F_ADDR.decode(h) << 2
+    if op == SEC_OP_IMMD:
+      out.append(Method(subc, addr, nv.NVC56F_DMA_IMMD_DATA.decode(h), p)); p += 1; continue
+    if op == SEC_OP_END_SEG: break
+    if op == 0 and h == 0: p += 1; continue  # NVC56F_DMA_NOP
+    if op not in (SEC_OP_INC, SEC_OP_NON_INC, SEC_OP_ONE_INC):
+      raise PushbufferError(f"bad method header {h:#010x} at word {p}: opcode {op}")
+    count = _F_COUNT.decode(h)
+    if p + 1 + count > n: raise PushbufferError(f"method header {h:#010x} at word {p} wants {count} data words, segment has {n - p - 1}")
+    for i in range(count):
+      m = addr + 4 * i if op == SEC_OP_INC else addr if op == SEC_OP_NON_INC else addr + (4 if i else 0)
+      out.append(Method(subc, m, int(words[p + 1 + i]), p + 1 + i))
+    p += 1 + count
+  return out
+
+def _sem_desc(execute: int) -> str:
+  op = F_SEM_OP.decode(execute)
+  s = SEM_OP_NAMES.get(op, f"op{op}")
+  if op == 6: s += f" {SEM_RED_NAMES.get(F_SEM_RED.decode(execute), '?')}"
+  s += " 64-bit" if F_SEM_SIZE.decode(execute) else " 32-bit"
+  if F_SEM_TS.decode(execute): s += " +timestamp"
+  return s
+
+def summarize(methods: Sequence[Method], classes: dict[int, int] | None = None) -> list[tuple[int, str]]:
+  """Methods grouped into the commands they form: (position of the first method, line). Semaphore acquires read as
+  WAIT, releases as SIGNAL, a timestamp-only reduction as TIMESTAMP, LAUNCH_DMA as COPY, SEND_PCAS as EXEC."""
+  classes = classes or {}
+  st: dict[tuple[int, int], int] = {}
+  out: list[tuple[int, str]] = []
+  start: int | None = None
+  for m in methods:
+    if start is None: start = m.pos
+    st[(m.subc if m.method >= 0x100 else 0, m.method)] = m.value
+    g = lambda meth, subc=0: st.get((subc, meth), 0)
+    line = None
+    if m.method == SEM_EXECUTE:
+      addr = g(SEM_ADDR_LO) | (g(SEM_ADDR_LO + 4) << 32)
+      payload = g(SEM_ADDR_LO + 8) | (g(SEM_ADDR_LO + 12) << 32 if F_SEM_SIZE.decode(m.value) else 0)
+      op = F_SEM_OP.decode(m.value)
+      kind = "SIGNAL" if op == 1 else "TIMESTAMP" if op == 6 and payload == 0 and F_SEM_TS.decode(m.value) else "REDUCE" if op == 6 else "WAIT"
+      if kind == "TIMESTAMP": line = f"TIMESTAMP addr={addr + 8:#x} (SEM_EXECUTE {_sem_desc(m.value)} at {addr:#x})"
+      else: line = f"{kind:<9s} addr={addr:#x} value={payload} (SEM_EXECUTE {_sem_desc(m.value)})"
+    elif m.method == LAUNCH_DMA and m.method >= 0x100 and classes.get(m.subc, nv.HOPPER_DMA_COPY_A) in DMA_CLASSES:
+      s = m.subc
+      src = (g(OFFSET_IN_UPPER, s) << 32) | g(OFFSET_IN_UPPER + 4, s)
+      dst = (g(OFFSET_IN_UPPER + 8, s) << 32) | g(OFFSET_IN_UPPER + 12, s)
+      line = f"COPY      dest={dst:#x} src={src:#x} nbytes={g(LINE_LENGTH_IN, s)} (LAUNCH_DMA {m.value:#x})"
+    elif m.method == MEM_OP_A + 12: line = "BARRIER   (WFI, MEM_OP_D MEMBAR)"
+    elif m.method == SEND_SIGNALING_PCAS2_B and m.method >= 0x100:
+      line = f"EXEC      qmd={g(SEND_PCAS_A, m.subc) << 8:#x} (SEND_PCAS_A, SEND_SIGNALING_PCAS2_B {m.value:#x})"
+    elif m.method == SET_OBJECT: line = f"SET_OBJECT subchannel {m.subc} = {class_name(m.value & 0xFFFF)}"
+    if line is not None:
+      out.append((start, line))
+      start = None
+  return out
+
+def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None, base: int | None = None) -> str:
+  """A pushbuffer segment in words: each method write, then the commands they form. `mark`: word index to flag."""
+  classes = classes or {}
+  try: ms = decode_pushbuffer(words)
+  except PushbufferError as e: return f"    {e}"
+  lines, marked = [], False
+  for m in ms:
+    where = f"{base + 4 * m.pos:#x}" if base is not None else f"@{m.pos}"
+    here = mark is not None and not marked and m.pos >= mark
+    marked |= here
+    name = method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method)
+    lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}")
+  return "\n".join(lines)
+
+def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None) -> str:
+  """The commands a segment forms, one line each; `mark` (word index where the engine stopped) gets an arrow."""
+  try: ms = decode_pushbuffer(words)
+  except PushbufferError as e: return f"    {e}"
+  cmds = summarize(ms, classes)
+  out, marked = [], False
+  ends = [p for p, _ in cmds[1:]] + [len(words)]
+  for (p, line), end in zip(cmds, ends):
+    here = mark is not None and not marked and p <= mark < end
+    marked |= here
+    out.append(f"  {'->' if here else '  '}[@{p:5d}] {line}")
+  return "\n".join(out)
+
+# ---------------------------------------------------------------- GPFIFO entries (NVC56F_GP_ENTRY0/1)
+def gp_entry(addr: int, nwords: int, sync: bool = False) -> int:
+  """A 64-bit GPFIFO entry pointing at `nwords` pushbuffer words at `addr` (4-byte aligned, below 2**40)."""
+  if addr & 3 or addr >> 40: raise ValueError(f"pushbuffer address {addr:#x} must be 4-byte aligned and below 2**40")
+  if not 0 < nwords < (1 << 21): raise ValueError(f"pushbuffer segment of {nwords} words does not fit a GPFIFO entry")
+  lo = nv.NVC56F_GP_ENTRY0_GET.encode((addr & M32) >> 2)
+  hi = (nv.NVC56F_GP_ENTRY1_GET_HI.encode(addr >> 32) | nv.NVC56F_GP_ENTRY1_LEVEL.encode(nv.NVC56F_GP_ENTRY1_LEVEL_SUBROUTINE)
+        | nv.NVC56F_GP_ENTRY1_LENGTH.encode(nwords) | nv.NVC56F_GP_ENTRY1_SYNC.encode(int(sync)))
+  return lo | (hi << 32)
+
+def decode_gp_entry(e: int) -> tuple[int, int, bool]:
+  """(pushbuffer address, length in words, sync) of a GPFIFO entry."""
+  lo, hi = e & M32, e >> 32
+  addr = (nv.NVC56F_GP_ENTRY0_GET.decode(lo) << 2) | (nv.NVC56F_GP_ENTRY1_GET_HI.decode(hi) << 32)
+  return addr, nv.NVC56F_GP_ENTRY1_LENGTH.decode(hi), bool(nv.NVC56F_GP_ENTRY1_SYNC.decode(hi))
+
+# USERD (Nvc56fControl_struct): GP_GET / GP_PUT word offsets
+USERD_GP_GET = nv.struct_Nvc56fControl_struct.GPGet.offset
+USERD_GP_PUT = nv.struct_Nvc56fControl_struct.GPPut.offset
+USERD_GET, USERD_GET_HI = nv.struct_Nvc56fControl_struct.Get.offset, nv.struct_Nvc56fControl_struct.GetHi.offset  # pushbuffer read pointer
+
+def words_of(b: bytes) -> list[int]: return list(struct.unpack(f"<{len(b) // 4}I", b[:len(b) // 4 * 4]))
+
+# ---------------------------------------------------------------- QMD
+QMD_PREFIX = {3: "NVC6C0_QMDV03_00_", 4: "NVCBC0_QMDV04_00_", 5: "NVCEC0_QMDV05_00_"}  # Ampere/Ada, Hopper, Blackwell
+
+def decode_qmd(words: Sequence[int], version: int = 4) -> dict[str, int]:
+  """The QMD's nonzero fields (qmd.py names without the class/version prefix; version 4 = Hopper): name -> value."""
+  from baregrad.ctypes_autogen.nv import qmd
+  prefix = QMD_PREFIX[version]
+  out: dict[str, int] = {}
+  for k, v in vars(qmd).items():
+    if not k.startswith(prefix) or not isinstance(v, tuple) or len(v) != 2: continue
+    if v[0] // 32 >= len(words): continue
+    if (val := nv_bits(words, v[0], v[1])): out[k[len(prefix):]] = val
+  return out
+
+def nv_bits(words: Sequence[int], hi: int, lo: int) -> int:
+  v = 0
+  for i in range(hi // 32, lo // 32 - 1, -1): v = (v << 32) | int(words[i])
+  return (v >> (lo % 32)) & ((1 << (hi - lo + 1)) - 1)
+
+def format_qmd(words: Sequence[int], version: int = 4) -> str:
+  f = decode_qmd(words, version)
+  return "\n".join(f"  {k:<40s} {v:#x}" for k, v in sorted(f.items())) or "  (all fields zero)"
+
+# ---------------------------------------------------------------- Hopper QMD (v04) fields the launch uses
+# qmd.py names them; the indexed ones (constant buffers, releases) are function-like macros in clcbc0qmd.h, given here
+# for index 0 as (hi, lo) bit ranges of the 384-byte QMD.
+QMD_BYTES = 0x180
+def _qf(name: str) -> tuple[int, int]:
+  from baregrad.ctypes_autogen.nv import qmd
+  return tuple(getattr(qmd, "NVCBC0_QMDV04_00_" + name))  # type: ignore[return-value]
+QMD_CB0_VALID, QMD_CB0_ADDR_LO6, QMD_CB0_ADDR_HI6, QMD_CB0_SIZE4 = (416, 416), (1567, 1536), (1586, 1568), (1599, 1587)
+QMD_RELEASE0_ENABLE, QMD_RELEASE0_STRUCTURE_SIZE, QMD_RELEASE0_PAYLOAD64B = (320, 320), (322, 321), (332, 332)
+QMD_QMD_TYPE, QMD_MINOR, QMD_MAJOR = (25, 23), (579, 576), (583, 580)
+QMD_TYPE_GRID_CTA = 2
+PCAS_ACTION_PREFETCH_SCHEDULE = 9
+PARAM_CBANK_OFFSET = 0x210  # where sm_70..sm_90 code finds kernel parameters in constant bank 0 (cubins say so too)
+
+def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
+  n = hi - lo + 1
+  if value < 0 or value >> n: raise ValueError(f"{value:#x} does not fit QMD bits {hi}:{lo}")
+  v = 0
+  for i in range(hi // 32, lo // 32 - 1, -1): v = (v << 32) | int(words[i])
+  sh = lo % 32
+  v = (v & ~(((1 << n) - 1) << sh)) | (value << sh)
+  for i in range(lo // 32, hi // 32 + 1): words[i] = (v >> (32 * (i - lo // 32))) & M32
+
+QMD_GRID = ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")
+QMD_BLOCK = ("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
+
+def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], block: Sequence[int], shared: int, regs: int,
+              release: tuple[int, int] | None = None) -> list[int]:
+  """A Hopper compute QMD (v04) for one grid launch, as 96 words."""
+  w = [0] * (QMD_BYTES // 4)
+  set_bits(w, *QMD_QMD_TYPE, QMD_TYPE_GRID_CTA)
+  set_bits(w, *QMD_MAJOR, 4)
+  for name, v in zip(QMD_GRID, grid): set_bits(w, *_qf(name), v)
+  for name, v in zip(QMD_BLOCK, block): set_bits(w, *_qf(name), v)
+  set_bits(w, *_qf("SHARED_MEMORY_SIZE"), _rup16(shared))
+  set_bits(w, *_qf("REGISTER_COUNT"), regs)
+  set_bits(w, *_qf("BARRIER_COUNT"), 1)
+  set_bits(w, *_qf("PROGRAM_ADDRESS_LOWER"), program & M32)
+  set_bits(w, *_qf("PROGRAM_ADDRESS_UPPER"), program >> 32)
+  if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
+  set_bits(w, *QMD_CB0_VALID, 1)
+  set_bits(w, *QMD_CB0_ADDR_LO6, (cbank0 >> 6) & M32)
+  set_bits(w, *QMD_CB0_ADDR_HI6, cbank0 >> 38)
+  set_bits(w, *QMD_CB0_SIZE4, _rup16(cbank0_size) >> 4)
+  if release is not None:
+    set_bits(w, *QMD_RELEASE0_ENABLE, 1)
+    set_bits(w, *QMD_RELEASE0_PAYLOAD64B, 1)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_ADDR_LOWER"), release[0] & M32)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_ADDR_UPPER"), release[0] >> 32)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), release[1] & M32)
+    set_bits(w, *_qf("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), release[1] >> 32)
+  return w
+
+def _rup16(x: int) -> int: return (x + 15) // 16 * 16
+
+def read_qmd(words: Sequence[int]) -> dict[str, Any]:
+  """The launch a QMD describes: grid, block, shared bytes, registers, program address, constant bank 0 (addr, size)."""
+  b = lambda f: nv_bits(words, *f)
+  return {"grid": tuple(b(_qf(n)) for n in QMD_GRID), "block": tuple(b(_qf(n)) for n in QMD_BLOCK),
+          "shared": b(_qf("SHARED_MEMORY_SIZE")), "regs": b(_qf("REGISTER_COUNT")),
+          "program": b(_qf("PROGRAM_ADDRESS_LOWER")) | (b(_qf("PROGRAM_ADDRESS_UPPER")) << 32),
+          "cbank0": ((b(QMD_CB0_ADDR_LO6) | (b(QMD_CB0_ADDR_HI6) << 32)) << 6) if b(QMD_CB0_VALID) else None,
+          "cbank0_size": b(QMD_CB0_SIZE4) << 4, "type": b(QMD_QMD_TYPE), "major": b(QMD_MAJOR),
+          "release0": (b(_qf("RELEASE_SEMAPHORE0_ADDR_LOWER")) | (b(_qf("RELEASE_SEMAPHORE0_ADDR_UPPER")) << 32),
+                       b(_qf("RELEASE_SEMAPHORE0_PAYLOAD_LOWER")) | (b(_qf("RELEASE_SEMAPHORE0_PAYLOAD_UPPER")) << 32),
+                       b(QMD_RELEASE0_PAYLOAD64B)) if b(QMD_RELEASE0_ENABLE) else None}
+
+def exec_words(qmd_addr: int) -> list[int]:
+  """Invalidate the shader caches, then SEND_PCAS_A (QMD address >> 8) + SEND_SIGNALING_PCAS2_B (prefetch and schedule)."""
+  if qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} must be 256-byte aligned")
+  inv = (nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION.encode(1) | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA.encode(1)
+         | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT.encode(1))
+  return [mthd(SUBC_COMPUTE, INVALIDATE_SHADER_CACHES_NO_WFI, 1), inv, mthd(SUBC_COMPUTE, SEND_PCAS_A, 1), qmd_addr >> 8,
+          mthd(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION_PREFETCH_SCHEDULE]
+
+# ---------------------------------------------------------------- program images
+# The image the QMD's program address points into: [PTX text \0 entry name \0, padded][trailer 16 bytes][code...].
+# The GPU runs the code at the program address; the mock GPU, which cannot run SASS, finds the PTX right before it.
+IMAGE_MAGIC = b"BGPTX\0\0\0"
+CODE_ALIGN = 256
+
+def pack_image(ptx: str, name: str, code: bytes) -> tuple[bytes, int]:
+  """(image bytes, offset of the code in it)."""
+  t, nm = ptx.encode(), name.encode()
+  block = t + b"\0" + nm + b"\0"
+  block += b"\0" * (-len(block) % 16)
+  head = block + IMAGE_MAGIC + struct.pack("<II", len(t), len(nm))
+  pad = -len(head) % CODE_ALIGN
+  return b"\0" * pad + head + code, pad + len(head)
+
+def image_prefix_bytes(text_len: int, name_len: int) -> int:
+  """How far before the code the PTX text starts (given the trailer's lengths)."""
+  n = text_len + name_len + 2
+  return n + (-n % 16) + 16
+
+def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, classes: dict[int, int] | None = None, last: int = 8) -> str:
+  """A GPFIFO ring in words: the entries between GP_GET and GP_PUT (pending) and up to `last` before GP_GET (done).
+  `read(addr, nbytes) -> bytes`, when given, fetches each pushbuffer segment so its commands are decoded too."""
+  n = len(entries)
+  lines = [f"GPFIFO: {n} entries, GP_GET {get}, GP_PUT {put} ({(put - get) % n} pending)"]
+  first = (get - min(last, (get - put) % n if put != get else last)) % n
+  i = first
+  while True:
+    if i == put and i != first: break
+    e = int(entries[i])
+    if e == 0 and i != get: i = (i + 1) % n; continue
+    addr, nw, sync = decode_gp_entry(e)
+    state = "pending" if (i - get) % n < (put - get) % n else "done"
+    lines.append(f"  [{i:5d}] {state:<7s} pushbuffer {addr:#x} {nw} words{' SYNC' if sync else ''}")
+    if read is not None and nw:
+      try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes))
+      except Exception as ex: lines.append(f"    (cannot read the segment: {ex})")
+    i = (i + 1) % n
+    if i == put: break
+  return "\n".join(lines)

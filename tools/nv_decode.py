@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Print NVIDIA command streams in words: pushbuffer segments (method by method, then the commands they form), GPFIFO
+rings, and compute QMDs. Input is raw little-endian bytes (e.g. memory captured from a real run) or text of hex words.
+
+  python tools/nv_decode.py pb SEGMENT.bin [--base 0x...]    a pushbuffer segment
+  python tools/nv_decode.py gpfifo RING.bin --get N --put M [--seg ADDR=FILE ...]
+  python tools/nv_decode.py qmd QMD.bin                       a Hopper (v04) QMD; --version 3|4|5
+  python tools/nv_decode.py demo                              run a few commands on the mock GPU and print its channels
+
+The decoder is the one the mock GPU executes with (baregrad.drivers.nv.hw)."""
+from __future__ import annotations
+import argparse, os, re, sys
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from baregrad.drivers.nv import hw
+
+def load(path: str) -> bytes:
+  data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+  try: text = data.decode("ascii")
+  except UnicodeDecodeError: return data
+  toks = re.findall(r"(?:0x)?[0-9a-fA-F_]+", text)
+  if toks and all(re.fullmatch(r"(?:0x)?[0-9a-fA-F_]+", t) for t in text.split()):
+    return b"".join(int(t.replace("_", ""), 16).to_bytes(4, "little") for t in toks)
+  return data
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = ap.add_subparsers(dest="cmd", required=True)
+  p = sub.add_parser("pb"); p.add_argument("file"); p.add_argument("--base", type=lambda s: int(s, 0))
+  g = sub.add_parser("gpfifo"); g.add_argument("file"); g.add_argument("--get", type=int, required=True); g.add_argument("--put", type=int, required=True)
+  g.add_argument("--seg", action="append", default=[], help="ADDR=FILE: the bytes of the pushbuffer at ADDR")
+  q = sub.add_parser("qmd"); q.add_argument("file"); q.add_argument("--version", type=int, default=4)
+  sub.add_parser("demo")
+  a = ap.parse_args(argv)
+  classes = {hw.SUBC_COMPUTE: hw.nv.HOPPER_COMPUTE_A, hw.SUBC_COPY: hw.nv.HOPPER_DMA_COPY_A}
+  if a.cmd == "pb":
+    w = hw.words_of(load(a.file))
+    print(f"pushbuffer: {len(w)} words\nmethods:\n{hw.format_methods(w, classes, base=a.base)}\ncommands:\n{hw.format_commands(w, classes)}")
+  elif a.cmd == "gpfifo":
+    w = hw.words_of(load(a.file))
+    entries = [w[2 * i] | (w[2 * i + 1] << 32) for i in range(len(w) // 2)]
+    segs = {int(k, 0): load(v) for k, v in (s.split("=", 1) for s in a.seg)}
+    def read(addr: int, n: int) -> bytes:
+      for base, data in segs.items():
+        if base <= addr and addr + n <= base + len(data): return data[addr - base:addr - base + n]
+      raise KeyError(f"no --seg covers {addr:#x}+{n:#x}")
+    print(hw.format_gpfifo(entries, a.get, a.put, read if segs else None, classes, last=len(entries)))
+  elif a.cmd == "qmd":
+    w = hw.words_of(load(a.file))
+    print(f"QMD v0{a.version}:\n{hw.format_qmd(w, a.version)}")
+    if a.version == 4: print("launch: " + ", ".join(f"{k}={v if not isinstance(v, int) else hex(v)}" for k, v in hw.read_qmd(w).items()))
+  else:
+    from baregrad.drivers.port import make_port
+    from baregrad.drivers.mock.nvgpu import MockNVGPU
+    from baregrad.drivers.nv import NVDevice
+    from baregrad.hcq import HCQSignal
+    mock = MockNVGPU()
+    dev = NVDevice("NV", port=make_port(mock))
+    a_, b_ = dev.allocator.alloc(256), dev.allocator.alloc(256)
+    s = HCQSignal(dev)
+    dev.copy_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).copy(b_.va_addr, a_.va_addr, 256).memory_barrier().signal(s, 1).submit(dev)
+    dev.compute_queue_t().wait(s, 1).timestamp(s).signal(s, 2).submit(dev)
+    s.wait(2)
+    for tok in mock.channels: print(mock.dump_channel(tok), "\n")
+    w = (hw.ctypes.c_uint32 * 4).from_address(dev.channels["copy"].cmd.cpu)[:]
+    print("first copy-channel segment, raw:", " ".join(f"{x:#010x}" for x in w))
+    dev.close()
+  return 0
+
+if __name__ == "__main__": sys.exit(main())
