@@ -173,8 +173,8 @@ class BatchNorm:
                track_running_stats: bool = True):
     self.num_features, self.eps, self.momentum = num_features, eps, momentum
     self.training: bool | None = None
-    self.weight: Tensor | None = Tensor.ones(num_features, requires_grad=True) if affine else None
-    self.bias: Tensor | None = Tensor.zeros(num_features, requires_grad=True) if affine else None
+    self.weight: Tensor | None = Tensor.ones(num_features).requires_grad_() if affine else None
+    self.bias: Tensor | None = Tensor.zeros(num_features).requires_grad_() if affine else None
     if track_running_stats:
       self.running_mean: Tensor | None = Tensor.zeros(num_features)
       self.running_var: Tensor | None = Tensor.ones(num_features)
@@ -214,8 +214,8 @@ class LayerNorm:
   def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     self.eps = eps
-    self.weight = Tensor.ones(*self.normalized_shape, requires_grad=True) if elementwise_affine else None
-    self.bias = Tensor.zeros(*self.normalized_shape, requires_grad=True) if elementwise_affine and bias else None
+    self.weight = Tensor.ones(*self.normalized_shape).requires_grad_() if elementwise_affine else None
+    self.bias = Tensor.zeros(*self.normalized_shape).requires_grad_() if elementwise_affine and bias else None
   def __call__(self, x: Tensor) -> Tensor:
     k = len(self.normalized_shape)
     if tuple(x.shape[-k:]) != self.normalized_shape:
@@ -229,8 +229,8 @@ class GroupNorm:
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
     if num_channels % num_groups: raise ValueError(f"num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
     self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-    self.weight = Tensor.ones(num_channels, requires_grad=True) if affine else None
-    self.bias = Tensor.zeros(num_channels, requires_grad=True) if affine else None
+    self.weight = Tensor.ones(num_channels).requires_grad_() if affine else None
+    self.bias = Tensor.zeros(num_channels).requires_grad_() if affine else None
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_channels:
       raise ValueError(f"GroupNorm: expected input of shape (N, {self.num_channels}, ...), got {x.shape}")
@@ -245,7 +245,7 @@ class RMSNorm:
   def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True):
     self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     self.eps = eps
-    self.weight = Tensor.ones(*self.normalized_shape, requires_grad=True) if elementwise_affine else None
+    self.weight = Tensor.ones(*self.normalized_shape).requires_grad_() if elementwise_affine else None
   def __call__(self, x: Tensor) -> Tensor:
     k = len(self.normalized_shape)
     if tuple(x.shape[-k:]) != self.normalized_shape:

@@ -70,11 +70,15 @@ def load_state_dict(obj: Any, state_dict: dict[str, Any], strict: bool = True, v
   for k, t in model.items():
     if k not in state_dict: continue
     v = state_dict[k]
-    if not isinstance(v, Tensor): v = Tensor(np.ascontiguousarray(v), device=t.device)
+    if not isinstance(v, Tensor): v = _from_np(np.asarray(v), t.device)
     if v.device != t.device: v = v.to(t.device)
     _assign_into(t, v.cast(t.dtype) if v.dtype != t.dtype else v)
     if verbose: print(f"loaded {k} {t.shape}")
   return {"missing_keys": missing, "unexpected_keys": unexpected}
+
+def _from_np(a: np.ndarray, device: str | None) -> Tensor:
+  # Tensor(ndarray) makes a 0-d array shape (1,) (np.ascontiguousarray promotes it): put the shape back
+  return Tensor(a, device=device).reshape(a.shape)
 
 def _assign_into(t: Tensor, v: Tensor) -> None:
   from baregrad.tensor.nn.optim import assign_all
@@ -153,11 +157,12 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
   for k, info in header.items():
     if k == "__metadata__": continue
     st, shape, (b, e) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
-    arr = np.frombuffer(mm, dtype=np.dtype(_NP[st]).newbyteorder("<"), count=e - b if st in ("BOOL", "U8", "I8") else (e - b) // np.dtype(_NP[st]).itemsize,
-                        offset=start + b).reshape(shape)
+    npd = np.dtype(_NP[st]).newbyteorder("<")
+    if e == b: arr = np.zeros(shape, npd)
+    else: arr = np.frombuffer(mm, dtype=npd, count=(e - b) // npd.itemsize, offset=start + b).reshape(shape)
     arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)
-    if st == "BF16": out[k] = Tensor(arr, device=device).bitcast(dtypes.bfloat16).contiguous().realize()
-    else: out[k] = Tensor(arr, device=device)
+    if st == "BF16": out[k] = _from_np(arr, device).bitcast(dtypes.bfloat16).contiguous().realize()
+    else: out[k] = _from_np(arr, device)
   del mm
   return out
 
