@@ -86,7 +86,9 @@ class SGD(Optimizer):
     super().__init__(params, lr)
     if nesterov and (momentum <= 0 or dampening != 0): raise ValueError("Nesterov momentum requires a momentum and zero dampening")
     self.momentum, self.dampening, self.weight_decay, self.nesterov, self.maximize = momentum, dampening, weight_decay, nesterov, maximize
-    self.momentum_buffer: dict[int, Tensor] = {}
+    # state is made up front, so that step() is one schedule from the first step on
+    self.momentum_buffer: dict[int, Tensor] = {id(p): self._state(p) for p in self.params} if momentum else {}
+    self._started: set[int] = set()
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
     pairs = []
@@ -96,9 +98,9 @@ class SGD(Optimizer):
       if self.maximize: g = -g
       if self.weight_decay: g = g + self.weight_decay * p.detach()
       if self.momentum:
-        buf = self.momentum_buffer.get(id(p))
-        if buf is None:  # PyTorch: the first buffer is the gradient itself (no dampening)
-          buf = self.momentum_buffer[id(p)] = self._state(p)
+        buf = self.momentum_buffer[id(p)]
+        if id(p) not in self._started:  # PyTorch: the first buffer is the gradient itself (no dampening)
+          self._started.add(id(p))
           new_buf = g
         else: new_buf = buf * self.momentum + g * (1 - self.dampening)
         pairs.append((buf, new_buf))
@@ -111,8 +113,8 @@ class _AdamBase(Optimizer):
     super().__init__(params, lr)
     if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1): raise ValueError(f"invalid betas {betas}")
     self.b1, self.b2, self.eps, self.weight_decay = float(betas[0]), float(betas[1]), float(eps), float(weight_decay)
-    self.exp_avg: dict[int, Tensor] = {}
-    self.exp_avg_sq: dict[int, Tensor] = {}
+    self.exp_avg: dict[int, Tensor] = {id(p): self._state(p) for p in self.params}
+    self.exp_avg_sq: dict[int, Tensor] = {id(p): self._state(p) for p in self.params}
     # beta1**t and beta2**t, kept on the device (float32; PyTorch computes them in float64 on the host)
     self.b1_t = Tensor.ones(1, device=self.device).reshape(())
     self.b2_t = Tensor.ones(1, device=self.device).reshape(())
@@ -126,7 +128,6 @@ class _AdamBase(Optimizer):
     for p in params:
       assert p.grad is not None
       g = p.grad.detach()
-      if id(p) not in self.exp_avg: self.exp_avg[id(p)], self.exp_avg_sq[id(p)] = self._state(p), self._state(p)
       m, v = self.exp_avg[id(p)], self.exp_avg_sq[id(p)]
       out.append((p, g, m, v))
     return out, (1 - b1_t), (1 - b2_t), pairs  # type: ignore[return-value]
