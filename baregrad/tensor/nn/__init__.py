@@ -40,25 +40,36 @@ class train:
   def __exit__(self, *a: Any) -> None: Tensor.training = self.prev
 
 # ---- fallbacks for functional ops (used only where Tensor lacks the method) ------------------------------------
+def _windows(x: Tensor, k_: tuple[int, ...], s_: tuple[int, ...], d_: tuple[int, ...]) -> Tensor:
+  """(..., O1, O2, K1, K2) view of the sliding windows over the last len(k_) axes, with movement ops only (repeat,
+  shrink, reshape): no copy, so a convolution or a pool is one reduction kernel."""
+  nd = len(k_)
+  noop, i_ = x.shape[:-nd], x.shape[-nd:]
+  o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
+  e_ = [math.ceil(k * (i + d) / i) for k, i, d in zip(k_, i_, d_)]
+  keep = tuple((0, n) for n in noop)
+  x = x.reshape(*noop, *[v for i in i_ for v in (1, i)]).expand(*noop, *[v for e, i in zip(e_, i_) for v in (e, i)])
+  x = x.reshape(*noop, *[e * i for e, i in zip(e_, i_)])
+  x = x._shrink(keep + tuple((0, k * (i + d)) for k, i, d in zip(k_, i_, d_)))
+  x = x.reshape(*noop, *[v for k, i, d in zip(k_, i_, d_) for v in (k, i + d)])
+  x = x._shrink(keep + tuple(r for k, o, s in zip(k_, o_, s_) for r in ((0, k), (0, o * s))))
+  x = x.reshape(*noop, *[v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)])
+  x = x._shrink(keep + tuple(r for k, o in zip(k_, o_) for r in ((0, k), (0, o), (0, 1))))
+  x = x.reshape(*noop, *[v for k, o in zip(k_, o_) for v in (k, o)])
+  n = len(noop)
+  return x.permute(*range(n), *[n + 2 * i + 1 for i in range(nd)], *[n + 2 * i for i in range(nd)])
+
 def _conv2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
   if hasattr(Tensor, "conv2d"): return x.conv2d(w, b, stride, padding, dilation, groups)
-  (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
   ph, pw = _pair(padding)
-  n, cin, h, wd = x.shape
+  n, cin = x.shape[:2]
   cout, cg, kh, kw = w.shape
   if cin != cg * groups: raise ValueError(f"conv2d: input has {cin} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
-  x = x.pad((pw, pw, ph, ph))
-  oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+  win = _windows(x.pad((pw, pw, ph, ph)), (kh, kw), _pair(stride), _pair(dilation))  # (N, C, OH, OW, KH, KW)
+  oh, ow = win.shape[2:4]
   og = cout // groups
-  xg = x.reshape(n, groups, 1, cg, h + 2 * ph, wd + 2 * pw)
-  wg = w.reshape(1, groups, og, cg, kh, kw)
-  out = None
-  for i in range(kh):
-    for j in range(kw):
-      xs = xg[:, :, :, :, i * dh: i * dh + sh * (oh - 1) + 1: sh, j * dw: j * dw + sw * (ow - 1) + 1: sw]
-      term = (xs * wg[:, :, :, :, i:i + 1, j:j + 1]).sum(3)
-      out = term if out is None else out + term
-  out = out.reshape(n, cout, oh, ow)
+  xw = win.reshape(n, groups, 1, cg, oh, ow, kh, kw)
+  out = (xw * w.reshape(1, groups, og, cg, 1, 1, kh, kw)).sum((3, 6, 7)).reshape(n, cout, oh, ow)
   return out + b.reshape(1, cout, 1, 1) if b is not None else out
 
 def _conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
@@ -79,18 +90,10 @@ def _conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, p
 
 def _max_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
   if hasattr(Tensor, "max_pool2d"): return x.max_pool2d(kernel_size, stride, padding)
-  (kh, kw) = _pair(kernel_size)
-  sh, sw = _pair(stride if stride is not None else kernel_size)
   ph, pw = _pair(padding)
   if ph or pw: x = x.pad((pw, pw, ph, ph), value=-math.inf)
-  h, w = x.shape[-2:]
-  oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
-  out = None
-  for i in range(kh):
-    for j in range(kw):
-      s = x[..., i: i + sh * (oh - 1) + 1: sh, j: j + sw * (ow - 1) + 1: sw]
-      out = s if out is None else out.maximum(s)
-  return out
+  k = _pair(kernel_size)
+  return _windows(x, k, _pair(stride if stride is not None else kernel_size), (1, 1)).max((-2, -1))
 
 def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
   if hasattr(Tensor, "dropout"): return x.dropout(p, training)
