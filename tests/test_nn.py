@@ -78,8 +78,14 @@ def test_batchnorm_train_and_eval():
   with nn.train(False): out = bg(Tensor(x)).numpy()
   np.testing.assert_allclose(out, tm(torch.tensor(x)).detach().numpy(), atol=1e-5, rtol=1e-4)
 
-def test_batchnorm1d():
-  check(nn.BatchNorm1d(4), torch.nn.BatchNorm1d(4), rnd(6, 4), train=True)
+def test_batchnorm1d_cumulative_average():
+  bg, tm = nn.BatchNorm1d(4, momentum=None), torch.nn.BatchNorm1d(4, momentum=None)
+  check(bg, tm, rnd(6, 4), train=True)
+  x = rnd(5, 4) * 3
+  with nn.train(True): bg(Tensor(x)).realize()
+  tm(torch.tensor(x))
+  assert bg.num_batches_tracked.item() == 2
+  np.testing.assert_allclose(bg.running_var.numpy(), tm.running_var.numpy(), rtol=1e-5)
 
 def test_layernorm():
   check(nn.LayerNorm(5), torch.nn.LayerNorm(5), rnd(3, 5) * 3 + 2)

@@ -195,12 +195,18 @@ class BatchNorm:
       mean = x.mean(axes)
       var = (x - mean.reshape(shape)).square().mean(axes)
       if _training(self.training) and self.running_mean is not None:
-        assert self.running_var is not None and self.num_batches_tracked is not None
-        self.num_batches_tracked.assign(self.num_batches_tracked + 1)
-        m = self.momentum if self.momentum is not None else 1.0 / float(self.num_batches_tracked.item())
-        bm, bv = mean.detach(), var.detach() * (n / max(n - 1, 1))
         from baregrad.tensor.nn.optim import assign_all
-        assign_all([(self.running_mean, self.running_mean * (1 - m) + bm * m), (self.running_var, self.running_var * (1 - m) + bv * m)])
+        assert self.running_var is not None and self.num_batches_tracked is not None
+        nbt = [(self.num_batches_tracked, self.num_batches_tracked + 1)]
+        if self.momentum is None:  # cumulative average: the factor is 1/num_batches_tracked
+          assign_all(nbt)
+          m, nbt = 1.0 / float(self.num_batches_tracked.item()), []
+        else: m = self.momentum
+        bm, bv = mean.detach(), var.detach() * (n / max(n - 1, 1))
+        # one schedule computes the input and its statistics (kept as buffers, so the forward and backward
+        # that follow read them instead of recomputing the layers below) and moves the running statistics
+        assign_all([(self.running_mean, self.running_mean * (1 - m) + bm * m), (self.running_var, self.running_var * (1 - m) + bv * m), *nbt],
+                   also=[x, mean, var])
       out = (x - mean.reshape(shape)) * (var.reshape(shape) + self.eps).rsqrt()
     else:
       assert self.running_var is not None
