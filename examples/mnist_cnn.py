@@ -26,7 +26,7 @@ class CNN:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--data", help="directory with the MNIST idx files (default: synthetic data)")
-  ap.add_argument("--steps", type=int, default=100)
+  ap.add_argument("--steps", type=int, default=60)
   ap.add_argument("--bs", type=int, default=32, help="batch size")
   ap.add_argument("--lr", type=float, default=3e-3)
   ap.add_argument("--train-size", type=int, default=4096, help="synthetic training set size")

@@ -111,7 +111,7 @@ def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--data", help="directory with the MNIST idx files (default: synthetic data)")
-  ap.add_argument("--steps", type=int, default=300)
+  ap.add_argument("--steps", type=int, default=200)
   ap.add_argument("--bs", type=int, default=64, help="batch size")
   ap.add_argument("--lr", type=float, default=2e-3)
   ap.add_argument("--hidden", type=int, default=128)
