@@ -9,7 +9,7 @@ Tensor.conv2d / max_pool2d where the Tensor has them, else baregrad.nn's fallbac
 from __future__ import annotations
 import argparse, pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from mnist_mlp import load_mnist, synthetic_mnist, train, nn, Tensor  # noqa: E402
+from mnist_mlp import load_mnist, synthetic_mnist, train, nn, Tensor, jit  # noqa: E402
 from baregrad.tensor.nn import _max_pool2d  # noqa: E402
 
 class CNN:
@@ -32,12 +32,14 @@ def main() -> None:
   ap.add_argument("--train-size", type=int, default=4096, help="synthetic training set size")
   ap.add_argument("--test-size", type=int, default=512, help="synthetic held-out set size")
   ap.add_argument("--seed", type=int, default=0)
+  ap.add_argument("--no-jit", action="store_true", help="run every step eagerly even where baregrad has a jit")
   a = ap.parse_args()
   data = load_mnist(a.data) if a.data else synthetic_mnist(a.train_size, a.test_size, seed=a.seed)
   print(f"data: {'MNIST from ' + a.data if a.data else 'synthetic MNIST-shaped'}: {len(data[0][0])} train, {len(data[1][0])} test")
   Tensor.manual_seed(a.seed)
   model = CNN()
-  r = train(model, data, a.steps, a.bs, a.lr, a.seed)
+  r = train(model, data, a.steps, a.bs, a.lr, a.seed, use_jit=not a.no_jit)
+  print(f"jit: {'on' if jit is not None and not a.no_jit else 'off (not available)' if jit is None else 'off'}")
   print(f"final loss {r['loss']:.4f}  test accuracy {100 * r['test_acc']:.2f}%  {r['steps_per_s']:.1f} steps/s "
         f"(first step, with compiles: {r['first_step_s']:.2f} s)")
 

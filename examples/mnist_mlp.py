@@ -84,20 +84,27 @@ def evaluate(model, x: np.ndarray, y: np.ndarray, bs: int = 512) -> float:
       correct += int((model(Tensor(normalize(x[i:i + bs]))).argmax(-1).numpy() == y[i:i + bs]).sum())
   return correct / len(x)
 
-def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt_name: str = "adam", quiet: bool = False) -> dict:
+def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt_name: str = "adam", quiet: bool = False,
+          use_jit: bool = True) -> dict:
   (xtr, ytr), (xte, yte) = data
   params = nn.get_parameters(model)
   opt = optim.Adam(params, lr=lr) if opt_name == "adam" else optim.SGD(params, lr=lr, momentum=0.9)
   rng = np.random.default_rng(seed)
+
+  def step(x: Tensor, y: Tensor) -> Tensor:
+    loss = nn.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step(loss)  # the loss is realized in the step's schedule, before the weights change
+    return loss
+  # with the jit (where baregrad has one), calls after the second replay the captured kernels
+  if jit is not None and use_jit: step = jit(step)
+
   loss_v, t0, t_first = float("nan"), time.perf_counter(), None
   with nn.train(True):
     for s in range(steps):
       idx = rng.integers(0, len(xtr), bs)
-      x, y = Tensor(normalize(xtr[idx])), Tensor(ytr[idx].astype(np.int32))
-      loss = nn.cross_entropy(model(x), y)
-      opt.zero_grad()
-      loss.backward()
-      opt.step(loss)  # the loss is realized in the step's schedule
+      loss = step(Tensor(normalize(xtr[idx])), Tensor(ytr[idx].astype(np.int32)))
       if s == 0: t_first, t0 = time.perf_counter() - t0, time.perf_counter()  # step 1 compiles the kernels
       if not quiet and (s % 10 == 0 or s == steps - 1):
         loss_v = loss.item()
@@ -118,12 +125,14 @@ def main() -> None:
   ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--save", help="write the trained weights to this .safetensors file")
+  ap.add_argument("--no-jit", action="store_true", help="run every step eagerly even where baregrad has a jit")
   a = ap.parse_args()
   data = load_mnist(a.data) if a.data else synthetic_mnist(seed=a.seed)
   print(f"data: {'MNIST from ' + a.data if a.data else 'synthetic MNIST-shaped'}: {len(data[0][0])} train, {len(data[1][0])} test")
   Tensor.manual_seed(a.seed)
   model = MLP(a.hidden)
-  r = train(model, data, a.steps, a.bs, a.lr, a.seed, a.opt)
+  r = train(model, data, a.steps, a.bs, a.lr, a.seed, a.opt, use_jit=not a.no_jit)
+  print(f"jit: {'on' if jit is not None and not a.no_jit else 'off (not available)' if jit is None else 'off'}")
   print(f"final loss {r['loss']:.4f}  test accuracy {100 * r['test_acc']:.2f}%  {r['steps_per_s']:.1f} steps/s "
         f"(first step, with compiles: {r['first_step_s']:.2f} s)")
   if a.save:
