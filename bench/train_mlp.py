@@ -13,24 +13,29 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import baregrad.nn as nn
 from baregrad import Tensor
 from baregrad.nn import optim
+try: from baregrad import jit
+except ImportError: jit = None
 
 def flops_per_step(bs: int, h: int) -> float: return 3 * 2 * bs * (784 * h + h * 10)  # forward + 2x backward
 
-def bench_baregrad(a, data) -> tuple[float, float, list[float]]:
+def bench_baregrad(a, data, use_jit: bool = False) -> tuple[float, float, list[float]]:
   x_np, y_np, w1, b1, w2, b2 = data
   l1, l2 = nn.Linear(784, a.hidden), nn.Linear(a.hidden, 10)
   nn.load_state_dict(l1, {"weight": w1, "bias": b1}); nn.load_state_dict(l2, {"weight": w2, "bias": b2})
   params = nn.get_parameters([l1, l2])
   opt = optim.Adam(params, lr=1e-3) if a.opt == "adam" else optim.SGD(params, lr=0.01, momentum=0.9)
-  times, losses = [], []
-  for i in range(a.steps + 1):
-    t0 = time.perf_counter()
-    x, y = Tensor(x_np[i % len(x_np)]), Tensor(y_np[i % len(y_np)])
+  def step(x: Tensor, y: Tensor) -> Tensor:
     loss = nn.cross_entropy(l2(l1(x).relu()), y)
     opt.zero_grad(); loss.backward(); opt.step(loss)
+    return loss
+  if use_jit: step = jit(step)
+  times, losses = [], []
+  for i in range(a.steps + 2):
+    t0 = time.perf_counter()
+    loss = step(Tensor(x_np[i % len(x_np)]), Tensor(y_np[i % len(y_np)]))
     losses.append(loss.item())
     times.append(time.perf_counter() - t0)
-  return times[0], statistics.median(times[1:]), losses
+  return times[0], statistics.median(times[2:]), losses[:a.steps + 1]
 
 def bench_torch(a, data) -> tuple[float, list[float]]:
   import torch
@@ -78,16 +83,18 @@ def main() -> None:
           rng.uniform(-k2, k2, (10, a.hidden)).astype(np.float32), rng.uniform(-k2, k2, 10).astype(np.float32))
   print(f"MLP 784-{a.hidden}-10, batch {a.bs}, {a.opt}, {a.steps} timed steps (median), {flops_per_step(a.bs, a.hidden) / 1e6:.0f} MFLOP/step")
   first, bg, lb = bench_baregrad(a, data)
+  bj = bench_baregrad(a, data, use_jit=True)[1] if jit is not None else None
   try:
     import torch
     if a.threads: torch.set_num_threads(a.threads)
     tt, lt = bench_torch(a, data)
   except ImportError: tt, lt = None, None
   print(f"baregrad: {bg * 1e3:8.2f} ms/step  ({flops_per_step(a.bs, a.hidden) / bg / 1e9:.2f} GFLOP/s; first step {first:.2f} s)")
+  if bj is not None: print(f"baregrad jit: {bj * 1e3:8.2f} ms/step  ({flops_per_step(a.bs, a.hidden) / bj / 1e9:.2f} GFLOP/s; replayed kernels)")
   if tt is not None:
     import torch
     print(f"pytorch : {tt * 1e3:8.2f} ms/step  ({flops_per_step(a.bs, a.hidden) / tt / 1e9:.2f} GFLOP/s; {torch.get_num_threads()} threads)")
-    print(f"ratio baregrad/pytorch: {bg / tt:.2f}x")
+    print(f"ratio baregrad/pytorch: {bg / tt:.2f}x" + (f"   (jit: {bj / tt:.2f}x)" if bj is not None else ""))
     print(f"max |loss difference| over the run: {max(abs(x - y) for x, y in zip(lb, lt)):.2e}")
   else: print("pytorch: not installed")
   t_real, t_build = bench_eager_op()
