@@ -60,7 +60,7 @@ def _windows(x: Tensor, k_: tuple[int, ...], s_: tuple[int, ...], d_: tuple[int,
   return x.permute(*range(n), *[n + 2 * i + 1 for i in range(nd)], *[n + 2 * i for i in range(nd)])
 
 def _conv2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
-  if hasattr(Tensor, "conv2d"): return x.conv2d(w, b, stride, padding, dilation, groups)
+  if hasattr(Tensor, "conv2d"): return x.conv2d(w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
   ph, pw = _pair(padding)
   n, cin = x.shape[:2]
   cout, cg, kh, kw = w.shape
@@ -74,7 +74,7 @@ def _conv2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: An
 
 def _conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
                       groups: int = 1, dilation: Any = 1) -> Tensor:
-  if hasattr(Tensor, "conv_transpose2d"): return x.conv_transpose2d(w, b, stride, padding, output_padding, groups, dilation)
+  if hasattr(Tensor, "conv_transpose2d"): return x.conv_transpose2d(w, b, stride=stride, padding=padding, output_padding=output_padding, groups=groups, dilation=dilation)
   (sh, sw), (ph, pw), (oph, opw), (dh, dw) = _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation)
   n, cin, h, wd = x.shape
   _, og, kh, kw = w.shape
@@ -85,18 +85,17 @@ def _conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, p
   ah, aw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
   x = x.pad((aw, aw + opw, ah, ah + oph))
   wt = w.reshape(groups, cin // groups, og, kh, kw).transpose(1, 2).reshape(groups * og, cin // groups, kh, kw).flip(2, 3)
-  saved = getattr(Tensor, "conv2d", None)
-  return _conv2d(x, wt, b, 1, 0, (dh, dw), groups) if saved is None else x.conv2d(wt, b, 1, 0, (dh, dw), groups)
+  return _conv2d(x, wt, b, 1, 0, (dh, dw), groups)
 
 def _max_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
-  if hasattr(Tensor, "max_pool2d"): return x.max_pool2d(kernel_size, stride, padding)
+  if hasattr(Tensor, "max_pool2d"): return x.max_pool2d(kernel_size, stride=stride, padding=padding)
   ph, pw = _pair(padding)
   if ph or pw: x = x.pad((pw, pw, ph, ph), value=-math.inf)
   k = _pair(kernel_size)
   return _windows(x, k, _pair(stride if stride is not None else kernel_size), (1, 1)).max((-2, -1))
 
 def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
-  if hasattr(Tensor, "dropout"): return x.dropout(p, training)
+  if hasattr(Tensor, "dropout"): return x.dropout(p=p, training=training)
   if not training or p == 0: return x
   if p >= 1: return x * 0
   return x * (Tensor.rand(*x.shape, device=x.device) >= p).cast(x.dtype) * (1.0 / (1.0 - p))
@@ -211,7 +210,7 @@ class BatchNorm:
     else:
       assert self.running_var is not None
       if hasattr(Tensor, "batch_norm"):
-        return x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, False, self.momentum or 0.0, self.eps)
+        return x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, training=False, momentum=self.momentum or 0.0, eps=self.eps)
       out = (x - self.running_mean.reshape(shape)) * (self.running_var.reshape(shape) + self.eps).rsqrt()
     if self.weight is not None: out = out * self.weight.reshape(shape)
     if self.bias is not None: out = out + self.bias.reshape(shape)
@@ -229,7 +228,7 @@ class LayerNorm:
     k = len(self.normalized_shape)
     if tuple(x.shape[-k:]) != self.normalized_shape:
       raise ValueError(f"LayerNorm{self.normalized_shape}: input shape {x.shape} does not end in {self.normalized_shape}")
-    if hasattr(Tensor, "layer_norm"): return x.layer_norm(self.normalized_shape, self.weight, self.bias, self.eps)
+    if hasattr(Tensor, "layer_norm"): return x.layer_norm(self.normalized_shape, self.weight, self.bias, eps=self.eps)
     out = _norm(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
     if self.weight is not None: out = out * self.weight
     return out + self.bias if self.bias is not None else out
@@ -243,7 +242,7 @@ class GroupNorm:
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_channels:
       raise ValueError(f"GroupNorm: expected input of shape (N, {self.num_channels}, ...), got {x.shape}")
-    if hasattr(Tensor, "group_norm"): return x.group_norm(self.num_groups, self.weight, self.bias, self.eps)
+    if hasattr(Tensor, "group_norm"): return x.group_norm(self.num_groups, self.weight, self.bias, eps=self.eps)
     xg = x.reshape(x.shape[0], self.num_groups, -1)
     out = _norm(xg, (2,), self.eps).reshape(x.shape)
     shape = (1, self.num_channels) + (1,) * (x.ndim - 2)

@@ -33,10 +33,7 @@ def assign_all(pairs: Sequence[tuple[Tensor, Tensor]], also: Sequence[Tensor] = 
     if not isinstance(v, Tensor): v = Tensor.full(t.shape, v, dtype=t.dtype, device=t.device)
     if v.shape != t.shape: raise ValueError(f"assign of shape {v.shape} to a tensor of shape {t.shape}")
     if v.dtype != t.dtype: v = v.cast(t.dtype)
-    base = base_of(t.uop)
-    if base.op is not Ops.BUFFER or t.uop.op not in (Ops.BUFFER, Ops.RESHAPE):
-      raise ValueError(f"assign target {t!r} is not a realized buffer (realize it, or make it with Tensor.zeros/empty)")
-    ref = base.arg
+    ref = _buffer_ref(t)
     new_ref = BufRef(ref.device, ref.size, ref.dtype, ref.ensure())
     src = v.uop.substitute(done) if done else v.uop
     if shape_of(src) != (ref.size,): src = UOp(Ops.RESHAPE, src.dtype, (src,), (ref.size,))
@@ -50,6 +47,19 @@ def assign_all(pairs: Sequence[tuple[Tensor, Tensor]], also: Sequence[Tensor] = 
     if not a.requires_grad: a.uop = o
   for (t, _), ref in zip(pairs, news): t.uop = lazy.buffer_view(ref, t.shape)
 
+def _is_buffer(t: Tensor) -> bool: return base_of(t.uop).op is Ops.BUFFER and t.uop.op in (Ops.BUFFER, Ops.RESHAPE)
+
+def _buffer_ref(t: Tensor) -> BufRef:
+  """The buffer t lives in; a t that is still a graph (Tensor.ones(..., requires_grad=True) is one) is realized into
+  a buffer of its own first, keeping its requires_grad."""
+  if not _is_buffer(t):
+    rg = t.requires_grad
+    t.requires_grad = None
+    t.uop = t.contiguous().realize().uop
+    t.requires_grad = rg
+    if not _is_buffer(t): raise ValueError(f"assign target {t!r} could not be made a buffer")
+  return base_of(t.uop).arg
+
 class Optimizer:
   def __init__(self, params: Iterable[Tensor], lr: float):
     self.params: list[Tensor] = []
@@ -59,6 +69,7 @@ class Optimizer:
       if id(p) in seen: continue
       seen.add(id(p))
       if not p.requires_grad: p.requires_grad_(True)
+      _buffer_ref(p)
       self.params.append(p)
     if not self.params: raise ValueError("optimizer got an empty parameter list")
     if lr < 0: raise ValueError(f"invalid learning rate: {lr}")
