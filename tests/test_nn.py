@@ -155,3 +155,26 @@ def test_short_training_run_reduces_loss():
     opt.zero_grad(); loss.backward(); opt.step(loss)
     losses.append(loss.item())
   assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5]), losses
+
+def test_mnist_idx_reader(tmp_path):
+  import gzip, importlib.util, pathlib, struct
+  spec = importlib.util.spec_from_file_location("mnist_mlp", pathlib.Path(__file__).parents[1] / "examples" / "mnist_mlp.py")
+  ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)
+  imgs = np.arange(2 * 28 * 28, dtype=np.uint32).astype(np.uint8).reshape(2, 28, 28)
+  labels = np.array([3, 7], np.uint8)
+  for name, arr in [("train-images-idx3-ubyte", imgs), ("t10k-images-idx3-ubyte", imgs)]:
+    with gzip.open(tmp_path / f"{name}.gz", "wb") as f: f.write(struct.pack(">HBB", 0, 8, 3) + struct.pack(">3I", *arr.shape) + arr.tobytes())
+  for name in ("train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"):
+    (tmp_path / name).write_bytes(struct.pack(">HBB", 0, 8, 1) + struct.pack(">I", 2) + labels.tobytes())
+  (xtr, ytr), (xte, yte) = ex.load_mnist(str(tmp_path))
+  assert np.array_equal(xtr, imgs) and np.array_equal(yte, labels)
+  (tmp_path / "t10k-labels-idx1-ubyte").write_bytes(struct.pack(">HBB", 0, 8, 1) + struct.pack(">I", 5) + labels.tobytes())
+  with pytest.raises(ValueError, match="header says"): ex.load_mnist(str(tmp_path))
+
+def test_synthetic_mnist_is_deterministic():
+  import importlib.util, pathlib
+  spec = importlib.util.spec_from_file_location("mnist_mlp", pathlib.Path(__file__).parents[1] / "examples" / "mnist_mlp.py")
+  ex = importlib.util.module_from_spec(spec); spec.loader.exec_module(ex)
+  (a, la), _ = ex.synthetic_mnist(64, 8, seed=3)
+  (b, lb), _ = ex.synthetic_mnist(64, 8, seed=3)
+  assert a.dtype == np.uint8 and a.shape == (64, 28, 28) and np.array_equal(a, b) and np.array_equal(la, lb) and la.max() <= 9
