@@ -1,0 +1,197 @@
+"""Optimizers with PyTorch's update formulas: SGD, Adam, AdamW, and LAMB (You et al., 2019).
+
+step() builds every new parameter and state value lazily and realizes them all in one schedule: the gradients
+(and whatever else the caller passes to step(), such as the loss) are computed first in that schedule, then each
+parameter and state buffer is overwritten in place (an ASSIGN into its own memory), so a step is a few fused
+kernels and parameters keep their identity and their buffers (what a captured jit replays into).
+
+Hyperparameters that change per step (Adam's bias corrections) live in small device tensors, so the kernels of
+step 1 and step 1000 are the same and compile once."""
+from __future__ import annotations
+from typing import Any, Iterable, Sequence
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp, Ops
+from baregrad.engine.graph import BufRef, buffer_uop, base_of, shape_of
+from baregrad.engine import lazy
+from baregrad.tensor.tensor import Tensor
+
+def assign_all(pairs: Sequence[tuple[Tensor, Tensor]], also: Sequence[Tensor] = ()) -> None:
+  """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` are realized in
+  the same schedule before any write (so they see the old values). A target must be a realized buffer (a
+  parameter, a state tensor); each value may read its own target only elementwise.
+
+  Tensor.assign realizes at once (one schedule per call); this is the batched form an optimizer step needs."""
+  if not pairs and not also: return
+  devices = {t.device for t, _ in pairs} | {t.device for t in also}
+  if len(devices) != 1: raise ValueError(f"assign_all: tensors on several devices {sorted(devices)}")
+  device = devices.pop()
+  uops, news = [], []
+  # a value that later values read (Adam's new moments, read by the parameter's update) is read from its ASSIGN,
+  # not recomputed from the target's memory, which the ASSIGN may already have overwritten
+  done: dict[UOp, UOp] = {}
+  for t, v in pairs:
+    if not isinstance(v, Tensor): v = Tensor.full(t.shape, v, dtype=t.dtype, device=t.device)
+    if v.shape != t.shape: raise ValueError(f"assign of shape {v.shape} to a tensor of shape {t.shape}")
+    if v.dtype != t.dtype: v = v.cast(t.dtype)
+    ref = _buffer_ref(t)
+    new_ref = BufRef(ref.device, ref.size, ref.dtype, ref.ensure())
+    src = v.uop.substitute(done) if done else v.uop
+    if shape_of(src) != (ref.size,): src = UOp(Ops.RESHAPE, src.dtype, (src,), (ref.size,))
+    a = UOp(Ops.ASSIGN, t.dtype, (buffer_uop(new_ref), src))
+    done[v.uop] = a if shape_of(v.uop) == (ref.size,) else UOp(Ops.RESHAPE, a.dtype, (a,), v.shape)
+    uops.append(a)
+    news.append(new_ref)
+  # `also` first: the scheduler emits targets' kernels in the order given, so they read the old contents
+  outs = lazy.realize([a.uop for a in also] + uops, device)
+  for a, o in zip(also, outs):
+    if not a.requires_grad: a.uop = o
+  for (t, _), ref in zip(pairs, news): t.uop = lazy.buffer_view(ref, t.shape)
+
+def _is_buffer(t: Tensor) -> bool: return base_of(t.uop).op is Ops.BUFFER and t.uop.op in (Ops.BUFFER, Ops.RESHAPE)
+
+def _buffer_ref(t: Tensor) -> BufRef:
+  """The buffer t lives in; a t that is still a graph (Tensor.ones(..., requires_grad=True) is one) is realized into
+  a buffer of its own first, keeping its requires_grad."""
+  if not _is_buffer(t):
+    rg = t.requires_grad
+    t.requires_grad = None
+    t.uop = t.contiguous().realize().uop
+    t.requires_grad = rg
+    if not _is_buffer(t): raise ValueError(f"assign target {t!r} could not be made a buffer")
+  return base_of(t.uop).arg
+
+class Optimizer:
+  def __init__(self, params: Iterable[Tensor], lr: float):
+    self.params: list[Tensor] = []
+    seen: set[int] = set()
+    for p in params:
+      if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
+      if id(p) in seen: continue
+      seen.add(id(p))
+      if not p.requires_grad: p.requires_grad_(True)
+      _buffer_ref(p)
+      self.params.append(p)
+    if not self.params: raise ValueError("optimizer got an empty parameter list")
+    if lr < 0: raise ValueError(f"invalid learning rate: {lr}")
+    self.lr = float(lr)
+    self.device = self.params[0].device
+
+  def zero_grad(self) -> None:
+    for p in self.params: p.grad = None
+
+  def _state(self, p: Tensor) -> Tensor: return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device)
+
+  def step(self, *also: Tensor) -> None:
+    """One update of every parameter that has a gradient. Tensors passed in `also` (the loss, metrics) are
+    realized in the same schedule, before the parameters change."""
+    with_grad = [p for p in self.params if p.grad is not None]
+    pairs = self._updates(with_grad) if with_grad else []
+    grads = [p.grad for p in with_grad]
+    assign_all(pairs, also=[*also, *grads])  # gradients realized first, kept on p.grad
+
+  def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]: raise NotImplementedError
+
+class SGD(Optimizer):
+  def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0,
+               nesterov: bool = False, maximize: bool = False):
+    super().__init__(params, lr)
+    if nesterov and (momentum <= 0 or dampening != 0): raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+    self.momentum, self.dampening, self.weight_decay, self.nesterov, self.maximize = momentum, dampening, weight_decay, nesterov, maximize
+    # state is made up front, so that step() is one schedule from the first step on
+    self.momentum_buffer: dict[int, Tensor] = {id(p): self._state(p) for p in self.params} if momentum else {}
+    self._started: set[int] = set()
+
+  def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    pairs = []
+    for p in params:
+      assert p.grad is not None
+      g = p.grad.detach()
+      if self.maximize: g = -g
+      if self.weight_decay: g = g + self.weight_decay * p.detach()
+      if self.momentum:
+        buf = self.momentum_buffer[id(p)]
+        if id(p) not in self._started:  # PyTorch: the first buffer is the gradient itself (no dampening)
+          self._started.add(id(p))
+          new_buf = g
+        else: new_buf = buf * self.momentum + g * (1 - self.dampening)
+        pairs.append((buf, new_buf))
+        g = g + new_buf * self.momentum if self.nesterov else new_buf
+      pairs.append((p, p.detach() - g * self.lr))
+    return pairs
+
+class _AdamBase(Optimizer):
+  def __init__(self, params: Iterable[Tensor], lr: float, betas: tuple[float, float], eps: float, weight_decay: float):
+    super().__init__(params, lr)
+    if not (0 <= betas[0] < 1 and 0 <= betas[1] < 1): raise ValueError(f"invalid betas {betas}")
+    self.b1, self.b2, self.eps, self.weight_decay = float(betas[0]), float(betas[1]), float(eps), float(weight_decay)
+    self.exp_avg: dict[int, Tensor] = {id(p): self._state(p) for p in self.params}
+    self.exp_avg_sq: dict[int, Tensor] = {id(p): self._state(p) for p in self.params}
+    # beta1**t and beta2**t, kept on the device (float32; PyTorch computes them in float64 on the host)
+    self.b1_t = Tensor.ones(1, device=self.device).reshape(())
+    self.b2_t = Tensor.ones(1, device=self.device).reshape(())
+    self.steps = 0
+
+  def _moments(self, params: list[Tensor]) -> tuple[list, Tensor, Tensor]:
+    self.steps += 1
+    b1_t, b2_t = self.b1_t * self.b1, self.b2_t * self.b2
+    pairs: list[tuple[Tensor, Tensor]] = [(self.b1_t, b1_t), (self.b2_t, b2_t)]
+    out = []
+    for p in params:
+      assert p.grad is not None
+      g = p.grad.detach()
+      m, v = self.exp_avg[id(p)], self.exp_avg_sq[id(p)]
+      out.append((p, g, m, v))
+    return out, (1 - b1_t), (1 - b2_t), pairs  # type: ignore[return-value]
+
+class Adam(_AdamBase):
+  """Adam; weight_decay is L2 added to the gradient (decoupled=True, or AdamW, decays the weights directly)."""
+  def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.0, decoupled: bool = False):
+    super().__init__(params, lr, betas, eps, weight_decay)
+    self.decoupled = decoupled
+
+  def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    items, bc1, bc2, pairs = self._moments(params)
+    step_size = (self.lr / bc1)
+    bc2_sqrt = bc2.sqrt()
+    for p, g, m, v in items:
+      pd = p.detach()
+      if self.weight_decay and self.decoupled: pd = pd * (1 - self.lr * self.weight_decay)
+      elif self.weight_decay: g = g + pd * self.weight_decay
+      m_new = m + (g - m) * (1 - self.b1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
+      v_new = v * self.b2 + g * g * (1 - self.b2)
+      denom = v_new.sqrt() / bc2_sqrt + self.eps
+      pairs += [(m, m_new), (v, v_new), (p, pd - step_size * (m_new / denom))]
+    return pairs
+
+class AdamW(Adam):
+  def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+               weight_decay: float = 0.01):
+    super().__init__(params, lr, betas, eps, weight_decay, decoupled=True)
+
+class LAMB(_AdamBase):
+  """LAMB (You et al., 2019, "Large Batch Optimization for Deep Learning", Algorithm 2):
+    m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  m^ = m / (1-b1^t);  v^ = v / (1-b2^t)
+    r = m^ / (sqrt(v^) + eps) + wd * p;  trust = ||p|| / ||r|| (1 where either norm is 0);  p -= lr * trust * r
+  adam=True drops the trust ratio (Adam with decoupled weight decay on r)."""
+  def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+               weight_decay: float = 0.0, adam: bool = False):
+    super().__init__(params, lr, betas, eps, weight_decay)
+    self.adam = adam
+
+  def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    items, bc1, bc2, pairs = self._moments(params)
+    for p, g, m, v in items:
+      pd = p.detach()
+      m_new = m * self.b1 + g * (1 - self.b1)
+      v_new = v * self.b2 + g * g * (1 - self.b2)
+      r = (m_new / bc1) / ((v_new / bc2).sqrt() + self.eps)
+      if self.weight_decay: r = r + pd * self.weight_decay
+      if self.adam: trust: Any = 1.0
+      else:
+        r1, r2 = pd.square().sum().sqrt(), r.square().sum().sqrt()
+        trust = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
+      pairs += [(m, m_new), (v, v_new), (p, pd - r * trust * self.lr)]
+    return pairs
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "assign_all"]

@@ -1,0 +1,170 @@
+"""Model state: finding tensors in plain objects, PyTorch-style state dicts, and the safetensors file format.
+
+get_state_dict walks attributes (in definition order), lists/tuples (keys "0", "1", ...) and dicts; names that
+start with "_" are skipped. Keys join with ".", as PyTorch's do ("layers.0.weight").
+
+safetensors: 8-byte little-endian header length N, then N bytes of JSON {name: {"dtype", "shape",
+"data_offsets": [begin, end]}, "__metadata__": {str: str}} (padded with spaces to a multiple of 8), then the
+raw little-endian data; offsets count from the end of the header."""
+from __future__ import annotations
+import json, os, struct
+from collections import OrderedDict
+from typing import Any
+import numpy as np
+from baregrad.ir.dtype import DType, dtypes
+from baregrad.tensor.tensor import Tensor
+
+def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+  """{dotted name: Tensor} for every tensor reachable from obj (each object visited once)."""
+  out: dict[str, Tensor] = OrderedDict()
+  seen: set[int] = set()
+  def walk(o: Any, pre: str) -> None:
+    if isinstance(o, tensor_type):
+      out[pre.rstrip(".")] = o
+      return
+    if o is None or isinstance(o, (str, bytes, int, float, bool, type)) or id(o) in seen: return
+    seen.add(id(o))
+    if isinstance(o, (list, tuple)):
+      for i, v in enumerate(o): walk(v, f"{pre}{i}.")
+    elif isinstance(o, dict):
+      for k, v in o.items():
+        if isinstance(k, str) and not k.startswith("_"): walk(v, f"{pre}{k}.")
+    elif hasattr(o, "__dict__"):
+      for k, v in vars(o).items():
+        if not k.startswith("_"): walk(v, f"{pre}{k}.")
+  walk(obj, prefix if not prefix or prefix.endswith(".") else prefix + ".")
+  return out
+
+def get_parameters(obj: Any) -> list[Tensor]:
+  """The trainable tensors (requires_grad=True) reachable from obj, each once, in state-dict order."""
+  seen: set[int] = set()
+  out = []
+  for t in get_state_dict(obj).values():
+    if t.requires_grad and id(t) not in seen:
+      seen.add(id(t))
+      out.append(t)
+  return out
+
+class StateDictError(KeyError):
+  def __str__(self) -> str: return str(self.args[0])
+
+def load_state_dict(obj: Any, state_dict: dict[str, Any], strict: bool = True, verbose: bool = False) -> dict[str, list[str]]:
+  """Copy state_dict's values into obj's tensors in place. strict: missing or unexpected keys are an error (all
+  named). A shape mismatch is always an error. Values may be Tensors or NumPy arrays. Returns
+  {"missing_keys": [...], "unexpected_keys": [...]} (PyTorch's result)."""
+  model = get_state_dict(obj)
+  missing = [k for k in model if k not in state_dict]
+  unexpected = [k for k in state_dict if k not in model]
+  if strict and (missing or unexpected):
+    parts = []
+    if missing: parts.append(f"missing keys: {', '.join(missing)}")
+    if unexpected: parts.append(f"unexpected keys: {', '.join(unexpected)}")
+    raise StateDictError(f"load_state_dict of {type(obj).__name__}: " + "; ".join(parts))
+  bad = []
+  for k, t in model.items():
+    if k not in state_dict: continue
+    v = state_dict[k]
+    vshape = tuple(v.shape)
+    if vshape != t.shape: bad.append(f"{k}: checkpoint has shape {vshape}, model has {t.shape}")
+  if bad: raise ValueError(f"load_state_dict of {type(obj).__name__}: shape mismatch for " + "; ".join(bad))
+  for k, t in model.items():
+    if k not in state_dict: continue
+    v = state_dict[k]
+    if not isinstance(v, Tensor): v = _from_np(np.asarray(v), t.device)
+    if v.device != t.device: v = v.to(t.device)
+    _assign_into(t, v.cast(t.dtype) if v.dtype != t.dtype else v)
+    if verbose: print(f"loaded {k} {t.shape}")
+  return {"missing_keys": missing, "unexpected_keys": unexpected}
+
+def _from_np(a: np.ndarray, device: str | None) -> Tensor:
+  # Tensor(ndarray) makes a 0-d array shape (1,) (np.ascontiguousarray promotes it): put the shape back
+  return Tensor(a, device=device).reshape(a.shape)
+
+def _assign_into(t: Tensor, v: Tensor) -> None:
+  from baregrad.tensor.nn.optim import assign_all
+  rg = t.requires_grad
+  assign_all([(t, v.detach())])
+  t.requires_grad = rg
+
+# ---- safetensors ------------------------------------------------------------------------------------------------
+_ST_NAMES: dict[str, DType] = {"BOOL": dtypes.bool, "U8": dtypes.uint8, "I8": dtypes.int8, "I16": dtypes.int16, "U16": dtypes.uint16,
+                               "I32": dtypes.int32, "U32": dtypes.uint32, "I64": dtypes.int64, "U64": dtypes.uint64,
+                               "F16": dtypes.float16, "BF16": dtypes.bfloat16, "F32": dtypes.float32, "F64": dtypes.float64}
+_ST_OF = {v: k for k, v in _ST_NAMES.items()}
+_NP = {"BOOL": np.bool_, "U8": np.uint8, "I8": np.int8, "I16": np.int16, "U16": np.uint16, "I32": np.int32, "U32": np.uint32,
+       "I64": np.int64, "U64": np.uint64, "F16": np.float16, "BF16": np.uint16, "F32": np.float32, "F64": np.float64}
+
+class SafetensorsError(ValueError): pass
+
+def _raw_bytes(t: Tensor) -> bytes:
+  """t's elements as little-endian bytes (bfloat16 as its raw bits)."""
+  arr = t.bitcast(dtypes.uint16).numpy() if t.dtype == dtypes.bfloat16 else t.numpy()
+  return np.ascontiguousarray(arr).astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+
+def safe_save(state_dict: dict[str, Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+  """Write tensors to a .safetensors file (tensors laid out in key order)."""
+  header: dict[str, Any] = {}
+  if metadata:
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()): raise TypeError("safetensors metadata must map str to str")
+    header["__metadata__"] = dict(metadata)
+  blobs, off = [], 0
+  for k, t in state_dict.items():
+    if not isinstance(k, str) or k == "__metadata__": raise ValueError(f"invalid tensor name {k!r}")
+    if t.dtype not in _ST_OF: raise TypeError(f"safetensors has no dtype for {t.dtype} (tensor {k!r})")
+    b = _raw_bytes(t) if t.numel() else b""
+    header[k] = {"dtype": _ST_OF[t.dtype], "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
+    blobs.append(b)
+    off += len(b)
+  hj = json.dumps(header, separators=(",", ":")).encode()
+  hj += b" " * (-len(hj) % 8)
+  tmp = f"{os.fspath(path)}.tmp"
+  with open(tmp, "wb") as f:
+    f.write(struct.pack("<Q", len(hj)))
+    f.write(hj)
+    for b in blobs: f.write(b)
+  os.replace(tmp, path)
+
+def safe_header(path: str | os.PathLike) -> tuple[dict[str, Any], int]:
+  """(parsed JSON header, offset of the data section). Checks the header against the file size."""
+  size = os.path.getsize(path)
+  with open(path, "rb") as f:
+    raw = f.read(8)
+    if len(raw) < 8: raise SafetensorsError(f"{path}: too short for a safetensors file ({size} bytes)")
+    n = struct.unpack("<Q", raw)[0]
+    if n > size - 8: raise SafetensorsError(f"{path}: header length {n} runs past the end of the file ({size} bytes)")
+    try: header = json.loads(f.read(n))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e: raise SafetensorsError(f"{path}: header is not valid JSON: {e}") from None
+  if not isinstance(header, dict): raise SafetensorsError(f"{path}: header is not a JSON object")
+  data_len = size - 8 - n
+  for k, info in header.items():
+    if k == "__metadata__": continue
+    try:
+      dt, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
+    except (KeyError, TypeError, ValueError): raise SafetensorsError(f"{path}: entry {k!r} lacks dtype/shape/data_offsets") from None
+    if dt not in _ST_NAMES: raise SafetensorsError(f"{path}: tensor {k!r} has unsupported dtype {dt!r}")
+    nbytes = int(np.prod(shape, dtype=np.int64)) * _ST_NAMES[dt].itemsize
+    if not (0 <= b <= e <= data_len) or e - b != nbytes:
+      raise SafetensorsError(f"{path}: tensor {k!r} ({dt} {shape}) has data_offsets [{b}, {e}], which do not fit {nbytes} bytes in {data_len}")
+  return header, 8 + n
+
+def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]: return safe_header(path)[0].get("__metadata__", {}) or {}
+
+def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, Tensor]:
+  """{name: Tensor} from a .safetensors file, read through a memory map."""
+  header, start = safe_header(path)
+  mm = np.memmap(path, dtype=np.uint8, mode="r")
+  out: dict[str, Tensor] = OrderedDict()
+  for k, info in header.items():
+    if k == "__metadata__": continue
+    st, shape, (b, e) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+    npd = np.dtype(_NP[st]).newbyteorder("<")
+    if e == b: arr = np.zeros(shape, npd)
+    else: arr = np.frombuffer(mm, dtype=npd, count=(e - b) // npd.itemsize, offset=start + b).reshape(shape)
+    arr = arr.astype(arr.dtype.newbyteorder("="), copy=False)
+    if st == "BF16": out[k] = _from_np(arr, device).bitcast(dtypes.bfloat16).contiguous().realize()
+    else: out[k] = _from_np(arr, device)
+  del mm
+  return out
+
+__all__ = ["get_state_dict", "get_parameters", "load_state_dict", "safe_save", "safe_load", "safe_header", "safe_load_metadata",
+           "StateDictError", "SafetensorsError"]
