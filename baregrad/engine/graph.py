@@ -36,9 +36,14 @@ class ShapeError(ValueError): pass
 
 def shape_of(u: UOp) -> tuple[int, ...]:
   if (s := _shapes.get(u)) is not None: return s
-  for n in u.toposort():
+  # post-order over the nodes whose shape is not known yet (stop at known ones: building a chain stays O(n))
+  stack: list[tuple[UOp, bool]] = [(u, False)]
+  while stack:
+    n, ready = stack.pop()
     if n in _shapes: continue
-    _shapes[n] = _shape(n)
+    if ready: _shapes[n] = _shape(n); continue
+    stack.append((n, True))
+    stack.extend((s, False) for s in n.src if s not in _shapes)
   return _shapes[u]
 
 def _shape(u: UOp) -> tuple[int, ...]:

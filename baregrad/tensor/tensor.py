@@ -71,7 +71,7 @@ class Tensor:
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes a 0-d array 1-d
     ref = BufRef(self.device, arr.size, dtype)
     if arr.size: ref.ensure().copyin(memoryview(arr.reshape(-1)).cast("B"))
     else: ref.ensure()
@@ -189,13 +189,15 @@ class Tensor:
     if isinstance(d, str): d = dtypes.from_name(d)
     c = UOp.const(d, fill_value)
     u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
-    return Tensor(u, device=device, requires_grad=requires_grad)
+    t = Tensor(u, device=device)
+    # a tensor that asks for gradients is a leaf: give it its own buffer, as torch.full does
+    return t.contiguous().realize()._leaf(True) if requires_grad else t
   @staticmethod
   def zeros(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float, device=device, requires_grad=requires_grad).contiguous().realize()._leaf(requires_grad)
+    return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
   @staticmethod
   def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device, requires_grad=requires_grad).contiguous().realize()._leaf(requires_grad)
+    return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
   def _leaf(self, requires_grad: bool | None) -> Tensor:
     self.requires_grad = requires_grad
     if requires_grad: _all_grad_tensors.add(self)

@@ -10,21 +10,6 @@ from typing import Any, Sequence
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor
 
-# ---- engine workaround (remove once baregrad.engine.realize.plan_memory is fixed) ----------------------------
-# plan_memory puts every buffer whose last use is in a schedule on the free list, including buffers that existed
-# before the schedule (a parameter read by a gradient kernel); a later intermediate of the same size then takes
-# its memory and the parameter is silently overwritten. Only buffers first written by the schedule may be reused.
-def _guard_memory_plan() -> None:
-  from baregrad.engine import realize as _r
-  if getattr(_r.plan_memory, "_nn_guarded", False): return
-  orig = _r.plan_memory
-  def plan_memory(items: list, keep: set[int]) -> dict:
-    fresh = {it.bufs[0].id for it in items if it.bufs[0].buf is None}
-    return orig(items, set(keep) | {b.id for it in items for b in it.bufs if b.id not in fresh})
-  plan_memory._nn_guarded = True  # type: ignore[attr-defined]
-  _r.plan_memory = plan_memory
-_guard_memory_plan()
-
 def _pair(x: int | Sequence[int], n: int = 2) -> tuple[int, ...]:
   return tuple(x) if isinstance(x, (tuple, list)) else (int(x),) * n
 
