@@ -52,19 +52,24 @@ class PTXCompiler(Compiler):
     if self.ptxas is None:
       raise CompileError("", "ptxas not found (looked at $PTXAS, PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc wheel): "
                              "install the CUDA toolkit or `pip install nvidia-cuda-nvcc-cu12`")
-    super().__init__(f"ptxas_{arch}")
+    # PTX_CHECK_ARCHS=sm_80,sm_89: also assemble every kernel for these targets (validation only; part of the cache key)
+    self.check_archs = [a for a in os.environ.get("PTX_CHECK_ARCHS", "").split(",") if a and a != arch]
+    super().__init__(f"ptxas_{arch}" + "".join(f"+{a}" for a in self.check_archs))
   def version(self) -> str: return _tool_version(self.ptxas or "")
   def compile(self, src: str) -> bytes:
+    for a in self.check_archs: self._assemble(src, a)
+    return self._assemble(src, self.arch)
+  def _assemble(self, src: str, arch: str) -> bytes:
     # the PTX's own .target must agree with -arch, or ptxas refuses it; rewrite it so one renderer serves any arch
-    src = re.sub(r"^\.target\s+\S+", f".target {self.arch}", src, count=1, flags=re.M)
+    src = re.sub(r"^\.target\s+\S+", f".target {arch}", src, count=1, flags=re.M)
     from baregrad.codegen.renderer.ptx import ptx_version
     if (m := re.search(r"^\.version\s+(\d+)\.(\d+)", src, re.M)) is not None:   # and a newer target may need a newer ISA
-      need = tuple(map(int, ptx_version(self.arch).split(".")))
+      need = tuple(map(int, ptx_version(arch).split(".")))
       if (int(m.group(1)), int(m.group(2))) < need: src = src[:m.start()] + f".version {need[0]}.{need[1]}" + src[m.end():]
     with tempfile.TemporaryDirectory(prefix="baregrad_ptxas_") as d:
       inp, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
       with open(inp, "w") as f: f.write(src)
-      _run([self.ptxas or "ptxas", f"-arch={self.arch}", "-o", out, inp], src, "ptxas")
+      _run([self.ptxas or "ptxas", f"-arch={arch}", "-o", out, inp], src, f"ptxas -arch={arch}")
       with open(out, "rb") as f: return f.read()
 
 class CUDACompiler(Compiler):
