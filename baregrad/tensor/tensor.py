@@ -211,9 +211,16 @@ class Tensor:
     n = max(0, math.ceil((stop - start) / step))
     d = dtype or (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
-    # cumulative sum of ones gives 1..n without loading anything
-    idx = Tensor.full((n,), 1, dtype=dtypes.int32, device=device)._cumsum_ones()
-    return ((idx - 1).cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else ((idx - 1).cast(d) * step + start).cast(d)
+    idx = Tensor._index_range(n, device)
+    return (idx.cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else (idx.cast(d) * step + start).cast(d)
+  @staticmethod
+  def _index_range(n: int, device: str | None) -> Tensor:
+    """0..n-1 as int32 without loading anything. The window trick costs n*n work (and a view of ~2n*n elements,
+    past int32 indexing at n ~ 32k), so long ranges are built as a*i + j from two short ones."""
+    if n <= 1024: return Tensor.full((n,), 1, dtype=dtypes.int32, device=device)._cumsum_ones() - 1
+    a = math.isqrt(n - 1) + 1
+    r = Tensor._index_range(a, device)
+    return (r.reshape(a, 1) * a + r.reshape(1, a)).reshape(a * a)._shrink(((0, n),))
   def _cumsum_ones(self) -> Tensor:
     # 1..n without loading anything: row i of a sliding window over [0]*(n-1) + [1]*n sums to i+1
     n = self.shape[0]
