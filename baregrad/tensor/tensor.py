@@ -510,7 +510,8 @@ class Tensor:
       a, b = Tensor(UOp.const(d, x), device=self.device), Tensor(UOp.const(d, y), device=self.device)
     shape = broadcast_shape(cond.shape, a.shape, b.shape)
     return cond._bcast(shape)._alu(Ops.WHERE, a._bcast(shape), b._bcast(shape))
-  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+  def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    min_, max_ = (min if min_ is None else min_), (max if max_ is None else max_)
     if min_ is None and max_ is None: raise ValueError("clip needs at least one of min or max")
     out = self
     if min_ is not None: out = out.maximum(min_)
