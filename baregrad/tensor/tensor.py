@@ -63,7 +63,8 @@ class Tensor:
         dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
         if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
       self.uop = self._from_numpy(arr.astype(_np_dtype(dtype)) if dtype != dtypes.bfloat16 else _f32_to_bf16_np(arr), dtype)
-    elif isinstance(data, np.ndarray):
+    elif isinstance(data, (np.ndarray, np.generic)):
+      data = np.asarray(data)
       d = dtype or _from_np_dtype(data.dtype)
       self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
@@ -71,7 +72,7 @@ class Tensor:
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
-    arr = np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes a 0-d array 1-d
     ref = BufRef(self.device, arr.size, dtype)
     if arr.size: ref.ensure().copyin(memoryview(arr.reshape(-1)).cast("B"))
     else: ref.ensure()
