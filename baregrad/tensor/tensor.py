@@ -425,7 +425,9 @@ class Tensor:
     x, yy = self._operands(y)
     return x._alu(Ops.MOD, yy) if not dtypes.is_float(x.dtype) else x - (x / yy).trunc() * yy
   def pow(self, y: Any) -> Tensor:
+    if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
     if isinstance(y, (int, float)) and not isinstance(y, bool):
+      if y == 0 and isinstance(y, int) and self.dtype != dtypes.bool: return self.ones_like()
       if y == 2: return self * self
       if y == 1: return self * 1
       if y == 0.5: return self.float().sqrt() if not dtypes.is_float(self.dtype) else self.sqrt()
