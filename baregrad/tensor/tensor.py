@@ -613,8 +613,14 @@ class Tensor:
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if any(self.shape[a] == 0 for a in axes):
       from baregrad.ir.ops import identity_element
-      if op is Ops.MAX: raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
-      r = Tensor.full(out_shape, identity_element(op, self.dtype), dtype=self.dtype, device=self.device)
+      if op is Ops.MAX and not (dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool):
+        raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
+      # pad each empty reduced axis to one identity element: the result stays connected to self (its gradient is empty)
+      arg = tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape))
+      ident = identity_element(op, self.dtype)
+      x = self._pad(arg)
+      if ident != 0: x = Tensor.full(self.shape, True, dtype=dtypes.bool, device=self.device)._pad(arg).where(x, ident)
+      r = x._reduce(op, axes, keepdim=True)
     elif not axes or all(self.shape[a] == 1 for a in axes): r = self
     elif prod(out_shape) == 1 and self.numel() >= 1 << 16 and (k := _split_factor(self.numel())):
       # a big full reduction runs as partial results over k rows (in parallel), then a small one over those
