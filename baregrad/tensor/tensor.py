@@ -729,7 +729,7 @@ class Tensor:
     d = promote(x.dtype, w.dtype)
     xv, wv = xv.cast(d), wv.cast(d)
     # (..., n, 1, k) * (..., 1, m, k) summed over k
-    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d if dtypes.is_float(d) else None)
+    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d)  # int32 @ int32 stays int32, as in PyTorch
     if x.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
