@@ -516,9 +516,10 @@ class Tensor:
   def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     min_, max_ = (min if min_ is None else min_), (max if max_ is None else max_)
     if min_ is None and max_ is None: raise ValueError("clip needs at least one of min or max")
+    # where, not maximum/minimum: at x == min the gradient goes to x whole (maximum splits ties), as in PyTorch
     out = self
-    if min_ is not None: out = out.maximum(min_)
-    if max_ is not None: out = out.minimum(max_)
+    if min_ is not None: out = (out < min_).where(min_, out)
+    if max_ is not None: out = (out > max_).where(max_, out)
     return out
   clamp = clip
   def neg(self) -> Tensor:
