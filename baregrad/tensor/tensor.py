@@ -664,7 +664,10 @@ class Tensor:
     sq = (x - x.mean(dim, keepdim=True)).square().sum(dim, keepdim=keepdim)
     return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
   def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
-    return self.var(dim, keepdim, correction, axis, unbiased).sqrt()
+    v = self.var(dim, keepdim, correction, axis, unbiased)
+    # where the variance is 0, sqrt's gradient is inf and 0 * inf made NaN; PyTorch's std gives 0 there
+    zero = v.eq(0)
+    return zero.where(0.0, zero.where(1.0, v).sqrt())
   def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
   def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
