@@ -22,7 +22,10 @@ def _sum_to(g: UOp, shape: tuple[int, ...]) -> UOp:
   """Reduce g (of an expanded shape) back to shape."""
   gs = shape_of(g)
   axes = tuple(i for i, (a, b) in enumerate(zip(gs, shape)) if a != b)
-  return UOp(Ops.REDUCE_AXIS, g.dtype, (g,), (Ops.ADD, axes)) if axes else g
+  if not axes: return g
+  # a kernel cannot reduce over an empty axis: pad it to one zero (the sum of nothing)
+  if any(gs[a] == 0 for a in axes): g = UOp(Ops.PAD, g.dtype, (g,), tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(gs)))
+  return UOp(Ops.REDUCE_AXIS, g.dtype, (g,), (Ops.ADD, axes))
 
 def _inv_perm(order: tuple[int, ...]) -> tuple[int, ...]:
   out = [0] * len(order)
