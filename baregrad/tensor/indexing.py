@@ -41,14 +41,15 @@ def getitem(t, idx: Any):
   from baregrad.tensor.tensor import Tensor
   if isinstance(idx, (list,)) or (isinstance(idx, Tensor)): idx = (idx,)
   items = _normalize(t, idx)
-  x, axis, tensor_idx = t, 0, []
+  x, axis, tensor_idx, dim = t, 0, [], 0  # axis: in x as built so far; dim: in t, for messages
   for it in items:
+    if it is not None: dim += 1
     if it is None:
       x = x.reshape(x.shape[:axis] + (1,) + x.shape[axis:]); axis += 1
     elif isinstance(it, bool): raise IndexError("bool indices are not supported; use a bool tensor with where")
     elif isinstance(it, int):
       n = x.shape[axis]
-      if not -n <= it < n: raise IndexError(f"index {it} is out of range for axis {axis} of size {n}")
+      if not -n <= it < n: raise IndexError(f"index {it} is out of range for dimension {dim - 1} of size {n} (tensor of shape {t.shape})")
       i = it % n
       x = x._shrink(tuple((i, i + 1) if k == axis else (0, s) for k, s in enumerate(x.shape)))
       x = x.reshape(x.shape[:axis] + x.shape[axis + 1:])
