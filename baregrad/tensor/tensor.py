@@ -57,8 +57,9 @@ class Tensor:
       d = dtype or (dtypes.bool if isinstance(data, bool) else dtypes.int64 if isinstance(data, int) else dtypes.default_float)
       self.uop = UOp.const(d, data)
     elif isinstance(data, (list, tuple)):
-      arr = np.array(data)
-      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor")
+      try: arr = np.array(data)
+      except ValueError: arr = np.empty(0, object)  # NumPy >= 1.24 raises on ragged input
+      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor: every row needs the same length")
       if dtype is None:
         dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
         if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
