@@ -609,7 +609,9 @@ class Tensor:
   def _axes(self, dim: Any) -> tuple[int, ...]:
     if dim is None: return tuple(range(self.ndim))
     ds = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted({_axis(d, self.ndim) for d in ds})) if self.ndim else ()
+    axes = [_axis(d, self.ndim) for d in ds]
+    if len(set(axes)) != len(axes): raise ValueError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
+    return tuple(sorted(axes)) if self.ndim else ()
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
