@@ -43,9 +43,9 @@ def check(fn: Callable, *inputs: np.ndarray, tfn: Callable | None = None, rtol: 
   ob, ot = fn(*bt), tfn(*tt)
   assert_same(ob, ot, rtol, atol, check_dtype, what=f"{what} forward")
   if any(want) and ot.dtype.is_floating_point and ot.requires_grad:
-    w = np.random.default_rng(seed).normal(size=tuple(ot.shape)).astype(ot.detach().numpy().dtype)
-    (ob * Tensor(w)).sum().backward()
-    (ot * torch.tensor(w)).sum().backward()
+    w = np.random.default_rng(seed).normal(size=tuple(ot.shape)).astype(np.float32)
+    (ob * Tensor(w).cast(ob.dtype)).sum().backward()
+    (ot * torch.tensor(w).to(ot.dtype)).sum().backward()
     for i, (b, t) in enumerate(zip(bt, tt)):
       if not t.requires_grad: continue
       tg = t.grad if t.grad is not None else torch.zeros_like(t)
