@@ -439,6 +439,8 @@ class Tensor:
           if e & 1: out = out * base
           base, e = base * base, e >> 1
         return out
+    x, yy = self._operands(y)
+    if not dtypes.is_float(x.dtype) and x.dtype != dtypes.bool: return x._int_pow(yy)  # int ** int tensor stays int
     x, yy = self._operands(y, out_float=True)
     # x ** y = exp2(y * log2|x|), with the sign of negative bases for integer exponents
     mag = (yy * x.abs().log2()).exp2()
@@ -447,6 +449,17 @@ class Tensor:
     neg = x < 0
     res = neg.where(yint.where(odd.where(-mag, mag), math.nan), mag)
     return (x.eq(0) & yy.eq(0)).where(1.0, res)
+  def _int_pow(self, e: Tensor) -> Tensor:
+    """self ** e for int tensors of one dtype and shape, exactly: square-and-multiply over the low 6 bits of e.
+    Past them (e >= 64) and for e < 0 only bases 0, 1, -1 have an int result (others: 0, as PyTorch gives for e < 0)."""
+    out, b = self.ones_like(), self
+    for bit in range(6):
+      out = ((e >> bit) & 1).ne(0).where(out * b, out)
+      b = b * b
+    odd = (e & 1).ne(0)
+    unit = self.eq(1).where(1, self.eq(-1).where(odd.where(-1, 1), 0)).cast(self.dtype)
+    edge = (e >= 64) | (e < 0) if not dtypes.is_unsigned(e.dtype) else e >= 64
+    return edge.where(unit, out)
   def __add__(self, y: Any) -> Tensor: return self.add(y)
   def __radd__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.ADD, y2)
   def __sub__(self, y: Any) -> Tensor: return self.sub(y)
@@ -460,7 +473,7 @@ class Tensor:
   def __mod__(self, y: Any) -> Tensor: return self.remainder(y)
   def __rmod__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x.remainder(y2)
   def __pow__(self, y: Any) -> Tensor: return self.pow(y)
-  def __rpow__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True, out_float=True); return x.pow(y2)
+  def __rpow__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x.pow(y2)
   def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
   def __rmatmul__(self, y: Tensor) -> Tensor: return y.matmul(self)
   def __neg__(self) -> Tensor: return self.neg()
