@@ -121,7 +121,7 @@ def test_binary_noncontiguous():
 def test_reflected_scalar_ops():
   a, i = rnd((2, 5), low=0.5, high=3, seed=6), np.array([[-7, -3, -1, 1, 2], [3, 4, 5, 6, 7]], np.int32)
   for k, f in enumerate((lambda x: 3 - x, lambda x: 2 / x, lambda x: 1.5 ** x, lambda x: 5 // x, lambda x: -5 % x, lambda x: 2 * x + 1,
-                         lambda x: x.clamp(Tensor(a[0]) if isinstance(x, Tensor) else torch.tensor(a[0]), 2.0))):
+                         lambda x: x.clamp(min=Tensor(a[0]) if isinstance(x, Tensor) else torch.tensor(a[0])))):
     check(f, a, rtol=1e-5, what=f"float {k}", grad=k not in (3, 4))  # torch: no derivative of floor_divide, remainder
   for k, f in enumerate((lambda x: 3 - x, lambda x: 2 / x, lambda x: 7 // x, lambda x: -7 % x, lambda x: 2 ** x.abs(), lambda x: 1.5 * x)):
     check(f, i, grad=False, rtol=1e-6, what=f"int {k}")
