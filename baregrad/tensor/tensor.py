@@ -516,7 +516,7 @@ class Tensor:
   def maximum(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.MAX, y2)
   def minimum(self, y: Any) -> Tensor:
     x, y2 = self._operands(y)
-    if dtypes.is_unsigned(x.dtype) or x.dtype == dtypes.bool: return (x < y2).where(x, y2)
+    if not dtypes.is_float(x.dtype): return (x < y2).where(x, y2)  # ints: -x overflows for the most negative value
     return -((-x)._alu(Ops.MAX, -y2))
   def where(self: Tensor, x: Any, y: Any) -> Tensor:
     cond = self.bool() if self.dtype != dtypes.bool else self
@@ -662,7 +662,8 @@ class Tensor:
   def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
     dim = axis if dim is None else dim
     if self.dtype == dtypes.bool: return self.logical_not().max(dim, keepdim).logical_not()
-    if dtypes.is_unsigned(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
+    # ints: ~x reverses the order without overflow (-x of the most negative int is itself)
+    if not dtypes.is_float(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
     return -((-self).max(dim, keepdim))
   amax, amin = max, min
   def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
@@ -718,8 +719,8 @@ class Tensor:
   def _bcast_to(self, shape: tuple[int, ...], d: int) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
   def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    if dtypes.is_float(self.dtype) or not dtypes.is_unsigned(self.dtype): return (-self if self.dtype != dtypes.bool else self.logical_not()).argmax(dim, keepdim)
-    return self.bitwise_not().argmax(dim, keepdim)
+    if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)
+    return self.bitwise_not().argmax(dim, keepdim)  # ints: no overflow, unlike -x; bools: logical_not
   def cumsum(self, dim: int = 0) -> Tensor:
     d = _axis(dim, self.ndim)
     n = self.shape[d]
