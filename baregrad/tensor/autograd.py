@@ -43,7 +43,10 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
   if u.op is Ops.NEG: return (_alu(Ops.NEG, g),)
   if u.op is Ops.EXP2: return (_alu(Ops.MUL, _alu(Ops.MUL, g, u), _c(u, math.log(2))),)
   if u.op is Ops.LOG2: return (_alu(Ops.FDIV, g, _alu(Ops.MUL, s[0], _c(u, math.log(2)))),)
-  if u.op is Ops.SIN: return (_alu(Ops.MUL, g, _alu(Ops.SIN, _alu(Ops.SUB, _c(s[0], math.pi / 2), s[0]))),)
+  if u.op is Ops.SIN:
+    # cos x = 1 - 2 sin^2(x/2): exact halving, where pi/2 - x loses x's low bits for large x
+    h = _alu(Ops.SIN, _alu(Ops.MUL, s[0], _c(s[0], 0.5)))
+    return (_alu(Ops.MUL, g, _alu(Ops.SUB, _c(s[0], 1.0), _alu(Ops.MUL, _c(s[0], 2.0), _alu(Ops.MUL, h, h)))),)
   if u.op is Ops.SQRT: return (_alu(Ops.FDIV, g, _alu(Ops.MUL, u, _c(u, 2.0))),)
   if u.op is Ops.RECIP: return (_alu(Ops.NEG, _alu(Ops.MUL, g, _alu(Ops.MUL, u, u))),)
   if u.op is Ops.TRUNC: return (_alu(Ops.MUL, g, _c(g, 0.0)),)
