@@ -82,6 +82,19 @@ def test_unary_special_values():
     bfn, tfn, _, rtol, atol = UNARY[name]
     check(bfn, pos, tfn=tfn, rtol=max(rtol, 1e-5), atol=max(atol, 1e-6), grad=False)
 
+def test_trig_large_arguments():
+  x = np.concatenate([rnd((64,), low=-1e4, high=1e4, seed=3), np.array([1e4, -1e4, 200.0, 3.0, 0.0], np.float32)])
+  check(lambda t: t.sin(), x, rtol=1e-4, atol=1e-5)
+  check(lambda t: t.cos(), x, rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("dt", ["int8", "int32", "int64"])
+def test_int_extremes(dt):
+  info = np.iinfo(dt)
+  a = np.array([[info.min, 5, 3], [7, info.max, 7]], dt)
+  for k, f in enumerate((lambda x: x.amin(1), lambda x: x.argmin(1), lambda x: x.min(), lambda x: x.argmin(), lambda x: x.minimum(x.flip(1)),
+                         lambda x: x.amax(0), lambda x: x.argmax(0), lambda x: x.maximum(x.flip(1)), lambda x: x.clamp(-1, 6))):
+    check(f, a, grad=False, what=f"fn {k}")
+
 @pytest.mark.parametrize("dt", ["int32", "int64", "uint8", "bool"])
 def test_unary_int(dt):
   x = rnd((3, 5), dt, -5, 5) if dt != "uint8" else rnd((3, 5), dt, 0, 200)
