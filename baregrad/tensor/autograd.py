@@ -74,7 +74,17 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
       hit = UOp(Ops.CAST, g.dtype, (_alu(Ops.CMPEQ, s[0], _expand_to(u, ishape)),))
       cnt = _expand_to(UOp(Ops.REDUCE_AXIS, g.dtype, (hit,), (Ops.ADD, axes)), ishape)
       return (_alu(Ops.FDIV, _alu(Ops.MUL, ge, hit), cnt),)
-    if op is Ops.MUL: return (_alu(Ops.FDIV, _alu(Ops.MUL, ge, _expand_to(u, ishape)), s[0]),)
+    if op is Ops.MUL:
+      # product of the others: out / x, except where x is 0 (0/0): with one zero on the axis that element gets the
+      # product of the nonzeros and the rest 0; with two or more zeros every gradient is 0
+      x = s[0]
+      z = _alu(Ops.CMPEQ, x, _c(x, 0.0))
+      nz = _alu(Ops.WHERE, z, _c(x, 1.0), x)
+      p_nz = _expand_to(UOp(Ops.REDUCE_AXIS, x.dtype, (nz,), (Ops.MUL, axes)), ishape)
+      zc = _expand_to(UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.CAST, x.dtype, (z,)),), (Ops.ADD, axes)), ishape)
+      others = _alu(Ops.WHERE, _alu(Ops.CMPEQ, zc, _c(x, 0.0)), _alu(Ops.FDIV, _expand_to(u, ishape), x),
+                    _alu(Ops.WHERE, _alu(Ops.AND, z, _alu(Ops.CMPEQ, zc, _c(x, 1.0))), p_nz, _c(x, 0.0)))
+      return (_alu(Ops.MUL, ge, others),)
   if u.op is Ops.RESHAPE: return (UOp(Ops.RESHAPE, g.dtype, (g,), shape_of(s[0])),)
   if u.op is Ops.PERMUTE: return (UOp(Ops.PERMUTE, g.dtype, (g,), _inv_perm(u.arg)),)
   if u.op is Ops.EXPAND: return (_sum_to(g, shape_of(s[0])),)
