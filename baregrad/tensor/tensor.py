@@ -340,8 +340,8 @@ class Tensor:
     return out
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    d = _axis(dim, self.ndim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    ds = {_axis(d, self.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}  # PyTorch >= 2.0 takes a tuple
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in ds and s == 1)))
   def unsqueeze(self, dim: int) -> Tensor:
     d = _axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
