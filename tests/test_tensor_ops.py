@@ -332,6 +332,19 @@ def test_reduce_zero_size_and_one_element():
             lambda x: x.argmax(), lambda x: x.softmax(0), lambda x: x.cumsum(0), lambda x: x.logsumexp(0)):
     check(f, one)
 
+def test_reduce_over_broadcast_axes_and_constants():
+  # the reduced axis is expanded (stride 0) or the value a constant: it still counts once per element
+  a = rnd((2, 1, 3), seed=4)
+  for k, (bf, tf) in enumerate((
+      (lambda x: x.expand(2, 4, 3).sum(1), None), (lambda x: x.expand(2, 4, 3).exp().sum((1, 2)), None),
+      (lambda x: x.expand(2, 4, 3).amax(1), None), (lambda x: x.expand(2, 4, 3).prod(1), None), (lambda x: x.expand(2, 4, 3).mean(), None),
+      (lambda x: x.expand(2, 4, 3).sum(), None), (lambda x: x * Tensor.full((2, 5, 3), 2.0).sum(1, keepdim=True), lambda x: x * torch.full((2, 5, 3), 2.0).sum(1, keepdim=True)))):
+    check(bf, a, tfn=tf, rtol=1e-5, atol=1e-5, what=f"fn {k}")
+  for b, t in ((Tensor.full((4, 2), 1.0).sum(0), torch.full((4, 2), 1.0).sum(0)), (Tensor.full((4, 2), 2.0).prod(), torch.full((4, 2), 2.0).prod()),
+               (Tensor.full((5,), 3).sum(), torch.full((5,), 3).sum()), (Tensor.full((2, 3), 2.0).mean(), torch.full((2, 3), 2.0).mean()),
+               (Tensor.full((3, 4), True).sum(1), torch.full((3, 4), True).sum(1))):
+    assert_same(b, t)
+
 @pytest.mark.parametrize("name", ["argmax", "argmin"])
 def test_argmax_argmin(name):
   a = np.array([[1, 3, 3, 0], [2, 2, 2, 2], [-1, -5, 7, 7]], np.float32)
@@ -346,6 +359,12 @@ def test_max_nan_propagates():
   check(lambda x: x.max(1), a, tfn=lambda x: x.amax(1), grad=False)
   check(lambda x: x.min(1), a, tfn=lambda x: x.amin(1), grad=False)
   check(lambda x: x.sum(1), a, grad=False)
+
+def test_prod_gradient_with_zeros():
+  a = np.array([[1.0, 2.0, 3.0], [0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [2.0, 0.0, 5.0]], np.float32)
+  check(lambda x: x.prod(1), a)
+  check(lambda x: x.prod(0), a)
+  check(lambda x: x[:, 1:].prod(), a)
 
 def test_max_ties_gradient():
   a = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], np.float32)
@@ -388,6 +407,7 @@ MOVE = {
   "squeeze": lambda x: x[:, 1:2].squeeze(),
   "squeeze_dim": lambda x: x[:, 1:2].squeeze(1),
   "squeeze_noop": lambda x: x.squeeze(0),
+  "squeeze_tuple": lambda x: x[:, :1, :1].squeeze((1, 2)),
   "unsqueeze": lambda x: x.unsqueeze(1),
   "unsqueeze_neg": lambda x: x.unsqueeze(-1),
   "flatten": lambda x: x.flatten(),
