@@ -147,7 +147,7 @@ class Tensor:
     if dtype is not None: t = t.cast(dtype)
     if device is not None and Device.canonicalize(device) != self.device:
       d = Device.canonicalize(device)
-      src = t.contiguous() if base_of(t.uop).op is not Ops.BUFFER or t.uop.op not in (Ops.BUFFER, Ops.RESHAPE) else t
+      src = t if _is_whole_buffer(t.uop) else t.contiguous()
       u = UOp(Ops.COPY, t.dtype, (src.uop,), d)
       out = Tensor(u, device=d)
       out.requires_grad = t.requires_grad
@@ -167,7 +167,7 @@ class Tensor:
     if x.shape != self.shape: raise ValueError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     base = base_of(self.uop)
-    if base.op is not Ops.BUFFER or self.uop.op not in (Ops.BUFFER, Ops.RESHAPE):
+    if not _is_whole_buffer(self.uop):  # a view (x[0]) writes a new buffer of its own; its base is not changed
       self.uop = x.contiguous().uop
       return self
     ref = base.arg
@@ -779,6 +779,11 @@ def _split_factor(n: int) -> int:
   for k in (256, 128, 64, 32, 16):
     if n % k == 0 and n // k >= 256: return k
   return 0
+
+def _is_whole_buffer(u: UOp) -> bool:
+  """u is a buffer, or a reshape of one (all of its elements in order), not a view into part of it (x[0] is a
+  RESHAPE of a SHRINK of the buffer)."""
+  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 def _windows(x: Tensor, n: int) -> Tensor:
   """(n, n) view whose row i is x[i : i + n], for x of length 2n-1: n copies laid end to end, each row shifted
