@@ -501,6 +501,16 @@ def test_setitem():
   n[0] = 3
   np.testing.assert_array_equal(t.numpy(), n)
 
+def test_setitem_on_view():
+  # baregrad has no aliasing views: writing into x[0] updates that tensor (PyTorch would also change x)
+  a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+  x = Tensor(a.copy())
+  y = x[0]
+  y[1] = 100.0
+  n = a[0].copy(); n[1] = 100.0
+  np.testing.assert_array_equal(y.numpy(), n)
+  np.testing.assert_array_equal(x.numpy(), a)
+
 def test_setitem_int():
   t, n = Tensor(np.arange(12, dtype=np.int64).reshape(3, 4)), np.arange(12).reshape(3, 4)
   t[:, 1] = 100; n[:, 1] = 100
