@@ -69,7 +69,9 @@ class Tensor:
       d = dtype or _from_np_dtype(data.dtype)
       self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
-    if requires_grad: _all_grad_tensors.add(self)
+    if requires_grad:
+      if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
+      _all_grad_tensors.add(self)
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
@@ -157,6 +159,7 @@ class Tensor:
   def clone(self) -> Tensor: return self.contiguous()
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
   def requires_grad_(self, flag: bool = True) -> Tensor:
+    if flag and not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
     self.requires_grad = flag
     if flag: _all_grad_tensors.add(self)
     return self
@@ -199,8 +202,8 @@ class Tensor:
   def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device, requires_grad=requires_grad).contiguous().realize()._leaf(requires_grad)
   def _leaf(self, requires_grad: bool | None) -> Tensor:
+    if requires_grad: return self.requires_grad_(True)
     self.requires_grad = requires_grad
-    if requires_grad: _all_grad_tensors.add(self)
     return self
   def full_like(self, v: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
     return Tensor.full(self.shape, v, dtype=dtype or self.dtype, device=device or self.device)
