@@ -67,6 +67,8 @@ CASES = [
   ("backward_non_scalar", lambda a: (a * 2).backward(), RuntimeError, r"\(2, 3\)"),
   ("backward_bad_gradient", lambda a: (a * 2).backward(Tensor(B4)), ValueError, r"\(4,\).*\(2, 3\)"),
   ("backward_no_grad", lambda a: (a.detach() * 2).sum().backward(), RuntimeError, r"does not require grad"),
+  ("int_requires_grad", lambda a: Tensor([1, 2], requires_grad=True), RuntimeError, r"float.*int64|long"),
+  ("int_requires_grad_", lambda a: a.int().requires_grad_(), RuntimeError, r"float.*int"),
   ("unknown_device", lambda a: a.to("NOPE"), ValueError, r"NOPE"),
 ]
 
