@@ -74,6 +74,15 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
     if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
 
+def _pow_n(v: UOp, n: int) -> UOp:
+  """v ** n for a static n >= 1 by squaring."""
+  out, b = None, v
+  while n:
+    if n & 1: out = b if out is None else out * b
+    n >>= 1
+    if n: b = b * b
+  return out if out is not None else UOp.const(v.dtype, 1)
+
 class Kernel:
   """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter."""
   def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False):
@@ -168,6 +177,15 @@ class Kernel:
           val = val.substitute(fresh)
           rs = tuple(fresh[r] for r in rs)
         n_reduce += 1
+        # a value that does not vary over a reduced range (an expanded axis, a constant) would be accumulated once,
+        # not once per step: fold those ranges here (sum: times the count, prod: to the count's power, max: itself)
+        deps = set(val.toposort())
+        free = [r for r in rs if r not in deps]
+        if free:
+          rs = tuple(r for r in rs if r in deps)
+          n = prod(r.src[0].arg for r in free)
+          if u.arg[0] is Ops.ADD: val = val * UOp.const(val.dtype, n) if val.dtype != dtypes.bool else val
+          elif u.arg[0] is Ops.MUL: val = _pow_n(val, n)
         new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
       else: new = u if src == u.src else u.replace(src=src)
       memo[u] = new

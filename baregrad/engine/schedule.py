@@ -60,7 +60,8 @@ class _KernelBuilder:
       out = self.lower(inner, compose(vst, st), in_reduce)
     elif u.op is Ops.CONST:
       masked = any(v.mask is not None for v in st.views)
-      out = UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked else UOp.const(u.dtype, u.arg)
+      # under a reduce the view stays: it carries the reduced axes' sizes (else sum of a constant lost its count)
+      out = UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked or in_reduce else UOp.const(u.dtype, u.arg)
     elif u.op is Ops.REDUCE_AXIS:
       if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
       ishape = shape_of(u.src[0])

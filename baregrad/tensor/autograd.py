@@ -22,7 +22,10 @@ def _sum_to(g: UOp, shape: tuple[int, ...]) -> UOp:
   """Reduce g (of an expanded shape) back to shape."""
   gs = shape_of(g)
   axes = tuple(i for i, (a, b) in enumerate(zip(gs, shape)) if a != b)
-  return UOp(Ops.REDUCE_AXIS, g.dtype, (g,), (Ops.ADD, axes)) if axes else g
+  if not axes: return g
+  # a kernel cannot reduce over an empty axis: pad it to one zero (the sum of nothing)
+  if any(gs[a] == 0 for a in axes): g = UOp(Ops.PAD, g.dtype, (g,), tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(gs)))
+  return UOp(Ops.REDUCE_AXIS, g.dtype, (g,), (Ops.ADD, axes))
 
 def _inv_perm(order: tuple[int, ...]) -> tuple[int, ...]:
   out = [0] * len(order)
@@ -40,7 +43,10 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
   if u.op is Ops.NEG: return (_alu(Ops.NEG, g),)
   if u.op is Ops.EXP2: return (_alu(Ops.MUL, _alu(Ops.MUL, g, u), _c(u, math.log(2))),)
   if u.op is Ops.LOG2: return (_alu(Ops.FDIV, g, _alu(Ops.MUL, s[0], _c(u, math.log(2)))),)
-  if u.op is Ops.SIN: return (_alu(Ops.MUL, g, _alu(Ops.SIN, _alu(Ops.SUB, _c(s[0], math.pi / 2), s[0]))),)
+  if u.op is Ops.SIN:
+    # cos x = 1 - 2 sin^2(x/2): exact halving, where pi/2 - x loses x's low bits for large x
+    h = _alu(Ops.SIN, _alu(Ops.MUL, s[0], _c(s[0], 0.5)))
+    return (_alu(Ops.MUL, g, _alu(Ops.SUB, _c(s[0], 1.0), _alu(Ops.MUL, _c(s[0], 2.0), _alu(Ops.MUL, h, h)))),)
   if u.op is Ops.SQRT: return (_alu(Ops.FDIV, g, _alu(Ops.MUL, u, _c(u, 2.0))),)
   if u.op is Ops.RECIP: return (_alu(Ops.NEG, _alu(Ops.MUL, g, _alu(Ops.MUL, u, u))),)
   if u.op is Ops.TRUNC: return (_alu(Ops.MUL, g, _c(g, 0.0)),)
@@ -68,7 +74,17 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
       hit = UOp(Ops.CAST, g.dtype, (_alu(Ops.CMPEQ, s[0], _expand_to(u, ishape)),))
       cnt = _expand_to(UOp(Ops.REDUCE_AXIS, g.dtype, (hit,), (Ops.ADD, axes)), ishape)
       return (_alu(Ops.FDIV, _alu(Ops.MUL, ge, hit), cnt),)
-    if op is Ops.MUL: return (_alu(Ops.FDIV, _alu(Ops.MUL, ge, _expand_to(u, ishape)), s[0]),)
+    if op is Ops.MUL:
+      # product of the others: out / x, except where x is 0 (0/0): with one zero on the axis that element gets the
+      # product of the nonzeros and the rest 0; with two or more zeros every gradient is 0
+      x = s[0]
+      z = _alu(Ops.CMPEQ, x, _c(x, 0.0))
+      nz = _alu(Ops.WHERE, z, _c(x, 1.0), x)
+      p_nz = _expand_to(UOp(Ops.REDUCE_AXIS, x.dtype, (nz,), (Ops.MUL, axes)), ishape)
+      zc = _expand_to(UOp(Ops.REDUCE_AXIS, x.dtype, (UOp(Ops.CAST, x.dtype, (z,)),), (Ops.ADD, axes)), ishape)
+      others = _alu(Ops.WHERE, _alu(Ops.CMPEQ, zc, _c(x, 0.0)), _alu(Ops.FDIV, _expand_to(u, ishape), x),
+                    _alu(Ops.WHERE, _alu(Ops.AND, z, _alu(Ops.CMPEQ, zc, _c(x, 1.0))), p_nz, _c(x, 0.0)))
+      return (_alu(Ops.MUL, ge, others),)
   if u.op is Ops.RESHAPE: return (UOp(Ops.RESHAPE, g.dtype, (g,), shape_of(s[0])),)
   if u.op is Ops.PERMUTE: return (UOp(Ops.PERMUTE, g.dtype, (g,), _inv_perm(u.arg)),)
   if u.op is Ops.EXPAND: return (_sum_to(g, shape_of(s[0])),)
@@ -108,6 +124,8 @@ def backward(loss, gradient=None) -> None:
     if not dtypes.is_float(loss.dtype): raise RuntimeError(f"backward() needs a float tensor, got {loss.dtype}")
     gradient = Tensor.full(loss.shape, 1.0, dtype=loss.dtype, device=loss.device)
   elif gradient.shape != loss.shape: raise ValueError(f"gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
+  if not loss.requires_grad:
+    raise RuntimeError(f"backward(): this tensor (shape {loss.shape}) does not require grad: no tensor with requires_grad=True contributes to it")
   leaves = [t for t in list(_all_grad_tensors) if t.requires_grad]
   nodes = set(loss.uop.toposort())
   targets = {t.uop for t in leaves if t.uop in nodes}

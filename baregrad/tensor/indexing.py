@@ -41,14 +41,15 @@ def getitem(t, idx: Any):
   from baregrad.tensor.tensor import Tensor
   if isinstance(idx, (list,)) or (isinstance(idx, Tensor)): idx = (idx,)
   items = _normalize(t, idx)
-  x, axis, tensor_idx = t, 0, []
+  x, axis, tensor_idx, dim = t, 0, [], 0  # axis: in x as built so far; dim: in t, for messages
   for it in items:
+    if it is not None: dim += 1
     if it is None:
       x = x.reshape(x.shape[:axis] + (1,) + x.shape[axis:]); axis += 1
     elif isinstance(it, bool): raise IndexError("bool indices are not supported; use a bool tensor with where")
     elif isinstance(it, int):
       n = x.shape[axis]
-      if not -n <= it < n: raise IndexError(f"index {it} is out of range for axis {axis} of size {n}")
+      if not -n <= it < n: raise IndexError(f"index {it} is out of range for dimension {dim - 1} of size {n} (tensor of shape {t.shape})")
       i = it % n
       x = x._shrink(tuple((i, i + 1) if k == axis else (0, s) for k, s in enumerate(x.shape)))
       x = x.reshape(x.shape[:axis] + x.shape[axis + 1:])
@@ -61,20 +62,39 @@ def getitem(t, idx: Any):
       if ti.dtype == dtypes.bool: raise IndexError("boolean mask indexing needs a data-dependent shape; use where() instead")
       tensor_idx.append((axis, ti)); axis += 1
     else: raise IndexError(f"unsupported index type {type(it).__name__}")
-  for k, (ax, ti) in enumerate(tensor_idx):
-    # advanced indexing: one-hot compare along the axis, multiply and sum (fuses into one kernel)
-    ax = ax + sum(ti2.ndim - 1 for _, ti2 in tensor_idx[:k])
+  if tensor_idx: x = _advanced(x, tensor_idx, t.device, t.dtype)
+  return x
+
+def _advanced(x, tensor_idx: list, device: str, dtype):
+  """PyTorch's advanced indexing: the index tensors broadcast together to a shape B; the result has B in place of the
+  indexed axes when they are adjacent, else in front. A one-hot compare per index, ANDed, then a masked sum."""
+  from baregrad.tensor.tensor import Tensor, broadcast_shape
+  axes = [ax for ax, _ in tensor_idx]
+  try: B = broadcast_shape(*(ti.shape for _, ti in tensor_idx))
+  except ValueError: raise IndexError(f"index tensors of shapes {', '.join(str(ti.shape) for _, ti in tensor_idx)} do not broadcast together") from None
+  rest = [a for a in range(x.ndim) if a not in axes]
+  xp = x.permute(*axes, *rest)  # (n_1..n_k, R...)
+  k, nb = len(axes), len(B)
+  mask = None
+  for j, (ax, ti) in enumerate(tensor_idx):
     n = x.shape[ax]
     i = ti.cast(dtypes.int32)
-    i = (i < 0).where(i + n, i)
-    ar = Tensor.arange(n, device=t.device, dtype=dtypes.int32)
-    onehot = i.reshape(i.shape + (1,)).eq(ar.reshape((1,) * i.ndim + (n,)))  # (*idx, n)
-    xm = x.reshape(x.shape[:ax] + (1,) * i.ndim + x.shape[ax:])  # (..., 1.., n, rest)
-    oh = onehot.reshape((1,) * ax + onehot.shape + (1,) * (x.ndim - ax - 1))
-    red = ax + i.ndim
-    x = oh.where(xm, 0).sum(red) if x.dtype != dtypes.bool else oh.where(xm, False).any(red)
-    if x.dtype != t.dtype: x = x.cast(t.dtype)
-  return x
+    i = (i < 0).where(i + n, i)._bcast(B)
+    ar = Tensor.arange(n, device=device, dtype=dtypes.int32)
+    oh = i.reshape(B + (1,) * k).eq(ar.reshape((1,) * nb + tuple(n if jj == j else 1 for jj in range(k))))
+    mask = oh if mask is None else mask & oh
+  shp = mask.shape
+  mask = mask.reshape(shp + (1,) * len(rest))
+  xm = xp.reshape((1,) * nb + xp.shape)
+  red = tuple(range(nb, nb + k))
+  out = mask.where(xm, 0).sum(red) if x.dtype != dtypes.bool else mask.where(xm, False).any(red)
+  if out.dtype != dtype: out = out.cast(dtype)
+  # out is (B..., R...): adjacent indexed axes put B where they were
+  if axes == list(range(axes[0], axes[0] + k)) and axes[0] > 0:
+    p0 = axes[0]
+    order = list(range(nb, nb + p0)) + list(range(nb)) + list(range(nb + p0, out.ndim))
+    out = out.permute(*order)
+  return out
 
 def setitem(t, idx: Any, v: Any) -> None:
   from baregrad.tensor.tensor import Tensor

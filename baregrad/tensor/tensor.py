@@ -57,17 +57,21 @@ class Tensor:
       d = dtype or (dtypes.bool if isinstance(data, bool) else dtypes.int64 if isinstance(data, int) else dtypes.default_float)
       self.uop = UOp.const(d, data)
     elif isinstance(data, (list, tuple)):
-      arr = np.array(data)
-      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor")
+      try: arr = np.array(data)
+      except ValueError: arr = np.empty(0, object)  # NumPy >= 1.24 raises on ragged input
+      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor: every row needs the same length")
       if dtype is None:
         dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
         if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
       self.uop = self._from_numpy(arr.astype(_np_dtype(dtype)) if dtype != dtypes.bfloat16 else _f32_to_bf16_np(arr), dtype)
-    elif isinstance(data, np.ndarray):
+    elif isinstance(data, (np.ndarray, np.generic)):
+      data = np.asarray(data)
       d = dtype or _from_np_dtype(data.dtype)
       self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
-    if requires_grad: _all_grad_tensors.add(self)
+    if requires_grad:
+      if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
+      _all_grad_tensors.add(self)
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
@@ -145,7 +149,7 @@ class Tensor:
     if dtype is not None: t = t.cast(dtype)
     if device is not None and Device.canonicalize(device) != self.device:
       d = Device.canonicalize(device)
-      src = t.contiguous() if base_of(t.uop).op is not Ops.BUFFER or t.uop.op not in (Ops.BUFFER, Ops.RESHAPE) else t
+      src = t if _is_whole_buffer(t.uop) else t.contiguous()
       u = UOp(Ops.COPY, t.dtype, (src.uop,), d)
       out = Tensor(u, device=d)
       out.requires_grad = t.requires_grad
@@ -155,6 +159,7 @@ class Tensor:
   def clone(self) -> Tensor: return self.contiguous()
   def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
   def requires_grad_(self, flag: bool = True) -> Tensor:
+    if flag and not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
     self.requires_grad = flag
     if flag: _all_grad_tensors.add(self)
     return self
@@ -165,7 +170,7 @@ class Tensor:
     if x.shape != self.shape: raise ValueError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     base = base_of(self.uop)
-    if base.op is not Ops.BUFFER or self.uop.op not in (Ops.BUFFER, Ops.RESHAPE):
+    if not _is_whole_buffer(self.uop):  # a view (x[0]) writes a new buffer of its own; its base is not changed
       self.uop = x.contiguous().uop
       return self
     ref = base.arg
@@ -199,8 +204,8 @@ class Tensor:
   def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
   def _leaf(self, requires_grad: bool | None) -> Tensor:
+    if requires_grad: return self.requires_grad_(True)
     self.requires_grad = requires_grad
-    if requires_grad: _all_grad_tensors.add(self)
     return self
   def full_like(self, v: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
     return Tensor.full(self.shape, v, dtype=dtype or self.dtype, device=device or self.device)
@@ -213,9 +218,16 @@ class Tensor:
     n = max(0, math.ceil((stop - start) / step))
     d = dtype or (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
-    # cumulative sum of ones gives 1..n without loading anything
-    idx = Tensor.full((n,), 1, dtype=dtypes.int32, device=device)._cumsum_ones()
-    return ((idx - 1).cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else ((idx - 1).cast(d) * step + start).cast(d)
+    idx = Tensor._index_range(n, device)
+    return (idx.cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else (idx.cast(d) * step + start).cast(d)
+  @staticmethod
+  def _index_range(n: int, device: str | None) -> Tensor:
+    """0..n-1 as int32 without loading anything. The window trick costs n*n work (and a view of ~2n*n elements,
+    past int32 indexing at n ~ 32k), so long ranges are built as a*i + j from two short ones."""
+    if n <= 1024: return Tensor.full((n,), 1, dtype=dtypes.int32, device=device)._cumsum_ones() - 1
+    a = math.isqrt(n - 1) + 1
+    r = Tensor._index_range(a, device)
+    return (r.reshape(a, 1) * a + r.reshape(1, a)).reshape(a * a)._shrink(((0, n),))
   def _cumsum_ones(self) -> Tensor:
     # 1..n without loading anything: row i of a sliding window over [0]*(n-1) + [1]*n sums to i+1
     n = self.shape[0]
@@ -333,8 +345,8 @@ class Tensor:
     return out
   def squeeze(self, dim: int | None = None) -> Tensor:
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    d = _axis(dim, self.ndim)
-    return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+    ds = {_axis(d, self.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}  # PyTorch >= 2.0 takes a tuple
+    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in ds and s == 1)))
   def unsqueeze(self, dim: int) -> Tensor:
     d = _axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
@@ -419,7 +431,9 @@ class Tensor:
     x, yy = self._operands(y)
     return x._alu(Ops.MOD, yy) if not dtypes.is_float(x.dtype) else x - (x / yy).trunc() * yy
   def pow(self, y: Any) -> Tensor:
+    if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
     if isinstance(y, (int, float)) and not isinstance(y, bool):
+      if y == 0 and isinstance(y, int) and self.dtype != dtypes.bool: return self.ones_like()
       if y == 2: return self * self
       if y == 1: return self * 1
       if y == 0.5: return self.float().sqrt() if not dtypes.is_float(self.dtype) else self.sqrt()
@@ -430,6 +444,8 @@ class Tensor:
           if e & 1: out = out * base
           base, e = base * base, e >> 1
         return out
+    x, yy = self._operands(y)
+    if not dtypes.is_float(x.dtype) and x.dtype != dtypes.bool: return x._int_pow(yy)  # int ** int tensor stays int
     x, yy = self._operands(y, out_float=True)
     # x ** y = exp2(y * log2|x|), with the sign of negative bases for integer exponents
     mag = (yy * x.abs().log2()).exp2()
@@ -438,6 +454,17 @@ class Tensor:
     neg = x < 0
     res = neg.where(yint.where(odd.where(-mag, mag), math.nan), mag)
     return (x.eq(0) & yy.eq(0)).where(1.0, res)
+  def _int_pow(self, e: Tensor) -> Tensor:
+    """self ** e for int tensors of one dtype and shape, exactly: square-and-multiply over the low 6 bits of e.
+    Past them (e >= 64) and for e < 0 only bases 0, 1, -1 have an int result (others: 0, as PyTorch gives for e < 0)."""
+    out, b = self.ones_like(), self
+    for bit in range(6):
+      out = ((e >> bit) & 1).ne(0).where(out * b, out)
+      b = b * b
+    odd = (e & 1).ne(0)
+    unit = self.eq(1).where(1, self.eq(-1).where(odd.where(-1, 1), 0)).cast(self.dtype)
+    edge = (e >= 64) | (e < 0) if not dtypes.is_unsigned(e.dtype) else e >= 64
+    return edge.where(unit, out)
   def __add__(self, y: Any) -> Tensor: return self.add(y)
   def __radd__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.ADD, y2)
   def __sub__(self, y: Any) -> Tensor: return self.sub(y)
@@ -451,7 +478,7 @@ class Tensor:
   def __mod__(self, y: Any) -> Tensor: return self.remainder(y)
   def __rmod__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x.remainder(y2)
   def __pow__(self, y: Any) -> Tensor: return self.pow(y)
-  def __rpow__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True, out_float=True); return x.pow(y2)
+  def __rpow__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x.pow(y2)
   def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
   def __rmatmul__(self, y: Tensor) -> Tensor: return y.matmul(self)
   def __neg__(self) -> Tensor: return self.neg()
@@ -494,7 +521,7 @@ class Tensor:
   def maximum(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.MAX, y2)
   def minimum(self, y: Any) -> Tensor:
     x, y2 = self._operands(y)
-    if dtypes.is_unsigned(x.dtype) or x.dtype == dtypes.bool: return (x < y2).where(x, y2)
+    if not dtypes.is_float(x.dtype): return (x < y2).where(x, y2)  # ints: -x overflows for the most negative value
     return -((-x)._alu(Ops.MAX, -y2))
   def where(self: Tensor, x: Any, y: Any) -> Tensor:
     cond = self.bool() if self.dtype != dtypes.bool else self
@@ -505,11 +532,13 @@ class Tensor:
       a, b = Tensor(UOp.const(d, x), device=self.device), Tensor(UOp.const(d, y), device=self.device)
     shape = broadcast_shape(cond.shape, a.shape, b.shape)
     return cond._bcast(shape)._alu(Ops.WHERE, a._bcast(shape), b._bcast(shape))
-  def clip(self, min_: Any = None, max_: Any = None) -> Tensor:
+  def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    min_, max_ = (min if min_ is None else min_), (max if max_ is None else max_)
     if min_ is None and max_ is None: raise ValueError("clip needs at least one of min or max")
+    # where, not maximum/minimum: at x == min the gradient goes to x whole (maximum splits ties), as in PyTorch
     out = self
-    if min_ is not None: out = out.maximum(min_)
-    if max_ is not None: out = out.minimum(max_)
+    if min_ is not None: out = (out < min_).where(min_, out)
+    if max_ is not None: out = (out > max_).where(max_, out)
     return out
   clamp = clip
   def neg(self) -> Tensor:
@@ -528,7 +557,10 @@ class Tensor:
   def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
   def square(self) -> Tensor: return self * self
   def sin(self) -> Tensor: return self._float()._alu(Ops.SIN)
-  def cos(self) -> Tensor: return (math.pi / 2 - self._float()).sin()
+  def cos(self) -> Tensor:
+    # 1 - 2 sin^2(x/2): x/2 is exact, where pi/2 - x rounds x away (cos(1e4) was off by 1.5e-4 in float32)
+    s = (self._float() * 0.5).sin()
+    return 1 - 2 * s * s
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def sigmoid(self) -> Tensor:
     x = self._float()
@@ -598,14 +630,22 @@ class Tensor:
   def _axes(self, dim: Any) -> tuple[int, ...]:
     if dim is None: return tuple(range(self.ndim))
     ds = (dim,) if isinstance(dim, int) else tuple(dim)
-    return tuple(sorted({_axis(d, self.ndim) for d in ds})) if self.ndim else ()
+    axes = [_axis(d, self.ndim) for d in ds]
+    if len(set(axes)) != len(axes): raise ValueError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
+    return tuple(sorted(axes)) if self.ndim else ()
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if any(self.shape[a] == 0 for a in axes):
       from baregrad.ir.ops import identity_element
-      if op is Ops.MAX: raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
-      r = Tensor.full(out_shape, identity_element(op, self.dtype), dtype=self.dtype, device=self.device)
+      if op is Ops.MAX and not (dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool):
+        raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
+      # pad each empty reduced axis to one identity element: the result stays connected to self (its gradient is empty)
+      arg = tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape))
+      ident = identity_element(op, self.dtype)
+      x = self._pad(arg)
+      if ident != 0: x = Tensor.full(self.shape, True, dtype=dtypes.bool, device=self.device)._pad(arg).where(x, ident)
+      r = x._reduce(op, axes, keepdim=True)
     elif not axes or all(self.shape[a] == 1 for a in axes): r = self
     elif prod(out_shape) == 1 and self.numel() >= 1 << 16 and (k := _split_factor(self.numel())):
       # a big full reduction runs as partial results over k rows (in parallel), then a small one over those
@@ -630,7 +670,8 @@ class Tensor:
   def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
     dim = axis if dim is None else dim
     if self.dtype == dtypes.bool: return self.logical_not().max(dim, keepdim).logical_not()
-    if dtypes.is_unsigned(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
+    # ints: ~x reverses the order without overflow (-x of the most negative int is itself)
+    if not dtypes.is_float(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
     return -((-self).max(dim, keepdim))
   amax, amin = max, min
   def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
@@ -648,7 +689,10 @@ class Tensor:
     sq = (x - x.mean(dim, keepdim=True)).square().sum(dim, keepdim=keepdim)
     return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
   def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
-    return self.var(dim, keepdim, correction, axis, unbiased).sqrt()
+    v = self.var(dim, keepdim, correction, axis, unbiased)
+    # where the variance is 0, sqrt's gradient is inf and 0 * inf made NaN; PyTorch's std gives 0 there
+    zero = v.eq(0)
+    return zero.where(0.0, zero.where(1.0, v).sqrt())
   def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
     return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
   def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
@@ -683,8 +727,8 @@ class Tensor:
   def _bcast_to(self, shape: tuple[int, ...], d: int) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
   def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
-    if dtypes.is_float(self.dtype) or not dtypes.is_unsigned(self.dtype): return (-self if self.dtype != dtypes.bool else self.logical_not()).argmax(dim, keepdim)
-    return self.bitwise_not().argmax(dim, keepdim)
+    if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)
+    return self.bitwise_not().argmax(dim, keepdim)  # ints: no overflow, unlike -x; bools: logical_not
   def cumsum(self, dim: int = 0) -> Tensor:
     d = _axis(dim, self.ndim)
     n = self.shape[d]
@@ -714,7 +758,7 @@ class Tensor:
     d = promote(x.dtype, w.dtype)
     xv, wv = xv.cast(d), wv.cast(d)
     # (..., n, 1, k) * (..., 1, m, k) summed over k
-    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d if dtypes.is_float(d) else None)
+    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d)  # int32 @ int32 stays int32, as in PyTorch
     if x.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
@@ -740,6 +784,11 @@ def _split_factor(n: int) -> int:
   for k in (256, 128, 64, 32, 16):
     if n % k == 0 and n // k >= 256: return k
   return 0
+
+def _is_whole_buffer(u: UOp) -> bool:
+  """u is a buffer, or a reshape of one (all of its elements in order), not a view into part of it (x[0] is a
+  RESHAPE of a SHRINK of the buffer)."""
+  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 def _windows(x: Tensor, n: int) -> Tensor:
   """(n, n) view whose row i is x[i : i + n], for x of length 2n-1: n copies laid end to end, each row shifted
