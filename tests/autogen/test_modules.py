@@ -97,6 +97,10 @@ def test_nv_module_pick() -> None:
   m = nv.pick_nv_module("580.95.05")
   assert m.NV_ESC_RM_ALLOC == 0x2B and m.UVM_INITIALIZE == 0x30000001
   assert ctypes.sizeof(m.NVOS21_PARAMETERS) == 32 and m.NVC56F_GP_ENTRY1_LENGTH == (30, 10)
+  assert ctypes.sizeof(nv.pick_nv_module("575.64.05").NV_VASPACE_ALLOCATION_PARAMETERS) == 48
+  assert ctypes.sizeof(nv.pick_nv_module("580.142").NV_VASPACE_ALLOCATION_PARAMETERS) == 56
+  for branch, (mod, tag) in nv.BRANCHES.items():
+    assert nv.pick_nv_module(tag).__name__.endswith(mod) and f"at {tag}" in nv.pick_nv_module(tag).SOURCE
   for bad in ("550.54.14", "999.1", "not a version"):
     with pytest.raises(nv.UnsupportedDriverVersion, match="no generated bindings|not an NVIDIA driver version"):
       nv.pick_nv_module(bad)

@@ -78,8 +78,14 @@ LINUX_SRC = Source("Debian package", linux_version, None, LINUX_HOW)
 
 # ------------------------------------------------------------------------------- the list
 
-NV_TAG = "580.142"
-NV_HOW = (f"fetch github:NVIDIA/open-gpu-kernel-modules at tag {NV_TAG} (git archive {NV_TAG} src/common/sdk/nvidia/inc "
+# one module per driver branch: the RM/UVM parameter structs are private to the driver and change
+# between branches (see baregrad/ctypes_autogen/nv/__init__.py); each is pinned to the newest tag of
+# its branch that was checked
+NV_TAGS = {"570": "570.211.01", "575": "575.64.05", "580": "580.142", "590": "590.48.01", "595": "595.45.04"}
+
+
+def nv_how(tag: str) -> str:
+  return (f"fetch github:NVIDIA/open-gpu-kernel-modules at tag {tag} (git archive {tag} src/common/sdk/nvidia/inc "
           "kernel-open/common/inc kernel-open/nvidia-uvm src/nvidia/arch/nvalloc/unix/include version.mk)")
 
 
@@ -193,7 +199,8 @@ add(CModule("amdgpu.hsa", Source("baregrad's own header, written from public doc
             doc="AQL kernel dispatch packet (HSA Platform System Architecture 1.2, 2.9.6) and the AMDHSA kernel\n"
                 "descriptor (LLVM AMDGPUUsage, 'Kernel Descriptor'); the header cites each offset."))
 
-add(CModule("nv.nv_580", pinned("NVIDIA/open-gpu-kernel-modules", NV_TAG, NV_HOW, nv_version),
+def nv_module(branch: str, tag: str) -> CModule:
+  return CModule(f"nv.nv_{branch}", pinned("NVIDIA/open-gpu-kernel-modules", tag, nv_how(tag), nv_version),
             headers=[f"src/common/sdk/nvidia/inc/{h}" for h in (
               "nvos.h", "nvstatus.h", "class/cl0000.h", "class/cl0080.h", "class/cl2080.h", "class/cl003e.h",
               "class/cl0040.h", "class/cl0070.h", "class/cl90f1.h", "class/cla06c.h", "alloc/alloc_channel.h",
@@ -209,7 +216,10 @@ add(CModule("nv.nv_580", pinned("NVIDIA/open-gpu-kernel-modules", NV_TAG, NV_HOW
             includes=["src/common/sdk/nvidia/inc", "src/nvidia/arch/nvalloc/unix/include", "kernel-open/common/inc",
                       "kernel-open/nvidia-uvm"],
             doc="NVIDIA RM (NV_ESC_* escapes, NVOS* parameters, alloc parameters, controls), UVM ioctls, GPFIFO and\n"
-                "class method fields, for driver 580.x. pick_nv_module() in nv/__init__.py picks it by driver version."))
+                f"class method fields, for driver {branch}.x. pick_nv_module() in nv/__init__.py picks it by driver version.")
+
+
+for _branch, _tag in NV_TAGS.items(): add(nv_module(_branch, _tag))
 add(CModule("nv.qmd", pinned("NVIDIA/open-gpu-doc", NVDOC_COMMIT, f"fetch github:NVIDIA/open-gpu-doc at commit {NVDOC_COMMIT}"),
             headers=[f"classes/compute/cl{c}qmd.h" for c in ("c6c0", "c7c0", "c9c0", "cbc0", "cdc0", "cec0")],
             types="", doc="Compute QMD layouts as MW(hi:lo) fields: v03 (Ampere/Ada), v04 (Hopper), v05 (Blackwell)."))

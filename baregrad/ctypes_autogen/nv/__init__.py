@@ -18,8 +18,16 @@ from types import ModuleType
 
 # driver branch -> (module, the tag its headers came from). A branch is added by generating
 # its module (python tools/autogen.py nv.nv_BRANCH --src ...) and listing it here.
+# Examples of what differs (compared from the generated _LAYOUT records): NV_VASPACE_ALLOCATION_PARAMETERS
+# grows from 48 to 56 bytes between 575 and 580; NVA06F_CTRL_GPFIFO_SCHEDULE_PARAMS changes between 570
+# and 575; UVM_FREE_PARAMS and other UVM parameters change between 580 and 590;
+# NV2080_CTRL_GPU_GET_NAME_STRING_PARAMS between 590 and 595.
 BRANCHES: dict[str, tuple[str, str]] = {
+  "570": ("nv_570", "570.211.01"),
+  "575": ("nv_575", "575.64.05"),
   "580": ("nv_580", "580.142"),
+  "590": ("nv_590", "590.48.01"),
+  "595": ("nv_595", "595.45.04"),
 }
 
 
