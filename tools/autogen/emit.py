@@ -287,7 +287,10 @@ class Emitter:
       except AutogenError as e:
         err = err or e
     else:
-      if not any(bf is not None for _, _, bf, _ in live) or rec.kind != "struct" or size <= 0: raise err
+      if not any(bf is not None for _, _, bf, _ in live) or size <= 0: raise err
+      if rec.kind != "struct":
+        raise AutogenError(f"{rec.file}:{rec.line}: {key}: no ctypes storage unit (1, 2, 4 or 8 bytes) holds its "
+                           f"bitfields inside the {size}-byte union ({err})")
       # a bitfield shares its storage unit with a plain member, or a packed bitfield straddles
       # units: ctypes cannot say that in one Structure, so overlay views of the same bytes
       fields, texts, pack, anon = self._overlay(key, live, size), None, None, ["_anon0"]
