@@ -66,6 +66,7 @@ def test_packed_and_aligned_are_honoured(features: types.ModuleType) -> None:
   assert features.struct_packed_s.value.offset == 1
   assert features.struct_aligned_s.y.offset == 16 and ctypes.sizeof(features.struct_aligned_s) == 32
   assert features.wrap_t.after.offset == 19
+  assert features.struct_pragma_packed.b.offset == 2 and ctypes.sizeof(features.struct_pragma_packed) == 14
 
 
 def test_anonymous_members_and_nesting(features: types.ModuleType) -> None:
@@ -93,6 +94,13 @@ def test_constants(features: types.ModuleType) -> None:
   assert f.FIELD_A == (31, 16) and f.FIELD_B == (95, 64) and f.FIELD_ALIAS == (31, 16)
   assert f.FIELDS["FIELD_B"].width == 32
   assert "STRING" in f.SKIPPED and "ADD" in f.SKIPPED and not hasattr(f, "STRING")
+
+
+def test_nothing_is_dropped_silently(features: types.ModuleType) -> None:
+  """What is seen but not bound is listed by name with the reason."""
+  s = features.SKIPPED
+  assert "variable" in s["feat_global"] and "inline function" in s["feat_inline"]
+  assert "not in this module's list" in s["feat_unlisted"] and "feat_sum" not in s
 
 
 def test_ioctl_numbers_match_support(features: types.ModuleType) -> None:

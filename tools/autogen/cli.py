@@ -98,6 +98,8 @@ def check() -> int:
           skipped.append(f"{name}: {e}")
           continue
         raise
+      # written out and read back, so that what is compared is exactly what a regeneration would commit
+      with open(write(name, text, td)) as f: text = f.read()
       have = open(out_path(name)).read() if os.path.exists(out_path(name)) else ""
       if have != text:
         diffs += 1
@@ -138,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
           continue
         raise
       p = write(n, text)
-      print(f"{n}: wrote {os.path.relpath(p, ROOT)} " + ", ".join(f"{v} {k}" for k, v in rep.items()))
+      print(f"{n}: wrote {os.path.relpath(p, ROOT)} " + ", ".join(f"{v} {k}" for k, v in rep.items())
+            + (" (the skipped names and why are in its SKIPPED dict)" if rep.get("skipped") else ""))
     return 0
   except AutogenError as e:
     print(f"autogen: error: {e}", file=sys.stderr)

@@ -200,6 +200,7 @@ class Model:
   funcs: dict[str, Func] = dataclasses.field(default_factory=dict)
   macros: dict[str, Macro] = dataclasses.field(default_factory=dict)
   order: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (kind, key) in source order
+  other: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # (name, why not bound, file)
 
 
 _BASE_WORDS = {"void", "char", "short", "int", "long", "signed", "unsigned", "float", "double", "_Bool"}
@@ -352,9 +353,13 @@ class _Builder:
       if node.name is None:
         self.ctype(node.type, f"anon_{line}")
         return
-      return  # variables: nothing to bind
-    if isinstance(node, (c_ast.FuncDef, c_ast.StaticAssert, c_ast.Pragma)):
-      return  # inline function bodies and assertions carry no bindable layout
+      self.m.other.append((node.name, "variable declaration (no storage to bind)", file))
+      return
+    if isinstance(node, c_ast.FuncDef):
+      self.m.other.append((node.decl.name, "inline function with a body (C code, not a binding)", file))
+      return
+    if isinstance(node, (c_ast.StaticAssert, c_ast.Pragma)):
+      return  # assertions carry no bindable layout
     raise AutogenError(f"{file}:{line}: top-level {type(node).__name__} not handled")
 
 

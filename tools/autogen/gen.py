@@ -87,15 +87,23 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
 
   type_re = re.compile(spec.types) if spec.types else None
   roots: list[tuple[str, str]] = []
+  skipped: dict[str, str] = {}
+  wanted_funcs = set(spec.funcs or [])
   for kind, key in model.order:
-    if spec.types == "": break
     obj = {"record": model.records, "enum": model.enums, "typedef": model.typedefs, "func": model.funcs}[kind].get(key)
-    if kind == "func" or obj is None or not selected(obj.file): continue
+    if obj is None or not selected(obj.file): continue
+    if kind == "func":
+      if key not in wanted_funcs: skipped[key] = "function not in this module's list"
+      continue
     if kind == "record" and (model.records[key].parent is not None or model.records[key].members is None): continue
     name = key if kind != "enum" else (obj.tag or key)
     # enums of the selected files are always kept: their enumerators are the constants
-    if type_re and not type_re.match(name) and kind != "enum": continue
+    if spec.types == "" or (type_re and not type_re.match(name) and kind != "enum"):
+      skipped[key] = "type outside this module's selection"
+      continue
     roots.append((kind, key))
+  for name, why, file in model.other:
+    if selected(file): skipped[name] = why
   funcs: list[tuple[str, str]] = []  # (python name, C symbol)
   for fname in spec.funcs or []:
     sym = fname
@@ -106,6 +114,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
       if len(hits) == 1: sym = hits[0]
     if sym not in model.funcs: raise AutogenError(f"{spec.name}: function {fname} is not declared in {spec.headers}")
     funcs.append((fname, sym))
+    skipped.pop(sym, None)
 
   # what the compiler must tell us
   dims: set[str] = set()
@@ -131,7 +140,6 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   # macros of the selected files
   mac_re = re.compile(spec.macros) if spec.macros else None
   fields: dict[str, tuple[int, int]] = {}
-  skipped: dict[str, str] = {}
   mac_consts: list[str] = []
   func_names = {f for f, _ in funcs} | set(model.funcs)
   for mac in model.macros.values():

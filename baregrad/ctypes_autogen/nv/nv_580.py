@@ -11387,4 +11387,7 @@ SKIPPED = {
   'nv01MemoryUser': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'nv1ContextErrorToMemory': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'nv1MemoryUser': 'not an integer constant (lvalue required as unary ‘&’ operand)',
+  'nvPowerStateFailureInit': 'inline function with a body (C code, not a binding)',
+  'nvPowerStateFailureIsPopulated': 'inline function with a body (C code, not a binding)',
+  'nvstatusToString': "function not in this module's list",
 }

@@ -77,5 +77,12 @@ typedef struct { struct packed_s p; uint8_t after; } wrap_t, *wrap_p;
 typedef uint32_t u32_t;
 typedef u32_t chain_t;           /* typedef chain */
 
+#pragma pack(push, 2)
+struct pragma_packed { uint8_t a; uint64_t b; uint32_t c; };
+#pragma pack(pop)
+
 int feat_sum(int a, const char *fmt, ...);
+int feat_unlisted(void);
+extern int feat_global;
+static inline int feat_inline(int x) { return x + 1; }
 #endif
