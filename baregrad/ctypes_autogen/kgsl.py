@@ -1081,6 +1081,10 @@ IOCTL_KGSL_GET_FAULT_REPORT = 0xc018095e
 IOCTL_KGSL_RECURRING_COMMAND = 0xc030095f
 IOCTL_KGSL_READ_CALIBRATED_TIMESTAMPS = 0xc0200960
 
+# function-like macros of integer arithmetic, translated to Python and checked against the compiler
+def KGSL_USERMEM_FLAG(x: int) -> int: return (( ( ( x ) + 1 ) << KGSL_MEMFLAGS_USERMEM_SHIFT )) & 0xffffffff
+def KGSL_CONVERT_TO_MBPS(val: int) -> int: return (( val * 1000 * 1000 )) & 0xffffffff
+
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
@@ -1293,7 +1297,5 @@ _CTYPES = {
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
-  'KGSL_CONVERT_TO_MBPS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'KGSL_MEMSTORE_OFFSET': 'function-like macro (its uses in object-like macros are evaluated)',
-  'KGSL_USERMEM_FLAG': 'function-like macro (its uses in object-like macros are evaluated)',
+  'KGSL_MEMSTORE_OFFSET': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
 }

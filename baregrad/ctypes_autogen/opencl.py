@@ -613,6 +613,12 @@ CL_VERSION_MAJOR_MASK = 0x3ff
 CL_VERSION_MINOR_MASK = 0x3ff
 CL_VERSION_PATCH_MASK = 0xfff
 
+# function-like macros of integer arithmetic, translated to Python and checked against the compiler
+def CL_VERSION_MAJOR(version: int) -> int: return (( ( version ) >> ( CL_VERSION_MINOR_BITS + CL_VERSION_PATCH_BITS ) )) & 0xffffffff
+def CL_VERSION_MINOR(version: int) -> int: return (( ( ( version ) >> CL_VERSION_PATCH_BITS ) & CL_VERSION_MINOR_MASK )) & 0xffffffff
+def CL_VERSION_PATCH(version: int) -> int: return (( ( version ) & CL_VERSION_PATCH_MASK )) & 0xffffffff
+def CL_MAKE_VERSION(major: int, minor: int, patch: int) -> int: return (( ( ( ( major ) & CL_VERSION_MAJOR_MASK ) << ( CL_VERSION_MINOR_BITS + CL_VERSION_PATCH_BITS ) ) | ( ( ( minor ) & CL_VERSION_MINOR_MASK ) << CL_VERSION_PATCH_BITS ) | ( ( patch ) & CL_VERSION_PATCH_MASK ) )) & 0xffffffff
+
 # functions, bound on first call
 clGetPlatformIDs = _lib.fn('clGetPlatformIDs', cl_int, [cl_uint, ctypes.POINTER(cl_platform_id), ctypes.POINTER(cl_uint)])
 clGetPlatformInfo = _lib.fn('clGetPlatformInfo', cl_int, [cl_platform_id, cl_platform_info, size_t, ctypes.c_void_p, ctypes.POINTER(size_t)])
@@ -663,10 +669,6 @@ _CTYPES = {
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
-  'CL_MAKE_VERSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'CL_VERSION_MAJOR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'CL_VERSION_MINOR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'CL_VERSION_PATCH': 'function-like macro (its uses in object-like macros are evaluated)',
   'clCloneKernel': "function not in this module's list",
   'clCompileProgram': "function not in this module's list",
   'clCreateBufferWithProperties': "function not in this module's list",

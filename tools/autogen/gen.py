@@ -66,6 +66,34 @@ def _walk(t: CType, model: Model, dims: set, enums: set, seen: set) -> None:
   for s in [t.sub] + list(t.params or []): _walk(s, model, dims, enums, seen)
 
 
+_SAMPLES = [(1, 2, 3, 4, 5, 6, 7, 8), (0x5A, 0x3, 0x1F, 0x7, 0x11, 0x2, 0x40, 0x9)]
+_C_INT = re.compile(r"^(0[xX][0-9a-fA-F]+|\d+)([uUlL]*)$")
+_TOKENS = re.compile(r"\s*(0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*|[A-Za-z_]\w*|<<|>>|[-+*/%&|^~(),])")
+
+
+def translate_macro(mac, consts: set[str]) -> Optional[tuple[list[str], str]]:
+  """A function-like macro as a Python expression, if it is integer arithmetic only."""
+  body = mac.body.strip()
+  if not body or any(p == "..." for p in mac.params): return None
+  out, pos = [], 0
+  params = [pyname(p) for p in mac.params]
+  while pos < len(body):
+    m = _TOKENS.match(body, pos)
+    if m is None: return None
+    t = m.group(1)
+    pos = m.end()
+    num = _C_INT.match(t)
+    if num: out.append(num.group(1) if not num.group(1).isdigit() or num.group(1) == "0" else num.group(1).lstrip("0") or "0")
+    elif t in mac.params: out.append(pyname(t))
+    elif re.fullmatch(r"[A-Za-z_]\w*", t):
+      if t not in consts: return None
+      out.append(t)
+    elif t == "/": out.append("//")
+    else: out.append(t)
+  if body.rstrip()[-1:] in "+-*/%&|^~<>": return None
+  return params, " ".join(out)
+
+
 def _fmt_int(v: int) -> str:
   return hex(v) if abs(v) >= 256 else str(v)
 
@@ -141,12 +169,13 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   mac_re = re.compile(spec.macros) if spec.macros else None
   fields: dict[str, tuple[int, int]] = {}
   mac_consts: list[str] = []
+  fmacs: list = []
   func_names = {f for f, _ in funcs} | set(model.funcs)
   for mac in model.macros.values():
     if spec.macros == "" or not selected(mac.file) or (mac_re and not mac_re.match(mac.name)): continue
     if mac.name in func_names or mac.name in model.typedefs: continue
     if mac.params is not None:
-      skipped[mac.name] = "function-like macro (its uses in object-like macros are evaluated)"
+      fmacs.append(mac)
       continue
     if not mac.body:
       continue  # include guards and feature flags: nothing to bind
@@ -161,10 +190,45 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
       continue
     exprs[f"const:{mac.name}"] = mac.name
     mac_consts.append(mac.name)
+  # function-like macros that are integer arithmetic on their parameters and on constants of
+  # this module (PACKET3(op, n), SDMA_PKT_..(x), WRITE_DATA_DST_SEL(x)) become Python functions;
+  # each translation is checked against the compiler on sample arguments below
+  macro_fns: dict[str, tuple[list[str], str]] = {}
+  const_names = set(mac_consts) | set(enum_consts)
+  fmac_names = {m.name for m in fmacs}
+  for mac in fmacs:
+    py = translate_macro(mac, const_names | fmac_names)
+    if py is None:
+      skipped[mac.name] = "function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)"
+      continue
+    macro_fns[mac.name] = py
+    exprs[f"fnsz:{mac.name}"] = f"sizeof({mac.name}({', '.join('1' for _ in mac.params)}))"
+    for i, args in enumerate(_SAMPLES):
+      exprs[f"fn:{mac.name}:{i}"] = f"{mac.name}({', '.join(str(a) for a in args[:len(mac.params)])})"
   ints, rejected = eval_int_exprs(exprs, headers, includes, spec.defines, spec.prelude)
+  for name, (params, body) in list(macro_fns.items()):
+    ok = True
+    ns = {n: ints[f"const:{n}"] for n in const_names if f"const:{n}" in ints}
+    for other, (ps, b) in macro_fns.items():
+      if other != name: ns[other] = eval(f"lambda {', '.join(ps)}: {b}", ns)
+    # C computes in the width of the expression's type (int arithmetic wraps at 32 bits): so does the translation
+    bits = 8 * ints.get(f"fnsz:{name}", 8)
+    if bits < 64:
+      body = f"({body}) & {hex((1 << bits) - 1)}"
+      macro_fns[name] = (params, body)
+    for i, args in enumerate(_SAMPLES):
+      c = ints.get(f"fn:{name}:{i}")
+      try:
+        v = eval(f"lambda {', '.join(params)}: {body}", ns)(*args[:len(params)]) if c is not None else None
+      except Exception:
+        v = None
+      if c is None or v is None or (v - c) % (1 << bits) != 0: ok = False
+    if not ok:
+      del macro_fns[name]
+      skipped[name] = "function-like macro whose Python translation the compiler did not confirm"
   for k, why in rejected.items():
     if k.startswith("const:") and k[6:] in mac_consts: skipped[k[6:]] = f"not an integer constant ({why})"
-    elif k.startswith("dim:"): pass  # reported by the emitter if used
+    elif k.startswith(("dim:", "fn:", "fnsz:")): pass  # reported by the emitter if used; macro functions: above
     else: raise AutogenError(f"{spec.name}: {k} could not be evaluated: {why}")
 
   # register field conventions of the AMD headers become hi:lo data as well:
@@ -267,6 +331,10 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     out.append("FIELDS: dict[str, _support.BitField] = {")
     out += [f"  {n!r}: {pyname(n)}," for n in fields]
     out.append("}")
+  if macro_fns:
+    out += ["", "# function-like macros of integer arithmetic, translated to Python and checked against the compiler"]
+    for n, (params, body) in macro_fns.items():
+      out.append(f"def {pyname(n)}({', '.join(p + ': int' for p in params)}) -> int: return {body}")
   if func_lines: out += ["", "# functions, bound on first call"] + func_lines
   lay = {k: layouts[k] for k in decl if k in layouts}
   out += ["", "# the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},",

@@ -9716,6 +9716,31 @@ FIELDS: dict[str, _support.BitField] = {
   'NV2080_CTRL_CMD_FB_ALLOCATION_FLAGS_OWNER': NV2080_CTRL_CMD_FB_ALLOCATION_FLAGS_OWNER,
 }
 
+# function-like macros of integer arithmetic, translated to Python and checked against the compiler
+def NVC6C0_LOAD_INLINE_QMD_DATA(i: int) -> int: return (( 0x0320 + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SCG_COMPUTE_SCHEDULING_PARAMETERS(i: int) -> int: return (( 0x0da0 + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE(i: int) -> int: return (( 0x32f4 + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE_UPPER(i: int) -> int: return (( 0x3314 + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE_UPPER(i: int) -> int: return (( 0x333c + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE(i: int) -> int: return (( 0x335c + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_EVENT(i: int) -> int: return (( 0x337c + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_A(i: int) -> int: return (( 0x339c + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_B(i: int) -> int: return (( 0x33bc + ( i ) * 4 )) & 0xffffffff
+def NVC6C0_SET_MME_SHADOW_SCRATCH(i: int) -> int: return (( 0x3400 + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_LOAD_INLINE_QMD_DATA(i: int) -> int: return (( 0x0320 + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SCG_COMPUTE_SCHEDULING_PARAMETERS(i: int) -> int: return (( 0x0da0 + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE(i: int) -> int: return (( 0x32f4 + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE_UPPER(i: int) -> int: return (( 0x3314 + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE_UPPER(i: int) -> int: return (( 0x333c + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE(i: int) -> int: return (( 0x335c + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_EVENT(i: int) -> int: return (( 0x337c + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_A(i: int) -> int: return (( 0x339c + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_B(i: int) -> int: return (( 0x33bc + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_SET_MME_SHADOW_SCRATCH(i: int) -> int: return (( 0x3400 + ( i ) * 4 )) & 0xffffffff
+def NVC7C0_CALL_MME_MACRO(j: int) -> int: return (( 0x3800 + ( j ) * 8 )) & 0xffffffff
+def NVC7C0_CALL_MME_DATA(j: int) -> int: return (( 0x3804 + ( j ) * 8 )) & 0xffffffff
+def UVM_IOCTL_BASE(i: int) -> int: return (i) & 0xffffffff
+
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
@@ -10716,37 +10741,15 @@ SKIPPED = {
   'NV0080_CTRL_FIFO_CAPS_SUPPORT_WDDM_INTERLEAVING': 'not an integer constant (expected ‘)’ before ‘:’ token)',
   'NV0080_CTRL_FIFO_CAPS_USERD_IN_SYSMEM': 'not an integer constant (expected ‘)’ before ‘:’ token)',
   'NV0080_CTRL_FIFO_CAPS_WFI_BUG_898467': 'not an integer constant (expected ‘)’ before ‘:’ token)',
-  'NV0080_CTRL_FIFO_GET_CAP': 'function-like macro (its uses in object-like macros are evaluated)',
+  'NV0080_CTRL_FIFO_GET_CAP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
   'NV03E_TYPEDEF': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'NV040_TYPEDEF': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GFXC_GPCS': 'not an integer constant (expression in static assertion is not an integer)',
   'NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GFXC_TPCS_PER_GFXC_GPC': 'not an integer constant (expression in static assertion is not an integer)',
   'NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_SINGLETON_GPCS': 'not an integer constant (expression in static assertion is not an integer)',
-  'NVA06C_CTRL_CMD': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC36F_CTRL_CMD': 'function-like macro (its uses in object-like macros are evaluated)',
+  'NVA06C_CTRL_CMD': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
+  'NVC36F_CTRL_CMD': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
   'NVC56F_TYPEDEF': 'not an integer constant (‘AMPERE_CHANNELChannelGPFifoA’ undeclared here (not in a function); did you mean ‘AMPERE_CHANNEL_GPFIFO_A’?)',
-  'NVC6C0_LOAD_INLINE_QMD_DATA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_MME_SHADOW_SCRATCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SCG_COMPUTE_SCHEDULING_PARAMETERS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_A': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_B': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_EVENT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE_UPPER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC6C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE_UPPER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_CALL_MME_DATA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_CALL_MME_MACRO': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_LOAD_INLINE_QMD_DATA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_MME_SHADOW_SCRATCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SCG_COMPUTE_SCHEDULING_PARAMETERS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_A': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_CONTROL_B': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_EVENT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_COUNTER_VALUE_UPPER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NVC7C0_SET_SHADER_PERFORMANCE_SNAPSHOT_COUNTER_VALUE_UPPER': 'function-like macro (its uses in object-like macros are evaluated)',
   'NVOS_STATUS': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'NV_GRID_LICENSED_PRODUCT_COMPUTE': 'not an integer constant (invalid operands to binary & (have ‘char *’ and ‘int’))',
   'NV_GRID_LICENSED_PRODUCT_GAMING': 'not an integer constant (invalid operands to binary & (have ‘char *’ and ‘int’))',
@@ -10758,12 +10761,11 @@ SKIPPED = {
   'NV_GRID_LICENSE_FEATURE_VAPPS_EDITION': 'not an integer constant (invalid operands to binary & (have ‘char *’ and ‘int’))',
   'NV_GRID_LICENSE_FEATURE_VIRTUAL_WORKSTATION_EDITION': 'not an integer constant (invalid operands to binary & (have ‘char *’ and ‘int’))',
   'NV_GRID_LICENSE_FEATURE_VPC_EDITION': 'not an integer constant (invalid operands to binary & (have ‘char *’ and ‘int’))',
-  'NV_STATUS_LEVEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'NV_STATUS_LEVEL_CHAR': 'function-like macro (its uses in object-like macros are evaluated)',
+  'NV_STATUS_LEVEL': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
+  'NV_STATUS_LEVEL_CHAR': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
   'Nv01MemoryUser': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'Nv1ContextErrorToMemory': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'Nv1MemoryUser': 'not an integer constant (lvalue required as unary ‘&’ operand)',
-  'UVM_IOCTL_BASE': 'function-like macro (its uses in object-like macros are evaluated)',
   'nv01ContextErrorToMemory': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'nv01MemoryLocalUser': 'not an integer constant (lvalue required as unary ‘&’ operand)',
   'nv01MemoryUser': 'not an integer constant (lvalue required as unary ‘&’ operand)',

@@ -13,7 +13,10 @@
 #define FIELD_A 31:16                    /* hi:lo data */
 #define FIELD_B MW(95:64)                /* multi-word form */
 #define FIELD_ALIAS FIELD_A
-#define ADD(a, b) ((a) + (b))            /* function-like: listed as skipped */
+#define ADD(a, b) ((a) + (b))            /* integer arithmetic: becomes a Python function */
+#define WRAP(x) ((x) << 30)              /* int arithmetic wraps at 32 bits in C */
+#define WIDE(x) ((x##ULL) << 40)         /* token pasting: not translated, listed as skipped */
+#define CALLS(a) (ADD(a, BASE) * 2)      /* calls another macro */
 #define USES_FUNC ADD(DERIVED, 2)
 #define FEAT_IOC_MAGIC 'F'
 #define FEAT_IOC_GET _IOR(FEAT_IOC_MAGIC, 1, struct bits)
