@@ -1,6 +1,7 @@
 """One module: headers -> model -> compiler probes -> Python text."""
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import fnmatch
 import os
@@ -206,26 +207,28 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     for i, args in enumerate(_SAMPLES):
       exprs[f"fn:{mac.name}:{i}"] = f"{mac.name}({', '.join(str(a) for a in args[:len(mac.params)])})"
   ints, rejected = eval_int_exprs(exprs, headers, includes, spec.defines, spec.prelude)
+  widths = {name: 8 * ints.get(f"fnsz:{name}", 8) for name in macro_fns}
   for name, (params, body) in list(macro_fns.items()):
-    ok = True
-    ns = {n: ints[f"const:{n}"] for n in const_names if f"const:{n}" in ints}
-    for other, (ps, b) in macro_fns.items():
-      if other != name: ns[other] = eval(f"lambda {', '.join(ps)}: {b}", ns)
     # C computes in the width of the expression's type (int arithmetic wraps at 32 bits): so does the translation
-    bits = 8 * ints.get(f"fnsz:{name}", 8)
-    if bits < 64:
-      body = f"({body}) & {hex((1 << bits) - 1)}"
-      macro_fns[name] = (params, body)
-    for i, args in enumerate(_SAMPLES):
-      c = ints.get(f"fn:{name}:{i}")
-      try:
-        v = eval(f"lambda {', '.join(params)}: {body}", ns)(*args[:len(params)]) if c is not None else None
-      except Exception:
-        v = None
-      if c is None or v is None or (v - c) % (1 << bits) != 0: ok = False
-    if not ok:
-      del macro_fns[name]
-      skipped[name] = "function-like macro whose Python translation the compiler did not confirm"
+    if widths[name] < 64: macro_fns[name] = (params, f"({body}) & {hex((1 << widths[name]) - 1)}")
+  changed = True
+  while changed:  # a macro calling one that fails must fail too: repeat until nothing more drops out
+    changed = False
+    ns: dict = {n: ints[f"const:{n}"] for n in const_names if f"const:{n}" in ints}
+    for other, (ps, b) in macro_fns.items(): ns[other] = eval(f"lambda {', '.join(ps)}: {b}", ns)
+    for name, (params, body) in list(macro_fns.items()):
+      ok = True
+      for i, args in enumerate(_SAMPLES):
+        c = ints.get(f"fn:{name}:{i}")
+        try:
+          v = ns[name](*args[:len(params)]) if c is not None else None
+        except Exception:
+          v = None
+        if c is None or v is None or (v - c) % (1 << widths[name]) != 0: ok = False
+      if not ok:
+        del macro_fns[name]
+        skipped[name] = "function-like macro whose Python translation the compiler did not confirm"
+        changed = True
   for k, why in rejected.items():
     if k.startswith("const:") and k[6:] in mac_consts: skipped[k[6:]] = f"not an integer constant ({why})"
     elif k.startswith(("dim:", "fn:", "fnsz:")): pass  # reported by the emitter if used; macro functions: above
@@ -305,7 +308,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   if decl:
     out.append("# records (fields are set below, once the types they hold by value are complete)")
     for k in decl:
-      base = "Union" if issubclass(em.classes[k], __import__("ctypes").Union) else "Structure"
+      base = "Union" if issubclass(em.classes[k], ctypes.Union) else "Structure"
       out.append(f"class {pyname(k)}(ctypes.{base}): pass")
     out.append("")
   for k in decl:
