@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import tempfile
 import types
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # autogen_testlib, also under --import-mode=importlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -11,8 +11,11 @@ import ctypes
 import functools
 import importlib
 import os
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # autogen_testlib, also under --import-mode=importlib
 
 from autogen_testlib import records_of, cffi_layouts, ctypes_layout, ctypes_leaves, include_lines
 from autogen.cli import source_for

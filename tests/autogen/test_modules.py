@@ -11,6 +11,8 @@ import types
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # autogen_testlib, also under --import-mode=importlib
+
 from autogen_testlib import ROOT
 from autogen.cli import make, out_path, source_for
 from autogen.gen import GENERATED_LINE, Source

@@ -4,8 +4,10 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import subprocess
 import tarfile
+import tempfile
 from typing import Callable, Optional, Union
 
 from .cparse import AutogenError
@@ -57,11 +59,19 @@ def linux_source() -> str:
   if os.path.exists(stamp): return root
   if not os.path.exists(LINUX_TAR): return root  # a missing path is reported by the caller with LINUX_HOW
   os.makedirs(CACHE, exist_ok=True)
+  # extracted beside the final place and renamed into it, so that parallel test workers never read half a tree
+  tmp = tempfile.mkdtemp(dir=CACHE)
   with tarfile.open(LINUX_TAR) as tf:
     members = [m for m in tf if m.name.startswith("linux-source-6.12/") and
                any(m.name[len("linux-source-6.12/"):].startswith(p) for p in LINUX_PARTS)]
-    tf.extractall(CACHE, members=members, filter="data")
-  open(stamp, "w").close()
+    tf.extractall(tmp, members=members, filter="data")
+  open(os.path.join(tmp, "linux-source-6.12", os.path.basename(stamp)), "w").close()
+  if os.path.exists(root) and not os.path.exists(stamp): shutil.rmtree(root, ignore_errors=True)  # an older version
+  try:
+    os.rename(os.path.join(tmp, "linux-source-6.12"), root)
+  except OSError:
+    pass  # another process got there first
+  shutil.rmtree(tmp, ignore_errors=True)
   return root
 
 
