@@ -213,3 +213,8 @@ def test_random_declarations_match_compiler(text: str) -> None:
       return
     mod = load(gen)
     check_against_compiler(mod, td, "rand.h")
+
+
+def test_name_clash_is_an_error() -> None:
+  with pytest.raises(AutogenError, match="defined twice.*struct_a"):
+    generate(spec_for("clash.h"), HEADERS, "CMD")

@@ -174,7 +174,10 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   func_names = {f for f, _ in funcs} | set(model.funcs)
   for mac in model.macros.values():
     if spec.macros == "" or not selected(mac.file) or (mac_re and not mac_re.match(mac.name)): continue
-    if mac.name in func_names or mac.name in model.typedefs: continue
+    if mac.name in func_names or mac.name in model.typedefs:
+      if mac.params is None and mac.body and mac.body != mac.name and mac.name not in {f for f, _ in funcs}:
+        skipped.setdefault(mac.name, "macro with the name of a function or type")
+      continue
     if mac.params is not None:
       fmacs.append(mac)
       continue
@@ -354,6 +357,17 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   out.append("SKIPPED = {")
   for n in sorted(skipped): out.append(f"  {n!r}: {skipped[n]!r},")
   out.append("}")
+  # one meaning per name: a second, different definition of a name would silently win in Python
+  defs: dict[str, str] = {}
+  clashes = []
+  for line in out:
+    m = re.match(r"^(?:class |def )?([A-Za-z_]\w*)(?: = |\(| )(.*)$", line)
+    if m is None or line.startswith(("#", " ", "import ", "from ")) or "._" in line.split("=")[0]: continue
+    name, rest = m.group(1), m.group(2)
+    if name in defs and defs[name] != rest: clashes.append(name)
+    defs.setdefault(name, rest)
+  if clashes:
+    raise AutogenError(f"{spec.name}: names defined twice with different meanings: {', '.join(sorted(set(clashes)))}")
   report = {"records": len(decl), "consts": len(enum_consts) + len(mac_consts) - len(set(mac_consts) & set(skipped)),
             "fields": len(fields), "funcs": len(funcs), "skipped": len(skipped)}
   return "\n".join(out) + "\n", report
