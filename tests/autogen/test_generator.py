@@ -95,7 +95,7 @@ def test_constants(features: types.ModuleType) -> None:
   assert (f.RED, f.GREEN, f.BLUE, f.ALPHA, f.SMALL_B, f.WIDE_MAX) == (-2, -1, 9, 1 << 20, 2, 1 << 32)
   assert f.enum_color is ctypes.c_int32 and f.small_t is ctypes.c_uint32 and ctypes.sizeof(f.enum_wide) == 8
   assert f.FIELD_A == (31, 16) and f.FIELD_B == (95, 64) and f.FIELD_ALIAS == (31, 16)
-  assert f.FIELDS["FIELD_B"].width == 32
+  assert f.FIELDS["FIELD_B"].width == 32 and f.FIELD_IDX(1) == (95, 64) and f.FIELD_IDX(0).width == 32
   assert "STRING" in f.SKIPPED and not hasattr(f, "STRING")
 
 

@@ -95,6 +95,21 @@ def translate_macro(mac, consts: set[str]) -> Optional[tuple[list[str], str]]:
   return params, " ".join(out)
 
 
+def split_hilo(body: str) -> Optional[tuple[str, str]]:
+  """`MW((a+(i)*64):(b+(i)*64))` or `(a):(b)` -> the two C expressions; None for anything else."""
+  b = body.strip()
+  m = re.fullmatch(r"MW\s*\((.*)\)", b, re.S)
+  if m: b = m.group(1)
+  depth = 0
+  for k, ch in enumerate(b):
+    if ch == "(": depth += 1
+    elif ch == ")": depth -= 1
+    elif ch == ":" and depth == 0:
+      hi, lo = b[:k].strip(), b[k + 1:].strip()
+      return (hi, lo) if hi and lo and "?" not in b else None
+  return None
+
+
 def _fmt_int(v: int) -> str:
   return hex(v) if abs(v) >= 256 else str(v)
 
@@ -200,7 +215,19 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   macro_fns: dict[str, tuple[list[str], str]] = {}
   const_names = set(mac_consts) | set(enum_consts)
   fmac_names = {m.name for m in fmacs}
+  indexed: dict[str, tuple[list[str], str, str]] = {}  # NAME(i) -> BitField(hi(i), lo(i)): indexed hi:lo fields
   for mac in fmacs:
+    halves = split_hilo(mac.body)
+    if halves is not None:
+      hl = [translate_macro(dataclasses.replace(mac, body=h), const_names) for h in halves]
+      if hl[0] is not None and hl[1] is not None:
+        indexed[mac.name] = (hl[0][0], hl[0][1], hl[1][1])
+        for i, args in enumerate(_SAMPLES):
+          for side, h in zip(("hi", "lo"), halves):
+            sub = re.sub(r"\b(" + "|".join(map(re.escape, mac.params)) + r")\b",
+                         lambda m: str(args[mac.params.index(m.group(1))]), h)
+            exprs[f"fnhl:{mac.name}:{side}:{i}"] = sub
+        continue
     py = translate_macro(mac, const_names | fmac_names)
     if py is None:
       skipped[mac.name] = "function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)"
@@ -232,9 +259,21 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
         del macro_fns[name]
         skipped[name] = "function-like macro whose Python translation the compiler did not confirm"
         changed = True
+  nsc: dict = {n: ints[f"const:{n}"] for n in const_names if f"const:{n}" in ints}
+  for name, (params, hi, lo) in list(indexed.items()):
+    ok = True
+    for i, args in enumerate(_SAMPLES):
+      try:
+        got = [eval(f"lambda {', '.join(params)}: {e}", nsc)(*args[:len(params)]) for e in (hi, lo)]
+      except Exception:
+        got = None
+      if got != [ints.get(f"fnhl:{name}:hi:{i}"), ints.get(f"fnhl:{name}:lo:{i}")]: ok = False
+    if not ok:
+      del indexed[name]
+      skipped[name] = "indexed hi:lo field whose Python translation the compiler did not confirm"
   for k, why in rejected.items():
     if k.startswith("const:") and k[6:] in mac_consts: skipped[k[6:]] = f"not an integer constant ({why})"
-    elif k.startswith(("dim:", "fn:", "fnsz:")): pass  # reported by the emitter if used; macro functions: above
+    elif k.startswith(("dim:", "fn:", "fnsz:", "fnhl:")): pass  # reported by the emitter if used; macro functions: above
     else: raise AutogenError(f"{spec.name}: {k} could not be evaluated: {why}")
 
   # register field conventions of the AMD headers become hi:lo data as well:
@@ -337,6 +376,11 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     out.append("FIELDS: dict[str, _support.BitField] = {")
     out += [f"  {n!r}: {pyname(n)}," for n in fields]
     out.append("}")
+  if indexed:
+    if not fields: out += ["", "_F = _support.BitField"]
+    out += ["", "# indexed hi:lo fields: NAME(i) is the BitField of element i (checked against the compiler)"]
+    for n, (params, hi, lo) in indexed.items():
+      out.append(f"def {pyname(n)}({', '.join(p + ': int' for p in params)}) -> _support.BitField: return _F({hi}, {lo})")
   if macro_fns:
     out += ["", "# function-like macros of integer arithmetic, translated to Python and checked against the compiler"]
     for n, (params, body) in macro_fns.items():

@@ -5683,6 +5683,265 @@ FIELDS: dict[str, _support.BitField] = {
   'NVCEC0_QMDV04_01_OUTER_STICKY_OVERFLOW': NVCEC0_QMDV04_01_OUTER_STICKY_OVERFLOW,
 }
 
+# indexed hi:lo fields: NAME(i) is the BitField of element i (checked against the compiler)
+def NVC6C0_QMDV02_03_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC6C0_QMDV02_03_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC6C0_QMDV02_03_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC6C0_QMDV02_03_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC6C0_QMDV02_03_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC6C0_QMDV02_03_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC6C0_QMDV02_04_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC6C0_QMDV02_04_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC6C0_QMDV02_04_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC6C0_QMDV02_04_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC6C0_QMDV02_04_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC6C0_QMDV02_04_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC6C0_QMDV03_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC6C0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC6C0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC6C0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC6C0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC6C0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC7C0_QMDV02_03_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC7C0_QMDV02_03_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC7C0_QMDV02_03_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC7C0_QMDV02_03_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC7C0_QMDV02_03_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC7C0_QMDV02_03_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC7C0_QMDV02_04_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC7C0_QMDV02_04_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC7C0_QMDV02_04_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC7C0_QMDV02_04_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC7C0_QMDV02_04_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC7C0_QMDV02_04_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC7C0_QMDV03_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC7C0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC7C0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC7C0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC7C0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC7C0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC9C0_QMDV02_04_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC9C0_QMDV02_04_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC9C0_QMDV02_04_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC9C0_QMDV02_04_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC9C0_QMDV02_04_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC9C0_QMDV02_04_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVC9C0_QMDV03_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVC9C0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVC9C0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVC9C0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVC9C0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVC9C0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVCBC0_QMDV03_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 640 + ( i ) * 1 ), ( 640 + ( i ) * 1 ))
+def NVCBC0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 64 ), ( 1024 + ( i ) * 64 ))
+def NVCBC0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER(i: int) -> _support.BitField: return _F(( 1072 + ( i ) * 64 ), ( 1056 + ( i ) * 64 ))
+def NVCBC0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST(i: int) -> _support.BitField: return _F(( 1073 + ( i ) * 64 ), ( 1073 + ( i ) * 64 ))
+def NVCBC0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 64 ), ( 1074 + ( i ) * 64 ))
+def NVCBC0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 64 ), ( 1075 + ( i ) * 64 ))
+def NVCBC0_QMDV04_00_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 320 + ( i ) * 16 ), ( 320 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 322 + ( i ) * 16 ), ( 321 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 323 + ( i ) * 16 ), ( 323 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 324 + ( i ) * 16 ), ( 324 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 327 + ( i ) * 16 ), ( 325 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 329 + ( i ) * 16 ), ( 328 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 331 + ( i ) * 16 ), ( 330 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 332 + ( i ) * 16 ), ( 332 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 335 + ( i ) * 16 ), ( 333 + ( i ) * 16 ))
+def NVCBC0_QMDV04_00_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 368 + ( i ) * 5 ), ( 368 + ( i ) * 5 ))
+def NVCBC0_QMDV04_00_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 371 + ( i ) * 5 ), ( 369 + ( i ) * 5 ))
+def NVCBC0_QMDV04_00_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 372 + ( i ) * 5 ), ( 372 + ( i ) * 5 ))
+def NVCBC0_QMDV04_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 416 + ( i ) * 4 ), ( 416 + ( i ) * 4 ))
+def NVCBC0_QMDV04_00_CONSTANT_BUFFER_PREFETCH(i: int) -> _support.BitField: return _F(( 418 + ( i ) * 4 ), ( 417 + ( i ) * 4 ))
+def NVCBC0_QMDV04_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 419 + ( i ) * 4 ), ( 419 + ( i ) * 4 ))
+def NVCBC0_QMDV04_00_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1567 + ( i ) * 64 ), ( 1536 + ( i ) * 64 ))
+def NVCBC0_QMDV04_00_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1586 + ( i ) * 64 ), ( 1568 + ( i ) * 64 ))
+def NVCBC0_QMDV04_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1599 + ( i ) * 64 ), ( 1587 + ( i ) * 64 ))
+def NVCBC0_QMDV04_00_TPC_DISABLE_MASK(i: int) -> _support.BitField: return _F(( 2463 + ( i ) * 32 ), ( 2432 + ( i ) * 32 ))
+def NVCDC0_QMDV05_00_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 288 + ( i ) * 16 ), ( 288 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 290 + ( i ) * 16 ), ( 289 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 291 + ( i ) * 16 ), ( 291 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 292 + ( i ) * 16 ), ( 292 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 295 + ( i ) * 16 ), ( 293 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 297 + ( i ) * 16 ), ( 296 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 299 + ( i ) * 16 ), ( 298 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 300 + ( i ) * 16 ), ( 300 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 303 + ( i ) * 16 ), ( 301 + ( i ) * 16 ))
+def NVCDC0_QMDV05_00_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1375 + ( i ) * 64 ), ( 1344 + ( i ) * 64 ))
+def NVCDC0_QMDV05_00_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1394 + ( i ) * 64 ), ( 1376 + ( i ) * 64 ))
+def NVCDC0_QMDV05_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1407 + ( i ) * 64 ), ( 1395 + ( i ) * 64 ))
+def NVCDC0_QMDV05_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 1856 + ( i ) * 4 ), ( 1856 + ( i ) * 4 ))
+def NVCDC0_QMDV05_00_CONSTANT_BUFFER_PREFETCH(i: int) -> _support.BitField: return _F(( 1858 + ( i ) * 4 ), ( 1857 + ( i ) * 4 ))
+def NVCDC0_QMDV05_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1859 + ( i ) * 4 ), ( 1859 + ( i ) * 4 ))
+def NVCDC0_QMDV05_00_TPC_DISABLE_MASK(i: int) -> _support.BitField: return _F(( 2271 + ( i ) * 32 ), ( 2240 + ( i ) * 32 ))
+def NVCDC0_QMDV05_00_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 336 + ( i ) * 8 ), ( 336 + ( i ) * 8 ))
+def NVCDC0_QMDV05_00_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 339 + ( i ) * 8 ), ( 337 + ( i ) * 8 ))
+def NVCDC0_QMDV05_00_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 340 + ( i ) * 8 ), ( 340 + ( i ) * 8 ))
+def NVCDC0_QMDV05_00_DEPENDENT_QMD_POINTER(i: int) -> _support.BitField: return _F(( 415 + ( i ) * 32 ), ( 384 + ( i ) * 32 ))
+def NVCDC0_QMDV05_01_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 288 + ( i ) * 16 ), ( 288 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 290 + ( i ) * 16 ), ( 289 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 291 + ( i ) * 16 ), ( 291 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 292 + ( i ) * 16 ), ( 292 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 295 + ( i ) * 16 ), ( 293 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 297 + ( i ) * 16 ), ( 296 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 299 + ( i ) * 16 ), ( 298 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 300 + ( i ) * 16 ), ( 300 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 303 + ( i ) * 16 ), ( 301 + ( i ) * 16 ))
+def NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_LOWER_SHIFTED4(i: int) -> _support.BitField: return _F(( 799 + ( i ) * 416 ), ( 768 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_UPPER_SHIFTED4(i: int) -> _support.BitField: return _F(( 820 + ( i ) * 416 ), ( 800 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_SIZE(i: int) -> _support.BitField: return _F(( 829 + ( i ) * 416 ), ( 821 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_TYPE(i: int) -> _support.BitField: return _F(( 831 + ( i ) * 416 ), ( 830 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION0(i: int) -> _support.BitField: return _F(( 847 + ( i ) * 416 ), ( 832 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION1(i: int) -> _support.BitField: return _F(( 863 + ( i ) * 416 ), ( 848 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION2(i: int) -> _support.BitField: return _F(( 871 + ( i ) * 416 ), ( 864 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_REGISTER_COUNT(i: int) -> _support.BitField: return _F(( 880 + ( i ) * 416 ), ( 872 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_BARRIER_COUNT(i: int) -> _support.BitField: return _F(( 885 + ( i ) * 416 ), ( 881 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_VALID(i: int) -> _support.BitField: return _F(( 886 + ( i ) * 416 ), ( 886 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_PREFETCH(i: int) -> _support.BitField: return _F(( 888 + ( i ) * 416 ), ( 887 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_INVALIDATE(i: int) -> _support.BitField: return _F(( 889 + ( i ) * 416 ), ( 889 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_ICC_PREFETCH_SIZE(i: int) -> _support.BitField: return _F(( 895 + ( i ) * 416 ), ( 890 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_SHARED_MEMORY_SIZE_SHIFTED7(i: int) -> _support.BitField: return _F(( 906 + ( i ) * 416 ), ( 896 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_MIN_SM_CONFIG_SHARED_MEM_SIZE(i: int) -> _support.BitField: return _F(( 912 + ( i ) * 416 ), ( 907 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_MAX_SM_CONFIG_SHARED_MEM_SIZE(i: int) -> _support.BitField: return _F(( 918 + ( i ) * 416 ), ( 913 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_TARGET_SM_CONFIG_SHARED_MEM_SIZE(i: int) -> _support.BitField: return _F(( 924 + ( i ) * 416 ), ( 919 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_SHARED_MEM_BARRIER_INIT_ENABLE(i: int) -> _support.BitField: return _F(( 925 + ( i ) * 416 ), ( 925 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_LOW_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 943 + ( i ) * 416 ), ( 928 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_HIGH_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 959 + ( i ) * 416 ), ( 944 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 991 + ( i ) * 416 ), ( 960 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1010 + ( i ) * 416 ), ( 992 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1023 + ( i ) * 416 ), ( 1011 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 416 ), ( 1024 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 416 ), ( 1056 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 416 ), ( 1075 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_VALID(i: int) -> _support.BitField: return _F(( 1088 + ( i ) * 416 ), ( 1088 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_PREFETCH(i: int) -> _support.BitField: return _F(( 1090 + ( i ) * 416 ), ( 1089 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_INVALIDATE(i: int) -> _support.BitField: return _F(( 1091 + ( i ) * 416 ), ( 1091 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_VIRTUAL_RESOURCE_COUNT(i: int) -> _support.BitField: return _F(( 1099 + ( i ) * 416 ), ( 1092 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_GRID_WIDTH(i: int) -> _support.BitField: return _F(( 1151 + ( i ) * 416 ), ( 1120 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_GRID_HEIGHT(i: int) -> _support.BitField: return _F(( 1167 + ( i ) * 416 ), ( 1152 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_SUB_TASK_GRID_DEPTH(i: int) -> _support.BitField: return _F(( 1183 + ( i ) * 416 ), ( 1168 + ( i ) * 416 ))
+def NVCDC0_QMDV05_01_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 336 + ( i ) * 8 ), ( 336 + ( i ) * 8 ))
+def NVCDC0_QMDV05_01_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 339 + ( i ) * 8 ), ( 337 + ( i ) * 8 ))
+def NVCDC0_QMDV05_01_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 340 + ( i ) * 8 ), ( 340 + ( i ) * 8 ))
+def NVCDC0_QMDV05_01_DEPENDENT_QMD_POINTER(i: int) -> _support.BitField: return _F(( 415 + ( i ) * 32 ), ( 384 + ( i ) * 32 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_VALID(i: int, j: int) -> _support.BitField: return _F(( 886 + ( i ) * 416 + ( j ) * 202 ), ( 886 + ( i ) * 416 + ( j ) * 202 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_PREFETCH(i: int, j: int) -> _support.BitField: return _F(( 888 + ( i ) * 416 + ( j ) * 202 ), ( 887 + ( i ) * 416 + ( j ) * 202 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_INVALIDATE(i: int, j: int) -> _support.BitField: return _F(( 889 + ( i ) * 416 + ( j ) * 202 ), ( 889 + ( i ) * 416 + ( j ) * 202 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_LOWER_SHIFTED6(i: int, j: int) -> _support.BitField: return _F(( 991 + ( i ) * 416 + ( j ) * 64 ), ( 960 + ( i ) * 416 + ( j ) * 64 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_UPPER_SHIFTED6(i: int, j: int) -> _support.BitField: return _F(( 1010 + ( i ) * 416 + ( j ) * 64 ), ( 992 + ( i ) * 416 + ( j ) * 64 ))
+def NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_SIZE_SHIFTED4(i: int, j: int) -> _support.BitField: return _F(( 1023 + ( i ) * 416 + ( j ) * 64 ), ( 1011 + ( i ) * 416 + ( j ) * 64 ))
+def NVCDC0_QMDV04_01_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 320 + ( i ) * 16 ), ( 320 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 322 + ( i ) * 16 ), ( 321 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 323 + ( i ) * 16 ), ( 323 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 324 + ( i ) * 16 ), ( 324 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 327 + ( i ) * 16 ), ( 325 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 329 + ( i ) * 16 ), ( 328 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 331 + ( i ) * 16 ), ( 330 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 332 + ( i ) * 16 ), ( 332 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 335 + ( i ) * 16 ), ( 333 + ( i ) * 16 ))
+def NVCDC0_QMDV04_01_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 368 + ( i ) * 5 ), ( 368 + ( i ) * 5 ))
+def NVCDC0_QMDV04_01_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 371 + ( i ) * 5 ), ( 369 + ( i ) * 5 ))
+def NVCDC0_QMDV04_01_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 372 + ( i ) * 5 ), ( 372 + ( i ) * 5 ))
+def NVCDC0_QMDV04_01_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 416 + ( i ) * 4 ), ( 416 + ( i ) * 4 ))
+def NVCDC0_QMDV04_01_CONSTANT_BUFFER_PREFETCH(i: int) -> _support.BitField: return _F(( 418 + ( i ) * 4 ), ( 417 + ( i ) * 4 ))
+def NVCDC0_QMDV04_01_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 419 + ( i ) * 4 ), ( 419 + ( i ) * 4 ))
+def NVCDC0_QMDV04_01_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1567 + ( i ) * 64 ), ( 1536 + ( i ) * 64 ))
+def NVCDC0_QMDV04_01_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1586 + ( i ) * 64 ), ( 1568 + ( i ) * 64 ))
+def NVCDC0_QMDV04_01_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1599 + ( i ) * 64 ), ( 1587 + ( i ) * 64 ))
+def NVCDC0_QMDV04_01_TPC_DISABLE_MASK(i: int) -> _support.BitField: return _F(( 2463 + ( i ) * 32 ), ( 2432 + ( i ) * 32 ))
+def NVCDC0_QMDV04_01_TPC_DISABLE_MASK_UPPER(i: int) -> _support.BitField: return _F(( 2719 + ( i ) * 32 ), ( 2688 + ( i ) * 32 ))
+def NVCEC0_QMDV05_00_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 288 + ( i ) * 16 ), ( 288 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 290 + ( i ) * 16 ), ( 289 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 291 + ( i ) * 16 ), ( 291 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 292 + ( i ) * 16 ), ( 292 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 295 + ( i ) * 16 ), ( 293 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 297 + ( i ) * 16 ), ( 296 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 299 + ( i ) * 16 ), ( 298 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 300 + ( i ) * 16 ), ( 300 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 303 + ( i ) * 16 ), ( 301 + ( i ) * 16 ))
+def NVCEC0_QMDV05_00_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1375 + ( i ) * 64 ), ( 1344 + ( i ) * 64 ))
+def NVCEC0_QMDV05_00_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1394 + ( i ) * 64 ), ( 1376 + ( i ) * 64 ))
+def NVCEC0_QMDV05_00_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1407 + ( i ) * 64 ), ( 1395 + ( i ) * 64 ))
+def NVCEC0_QMDV05_00_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 1856 + ( i ) * 4 ), ( 1856 + ( i ) * 4 ))
+def NVCEC0_QMDV05_00_CONSTANT_BUFFER_PREFETCH(i: int) -> _support.BitField: return _F(( 1858 + ( i ) * 4 ), ( 1857 + ( i ) * 4 ))
+def NVCEC0_QMDV05_00_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 1859 + ( i ) * 4 ), ( 1859 + ( i ) * 4 ))
+def NVCEC0_QMDV05_00_TPC_DISABLE_MASK(i: int) -> _support.BitField: return _F(( 2271 + ( i ) * 32 ), ( 2240 + ( i ) * 32 ))
+def NVCEC0_QMDV05_00_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 336 + ( i ) * 8 ), ( 336 + ( i ) * 8 ))
+def NVCEC0_QMDV05_00_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 339 + ( i ) * 8 ), ( 337 + ( i ) * 8 ))
+def NVCEC0_QMDV05_00_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 340 + ( i ) * 8 ), ( 340 + ( i ) * 8 ))
+def NVCEC0_QMDV05_00_DEPENDENT_QMD_POINTER(i: int) -> _support.BitField: return _F(( 415 + ( i ) * 32 ), ( 384 + ( i ) * 32 ))
+def NVCEC0_QMDV05_01_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 288 + ( i ) * 16 ), ( 288 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 290 + ( i ) * 16 ), ( 289 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 291 + ( i ) * 16 ), ( 291 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 292 + ( i ) * 16 ), ( 292 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 295 + ( i ) * 16 ), ( 293 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 297 + ( i ) * 16 ), ( 296 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 299 + ( i ) * 16 ), ( 298 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 300 + ( i ) * 16 ), ( 300 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 303 + ( i ) * 16 ), ( 301 + ( i ) * 16 ))
+def NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_LOWER_SHIFTED4(i: int) -> _support.BitField: return _F(( 799 + ( i ) * 416 ), ( 768 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_UPPER_SHIFTED4(i: int) -> _support.BitField: return _F(( 820 + ( i ) * 416 ), ( 800 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_SIZE(i: int) -> _support.BitField: return _F(( 829 + ( i ) * 416 ), ( 821 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_TYPE(i: int) -> _support.BitField: return _F(( 831 + ( i ) * 416 ), ( 830 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION0(i: int) -> _support.BitField: return _F(( 847 + ( i ) * 416 ), ( 832 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION1(i: int) -> _support.BitField: return _F(( 863 + ( i ) * 416 ), ( 848 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION2(i: int) -> _support.BitField: return _F(( 871 + ( i ) * 416 ), ( 864 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_REGISTER_COUNT(i: int) -> _support.BitField: return _F(( 880 + ( i ) * 416 ), ( 872 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_BARRIER_COUNT(i: int) -> _support.BitField: return _F(( 885 + ( i ) * 416 ), ( 881 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_VALID(i: int) -> _support.BitField: return _F(( 886 + ( i ) * 416 ), ( 886 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_PREFETCH(i: int) -> _support.BitField: return _F(( 888 + ( i ) * 416 ), ( 887 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_INVALIDATE(i: int) -> _support.BitField: return _F(( 889 + ( i ) * 416 ), ( 889 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_ICC_PREFETCH_SIZE(i: int) -> _support.BitField: return _F(( 895 + ( i ) * 416 ), ( 890 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_SHARED_MEMORY_SIZE_SHIFTED7(i: int) -> _support.BitField: return _F(( 906 + ( i ) * 416 ), ( 896 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_MIN_SM_CONFIG_SHARED_MEM_SIZE(i: int) -> _support.BitField: return _F(( 912 + ( i ) * 416 ), ( 907 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_MAX_SM_CONFIG_SHARED_MEM_SIZE(i: int) -> _support.BitField: return _F(( 918 + ( i ) * 416 ), ( 913 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_TARGET_SM_CONFIG_SHARED_MEM_SIZE(i: int) -> _support.BitField: return _F(( 924 + ( i ) * 416 ), ( 919 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_SHARED_MEM_BARRIER_INIT_ENABLE(i: int) -> _support.BitField: return _F(( 925 + ( i ) * 416 ), ( 925 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_LOW_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 943 + ( i ) * 416 ), ( 928 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_HIGH_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 959 + ( i ) * 416 ), ( 944 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 991 + ( i ) * 416 ), ( 960 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1010 + ( i ) * 416 ), ( 992 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1023 + ( i ) * 416 ), ( 1011 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1055 + ( i ) * 416 ), ( 1024 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1074 + ( i ) * 416 ), ( 1056 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1087 + ( i ) * 416 ), ( 1075 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_VALID(i: int) -> _support.BitField: return _F(( 1088 + ( i ) * 416 ), ( 1088 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_PREFETCH(i: int) -> _support.BitField: return _F(( 1090 + ( i ) * 416 ), ( 1089 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_INVALIDATE(i: int) -> _support.BitField: return _F(( 1091 + ( i ) * 416 ), ( 1091 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_VIRTUAL_RESOURCE_COUNT(i: int) -> _support.BitField: return _F(( 1099 + ( i ) * 416 ), ( 1092 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_GRID_WIDTH(i: int) -> _support.BitField: return _F(( 1151 + ( i ) * 416 ), ( 1120 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_GRID_HEIGHT(i: int) -> _support.BitField: return _F(( 1167 + ( i ) * 416 ), ( 1152 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_SUB_TASK_GRID_DEPTH(i: int) -> _support.BitField: return _F(( 1183 + ( i ) * 416 ), ( 1168 + ( i ) * 416 ))
+def NVCEC0_QMDV05_01_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 336 + ( i ) * 8 ), ( 336 + ( i ) * 8 ))
+def NVCEC0_QMDV05_01_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 339 + ( i ) * 8 ), ( 337 + ( i ) * 8 ))
+def NVCEC0_QMDV05_01_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 340 + ( i ) * 8 ), ( 340 + ( i ) * 8 ))
+def NVCEC0_QMDV05_01_DEPENDENT_QMD_POINTER(i: int) -> _support.BitField: return _F(( 415 + ( i ) * 32 ), ( 384 + ( i ) * 32 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_VALID(i: int, j: int) -> _support.BitField: return _F(( 886 + ( i ) * 416 + ( j ) * 202 ), ( 886 + ( i ) * 416 + ( j ) * 202 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_PREFETCH(i: int, j: int) -> _support.BitField: return _F(( 888 + ( i ) * 416 + ( j ) * 202 ), ( 887 + ( i ) * 416 + ( j ) * 202 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_INVALIDATE(i: int, j: int) -> _support.BitField: return _F(( 889 + ( i ) * 416 + ( j ) * 202 ), ( 889 + ( i ) * 416 + ( j ) * 202 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_LOWER_SHIFTED6(i: int, j: int) -> _support.BitField: return _F(( 991 + ( i ) * 416 + ( j ) * 64 ), ( 960 + ( i ) * 416 + ( j ) * 64 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_UPPER_SHIFTED6(i: int, j: int) -> _support.BitField: return _F(( 1010 + ( i ) * 416 + ( j ) * 64 ), ( 992 + ( i ) * 416 + ( j ) * 64 ))
+def NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_SIZE_SHIFTED4(i: int, j: int) -> _support.BitField: return _F(( 1023 + ( i ) * 416 + ( j ) * 64 ), ( 1011 + ( i ) * 416 + ( j ) * 64 ))
+def NVCEC0_QMDV04_01_RELEASE_ENABLE(i: int) -> _support.BitField: return _F(( 320 + ( i ) * 16 ), ( 320 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_STRUCTURE_SIZE(i: int) -> _support.BitField: return _F(( 322 + ( i ) * 16 ), ( 321 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_MEMBAR_TYPE(i: int) -> _support.BitField: return _F(( 323 + ( i ) * 16 ), ( 323 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_REDUCTION_ENABLE(i: int) -> _support.BitField: return _F(( 324 + ( i ) * 16 ), ( 324 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_REDUCTION_OP(i: int) -> _support.BitField: return _F(( 327 + ( i ) * 16 ), ( 325 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_REDUCTION_FORMAT(i: int) -> _support.BitField: return _F(( 329 + ( i ) * 16 ), ( 328 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_TRAP_TYPE(i: int) -> _support.BitField: return _F(( 331 + ( i ) * 16 ), ( 330 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_PAYLOAD64B(i: int) -> _support.BitField: return _F(( 332 + ( i ) * 16 ), ( 332 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_RELEASE_RESERVED_INFO(i: int) -> _support.BitField: return _F(( 335 + ( i ) * 16 ), ( 333 + ( i ) * 16 ))
+def NVCEC0_QMDV04_01_DEPENDENT_QMD_ENABLE(i: int) -> _support.BitField: return _F(( 368 + ( i ) * 5 ), ( 368 + ( i ) * 5 ))
+def NVCEC0_QMDV04_01_DEPENDENT_QMD_ACTION(i: int) -> _support.BitField: return _F(( 371 + ( i ) * 5 ), ( 369 + ( i ) * 5 ))
+def NVCEC0_QMDV04_01_DEPENDENT_QMD_PREFETCH(i: int) -> _support.BitField: return _F(( 372 + ( i ) * 5 ), ( 372 + ( i ) * 5 ))
+def NVCEC0_QMDV04_01_CONSTANT_BUFFER_VALID(i: int) -> _support.BitField: return _F(( 416 + ( i ) * 4 ), ( 416 + ( i ) * 4 ))
+def NVCEC0_QMDV04_01_CONSTANT_BUFFER_PREFETCH(i: int) -> _support.BitField: return _F(( 418 + ( i ) * 4 ), ( 417 + ( i ) * 4 ))
+def NVCEC0_QMDV04_01_CONSTANT_BUFFER_INVALIDATE(i: int) -> _support.BitField: return _F(( 419 + ( i ) * 4 ), ( 419 + ( i ) * 4 ))
+def NVCEC0_QMDV04_01_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1567 + ( i ) * 64 ), ( 1536 + ( i ) * 64 ))
+def NVCEC0_QMDV04_01_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(i: int) -> _support.BitField: return _F(( 1586 + ( i ) * 64 ), ( 1568 + ( i ) * 64 ))
+def NVCEC0_QMDV04_01_CONSTANT_BUFFER_SIZE_SHIFTED4(i: int) -> _support.BitField: return _F(( 1599 + ( i ) * 64 ), ( 1587 + ( i ) * 64 ))
+def NVCEC0_QMDV04_01_TPC_DISABLE_MASK(i: int) -> _support.BitField: return _F(( 2463 + ( i ) * 32 ), ( 2432 + ( i ) * 32 ))
+def NVCEC0_QMDV04_01_TPC_DISABLE_MASK_UPPER(i: int) -> _support.BitField: return _F(( 2719 + ( i ) * 32 ), ( 2688 + ( i ) * 32 ))
+
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
@@ -5693,261 +5952,4 @@ _CTYPES = {
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
-  'NVC6C0_QMDV02_03_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_03_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_03_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_03_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_03_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_03_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_04_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_04_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_04_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_04_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_04_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV02_04_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC6C0_QMDV03_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_03_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_03_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_03_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_03_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_03_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_03_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_04_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_04_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_04_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_04_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_04_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV02_04_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC7C0_QMDV03_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV02_04_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV02_04_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV02_04_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV02_04_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV02_04_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV02_04_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVC9C0_QMDV03_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV03_00_CONSTANT_BUFFER_ADDR_LOWER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV03_00_CONSTANT_BUFFER_ADDR_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV03_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV03_00_CONSTANT_BUFFER_PREFETCH_POST': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV03_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV03_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_CONSTANT_BUFFER_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCBC0_QMDV04_00_TPC_DISABLE_MASK': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_CONSTANT_BUFFER_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_TPC_DISABLE_MASK': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV04_01_TPC_DISABLE_MASK_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_CONSTANT_BUFFER_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_DEPENDENT_QMD_POINTER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_00_TPC_DISABLE_MASK': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_DEPENDENT_QMD_POINTER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_BARRIER_COUNT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION0': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION1': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION2': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_GRID_DEPTH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_GRID_HEIGHT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_GRID_WIDTH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_ICC_PREFETCH_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_MAX_SM_CONFIG_SHARED_MEM_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_MIN_SM_CONFIG_SHARED_MEM_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_LOWER_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_UPPER_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_REGISTER_COUNT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_HIGH_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_LOW_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_SHARED_MEMORY_SIZE_SHIFTED7': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_SHARED_MEM_BARRIER_INIT_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_TARGET_SM_CONFIG_SHARED_MEM_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCDC0_QMDV05_01_SUB_TASK_VIRTUAL_RESOURCE_COUNT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_CONSTANT_BUFFER_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_TPC_DISABLE_MASK': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV04_01_TPC_DISABLE_MASK_UPPER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_CONSTANT_BUFFER_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_CONSTANT_BUFFER_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_CONSTANT_BUFFER_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_CONSTANT_BUFFER_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_DEPENDENT_QMD_POINTER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_00_TPC_DISABLE_MASK': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_DEPENDENT_QMD_ACTION': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_DEPENDENT_QMD_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_DEPENDENT_QMD_POINTER': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_DEPENDENT_QMD_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_MEMBAR_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_PAYLOAD64B': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_REDUCTION_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_REDUCTION_FORMAT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_REDUCTION_OP': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_RESERVED_INFO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_STRUCTURE_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_RELEASE_TRAP_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_BARRIER_COUNT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK0_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK1_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_LOWER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_ADDR_UPPER_SHIFTED6': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_INVALIDATE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_PREFETCH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CONSTANT_BANK_VALID': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION0': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION1': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_CTA_THREAD_DIMENSION2': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_GRID_DEPTH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_GRID_HEIGHT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_GRID_WIDTH': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_ICC_PREFETCH_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_MAX_SM_CONFIG_SHARED_MEM_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_MIN_SM_CONFIG_SHARED_MEM_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_LOWER_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_ADDRESS_UPPER_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_PROGRAM_PREFETCH_TYPE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_REGISTER_COUNT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_HIGH_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_SHADER_LOCAL_MEMORY_LOW_SIZE_SHIFTED4': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_SHARED_MEMORY_SIZE_SHIFTED7': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_SHARED_MEM_BARRIER_INIT_ENABLE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_TARGET_SM_CONFIG_SHARED_MEM_SIZE': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
-  'NVCEC0_QMDV05_01_SUB_TASK_VIRTUAL_RESOURCE_COUNT': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
 }

@@ -13,6 +13,7 @@
 #define FIELD_A 31:16                    /* hi:lo data */
 #define FIELD_B MW(95:64)                /* multi-word form */
 #define FIELD_ALIAS FIELD_A
+#define FIELD_IDX(i) MW((63+(i)*32):(32+(i)*32))   /* indexed multi-word field */
 #define ADD(a, b) ((a) + (b))            /* integer arithmetic: becomes a Python function */
 #define WRAP(x) ((x) << 30)              /* int arithmetic wraps at 32 bits in C */
 #define WIDE(x) ((x##ULL) << 40)         /* token pasting: not translated, listed as skipped */
