@@ -103,3 +103,17 @@ def cffi_layouts(records: dict[str, tuple[str, list[tuple[str, bool]], set[str]]
 
 def include_lines(headers: list[str], src: str) -> str:
   return "".join(f"#include {h}\n" if h.startswith("<") else f'#include "{os.path.join(src, h)}"\n' for h in headers)
+
+
+def sources_matching(name: str, mod: Any) -> tuple[Any, str]:
+  """The module's sources on this machine if they are the version the module was generated from;
+  else (None, why). A different version (a newer Debian package, say) is not what the committed
+  module describes, so it is not the reference for it."""
+  from autogen.cli import source_for
+  from autogen.modules import MODULES
+  src, why = source_for(name)
+  if src is None: return None, why
+  spec = MODULES[name]
+  here = f"{spec.source.what} {spec.source.version(src)}"
+  if here != mod.SOURCE: return None, f"sources here are {here!r}, the module was generated from {mod.SOURCE!r}"
+  return src, ""
