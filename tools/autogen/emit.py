@@ -316,7 +316,7 @@ class Emitter:
     cls = type(name, (base,), ns)
     self.classes[name] = cls
     lines = [f"{name}._pack_ = 1"] + ([f"{name}._anonymous_ = {anon!r}"] if anon else [])
-    lines.append(f"{name}._fields_ = [\n  " + ",\n  ".join(texts) + ",\n]")
+    lines.append(f"{name}._fields_ = [\n  " + ",\n  ".join(texts) + ",\n]" if texts else f"{name}._fields_ = []")
     self.built[name] = lines
     self.events.append(("record", name))
     return cls
@@ -337,7 +337,7 @@ class Emitter:
       pt.append(f"({name!r}, {text})")
       if name.startswith("_anon"): panon.append(name)
       cur = off + ctypes.sizeof(obj)
-    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")]
+    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")] if pf else []
     for i, (name, (obj, text), bf, off) in enumerate(x for x in live if x[2] is not None):
       want, width = bf
       signed = obj in _SIGNED or obj in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
