@@ -103,6 +103,8 @@ def test_nv_module_pick() -> None:
   assert ctypes.sizeof(nv.pick_nv_module("580.142").NV_VASPACE_ALLOCATION_PARAMETERS) == 56
   for branch, (mod, tag) in nv.BRANCHES.items():
     assert nv.pick_nv_module(tag).__name__.endswith(mod) and f"at {tag}" in nv.pick_nv_module(tag).SOURCE
+  for b in nv.BRANCHES: assert nv.pick_nv_module(b + ".1").NV_IOCTL_MAGIC == 0x46
+  assert nv.rm_ioctl_number(m.NV_ESC_RM_ALLOC, m.NVOS21_PARAMETERS) == 0xC020462B  # _IOWR('F', 0x2B, 32)
   for bad in ("550.54.14", "999.1", "not a version"):
     with pytest.raises(nv.UnsupportedDriverVersion, match="no generated bindings|not an NVIDIA driver version"):
       nv.pick_nv_module(bad)
