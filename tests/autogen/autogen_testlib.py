@@ -39,8 +39,7 @@ def ctypes_layout(cls: Any) -> Layout:
 
 def flexible(cls: Any) -> set[str]:
   """Members that are flexible arrays (zero-length ctypes arrays at the end): C has no sizeof for them."""
-  return {n for n, b in ctypes_leaves(cls) if not b and issubclass(type(getattr(cls, n)), object)
-          and getattr(cls, n).size == 0 and getattr(cls, n).offset == ctypes.sizeof(cls)}
+  return {n for n, b in ctypes_leaves(cls) if not b and getattr(cls, n).size == 0 and getattr(cls, n).offset == ctypes.sizeof(cls)}
 
 
 def records_of(mod: Any) -> dict[str, tuple[str, list[tuple[str, bool]], set[str]]]:
