@@ -50,7 +50,6 @@ class Emitter:
     self.events: list[tuple[str, str]] = []  # ('record'|'typedef', name) in the order they became complete
     self.typedefs_used: dict[str, str] = {}  # typedef name -> text of its target
     self.enum_types: dict[str, tuple[Any, str]] = {}
-    self.problems: list[str] = []
     self.failed: dict[str, str] = {}
 
   # ------------------------------------------------------------------ types
