@@ -102,7 +102,7 @@ def test_nv_module_pick() -> None:
   assert ctypes.sizeof(nv.pick_nv_module("575.64.05").NV_VASPACE_ALLOCATION_PARAMETERS) == 48
   assert ctypes.sizeof(nv.pick_nv_module("580.142").NV_VASPACE_ALLOCATION_PARAMETERS) == 56
   for branch, (mod, tag) in nv.BRANCHES.items():
-    assert nv.pick_nv_module(tag).__name__.endswith(mod) and f"at {tag}" in nv.pick_nv_module(tag).SOURCE
+    assert nv.pick_nv_module(tag).__name__.endswith(mod) and f"at tag {tag}" in nv.pick_nv_module(tag).SOURCE
   for b in nv.BRANCHES: assert nv.pick_nv_module(b + ".1").NV_IOCTL_MAGIC == 0x46
   assert nv.rm_ioctl_number(m.NV_ESC_RM_ALLOC, m.NVOS21_PARAMETERS) == 0xC020462B  # _IOWR('F', 0x2B, 32)
   for bad in ("550.54.14", "999.1", "not a version"):

@@ -29,7 +29,7 @@ def apt(pkgs: str, default: str) -> Source:
                 default, f"install it: apt-get update && apt-get install -y {pkgs}")
 
 
-def pinned(repo: str, ref: str, how: str, check: Optional[Callable[[str], Optional[str]]] = None) -> Source:
+def pinned(repo: str, ref: str, how: str, check: Optional[Callable[[str], Optional[str]]] = None, kind: str = "tag") -> Source:
   """A public repository at a pinned tag or commit; `check` reads the version from the tree where it can."""
   def version(src: str) -> str:
     if check is not None:
@@ -38,7 +38,7 @@ def pinned(repo: str, ref: str, how: str, check: Optional[Callable[[str], Option
         raise AutogenError(f"{src} is {repo} {found}, this module is pinned to {ref}: {how}")
     return f"{ref}"
   env = "BAREGRAD_SRC_" + re.sub(r"\W", "_", repo.split("/")[-1]).upper()
-  return Source(f"github.com/{repo} at", version, os.environ.get(env),
+  return Source(f"GitHub repository {repo} at {kind}", version, os.environ.get(env),
                 f"{how}; pass its root with --src (or set {env})")
 
 
@@ -107,7 +107,7 @@ def nv_version(src: str) -> Optional[str]:
     return None
 
 
-NVDOC_COMMIT = "c8607fe"
+NVDOC_COMMIT = "c8607fe576b53ff821ffcf97e7548d2de11c4eaf"
 KGSL_COMMIT = "27cf0e4f402d9d569ef8f060d46cd5b0a97dc924"
 
 LIBC_FUNCS = ["open", "close", "ioctl", "mmap", "munmap", "madvise", "mremap", "memfd_create"]
@@ -230,10 +230,12 @@ def nv_module(branch: str, tag: str) -> CModule:
 
 
 for _branch, _tag in NV_TAGS.items(): add(nv_module(_branch, _tag))
-add(CModule("nv.qmd", pinned("NVIDIA/open-gpu-doc", NVDOC_COMMIT, f"fetch github:NVIDIA/open-gpu-doc at commit {NVDOC_COMMIT}"),
+add(CModule("nv.qmd", pinned("NVIDIA/open-gpu-doc", NVDOC_COMMIT, f"fetch github:NVIDIA/open-gpu-doc at commit {NVDOC_COMMIT}",
+                   kind="commit"),
             headers=[f"classes/compute/cl{c}qmd.h" for c in ("c6c0", "c7c0", "c9c0", "cbc0", "cdc0", "cec0")],
             types="", doc="Compute QMD layouts as MW(hi:lo) fields: v03 (Ampere/Ada), v04 (Hopper), v05 (Blackwell)."))
-add(CModule("kgsl", pinned("qualcomm-linux/kgsl", KGSL_COMMIT, f"fetch github:qualcomm-linux/kgsl at commit {KGSL_COMMIT}"),
+add(CModule("kgsl", pinned("qualcomm-linux/kgsl", KGSL_COMMIT, f"fetch github:qualcomm-linux/kgsl at commit {KGSL_COMMIT}",
+                   kind="commit"),
             headers=["include/uapi/linux/msm_kgsl.h"], includes=["/usr/include"],
             defines=["__user="],  # the kernel-tree header is not run through headers_install, which drops __user
             doc="Qualcomm KGSL (/dev/kgsl-3d0) ioctls and argument structs."))
