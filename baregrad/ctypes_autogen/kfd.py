@@ -486,6 +486,9 @@ AMDKFD_IOC_AVAILABLE_MEMORY = 0xc0104b23
 AMDKFD_COMMAND_START = 1
 AMDKFD_COMMAND_END = 36
 
+# function-like macros of integer arithmetic, translated to Python and checked against the compiler
+def KFD_SMI_EVENT_MASK_FROM_INDEX(i: int) -> int: return ( 1 << ( ( i ) - 1 ) )
+
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
@@ -582,9 +585,8 @@ _CTYPES = {
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
-  'AMDKFD_IO': 'function-like macro (its uses in object-like macros are evaluated)',
-  'AMDKFD_IOR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'AMDKFD_IOW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'AMDKFD_IOWR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'KFD_SMI_EVENT_MASK_FROM_INDEX': 'function-like macro (its uses in object-like macros are evaluated)',
+  'AMDKFD_IO': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
+  'AMDKFD_IOR': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
+  'AMDKFD_IOW': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
+  'AMDKFD_IOWR': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
 }

@@ -39,8 +39,7 @@ def ctypes_layout(cls: Any) -> Layout:
 
 def flexible(cls: Any) -> set[str]:
   """Members that are flexible arrays (zero-length ctypes arrays at the end): C has no sizeof for them."""
-  return {n for n, b in ctypes_leaves(cls) if not b and issubclass(type(getattr(cls, n)), object)
-          and getattr(cls, n).size == 0 and getattr(cls, n).offset == ctypes.sizeof(cls)}
+  return {n for n, b in ctypes_leaves(cls) if not b and getattr(cls, n).size == 0 and getattr(cls, n).offset == ctypes.sizeof(cls)}
 
 
 def records_of(mod: Any) -> dict[str, tuple[str, list[tuple[str, bool]], set[str]]]:
@@ -103,3 +102,17 @@ def cffi_layouts(records: dict[str, tuple[str, list[tuple[str, bool]], set[str]]
 
 def include_lines(headers: list[str], src: str) -> str:
   return "".join(f"#include {h}\n" if h.startswith("<") else f'#include "{os.path.join(src, h)}"\n' for h in headers)
+
+
+def sources_matching(name: str, mod: Any) -> tuple[Any, str]:
+  """The module's sources on this machine if they are the version the module was generated from;
+  else (None, why). A different version (a newer Debian package, say) is not what the committed
+  module describes, so it is not the reference for it."""
+  from autogen.cli import source_for
+  from autogen.modules import MODULES
+  src, why = source_for(name)
+  if src is None: return None, why
+  spec = MODULES[name]
+  here = f"{spec.source.what} {spec.source.version(src)}"
+  if here != mod.SOURCE: return None, f"sources here are {here!r}, the module was generated from {mod.SOURCE!r}"
+  return src, ""

@@ -11,11 +11,13 @@ import ctypes
 import functools
 import importlib
 import os
+import sys
 
 import pytest
 
-from autogen_testlib import records_of, cffi_layouts, ctypes_layout, ctypes_leaves, include_lines
-from autogen.cli import source_for
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # autogen_testlib, also under --import-mode=importlib
+
+from autogen_testlib import records_of, sources_matching, cffi_layouts, ctypes_layout, ctypes_leaves, include_lines
 from autogen.gen import CModule
 from autogen.modules import MODULES
 
@@ -26,7 +28,7 @@ def _params() -> list:
     if not isinstance(spec, CModule): continue
     mod = importlib.import_module(f"baregrad.ctypes_autogen.{name}")
     if not mod._LAYOUT: continue
-    src, _ = source_for(name)
+    src, _ = sources_matching(name, mod)
     mode = "cffi" if src is not None else "recorded"
     for key in mod._LAYOUT: out.append(pytest.param(name, key, mode, id=f"{name}:{key}[{mode}]"))
   return out
@@ -35,9 +37,9 @@ def _params() -> list:
 @functools.lru_cache(maxsize=None)
 def _compiler_layouts(name: str) -> dict:
   spec = MODULES[name]
-  src, why = source_for(name)
-  assert src is not None, why
   mod = importlib.import_module(f"baregrad.ctypes_autogen.{name}")
+  src, why = sources_matching(name, mod)
+  assert src is not None, why
   records = records_of(mod)
   inc = [spec.path(src, i) for i in spec.includes]
   return cffi_layouts(records, spec.prelude + include_lines(spec.headers, src), inc, spec.defines)

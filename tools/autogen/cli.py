@@ -1,4 +1,12 @@
-"""Command line of tools/autogen.py."""
+"""Generate baregrad/ctypes_autogen/* from the real C headers (and the Adreno register XML).
+
+  python tools/autogen.py MODULE [--src PATH] [--allow-skip NAME ...]   regenerate one module
+  python tools/autogen.py --all                                          every module whose sources are here
+  python tools/autogen.py --check                                        regenerate into a temp folder and diff
+  python tools/autogen.py --list                                         modules, sources and default paths
+
+Without --src a module is made from the path recorded in its Command line, else the default.
+"""
 from __future__ import annotations
 
 import argparse
@@ -98,6 +106,8 @@ def check() -> int:
           skipped.append(f"{name}: {e}")
           continue
         raise
+      # written out and read back, so that what is compared is exactly what a regeneration would commit
+      with open(write(name, text, td)) as f: text = f.read()
       have = open(out_path(name)).read() if os.path.exists(out_path(name)) else ""
       if have != text:
         diffs += 1
@@ -129,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not names: ap.error("name a module, or pass --all / --check / --list")
     for n in names:
       if n not in MODULES: raise AutogenError(f"unknown module {n}; known: {', '.join(MODULES)}")
-      src = a.src if a.src else (recorded_src(n) if a.all else None)
+      src = a.src if a.src else recorded_src(n)
       try:
         text, rep = make(n, src, a.allow_skip)
       except AutogenError as e:
@@ -138,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
           continue
         raise
       p = write(n, text)
-      print(f"{n}: wrote {os.path.relpath(p, ROOT)} " + ", ".join(f"{v} {k}" for k, v in rep.items()))
+      print(f"{n}: wrote {os.path.relpath(p, ROOT)} " + ", ".join(f"{v} {k}" for k, v in rep.items())
+            + (" (the skipped names and why are in its SKIPPED dict)" if rep.get("skipped") else ""))
     return 0
   except AutogenError as e:
     print(f"autogen: error: {e}", file=sys.stderr)

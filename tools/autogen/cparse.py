@@ -98,9 +98,8 @@ _WORD_SUBST = {"__extension__": "", "__restrict": "", "__restrict__": "", "restr
 _TOKEN = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|[A-Za-z_]\w*|\s+|.', re.S)
 
 
-def strip_extensions(text: str) -> tuple[str, list[tuple[int, str]]]:
-  """Remove GCC extensions pycparser cannot read; returns the text and (position, attribute)s."""
-  attrs: list[tuple[int, str]] = []
+def strip_extensions(text: str) -> str:
+  """Remove GCC extensions pycparser cannot read (the compiler, not this text, decides layouts)."""
   res: list[str] = []
   toks = _TOKEN.findall(text)
   i = 0
@@ -118,7 +117,6 @@ def strip_extensions(text: str) -> tuple[str, list[tuple[int, str]]]:
             if depth == 0: break
           k += 1
         inner = "".join(toks[j:k + 1])
-        if t.startswith("__attr"): attrs.append((len("".join(res)), inner))
         # keep newlines so pycparser's line numbers stay right
         res.append("\n" * inner.count("\n"))
         i = k + 1
@@ -127,7 +125,7 @@ def strip_extensions(text: str) -> tuple[str, list[tuple[int, str]]]:
       raise AutogenError("typeof in a header is not handled")
     res.append(_WORD_SUBST.get(t, t))
     i += 1
-  return "".join(res), attrs
+  return "".join(res)
 
 
 # ---------------------------------------------------------------------- the model
@@ -200,6 +198,7 @@ class Model:
   funcs: dict[str, Func] = dataclasses.field(default_factory=dict)
   macros: dict[str, Macro] = dataclasses.field(default_factory=dict)
   order: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (kind, key) in source order
+  other: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)  # (name, why not bound, file)
 
 
 _BASE_WORDS = {"void", "char", "short", "int", "long", "signed", "unsigned", "float", "double", "_Bool"}
@@ -312,7 +311,6 @@ class _Builder:
     if node.values is not None:
       file, line = self.coord(node)
       vals = []
-      prev = None
       for e in node.values.enumerators:
         # enumerators are constants in C: the probe evaluates each by its own name
         vals.append((e.name, e.name))
@@ -329,7 +327,6 @@ class _Builder:
   def top(self, node: c_ast.Node) -> None:
     file, line = self.coord(node)
     if isinstance(node, c_ast.Typedef):
-      inner = node.type.type if isinstance(node.type, c_ast.TypeDecl) else None
       hint = node.name
       inner = node.type.type if isinstance(node.type, c_ast.TypeDecl) else None
       if isinstance(inner, (c_ast.Struct, c_ast.Union)) and inner.name is None and inner.decls is not None:
@@ -352,15 +349,19 @@ class _Builder:
       if node.name is None:
         self.ctype(node.type, f"anon_{line}")
         return
-      return  # variables: nothing to bind
-    if isinstance(node, (c_ast.FuncDef, c_ast.StaticAssert, c_ast.Pragma)):
-      return  # inline function bodies and assertions carry no bindable layout
+      self.m.other.append((node.name, "variable declaration (no storage to bind)", file))
+      return
+    if isinstance(node, c_ast.FuncDef):
+      self.m.other.append((node.decl.name, "inline function with a body (C code, not a binding)", file))
+      return
+    if isinstance(node, (c_ast.StaticAssert, c_ast.Pragma)):
+      return  # assertions carry no bindable layout
     raise AutogenError(f"{file}:{line}: top-level {type(node).__name__} not handled")
 
 
 def parse(text: str, macros: list[Macro], filename: str = "<input>") -> Model:
   """Parse preprocessed text (line markers kept) into a Model; errors give file:line."""
-  clean, attrs = strip_extensions(text)
+  clean = strip_extensions(text)
   clean = "typedef int __builtin_va_list;\n" + clean
   try:
     ast = c_parser.CParser().parse(clean, filename)

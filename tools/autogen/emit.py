@@ -50,7 +50,6 @@ class Emitter:
     self.events: list[tuple[str, str]] = []  # ('record'|'typedef', name) in the order they became complete
     self.typedefs_used: dict[str, str] = {}  # typedef name -> text of its target
     self.enum_types: dict[str, tuple[Any, str]] = {}
-    self.problems: list[str] = []
     self.failed: dict[str, str] = {}
 
   # ------------------------------------------------------------------ types
@@ -287,7 +286,10 @@ class Emitter:
       except AutogenError as e:
         err = err or e
     else:
-      if not any(bf is not None for _, _, bf, _ in live) or rec.kind != "struct" or size <= 0: raise err
+      if not any(bf is not None for _, _, bf, _ in live) or size <= 0: raise err
+      if rec.kind != "struct":
+        raise AutogenError(f"{rec.file}:{rec.line}: {key}: no ctypes storage unit (1, 2, 4 or 8 bytes) holds its "
+                           f"bitfields inside the {size}-byte union ({err})")
       # a bitfield shares its storage unit with a plain member, or a packed bitfield straddles
       # units: ctypes cannot say that in one Structure, so overlay views of the same bytes
       fields, texts, pack, anon = self._overlay(key, live, size), None, None, ["_anon0"]
@@ -313,7 +315,7 @@ class Emitter:
     cls = type(name, (base,), ns)
     self.classes[name] = cls
     lines = [f"{name}._pack_ = 1"] + ([f"{name}._anonymous_ = {anon!r}"] if anon else [])
-    lines.append(f"{name}._fields_ = [\n  " + ",\n  ".join(texts) + ",\n]")
+    lines.append(f"{name}._fields_ = [\n  " + ",\n  ".join(texts) + ",\n]" if texts else f"{name}._fields_ = []")
     self.built[name] = lines
     self.events.append(("record", name))
     return cls
@@ -334,7 +336,7 @@ class Emitter:
       pt.append(f"({name!r}, {text})")
       if name.startswith("_anon"): panon.append(name)
       cur = off + ctypes.sizeof(obj)
-    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")]
+    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")] if pf else []
     for i, (name, (obj, text), bf, off) in enumerate(x for x in live if x[2] is not None):
       want, width = bf
       signed = obj in _SIGNED or obj in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)

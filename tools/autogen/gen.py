@@ -1,6 +1,7 @@
 """One module: headers -> model -> compiler probes -> Python text."""
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import fnmatch
 import os
@@ -66,6 +67,49 @@ def _walk(t: CType, model: Model, dims: set, enums: set, seen: set) -> None:
   for s in [t.sub] + list(t.params or []): _walk(s, model, dims, enums, seen)
 
 
+_SAMPLES = [(1, 2, 3, 4, 5, 6, 7, 8), (0x5A, 0x3, 0x1F, 0x7, 0x11, 0x2, 0x40, 0x9)]
+_C_INT = re.compile(r"^(0[xX][0-9a-fA-F]+|\d+)([uUlL]*)$")
+_TOKENS = re.compile(r"\s*(0[xX][0-9a-fA-F]+[uUlL]*|\d+[uUlL]*|[A-Za-z_]\w*|<<|>>|[-+*/%&|^~(),])")
+
+
+def translate_macro(mac, consts: set[str]) -> Optional[tuple[list[str], str]]:
+  """A function-like macro as a Python expression, if it is integer arithmetic only."""
+  body = mac.body.strip()
+  if not body or any(p == "..." for p in mac.params): return None
+  out, pos = [], 0
+  params = [pyname(p) for p in mac.params]
+  while pos < len(body):
+    m = _TOKENS.match(body, pos)
+    if m is None: return None
+    t = m.group(1)
+    pos = m.end()
+    num = _C_INT.match(t)
+    if num: out.append(num.group(1) if not num.group(1).isdigit() or num.group(1) == "0" else num.group(1).lstrip("0") or "0")
+    elif t in mac.params: out.append(pyname(t))
+    elif re.fullmatch(r"[A-Za-z_]\w*", t):
+      if t not in consts: return None
+      out.append(t)
+    elif t == "/": out.append("//")
+    else: out.append(t)
+  if body.rstrip()[-1:] in "+-*/%&|^~<>": return None
+  return params, " ".join(out)
+
+
+def split_hilo(body: str) -> Optional[tuple[str, str]]:
+  """`MW((a+(i)*64):(b+(i)*64))` or `(a):(b)` -> the two C expressions; None for anything else."""
+  b = body.strip()
+  m = re.fullmatch(r"MW\s*\((.*)\)", b, re.S)
+  if m: b = m.group(1)
+  depth = 0
+  for k, ch in enumerate(b):
+    if ch == "(": depth += 1
+    elif ch == ")": depth -= 1
+    elif ch == ":" and depth == 0:
+      hi, lo = b[:k].strip(), b[k + 1:].strip()
+      return (hi, lo) if hi and lo and "?" not in b else None
+  return None
+
+
 def _fmt_int(v: int) -> str:
   return hex(v) if abs(v) >= 256 else str(v)
 
@@ -87,15 +131,23 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
 
   type_re = re.compile(spec.types) if spec.types else None
   roots: list[tuple[str, str]] = []
+  skipped: dict[str, str] = {}
+  wanted_funcs = set(spec.funcs or [])
   for kind, key in model.order:
-    if spec.types == "": break
     obj = {"record": model.records, "enum": model.enums, "typedef": model.typedefs, "func": model.funcs}[kind].get(key)
-    if kind == "func" or obj is None or not selected(obj.file): continue
+    if obj is None or not selected(obj.file): continue
+    if kind == "func":
+      if key not in wanted_funcs: skipped[key] = "function not in this module's list"
+      continue
     if kind == "record" and (model.records[key].parent is not None or model.records[key].members is None): continue
     name = key if kind != "enum" else (obj.tag or key)
     # enums of the selected files are always kept: their enumerators are the constants
-    if type_re and not type_re.match(name) and kind != "enum": continue
+    if spec.types == "" or (type_re and not type_re.match(name) and kind != "enum"):
+      skipped[key] = "type outside this module's selection"
+      continue
     roots.append((kind, key))
+  for name, why, file in model.other:
+    if selected(file): skipped[name] = why
   funcs: list[tuple[str, str]] = []  # (python name, C symbol)
   for fname in spec.funcs or []:
     sym = fname
@@ -106,6 +158,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
       if len(hits) == 1: sym = hits[0]
     if sym not in model.funcs: raise AutogenError(f"{spec.name}: function {fname} is not declared in {spec.headers}")
     funcs.append((fname, sym))
+    skipped.pop(sym, None)
 
   # what the compiler must tell us
   dims: set[str] = set()
@@ -131,14 +184,17 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   # macros of the selected files
   mac_re = re.compile(spec.macros) if spec.macros else None
   fields: dict[str, tuple[int, int]] = {}
-  skipped: dict[str, str] = {}
   mac_consts: list[str] = []
+  fmacs: list = []
   func_names = {f for f, _ in funcs} | set(model.funcs)
   for mac in model.macros.values():
     if spec.macros == "" or not selected(mac.file) or (mac_re and not mac_re.match(mac.name)): continue
-    if mac.name in func_names or mac.name in model.typedefs: continue
+    if mac.name in func_names or mac.name in model.typedefs:
+      if mac.params is None and mac.body and mac.body != mac.name and mac.name not in {f for f, _ in funcs}:
+        skipped.setdefault(mac.name, "macro with the name of a function or type")
+      continue
     if mac.params is not None:
-      skipped[mac.name] = "function-like macro (its uses in object-like macros are evaluated)"
+      fmacs.append(mac)
       continue
     if not mac.body:
       continue  # include guards and feature flags: nothing to bind
@@ -153,10 +209,71 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
       continue
     exprs[f"const:{mac.name}"] = mac.name
     mac_consts.append(mac.name)
+  # function-like macros that are integer arithmetic on their parameters and on constants of
+  # this module (PACKET3(op, n), SDMA_PKT_..(x), WRITE_DATA_DST_SEL(x)) become Python functions;
+  # each translation is checked against the compiler on sample arguments below
+  macro_fns: dict[str, tuple[list[str], str]] = {}
+  const_names = set(mac_consts) | set(enum_consts)
+  fmac_names = {m.name for m in fmacs}
+  indexed: dict[str, tuple[list[str], str, str]] = {}  # NAME(i) -> BitField(hi(i), lo(i)): indexed hi:lo fields
+  for mac in fmacs:
+    halves = split_hilo(mac.body)
+    if halves is not None:
+      hl = [translate_macro(dataclasses.replace(mac, body=h), const_names) for h in halves]
+      if hl[0] is not None and hl[1] is not None:
+        indexed[mac.name] = (hl[0][0], hl[0][1], hl[1][1])
+        for i, args in enumerate(_SAMPLES):
+          for side, h in zip(("hi", "lo"), halves):
+            sub = re.sub(r"\b(" + "|".join(map(re.escape, mac.params)) + r")\b",
+                         lambda m: str(args[mac.params.index(m.group(1))]), h)
+            exprs[f"fnhl:{mac.name}:{side}:{i}"] = sub
+        continue
+    py = translate_macro(mac, const_names | fmac_names)
+    if py is None:
+      skipped[mac.name] = "function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)"
+      continue
+    macro_fns[mac.name] = py
+    exprs[f"fnsz:{mac.name}"] = f"sizeof({mac.name}({', '.join('1' for _ in mac.params)}))"
+    for i, args in enumerate(_SAMPLES):
+      exprs[f"fn:{mac.name}:{i}"] = f"{mac.name}({', '.join(str(a) for a in args[:len(mac.params)])})"
   ints, rejected = eval_int_exprs(exprs, headers, includes, spec.defines, spec.prelude)
+  widths = {name: 8 * ints.get(f"fnsz:{name}", 8) for name in macro_fns}
+  for name, (params, body) in list(macro_fns.items()):
+    # C computes in the width of the expression's type (int arithmetic wraps at 32 bits): so does the translation
+    if widths[name] < 64: macro_fns[name] = (params, f"({body}) & {hex((1 << widths[name]) - 1)}")
+  changed = True
+  while changed:  # a macro calling one that fails must fail too: repeat until nothing more drops out
+    changed = False
+    ns: dict = {n: ints[f"const:{n}"] for n in const_names if f"const:{n}" in ints}
+    for other, (ps, b) in macro_fns.items(): ns[other] = eval(f"lambda {', '.join(ps)}: {b}", ns)
+    for name, (params, body) in list(macro_fns.items()):
+      ok = True
+      for i, args in enumerate(_SAMPLES):
+        c = ints.get(f"fn:{name}:{i}")
+        try:
+          v = ns[name](*args[:len(params)]) if c is not None else None
+        except Exception:
+          v = None
+        if c is None or v is None or (v - c) % (1 << widths[name]) != 0: ok = False
+      if not ok:
+        del macro_fns[name]
+        skipped[name] = "function-like macro whose Python translation the compiler did not confirm"
+        changed = True
+  nsc: dict = {n: ints[f"const:{n}"] for n in const_names if f"const:{n}" in ints}
+  for name, (params, hi, lo) in list(indexed.items()):
+    ok = True
+    for i, args in enumerate(_SAMPLES):
+      try:
+        got = [eval(f"lambda {', '.join(params)}: {e}", nsc)(*args[:len(params)]) for e in (hi, lo)]
+      except Exception:
+        got = None
+      if got != [ints.get(f"fnhl:{name}:hi:{i}"), ints.get(f"fnhl:{name}:lo:{i}")]: ok = False
+    if not ok:
+      del indexed[name]
+      skipped[name] = "indexed hi:lo field whose Python translation the compiler did not confirm"
   for k, why in rejected.items():
     if k.startswith("const:") and k[6:] in mac_consts: skipped[k[6:]] = f"not an integer constant ({why})"
-    elif k.startswith("dim:"): pass  # reported by the emitter if used
+    elif k.startswith(("dim:", "fn:", "fnsz:", "fnhl:")): pass  # reported by the emitter if used; macro functions: above
     else: raise AutogenError(f"{spec.name}: {k} could not be evaluated: {why}")
 
   # register field conventions of the AMD headers become hi:lo data as well:
@@ -233,7 +350,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   if decl:
     out.append("# records (fields are set below, once the types they hold by value are complete)")
     for k in decl:
-      base = "Union" if issubclass(em.classes[k], __import__("ctypes").Union) else "Structure"
+      base = "Union" if issubclass(em.classes[k], ctypes.Union) else "Structure"
       out.append(f"class {pyname(k)}(ctypes.{base}): pass")
     out.append("")
   for k in decl:
@@ -259,6 +376,15 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     out.append("FIELDS: dict[str, _support.BitField] = {")
     out += [f"  {n!r}: {pyname(n)}," for n in fields]
     out.append("}")
+  if indexed:
+    if not fields: out += ["", "_F = _support.BitField"]
+    out += ["", "# indexed hi:lo fields: NAME(i) is the BitField of element i (checked against the compiler)"]
+    for n, (params, hi, lo) in indexed.items():
+      out.append(f"def {pyname(n)}({', '.join(p + ': int' for p in params)}) -> _support.BitField: return _F({hi}, {lo})")
+  if macro_fns:
+    out += ["", "# function-like macros of integer arithmetic, translated to Python and checked against the compiler"]
+    for n, (params, body) in macro_fns.items():
+      out.append(f"def {pyname(n)}({', '.join(p + ': int' for p in params)}) -> int: return {body}")
   if func_lines: out += ["", "# functions, bound on first call"] + func_lines
   lay = {k: layouts[k] for k in decl if k in layouts}
   out += ["", "# the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},",
@@ -275,6 +401,17 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
   out.append("SKIPPED = {")
   for n in sorted(skipped): out.append(f"  {n!r}: {skipped[n]!r},")
   out.append("}")
+  # one meaning per name: a second, different definition of a name would silently win in Python
+  defs: dict[str, str] = {}
+  clashes = []
+  for line in out:
+    m = re.match(r"^(?:class |def )?([A-Za-z_]\w*)(?: = |\(| )(.*)$", line)
+    if m is None or line.startswith(("#", " ", "import ", "from ")) or "._" in line.split("=")[0]: continue
+    name, rest = m.group(1), m.group(2)
+    if name in defs and defs[name] != rest: clashes.append(name)
+    defs.setdefault(name, rest)
+  if clashes:
+    raise AutogenError(f"{spec.name}: names defined twice with different meanings: {', '.join(sorted(set(clashes)))}")
   report = {"records": len(decl), "consts": len(enum_consts) + len(mac_consts) - len(set(mac_consts) & set(skipped)),
             "fields": len(fields), "funcs": len(funcs), "skipped": len(skipped)}
   return "\n".join(out) + "\n", report

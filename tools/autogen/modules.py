@@ -4,8 +4,10 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
 import subprocess
 import tarfile
+import tempfile
 from typing import Callable, Optional, Union
 
 from .cparse import AutogenError
@@ -27,7 +29,7 @@ def apt(pkgs: str, default: str) -> Source:
                 default, f"install it: apt-get update && apt-get install -y {pkgs}")
 
 
-def pinned(repo: str, ref: str, how: str, check: Optional[Callable[[str], Optional[str]]] = None) -> Source:
+def pinned(repo: str, ref: str, how: str, check: Optional[Callable[[str], Optional[str]]] = None, kind: str = "tag") -> Source:
   """A public repository at a pinned tag or commit; `check` reads the version from the tree where it can."""
   def version(src: str) -> str:
     if check is not None:
@@ -36,7 +38,7 @@ def pinned(repo: str, ref: str, how: str, check: Optional[Callable[[str], Option
         raise AutogenError(f"{src} is {repo} {found}, this module is pinned to {ref}: {how}")
     return f"{ref}"
   env = "BAREGRAD_SRC_" + re.sub(r"\W", "_", repo.split("/")[-1]).upper()
-  return Source(f"github.com/{repo} at", version, os.environ.get(env),
+  return Source(f"GitHub repository {repo} at {kind}", version, os.environ.get(env),
                 f"{how}; pass its root with --src (or set {env})")
 
 
@@ -57,11 +59,19 @@ def linux_source() -> str:
   if os.path.exists(stamp): return root
   if not os.path.exists(LINUX_TAR): return root  # a missing path is reported by the caller with LINUX_HOW
   os.makedirs(CACHE, exist_ok=True)
+  # extracted beside the final place and renamed into it, so that parallel test workers never read half a tree
+  tmp = tempfile.mkdtemp(dir=CACHE)
   with tarfile.open(LINUX_TAR) as tf:
     members = [m for m in tf if m.name.startswith("linux-source-6.12/") and
                any(m.name[len("linux-source-6.12/"):].startswith(p) for p in LINUX_PARTS)]
-    tf.extractall(CACHE, members=members, filter="data")
-  open(stamp, "w").close()
+    tf.extractall(tmp, members=members, filter="data")
+  open(os.path.join(tmp, "linux-source-6.12", os.path.basename(stamp)), "w").close()
+  if os.path.exists(root) and not os.path.exists(stamp): shutil.rmtree(root, ignore_errors=True)  # an older version
+  try:
+    os.rename(os.path.join(tmp, "linux-source-6.12"), root)
+  except OSError:
+    pass  # another process got there first
+  shutil.rmtree(tmp, ignore_errors=True)
   return root
 
 
@@ -78,8 +88,14 @@ LINUX_SRC = Source("Debian package", linux_version, None, LINUX_HOW)
 
 # ------------------------------------------------------------------------------- the list
 
-NV_TAG = "580.142"
-NV_HOW = (f"fetch github:NVIDIA/open-gpu-kernel-modules at tag {NV_TAG} (git archive {NV_TAG} src/common/sdk/nvidia/inc "
+# one module per driver branch: the RM/UVM parameter structs are private to the driver and change
+# between branches (see baregrad/ctypes_autogen/nv/__init__.py); each is pinned to the newest tag of
+# its branch that was checked
+NV_TAGS = {"570": "570.211.01", "575": "575.64.05", "580": "580.142", "590": "590.48.01", "595": "595.45.04"}
+
+
+def nv_how(tag: str) -> str:
+  return (f"fetch github:NVIDIA/open-gpu-kernel-modules at tag {tag} (git archive {tag} src/common/sdk/nvidia/inc "
           "kernel-open/common/inc kernel-open/nvidia-uvm src/nvidia/arch/nvalloc/unix/include version.mk)")
 
 
@@ -91,7 +107,7 @@ def nv_version(src: str) -> Optional[str]:
     return None
 
 
-NVDOC_COMMIT = "c8607fe"
+NVDOC_COMMIT = "c8607fe576b53ff821ffcf97e7548d2de11c4eaf"
 KGSL_COMMIT = "27cf0e4f402d9d569ef8f060d46cd5b0a97dc924"
 
 LIBC_FUNCS = ["open", "close", "ioctl", "mmap", "munmap", "madvise", "mremap", "memfd_create"]
@@ -193,7 +209,8 @@ add(CModule("amdgpu.hsa", Source("baregrad's own header, written from public doc
             doc="AQL kernel dispatch packet (HSA Platform System Architecture 1.2, 2.9.6) and the AMDHSA kernel\n"
                 "descriptor (LLVM AMDGPUUsage, 'Kernel Descriptor'); the header cites each offset."))
 
-add(CModule("nv.nv_580", pinned("NVIDIA/open-gpu-kernel-modules", NV_TAG, NV_HOW, nv_version),
+def nv_module(branch: str, tag: str) -> CModule:
+  return CModule(f"nv.nv_{branch}", pinned("NVIDIA/open-gpu-kernel-modules", tag, nv_how(tag), nv_version),
             headers=[f"src/common/sdk/nvidia/inc/{h}" for h in (
               "nvos.h", "nvstatus.h", "class/cl0000.h", "class/cl0080.h", "class/cl2080.h", "class/cl003e.h",
               "class/cl0040.h", "class/cl0070.h", "class/cl90f1.h", "class/cla06c.h", "alloc/alloc_channel.h",
@@ -209,11 +226,16 @@ add(CModule("nv.nv_580", pinned("NVIDIA/open-gpu-kernel-modules", NV_TAG, NV_HOW
             includes=["src/common/sdk/nvidia/inc", "src/nvidia/arch/nvalloc/unix/include", "kernel-open/common/inc",
                       "kernel-open/nvidia-uvm"],
             doc="NVIDIA RM (NV_ESC_* escapes, NVOS* parameters, alloc parameters, controls), UVM ioctls, GPFIFO and\n"
-                "class method fields, for driver 580.x. pick_nv_module() in nv/__init__.py picks it by driver version."))
-add(CModule("nv.qmd", pinned("NVIDIA/open-gpu-doc", NVDOC_COMMIT, f"fetch github:NVIDIA/open-gpu-doc at commit {NVDOC_COMMIT}"),
+                f"class method fields, for driver {branch}.x. pick_nv_module() in nv/__init__.py picks it by driver version.")
+
+
+for _branch, _tag in NV_TAGS.items(): add(nv_module(_branch, _tag))
+add(CModule("nv.qmd", pinned("NVIDIA/open-gpu-doc", NVDOC_COMMIT, f"fetch github:NVIDIA/open-gpu-doc at commit {NVDOC_COMMIT}",
+                   kind="commit"),
             headers=[f"classes/compute/cl{c}qmd.h" for c in ("c6c0", "c7c0", "c9c0", "cbc0", "cdc0", "cec0")],
             types="", doc="Compute QMD layouts as MW(hi:lo) fields: v03 (Ampere/Ada), v04 (Hopper), v05 (Blackwell)."))
-add(CModule("kgsl", pinned("qualcomm-linux/kgsl", KGSL_COMMIT, f"fetch github:qualcomm-linux/kgsl at commit {KGSL_COMMIT}"),
+add(CModule("kgsl", pinned("qualcomm-linux/kgsl", KGSL_COMMIT, f"fetch github:qualcomm-linux/kgsl at commit {KGSL_COMMIT}",
+                   kind="commit"),
             headers=["include/uapi/linux/msm_kgsl.h"], includes=["/usr/include"],
             defines=["__user="],  # the kernel-tree header is not run through headers_install, which drops __user
             doc="Qualcomm KGSL (/dev/kgsl-3d0) ioctls and argument structs."))

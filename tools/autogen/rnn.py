@@ -118,8 +118,8 @@ def generate_xml(spec: XmlModule, src: str, command: str) -> tuple[str, dict]:
         off = base + num(c.get("offset", "0"))
         if c.get("stride"): arrays[gen][prefix + name] = (off, num(c.get("stride")), num(c.get("length", "1")))
         walk(c, gen, off, prefix + name + "_", var)
-      elif tag == "stripe":
-        walk(c, gen, base + num(c.get("offset", "0")), prefix + (c.get("prefix", "") and ""), var)
+      elif tag == "stripe":  # a group of registers at an offset, possibly limited to some variants
+        walk(c, gen, base + num(c.get("offset", "0")), prefix, var)
 
   for gen in spec.gens:
     for d in spec.domains:

@@ -179,6 +179,88 @@ PACKET3_MAP_PROCESS_VM = 166
 PACKET3_SET_Q_PREEMPTION_MODE = 240
 PACKET3_SET_Q_PREEMPTION_MODE_INIT_SHADOW_MEM = 1
 
+# function-like macros of integer arithmetic, translated to Python and checked against the compiler
+def CP_PACKET_GET_TYPE(h: int) -> int: return (( ( ( h ) >> 30 ) & 3 )) & 0xffffffff
+def CP_PACKET_GET_COUNT(h: int) -> int: return (( ( ( h ) >> 16 ) & 0x3FFF )) & 0xffffffff
+def CP_PACKET0_GET_REG(h: int) -> int: return (( ( h ) & 0xFFFF )) & 0xffffffff
+def CP_PACKET3_GET_OPCODE(h: int) -> int: return (( ( ( h ) >> 8 ) & 0xFF )) & 0xffffffff
+def PACKET0(reg: int, n: int) -> int: return (( ( PACKET_TYPE0 << 30 ) | ( ( reg ) & 0xFFFF ) | ( ( n ) & 0x3FFF ) << 16 )) & 0xffffffff
+def PACKET3(op: int, n: int) -> int: return (( ( PACKET_TYPE3 << 30 ) | ( ( ( op ) & 0xFF ) << 8 ) | ( ( n ) & 0x3FFF ) << 16 )) & 0xffffffff
+def PACKET3_COMPUTE(op: int, n: int) -> int: return (( PACKET3 ( op , n ) | 1 << 1 )) & 0xffffffff
+def PACKET3_BASE_INDEX(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def WRITE_DATA_DST_SEL(x: int) -> int: return (( ( x ) << 8 )) & 0xffffffff
+def WRITE_DATA_CACHE_POLICY(x: int) -> int: return (( ( x ) << 25 )) & 0xffffffff
+def WRITE_DATA_ENGINE_SEL(x: int) -> int: return (( ( x ) << 30 )) & 0xffffffff
+def WAIT_REG_MEM_FUNCTION(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def WAIT_REG_MEM_MEM_SPACE(x: int) -> int: return (( ( x ) << 4 )) & 0xffffffff
+def WAIT_REG_MEM_OPERATION(x: int) -> int: return (( ( x ) << 6 )) & 0xffffffff
+def WAIT_REG_MEM_ENGINE(x: int) -> int: return (( ( x ) << 8 )) & 0xffffffff
+def INDIRECT_BUFFER_CACHE_POLICY(x: int) -> int: return (( ( x ) << 28 )) & 0xffffffff
+def INDIRECT_BUFFER_PRE_ENB(x: int) -> int: return (( ( x ) << 21 )) & 0xffffffff
+def INDIRECT_BUFFER_PRE_RESUME(x: int) -> int: return (( ( x ) << 30 )) & 0xffffffff
+def EVENT_TYPE(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def EVENT_INDEX(x: int) -> int: return (( ( x ) << 8 )) & 0xffffffff
+def PACKET3_RELEASE_MEM_EVENT_TYPE(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_RELEASE_MEM_EVENT_INDEX(x: int) -> int: return (( ( x ) << 8 )) & 0xffffffff
+def PACKET3_RELEASE_MEM_CACHE_POLICY(x: int) -> int: return (( ( x ) << 25 )) & 0xffffffff
+def PACKET3_RELEASE_MEM_DATA_SEL(x: int) -> int: return (( ( x ) << 29 )) & 0xffffffff
+def PACKET3_RELEASE_MEM_INT_SEL(x: int) -> int: return (( ( x ) << 24 )) & 0xffffffff
+def PACKET3_RELEASE_MEM_DST_SEL(x: int) -> int: return (( ( x ) << 16 )) & 0xffffffff
+def PACKET3_DMA_DATA_ENGINE(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_DMA_DATA_SRC_CACHE_POLICY(x: int) -> int: return (( ( x ) << 13 )) & 0xffffffff
+def PACKET3_DMA_DATA_DST_SEL(x: int) -> int: return (( ( x ) << 20 )) & 0xffffffff
+def PACKET3_DMA_DATA_DST_CACHE_POLICY(x: int) -> int: return (( ( x ) << 25 )) & 0xffffffff
+def PACKET3_DMA_DATA_SRC_SEL(x: int) -> int: return (( ( x ) << 29 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GLI_INV(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL1_RANGE(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GLM_WB(x: int) -> int: return (( ( x ) << 4 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GLM_INV(x: int) -> int: return (( ( x ) << 5 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GLK_WB(x: int) -> int: return (( ( x ) << 6 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GLK_INV(x: int) -> int: return (( ( x ) << 7 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GLV_INV(x: int) -> int: return (( ( x ) << 8 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL1_INV(x: int) -> int: return (( ( x ) << 9 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_US(x: int) -> int: return (( ( x ) << 10 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_RANGE(x: int) -> int: return (( ( x ) << 11 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_DISCARD(x: int) -> int: return (( ( x ) << 13 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_INV(x: int) -> int: return (( ( x ) << 14 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_WB(x: int) -> int: return (( ( x ) << 15 )) & 0xffffffff
+def PACKET3_ACQUIRE_MEM_GCR_CNTL_SEQ(x: int) -> int: return (( ( x ) << 16 )) & 0xffffffff
+def FRAME_CMD(x: int) -> int: return (( ( x ) << 28 )) & 0xffffffff
+def PACKET3_INVALIDATE_TLBS_DST_SEL(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_INVALIDATE_TLBS_ALL_HUB(x: int) -> int: return (( ( x ) << 4 )) & 0xffffffff
+def PACKET3_INVALIDATE_TLBS_PASID(x: int) -> int: return (( ( x ) << 5 )) & 0xffffffff
+def PACKET3_SET_RESOURCES_VMID_MASK(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_SET_RESOURCES_UNMAP_LATENTY(x: int) -> int: return (( ( x ) << 16 )) & 0xffffffff
+def PACKET3_SET_RESOURCES_QUEUE_TYPE(x: int) -> int: return (( ( x ) << 29 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_QUEUE_SEL(x: int) -> int: return (( ( x ) << 4 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_VMID(x: int) -> int: return (( ( x ) << 8 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_QUEUE(x: int) -> int: return (( ( x ) << 13 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_PIPE(x: int) -> int: return (( ( x ) << 16 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_ME(x: int) -> int: return (( ( x ) << 18 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_QUEUE_TYPE(x: int) -> int: return (( ( x ) << 21 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_ALLOC_FORMAT(x: int) -> int: return (( ( x ) << 24 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_ENGINE_SEL(x: int) -> int: return (( ( x ) << 26 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_NUM_QUEUES(x: int) -> int: return (( ( x ) << 29 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_CHECK_DISABLE(x: int) -> int: return (( ( x ) << 1 )) & 0xffffffff
+def PACKET3_MAP_QUEUES_DOORBELL_OFFSET(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_ACTION(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_QUEUE_SEL(x: int) -> int: return (( ( x ) << 4 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_ENGINE_SEL(x: int) -> int: return (( ( x ) << 26 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_NUM_QUEUES(x: int) -> int: return (( ( x ) << 29 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_PASID(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET0(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET1(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_RB_WPTR(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET2(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET3(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_QUERY_STATUS_CONTEXT_ID(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_QUERY_STATUS_INTERRUPT_SEL(x: int) -> int: return (( ( x ) << 28 )) & 0xffffffff
+def PACKET3_QUERY_STATUS_COMMAND(x: int) -> int: return (( ( x ) << 30 )) & 0xffffffff
+def PACKET3_QUERY_STATUS_PASID(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+def PACKET3_QUERY_STATUS_DOORBELL_OFFSET(x: int) -> int: return (( ( x ) << 2 )) & 0xffffffff
+def PACKET3_QUERY_STATUS_ENG_SEL(x: int) -> int: return (( ( x ) << 25 )) & 0xffffffff
+def PACKET3_SET_Q_PREEMPTION_MODE_IB_VMID(x: int) -> int: return (( ( x ) << 0 )) & 0xffffffff
+
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
@@ -189,85 +271,5 @@ _CTYPES = {
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
-  'CP_PACKET0_GET_REG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'CP_PACKET3_GET_OPCODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'CP_PACKET_GET_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'CP_PACKET_GET_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'EVENT_INDEX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'EVENT_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'FRAME_CMD': 'function-like macro (its uses in object-like macros are evaluated)',
-  'INDIRECT_BUFFER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'INDIRECT_BUFFER_PRE_ENB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'INDIRECT_BUFFER_PRE_RESUME': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET2': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL1_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL1_RANGE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_DISCARD': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_RANGE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_US': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_WB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GLI_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GLK_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GLK_WB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GLM_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GLM_WB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_GLV_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_ACQUIRE_MEM_GCR_CNTL_SEQ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_BASE_INDEX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_COMPUTE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_DMA_DATA_DST_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_DMA_DATA_DST_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_DMA_DATA_ENGINE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_DMA_DATA_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_DMA_DATA_SRC_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_INVALIDATE_TLBS_ALL_HUB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_INVALIDATE_TLBS_DST_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_INVALIDATE_TLBS_PASID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_ALLOC_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_CHECK_DISABLE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_DOORBELL_OFFSET': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_ENGINE_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_ME': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_NUM_QUEUES': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_PIPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_QUEUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_QUEUE_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_QUEUE_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_MAP_QUEUES_VMID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_QUERY_STATUS_COMMAND': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_QUERY_STATUS_CONTEXT_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_QUERY_STATUS_DOORBELL_OFFSET': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_QUERY_STATUS_ENG_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_QUERY_STATUS_INTERRUPT_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_QUERY_STATUS_PASID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_RELEASE_MEM_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_RELEASE_MEM_DATA_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_RELEASE_MEM_DST_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_RELEASE_MEM_EVENT_INDEX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_RELEASE_MEM_EVENT_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_RELEASE_MEM_INT_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_SET_Q_PREEMPTION_MODE_IB_VMID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_SET_RESOURCES_QUEUE_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_SET_RESOURCES_UNMAP_LATENTY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_SET_RESOURCES_VMID_MASK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_ACTION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET2': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_DOORBELL_OFFSET3': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_ENGINE_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_NUM_QUEUES': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_PASID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_QUEUE_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'PACKET3_UNMAP_QUEUES_RB_WPTR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WAIT_REG_MEM_ENGINE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WAIT_REG_MEM_FUNCTION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WAIT_REG_MEM_MEM_SPACE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WAIT_REG_MEM_OPERATION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WRITE_DATA_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WRITE_DATA_DST_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'WRITE_DATA_ENGINE_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
+  'PACKET2': 'function-like macro that is not integer arithmetic (its uses in object-like macros are evaluated)',
 }

@@ -4188,6 +4188,839 @@ FIELDS: dict[str, _support.BitField] = {
   'SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_HI_completion_signal_63_32': SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_HI_completion_signal_63_32,
 }
 
+# function-like macros of integer arithmetic, translated to Python and checked against the compiler
+def SDMA_GCR_SEQ(x: int) -> int: return (( ( ( x ) & 0x3 ) << 16 )) & 0xffffffff
+def SDMA_GCR_GL2_RANGE(x: int) -> int: return (( ( ( x ) & 0x3 ) << 11 )) & 0xffffffff
+def SDMA_GCR_GL1_RANGE(x: int) -> int: return (( ( ( x ) & 0x3 ) << 2 )) & 0xffffffff
+def SDMA_GCR_GLI_INV(x: int) -> int: return (( ( ( x ) & 0x3 ) << 0 )) & 0xffffffff
+def SDMA_DCC_DATA_FORMAT(x: int) -> int: return (( ( x ) & 0x3f )) & 0xffffffff
+def SDMA_DCC_NUM_TYPE(x: int) -> int: return (( ( ( x ) & 0x7 ) << 9 )) & 0xffffffff
+def SDMA_DCC_READ_CM(x: int) -> int: return (( ( ( x ) & 0x3 ) << 16 )) & 0xffffffff
+def SDMA_DCC_WRITE_CM(x: int) -> int: return (( ( ( x ) & 0x3 ) << 18 )) & 0xffffffff
+def SDMA_DCC_MAX_COM(x: int) -> int: return (( ( ( x ) & 0x3 ) << 24 )) & 0xffffffff
+def SDMA_DCC_MAX_UCOM(x: int) -> int: return (( ( ( x ) & 0x1 ) << 26 )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_op_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_sub_op_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_ENCRYPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_encrypt_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_encrypt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_tmz_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_cpv_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_BACKWARDS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_backwards_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_backwards_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_HEADER_BROADCAST(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_HEADER_broadcast_mask ) << SDMA_PKT_COPY_LINEAR_HEADER_broadcast_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_COUNT_count_mask ) << SDMA_PKT_COPY_LINEAR_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_PARAMETER_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_PARAMETER_dst_sw_mask ) << SDMA_PKT_COPY_LINEAR_PARAMETER_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_PARAMETER_DST_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_PARAMETER_dst_cache_policy_mask ) << SDMA_PKT_COPY_LINEAR_PARAMETER_dst_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_PARAMETER_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_PARAMETER_src_sw_mask ) << SDMA_PKT_COPY_LINEAR_PARAMETER_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_PARAMETER_SRC_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_PARAMETER_src_cache_policy_mask ) << SDMA_PKT_COPY_LINEAR_PARAMETER_src_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_HEADER_op_mask ) << SDMA_PKT_COPY_LINEAR_BC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_HEADER_sub_op_mask ) << SDMA_PKT_COPY_LINEAR_BC_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_COUNT_count_mask ) << SDMA_PKT_COPY_LINEAR_BC_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_PARAMETER_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_PARAMETER_dst_sw_mask ) << SDMA_PKT_COPY_LINEAR_BC_PARAMETER_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_PARAMETER_DST_HA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_PARAMETER_dst_ha_mask ) << SDMA_PKT_COPY_LINEAR_BC_PARAMETER_dst_ha_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_PARAMETER_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_PARAMETER_src_sw_mask ) << SDMA_PKT_COPY_LINEAR_BC_PARAMETER_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_PARAMETER_SRC_HA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_PARAMETER_src_ha_mask ) << SDMA_PKT_COPY_LINEAR_BC_PARAMETER_src_ha_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_HEADER_op_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_HEADER_sub_op_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_HEADER_tmz_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_HEADER_cpv_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_HEADER_ALL(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_HEADER_all_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_HEADER_all_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_COUNT_count_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_MTYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_mtype_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_mtype_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_l2_policy_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_LLC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_llc_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_llc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_MTYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_mtype_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_mtype_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_l2_policy_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_LLC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_llc_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_llc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_sw_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_GCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_gcc_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_gcc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_SYS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_sys_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_sys_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_SNOOP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_snoop_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_snoop_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_GPA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_gpa_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_dst_gpa_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_sw_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_SYS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_sys_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_sys_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_SNOOP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_snoop_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_snoop_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_GPA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_gpa_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_src_gpa_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_op_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_sub_op_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_tmz_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_cpv_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_count_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_ADDR_PAIR_NUM(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_addr_pair_num_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_addr_pair_num_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_MTYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_mtype_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_mtype_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_l2_policy_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_LLC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_llc_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_llc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_MTYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_mtype_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_mtype_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_l2_policy_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_LLC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_llc_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_llc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_sw_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_GCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_gcc_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_gcc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_SYS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_sys_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_sys_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_LOG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_log_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_log_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_SNOOP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_snoop_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_snoop_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_GPA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_gpa_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_dst_gpa_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_sw_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_GCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_gcc_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_gcc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_SYS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_sys_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_sys_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_SNOOP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_snoop_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_snoop_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_GPA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_gpa_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_src_gpa_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_op_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_sub_op_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_ENCRYPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_encrypt_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_encrypt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_tmz_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_cpv_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_BROADCAST(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_broadcast_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_broadcast_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_COUNT_count_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST2_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst2_sw_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst2_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST2_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst2_cache_policy_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst2_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST1_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst1_sw_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst1_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST1_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst1_cache_policy_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_dst1_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_src_sw_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_SRC_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_src_cache_policy_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_src_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_LO_DST1_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_LO_dst1_addr_31_0_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_LO_dst1_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_HI_DST1_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_HI_dst1_addr_63_32_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_HI_dst1_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_LO_DST2_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_LO_dst2_addr_31_0_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_LO_dst2_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_HI_DST2_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_HI_dst2_addr_63_32_mask ) << SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_HI_dst2_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_op_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_sub_op_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_tmz_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_cpv_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_ELEMENTSIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_elementsize_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_elementsize_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_SRC_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_src_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_src_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_SRC_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_src_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_src_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_SRC_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_src_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_src_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_SRC_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_src_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_src_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_5_SRC_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_5_src_slice_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_5_src_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_DST_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_dst_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_dst_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_DST_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_dst_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_dst_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_DST_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_dst_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_dst_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_DST_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_dst_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_dst_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_10_DST_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_10_dst_slice_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_10_dst_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_rect_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_rect_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_rect_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_dst_sw_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_DST_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_dst_cache_policy_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_dst_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_src_sw_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_SRC_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_src_cache_policy_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_src_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_op_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_sub_op_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_tmz_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_cpv_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_3_SRC_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_3_src_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_3_src_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_4_SRC_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_4_src_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_4_src_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_5_SRC_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_5_src_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_5_src_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_6_SRC_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_6_src_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_6_src_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_7_SRC_SLICE_PITCH_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_7_src_slice_pitch_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_7_src_slice_pitch_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_8_SRC_SLICE_PITCH_47_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_8_src_slice_pitch_47_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_8_src_slice_pitch_47_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_11_DST_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_11_dst_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_11_dst_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_12_DST_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_12_dst_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_12_dst_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_13_DST_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_13_dst_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_13_dst_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_14_DST_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_14_dst_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_14_dst_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_15_DST_SLICE_PITCH_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_15_dst_slice_pitch_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_15_dst_slice_pitch_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_DST_SLICE_PITCH_47_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_dst_slice_pitch_47_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_dst_slice_pitch_47_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_dst_sw_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_DST_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_dst_policy_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_dst_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_src_sw_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_SRC_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_src_policy_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_src_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_17_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_17_rect_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_17_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_18_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_18_rect_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_18_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_19_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_19_rect_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_19_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_op_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_sub_op_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_ELEMENTSIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_elementsize_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_elementsize_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_SRC_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_src_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_src_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_SRC_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_src_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_src_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_SRC_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_src_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_src_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_SRC_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_src_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_src_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_5_SRC_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_5_src_slice_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_5_src_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_DST_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_dst_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_dst_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_DST_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_dst_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_dst_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_DST_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_dst_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_dst_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_DST_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_dst_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_dst_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_10_DST_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_10_dst_slice_pitch_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_10_dst_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_rect_x_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_rect_y_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_rect_z_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_dst_sw_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_DST_HA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_dst_ha_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_dst_ha_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_src_sw_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_SRC_HA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_src_ha_mask ) << SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_src_ha_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_HEADER_op_mask ) << SDMA_PKT_COPY_TILED_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_HEADER_sub_op_mask ) << SDMA_PKT_COPY_TILED_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_HEADER_ENCRYPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_HEADER_encrypt_mask ) << SDMA_PKT_COPY_TILED_HEADER_encrypt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_HEADER_tmz_mask ) << SDMA_PKT_COPY_TILED_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_HEADER_cpv_mask ) << SDMA_PKT_COPY_TILED_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_HEADER_DETILE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_HEADER_detile_mask ) << SDMA_PKT_COPY_TILED_HEADER_detile_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_TILED_ADDR_LO_TILED_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_TILED_ADDR_LO_tiled_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_TILED_ADDR_LO_tiled_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_TILED_ADDR_HI_TILED_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_TILED_ADDR_HI_tiled_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_TILED_ADDR_HI_tiled_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_3_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_3_width_mask ) << SDMA_PKT_COPY_TILED_DW_3_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_4_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_4_height_mask ) << SDMA_PKT_COPY_TILED_DW_4_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_4_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_4_depth_mask ) << SDMA_PKT_COPY_TILED_DW_4_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_5_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_5_element_size_mask ) << SDMA_PKT_COPY_TILED_DW_5_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_5_SWIZZLE_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_5_swizzle_mode_mask ) << SDMA_PKT_COPY_TILED_DW_5_swizzle_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_5_DIMENSION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_5_dimension_mask ) << SDMA_PKT_COPY_TILED_DW_5_dimension_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_5_MIP_MAX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_5_mip_max_mask ) << SDMA_PKT_COPY_TILED_DW_5_mip_max_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_6_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_6_x_mask ) << SDMA_PKT_COPY_TILED_DW_6_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_6_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_6_y_mask ) << SDMA_PKT_COPY_TILED_DW_6_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_7_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_7_z_mask ) << SDMA_PKT_COPY_TILED_DW_7_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_7_LINEAR_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_7_linear_sw_mask ) << SDMA_PKT_COPY_TILED_DW_7_linear_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_7_LINEAR_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_7_linear_cache_policy_mask ) << SDMA_PKT_COPY_TILED_DW_7_linear_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_7_TILE_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_7_tile_sw_mask ) << SDMA_PKT_COPY_TILED_DW_7_tile_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_DW_7_TILE_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_DW_7_tile_cache_policy_mask ) << SDMA_PKT_COPY_TILED_DW_7_tile_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_LINEAR_ADDR_LO_LINEAR_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_LINEAR_ADDR_LO_linear_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_LINEAR_ADDR_LO_linear_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_LINEAR_ADDR_HI_LINEAR_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_LINEAR_ADDR_HI_linear_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_LINEAR_ADDR_HI_linear_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_LINEAR_PITCH_LINEAR_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_LINEAR_PITCH_linear_pitch_mask ) << SDMA_PKT_COPY_TILED_LINEAR_PITCH_linear_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_LINEAR_SLICE_PITCH_LINEAR_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_LINEAR_SLICE_PITCH_linear_slice_pitch_mask ) << SDMA_PKT_COPY_TILED_LINEAR_SLICE_PITCH_linear_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_COUNT_count_mask ) << SDMA_PKT_COPY_TILED_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_HEADER_op_mask ) << SDMA_PKT_COPY_TILED_BC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_HEADER_sub_op_mask ) << SDMA_PKT_COPY_TILED_BC_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_HEADER_DETILE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_HEADER_detile_mask ) << SDMA_PKT_COPY_TILED_BC_HEADER_detile_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_TILED_ADDR_LO_TILED_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_TILED_ADDR_LO_tiled_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_BC_TILED_ADDR_LO_tiled_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_TILED_ADDR_HI_TILED_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_TILED_ADDR_HI_tiled_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_BC_TILED_ADDR_HI_tiled_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_3_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_3_width_mask ) << SDMA_PKT_COPY_TILED_BC_DW_3_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_4_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_4_height_mask ) << SDMA_PKT_COPY_TILED_BC_DW_4_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_4_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_4_depth_mask ) << SDMA_PKT_COPY_TILED_BC_DW_4_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_element_size_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_ARRAY_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_array_mode_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_array_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_MIT_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_mit_mode_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_mit_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_TILESPLIT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_tilesplit_size_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_tilesplit_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_BANK_W(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_bank_w_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_bank_w_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_BANK_H(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_bank_h_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_bank_h_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_NUM_BANK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_num_bank_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_num_bank_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_MAT_ASPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_mat_aspt_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_mat_aspt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_5_PIPE_CONFIG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_5_pipe_config_mask ) << SDMA_PKT_COPY_TILED_BC_DW_5_pipe_config_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_6_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_6_x_mask ) << SDMA_PKT_COPY_TILED_BC_DW_6_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_6_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_6_y_mask ) << SDMA_PKT_COPY_TILED_BC_DW_6_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_7_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_7_z_mask ) << SDMA_PKT_COPY_TILED_BC_DW_7_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_7_LINEAR_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_7_linear_sw_mask ) << SDMA_PKT_COPY_TILED_BC_DW_7_linear_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_DW_7_TILE_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_DW_7_tile_sw_mask ) << SDMA_PKT_COPY_TILED_BC_DW_7_tile_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_LO_LINEAR_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_LO_linear_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_LO_linear_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_HI_LINEAR_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_HI_linear_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_HI_linear_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_LINEAR_PITCH_LINEAR_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_LINEAR_PITCH_linear_pitch_mask ) << SDMA_PKT_COPY_TILED_BC_LINEAR_PITCH_linear_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_LINEAR_SLICE_PITCH_LINEAR_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_LINEAR_SLICE_PITCH_linear_slice_pitch_mask ) << SDMA_PKT_COPY_TILED_BC_LINEAR_SLICE_PITCH_linear_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_BC_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_BC_COUNT_count_mask ) << SDMA_PKT_COPY_TILED_BC_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_op_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_sub_op_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_ENCRYPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_encrypt_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_encrypt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_tmz_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_cpv_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_VIDEOCOPY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_videocopy_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_videocopy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_HEADER_BROADCAST(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_HEADER_broadcast_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_HEADER_broadcast_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_0_TILED_ADDR0_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_0_tiled_addr0_31_0_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_0_tiled_addr0_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_0_TILED_ADDR0_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_0_tiled_addr0_63_32_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_0_tiled_addr0_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_1_TILED_ADDR1_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_1_tiled_addr1_31_0_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_1_tiled_addr1_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_1_TILED_ADDR1_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_1_tiled_addr1_63_32_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_1_tiled_addr1_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_5_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_5_width_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_5_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_6_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_6_height_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_6_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_6_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_6_depth_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_6_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_7_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_7_element_size_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_7_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_7_SWIZZLE_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_7_swizzle_mode_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_7_swizzle_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_7_DIMENSION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_7_dimension_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_7_dimension_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_7_MIP_MAX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_7_mip_max_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_7_mip_max_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_8_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_8_x_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_8_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_8_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_8_y_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_8_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_9_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_9_z_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_9_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_10_DST2_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_10_dst2_sw_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_10_dst2_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_10_DST2_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_10_dst2_cache_policy_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_10_dst2_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_10_LINEAR_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_10_linear_sw_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_10_linear_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_10_LINEAR_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_10_linear_cache_policy_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_10_linear_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_10_TILE_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_10_tile_sw_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_10_tile_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_DW_10_TILE_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_DW_10_tile_cache_policy_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_DW_10_tile_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_LO_LINEAR_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_LO_linear_addr_31_0_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_LO_linear_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_HI_LINEAR_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_HI_linear_addr_63_32_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_HI_linear_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_PITCH_LINEAR_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_PITCH_linear_pitch_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_PITCH_linear_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_SLICE_PITCH_LINEAR_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_SLICE_PITCH_linear_slice_pitch_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_SLICE_PITCH_linear_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_L2T_BROADCAST_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_L2T_BROADCAST_COUNT_count_mask ) << SDMA_PKT_COPY_L2T_BROADCAST_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_HEADER_op_mask ) << SDMA_PKT_COPY_T2T_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_HEADER_sub_op_mask ) << SDMA_PKT_COPY_T2T_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_HEADER_tmz_mask ) << SDMA_PKT_COPY_T2T_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_HEADER_DCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_HEADER_dcc_mask ) << SDMA_PKT_COPY_T2T_HEADER_dcc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_HEADER_cpv_mask ) << SDMA_PKT_COPY_T2T_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_HEADER_DCC_DIR(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_HEADER_dcc_dir_mask ) << SDMA_PKT_COPY_T2T_HEADER_dcc_dir_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_T2T_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_T2T_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_3_SRC_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_3_src_x_mask ) << SDMA_PKT_COPY_T2T_DW_3_src_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_3_SRC_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_3_src_y_mask ) << SDMA_PKT_COPY_T2T_DW_3_src_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_4_SRC_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_4_src_z_mask ) << SDMA_PKT_COPY_T2T_DW_4_src_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_4_SRC_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_4_src_width_mask ) << SDMA_PKT_COPY_T2T_DW_4_src_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_5_SRC_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_5_src_height_mask ) << SDMA_PKT_COPY_T2T_DW_5_src_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_5_SRC_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_5_src_depth_mask ) << SDMA_PKT_COPY_T2T_DW_5_src_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_6_SRC_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_6_src_element_size_mask ) << SDMA_PKT_COPY_T2T_DW_6_src_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_6_SRC_SWIZZLE_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_6_src_swizzle_mode_mask ) << SDMA_PKT_COPY_T2T_DW_6_src_swizzle_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_6_SRC_DIMENSION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_6_src_dimension_mask ) << SDMA_PKT_COPY_T2T_DW_6_src_dimension_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_6_SRC_MIP_MAX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_6_src_mip_max_mask ) << SDMA_PKT_COPY_T2T_DW_6_src_mip_max_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_6_SRC_MIP_ID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_6_src_mip_id_mask ) << SDMA_PKT_COPY_T2T_DW_6_src_mip_id_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_T2T_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_T2T_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_9_DST_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_9_dst_x_mask ) << SDMA_PKT_COPY_T2T_DW_9_dst_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_9_DST_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_9_dst_y_mask ) << SDMA_PKT_COPY_T2T_DW_9_dst_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_10_DST_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_10_dst_z_mask ) << SDMA_PKT_COPY_T2T_DW_10_dst_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_10_DST_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_10_dst_width_mask ) << SDMA_PKT_COPY_T2T_DW_10_dst_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_11_DST_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_11_dst_height_mask ) << SDMA_PKT_COPY_T2T_DW_11_dst_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_11_DST_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_11_dst_depth_mask ) << SDMA_PKT_COPY_T2T_DW_11_dst_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_12_DST_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_12_dst_element_size_mask ) << SDMA_PKT_COPY_T2T_DW_12_dst_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_12_DST_SWIZZLE_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_12_dst_swizzle_mode_mask ) << SDMA_PKT_COPY_T2T_DW_12_dst_swizzle_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_12_DST_DIMENSION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_12_dst_dimension_mask ) << SDMA_PKT_COPY_T2T_DW_12_dst_dimension_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_12_DST_MIP_MAX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_12_dst_mip_max_mask ) << SDMA_PKT_COPY_T2T_DW_12_dst_mip_max_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_12_DST_MIP_ID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_12_dst_mip_id_mask ) << SDMA_PKT_COPY_T2T_DW_12_dst_mip_id_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_13_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_13_rect_x_mask ) << SDMA_PKT_COPY_T2T_DW_13_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_13_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_13_rect_y_mask ) << SDMA_PKT_COPY_T2T_DW_13_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_14_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_14_rect_z_mask ) << SDMA_PKT_COPY_T2T_DW_14_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_14_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_14_dst_sw_mask ) << SDMA_PKT_COPY_T2T_DW_14_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_14_DST_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_14_dst_cache_policy_mask ) << SDMA_PKT_COPY_T2T_DW_14_dst_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_14_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_14_src_sw_mask ) << SDMA_PKT_COPY_T2T_DW_14_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_DW_14_SRC_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_DW_14_src_cache_policy_mask ) << SDMA_PKT_COPY_T2T_DW_14_src_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_ADDR_LO_META_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_ADDR_LO_meta_addr_31_0_mask ) << SDMA_PKT_COPY_T2T_META_ADDR_LO_meta_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_ADDR_HI_META_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_ADDR_HI_meta_addr_63_32_mask ) << SDMA_PKT_COPY_T2T_META_ADDR_HI_meta_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_DATA_FORMAT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_data_format_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_data_format_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_COLOR_TRANSFORM_DISABLE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_color_transform_disable_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_color_transform_disable_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_ALPHA_IS_ON_MSB(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_alpha_is_on_msb_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_alpha_is_on_msb_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_NUMBER_TYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_number_type_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_number_type_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_SURFACE_TYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_surface_type_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_surface_type_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_META_LLC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_meta_llc_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_meta_llc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_MAX_COMP_BLOCK_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_max_comp_block_size_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_max_comp_block_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_MAX_UNCOMP_BLOCK_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_max_uncomp_block_size_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_max_uncomp_block_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_WRITE_COMPRESS_ENABLE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_write_compress_enable_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_write_compress_enable_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_META_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_meta_tmz_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_meta_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_META_CONFIG_PIPE_ALIGNED(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_META_CONFIG_pipe_aligned_mask ) << SDMA_PKT_COPY_T2T_META_CONFIG_pipe_aligned_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_HEADER_op_mask ) << SDMA_PKT_COPY_T2T_BC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_HEADER_sub_op_mask ) << SDMA_PKT_COPY_T2T_BC_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_COPY_T2T_BC_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_COPY_T2T_BC_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_3_SRC_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_3_src_x_mask ) << SDMA_PKT_COPY_T2T_BC_DW_3_src_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_3_SRC_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_3_src_y_mask ) << SDMA_PKT_COPY_T2T_BC_DW_3_src_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_4_SRC_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_4_src_z_mask ) << SDMA_PKT_COPY_T2T_BC_DW_4_src_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_4_SRC_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_4_src_width_mask ) << SDMA_PKT_COPY_T2T_BC_DW_4_src_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_5_SRC_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_5_src_height_mask ) << SDMA_PKT_COPY_T2T_BC_DW_5_src_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_5_SRC_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_5_src_depth_mask ) << SDMA_PKT_COPY_T2T_BC_DW_5_src_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_element_size_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_ARRAY_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_array_mode_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_array_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_MIT_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_mit_mode_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_mit_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_TILESPLIT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_tilesplit_size_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_tilesplit_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_BANK_W(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_bank_w_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_bank_w_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_BANK_H(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_bank_h_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_bank_h_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_NUM_BANK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_num_bank_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_num_bank_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_MAT_ASPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_mat_aspt_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_mat_aspt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_6_SRC_PIPE_CONFIG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_6_src_pipe_config_mask ) << SDMA_PKT_COPY_T2T_BC_DW_6_src_pipe_config_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_COPY_T2T_BC_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_COPY_T2T_BC_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_9_DST_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_9_dst_x_mask ) << SDMA_PKT_COPY_T2T_BC_DW_9_dst_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_9_DST_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_9_dst_y_mask ) << SDMA_PKT_COPY_T2T_BC_DW_9_dst_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_10_DST_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_10_dst_z_mask ) << SDMA_PKT_COPY_T2T_BC_DW_10_dst_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_10_DST_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_10_dst_width_mask ) << SDMA_PKT_COPY_T2T_BC_DW_10_dst_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_11_DST_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_11_dst_height_mask ) << SDMA_PKT_COPY_T2T_BC_DW_11_dst_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_11_DST_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_11_dst_depth_mask ) << SDMA_PKT_COPY_T2T_BC_DW_11_dst_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_element_size_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_ARRAY_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_array_mode_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_array_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_MIT_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_mit_mode_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_mit_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_TILESPLIT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_tilesplit_size_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_tilesplit_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_BANK_W(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_bank_w_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_bank_w_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_BANK_H(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_bank_h_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_bank_h_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_NUM_BANK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_num_bank_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_num_bank_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_MAT_ASPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_mat_aspt_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_mat_aspt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_12_DST_PIPE_CONFIG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_12_dst_pipe_config_mask ) << SDMA_PKT_COPY_T2T_BC_DW_12_dst_pipe_config_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_13_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_13_rect_x_mask ) << SDMA_PKT_COPY_T2T_BC_DW_13_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_13_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_13_rect_y_mask ) << SDMA_PKT_COPY_T2T_BC_DW_13_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_14_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_14_rect_z_mask ) << SDMA_PKT_COPY_T2T_BC_DW_14_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_14_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_14_dst_sw_mask ) << SDMA_PKT_COPY_T2T_BC_DW_14_dst_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_T2T_BC_DW_14_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_T2T_BC_DW_14_src_sw_mask ) << SDMA_PKT_COPY_T2T_BC_DW_14_src_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_HEADER_op_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_HEADER_sub_op_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_HEADER_tmz_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_HEADER_DCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_HEADER_dcc_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_HEADER_dcc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_HEADER_cpv_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_HEADER_DETILE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_HEADER_detile_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_HEADER_detile_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_LO_TILED_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_LO_tiled_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_LO_tiled_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_HI_TILED_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_HI_tiled_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_HI_tiled_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_3_TILED_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_3_tiled_x_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_3_tiled_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_3_TILED_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_3_tiled_y_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_3_tiled_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_4_TILED_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_4_tiled_z_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_4_tiled_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_4_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_4_width_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_4_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_5_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_5_height_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_5_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_5_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_5_depth_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_5_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_6_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_6_element_size_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_6_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_6_SWIZZLE_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_6_swizzle_mode_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_6_swizzle_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_6_DIMENSION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_6_dimension_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_6_dimension_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_6_MIP_MAX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_6_mip_max_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_6_mip_max_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_6_MIP_ID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_6_mip_id_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_6_mip_id_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_LO_LINEAR_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_LO_linear_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_LO_linear_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_HI_LINEAR_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_HI_linear_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_HI_linear_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_9_LINEAR_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_9_linear_x_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_9_linear_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_9_LINEAR_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_9_linear_y_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_9_linear_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_10_LINEAR_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_10_linear_z_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_10_linear_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_10_LINEAR_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_10_linear_pitch_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_10_linear_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_11_LINEAR_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_11_linear_slice_pitch_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_11_linear_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_12_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_12_rect_x_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_12_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_12_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_12_rect_y_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_12_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_13_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_13_rect_z_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_13_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_13_LINEAR_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_13_linear_sw_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_13_linear_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_13_LINEAR_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_13_linear_cache_policy_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_13_linear_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_13_TILE_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_13_tile_sw_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_13_tile_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_DW_13_TILE_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_DW_13_tile_cache_policy_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_DW_13_tile_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_LO_META_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_LO_meta_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_LO_meta_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_HI_META_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_HI_meta_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_HI_meta_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_DATA_FORMAT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_data_format_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_data_format_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_COLOR_TRANSFORM_DISABLE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_color_transform_disable_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_color_transform_disable_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_ALPHA_IS_ON_MSB(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_alpha_is_on_msb_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_alpha_is_on_msb_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_NUMBER_TYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_number_type_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_number_type_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_SURFACE_TYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_surface_type_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_surface_type_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_META_LLC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_meta_llc_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_meta_llc_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_MAX_COMP_BLOCK_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_max_comp_block_size_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_max_comp_block_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_MAX_UNCOMP_BLOCK_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_max_uncomp_block_size_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_max_uncomp_block_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_WRITE_COMPRESS_ENABLE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_write_compress_enable_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_write_compress_enable_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_META_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_meta_tmz_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_meta_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_PIPE_ALIGNED(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_pipe_aligned_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_pipe_aligned_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_op_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_sub_op_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_DETILE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_detile_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_detile_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_LO_TILED_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_LO_tiled_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_LO_tiled_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_HI_TILED_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_HI_tiled_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_HI_tiled_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_TILED_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_tiled_x_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_tiled_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_TILED_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_tiled_y_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_tiled_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_TILED_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_tiled_z_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_tiled_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_width_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_width_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_height_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_height_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_depth_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_depth_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_element_size_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_element_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_ARRAY_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_array_mode_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_array_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_MIT_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_mit_mode_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_mit_mode_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_TILESPLIT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_tilesplit_size_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_tilesplit_size_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_BANK_W(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_bank_w_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_bank_w_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_BANK_H(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_bank_h_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_bank_h_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_NUM_BANK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_num_bank_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_num_bank_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_MAT_ASPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_mat_aspt_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_mat_aspt_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_PIPE_CONFIG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_pipe_config_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_pipe_config_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_LO_LINEAR_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_LO_linear_addr_31_0_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_LO_linear_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_HI_LINEAR_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_HI_linear_addr_63_32_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_HI_linear_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_LINEAR_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_linear_x_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_linear_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_LINEAR_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_linear_y_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_linear_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_LINEAR_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_linear_z_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_linear_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_LINEAR_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_linear_pitch_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_linear_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_11_LINEAR_SLICE_PITCH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_11_linear_slice_pitch_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_11_linear_slice_pitch_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_RECT_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_rect_x_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_rect_x_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_RECT_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_rect_y_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_rect_y_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_RECT_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_rect_z_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_rect_z_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_LINEAR_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_linear_sw_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_linear_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_TILE_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_tile_sw_mask ) << SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_tile_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_HEADER_op_mask ) << SDMA_PKT_COPY_STRUCT_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_HEADER_sub_op_mask ) << SDMA_PKT_COPY_STRUCT_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_HEADER_tmz_mask ) << SDMA_PKT_COPY_STRUCT_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_HEADER_cpv_mask ) << SDMA_PKT_COPY_STRUCT_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_HEADER_DETILE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_HEADER_detile_mask ) << SDMA_PKT_COPY_STRUCT_HEADER_detile_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_SB_ADDR_LO_SB_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_SB_ADDR_LO_sb_addr_31_0_mask ) << SDMA_PKT_COPY_STRUCT_SB_ADDR_LO_sb_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_SB_ADDR_HI_SB_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_SB_ADDR_HI_sb_addr_63_32_mask ) << SDMA_PKT_COPY_STRUCT_SB_ADDR_HI_sb_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_START_INDEX_START_INDEX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_START_INDEX_start_index_mask ) << SDMA_PKT_COPY_STRUCT_START_INDEX_start_index_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_COUNT_count_mask ) << SDMA_PKT_COPY_STRUCT_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_DW_5_STRIDE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_DW_5_stride_mask ) << SDMA_PKT_COPY_STRUCT_DW_5_stride_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_DW_5_LINEAR_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_DW_5_linear_sw_mask ) << SDMA_PKT_COPY_STRUCT_DW_5_linear_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_DW_5_LINEAR_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_DW_5_linear_cache_policy_mask ) << SDMA_PKT_COPY_STRUCT_DW_5_linear_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_DW_5_STRUCT_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_DW_5_struct_sw_mask ) << SDMA_PKT_COPY_STRUCT_DW_5_struct_sw_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_DW_5_STRUCT_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_DW_5_struct_cache_policy_mask ) << SDMA_PKT_COPY_STRUCT_DW_5_struct_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_LO_LINEAR_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_LO_linear_addr_31_0_mask ) << SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_LO_linear_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_HI_LINEAR_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_HI_linear_addr_63_32_mask ) << SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_HI_linear_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_HEADER_op_mask ) << SDMA_PKT_WRITE_UNTILED_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_HEADER_sub_op_mask ) << SDMA_PKT_WRITE_UNTILED_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_HEADER_ENCRYPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_HEADER_encrypt_mask ) << SDMA_PKT_WRITE_UNTILED_HEADER_encrypt_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_HEADER_tmz_mask ) << SDMA_PKT_WRITE_UNTILED_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_HEADER_cpv_mask ) << SDMA_PKT_WRITE_UNTILED_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_WRITE_UNTILED_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_WRITE_UNTILED_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_DW_3_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_DW_3_count_mask ) << SDMA_PKT_WRITE_UNTILED_DW_3_count_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_DW_3_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_DW_3_sw_mask ) << SDMA_PKT_WRITE_UNTILED_DW_3_sw_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_DW_3_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_DW_3_cache_policy_mask ) << SDMA_PKT_WRITE_UNTILED_DW_3_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_UNTILED_DATA0_DATA0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_UNTILED_DATA0_data0_mask ) << SDMA_PKT_WRITE_UNTILED_DATA0_data0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_HEADER_op_mask ) << SDMA_PKT_WRITE_TILED_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_HEADER_sub_op_mask ) << SDMA_PKT_WRITE_TILED_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_HEADER_ENCRYPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_HEADER_encrypt_mask ) << SDMA_PKT_WRITE_TILED_HEADER_encrypt_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_HEADER_tmz_mask ) << SDMA_PKT_WRITE_TILED_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_HEADER_cpv_mask ) << SDMA_PKT_WRITE_TILED_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_WRITE_TILED_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_WRITE_TILED_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_3_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_3_width_mask ) << SDMA_PKT_WRITE_TILED_DW_3_width_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_4_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_4_height_mask ) << SDMA_PKT_WRITE_TILED_DW_4_height_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_4_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_4_depth_mask ) << SDMA_PKT_WRITE_TILED_DW_4_depth_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_5_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_5_element_size_mask ) << SDMA_PKT_WRITE_TILED_DW_5_element_size_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_5_SWIZZLE_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_5_swizzle_mode_mask ) << SDMA_PKT_WRITE_TILED_DW_5_swizzle_mode_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_5_DIMENSION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_5_dimension_mask ) << SDMA_PKT_WRITE_TILED_DW_5_dimension_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_5_MIP_MAX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_5_mip_max_mask ) << SDMA_PKT_WRITE_TILED_DW_5_mip_max_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_6_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_6_x_mask ) << SDMA_PKT_WRITE_TILED_DW_6_x_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_6_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_6_y_mask ) << SDMA_PKT_WRITE_TILED_DW_6_y_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_7_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_7_z_mask ) << SDMA_PKT_WRITE_TILED_DW_7_z_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_7_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_7_sw_mask ) << SDMA_PKT_WRITE_TILED_DW_7_sw_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DW_7_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DW_7_cache_policy_mask ) << SDMA_PKT_WRITE_TILED_DW_7_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_COUNT_count_mask ) << SDMA_PKT_WRITE_TILED_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_DATA0_DATA0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_DATA0_data0_mask ) << SDMA_PKT_WRITE_TILED_DATA0_data0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_HEADER_op_mask ) << SDMA_PKT_WRITE_TILED_BC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_HEADER_sub_op_mask ) << SDMA_PKT_WRITE_TILED_BC_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_WRITE_TILED_BC_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_WRITE_TILED_BC_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_3_WIDTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_3_width_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_3_width_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_4_HEIGHT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_4_height_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_4_height_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_4_DEPTH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_4_depth_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_4_depth_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_ELEMENT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_element_size_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_element_size_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_ARRAY_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_array_mode_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_array_mode_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_MIT_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_mit_mode_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_mit_mode_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_TILESPLIT_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_tilesplit_size_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_tilesplit_size_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_BANK_W(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_bank_w_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_bank_w_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_BANK_H(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_bank_h_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_bank_h_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_NUM_BANK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_num_bank_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_num_bank_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_MAT_ASPT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_mat_aspt_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_mat_aspt_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_5_PIPE_CONFIG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_5_pipe_config_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_5_pipe_config_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_6_X(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_6_x_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_6_x_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_6_Y(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_6_y_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_6_y_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_7_Z(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_7_z_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_7_z_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DW_7_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DW_7_sw_mask ) << SDMA_PKT_WRITE_TILED_BC_DW_7_sw_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_COUNT_count_mask ) << SDMA_PKT_WRITE_TILED_BC_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_TILED_BC_DATA0_DATA0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_TILED_BC_DATA0_data0_mask ) << SDMA_PKT_WRITE_TILED_BC_DATA0_data0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_HEADER_op_mask ) << SDMA_PKT_PTEPDE_COPY_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_HEADER_sub_op_mask ) << SDMA_PKT_PTEPDE_COPY_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_HEADER_tmz_mask ) << SDMA_PKT_PTEPDE_COPY_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_HEADER_cpv_mask ) << SDMA_PKT_PTEPDE_COPY_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_HEADER_PTEPDE_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_HEADER_ptepde_op_mask ) << SDMA_PKT_PTEPDE_COPY_HEADER_ptepde_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_PTEPDE_COPY_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_PTEPDE_COPY_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_PTEPDE_COPY_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_PTEPDE_COPY_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_MASK_DW0_MASK_DW0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_MASK_DW0_mask_dw0_mask ) << SDMA_PKT_PTEPDE_COPY_MASK_DW0_mask_dw0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_MASK_DW1_MASK_DW1(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_MASK_DW1_mask_dw1_mask ) << SDMA_PKT_PTEPDE_COPY_MASK_DW1_mask_dw1_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_COUNT_count_mask ) << SDMA_PKT_PTEPDE_COPY_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_COUNT_DST_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_COUNT_dst_cache_policy_mask ) << SDMA_PKT_PTEPDE_COPY_COUNT_dst_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_COUNT_SRC_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_COUNT_src_cache_policy_mask ) << SDMA_PKT_PTEPDE_COPY_COUNT_src_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_op_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_sub_op_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_PTE_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_pte_size_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_pte_size_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_DIRECTION(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_direction_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_direction_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_PTEPDE_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_ptepde_op_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_ptepde_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_MASK_FIRST_XFER(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_mask_first_xfer_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_mask_first_xfer_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_MASK_LAST_XFER(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_mask_last_xfer_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_mask_last_xfer_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_COPY_BACKWARDS_COUNT_IN_32B_XFER_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_COPY_BACKWARDS_COUNT_IN_32B_XFER_count_mask ) << SDMA_PKT_PTEPDE_COPY_BACKWARDS_COUNT_IN_32B_XFER_count_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_op_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_sub_op_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_MTYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_mtype_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_mtype_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_GCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_gcc_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_gcc_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_SYS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_sys_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_sys_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_SNP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_snp_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_snp_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_GPA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_gpa_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_gpa_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_l2_policy_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_LLC_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_llc_policy_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_llc_policy_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_HEADER_cpv_mask ) << SDMA_PKT_PTEPDE_RMW_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_PTEPDE_RMW_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_PTEPDE_RMW_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_MASK_LO_MASK_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_MASK_LO_mask_31_0_mask ) << SDMA_PKT_PTEPDE_RMW_MASK_LO_mask_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_MASK_HI_MASK_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_MASK_HI_mask_63_32_mask ) << SDMA_PKT_PTEPDE_RMW_MASK_HI_mask_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_VALUE_LO_VALUE_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_VALUE_LO_value_31_0_mask ) << SDMA_PKT_PTEPDE_RMW_VALUE_LO_value_31_0_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_VALUE_HI_VALUE_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_VALUE_HI_value_63_32_mask ) << SDMA_PKT_PTEPDE_RMW_VALUE_HI_value_63_32_shift )) & 0xffffffff
+def SDMA_PKT_PTEPDE_RMW_COUNT_NUM_OF_PTE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PTEPDE_RMW_COUNT_num_of_pte_mask ) << SDMA_PKT_PTEPDE_RMW_COUNT_num_of_pte_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_HEADER_op_mask ) << SDMA_PKT_REGISTER_RMW_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_HEADER_sub_op_mask ) << SDMA_PKT_REGISTER_RMW_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_ADDR_ADDR(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_ADDR_addr_mask ) << SDMA_PKT_REGISTER_RMW_ADDR_addr_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_ADDR_APERTURE_ID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_ADDR_aperture_id_mask ) << SDMA_PKT_REGISTER_RMW_ADDR_aperture_id_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_MASK_MASK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_MASK_mask_mask ) << SDMA_PKT_REGISTER_RMW_MASK_mask_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_VALUE_VALUE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_VALUE_value_mask ) << SDMA_PKT_REGISTER_RMW_VALUE_value_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_MISC_STRIDE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_MISC_stride_mask ) << SDMA_PKT_REGISTER_RMW_MISC_stride_shift )) & 0xffffffff
+def SDMA_PKT_REGISTER_RMW_MISC_NUM_OF_REG(x: int) -> int: return (( ( ( x ) & SDMA_PKT_REGISTER_RMW_MISC_num_of_reg_mask ) << SDMA_PKT_REGISTER_RMW_MISC_num_of_reg_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_HEADER_op_mask ) << SDMA_PKT_WRITE_INCR_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_HEADER_sub_op_mask ) << SDMA_PKT_WRITE_INCR_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_HEADER_cache_policy_mask ) << SDMA_PKT_WRITE_INCR_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_HEADER_cpv_mask ) << SDMA_PKT_WRITE_INCR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_WRITE_INCR_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_WRITE_INCR_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_MASK_DW0_MASK_DW0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_MASK_DW0_mask_dw0_mask ) << SDMA_PKT_WRITE_INCR_MASK_DW0_mask_dw0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_MASK_DW1_MASK_DW1(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_MASK_DW1_mask_dw1_mask ) << SDMA_PKT_WRITE_INCR_MASK_DW1_mask_dw1_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_INIT_DW0_INIT_DW0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_INIT_DW0_init_dw0_mask ) << SDMA_PKT_WRITE_INCR_INIT_DW0_init_dw0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_INIT_DW1_INIT_DW1(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_INIT_DW1_init_dw1_mask ) << SDMA_PKT_WRITE_INCR_INIT_DW1_init_dw1_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_INCR_DW0_INCR_DW0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_INCR_DW0_incr_dw0_mask ) << SDMA_PKT_WRITE_INCR_INCR_DW0_incr_dw0_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_INCR_DW1_INCR_DW1(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_INCR_DW1_incr_dw1_mask ) << SDMA_PKT_WRITE_INCR_INCR_DW1_incr_dw1_shift )) & 0xffffffff
+def SDMA_PKT_WRITE_INCR_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_WRITE_INCR_COUNT_count_mask ) << SDMA_PKT_WRITE_INCR_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_HEADER_op_mask ) << SDMA_PKT_INDIRECT_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_HEADER_sub_op_mask ) << SDMA_PKT_INDIRECT_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_HEADER_VMID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_HEADER_vmid_mask ) << SDMA_PKT_INDIRECT_HEADER_vmid_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_HEADER_PRIV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_HEADER_priv_mask ) << SDMA_PKT_INDIRECT_HEADER_priv_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_BASE_LO_IB_BASE_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_BASE_LO_ib_base_31_0_mask ) << SDMA_PKT_INDIRECT_BASE_LO_ib_base_31_0_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_BASE_HI_IB_BASE_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_BASE_HI_ib_base_63_32_mask ) << SDMA_PKT_INDIRECT_BASE_HI_ib_base_63_32_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_IB_SIZE_IB_SIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_IB_SIZE_ib_size_mask ) << SDMA_PKT_INDIRECT_IB_SIZE_ib_size_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_CSA_ADDR_LO_CSA_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_CSA_ADDR_LO_csa_addr_31_0_mask ) << SDMA_PKT_INDIRECT_CSA_ADDR_LO_csa_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_INDIRECT_CSA_ADDR_HI_CSA_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_INDIRECT_CSA_ADDR_HI_csa_addr_63_32_mask ) << SDMA_PKT_INDIRECT_CSA_ADDR_HI_csa_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_HEADER_op_mask ) << SDMA_PKT_SEMAPHORE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_HEADER_sub_op_mask ) << SDMA_PKT_SEMAPHORE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_HEADER_WRITE_ONE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_HEADER_write_one_mask ) << SDMA_PKT_SEMAPHORE_HEADER_write_one_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_HEADER_SIGNAL(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_HEADER_signal_mask ) << SDMA_PKT_SEMAPHORE_HEADER_signal_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_HEADER_MAILBOX(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_HEADER_mailbox_mask ) << SDMA_PKT_SEMAPHORE_HEADER_mailbox_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_SEMAPHORE_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_SEMAPHORE_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SEMAPHORE_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_SEMAPHORE_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_HEADER_op_mask ) << SDMA_PKT_MEM_INCR_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_HEADER_sub_op_mask ) << SDMA_PKT_MEM_INCR_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_HEADER_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_HEADER_l2_policy_mask ) << SDMA_PKT_MEM_INCR_HEADER_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_HEADER_LLC_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_HEADER_llc_policy_mask ) << SDMA_PKT_MEM_INCR_HEADER_llc_policy_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_HEADER_cpv_mask ) << SDMA_PKT_MEM_INCR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_MEM_INCR_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_MEM_INCR_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_MEM_INCR_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_MEM_INCR_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_HEADER_op_mask ) << SDMA_PKT_VM_INVALIDATION_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_HEADER_sub_op_mask ) << SDMA_PKT_VM_INVALIDATION_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_HEADER_GFX_ENG_ID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_HEADER_gfx_eng_id_mask ) << SDMA_PKT_VM_INVALIDATION_HEADER_gfx_eng_id_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_HEADER_MM_ENG_ID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_HEADER_mm_eng_id_mask ) << SDMA_PKT_VM_INVALIDATION_HEADER_mm_eng_id_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_INVALIDATEREQ_INVALIDATEREQ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_INVALIDATEREQ_invalidatereq_mask ) << SDMA_PKT_VM_INVALIDATION_INVALIDATEREQ_invalidatereq_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_ADDRESSRANGELO_ADDRESSRANGELO(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_ADDRESSRANGELO_addressrangelo_mask ) << SDMA_PKT_VM_INVALIDATION_ADDRESSRANGELO_addressrangelo_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_INVALIDATEACK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_invalidateack_mask ) << SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_invalidateack_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_ADDRESSRANGEHI(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_addressrangehi_mask ) << SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_addressrangehi_shift )) & 0xffffffff
+def SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_RESERVED(x: int) -> int: return (( ( ( x ) & SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_reserved_mask ) << SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_reserved_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_op_mask ) << SDMA_PKT_FENCE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_sub_op_mask ) << SDMA_PKT_FENCE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_MTYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_mtype_mask ) << SDMA_PKT_FENCE_HEADER_mtype_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_GCC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_gcc_mask ) << SDMA_PKT_FENCE_HEADER_gcc_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_SYS(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_sys_mask ) << SDMA_PKT_FENCE_HEADER_sys_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_SNP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_snp_mask ) << SDMA_PKT_FENCE_HEADER_snp_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_GPA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_gpa_mask ) << SDMA_PKT_FENCE_HEADER_gpa_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_l2_policy_mask ) << SDMA_PKT_FENCE_HEADER_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_LLC_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_llc_policy_mask ) << SDMA_PKT_FENCE_HEADER_llc_policy_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_HEADER_cpv_mask ) << SDMA_PKT_FENCE_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_FENCE_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_FENCE_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_FENCE_DATA_DATA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_FENCE_DATA_data_mask ) << SDMA_PKT_FENCE_DATA_data_shift )) & 0xffffffff
+def SDMA_PKT_SRBM_WRITE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SRBM_WRITE_HEADER_op_mask ) << SDMA_PKT_SRBM_WRITE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_SRBM_WRITE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SRBM_WRITE_HEADER_sub_op_mask ) << SDMA_PKT_SRBM_WRITE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_SRBM_WRITE_HEADER_BYTE_EN(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SRBM_WRITE_HEADER_byte_en_mask ) << SDMA_PKT_SRBM_WRITE_HEADER_byte_en_shift )) & 0xffffffff
+def SDMA_PKT_SRBM_WRITE_ADDR_ADDR(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SRBM_WRITE_ADDR_addr_mask ) << SDMA_PKT_SRBM_WRITE_ADDR_addr_shift )) & 0xffffffff
+def SDMA_PKT_SRBM_WRITE_ADDR_APERTUREID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SRBM_WRITE_ADDR_apertureid_mask ) << SDMA_PKT_SRBM_WRITE_ADDR_apertureid_shift )) & 0xffffffff
+def SDMA_PKT_SRBM_WRITE_DATA_DATA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_SRBM_WRITE_DATA_data_mask ) << SDMA_PKT_SRBM_WRITE_DATA_data_shift )) & 0xffffffff
+def SDMA_PKT_PRE_EXE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PRE_EXE_HEADER_op_mask ) << SDMA_PKT_PRE_EXE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_PRE_EXE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PRE_EXE_HEADER_sub_op_mask ) << SDMA_PKT_PRE_EXE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_PRE_EXE_HEADER_DEV_SEL(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PRE_EXE_HEADER_dev_sel_mask ) << SDMA_PKT_PRE_EXE_HEADER_dev_sel_shift )) & 0xffffffff
+def SDMA_PKT_PRE_EXE_EXEC_COUNT_EXEC_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_PRE_EXE_EXEC_COUNT_exec_count_mask ) << SDMA_PKT_PRE_EXE_EXEC_COUNT_exec_count_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_HEADER_op_mask ) << SDMA_PKT_COND_EXE_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_HEADER_sub_op_mask ) << SDMA_PKT_COND_EXE_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_HEADER_cache_policy_mask ) << SDMA_PKT_COND_EXE_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_HEADER_cpv_mask ) << SDMA_PKT_COND_EXE_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_COND_EXE_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_COND_EXE_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_REFERENCE_REFERENCE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_REFERENCE_reference_mask ) << SDMA_PKT_COND_EXE_REFERENCE_reference_shift )) & 0xffffffff
+def SDMA_PKT_COND_EXE_EXEC_COUNT_EXEC_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_COND_EXE_EXEC_COUNT_exec_count_mask ) << SDMA_PKT_COND_EXE_EXEC_COUNT_exec_count_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_HEADER_op_mask ) << SDMA_PKT_CONSTANT_FILL_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_HEADER_sub_op_mask ) << SDMA_PKT_CONSTANT_FILL_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_HEADER_SW(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_HEADER_sw_mask ) << SDMA_PKT_CONSTANT_FILL_HEADER_sw_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_HEADER_cache_policy_mask ) << SDMA_PKT_CONSTANT_FILL_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_HEADER_cpv_mask ) << SDMA_PKT_CONSTANT_FILL_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_HEADER_FILLSIZE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_HEADER_fillsize_mask ) << SDMA_PKT_CONSTANT_FILL_HEADER_fillsize_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_CONSTANT_FILL_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_CONSTANT_FILL_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_DATA_SRC_DATA_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_DATA_src_data_31_0_mask ) << SDMA_PKT_CONSTANT_FILL_DATA_src_data_31_0_shift )) & 0xffffffff
+def SDMA_PKT_CONSTANT_FILL_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_CONSTANT_FILL_COUNT_count_mask ) << SDMA_PKT_CONSTANT_FILL_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_HEADER_op_mask ) << SDMA_PKT_DATA_FILL_MULTI_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_HEADER_sub_op_mask ) << SDMA_PKT_DATA_FILL_MULTI_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_HEADER_cache_policy_mask ) << SDMA_PKT_DATA_FILL_MULTI_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_HEADER_cpv_mask ) << SDMA_PKT_DATA_FILL_MULTI_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_HEADER_MEMLOG_CLR(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_HEADER_memlog_clr_mask ) << SDMA_PKT_DATA_FILL_MULTI_HEADER_memlog_clr_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_BYTE_STRIDE_BYTE_STRIDE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_BYTE_STRIDE_byte_stride_mask ) << SDMA_PKT_DATA_FILL_MULTI_BYTE_STRIDE_byte_stride_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_DMA_COUNT_DMA_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_DMA_COUNT_dma_count_mask ) << SDMA_PKT_DATA_FILL_MULTI_DMA_COUNT_dma_count_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_DATA_FILL_MULTI_BYTE_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DATA_FILL_MULTI_BYTE_COUNT_count_mask ) << SDMA_PKT_DATA_FILL_MULTI_BYTE_COUNT_count_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_op_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_sub_op_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_cache_policy_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_cpv_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_HDP_FLUSH(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_hdp_flush_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_hdp_flush_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_FUNC(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_func_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_func_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_HEADER_MEM_POLL(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_mask ) << SDMA_PKT_POLL_REGMEM_HEADER_mem_poll_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_POLL_REGMEM_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_POLL_REGMEM_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_VALUE_VALUE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_VALUE_value_mask ) << SDMA_PKT_POLL_REGMEM_VALUE_value_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_MASK_MASK(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_MASK_mask_mask ) << SDMA_PKT_POLL_REGMEM_MASK_mask_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_DW5_INTERVAL(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_DW5_interval_mask ) << SDMA_PKT_POLL_REGMEM_DW5_interval_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REGMEM_DW5_RETRY_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REGMEM_DW5_retry_count_mask ) << SDMA_PKT_POLL_REGMEM_DW5_retry_count_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_op_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_sub_op_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_cache_policy_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_cpv_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_SRC_ADDR_ADDR_31_2(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_SRC_ADDR_addr_31_2_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_SRC_ADDR_addr_31_2_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_op_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_sub_op_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_EA(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_ea_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_ea_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_cache_policy_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_cpv_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_START_PAGE_ADDR_31_4(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_START_PAGE_addr_31_4_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_START_PAGE_addr_31_4_shift )) & 0xffffffff
+def SDMA_PKT_POLL_DBIT_WRITE_MEM_PAGE_NUM_PAGE_NUM_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_DBIT_WRITE_MEM_PAGE_NUM_page_num_31_0_mask ) << SDMA_PKT_POLL_DBIT_WRITE_MEM_PAGE_NUM_page_num_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_HEADER_op_mask ) << SDMA_PKT_POLL_MEM_VERIFY_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_HEADER_sub_op_mask ) << SDMA_PKT_POLL_MEM_VERIFY_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_HEADER_cache_policy_mask ) << SDMA_PKT_POLL_MEM_VERIFY_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_HEADER_cpv_mask ) << SDMA_PKT_POLL_MEM_VERIFY_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_HEADER_MODE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_HEADER_mode_mask ) << SDMA_PKT_POLL_MEM_VERIFY_HEADER_mode_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_PATTERN_PATTERN(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_PATTERN_pattern_mask ) << SDMA_PKT_POLL_MEM_VERIFY_PATTERN_pattern_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_LO_CMP0_START_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_LO_cmp0_start_31_0_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_LO_cmp0_start_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_HI_CMP0_START_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_HI_cmp0_start_63_32_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_HI_cmp0_start_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_LO_CMP0_END_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_LO_cmp0_end_31_0_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_LO_cmp0_end_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_HI_CMP0_END_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_HI_cmp0_end_63_32_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_HI_cmp0_end_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_LO_CMP1_START_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_LO_cmp1_start_31_0_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_LO_cmp1_start_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_HI_CMP1_START_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_HI_cmp1_start_63_32_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_HI_cmp1_start_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_LO_CMP1_END_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_LO_cmp1_end_31_0_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_LO_cmp1_end_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_HI_CMP1_END_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_HI_cmp1_end_63_32_mask ) << SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_HI_cmp1_end_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_LO_REC_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_LO_rec_31_0_mask ) << SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_LO_rec_31_0_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_HI_REC_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_HI_rec_63_32_mask ) << SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_HI_rec_63_32_shift )) & 0xffffffff
+def SDMA_PKT_POLL_MEM_VERIFY_RESERVED_RESERVED(x: int) -> int: return (( ( ( x ) & SDMA_PKT_POLL_MEM_VERIFY_RESERVED_reserved_mask ) << SDMA_PKT_POLL_MEM_VERIFY_RESERVED_reserved_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_HEADER_op_mask ) << SDMA_PKT_ATOMIC_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_HEADER_LOOP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_HEADER_loop_mask ) << SDMA_PKT_ATOMIC_HEADER_loop_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_HEADER_TMZ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_HEADER_tmz_mask ) << SDMA_PKT_ATOMIC_HEADER_tmz_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_HEADER_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_HEADER_cache_policy_mask ) << SDMA_PKT_ATOMIC_HEADER_cache_policy_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_HEADER_cpv_mask ) << SDMA_PKT_ATOMIC_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_HEADER_ATOMIC_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_HEADER_atomic_op_mask ) << SDMA_PKT_ATOMIC_HEADER_atomic_op_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_ADDR_LO_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_ADDR_LO_addr_31_0_mask ) << SDMA_PKT_ATOMIC_ADDR_LO_addr_31_0_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_ADDR_HI_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_ADDR_HI_addr_63_32_mask ) << SDMA_PKT_ATOMIC_ADDR_HI_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_SRC_DATA_LO_SRC_DATA_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_SRC_DATA_LO_src_data_31_0_mask ) << SDMA_PKT_ATOMIC_SRC_DATA_LO_src_data_31_0_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_SRC_DATA_HI_SRC_DATA_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_SRC_DATA_HI_src_data_63_32_mask ) << SDMA_PKT_ATOMIC_SRC_DATA_HI_src_data_63_32_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_CMP_DATA_LO_CMP_DATA_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_CMP_DATA_LO_cmp_data_31_0_mask ) << SDMA_PKT_ATOMIC_CMP_DATA_LO_cmp_data_31_0_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_CMP_DATA_HI_CMP_DATA_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_CMP_DATA_HI_cmp_data_63_32_mask ) << SDMA_PKT_ATOMIC_CMP_DATA_HI_cmp_data_63_32_shift )) & 0xffffffff
+def SDMA_PKT_ATOMIC_LOOP_INTERVAL_LOOP_INTERVAL(x: int) -> int: return (( ( ( x ) & SDMA_PKT_ATOMIC_LOOP_INTERVAL_loop_interval_mask ) << SDMA_PKT_ATOMIC_LOOP_INTERVAL_loop_interval_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_SET_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_SET_HEADER_op_mask ) << SDMA_PKT_TIMESTAMP_SET_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_SET_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_SET_HEADER_sub_op_mask ) << SDMA_PKT_TIMESTAMP_SET_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_SET_INIT_DATA_LO_INIT_DATA_31_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_SET_INIT_DATA_LO_init_data_31_0_mask ) << SDMA_PKT_TIMESTAMP_SET_INIT_DATA_LO_init_data_31_0_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_SET_INIT_DATA_HI_INIT_DATA_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_SET_INIT_DATA_HI_init_data_63_32_mask ) << SDMA_PKT_TIMESTAMP_SET_INIT_DATA_HI_init_data_63_32_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_HEADER_op_mask ) << SDMA_PKT_TIMESTAMP_GET_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_HEADER_sub_op_mask ) << SDMA_PKT_TIMESTAMP_GET_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_HEADER_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_HEADER_l2_policy_mask ) << SDMA_PKT_TIMESTAMP_GET_HEADER_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_HEADER_LLC_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_HEADER_llc_policy_mask ) << SDMA_PKT_TIMESTAMP_GET_HEADER_llc_policy_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_HEADER_cpv_mask ) << SDMA_PKT_TIMESTAMP_GET_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_LO_WRITE_ADDR_31_3(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_LO_write_addr_31_3_mask ) << SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_LO_write_addr_31_3_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_HI_WRITE_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_HI_write_addr_63_32_mask ) << SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_HI_write_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_op_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_sub_op_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_L2_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_l2_policy_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_l2_policy_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_LLC_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_llc_policy_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_llc_policy_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_cpv_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_LO_WRITE_ADDR_31_3(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_LO_write_addr_31_3_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_LO_write_addr_31_3_shift )) & 0xffffffff
+def SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_HI_WRITE_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_HI_write_addr_63_32_mask ) << SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_HI_write_addr_63_32_shift )) & 0xffffffff
+def SDMA_PKT_TRAP_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TRAP_HEADER_op_mask ) << SDMA_PKT_TRAP_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_TRAP_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TRAP_HEADER_sub_op_mask ) << SDMA_PKT_TRAP_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_TRAP_INT_CONTEXT_INT_CONTEXT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_TRAP_INT_CONTEXT_int_context_mask ) << SDMA_PKT_TRAP_INT_CONTEXT_int_context_shift )) & 0xffffffff
+def SDMA_PKT_DUMMY_TRAP_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DUMMY_TRAP_HEADER_op_mask ) << SDMA_PKT_DUMMY_TRAP_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_DUMMY_TRAP_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DUMMY_TRAP_HEADER_sub_op_mask ) << SDMA_PKT_DUMMY_TRAP_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_DUMMY_TRAP_INT_CONTEXT_INT_CONTEXT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_DUMMY_TRAP_INT_CONTEXT_int_context_mask ) << SDMA_PKT_DUMMY_TRAP_INT_CONTEXT_int_context_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_HEADER_op_mask ) << SDMA_PKT_GPUVM_INV_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_HEADER_sub_op_mask ) << SDMA_PKT_GPUVM_INV_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_PER_VMID_INV_REQ(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_per_vmid_inv_req_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_per_vmid_inv_req_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_FLUSH_TYPE(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_flush_type_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_flush_type_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PTES(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_ptes_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_ptes_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PDE0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_pde0_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_pde0_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PDE1(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_pde1_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_pde1_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PDE2(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_pde2_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_l2_pde2_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_L1_PTES(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_l1_ptes_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_l1_ptes_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_CLR_PROTECTION_FAULT_STATUS_ADDR(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_clr_protection_fault_status_addr_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_clr_protection_fault_status_addr_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_LOG_REQUEST(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_log_request_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_log_request_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD1_FOUR_KILOBYTES(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD1_four_kilobytes_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD1_four_kilobytes_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD2_S(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD2_s_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD2_s_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD2_PAGE_VA_42_12(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD2_page_va_42_12_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD2_page_va_42_12_shift )) & 0xffffffff
+def SDMA_PKT_GPUVM_INV_PAYLOAD3_PAGE_VA_47_43(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GPUVM_INV_PAYLOAD3_page_va_47_43_mask ) << SDMA_PKT_GPUVM_INV_PAYLOAD3_page_va_47_43_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_HEADER_op_mask ) << SDMA_PKT_GCR_REQ_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_HEADER_sub_op_mask ) << SDMA_PKT_GCR_REQ_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD1_BASE_VA_31_7(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD1_base_va_31_7_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD1_base_va_31_7_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD2_BASE_VA_47_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD2_base_va_47_32_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD2_base_va_47_32_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD2_GCR_CONTROL_15_0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD2_gcr_control_15_0_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD2_gcr_control_15_0_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD3_GCR_CONTROL_18_16(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD3_gcr_control_18_16_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD3_gcr_control_18_16_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD3_LIMIT_VA_31_7(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD3_limit_va_31_7_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD3_limit_va_31_7_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD4_LIMIT_VA_47_32(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD4_limit_va_47_32_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD4_limit_va_47_32_shift )) & 0xffffffff
+def SDMA_PKT_GCR_REQ_PAYLOAD4_VMID(x: int) -> int: return (( ( ( x ) & SDMA_PKT_GCR_REQ_PAYLOAD4_vmid_mask ) << SDMA_PKT_GCR_REQ_PAYLOAD4_vmid_shift )) & 0xffffffff
+def SDMA_PKT_NOP_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_NOP_HEADER_op_mask ) << SDMA_PKT_NOP_HEADER_op_shift )) & 0xffffffff
+def SDMA_PKT_NOP_HEADER_SUB_OP(x: int) -> int: return (( ( ( x ) & SDMA_PKT_NOP_HEADER_sub_op_mask ) << SDMA_PKT_NOP_HEADER_sub_op_shift )) & 0xffffffff
+def SDMA_PKT_NOP_HEADER_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_PKT_NOP_HEADER_count_mask ) << SDMA_PKT_NOP_HEADER_count_shift )) & 0xffffffff
+def SDMA_PKT_NOP_DATA0_DATA0(x: int) -> int: return (( ( ( x ) & SDMA_PKT_NOP_DATA0_data0_mask ) << SDMA_PKT_NOP_DATA0_data0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_FORMAT(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_format_mask ) << SDMA_AQL_PKT_HEADER_HEADER_format_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_BARRIER(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_barrier_mask ) << SDMA_AQL_PKT_HEADER_HEADER_barrier_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_ACQUIRE_FENCE_SCOPE(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_acquire_fence_scope_mask ) << SDMA_AQL_PKT_HEADER_HEADER_acquire_fence_scope_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_RELEASE_FENCE_SCOPE(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_release_fence_scope_mask ) << SDMA_AQL_PKT_HEADER_HEADER_release_fence_scope_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_RESERVED(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_reserved_mask ) << SDMA_AQL_PKT_HEADER_HEADER_reserved_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_op_mask ) << SDMA_AQL_PKT_HEADER_HEADER_op_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_SUBOP(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_subop_mask ) << SDMA_AQL_PKT_HEADER_HEADER_subop_shift )) & 0xffffffff
+def SDMA_AQL_PKT_HEADER_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_HEADER_HEADER_cpv_mask ) << SDMA_AQL_PKT_HEADER_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_FORMAT(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_format_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_format_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_BARRIER(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_barrier_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_barrier_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_ACQUIRE_FENCE_SCOPE(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_acquire_fence_scope_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_acquire_fence_scope_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_RELEASE_FENCE_SCOPE(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_release_fence_scope_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_release_fence_scope_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_RESERVED(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_reserved_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_reserved_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_op_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_op_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_SUBOP(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_subop_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_subop_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_HEADER_cpv_mask ) << SDMA_AQL_PKT_COPY_LINEAR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW1_RESERVED_DW1(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW1_reserved_dw1_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW1_reserved_dw1_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_LO_RETURN_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_LO_return_addr_31_0_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_LO_return_addr_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_HI_RETURN_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_HI_return_addr_63_32_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_HI_return_addr_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_COUNT_COUNT(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_COUNT_count_mask ) << SDMA_AQL_PKT_COPY_LINEAR_COUNT_count_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_DST_SW(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_dst_sw_mask ) << SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_dst_sw_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_DST_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_dst_cache_policy_mask ) << SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_dst_cache_policy_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_SRC_SW(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_src_sw_mask ) << SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_src_sw_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_SRC_CACHE_POLICY(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_src_cache_policy_mask ) << SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_src_cache_policy_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_LO_src_addr_31_0_mask ) << SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_LO_src_addr_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_HI_src_addr_63_32_mask ) << SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_HI_src_addr_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_LO_DST_ADDR_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_LO_dst_addr_31_0_mask ) << SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_LO_dst_addr_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_HI_DST_ADDR_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_HI_dst_addr_63_32_mask ) << SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_HI_dst_addr_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW10_RESERVED_DW10(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW10_reserved_dw10_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW10_reserved_dw10_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW11_RESERVED_DW11(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW11_reserved_dw11_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW11_reserved_dw11_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW12_RESERVED_DW12(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW12_reserved_dw12_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW12_reserved_dw12_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW13_RESERVED_DW13(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW13_reserved_dw13_mask ) << SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW13_reserved_dw13_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_LO_COMPLETION_SIGNAL_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_LO_completion_signal_31_0_mask ) << SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_LO_completion_signal_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_HI_COMPLETION_SIGNAL_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_HI_completion_signal_63_32_mask ) << SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_HI_completion_signal_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_FORMAT(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_format_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_format_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_BARRIER(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_barrier_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_barrier_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_ACQUIRE_FENCE_SCOPE(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_acquire_fence_scope_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_acquire_fence_scope_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_RELEASE_FENCE_SCOPE(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_release_fence_scope_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_release_fence_scope_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_RESERVED(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_reserved_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_reserved_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_OP(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_op_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_op_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_SUBOP(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_subop_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_subop_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_HEADER_CPV(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_HEADER_cpv_mask ) << SDMA_AQL_PKT_BARRIER_OR_HEADER_cpv_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW1_RESERVED_DW1(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW1_reserved_dw1_mask ) << SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW1_reserved_dw1_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_LO_DEPENDENT_ADDR_0_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_LO_dependent_addr_0_31_0_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_LO_dependent_addr_0_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_HI_DEPENDENT_ADDR_0_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_HI_dependent_addr_0_63_32_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_HI_dependent_addr_0_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_LO_DEPENDENT_ADDR_1_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_LO_dependent_addr_1_31_0_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_LO_dependent_addr_1_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_HI_DEPENDENT_ADDR_1_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_HI_dependent_addr_1_63_32_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_HI_dependent_addr_1_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_LO_DEPENDENT_ADDR_2_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_LO_dependent_addr_2_31_0_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_LO_dependent_addr_2_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_HI_DEPENDENT_ADDR_2_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_HI_dependent_addr_2_63_32_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_HI_dependent_addr_2_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_LO_DEPENDENT_ADDR_3_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_LO_dependent_addr_3_31_0_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_LO_dependent_addr_3_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_HI_DEPENDENT_ADDR_3_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_HI_dependent_addr_3_63_32_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_HI_dependent_addr_3_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_LO_DEPENDENT_ADDR_4_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_LO_dependent_addr_4_31_0_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_LO_dependent_addr_4_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_HI_DEPENDENT_ADDR_4_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_HI_dependent_addr_4_63_32_mask ) << SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_HI_dependent_addr_4_63_32_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy0_mask ) << SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY1(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy1_mask ) << SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy1_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY2(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy2_mask ) << SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy2_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY3(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy3_mask ) << SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy3_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY4(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy4_mask ) << SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_cache_policy4_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW13_RESERVED_DW13(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW13_reserved_dw13_mask ) << SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW13_reserved_dw13_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_LO_COMPLETION_SIGNAL_31_0(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_LO_completion_signal_31_0_mask ) << SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_LO_completion_signal_31_0_shift )) & 0xffffffff
+def SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_HI_COMPLETION_SIGNAL_63_32(x: int) -> int: return (( ( ( x ) & SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_HI_completion_signal_63_32_mask ) << SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_HI_completion_signal_63_32_shift )) & 0xffffffff
+
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
 _LAYOUT = {
@@ -4198,835 +5031,4 @@ _CTYPES = {
 
 # declarations seen in the sources but not bound, with the reason
 SKIPPED = {
-  'SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY2': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY3': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_CACHE_POLICY_CACHE_POLICY4': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_HI_COMPLETION_SIGNAL_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_COMPLETION_SIGNAL_LO_COMPLETION_SIGNAL_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_HI_DEPENDENT_ADDR_0_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_0_LO_DEPENDENT_ADDR_0_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_HI_DEPENDENT_ADDR_1_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_1_LO_DEPENDENT_ADDR_1_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_HI_DEPENDENT_ADDR_2_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_2_LO_DEPENDENT_ADDR_2_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_HI_DEPENDENT_ADDR_3_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_3_LO_DEPENDENT_ADDR_3_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_HI_DEPENDENT_ADDR_4_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_DEPENDENT_ADDR_4_LO_DEPENDENT_ADDR_4_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_ACQUIRE_FENCE_SCOPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_BARRIER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_RELEASE_FENCE_SCOPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_RESERVED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_HEADER_SUBOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW13_RESERVED_DW13': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_BARRIER_OR_RESERVED_DW1_RESERVED_DW1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_HI_COMPLETION_SIGNAL_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_COMPLETION_SIGNAL_LO_COMPLETION_SIGNAL_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_ACQUIRE_FENCE_SCOPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_BARRIER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_RELEASE_FENCE_SCOPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_RESERVED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_HEADER_SUBOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_DST_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_PARAMETER_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW10_RESERVED_DW10': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW11_RESERVED_DW11': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW12_RESERVED_DW12': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW13_RESERVED_DW13': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RESERVED_DW1_RESERVED_DW1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_HI_RETURN_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_RETURN_ADDR_LO_RETURN_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_COPY_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_ACQUIRE_FENCE_SCOPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_BARRIER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_RELEASE_FENCE_SCOPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_RESERVED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_AQL_PKT_HEADER_HEADER_SUBOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_DCC_DATA_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_DCC_MAX_COM': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_DCC_MAX_UCOM': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_DCC_NUM_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_DCC_READ_CM': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_DCC_WRITE_CM': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_GCR_GL1_RANGE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_GCR_GL2_RANGE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_GCR_GLI_INV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_GCR_SEQ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_CMP_DATA_HI_CMP_DATA_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_CMP_DATA_LO_CMP_DATA_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_HEADER_ATOMIC_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_HEADER_LOOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_LOOP_INTERVAL_LOOP_INTERVAL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_SRC_DATA_HI_SRC_DATA_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_ATOMIC_SRC_DATA_LO_SRC_DATA_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_EXEC_COUNT_EXEC_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COND_EXE_REFERENCE_REFERENCE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_DATA_SRC_DATA_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_HEADER_FILLSIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_CONSTANT_FILL_HEADER_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_HI_DST1_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_DST1_ADDR_LO_DST1_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_HI_DST2_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_DST2_ADDR_LO_DST2_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_BROADCAST': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_ENCRYPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST1_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST1_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST2_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_DST2_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_PARAMETER_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_BROADCAST_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_HEADER_ALL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_GCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_GPA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_LLC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_MTYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_SNOOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_DST_SYS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_GPA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_LLC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_MTYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_SNOOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_PARAMETER_SRC_SYS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_DIRTY_PAGE_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_10_DST2_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_10_DST2_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_10_LINEAR_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_10_LINEAR_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_10_TILE_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_10_TILE_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_5_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_6_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_6_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_7_DIMENSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_7_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_7_MIP_MAX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_7_SWIZZLE_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_8_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_8_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_DW_9_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_BROADCAST': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_ENCRYPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_HEADER_VIDEOCOPY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_HI_LINEAR_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_ADDR_LO_LINEAR_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_PITCH_LINEAR_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_LINEAR_SLICE_PITCH_LINEAR_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_0_TILED_ADDR0_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_HI_1_TILED_ADDR1_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_0_TILED_ADDR0_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_L2T_BROADCAST_TILED_ADDR_LO_1_TILED_ADDR1_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_PARAMETER_DST_HA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_PARAMETER_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_PARAMETER_SRC_HA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_PARAMETER_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_BC_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_BACKWARDS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_BROADCAST': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_ENCRYPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_PARAMETER_DST_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_PARAMETER_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_PARAMETER_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_PARAMETER_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_10_DST_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_11_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_DST_HA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_SRC_HA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_12_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_SRC_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_3_SRC_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_SRC_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_4_SRC_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_5_SRC_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_DST_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_8_DST_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_DST_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_DW_9_DST_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_ELEMENTSIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_BC_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_10_DST_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_11_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_DST_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_12_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_SRC_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_3_SRC_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_SRC_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_4_SRC_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_5_SRC_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_DST_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_8_DST_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_DST_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_DW_9_DST_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_ELEMENTSIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_11_DST_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_12_DST_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_13_DST_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_14_DST_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_15_DST_SLICE_PITCH_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_DST_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_DST_SLICE_PITCH_47_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_SRC_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_16_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_17_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_18_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_19_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_3_SRC_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_4_SRC_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_5_SRC_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_6_SRC_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_7_SRC_SLICE_PITCH_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_DW_8_SRC_SLICE_PITCH_47_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_LARGE_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_LINEAR_SUBWIN_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_ADDR_PAIR_NUM': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_GCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_GPA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_LLC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_LOG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_MTYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_SNOOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_DST_SYS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_GCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_GPA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_LLC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_MTYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_SNOOP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_PARAMETER_SRC_SYS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_PHYSICAL_LINEAR_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_DW_5_LINEAR_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_DW_5_LINEAR_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_DW_5_STRIDE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_DW_5_STRUCT_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_DW_5_STRUCT_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_HEADER_DETILE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_HI_LINEAR_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_LINEAR_ADDR_LO_LINEAR_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_SB_ADDR_HI_SB_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_SB_ADDR_LO_SB_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_STRUCT_START_INDEX_START_INDEX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_10_DST_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_10_DST_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_11_DST_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_11_DST_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_ARRAY_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_BANK_H': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_BANK_W': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_MAT_ASPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_MIT_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_NUM_BANK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_PIPE_CONFIG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_12_DST_TILESPLIT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_13_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_13_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_14_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_14_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_14_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_3_SRC_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_3_SRC_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_4_SRC_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_4_SRC_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_5_SRC_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_5_SRC_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_ARRAY_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_BANK_H': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_BANK_W': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_MAT_ASPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_MIT_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_NUM_BANK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_PIPE_CONFIG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_6_SRC_TILESPLIT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_9_DST_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_DW_9_DST_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_BC_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_10_DST_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_10_DST_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_11_DST_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_11_DST_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_12_DST_DIMENSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_12_DST_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_12_DST_MIP_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_12_DST_MIP_MAX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_12_DST_SWIZZLE_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_13_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_13_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_14_DST_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_14_DST_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_14_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_14_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_14_SRC_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_3_SRC_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_3_SRC_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_4_SRC_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_4_SRC_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_5_SRC_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_5_SRC_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_6_SRC_DIMENSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_6_SRC_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_6_SRC_MIP_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_6_SRC_MIP_MAX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_6_SRC_SWIZZLE_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_9_DST_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_DW_9_DST_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_HEADER_DCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_HEADER_DCC_DIR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_ADDR_HI_META_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_ADDR_LO_META_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_ALPHA_IS_ON_MSB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_COLOR_TRANSFORM_DISABLE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_DATA_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_MAX_COMP_BLOCK_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_MAX_UNCOMP_BLOCK_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_META_LLC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_META_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_NUMBER_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_PIPE_ALIGNED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_SURFACE_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_META_CONFIG_WRITE_COMPRESS_ENABLE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_T2T_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_3_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_4_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_4_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_ARRAY_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_BANK_H': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_BANK_W': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_MAT_ASPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_MIT_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_NUM_BANK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_PIPE_CONFIG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_5_TILESPLIT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_6_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_6_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_7_LINEAR_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_7_TILE_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_DW_7_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_HEADER_DETILE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_HI_LINEAR_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_LINEAR_ADDR_LO_LINEAR_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_LINEAR_PITCH_LINEAR_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_LINEAR_SLICE_PITCH_LINEAR_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_TILED_ADDR_HI_TILED_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_BC_TILED_ADDR_LO_TILED_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_3_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_4_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_4_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_5_DIMENSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_5_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_5_MIP_MAX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_5_SWIZZLE_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_6_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_6_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_7_LINEAR_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_7_LINEAR_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_7_TILE_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_7_TILE_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_DW_7_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_HEADER_DETILE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_HEADER_ENCRYPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_LINEAR_ADDR_HI_LINEAR_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_LINEAR_ADDR_LO_LINEAR_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_LINEAR_PITCH_LINEAR_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_LINEAR_SLICE_PITCH_LINEAR_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_LINEAR_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_10_LINEAR_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_11_LINEAR_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_12_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_LINEAR_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_13_TILE_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_TILED_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_3_TILED_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_TILED_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_4_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_5_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_ARRAY_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_BANK_H': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_BANK_W': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_MAT_ASPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_MIT_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_NUM_BANK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_PIPE_CONFIG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_6_TILESPLIT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_LINEAR_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_DW_9_LINEAR_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_DETILE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_HI_LINEAR_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_LINEAR_ADDR_LO_LINEAR_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_HI_TILED_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_BC_TILED_ADDR_LO_TILED_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_10_LINEAR_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_10_LINEAR_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_11_LINEAR_SLICE_PITCH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_12_RECT_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_12_RECT_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_13_LINEAR_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_13_LINEAR_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_13_RECT_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_13_TILE_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_13_TILE_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_3_TILED_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_3_TILED_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_4_TILED_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_4_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_5_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_5_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_6_DIMENSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_6_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_6_MIP_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_6_MIP_MAX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_6_SWIZZLE_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_9_LINEAR_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_DW_9_LINEAR_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_HEADER_DCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_HEADER_DETILE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_HI_LINEAR_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_LINEAR_ADDR_LO_LINEAR_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_HI_META_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_ADDR_LO_META_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_ALPHA_IS_ON_MSB': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_COLOR_TRANSFORM_DISABLE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_DATA_FORMAT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_MAX_COMP_BLOCK_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_MAX_UNCOMP_BLOCK_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_META_LLC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_META_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_NUMBER_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_PIPE_ALIGNED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_SURFACE_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_META_CONFIG_WRITE_COMPRESS_ENABLE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_HI_TILED_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_SUBWIN_TILED_ADDR_LO_TILED_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_TILED_ADDR_HI_TILED_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_COPY_TILED_TILED_ADDR_LO_TILED_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_BYTE_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_BYTE_STRIDE_BYTE_STRIDE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_DMA_COUNT_DMA_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_HEADER_MEMLOG_CLR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DATA_FILL_MULTI_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DUMMY_TRAP_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DUMMY_TRAP_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_DUMMY_TRAP_INT_CONTEXT_INT_CONTEXT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_DATA_DATA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_GCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_GPA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_LLC_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_MTYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_SNP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_FENCE_HEADER_SYS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD1_BASE_VA_31_7': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD2_BASE_VA_47_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD2_GCR_CONTROL_15_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD3_GCR_CONTROL_18_16': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD3_LIMIT_VA_31_7': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD4_LIMIT_VA_47_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GCR_REQ_PAYLOAD4_VMID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_CLR_PROTECTION_FAULT_STATUS_ADDR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_FLUSH_TYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_FOUR_KILOBYTES': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_L1_PTES': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PDE0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PDE1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PDE2': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_L2_PTES': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_LOG_REQUEST': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD1_PER_VMID_INV_REQ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD2_PAGE_VA_42_12': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD2_S': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_GPUVM_INV_PAYLOAD3_PAGE_VA_47_43': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_BASE_HI_IB_BASE_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_BASE_LO_IB_BASE_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_CSA_ADDR_HI_CSA_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_CSA_ADDR_LO_CSA_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_HEADER_PRIV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_HEADER_VMID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_INDIRECT_IB_SIZE_IB_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_HEADER_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_HEADER_LLC_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_MEM_INCR_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_NOP_DATA0_DATA0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_NOP_HEADER_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_NOP_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_NOP_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_DST_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_EA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_PAGE_NUM_PAGE_NUM_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_DBIT_WRITE_MEM_START_PAGE_ADDR_31_4': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_HI_CMP0_END_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_END_LO_CMP0_END_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_HI_CMP0_START_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP0_ADDR_START_LO_CMP0_START_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_HI_CMP1_END_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_END_LO_CMP1_END_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_HI_CMP1_START_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_CMP1_ADDR_START_LO_CMP1_START_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_HEADER_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_PATTERN_PATTERN': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_HI_REC_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_REC_ADDR_LO_REC_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_MEM_VERIFY_RESERVED_RESERVED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_DW5_INTERVAL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_DW5_RETRY_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_FUNC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_HDP_FLUSH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_MEM_POLL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_MASK_MASK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REGMEM_VALUE_VALUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_DST_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_POLL_REG_WRITE_MEM_SRC_ADDR_ADDR_31_2': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PRE_EXE_EXEC_COUNT_EXEC_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PRE_EXE_HEADER_DEV_SEL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PRE_EXE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PRE_EXE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_COUNT_IN_32B_XFER_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_DIRECTION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_PTEPDE_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_PTE_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_MASK_FIRST_XFER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_MASK_BIT_FOR_DW_MASK_LAST_XFER': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_BACKWARDS_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_COUNT_DST_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_COUNT_SRC_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_HEADER_PTEPDE_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_MASK_DW0_MASK_DW0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_MASK_DW1_MASK_DW1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_SRC_ADDR_HI_SRC_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_COPY_SRC_ADDR_LO_SRC_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_COUNT_NUM_OF_PTE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_GCC': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_GPA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_LLC_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_MTYPE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_SNP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_HEADER_SYS': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_MASK_HI_MASK_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_MASK_LO_MASK_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_VALUE_HI_VALUE_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_PTEPDE_RMW_VALUE_LO_VALUE_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_ADDR_ADDR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_ADDR_APERTURE_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_MASK_MASK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_MISC_NUM_OF_REG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_MISC_STRIDE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_REGISTER_RMW_VALUE_VALUE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_ADDR_HI_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_ADDR_LO_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_HEADER_MAILBOX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_HEADER_SIGNAL': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SEMAPHORE_HEADER_WRITE_ONE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SRBM_WRITE_ADDR_ADDR': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SRBM_WRITE_ADDR_APERTUREID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SRBM_WRITE_DATA_DATA': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SRBM_WRITE_HEADER_BYTE_EN': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SRBM_WRITE_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_SRBM_WRITE_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_LLC_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_HI_WRITE_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_GLOBAL_WRITE_ADDR_LO_WRITE_ADDR_31_3': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_HEADER_L2_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_HEADER_LLC_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_HI_WRITE_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_GET_WRITE_ADDR_LO_WRITE_ADDR_31_3': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_SET_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_SET_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_SET_INIT_DATA_HI_INIT_DATA_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TIMESTAMP_SET_INIT_DATA_LO_INIT_DATA_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TRAP_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TRAP_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_TRAP_INT_CONTEXT_INT_CONTEXT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_ADDRESSRANGEHI': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_INVALIDATEACK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_ADDRESSRANGEHI_RESERVED': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_ADDRESSRANGELO_ADDRESSRANGELO': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_HEADER_GFX_ENG_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_HEADER_MM_ENG_ID': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_VM_INVALIDATION_INVALIDATEREQ_INVALIDATEREQ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_HEADER_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_INCR_DW0_INCR_DW0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_INCR_DW1_INCR_DW1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_INIT_DW0_INIT_DW0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_INIT_DW1_INIT_DW1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_MASK_DW0_MASK_DW0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_INCR_MASK_DW1_MASK_DW1': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DATA0_DATA0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_3_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_4_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_4_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_ARRAY_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_BANK_H': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_BANK_W': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_MAT_ASPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_MIT_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_NUM_BANK': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_PIPE_CONFIG': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_5_TILESPLIT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_6_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_6_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_7_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_DW_7_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_BC_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_COUNT_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DATA0_DATA0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_3_WIDTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_4_DEPTH': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_4_HEIGHT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_5_DIMENSION': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_5_ELEMENT_SIZE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_5_MIP_MAX': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_5_SWIZZLE_MODE': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_6_X': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_6_Y': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_7_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_7_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_DW_7_Z': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_HEADER_ENCRYPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_TILED_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_DATA0_DATA0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_DST_ADDR_HI_DST_ADDR_63_32': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_DST_ADDR_LO_DST_ADDR_31_0': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_DW_3_CACHE_POLICY': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_DW_3_COUNT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_DW_3_SW': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_HEADER_CPV': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_HEADER_ENCRYPT': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_HEADER_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_HEADER_SUB_OP': 'function-like macro (its uses in object-like macros are evaluated)',
-  'SDMA_PKT_WRITE_UNTILED_HEADER_TMZ': 'function-like macro (its uses in object-like macros are evaluated)',
 }

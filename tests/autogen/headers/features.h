@@ -13,7 +13,11 @@
 #define FIELD_A 31:16                    /* hi:lo data */
 #define FIELD_B MW(95:64)                /* multi-word form */
 #define FIELD_ALIAS FIELD_A
-#define ADD(a, b) ((a) + (b))            /* function-like: listed as skipped */
+#define FIELD_IDX(i) MW((63+(i)*32):(32+(i)*32))   /* indexed multi-word field */
+#define ADD(a, b) ((a) + (b))            /* integer arithmetic: becomes a Python function */
+#define WRAP(x) ((x) << 30)              /* int arithmetic wraps at 32 bits in C */
+#define WIDE(x) ((x##ULL) << 40)         /* token pasting: not translated, listed as skipped */
+#define CALLS(a) (ADD(a, BASE) * 2)      /* calls another macro */
 #define USES_FUNC ADD(DERIVED, 2)
 #define FEAT_IOC_MAGIC 'F'
 #define FEAT_IOC_GET _IOR(FEAT_IOC_MAGIC, 1, struct bits)
@@ -77,5 +81,12 @@ typedef struct { struct packed_s p; uint8_t after; } wrap_t, *wrap_p;
 typedef uint32_t u32_t;
 typedef u32_t chain_t;           /* typedef chain */
 
+#pragma pack(push, 2)
+struct pragma_packed { uint8_t a; uint64_t b; uint32_t c; };
+#pragma pack(pop)
+
 int feat_sum(int a, const char *fmt, ...);
+int feat_unlisted(void);
+extern int feat_global;
+static inline int feat_inline(int x) { return x + 1; }
 #endif
