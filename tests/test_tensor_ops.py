@@ -4,7 +4,7 @@ import inspect, math
 import numpy as np
 import pytest
 from tests.torch_helpers import torch, check, assert_same, rnd, tdtype, bdtype
-from baregrad import Tensor, dtypes
+from baregrad import Device, Tensor, dtypes
 
 F = torch.nn.functional
 
@@ -688,7 +688,7 @@ def test_numpy_tolist_item():
 def test_properties():
   t = Tensor(rnd((2, 3, 4)))
   assert t.shape == (2, 3, 4) and t.ndim == 3 and t.dim() == 3 and t.numel() == 24 and len(t) == 2
-  assert t.dtype == dtypes.float32 and t.device == "CPU" and t.size() == (2, 3, 4) and t.size(-1) == 4 and t.element_size() == 4
+  assert t.dtype == dtypes.float32 and t.device == Device.DEFAULT and t.size() == (2, 3, 4) and t.size(-1) == 4 and t.element_size() == 4
   assert t.to("CPU").device == "CPU" and t.cpu().device == "CPU"
   np.testing.assert_array_equal(t.to("CPU").numpy(), t.numpy())
   assert t.to(dtype=dtypes.float16).dtype == dtypes.float16

@@ -94,6 +94,9 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   pm = symbolic + vector_simplify + (ren.extra_matcher or PatternMatcher([]))
   sink = graph_rewrite(sink, pm)
   if not ren.vectorized: sink = graph_rewrite(devectorize(sink), symbolic)
+  # every buffer of the AST stays a kernel parameter, even one whose loads simplified away (the ABI is by position)
+  have = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
+  if missing := tuple(b for b in k.buffers() if b not in have): sink = sink.replace(src=sink.src + missing)
   if DEBUG() >= 4: print(pretty(sink, limit=10_000), file=sys.stderr)
   uops = linearize(sink)
   if DEBUG() >= 5:

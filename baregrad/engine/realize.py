@@ -48,6 +48,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
       if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes", file=sys.stderr)
       for c in capturing: c.add_copy(it)
       continue
+    if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)
     runner = compile_ast(it.ast, out.device)
     runner([b.buf for b in it.bufs])
     for c in capturing: c.add_kernel(runner, it)
