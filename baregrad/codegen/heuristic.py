@@ -10,7 +10,7 @@ def _strides(k: Kernel) -> list[tuple[UOp, tuple[int | None, ...]]]:
   for u in k.ast.toposort():
     if u.op in (Ops.LOAD, Ops.STORE):
       st = u.src[1].arg
-      out.append((u, st.real_strides() if len(st.views) == 1 and st.views[0].mask is None else tuple(None for _ in st.shape)))
+      out.append((u, st.real_strides()))
   return out
 
 def _loop_index(k: Kernel, orig: int) -> int | None:

@@ -157,9 +157,19 @@ class ShapeTracker:
     return idx.simplify(), valid.simplify()
 
   def real_strides(self) -> tuple[int | None, ...]:
-    """Stride of each axis if it is affine in that axis alone, else None (used by the optimizer)."""
-    if len(self.views) == 1: return tuple(st for st in self.views[0].strides)
-    return tuple(None for _ in self.shape)
+    """Stride of each axis where the index is affine in that axis alone, else None (used by the optimizer).
+    Read off the simplified index expression, so stacks of views (reshapes of moved views) work too."""
+    if len(self.views) == 1 and self.views[0].mask is None: return tuple(st for st in self.views[0].strides)
+    from baregrad.ir.symbolic import linear
+    rs = [UOp.range(s, i) for i, s in enumerate(self.shape)]
+    idx, _ = self.to_index(rs)
+    terms, _ = linear(idx)
+    out: list[int | None] = []
+    for i, r in enumerate(rs):
+      if self.shape[i] == 1: out.append(0); continue
+      inside = [t for t in terms if t is not r and r in t.toposort()]
+      out.append(None if inside else terms.get(r, 0))
+    return tuple(out)
 
 @functools.cache
 def _range_vars(shape: tuple[int, ...]) -> list[UOp]: return [UOp.range(s, i) for i, s in enumerate(shape)]
