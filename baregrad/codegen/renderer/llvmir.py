@@ -113,14 +113,22 @@ class LLVMRenderer(Renderer):
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
-        lines.append(f"  {nm}.l = load {ltype(d)}, ptr {ptr}, align {d.scalar.itemsize}")
+        if d.scalar == dtypes.bool:  # bools are bytes in memory: <N x i1> would load N packed bits
+          mt = ltype(dtypes.uint8.vec(d.count))
+          lines.append(f"  {nm}.b = load {mt}, ptr {ptr}, align 1")
+          lines.append(f"  {nm}.l = trunc {mt} {nm}.b to {ltype(d)}")
+        else: lines.append(f"  {nm}.l = load {ltype(d)}, ptr {ptr}, align {d.scalar.itemsize}")
         if valid is None: lines[-1] = lines[-1].replace(f"{nm}.l =", f"{nm} =")
         else: lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
         r[u] = nm
       elif u.op is Ops.STORE:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
-        st = f"  store {ltype(u.src[1].dtype)} {r[u.src[1]]}, ptr {ptr}, align {u.src[1].dtype.scalar.itemsize}"
+        vd, val = u.src[1].dtype, r[u.src[1]]
+        if vd.scalar == dtypes.bool:  # store bytes (0/1), not packed bits
+          lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {ltype(dtypes.uint8.vec(vd.count))}")
+          vd, val = dtypes.uint8.vec(vd.count), f"{nm}.z"
+        st = f"  store {ltype(vd)} {val}, ptr {ptr}, align {vd.scalar.itemsize}"
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
