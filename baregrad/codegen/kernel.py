@@ -157,7 +157,8 @@ class Kernel:
         if rs and n_reduce:
           # a second reduction over the same axes is a separate loop: give it its own ranges
           fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * n_reduce, r.arg[1]) for r in rs}
-          val = val.substitute(fresh)
+          # ...but only outside reductions nested in it: those keep their own loops
+          val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
           rs = tuple(fresh[r] for r in rs)
         n_reduce += 1
         new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
