@@ -270,24 +270,18 @@ def test_float64_and_float16_elementwise_2d_prime_shape(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_zero_size_kernel_runs_and_writes_nothing(device):
   ast = sink(store(0, (0,), load(1, f32, (0,)) + 1.0))
-  try:
-    (got,) = run(ast, [(0, f32)], [(np.zeros(0, np.float32), f32)], device)
-  except (KernelError, ValueError) as e:  # a clear error is acceptable too
-    assert "size" in str(e) or "0" in str(e), f"unclear error for a zero-size kernel: {e}"
-    return
+  (got,) = run(ast, [(0, f32)], [(np.zeros(0, np.float32), f32)], device)
   assert got.size == 0
 
+@pytest.mark.xfail(raises=KernelError, strict=True, reason="BUG: verify_ast takes the iteration space as the per-axis max of "
+                   "the VIEW shapes, so a (4, 0) input with a (4, 1) output is refused ('does not fit the iteration space (4, 1)')")
 @pytest.mark.parametrize("device", DEVICES)
 def test_reduction_over_zero_size_axis_gives_identity(device):
   # sum over an empty axis is 0, prod 1, max -inf (NumPy's sum/prod; max of nothing is the identity)
   ld = load(3, f32, (4, 0))
   ast = sink(store(0, (4, 1), reduce(ld, Ops.ADD, (1,))), store(1, (4, 1), reduce(ld, Ops.MUL, (1,))),
              store(2, (4, 1), reduce(ld, Ops.MAX, (1,))))
-  try:
-    s, p, m = run(ast, [(4, f32)] * 3, [(np.zeros((4, 0), np.float32), f32)], device)
-  except (KernelError, ValueError) as e:
-    assert "size" in str(e) or "0" in str(e), f"unclear error for an empty reduction: {e}"
-    return
+  s, p, m = run(ast, [(4, f32)] * 3, [(np.zeros((4, 0), np.float32), f32)], device)
   assert (s == 0).all() and (p == 1).all() and (m == -np.inf).all(), (s, p, m)
 
 @pytest.mark.parametrize("device", DEVICES)
