@@ -102,6 +102,10 @@ def _cmplt_fold(x: UOp, c: UOp) -> UOp | None:
   if any(v < 0 for v in terms.values()): return None
   lhs = build_linear({t: v // g for t, v in terms.items()}, 0, x.dtype)
   bound = -((k - c.arg) // g)  # ceil((c-k)/g)
+  # moving k across the comparison is only valid if neither side wraps around in the dtype
+  lo = sum(min(v * t.vmin, v * t.vmax) for t, v in terms.items())
+  hi = sum(max(v * t.vmin, v * t.vmax) for t, v in terms.items())
+  if not dtypes.min(x.dtype) <= min(lo, lo + k, bound) <= max(hi, hi + k, bound) <= dtypes.max(x.dtype): return None
   if lhs is x and bound == c.arg: return None
   return lhs.alu(Ops.CMPLT, bound)
 
