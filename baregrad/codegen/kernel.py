@@ -49,12 +49,16 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
     if st.op is not Ops.STORE or len(st.src) != 3 or st.src[0].op is not Ops.DEFINE_GLOBAL or st.src[1].op is not Ops.VIEW:
       raise KernelError(f"kernel AST: each SINK source must be STORE(DEFINE_GLOBAL, VIEW, value), got {st.op.name} with "
                         f"{[s.op.name for s in st.src]}")
+    if isinstance(st.src[0].dtype, PtrDType) and st.src[2].dtype.scalar != st.src[0].dtype.base.scalar:
+      raise KernelError(f"STORE of a {st.src[2].dtype} value into buffer {st.src[0].arg} of {st.src[0].dtype.base}: cast first")
   for u in ast.toposort():
     if u.op is Ops.VIEW:
       if not isinstance(u.arg, ShapeTracker): raise KernelError(f"VIEW arg must be a ShapeTracker, got {type(u.arg).__name__}")
       shapes.append(u.arg.shape)
     if u.op is Ops.LOAD and (len(u.src) != 2 or u.src[0].op is not Ops.DEFINE_GLOBAL or u.src[1].op is not Ops.VIEW):
       raise KernelError(f"LOAD must be LOAD(DEFINE_GLOBAL, VIEW), got sources {[s.op.name for s in u.src]}")
+    if u.op is Ops.LOAD and isinstance(u.src[0].dtype, PtrDType) and u.dtype.scalar != u.src[0].dtype.base.scalar:
+      raise KernelError(f"LOAD of {u.dtype} from buffer {u.src[0].arg} of {u.src[0].dtype.base}: load the buffer's dtype and cast")
     if u.op is Ops.DEFINE_GLOBAL and not isinstance(u.dtype, PtrDType): raise KernelError(f"DEFINE_GLOBAL {u.arg} must have a pointer dtype, got {u.dtype}")
     if u.op in GroupOp.ALU:
       ds = {s.dtype for s in u.src[(1 if u.op is Ops.WHERE else 0):]}
@@ -62,7 +66,7 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
       if u.op is Ops.WHERE and u.src[0].dtype.scalar != dtypes.bool: raise KernelError(f"WHERE condition must be bool, got {u.src[0].dtype}")
       if u.op in (Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR) and dtypes.is_float(u.dtype):
         raise KernelError(f"{u.op.name} needs an integer or bool dtype, got {u.dtype}")
-      if u.op in GroupOp.Transcendental | {Ops.FDIV} and not dtypes.is_float(u.dtype):
+      if u.op in GroupOp.Transcendental | {Ops.FDIV, Ops.RECIP} and not dtypes.is_float(u.dtype):
         raise KernelError(f"{u.op.name} needs a float dtype, got {u.dtype}")
     if u.op is Ops.REDUCE_AXIS and (not isinstance(u.arg, tuple) or u.arg[0] not in GroupOp.Reduce):
       raise KernelError(f"REDUCE_AXIS arg must be (op, axes) with op in ADD/MUL/MAX, got {u.arg!r}")
@@ -70,6 +74,9 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   ndims = {len(s) for s in shapes}
   if len(ndims) != 1: raise KernelError(f"every VIEW in a kernel must have the same number of axes, got shapes {shapes}")
   full = tuple(max(s[i] for s in shapes) for i in range(ndims.pop()))
+  for u in ast.toposort():
+    if u.op is Ops.REDUCE_AXIS and not all(isinstance(a, int) and 0 <= a < len(full) for a in u.arg[1]):
+      raise KernelError(f"REDUCE_AXIS over axes {u.arg[1]}: the kernel has {len(full)} axes (shape {full})")
   for s in shapes:
     if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
