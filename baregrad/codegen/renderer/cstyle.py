@@ -131,7 +131,8 @@ class CRenderer(Renderer):
     if op is Ops.NEG: return f"(!{s[0]})" if d.scalar == dtypes.bool else f"(-{s[0]})"
     if op is Ops.FDIV: return f"({s[0]} / {s[1]})"
     if op is Ops.RECIP: return f"({cconst(d, 1.0)} / {s[0]})"
-    if op in (Ops.IDIV, Ops.MOD): return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[d.scalar][0]}({s[0]}, {s[1]})"
+    if op in (Ops.IDIV, Ops.MOD):  # bools divide as unsigned bytes (0/1)
+      return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[dtypes.uint8 if d.scalar == dtypes.bool else d.scalar][0]}({s[0]}, {s[1]})"
     if op is Ops.CMPLT: return f"({s[0]} < {s[1]})"
     if op is Ops.CMPNE: return f"({s[0]} != {s[1]})"
     if op is Ops.CMPEQ: return f"({s[0]} == {s[1]})"
