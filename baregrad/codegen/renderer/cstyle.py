@@ -4,7 +4,7 @@ Compiled with -fwrapv so signed overflow wraps; division, shifts and float->int 
 define every input (see ir/alu.py)."""
 from __future__ import annotations
 import math, struct
-from baregrad.ir.dtype import DType, PtrDType, dtypes
+from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.rewrites import cpu_float_matcher
@@ -30,9 +30,9 @@ def cconst(d: DType, v: object) -> str:
     suf = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "U"}.get(s, "")
     return f"(({CTYPE[s]}){iv}{suf})"
   x = float(v)  # type: ignore[arg-type]
+  if s == dtypes.bfloat16: return f"((unsigned short){float_to_bf16(x):#06x})"  # bfloat16 values are their bits here
   if math.isnan(x): return f"(({CTYPE[s]})__builtin_nan(\"\"))"
   if math.isinf(x): return f"(({CTYPE[s]})({'-' if x < 0 else ''}__builtin_inf()))"
-  if s == dtypes.bfloat16: raise RenderError("bfloat16 constants are lowered to float32 before rendering")
   return f"(({CTYPE[s]}){x.hex()})"
 
 PRELUDE = r"""
@@ -80,6 +80,7 @@ class CRenderer(Renderer):
       elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
       elif u.op is Ops.DEFINE_ACC: emit(f"{ctype(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
       elif u.op is Ops.ASSIGN:
+        if d.scalar == dtypes.bfloat16: raise RenderError("C renderer: bfloat16 reductions are not supported (the accumulator would add bits as integers)")
         acc, val = r[u.src[0]], u.src[1]
         if u.arg[0] is Ops.ADD and val.op is Ops.MUL and dtypes.is_float(d) and d.scalar in _FT:
           emit(f"{acc} = __builtin_fma{'f' if d.scalar == dtypes.float32 else ''}({r[val.src[0]]}, {r[val.src[1]]}, {acc});")
