@@ -21,7 +21,7 @@ UNARY_F = [Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC]
 BINARY_F = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ]
 BINARY_I = [Ops.ADD, Ops.SUB, Ops.MUL, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR,
             Ops.SHL, Ops.SHR]
-BINARY_B = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR]
+BINARY_B = [Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR, Ops.IDIV, Ops.MOD]
 CMP = (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ)
 
 def binary_ops(dt: DType) -> list[Ops]:
@@ -65,7 +65,7 @@ def ref_int_binary(op: Ops, dt: DType, a: np.ndarray, b: np.ndarray) -> np.ndarr
 
 def ref_bool_binary(op: Ops, a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return {Ops.ADD: a | b, Ops.MUL: a & b, Ops.MAX: a | b, Ops.CMPLT: ~a & b, Ops.CMPNE: a != b, Ops.CMPEQ: a == b,
-          Ops.AND: a & b, Ops.OR: a | b, Ops.XOR: a ^ b}[op]
+          Ops.AND: a & b, Ops.OR: a | b, Ops.XOR: a ^ b, Ops.IDIV: a & b, Ops.MOD: np.zeros_like(a)}[op]  # x//0 == x%0 == 0
 
 def fmax_ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   """llvm.maximum: NaN propagates, +0 > -0."""
@@ -331,3 +331,22 @@ def test_shift_by_mixed_dtype_amount(device):
   amt = [int(v) % 32 for v in s]
   assert list(l) == list(wrap(np.array([int(v) << k for v, k in zip(a, amt)], dtype=object), dtypes.int32))
   assert list(r) == [int(v) >> k for v, k in zip(a, amt)]
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", FLOATS, ids=ids)
+def test_float_ops_with_constant_operands_every_float_dtype(device, dt):
+  # constants of each float dtype reach the renderers as literals (bfloat16 ones lowered to float32 first)
+  (a,) = inputs_for(dt, 6, False)
+  n = len(a)
+  x = load(5, dt, (n,))
+  exprs = [x * 2.5 + 0.5, x.alu(Ops.MAX, -0.0), x / 3.0, x - 0.001, (x < 0.0).where(0.0, x)]
+  ast = sink(*[store(i, (n,), e) for i, e in enumerate(exprs)])
+  outs = run(ast, [(n, dt)] * len(exprs), [(a, dt)], device)
+  cd = compute_dtype(dt)
+  def cst(v): return finish(np.array([v], np.float64), dt).astype(cd)[0]  # the constant as dt holds it
+  x_ = a.astype(cd)
+  with np.errstate(all="ignore"):
+    wants = [finish(finish(x_ * cst(2.5), dt).astype(cd) + cst(0.5), dt), finish(fmax_ref(x_, np.full(n, -0.0, cd)), dt),
+             finish(x_ / cst(3.0), dt), finish(x_ - cst(0.001), dt), finish(np.where(x_ < 0, cd.type(0), x_), dt)]
+  for i, (g, w) in enumerate(zip(outs, wants)):
+    assert_float_equal(g, w, f"constant-operand expr #{i} {dt.name} on {device}", inputs=(a,))

@@ -74,8 +74,8 @@ def test_casts_bit_identical(fr):
   a_, b_ = both(ast, [(n, to) for to in ALL], [(a, fr)])
   assert_bit_identical(a_, b_, f"casts from {fr.name}")
 
-BF16_REDUCE_BUG = pytest.mark.xfail(raises=RenderError, strict=True, reason="BUG: the C renderer cannot render a bfloat16 "
-                                     "reduction (its accumulator's identity is a bfloat16 CONST, and acc + x would be integer math)")
+BF16_REDUCE_BUG = pytest.mark.xfail(raises=RenderError, strict=True, reason="BUG (open): the C renderer cannot render a bfloat16 "
+                                     "reduction: bfloat16 is an unsigned short there, so acc + x would add bits as integers")
 
 def matmul_ast(M, K, N, dt=f32):
   sa = ShapeTracker.from_shape((M, K)).reshape((M, 1, K)).expand((M, N, K))
