@@ -3,7 +3,7 @@ pad, shrink, flip, reshape of a permuted view), explicit opts lists (UPCAST, UNR
 shapes (1 element, primes, sizes no vector width divides, zero-size), integer dtypes, and matmul via expand+reduce.
 Every kernel runs on both CPU renderers."""
 from __future__ import annotations
-import itertools
+import functools, itertools
 import numpy as np
 import pytest
 from baregrad.ir.dtype import dtypes
@@ -38,14 +38,30 @@ RED_CASES = [((7, 13), (0,)), ((7, 13), (1,)), ((7, 13), (0, 1)), ((16, 64), (1,
              ((5, 1), (0,)), ((1, 9), (1,)), ((3, 5, 4), (0, 2)), ((3, 5, 4), (1,)), ((2, 3, 4, 5), (1, 3)), ((1000,), (0,)),
              ((4, 17, 3), (0, 1, 2))]
 
+@functools.cache
+def reduction_results(shape, axes, device, combined: bool):
+  """Sum, product and max over `axes`: in one kernel (three stores, three reductions over the same axes) or three."""
+  rng = np.random.default_rng(abs(hash((shape, axes))) % 2 ** 32)
+  xs = {op: float_input(shape, op, rng) for op in (Ops.ADD, Ops.MUL, Ops.MAX)}
+  out_shape = tuple(1 if i in axes else s for i, s in enumerate(shape))
+  n = int(np.prod(out_shape))
+  ops = list(xs)
+  if combined:
+    ast = sink(*[store(i, out_shape, reduce(load(3 + i, f32, shape), op, axes)) for i, op in enumerate(ops)])
+    outs = run(ast, [(n, f32)] * 3, [(xs[op], f32) for op in ops], device)
+  else:
+    outs = [run(reduce_kernel(shape, axes, op, f32)[0], [(n, f32)], [(xs[op], f32)], device)[0] for op in ops]
+  return xs, dict(zip(ops, outs))
+
+SINGLE = {((7, 13), (1,)), ((3, 5, 4), (0, 2)), ((1000,), (0,))}  # also compiled as one kernel per reduction
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MUL, Ops.MAX], ids=lambda o: o.name)
-@pytest.mark.parametrize("shape,axes", RED_CASES, ids=[f"{s}-{a}".replace(" ", "") for s, a in RED_CASES])
-def test_float32_reduction_over_axes_keepdim_shape(device, op, shape, axes):
-  rng = np.random.default_rng(hash((shape, axes)) % 2 ** 32)
-  x = float_input(shape, op, rng)
-  ast, out_shape = reduce_kernel(shape, axes, op, f32)
-  (got,) = run(ast, [(int(np.prod(out_shape)), f32)], [(x, f32)], device)
+@pytest.mark.parametrize("shape,axes,combined", [(s, a, True) for s, a in RED_CASES] + [(s, a, False) for s, a in RED_CASES if (s, a) in SINGLE],
+                         ids=[f"{s}-{a}".replace(" ", "") for s, a in RED_CASES] + [f"{s}-{a}-alone".replace(" ", "") for s, a in RED_CASES if (s, a) in SINGLE])
+def test_float32_reduction_over_axes_keepdim_shape(device, op, shape, axes, combined):
+  xs, res = reduction_results(shape, axes, device, combined)
+  x, got = xs[op], res[op]
   want = np_reduce(x.astype(np.float64), axes, op)
   scale = np_reduce(np.abs(x.astype(np.float64)), axes, Ops.ADD if op is not Ops.MUL else Ops.MUL)
   close(got, want, f"{op.name} over {axes} of {shape} on {device}", rtol=1e-5 if op is not Ops.MAX else 0, scale=scale)
