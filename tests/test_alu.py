@@ -225,7 +225,7 @@ def ternary_results(dtname: str, device: str):
   n = len(a)
   x, y, z = load(2, dt, (n,)), load(3, dt, (n,)), load(4, dt, (n,))
   cnd = load(5, dtypes.bool, (n,))
-  fused = x.alu(Ops.MULACC, y, z) if dtypes.is_float(dt) and dt.itemsize >= 4 else x * y + z
+  fused = x.alu(Ops.MULACC, y, z) if dt != dtypes.bool else x * y + z
   ast = sink(store(0, (n,), cnd.where(x, y)), store(1, (n,), fused))
   w, m = run(ast, [(n, dt), (n, dt)], [(a, dt), (b, dt), (c, dt), (cond, dtypes.bool)], device)
   return a, b, c, cond, w, m
@@ -240,9 +240,27 @@ def test_where_selects_bits_exactly(device, dt):
   else: assert_equal(w, want, f"WHERE {dt.name} on {device}", inputs=(cond, a, b))
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dt", [dtypes.float32, dtypes.float64], ids=ids)
+@pytest.mark.parametrize("dt", INTS, ids=ids)
+def test_mulacc_of_ints_wraps(device, dt):
+  a, b, c, _, _, m = ternary_results(dt.name, device)
+  want = wrap(np.array([int(x) * int(y) + int(z) for x, y, z in zip(a, b, c)], dtype=object), dt)
+  assert_equal(m, want, f"MULACC {dt.name} on {device}", inputs=(a, b, c))
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", FLOATS, ids=ids)
 def test_mulacc_is_a_single_rounding_fma(device, dt):
   a, b, c, _, _, m = ternary_results(dt.name, device)
+  if dt in SMALL:  # a float32 fma of the widened values, rounded to dt once more
+    from fractions import Fraction
+    want = []
+    for x, y, z in zip(a.astype(np.float64), b.astype(np.float64), c.astype(np.float64)):
+      with np.errstate(all="ignore"): inexact = np.float32(np.float32(x) * np.float32(y) + np.float32(z))
+      if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)) or not np.isfinite(inexact):
+        want.append(inexact)
+        continue
+      want.append(np.float32(_round_fraction(Fraction(x) * Fraction(y) + Fraction(z), np.float32)))
+    want = finish(np.array(want, dtype=np.float32), dt)
+    return assert_float_equal(m, want, f"MULACC {dt.name} on {device}", check_zero_sign=False, inputs=(a, b, c))
   if dt == dtypes.float32:  # float32 product is exact in float64; sum rounded once more: check vs exact via Fraction
     from fractions import Fraction
     want = []
