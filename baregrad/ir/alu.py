@@ -55,7 +55,7 @@ def cast_value(x: Any, dt: DType) -> Any:
   if dtypes.is_int(dt) and isinstance(x, float):
     if math.isnan(x): return 0
     return max(dtypes.min(dt), min(dtypes.max(dt), int(x))) if not math.isinf(x) else (dtypes.max(dt) if x > 0 else dtypes.min(dt))
-  if dtypes.is_float(dt): return truncate(dt, float(x))
+  if dtypes.is_float(dt): return truncate(dt, x if isinstance(x, int) and not isinstance(x, bool) else float(x))
   return truncate(dt, x)
 
 def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
