@@ -368,3 +368,58 @@ def test_float_ops_with_constant_operands_every_float_dtype(device, dt):
              finish(x_ / cst(3.0), dt), finish(x_ - cst(0.001), dt), finish(np.where(x_ < 0, cd.type(0), x_), dt)]
   for i, (g, w) in enumerate(zip(outs, wants)):
     assert_float_equal(g, w, f"constant-operand expr #{i} {dt.name} on {device}", inputs=(a,))
+
+# ---------------------------------------------------------------- constant folding (ir/alu.py in Python) == what kernels compute
+def _const_py(x, dt: DType):
+  if dt == dtypes.bool: return bool(x)
+  return int(x) if dtypes.is_int(dt) else float(x)
+
+def _same_value(folded, got, dt: DType) -> bool:
+  if dtypes.is_float(dt):
+    f, g = float(folded), float(got)
+    return (math.isnan(f) and math.isnan(g)) or (f == g and math.copysign(1, f) == math.copysign(1, g))
+  return _const_py(folded, dt) == _const_py(got, dt)
+
+def _check_folding(pairs_in, got, dt_out: DType, fold, what: str):
+  bad = []
+  for i, args in enumerate(pairs_in):
+    u = fold(*args).simplify()
+    if u.op is not Ops.CONST: bad.append((args, "not folded", got[i])); continue
+    if not _same_value(u.arg, got[i], dt_out): bad.append((args, u.arg, got[i]))
+  assert not bad, f"{what}: constant folding differs from the kernel (args, folded, kernel): {bad[:6]} ({len(bad)} in all)"
+
+@pytest.mark.parametrize("dt,op", BIN_CASES, ids=[f"{op.name}-{dt.name}" for dt, op in BIN_CASES])
+def test_constant_folding_of_binary_ops_matches_the_kernel(dt, op):
+  a, b, res = binary_results(dt.name, "CPU")
+  k = len(special_values(dt)) ** 2
+  args = [(_const_py(x, dt), _const_py(y, dt)) for x, y in zip(a[:k], b[:k])]
+  _check_folding(args, res[op][:k], out_dtype(op, dt), lambda x, y: UOp.const(dt, x).alu(op, UOp.const(dt, y)), f"{op.name} {dt.name}")
+
+@pytest.mark.parametrize("dt,op", UN_CASES, ids=[f"{op.name}-{dt.name}" for dt, op in UN_CASES])
+def test_constant_folding_of_unary_ops_matches_the_kernel(dt, op):
+  a, res = unary_results(dt.name, "CPU")
+  k = len(special_values(dt))
+  if op in ULPS: pytest.skip("transcendental: folded with Python's math, compared with an ulp tolerance elsewhere")
+  _check_folding([(_const_py(x, dt),) for x in a[:k]], res[op][:k], dt, lambda x: UOp.const(dt, x).alu(op), f"{op.name} {dt.name}")
+
+@pytest.mark.parametrize("fr", ALL, ids=ids)
+def test_constant_folding_of_casts_matches_the_kernel(fr):
+  a, res = cast_results(fr.name, "CPU")
+  bad = []
+  for to in ALL:
+    try: _check_folding([(_const_py(x, fr),) for x in a], res[to.name], to, lambda x: UOp.const(fr, x).cast(to), f"CAST {fr.name} -> {to.name}")
+    except AssertionError as e: bad.append(str(e)[:400])
+  assert not bad, "\n".join(bad)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_int64_to_float_cast_rounds_once_in_kernels_and_folding(device):
+  # ints that round differently through float64 first (double rounding): 2**60 + 2**36 + 1 is 2**60 + 2**37 in float32
+  vals = np.array([2 ** 60 + 2 ** 36 + 1, -(2 ** 60 + 2 ** 36 + 1), 2 ** 62 + 2 ** 38 + 1, 2 ** 55 + 2 ** 31 + 3, 2 ** 24 + 1,
+                   2 ** 63 - 1, -2 ** 63, 2 ** 53 + 1], np.int64)
+  n = len(vals)
+  (got,) = run(sink(store(0, (n,), load(1, dtypes.int64, (n,)).cast(dtypes.float32))), [(n, dtypes.float32)], [(vals, dtypes.int64)], device)
+  want = vals.astype(np.float32)  # NumPy's int64 -> float32 array cast rounds once
+  assert (got == want).all(), f"kernel {got} vs {want}"
+  folded = np.array([UOp.const(dtypes.int64, int(v)).cast(dtypes.float32).simplify().arg for v in vals], np.float32)
+  assert (folded == want).all(), f"constant folding {folded} vs {want}"
+  assert UOp.const(dtypes.float32, 2 ** 60 + 2 ** 36 + 1).arg == 2.0 ** 60 + 2.0 ** 37, "a Python int constant rounds once too"
