@@ -130,7 +130,10 @@ class Kernel:
     order = {"global": 0, "local": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) for rid, i in enumerate(ids)}
+    # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
+    # out of the index math but stay in its REDUCE, which the linearizer cannot place)
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 else UOp.const(dtypes.int32, 0)
+                           for rid, i in enumerate(ids)}
     idx_of: list[UOp] = []
     for o, s in enumerate(self.full_shape):
       parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
@@ -140,7 +143,7 @@ class Kernel:
         e = e + rng[i] * stride
         stride *= a.size
       idx_of.append(e.simplify())
-    red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o] for o in self.reduce_axes}
+    red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
     memo: dict[UOp, UOp] = {}
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
