@@ -51,7 +51,8 @@ def linearize(sink: UOp) -> list[UOp]:
       outer = close(raw[u])
       init = _acc_init(u)
       acc = UOp(Ops.DEFINE_ACC, u.dtype, (init,), next(counter))
-      asg = UOp(Ops.ASSIGN, u.dtype, (acc, val), (u.arg, rs))
+      # the ranges are sources too, so they (and their ends) are placed even when the value does not use them
+      asg = UOp(Ops.ASSIGN, u.dtype, (acc, val) + tuple(rs), (u.arg, rs))
       new = UOp(Ops.REDUCE, u.dtype, (acc, asg), u.arg)
       ctx[acc], ctx[asg], ctx[new] = outer, close(raw[u.src[0]] | frozenset(rs) | outer), outer
     else:
