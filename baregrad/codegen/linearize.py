@@ -35,8 +35,21 @@ def linearize(sink: UOp) -> list[UOp]:
     out = set(s)
     for r in s: out |= encl.get(r, frozenset())
     return frozenset(out)
+  # reductions that share a loop (the lanes of a devectorized reduce) must sit in the same outer loops, else the shared
+  # loop would need two different nestings: give each the union of the outer loops of those it shares a loop with
+  outer_of = {u: close(raw[u]) for u in reduces}
+  changed = True
+  while changed:
+    changed = False
+    sharing: dict[UOp, list[UOp]] = {}
+    for u in reduces:
+      for r in u.src[1:]: sharing.setdefault(r, []).append(u)
+    for r, us in sharing.items():
+      un = frozenset().union(*(outer_of[x] for x in us)) - frozenset(r for x in us for r in x.src[1:])
+      for x in us:
+        if outer_of[x] != un: outer_of[x], changed = un, True
   for u in reduces:  # toposort order: inner reductions were seen first, but their outer sets only need outputs
-    outer = close(raw[u])
+    outer = outer_of[u]
     prev: frozenset[UOp] = outer
     for r in u.src[1:]:
       encl[r] = close(prev)
@@ -48,7 +61,7 @@ def linearize(sink: UOp) -> list[UOp]:
     src = tuple(replace.get(s, s) for s in u.src)
     if u.op is Ops.REDUCE:
       val, rs = src[0], src[1:]
-      outer = close(raw[u])
+      outer = outer_of[u]
       init = _acc_init(u)
       acc = UOp(Ops.DEFINE_ACC, u.dtype, (init,), next(counter))
       # the ranges are sources too, so they (and their ends) are placed even when the value does not use them
