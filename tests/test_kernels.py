@@ -418,3 +418,30 @@ def test_reduce_of_a_const_with_view_counts_elements(device):
   ast = sink(store(0, (3, 1), reduce(const(i32, 1, st), Ops.ADD, (1,))), store(1, (3, 1), reduce(load(2, i32, (3, 8)), Ops.ADD, (1,))))
   c, s = run(ast, [(3, i32), (3, i32)], [(np.ones((3, 8), np.int32), i32)], device)
   assert list(c) == [5, 5, 5] and list(s) == [8, 8, 8], (c, s)
+
+# ---------------------------------------------------------------- regressions for bugs found by tests/test_kernel_fuzz.py
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("opts", [[Opt(S, 0, 8)], [Opt(S, 0, 1)], [Opt(S, 0, 0)], [Opt(R, 0, 1)]], ids=str)
+def test_split_by_the_whole_reduce_axis(device, opts):
+  # a size-1 part of a reduce axis used to stay a RANGE in its REDUCE: KeyError in linearize
+  x = np.arange(8, dtype=np.int32)
+  (got,) = run(sink(store(0, (1,), reduce(load(1, i32, (8,)), Ops.ADD, (0,)))), [(1, i32)], [(x, i32)], device, opts=opts)
+  assert got[0] == 28
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("opts", [None, [], [Opt(R, 0, 5)]], ids=str)
+def test_reduction_of_a_constant(device, opts):
+  # the value does not use the reduce loop: the loop must still run (KeyError in linearize before)
+  ast = sink(store(0, (3, 1), reduce(const(i32, 2, (3, 5)), Ops.ADD, (1,))), store(1, (3, 1), reduce(const(f32, 1.5, (3, 5)), Ops.MUL, (1,))))
+  s, p = run(ast, [(3, i32), (3, f32)], [], device, opts=[Opt(R, 1, 5)] if opts and opts[0].op is R else opts)
+  assert list(s) == [10, 10, 10] and list(p) == [1.5 ** 5] * 3, (s, p)
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_upcast_over_a_reduce_whose_lanes_fold_differently(device):
+  # lanes of one reduce where one lane's load is fully masked (its value folds to a constant): LinearizeError on C before
+  from baregrad.ir.view import View
+  st = ShapeTracker((View((2, 2, 2), (0, 1, 0), 0, ((0, 1), (0, 2), (0, 1))),))
+  ast = sink(store(0, (2, 1, 2), reduce(load(1, i32, st) * 3 + 1, Ops.ADD, (1,))))
+  for opts in (None, [], [Opt(U, 0, 0)], [Opt(U, 2, 2)], [Opt(U, 0, 0), Opt(R, 0, 2)]):
+    (got,) = run(ast, [(4, i32)], [(np.array([1, 2], np.int32), i32)], device, opts=opts)
+    assert list(got) == [11, 2, 2, 2], f"opts={opts}: {got}"
