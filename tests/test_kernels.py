@@ -445,3 +445,13 @@ def test_upcast_over_a_reduce_whose_lanes_fold_differently(device):
   for opts in (None, [], [Opt(U, 0, 0)], [Opt(U, 2, 2)], [Opt(U, 0, 0), Opt(R, 0, 2)]):
     (got,) = run(ast, [(4, i32)], [(np.array([1, 2], np.int32), i32)], device, opts=opts)
     assert list(got) == [11, 2, 2, 2], f"opts={opts}: {got}"
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unroll_over_a_partly_masked_reduce(device):
+  # unrolled lanes of one reduce: two lanes fold to the same constant reduce (merged, then scaled by 2)
+  from baregrad.ir.view import View
+  st = ShapeTracker((View((3, 2, 2), (0, 0, 0), 0, ((0, 1), (0, 1), (0, 1))),))
+  ast = sink(store(0, (1, 1, 2), reduce(load(1, i32, st) * 3 + 1, Ops.ADD, (0, 1))))
+  for opts in (None, [], [Opt(R, 0, 0)], [Opt(R, 0, 3), Opt(R, 0, 2)]):
+    (got,) = run(ast, [(2, i32)], [(np.array([5], np.int32), i32)], device, opts=opts)
+    assert list(got) == [21, 6], f"opts={opts}: {got}"
