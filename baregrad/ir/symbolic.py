@@ -148,8 +148,8 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.SUB, src=(_int("x"), UPat.const(None, 0))), lambda x: x),
   (UPat(Ops.SUB, src=(_int("x"), UPat.var("x"))), lambda x: x.const_like(0)),
   (UPat(Ops.MOD, src=(_int("x"), UPat.const(None, 1))), lambda x: x.const_like(0)),
-  (UPat(Ops.CMPLT, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool, False)),
-  (UPat(Ops.CMPNE, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.CMPLT, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool.vec(x.dtype.count), False)),
+  (UPat(Ops.CMPNE, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool.vec(x.dtype.count), False)),
   (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if _isint(x) and x.vmin >= y.vmax else y if _isint(x) and y.vmin >= x.vmax else None),
   # canonical linear form of integer sums (merges like terms, distributes constant factors)
   (UPat((Ops.ADD, Ops.SUB, Ops.NEG), name="x"), _canon_linear),
