@@ -13,6 +13,7 @@ import pytest
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.codegen.astbuild import load, store, sink
+from baregrad.codegen.kernel import Opt, OptOps
 from tests.helpers import (DEVICES, INTS, FLOATS, ALL, np_dtype, ref_dtype, special_values, random_values, pairs, run,
                            round_bf16, assert_equal, assert_float_equal, bits, bf16_bits_to_f32, f32_to_bf16_bits)
 
@@ -423,3 +424,13 @@ def test_int64_to_float_cast_rounds_once_in_kernels_and_folding(device):
   folded = np.array([UOp.const(dtypes.int64, int(v)).cast(dtypes.float32).simplify().arg for v in vals], np.float32)
   assert (folded == want).all(), f"constant folding {folded} vs {want}"
   assert UOp.const(dtypes.float32, 2 ** 60 + 2 ** 36 + 1).arg == 2.0 ** 60 + 2.0 ** 37, "a Python int constant rounds once too"
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_self_comparison_of_an_int_vector_folds_to_a_bool_vector(device):
+  # regression: x < x on upcast int8 lanes folded to a scalar False, then XOR with a bool vector was invalid LLVM IR
+  n = 64
+  b, x = np.arange(n) % 3 == 0, np.arange(n, dtype=np.int8)
+  lb, lx = load(2, dtypes.bool, (n,)), load(3, dtypes.int8, (n,))
+  ast = sink(store(0, (n,), lb ^ (lx < lx)), store(1, (n,), lb & lx.ne(lx)))
+  got_x, got_a = run(ast, [(n, dtypes.bool), (n, dtypes.bool)], [(b, dtypes.bool), (x, dtypes.int8)], device, opts=[Opt(OptOps.UPCAST, 0, 16)])
+  assert (got_x == b).all() and not got_a.any()
