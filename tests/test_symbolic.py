@@ -218,3 +218,13 @@ def test_int_and_bool_and_float_consts_with_equal_values_differ():
 def test_uops_are_immutable():
   a = var("a")
   with pytest.raises(AttributeError): a.arg = ("b", 0, 1)  # type: ignore[misc]
+
+def test_bool_neg_bounds_and_folding():
+  # regression: NEG of a bool had bounds (-1, 0), so -(x < -x) folded to True; it is x
+  x = UOp.variable("x", False, True, dtypes.bool)
+  e = -(x < -x)
+  s = e.simplify()
+  for xv in (False, True):
+    assert evaluate(s, {"x": xv}) == evaluate(e, {"x": xv}) == xv
+  n = -x
+  assert (n.vmin, n.vmax) == (False, True)
