@@ -73,7 +73,8 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   if not shapes: raise KernelError("kernel AST has no VIEW: nothing says the iteration space")
   ndims = {len(s) for s in shapes}
   if len(ndims) != 1: raise KernelError(f"every VIEW in a kernel must have the same number of axes, got shapes {shapes}")
-  full = tuple(max(s[i] for s in shapes) for i in range(ndims.pop()))
+  # an axis of size 0 anywhere makes the iteration space empty there (a reduction over it gives the identity)
+  full = tuple(0 if any(s[i] == 0 for s in shapes) else max(s[i] for s in shapes) for i in range(ndims.pop()))
   for u in ast.toposort():
     if u.op is Ops.REDUCE_AXIS and not all(isinstance(a, int) and 0 <= a < len(full) for a in u.arg[1]):
       raise KernelError(f"REDUCE_AXIS over axes {u.arg[1]}: the kernel has {len(full)} axes (shape {full})")
@@ -113,7 +114,7 @@ class Kernel:
       if any(a.kind == "global" for a in self.axes): raise OptError(f"{opt}: the kernel already has a parallel axis")
       ax.kind = "global"
     else:
-      if ax.size % amt != 0 or amt < 1: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
+      if amt < 1 or ax.size % amt != 0: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
       kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local"}[opt.op]
       if opt.op is OptOps.UPCAST and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: UPCAST needs an output axis, axis is {ax.kind}")
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
