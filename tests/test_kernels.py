@@ -289,8 +289,6 @@ def test_zero_size_kernel_runs_and_writes_nothing(device):
   (got,) = run(ast, [(0, f32)], [(np.zeros(0, np.float32), f32)], device)
   assert got.size == 0
 
-@pytest.mark.xfail(raises=KernelError, strict=True, reason="BUG: verify_ast takes the iteration space as the per-axis max of "
-                   "the VIEW shapes, so a (4, 0) input with a (4, 1) output is refused ('does not fit the iteration space (4, 1)')")
 @pytest.mark.parametrize("device", DEVICES)
 def test_reduction_over_zero_size_axis_gives_identity(device):
   # sum over an empty axis is 0, prod 1, max -inf (NumPy's sum/prod; max of nothing is the identity)
@@ -299,6 +297,8 @@ def test_reduction_over_zero_size_axis_gives_identity(device):
              store(2, (4, 1), reduce(ld, Ops.MAX, (1,))))
   s, p, m = run(ast, [(4, f32)] * 3, [(np.zeros((4, 0), np.float32), f32)], device)
   assert (s == 0).all() and (p == 1).all() and (m == -np.inf).all(), (s, p, m)
+  with pytest.raises(OptError, match="does not divide"): run(ast, [(4, f32)] * 3, [(np.zeros((4, 0), np.float32), f32)], device,
+                                                            opts=[Opt(R, 1, 0)])
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_one_element_kernel_with_all_opts_rejected_cleanly(device):
