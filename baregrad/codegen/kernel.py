@@ -68,6 +68,8 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
         raise KernelError(f"{u.op.name} needs an integer or bool dtype, got {u.dtype}")
       if u.op in GroupOp.Transcendental | {Ops.FDIV, Ops.RECIP} and not dtypes.is_float(u.dtype):
         raise KernelError(f"{u.op.name} needs a float dtype, got {u.dtype}")
+    if u.op is Ops.BITCAST and (u.dtype.scalar == dtypes.bool or u.src[0].dtype.scalar == dtypes.bool):
+      raise KernelError(f"BITCAST from {u.src[0].dtype} to {u.dtype}: bools have no defined bit pattern, use CAST")
     if u.op is Ops.REDUCE_AXIS and (not isinstance(u.arg, tuple) or u.arg[0] not in GroupOp.Reduce):
       raise KernelError(f"REDUCE_AXIS arg must be (op, axes) with op in ADD/MUL/MAX, got {u.arg!r}")
   if not shapes: raise KernelError("kernel AST has no VIEW: nothing says the iteration space")
