@@ -174,11 +174,18 @@ def test_buffer_on_another_device_is_refused(no_leak):
   with pytest.raises(ValueError, match="runs on CPU but buffer 1 is on CPU:C"):
     run_ast(sink(store(0, (4,), load(1, f32, (4,)))), [Buffer("CPU", 4, f32).allocate(), Buffer("CPU:C", 4, f32).allocate()], device="CPU")
 
-@pytest.mark.xfail(strict=True, reason="BUG (open): the runner does not check buffer sizes against the kernel's views: a 2-element "
-                   "input for a kernel that reads 4 is accepted and the kernel reads past its end")
 def test_buffer_too_small_for_the_kernel_is_refused(no_leak):
-  with pytest.raises(ValueError):
+  # was: accepted, and the kernel read past the end of the 2-element buffer
+  with pytest.raises(ValueError, match="touches buffer 1 up to element 3, but it holds 2"):
     run_ast(sink(store(0, (4,), load(1, f32, (4,)))), [Buffer("CPU", 4, f32).allocate(), Buffer("CPU", 2, f32).allocate()])
+  with pytest.raises(ValueError, match="touches buffer 0 up to element 22"):  # a store through a shrunk view of a 6x6 output
+    run_ast(sink(store(0, ShapeTracker.from_shape((6, 6)).shrink(((1, 4), (2, 5))), load(1, f32, (3, 3)))),
+            [Buffer("CPU", 22, f32).allocate(), Buffer("CPU", 9, f32).allocate()])
+  # a padded or expanded view needs only what it really reads
+  run_ast(sink(store(0, (3, 8), load(1, f32, ShapeTracker.from_shape((3, 4)).pad(((0, 0), (2, 2)))))),
+          [Buffer("CPU", 24, f32).allocate(), Buffer("CPU", 12, f32).allocate()])
+  run_ast(sink(store(0, (5, 4), load(1, f32, ShapeTracker.from_shape((4,)).reshape((1, 4)).expand((5, 4))))),
+          [Buffer("CPU", 20, f32).allocate(), Buffer("CPU", 4, f32).allocate()])
 
 def test_copyin_of_wrong_size_is_refused(no_leak):
   b = Buffer("CPU", 4, f32).allocate()
