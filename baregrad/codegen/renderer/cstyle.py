@@ -46,6 +46,9 @@ typedef long long llong; typedef unsigned long long ullong;
 BG_DIVS(char_) BG_DIVU(uchar) BG_DIVS(short) BG_DIVU(ushort) BG_DIVS(int) BG_DIVU(uint) BG_DIVS(llong) BG_DIVU(ullong)
 static inline float fmax_f(float a, float b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
 static inline double fmax_d(double a, double b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
+static inline float bf2f(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline unsigned short f2bf(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);
+  return (u & 0x7fffffffU) > 0x7f800000U ? (unsigned short)((u >> 16) | 0x40) : (unsigned short)((u + 0x7fffU + ((u >> 16) & 1)) >> 16); }
 #define BG_SAT(F, T, LO, HI) static inline T sat_##F##_##T(F x) { return x != x ? 0 : x >= (F)HI ? (T)HI : x <= (F)LO ? (T)LO : (T)x; }
 """
 _IT = {dtypes.int8: ("char_", "(-128)", "127"), dtypes.uint8: ("uchar", "0", "255"), dtypes.int16: ("short", "(-32768)", "32767"),
@@ -80,8 +83,11 @@ class CRenderer(Renderer):
       elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
       elif u.op is Ops.DEFINE_ACC: emit(f"{ctype(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
       elif u.op is Ops.ASSIGN:
-        if d.scalar == dtypes.bfloat16: raise RenderError("C renderer: bfloat16 reductions are not supported (the accumulator would add bits as integers)")
         acc, val = r[u.src[0]], u.src[1]
+        if d.scalar == dtypes.bfloat16:  # bfloat16 is its bits here: accumulate in float32, round after each step (as LLVM)
+          emit(f"{acc} = f2bf({self._binop(u.arg[0], dtypes.float32, f'bf2f({acc})', f'bf2f({r[val]})')});")
+          r[u] = acc
+          continue
         if u.arg[0] is Ops.ADD and val.op is Ops.MUL and dtypes.is_float(d) and d.scalar in _FT:
           emit(f"{acc} = __builtin_fma{'f' if d.scalar == dtypes.float32 else ''}({r[val.src[0]]}, {r[val.src[1]]}, {acc});")
         else: emit(f"{acc} = {self._binop(u.arg[0], d, acc, r[val])};")
@@ -120,6 +126,7 @@ class CRenderer(Renderer):
     if op is Ops.MAX:
       if d.scalar == dtypes.float32: return f"fmax_f({a}, {b})"
       if d.scalar == dtypes.float64: return f"fmax_d({a}, {b})"
+      if d.scalar == dtypes.float16: return f"((_Float16)fmax_f((float){a}, (float){b}))"  # NaN propagates, +0 > -0
       return f"({a} > {b} ? {a} : {b})"
     raise RenderError(f"C renderer: no reduction {op}")
 
