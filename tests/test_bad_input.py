@@ -117,10 +117,6 @@ def test_unsupported_dtype_for_a_renderer_is_refused_clearly(no_leak):
     get_program(ast, NoDoubleC())
   get_program(sink(store(0, (4,), load(1, f32, (4,)) * 2.0)), NoDoubleC())  # other dtypes still fine
 
-def test_bfloat16_reduction_on_the_c_renderer_is_refused_clearly(no_leak):
-  ast = sink(store(0, (1,), reduce(load(1, dtypes.bfloat16, (8,)), Ops.ADD, (0,))))
-  with pytest.raises(RenderError, match="bfloat16"): compile_ast(ast, "CPU:C")
-
 def test_c_compile_error_shows_source_and_compiler_message(no_leak):
   src = "int f( { this is not C"
   with pytest.raises(CompileError) as ei: Device["CPU:C"].compiler.compile(src)

@@ -110,8 +110,6 @@ def test_small_float_sum_is_close_to_float64(device, dt):
   x = rng.random((4, 64)).astype(np.float32)
   x = round_bf16(x) if dt == dtypes.bfloat16 else x.astype(np.float16)
   ast, _ = reduce_kernel((4, 64), (1,), Ops.ADD, dt)
-  if dt == dtypes.bfloat16 and device == "CPU:C":
-    pytest.xfail("BUG (open): the C renderer cannot render a bfloat16 reduction (RenderError)")
   (got,) = run(ast, [(4, dt)], [(x, dt)], device)
   want = x.astype(np.float64).sum(1)
   eps = 2.0 ** -8 if dt == dtypes.bfloat16 else 2.0 ** -11

@@ -8,7 +8,6 @@ from baregrad.ir.ops import Ops
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import load, store, reduce, sink
 from baregrad.codegen.kernel import Opt, OptOps
-from baregrad.codegen.renderer import RenderError
 from tests.helpers import run, random_values, special_values, bits, FLOATS, INTS, ALL
 
 f32 = dtypes.float32
@@ -74,9 +73,6 @@ def test_casts_bit_identical(fr):
   a_, b_ = both(ast, [(n, to) for to in ALL], [(a, fr)])
   assert_bit_identical(a_, b_, f"casts from {fr.name}")
 
-BF16_REDUCE_BUG = pytest.mark.xfail(raises=RenderError, strict=True, reason="BUG (open): the C renderer cannot render a bfloat16 "
-                                     "reduction: bfloat16 is an unsigned short there, so acc + x would add bits as integers")
-
 def matmul_ast(M, K, N, dt=f32):
   sa = ShapeTracker.from_shape((M, K)).reshape((M, 1, K)).expand((M, N, K))
   sb = ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K)).expand((M, N, K))
@@ -84,7 +80,7 @@ def matmul_ast(M, K, N, dt=f32):
 
 @pytest.mark.parametrize("opts", [None, [], [Opt(OptOps.UNROLL, 2, 4)], [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UPCAST, 0, 2)]],
                          ids=["default", "noopt", "unroll", "upcast2"])
-@pytest.mark.parametrize("dt", [f32, dtypes.float64, dtypes.float16, pytest.param(dtypes.bfloat16, marks=BF16_REDUCE_BUG)],
+@pytest.mark.parametrize("dt", [f32, dtypes.float64, dtypes.float16, dtypes.bfloat16],
                          ids=lambda d: d.name)
 def test_matmul_bit_identical(dt, opts):
   M, K, N = 12, 20, 8
@@ -106,3 +102,14 @@ def test_softmax_two_reductions_bit_identical(opts):
   a = random_values(f32, R * C, rng)
   a_, b_ = both(softmax_denominator_ast(R, C), [(R, f32)], [(a, f32)], opts=opts)
   assert_bit_identical(a_, b_, f"softmax denominator opts={opts}")
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=lambda d: d.name)
+def test_small_float_reductions_bit_identical(dt):
+  # sum, product and max of half/bfloat16 rows: both renderers round after every accumulation step
+  rng = np.random.default_rng(15)
+  x = np.concatenate([special_values(dt)[:40], random_values(dt, 200, rng)])[:240]
+  ld = load(3, dt, (8, 30))
+  ast = sink(*[store(i, (8, 1), reduce(ld, op, (1,))) for i, op in enumerate((Ops.ADD, Ops.MUL, Ops.MAX))])
+  for opts in (None, [], [Opt(OptOps.UNROLL, 1, 5)]):
+    a_, b_ = both(ast, [(8, dt)] * 3, [(x, dt)], opts=opts)
+    assert_bit_identical(a_, b_, f"{dt.name} reductions opts={opts}")
