@@ -49,12 +49,16 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
     if st.op is not Ops.STORE or len(st.src) != 3 or st.src[0].op is not Ops.DEFINE_GLOBAL or st.src[1].op is not Ops.VIEW:
       raise KernelError(f"kernel AST: each SINK source must be STORE(DEFINE_GLOBAL, VIEW, value), got {st.op.name} with "
                         f"{[s.op.name for s in st.src]}")
+    if isinstance(st.src[0].dtype, PtrDType) and st.src[2].dtype.scalar != st.src[0].dtype.base.scalar:
+      raise KernelError(f"STORE of a {st.src[2].dtype} value into buffer {st.src[0].arg} of {st.src[0].dtype.base}: cast first")
   for u in ast.toposort():
     if u.op is Ops.VIEW:
       if not isinstance(u.arg, ShapeTracker): raise KernelError(f"VIEW arg must be a ShapeTracker, got {type(u.arg).__name__}")
       shapes.append(u.arg.shape)
     if u.op is Ops.LOAD and (len(u.src) != 2 or u.src[0].op is not Ops.DEFINE_GLOBAL or u.src[1].op is not Ops.VIEW):
       raise KernelError(f"LOAD must be LOAD(DEFINE_GLOBAL, VIEW), got sources {[s.op.name for s in u.src]}")
+    if u.op is Ops.LOAD and isinstance(u.src[0].dtype, PtrDType) and u.dtype.scalar != u.src[0].dtype.base.scalar:
+      raise KernelError(f"LOAD of {u.dtype} from buffer {u.src[0].arg} of {u.src[0].dtype.base}: load the buffer's dtype and cast")
     if u.op is Ops.DEFINE_GLOBAL and not isinstance(u.dtype, PtrDType): raise KernelError(f"DEFINE_GLOBAL {u.arg} must have a pointer dtype, got {u.dtype}")
     if u.op in GroupOp.ALU:
       ds = {s.dtype for s in u.src[(1 if u.op is Ops.WHERE else 0):]}
@@ -62,14 +66,20 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
       if u.op is Ops.WHERE and u.src[0].dtype.scalar != dtypes.bool: raise KernelError(f"WHERE condition must be bool, got {u.src[0].dtype}")
       if u.op in (Ops.IDIV, Ops.MOD, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR) and dtypes.is_float(u.dtype):
         raise KernelError(f"{u.op.name} needs an integer or bool dtype, got {u.dtype}")
-      if u.op in GroupOp.Transcendental | {Ops.FDIV} and not dtypes.is_float(u.dtype):
+      if u.op in GroupOp.Transcendental | {Ops.FDIV, Ops.RECIP} and not dtypes.is_float(u.dtype):
         raise KernelError(f"{u.op.name} needs a float dtype, got {u.dtype}")
+    if u.op is Ops.BITCAST and (u.dtype.scalar == dtypes.bool or u.src[0].dtype.scalar == dtypes.bool):
+      raise KernelError(f"BITCAST from {u.src[0].dtype} to {u.dtype}: bools have no defined bit pattern, use CAST")
     if u.op is Ops.REDUCE_AXIS and (not isinstance(u.arg, tuple) or u.arg[0] not in GroupOp.Reduce):
       raise KernelError(f"REDUCE_AXIS arg must be (op, axes) with op in ADD/MUL/MAX, got {u.arg!r}")
   if not shapes: raise KernelError("kernel AST has no VIEW: nothing says the iteration space")
   ndims = {len(s) for s in shapes}
   if len(ndims) != 1: raise KernelError(f"every VIEW in a kernel must have the same number of axes, got shapes {shapes}")
-  full = tuple(max(s[i] for s in shapes) for i in range(ndims.pop()))
+  # an axis of size 0 anywhere makes the iteration space empty there (a reduction over it gives the identity)
+  full = tuple(0 if any(s[i] == 0 for s in shapes) else max(s[i] for s in shapes) for i in range(ndims.pop()))
+  for u in ast.toposort():
+    if u.op is Ops.REDUCE_AXIS and not all(isinstance(a, int) and 0 <= a < len(full) for a in u.arg[1]):
+      raise KernelError(f"REDUCE_AXIS over axes {u.arg[1]}: the kernel has {len(full)} axes (shape {full})")
   for s in shapes:
     if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
@@ -118,7 +128,7 @@ class Kernel:
         raise OptError(f"{opt}: the kernel already has {self.max_parallel} parallel axis(es)")
       ax.kind = "global"
     else:
-      if ax.size % amt != 0 or amt < 1: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
+      if amt < 1 or ax.size % amt != 0: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
       kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local"}[opt.op]
       if opt.op is OptOps.UPCAST and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: UPCAST needs an output axis, axis is {ax.kind}")
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
@@ -135,7 +145,10 @@ class Kernel:
     order = {"global": 0, "local": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) for rid, i in enumerate(ids)}
+    # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
+    # out of the index math but stay in its REDUCE, which the linearizer cannot place)
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 else UOp.const(dtypes.int32, 0)
+                           for rid, i in enumerate(ids)}
     if self.gpu:
       # grid and workgroup axes are hardware indices, not loops (x is the innermost, fastest-varying axis)
       for kind, pre in (("global", "gidx"), ("local", "lidx")):
@@ -150,7 +163,7 @@ class Kernel:
         e = e + rng[i] * stride
         stride *= a.size
       idx_of.append(e.simplify())
-    red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o] for o in self.reduce_axes}
+    red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
     memo: dict[UOp, UOp] = {}
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
@@ -174,7 +187,8 @@ class Kernel:
         if rs and n_reduce:
           # a second reduction over the same axes is a separate loop: give it its own ranges
           fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * n_reduce, r.arg[1]) for r in rs}
-          val = val.substitute(fresh)
+          # ...but only outside reductions nested in it: those keep their own loops
+          val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
           rs = tuple(fresh[r] for r in rs)
         n_reduce += 1
         # a value that does not vary over a reduced range (an expanded axis, a constant) would be accumulated once,

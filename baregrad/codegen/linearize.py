@@ -18,25 +18,38 @@ def _acc_init(u: UOp) -> UOp: return UOp.const(u.dtype, identity_element(u.arg, 
 
 def linearize(sink: UOp) -> list[UOp]:
   counter = itertools.count()
-  # raw loop sets: the ranges a node depends on (a REDUCE hides its own)
-  raw: dict[UOp, frozenset[UOp]] = {}
-  reduces: list[UOp] = []
-  for u in sink.toposort():
-    if u.op is Ops.RANGE: raw[u] = frozenset([u])
-    elif u.op is Ops.REDUCE:
-      raw[u] = raw[u.src[0]] - frozenset(u.src[1:])
-      reduces.append(u)
-    else: raw[u] = frozenset().union(*(raw[s] for s in u.src)) if u.src else frozenset()
+  topo = list(sink.toposort())
+  reduces: list[UOp] = [u for u in topo if u.op is Ops.REDUCE]
   # which loops enclose each loop: output loops nest in id order; a reduce's loops sit inside its outer loops
   encl: dict[UOp, frozenset[UOp]] = {}
-  outs = sorted({r for u in sink.toposort() if u.op is Ops.RANGE and u.arg[1] not in ("reduce",) for r in [u]}, key=lambda r: r.arg[0])
+  outs = sorted({r for u in topo if u.op is Ops.RANGE and u.arg[1] not in ("reduce",) for r in [u]}, key=lambda r: r.arg[0])
   for i, r in enumerate(outs): encl[r] = frozenset(outs[:i])
   def close(s: frozenset[UOp]) -> frozenset[UOp]:
     out = set(s)
     for r in s: out |= encl.get(r, frozenset())
     return frozenset(out)
+  # raw loop sets: the ranges a node depends on (a REDUCE hides its own). Reductions that share a loop (the lanes of a
+  # devectorized reduce) must sit in the same outer loops, else the shared loop would need two nestings: each gets the
+  # union of the outer loops of those it shares a loop with (`extra`), and what uses it runs in those loops too
+  extra: dict[UOp, frozenset[UOp]] = {}
+  while True:
+    raw: dict[UOp, frozenset[UOp]] = {}
+    for u in topo:
+      if u.op is Ops.RANGE: raw[u] = frozenset([u])
+      elif u.op is Ops.REDUCE: raw[u] = (raw[u.src[0]] - frozenset(u.src[1:])) | extra.get(u, frozenset())
+      else: raw[u] = frozenset().union(*(raw[s] for s in u.src)) if u.src else frozenset()
+    outer_of = {u: close(raw[u]) for u in reduces}
+    sharing: dict[UOp, list[UOp]] = {}
+    for u in reduces:
+      for r in u.src[1:]: sharing.setdefault(r, []).append(u)
+    for r, us in sharing.items():
+      un = frozenset().union(*(outer_of[x] for x in us)) - frozenset(r for x in us for r in x.src[1:])
+      for x in us: outer_of[x] = outer_of[x] | un
+    grow = {u: outer_of[u] for u in reduces if not outer_of[u] <= raw[u]}
+    if not grow: break
+    for u, o in grow.items(): extra[u] = extra.get(u, frozenset()) | o
   for u in reduces:  # toposort order: inner reductions were seen first, but their outer sets only need outputs
-    outer = close(raw[u])
+    outer = outer_of[u]
     prev: frozenset[UOp] = outer
     for r in u.src[1:]:
       encl[r] = close(prev)
@@ -48,10 +61,11 @@ def linearize(sink: UOp) -> list[UOp]:
     src = tuple(replace.get(s, s) for s in u.src)
     if u.op is Ops.REDUCE:
       val, rs = src[0], src[1:]
-      outer = close(raw[u])
+      outer = outer_of[u]
       init = _acc_init(u)
       acc = UOp(Ops.DEFINE_ACC, u.dtype, (init,), next(counter))
-      asg = UOp(Ops.ASSIGN, u.dtype, (acc, val), (u.arg, rs))
+      # the ranges are sources too, so they (and their ends) are placed even when the value does not use them
+      asg = UOp(Ops.ASSIGN, u.dtype, (acc, val) + tuple(rs), (u.arg, rs))
       new = UOp(Ops.REDUCE, u.dtype, (acc, asg), u.arg)
       ctx[acc], ctx[asg], ctx[new] = outer, close(raw[u.src[0]] | frozenset(rs) | outer), outer
     else:

@@ -117,12 +117,14 @@ def _process_libs() -> list[ctypes.CDLL]:
     if _proc_libs is None:
         import ctypes.util  # spawns nothing at import, but pulls in subprocess: keep it lazy
         libs = [ctypes.CDLL(None)]
-        libm = ctypes.util.find_library("m")
-        if libm:
-            try:
-                libs.append(ctypes.CDLL(libm))
-            except OSError:
-                pass
+        # libm for the math functions; libgcc_s for the runtime helpers compilers emit calls to (float16
+        # conversions such as __truncdfhf2/__extendhfdf2, __eqhf2, 128-bit division, ...)
+        for name in (ctypes.util.find_library("m"), "libgcc_s.so.1"):
+            if name:
+                try:
+                    libs.append(ctypes.CDLL(name))
+                except OSError:
+                    pass
         _proc_libs = libs
     return _proc_libs
 

@@ -3,15 +3,28 @@ from __future__ import annotations
 import sys, time
 from typing import Sequence
 from baregrad.helpers import DEBUG, getenv
-from baregrad.ir.ops import UOp
+from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer
 from baregrad.codegen.kernel import Opt
 from baregrad.codegen.program import ProgramSpec, get_program
+
+def needed_elements(ast: UOp | None) -> dict[int, int]:
+  """For each buffer number, how many elements the kernel's views may touch (the highest valid index + 1)."""
+  need: dict[int, int] = {}
+  for u in (ast.toposort() if ast is not None else ()):
+    if u.op not in (Ops.LOAD, Ops.STORE): continue
+    v = u.src[1].arg.views[0]  # the view that addresses the buffer
+    rng = v.mask or tuple((0, s) for s in v.shape)
+    if any(lo >= hi for lo, hi in rng): continue  # nothing is valid: nothing is touched
+    hi_idx = v.offset + sum(st * (hi - 1 if st > 0 else lo) for st, (lo, hi) in zip(v.strides, rng))
+    need[u.src[0].arg] = max(need.get(u.src[0].arg, 0), hi_idx + 1)
+  return need
 
 class CompiledRunner:
   """A ProgramSpec compiled for one device."""
   def __init__(self, spec: ProgramSpec, device: str):
     self.spec, self.device = spec, Device.canonicalize(device)
+    self.need = needed_elements(spec.ast)
     dev = Device[self.device]
     self.lib = dev.compiler.compile_cached(spec.src)
     self.prg = dev.runtime(dev, spec.name, self.lib)
@@ -24,6 +37,8 @@ class CompiledRunner:
       b = bufs[g.arg]
       if b.device != self.device: raise ValueError(f"kernel {self.spec.name} runs on {self.device} but buffer {g.arg} is on {b.device}")
       if b.dtype.scalar != g.dtype.base.scalar: raise TypeError(f"kernel {self.spec.name} buffer {g.arg} wants {g.dtype.base}, got {b.dtype}")
+      if b.size < self.need.get(g.arg, 0):
+        raise ValueError(f"kernel {self.spec.name} touches buffer {g.arg} up to element {self.need[g.arg] - 1}, but it holds {b.size}")
       if not b.is_allocated(): b.allocate()
       raw.append(b._buf)
     vals = vals or {}

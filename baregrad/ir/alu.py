@@ -41,6 +41,7 @@ def _sqrt(x: float) -> float: return math.nan if x < 0 else math.sqrt(x)
 
 def _fmax(a: Any, b: Any) -> Any:
   if isinstance(a, float) and (math.isnan(a) or math.isnan(b)): return math.nan
+  if isinstance(a, float) and a == b == 0: return b if math.copysign(1.0, a) < 0 else a  # +0 > -0 (llvm.maximum)
   return a if a >= b else b
 
 def _shift_amount(b: int, dt: DType) -> int: return b % (8 * dt.itemsize)
@@ -54,7 +55,7 @@ def cast_value(x: Any, dt: DType) -> Any:
   if dtypes.is_int(dt) and isinstance(x, float):
     if math.isnan(x): return 0
     return max(dtypes.min(dt), min(dtypes.max(dt), int(x))) if not math.isinf(x) else (dtypes.max(dt) if x > 0 else dtypes.min(dt))
-  if dtypes.is_float(dt): return truncate(dt, float(x))
+  if dtypes.is_float(dt): return truncate(dt, x if isinstance(x, int) and not isinstance(x, bool) else float(x))
   return truncate(dt, x)
 
 def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
@@ -67,7 +68,8 @@ def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
   elif op is Ops.SIN: r = _sin(src[0])
   elif op is Ops.SQRT: r = _sqrt(src[0])
   elif op is Ops.RECIP: r = _fdiv(1.0, src[0]) if not isint else _tdiv(1, src[0])
-  elif op is Ops.TRUNC: r = src[0] if isint or math.isinf(src[0]) or math.isnan(src[0]) else float(math.trunc(src[0]))
+  elif op is Ops.TRUNC:  # IEEE trunc keeps the sign: trunc(-0.5) == -0.0
+    r = src[0] if isint or math.isinf(src[0]) or math.isnan(src[0]) else math.copysign(float(math.trunc(src[0])), src[0])
   elif op is Ops.ADD: r = src[0] + src[1]
   elif op is Ops.SUB: r = src[0] - src[1]
   elif op is Ops.MUL: r = src[0] * src[1]

@@ -132,6 +132,10 @@ def truncate(d: DType, x: int | float | bool) -> int | float | bool:
     bits = 8 * d.itemsize
     x = int(x) & ((1 << bits) - 1)
     return x - (1 << bits) if not dtypes.is_unsigned(d) and x >= 1 << (bits - 1) else x
+  if isinstance(x, int) and not isinstance(x, bool) and d != dtypes.float64:
+    # round a Python int straight to the format's precision (float(x) first would round twice for |x| >= 2**53);
+    # bfloat16 goes through float32, as the kernels convert it
+    x = _round_int(x, 11 if d == dtypes.float16 else 24)
   x = float(x)
   if d == dtypes.float64: return x
   if d == dtypes.float32:
@@ -142,6 +146,15 @@ def truncate(d: DType, x: int | float | bool) -> int | float | bool:
     except OverflowError: return math.copysign(math.inf, x)
   if d == dtypes.bfloat16: return bf16_to_float(float_to_bf16(x))
   raise TypeError(f"cannot truncate to {d}")
+
+def _round_int(x: int, bits: int) -> int:
+  """x rounded to `bits` significant bits, to nearest, ties to even."""
+  m = abs(x)
+  sh = m.bit_length() - bits
+  if sh <= 0: return x
+  q, r, half = m >> sh, m & ((1 << sh) - 1), 1 << (sh - 1)
+  if r > half or (r == half and q & 1): q += 1
+  return (q << sh) if x >= 0 else -(q << sh)
 
 def float_to_bf16(x: float) -> int:
   """Round-to-nearest-even float32 -> bfloat16 bits (NaN stays NaN)."""

@@ -229,7 +229,7 @@ def _bounds(u: UOp) -> tuple:
     return (lo, hi) if dtypes.min(d) <= lo and hi <= dtypes.max(d) else (dtypes.min(d), dtypes.max(d))
   if len(s) >= 1 and any(x.dtype.count > 1 for x in s): return (dtypes.min(d), dtypes.max(d))
   a0, a1 = (s[0].vmin, s[0].vmax)
-  if u.op is Ops.NEG: return _clip(d, -a1, -a0)
+  if u.op is Ops.NEG: return (not a1, not a0) if dtypes.is_bool(d) else _clip(d, -a1, -a0)  # NEG of a bool is NOT
   if len(s) < 2: return (dtypes.min(d), dtypes.max(d))
   b0, b1 = (s[1].vmin, s[1].vmax)
   if u.op is Ops.ADD: return _clip(d, a0 + b0, a1 + b1)

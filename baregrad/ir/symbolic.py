@@ -102,6 +102,10 @@ def _cmplt_fold(x: UOp, c: UOp) -> UOp | None:
   if any(v < 0 for v in terms.values()): return None
   lhs = build_linear({t: v // g for t, v in terms.items()}, 0, x.dtype)
   bound = -((k - c.arg) // g)  # ceil((c-k)/g)
+  # moving k across the comparison is only valid if neither side wraps around in the dtype
+  lo = sum(min(v * t.vmin, v * t.vmax) for t, v in terms.items())
+  hi = sum(max(v * t.vmin, v * t.vmax) for t, v in terms.items())
+  if not dtypes.min(x.dtype) <= min(lo, lo + k, bound) <= max(hi, hi + k, bound) <= dtypes.max(x.dtype): return None
   if lhs is x and bound == c.arg: return None
   return lhs.alu(Ops.CMPLT, bound)
 
@@ -144,8 +148,8 @@ symbolic = symbolic_simple + PatternMatcher([
   (UPat(Ops.SUB, src=(_int("x"), UPat.const(None, 0))), lambda x: x),
   (UPat(Ops.SUB, src=(_int("x"), UPat.var("x"))), lambda x: x.const_like(0)),
   (UPat(Ops.MOD, src=(_int("x"), UPat.const(None, 1))), lambda x: x.const_like(0)),
-  (UPat(Ops.CMPLT, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool, False)),
-  (UPat(Ops.CMPNE, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool, False)),
+  (UPat(Ops.CMPLT, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool.vec(x.dtype.count), False)),
+  (UPat(Ops.CMPNE, src=(_int("x"), UPat.var("x"))), lambda x: UOp.const(dtypes.bool.vec(x.dtype.count), False)),
   (UPat(Ops.MAX, src=(UPat.var("x"), UPat.var("y"))), lambda x, y: x if _isint(x) and x.vmin >= y.vmax else y if _isint(x) and y.vmin >= x.vmax else None),
   # canonical linear form of integer sums (merges like terms, distributes constant factors)
   (UPat((Ops.ADD, Ops.SUB, Ops.NEG), name="x"), _canon_linear),

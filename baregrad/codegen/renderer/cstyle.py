@@ -4,7 +4,7 @@ Compiled with -fwrapv so signed overflow wraps; division, shifts and float->int 
 define every input (see ir/alu.py)."""
 from __future__ import annotations
 import math, struct
-from baregrad.ir.dtype import DType, PtrDType, dtypes
+from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.rewrites import cpu_float_matcher
@@ -31,9 +31,9 @@ def cconst(d: DType, v: object, types: dict[DType, str] = CTYPE) -> str:
     suf = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "U"}.get(s, "")
     return f"(({CTYPE[s]}){iv}{suf})"
   x = float(v)  # type: ignore[arg-type]
+  if s == dtypes.bfloat16: return f"((unsigned short){float_to_bf16(x):#06x})"  # bfloat16 values are their bits here
   if math.isnan(x): return f"(({CTYPE[s]})__builtin_nan(\"\"))"
   if math.isinf(x): return f"(({CTYPE[s]})({'-' if x < 0 else ''}__builtin_inf()))"
-  if s == dtypes.bfloat16: raise RenderError("bfloat16 constants are lowered to float32 before rendering")
   return f"(({CTYPE[s]}){x.hex()})"
 
 PRELUDE = r"""
@@ -47,6 +47,9 @@ typedef long long llong; typedef unsigned long long ullong;
 BG_DIVS(char_) BG_DIVU(uchar) BG_DIVS(short) BG_DIVU(ushort) BG_DIVS(int) BG_DIVU(uint) BG_DIVS(llong) BG_DIVU(ullong)
 static inline float fmax_f(float a, float b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
 static inline double fmax_d(double a, double b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
+static inline float bf2f(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline unsigned short f2bf(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);
+  return (u & 0x7fffffffU) > 0x7f800000U ? (unsigned short)((u >> 16) | 0x40) : (unsigned short)((u + 0x7fffU + ((u >> 16) & 1)) >> 16); }
 #define BG_SAT(F, T, LO, HI) static inline T sat_##F##_##T(F x) { return x != x ? 0 : x >= (F)HI ? (T)HI : x <= (F)LO ? (T)LO : (T)x; }
 """
 _IT = {dtypes.int8: ("char_", "(-128)", "127"), dtypes.uint8: ("uchar", "0", "255"), dtypes.int16: ("short", "(-32768)", "32767"),
@@ -98,6 +101,10 @@ class CRenderer(Renderer):
       elif u.op is Ops.DEFINE_ACC: emit(f"{self._ct(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
+        if d.scalar == dtypes.bfloat16:  # bfloat16 is its bits here: accumulate in float32, round after each step (as LLVM)
+          emit(f"{acc} = f2bf({self._binop(u.arg[0], dtypes.float32, f'bf2f({acc})', f'bf2f({r[val]})')});")
+          r[u] = acc
+          continue
         if u.arg[0] is Ops.ADD and val.op is Ops.MUL and dtypes.is_float(d) and d.scalar in _FT:
           emit(f"{acc} = __builtin_fma{'f' if d.scalar == dtypes.float32 else ''}({r[val.src[0]]}, {r[val.src[1]]}, {acc});")
         else: emit(f"{acc} = {self._binop(u.arg[0], d, acc, r[val])};")
@@ -135,6 +142,7 @@ class CRenderer(Renderer):
     if op is Ops.MAX:
       if d.scalar == dtypes.float32: return f"fmax_f({a}, {b})"
       if d.scalar == dtypes.float64: return f"fmax_d({a}, {b})"
+      if d.scalar == dtypes.float16: return f"((_Float16)fmax_f((float){a}, (float){b}))"  # NaN propagates, +0 > -0
       return f"({a} > {b} ? {a} : {b})"
     raise RenderError(f"C renderer: no reduction {op}")
 
@@ -147,7 +155,8 @@ class CRenderer(Renderer):
     if op is Ops.NEG: return f"(!{s[0]})" if d.scalar == dtypes.bool else f"(-{s[0]})"
     if op is Ops.FDIV: return f"({s[0]} / {s[1]})"
     if op is Ops.RECIP: return f"({self._cc(d, 1.0)} / {s[0]})"
-    if op in (Ops.IDIV, Ops.MOD): return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[d.scalar][0]}({s[0]}, {s[1]})"
+    if op in (Ops.IDIV, Ops.MOD):  # bools divide as unsigned bytes (0/1)
+      return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[dtypes.uint8 if d.scalar == dtypes.bool else d.scalar][0]}({s[0]}, {s[1]})"
     if op is Ops.CMPLT: return f"({s[0]} < {s[1]})"
     if op is Ops.CMPNE: return f"({s[0]} != {s[1]})"
     if op is Ops.CMPEQ: return f"({s[0]} == {s[1]})"

@@ -226,8 +226,11 @@ class LLVMRenderer(Renderer):
       return f"{'fcmp' if isf else 'icmp'} {pred} {st} {s[0]}, {s[1]}"
     if op in (Ops.AND, Ops.OR, Ops.XOR): return f"{op.name.lower()} {t} {s[0]}, {s[1]}"
     if op in (Ops.SHL, Ops.SHR):
-      amt = tmp()
-      lines.append(f"  {amt} = and {t} {s[1]}, {c(d, 8 * d.scalar.itemsize - 1)}")
+      amt, sa = tmp(), s[1]
+      if u.src[1].dtype.scalar != d.scalar:  # the amount may be of another int dtype: bring it to the value's width
+        sa = tmp()
+        lines.append(f"  {sa} = {self._cast(u.src[1].dtype, d, s[1], None)}")
+      lines.append(f"  {amt} = and {t} {sa}, {c(d, 8 * d.scalar.itemsize - 1)}")
       return f"{'shl' if op is Ops.SHL else ('lshr' if uns else 'ashr')} {t} {s[0]}, {amt}"
     if op is Ops.WHERE: return f"select {ltype(u.src[0].dtype)} {s[0]}, {t} {s[1]}, {t} {s[2]}"
     if op is Ops.MULACC:
