@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from enum import Enum, auto
 from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes, PtrDType
-from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.ops import UOp, Ops, GroupOp, identity_element
 from baregrad.ir.view import ShapeTracker
 
 class KernelError(ValueError): pass
@@ -198,7 +198,8 @@ class Kernel:
         if free:
           rs = tuple(r for r in rs if r in deps)
           n = prod(r.src[0].arg for r in free)
-          if u.arg[0] is Ops.ADD: val = val * UOp.const(val.dtype, n) if val.dtype != dtypes.bool else val
+          if n == 0: val, rs = UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)), ()  # empty: the identity
+          elif u.arg[0] is Ops.ADD: val = val * UOp.const(val.dtype, n) if val.dtype != dtypes.bool else val
           elif u.arg[0] is Ops.MUL: val = _pow_n(val, n)
         new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
       else: new = u if src == u.src else u.replace(src=src)
