@@ -45,7 +45,7 @@ class RMObject:
 class Memory:
   """A memory object: a memfd (its pages are the object's "physical" memory) and the mock's own mapping of it."""
   def __init__(self, size: int, kind: str) -> None:
-    self.size, self.kind = size, kind
+    self.size, self.kind, self.gpu = size, kind, 0
     self.fd = os.memfd_create(f"mocknv-{kind}", os.MFD_CLOEXEC)
     os.ftruncate(self.fd, max(size, PAGE))
     self.view = _mmap(0, max(size, PAGE), PROT_RW, MAP_SHARED, self.fd, 0)
@@ -316,6 +316,7 @@ class MockNVGPU:
       if used + size > cap:
         raise RMStatus(nv.NV_ERR_NO_MEMORY, f"{'video' if vid else 'system'} memory: {size:#x} bytes requested, {cap - used:#x} free")
       m = Memory(size, "vid" if vid else "sys")
+      m.gpu = parent.data["gpu"] if isinstance(parent.data, dict) else 0   # the GPU whose device object owns it
       if vid: self.vram_used += size
       else: self.sysmem_used += size
       params.size, params.limit = size, size - 1
@@ -489,6 +490,9 @@ class MockNVGPU:
       raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "mapping attributes name no registered GPU")
     try: o = self._get(p.hClient, p.hMemory, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
     except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
+    u = bytes(p.perGpuAttributes[0].gpuUuid.uuid)
+    if o.data.kind == "vid" and self.uuids[o.data.gpu] != u:
+      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, f"video memory of GPU {o.data.gpu} cannot be mapped for GPU {self.uuids.index(u)} (no peer access)")
     if p.offset + p.length > o.data.size: raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"{p.length:#x} bytes at {p.offset:#x} exceed the memory's {o.data.size:#x}")
     self._unmap_va(p.base, p.length)
     bisect.insort(self.va_map, (p.base, p.length, o.data, p.offset), key=lambda m: m[0])
@@ -685,7 +689,7 @@ class MockNVGPU:
     constant bank 0 (at the offset compiled code reads them from), on the PTX interpreter over the GPU's memory."""
     import struct
     from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, GPUFault
-    ver = hw.QMD_VERSION[ch.subc_class[hw.SUBC_COMPUTE] if ch.subc_class.get(hw.SUBC_COMPUTE) in hw.QMD_VERSION else self.arch_info.compute]
+    ver = hw.QMD_VERSION[self.arch_info.compute]  # the QMD layout this GPU's compute class reads
     q = hw.read_qmd(hw.words_of(self.read(qmd_addr, hw.QMD_LAYOUTS[ver].nbytes)), ver)
     self.launches.append({"qmd": qmd_addr, **q})
     if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != ver:

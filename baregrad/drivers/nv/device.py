@@ -12,7 +12,17 @@ Memory: device memory is NV01_MEMORY_LOCAL_USER mapped into the GPU VA space thr
 memory is NV01_MEMORY_SYSTEM mapped for the CPU (NV_ESC_RM_MAP_MEMORY + mmap at an address the driver picks, inside a
 window it reserved below 2**40 so pushbuffers can be addressed from GPFIFO entries) and for the GPU at the same VA.
 
-MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port; IOCTL_TRACE=1 prints every call."""
+Generations: what the kernel reports decides everything arch-specific. MC_GET_ARCH_INFO names the family (Ampere,
+Ada, Hopper, Blackwell; anything else is refused by name), GR_GET_INFO's SM version the PTX target and ptxas arch
+(sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) and so the constant-bank offset of kernel parameters (0x160 / 0x210 /
+0x380), the classlist the GPFIFO, compute and copy classes (newest known first), and the compute class the QMD
+version (v03 Ampere/Ada, v04 Hopper, v05 Blackwell: hw.QMD_VERSION).
+
+Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
+with its own RM client, VA space, channels and a device-only VA window of its own.
+
+MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
+generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call."""
 from __future__ import annotations
 import ctypes, errno, os, threading, time
 from collections import deque
@@ -304,7 +314,8 @@ class NVDevice(HCQDevice):
       from baregrad.helpers import getenv
       if getenv("MOCKGPU", 0):
         from baregrad.drivers.mock.nvgpu import MockNVGPU
-        port = make_port(MockNVGPU())
+        try: port = make_port(MockNVGPU())   # MOCKGPU_ARCH, MOCKGPU_COUNT pick the generation and the number of GPUs
+        except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
       else: port = make_port()
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0

@@ -95,10 +95,12 @@ def sm_from_version(smv: int) -> str:
   return f"sm_{smv >> 8}{(smv & 0xFF) >> 4 if (smv & 0xFF) >= 0x10 else smv & 0xF}"
 
 def launch_words(compute_class: int, qmd_addr: int) -> list[int]:
-  """The launch method sequence of a compute class. Every class from AMPERE_COMPUTE_A to BLACKWELL_COMPUTE_B takes the
-  same one (clc6c0.h .. clcec0.h keep INVALIDATE_SHADER_CACHES_NO_WFI at 0x1288, SEND_PCAS_A at 0x2b4 and
-  SEND_SIGNALING_PCAS2_B at 0x2c0): invalidate, QMD address >> 8, prefetch-and-schedule. Kept per class so a class
-  that differs gets its own branch here."""
+  """The launch method sequence of a compute class. AMPERE_COMPUTE_A through BLACKWELL_COMPUTE_B take the same one:
+  INVALIDATE_SHADER_CACHES_NO_WFI (0x1698), SEND_PCAS_A (0x2b4: the QMD address >> 8), SEND_SIGNALING_PCAS2_B (0x2c0:
+  PCAS_ACTION PREFETCH_SCHEDULE). Offsets from clc6c0.h (the bindings); open-gpu-doc's clc7c0.h and clcec0.h define
+  the same methods at the same offsets (the bindings carry NVC7C0_SEND_SIGNALING_PCAS2_B_* too), and tinygrad's
+  ops_nv.py launches Ampere through Blackwell with this sequence. What differs per class is the QMD (QMD_VERSION).
+  Kept per class so a class that needs another sequence gets its own branch here."""
   if compute_class not in QMD_VERSION: raise ValueError(f"no launch sequence for {class_name(compute_class)}")
   return exec_words(qmd_addr)
 
