@@ -59,6 +59,8 @@ def test_generation_end_to_end(mockenv, arch):
   assert mock.arch == arch and dev.arch == arch and dev.family == hw.ARCH_FAMILIES[mock.arch_info.architecture]
   assert (dev.gpfifo_class, dev.compute_class, dev.dma_class, dev.qmd_version, dev.param_off) == (gpfifo, compute, dma, qmd_v, poff)
   assert dev.renderer.arch == arch and dev.compiler.arch == arch
+  assert dev.max_shared_mem == hw.ARCHS[arch].max_shared
+  assert mock.clients[dev.root][dev.usermode].cls in hw.ARCHS[arch].usermode
   for ch in mock.channels.values(): assert ch.subc_class == {hw.SUBC_COMPUTE: compute, hw.SUBC_COPY: dma}
   # an elementwise kernel and a reduction through the Tensor API
   rng = np.random.default_rng(0)

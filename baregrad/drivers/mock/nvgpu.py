@@ -1,6 +1,9 @@
 """MockNVGPU: the kernel interface of NVIDIA's driver (RM escapes on /dev/nvidiactl and /dev/nvidiaN, UVM ioctls on
-/dev/nvidia-uvm, mmaps, the usermode doorbell) and a Hopper-like GPU behind it (GPFIFO channels, host semaphores, the
-DMA copy engine, the compute class up to the QMD launch).
+/dev/nvidia-uvm, mmaps, the usermode doorbell) and GPUs of one generation behind it (GPFIFO channels, host semaphores,
+the DMA copy engine, the compute class up to the QMD launch). MOCKGPU_ARCH picks the generation (sm_80, sm_86, sm_89:
+Ampere/Ada classes and QMD v03; sm_90: Hopper, QMD v04, the default; sm_100, sm_120: Blackwell, QMD v05): RM reports
+its MC architecture, SM version and classlist, accepts only its classes (NV_ERR_INVALID_CLASS otherwise), and the
+compute engine decodes the QMD version of its class. MOCKGPU_COUNT=n lists n GPUs.
 
 The mock knows only what the real kernel driver and GPU would: ioctl parameter blocks read from the addresses passed,
 GPU virtual addresses resolved through the VA space UVM was told about, pushbuffers read from memory when a doorbell

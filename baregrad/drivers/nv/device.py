@@ -450,6 +450,7 @@ class NVDevice(HCQDevice):
                                                              pick(hw.DMA_CLASSES, "DMA copy"))
     self.qmd_version = hw.QMD_VERSION[self.compute_class]      # v03 Ampere/Ada, v04 Hopper, v05 Blackwell
     self.param_off = hw.param_offset(self.arch)                  # constant-bank offset of kernel parameters
+    self.max_shared_mem = hw.ARCHS[self.arch].max_shared
     self.usermode = self.rm_alloc(self.subdevice, hw.HOPPER_USERMODE_A if hw.HOPPER_USERMODE_A in classes else hw.TURING_USERMODE_A)
     self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE)
     self.doorbell_addr = self.usermode_cpu + hw.NVC361_NOTIFY_CHANNEL_PENDING
