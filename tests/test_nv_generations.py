@@ -74,7 +74,8 @@ def test_generation_end_to_end(mockenv, arch):
   # and the kernels were assembled by ptxas for this arch, reading their parameters where the driver put them
   runners = [r for r in runner._cache.values() if r.device == "NV"]
   assert runners
-  for r in runners: assert r.prg.param_off == poff
+  from baregrad.codegen.renderer.ptx import ptx_version
+  for r in runners: assert r.prg.param_off == poff and f".target {arch}\n" in r.spec.src and f".version {ptx_version(arch)}\n" in r.spec.src
   if not dev.compiler_ok: pytest.skip("ptxas not installed: the mock ran the PTX, nothing was assembled")
   from baregrad.drivers.nv.device import unpack_lib
   from baregrad.drivers.nv_compile import parse_cubin
