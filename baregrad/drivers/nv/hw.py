@@ -437,10 +437,6 @@ QMD_LAYOUTS: dict[int, QMDLayout] = {3: _layout_v03(), 4: _layout_v04(), 5: _lay
 QMD_BYTES = 0x180   # the largest (v04/v05); the driver reserves this much per launch, 256-byte aligned
 QMD_TYPE_GRID_CTA = 2
 PCAS_ACTION_PREFETCH_SCHEDULE = 9
-PARAM_CBANK_OFFSET = 0x210  # sm_90's; per architecture: param_offset(arch)
-# kept for callers of the Hopper-only API
-QMD_CB0_VALID, QMD_CB0_ADDR_LO6, QMD_CB0_ADDR_HI6, QMD_CB0_SIZE4 = (416, 416), (1567, 1536), (1586, 1568), (1599, 1587)
-QMD_QMD_TYPE, QMD_MINOR, QMD_MAJOR = (25, 23), (579, 576), (583, 580)
 
 def param_offset(arch: str) -> int:
   """Where compiled code of `arch` reads kernel parameters in constant bank 0 (0x160 sm_75..89, 0x210 sm_90, 0x380 sm_100+)."""
