@@ -131,7 +131,7 @@ def test_driver_picks_from_classlist():
 @given(st.sampled_from([3, 4, 5]), st.tuples(st.integers(1, 2**16 - 1), st.integers(1, 65535), st.integers(1, 65535)),
        st.tuples(st.integers(1, 1024), st.integers(1, 64), st.integers(1, 64)), st.integers(0, 200 << 10).map(lambda x: x // 128 * 128),
        st.integers(16, 255), st.integers(0, 2**36).map(lambda x: x * 256), st.integers(0, 2**36).map(lambda x: x * 64),
-       st.none() | st.tuples(st.integers(0, 2**38).map(lambda x: x * 8), st.integers(0, 2**64 - 1)))
+       st.none() | st.tuples(st.integers(0, 2**37 - 1).map(lambda x: x * 8), st.integers(0, 2**64 - 1)))
 def test_qmd_roundtrip_all_versions(ver, grid, block, shared, regs, prog, cb, release):
   w = hw.build_qmd(prog, cb, 0x380 + 64, grid, block, shared, regs, release, version=ver)
   assert len(w) * 4 == hw.QMD_LAYOUTS[ver].nbytes
@@ -139,6 +139,11 @@ def test_qmd_roundtrip_all_versions(ver, grid, block, shared, regs, prog, cb, re
   assert (q["grid"], q["block"], q["shared"], q["regs"], q["program"], q["cbank0"], q["major"]) == (grid, block, shared, regs, prog, cb, ver)
   assert q["release0"] == (None if release is None else (release[0], release[1], 1))
   assert hw.decode_qmd(w, ver)["QMD_MAJOR_VERSION"] == ver
+
+def test_qmd_field_overflow_is_an_error():
+  """QMD v03 holds 40-bit release addresses (RELEASE0_ADDRESS_UPPER is 8 bits): a wider one is refused, not truncated."""
+  with pytest.raises(ValueError, match="does not fit QMD bits 807:800"): hw.build_qmd(0, 0, 0x200, (1, 1, 1), (1, 1, 1), 0, 16, (1 << 40, 0), version=3)
+  with pytest.raises(ValueError, match="QMD version 6"): hw.build_qmd(0, 0, 0x200, (1, 1, 1), (1, 1, 1), 0, 16, version=6)
 
 def test_nv_decode_tool_per_arch(tmp_path, capsys):
   import importlib.util, os
