@@ -15,6 +15,15 @@ from baregrad.drivers.nv import NVDevice, NVComputeQueue, NVCopyQueue, RMError
 from baregrad.drivers.nv import hw
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 
+@pytest.fixture(scope="module", autouse=True)
+def hopper_mock():
+  """These tests are written for the default mock (one Hopper, sm_90); MOCKGPU_ARCH/MOCKGPU_COUNT set outside do not
+  apply here (tests/test_nv_generations.py covers the other generations and several GPUs)."""
+  with pytest.MonkeyPatch.context() as mp:
+    mp.delenv("MOCKGPU_ARCH", raising=False)
+    mp.delenv("MOCKGPU_COUNT", raising=False)
+    yield
+
 def open_mock(**kw) -> tuple[NVDevice, MockNVGPU]:
   mock = MockNVGPU(**kw)
   return NVDevice("NV", port=make_port(mock)), mock

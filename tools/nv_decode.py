@@ -4,8 +4,11 @@ rings, and compute QMDs. Input is raw little-endian bytes (e.g. memory captured 
 
   python tools/nv_decode.py pb SEGMENT.bin [--base 0x...]    a pushbuffer segment
   python tools/nv_decode.py gpfifo RING.bin --get N --put M [--seg ADDR=FILE ...]
-  python tools/nv_decode.py qmd QMD.bin                       a Hopper (v04) QMD; --version 3|4|5
+  python tools/nv_decode.py qmd QMD.bin                       a Hopper (v04) QMD; --version 3|4|5 or --arch sm_XX
   python tools/nv_decode.py demo                              run a few commands on the mock GPU and print its channels
+
+--arch sm_80|sm_86|sm_89|sm_90|sm_100|sm_120 (default sm_90) names the generation: the classes bound on the compute
+and copy subchannels, and for `qmd` the QMD version its compute class uses (v03 Ampere/Ada, v04 Hopper, v05 Blackwell).
 
 The decoder is the one the mock GPU executes with (baregrad.drivers.nv.hw)."""
 from __future__ import annotations
@@ -29,9 +32,12 @@ def main(argv: list[str] | None = None) -> int:
   g = sub.add_parser("gpfifo"); g.add_argument("file"); g.add_argument("--get", type=int, required=True); g.add_argument("--put", type=int, required=True)
   g.add_argument("--seg", action="append", default=[], help="ADDR=FILE: the bytes of the pushbuffer at ADDR")
   q = sub.add_parser("qmd"); q.add_argument("file"); q.add_argument("--version", type=int, default=4)
+  q.add_argument("--arch", choices=list(hw.ARCHS))
   sub.add_parser("demo")
+  for sp in (p, g, sub.choices["demo"]): sp.add_argument("--arch", choices=list(hw.ARCHS), default="sm_90")
   a = ap.parse_args(argv)
-  classes = {hw.SUBC_COMPUTE: hw.nv.HOPPER_COMPUTE_A, hw.SUBC_COPY: hw.nv.HOPPER_DMA_COPY_A}
+  arch = hw.ARCHS[a.arch or "sm_90"]
+  classes = {hw.SUBC_COMPUTE: arch.compute, hw.SUBC_COPY: arch.dma}
   if a.cmd == "pb":
     w = hw.words_of(load(a.file))
     print(f"pushbuffer: {len(w)} words\nmethods:\n{hw.format_methods(w, classes, base=a.base)}\ncommands:\n{hw.format_commands(w, classes)}")
@@ -46,14 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     print(hw.format_gpfifo(entries, a.get, a.put, read if segs else None, classes, last=len(entries)))
   elif a.cmd == "qmd":
     w = hw.words_of(load(a.file))
-    print(f"QMD v0{a.version}:\n{hw.format_qmd(w, a.version)}")
-    if a.version == 4: print("launch: " + ", ".join(f"{k}={v if not isinstance(v, int) else hex(v)}" for k, v in hw.read_qmd(w).items()))
+    ver = hw.QMD_VERSION[arch.compute] if a.arch else a.version
+    print(f"QMD v0{ver}" + (f" ({hw.class_name(arch.compute)})" if a.arch else "") + f":\n{hw.format_qmd(w, ver)}")
+    if ver in hw.QMD_LAYOUTS: print("launch: " + ", ".join(f"{k}={v if not isinstance(v, int) else hex(v)}" for k, v in hw.read_qmd(w, ver).items()))
   else:
     from baregrad.drivers.port import make_port
     from baregrad.drivers.mock.nvgpu import MockNVGPU
     from baregrad.drivers.nv import NVDevice
     from baregrad.hcq import HCQSignal
-    mock = MockNVGPU()
+    mock = MockNVGPU(arch=a.arch)
     dev = NVDevice("NV", port=make_port(mock))
     a_, b_ = dev.allocator.alloc(256), dev.allocator.alloc(256)
     s = HCQSignal(dev)

@@ -1,6 +1,9 @@
 """MockNVGPU: the kernel interface of NVIDIA's driver (RM escapes on /dev/nvidiactl and /dev/nvidiaN, UVM ioctls on
-/dev/nvidia-uvm, mmaps, the usermode doorbell) and a Hopper-like GPU behind it (GPFIFO channels, host semaphores, the
-DMA copy engine, the compute class up to the QMD launch).
+/dev/nvidia-uvm, mmaps, the usermode doorbell) and GPUs of one generation behind it (GPFIFO channels, host semaphores,
+the DMA copy engine, the compute class up to the QMD launch). MOCKGPU_ARCH picks the generation (sm_80, sm_86, sm_89:
+Ampere/Ada classes and QMD v03; sm_90: Hopper, QMD v04, the default; sm_100, sm_120: Blackwell, QMD v05): RM reports
+its MC architecture, SM version and classlist, accepts only its classes (NV_ERR_INVALID_CLASS otherwise), and the
+compute engine decodes the QMD version of its class. MOCKGPU_COUNT=n lists n GPUs.
 
 The mock knows only what the real kernel driver and GPU would: ioctl parameter blocks read from the addresses passed,
 GPU virtual addresses resolved through the VA space UVM was told about, pushbuffers read from memory when a doorbell
@@ -45,7 +48,7 @@ class RMObject:
 class Memory:
   """A memory object: a memfd (its pages are the object's "physical" memory) and the mock's own mapping of it."""
   def __init__(self, size: int, kind: str) -> None:
-    self.size, self.kind = size, kind
+    self.size, self.kind, self.gpu = size, kind, 0
     self.fd = os.memfd_create(f"mocknv-{kind}", os.MFD_CLOEXEC)
     os.ftruncate(self.fd, max(size, PAGE))
     self.view = _mmap(0, max(size, PAGE), PROT_RW, MAP_SHARED, self.fd, 0)
@@ -73,23 +76,30 @@ class Channel:
   fault: str | None = None
   methods_done: int = 0
 
-# class -> (parent classes allowed, parameter struct or None, parameters required)
-def _class_table() -> dict[int, tuple[tuple[int, ...], type | None, bool]]:
-  dev, sub, grp, ch = (nv.NV01_DEVICE_0,), (nv.NV20_SUBDEVICE_0,), (nv.KEPLER_CHANNEL_GROUP_A,), (nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A)
-  return {
+# class -> (parent classes allowed, parameter struct or None, parameters required): the classes one GPU generation offers
+def _class_table(arch: hw.GPUArch) -> dict[int, tuple[tuple[int, ...], type | None, bool]]:
+  dev, sub, grp, ch = (nv.NV01_DEVICE_0,), (nv.NV20_SUBDEVICE_0,), (nv.KEPLER_CHANNEL_GROUP_A,), (arch.gpfifo,)
+  t: dict[int, tuple[tuple[int, ...], type | None, bool]] = {
     nv.NV01_DEVICE_0: ((nv.NV01_ROOT_CLIENT,), nv.NV0080_ALLOC_PARAMETERS, False),
     nv.NV20_SUBDEVICE_0: (dev, nv.NV2080_ALLOC_PARAMETERS, False),
-    hw.HOPPER_USERMODE_A: (sub, nv.NV_HOPPER_USERMODE_A_PARAMS, False),
     nv.FERMI_VASPACE_A: (dev + sub, nv.NV_VASPACE_ALLOCATION_PARAMETERS, False),
     nv.KEPLER_CHANNEL_GROUP_A: (dev + sub, nv.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS, True),
     hw.FERMI_CONTEXT_SHARE_A: (grp, nv.NV_CTXSHARE_ALLOCATION_PARAMETERS, True),
-    nv.HOPPER_CHANNEL_GPFIFO_A: (grp, nv.NV_CHANNEL_ALLOC_PARAMS, True),
-    nv.AMPERE_CHANNEL_GPFIFO_A: (grp, nv.NV_CHANNEL_ALLOC_PARAMS, True),
-    nv.HOPPER_COMPUTE_A: (ch, None, False),
-    nv.HOPPER_DMA_COPY_A: (ch, None, False),
+    arch.gpfifo: (grp, nv.NV_CHANNEL_ALLOC_PARAMS, True),
+    arch.compute: (ch, None, False),
+    arch.dma: (ch, None, False),
     nv.NV01_MEMORY_SYSTEM: (dev + sub, nv.NV_MEMORY_ALLOCATION_PARAMS, True),
     nv.NV01_MEMORY_LOCAL_USER: (dev + sub, nv.NV_MEMORY_ALLOCATION_PARAMS, True),
   }
+  for um in arch.usermode: t[um] = (sub, nv.NV_HOPPER_USERMODE_A_PARAMS if um == hw.HOPPER_USERMODE_A else None, False)
+  return t
+
+def arch_from_env(arch: str | None = None) -> hw.GPUArch:
+  """The generation MOCKGPU_ARCH (or `arch`) names; sm_90 by default; anything else is refused by name."""
+  name = arch if arch is not None else os.environ.get("MOCKGPU_ARCH", "") or "sm_90"
+  a = hw.ARCHS.get(name.strip().lower())
+  if a is None: raise ValueError(f"MOCKGPU_ARCH={name!r}: the mock NVIDIA GPU emulates {', '.join(hw.ARCHS)}, not {name!r}")
+  return a
 
 class RMStatus(Exception):
   def __init__(self, status: int, why: str = "") -> None:
@@ -97,13 +107,29 @@ class RMStatus(Exception):
     self.status = status
 
 class MockNVGPU:
-  """One Hopper GPU (sm_90) behind a mock NVIDIA kernel driver."""
+  """NVIDIA GPUs of one generation behind a mock NVIDIA kernel driver: `arch` (MOCKGPU_ARCH: sm_80, sm_86, sm_89,
+  sm_90, sm_100, sm_120; default sm_90) picks what RM reports (MC architecture, SM version, classlist) and which
+  classes it accepts; `count` (MOCKGPU_COUNT, default 1) how many GPUs NV_ESC_CARD_INFO lists. GPU i answers at
+  /dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens each GPU through
+  its own port (its own mock instance), so every GPU's memory, page tables and channels are its own."""
   def __init__(self, driver_version: str = "580.95.05", vram_bytes: int = 80 << 30, sysmem_bytes: int = 64 << 30,
-               gpcs: int = 8, tpc_per_gpc: int = 9, sm_per_tpc: int = 2, uuid: bytes = bytes(range(0x10, 0x20))) -> None:
+               gpcs: int = 8, tpc_per_gpc: int = 9, sm_per_tpc: int = 2, uuid: bytes = bytes(range(0x10, 0x20)),
+               arch: str | None = None, count: int | None = None) -> None:
     self.driver_version, self.vram_bytes, self.sysmem_bytes, self.uuid = driver_version, vram_bytes, sysmem_bytes, uuid
     self.gpcs, self.tpc_per_gpc, self.sm_per_tpc = gpcs, tpc_per_gpc, sm_per_tpc
+    self.arch_info = arch_from_env(arch)
+    self.arch = self.arch_info.sm
+    if count is None:
+      env = os.environ.get("MOCKGPU_COUNT", "") or "1"
+      if not env.isdigit() or not 1 <= int(env) <= 32: raise ValueError(f"MOCKGPU_COUNT={env!r}: 1 to 32 GPUs")
+      count = int(env)
+    if not 1 <= count <= 32: raise ValueError(f"count={count}: 1 to 32 GPUs")
+    self.count = count
+    # GPU i: the same UUID with i added to its last byte, PCI bus i + 1, /dev/nvidia<i>
+    self.uuids = [uuid[:-1] + bytes([(uuid[-1] + i) & 0xFF]) for i in range(count)]
+    self.registered_gpus: set[bytes] = set()
     self.vram_used = self.sysmem_used = 0
-    self.classes = _class_table()
+    self.classes = _class_table(self.arch_info)
     self.classlist = [nv.NV01_ROOT_CLIENT] + sorted(self.classes)
     self.files: dict[int, dict[str, Any]] = {}
     self.clients: dict[int, dict[int, RMObject]] = {}
@@ -125,7 +151,7 @@ class MockNVGPU:
     with self._lock:
       if path == "/dev/nvidiactl": kind = "ctl"
       elif path == "/dev/nvidia-uvm": kind = "uvm"
-      elif path == "/dev/nvidia0": kind = "dev"
+      elif path.startswith("/dev/nvidia") and path[11:].isdigit() and int(path[11:]) < self.count: kind = "dev"
       else: raise FileNotFoundError(errno.ENOENT, f"open {path} failed: ENOENT (No such file or directory)", path)
       fd, self._next_fd = self._next_fd, self._next_fd + 1
       self.files[fd] = {"path": path, "kind": kind, "map": None, "uvm_init": False, "ctl": None}
@@ -157,9 +183,10 @@ class MockNVGPU:
     n = size // ctypes.sizeof(nv.nv_ioctl_card_info_t)
     cards = (nv.nv_ioctl_card_info_t * n).from_address(argp)
     ctypes.memset(argp, 0, size)
-    cards[0].valid, cards[0].gpu_id, cards[0].minor_number = 1, 0x100, 0
-    cards[0].pci_info.vendor_id, cards[0].pci_info.device_id, cards[0].pci_info.bus = 0x10de, 0x2330, 1
-    cards[0].fb_size = self.vram_bytes
+    for i in range(min(n, self.count)):  # gpu_id is the PCI location (bus << 8), as RM builds it
+      cards[i].valid, cards[i].gpu_id, cards[i].minor_number = 1, (i + 1) << 8, i
+      cards[i].pci_info.vendor_id, cards[i].pci_info.device_id, cards[i].pci_info.bus = 0x10de, self.arch_info.device_id, i + 1
+      cards[i].fb_size = self.vram_bytes
     return 0
 
   def _esc_version(self, f: dict, argp: int, size: int) -> int:
@@ -255,7 +282,9 @@ class MockNVGPU:
       self.clients[h] = {h: RMObject(h, nv.NV01_ROOT_CLIENT, None)}
       p.hObjectNew = h
       return
-    if cls not in self.classes: raise RMStatus(nv.NV_ERR_INVALID_CLASS, f"class {cls:#x} is not supported by this GPU (sm_90)")
+    if cls not in self.classes:
+      raise RMStatus(nv.NV_ERR_INVALID_CLASS, f"class {hw.class_name(cls)} ({cls:#x}) is not supported by this GPU "
+                     f"({self.arch_info.name}, {self.arch})")
     objs = self.clients.get(p.hRoot)
     if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {p.hRoot:#x}")
     parent = objs.get(p.hObjectParent)
@@ -290,12 +319,18 @@ class MockNVGPU:
       if used + size > cap:
         raise RMStatus(nv.NV_ERR_NO_MEMORY, f"{'video' if vid else 'system'} memory: {size:#x} bytes requested, {cap - used:#x} free")
       m = Memory(size, "vid" if vid else "sys")
+      m.gpu = parent.data["gpu"] if isinstance(parent.data, dict) else 0   # the GPU whose device object owns it
       if vid: self.vram_used += size
       else: self.sysmem_used += size
       params.size, params.limit = size, size - 1
       return m
-    if cls == hw.HOPPER_USERMODE_A: return Memory(hw.USERMODE_SIZE, "usermode")
-    if cls in (nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A):
+    if cls in self.arch_info.usermode: return Memory(hw.USERMODE_SIZE, "usermode")
+    if cls == nv.NV01_DEVICE_0:
+      if params is not None and params.deviceId >= self.count:
+        raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"deviceId {params.deviceId}: this system has {self.count} GPU(s)")
+      return {"gpu": params.deviceId if params is not None else 0}
+    if cls == nv.NV20_SUBDEVICE_0: return {"gpu": parent.data["gpu"]}
+    if cls == self.arch_info.gpfifo:
       if params.gpFifoEntries == 0 or params.gpFifoEntries & (params.gpFifoEntries - 1):
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"gpFifoEntries={params.gpFifoEntries} must be a power of two")
       if params.hContextShare:
@@ -317,7 +352,7 @@ class MockNVGPU:
       if params.engineType not in (hw.NV2080_ENGINE_TYPE_GRAPHICS, hw.NV2080_ENGINE_TYPE_COPY0):
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"engineType {params.engineType} has no runlist on this GPU")
     if cls == hw.FERMI_CONTEXT_SHARE_A and params.hVASpace: self._get(hclient, params.hVASpace, nv.FERMI_VASPACE_A)
-    if cls in (nv.HOPPER_COMPUTE_A, nv.HOPPER_DMA_COPY_A):
+    if cls in (self.arch_info.compute, self.arch_info.dma):
       if any(self.clients[hclient][c].cls == cls for c in parent.children):
         raise RMStatus(nv.NV_ERR_INVALID_STATE, f"channel {parent.handle:#x} already has a {hw.class_name(cls)} object")
     return None
@@ -363,10 +398,10 @@ class MockNVGPU:
     for i, c in enumerate(self.classlist): q.classList[i] = c
 
   def _ctl_arch(self, hc: int, o: RMObject, q: Any) -> None:
-    q.architecture, q.implementation, q.revision = nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100, 0, 0xa1
+    q.architecture, q.implementation, q.revision = self.arch_info.architecture, self.arch_info.implementation, 0xa1
 
   def _ctl_gr_info(self, hc: int, o: RMObject, q: Any) -> None:
-    vals = {nv.NV2080_CTRL_GR_INFO_INDEX_SM_VERSION: nv.NV2080_CTRL_GR_INFO_SM_VERSION_9_0,
+    vals = {nv.NV2080_CTRL_GR_INFO_INDEX_SM_VERSION: self.arch_info.sm_version,
             nv.NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GPCS: self.gpcs, nv.NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC: self.tpc_per_gpc,
             nv.NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC: self.sm_per_tpc, nv.NV2080_CTRL_GR_INFO_INDEX_MAX_WARPS_PER_SM: 64,
             nv.NV2080_CTRL_GR_INFO_INDEX_MAX_THREADS_PER_WARP: 32}
@@ -378,13 +413,14 @@ class MockNVGPU:
       e.data = vals.get(e.index, 0)
 
   def _ctl_gid(self, hc: int, o: RMObject, q: Any) -> None:
+    uuid = self.uuids[o.data["gpu"]]
     if nv.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT.decode(q.flags) != nv.NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY:
-      text = ("GPU-" + self.uuid.hex()).encode()
+      text = ("GPU-" + uuid.hex()).encode()
       q.length = len(text) + 1
       ctypes.memmove(ctypes.addressof(q.data), text, len(text))
       return
     q.length = 16
-    ctypes.memmove(ctypes.addressof(q.data), self.uuid, 16)
+    ctypes.memmove(ctypes.addressof(q.data), uuid, 16)
 
   def _ctl_token(self, hc: int, o: RMObject, q: Any) -> None: q.workSubmitToken = o.data.token
 
@@ -399,7 +435,7 @@ class MockNVGPU:
     nv.NV2080_CTRL_CMD_MC_GET_ARCH_INFO: ((nv.NV20_SUBDEVICE_0,), nv.NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS, _ctl_arch),
     nv.NV2080_CTRL_CMD_GR_GET_INFO: ((nv.NV20_SUBDEVICE_0,), nv.NV2080_CTRL_GR_GET_INFO_PARAMS, _ctl_gr_info),
     nv.NV2080_CTRL_CMD_GPU_GET_GID_INFO: ((nv.NV20_SUBDEVICE_0,), nv.NV2080_CTRL_GPU_GET_GID_INFO_PARAMS, _ctl_gid),
-    nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: ((nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A),
+    nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN: (hw.GPFIFO_CLASSES,
                                                      nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS, _ctl_token),
     nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: ((nv.KEPLER_CHANNEL_GROUP_A,), nv.NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS, _ctl_schedule),
   }
@@ -432,11 +468,13 @@ class MockNVGPU:
       raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"uvmFd {p.uvmFd} is not an initialized /dev/nvidia-uvm fd")
 
   def _uvm_register_gpu(self, f: dict, p: Any) -> None:
-    if bytes(p.gpu_uuid.uuid) != self.uuid: raise RMStatus(nv.NV_ERR_GPU_UUID_NOT_FOUND, f"no GPU with uuid {bytes(p.gpu_uuid.uuid).hex()}")
+    u = bytes(p.gpu_uuid.uuid)
+    if u not in self.uuids: raise RMStatus(nv.NV_ERR_GPU_UUID_NOT_FOUND, f"no GPU with uuid {u.hex()}")
+    self.registered_gpus.add(u)
     self.uvm_registered = True
 
   def _uvm_register_vaspace(self, f: dict, p: Any) -> None:
-    if bytes(p.gpuUuid.uuid) != self.uuid or not self.uvm_registered:
+    if bytes(p.gpuUuid.uuid) not in self.registered_gpus:
       raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "GPU not registered with UVM_REGISTER_GPU")
     if self.files.get(p.rmCtrlFd, {}).get("kind") != "ctl": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"rmCtrlFd {p.rmCtrlFd} is not /dev/nvidiactl")
     try: self._get(p.hClient, p.hVaSpace, nv.FERMI_VASPACE_A)
@@ -451,10 +489,13 @@ class MockNVGPU:
   def _uvm_map_external(self, f: dict, p: Any) -> None:
     if not any(b <= p.base and p.base + p.length <= b + l for b, l in self.uvm_ranges.items()):
       raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"{p.base:#x}+{p.length:#x} is not inside an external range")
-    if p.gpuAttributesCount < 1 or bytes(p.perGpuAttributes[0].gpuUuid.uuid) != self.uuid:
+    if p.gpuAttributesCount < 1 or bytes(p.perGpuAttributes[0].gpuUuid.uuid) not in self.registered_gpus:
       raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "mapping attributes name no registered GPU")
     try: o = self._get(p.hClient, p.hMemory, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
     except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
+    u = bytes(p.perGpuAttributes[0].gpuUuid.uuid)
+    if o.data.kind == "vid" and self.uuids[o.data.gpu] != u:
+      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, f"video memory of GPU {o.data.gpu} cannot be mapped for GPU {self.uuids.index(u)} (no peer access)")
     if p.offset + p.length > o.data.size: raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"{p.length:#x} bytes at {p.offset:#x} exceed the memory's {o.data.size:#x}")
     self._unmap_va(p.base, p.length)
     bisect.insort(self.va_map, (p.base, p.length, o.data, p.offset), key=lambda m: m[0])
@@ -651,9 +692,12 @@ class MockNVGPU:
     constant bank 0 (at the offset compiled code reads them from), on the PTX interpreter over the GPU's memory."""
     import struct
     from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, GPUFault
-    q = hw.read_qmd(hw.words_of(self.read(qmd_addr, hw.QMD_BYTES)))
+    ver = hw.QMD_VERSION[self.arch_info.compute]  # the QMD layout this GPU's compute class reads
+    q = hw.read_qmd(hw.words_of(self.read(qmd_addr, hw.QMD_LAYOUTS[ver].nbytes)), ver)
     self.launches.append({"qmd": qmd_addr, **q})
-    if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != 4: raise ValueError(f"QMD at {qmd_addr:#x}: type {q['type']} version {q['major']} (expected a v04 grid)")
+    if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != ver:
+      raise ValueError(f"QMD at {qmd_addr:#x}: type {q['type']} major version {q['major']} "
+                       f"({hw.class_name(self.arch_info.compute)} launches QMD v0{ver} grids)")
     if q["cbank0"] is None: raise ValueError(f"QMD at {qmd_addr:#x}: constant bank 0 not valid (no kernel parameters)")
     trailer = self.read(q["program"] - 16, 16)
     if trailer[:8] != hw.IMAGE_MAGIC:
@@ -666,7 +710,7 @@ class MockNVGPU:
     if mod is None: mod = self._ptx_cache[text] = PTXModule(text)
     try:
       k = mod.kernel(name)
-      params = self.read(q["cbank0"] + hw.PARAM_CBANK_OFFSET, k.param_size)
+      params = self.read(q["cbank0"] + hw.param_offset(self.arch), k.param_size)
       k.launch(self._ptx_memory(), params, q["grid"], q["block"], shared_bytes=max(0, q["shared"] - k.static_shared))
     except GPUFault as e: raise ValueError(f"MMU fault in kernel {name}: {e}") from None
     except PTXError as e: raise ValueError(f"kernel {name}: {e}") from None

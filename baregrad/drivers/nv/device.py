@@ -12,7 +12,17 @@ Memory: device memory is NV01_MEMORY_LOCAL_USER mapped into the GPU VA space thr
 memory is NV01_MEMORY_SYSTEM mapped for the CPU (NV_ESC_RM_MAP_MEMORY + mmap at an address the driver picks, inside a
 window it reserved below 2**40 so pushbuffers can be addressed from GPFIFO entries) and for the GPU at the same VA.
 
-MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port; IOCTL_TRACE=1 prints every call."""
+Generations: what the kernel reports decides everything arch-specific. MC_GET_ARCH_INFO names the family (Ampere,
+Ada, Hopper, Blackwell; anything else is refused by name), GR_GET_INFO's SM version the PTX target and ptxas arch
+(sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) and so the constant-bank offset of kernel parameters (0x160 / 0x210 /
+0x380), the classlist the GPFIFO, compute and copy classes (newest known first), and the compute class the QMD
+version (v03 Ampere/Ada, v04 Hopper, v05 Blackwell: hw.QMD_VERSION).
+
+Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
+with its own RM client, VA space, channels and a device-only VA window of its own.
+
+MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
+generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call."""
 from __future__ import annotations
 import ctypes, errno, os, threading, time
 from collections import deque
@@ -87,7 +97,7 @@ class NVComputeQueue(HWQueue):
     engine at it. Fields: qmd (the QMD address, shifted 8, as SEND_PCAS_A carries it)."""
     assert isinstance(args_state, NVArgsState), "NV exec needs args from NVProgram.fill_kernargs"
     args_state.write_qmd(gs, ls)
-    return hw.exec_words(args_state.qmd_va), {"qmd": (3, 1)}
+    return hw.launch_words(prg.dev.compute_class, args_state.qmd_va), {"qmd": (3, 1)}
   def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
     self._check(i, "exec")
     args: NVArgsState = self._refs[(i % len(self.cmds), "args")]
@@ -228,7 +238,8 @@ class NVArgsState(HCQArgsState):
     if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
     if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
     self.grid, self.block = gs, ls
-    w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared, prg.regs)
+    w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared, prg.regs, version=prg.dev.qmd_version)
+    w += [0] * (hw.QMD_BYTES // 4 - len(w))
     (ctypes.c_uint32 * len(w)).from_address(self.qmd_cpu)[:] = w
 
 def prod3(t: Sequence[int]) -> int: return t[0] * t[1] * t[2]
@@ -244,7 +255,7 @@ class NVProgram(HCQProgram):
       except Exception: cubin = b""
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
-    self.ptx, self.param_off, self.regs, self.shared = ptx, hw.PARAM_CBANK_OFFSET, 32, 0
+    self.ptx, self.param_off, self.regs, self.shared = ptx, dev.param_off, 32, 0
     code = b""
     self.params = ptx_params(ptx, name)
     if cubin:
@@ -303,7 +314,8 @@ class NVDevice(HCQDevice):
       from baregrad.helpers import getenv
       if getenv("MOCKGPU", 0):
         from baregrad.drivers.mock.nvgpu import MockNVGPU
-        port = make_port(MockNVGPU())
+        try: port = make_port(MockNVGPU())   # MOCKGPU_ARCH, MOCKGPU_COUNT pick the generation and the number of GPUs
+        except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
       else: port = make_port()
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
@@ -423,13 +435,22 @@ class NVDevice(HCQDevice):
     self.rm_control(self.subdevice, nv.NV2080_CTRL_CMD_GR_GET_INFO,
                     nv.NV2080_CTRL_GR_GET_INFO_PARAMS(grInfoListSize=5, grInfoList=ctypes.addressof(info)), "GR_GET_INFO")
     smv = info[0].data
-    self.arch = f"sm_{smv >> 8}{(smv & 0xFF) >> 4 if (smv & 0xFF) >= 0x10 else smv & 0xF}"
+    self.arch = hw.sm_from_version(smv)
     self.arch_id, self.sm_count = arch.architecture, info[1].data * info[2].data * info[3].data
+    self.family = hw.ARCH_FAMILIES.get(arch.architecture)
+    if self.family is None:
+      _unavail(device, f"GPU architecture {arch.architecture:#x} (implementation {arch.implementation:#x}, {self.arch}) is not supported; "
+                       f"supported: Ampere, Ada, Hopper, Blackwell ({', '.join(hw.ARCHS)})")
+    if self.arch not in hw.ARCHS:
+      _unavail(device, f"{self.family} GPU reports SM version {smv:#x} ({self.arch}), which this driver does not know; known: {', '.join(hw.ARCHS)}")
     cl = self.rm_control(self.nvdevice, nv.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2, nv.NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS(), "GPU_GET_CLASSLIST_V2")
     classes = set(cl.classList[:cl.numClasses])
     pick = lambda cands, what: next((c for c in cands if c in classes), None) or _unavail(device, f"the GPU offers no {what} class we know")
     self.gpfifo_class, self.compute_class, self.dma_class = (pick(hw.GPFIFO_CLASSES, "GPFIFO channel"), pick(hw.COMPUTE_CLASSES, "compute"),
                                                              pick(hw.DMA_CLASSES, "DMA copy"))
+    self.qmd_version = hw.QMD_VERSION[self.compute_class]      # v03 Ampere/Ada, v04 Hopper, v05 Blackwell
+    self.param_off = hw.param_offset(self.arch)                  # constant-bank offset of kernel parameters
+    self.max_shared_mem = hw.ARCHS[self.arch].max_shared
     self.usermode = self.rm_alloc(self.subdevice, hw.HOPPER_USERMODE_A if hw.HOPPER_USERMODE_A in classes else hw.TURING_USERMODE_A)
     self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE)
     self.doorbell_addr = self.usermode_cpu + hw.NVC361_NOTIFY_CHANNEL_PENDING
@@ -453,7 +474,9 @@ class NVDevice(HCQDevice):
       self.port.munmap(r, size)  # an old kernel took the flag as a hint
     else: raise DeviceUnavailable(f"{device}: no free {size:#x}-byte host address window below 2**40 for GPU-visible memory")
     self.window = (base, size)
-    self.cpu_va, self.gpu_va = VAAllocator(*self.window), VAAllocator(*GPU_WINDOW)
+    # device-only VAs: a separate window per GPU index, so two GPUs' allocations never share an address in this process
+    gbase = GPU_WINDOW[0] + self.index * GPU_WINDOW[1]
+    self.cpu_va, self.gpu_va = VAAllocator(*self.window), VAAllocator(gbase, GPU_WINDOW[1])
 
   def _map_to_cpu(self, handle: int, size: int, target: int = 0) -> int:
     """NV_ESC_RM_MAP_MEMORY onto a fresh /dev/nvidiaN fd, then mmap that fd (at `target` when given)."""

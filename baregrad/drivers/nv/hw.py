@@ -22,21 +22,90 @@ NV2080_ENGINE_TYPE_COPY0 = 9
 NVC361_NOTIFY_CHANNEL_PENDING = 0x90  # clc361.h: usermode doorbell register (write the work-submit token)
 USERMODE_SIZE = 0x10000
 
+AMPERE_USERMODE_A = 0xc561         # clc561.h (open-gpu-kernel-modules src/common/sdk/nvidia/inc/class)
+BLACKWELL_USERMODE_A = 0xc761      # clc761.h (same place)
+USERMODE_CLASSES = (HOPPER_USERMODE_A, TURING_USERMODE_A)  # what the driver allocates, in order of preference
+
 CLASS_NAMES = {
   nv.NV01_ROOT_CLIENT: "NV01_ROOT_CLIENT", nv.NV01_DEVICE_0: "NV01_DEVICE_0", nv.NV20_SUBDEVICE_0: "NV20_SUBDEVICE_0",
-  HOPPER_USERMODE_A: "HOPPER_USERMODE_A", TURING_USERMODE_A: "TURING_USERMODE_A", nv.FERMI_VASPACE_A: "FERMI_VASPACE_A",
+  HOPPER_USERMODE_A: "HOPPER_USERMODE_A", TURING_USERMODE_A: "TURING_USERMODE_A", AMPERE_USERMODE_A: "AMPERE_USERMODE_A",
+  BLACKWELL_USERMODE_A: "BLACKWELL_USERMODE_A", nv.FERMI_VASPACE_A: "FERMI_VASPACE_A",
   nv.KEPLER_CHANNEL_GROUP_A: "KEPLER_CHANNEL_GROUP_A", FERMI_CONTEXT_SHARE_A: "FERMI_CONTEXT_SHARE_A",
   nv.AMPERE_CHANNEL_GPFIFO_A: "AMPERE_CHANNEL_GPFIFO_A", nv.HOPPER_CHANNEL_GPFIFO_A: "HOPPER_CHANNEL_GPFIFO_A",
-  nv.BLACKWELL_CHANNEL_GPFIFO_A: "BLACKWELL_CHANNEL_GPFIFO_A", nv.AMPERE_COMPUTE_A: "AMPERE_COMPUTE_A",
-  nv.AMPERE_COMPUTE_B: "AMPERE_COMPUTE_B", nv.ADA_COMPUTE_A: "ADA_COMPUTE_A", nv.HOPPER_COMPUTE_A: "HOPPER_COMPUTE_A",
-  nv.BLACKWELL_COMPUTE_A: "BLACKWELL_COMPUTE_A", nv.AMPERE_DMA_COPY_A: "AMPERE_DMA_COPY_A", nv.AMPERE_DMA_COPY_B: "AMPERE_DMA_COPY_B",
-  nv.HOPPER_DMA_COPY_A: "HOPPER_DMA_COPY_A", nv.BLACKWELL_DMA_COPY_A: "BLACKWELL_DMA_COPY_A",
+  nv.BLACKWELL_CHANNEL_GPFIFO_A: "BLACKWELL_CHANNEL_GPFIFO_A", nv.BLACKWELL_CHANNEL_GPFIFO_B: "BLACKWELL_CHANNEL_GPFIFO_B",
+  nv.AMPERE_COMPUTE_A: "AMPERE_COMPUTE_A", nv.AMPERE_COMPUTE_B: "AMPERE_COMPUTE_B", nv.ADA_COMPUTE_A: "ADA_COMPUTE_A",
+  nv.HOPPER_COMPUTE_A: "HOPPER_COMPUTE_A", nv.BLACKWELL_COMPUTE_A: "BLACKWELL_COMPUTE_A", nv.BLACKWELL_COMPUTE_B: "BLACKWELL_COMPUTE_B",
+  nv.AMPERE_DMA_COPY_A: "AMPERE_DMA_COPY_A", nv.AMPERE_DMA_COPY_B: "AMPERE_DMA_COPY_B",
+  nv.HOPPER_DMA_COPY_A: "HOPPER_DMA_COPY_A", nv.BLACKWELL_DMA_COPY_A: "BLACKWELL_DMA_COPY_A", nv.BLACKWELL_DMA_COPY_B: "BLACKWELL_DMA_COPY_B",
   nv.NV01_MEMORY_SYSTEM: "NV01_MEMORY_SYSTEM", nv.NV01_MEMORY_LOCAL_USER: "NV01_MEMORY_LOCAL_USER",
   NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: "NV01_MEMORY_SYSTEM_OS_DESCRIPTOR",
 }
-GPFIFO_CLASSES = (nv.BLACKWELL_CHANNEL_GPFIFO_A, nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A)
-COMPUTE_CLASSES = (nv.BLACKWELL_COMPUTE_A, nv.HOPPER_COMPUTE_A, nv.ADA_COMPUTE_A, nv.AMPERE_COMPUTE_B, nv.AMPERE_COMPUTE_A)
-DMA_CLASSES = (nv.BLACKWELL_DMA_COPY_A, nv.HOPPER_DMA_COPY_A, nv.AMPERE_DMA_COPY_B, nv.AMPERE_DMA_COPY_A)
+# newest first: the driver takes the first one the GPU's classlist has
+GPFIFO_CLASSES = (nv.BLACKWELL_CHANNEL_GPFIFO_B, nv.BLACKWELL_CHANNEL_GPFIFO_A, nv.HOPPER_CHANNEL_GPFIFO_A, nv.AMPERE_CHANNEL_GPFIFO_A)
+COMPUTE_CLASSES = (nv.BLACKWELL_COMPUTE_B, nv.BLACKWELL_COMPUTE_A, nv.HOPPER_COMPUTE_A, nv.ADA_COMPUTE_A, nv.AMPERE_COMPUTE_B, nv.AMPERE_COMPUTE_A)
+DMA_CLASSES = (nv.BLACKWELL_DMA_COPY_B, nv.BLACKWELL_DMA_COPY_A, nv.HOPPER_DMA_COPY_A, nv.AMPERE_DMA_COPY_B, nv.AMPERE_DMA_COPY_A)
+
+# compute class -> the QMD version its launches use (see the QMD section below for the headers that say so)
+QMD_VERSION = {nv.AMPERE_COMPUTE_A: 3, nv.AMPERE_COMPUTE_B: 3, nv.ADA_COMPUTE_A: 3, nv.HOPPER_COMPUTE_A: 4,
+               nv.BLACKWELL_COMPUTE_A: 5, nv.BLACKWELL_COMPUTE_B: 5}
+
+@dataclass(frozen=True)
+class GPUArch:
+  """One GPU generation as RM describes it: the SM version (GR_GET_INFO SM_VERSION), the MC architecture and an
+  implementation (MC_GET_ARCH_INFO, ctrl2080mc.h), and the host/compute/copy/usermode classes its classlist offers
+  (the engine classes RM's class tables register per chip, open-gpu-kernel-modules src/nvidia/generated/g_*_hal/
+  g_engines_pb.c; the same pairing CUDA's and tinygrad's NV backends use)."""
+  sm: str
+  name: str            # chip family, for messages
+  sm_version: int      # NV2080_CTRL_GR_INFO_SM_VERSION_*: major << 8 | minor
+  architecture: int    # NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_*
+  implementation: int  # NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_*
+  gpfifo: int
+  compute: int
+  dma: int
+  usermode: tuple[int, ...]
+  device_id: int       # PCI device id the mock reports (one board of the family)
+  max_shared: int      # shared memory one block may opt in to (CUDA C Programming Guide, technical specifications per
+                       # compute capability: 163 KB on 8.0, 99 KB on 8.6/8.9/12.0, 227 KB on 9.0/10.0)
+
+ARCHS: dict[str, GPUArch] = {a.sm: a for a in (
+  GPUArch("sm_80", "GA100", 0x800, nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GA100, nv.NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GA100,
+          nv.AMPERE_CHANNEL_GPFIFO_A, nv.AMPERE_COMPUTE_A, nv.AMPERE_DMA_COPY_A, (TURING_USERMODE_A, AMPERE_USERMODE_A), 0x20b0, 163 << 10),
+  GPUArch("sm_86", "GA102", nv.NV2080_CTRL_GR_INFO_SM_VERSION_8_6, nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GA100,
+          nv.NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GA102, nv.AMPERE_CHANNEL_GPFIFO_A, nv.AMPERE_COMPUTE_B, nv.AMPERE_DMA_COPY_B,
+          (TURING_USERMODE_A, AMPERE_USERMODE_A), 0x2204, 99 << 10),
+  GPUArch("sm_89", "AD102", nv.NV2080_CTRL_GR_INFO_SM_VERSION_8_9, nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_AD100,
+          nv.NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_AD102, nv.AMPERE_CHANNEL_GPFIFO_A, nv.ADA_COMPUTE_A, nv.AMPERE_DMA_COPY_B,
+          (TURING_USERMODE_A, AMPERE_USERMODE_A), 0x2684, 99 << 10),
+  GPUArch("sm_90", "GH100", nv.NV2080_CTRL_GR_INFO_SM_VERSION_9_0, nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100,
+          nv.NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GH100, nv.HOPPER_CHANNEL_GPFIFO_A, nv.HOPPER_COMPUTE_A, nv.HOPPER_DMA_COPY_A,
+          (TURING_USERMODE_A, AMPERE_USERMODE_A, HOPPER_USERMODE_A), 0x2330, 227 << 10),
+  GPUArch("sm_100", "GB100", nv.NV2080_CTRL_GR_INFO_SM_VERSION_10_0, nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GB100,
+          nv.NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GB100, nv.BLACKWELL_CHANNEL_GPFIFO_A, nv.BLACKWELL_COMPUTE_A, nv.BLACKWELL_DMA_COPY_A,
+          (TURING_USERMODE_A, AMPERE_USERMODE_A, HOPPER_USERMODE_A, BLACKWELL_USERMODE_A), 0x2901, 227 << 10),
+  GPUArch("sm_120", "GB202", nv.NV2080_CTRL_GR_INFO_SM_VERSION_12_00, nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GB200,
+          nv.NV2080_CTRL_MC_ARCH_INFO_IMPLEMENTATION_GB202, nv.BLACKWELL_CHANNEL_GPFIFO_B, nv.BLACKWELL_COMPUTE_B, nv.BLACKWELL_DMA_COPY_B,
+          (TURING_USERMODE_A, AMPERE_USERMODE_A, HOPPER_USERMODE_A, BLACKWELL_USERMODE_A), 0x2b85, 99 << 10),
+)}
+# MC architecture -> generation name, for the driver's check (ctrl2080mc.h)
+ARCH_FAMILIES = {nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GA100: "Ampere", nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_AD100: "Ada",
+                 nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GH100: "Hopper", nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GB100: "Blackwell",
+                 nv.NV2080_CTRL_MC_ARCH_INFO_ARCHITECTURE_GB200: "Blackwell"}
+
+def sm_from_version(smv: int) -> str:
+  """GR_GET_INFO SM_VERSION (0x806, 0xa00, ...) -> 'sm_86', 'sm_100'."""
+  return f"sm_{smv >> 8}{(smv & 0xFF) >> 4 if (smv & 0xFF) >= 0x10 else smv & 0xF}"
+
+def launch_words(compute_class: int, qmd_addr: int) -> list[int]:
+  """The launch method sequence of a compute class. AMPERE_COMPUTE_A through BLACKWELL_COMPUTE_B take the same one:
+  INVALIDATE_SHADER_CACHES_NO_WFI (0x1698), SEND_PCAS_A (0x2b4: the QMD address >> 8), SEND_SIGNALING_PCAS2_B (0x2c0:
+  PCAS_ACTION PREFETCH_SCHEDULE). Offsets from clc6c0.h (the bindings); open-gpu-doc's clc7c0.h and clcec0.h define
+  the same methods at the same offsets (the bindings carry NVC7C0_SEND_SIGNALING_PCAS2_B_* too), and tinygrad's
+  ops_nv.py launches Ampere through Blackwell with this sequence. What differs per class is the QMD (QMD_VERSION).
+  Kept per class so a class that needs another sequence gets its own branch here."""
+  if compute_class not in QMD_VERSION: raise ValueError(f"no launch sequence for {class_name(compute_class)}")
+  return exec_words(qmd_addr)
+
 # parameter blocks the kernel driver's unix layer wraps around NVOS structs (nv-unix-nvos-params-wrappers.h)
 class nv_ioctl_nvos33_parameters_with_fd(ctypes.Structure):
   _fields_ = [("params", nv.NVOS33_PARAMETERS), ("fd", ctypes.c_int32)]
@@ -291,19 +360,88 @@ def format_qmd(words: Sequence[int], version: int = 4) -> str:
   f = decode_qmd(words, version)
   return "\n".join(f"  {k:<40s} {v:#x}" for k, v in sorted(f.items())) or "  (all fields zero)"
 
-# ---------------------------------------------------------------- Hopper QMD (v04) fields the launch uses
-# qmd.py names them; the indexed ones (constant buffers, releases) are function-like macros in clcbc0qmd.h, given here
-# for index 0 as (hi, lo) bit ranges of the 384-byte QMD.
-QMD_BYTES = 0x180
-def _qf(name: str) -> tuple[int, int]:
+# ---------------------------------------------------------------- QMDs: v03 (Ampere/Ada), v04 (Hopper), v05 (Blackwell)
+# Field positions come from qmd.py (open-gpu-doc classes/compute/clc6c0qmd.h, clcbc0qmd.h, clcdc0qmd.h); the indexed
+# ones (constant buffers, releases) are function-like macros there, generated as functions and called with index 0.
+# Which QMD a compute class takes: the newest version its own qmd header defines that the class's launch path uses:
+# AMPERE_COMPUTE_A/B and ADA_COMPUTE_A define QMDV02_0x and QMDV03_00 (clc6c0qmd.h, clc7c0qmd.h, clc9c0qmd.h; CUDA
+# launches with V03_00), HOPPER_COMPUTE_A defines V03_00 and V04_00 (clcbc0qmd.h; V04_00 is Hopper's new layout with
+# QMD_TYPE and CGA grids), BLACKWELL_COMPUTE_A/B define V04_01, V05_00 and V05_01 (clcdc0qmd.h, clcec0qmd.h; we use V05_00).
+def _qmd_field(prefix: str, name: str, idx: int | None = None) -> tuple[int, int]:
   from baregrad.ctypes_autogen.nv import qmd
-  return tuple(getattr(qmd, "NVCBC0_QMDV04_00_" + name))  # type: ignore[return-value]
-QMD_CB0_VALID, QMD_CB0_ADDR_LO6, QMD_CB0_ADDR_HI6, QMD_CB0_SIZE4 = (416, 416), (1567, 1536), (1586, 1568), (1599, 1587)
-QMD_RELEASE0_ENABLE, QMD_RELEASE0_STRUCTURE_SIZE, QMD_RELEASE0_PAYLOAD64B = (320, 320), (322, 321), (332, 332)
-QMD_QMD_TYPE, QMD_MINOR, QMD_MAJOR = (25, 23), (579, 576), (583, 580)
+  f = getattr(qmd, prefix + name)
+  return tuple(f(idx) if idx is not None else f)  # type: ignore[return-value]
+
+@dataclass(frozen=True)
+class QMDLayout:
+  """Where one QMD version keeps what a grid launch needs: (hi, lo) bit ranges of the structure, and value shifts."""
+  version: int
+  nbytes: int
+  grid: tuple[tuple[int, int], ...]
+  block: tuple[tuple[int, int], ...]
+  shared: tuple[int, int]
+  shared_shift: int
+  regs: tuple[int, int]
+  barriers: tuple[int, int]
+  prog_lo: tuple[int, int]
+  prog_hi: tuple[int, int]
+  prog_shift: int
+  cb0_valid: tuple[int, int]
+  cb0_lo: tuple[int, int]
+  cb0_hi: tuple[int, int]
+  cb0_shift: int
+  cb0_size4: tuple[int, int]
+  rel0_enable: tuple[int, int]
+  rel0_payload64: tuple[int, int]
+  rel0_addr_lo: tuple[int, int]
+  rel0_addr_hi: tuple[int, int]
+  rel0_payload_lo: tuple[int, int]
+  rel0_payload_hi: tuple[int, int]
+  major: tuple[int, int]
+  minor: tuple[int, int]
+  qmd_type: tuple[int, int] | None   # v04+ (QMD_TYPE_GRID_CTA); v03 has none
+
+def _layout_v03() -> QMDLayout:
+  f = lambda n, i=None: _qmd_field("NVC6C0_QMDV03_00_", n, i)
+  return QMDLayout(3, 0x100, tuple(f(n) for n in ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH")),
+                   tuple(f(n) for n in ("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")),
+                   f("SHARED_MEMORY_SIZE"), 0, f("REGISTER_COUNT_V"), f("BARRIER_COUNT"), f("PROGRAM_ADDRESS_LOWER"),
+                   f("PROGRAM_ADDRESS_UPPER"), 0, f("CONSTANT_BUFFER_VALID", 0), f("CONSTANT_BUFFER_ADDR_LOWER", 0),
+                   f("CONSTANT_BUFFER_ADDR_UPPER", 0), 0, f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), f("RELEASE0_ENABLE"),
+                   f("RELEASE0_PAYLOAD64B"), f("RELEASE0_ADDRESS_LOWER"), f("RELEASE0_ADDRESS_UPPER"), f("RELEASE0_PAYLOAD_LOWER"),
+                   f("RELEASE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"), f("QMD_VERSION"), None)
+
+def _layout_v04() -> QMDLayout:
+  f = lambda n, i=None: _qmd_field("NVCBC0_QMDV04_00_", n, i)
+  return QMDLayout(4, 0x180, tuple(f(n) for n in ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")),
+                   tuple(f(n) for n in ("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")),
+                   f("SHARED_MEMORY_SIZE"), 0, f("REGISTER_COUNT"), f("BARRIER_COUNT"), f("PROGRAM_ADDRESS_LOWER"),
+                   f("PROGRAM_ADDRESS_UPPER"), 0, f("CONSTANT_BUFFER_VALID", 0), f("CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6", 0),
+                   f("CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6", 0), 6, f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), f("RELEASE_ENABLE", 0),
+                   f("RELEASE_PAYLOAD64B", 0), f("RELEASE_SEMAPHORE0_ADDR_LOWER"), f("RELEASE_SEMAPHORE0_ADDR_UPPER"),
+                   f("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), f("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"),
+                   f("QMD_MINOR_VERSION"), f("QMD_TYPE"))
+
+def _layout_v05() -> QMDLayout:
+  f = lambda n, i=None: _qmd_field("NVCDC0_QMDV05_00_", n, i)
+  return QMDLayout(5, 0x180, tuple(f(n) for n in ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")),
+                   tuple(f(n) for n in ("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")),
+                   f("SHARED_MEMORY_SIZE_SHIFTED7"), 7, f("REGISTER_COUNT"), f("BARRIER_COUNT"), f("PROGRAM_ADDRESS_LOWER_SHIFTED4"),
+                   f("PROGRAM_ADDRESS_UPPER_SHIFTED4"), 4, f("CONSTANT_BUFFER_VALID", 0), f("CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6", 0),
+                   f("CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6", 0), 6, f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), f("RELEASE_ENABLE", 0),
+                   f("RELEASE_PAYLOAD64B", 0), f("RELEASE_SEMAPHORE0_ADDR_LOWER"), f("RELEASE_SEMAPHORE0_ADDR_UPPER"),
+                   f("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), f("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"),
+                   f("QMD_MINOR_VERSION"), f("QMD_TYPE"))
+
+QMD_LAYOUTS: dict[int, QMDLayout] = {3: _layout_v03(), 4: _layout_v04(), 5: _layout_v05()}
+QMD_BYTES = 0x180   # the largest (v04/v05); the driver reserves this much per launch, 256-byte aligned
 QMD_TYPE_GRID_CTA = 2
 PCAS_ACTION_PREFETCH_SCHEDULE = 9
-PARAM_CBANK_OFFSET = 0x210  # where sm_70..sm_90 code finds kernel parameters in constant bank 0 (cubins say so too)
+
+def param_offset(arch: str) -> int:
+  """Where compiled code of `arch` reads kernel parameters in constant bank 0 (0x160 sm_75..89, 0x210 sm_90, 0x380 sm_100+)."""
+  from baregrad.codegen.renderer.ptx import param_cbuf_offset
+  return param_cbuf_offset(arch)
 
 def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
   n = hi - lo + 1
@@ -314,49 +452,55 @@ def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
   v = (v & ~(((1 << n) - 1) << sh)) | (value << sh)
   for i in range(lo // 32, hi // 32 + 1): words[i] = (v >> (32 * (i - lo // 32))) & M32
 
-QMD_GRID = ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")
-QMD_BLOCK = ("CTA_THREAD_DIMENSION0", "CTA_THREAD_DIMENSION1", "CTA_THREAD_DIMENSION2")
-
 def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], block: Sequence[int], shared: int, regs: int,
-              release: tuple[int, int] | None = None) -> list[int]:
-  """A Hopper compute QMD (v04) for one grid launch, as 96 words."""
+              release: tuple[int, int] | None = None, version: int = 4) -> list[int]:
+  """A compute QMD of `version` (3: Ampere/Ada, 4: Hopper, 5: Blackwell) for one grid launch, as 96 words (v03 uses 64)."""
+  L = QMD_LAYOUTS.get(version)
+  if L is None: raise ValueError(f"QMD version {version}: known versions are {sorted(QMD_LAYOUTS)}")
   w = [0] * (QMD_BYTES // 4)
-  set_bits(w, *QMD_QMD_TYPE, QMD_TYPE_GRID_CTA)
-  set_bits(w, *QMD_MAJOR, 4)
-  for name, v in zip(QMD_GRID, grid): set_bits(w, *_qf(name), v)
-  for name, v in zip(QMD_BLOCK, block): set_bits(w, *_qf(name), v)
-  set_bits(w, *_qf("SHARED_MEMORY_SIZE"), _rup16(shared))
-  set_bits(w, *_qf("REGISTER_COUNT"), regs)
-  set_bits(w, *_qf("BARRIER_COUNT"), 1)
-  set_bits(w, *_qf("PROGRAM_ADDRESS_LOWER"), program & M32)
-  set_bits(w, *_qf("PROGRAM_ADDRESS_UPPER"), program >> 32)
+  if L.qmd_type is not None: set_bits(w, *L.qmd_type, QMD_TYPE_GRID_CTA)
+  set_bits(w, *L.major, version)
+  for f, v in zip(L.grid, grid): set_bits(w, *f, v)
+  for f, v in zip(L.block, block): set_bits(w, *f, v)
+  sh = _rup16(shared)
+  if L.shared_shift: sh = (sh + (1 << L.shared_shift) - 1) >> L.shared_shift
+  set_bits(w, *L.shared, sh)
+  set_bits(w, *L.regs, regs)
+  set_bits(w, *L.barriers, 1)
+  if program % (1 << L.prog_shift): raise ValueError(f"program at {program:#x} must be {1 << L.prog_shift}-byte aligned for QMD v0{version}")
+  p = program >> L.prog_shift
+  set_bits(w, *L.prog_lo, p & M32)
+  set_bits(w, *L.prog_hi, p >> 32)
   if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
-  set_bits(w, *QMD_CB0_VALID, 1)
-  set_bits(w, *QMD_CB0_ADDR_LO6, (cbank0 >> 6) & M32)
-  set_bits(w, *QMD_CB0_ADDR_HI6, cbank0 >> 38)
-  set_bits(w, *QMD_CB0_SIZE4, _rup16(cbank0_size) >> 4)
+  c = cbank0 >> L.cb0_shift
+  set_bits(w, *L.cb0_valid, 1)
+  set_bits(w, *L.cb0_lo, c & M32)
+  set_bits(w, *L.cb0_hi, c >> 32)
+  set_bits(w, *L.cb0_size4, _rup16(cbank0_size) >> 4)
   if release is not None:
-    set_bits(w, *QMD_RELEASE0_ENABLE, 1)
-    set_bits(w, *QMD_RELEASE0_PAYLOAD64B, 1)
-    set_bits(w, *_qf("RELEASE_SEMAPHORE0_ADDR_LOWER"), release[0] & M32)
-    set_bits(w, *_qf("RELEASE_SEMAPHORE0_ADDR_UPPER"), release[0] >> 32)
-    set_bits(w, *_qf("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), release[1] & M32)
-    set_bits(w, *_qf("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), release[1] >> 32)
-  return w
+    set_bits(w, *L.rel0_enable, 1)
+    set_bits(w, *L.rel0_payload64, 1)
+    set_bits(w, *L.rel0_addr_lo, release[0] & M32)
+    set_bits(w, *L.rel0_addr_hi, release[0] >> 32)
+    set_bits(w, *L.rel0_payload_lo, release[1] & M32)
+    set_bits(w, *L.rel0_payload_hi, release[1] >> 32)
+  return w[:L.nbytes // 4] if L.nbytes < QMD_BYTES else w
 
 def _rup16(x: int) -> int: return (x + 15) // 16 * 16
 
-def read_qmd(words: Sequence[int]) -> dict[str, Any]:
-  """The launch a QMD describes: grid, block, shared bytes, registers, program address, constant bank 0 (addr, size)."""
+def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
+  """The launch a QMD of `version` describes: grid, block, shared bytes, registers, program address, constant bank 0
+  (addr, size), the major version the QMD itself states, its type (v04+), release 0."""
+  L = QMD_LAYOUTS[version]
   b = lambda f: nv_bits(words, *f)
-  return {"grid": tuple(b(_qf(n)) for n in QMD_GRID), "block": tuple(b(_qf(n)) for n in QMD_BLOCK),
-          "shared": b(_qf("SHARED_MEMORY_SIZE")), "regs": b(_qf("REGISTER_COUNT")),
-          "program": b(_qf("PROGRAM_ADDRESS_LOWER")) | (b(_qf("PROGRAM_ADDRESS_UPPER")) << 32),
-          "cbank0": ((b(QMD_CB0_ADDR_LO6) | (b(QMD_CB0_ADDR_HI6) << 32)) << 6) if b(QMD_CB0_VALID) else None,
-          "cbank0_size": b(QMD_CB0_SIZE4) << 4, "type": b(QMD_QMD_TYPE), "major": b(QMD_MAJOR),
-          "release0": (b(_qf("RELEASE_SEMAPHORE0_ADDR_LOWER")) | (b(_qf("RELEASE_SEMAPHORE0_ADDR_UPPER")) << 32),
-                       b(_qf("RELEASE_SEMAPHORE0_PAYLOAD_LOWER")) | (b(_qf("RELEASE_SEMAPHORE0_PAYLOAD_UPPER")) << 32),
-                       b(QMD_RELEASE0_PAYLOAD64B)) if b(QMD_RELEASE0_ENABLE) else None}
+  return {"grid": tuple(b(f) for f in L.grid), "block": tuple(b(f) for f in L.block),
+          "shared": b(L.shared) << L.shared_shift, "regs": b(L.regs),
+          "program": (b(L.prog_lo) | (b(L.prog_hi) << 32)) << L.prog_shift,
+          "cbank0": ((b(L.cb0_lo) | (b(L.cb0_hi) << 32)) << L.cb0_shift) if b(L.cb0_valid) else None,
+          "cbank0_size": b(L.cb0_size4) << 4, "type": b(L.qmd_type) if L.qmd_type is not None else QMD_TYPE_GRID_CTA,
+          "major": b(L.major), "version": version,
+          "release0": (b(L.rel0_addr_lo) | (b(L.rel0_addr_hi) << 32), b(L.rel0_payload_lo) | (b(L.rel0_payload_hi) << 32),
+                       b(L.rel0_payload64)) if b(L.rel0_enable) else None}
 
 def exec_words(qmd_addr: int) -> list[int]:
   """Invalidate the shader caches, then SEND_PCAS_A (QMD address >> 8) + SEND_SIGNALING_PCAS2_B (prefetch and schedule)."""
