@@ -56,7 +56,8 @@ _cache: dict[tuple, CompiledRunner] = {}
 
 def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = None, name: str | None = None) -> CompiledRunner:
   dname = Device.canonicalize(device or Device.DEFAULT)
-  key = (ast, dname, tuple(opts) if opts is not None else None, name)
+  # keyed by the device instance: programs of a closed and reopened device must not be handed out again
+  key = (ast, Device[dname], tuple(opts) if opts is not None else None, name)
   if (r := _cache.get(key)) is None:
     if opts is None and (width := int(getenv("BEAM", 0))) > 0:
       from baregrad.engine.search import beam_search
