@@ -83,20 +83,22 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   """Kernels that compute every target, in order; returns them and the buffer each realized node lives in.
   A graph that reads no buffer (a constant) runs on default_device."""
   realized: dict[UOp, BufRef] = {}
-  # a node already backed by a buffer needs no kernel
-  for u in _all_nodes(targets):
+  nodes = _all_nodes(targets)  # topological order; the graph does not change while kernels are cut
+  pos = {u: i for i, u in enumerate(nodes)}
+  for u in nodes:
     if u.op is Ops.ASSIGN:
       tgt = u.src[0]
       if tgt.op is not Ops.BUFFER: raise ValueError("ASSIGN target must be a realized buffer")
+  # a node already backed by a buffer needs no kernel
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
-  for u in _all_nodes(targets):
+  for u in nodes:
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
     # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
     if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+  items: list[ScheduleItem] = []
   while True:
-    items: list[ScheduleItem] = []
-    realized.clear()
-    order = [u for u in _all_nodes(targets) if u in must]
+    # kernels of nodes before the last newly realized one cannot contain it (it is not among their inputs): keep them
+    order = [u for u in nodes if u in must and u not in realized]
     try:
       for u in order:
         if u.op is Ops.COPY:
@@ -129,6 +131,9 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
     except _NeedRealize as e:
       if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
       must.add(e.u)
+      cut = pos[e.u]
+      items = [it for it in items if pos[it.srcnode] < cut]
+      realized = {k: v for k, v in realized.items() if pos[k] < cut}
 
 def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
 
