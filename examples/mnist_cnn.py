@@ -4,13 +4,11 @@
   python examples/mnist_cnn.py                       # synthetic data, small defaults (< 1 minute on 2 cores)
   python examples/mnist_cnn.py --data ~/mnist --steps 1000 --bs 64
 
-Same data options and output as mnist_mlp.py (progress bar, held-out accuracy, steps/s). The convolutions use
-Tensor.conv2d / max_pool2d where the Tensor has them, else baregrad.nn's fallbacks."""
+Same data options and output as mnist_mlp.py (progress bar, held-out accuracy, steps/s)."""
 from __future__ import annotations
 import argparse, pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from mnist_mlp import load_mnist, synthetic_mnist, train, nn, Tensor, jit  # noqa: E402
-from baregrad.tensor.nn import _max_pool2d  # noqa: E402
 
 class CNN:
   def __init__(self, c1: int = 8, c2: int = 16):
@@ -19,8 +17,8 @@ class CNN:
     self.fc = nn.Linear(c2 * 5 * 5, 10)
   def __call__(self, x: Tensor) -> Tensor:
     x = x.reshape(x.shape[0], 1, 28, 28)
-    x = _max_pool2d(self.conv1(x).relu(), 2)            # 8x13x13
-    x = _max_pool2d(self.bn(self.conv2(x)).relu(), 2)   # 16x5x5
+    x = (self.conv1(x).relu()).max_pool2d(2)            # 8x13x13
+    x = (self.bn(self.conv2(x)).relu()).max_pool2d(2)   # 16x5x5
     return self.fc(x.flatten(1))
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """The UOp: one immutable, hash-consed IR node for the tensor graph, the kernel AST and the linear program."""
 from __future__ import annotations
 from enum import Enum, auto
-from typing import Any, Callable, Iterator
+from typing import Any
 import math, struct, weakref
 from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
 
@@ -291,8 +291,6 @@ def pretty(u: UOp, limit: int = 60) -> str:
   lines = [f"{names[n]} = {n.op.name} {n.dtype!r} [{', '.join(names[s] for s in n.src)}] {n.arg!r}" for n in nodes]
   return "\n".join(lines)
 
-def exec_order(sink: UOp) -> Iterator[UOp]: yield from sink.toposort()
-
 def identity_element(op: Ops, dt: DType) -> int | float | bool:
   """The starting value of a reduction."""
   if op is Ops.ADD: return truncate(dt, 0)
@@ -300,4 +298,3 @@ def identity_element(op: Ops, dt: DType) -> int | float | bool:
   if op is Ops.MAX: return dtypes.min(dt.scalar)
   raise ValueError(f"{op} is not a reduction op; expected one of ADD, MUL, MAX")
 
-Fn = Callable[..., Any]

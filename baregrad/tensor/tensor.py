@@ -722,9 +722,9 @@ class Tensor:
     m = self.max(d, keepdim=True)
     # the first index of the maximum: largest (n - i) where x == max
     idx = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - d - 1))
-    hit = (self.eq(m) | (self.isnan() if dtypes.is_float(self.dtype) else self.eq(m))).where(idx._bcast_to(self.shape, d), 0)
+    hit = (self.eq(m) | self.isnan() if dtypes.is_float(self.dtype) else self.eq(m)).where(idx._bcast_to(self.shape), 0)
     return (n - hit.max(d, keepdim=keepdim)).cast(dtypes.int64)
-  def _bcast_to(self, shape: tuple[int, ...], d: int) -> Tensor:
+  def _bcast_to(self, shape: tuple[int, ...]) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
   def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
     if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)

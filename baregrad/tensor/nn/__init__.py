@@ -24,78 +24,9 @@ class train:
   def __enter__(self) -> None: self.prev, Tensor.training = Tensor.training, self.mode
   def __exit__(self, *a: Any) -> None: Tensor.training = self.prev
 
-# ---- fallbacks for functional ops (used only where Tensor lacks the method) ------------------------------------
-def _windows(x: Tensor, k_: tuple[int, ...], s_: tuple[int, ...], d_: tuple[int, ...]) -> Tensor:
-  """(..., O1, O2, K1, K2) view of the sliding windows over the last len(k_) axes, with movement ops only (repeat,
-  shrink, reshape): no copy, so a convolution or a pool is one reduction kernel."""
-  nd = len(k_)
-  noop, i_ = x.shape[:-nd], x.shape[-nd:]
-  o_ = [(i - d * (k - 1) - 1) // s + 1 for i, d, k, s in zip(i_, d_, k_, s_)]
-  e_ = [math.ceil(k * (i + d) / i) for k, i, d in zip(k_, i_, d_)]
-  keep = tuple((0, n) for n in noop)
-  x = x.reshape(*noop, *[v for i in i_ for v in (1, i)]).expand(*noop, *[v for e, i in zip(e_, i_) for v in (e, i)])
-  x = x.reshape(*noop, *[e * i for e, i in zip(e_, i_)])
-  x = x._shrink(keep + tuple((0, k * (i + d)) for k, i, d in zip(k_, i_, d_)))
-  x = x.reshape(*noop, *[v for k, i, d in zip(k_, i_, d_) for v in (k, i + d)])
-  x = x._shrink(keep + tuple(r for k, o, s in zip(k_, o_, s_) for r in ((0, k), (0, o * s))))
-  x = x.reshape(*noop, *[v for k, o, s in zip(k_, o_, s_) for v in (k, o, s)])
-  x = x._shrink(keep + tuple(r for k, o in zip(k_, o_) for r in ((0, k), (0, o), (0, 1))))
-  x = x.reshape(*noop, *[v for k, o in zip(k_, o_) for v in (k, o)])
-  n = len(noop)
-  return x.permute(*range(n), *[n + 2 * i + 1 for i in range(nd)], *[n + 2 * i for i in range(nd)])
-
-def _conv2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
-  if hasattr(Tensor, "conv2d"): return x.conv2d(w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
-  ph, pw = _pair(padding)
-  n, cin = x.shape[:2]
-  cout, cg, kh, kw = w.shape
-  if cin != cg * groups: raise ValueError(f"conv2d: input has {cin} channels, weight {tuple(w.shape)} with groups={groups} expects {cg * groups}")
-  win = _windows(x.pad((pw, pw, ph, ph)), (kh, kw), _pair(stride), _pair(dilation))  # (N, C, OH, OW, KH, KW)
-  oh, ow = win.shape[2:4]
-  og = cout // groups
-  xw = win.reshape(n, groups, 1, cg, oh, ow, kh, kw)
-  out = (xw * w.reshape(1, groups, og, cg, 1, 1, kh, kw)).sum((3, 6, 7)).reshape(n, cout, oh, ow)
-  return out + b.reshape(1, cout, 1, 1) if b is not None else out
-
-def _conv_transpose2d(x: Tensor, w: Tensor, b: Tensor | None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
-                      groups: int = 1, dilation: Any = 1) -> Tensor:
-  if hasattr(Tensor, "conv_transpose2d"): return x.conv_transpose2d(w, b, stride=stride, padding=padding, output_padding=output_padding, groups=groups, dilation=dilation)
-  (sh, sw), (ph, pw), (oph, opw), (dh, dw) = _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation)
-  n, cin, h, wd = x.shape
-  _, og, kh, kw = w.shape
-  # spread the input by the stride (zeros between), pad by dilation*(k-1)-padding, convolve with the flipped kernel
-  if sh > 1 or sw > 1:
-    x = x.reshape(n, cin, h, 1, wd, 1).pad((0, sw - 1, 0, 0, 0, sh - 1)).reshape(n, cin, h * sh, wd * sw)
-    x = x[:, :, :(h - 1) * sh + 1, :(wd - 1) * sw + 1]
-  ah, aw = dh * (kh - 1) - ph, dw * (kw - 1) - pw
-  x = x.pad((aw, aw + opw, ah, ah + oph))
-  wt = w.reshape(groups, cin // groups, og, kh, kw).transpose(1, 2).reshape(groups * og, cin // groups, kh, kw).flip(2, 3)
-  return _conv2d(x, wt, b, 1, 0, (dh, dw), groups)
-
-def _max_pool2d(x: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Tensor:
-  if hasattr(Tensor, "max_pool2d"): return x.max_pool2d(kernel_size, stride=stride, padding=padding)
-  ph, pw = _pair(padding)
-  if ph or pw: x = x.pad((pw, pw, ph, ph), value=-math.inf)
-  k = _pair(kernel_size)
-  return _windows(x, k, _pair(stride if stride is not None else kernel_size), (1, 1)).max((-2, -1))
-
-def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
-  if hasattr(Tensor, "dropout"): return x.dropout(p=p, training=training)
-  if not training or p == 0: return x
-  if p >= 1: return x * 0
-  return x * (Tensor.rand(*x.shape, device=x.device) >= p).cast(x.dtype) * (1.0 / (1.0 - p))
-
-def _norm(x: Tensor, axes: tuple[int, ...], eps: float) -> Tensor:
-  mean = x.mean(axes, keepdim=True)
-  xc = x - mean
-  return xc * (xc.square().mean(axes, keepdim=True) + eps).rsqrt()
-
 def cross_entropy(logits: Tensor, target: Tensor) -> Tensor:
-  """Mean cross-entropy of logits (N, C) against class indices (N,): Tensor.cross_entropy where it exists."""
-  if hasattr(Tensor, "cross_entropy"): return logits.cross_entropy(target)
-  c = logits.shape[-1]
-  onehot = target.reshape(*target.shape, 1).eq(Tensor.arange(c, device=logits.device).reshape(*(1,) * target.ndim, c))
-  return -(logits.log_softmax(-1) * onehot.cast(logits.dtype)).sum(-1).mean()
+  """Mean cross-entropy of logits (N, C) against class indices (N,)."""
+  return logits.cross_entropy(target)
 
 # ---- layers -----------------------------------------------------------------------------------------------------
 class Linear:
@@ -133,7 +64,7 @@ class Conv2d(_ConvNd):
                groups: int = 1, bias: bool = True):
     super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias)
   def __call__(self, x: Tensor) -> Tensor:
-    return _conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    return x.conv2d(self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 class Conv1d(_ConvNd):
   def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
@@ -142,7 +73,7 @@ class Conv1d(_ConvNd):
   def __call__(self, x: Tensor) -> Tensor:
     # a 1-d convolution is a 2-d one over a height of 1
     w = self.weight.reshape(*self.weight.shape[:2], 1, self.kernel_size[0])
-    out = _conv2d(x.unsqueeze(2), w, self.bias, (1, self.stride[0]), (0, self.padding[0]), (1, self.dilation[0]), self.groups)
+    out = x.unsqueeze(2).conv2d(w, self.bias, (1, self.stride[0]), (0, self.padding[0]), (1, self.dilation[0]), self.groups)
     return out.squeeze(2)
 
 class ConvTranspose2d(_ConvNd):
@@ -151,7 +82,7 @@ class ConvTranspose2d(_ConvNd):
     super().__init__(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, transposed=True,
                      output_padding=output_padding)
   def __call__(self, x: Tensor) -> Tensor:
-    return _conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups, self.dilation)
+    return x.conv_transpose2d(self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups, self.dilation)
 
 class BatchNorm:
   """Batch normalization over the channel axis 1 (any rank >= 2). Training mode (batch statistics, running
@@ -194,9 +125,7 @@ class BatchNorm:
       out = (x - mean.reshape(shape)) * (var.reshape(shape) + self.eps).rsqrt()
     else:
       assert self.running_var is not None
-      if hasattr(Tensor, "batch_norm"):
-        return x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, training=False, momentum=self.momentum or 0.0, eps=self.eps)
-      out = (x - self.running_mean.reshape(shape)) * (self.running_var.reshape(shape) + self.eps).rsqrt()
+      return x.batch_norm(self.running_mean, self.running_var, self.weight, self.bias, training=False, momentum=self.momentum or 0.0, eps=self.eps)
     if self.weight is not None: out = out * self.weight.reshape(shape)
     if self.bias is not None: out = out + self.bias.reshape(shape)
     return out
@@ -213,10 +142,7 @@ class LayerNorm:
     k = len(self.normalized_shape)
     if tuple(x.shape[-k:]) != self.normalized_shape:
       raise ValueError(f"LayerNorm{self.normalized_shape}: input shape {x.shape} does not end in {self.normalized_shape}")
-    if hasattr(Tensor, "layer_norm"): return x.layer_norm(self.normalized_shape, self.weight, self.bias, eps=self.eps)
-    out = _norm(x, tuple(range(x.ndim - k, x.ndim)), self.eps)
-    if self.weight is not None: out = out * self.weight
-    return out + self.bias if self.bias is not None else out
+    return x.layer_norm(self.normalized_shape, self.weight, self.bias, eps=self.eps)
 
 class GroupNorm:
   def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True):
@@ -227,12 +153,7 @@ class GroupNorm:
   def __call__(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_channels:
       raise ValueError(f"GroupNorm: expected input of shape (N, {self.num_channels}, ...), got {x.shape}")
-    if hasattr(Tensor, "group_norm"): return x.group_norm(self.num_groups, self.weight, self.bias, eps=self.eps)
-    xg = x.reshape(x.shape[0], self.num_groups, -1)
-    out = _norm(xg, (2,), self.eps).reshape(x.shape)
-    shape = (1, self.num_channels) + (1,) * (x.ndim - 2)
-    if self.weight is not None: out = out * self.weight.reshape(shape)
-    return out + self.bias.reshape(shape) if self.bias is not None else out
+    return x.group_norm(self.num_groups, self.weight, self.bias, eps=self.eps)
 
 class RMSNorm:
   def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None, elementwise_affine: bool = True):
@@ -270,7 +191,7 @@ class Dropout:
   def __init__(self, p: float = 0.5):
     if not 0 <= p <= 1: raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     self.p, self.training = p, None
-  def __call__(self, x: Tensor) -> Tensor: return _dropout(x, self.p, _training(self.training))
+  def __call__(self, x: Tensor) -> Tensor: return x.dropout(self.p, _training(self.training))
 
 class Sequential(list):
   """Layers (any callables) applied in order; a list, so state-dict keys are `0.weight`, `1.bias`, ..."""
