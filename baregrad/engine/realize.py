@@ -34,7 +34,7 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
 
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
   assign = plan_memory(items, keep or set()) if not getenv("NO_MEMPLAN", 0) else {}
-  bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compiling kernels", delay=1.0)  # only if compiles take > 1 s
+  bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)  # if compiles take > 1 s
   for it in items:
     out = it.bufs[0]
     if out.buf is None and out.id in assign:
