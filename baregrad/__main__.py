@@ -131,6 +131,12 @@ def check(device: str) -> tuple[bool, str, float, float]:
   return True, f"sum((2*arange(12)+1).reshape(3,4) @ ones(4,2)) = {got:g}", times[0], times[1]
 
 def main(argv: list[str] | None = None) -> int:
+  try: return _main(argv)
+  except BrokenPipeError:  # `baregrad | head`: the reader left; say nothing more
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 1
+
+def _main(argv: list[str] | None) -> int:
   ap = argparse.ArgumentParser(prog="baregrad", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--check", action="store_true", help="run a small computation on every device that works here")
   ap.add_argument("devices", nargs="*", help="devices to report (default: every known device), e.g. CPU CPU:C NV:1")
