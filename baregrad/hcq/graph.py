@@ -2,6 +2,7 @@
 values in the encoded commands and submits once."""
 from __future__ import annotations
 from typing import Any, Sequence
+from baregrad.hal import profile
 from baregrad.hcq.device import HCQDevice
 
 class HCQGraph:
@@ -25,6 +26,9 @@ class HCQGraph:
     for k, i, addr in patches: self.args[k].update_buffer(i, addr)
     dev = self.dev
     with dev.submit_lock:
+      st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
       self.q.update_wait(self.wait_idx, value=dev.timeline_value - 1)
       self.q.update_signal(self.signal_idx, value=dev.next_timeline())
       self.q.submit(dev)
+      en = profile.stamp(dev)
+    if st and en: profile.device_op(dev, self.q, f"graph of {len(self.args)} kernels", "graph", (st[0], en[0]), en[1])
