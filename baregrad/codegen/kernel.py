@@ -23,6 +23,8 @@ class OptOps(Enum):
   SPLIT = auto()     # split any axis into two nested loops (outer, inner of `amt`): tiling, split of a reduce loop
   PARALLEL = auto()  # run an output axis over the device's threads (CPU cores); one per kernel
   LOCAL = auto()     # split an output axis; the inner part runs over a workgroup's threads (GPUs)
+  PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
+                     # reduction sees its identity there (so awkward sizes take the same tiles as round ones)
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -31,6 +33,12 @@ class Opt:
   axis: int
   amt: int = 0   # 0: the whole axis
   def __repr__(self) -> str: return f"Opt({self.op.name}, axis={self.axis}, amt={self.amt})"
+
+# what one opt may make the kernel's code: lanes of one value (256 float32 = 16 AVX-512 registers), their bytes, and the
+# estimated register-width operations of one iteration's unrolled body (Kernel.code_estimate); beyond these LLVM and the
+# C compiler spend seconds on straight-line code and the registers spill anyway
+MAX_LANES, MAX_LANE_BYTES, CODE_BUDGET = 256, 1024, 1024
+VECTOR_LANES = 16   # lanes a renderer keeps in one register (the LLVM renderer splits wider values into chunks of this)
 
 LOOP_KINDS = ("global", "local", "loop", "reduce")
 LANE_KINDS = ("upcast", "unroll")
@@ -109,6 +117,7 @@ class Kernel:
     self.reduce_axes = red
     self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
     self.applied: list[Opt] = []
+    self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.name = name
 
   # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts
@@ -127,18 +136,64 @@ class Kernel:
       if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:
         raise OptError(f"{opt}: the kernel already has {self.max_parallel} parallel axis(es)")
       ax.kind = "global"
+    elif opt.op is OptOps.PADTO:
+      if ax.kind not in ("loop", "reduce", "global"): raise OptError(f"{opt}: only a loop, reduce or parallel axis can be padded, axis is {ax.kind}")
+      if sum(a.orig == ax.orig for a in self.axes) != 1 or ax.orig in self.pads: raise OptError(f"{opt}: pad an axis before splitting it")
+      if amt < 2 or ax.size % amt == 0: raise OptError(f"{opt}: the axis size {ax.size} is already a multiple of {amt}")
+      new = -(-ax.size // amt) * amt
+      if new > 2 * ax.size and ax.size >= amt // 2: raise OptError(f"{opt}: padding {ax.size} to {new} more than doubles the work")
+      self.pads[ax.orig], ax.size = ax.size, new
     else:
       if amt < 1 or ax.size % amt != 0: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
       kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local"}[opt.op]
       if opt.op is OptOps.UPCAST and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: UPCAST needs an output axis, axis is {ax.kind}")
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
       if opt.op is OptOps.LOCAL and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: LOCAL needs an output axis")
-      if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.lanes * amt > 256: raise OptError(f"{opt}: more than 256 lanes")
+      if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+        if self.lanes * amt > MAX_LANES: raise OptError(f"{opt}: {self.lanes * amt} lanes, the most is {MAX_LANES}")
+        if self.lanes * amt * self._itemsize() > MAX_LANE_BYTES:
+          raise OptError(f"{opt}: {self.lanes * amt} lanes of {self._itemsize()} bytes, the most is {MAX_LANE_BYTES} bytes")
+      saved = [Axis(a.orig, a.size, a.kind) for a in self.axes]
       if amt == ax.size and opt.op is not OptOps.SPLIT: ax.kind = kind
       else:
         ax.size //= amt
         self.axes.insert(i + 1, Axis(ax.orig, amt, kind))
+      if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and (est := self.code_estimate()) > CODE_BUDGET:
+        self.axes = saved
+        raise OptError(f"{opt}: the unrolled body would be about {est} register operations, the budget is {CODE_BUDGET}")
     self.applied.append(opt)
+
+  def _itemsize(self) -> int:
+    return max((u.dtype.itemsize for u in self.ast.toposort() if u.dtype != dtypes.void and not isinstance(u.dtype, PtrDType)), default=4)
+
+  def code_estimate(self) -> int:
+    """Register-width operations one iteration of the innermost loop expands to, with the lanes as they are: an ALU op
+    costs one per VECTOR_LANES lanes it varies over; a memory access one per contiguous run of VECTOR_LANES (lanes
+    along which it does not move cost nothing), and four per lane where its index is not affine (a gather)."""
+    lane_axes = [(i, a) for i, a in enumerate(self.axes) if a.kind in LANE_KINDS]
+    if not lane_axes: return 0
+    inner = {i: prod(b.size for j, b in enumerate(self.axes) if b.orig == a.orig and j > i) for i, a in lane_axes}
+    moves: dict[UOp, frozenset[int]] = {}
+    total = 0
+    for u in self.ast.toposort():
+      if u.op in (Ops.LOAD, Ops.STORE):
+        st = u.src[1].arg
+        rs = st.real_strides()
+        mv = frozenset(o for o, n in enumerate(st.shape) if n != 1 and rs[o] != 0)
+        cost = 1
+        for i, a in lane_axes:
+          if a.orig not in mv: continue
+          if rs[a.orig] is None: cost *= 4 * a.size
+          elif rs[a.orig] * inner[i] in (1, -1): cost *= -(-a.size // VECTOR_LANES)
+          else: cost *= a.size
+        total += cost
+        moves[u] = mv if u.op is Ops.LOAD else frozenset()
+        continue
+      mv = frozenset().union(*(moves.get(x, frozenset()) for x in u.src))
+      if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.REDUCE_AXIS):
+        total += -(-prod(a.size for _, a in lane_axes if a.orig in mv) // VECTOR_LANES)
+      moves[u] = mv - frozenset(u.arg[1]) if u.op is Ops.REDUCE_AXIS else mv
+    return total
 
   # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
   def lower(self) -> UOp:
@@ -163,24 +218,35 @@ class Kernel:
         e = e + rng[i] * stride
         stride *= a.size
       idx_of.append(e.simplify())
+    # a padded axis runs past the real size: what lies there is masked off
+    pad_valid = {o: (idx_of[o] < real).simplify() for o, real in self.pads.items()}
     red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
     memo: dict[UOp, UOp] = {}
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
+    def access(st: ShapeTracker) -> tuple[UOp, UOp | None]:
+      idx, valid = st.to_index(idxs_for(st.shape))
+      strides = st.real_strides() if self.pads else ()
+      for o in self.pads:
+        # past the end of a padded axis the address would be out of range (an axis the view does not move along
+        # gives a value that is never stored or reduced: no mask)
+        if st.shape[o] != 1 and strides[o] != 0: valid = pad_valid[o] if valid.op is Ops.CONST and valid.arg else valid & pad_valid[o]
+      valid = valid.simplify()
+      return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
     for u in self.ast.toposort():
       src = tuple(memo.get(s, s) for s in u.src)
       if u.op is Ops.VIEW: new = u
       elif u.op is Ops.LOAD:
-        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
-        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None),))
+        idx, valid = access(u.src[1].arg)
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.CONST and u.src:
         _, valid = u.src[0].arg.to_index(idxs_for(u.src[0].arg.shape))
         c = UOp.const(u.dtype, u.arg)
         new = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
-        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
-        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None), src[2]))
+        idx, valid = access(u.src[1].arg)
+        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
       elif u.op is Ops.REDUCE_AXIS:
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
         val = src[0]
@@ -190,6 +256,12 @@ class Kernel:
           # ...but only outside reductions nested in it: those keep their own loops
           val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
           rs = tuple(fresh[r] for r in rs)
+        if pv := [pad_valid[a] for a in sorted(u.arg[1]) if a in pad_valid]:
+          # past the end of a padded reduce axis the reduction sees its identity
+          ok = pv[0]
+          for x in pv[1:]: ok = ok & x
+          if n_reduce and rs: ok = ok.substitute(fresh)
+          val = ok.where(val, UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)))
         n_reduce += 1
         # a value that does not vary over a reduced range (an expanded axis, a constant) would be accumulated once,
         # not once per step: fold those ranges here (sum: times the count, prod: to the count's power, max: itself)
