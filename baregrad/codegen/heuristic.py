@@ -30,7 +30,10 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   """Apply and return a reasonable set of opts: register tiles for reductions with reuse, vector lanes along
-  the contiguous axis, and one axis over the threads."""
+  the contiguous axis, and one axis over the threads. CPUs (no workgroups): codegen/cpu_heuristic.py."""
+  if not ren.has_local:
+    from baregrad.codegen.cpu_heuristic import cpu_opts
+    return cpu_opts(k, ren)
   acc = _strides(k)
   itemsize = max((u.src[0].dtype.base.itemsize for u, _ in acc), default=4)
   vec = max(1, 64 // itemsize)   # one 512-bit register of elements

@@ -150,7 +150,7 @@ class Kernel:
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
       if opt.op is OptOps.LOCAL and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: LOCAL needs an output axis")
       if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
-        if self.lanes * amt > MAX_LANES: raise OptError(f"{opt}: {self.lanes * amt} lanes, the most is {MAX_LANES}")
+        if self.lanes * amt > MAX_LANES: raise OptError(f"{opt}: {self.lanes * amt} lanes, more than {MAX_LANES} lanes")
         if self.lanes * amt * self._itemsize() > MAX_LANE_BYTES:
           raise OptError(f"{opt}: {self.lanes * amt} lanes of {self._itemsize()} bytes, the most is {MAX_LANE_BYTES} bytes")
       saved = [Axis(a.orig, a.size, a.kind) for a in self.axes]
