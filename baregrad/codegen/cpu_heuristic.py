@@ -53,11 +53,12 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   def contig(x: tuple, o: int) -> bool: return x[1][o] != 1 and x[0][o] in (1, -1)
   par_first: int | None = None   # the output axis whose tiles run over the cores
   if reds and outs:
-    vj = [o for o in outs if any(contig(x, o) for x in loads)]
+    # a load contiguous along an output axis that also moves along a reduce axis: a matmul operand
+    vj = [o for o in outs if any(contig(x, o) and any(moves(x, r) for r in reds) for x in loads)]
     if vj:
       # outer-product form: j with a contiguous load (prefer where the store is contiguous too), i reusing that load
       j = max(vj, key=lambda o: (any(contig(x, o) for x in stores), o))
-      b = [x for x in loads if contig(x, j)]
+      b = [x for x in loads if contig(x, j) and any(moves(x, r) for r in reds)]
       iis = [o for o in outs if o != j and all(not moves(x, o) for x in b) and any(moves(x, o) for x in loads)]
       nj = k.full_shape[j]
       # no row to reuse the vector across (a vector-matrix product): more lanes instead, for independent accumulators
@@ -80,15 +81,16 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
     else:
       # strided reductions (column sums): lanes along an output axis the stores walk
       cont = [o for o in outs if any(contig(x, o) for x in stores)] or outs[-1:]
-      _tile(k, cont[-1], 2 * vec, OptOps.UPCAST)
+      _tile(k, cont[-1], vec, OptOps.UPCAST)
   elif reds:
     r = max((r for r in reds if any(contig(x, r) for x in loads)), default=reds[-1], key=lambda r: k.full_shape[r])
     n = k.full_shape[r]
     _tile(k, r, 4 * rvec if n >= 8 * rvec else 2 * rvec if n >= 2 * rvec else rvec, OptOps.UNROLL)
   elif outs:
     # elementwise: lanes along the innermost axis the stores walk contiguously
+    # one register per value (LLVM unrolls the loop where the body is short; threefry's long bodies stay compact)
     cont = [o for o in outs if any(contig(x, o) for x in stores)] or outs[-1:]
-    _tile(k, cont[-1], 2 * vec if k.full_shape[cont[-1]] >= 4 * vec else vec, OptOps.UPCAST)
+    _tile(k, cont[-1], vec, OptOps.UPCAST)
   if ren.has_threads: _parallel(k, par_first)
   return list(k.applied)
 

@@ -3,18 +3,20 @@
 Loop counters and accumulators live in allocas; LLVM's mem2reg turns them into registers. Integer division
 and shifts are guarded so no input is undefined behaviour (semantics in ir/alu.py)."""
 from __future__ import annotations
-import math, struct
+import functools, math, struct
 from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.rewrites import cpu_float_matcher
 
+_LBASE = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+          dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
+          dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
+
+@functools.cache
 def ltype(d: DType) -> str:
   if isinstance(d, PtrDType): return "ptr"
-  s = d.scalar
-  base = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
-          dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
-          dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}[s]
+  base = _LBASE[d.scalar]
   return f"<{d.count} x {base}>" if d.count > 1 else base
 
 def _mem_type(d: DType) -> str:
