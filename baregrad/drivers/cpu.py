@@ -4,7 +4,7 @@ encoded command buffers from memory, so ordering, signals, the timeline and patc
 Kernel ABI: void NAME(const uint64_t *args, int64_t start, int64_t end); args = buffer addresses,
 then int64 variable values; the kernel covers [start, end) of global_size[0]."""
 from __future__ import annotations
-import atexit, ctypes, errno, mmap, os, threading, time
+import atexit, ctypes, errno, itertools, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.helpers import DEBUG
@@ -152,59 +152,80 @@ class CPUCopyQueue(CPUComputeQueue):
 # ---------------------------------------------------------------- thread pool for exec
 _KFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
+class _Job:
+  """One kernel launch split into chunks of its parallel axis, taken by whichever thread is free: a thread the OS
+  wakes late (a loaded machine) finds the chunks done by the others instead of holding the launch up."""
+  __slots__ = ("fxn", "args", "bounds", "next", "left", "lock", "done")
+  def __init__(self, fxn: Any, args: int, bounds: list[int]) -> None:
+    self.fxn, self.args, self.bounds = fxn, args, bounds
+    self.next, self.left = itertools.count(), len(bounds) - 1   # next(count) is atomic under the GIL
+    self.lock, self.done = threading.Lock(), threading.Event()
+  def work(self) -> int:
+    """Run chunks until none are left; returns the items this thread ran."""
+    n, last = 0, len(self.bounds) - 1
+    while (i := next(self.next)) < last:
+      s, e = self.bounds[i], self.bounds[i + 1]
+      try: self.fxn(self.args, s, e)
+      finally:
+        n += e - s
+        with self.lock:
+          self.left -= 1
+          if self.left == 0: self.done.set()
+    return n
+
 class _PoolThread(threading.Thread):
   def __init__(self, pool: ThreadPool, i: int) -> None:
     super().__init__(name=f"baregrad-cpu-pool-{i}", daemon=True)
-    self.pool, self.go, self.done = pool, threading.Lock(), threading.Lock()
-    self.go.acquire(); self.done.acquire()  # locks as binary semaphores: the cheapest handoff CPython has
-    self.task: tuple[Any, int, int, int] | None = None
+    self.pool, self.go = pool, threading.Semaphore(0)
   def run(self) -> None:
     while not self.pool.stopped:
       if not self.go.acquire(timeout=0.5): continue
-      if self.task is None: break
-      fxn, args, s, e = self.task
-      try: fxn(args, s, e)
-      finally: self.done.release()
+      if (job := self.pool.job) is not None: job.work()
 
 class ThreadPool:
-  """Persistent threads; the calling (queue) thread runs the first chunk itself.
+  """Persistent threads; the calling (queue) thread works on the launch too.
 
   Handing a chunk to another thread costs tens of µs in CPython (lock handoffs, the GIL), so with no
-  cost hint (min_chunk=0) the pool learns each kernel's ns per item from the chunk it runs itself and
-  splits only into chunks worth at least `split_ns` of work. min_chunk=k>0 forces chunks of >= k items."""
+  cost hint (min_chunk=0) the pool learns each kernel's ns per item from the chunks it runs itself and
+  uses only as many threads as have at least `split_ns` of work each. min_chunk=k>0 forces chunks of >= k items.
+  The parallel axis is cut into a few chunks per thread, taken dynamically (see _Job)."""
+  CHUNKS_PER_THREAD = 4
   def __init__(self, n: int, split_ns: int = 50_000) -> None:
     self.n, self.stopped, self.split_ns = max(1, n), False, split_ns
     self.cost: dict[int, float] = {}  # kernel address -> measured ns per item
+    self.job: _Job | None = None
     self.threads = [_PoolThread(self, i) for i in range(self.n - 1)]
     for t in self.threads: t.start()
   def chunks(self, key: int, total: int, min_chunk: int) -> int:
+    """How many threads a launch of `total` items is worth."""
     if total < 2 or self.n == 1: return 1
     if min_chunk > 0: return max(1, min(self.n, total // min_chunk))
     est = self.cost.get(key)
     if est is None or self.split_ns <= 0: return min(self.n, total)  # unknown cost: assume it is worth splitting
     return max(1, min(self.n, total, int(total * est) // self.split_ns))
   def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0) -> None:
-    nchunks = self.chunks(key, total, min_chunk)
-    bounds = [total * i // nchunks for i in range(nchunks + 1)]
-    for i in range(1, nchunks):
-      t = self.threads[i - 1]
-      t.task = (fxn, args, bounds[i], bounds[i + 1])
-      t.go.release()
+    nthreads = self.chunks(key, total, min_chunk)
     st = time.perf_counter_ns()
-    if bounds[1]: fxn(args, 0, bounds[1])
-    if bounds[1]:
-      per_item = (time.perf_counter_ns() - st) / bounds[1]
+    if nthreads <= 1:
+      if total: fxn(args, 0, total)
+      mine = total
+    else:
+      nchunks = min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total)
+      job = _Job(fxn, args, [total * i // nchunks for i in range(nchunks + 1)])
+      self.job = job
+      for t in self.threads[:nthreads - 1]: t.go.release()
+      mine = job.work()
+    if mine:
+      per_item = (time.perf_counter_ns() - st) / mine
       old = self.cost.get(key)
       self.cost[key] = per_item if old is None else 0.5 * (old + per_item)
-    for i in range(1, nchunks):
-      while not self.threads[i - 1].done.acquire(timeout=1.0):
+    if nthreads > 1:
+      while not job.done.wait(timeout=1.0):
         if self.stopped: return
   def stop(self) -> None:
     self.stopped = True
-    for t in self.threads:
-      t.task = None
-      try: t.go.release()
-      except RuntimeError: pass  # already released: the thread sees `stopped` when it loops
+    self.job = None
+    for t in self.threads: t.go.release()
 
 # ---------------------------------------------------------------- a hardware queue: ring + doorbell + worker
 class QueueEngine:

@@ -27,6 +27,11 @@ class LLVMCompiler(Compiler):
     llvm, self.tm = _llvm_target()
     self.opt_level = opt_level
     super().__init__(f"llvm_{llvm.get_host_cpu_name()}_O{opt_level}_{self.PIPELINE}")
+  def __getstate__(self) -> dict:  # BEAM sends the compiler to worker processes: the target machine is made there
+    return {k: v for k, v in self.__dict__.items() if k != "tm"}
+  def __setstate__(self, state: dict) -> None:
+    self.__dict__.update(state)
+    self.tm = _llvm_target()[1]
   def version(self) -> str:
     import llvmlite, llvmlite.binding as llvm
     return f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))}"
