@@ -191,9 +191,9 @@ def test_two_gpus(mockenv):
   v0, v1 = m0.vram_used, m1.vram_used
   buf = d1.allocator.alloc(1 << 16)
   assert m1.vram_used == v1 + (1 << 16) and m0.vram_used == v0
-  m1.write(buf.va_addr, b"\x5a" * 16)
-  assert m1.read(buf.va_addr, 16) == b"\x5a" * 16
-  with pytest.raises(ValueError, match="MMU fault"): m0.read(buf.va_addr, 16)
+  m1.write_gpu(buf.va_addr, b"\x5a" * 16)
+  assert m1.read_gpu(buf.va_addr, 16) == b"\x5a" * 16
+  with pytest.raises(ValueError, match="MMU fault"): m0.read_gpu(buf.va_addr, 16)
   d1.allocator.free(buf, 1 << 16)
   assert Device["NV:0"] is d0 and Device["NV:1"] is d1
   with pytest.raises(DeviceUnavailable, match="reports 2 GPU"): Device["NV:2"]

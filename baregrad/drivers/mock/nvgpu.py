@@ -27,6 +27,8 @@ _MAP_FAILED = ctypes.c_void_p(-1).value
 PROT_RW, MAP_SHARED, MAP_FIXED = 3, 0x01, 0x10
 PAGE = 4096
 
+def _rup(x: int, a: int) -> int: return (x + a - 1) // a * a
+
 def _mmap(addr: int, size: int, prot: int, flags: int, fd: int, off: int) -> int:
   r = _libc.mmap(addr or None, size, prot, flags, fd, off)
   if r in (None, _MAP_FAILED):
@@ -35,6 +37,12 @@ def _mmap(addr: int, size: int, prot: int, flags: int, fd: int, off: int) -> int
   return r
 
 from baregrad.drivers.nv.hw import nv_ioctl_nvos33_parameters_with_fd, nv_ioctl_nvos02_parameters_with_fd, NVNotification
+
+def _comm() -> str:
+  """The process name RM puts in Xid lines (name=...)."""
+  try:
+    with open("/proc/self/comm") as f: return f.read().strip()
+  except OSError: return "python3"
 
 # ---------------------------------------------------------------- RM objects
 @dataclass
@@ -75,6 +83,9 @@ class Channel:
   blocked: str | None = None
   fault: str | None = None
   methods_done: int = 0
+  client: int = 0
+  vaspace: Any = None          # the VA space's data ({"flags": ...}) through the channel's context share
+  bound: bool = False          # UVM_REGISTER_CHANNEL bound its buffers (RM's bIsContextBound)
 
 # class -> (parent classes allowed, parameter struct or None, parameters required): the classes one GPU generation offers
 def _class_table(arch: hw.GPUArch) -> dict[int, tuple[tuple[int, ...], type | None, bool]]:
@@ -128,6 +139,7 @@ class MockNVGPU:
     # GPU i: the same UUID with i added to its last byte, PCI bus i + 1, /dev/nvidia<i>
     self.uuids = [uuid[:-1] + bytes([(uuid[-1] + i) & 0xFF]) for i in range(count)]
     self.registered_gpus: set[bytes] = set()
+    self.registered_vaspaces: dict[bytes, Any] = {}   # GPU uuid -> the VA space UVM_REGISTER_GPU_VASPACE gave it
     self.vram_used = self.sysmem_used = 0
     self.classes = _class_table(self.arch_info)
     self.classlist = [nv.NV01_ROOT_CLIENT] + sorted(self.classes)
@@ -139,6 +151,10 @@ class MockNVGPU:
     self.uvm_ranges: dict[int, int] = {}                     # external range base -> length
     self.maps: dict[int, tuple[int, Any]] = {}               # host mmaps the mock made: addr -> (length, memory or None)
     self.log: list[str] = []
+    self.kmsg: list[tuple[int, str]] = []   # the kernel log (dmesg): (microseconds, line)
+    self.kmsg_readable = True                # False: /dev/kmsg refuses us, as under kernel.dmesg_restrict=1
+    self.uvm_channels: dict[tuple[int, int], dict] = {}   # UVM_REGISTER_CHANNEL'ed (client, channel) -> its VA ranges
+    self.process_name = _comm()
     self.launches: list[dict[str, int]] = []
     self._next_fd, self._next_client, self._next_handle, self._next_token = 1000, 0xc1d00000, 0xcaf00000, 1
     self._lock = threading.RLock()
@@ -149,18 +165,47 @@ class MockNVGPU:
   # ---------------------------------------------------------------- files
   def open(self, path: str, flags: int) -> int:
     with self._lock:
+      gpu = None
       if path == "/dev/nvidiactl": kind = "ctl"
       elif path == "/dev/nvidia-uvm": kind = "uvm"
-      elif path.startswith("/dev/nvidia") and path[11:].isdigit() and int(path[11:]) < self.count: kind = "dev"
+      elif path.startswith("/dev/nvidia") and path[11:].isdigit() and int(path[11:]) < self.count: kind, gpu = "dev", int(path[11:])
+      elif path == "/dev/kmsg":
+        if not self.kmsg_readable: raise PermissionError(errno.EPERM, "open /dev/kmsg failed: EPERM (Operation not permitted)", path)
+        kind = "kmsg"
       else: raise FileNotFoundError(errno.ENOENT, f"open {path} failed: ENOENT (No such file or directory)", path)
       fd, self._next_fd = self._next_fd, self._next_fd + 1
-      self.files[fd] = {"path": path, "kind": kind, "map": None, "uvm_init": False, "ctl": None}
+      self.files[fd] = {"path": path, "kind": kind, "gpu": gpu, "map": None, "uvm_init": False, "ctl": None, "pos": 0}
       return fd
 
   def close(self, fd: int) -> None:
     with self._lock: self.files.pop(fd, None)
 
-  def read(self, fd: int, n: int) -> bytes: return b""
+  # /dev/kmsg: one record per read, "prio,seq,usec,flags;text\n"; EAGAIN at the end (the driver opens it O_NONBLOCK)
+  def read(self, fd: int, n: int) -> bytes:
+    with self._lock:
+      f = self.files.get(fd)
+      if f is None: raise OSError(errno.EBADF, f"read: bad fd {fd}")
+      if f["kind"] != "kmsg": return b""
+      if f["pos"] >= len(self.kmsg): raise BlockingIOError(errno.EAGAIN, "read /dev/kmsg: EAGAIN")
+      t, text = self.kmsg[f["pos"]]
+      f["pos"] += 1
+      rec = f"3,{f['pos'] - 1},{t},-;{text}\n".encode()
+      if len(rec) > n: raise OSError(errno.EINVAL, "read /dev/kmsg: buffer smaller than the record")
+      return rec
+
+  def lseek(self, fd: int, off: int, whence: int) -> int:
+    with self._lock:
+      f = self.files.get(fd)
+      if f is None: raise OSError(errno.EBADF, f"lseek: bad fd {fd}")
+      if f["kind"] == "kmsg" and whence == os.SEEK_END: f["pos"] = len(self.kmsg)
+      elif f["kind"] == "kmsg" and whence == os.SEEK_SET and off == 0: f["pos"] = 0
+      else: raise OSError(errno.ESPIPE, f"lseek on {f['path']}: ESPIPE")
+      return 0
+
+  def _klog(self, text: str) -> None:
+    """A line in the kernel log (what dmesg would show); also in `log`, the mock's own record of what it refused."""
+    self.kmsg.append((int(time.monotonic() * 1e6), text))
+    self.log.append(text)
 
   # ---------------------------------------------------------------- ioctl entry
   def ioctl(self, fd: int, request: int, argp: int, argsize: int) -> int:
@@ -238,12 +283,23 @@ class MockNVGPU:
     p = w.params
     def go() -> None:
       obj = self._get(p.hClient, p.hMemory)
-      self._get(p.hClient, p.hDevice, nv.NV01_DEVICE_0)
+      # RmCreateMmapContextLocked (osapi.c): hDevice is a device, else a subdevice (subdeviceGetByHandle)
+      self._get(p.hClient, p.hDevice, (nv.NV01_DEVICE_0, nv.NV20_SUBDEVICE_0))
       if not isinstance(obj.data, Memory): raise RMStatus(nv.NV_ERR_INVALID_OBJECT, f"object {p.hMemory:#x} ({hw.class_name(obj.cls)}) is not mappable memory")
       if p.offset + p.length > obj.data.size or p.length == 0:
         raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"map of {p.length:#x} bytes at {p.offset:#x} exceeds the object's {obj.data.size:#x} bytes")
       target = self.files.get(w.fd)
-      if target is None or target["kind"] != "dev": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"fd {w.fd} is not an open /dev/nvidiaN")
+      # finding 1; osapi.c RmCreateMmapContextLocked: a mapping in none of the GPU's BARs (system memory) is validated
+      # against the control device (pNv = nv_get_ctl_state()); nv-usermap.c nv_add_mapping_context_to_file then takes
+      # the fd with nv_get_file_private(fd, NV_IS_CTL_DEVICE(nv)): system memory needs a /dev/nvidiactl fd, a BAR
+      # aperture an fd of that GPU's /dev/nvidiaN (NV_STATE_PTR(nvlfp->nvptr) != nv); otherwise NV_ERR_INVALID_ARGUMENT
+      want = "ctl" if obj.data.kind == "sys" else "dev"
+      if target is None or target["kind"] != want or (want == "dev" and target["gpu"] != obj.data.gpu):
+        what = "system memory is mapped through /dev/nvidiactl" if want == "ctl" else f"a BAR aperture of GPU {obj.data.gpu} through /dev/nvidia{obj.data.gpu}"
+        raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"RM_MAP_MEMORY of {hw.class_name(obj.cls)} {p.hMemory:#x} names fd {w.fd} "
+                       f"({target['path'] if target else 'not open'}): {what}")
+      # nv_add_mapping_context_to_file: one mapping context per fd (nvamc->valid)
+      if target["map"] is not None: raise RMStatus(nv.NV_ERR_STATE_IN_USE, f"fd {w.fd} already holds a mapping context")
       target["map"] = (obj.data, p.offset, p.length)
       p.pLinearAddress = p.offset
     return self._rm(p, go)
@@ -324,7 +380,11 @@ class MockNVGPU:
       else: self.sysmem_used += size
       params.size, params.limit = size, size - 1
       return m
-    if cls in self.arch_info.usermode: return Memory(hw.USERMODE_SIZE, "usermode")
+    if cls in self.arch_info.usermode:
+      m = Memory(hw.USERMODE_SIZE, "usermode")
+      m.gpu = parent.data["gpu"]
+      return m
+    if cls == nv.FERMI_VASPACE_A: return {"flags": params.flags if params is not None else 0}
     if cls == nv.NV01_DEVICE_0:
       if params is not None and params.deviceId >= self.count:
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"deviceId {params.deviceId}: this system has {self.count} GPU(s)")
@@ -345,13 +405,16 @@ class MockNVGPU:
         notifier = en.data.view
       token, self._next_token = self._next_token, self._next_token + 1
       ch = Channel(o, parent.handle, token, params.gpFifoOffset, params.gpFifoEntries, um.data.view + params.userdOffset[0], notifier)
+      ch.client = hclient
+      if params.hContextShare: ch.vaspace = self.clients[hclient][params.hContextShare].data  # the context share's VA space
       ctypes.memset(ch.userd, 0, 0x200)
       self.channels[token] = ch
       return ch
     if cls == nv.KEPLER_CHANNEL_GROUP_A:
       if params.engineType not in (hw.NV2080_ENGINE_TYPE_GRAPHICS, hw.NV2080_ENGINE_TYPE_COPY0):
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"engineType {params.engineType} has no runlist on this GPU")
-    if cls == hw.FERMI_CONTEXT_SHARE_A and params.hVASpace: self._get(hclient, params.hVASpace, nv.FERMI_VASPACE_A)
+    if cls == hw.FERMI_CONTEXT_SHARE_A:
+      return self._get(hclient, params.hVASpace, nv.FERMI_VASPACE_A).data if params.hVASpace else {"flags": 0}
     if cls in (self.arch_info.compute, self.arch_info.dma):
       if any(self.clients[hclient][c].cls == cls for c in parent.children):
         raise RMStatus(nv.NV_ERR_INVALID_STATE, f"channel {parent.handle:#x} already has a {hw.class_name(cls)} object")
@@ -378,7 +441,9 @@ class MockNVGPU:
       if o.data.kind == "vid": self.vram_used -= o.data.size
       elif o.data.kind == "sys": self.sysmem_used -= o.data.size
       o.data.release()
-    if isinstance(o.data, Channel): self.channels.pop(o.data.token, None)
+    if isinstance(o.data, Channel):
+      self.channels.pop(o.data.token, None)
+      self.uvm_channels = {k: v for k, v in self.uvm_channels.items() if v["channel"] is not o.data}
     if o.cls == nv.KEPLER_CHANNEL_GROUP_A: self.scheduled_groups.discard((id(objs), h))
 
   # ---------------------------------------------------------------- controls
@@ -425,6 +490,16 @@ class MockNVGPU:
   def _ctl_token(self, hc: int, o: RMObject, q: Any) -> None: q.workSubmitToken = o.data.token
 
   def _ctl_schedule(self, hc: int, o: RMObject, q: Any) -> None:
+    # finding 2; kernel_channel_group_api.c kchangrpapiCtrlCmdGpFifoSchedule_IMPL checks kchannelIsSchedulable_HAL for
+    # every channel of the group: kernel_channel.c kchannelIsSchedulable_IMPL refuses a GR channel of an externally owned
+    # VA space whose allocations UVM has not bound (UVM_REGISTER_CHANNEL) -> NV_ERR_INVALID_STATE
+    if q.bEnable:
+      for ch in self.channels.values():
+        if ch.client == hc and ch.group == o.handle and not ch.bound and ch.vaspace is not None \
+           and ch.vaspace["flags"] & nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED:
+          self._klog(f"NVRM: kchannelIsSchedulable_IMPL: Cannot schedule externally-owned channel 0x{ch.token:08x} with unbound allocations!")
+          raise RMStatus(nv.NV_ERR_INVALID_STATE, f"GPFIFO_SCHEDULE: channel {ch.obj.handle:#x} (token {ch.token}) is in an externally owned "
+                         "VA space and was not registered with UVM (UVM_REGISTER_CHANNEL)")
     key = (id(self.clients[hc]), o.handle)
     if q.bEnable: self.scheduled_groups.add(key)
     else: self.scheduled_groups.discard(key)
@@ -477,12 +552,13 @@ class MockNVGPU:
     if bytes(p.gpuUuid.uuid) not in self.registered_gpus:
       raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "GPU not registered with UVM_REGISTER_GPU")
     if self.files.get(p.rmCtrlFd, {}).get("kind") != "ctl": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"rmCtrlFd {p.rmCtrlFd} is not /dev/nvidiactl")
-    try: self._get(p.hClient, p.hVaSpace, nv.FERMI_VASPACE_A)
+    try: vas = self._get(p.hClient, p.hVaSpace, nv.FERMI_VASPACE_A)
     except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
+    self.registered_vaspaces[bytes(p.gpuUuid.uuid)] = vas.data
 
   def _uvm_create_range(self, f: dict, p: Any) -> None:
     if p.base % PAGE or p.length % PAGE or p.length == 0: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"range {p.base:#x}+{p.length:#x} not page aligned")
-    for b, l in self.uvm_ranges.items():
+    for b, l in self._uvm_spans():
       if p.base < b + l and b < p.base + p.length: raise RMStatus(nv.NV_ERR_UVM_ADDRESS_IN_USE, f"{p.base:#x}+{p.length:#x} overlaps {b:#x}+{l:#x}")
     self.uvm_ranges[p.base] = p.length
 
@@ -500,6 +576,57 @@ class MockNVGPU:
     self._unmap_va(p.base, p.length)
     bisect.insort(self.va_map, (p.base, p.length, o.data, p.offset), key=lambda m: m[0])
 
+  # what RM reports for a GR channel's buffers when UVM retains it (nv_gpu_ops.c nvGpuOpsRetainChannel ->
+  # channelInstanceInfo.resourceCount/resourceInfo): the GR context and its global buffers; modelled as one 8 MiB,
+  # 2 MiB-aligned resource, shared by the channels of one TSG (uvm_user_channel.c find_va_range)
+  CHANNEL_RESOURCE_BYTES, CHANNEL_RESOURCE_ALIGN = 8 << 20, 2 << 20
+
+  def _uvm_register_channel(self, f: dict, p: Any) -> None:
+    """kernel-open/nvidia-uvm/uvm_user_channel.c uvm_register_channel and what it calls, check by check."""
+    u = bytes(p.gpuUuid.uuid)
+    # uvm_user_channel_create: the GPU must have a GPU VA space in this VA space (uvm_va_space_get_gpu_by_uuid_with_gpu_va_space)
+    if u not in self.registered_vaspaces: raise RMStatus(nv.NV_ERR_INVALID_DEVICE, f"GPU {u.hex()} has no registered GPU VA space")
+    # nvGpuOpsRetainChannel -> nvGpuOpsVerifyChannel (nv_gpu_ops.c): the handle must be a channel of the client...
+    objs = self.clients.get(p.hClient)
+    if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {p.hClient:#x}")
+    o = objs.get(p.hChannel)
+    if o is None or not isinstance(o.data, Channel): raise RMStatus(nv.NV_ERR_INVALID_OBJECT_HANDLE, f"{p.hChannel:#x} is not a channel of client {p.hClient:#x}")
+    ch: Channel = o.data
+    # ...in the VA space UVM was given (pKernelChannel->pVAS != pVAS -> NV_ERR_INVALID_CHANNEL)
+    if ch.vaspace is not self.registered_vaspaces[u]: raise RMStatus(nv.NV_ERR_INVALID_CHANNEL, f"channel {p.hChannel:#x} is not in the registered VA space")
+    # uvm_user_channel_create: base/length page aligned, nonzero, no overflow (uvm_api_range_invalid) -> NV_ERR_INVALID_ADDRESS
+    if p.base % PAGE or p.length % PAGE or p.base == 0 or p.length == 0 or p.base + p.length >= 1 << 64:
+      raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"channel VA range {p.base:#x}+{p.length:#x} is not page aligned, or empty")
+    # uvm_register_channel_under_write: a (client, channel) pair registers once -> NV_ERR_INVALID_CHANNEL
+    if (p.hClient, p.hChannel) in self.uvm_channels: raise RMStatus(nv.NV_ERR_INVALID_CHANNEL, f"channel {p.hChannel:#x} is registered already")
+    # ... and the range must end below max_channel_va (uvm_ampere.c/uvm_ada.c: 1 << 40; uvm_hopper.c/uvm_blackwell.c: 1 << 57)
+    max_va = 1 << (40 if self.arch_info.sm_version < 0x900 else 57)
+    if p.base + p.length - 1 >= max_va:
+      raise RMStatus(nv.NV_ERR_OUT_OF_RANGE, f"channel VA range {p.base:#x}+{p.length:#x} ends at or above max_channel_va {max_va:#x}")
+    # create_va_range: the TSG's resource is placed at the first free aligned VA of [base, end] (find_va_in_range),
+    # or shared with a channel of the same TSG that mapped it (find_va_range); no room -> NV_ERR_INVALID_ADDRESS
+    shared = next((r for r in self.uvm_channels.values() if r["group"] == (p.hClient, ch.group)), None)
+    if shared is not None: va = shared["va"]
+    else:
+      va = _rup(p.base, self.CHANNEL_RESOURCE_ALIGN)
+      while va + self.CHANNEL_RESOURCE_BYTES <= p.base + p.length:
+        hit = [(b, l) for b, l in self._uvm_spans() if va < b + l and b < va + self.CHANNEL_RESOURCE_BYTES]
+        if not hit: break
+        va = _rup(max(b + l for b, l in hit), self.CHANNEL_RESOURCE_ALIGN)
+      else: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"no free {self.CHANNEL_RESOURCE_BYTES:#x}-byte range in {p.base:#x}+{p.length:#x} for the channel's buffers")
+    self.uvm_channels[(p.hClient, p.hChannel)] = {"va": va, "group": (p.hClient, ch.group), "channel": ch}
+    ch.bound = True   # bind_channel_resources -> RM marks the channel's context bound
+
+  def _uvm_unregister_channel(self, f: dict, p: Any) -> None:
+    # uvm_unregister_channel: find_user_channel by (client, channel) -> NV_ERR_INVALID_CHANNEL when not registered
+    r = self.uvm_channels.pop((p.hClient, p.hChannel), None)
+    if r is None: raise RMStatus(nv.NV_ERR_INVALID_CHANNEL, f"channel {p.hChannel:#x} of client {p.hClient:#x} is not registered with UVM")
+    r["channel"].bound = False   # uvm_user_channel_stop: nvUvmInterfaceStopChannel
+
+  def _uvm_spans(self) -> list[tuple[int, int]]:
+    """Every VA range UVM has handed out: external ranges and channel resources."""
+    return list(self.uvm_ranges.items()) + [(r["va"], self.CHANNEL_RESOURCE_BYTES) for r in self.uvm_channels.values()]
+
   def _uvm_free(self, f: dict, p: Any) -> None:
     if p.base not in self.uvm_ranges: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"{p.base:#x} is not the start of an allocation")
     self._unmap_va(p.base, self.uvm_ranges.pop(p.base))
@@ -515,6 +642,8 @@ class MockNVGPU:
     nv.UVM_CREATE_EXTERNAL_RANGE: (nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS, _uvm_create_range),
     nv.UVM_MAP_EXTERNAL_ALLOCATION: (nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, _uvm_map_external),
     nv.UVM_FREE: (nv.UVM_FREE_PARAMS, _uvm_free),
+    nv.UVM_REGISTER_CHANNEL: (nv.UVM_REGISTER_CHANNEL_PARAMS, _uvm_register_channel),
+    nv.UVM_UNREGISTER_CHANNEL: (nv.UVM_UNREGISTER_CHANNEL_PARAMS, _uvm_unregister_channel),
   }
 
   # ---------------------------------------------------------------- mmap
@@ -526,10 +655,14 @@ class MockNVGPU:
         return r
       f = self.files.get(fd)
       if f is None: raise OSError(errno.EBADF, f"mmap: bad fd {fd}")
-      if f["kind"] != "dev" or f["map"] is None:
+      # kernel-open/nvidia/nv-mmap.c nvidia_mmap_helper: no valid mapping context -> EINVAL; vm_pgoff != 0 -> EINVAL;
+      # the control node maps at most the pages of the allocation (-ERANGE); a BAR mapping exactly its range (-ENXIO)
+      if f["kind"] not in ("ctl", "dev") or f["map"] is None:
         raise OSError(errno.EINVAL, f"mmap of {f['path']} (fd {fd}) without a preceding NV_ESC_RM_MAP_MEMORY on it")
+      if offset != 0: raise OSError(errno.EINVAL, f"mmap of {f['path']} at offset {offset:#x}: the offset must be 0")
       mem, moff, mlen = f["map"]
-      if offset + length > mlen: raise OSError(errno.EINVAL, f"mmap of {length:#x} bytes at {offset:#x}: the RM mapping is {mlen:#x} bytes")
+      if f["kind"] == "ctl" and length > mlen: raise OSError(errno.ERANGE, f"mmap of {length:#x} bytes: the RM mapping is {mlen:#x} bytes")
+      if f["kind"] == "dev" and length != mlen: raise OSError(errno.ENXIO, f"mmap of {length:#x} bytes of a {mlen:#x}-byte BAR mapping")
       r = _mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, mem.fd, moff + offset)
       self.maps[r] = (length, mem)
       return r
@@ -562,8 +695,8 @@ class MockNVGPU:
       if va + n <= base + length: return mem.view + off + (va - base)
     raise ValueError(f"MMU fault: GPU VA {va:#x}+{n:#x} is not mapped")
 
-  def read(self, va: int, n: int) -> bytes: return ctypes.string_at(self._xlate(va, n), n) if n else b""
-  def write(self, va: int, data: bytes) -> None:
+  def read_gpu(self, va: int, n: int) -> bytes: return ctypes.string_at(self._xlate(va, n), n) if n else b""
+  def write_gpu(self, va: int, data: bytes) -> None:
     if data: ctypes.memmove(self._xlate(va, len(data)), data, len(data))
 
   def _copy(self, dst: int, src: int, n: int) -> None:
@@ -602,9 +735,9 @@ class MockNVGPU:
       if ch.cur is None:
         if ch.gp_get == put_p.value % ch.entries: break
         try:
-          entry = int.from_bytes(self.read(ch.ring_va + 8 * ch.gp_get, 8), "little")
+          entry = int.from_bytes(self.read_gpu(ch.ring_va + 8 * ch.gp_get, 8), "little")
           addr, n, _ = hw.decode_gp_entry(entry)
-          words = hw.words_of(self.read(addr, 4 * n))
+          words = hw.words_of(self.read_gpu(addr, 4 * n))
           ch.cur, ch.pos = (ch.gp_get, addr, hw.decode_pushbuffer(words)), 0
         except (ValueError, hw.PushbufferError) as e:
           self._fault(ch, 31 if "MMU" in str(e) else 32, f"GPFIFO entry {ch.gp_get}: {e}")
@@ -656,9 +789,9 @@ class MockNVGPU:
       st = nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE.decode(v)
       if st:
         sa = (g(hw.SET_SEMAPHORE_A) << 32) | g(hw.SET_SEMAPHORE_A + 4)
-        self.write(sa, g(hw.SET_SEMAPHORE_A + 8).to_bytes(4, "little"))
+        self.write_gpu(sa, g(hw.SET_SEMAPHORE_A + 8).to_bytes(4, "little"))
         if st == nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE_RELEASE_SEMAPHORE_WITH_TIMESTAMP:
-          self.write(sa + 8, time.perf_counter_ns().to_bytes(8, "little"))
+          self.write_gpu(sa + 8, time.perf_counter_ns().to_bytes(8, "little"))
     elif cls in hw.COMPUTE_CLASSES and m.method in (hw.SEND_SIGNALING_PCAS2_B, hw.SEND_PCAS_A + 4):
       self._launch(ch, g(hw.SEND_PCAS_A) << 8)
     return True
@@ -671,7 +804,7 @@ class MockNVGPU:
     nb, mask = (8, (1 << 64) - 1) if wide else (4, 0xFFFFFFFF)
     if addr % nb: raise ValueError(f"semaphore address {addr:#x} not {nb}-byte aligned")
     op = hw.F_SEM_OP.decode(ex)
-    cur = int.from_bytes(self.read(addr, nb), "little")
+    cur = int.from_bytes(self.read_gpu(addr, nb), "little")
     if op in (0, 2, 3, 4, 5):  # acquires
       ok = {0: cur == payload, 2: cur >= payload, 3: ((cur - payload) & mask) < (1 << (8 * nb - 1)),
             4: (cur & payload) != 0, 5: (cur | payload) != mask}[op] if op != 5 else not (cur | payload) == 0
@@ -683,8 +816,8 @@ class MockNVGPU:
       new = {0: min(cur, payload), 1: max(cur, payload), 2: cur ^ payload, 3: cur & payload, 4: cur | payload, 5: cur + payload,
              6: 0 if cur >= payload else cur + 1, 7: payload if cur == 0 or cur > payload else cur - 1}[red] & mask
     else: raise ValueError(f"SEM_EXECUTE operation {op} is reserved")
-    self.write(addr, new.to_bytes(nb, "little"))
-    if hw.F_SEM_TS.decode(ex): self.write(addr + 8, time.perf_counter_ns().to_bytes(8, "little"))
+    self.write_gpu(addr, new.to_bytes(nb, "little"))
+    if hw.F_SEM_TS.decode(ex): self.write_gpu(addr + 8, time.perf_counter_ns().to_bytes(8, "little"))
     return True
 
   def _launch(self, ch: Channel, qmd_addr: int) -> None:
@@ -693,30 +826,29 @@ class MockNVGPU:
     import struct
     from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, GPUFault
     ver = hw.QMD_VERSION[self.arch_info.compute]  # the QMD layout this GPU's compute class reads
-    q = hw.read_qmd(hw.words_of(self.read(qmd_addr, hw.QMD_LAYOUTS[ver].nbytes)), ver)
+    q = hw.read_qmd(hw.words_of(self.read_gpu(qmd_addr, hw.QMD_LAYOUTS[ver].nbytes)), ver)
     self.launches.append({"qmd": qmd_addr, **q})
     if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != ver:
       raise ValueError(f"QMD at {qmd_addr:#x}: type {q['type']} major version {q['major']} "
                        f"({hw.class_name(self.arch_info.compute)} launches QMD v0{ver} grids)")
     if q["cbank0"] is None: raise ValueError(f"QMD at {qmd_addr:#x}: constant bank 0 not valid (no kernel parameters)")
-    trailer = self.read(q["program"] - 16, 16)
-    if trailer[:8] != hw.IMAGE_MAGIC:
-      raise ValueError(f"program at {q['program']:#x}: no PTX before the code; this mock runs PTX only, not SASS")
-    tlen, nlen = struct.unpack("<II", trailer[8:])
+    tr = hw.read_image_trailer(self.read_gpu(q["program"] - hw.IMAGE_TRAILER, hw.IMAGE_TRAILER))
+    if tr is None: raise ValueError(f"program at {q['program']:#x}: no PTX before the code; this mock runs PTX only, not SASS")
+    tlen, nlen, code_len = tr
     start = q["program"] - hw.image_prefix_bytes(tlen, nlen)
-    text = self.read(start, tlen).decode()
-    name = self.read(start + tlen + 1, nlen).decode()
+    text = self.read_gpu(start, tlen).decode()
+    name = self.read_gpu(start + tlen + 1, nlen).decode()
     mod = self._ptx_cache.get(text)
     if mod is None: mod = self._ptx_cache[text] = PTXModule(text)
     try:
       k = mod.kernel(name)
-      params = self.read(q["cbank0"] + hw.param_offset(self.arch), k.param_size)
+      params = self.read_gpu(q["cbank0"] + hw.param_offset(self.arch), k.param_size)
       k.launch(self._ptx_memory(), params, q["grid"], q["block"], shared_bytes=max(0, q["shared"] - k.static_shared))
     except GPUFault as e: raise ValueError(f"MMU fault in kernel {name}: {e}") from None
     except PTXError as e: raise ValueError(f"kernel {name}: {e}") from None
     if q["release0"] is not None:
       addr, payload, wide = q["release0"]
-      self.write(addr, payload.to_bytes(8 if wide else 4, "little"))
+      self.write_gpu(addr, payload.to_bytes(8 if wide else 4, "little"))
 
   def _ptx_memory(self) -> Any:
     """The interpreter's view of the GPU VA space: every mapping, backed by the same host pages (no copies)."""
@@ -744,8 +876,8 @@ class MockNVGPU:
     """A channel's GPFIFO and pushbuffers as the GPU sees them (read through its VA space), decoded."""
     with self._lock:
       ch = self.channels[token]
-      ring = hw.words_of(self.read(ch.ring_va, 8 * ch.entries))
+      ring = hw.words_of(self.read_gpu(ch.ring_va, 8 * ch.entries))
       entries = [ring[2 * i] | (ring[2 * i + 1] << 32) for i in range(ch.entries)]
       put = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT).value
       return f"channel token {ch.token}" + (f" BLOCKED {ch.blocked}" if ch.blocked else "") + (f" FAULT {ch.fault}" if ch.fault else "") + "\n" + \
-        hw.format_gpfifo(entries, ch.gp_get, put, self.read, dict(ch.subc_class), last)
+        hw.format_gpfifo(entries, ch.gp_get, put, self.read_gpu, dict(ch.subc_class), last)
