@@ -137,6 +137,7 @@ def test_patch_and_resubmit(hcq_device, kernel):
   args = prg.fill_kernargs([a._buf], [100], kernargs=dev.alloc_args_memory(64))
   q = dev.compute_queue_t().exec(prg, args, (16, 1, 1))
   i_exec = q.last
+  q.memory_barrier()  # the copy reads what the kernel wrote: on a GPU the two would otherwise run concurrently
   q.copy(b._buf.va_addr, a._buf.va_addr, 4 * 16)
   i_copy = q.last
   q.signal(sig, 1)

@@ -153,3 +153,203 @@ def test_close_unregisters_channels():
   assert len(mock.uvm_channels) == 2 and all(c.bound for c in mock.channels.values())
   dev.close()
   assert mock.uvm_channels == {} and mock.clients == {}
+
+# ---------------------------------------------------------------- kernels used below (PTX; the mock runs it, ptxas assembles it)
+from array import array
+from baregrad.drivers.nv.faults import NVChannelError
+from baregrad.hcq import HCQSignal
+
+RULES_PTX = r"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry idx(.param .u64 out) {
+  .reg .b32 %r<8>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out]; cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x; mov.u32 %r6, %nctaid.x;
+  mad.lo.s32 %r4, %r1, %r2, %r3;
+  mul.lo.s32 %r5, %r6, 1000; add.s32 %r5, %r5, %r4;
+  mul.wide.s32 %rd2, %r4, 4; add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r5;
+  ret;
+}
+.visible .entry producer(.param .u64 buf, .param .u32 val) {
+  .reg .b32 %r<10>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  ld.param.u64 %rd1, [buf]; cvta.to.global.u64 %rd1, %rd1; ld.param.u32 %r9, [val];
+  mov.u32 %r6, 0;
+SPIN:
+  add.s32 %r6, %r6, 1; setp.lt.s32 %p1, %r6, 50; @%p1 bra SPIN;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x; mad.lo.s32 %r4, %r1, %r2, %r3;
+  mul.wide.s32 %rd2, %r4, 4; add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r9;
+  ret;
+}
+.visible .entry consumer(.param .u64 dst, .param .u64 buf) {
+  .reg .b32 %r<10>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [dst]; cvta.to.global.u64 %rd1, %rd1; ld.param.u64 %rd4, [buf]; cvta.to.global.u64 %rd4, %rd4;
+  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x; mad.lo.s32 %r4, %r1, %r2, %r3;
+  mul.wide.s32 %rd2, %r4, 4; add.s64 %rd5, %rd4, %rd2; ld.global.u32 %r5, [%rd5]; add.s32 %r5, %r5, 1;
+  add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r5;
+  ret;
+}
+.visible .entry reader(.param .u64 dst, .param .u64 src, .param .u32 n) {
+  .reg .b32 %r<10>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [dst]; cvta.to.global.u64 %rd1, %rd1; ld.param.u64 %rd4, [src]; cvta.to.global.u64 %rd4, %rd4;
+  ld.param.u32 %r9, [n]; mul.wide.s32 %rd2, %r9, 4; add.s64 %rd5, %rd4, %rd2; ld.global.u32 %r5, [%rd5];
+  st.global.u32 [%rd1], %r5;
+  ret;
+}
+"""
+
+def _u32(dev: NVDevice, buf, n: int) -> np.ndarray:
+  out = np.zeros(n, np.uint32)
+  dev.allocator._copyout(memoryview(out).cast("B"), buf)
+  return out
+
+def _submit(dev: NVDevice, q) -> None:
+  with dev.submit_lock:
+    q.wait(dev.timeline_signal, dev.timeline_value - 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+
+# ---------------------------------------------------------------- finding 3: shader windows
+@pytest.mark.parametrize("arch,refused", [("sm_89", False), ("sm_90", True), ("sm_100", True)])
+def test_32bit_shared_window_refused_from_hopper_on(arch, refused):
+  """The 32-bit shared window the driver set before (0xFE000000): Ampere/Ada take it; Hopper and Blackwell raise Xid 69
+  into the error notifier, with RM's class-error line in the kernel log (the H100's, finding 3). The driver names the
+  method, recovers, and the next launch works."""
+  dev, mock = open_mock(arch=arch)
+  try:
+    c = hw.SUBC_COMPUTE
+    with dev.submit_lock:
+      dev.channels["compute"].submit(array("I", [hw.mthd(c, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A, 2), 0, 0xFE000000]))
+    if not refused:
+      dev.synchronize()
+      return
+    with pytest.raises(NVChannelError) as e: dev.synchronize(timeout_ms=5000)
+    line = [t for _, t in mock.kmsg if "Xid" in t][-1]
+    cls = dev.compute_class
+    assert re.search(rf"NVRM: Xid \(PCI:[0-9a-f:]+\): 69, name=\S+, Class Error: channel 0x0000000[0-9a-f], Class {cls:08x}, "
+                     r"Offset 000002a4, Data fe000000, ErrorCode 00000004", line), line
+    msg = str(e.value)
+    assert e.value.xid == 69 and "Xid 69 (ROBUST_CHANNEL_GR_CLASS_ERROR)" in msg
+    assert f"refused method 0x2a4 SET_SHADER_SHARED_MEMORY_WINDOW_B with data 0xfe000000" in msg and "recovered" in msg
+    prg = dev.runtime(dev, "idx", RULES_PTX.encode())   # the device works again
+    out = dev.allocator.alloc(4 * 64)
+    prg(out, global_size=(2, 1, 1), local_size=(32, 1, 1))
+    dev.synchronize()
+    assert (_u32(dev, out, 64) == 2000 + np.arange(64)).all()
+  finally: dev.close()
+
+def test_driver_windows_per_generation():
+  for arch, want in (("sm_80", hw.WINDOWS_32BIT), ("sm_89", hw.WINDOWS_32BIT), ("sm_90", hw.WINDOWS_64BIT), ("sm_120", hw.WINDOWS_64BIT)):
+    dev, mock = open_mock(arch=arch)
+    try:
+      ch = mock.channels[dev.channels["compute"].token]
+      got = ((ch.regs[(1, 0x2a0)] << 32) | ch.regs[(1, 0x2a4)], (ch.regs[(1, 0x7b0)] << 32) | ch.regs[(1, 0x7b4)])
+      assert dev.windows is want and got == (want.shared, want.local), arch
+    finally: dev.close()
+
+# ---------------------------------------------------------------- finding 4: instruction prefetch past the image
+def test_instruction_prefetch_past_image_is_xid31(dev):
+  """A program image that ends at its code (what the driver did before): the GCC's prefetch runs past the allocation:
+  Xid 31 MMU fault (GPCCLIENT_GCC, FAULT_PTE ACCESS_TYPE_VIRT_READ) at the page after it, decoded by the driver as
+  just past the end of that image. Images with the driver's guard run."""
+  mock = dev.port.mock
+  prg = dev.runtime(dev, "idx", RULES_PTX.encode())
+  out = dev.allocator.alloc(4 * 32)
+  prg(out, global_size=(1, 1, 1), local_size=(32, 1, 1))
+  dev.synchronize()
+  image, code_off = hw.pack_image(prg.ptx, "idx", b"\0" * 0x100)
+  tight = dev._gpu_alloc(len(image), host=True, what="unguarded image")
+  ctypes.memmove(tight.cpu, image, len(image))
+  prg.code_va = tight.va + code_off
+  prg(out, global_size=(1, 1, 1), local_size=(32, 1, 1))
+  with pytest.raises(NVChannelError) as e: dev.synchronize(timeout_ms=5000)
+  line = [t for _, t in mock.kmsg if "Xid" in t][-1]
+  end = tight.va + tight.size
+  assert f"31, name=" in line and f"GPCCLIENT_GCC faulted @ 0x{end >> 32:x}_{end & 0xFFFFFFFF:08x}" in line and "FAULT_PTE ACCESS_TYPE_VIRT_READ" in line
+  assert "0x0 bytes past the end of unguarded image" in str(e.value)
+
+def test_data_fetch_past_allocation_is_xid31(dev):
+  """A kernel load one element past the end of a buffer: Xid 31, the address decoded against the device's allocations."""
+  mock = dev.port.mock
+  prg = dev.runtime(dev, "reader", RULES_PTX.encode())
+  src, dst = dev.allocator.alloc(4096), dev.allocator.alloc(64)
+  prg(dst, src, global_size=(1, 1, 1), vals=(1023,))
+  dev.synchronize()
+  prg(dst, src, global_size=(1, 1, 1), vals=(1024 + 4096,))   # 4 KiB past the end: no allocation there
+  with pytest.raises(NVChannelError, match="Xid 31") as e: dev.synchronize(timeout_ms=5000)
+  assert "GPCCLIENT_T1_0" in [t for _, t in mock.kmsg if "Xid" in t][-1] and "bytes past the end of buffer" in str(e.value)
+
+# ---------------------------------------------------------------- finding 5: constant bank 0
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_100"])
+def test_ntid_nctaid_come_from_constant_bank(arch):
+  """%ntid/%nctaid are what the driver wrote into constant bank 0 at the generation's offsets, not the QMD's geometry:
+  with the header zeroed (what the driver did before) a multi-block kernel writes only the first block's slots, as
+  on the H100 (finding 5)."""
+  dev, mock = open_mock(arch=arch)
+  try:
+    prg = dev.runtime(dev, "idx", RULES_PTX.encode())
+    out = dev.allocator.alloc(4 * 256)
+    dev.allocator._copyin(out, memoryview(np.full(256, 7, np.uint32)).cast("B"))
+    prg(out, global_size=(4, 1, 1), local_size=(64, 1, 1))
+    dev.synchronize()
+    assert (_u32(dev, out, 256) == 4000 + np.arange(256)).all()
+    dev.allocator._copyin(out, memoryview(np.full(256, 7, np.uint32)).cast("B"))
+    args = prg.fill_kernargs([out])
+    q = dev.compute_queue_t().exec(prg, args, (4, 1, 1), (64, 1, 1))
+    ctypes.memset(args.cb_cpu, 0, prg.param_off)   # the launch header as the old driver left it
+    _submit(dev, q)
+    dev.synchronize()
+    got = _u32(dev, out, 256)
+    assert (got[:64] == np.arange(64)).all() and (got[64:] == 7).all()   # every block wrote to block 0's slots
+  finally: dev.close()
+
+# ---------------------------------------------------------------- finding 6a/6b: launches in flight
+def _prod_cons(dev: NVDevice, barrier: bool, n: int = 128):
+  P, C = dev.runtime(dev, "producer", RULES_PTX.encode()), dev.runtime(dev, "consumer", RULES_PTX.encode())
+  buf, dst = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * n)
+  dev.allocator._copyin(buf, memoryview(np.zeros(n, np.uint32)).cast("B"))
+  q = dev.compute_queue_t().exec(P, P.fill_kernargs([buf], [41]), (n // 32, 1, 1), (32, 1, 1))
+  if barrier: q.memory_barrier()
+  q.exec(C, C.fill_kernargs([dst, buf]), (n // 32, 1, 1), (32, 1, 1))
+  _submit(dev, q)
+  dev.synchronize()
+  return _u32(dev, dst, n)
+
+def test_launches_without_barrier_run_concurrently(dev):
+  """Producer then consumer in one submission with nothing between them: the consumer reads stale values (the H100:
+  84480 of 84480, finding 6b) and the mock names the read-after-write hazard; with memory_barrier() it reads 42."""
+  mock = dev.port.mock
+  assert (_prod_cons(dev, barrier=False) == 1).all()
+  assert any("read-after-write hazard: kernel consumer and kernel producer" in h for h in mock.hazards)
+  n = len(mock.hazards)
+  assert (_prod_cons(dev, barrier=True) == 42).all() and len(mock.hazards) == n
+
+def test_qmd_relaunched_in_flight_is_xid109(dev):
+  """One QMD launched twice with no wait-for-idle between (what test_graph_replay's queue did): Xid 109, CTX SWITCH
+  TIMEOUT, the channel dead until the driver recovers (finding 6a). The driver's own queue puts a WFI between."""
+  mock = dev.port.mock
+  prg = dev.runtime(dev, "idx", RULES_PTX.encode())
+  out = dev.allocator.alloc(4 * 32)
+  args = prg.fill_kernargs([out])
+  q = dev.compute_queue_t().exec(prg, args, (1, 1, 1), (32, 1, 1)).exec(prg, args, (1, 1, 1), (32, 1, 1))
+  assert "BARRIER" not in q.decode() and "WFI" in hw.format_methods(list(q.words))   # the driver's WFI
+  _submit(dev, q)
+  dev.synchronize()
+  launch = hw.exec_words(args.qmd_va)
+  with dev.submit_lock: dev.channels["compute"].submit(array("I", launch + launch))
+  with pytest.raises(NVChannelError) as e: dev.synchronize(timeout_ms=5000)
+  assert e.value.xid == 109 and "CTX SWITCH TIMEOUT" in str(e.value)
+  assert "errorString CTX SWITCH TIMEOUT" in [t for _, t in mock.kmsg if "Xid" in t][-1]
+
+def test_patch_under_queued_launch_is_reported(dev):
+  """Rewriting a launch's constant bank after its submission and before it ran (what HCQGraph.replay did): the mock
+  reports it, and the launch runs with what it finds, as the GPU would."""
+  mock = dev.port.mock
+  prg = dev.runtime(dev, "idx", RULES_PTX.encode())
+  a, b = dev.allocator.alloc(4 * 32), dev.allocator.alloc(4 * 32)
+  dev.synchronize()
+  args = prg.fill_kernargs([a], kernargs=dev.alloc_args_memory(4096))
+  _submit(dev, dev.compute_queue_t().exec(prg, args, (1, 1, 1), (32, 1, 1)))
+  args.update_buffer(0, b.va_addr)   # the launch above is queued, not run
+  dev.synchronize()
+  assert any("patched under a queued launch" in v for v in mock.violations)
+  assert (_u32(dev, b, 32) == 1000 + np.arange(32)).all()

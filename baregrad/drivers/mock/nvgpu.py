@@ -13,7 +13,7 @@ included) and the mock's own view share the same pages, as the GPU and CPU would
 Channel errors are reported the way RM reports them: status 0xffff and the Xid in the channel's error notifier
 memory (hObjectError). `log` is the mock's dmesg: what a kernel log would say about faults."""
 from __future__ import annotations
-import bisect, ctypes, errno, os, threading, time
+import bisect, ctypes, errno, os, struct, threading, time
 from dataclasses import dataclass, field
 from typing import Any
 from baregrad.ctypes_autogen import _support
@@ -43,6 +43,32 @@ def _comm() -> str:
   try:
     with open("/proc/self/comm") as f: return f.read().strip()
   except OSError: return "python3"
+
+class MMUFault(ValueError):
+  """A GPU access to an unmapped virtual address (`address`: the first one)."""
+  def __init__(self, address: int, msg: str, access: str = "ACCESS_TYPE_VIRT_READ") -> None:
+    super().__init__(msg or f"MMU fault at {address:#x}")
+    self.address, self.access = address, access
+
+class GPUError(Exception):
+  """A channel error: the Xid, the rest of the kernel-log line RM prints after "name=...", and the mock's own why."""
+  def __init__(self, xid: int, detail: str, why: str) -> None:
+    super().__init__(f"Xid {xid}: {why}")
+    self.xid, self.detail, self.why = xid, detail, why
+
+@dataclass
+class Work:
+  """Engine work in flight on a channel: a grid launch or a copy, until the channel waits for idle."""
+  kind: str
+  what: str
+  qmd: int = 0
+  run: Any = None
+  copy: tuple[int, int, int] | None = None
+  sem: tuple[int, int, int] | None = None
+  release: tuple[int, int, int] | None = None
+  access: set = field(default_factory=set)   # {(allocation va, "r" | "w")} while running concurrently
+
+def g(ch: Any, subc: int, method: int) -> int: return ch.regs.get((subc, method), 0)
 
 # ---------------------------------------------------------------- RM objects
 @dataclass
@@ -86,6 +112,9 @@ class Channel:
   client: int = 0
   vaspace: Any = None          # the VA space's data ({"flags": ...}) through the channel's context share
   bound: bool = False          # UVM_REGISTER_CHANNEL bound its buffers (RM's bIsContextBound)
+  visible_put: int = 0         # GP_PUT as of the last doorbell: what the channel may run
+  inflight: list = field(default_factory=list)     # Work launched since the last wait-for-idle
+  snapshots: dict = field(default_factory=dict)    # (GPFIFO index, QMD) -> QMD + constant bank bytes at the doorbell
 
 # class -> (parent classes allowed, parameter struct or None, parameters required): the classes one GPU generation offers
 def _class_table(arch: hw.GPUArch) -> dict[int, tuple[tuple[int, ...], type | None, bool]]:
@@ -156,6 +185,8 @@ class MockNVGPU:
     self.uvm_channels: dict[tuple[int, int], dict] = {}   # UVM_REGISTER_CHANNEL'ed (client, channel) -> its VA ranges
     self.process_name = _comm()
     self.launches: list[dict[str, int]] = []
+    self.hazards: list[str] = []      # launches/copies that ran concurrently and touched the same memory
+    self.violations: list[str] = []   # memory of a queued launch rewritten by the host
     self._next_fd, self._next_client, self._next_handle, self._next_token = 1000, 0xc1d00000, 0xcaf00000, 1
     self._lock = threading.RLock()
     self.uvm_registered = False
@@ -682,18 +713,53 @@ class MockNVGPU:
           if isinstance(mem, Memory) and mem.kind == "usermode" and addr - a == hw.NVC361_NOTIFY_CHANNEL_PENDING:
             ch = self.channels.get(value)
             if ch is None: self.log.append(f"doorbell: no channel with work-submit token {value}")
+            # The GPU does not finish work while the host returns from a doorbell: the mock works through what was
+            # rung before, and the entries this doorbell announces run at the next doorbell or kick (the driver rings
+            # again while it waits). So a host that rewrites memory a queued launch reads is caught (finding 6b).
             self._run_all()
+            if ch is not None and ch.fault is None: self._announce(ch)
           else: ctypes.c_uint32.from_address(addr).value = value
           return
       raise OSError(errno.EFAULT, f"doorbell write to {addr:#x}: not a mapped usermode region")
 
+  def _announce(self, ch: Channel) -> None:
+    """GP_PUT as the doorbell found it becomes the channel's work; remember what each new launch's QMD and constant
+    bank 0 held at submission, to report a host that rewrites them before the launch runs."""
+    put = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT).value % ch.entries
+    i = ch.visible_put
+    while i != put:
+      try:
+        addr, n, _ = hw.decode_gp_entry(int.from_bytes(self.read_gpu(ch.ring_va + 8 * i, 8), "little"))
+        regs: dict[tuple[int, int], int] = {}
+        for m in hw.decode_pushbuffer(hw.words_of(self.read_gpu(addr, 4 * n))):
+          regs[(m.subc, m.method)] = m.value
+          if m.method == hw.SEND_PCAS_A and m.method >= 0x100: ch.snapshots[(i, m.value << 8)] = self._launch_bytes(m.value << 8)
+      except (ValueError, hw.PushbufferError): pass   # faults are reported when the entry runs
+      i = (i + 1) % ch.entries
+    ch.visible_put = put
+
+  def _launch_bytes(self, qmd: int) -> bytes | None:
+    """The QMD at `qmd` and the constant bank 0 it names, as bytes (None where unreadable)."""
+    try:
+      ver = hw.QMD_VERSION[self.arch_info.compute]
+      qb = self.read_gpu(qmd, hw.QMD_LAYOUTS[ver].nbytes)
+      q = hw.read_qmd(hw.words_of(qb), ver)
+      return qb + (self.read_gpu(q["cbank0"], q["cbank0_size"]) if q["cbank0"] is not None else b"")
+    except (ValueError, KeyError): return None
+
   def _xlate(self, va: int, n: int) -> int:
-    """Host address of GPU VA range [va, va+n) (one mapping); MMU fault (ValueError) when unmapped."""
+    """Host address of GPU VA range [va, va+n) (one mapping); MMUFault when unmapped."""
     i = bisect.bisect_right(self.va_map, va, key=lambda m: m[0]) - 1
     if i >= 0:
       base, length, mem, off = self.va_map[i]
       if va + n <= base + length: return mem.view + off + (va - base)
-    raise ValueError(f"MMU fault: GPU VA {va:#x}+{n:#x} is not mapped")
+      if va < base + length: raise MMUFault(base + length, f"MMU fault: GPU VA {va:#x}+{n:#x} runs past the mapping at {base:#x}+{length:#x}")
+    raise MMUFault(va, f"MMU fault: GPU VA {va:#x}+{n:#x} is not mapped")
+
+  def _mapping_of(self, va: int) -> tuple[int, int] | None:
+    i = bisect.bisect_right(self.va_map, va, key=lambda m: m[0]) - 1
+    if i >= 0 and va < self.va_map[i][0] + self.va_map[i][1]: return self.va_map[i][0], self.va_map[i][1]
+    return None
 
   def read_gpu(self, va: int, n: int) -> bytes: return ctypes.string_at(self._xlate(va, n), n) if n else b""
   def write_gpu(self, va: int, data: bytes) -> None:
@@ -703,9 +769,12 @@ class MockNVGPU:
     while n > 0:  # page by page across mappings
       k = min(n, PAGE - (src % PAGE), PAGE - (dst % PAGE)) if n > PAGE else n
       try: s, d = self._xlate(src, k), self._xlate(dst, k)
-      except ValueError:
+      except MMUFault:
         k = min(n, PAGE - (src % PAGE), PAGE - (dst % PAGE))
-        s, d = self._xlate(src, k), self._xlate(dst, k)
+        try: s = self._xlate(src, k)
+        except MMUFault as e: raise MMUFault(e.address, str(e), "ACCESS_TYPE_VIRT_READ") from None
+        try: d = self._xlate(dst, k)
+        except MMUFault as e: raise MMUFault(e.address, str(e), "ACCESS_TYPE_VIRT_WRITE") from None
       ctypes.memmove(d, s, k)
       src, dst, n = src + k, dst + k, n - k
 
@@ -720,47 +789,68 @@ class MockNVGPU:
   def _is_scheduled(self, ch: Channel) -> bool:
     return any(key[1] == ch.group for key in self.scheduled_groups)
 
-  def _fault(self, ch: Channel, xid: int, why: str) -> None:
-    ch.fault = f"Xid {xid} ({hw.XID_NAMES.get(xid, '?')}): {why}"
-    self.log.append(f"NVRM: Xid (PCI:0000:01:00): {xid}, channel token {ch.token}: {why}")
-    if ch.error_notifier is not None:
-      n = NVNotification.from_address(ch.error_notifier)
-      n.timeStamp, n.info32, n.info16, n.status = time.perf_counter_ns(), xid, 0, 0xFFFF
+  # ---------------------------------------------------------------- channel errors, as RM reports them
+  def _xid(self, ch: Channel, err: GPUError) -> None:
+    """Robust-channel recovery as RM does it: the Xid line in the kernel log, status 0xffff and the Xid in the error
+    notifier, and the whole channel group (the TSG is the unit RM recovers) stops."""
+    gpu = 0
+    try: gpu = self.clients[ch.client][self.clients[ch.client][ch.group].parent].data["gpu"]
+    except (KeyError, TypeError): pass
+    self._klog(f"NVRM: Xid (PCI:0000:{gpu + 1:02x}:00): {err.xid}, name={self.process_name}, {err.detail}")
+    self.log.append(f"mock GPU: {err.why}")
+    for c in self.channels.values():
+      if c.client != ch.client or c.group != ch.group: continue
+      c.fault, c.inflight = f"Xid {err.xid} ({hw.XID_NAMES.get(err.xid, '?')}): {err.why}", []
+      if c.error_notifier is not None:
+        n = NVNotification.from_address(c.error_notifier)
+        n.timeStamp, n.info32, n.info16, n.status = time.perf_counter_ns(), err.xid, 0, 0xFFFF
+
+  @staticmethod
+  def _mmu(ch: Channel, e: MMUFault, engine: str, client: str, why: str) -> GPUError:
+    a = e.address
+    return GPUError(31, f"channel 0x{ch.token:08x}, intr 00000000. MMU Fault: ENGINE {engine} {client} faulted @ 0x{a >> 32:x}_{a & 0xFFFFFFFF:08x}. "
+                        f"Fault is of type FAULT_PTE {e.access}", why)
 
   def _run_channel(self, ch: Channel) -> bool:
     progress = False
-    put_p = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT)
     get_p = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_GET)
-    while ch.fault is None:
-      if ch.cur is None:
-        if ch.gp_get == put_p.value % ch.entries: break
-        try:
-          entry = int.from_bytes(self.read_gpu(ch.ring_va + 8 * ch.gp_get, 8), "little")
-          addr, n, _ = hw.decode_gp_entry(entry)
-          words = hw.words_of(self.read_gpu(addr, 4 * n))
-          ch.cur, ch.pos = (ch.gp_get, addr, hw.decode_pushbuffer(words)), 0
-        except (ValueError, hw.PushbufferError) as e:
-          self._fault(ch, 31 if "MMU" in str(e) else 32, f"GPFIFO entry {ch.gp_get}: {e}")
-          break
-      _, addr, methods = ch.cur
-      while ch.pos < len(methods):
-        m = methods[ch.pos]
-        try: ok = self._method(ch, m)
-        except ValueError as e:
-          self._fault(ch, 31 if "MMU" in str(e) else 13, f"{hw.method_name(ch.subc_class.get(m.subc), m.method)} at {addr + 4 * m.pos:#x}: {e}")
-          return progress
-        if not ok:  # blocked on an acquire: resume here on the next doorbell or release
-          here = addr + 4 * m.pos  # the PBDMA's pushbuffer GET, as USERD shows it
-          ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET).value = here & 0xFFFFFFFF
-          ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET_HI).value = here >> 32
-          return progress
-        ch.pos += 1
-        ch.methods_done += 1
+    try:
+      while ch.fault is None:
+        if ch.cur is None:
+          if ch.gp_get == ch.visible_put:
+            self._drain(ch)   # nothing more to fetch: the grids and copies in flight finish
+            break
+          try:
+            entry = int.from_bytes(self.read_gpu(ch.ring_va + 8 * ch.gp_get, 8), "little")
+            addr, n, _ = hw.decode_gp_entry(entry)
+            words = hw.words_of(self.read_gpu(addr, 4 * n))
+            ch.cur, ch.pos = (ch.gp_get, addr, hw.decode_pushbuffer(words)), 0
+          except MMUFault as e: raise self._mmu(ch, e, "HOST0", "HUBCLIENT_HOST", f"GPFIFO entry {ch.gp_get}: {e}") from None
+          except (ValueError, hw.PushbufferError) as e:
+            raise GPUError(32, f"channel 0x{ch.token:08x}, errorString PBDMA ERROR, Info 0x0", f"GPFIFO entry {ch.gp_get}: {e}") from None
+        _, addr, methods = ch.cur
+        while ch.pos < len(methods):
+          m = methods[ch.pos]
+          where = f"{hw.method_name(ch.subc_class.get(m.subc), m.method)} at {addr + 4 * m.pos:#x}"
+          try: ok = self._method(ch, m)
+          except MMUFault as e: raise self._mmu(ch, e, "HOST0", "HUBCLIENT_HOST", f"{where}: {e}") from None
+          except ValueError as e: raise GPUError(32, f"channel 0x{ch.token:08x}, errorString PBDMA ERROR, Info 0x0", f"{where}: {e}") from None
+          if not ok:  # blocked on an acquire: resume here on the next doorbell or release
+            here = addr + 4 * m.pos  # the PBDMA's pushbuffer GET, as USERD shows it
+            ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET).value = here & 0xFFFFFFFF
+            ctypes.c_uint32.from_address(ch.userd + hw.USERD_GET_HI).value = here >> 32
+            return progress
+          ch.pos += 1
+          ch.methods_done += 1
+          progress = True
+        ch.cur, ch.blocked = None, None
+        ch.snapshots = {k: v for k, v in ch.snapshots.items() if k[0] != ch.gp_get}
+        ch.gp_get = (ch.gp_get + 1) % ch.entries
+        get_p.value = ch.gp_get
         progress = True
-      ch.cur, ch.blocked = None, None
-      ch.gp_get = (ch.gp_get + 1) % ch.entries
-      get_p.value = ch.gp_get
-      progress = True
+    except GPUError as e:
+      self._xid(ch, e)
+      return True
     return progress
 
   def _method(self, ch: Channel, m: hw.Method) -> bool:
@@ -769,32 +859,42 @@ class MockNVGPU:
       ch.regs[(0, m.method)] = m.value
       if m.method == hw.SET_OBJECT:
         cls = m.value & 0xFFFF
-        objs = next(o for o in self.clients.values() if ch.obj.handle in o and o[ch.obj.handle] is ch.obj)
+        objs = self.clients[ch.client]
         if not any(objs[c].cls == cls for c in ch.obj.children):
-          raise ValueError(f"SET_OBJECT subchannel {m.subc}: no {hw.class_name(cls)} object on this channel")
+          raise GPUError(32, f"channel 0x{ch.token:08x}, errorString PBDMA ERROR, Info 0x0",
+                         f"SET_OBJECT subchannel {m.subc}: no {hw.class_name(cls)} object on this channel")
         ch.subc_class[m.subc] = cls
+      elif m.method == hw.WFI: self._drain(ch)            # wait for idle: everything launched before finishes
       elif m.method == hw.SEM_EXECUTE: return self._semaphore(ch, m.value)
       return True
     cls = ch.subc_class.get(m.subc)
-    if cls is None: raise ValueError(f"method {m.method:#x} on subchannel {m.subc}, which has no object bound (SET_OBJECT)")
+    if cls is None:
+      raise GPUError(32, f"channel 0x{ch.token:08x}, errorString PBDMA ERROR, Info 0x0", f"method {m.method:#x} on subchannel {m.subc}, which has no object bound (SET_OBJECT)")
     ch.regs[(m.subc, m.method)] = m.value
     g = lambda meth: ch.regs.get((m.subc, meth), 0)
     if cls in hw.DMA_CLASSES and m.method == hw.LAUNCH_DMA:
       v = m.value
-      if nv.NVC8B5_LAUNCH_DMA_DATA_TRANSFER_TYPE.decode(v):
-        src = (g(hw.OFFSET_IN_UPPER) << 32) | g(hw.OFFSET_IN_UPPER + 4)
-        dst = (g(hw.OFFSET_IN_UPPER + 8) << 32) | g(hw.OFFSET_IN_UPPER + 12)
-        n = g(hw.LINE_LENGTH_IN) * (g(hw.LINE_COUNT) if nv.NVC8B5_LAUNCH_DMA_MULTI_LINE_ENABLE.decode(v) else 1)
-        self._copy(dst, src, n)
-      st = nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE.decode(v)
-      if st:
-        sa = (g(hw.SET_SEMAPHORE_A) << 32) | g(hw.SET_SEMAPHORE_A + 4)
-        self.write_gpu(sa, g(hw.SET_SEMAPHORE_A + 8).to_bytes(4, "little"))
-        if st == nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE_RELEASE_SEMAPHORE_WITH_TIMESTAMP:
-          self.write_gpu(sa + 8, time.perf_counter_ns().to_bytes(8, "little"))
-    elif cls in hw.COMPUTE_CLASSES and m.method in (hw.SEND_SIGNALING_PCAS2_B, hw.SEND_PCAS_A + 4):
-      self._launch(ch, g(hw.SEND_PCAS_A) << 8)
+      src = (g(hw.OFFSET_IN_UPPER) << 32) | g(hw.OFFSET_IN_UPPER + 4)
+      dst = (g(hw.OFFSET_IN_UPPER + 8) << 32) | g(hw.OFFSET_IN_UPPER + 12)
+      n = g(hw.LINE_LENGTH_IN) * (g(hw.LINE_COUNT) if nv.NVC8B5_LAUNCH_DMA_MULTI_LINE_ENABLE.decode(v) else 1)
+      sem = (((g(hw.SET_SEMAPHORE_A) << 32) | g(hw.SET_SEMAPHORE_A + 4)), g(hw.SET_SEMAPHORE_A + 8), nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE.decode(v))
+      copy = bool(nv.NVC8B5_LAUNCH_DMA_DATA_TRANSFER_TYPE.decode(v))
+      # a copy runs alongside whatever the channel launched before it, until a wait-for-idle
+      ch.inflight.append(Work("copy", f"copy {n} bytes {src:#x} -> {dst:#x}", copy=(dst, src, n) if copy else None, sem=sem if sem[2] else None))
+    elif cls in hw.COMPUTE_CLASSES:
+      if m.method in (hw.SEND_SIGNALING_PCAS2_B, hw.SEND_PCAS_A + 4): self._launch(ch, m.subc, g(hw.SEND_PCAS_A) << 8)
+      elif m.method == nv.NVC6C0_WAIT_FOR_IDLE: self._drain(ch)
+      elif m.method == nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_B: self._check_shared_window(ch, cls, (g(nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A) << 32) | m.value, m)
     return True
+
+  def _check_shared_window(self, ch: Channel, cls: int, window: int, m: hw.Method) -> None:
+    # finding 3: HOPPER_COMPUTE_A refused a shared window of 0xFE000000 with Xid 69 GR class error at offset 0x2a4,
+    # ErrorCode 4. The SASS of sm_90+ builds generic shared addresses from SR_SWINHI (the window's upper 32 bits), so
+    # the window must be 4 GiB aligned; Mesa nvk (nvk_cmd_dispatch.c) applies the same alignment to every class from
+    # HOPPER_COMPUTE_A on, Blackwell included (hw.SHARED_WINDOW_ALIGN, hw.SHADER_WINDOWS)
+    if cls in (nv.HOPPER_COMPUTE_A, nv.BLACKWELL_COMPUTE_A, nv.BLACKWELL_COMPUTE_B) and window % (1 << 32):
+      raise GPUError(69, f"Class Error: channel 0x{ch.token:08x}, Class {cls:08x}, Offset {m.method:08x}, Data {m.value:08x}, ErrorCode 00000004",
+                     f"{hw.class_name(cls)} refused shared memory window {window:#x} (SET_SHADER_SHARED_MEMORY_WINDOW_B): not 4 GiB aligned")
 
   def _semaphore(self, ch: Channel, ex: int) -> bool:
     g = lambda meth: ch.regs.get((0, meth), 0)
@@ -804,12 +904,19 @@ class MockNVGPU:
     nb, mask = (8, (1 << 64) - 1) if wide else (4, 0xFFFFFFFF)
     if addr % nb: raise ValueError(f"semaphore address {addr:#x} not {nb}-byte aligned")
     op = hw.F_SEM_OP.decode(ex)
-    cur = int.from_bytes(self.read_gpu(addr, nb), "little")
     if op in (0, 2, 3, 4, 5):  # acquires
-      ok = {0: cur == payload, 2: cur >= payload, 3: ((cur - payload) & mask) < (1 << (8 * nb - 1)),
-            4: (cur & payload) != 0, 5: (cur | payload) != mask}[op] if op != 5 else not (cur | payload) == 0
+      def test() -> tuple[bool, int]:
+        cur = int.from_bytes(self.read_gpu(addr, nb), "little")
+        return ({0: cur == payload, 2: cur >= payload, 3: ((cur - payload) & mask) < (1 << (8 * nb - 1)),
+                 4: (cur & payload) != 0}[op] if op != 5 else (cur | payload) != 0), cur
+      ok, cur = test()
+      if not ok and ch.inflight:  # while the channel waits, what it launched runs to completion
+        self._drain(ch)
+        ok, cur = test()
       ch.blocked = None if ok else f"acquire {hw.SEM_OP_NAMES[op]} {addr:#x} >= {payload} (value {cur})"
       return ok
+    if hw.F_SEM_WFI.decode(ex): self._drain(ch)   # RELEASE_WFI: the release waits until the engine is idle
+    cur = int.from_bytes(self.read_gpu(addr, nb), "little")
     if op == 1: new = payload
     elif op == 6:
       red = hw.F_SEM_RED.decode(ex)
@@ -820,35 +927,159 @@ class MockNVGPU:
     if hw.F_SEM_TS.decode(ex): self.write_gpu(addr + 8, time.perf_counter_ns().to_bytes(8, "little"))
     return True
 
-  def _launch(self, ch: Channel, qmd_addr: int) -> None:
-    """Run the grid a QMD describes: the PTX found right before its program address, the parameters read from
-    constant bank 0 (at the offset compiled code reads them from), on the PTX interpreter over the GPU's memory."""
-    import struct
-    from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, GPUFault
+  def _launch(self, ch: Channel, subc: int, qmd_addr: int) -> None:
+    """Check and queue the grid a QMD describes; it runs when the channel next waits for idle (_drain). What the GPU
+    takes from where: geometry, shared/local sizes and the program from the QMD; %ntid, %nctaid, the windows compiled
+    code converts with, the stack pointer and %dynamic_smem_size from constant bank 0 at the offsets the SASS of this
+    generation reads (hw.CBANK0, finding 5); the code from the program address (the PTX before it: this mock runs PTX)."""
+    from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, Windows
+    # finding 6a: one QMD launched again while its previous launch was still in flight (three times in one GPFIFO
+    # entry) took the H100's channel down with Xid 109 CTX SWITCH TIMEOUT
+    if any(w.qmd == qmd_addr for w in ch.inflight):
+      raise GPUError(109, f"channel 0x{ch.token:08x}, errorString CTX SWITCH TIMEOUT, Info 0x0",
+                     f"QMD {qmd_addr:#x} launched again while its previous launch is in flight (no wait-for-idle between)")
+    # a launch whose QMD or constant bank changed between the doorbell and now ran with what the host wrote later
+    snap = ch.snapshots.pop((ch.gp_get, qmd_addr), None)
+    if snap is not None and snap != self._launch_bytes(qmd_addr):
+      msg = f"QMD {qmd_addr:#x} or its constant bank 0 was rewritten after the launch was submitted, before it ran (patched under a queued launch)"
+      self.violations.append(msg)
+      self.log.append(f"mock GPU: {msg}")
     ver = hw.QMD_VERSION[self.arch_info.compute]  # the QMD layout this GPU's compute class reads
     q = hw.read_qmd(hw.words_of(self.read_gpu(qmd_addr, hw.QMD_LAYOUTS[ver].nbytes)), ver)
     self.launches.append({"qmd": qmd_addr, **q})
+    bad = lambda why: GPUError(13, f"Graphics Exception: channel 0x{ch.token:08x}, Class {ch.subc_class[subc]:08x}: {why}", why)
     if q["type"] != hw.QMD_TYPE_GRID_CTA or q["major"] != ver:
-      raise ValueError(f"QMD at {qmd_addr:#x}: type {q['type']} major version {q['major']} "
-                       f"({hw.class_name(self.arch_info.compute)} launches QMD v0{ver} grids)")
-    if q["cbank0"] is None: raise ValueError(f"QMD at {qmd_addr:#x}: constant bank 0 not valid (no kernel parameters)")
-    tr = hw.read_image_trailer(self.read_gpu(q["program"] - hw.IMAGE_TRAILER, hw.IMAGE_TRAILER))
-    if tr is None: raise ValueError(f"program at {q['program']:#x}: no PTX before the code; this mock runs PTX only, not SASS")
+      raise bad(f"QMD at {qmd_addr:#x}: type {q['type']} major version {q['major']} ({hw.class_name(self.arch_info.compute)} launches QMD v0{ver} grids)")
+    if q["cbank0"] is None: raise bad(f"QMD at {qmd_addr:#x}: constant bank 0 not valid (no kernel parameters)")
+    # the code: the PTX right before it, and its length (IMAGE_TRAILER)
+    gcc = lambda e, why: self._mmu(ch, e, "GRAPHICS GPC0", "GPCCLIENT_GCC", why)
+    try: tr = hw.read_image_trailer(self.read_gpu(q["program"] - hw.IMAGE_TRAILER, hw.IMAGE_TRAILER))
+    except MMUFault as e: raise gcc(e, f"program at {q['program']:#x} is not mapped") from None
+    if tr is None: raise bad(f"program at {q['program']:#x}: no PTX before the code; this mock runs PTX only, not SASS")
     tlen, nlen, code_len = tr
+    # finding 4: the instruction/constant cache (GPCCLIENT_GCC) fetches past the code it runs; an image that ended at
+    # its code faulted (Xid 31 FAULT_PTE ACCESS_TYPE_VIRT_READ at the next page). The mock faults whenever the fetch
+    # (hw.INSTRUCTION_PREFETCH past the code) leaves the image's allocation; the GPU only where that page is unmapped.
+    span = self._mapping_of(q["program"])
+    reach = q["program"] + code_len + hw.INSTRUCTION_PREFETCH
+    if span is not None and reach > span[0] + span[1]:
+      raise gcc(MMUFault(span[0] + span[1], "", "ACCESS_TYPE_VIRT_READ"),
+                f"instruction prefetch of the program at {q['program']:#x} ({code_len:#x} bytes of code) reaches {reach:#x}, past the end of its allocation {span[0]:#x}+{span[1]:#x}")
     start = q["program"] - hw.image_prefix_bytes(tlen, nlen)
     text = self.read_gpu(start, tlen).decode()
     name = self.read_gpu(start + tlen + 1, nlen).decode()
     mod = self._ptx_cache.get(text)
-    if mod is None: mod = self._ptx_cache[text] = PTXModule(text)
     try:
+      if mod is None: mod = self._ptx_cache[text] = PTXModule(text)
       k = mod.kernel(name)
-      params = self.read_gpu(q["cbank0"] + hw.param_offset(self.arch), k.param_size)
-      k.launch(self._ptx_memory(), params, q["grid"], q["block"], shared_bytes=max(0, q["shared"] - k.static_shared))
-    except GPUFault as e: raise ValueError(f"MMU fault in kernel {name}: {e}") from None
-    except PTXError as e: raise ValueError(f"kernel {name}: {e}") from None
-    if q["release0"] is not None:
-      addr, payload, wide = q["release0"]
-      self.write_gpu(addr, payload.to_bytes(8 if wide else 4, "little"))
+    except PTXError as e: raise bad(f"kernel {name}: {e}") from None
+    # constant bank 0 as the SASS of this generation reads it (finding 5)
+    L = hw.cbank0_layout(self.arch)
+    try: cb = self.read_gpu(q["cbank0"], max(q["cbank0_size"], L.params + k.param_size))
+    except MMUFault as e: raise gcc(e, f"constant bank 0 at {q['cbank0']:#x} is not mapped") from None
+    u32 = lambda off: int.from_bytes(cb[off:off + 4], "little")
+    u64 = lambda off: int.from_bytes(cb[off:off + 8], "little")
+    sw = (g(ch, subc, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A) << 32) | g(ch, subc, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_B)
+    lw = (g(ch, subc, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A) << 32) | g(ch, subc, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_B)
+    # generic <-> shared: sm_80/89 SASS adds c[0x0][0x18]; sm_90+ takes the window's upper half from SR_SWINHI
+    cvta_shared = u64(L.shared_window) if self.arch_info.sm_version < 0x900 else sw & ~0xFFFFFFFF
+    win = Windows(shared=sw, local=lw, size=hw.SHADER_WINDOW_BYTES, cvta_shared=cvta_shared, cvta_local=u64(L.local_window))
+    # shared memory: the kernel's data starts at L.shared_base in the CTA's allocation (0x400 on sm_90+)
+    dyn = 0
+    if k.static_shared or q["shared"]:
+      dyn = q["shared"] - L.shared_base - k.static_shared
+      if dyn < 0:
+        raise bad(f"Out Of Range Address: kernel {name} uses {k.static_shared} bytes of shared memory from offset {L.shared_base:#x}, the launch "
+                  f"allocates {q['shared']} (SHARED_MEMORY_SIZE)")
+    # local memory: a frame needs the stack pointer at the top of the per-thread window and a local memory big enough
+    if q["local"]:
+      sp = u32(L.stack)
+      if not hw.INITIAL_STACK <= sp <= hw.SHADER_WINDOW_BYTES:
+        raise bad(f"Out Of Range Address: kernel {name} has {q['local']} bytes of local memory per thread, its stack pointer "
+                  f"c[0x0][{L.stack:#x}] = {sp:#x} puts the frame outside the thread's local window")
+      self._check_local_memory(ch, subc, q["local"], name)
+    specials = {"ntid": struct.unpack_from("<III", cb, L.ntid), "nctaid": struct.unpack_from("<III", cb, L.nctaid),
+                "dynamic_smem_size": u32(L.dyn_shared), "total_smem_size": q["shared"] - u32(L.reserved_shared)}
+    params = cb[L.params:L.params + k.param_size]
+    ch.inflight.append(Work("launch", f"kernel {name}", qmd=qmd_addr, release=q["release0"],
+                            run=(k, params, q["grid"], q["block"], max(dyn, 0), specials, win)))
+
+  def _check_local_memory(self, ch: Channel, subc: int, per_thread: int, name: str) -> None:
+    """SET_SHADER_LOCAL_MEMORY_A/B (base) and _NON_THROTTLED_A/B (bytes per TPC) must cover every thread of every TPC."""
+    base = (g(ch, subc, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_A) << 32) | g(ch, subc, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_B)
+    per_tpc = (g(ch, subc, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A) << 32) | g(ch, subc, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B)
+    need = _rup(per_thread * 32, 0x200) * 64 * self.sm_per_tpc
+    if per_tpc < need:
+      raise GPUError(13, f"Graphics Exception: channel 0x{ch.token:08x}: local memory of {per_tpc:#x} bytes per TPC, kernel {name} needs {need:#x}",
+                     f"kernel {name}: {per_thread} bytes of local memory per thread need {need:#x} bytes per TPC; the channel set {per_tpc:#x}")
+    end = base + per_tpc * self.gpcs * self.tpc_per_gpc
+    span = self._mapping_of(base) if base else None
+    if span is None or end > span[0] + span[1]:
+      raise self._mmu(ch, MMUFault(base if span is None else span[0] + span[1], "", "ACCESS_TYPE_VIRT_WRITE"), "GRAPHICS GPC0", "GPCCLIENT_T1_0",
+                      f"kernel {name}: shader local memory [{base:#x}, {end:#x}) is not mapped")
+
+  def _drain(self, ch: Channel) -> None:
+    """Finish the work in flight on a channel: what was launched (or copied) since the last wait-for-idle runs
+    concurrently, as on the GPU (finding 6b: a consumer launched right after its producer read 100% stale values).
+    The grids are interleaved instruction by instruction, the most recently launched first; every work item records
+    the allocations it reads and writes, and a read or write of what an earlier concurrent item writes (or a write
+    of what it reads) is reported as a hazard."""
+    if not ch.inflight: return
+    from baregrad.drivers.mock.ptx_interp import PTXError, GPUFault
+    work, ch.inflight = ch.inflight, []
+    mem = self._ptx_memory()
+    concurrent = len(work) > 1
+    steps = []
+    for w in reversed(work):
+      if w.kind == "launch":
+        k, params, grid, block, dyn, specials, win = w.run
+        steps.append((w, k.launch_steps(mem, params, grid, block, dyn, specials, win, step=concurrent)))
+      else: steps.append((w, self._copy_steps(w)))
+    try:
+      while steps:
+        for item in list(steps):
+          w, gen = item
+          mem.recorder = w.access if concurrent else None
+          try: next(gen)
+          except StopIteration: steps.remove(item)
+    except GPUFault as e:
+      raise self._mmu(ch, MMUFault(int(e.address or 0), "", "ACCESS_TYPE_VIRT_WRITE" if "store" in str(e) or "atom" in str(e) or "red" in str(e)
+                                   else "ACCESS_TYPE_VIRT_READ"), "GRAPHICS GPC0", "GPCCLIENT_T1_0", f"MMU fault in {w.what}: {e}") from None
+    except MMUFault as e: raise self._mmu(ch, e, "GRAPHICS", "HUBCLIENT_CE0", f"{w.what}: {e}") from None
+    except PTXError as e:
+      raise GPUError(13, f"Graphics Exception: channel 0x{ch.token:08x}: {w.what}: {e}", f"{w.what}: {e} (the mock's PTX interpreter)") from None
+    finally: mem.recorder = None
+    if concurrent: self._report_hazards(work)
+    for w in work:  # completions: QMD releases and copy semaphores
+      if w.release is not None:
+        addr, payload, wide = w.release
+        self.write_gpu(addr, payload.to_bytes(8 if wide else 4, "little"))
+      if w.sem is not None:
+        sa, payload, st = w.sem
+        self.write_gpu(sa, payload.to_bytes(4, "little"))
+        if st == nv.NVC8B5_LAUNCH_DMA_SEMAPHORE_TYPE_RELEASE_SEMAPHORE_WITH_TIMESTAMP:
+          self.write_gpu(sa + 8, time.perf_counter_ns().to_bytes(8, "little"))
+
+  def _copy_steps(self, w: Work) -> Any:
+    if w.copy is not None:
+      dst, src, n = w.copy
+      for va, kind in ((src, "r"), (dst, "w")):
+        if (sp := self._mapping_of(va)) is not None: w.access.add((sp[0], kind))
+      self._copy(dst, src, n)
+    yield
+
+  def _report_hazards(self, work: list[Work]) -> None:
+    regions = {va: f"{m.kind} memory at {va:#x}+{n:#x}" for va, n, m, _ in self.va_map}
+    for i, a in enumerate(work):
+      for b in work[i + 1:]:
+        ar, aw = {v for v, k in a.access if k == "r"}, {v for v, k in a.access if k == "w"}
+        br, bw = {v for v, k in b.access if k == "r"}, {v for v, k in b.access if k == "w"}
+        for kind, hit in (("read-after-write", aw & br), ("write-after-write", aw & bw), ("write-after-read", ar & bw)):
+          for va in sorted(hit):
+            msg = (f"{kind} hazard: {b.what} and {a.what} ran concurrently (no wait-for-idle between them) and both touch "
+                   f"{regions.get(va, hex(va))}")
+            self.hazards.append(msg)
+            self.log.append(f"mock GPU: {msg}")
 
   def _ptx_memory(self) -> Any:
     """The interpreter's view of the GPU VA space: every mapping, backed by the same host pages (no copies)."""
