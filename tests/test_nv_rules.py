@@ -353,3 +353,109 @@ def test_patch_under_queued_launch_is_reported(dev):
   dev.synchronize()
   assert any("patched under a queued launch" in v for v in mock.violations)
   assert (_u32(dev, b, 32) == 1000 + np.arange(32)).all()
+
+# ---------------------------------------------------------------- local and shared memory the launch must provide
+from baregrad.drivers.nv_compile import find_ptxas
+needs_ptxas = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found: the frame and shared sizes come from the cubin")
+LOCAL_PTX = r"""
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry frame(.param .u64 out, .param .u32 k) {
+  .local .align 4 .b8 arr[512];
+  .reg .b32 %r<12>; .reg .b64 %rd<8>; .reg .pred %p<2>;
+  ld.param.u64 %rd1, [out]; cvta.to.global.u64 %rd1, %rd1; ld.param.u32 %r9, [k];
+  mov.u32 %r3, %tid.x; mov.u64 %rd2, arr; mov.u32 %r5, 0;
+FILL:
+  mul.wide.u32 %rd3, %r5, 4; add.s64 %rd4, %rd2, %rd3; add.u32 %r6, %r5, %r3; st.local.u32 [%rd4], %r6;
+  add.u32 %r5, %r5, 1; setp.lt.u32 %p1, %r5, 128; @%p1 bra FILL;
+  and.b32 %r7, %r9, 127; mul.wide.u32 %rd5, %r7, 4; add.s64 %rd6, %rd2, %rd5; ld.local.u32 %r8, [%rd6];
+  mul.wide.u32 %rd7, %r3, 4; add.s64 %rd7, %rd1, %rd7; st.global.u32 [%rd7], %r8;
+  ret;
+}
+.visible .entry smem(.param .u64 out) {
+  .shared .align 4 .b32 sm[256];
+  .reg .b32 %r<8>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out]; cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r3, %tid.x; mov.u32 %r1, sm; shl.b32 %r2, %r3, 2; add.u32 %r4, %r1, %r2; st.shared.u32 [%r4], %r3;
+  bar.sync 0;
+  ld.shared.u32 %r5, [%r4]; mul.wide.u32 %rd2, %r3, 4; add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r5;
+  ret;
+}
+"""
+
+@needs_ptxas
+def test_local_memory_must_be_set_up(dev):
+  """A kernel with a stack frame runs when the channel's shader local memory covers every thread of every TPC and the
+  stack pointer (constant bank 0) sits at the top of the thread's local window; without them: Xid 13/31."""
+  prg = dev.runtime(dev, "frame", LOCAL_PTX.encode())
+  assert prg.local_bytes >= 512 and dev.local_mem is not None
+  out = dev.allocator.alloc(4 * 32)
+  prg(out, global_size=(1, 1, 1), local_size=(32, 1, 1), vals=(3,))
+  dev.synchronize()
+  assert (_u32(dev, out, 32) == 3 + np.arange(32)).all()
+  args = prg.fill_kernargs([out], [3])
+  q = dev.compute_queue_t().exec(prg, args, (1, 1, 1), (32, 1, 1))
+  ctypes.memset(args.cb_cpu + dev.cb_layout.stack, 0, 4)          # no stack pointer (the old driver's zeroed header)
+  _submit(dev, q)
+  with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
+  assert "stack pointer" in dev.port.mock.log[-1]
+  c = hw.SUBC_COMPUTE
+  with dev.submit_lock:  # local memory too small for the frame: 0x200 bytes per TPC
+    dev.channels["compute"].submit(array("I", [hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 3), 0, 0x200, 0xFF]))
+  prg(out, global_size=(1, 1, 1), local_size=(32, 1, 1), vals=(3,))
+  with pytest.raises(NVChannelError, match="Xid 13"): dev.synchronize(timeout_ms=5000)
+  prg(out, global_size=(1, 1, 1), local_size=(32, 1, 1), vals=(4,))   # recovered: local memory set up again
+  dev.synchronize()
+  assert (_u32(dev, out, 32) == 4 + np.arange(32)).all()
+
+@needs_ptxas
+def test_shared_memory_size_includes_reserved(dev):
+  """sm_90+ SASS addresses a CTA's shared data from 0x400 (LEA R0, SR_CgaCtaId, 0x400, 0x18), and ptxas counts that
+  1 KiB in the cubin's shared size, which the launch allocates; a QMD with only the declared 1 KiB faults."""
+  prg = dev.runtime(dev, "smem", LOCAL_PTX.encode())
+  assert prg.shared_total == 1024 + 0x400
+  out = dev.allocator.alloc(4 * 64)
+  prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
+  dev.synchronize()
+  assert (_u32(dev, out, 64) == np.arange(64)).all()
+  prg.shared_total = 1024   # the declared size alone
+  prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
+  with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
+  assert "Out Of Range Address" in str(e.value)
+
+# ---------------------------------------------------------------- faults: recovery, the kernel log
+def test_recovery_keeps_buffers_and_timeline(dev):
+  """After a channel error the device has new channels, its buffers hold what they held, the timeline is usable."""
+  x = np.arange(1000, dtype=np.uint32)
+  buf = dev.allocator.alloc(4000)
+  dev.allocator._copyin(buf, memoryview(x).cast("B"))
+  old = {n: c.handle for n, c in dev.channels.items()}
+  dev.copy_queue_t().copy(0x7770000000, 0x7780000000, 64).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+  with pytest.raises(NVChannelError, match="Xid 31") as e: dev.synchronize(timeout_ms=5000)
+  assert "HUBCLIENT_CE0" in str(e.value) and "in no allocation of this device" in str(e.value)
+  assert all(dev.channels[n].handle != h for n, h in old.items())
+  assert (_u32(dev, buf, 1000) == x).all()
+  dev.synchronize()
+
+def test_unreadable_kernel_log_is_reported():
+  mock = MockNVGPU()
+  mock.kmsg_readable = False   # as under kernel.dmesg_restrict=1 without CAP_SYSLOG
+  dev = NVDevice("NV", port=make_port(mock))
+  try:
+    c = hw.SUBC_COMPUTE
+    with dev.submit_lock:
+      dev.channels["compute"].submit(array("I", [hw.mthd(c, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A, 2), 0, 0xFE000000]))
+    with pytest.raises(NVChannelError) as e: dev.synchronize(timeout_ms=5000)
+    assert "kernel log: unreadable: /dev/kmsg: EPERM" in str(e.value) and "dmesg_restrict" in str(e.value)
+  finally: dev.close()
+
+def test_fault_during_wait_never_hangs(dev):
+  """A channel error while the host waits on a signal that the lost work would have released: the wait ends at once
+  with the error, not at its timeout."""
+  import time
+  s = HCQSignal(dev)
+  dev.compute_queue_t().copy(0x7770000000, 0x7780000000, 64).signal(s, 1).submit(dev)
+  t0 = time.perf_counter()
+  with pytest.raises(NVChannelError): s.wait(1, timeout_ms=20000)
+  assert time.perf_counter() - t0 < 3

@@ -40,7 +40,7 @@ with its own RM client, VA space, channels and a device-only VA window of its ow
 MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call."""
 from __future__ import annotations
-import ctypes, errno, os, threading, time
+import ctypes, errno, os, re, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.hal import OutOfMemory, DeviceUnavailable, Compiler
@@ -251,6 +251,23 @@ def ptx_params(ptx: str, name: str) -> list[tuple[int, int]]:
     off += sz
   return out
 
+_PTX_DECL = re.compile(r"\.(shared|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+[\w$]+\s*(?:\[(\d*)\])?")
+
+def ptx_storage(ptx: str, name: str) -> tuple[int, int]:
+  """(static .shared bytes, .local bytes) an entry of `ptx` declares (module-scope .shared counts for every entry):
+  the sizes to launch with when there is no cubin to read them from."""
+  m = re.search(r"\.entry\s+" + re.escape(name) + r"\b", ptx)
+  if m is None: return 0, 0
+  end = ptx.find(".entry", m.end())
+  body, head = ptx[m.end():end if end >= 0 else len(ptx)], ptx[:ptx.find(".entry")]
+  size = {"shared": 0, "local": 0}
+  for scope, src in ((("shared",), head), (("shared", "local"), body)):
+    for d in _PTX_DECL.finditer(src):
+      if d.group(1) not in scope or d.group(4) == "": continue
+      sz = _PTX_SIZES.get(d.group(3), 1) * (int(d.group(4)) if d.group(4) else 1)
+      size[d.group(1)] = _rup(size[d.group(1)], int(d.group(2) or 1)) + sz
+  return size["shared"], size["local"]
+
 class NVArgsState(HCQArgsState):
   """Args memory of one launch: [pad to 256][QMD 0x180, pad to 0x200][constant bank 0: the launch header below the
   parameters (hw.cbank0_header: block and grid dimensions, windows, stack pointer, ...), then the parameters]. Each
@@ -283,8 +300,9 @@ class NVArgsState(HCQArgsState):
     hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
     if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
+    uses_shared = prg.shared_total > dev.cb_layout.shared_base
     w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
-                     version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
+                     version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem if uses_shared else 0)
     w += [0] * (hw.QMD_BYTES // 4 - len(w))
     (ctypes.c_uint32 * len(w)).from_address(self.qmd_cpu)[:] = w
 
@@ -304,9 +322,13 @@ class NVProgram(HCQProgram):
       except Exception: cubin = b""
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
-    self.ptx, self.param_off, self.regs, shared, self.local_bytes = ptx, dev.param_off, 32, 0, 0
+    self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
     code = b""
     self.params = ptx_params(ptx, name)
+    # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
+    static, frame = ptx_storage(ptx, name)
+    shared = dev.cb_layout.shared_base + static if static else 0
+    if frame: self.local_bytes = _rup(frame + hw.STACK_TOP_RESERVE, 16)
     if cubin:
       from baregrad.drivers.nv_compile import parse_cubin
       info = parse_cubin(cubin)["kernels"].get(name)
@@ -317,13 +339,13 @@ class NVProgram(HCQProgram):
                          f"{dev.arch} constant bank layout puts them at {dev.param_off:#x} (compiled for another arch?)")
       if info["params"]: self.params = [(o, sz) for _, o, sz in info["params"]]
       # the stack frame (local arrays, spills) sits below the initial stack pointer, hw.STACK_TOP_RESERVE under the top
-      if (frame := max(info["frame"], info["min_stack"])): self.local_bytes = _rup(frame + hw.STACK_TOP_RESERVE, 16)
-    self.shared_static = shared
-    # the launch's shared memory: what the code declares plus what the GPU reserves for the system (hw.CBank0Layout)
-    self.shared_total = shared + dev.cb_layout.reserved_bytes if shared else 0
+      frame = max(info["frame"], info["min_stack"])
+      self.local_bytes = _rup(frame + hw.STACK_TOP_RESERVE, 16) if frame else 0
+    # the launch's shared memory is the cubin's .nv.shared size, which on sm_90+ counts the 1 KiB before the kernel's
+    # own data (hw.CBank0Layout.shared_base)
+    self.shared_total = shared
     if self.shared_total > dev.max_shared_mem:
-      raise ValueError(f"NV program {name}: {shared} bytes of shared memory (+{dev.cb_layout.reserved_bytes} reserved) exceed "
-                       f"the {dev.max_shared_mem} a block may use on {dev.arch}")
+      raise ValueError(f"NV program {name}: {shared} bytes of shared memory exceed the {dev.max_shared_mem} a block may use on {dev.arch}")
     self.param_size = max((o + s for o, s in self.params), default=0)
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
     if self.local_bytes: dev._ensure_local_memory(self.local_bytes)

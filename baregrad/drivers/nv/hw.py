@@ -637,9 +637,11 @@ def shader_windows(compute_class: int) -> ShaderWindows:
 #   dynamic shared  u32      %dynamic_smem_size = c[0x0][0x2c] (sm_80..90); on sm_100/120 it is c[0x0][0x2ac - 0xa0 *
 #                            cluster size], i.e. 0x20c for a 1-CTA cluster (LDCU UR6, c[0x0][UR6+0x2ac])
 #   reserved shared u32      %total_smem_size = SR_SMEMSZ - c[0x0][0x114] (sm_80..90) / c[0x0][0x16c] (sm_100/120):
-#                            the shared bytes the driver adds to the launch for the system. On sm_90+ the CTA's shared
-#                            data starts at 0x400 (SASS: LEA R0, SR_CgaCtaId, 0x400, 0x18), so 1 KiB is reserved there;
-#                            CUDA reserves 1 KiB per block on sm_80+ too (cudaDevAttrReservedSharedMemoryPerBlock)
+#                            the shared bytes of the launch that are not the kernel's. On sm_90+ the CTA's shared data
+#                            starts at 0x400 (SASS: LEA R0, SR_CgaCtaId, 0x400, 0x18) and ptxas counts that 1 KiB in the
+#                            cubin's .nv.shared.<kernel> size (0x400 for a kernel without shared memory, 0x800 for one
+#                            with a 1 KiB array; sm_80/89: 0 and 0x400), which is what the QMD gets (the H100 suite ran
+#                            with it); so the slot holds 0x400 on sm_90+ and 0 on sm_80/89
 #   memory desc     u64      ULDC.64 UR4, c[0x0][0x118] (sm_80/89) / [0x208] (sm_90) / LDCU.64 [0x358] (sm_100/120),
 #                            then LDG/STG desc[UR4][...]: the default memory-access descriptor of global loads and
 #                            stores. With ld.global.L2::cache_hint the same desc[] pair is built from the createpolicy
@@ -658,14 +660,13 @@ class CBank0Layout:
   reserved_shared: int
   mem_desc: int
   params: int
-  reserved_bytes: int     # shared memory the launch adds for the system, at the start of the CTA's window on sm_90+
-  shared_base: int        # where the kernel's own shared data starts in the CTA's window
+  shared_base: int        # where the kernel's own shared data starts in the CTA's window (the reserved bytes before it)
 
 STACK_TOP_RESERVE = 0x240           # bytes above the initial stack pointer at the top of the local window
 INITIAL_STACK = SHADER_WINDOW_BYTES - STACK_TOP_RESERVE   # 0xfffdc0
-_CB_AMPERE = CBank0Layout(0x0, 0xc, 0x18, 0x20, 0x28, 0x2c, 0x114, 0x118, 0x160, 0x400, 0)
-_CB_HOPPER = CBank0Layout(0x0, 0xc, 0x18, 0x20, 0x28, 0x2c, 0x114, 0x208, 0x210, 0x400, 0x400)
-_CB_BLACKWELL = CBank0Layout(0x360, 0x370, 0x2f0, 0x2f8, 0x37c, 0x20c, 0x16c, 0x358, 0x380, 0x400, 0x400)
+_CB_AMPERE = CBank0Layout(0x0, 0xc, 0x18, 0x20, 0x28, 0x2c, 0x114, 0x118, 0x160, 0)
+_CB_HOPPER = CBank0Layout(0x0, 0xc, 0x18, 0x20, 0x28, 0x2c, 0x114, 0x208, 0x210, 0x400)
+_CB_BLACKWELL = CBank0Layout(0x360, 0x370, 0x2f0, 0x2f8, 0x37c, 0x20c, 0x16c, 0x358, 0x380, 0x400)
 CBANK0: dict[str, CBank0Layout] = {"sm_80": _CB_AMPERE, "sm_86": _CB_AMPERE, "sm_89": _CB_AMPERE, "sm_90": _CB_HOPPER,
                                    "sm_100": _CB_BLACKWELL, "sm_120": _CB_BLACKWELL}
 
@@ -684,7 +685,7 @@ def cbank0_header(arch: str, grid: Sequence[int], block: Sequence[int], windows:
   struct.pack_into("<Q", b, L.local_window, windows.local)
   struct.pack_into("<I", b, L.stack, INITIAL_STACK)
   struct.pack_into("<I", b, L.dyn_shared, dyn_shared)
-  struct.pack_into("<I", b, L.reserved_shared, L.reserved_bytes)
+  struct.pack_into("<I", b, L.reserved_shared, L.shared_base)
   struct.pack_into("<Q", b, L.mem_desc, 0)
   return bytes(b)
 
