@@ -459,3 +459,65 @@ def test_fault_during_wait_never_hangs(dev):
   t0 = time.perf_counter()
   with pytest.raises(NVChannelError): s.wait(1, timeout_ms=20000)
   assert time.perf_counter() - t0 < 3
+
+# ---------------------------------------------------------------- what else RM and UVM check on the calls the driver makes
+def test_uvm_fd_rules(dev):
+  """uvm.c: UVM_INITIALIZE again with the same flags is fine, with others NV_ERR_INVALID_ARGUMENT; UVM_MM_INITIALIZE
+  once per VA space; any other ioctl on an uninitialized fd is NV_ERR_ILLEGAL_ACTION."""
+  p = dev.uvm(nv.UVM_INITIALIZE, nv.UVM_INITIALIZE_PARAMS(), "UVM_INITIALIZE")   # same flags as at open
+  with pytest.raises(RMError, match="NV_ERR_INVALID_ARGUMENT"): dev.uvm(nv.UVM_INITIALIZE, nv.UVM_INITIALIZE_PARAMS(flags=1), "UVM_INITIALIZE")
+  fd = dev.port.open("/dev/nvidia-uvm", os.O_RDWR)
+  try:
+    with pytest.raises(RMError, match="NV_ERR_INVALID_STATE"):   # the open VA space has its MM fd already
+      dev.uvm(nv.UVM_MM_INITIALIZE, nv.UVM_MM_INITIALIZE_PARAMS(uvmFd=dev.fd_uvm), "UVM_MM_INITIALIZE", fd=fd)
+    with pytest.raises(RMError, match="NV_ERR_ILLEGAL_ACTION"):
+      dev.uvm(nv.UVM_CREATE_EXTERNAL_RANGE, nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS(base=1 << 30, length=4096), "UVM_CREATE_EXTERNAL_RANGE", fd=fd)
+  finally: dev.port.close(fd)
+
+def test_register_fd_rules(dev):
+  """escape.c NV_ESC_REGISTER_FD: a control fd, once per fd, not itself (EINVAL from the ioctl)."""
+  reg = lambda fd, ctl: dev._esc(fd, nv.NV_ESC_REGISTER_FD, nv.nv_ioctl_register_fd_t(ctl_fd=ctl), "NV_ESC_REGISTER_FD")
+  with pytest.raises(IoctlError) as e: reg(dev.fd_dev, dev.fd_ctl)   # registered at open already
+  assert e.value.err == errno.EINVAL
+  fd = dev.port.open("/dev/nvidia0", os.O_RDWR)
+  try:
+    with pytest.raises(IoctlError): reg(fd, fd)                       # not a control fd
+    with pytest.raises(IoctlError): reg(dev.fd_ctl, dev.fd_ctl)       # itself
+    reg(fd, dev.fd_ctl)
+  finally: dev.port.close(fd)
+
+def test_uvm_gpu_and_vaspace_rules(dev):
+  """uvm_va_space.c: a GPU registers once, gets one GPU VA space (NV_ERR_INVALID_DEVICE); nv_gpu_ops.c: that VA space
+  must be externally owned (NV_ERR_INVALID_FLAGS)."""
+  reg = nv.UVM_REGISTER_GPU_PARAMS(rmCtrlFd=-1)
+  ctypes.memmove(reg.gpu_uuid.uuid, dev.uuid, 16)
+  with pytest.raises(RMError, match="NV_ERR_INVALID_DEVICE"): dev.uvm(nv.UVM_REGISTER_GPU, reg, "UVM_REGISTER_GPU")
+  def reg_vas(flags: int) -> None:
+    vas = dev.rm_alloc(dev.nvdevice, nv.FERMI_VASPACE_A, nv.NV_VASPACE_ALLOCATION_PARAMETERS(flags=flags))
+    rv = nv.UVM_REGISTER_GPU_VASPACE_PARAMS(rmCtrlFd=dev.fd_ctl, hClient=dev.root, hVaSpace=vas)
+    ctypes.memmove(rv.gpuUuid.uuid, dev.uuid, 16)
+    try: dev.uvm(nv.UVM_REGISTER_GPU_VASPACE, rv, "UVM_REGISTER_GPU_VASPACE")
+    finally: dev.rm_free(vas)
+  with pytest.raises(RMError, match="NV_ERR_INVALID_FLAGS"): reg_vas(0)
+  with pytest.raises(RMError, match="NV_ERR_INVALID_DEVICE"): reg_vas(nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED)
+
+def test_external_range_and_mapping_rules(dev):
+  """uvm_map_external.c: ranges 4K aligned, nonzero, not at 0, not overlapping; mappings inside one range, with 1..256
+  attribute entries and valid mapping/caching types (NV_ERR_INVALID_ADDRESS / NV_ERR_INVALID_ARGUMENT)."""
+  rng = lambda b, l: dev.uvm(nv.UVM_CREATE_EXTERNAL_RANGE, nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS(base=b, length=l), "UVM_CREATE_EXTERNAL_RANGE")
+  for b, l in ((0, 4096), (0x1000, 0), (0x1001000, 100)):
+    with pytest.raises(RMError, match="NV_ERR_INVALID_ADDRESS"): rng(b, l)
+  m = dev._gpu_alloc(1 << 16, what="mapping test")
+  def mp(**kw):
+    p = nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS(base=m.va, length=m.size, rmCtrlFd=dev.fd_ctl, hClient=dev.root, hMemory=m.handle, gpuAttributesCount=1)
+    ctypes.memmove(p.perGpuAttributes[0].gpuUuid.uuid, dev.uuid, 16)
+    for k, v in kw.items():
+      if k in ("gpuMappingType", "gpuCachingType"): setattr(p.perGpuAttributes[0], k, v)
+      else: setattr(p, k, v)
+    return dev.uvm(nv.UVM_MAP_EXTERNAL_ALLOCATION, p, "UVM_MAP_EXTERNAL_ALLOCATION")
+  mp()
+  for kw, err in (({"gpuAttributesCount": 0}, "NV_ERR_INVALID_ARGUMENT"), ({"gpuMappingType": 7}, "NV_ERR_INVALID_ARGUMENT"),
+                  ({"gpuCachingType": 5}, "NV_ERR_INVALID_ARGUMENT"), ({"length": m.size + 4096}, "NV_ERR_INVALID_ADDRESS"),
+                  ({"base": m.va + 1}, "NV_ERR_INVALID_ADDRESS")):
+    with pytest.raises(RMError, match=err): mp(**kw)
+  dev._gpu_free(m)

@@ -205,7 +205,7 @@ class MockNVGPU:
         kind = "kmsg"
       else: raise FileNotFoundError(errno.ENOENT, f"open {path} failed: ENOENT (No such file or directory)", path)
       fd, self._next_fd = self._next_fd, self._next_fd + 1
-      self.files[fd] = {"path": path, "kind": kind, "gpu": gpu, "map": None, "uvm_init": False, "ctl": None, "pos": 0}
+      self.files[fd] = {"path": path, "kind": kind, "gpu": gpu, "map": None, "uvm_init": False, "uvm_flags": 0, "ctl": None, "pos": 0}
       return fd
 
   def close(self, fd: int) -> None:
@@ -249,9 +249,12 @@ class MockNVGPU:
       h = self._escapes.get(nr)
       if h is None: return -errno.EINVAL
       argtypes, ctl_only, fn = h
+      # escape.c RmIoctl: each escape checks dataSize == sizeof(its parameters) -> NV_ERR_INVALID_ARGUMENT, which
+      # nv.c nvidia_ioctl returns as -EINVAL
       if size not in [ctypes.sizeof(t) for t in argtypes] and not (nr == nv.NV_ESC_CARD_INFO and size % ctypes.sizeof(nv.nv_ioctl_card_info_t) == 0):
         self.log.append(f"nvidia: ioctl {nr:#x} with a {size}-byte argument; expected {[ctypes.sizeof(t) for t in argtypes]}")
-        return -errno.EINVAL  # the escape's size field does not match its parameter struct
+        return -errno.EINVAL
+      # escape.c NV_CTL_DEVICE_ONLY: RM_ALLOC/FREE/CONTROL/MAP_MEMORY/... only on /dev/nvidiactl -> -EINVAL
       if ctl_only and f["kind"] != "ctl": return -errno.EINVAL
       return fn(self, f, argp, size)
 
@@ -281,9 +284,12 @@ class MockNVGPU:
     return 0
 
   def _esc_register_fd(self, f: dict, argp: int, size: int) -> int:
-    if f["kind"] != "dev": return -errno.EINVAL
+    # escape.c RmIoctl NV_ESC_REGISTER_FD (a failed status returns -EINVAL from nvidia_ioctl): an fd registers one
+    # control fd once (ctl_nvfp != NULL -> NV_ERR_INVALID_STATE); ctl_fd must be a /dev/nvidiactl fd
+    # (nv_get_file_private(fd, NV_TRUE)), not the fd itself nor one that has a link of its own
     ctl = nv.nv_ioctl_register_fd_t.from_address(argp).ctl_fd
-    if self.files.get(ctl, {}).get("kind") != "ctl": return -errno.EINVAL
+    target = self.files.get(ctl)
+    if f["ctl"] is not None or target is None or target["kind"] != "ctl" or target is f or target["ctl"] is not None: return -errno.EINVAL
     f["ctl"] = ctl
     return 0
 
@@ -352,6 +358,8 @@ class MockNVGPU:
 
   # ---------------------------------------------------------------- RM object tree
   def _get(self, hclient: int, h: int, cls: int | tuple[int, ...] | None = None) -> RMObject:
+    # resserv rs_client.c / rs_server.c lookups: an unknown client NV_ERR_INVALID_CLIENT, an unknown handle
+    # NV_ERR_INVALID_OBJECT_HANDLE, an object of another class NV_ERR_INVALID_OBJECT
     objs = self.clients.get(hclient)
     if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {hclient:#x}")
     o = objs.get(h)
@@ -369,6 +377,9 @@ class MockNVGPU:
       self.clients[h] = {h: RMObject(h, nv.NV01_ROOT_CLIENT, None)}
       p.hObjectNew = h
       return
+    # rmapi/alloc_free.c: a class this GPU's engines do not register -> NV_ERR_INVALID_CLASS; resserv
+    # rs_server.c serverAllocResourceUnderLock: the parent must exist and be a class the new one may live under
+    # (NV_ERR_INVALID_OBJECT_PARENT), the handle must be free (NV_ERR_INSERT_DUPLICATE_NAME)
     if cls not in self.classes:
       raise RMStatus(nv.NV_ERR_INVALID_CLASS, f"class {hw.class_name(cls)} ({cls:#x}) is not supported by this GPU "
                      f"({self.arch_info.name}, {self.arch})")
@@ -396,9 +407,13 @@ class MockNVGPU:
     p.hObjectNew = h
 
   def _construct(self, hclient: int, o: RMObject, parent: RMObject, params: Any) -> Any:
+    """The per-class constructors' checks. Where a check is the mock's own (RM would misbehave quietly rather than
+    refuse), it says so."""
     cls = o.cls
     if cls in (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER):
       size = params.size
+      # mem_mgr/system_mem.c sysmemConstruct / video_mem.c vidmemConstruct (via heap alloc): size 0 -> NV_ERR_INVALID_ARGUMENT;
+      # more than is free -> NV_ERR_NO_MEMORY
       if size == 0: raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, "memory of size 0")
       size = (size + PAGE - 1) // PAGE * PAGE
       vid = cls == nv.NV01_MEMORY_LOCAL_USER
@@ -422,12 +437,17 @@ class MockNVGPU:
       return {"gpu": params.deviceId if params is not None else 0}
     if cls == nv.NV20_SUBDEVICE_0: return {"gpu": parent.data["gpu"]}
     if cls == self.arch_info.gpfifo:
+      # mock: the GPFIFO ring wraps with a power-of-two mask; RM passes gpFifoEntries on to the hardware unchecked
       if params.gpFifoEntries == 0 or params.gpFifoEntries & (params.gpFifoEntries - 1):
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"gpFifoEntries={params.gpFifoEntries} must be a power of two")
       if params.hContextShare:
         cs = self._get(hclient, params.hContextShare, hw.FERMI_CONTEXT_SHARE_A)
         if cs.parent != parent.handle: raise RMStatus(nv.NV_ERR_INVALID_OBJECT_PARENT, "context share belongs to another channel group")
-      um = self._get(hclient, params.hUserdMemory[0], (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
+      # arch/volta/kernel_channel_gv100.c kchannelCreateUserdMemDesc_GV100: hUserdMemory must be a memory object
+      # (NV_ERR_OBJECT_NOT_FOUND); RM shifts the USERD address right by its alignment (512 bytes), so a misaligned
+      # offset would put USERD elsewhere: the mock refuses it
+      try: um = self._get(hclient, params.hUserdMemory[0], (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
+      except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
       if params.userdOffset[0] + 0x200 > um.data.size or params.userdOffset[0] % 0x200:
         raise RMStatus(nv.NV_ERR_INVALID_OFFSET, f"USERD offset {params.userdOffset[0]:#x} (must be 512-byte aligned, inside the memory)")
       notifier = None
@@ -442,11 +462,13 @@ class MockNVGPU:
       self.channels[token] = ch
       return ch
     if cls == nv.KEPLER_CHANNEL_GROUP_A:
+      # kernel_channel_group_api.c kchangrpapiConstruct_IMPL: an engine type without a runlist -> NV_ERR_INVALID_ARGUMENT
       if params.engineType not in (hw.NV2080_ENGINE_TYPE_GRAPHICS, hw.NV2080_ENGINE_TYPE_COPY0):
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"engineType {params.engineType} has no runlist on this GPU")
     if cls == hw.FERMI_CONTEXT_SHARE_A:
       return self._get(hclient, params.hVASpace, nv.FERMI_VASPACE_A).data if params.hVASpace else {"flags": 0}
     if cls in (self.arch_info.compute, self.arch_info.dma):
+      # channel_descendant.c (engine objects on a channel): one object of a class per channel -> NV_ERR_INVALID_STATE
       if any(self.clients[hclient][c].cls == cls for c in parent.children):
         raise RMStatus(nv.NV_ERR_INVALID_STATE, f"channel {parent.handle:#x} already has a {hw.class_name(cls)} object")
     return None
@@ -479,6 +501,8 @@ class MockNVGPU:
 
   # ---------------------------------------------------------------- controls
   def _control(self, p: Any) -> None:
+    # resserv rs_resource.c resControlLookup_IMPL: a command the object's class does not export -> NV_ERR_NOT_SUPPORTED;
+    # paramsSize other than the command's parameter struct -> NV_ERR_INVALID_PARAM_STRUCT
     o = self._get(p.hClient, p.hObject)
     entry = self._controls.get(p.cmd)
     if entry is None: raise RMStatus(nv.NV_ERR_NOT_SUPPORTED, f"control {p.cmd:#x} is not supported")
@@ -553,7 +577,9 @@ class MockNVGPU:
     ptype, fn = entry
     if argsize and argsize < ctypes.sizeof(ptype): return -errno.EFAULT
     p = ptype.from_address(argp)
-    if request != nv.UVM_INITIALIZE and request != nv.UVM_MM_INITIALIZE and not f["uvm_init"]:
+    # uvm_api.h __UVM_ROUTE_CMD_*(..., do_init_check): every ioctl but UVM_INITIALIZE/UVM_MM_INITIALIZE needs an fd
+    # that UVM_INITIALIZE made a VA space (uvm_fd_va_space) -> NV_ERR_ILLEGAL_ACTION
+    if request != nv.UVM_INITIALIZE and request != nv.UVM_MM_INITIALIZE and f["uvm_init"] is not True:
       p.rmStatus = nv.NV_ERR_ILLEGAL_ACTION
       return 0
     try:
@@ -565,39 +591,78 @@ class MockNVGPU:
     return 0
 
   def _uvm_initialize(self, f: dict, p: Any) -> None:
-    if f["uvm_init"]: raise RMStatus(nv.NV_ERR_INVALID_STATE, "UVM_INITIALIZE twice on one fd")
-    f["uvm_init"] = True
+    # uvm.c uvm_api_initialize: an initialized VA-space fd may be initialized again with the same flags (NV_OK), not
+    # with others; an MM fd cannot become a VA space -> NV_ERR_INVALID_ARGUMENT
+    if f["uvm_init"] == "mm": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, "UVM_INITIALIZE on a UVM_MM_INITIALIZE'd fd")
+    if f["uvm_init"] is True:
+      if p.flags != f["uvm_flags"]: raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"UVM_INITIALIZE again with flags {p.flags:#x}, first {f['uvm_flags']:#x}")
+      return
+    f["uvm_init"], f["uvm_flags"] = True, p.flags
 
   def _uvm_mm_initialize(self, f: dict, p: Any) -> None:
+    # uvm.c uvm_api_mm_initialize: uvmFd must be a VA-space fd (NV_ERR_INVALID_ARGUMENT); this fd becomes its MM fd
+    # (uvm_fd_type_init: an fd that is already something -> NV_ERR_INVALID_STATE); one MM per VA space (state ALIVE
+    # -> NV_ERR_INVALID_STATE)
     other = self.files.get(p.uvmFd)
-    if other is None or other["kind"] != "uvm" or not other["uvm_init"]:
+    if other is None or other["kind"] != "uvm" or other["uvm_init"] is not True:
       raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"uvmFd {p.uvmFd} is not an initialized /dev/nvidia-uvm fd")
+    if f["uvm_init"]: raise RMStatus(nv.NV_ERR_INVALID_STATE, "UVM_MM_INITIALIZE on an fd already initialized")
+    if other.get("mm"): raise RMStatus(nv.NV_ERR_INVALID_STATE, f"the VA space of fd {p.uvmFd} has its MM fd already")
+    f["uvm_init"], other["mm"] = "mm", True
 
   def _uvm_register_gpu(self, f: dict, p: Any) -> None:
+    # uvm_va_space.c uvm_va_space_register_gpu: an unknown GPU (uvm_gpu_retain_by_uuid) -> NV_ERR_GPU_UUID_NOT_FOUND;
+    # a GPU registered in this VA space already -> NV_ERR_INVALID_DEVICE
     u = bytes(p.gpu_uuid.uuid)
     if u not in self.uuids: raise RMStatus(nv.NV_ERR_GPU_UUID_NOT_FOUND, f"no GPU with uuid {u.hex()}")
+    if u in self.registered_gpus: raise RMStatus(nv.NV_ERR_INVALID_DEVICE, f"GPU {u.hex()} is registered already")
     self.registered_gpus.add(u)
     self.uvm_registered = True
+    p.numaNodeId = -1   # no NUMA memory (the H100 trace returns -1)
 
   def _uvm_register_vaspace(self, f: dict, p: Any) -> None:
-    if bytes(p.gpuUuid.uuid) not in self.registered_gpus:
-      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "GPU not registered with UVM_REGISTER_GPU")
+    """uvm_va_space.c uvm_va_space_register_gpu_va_space: create_gpu_va_space (RM dups the VA space) first, then
+    check_gpu_va_space."""
+    u = bytes(p.gpuUuid.uuid)
+    # uvm_va_space_get_gpu_by_uuid: the GPU must be registered in this VA space -> NV_ERR_INVALID_DEVICE
+    if u not in self.registered_gpus: raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "GPU not registered with UVM_REGISTER_GPU")
     if self.files.get(p.rmCtrlFd, {}).get("kind") != "ctl": raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"rmCtrlFd {p.rmCtrlFd} is not /dev/nvidiactl")
     try: vas = self._get(p.hClient, p.hVaSpace, nv.FERMI_VASPACE_A)
     except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
-    self.registered_vaspaces[bytes(p.gpuUuid.uuid)] = vas.data
+    # nv_gpu_ops.c nvGpuOpsDupAddressSpace: UVM manages only an externally owned VA space -> NV_ERR_INVALID_FLAGS
+    if not vas.data["flags"] & nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED:
+      raise RMStatus(nv.NV_ERR_INVALID_FLAGS, f"VA space {p.hVaSpace:#x} was not allocated IS_EXTERNALLY_OWNED")
+    # check_gpu_va_space: one GPU VA space per GPU -> NV_ERR_INVALID_DEVICE
+    if u in self.registered_vaspaces: raise RMStatus(nv.NV_ERR_INVALID_DEVICE, f"GPU {u.hex()} has a GPU VA space registered already")
+    self.registered_vaspaces[u] = vas.data
 
   def _uvm_create_range(self, f: dict, p: Any) -> None:
-    if p.base % PAGE or p.length % PAGE or p.length == 0: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"range {p.base:#x}+{p.length:#x} not page aligned")
+    # uvm_map_external.c uvm_create_external_range: 4K-aligned, nonzero base and length, no overflow
+    # (uvm_api_range_invalid_4k) -> NV_ERR_INVALID_ADDRESS; a collision in the VA space's range tree -> NV_ERR_UVM_ADDRESS_IN_USE
+    if p.base % PAGE or p.length % PAGE or p.length == 0 or p.base == 0 or p.base + p.length >= 1 << 64:
+      raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"range {p.base:#x}+{p.length:#x} not page aligned, empty or at 0")
     for b, l in self._uvm_spans():
       if p.base < b + l and b < p.base + p.length: raise RMStatus(nv.NV_ERR_UVM_ADDRESS_IN_USE, f"{p.base:#x}+{p.length:#x} overlaps {b:#x}+{l:#x}")
     self.uvm_ranges[p.base] = p.length
 
   def _uvm_map_external(self, f: dict, p: Any) -> None:
+    # uvm_map_external.c uvm_map_external_allocation, in its order: the range (uvm_api_range_invalid_4k) ->
+    # NV_ERR_INVALID_ADDRESS; 1..UVM_MAX_GPUS attribute entries -> NV_ERR_INVALID_ARGUMENT; inside one external range
+    # -> NV_ERR_INVALID_ADDRESS; a valid mapping and caching type per GPU (uvm_api_mapping_type_invalid,
+    # uvm_api_caching_type_invalid) -> NV_ERR_INVALID_ARGUMENT; a GPU with a GPU VA space -> NV_ERR_INVALID_DEVICE
+    if p.base % PAGE or p.length % PAGE or p.length == 0 or p.base == 0:
+      raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"mapping {p.base:#x}+{p.length:#x} is not 4K aligned or empty")
+    if not 1 <= p.gpuAttributesCount <= len(p.perGpuAttributes):
+      raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"gpuAttributesCount={p.gpuAttributesCount}: 1 to {len(p.perGpuAttributes)}")
     if not any(b <= p.base and p.base + p.length <= b + l for b, l in self.uvm_ranges.items()):
       raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"{p.base:#x}+{p.length:#x} is not inside an external range")
-    if p.gpuAttributesCount < 1 or bytes(p.perGpuAttributes[0].gpuUuid.uuid) not in self.registered_gpus:
-      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "mapping attributes name no registered GPU")
+    a0 = p.perGpuAttributes[0]
+    if a0.gpuMappingType > 3 or a0.gpuCachingType > 2:   # nv_uvm_user_types.h: mapping 0..3, caching 0..2
+      raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"gpuMappingType={a0.gpuMappingType} gpuCachingType={a0.gpuCachingType}")
+    if bytes(a0.gpuUuid.uuid) not in self.registered_vaspaces:
+      raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "mapping attributes name no GPU with a registered GPU VA space")
+    # uvm_map_external_allocation_on_gpu: uvm_gpu_can_address (49-bit GPU VA, 48-bit CPU VA: the lower canonical half)
+    if p.base + p.length > 1 << 47: raise RMStatus(nv.NV_ERR_OUT_OF_RANGE, f"{p.base:#x}+{p.length:#x} is beyond what the GPU can address")
     try: o = self._get(p.hClient, p.hMemory, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
     except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
     u = bytes(p.perGpuAttributes[0].gpuUuid.uuid)
@@ -659,6 +724,7 @@ class MockNVGPU:
     return list(self.uvm_ranges.items()) + [(r["va"], self.CHANNEL_RESOURCE_BYTES) for r in self.uvm_channels.values()]
 
   def _uvm_free(self, f: dict, p: Any) -> None:
+    # uvm_va_range.c uvm_api_free -> uvm_free: base must start a range created with UVM_CREATE_EXTERNAL_RANGE -> NV_ERR_INVALID_ADDRESS
     if p.base not in self.uvm_ranges: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"{p.base:#x} is not the start of an allocation")
     self._unmap_va(p.base, self.uvm_ranges.pop(p.base))
 
