@@ -12,6 +12,7 @@ Two rules make a replay correct on a GPU (hw/h100-580.159.04 FINDINGS.md, 6a and
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
+from baregrad.hal import profile
 from baregrad.hcq.device import HCQDevice
 
 @dataclass
@@ -102,8 +103,11 @@ class HCQGraph:
         s.args[k].update_buffer(i, addr)
         s.addrs[(k, i)] = addr
     with dev.submit_lock:
+      st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
       s.q.update_wait(s.wait_idx, value=dev.timeline_value - 1)
       s.done = dev.next_timeline()
       s.q.update_signal(s.signal_idx, value=s.done)
       s.q.submit(dev)
+      en = profile.stamp(dev)
     self.replays += 1
+    if st and en: profile.device_op(dev, s.q, f"graph of {len(s.args)} kernels", "graph", (st[0], en[0]), en[1])
