@@ -521,3 +521,13 @@ def test_external_range_and_mapping_rules(dev):
                   ({"base": m.va + 1}, "NV_ERR_INVALID_ADDRESS")):
     with pytest.raises(RMError, match=err): mp(**kw)
   dev._gpu_free(m)
+
+def test_generation_without_known_layouts_refused_by_name(monkeypatch):
+  """A GPU whose shader windows or constant bank 0 layout the driver does not know is refused by name."""
+  from baregrad.hal import DeviceUnavailable
+  with monkeypatch.context() as m:
+    m.delitem(hw.CBANK0, "sm_90")
+    with pytest.raises(DeviceUnavailable, match="no known constant bank 0 layout for sm_90"): open_mock()
+  with monkeypatch.context() as m:
+    m.delitem(hw.SHADER_WINDOWS, nv.HOPPER_COMPUTE_A)
+    with pytest.raises(DeviceUnavailable, match="no known shader memory windows for HOPPER_COMPUTE_A"): open_mock()
