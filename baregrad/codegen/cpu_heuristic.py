@@ -62,7 +62,9 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       iis = [o for o in outs if o != j and all(not moves(x, o) for x in b) and any(moves(x, o) for x in loads)]
       nj = k.full_shape[j]
       # no row to reuse the vector across (a vector-matrix product): more lanes instead, for independent accumulators
-      _tile(k, j, (2 if iis else 4) * vec if nj >= 8 * vec else 2 * vec if nj >= 2 * vec else vec, OptOps.UPCAST)
+      amt = 2 * vec if nj >= 2 * vec else vec
+      if not iis and nj >= 8 * vec: amt = 4 * vec
+      _tile(k, j, amt, OptOps.UPCAST)
       if iis: _tile(k, iis[-1], 8 if ren.vectorized else 4, OptOps.UPCAST)
       # the tiles of j outermost when there are enough (one panel of the contiguous operand stays in cache per core)
       par_first = j
