@@ -29,7 +29,7 @@ def _tile(k: Kernel, orig: int, amt: int, op: OptOps) -> int:
   padding wastes under a quarter); returns the lanes taken (1: none)."""
   n = k.full_shape[orig]
   if n <= 1 or amt <= 1: return 1
-  if n <= amt: amt = n   # the whole axis
+  if n <= amt or (n < 2 * amt and (-n) % amt * 4 > n): amt = n   # the whole axis (a short one that padding would bloat)
   elif n % amt:
     waste = (-n) % amt
     if waste * 4 > n or (m := _loop_index(k, orig)) is None or not _try(k, Opt(OptOps.PADTO, m, amt)):
