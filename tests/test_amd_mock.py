@@ -42,6 +42,62 @@ def mock(amd) -> MockAMDGPU: return amd.port.mock
 
 def i32(buf: Buffer) -> list[int]: return np.frombuffer(buf.as_memoryview(), np.int32).tolist()
 
+# ---------------------------------------------------------------- the HCQ conformance suite's kernels, in LLVM IR for amdgcn
+# fill, inc, slow_fill: buffers, then int64 values; element = workgroup id * workgroup size + work-item id (the size from the
+# hidden argument hidden_group_size_x, 12 bytes into the implicit arguments)
+AMD_KERNELS_LL = r"""
+define internal i32 @gid() alwaysinline {
+  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %ia = call ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
+  %lsp = getelementptr i8, ptr addrspace(4) %ia, i64 12
+  %ls16 = load i16, ptr addrspace(4) %lsp, align 4
+  %ls = zext i16 %ls16 to i32
+  %base = mul i32 %wg, %ls
+  %i = add i32 %base, %tid
+  ret i32 %i
+}
+define amdgpu_kernel void @fill(ptr addrspace(1) %out, i64 %val) {
+  %i = call i32 @gid()
+  %v32 = trunc i64 %val to i32
+  %r = add i32 %v32, %i
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %r, ptr addrspace(1) %p, align 4
+  ret void
+}
+define amdgpu_kernel void @inc(ptr addrspace(1) %a) {
+  %i = call i32 @gid()
+  %p = getelementptr i32, ptr addrspace(1) %a, i32 %i
+  %v = load i32, ptr addrspace(1) %p, align 4
+  %v2 = add i32 %v, 1
+  store i32 %v2, ptr addrspace(1) %p, align 4
+  ret void
+}
+define amdgpu_kernel void @slow_fill(ptr addrspace(1) %out) {
+entry:
+  %i = call i32 @gid()
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  br label %loop
+loop:                               ; volatile loads the compiler cannot drop: time passes before the store
+  %k = phi i32 [ 0, %entry ], [ %k1, %loop ]
+  %x = load volatile i32, ptr addrspace(1) %p, align 4
+  %k1 = add i32 %k, 1
+  %more = icmp ult i32 %k1, 64
+  br i1 %more, label %loop, label %done
+done:
+  store i32 7, ptr addrspace(1) %p, align 4
+  ret void
+}
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
+"""
+
+def amd_kernels(arch: str = "gfx1100") -> bytes:
+  """The suite's kernels compiled into one code object for `arch`."""
+  from baregrad.drivers.amd_compile import AMDCompiler
+  return AMDCompiler(arch).compile_cached(AMD_KERNELS_LL)
+
 # ---------------------------------------------------------------- a raw KFD session (for breaking the rules one at a time)
 class KFD:
   """A process talking to a fresh mock through the port: /dev/kfd, the first GPU's render node, its VM acquired."""

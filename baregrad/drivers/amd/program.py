@@ -1,25 +1,16 @@
-"""AMD programs: HSA code objects (AMDGPU ELF) read with pyelftools, laid out and relocated for a GPU address, their
-kernel descriptors and kernel-argument layouts (the NT_AMDGPU_METADATA note, MessagePack), and the kernel arguments
-(explicit, then the hidden ones code object v5+ kernels read: block counts, group sizes, grid dims, apertures).
+"""AMD programs: an HSA code object (laid out, relocated and its kernel descriptors read by drivers/amd_compile.py's
+load_code_object), the kernel-argument layout from its NT_AMDGPU_METADATA note (MessagePack: .args with .offset, .size,
+.value_kind), loaded into GPU memory; and the kernel arguments: explicit ones, then the hidden ones a code object v5+
+kernel may read (block counts, group sizes, grid dims, apertures, the queue pointer).
 
-Sources: LLVM AMDGPUUsage (code object v4-v6 metadata, kernel descriptor, relocation types), the ELF gABI."""
+Source: LLVM AMDGPUUsage (code object v5/v6 metadata and its hidden argument kinds)."""
 from __future__ import annotations
 import ctypes, io, struct
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 from baregrad.hcq import HCQArgsState, HCQProgram
-from baregrad.ctypes_autogen.amdgpu import hsa
+from baregrad.drivers.amd_compile import CodeObjectError, load_code_object
 
-EM_AMDGPU = 224
 NT_AMDGPU_METADATA = 32
-# LLVM's ELFRelocs/AMDGPU.def
-R_AMDGPU_NONE, R_AMDGPU_ABS32_LO, R_AMDGPU_ABS32_HI, R_AMDGPU_ABS64, R_AMDGPU_REL32, R_AMDGPU_REL64 = 0, 1, 2, 3, 4, 5
-R_AMDGPU_ABS32, R_AMDGPU_REL32_LO, R_AMDGPU_REL32_HI, R_AMDGPU_RELATIVE64 = 6, 10, 11, 13
-# EF_AMDGPU_MACH (bits 7:0 of e_flags), the targets this driver knows
-EF_AMDGPU_MACH = {0x041: "gfx1100", 0x04c: "gfx942"}
-
-class CodeObjectError(ValueError):
-  """The code object cannot be used: names what is wrong with it."""
 
 def msgpack_unpack(data: bytes) -> Any:
   """A MessagePack document (the subset AMDGPU metadata uses: maps, arrays, strings, ints, bools, nil, floats, bins)."""
@@ -28,6 +19,7 @@ def msgpack_unpack(data: bytes) -> Any:
     b = buf.read(n)
     if len(b) != n: raise CodeObjectError("truncated MessagePack metadata")
     return b
+  def sized(fmt: str) -> int: return struct.unpack(fmt, rd(struct.calcsize(fmt)))[0]
   def obj() -> Any:
     t = rd(1)[0]
     if t <= 0x7f: return t
@@ -35,145 +27,28 @@ def msgpack_unpack(data: bytes) -> Any:
     if 0x80 <= t <= 0x8f: return {obj(): obj() for _ in range(t & 0xf)}
     if 0x90 <= t <= 0x9f: return [obj() for _ in range(t & 0xf)]
     if 0xa0 <= t <= 0xbf: return rd(t & 0x1f).decode()
-    fixed = {0xc0: None, 0xc2: False, 0xc3: True}
-    if t in fixed: return fixed[t]
+    if t in (0xc0, 0xc2, 0xc3): return {0xc0: None, 0xc2: False, 0xc3: True}[t]
     ints = {0xcc: ">B", 0xcd: ">H", 0xce: ">I", 0xcf: ">Q", 0xd0: ">b", 0xd1: ">h", 0xd2: ">i", 0xd3: ">q", 0xca: ">f", 0xcb: ">d"}
-    if t in ints: return struct.unpack(ints[t], rd(struct.calcsize(ints[t])))[0]
-    if t in (0xd9, 0xda, 0xdb): return rd(struct.unpack({0xd9: ">B", 0xda: ">H", 0xdb: ">I"}[t], rd({0xd9: 1, 0xda: 2, 0xdb: 4}[t]))[0]).decode()
-    if t in (0xc4, 0xc5, 0xc6): return rd(struct.unpack({0xc4: ">B", 0xc5: ">H", 0xc6: ">I"}[t], rd({0xc4: 1, 0xc5: 2, 0xc6: 4}[t]))[0])
-    if t in (0xdc, 0xdd): return [obj() for _ in range(struct.unpack(">H" if t == 0xdc else ">I", rd(2 if t == 0xdc else 4))[0])]
-    if t in (0xde, 0xdf):
-      n = struct.unpack(">H" if t == 0xde else ">I", rd(2 if t == 0xde else 4))[0]
-      return {obj(): obj() for _ in range(n)}
+    if t in ints: return sized(ints[t])
+    lens = {0xd9: ">B", 0xda: ">H", 0xdb: ">I", 0xc4: ">B", 0xc5: ">H", 0xc6: ">I"}
+    if t in lens:
+      b = rd(sized(lens[t]))
+      return b.decode() if t >= 0xd9 else b
+    if t in (0xdc, 0xdd): return [obj() for _ in range(sized(">H" if t == 0xdc else ">I"))]
+    if t in (0xde, 0xdf): return {obj(): obj() for _ in range(sized(">H" if t == 0xde else ">I"))}
     raise CodeObjectError(f"MessagePack type byte {t:#x} is not used by AMDGPU metadata")
   return obj()
 
-@dataclass
-class KernelInfo:
-  """One kernel of a code object: where its descriptor is in the image, the descriptor's fields, its arguments."""
-  name: str
-  kd_offset: int
-  group_segment_size: int
-  private_segment_size: int
-  kernarg_size: int
-  kernarg_align: int
-  wavefront_size: int
-  args: list[dict] = field(default_factory=list)   # metadata .args: .offset, .size, .value_kind, ...
-  rsrc: tuple[int, int, int, int] = (0, 0, 0, 0)    # compute_pgm_rsrc1, rsrc2, rsrc3, kernel_code_properties
-
-@dataclass
-class CodeObject:
-  """A loaded-image view of an AMDGPU ELF: `image(base)` gives the bytes to put at GPU address `base`."""
-  target: str
-  size: int
-  kernels: dict[str, KernelInfo]
-  _segments: list[tuple[int, bytes]]
-  _relocs: list[tuple[int, int, int, int]]   # (image offset, type, symbol image offset or 0, addend)
-  metadata: dict
-
-  def image(self, base: int) -> bytes:
-    img = bytearray(self.size)
-    for off, data in self._segments: img[off:off + len(data)] = data
-    for off, typ, sym, add in self._relocs:
-      s, p = base + sym, base + off
-      if typ == R_AMDGPU_RELATIVE64: struct.pack_into("<Q", img, off, (base + add) & (2**64 - 1))
-      elif typ == R_AMDGPU_ABS64: struct.pack_into("<Q", img, off, (s + add) & (2**64 - 1))
-      elif typ == R_AMDGPU_REL64: struct.pack_into("<Q", img, off, (s + add - p) & (2**64 - 1))
-      elif typ in (R_AMDGPU_ABS32, R_AMDGPU_ABS32_LO): struct.pack_into("<I", img, off, (s + add) & 0xFFFFFFFF)
-      elif typ == R_AMDGPU_ABS32_HI: struct.pack_into("<I", img, off, ((s + add) >> 32) & 0xFFFFFFFF)
-      elif typ in (R_AMDGPU_REL32, R_AMDGPU_REL32_LO): struct.pack_into("<I", img, off, (s + add - p) & 0xFFFFFFFF)
-      elif typ == R_AMDGPU_REL32_HI: struct.pack_into("<I", img, off, ((s + add - p) >> 32) & 0xFFFFFFFF)
-    return bytes(img)
-
-  def kernel(self, name: str) -> KernelInfo:
-    k = self.kernels.get(name)
-    if k is None: raise CodeObjectError(f"the code object has no kernel {name!r}; it has {', '.join(sorted(self.kernels)) or 'none'}")
-    return k
-
-def parse_code_object(lib: bytes) -> CodeObject:
-  """Read an AMDGPU ELF (a linked HSA code object, ET_DYN, or a relocatable object, ET_REL) into a CodeObject."""
+def code_object_metadata(lib: bytes) -> dict:
+  """The NT_AMDGPU_METADATA note (amdhsa.kernels with each kernel's .args, .kernarg_segment_size, ...); {} if absent."""
   from elftools.elf.elffile import ELFFile
-  from elftools.common.exceptions import ELFError
-  try: elf = ELFFile(io.BytesIO(lib))
-  except ELFError as e: raise CodeObjectError(f"not an ELF file: {e}") from None
-  if elf["e_machine"] != "EM_AMDGPU" and elf.header["e_machine"] != EM_AMDGPU:
-    raise CodeObjectError(f"ELF machine {elf['e_machine']} is not AMDGPU (EM_AMDGPU = {EM_AMDGPU})")
-  meta: dict = {}
-  for sec in elf.iter_sections():
+  for sec in ELFFile(io.BytesIO(lib)).iter_sections():
     if sec["sh_type"] != "SHT_NOTE": continue
     for n in sec.iter_notes():
       if n["n_name"] == "AMDGPU" and n["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
         desc = n["n_descdata"]
-        meta = msgpack_unpack(desc if isinstance(desc, bytes) else desc.encode("latin-1"))
-  target = ""
-  if meta.get("amdhsa.target"): target = meta["amdhsa.target"].split("--")[-1].split(":")[0]
-  if not target: target = EF_AMDGPU_MACH.get(elf.header["e_flags"] & 0xFF, f"mach {elf.header['e_flags'] & 0xFF:#x}")
-  segments: list[tuple[int, bytes]] = []
-  relocs: list[tuple[int, int, int, int]] = []
-  symaddr: dict[int, int] = {}   # (for ET_REL) section index -> image offset
-  symtab = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
-  if elf["e_type"] == "ET_DYN":
-    size = 0
-    for seg in elf.iter_segments():
-      if seg["p_type"] == "PT_LOAD":
-        segments.append((seg["p_vaddr"], seg.data()))
-        size = max(size, seg["p_vaddr"] + seg["p_memsz"])
-    def sym_off(s: Any) -> int: return s["st_value"]
-  elif elf["e_type"] == "ET_REL":
-    off = 0
-    for i, sec in enumerate(elf.iter_sections()):
-      if sec["sh_flags"] & 2 and sec["sh_size"]:  # SHF_ALLOC
-        a = max(sec["sh_addralign"], 1)
-        off = (off + a - 1) // a * a
-        symaddr[i] = off
-        if sec["sh_type"] != "SHT_NOBITS": segments.append((off, sec.data()))
-        off += sec["sh_size"]
-    size = off
-    def sym_off(s: Any) -> int:
-      shn = s["st_shndx"]
-      if not isinstance(shn, int) or shn not in symaddr: raise CodeObjectError(f"symbol {s.name!r} is undefined or not in a loaded section")
-      return symaddr[shn] + s["st_value"]
-  else: raise CodeObjectError(f"ELF type {elf['e_type']}: expected a shared object (ET_DYN) or a relocatable object (ET_REL)")
-  # relocations
-  for sec in elf.iter_sections():
-    if sec["sh_type"] == "SHT_REL": raise CodeObjectError(f"section {sec.name}: SHT_REL relocations are not used by AMDGPU code objects")
-    if sec["sh_type"] != "SHT_RELA": continue
-    target_off = 0
-    if elf["e_type"] == "ET_REL":
-      tgt = sec["sh_info"]
-      if tgt not in symaddr: continue   # relocations of a section that is not loaded (debug info)
-      target_off = symaddr[tgt]
-    st = elf.get_section(sec["sh_link"]) if sec["sh_link"] else None
-    for r in sec.iter_relocations():
-      typ, si = r["r_info_type"], r["r_info_sym"]
-      if typ == R_AMDGPU_NONE: continue
-      if typ not in (R_AMDGPU_RELATIVE64, R_AMDGPU_ABS64, R_AMDGPU_REL64, R_AMDGPU_ABS32, R_AMDGPU_ABS32_LO, R_AMDGPU_ABS32_HI,
-                     R_AMDGPU_REL32, R_AMDGPU_REL32_LO, R_AMDGPU_REL32_HI):
-        raise CodeObjectError(f"relocation type {typ} in {sec.name} is not supported (GOT and other dynamic relocations)")
-      s = 0
-      if si and st is not None:
-        sym = st.get_symbol(si)
-        if sym["st_shndx"] == "SHN_UNDEF": raise CodeObjectError(f"{sec.name}: undefined symbol {sym.name!r} (code objects must be self-contained)")
-        s = sym_off(sym)
-      relocs.append((target_off + r["r_offset"], typ, s, r["r_addend"]))
-  # kernels: metadata first, descriptors from the symbol table
-  syms = {s.name: s for s in symtab.iter_symbols()} if symtab is not None else {}
-  kernels: dict[str, KernelInfo] = {}
-  mk = {k.get(".name"): k for k in meta.get("amdhsa.kernels", [])}
-  for name, sym in syms.items():
-    if not name.endswith(".kd") or sym["st_info"]["type"] != "STT_OBJECT": continue
-    kname = name[:-3]
-    off = sym_off(sym)
-    kd_bytes = bytearray(64)
-    for soff, data in segments:
-      lo, hi = max(off, soff), min(off + 64, soff + len(data))
-      if lo < hi: kd_bytes[lo - off:hi - off] = data[lo - soff:hi - soff]
-    kd = hsa.amdhsa_kernel_descriptor_t.from_buffer_copy(bytes(kd_bytes))
-    m = mk.get(kname, {})
-    kernels[kname] = KernelInfo(kname, off, kd.group_segment_fixed_size, kd.private_segment_fixed_size, kd.kernarg_size,
-                                m.get(".kernarg_segment_align", 16), m.get(".wavefront_size", 64 if target.startswith("gfx9") else 32),
-                                list(m.get(".args", [])), (kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2, kd.compute_pgm_rsrc3, kd.kernel_code_properties))
-  return CodeObject(target, max(size, 1), kernels, segments, relocs, meta)
+        return msgpack_unpack(desc if isinstance(desc, bytes) else desc.encode("latin-1"))
+  return {}
 
 # hidden argument kinds (code object v5) -> what fills them; sizes come from the metadata
 def _hidden_value(kind: str, gs: tuple[int, int, int], ls: tuple[int, int, int], dev: Any) -> int | None:
@@ -225,31 +100,34 @@ class AMDProgram(HCQProgram):
   args_state_t = AMDArgsState
   def __init__(self, dev: Any, name: str, lib: bytes) -> None:
     super().__init__(dev, name, lib)
-    co = parse_code_object(lib)
-    if co.target != dev.target.name:
-      raise CodeObjectError(f"AMD program {name}: the code object is for {co.target}, this GPU is {dev.target.name}")
-    k = co.kernel(name)
-    self.info = k
-    if k.private_segment_size:
-      raise NotImplementedError(f"AMD program {name} needs {k.private_segment_size} bytes of scratch per work-item; this driver does not "
-                                f"set up queue scratch memory yet (compile without stack/spills)")
-    if k.wavefront_size != dev.target.wave_size:
-      raise CodeObjectError(f"AMD program {name} is compiled for wave{k.wavefront_size}; {dev.target.name} runs wave{dev.target.wave_size}")
-    self.group_segment_size, self.private_segment_size = k.group_segment_size, k.private_segment_size
+    co = load_code_object(lib)
+    if co.arch != dev.target.name:
+      raise CodeObjectError(f"AMD program {name}: the code object is for {co.arch}, this GPU is {dev.target.name}")
+    k = co.kernels.get(name)
+    if k is None: raise CodeObjectError(f"AMD program {name}: the code object has no kernel {name!r}; it has {', '.join(sorted(co.kernels))}")
+    kd = k.descriptor
+    if kd.private_segment_fixed_size or kd.uses_dynamic_stack:
+      raise NotImplementedError(f"AMD program {name} needs scratch ({kd.private_segment_fixed_size} bytes per work-item"
+                                f"{', dynamic stack' if kd.uses_dynamic_stack else ''}); this driver does not set up queue scratch memory yet")
+    wave = 32 if kd.wavefront_size32 else 64
+    if wave != dev.target.wave_size:
+      raise CodeObjectError(f"AMD program {name} is compiled for wave{wave}; {dev.target.name} runs wave{dev.target.wave_size}")
+    self.descriptor = kd
+    self.group_segment_size, self.private_segment_size = kd.group_segment_fixed_size, kd.private_segment_fixed_size
     if self.group_segment_size > dev.max_shared_mem:
       raise ValueError(f"AMD program {name} uses {self.group_segment_size} bytes of LDS; {dev.target.name} has {dev.max_shared_mem} per workgroup")
+    meta = next((m for m in code_object_metadata(lib).get("amdhsa.kernels", []) if m.get(".name") == name), {})
     exp, hid = [], []
-    for a in sorted(k.args, key=lambda a: a.get(".offset", 0)):
+    for a in sorted(meta.get(".args", []), key=lambda a: a.get(".offset", 0)):
       kind = a.get(".value_kind", "by_value")
       if kind.startswith("hidden_"): hid.append((kind, a[".offset"], a[".size"]))
       else: exp.append((a[".offset"], a[".size"]))
-    if not k.args and k.kernarg_size:  # no metadata: 8-byte arguments from offset 0
-      exp = [(8 * i, 8) for i in range(k.kernarg_size // 8)]
+    if not meta and kd.kernarg_size: exp = [(8 * i, 8) for i in range(kd.kernarg_size // 8)]  # no metadata: 8-byte arguments
     self.explicit_args, self.hidden_args = exp, hid
-    self.kernarg_size = max(k.kernarg_size, max((o + s for o, s in exp), default=0), max((o + s for _, o, s in hid), default=0), 1)
-    # the image in VRAM the CPU can write (large BAR), a page of slack after it (instruction prefetch)
-    self.image = dev._gpu_alloc(co.size + 4096, "vram", cpu_access=True)
-    img = co.image(self.image.va)
+    self.kernarg_size = max(kd.kernarg_size, max((o + s for o, s in exp), default=0), max((o + s for _, o, s in hid), default=0), 1)
+    # in VRAM the CPU writes through the large BAR; the image carries LLVM's s_code_end padding (instruction prefetch)
+    self.image = dev._gpu_alloc(co.size, "vram", cpu_access=True)
+    img = co.relocate(self.image.va)
     ctypes.memmove(self.image.cpu, img, len(img))
     dev.hdp_flush()
     self.kd_va = self.image.va + k.kd_offset
