@@ -88,6 +88,14 @@ done:
   store i32 7, ptr addrspace(1) %p, align 4
   ret void
 }
+define amdgpu_kernel void @copy(ptr addrspace(1) %out, ptr addrspace(1) %inp) {
+  %i = call i32 @gid()
+  %pi = getelementptr i32, ptr addrspace(1) %inp, i32 %i
+  %v = load i32, ptr addrspace(1) %pi, align 4
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %v, ptr addrspace(1) %po, align 4
+  ret void
+}
 declare i32 @llvm.amdgcn.workgroup.id.x()
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
@@ -587,3 +595,92 @@ def test_gfx942_mock_runs_copies_and_sizes_queues_for_8_xccs():
     dev.compute_queue_t().memory_barrier().signal(s, 3).submit(dev)   # gfx9 PM4 (soc15d.h RELEASE_MEM) through the CP
     s.wait(3, timeout_ms=5000)
   finally: dev.close()
+
+# ---------------------------------------------------------------- kernels
+def test_gfx942_dispatch_is_decoded_and_the_mock_says_it_cannot_execute():
+  dev, mock = open_mock(arch="gfx942")
+  try:
+    prg = dev.runtime(dev, "fill", amd_kernels("gfx942"))
+    assert prg.descriptor.wavefront_size32 is False           # wave64 code object for CDNA3
+    out = dev.allocator.alloc(64)
+    prg(out, global_size=(4, 1, 1), local_size=(4, 1, 1), vals=(1,))
+    with pytest.raises(AMDFault, match="GPU hang/reset") as e: dev.synchronize(timeout_ms=5000)
+    assert "cannot execute wave64 CDNA code" in str(e.value)  # the mock's statement, in the report the driver raises
+    d = mock.dispatches[-1]
+    assert d.grid == (16, 1, 1) and d.workgroup == (4, 1, 1) and d.kernel_object == prg.kd_va and not d.executed
+    assert "CDNA3 (wave64)" in d.note
+  finally: dev.close()
+
+def test_gfx942_plumbing_without_execution():
+  """MockAMDGPU(skip_unexecutable=True): dispatches complete unexecuted, so the queue plumbing (signals after kernels,
+  timeline, kernargs) is testable on gfx942."""
+  dev, mock = open_mock(arch="gfx942", skip_unexecutable=True)
+  try:
+    prg = dev.runtime(dev, "inc", amd_kernels("gfx942"))
+    out = dev.allocator.alloc(64)
+    for _ in range(3): prg(out, global_size=(4, 1, 1), local_size=(4, 1, 1))
+    dev.synchronize(timeout_ms=5000)
+    assert len(mock.dispatches) == 3 and dev.timeline_signal.value == dev.timeline_value - 1
+  finally: dev.close()
+
+def test_code_object_checks(amd):
+  with pytest.raises(ValueError, match="code object is for gfx942, this GPU is gfx1100"): amd.runtime(amd, "fill", amd_kernels("gfx942"))
+  with pytest.raises(ValueError, match="no kernel 'nope'"): amd.runtime(amd, "nope", amd_kernels())
+  prg = amd.runtime(amd, "fill", amd_kernels())
+  assert prg.explicit_args == [(0, 8), (8, 8)] and any(k == "hidden_group_size_x" for k, _, _ in prg.hidden_args)
+  st = prg.fill_kernargs([amd.allocator.alloc(64)], [5])
+  st.write_launch((2, 1, 1), (8, 1, 1))
+  off = next(o for k, o, _ in prg.hidden_args if k == "hidden_group_size_x")
+  assert ctypes.c_uint16.from_address(st.cpu_addr + off).value == 8
+  with pytest.raises(ValueError, match="1..1024 work-items"): st.write_launch((1, 1, 1), (2048, 1, 1))
+  with pytest.raises(ValueError, match="takes 2 explicit arguments"): prg.fill_kernargs([], [])
+
+import importlib.util
+needs_rdna3 = pytest.mark.skipif(importlib.util.find_spec("baregrad.drivers.mock.rdna3") is None,
+                                 reason="the RDNA3 interpreter (baregrad/drivers/mock/rdna3) is not in this build")
+
+@needs_rdna3
+def test_kernel_runs_with_hidden_arguments(amd):
+  out = Buffer("AMD", 32, dtypes.int32).allocate()
+  amd.runtime(amd, "fill", amd_kernels())(out._buf, global_size=(8, 1, 1), local_size=(4, 1, 1), vals=(-3,))
+  amd.synchronize()
+  assert i32(out) == [-3 + i for i in range(32)]   # gid = workgroup id * hidden_group_size_x + work-item id
+
+@needs_rdna3
+def test_dependent_dispatches_need_a_barrier(amd, mock):
+  """Two dispatches with no barrier between them may run concurrently: the consumer reads stale data (the mock runs them
+  in reverse order) and the mock reports the hazard; memory_barrier() orders them."""
+  lib = amd_kernels()
+  fill, copy = amd.runtime(amd, "fill", lib), amd.runtime(amd, "copy", lib)
+  for barrier in (False, True):
+    a = Buffer("AMD", 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32)))
+    b = Buffer("AMD", 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32)))
+    amd.synchronize()
+    n = len(mock.hazards)
+    q = amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1).exec(fill, fill.fill_kernargs([a._buf], [5]), (16, 1, 1))
+    if barrier: q.memory_barrier()
+    q.exec(copy, copy.fill_kernargs([b._buf, a._buf]), (16, 1, 1)).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+    amd.synchronize()
+    if barrier: assert i32(b) == [5 + i for i in range(16)] and len(mock.hazards) == n
+    else: assert i32(b) == [0] * 16 and "read-after-write hazard" in mock.hazards[-1]
+
+@needs_rdna3
+def test_kernel_vm_fault_reports_the_address():
+  dev, mock = open_mock()
+  try:
+    prg = dev.runtime(dev, "fill", amd_kernels())
+    st = prg.fill_kernargs([dev.allocator.alloc(64)], [1])
+    st.update_buffer(0, 0x7ee0_0000_0000)        # an address no BO maps
+    dev.compute_queue_t().exec(prg, st, (4, 1, 1)).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    with pytest.raises(AMDFault, match="GPU VM fault at address 0x7ee000000000"): dev.synchronize(timeout_ms=5000)
+  finally: dev.close()
+
+@needs_rdna3
+def test_graph_replay_single_submit(amd, mock):
+  from baregrad.hcq.graph import HCQGraph
+  inc = amd.runtime(amd, "inc", amd_kernels())
+  a = Buffer("AMD", 32, dtypes.int32).copyin(memoryview(np.zeros(32, np.int32)))
+  g = HCQGraph(amd, [(inc, [a._buf], (), (32, 1, 1), (1, 1, 1))])
+  for _ in range(10): g.replay()
+  amd.synchronize()
+  assert i32(a) == [10] * 32

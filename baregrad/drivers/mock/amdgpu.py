@@ -202,6 +202,7 @@ class GPU:
     self.vm: list[tuple[int, int, BO]] = []  # sorted (va, size, bo): this process's page tables on this GPU
     self.mmio = Backing(PAGE, "mmio")
     self.hdp_flushes = 0
+    self.interp_mem: Any = None              # the interpreter's Memory over this VM (built on the first dispatch)
 
 # ---------------------------------------------------------------- the kernel's ioctl table
 def _struct(base: type, extra: list[tuple[str, Any]]) -> type:
@@ -241,7 +242,6 @@ class MockAMDGPU:
     self.dispatches: list[Dispatch] = []
     self._lock = threading.RLock()
     self._cond = threading.Condition(self._lock)
-    self._mem_cache: tuple[Any, Any] | None = None
 
   def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
 
@@ -462,7 +462,7 @@ class MockAMDGPU:
         raise KFDErr(errno.EINVAL, w, f"VA {bo.va:#x}-{bo.va + bo.size:#x} conflicts with the mapping at {va:#x}-{va + size:#x}")
     bisect.insort(g.vm, (bo.va, bo.size, bo), key=lambda m: m[0])
     bo.mapped_on.add(g.gpu_id)
-    self._mem_cache = None
+    if g.interp_mem is not None and bo.backing is not None and bo.domain not in ("doorbell", "mmio"): _interp_map(g.interp_mem, bo)
 
   def _unmap(self, a: Any) -> int:
     w = "kfd_ioctl_unmap_memory_from_gpu"
@@ -480,7 +480,7 @@ class MockAMDGPU:
         if bo.queue_refs: raise KFDErr(errno.EBUSY, "unmap_bo_from_gpuvm", f"BO at VA {bo.va:#x} is used by {bo.queue_refs} queue(s)")
         peer.vm = [m for m in peer.vm if m[2] is not bo]
         bo.mapped_on.discard(peer.gpu_id)
-        self._mem_cache = None
+        if peer.interp_mem is not None and bo.domain not in ("doorbell", "mmio"): peer.interp_mem.unmap(bo.va)
       a.n_success = i + 1
     return 0
 
@@ -970,16 +970,13 @@ class MockAMDGPU:
             self.log.append(msg)
 
   def _interp_memory(self, g: GPU, tracking: bool) -> Any:
-    """The interpreter's view of the GPU VA space: every mapping, backed by the same pages (no copies)."""
-    import numpy as np
-    key = (g.index, tuple((va, n, id(bo)) for va, n, bo in g.vm))
-    if self._mem_cache is None or self._mem_cache[0] != key:
-      mem = _tracking_memory()
+    """The interpreter's view of the GPU VA space: every mapping, backed by the same pages (no copies); kept in step
+    with the page tables as BOs are mapped and unmapped."""
+    if g.interp_mem is None:
+      g.interp_mem = _tracking_memory()
       for va, n, bo in g.vm:
-        if bo.backing is not None and bo.domain not in ("doorbell", "mmio"):
-          mem.map(va, n, data=np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(bo.backing.view)), name=bo.domain)
-      self._mem_cache = (key, mem)
-    mem = self._mem_cache[1]
+        if bo.backing is not None and bo.domain not in ("doorbell", "mmio"): _interp_map(g.interp_mem, bo)
+    mem = g.interp_mem
     mem.tracking, mem.reads, mem.writes = tracking, [], []
     return mem
 
@@ -1033,7 +1030,8 @@ class MockAMDGPU:
           v = b[4] | (b[5] << 32) if ds == 2 else _ts() if ds == 3 else time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
           self.gpu_write(g, addr & ~7, v.to_bytes(8, "little"))
         elif ds != 0: raise QueueStop(f"PM4 at {base + 4 * off:#x}: RELEASE_MEM data_sel {ds} is reserved")
-        if ints in (1, 2, 3): self._interrupt(b[6], 32)   # kfd_int_process_v11.c/v9.c: CP END_OF_PIPE, 32 id bits
+        # kfd_int_process_v11.c/v9.c: CP END_OF_PIPE carries 32 id bits; event_interrupt_isr_v9 drops a context id of 0
+        if ints in (1, 2, 3) and not (fam == "gfx9" and b[6] == 0): self._interrupt(b[6], 32)
       elif op == p.PACKET3_ACQUIRE_MEM:
         if len(b) != (7 if fam == "gfx11" else 6): raise QueueStop(f"PM4 at {base + 4 * off:#x}: ACQUIRE_MEM with {len(b)} dwords")
       elif op == p.PACKET3_EVENT_WRITE: self._drain(q)
@@ -1163,6 +1161,11 @@ def _make_tracking() -> type:
       if self.tracking: self.writes.append((np.array([va], np.uint64), len(bytes(data))))
       super().write_bytes(va, data)
   return TrackingMemory
+
+def _interp_map(mem: Any, bo: BO) -> None:
+  import numpy as np
+  assert bo.backing is not None
+  mem.map(bo.va, bo.size, data=np.ctypeslib.as_array((ctypes.c_uint8 * bo.size).from_address(bo.backing.view)), name=bo.domain)
 
 def _access_ok(addr: int, size: int) -> bool: return 0 <= addr and addr + size <= TASK_SIZE_MAX
 
