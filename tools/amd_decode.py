@@ -13,20 +13,13 @@ a ring, an indirect buffer) or text of hex words.
 are pending; the ring is indexed modulo its size). The decoders are the ones the mock GPU executes with
 (baregrad.drivers.amd.hw)."""
 from __future__ import annotations
-import argparse, os, re, sys
+import argparse, os, sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from baregrad.drivers.amd import hw
+from nv_decode import load  # raw bytes or text of hex words, the same for both vendors
 
 FAMILY = {"gfx1100": "gfx11", "gfx942": "gfx9"}
-
-def load(path: str) -> bytes:
-  data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
-  try: text = data.decode("ascii")
-  except UnicodeDecodeError: return data
-  toks = re.findall(r"(?:0x)?[0-9a-fA-F_]+", text)
-  if toks and all(re.fullmatch(r"(?:0x)?[0-9a-fA-F_]+", t) for t in text.split()):
-    return b"".join(int(t.replace("_", ""), 16).to_bytes(4, "little") for t in toks)
-  return data
 
 def format_aql_ring(w: list[int], family: str, base: int = 0, read: int | None = None, write: int | None = None,
                     ibs: dict[int, bytes] | None = None) -> str:

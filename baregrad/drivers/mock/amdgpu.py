@@ -36,11 +36,7 @@ from baregrad.ctypes_autogen import kfd, _support
 from baregrad.drivers.amd import hw
 from baregrad.drivers.amd.topology import TARGETS, TOPOLOGY, Target, queue_sizes
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.restype, _libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-PROT_RW, MAP_SHARED, MAP_FIXED = 3, 0x01, 0x10
+from baregrad.drivers.mock.nvgpu import _libc, _mmap, Memory as _MemFD, PROT_RW, MAP_SHARED  # memfd pages, libc mmap
 PAGE = 4096
 TASK_SIZE_MAX = (1 << 47) - PAGE                 # x86-64 user address limit: access_ok() refuses anything above
 AMDGPU_VA_RESERVED_BOTTOM = 1 << 16              # amdgpu_vm.h
@@ -57,13 +53,6 @@ KFD_MMAP_TYPE_DOORBELL, KFD_MMAP_TYPE_EVENTS, KFD_MMAP_TYPE_RESERVED_MEM, KFD_MM
 DRM_FILE_PAGE_OFFSET_START = 0x100000000        # drm_gem.c: (0xFFFFFFFFUL >> PAGE_SHIFT) + 1 pages
 F = kfd  # flag names
 GPU_TIMESTAMP_HZ = 100_000_000                   # the GPU's global timestamp counter runs at 100 MHz
-
-def _mmap(addr: int, size: int, prot: int, flags: int, fd: int, off: int) -> int:
-  r = _libc.mmap(addr or None, size, prot, flags, fd, off)
-  if r in (None, _MAP_FAILED):
-    e = ctypes.get_errno()
-    raise OSError(e, f"mmap({addr:#x}, {size:#x}, fd={fd}) failed: {os.strerror(e)}")
-  return r
 
 def _align(x: int, a: int) -> int: return (x + a - 1) // a * a
 def _ts() -> int: return time.perf_counter_ns() // (1_000_000_000 // GPU_TIMESTAMP_HZ)
@@ -116,19 +105,15 @@ def _props_text(p: dict[str, int]) -> bytes: return "".join(f"{k} {v}\n" for k, 
 
 # ---------------------------------------------------------------- state
 class Backing:
-  """Pages behind a BO: a memfd (and the mock's own mapping of it), or the process's pages for a userptr."""
+  """Pages behind a BO: a memfd and the mock's own mapping of it (the NV mock's memory object), or, for a userptr, the
+  process's own pages."""
   def __init__(self, size: int, kind: str, user_addr: int = 0) -> None:
     self.size, self.kind = size, kind
-    if kind == "userptr": self.fd, self.view = -1, user_addr
-    else:
-      self.fd = os.memfd_create(f"mockamd-{kind}", os.MFD_CLOEXEC)
-      os.ftruncate(self.fd, max(size, PAGE))
-      self.view = _mmap(0, max(size, PAGE), PROT_RW, MAP_SHARED, self.fd, 0)
+    self._m = None if kind == "userptr" else _MemFD(size, kind)
+    self.fd, self.view = (-1, user_addr) if self._m is None else (self._m.fd, self._m.view)
   def release(self) -> None:
-    if self.fd >= 0:
-      _libc.munmap(self.view, max(self.size, PAGE))
-      os.close(self.fd)
-      self.fd = -1
+    if self._m is not None: self._m.release()
+    self.fd = -1
 
 @dataclass
 class BO:
