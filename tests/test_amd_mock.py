@@ -684,3 +684,21 @@ def test_graph_replay_single_submit(amd, mock):
   for _ in range(10): g.replay()
   amd.synchronize()
   assert i32(a) == [10] * 32
+
+def test_rings_wrap(monkeypatch):
+  """Small rings (a 64-slot AQL ring, a 4 KiB IB area, a 4 KiB SDMA ring) wrap many times; nothing is overwritten early."""
+  import baregrad.drivers.amd.device as amd_device
+  monkeypatch.setattr(amd_device, "AQL_RING", 4096)
+  monkeypatch.setattr(amd_device, "SDMA_RING", 4096)
+  monkeypatch.setattr(amd_device, "IB_AREA", 4096)
+  dev, mock = open_mock()
+  try:
+    s = HCQSignal(dev)
+    src, dst = dev.allocator.alloc(64), dev.allocator.alloc(64)
+    for i in range(1, 301):
+      dev.compute_queue_t().wait(s, i - 1).memory_barrier().signal(s, i).submit(dev)
+      dev.copy_queue_t().wait(s, i).copy(dst.va_addr, src.va_addr, 64).timestamp(s).submit(dev)
+    s.wait(300, timeout_ms=5000)
+    dev.synchronize(timeout_ms=5000)
+    assert dev.aql.put == 900 and dev.sdma.put > 4096 * 4 and mock.queues[dev.queue_ids[0]].rd == 900   # 3 packets a submission
+  finally: dev.close()
