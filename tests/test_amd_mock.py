@@ -702,3 +702,32 @@ def test_rings_wrap(monkeypatch):
     dev.synchronize(timeout_ms=5000)
     assert dev.aql.put == 900 and dev.sdma.put > 4096 * 4 and mock.queues[dev.queue_ids[0]].rd == 900   # 3 packets a submission
   finally: dev.close()
+
+def test_engines_run_what_the_doorbell_and_the_write_pointer_announce():
+  """A packet runs only once both the write pointer in memory and the queue's own doorbell say it is there."""
+  dev, mock = open_mock()
+  try:
+    r, s = dev.aql, HCQSignal(dev)
+    w = dev.compute_queue_t().signal(s, 1)
+    pk = r.packets(w, r.put)
+    slot = r.ring.cpu + 64 * r.put
+    (ctypes.c_uint32 * 16).from_address(slot)[:] = pk[0]
+    r.put += 1
+    r.wptr_p.value = r.put
+    other = dev.sdma.doorbell
+    dev.port.doorbell(other, 0, 8)                    # the SDMA queue's doorbell, not this queue's
+    assert s.value == 0 and mock.queues[dev.queue_ids[0]].rd == 0
+    dev.port.doorbell(r.doorbell, r.put - 1, 8)      # its own: it runs
+    assert s.value == 1
+    # SDMA: a doorbell ahead of the write pointer in memory runs nothing past the memory's value
+    sr = dev.sdma
+    w2 = dev.copy_queue_t().signal(s, 2)
+    words = list(w2.words) + hw.sdma_fence(dev.family, dev.event_mailbox, dev.event_id) + hw.sdma_trap(dev.family, dev.event_id)
+    (ctypes.c_uint32 * len(words)).from_address(sr.ring.cpu + sr.put)[:] = words
+    dev.port.doorbell(sr.doorbell, sr.put + 4 * len(words), 8)
+    assert s.value == 1                               # the write pointer in memory was not updated
+    sr.put += 4 * len(words)
+    sr.wptr_p.value = sr.put
+    dev.port.doorbell(sr.doorbell, sr.put, 8)
+    assert s.value == 2
+  finally: dev.close()

@@ -174,6 +174,7 @@ class Queue:
   inflight: list = field(default_factory=list)
   sdma_engine: int = 0
   done_packets: int = 0
+  db: int | None = None  # the last value written to its doorbell (None: never rung)
 
 class GPU:
   def __init__(self, index: int, target: Target, vram: int) -> None:
@@ -775,8 +776,9 @@ class MockAMDGPU:
           if kind == "mmio":
             if addr - a == kfd.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL: g.hdp_flushes += 1
           elif kind == "doorbell":
-            q = next((q for q in self.queues.values() if q.gpu is g and q.doorbell == addr - a), None)
+            q = next((q for q in self.queues.values() if q.gpu is g and q.doorbell == (addr - a) & ~7), None)
             if q is None: self.log.append(f"mockamd: doorbell write at slice offset {addr - a:#x}: no queue uses it")
+            else: q.db = ctypes.c_uint64.from_address(a + q.doorbell).value   # the doorbell register the engine latches
             self._run_all()
           return
       raise OSError(errno.EFAULT, f"doorbell write to {addr:#x}: not a mapped doorbell or MMIO page")
@@ -864,7 +866,9 @@ class MockAMDGPU:
   # --- AQL (the CP's packet processor)
   def _run_aql(self, q: Queue) -> bool:
     g, nslots, progress = q.gpu, q.ring_size // 64, False
-    wr = self.u64(g, q.wptr)
+    # the CP runs what both the write_dispatch_id in memory and the doorbell (the id of the last packet written, HSA's
+    # rule, which ROCr follows) announce
+    wr = 0 if q.db is None else min(self.u64(g, q.wptr), q.db + 1)
     try:
       while q.rd < wr:
         slot_va = q.ring + (q.rd % nslots) * 64
@@ -1035,7 +1039,7 @@ class MockAMDGPU:
   def _run_pm4_ring(self, q: Queue) -> bool:
     # PM4 ring queues: rptr/wptr in dwords (KFD_IOC_QUEUE_TYPE_COMPUTE); the whole pending range runs as one stream
     g, ndw = q.gpu, q.ring_size // 4
-    wr = self.u64(g, q.wptr)
+    wr = 0 if q.db is None else min(self.u64(g, q.wptr), q.db)
     if q.rd >= wr: return False
     words = [self.u32(g, q.ring + 4 * ((q.rd + i) % ndw)) for i in range(wr - q.rd)]
     stop = self._pm4(q, words, 0, q.ring)
@@ -1048,7 +1052,7 @@ class MockAMDGPU:
   def _run_sdma(self, q: Queue) -> bool:
     g, fam, progress = q.gpu, q.gpu.family, False
     mod = hw.SDMA[fam]
-    wr = self.u64(g, q.wptr)  # bytes
+    wr = 0 if q.db is None else min(self.u64(g, q.wptr), q.db)  # bytes: the doorbell carries the write pointer
     def dword(i: int) -> int: return self.u32(g, q.ring + (q.rd + 4 * i) % q.ring_size)
     while q.rd < wr:
       head = dword(0)
