@@ -127,6 +127,7 @@ class BO:
   mmap_offset: int = 0
   mapped_on: set = field(default_factory=set)   # gpu ids whose page tables map it
   queue_refs: int = 0
+  def gpu_id_mapped(self, g: "GPU") -> bool: return g.gpu_id in self.mapped_on
 
 @dataclass
 class Event:
@@ -189,6 +190,7 @@ class GPU:
     self.mmio = Backing(PAGE, "mmio")
     self.hdp_flushes = 0
     self.interp_mem: Any = None              # the interpreter's Memory over this VM (built on the first dispatch)
+    self.last_hit: tuple | None = None       # the mapping the last translation found (va, size, bo, host address)
 
 # ---------------------------------------------------------------- the kernel's ioctl table
 def _struct(base: type, extra: list[tuple[str, Any]]) -> type:
@@ -786,10 +788,14 @@ class MockAMDGPU:
   # ---------------------------------------------------------------- GPU memory
   def _xlate(self, g: GPU, va: int, n: int, client: str = "CP", write: bool = False) -> int:
     """Host address of GPU VA range [va, va+n) within one mapping; GPUFaultErr when unmapped."""
+    last = g.last_hit
+    if last is not None and last[0] <= va and va + n <= last[0] + last[1] and last[2].gpu_id_mapped(g): return last[3] + (va - last[0])
     i = bisect.bisect_right(g.vm, va, key=lambda m: m[0]) - 1
     if i >= 0:
       base, size, bo = g.vm[i]
-      if va + n <= base + size and bo.backing is not None: return bo.backing.view + (va - base)
+      if base <= va and va + n <= base + size and bo.backing is not None:
+        g.last_hit = (base, size, bo, bo.backing.view)
+        return bo.backing.view + (va - base)
     raise GPUFaultErr(va, write, client)
 
   def gpu_read(self, g: GPU, va: int, n: int, client: str = "CP") -> bytes:
