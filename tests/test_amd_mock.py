@@ -731,3 +731,11 @@ def test_engines_run_what_the_doorbell_and_the_write_pointer_announce():
     dev.port.doorbell(sr.doorbell, sr.put, 8)
     assert s.value == 2
   finally: dev.close()
+
+def test_ring_base_is_256_byte_granular():
+  """The MQD holds the ring base >> 8 (kfd_mqd_manager_v11.c: update_mqd, cp_hqd_pq_base_lo): a ring address inside the
+  mapping's first page passes KFD's checks, and the CP then reads from the 256-byte boundary below it."""
+  k = KFD()
+  a = k.queue_args()
+  q = k.create_queue(**dict(a, ring_base_address=a["ring_base_address"] + 0x40))
+  assert k.mock.queues[q.queue_id].ring == a["ring_base_address"]
