@@ -739,3 +739,22 @@ def test_ring_base_is_256_byte_granular():
   a = k.queue_args()
   q = k.create_queue(**dict(a, ring_base_address=a["ring_base_address"] + 0x40))
   assert k.mock.queues[q.queue_id].ring == a["ring_base_address"]
+
+def test_concurrent_host_threads(amd):
+  """Several host threads copying and signalling at once: each gets its own data back, the timeline stays ordered."""
+  errors: list[Exception] = []
+  def work(seed: int) -> None:
+    try:
+      for n in (100, 5000, 77):
+        a = np.random.default_rng(seed * 10 + n).integers(0, 1 << 30, n).astype(np.int32)
+        b = Buffer("AMD", n, dtypes.int32).copyin(memoryview(a))
+        assert (np.frombuffer(b.as_memoryview(), np.int32) == a).all()
+        s = HCQSignal(amd)
+        with amd.submit_lock: amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1).signal(s, seed).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+        s.wait(seed, timeout_ms=5000)
+    except Exception as e: errors.append(e)
+  ts = [threading.Thread(target=work, args=(i + 1,)) for i in range(4)]
+  for t in ts: t.start()
+  for t in ts: t.join(30)
+  assert not errors, errors
+  amd.synchronize()
