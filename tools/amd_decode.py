@@ -6,6 +6,7 @@ a ring, an indirect buffer) or text of hex words.
   python tools/amd_decode.py aql RING.bin [--base 0x...] [--read N --write M] [--ib ADDR=FILE ...]
   python tools/amd_decode.py pm4 IB.bin [--base 0x...]
   python tools/amd_decode.py sdma RING.bin [--base 0x...] [--rptr BYTES]
+  python tools/amd_decode.py capture DIR              every submission the driver kept with AMD_CAPTURE=DIR, in order
   python tools/amd_decode.py demo                     run a few commands on the mock GPU and print its queues
 
 --family gfx11 (RDNA3: amdgpu/nvd.h, SDMA v6, the default) or gfx9 (CDNA3 gfx9.4.3: soc15d.h, SDMA v4.4.2), or
@@ -50,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
   q.add_argument("--ib", action="append", default=[], help="ADDR=FILE: the bytes of a PM4 indirect buffer at ADDR")
   p = sub.add_parser("pm4"); p.add_argument("file")
   s = sub.add_parser("sdma"); s.add_argument("file"); s.add_argument("--rptr", type=lambda x: int(x, 0))
+  c = sub.add_parser("capture"); c.add_argument("dir")
   d = sub.add_parser("demo")
-  for sp in (q, p, s, d):
+  for sp in (q, p, s, d, c):
     sp.add_argument("--family", choices=["gfx11", "gfx9"])
     sp.add_argument("--arch", choices=list(FAMILY))
     if sp is not d: sp.add_argument("--base", type=lambda x: int(x, 0), default=0)
@@ -65,8 +67,24 @@ def main(argv: list[str] | None = None) -> int:
     data = load(a.file)
     if a.rptr is not None: data = data[a.rptr % len(data):] + data[:a.rptr % len(data)]
     print(hw.format_sdma(fam, hw.words_of(data), a.base + (a.rptr or 0) % max(len(data), 1)))
+  elif a.cmd == "capture": print(format_capture(a.dir, fam))
   else: demo(a.arch or {"gfx11": "gfx1100", "gfx9": "gfx942"}[fam])
   return 0
+
+def format_capture(d: str, family: str) -> str:
+  """The submissions AMD_CAPTURE=DIR kept (NNNNNN-aql.bin with its NNNNNN-ib-<addr>.bin, NNNNNN-sdma.bin), in order."""
+  groups: dict[str, dict[str, bytes]] = {}
+  for f in sorted(os.listdir(d)):
+    if f.endswith(".bin") and "-" in f:
+      n, what = f[:-4].split("-", 1)
+      groups.setdefault(n, {})[what] = open(os.path.join(d, f), "rb").read()
+  out = []
+  for n, files in sorted(groups.items()):
+    if "aql" in files:
+      ibs = {int(k[3:], 16): v for k, v in files.items() if k.startswith("ib-")}
+      out.append(f"submission {int(n)}: compute queue (AQL)\n" + format_aql_ring(hw.words_of(files["aql"]), family, ibs=ibs))
+    if "sdma" in files: out.append(f"submission {int(n)}: copy queue (SDMA)\n" + hw.format_sdma(family, hw.words_of(files["sdma"])))
+  return "\n".join(out) if out else f"(no captures in {d})"
 
 def demo(arch: str) -> None:
   import ctypes

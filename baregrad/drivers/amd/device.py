@@ -21,7 +21,8 @@ KFD signal event every GPU signal raises, always with a timeout; a VM fault (KFD
 hardware-exception event) raises at once, with the queues decoded.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.amdgpu.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
-MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call."""
+MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
+packets and their PM4 IBs, the SDMA packets) for tools/amd_decode.py."""
 from __future__ import annotations
 import ctypes, errno, os, threading, time
 from typing import Any, Hashable
@@ -90,6 +91,7 @@ class AMDDevice(HCQDevice):
     self.sdma: SDMARing | None = None
     self._fault_checked, self._kicked = 0.0, 0.0
     self._fault: str | None = None
+    self.capture_dir, self._captures = os.environ.get("AMD_CAPTURE") or None, 0
     try: self.fd_kfd = self._open("/dev/kfd")
     except FileNotFoundError:
       raise DeviceUnavailable(f"{device}: /dev/kfd not found (no amdgpu/amdkfd kernel driver here); set MOCKGPU=1 for the mock GPU") from None
@@ -313,6 +315,15 @@ class AMDDevice(HCQDevice):
   def _alloc_shared(self, size: int) -> HCQBuffer:
     m = self._gpu_alloc(size, "userptr")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
+
+  def capture(self, files: dict[str, bytes]) -> None:
+    """AMD_CAPTURE=DIR: each submission's command bytes as NNNNNN-<what>.bin (decode with tools/amd_decode.py capture DIR)."""
+    assert self.capture_dir is not None
+    os.makedirs(self.capture_dir, exist_ok=True)
+    with self._lock:
+      n, self._captures = self._captures, self._captures + 1
+    for what, data in files.items():
+      with open(os.path.join(self.capture_dir, f"{n:06d}-{what}.bin"), "wb") as f: f.write(data)
 
   def hdp_flush(self) -> None:
     """Flush the host data path so the GPU sees what the CPU wrote into VRAM through the BAR (the MMIO remap page's

@@ -192,6 +192,7 @@ class AQLRing:
   def submit(self, q: AMDComputeQueue) -> None:
     with self.lock:
       pk = self.packets(q, self.put)
+      if self.dev.capture_dir: self._capture(pk)
       n = len(pk)
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
       self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
@@ -202,6 +203,17 @@ class AQLRing:
         self.put += 1
       self.wptr_p.value = self.put
       self.dev.port.doorbell(self.doorbell, self.put - 1, 8)   # the packet id of the last packet written
+
+  def _capture(self, pk: list[list[int]]) -> None:
+    """AMD_CAPTURE=DIR: the submission's AQL packets and the PM4 IBs they point at, as raw bytes for tools/amd_decode.py."""
+    import struct
+    files = {"aql": b"".join(struct.pack("<16I", *p) for p in pk)}
+    for p in pk:
+      d = hw.decode_aql(p)
+      if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB:
+        va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+        files[f"ib-{va:x}"] = ctypes.string_at(self.ib.cpu + va - self.ib.va, 4 * ndw)
+    self.dev.capture(files)
 
   def state(self) -> str:
     rd, wr = self.rptr_p.value, self.wptr_p.value
@@ -233,6 +245,9 @@ class SDMARing:
       words += list(q.words[c.start:c.start + c.nwords])
       if c.kind == "signal": words += hw.sdma_fence(fam, self.dev.event_mailbox, self.dev.event_id) + hw.sdma_trap(fam, self.dev.event_id)
     n = 4 * len(words)
+    if self.dev.capture_dir:
+      import struct
+      self.dev.capture({"sdma": struct.pack(f"<{len(words)}I", *words)})
     with self.lock:
       if n > self.ring.size: raise ValueError(f"{n} bytes of SDMA packets exceed the {self.ring.size}-byte ring: split the submission")
       deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
