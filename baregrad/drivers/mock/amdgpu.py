@@ -152,6 +152,8 @@ class Dispatch:
   group_segment: int
   private_segment: int
   completion_signal: int
+  packet_va: int = 0     # where the packet sits in the ring (the dispatch ptr the CP gives the kernel)
+  queue_va: int = 0      # the amd_queue_t the CP finds from the read pointer (the queue ptr)
   executed: bool = False
   note: str = ""
 
@@ -921,9 +923,12 @@ class MockAMDGPU:
     return stop is None
 
   def _aql_dispatch(self, q: Queue, d: dict) -> None:
-    disp = Dispatch(q.qid, q.rd, d["kernel_object"], d["kernarg"], d["grid"], d["workgroup"], d["group_segment"], d["private_segment"],
-                    d["completion_signal"])
     g = q.gpu
+    # the queue ptr: the CP finds the amd_queue_t from the read pointer KFD gave it, through the byte offset of
+    # read_dispatch_id stored right after it (read_dispatch_id_field_base_byte_offset)
+    base_off = self.u32(g, q.rptr + 8)
+    disp = Dispatch(q.qid, q.rd, d["kernel_object"], d["kernarg"], d["grid"], d["workgroup"], d["group_segment"], d["private_segment"],
+                    d["completion_signal"], q.ring + (q.rd % (q.ring_size // 64)) * 64, q.rptr - base_off if base_off <= q.rptr else 0)
     kd = self.gpu_read(g, disp.kernel_object, 64)   # the CP reads the kernel descriptor (VM fault if unmapped)
     if d["dims"] not in (1, 2, 3): raise QueueStop(f"packet {q.rd}: dispatch with {d['dims']} dimensions")
     wg = disp.workgroup[0] * disp.workgroup[1] * disp.workgroup[2]
@@ -990,7 +995,8 @@ class MockAMDGPU:
       raise QueueStop(f"mock limitation: this build has no RDNA3 interpreter (baregrad/drivers/mock/rdna3): {e}") from None
     from baregrad.drivers.mock.ptx_interp import GPUFault
     try:
-      RDNA3Machine(mem).dispatch(disp.kernel_object, disp.grid, disp.workgroup, disp.kernarg, disp.group_segment, disp.private_segment)
+      RDNA3Machine(mem).dispatch(disp.kernel_object, disp.grid, disp.workgroup, disp.kernarg, disp.group_segment, disp.private_segment,
+                                 dispatch_packet_va=disp.packet_va, queue_va=disp.queue_va, dispatch_id=disp.index)
     except GPUFault as e: raise GPUFaultErr(int(e.address or 0), "store" in str(e), "TCP (shader)", str(e)) from None
     disp.executed = True
 
