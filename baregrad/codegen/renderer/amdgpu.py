@@ -27,8 +27,9 @@ Precision (the CPU renderer calls libm; AMDGPU has float32 approximations only, 
 - EXP2/LOG2 float32: v_exp_f32/v_log_f32 with LLVM's denormal range scaling (about 1 ulp);
 - SIN float32: reduced by 2*pi first (Cody-Waite, three fused steps, like the PTX renderer) and then llvm.sin.f32
   (v_sin_f32 takes revolutions), so large arguments keep accuracy up to |x| ~ 1e5;
-- float64 EXP2/LOG2/SIN: the range is handled in float64 (exponent bits, subnormal scaling, reduction by 2*pi) and the
-  core is the float32 instruction: float32 precision (the PTX renderer's known gap, the same here).
+- float64 EXP2/LOG2/SIN: the range is handled in float64 (exponent bits, subnormal scaling, reduction by 2*pi; a
+  negative LOG2 argument gives NaN even where it would round to -0 in float32) and the core is the float32
+  instruction: float32 precision (the PTX renderer's known gap, the same here).
 """
 from __future__ import annotations
 import re
@@ -95,7 +96,9 @@ _F64_HELPERS = {
   %lg = fadd double %lf, %ef
   %a32 = fptrunc double %a to float
   %s32 = call float @llvm.log2.f32(float %a32)
-  %sp = fpext float %s32 to double
+  %se = fpext float %s32 to double
+  %neg = fcmp olt double %a, 0.000000e+00
+  %sp = select i1 %neg, double 0x7FF8000000000000, double %se
   %pos = fcmp ogt double %a, 0.000000e+00
   %fin = fcmp olt double %a, 0x7FF0000000000000
   %ok = and i1 %pos, %fin
