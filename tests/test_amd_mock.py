@@ -636,7 +636,7 @@ def test_code_object_checks(amd):
   with pytest.raises(ValueError, match="takes 2 explicit arguments"): prg.fill_kernargs([], [])
 
 def _have_rdna3() -> bool:
-  try: from baregrad.drivers.mock.rdna3 import RDNA3Machine  # noqa: F401
+  try: from baregrad.drivers.mock.rdna3.machine import RDNA3Machine  # noqa: F401
   except ImportError: return False
   return True
 needs_rdna3 = pytest.mark.skipif(not _have_rdna3(), reason="the RDNA3 interpreter (baregrad/drivers/mock/rdna3: RDNA3Machine) is not in this build")

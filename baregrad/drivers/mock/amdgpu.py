@@ -990,7 +990,7 @@ class MockAMDGPU:
       raise QueueStop(f"mock limitation: cannot execute wave64 CDNA code: the {g.target.name} dispatch of kernel object "
                       f"{disp.kernel_object:#x} (grid {disp.grid}, workgroup {disp.workgroup}) was decoded and validated, but this mock "
                       f"executes RDNA3 (gfx1100, wave32) machine code only")
-    try: from baregrad.drivers.mock.rdna3 import RDNA3Machine  # type: ignore[import-not-found]
+    try: from baregrad.drivers.mock.rdna3.machine import RDNA3Machine  # type: ignore[import-not-found]
     except ImportError as e:
       raise QueueStop(f"mock limitation: this build has no RDNA3 interpreter (baregrad/drivers/mock/rdna3): {e}") from None
     from baregrad.drivers.mock.ptx_interp import GPUFault
@@ -998,6 +998,8 @@ class MockAMDGPU:
       RDNA3Machine(mem).dispatch(disp.kernel_object, disp.grid, disp.workgroup, disp.kernarg, disp.group_segment, disp.private_segment,
                                  dispatch_packet_va=disp.packet_va, queue_va=disp.queue_va, dispatch_id=disp.index)
     except GPUFault as e: raise GPUFaultErr(int(e.address or 0), "store" in str(e), "TCP (shader)", str(e)) from None
+    except Exception as e:   # an instruction the interpreter refuses: the wave would trap; the queue hangs
+      raise QueueStop(f"the kernel at {disp.kernel_object:#x} cannot run: {type(e).__name__}: {e}") from None
     disp.executed = True
 
   # --- PM4 (the CP's packet engine, for IBs and PM4 rings)
