@@ -1157,6 +1157,12 @@ def _make_tracking() -> type:
     def store(self, addrs: Any, values: Any, dtype: Any, what: str = "store") -> None:
       if self.tracking: self.writes.append((np.asarray(addrs, np.uint64).reshape(-1).copy(), np.dtype(dtype).itemsize))
       super().store(addrs, values, dtype, what)
+    def _find(self, va: int, size: int) -> Any:  # the region holding [va, va+size): a binary search (many BOs are mapped)
+      i = int(np.searchsorted(self._starts, np.uint64(va), side="right")) - 1
+      if i >= 0:
+        r = self._regions[i]
+        if va + size <= r.va + r.size: return r
+      return super()._find(va, size)   # its GPUFault
     def read_bytes(self, va: int, size: int) -> bytes:
       if self.tracking: self.reads.append((np.array([va], np.uint64), size))
       return super().read_bytes(va, size)
