@@ -760,3 +760,45 @@ def test_concurrent_host_threads(amd):
   for t in ts: t.join(30)
   assert not errors, errors
   amd.synchronize()
+
+def test_aql_packet_with_invalid_header_stalls_the_cp(amd, mock):
+  """A slot whose header still says INVALID is not processed (the producer writes the header last): the CP waits."""
+  r = amd.aql
+  with r.lock:
+    slot = r.ring.cpu + 64 * (r.put % r.nslots)
+    ctypes.c_uint32.from_address(slot).value = hw.AQL_INVALID
+    r.put += 1
+    r.wptr_p.value = r.put
+    amd.port.doorbell(r.doorbell, r.put - 1, 8)
+  q = mock.queues[amd.queue_ids[0]]
+  assert q.rd == r.put - 1 and "INVALID" in (q.blocked or "")
+  with r.lock: ctypes.c_uint32.from_address(slot).value = hw.aql_barrier_and()[0]   # the header arrives: it runs
+  amd._kick()
+  assert q.rd == r.put
+
+def test_sdma_illegal_packet_stops_the_queue():
+  dev, mock = open_mock()
+  try:
+    sr = dev.sdma
+    with sr.lock:
+      ctypes.c_uint32.from_address(sr.ring.cpu).value = 0xEE   # no such SDMA opcode
+      sr.put = 4
+      sr.wptr_p.value = 4
+      dev.port.doorbell(sr.doorbell, 4, 8)
+    with pytest.raises(AMDFault, match="GPU hang/reset"): dev.synchronize(timeout_ms=2000)
+    assert any("SDMA illegal packet" in l for l in mock.log)
+  finally: dev.close()
+
+def test_gfx9_drops_end_of_pipe_interrupts_without_a_context_id():
+  """event_interrupt_isr_v9: an END_OF_PIPE interrupt with context id 0 is dropped on gfx9 (a firmware workaround), so
+  even a written mailbox slot is not noticed; gfx11 would scan the slots and set the event."""
+  for arch, fires in (("gfx942", False), ("gfx1100", True)):
+    dev, mock = open_mock(arch=arch)
+    try:
+      ib = dev._gpu_alloc(4096, "userptr")
+      w = hw.pm4_release_mem(dev.family, dev.event_mailbox, 1, data_sel=1, int_sel=2, ctxid=0)
+      (ctypes.c_uint32 * len(w)).from_address(ib.cpu)[:] = w
+      pulses = mock.events[dev.event_id].pulses
+      _raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
+      assert (mock.events[dev.event_id].pulses > pulses) == fires, arch
+    finally: dev.close()
