@@ -142,7 +142,7 @@ class AMDDevice(HCQDevice):
     if t is None:
       raise DeviceUnavailable(f"{device}: GPU node {self.node.index} is a {target_name(ver)} (gfx_target_version {ver}); this driver supports "
                               f"{', '.join(t.name for t in TARGETS.values())}")
-    self.target, self.family = t, t.family
+    self.target, self.family, self.arch = t, t.family, t.name
     if self.node.props.get("wave_front_size") not in (None, t.wave_size):
       raise DeviceUnavailable(f"{device}: {t.name} reports wave size {self.node.props['wave_front_size']}, expected {t.wave_size}")
     self.sizes: QueueSizes = queue_sizes(self.node.props)
