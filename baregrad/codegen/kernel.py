@@ -225,13 +225,13 @@ class Kernel:
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
-    def access(st: ShapeTracker) -> tuple[UOp, UOp | None]:
+    def access(st: ShapeTracker, store: bool = False) -> tuple[UOp, UOp | None]:
       idx, valid = st.to_index(idxs_for(st.shape))
       strides = st.real_strides() if self.pads else ()
       for o in self.pads:
-        # past the end of a padded axis the address would be out of range (an axis the view does not move along
-        # gives a value that is never stored or reduced: no mask)
-        if st.shape[o] != 1 and strides[o] != 0: valid = pad_valid[o] if valid.op is Ops.CONST and valid.arg else valid & pad_valid[o]
+        # past the end of a padded axis the address would be out of range (a load that does not move along it gives a
+        # value that is never stored or reduced: no mask; a store is always masked, it must not overwrite a real lane)
+        if st.shape[o] != 1 and (store or strides[o] != 0): valid = pad_valid[o] if valid.op is Ops.CONST and valid.arg else valid & pad_valid[o]
       valid = valid.simplify()
       return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
     for u in self.ast.toposort():
@@ -245,7 +245,7 @@ class Kernel:
         c = UOp.const(u.dtype, u.arg)
         new = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
-        idx, valid = access(u.src[1].arg)
+        idx, valid = access(u.src[1].arg, store=True)
         new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
       elif u.op is Ops.REDUCE_AXIS:
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
