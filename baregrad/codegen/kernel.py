@@ -226,12 +226,18 @@ class Kernel:
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
     def access(st: ShapeTracker, store: bool = False) -> tuple[UOp, UOp | None]:
-      idx, valid = st.to_index(idxs_for(st.shape))
       strides = st.real_strides() if self.pads else ()
+      # past the end of a padded axis the address would be out of range. A store is masked there (it must not write a
+      # real element). A load's value there is never stored, and a reduction replaces it by its identity, so only its
+      # address must be kept in range: a load contiguous along the axis is masked (one masked vector access), another
+      # one reads the last real element instead (a clamped index: no mask, the address hoisted out of inner loops)
+      clamp = [o for o in self.pads if not store and st.shape[o] != 1 and strides[o] not in (0, 1, -1)]
+      idxs = idxs_for(st.shape)
+      for o in clamp: idxs[o] = (idxs[o] < self.pads[o]).where(idxs[o], UOp.const(dtypes.int32, self.pads[o] - 1)).simplify()
+      idx, valid = st.to_index(idxs)
       for o in self.pads:
-        # past the end of a padded axis the address would be out of range (a load that does not move along it gives a
-        # value that is never stored or reduced: no mask; a store is always masked, it must not overwrite a real lane)
-        if st.shape[o] != 1 and (store or strides[o] != 0): valid = pad_valid[o] if valid.op is Ops.CONST and valid.arg else valid & pad_valid[o]
+        if st.shape[o] != 1 and o not in clamp and (store or strides[o] != 0):
+          valid = pad_valid[o] if valid.op is Ops.CONST and valid.arg else valid & pad_valid[o]
       valid = valid.simplify()
       return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
     for u in self.ast.toposort():

@@ -158,7 +158,7 @@ def _build_all(ast: UOp, cands: list[list[Opt]], ren: Any, compiler: Any) -> lis
   n = int(getenv("BEAM_WORKERS", os.cpu_count() or 1))
   payload = None
   if n > 1 and len(cands) > 1:
-    try: payload = pickle.dumps((ren, compiler))
+    try: payload, _ = pickle.dumps((ren, compiler)), pickle.dumps(ast)   # (a very deep AST may not pickle)
     except Exception: payload = None
   if payload is not None:
     if payload not in _pools: _pools[payload] = _Workers(n, payload)
