@@ -27,7 +27,7 @@ def _try(k: Kernel, opt: Opt) -> bool:
 def _tile(k: Kernel, orig: int, amt: int, op: OptOps) -> int:
   """Split full-shape axis `orig` into lanes of `amt` (padding it up to a multiple where it does not divide, when the
   padding wastes under a quarter); returns the lanes taken (1: none)."""
-  n = k.full_shape[orig]
+  n = k.pads.get(orig) and next(a.size for a in k.axes if a.orig == orig) or k.full_shape[orig]   # padded already: its new size
   if n <= 1 or amt <= 1: return 1
   if n <= amt or (n < 2 * amt and (-n) % amt * 4 > n): amt = n   # the whole axis (a short one that padding would bloat)
   elif n % amt:
@@ -64,6 +64,10 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       # no row to reuse the vector across (a vector-matrix product): more lanes instead, for independent accumulators
       amt = 2 * vec if nj >= 2 * vec else vec
       if not iis and nj >= 8 * vec: amt = 4 * vec
+      if iis and ren.vectorized and nj < vec and nj & (nj - 1) and (m := _loop_index(k, j)) is not None:
+        # a short row under other rows of the tile: padded to a power of two, so registers hold whole rows (11 lanes
+        # per row would make every register straddle two rows: shuffles around every FMA)
+        _try(k, Opt(OptOps.PADTO, m, 1 << nj.bit_length()))
       _tile(k, j, amt, OptOps.UPCAST)
       if iis: _tile(k, iis[-1], 8 if ren.vectorized else 4, OptOps.UPCAST)
       # the tiles of j outermost when there are enough (one panel of the contiguous operand stays in cache per core)
