@@ -62,7 +62,7 @@ def _fill(b: Buffer) -> None:
   """Ordinary values (fresh device memory is zero pages on a CPU, which no real input is; no NaNs or denormals)."""
   d = b.dtype.scalar
   if dtypes.is_float(d): pat = [0.5 + (i * 37 % 101) / 101 for i in range(256)]
-  else: pat = [i * 37 % 7 for i in range(256)]
+  else: pat = [i * 37 % (2 if d == dtypes.bool else 7) for i in range(256)]
   fmt = {dtypes.float16: "e", dtypes.float32: "f", dtypes.float64: "d"}.get(d)
   if fmt is None:
     one = b"".join(int(v).to_bytes(d.itemsize, "little") for v in pat)
