@@ -129,3 +129,19 @@ def test_no_libopencl_makes_cl_unavailable_with_the_install_hint():
 def test_asking_for_a_device_index_that_is_not_there_lists_the_devices():
   _cl()
   with pytest.raises(DeviceUnavailable, match=r"OpenCL device\(s\) here: CL:0 "): Device["CL:99"]
+
+def test_half_end_to_end_accumulates_in_float32():
+  # float16 storage on any OpenCL device (vload_half/vstore_half are core): sums, matmul and conv accumulate in float32
+  from baregrad import Tensor
+  import baregrad.tensor.functional as F
+  dev = _cl().device
+  assert Tensor.ones(10000, dtype=dtypes.float16, device=dev).sum().item() == 10000.0   # a half accumulator stalls at 2048
+  rng = np.random.default_rng(0)
+  a, b = rng.standard_normal((33, 70)).astype(np.float32), rng.standard_normal((70, 20)).astype(np.float32)
+  x, w = rng.standard_normal((2, 3, 9, 9)).astype(np.float32), rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+  for f32, f16 in ((lambda: Tensor(a, device=dev) @ Tensor(b, device=dev), lambda: Tensor(a, device=dev).half() @ Tensor(b, device=dev).half()),
+                   (lambda: F.conv2d(Tensor(x, device=dev), Tensor(w, device=dev), padding=1),
+                    lambda: F.conv2d(Tensor(x, device=dev).half(), Tensor(w, device=dev).half(), padding=1))):
+    ref, got = f32().numpy(), f16()
+    assert got.dtype == dtypes.float16
+    np.testing.assert_allclose(got.numpy().astype(np.float32), ref, rtol=1e-2, atol=1e-2 * np.abs(ref).max())

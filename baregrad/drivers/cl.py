@@ -7,7 +7,7 @@ allocator's cache and handed out again is only written after every kernel queued
 the last command's event with a timeout (CL_TIMEOUT_MS, default 30000): clFinish and clWaitForEvents cannot time out.
 Kernel ABI: the present DEFINE_GLOBALs as `__global T*` in buffer order, then each variable as a `long`."""
 from __future__ import annotations
-import ctypes, os, time
+import ctypes, os, threading, time
 from dataclasses import dataclass
 from typing import Any, Hashable
 from baregrad.ir.dtype import ALL, dtypes
@@ -228,15 +228,17 @@ class CLProgram(Program):
     if nloc > self.max_work_group:
       raise ValueError(f"kernel {self.name}: a work-group of {local_size} ({nloc} work-items) exceeds what {dev.caps.name} runs "
                        f"for this kernel (CL_KERNEL_WORK_GROUP_SIZE {self.max_work_group})")
-    for i, b in enumerate(bufs): check(cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(cl.cl_mem), ctypes.byref(b.mem)), "clSetKernelArg", f"{self.name} buffer {i}")
-    for j, v in enumerate(vals):
-      check(cl.clSetKernelArg(self.kernel, len(bufs) + j, 8, ctypes.byref(ctypes.c_int64(v))), "clSetKernelArg", f"{self.name} variable {j}")
     gws = (cl.size_t * 3)(*(g * l for g, l in zip(global_size, local_size)))
     lws = (cl.size_t * 3)(*local_size)
-    ev = dev._enqueue(cl.clEnqueueNDRangeKernel, self.kernel, 3, None, gws, lws, what=f"kernel {self.name}")
-    if not wait: return None
-    wait_event(dev.queue, ev, f"kernel {self.name} over {tuple(global_size)} work-groups of {tuple(local_size)}")
-    return profile_s(ev)
+    with dev.lock:  # arguments are kernel state (clSetKernelArg is not thread-safe per kernel); the event is the device's
+      for i, b in enumerate(bufs):
+        check(cl.clSetKernelArg(self.kernel, i, ctypes.sizeof(cl.cl_mem), ctypes.byref(b.mem)), "clSetKernelArg", f"{self.name} buffer {i}")
+      for j, v in enumerate(vals):
+        check(cl.clSetKernelArg(self.kernel, len(bufs) + j, 8, ctypes.byref(ctypes.c_int64(v))), "clSetKernelArg", f"{self.name} variable {j}")
+      ev = dev._enqueue(cl.clEnqueueNDRangeKernel, self.kernel, 3, None, gws, lws, what=f"kernel {self.name}")
+      if not wait: return None
+      wait_event(dev.queue, ev, f"kernel {self.name} over {tuple(global_size)} work-groups of {tuple(local_size)}")
+      return profile_s(ev)
 
   def __del__(self) -> None:
     try:
@@ -265,6 +267,7 @@ class CLDevice(Compiled):
     self.ctx = checked(cl.clCreateContext, None, 1, ctypes.byref(self.device_id), None, None, what=f"context on {caps.name}")
     self.queue = self._make_queue()
     self._last: Any = None  # the event of the newest command (the queue is in order: its completion means all are done)
+    self.lock = threading.RLock()  # one thread at a time enqueues and waits: _last is released when replaced
     from baregrad.codegen.renderer.opencl import OpenCLRenderer
     renderer = OpenCLRenderer(fp64=caps.fp64, local_max=caps.max_work_group)
     super().__init__(device, CLAllocator(self), renderer, CLCompiler(self), CLProgram)
@@ -300,11 +303,12 @@ class CLDevice(Compiled):
     return ev
 
   def _enqueue_wait(self, fn: Any, *args: Any, what: str) -> None:
-    wait_event(self.queue, self._enqueue(fn, *args, what=what), what)
+    with self.lock: wait_event(self.queue, self._enqueue(fn, *args, what=what), what)
 
   def synchronize(self, timeout_ms: int | None = None) -> None:
-    if self._last is not None and not self.closed:
-      wait_event(self.queue, self._last, f"{self.device} synchronize", None if timeout_ms is None else timeout_ms / 1000)
+    with self.lock:
+      if self._last is not None and not self.closed:
+        wait_event(self.queue, self._last, f"{self.device} synchronize", None if timeout_ms is None else timeout_ms / 1000)
 
   def close(self) -> None:
     if self.closed: return

@@ -9,7 +9,7 @@ timeout (CUDA_TIMEOUT_MS, default 30000): cuStreamSynchronize and cuEventSynchro
 arguments are packed into one parameter buffer at the offsets the cubin declares (EIATTR_KPARAM_INFO) and passed with
 CU_LAUNCH_PARAM_BUFFER_POINTER. Errors name the call and the CUresult (cuGetErrorName, cuGetErrorString)."""
 from __future__ import annotations
-import ctypes, os, time
+import ctypes, os, threading, time
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 from baregrad.hal import Compiled, LRUAllocator, Program, CompileError, DeviceUnavailable, OutOfMemory
@@ -140,16 +140,17 @@ class CUDAProgram(Program):
     size = ctypes.c_size_t(len(packed.raw))
     extra = (ctypes.c_void_p * 5)(cu.CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT, ctypes.addressof(packed),
                                   cu.CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT, ctypes.addressof(size), cu.CU_LAUNCH_PARAM_END_AS_INT)
-    dev._current()
-    if wait: check(cu.cuEventRecord(dev.ev_start, dev.stream), "cuEventRecord")
-    check(cu.cuLaunchKernel(self.fn, *global_size, *local_size, 0, dev.stream, None, extra), "cuLaunchKernel",
-          f"{self.name} over {tuple(global_size)} blocks of {tuple(local_size)}")
-    if not wait: return None
-    check(cu.cuEventRecord(dev.ev_end, dev.stream), "cuEventRecord")
-    poll(cu.cuEventQuery, dev.ev_end, f"kernel {self.name}")
-    ms = ctypes.c_float(0)
-    check(cu.cuEventElapsedTime(ctypes.byref(ms), dev.ev_start, dev.ev_end), "cuEventElapsedTime")
-    return ms.value * 1e-3
+    with dev.lock:  # the timing events are the device's
+      dev._current()
+      if wait: check(cu.cuEventRecord(dev.ev_start, dev.stream), "cuEventRecord")
+      check(cu.cuLaunchKernel(self.fn, *global_size, *local_size, 0, dev.stream, None, extra), "cuLaunchKernel",
+            f"{self.name} over {tuple(global_size)} blocks of {tuple(local_size)}")
+      if not wait: return None
+      check(cu.cuEventRecord(dev.ev_end, dev.stream), "cuEventRecord")
+      poll(cu.cuEventQuery, dev.ev_end, f"kernel {self.name}")
+      ms = ctypes.c_float(0)
+      check(cu.cuEventElapsedTime(ctypes.byref(ms), dev.ev_start, dev.ev_end), "cuEventElapsedTime")
+      return ms.value * 1e-3
 
   def __del__(self) -> None:
     try:
@@ -193,7 +194,7 @@ class CUDADevice(Compiled):
     self.max_grid = tuple(_attr(self.dev, a) for a in (cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
                                                        cu.CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z))
     self.max_shared_mem = _attr(self.dev, cu.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)
-    self.ctx = cu.CUcontext()
+    self.ctx, self.lock = cu.CUcontext(), threading.Lock()
     check(cu.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), self.dev), "cuDevicePrimaryCtxRetain")
     self._current()
     self.stream, self.ev_start, self.ev_end = cu.CUstream(), cu.CUevent(), cu.CUevent()

@@ -72,6 +72,7 @@ class CRenderer(Renderer):
   types: dict[DType, str] = CTYPE   # scalar dtype -> C type name (CUDA C overrides bool and half)
   int_limits = _IT                  # integer dtype -> (helper type name, min, max) for the division and saturation helpers
   acc_round: dict[DType, tuple[str, str]] = {dtypes.bfloat16: ("bf2f", "f2bf")}  # accumulate in float32, round each step
+  gpu_index: dict[str, str] = {}    # GPU dialects: SPECIAL gidx/lidx -> how index {n} (axis {xyz}) is read
 
   def _ct(self, d: DType) -> str:
     if isinstance(d, PtrDType): return self.types[d.base.scalar] + "*"
@@ -93,6 +94,9 @@ class CRenderer(Renderer):
       emit(f"{self._ct(d)} restrict data{u.arg} = ({self._ct(d)})args[{u.arg}];"); return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR:
       emit(f"const {self._ct(d)} {u.arg[0]} = ({self._ct(d)})args[{nbufs + varnames.index(u.arg[0])}];"); return u.arg[0]
+    if u.op is Ops.SPECIAL and (fmt := self.gpu_index.get(u.arg[0][:4])) is not None and u.arg[0][4:] in ("0", "1", "2"):
+      emit(f"const int {u.arg[0]} = {fmt.format(n=u.arg[0][4:], xyz='xyz'[int(u.arg[0][4:])])};"); return u.arg[0]
+    if u.op is Ops.SPECIAL and self.gpu_index: raise RenderError(f"{self.name}: unknown SPECIAL {u.arg[0]}")
     raise RenderError(f"{self.name} renderer: cannot render {u.op} (no GPU indices on the CPU)")
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
     return (PRELUDE + sats + f"\nvoid {name}(const u64 *restrict args, long long start, long long end) {{\n" +

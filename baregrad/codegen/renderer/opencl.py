@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from baregrad.ir.dtype import DType, PtrDType, dtypes, ALL
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.renderer import RenderError
 from baregrad.codegen.renderer.cstyle import CRenderer, CTYPE, c_prelude, cconst, _IT
 
 CL_TYPES = {**CTYPE, dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint",
@@ -51,6 +50,7 @@ class OpenCLRenderer(CRenderer):
   types = CL_TYPES
   int_limits = CL_LIMITS
   acc_round = {**CRenderer.acc_round, dtypes.float16: ("", "h_rnd")}
+  gpu_index = {"gidx": "(int)get_group_id({n})", "lidx": "(int)get_local_id({n})"}
 
   def __init__(self, fp64: bool = True, local_max: int = 256) -> None:
     """fp64: the device has cl_khr_fp64; local_max: its largest work-group (CL_DEVICE_MAX_WORK_GROUP_SIZE)."""
@@ -89,11 +89,7 @@ class OpenCLRenderer(CRenderer):
     if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR:
       emit(f"const {self._ct(u.dtype)} {u.arg[0]} = ({self._ct(u.dtype)}){u.arg[0]}_arg;"); return u.arg[0]
-    nm = u.arg[0]
-    fn = {"gidx": "get_group_id", "lidx": "get_local_id"}.get(nm[:4])
-    if fn is None or nm[4:] not in ("0", "1", "2"): raise RenderError(f"OpenCL: unknown SPECIAL {nm}")
-    emit(f"const int {nm} = (int){fn}({nm[4:]});")
-    return nm
+    return super()._define(u, nbufs, varnames, emit)
 
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
     bufs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
