@@ -96,7 +96,6 @@ class CLCaps:
   global_mem: int
   base_align: int          # bytes: sub-buffer origins must be multiples of it
   fp64: bool               # cl_khr_fp64 (or a double FP config in OpenCL 1.2+)
-  fp16: bool               # cl_khr_fp16: half arithmetic (storage through vload_half/vstore_half is core OpenCL)
   correct_div_sqrt: bool   # -cl-fp32-correctly-rounded-divide-sqrt is allowed
   image: bool
 
@@ -108,7 +107,7 @@ def query_caps(dev: Any) -> CLCaps:
                 max_work_group=gi(cl.CL_DEVICE_MAX_WORK_GROUP_SIZE), max_work_items=info_sizes(cl.clGetDeviceInfo, dev, cl.CL_DEVICE_MAX_WORK_ITEM_SIZES),
                 local_mem=gi(cl.CL_DEVICE_LOCAL_MEM_SIZE), max_alloc=gi(cl.CL_DEVICE_MAX_MEM_ALLOC_SIZE),
                 global_mem=gi(cl.CL_DEVICE_GLOBAL_MEM_SIZE), base_align=gi(cl.CL_DEVICE_MEM_BASE_ADDR_ALIGN) // 8,
-                fp64="cl_khr_fp64" in ext or gi(cl.CL_DEVICE_DOUBLE_FP_CONFIG) != 0, fp16="cl_khr_fp16" in ext,
+                fp64="cl_khr_fp64" in ext or gi(cl.CL_DEVICE_DOUBLE_FP_CONFIG) != 0,
                 correct_div_sqrt=bool(gi(cl.CL_DEVICE_SINGLE_FP_CONFIG) & cl.CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT),
                 image=gi(cl.CL_DEVICE_IMAGE_SUPPORT) != 0)
 
@@ -127,7 +126,7 @@ def wait_event(queue: Any, ev: Any, what: str, timeout: float | None = None) -> 
   spins, nap = 0, 1e-5
   while (st := event_status(ev)) > cl.CL_COMPLETE:
     if time.monotonic() > deadline:
-      state = {1: "CL_SUBMITTED", 2: "CL_RUNNING", 3: "CL_QUEUED"}.get(st, str(st))
+      state = {cl.CL_RUNNING: "CL_RUNNING", cl.CL_SUBMITTED: "CL_SUBMITTED", cl.CL_QUEUED: "CL_QUEUED"}.get(st, str(st))
       raise TimeoutError(f"OpenCL: {what} did not finish within {timeout if timeout is not None else timeout_s():.1f} s "
                          f"(its command is {state}; set CL_TIMEOUT_MS to wait longer)")
     spins += 1
@@ -158,7 +157,7 @@ class CLAllocator(LRUAllocator):
     err = cl.cl_int(0)
     mem = cl.clCreateBuffer(self.dev.ctx, cl.CL_MEM_READ_WRITE, max(size, 1), None, ctypes.byref(err))  # 0 bytes is CL_INVALID_BUFFER_SIZE
     if err.value in (cl.CL_MEM_OBJECT_ALLOCATION_FAILURE, cl.CL_OUT_OF_RESOURCES, cl.CL_OUT_OF_HOST_MEMORY):
-      raise OutOfMemory(self.device, size, self.mem_used, f"clCreateBuffer: {ERROR_NAMES[err.value]}")
+      raise OutOfMemory(self.device, size, self.mem_used, f"clCreateBuffer: {ERROR_NAMES[err.value]} ({self.dev.caps.global_mem} bytes of device memory)")
     check(err.value, "clCreateBuffer", f"{size} bytes")
     return CLBuffer(mem, size)
   def _free(self, opaque: CLBuffer, size: int, options: Hashable | None) -> None:
