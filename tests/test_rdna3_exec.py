@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import load, store, reduce, sink
 from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import ProgramSpec, get_program

@@ -192,9 +192,6 @@ def compile_inst(i: Inst, code_va: int, mem: Memory):
   if e == "MUBUF" and i.name in ("buffer_gl0_inv", "buffer_gl1_inv"): return lambda b, w: _advance(b, w, i.size)
   raise RDNA3Error(f"{_where(i)}: {e} instructions are not executed by the RDNA3 interpreter")
 
-def _salu_types(i: Inst) -> list[str]:
-  return [f"b{o.bits}" if o.bits > 32 or not i.name.endswith(("_i64",)) else f"i{o.bits}" for o in i.src]
-
 def _c_salu(i: Inst, code_va: int):
   n, size = i.name, i.size
   if n == "s_getpc_b64":
@@ -328,7 +325,7 @@ def _c_valu(i: Inst):
   if is_cmp: sdst = i.dst[0]
   elif i.enc == "VOP3SD": sdst = i.dst[1]
   elif i.enc == "VOP2" and "_co_ci_" in base: sdst = i.dst[1]
-  size, ieee = i.size, None
+  size = i.size
   def run(b, w):
     em = b.exec_mask(w)
     ctx = _Ctx(b.ieee)
@@ -742,6 +739,7 @@ class RDNA3Machine:
   def _run(self, b: _Batch, code_va: int, t0: float) -> tuple[int, int]:
     steps = winst = 0
     allw = slice(None)
+    local: dict[int, tuple] = {}        # this dispatch's instructions by offset (code does not change under a dispatch)
     while True:
       run = b.live & ~b.bar
       if not run.any():
@@ -752,7 +750,9 @@ class RDNA3Machine:
       p = int(pcs.min())
       sel = run & (b.PC == p)
       w = allw if sel.all() else np.nonzero(sel)[0]
-      inst, fn = self._fetch(code_va + p, code_va)
+      hit = local.get(p)
+      if hit is None: local[p] = hit = self._fetch(code_va + p, code_va)
+      inst, fn = hit
       try: fn(b, w)
       except GPUFault as e:
         raise GPUFault(f"RDNA3 {_where(inst)}: {e.msg}", e.address) from None
