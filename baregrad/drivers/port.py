@@ -49,6 +49,7 @@ class Port(Protocol):
   def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int: ...
   def munmap(self, addr: int, length: int) -> None: ...
   def read(self, fd: int, n: int) -> bytes: ...
+  def lseek(self, fd: int, offset: int, whence: int) -> int: ...
   def doorbell(self, addr: int, value: int) -> None: ...
 
 def _argptr(arg: Any) -> tuple[int, int]:
@@ -87,6 +88,7 @@ class RealPort:
   def munmap(self, addr: int, length: int) -> None:
     if self.libc.munmap(ctypes.c_void_p(addr), length) != 0: raise self._err(f"munmap {addr:#x}+{length:#x}")
   def read(self, fd: int, n: int) -> bytes: return os.read(fd, n)
+  def lseek(self, fd: int, offset: int, whence: int) -> int: return os.lseek(fd, offset, whence)
   def doorbell(self, addr: int, value: int) -> None: ctypes.c_uint32.from_address(addr).value = value
 
 class MockDevice(Protocol):
@@ -112,6 +114,10 @@ class MockPort:
     return self.mock.mmap(addr, length, prot, flags, fd, offset)
   def munmap(self, addr: int, length: int) -> None: self.mock.munmap(addr, length)
   def read(self, fd: int, n: int) -> bytes: return getattr(self.mock, "read")(fd, n)
+  def lseek(self, fd: int, offset: int, whence: int) -> int:
+    f = getattr(self.mock, "lseek", None)
+    if f is None: raise OSError(errno.ESPIPE, "lseek: this mock has no seekable files")
+    return f(fd, offset, whence)
   def doorbell(self, addr: int, value: int) -> None: self.mock.doorbell(addr, value)
 
 class TracingPort:
@@ -143,6 +149,10 @@ class TracingPort:
   def read(self, fd: int, n: int) -> bytes:
     r = self.inner.read(fd, n)
     self.out(f"read({fd}, {n}) = {len(r)} bytes")
+    return r
+  def lseek(self, fd: int, offset: int, whence: int) -> int:
+    r = self.inner.lseek(fd, offset, whence)
+    self.out(f"lseek({fd}, {offset}, {whence}) = {r}")
     return r
   def doorbell(self, addr: int, value: int) -> None: self.out(f"doorbell {addr:#x} <- {value:#x}"); self.inner.doorbell(addr, value)
 

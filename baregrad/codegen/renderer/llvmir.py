@@ -147,7 +147,16 @@ class LLVMRenderer(Renderer):
           mask = ", ".join(f"i32 {j}" for j in u.arg)
           lines.append(f"  {nm} = shufflevector {ltype(s.dtype)} {r[s]}, {ltype(s.dtype)} poison, <{len(u.arg)} x i32> <{mask}>")
         r[u] = nm
-      elif u.op is Ops.CAST: lines.append(f"  {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], decls.add)}"); r[u] = nm
+      elif u.op is Ops.CAST:
+        fr, v = u.src[0].dtype, r[u.src[0]]
+        if dtypes.is_float(fr) and fr.itemsize == 2 and not dtypes.is_float(d) and d.scalar != dtypes.bool:
+          # 16-bit float -> int through float32 (exact). On CPUs with native fp16 conversions (AVX512-FP16,
+          # -mcpu=sapphirerapids) LLVM lowers fptosi.sat.i16.f16 to vcvttsh2si and two clamping compares with no
+          # NaN test, so NaN became -32768 instead of 0 (hw/h100-580.159.04/FINDINGS.md, finding 7)
+          f32 = dtypes.float32.vec(fr.count) if fr.count > 1 else dtypes.float32
+          lines.append(f"  {nm}.f = {self._cast(fr, f32, v, decls.add)}")
+          fr, v = f32, f"{nm}.f"
+        lines.append(f"  {nm} = {self._cast(fr, d, v, decls.add)}"); r[u] = nm
       elif u.op is Ops.BITCAST:
         if u.src[0].dtype.nbytes != d.nbytes: raise RenderError(f"BITCAST from {u.src[0].dtype} to {d}: sizes differ")
         lines.append(f"  {nm} = bitcast {ltype(u.src[0].dtype)} {r[u.src[0]]} to {ltype(d)}"); r[u] = nm
