@@ -134,3 +134,34 @@ def test_random_words_decode(fmt, data, r, lit):
   assert i.size == (8 if uses_lit else 4) and (not uses_lit or i.words[1] == lit)
   try: i.text()
   except DecodeError as e: assert "is not a" in str(e)
+
+# ---- a second opinion where Debian's llvm-objdump (16 or newer) is installed: instruction offsets, lengths, words
+def _objdump() -> str | None:
+  import shutil
+  for v in range(25, 15, -1):
+    if (p := shutil.which(f"llvm-objdump-{v}")) is not None: return p
+  return None
+
+@pytest.mark.skipif(_objdump() is None, reason="no llvm-objdump-16+ on PATH (apt-get install llvm-19)")
+def test_encodings_agree_with_llvm_objdump(tmp_path):
+  import subprocess
+  c = AMDCompiler("gfx1100")
+  n = 0
+  for nm, src in corpus_sources()[:40]:
+    lib = c.compile_cached(src)
+    (tmp_path / "k.o").write_bytes(lib)
+    out = subprocess.run([_objdump(), "-d", "--mcpu=gfx1100", str(tmp_path / "k.o")], capture_output=True, text=True, check=True).stdout
+    co = load_code_object(lib)
+    k = co.kernels[nm]
+    mine = {i.offset: i for i in disassemble(co.image, k.code_offset, k.code_offset + k.code_size)}
+    for line in out.splitlines():
+      m = re.match(r"\s+(\S+).*//\s*([0-9A-Fa-f]+):\s*([0-9A-Fa-f ]+)$", line)
+      if not m or int(m.group(2), 16) >= k.code_size: continue
+      off, words = int(m.group(2), 16), tuple(int(x, 16) for x in m.group(3).split())
+      assert off in mine, f"{nm}: llvm-objdump has an instruction at {off:#x}, we do not"
+      i = mine[off]
+      if m.group(1) == ".long": continue         # an encoding the older LLVM cannot decode (gfx11 true16 forms added later)
+      assert i.words == words, f"{nm} at {off:#x}: words {i.encoding_hex} vs llvm-objdump {m.group(3)}"
+      assert re.sub(r"_e(32|64)$", "", i.name) == re.sub(r"_e(32|64)$", "", m.group(1)), f"{nm} at {off:#x}: {i.name} vs {m.group(1)}"
+      n += 1
+  assert n > 1000

@@ -246,6 +246,7 @@ def _c_salu(i: Inst, code_va: int):
 
 def _c_sopk(i: Inst):
   n, d, k, size = i.name, i.dst[0], i.src[0].val, i.size
+  if n.startswith("s_waitcnt_"): return lambda b, w: _advance(b, w, size)    # counters: in order here, nothing to wait for
   if not (n.startswith(("s_movk", "s_cmovk", "s_addk", "s_mulk", "s_cmpk"))):
     raise RDNA3Error(f"{_where(i)}: {n} is not executed by the RDNA3 interpreter")
   def run(b, w):
