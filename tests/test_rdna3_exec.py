@@ -226,8 +226,39 @@ def test_lds_and_barrier(dt, n):
   assert_matches(got[0], want, dt, f"LDS reverse {dt} x{n}")
   assert res.waves == 4 * (n // 32) and res.workgroups == 4
 
+_LDS_OOB_IR = """
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare void @llvm.amdgcn.s.barrier()
+@t = internal unnamed_addr addrspace(3) global [64 x float] undef, align 16
+define amdgpu_kernel void @oob(ptr addrspace(1) %out, i32 %k) #0 {
+  %l = call i32 @llvm.amdgcn.workitem.id.x()
+  %f = uitofp i32 %l to float
+  %p = getelementptr float, ptr addrspace(3) @t, i32 %l
+  store float %f, ptr addrspace(3) %p
+  %lk = add i32 %l, %k
+  %q = getelementptr float, ptr addrspace(3) @t, i32 %lk
+  store float 9.0, ptr addrspace(3) %q
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  %v = load float, ptr addrspace(3) %q
+  %w = load float, ptr addrspace(3) %p
+  %s = fadd float %v, %w
+  %o = getelementptr float, ptr addrspace(1) %out, i32 %l
+  store float %s, ptr addrspace(1) %o
+  ret void
+}
+attributes #0 = { nounwind "amdgpu-flat-work-group-size"="64,64" "amdgpu-no-implicitarg-ptr" "amdgpu-no-dispatch-ptr" "amdgpu-no-queue-ptr" }
+"""
+
 def test_lds_bounds_and_group_segment():
-  """LDS accesses past group_segment_size read 0 and write nothing; a packet smaller than the kernel's LDS is refused."""
+  """LDS accesses past the workgroup's allocation (group_segment_size) read 0 and write nothing; a packet smaller than
+  the kernel's LDS is refused."""
+  layout = [("data0", 0, 8), ("var_k", 8, 4)]
+  got, _ = dispatch_src(_LDS_OOB_IR, "oob", {0: np.zeros(64, np.float32)}, (1, 1, 1), (64, 1, 1), {"var_k": (64, None)}, layout=layout)
+  assert (got[0] == np.arange(64)).all()                  # t[l + 64] is past the 256 bytes: the 9.0 went nowhere, reads 0
+  got, _ = dispatch_src(_LDS_OOB_IR, "oob", {0: np.zeros(64, np.float32)}, (1, 1, 1), (64, 1, 1), {"var_k": (0, None)}, layout=layout)
+  assert (got[0] == 18).all()                             # in range: every lane overwrote its own value with 9.0
   nm, prog = lds_kernel(dtypes.float32, 64)
   src = AMDGPURenderer().render(nm, prog)
   x = np.arange(256, dtype=np.float32)

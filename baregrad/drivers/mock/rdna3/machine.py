@@ -18,8 +18,9 @@ Initial state (LLVM AMDGPUUsage, "Initial Kernel Execution State" and "Kernel De
   even and float denorm modes must be "preserve" (what LLVM sets), else the dispatch is refused by name.
 Memory: global/flat accesses go to `memory` (ptx_interp.Memory: an unmapped byte raises its GPUFault); unaligned
 global accesses are allowed (KFD programs SH_MEM_CONFIG.ALIGNMENT_MODE = unaligned on gfx9+:
-amdkfd/kfd_device_queue_manager_v11.c, init_sh_mem_registers); LDS is per workgroup, group_segment_size bytes, and an
-LDS access beyond it reads 0 and writes nothing (the ISA guide, "LDS: out of range" ); flat addresses in the shared
+amdkfd/kfd_device_queue_manager_v11.c, set_cache_memory_policy_v11); LDS is per workgroup, group_segment_size bytes, and an
+LDS access past that allocation is range-checked, not a fault: it reads 0 and writes nothing (the same rule as the
+ISA guide's buffer range checking; GCN documented it for LDS with M0 as the limit); flat addresses in the shared
 aperture (high 16 bits 1, as KFD sets it for gfx9+: amdkfd/kfd_flat_memory.c, MAKE_LDS_APP_BASE_V9) go to LDS.
 Waves run until s_endpgm; s_barrier holds a wave until every wave of its workgroup that has not ended reaches one.
 s_waitcnt, s_delay_alu, s_clause, s_nop and cache invalidations are no-ops for an in-order interpreter.
