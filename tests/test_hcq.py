@@ -64,6 +64,7 @@ def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
 # (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
 KERNEL_PROVIDERS = {"CPU": _cpu_lib}
 KERNEL_PROVIDERS["NV"] = lambda request: __import__("test_nv_mock").NV_KERNELS_PTX.encode()  # PTX, run by the mock GPU (MOCKGPU=1)
+KERNEL_PROVIDERS["AMD"] = lambda request: __import__("test_amd_mock").amd_kernels(request.getfixturevalue("hcq_device").target.name)  # LLVM IR -> code object
 
 @pytest.fixture
 def kernel(hcq_device, request):
