@@ -3,7 +3,7 @@ from __future__ import annotations
 import math
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.engine.graph import shape_of, device_of
+from baregrad.engine.graph import shape_of, device_of, stale_error
 
 def _c(like: UOp, v: float) -> UOp:
   """A constant broadcast to like's shape."""
@@ -129,7 +129,10 @@ def backward(loss, gradient=None) -> None:
   leaves = [t for t in list(_all_grad_tensors) if t.requires_grad]
   nodes = set(loss.uop.toposort())
   targets = {t.uop for t in leaves if t.uop in nodes}
-  if not targets: raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
+  if not targets:
+    # the leaves were overwritten in place since the graph was built (their tensors read newer versions now)
+    if (stale := next((u.arg for u in nodes if u.op is Ops.BUFFER and u.arg.stale), None)) is not None: raise stale_error(stale)
+    raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
   grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
   for t in leaves:
     if t.uop not in grads: continue

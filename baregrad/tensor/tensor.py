@@ -7,11 +7,13 @@ from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error
 from baregrad.engine import lazy
 
 ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
+# every tensor alive: an in-place write first computes those that read what it overwrites (tensor/inplace.py)
+live_tensors: weakref.WeakSet = weakref.WeakSet()
 
 def _np_dtype(d: DType) -> Any:
   if d == dtypes.bfloat16: return np.uint16
@@ -69,6 +71,7 @@ class Tensor:
       d = dtype or _from_np_dtype(data.dtype)
       self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    live_tensors.add(self)
     if requires_grad:
       if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
       _all_grad_tensors.add(self)
@@ -79,6 +82,7 @@ class Tensor:
     ref = BufRef(self.device, arr.size, dtype)
     if arr.size: ref.ensure().copyin(memoryview(arr.reshape(-1)).cast("B"))
     else: ref.ensure()
+    ref.storage.owner = weakref.ref(self)
     return lazy.buffer_view(ref, arr.shape)
 
   # ---- properties
@@ -118,19 +122,23 @@ class Tensor:
     items, _, _ = lazy.schedule_for([self.uop], self.device)
     return items
   def realize(self, *others: Tensor) -> Tensor:
+    from baregrad.tensor.inplace import bind
     ts = [self, *others]
     outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
     for t, u in zip(ts, outs):
-      if not t.requires_grad: t.uop = u
+      if not t.requires_grad: bind(t, u) if base_of(u).op is Ops.BUFFER else setattr(t, "uop", u)
     return self
   def contiguous(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def _buffer(self) -> Buffer:
     """A realized, contiguous buffer holding exactly this tensor's elements."""
     u = lazy.substitute_realized(self.uop)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
+      from baregrad.tensor.inplace import bind
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
-      if not self.requires_grad: self.uop = u
+      if self.requires_grad: lazy.realized_map[self.uop] = u
+      else: bind(self, u)
+    elif base_of(u).arg.stale: raise stale_error(base_of(u).arg)
     Device[self.device].synchronize()
     return base_of(u).arg.buf
   def numpy(self) -> np.ndarray:
@@ -165,22 +173,16 @@ class Tensor:
     return self
 
   def assign(self, x: Tensor | Any) -> Tensor:
-    """Write x into this tensor's buffer (in place, used by optimizers); the tensor keeps its identity."""
+    """Write x into this tensor's buffer in place; the tensor keeps its identity. Tensors built from the old value
+    keep it (docs/value_semantics.md)."""
     if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
-    if x.shape != self.shape: raise ValueError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
+    if x.shape != self.shape: raise RuntimeError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
-    base = base_of(self.uop)
     if not _is_whole_buffer(self.uop):  # a view (x[0]) writes a new buffer of its own; its base is not changed
       self.uop = x.contiguous().uop
       return self
-    ref = base.arg
-    # the write goes into the same memory under a new identity, so graphs built on the old value stay distinct
-    new_ref = BufRef(ref.device, ref.size, ref.dtype, ref.ensure())
-    src = lazy.substitute_realized(x.uop)
-    target = buffer_uop(new_ref)
-    u = UOp(Ops.ASSIGN, self.dtype, (target, UOp(Ops.RESHAPE, x.dtype, (src,), (ref.size,)) if shape_of(src) != (ref.size,) else src))
-    lazy.realize([u], self.device)
-    self.uop = lazy.buffer_view(new_ref, self.shape)
+    from baregrad.tensor.inplace import write
+    write([(self, x)])
     return self
 
   # ---- creation
