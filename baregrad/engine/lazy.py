@@ -15,14 +15,19 @@ def buffer_view(ref: BufRef, shape: tuple[int, ...]) -> UOp:
   b = buffer_uop(ref)
   return b if shape == (ref.size,) else UOp(Ops.RESHAPE, ref.dtype, (b,), tuple(shape))
 
+# results in storages older than this are not reused (the jit sets it while capturing: a recording must compute what
+# its replays will need, not name a buffer an earlier call happened to leave)
+reuse_from_id = 0
+
 def realized(u: UOp) -> UOp | None:
   """The buffer view holding u's value, if it was computed and that buffer still holds it."""
   v = realized_map.get(u)
   if v is None: return None
-  if base_of(v).arg.stale:
+  ref = base_of(v).arg
+  if ref.stale:
     del realized_map[u]
     return None
-  return v
+  return v if ref.storage.id >= reuse_from_id else None
 
 def substitute_realized(u: UOp) -> UOp:
   """u with every already-computed subgraph replaced by a read of its buffer."""

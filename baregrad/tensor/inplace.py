@@ -75,8 +75,10 @@ def readers(written: set[Storage] | None, exclude: set[int]) -> list[Tensor]:
   return out
 
 def _target(t: Tensor) -> UOp:
-  # a reader that is (a view of) a buffer must be copied: realizing it alone would only name the same memory
-  return UOp(Ops.CONTIGUOUS, t.dtype, (t.uop,)) if base_of(t.uop).op is Ops.BUFFER else t.uop
+  # a reader that is (a view of) a buffer, or was computed into one, must be copied: realizing it alone would only
+  # name the same memory
+  u = lazy.substitute_realized(t.uop)
+  return UOp(Ops.CONTIGUOUS, t.dtype, (u,)) if base_of(u).op is Ops.BUFFER else t.uop
 
 def realize_tensors(ts: Sequence[Tensor], extra: Sequence[UOp] = (), device: str | None = None) -> list[UOp]:
   """Realize tensors (and the extra UOps after them) in one schedule; tensors without gradients are bound to their

@@ -14,6 +14,7 @@ ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
 # every tensor alive: an in-place write first computes those that read what it overwrites (tensor/inplace.py)
 live_tensors: weakref.WeakSet = weakref.WeakSet()
+_rng_states: dict[str, Tensor] = {}  # device -> its RNG state [seed, counter] (uint32)
 
 def _np_dtype(d: DType) -> Any:
   if d == dtypes.bfloat16: return np.uint16
@@ -46,7 +47,6 @@ class Tensor:
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
   _seed: int = 0
-  _rng_counter: int = 0
 
   def __init__(self, data: Any, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None):
     if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
@@ -142,6 +142,11 @@ class Tensor:
     Device[self.device].synchronize()
     return base_of(u).arg.buf
   def numpy(self) -> np.ndarray:
+    from baregrad.engine.realize import capturing
+    if any(getattr(c, "forbid_host_reads", False) for c in capturing):
+      from baregrad.tensor.jit import JitError
+      raise JitError(f"a jitted function reads a tensor's value on the host (item/numpy/tolist/bool, shape {self.shape}) while it is "
+                     "captured: a replay could not reproduce it; return the tensor and read it after the call")
     if self.numel() == 0: return np.zeros(self.shape, _np_dtype(self.dtype))
     buf = self._buffer()
     out = np.empty(self.shape, _np_dtype(self.dtype))
@@ -245,23 +250,38 @@ class Tensor:
     c = Tensor.arange(m, device=device).reshape(1, m)
     return r.eq(c).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
 
-  # ---- random numbers: Threefry-2x32 (20 rounds) over a counter, computed on the device
+  # ---- random numbers: Threefry-2x32 (20 rounds) over a counter, computed on the device. The key comes from a
+  # per-device state buffer [seed, counter] that each draw advances with a kernel, so a jit replay draws new numbers
   @staticmethod
-  def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = int(seed), 0
+  def manual_seed(seed: int = 0) -> None:
+    Tensor._seed = int(seed)
+    for dev, st in _rng_states.items(): st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
   @staticmethod
-  def _random_bits(n: int, device: str | None) -> Tensor:
-    Tensor._rng_counter += 1
-    key0, key1 = Tensor._seed & 0xffffffff, (Tensor._rng_counter * 0x9E3779B9) & 0xffffffff
-    ctr = Tensor.arange(n, device=device, dtype=dtypes.uint32)
-    return _threefry(ctr, Tensor.full((n,), 0, dtype=dtypes.uint32, device=device), key0, key1)
+  def _rng_state(device: str | None) -> Tensor:
+    dev = Device.canonicalize(device or Device.DEFAULT)
+    if (st := _rng_states.get(dev)) is None:
+      _rng_states[dev] = st = Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev)
+    return st
+  @staticmethod
+  def _random(n: int, device: str | None, finish: Any) -> Tensor:
+    """finish(n random uint32 bits) realized, with the RNG state advanced in the same schedule."""
+    from baregrad.tensor.inplace import write
+    st = Tensor._rng_state(device)
+    ctr = st._shrink(((1, 2),)).reshape(()) + 1
+    bits = _threefry(Tensor.arange(n, device=device, dtype=dtypes.uint32), Tensor.full((n,), 0, dtype=dtypes.uint32, device=device),
+                     st._shrink(((0, 1),)).reshape(()), ctr * 0x9E3779B9)
+    out = finish(bits)
+    del bits, ctr  # not readers of the state to keep: only `out` is
+    write([(st, st + Tensor.full((1,), 1, dtype=dtypes.uint32, device=st.device)._pad(((1, 0),)))], also=[out])
+    return out
   @staticmethod
   def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     shape = _shape_arg(shape)
     n = prod(shape)
     if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
-    bits = Tensor._random_bits(n, device)
-    u = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-    return u.reshape(shape).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+    def finish(bits: Tensor) -> Tensor:
+      return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape).cast(dtype or dtypes.default_float).contiguous()
+    return Tensor._random(n, device, finish)._leaf(requires_grad)
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     return ((high - low) * Tensor.rand(*shape, device=device) + low).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)

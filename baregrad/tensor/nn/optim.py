@@ -9,6 +9,7 @@ Hyperparameters that change per step (Adam's bias corrections) live in small dev
 step 1 and step 1000 are the same and compile once."""
 from __future__ import annotations
 from typing import Any, Iterable, Sequence
+import numpy as np
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.inplace import write, buffer_ref
 
@@ -31,9 +32,18 @@ class Optimizer:
       buffer_ref(p)
       self.params.append(p)
     if not self.params: raise ValueError("optimizer got an empty parameter list")
-    if lr < 0: raise ValueError(f"invalid learning rate: {lr}")
-    self.lr = float(lr)
     self.device = self.params[0].device
+    # the learning rate lives on the device, like the step counters: a schedule that changes it is seen by jit replays
+    self._lr = Tensor(np.array([0.0], np.float32), device=self.device).reshape(())
+    self.lr = lr
+
+  @property
+  def lr(self) -> float: return self._lr_value
+  @lr.setter
+  def lr(self, lr: float) -> None:
+    if not isinstance(lr, (int, float)) or lr < 0: raise ValueError(f"invalid learning rate: {lr}")
+    self._lr_value = float(lr)
+    self._lr.assign(Tensor(np.array(lr, np.float32), device=self.device))
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -75,7 +85,7 @@ class SGD(Optimizer):
         else: new_buf = buf * self.momentum + g * (1 - self.dampening)
         pairs.append((buf, new_buf))
         g = g + new_buf * self.momentum if self.nesterov else new_buf
-      pairs.append((p, p.detach() - g * self.lr))
+      pairs.append((p, p.detach() - g * self._lr.cast(g.dtype)))
     return pairs
 
 class _AdamBase(Optimizer):
@@ -111,11 +121,11 @@ class Adam(_AdamBase):
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
     items, bc1, bc2, pairs = self._moments(params)
-    step_size = (self.lr / bc1)
+    step_size = self._lr / bc1
     bc2_sqrt = bc2.sqrt()
     for p, g, m, v in items:
       pd = p.detach()
-      if self.weight_decay and self.decoupled: pd = pd * (1 - self.lr * self.weight_decay)
+      if self.weight_decay and self.decoupled: pd = pd * (1 - self._lr.cast(pd.dtype) * self.weight_decay)
       elif self.weight_decay: g = g + pd * self.weight_decay
       m_new = m + (g - m) * (1 - self.b1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
       v_new = v * self.b2 + g * g * (1 - self.b2)
@@ -150,7 +160,7 @@ class LAMB(_AdamBase):
       else:
         r1, r2 = pd.square().sum().sqrt(), r.square().sum().sqrt()
         trust = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      pairs += [(m, m_new), (v, v_new), (p, pd - r * trust * self.lr)]
+      pairs += [(m, m_new), (v, v_new), (p, pd - r * trust * self._lr.cast(r.dtype))]
     return pairs
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "assign_all"]
