@@ -95,7 +95,7 @@ class CRenderer(Renderer):
       if u.op is Ops.CONST: r[u] = self._cc(d, u.arg); continue
       if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL): r[u] = self._define(u, nbufs, varnames, emit)
       elif u.op is Ops.RANGE:
-        lo, hi = ("(int)start", "(int)end") if u.arg[1] == "global" else ("0", r[u.src[0]])
+        lo, hi = (f"({self._ct(d)})start", f"({self._ct(d)})end") if u.arg[1] == "global" else ("0", r[u.src[0]])
         emit(f"for ({self._ct(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"
       elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
       elif u.op is Ops.DEFINE_ACC: emit(f"{self._ct(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"

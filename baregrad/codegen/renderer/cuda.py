@@ -34,7 +34,7 @@ class CUDARenderer(CRenderer):
     nm = u.arg[0]
     src = {"gidx": "blockIdx", "lidx": "threadIdx"}.get(nm[:4])
     if src is None or nm[4:] not in ("0", "1", "2"): raise RenderError(f"CUDA: unknown SPECIAL {nm}")
-    emit(f"const int {nm} = {src}.{'xyz'[int(nm[4:])]};")
+    emit(f"const {self._ct(u.dtype)} {nm} = {src}.{'xyz'[int(nm[4:])]};")
     return nm
 
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
