@@ -624,7 +624,8 @@ def test_grad_accumulates():
   assert_same(x.grad, xt.grad)
   x2 = Tensor(a, requires_grad=True)
   y = (x2 * 2).sum()
-  y.backward(); y.backward()
+  y.backward(retain_graph=True); y.backward()  # without retain_graph the second raises, as in PyTorch
+  with pytest.raises(RuntimeError, match="second time"): y.backward()
   np.testing.assert_allclose(x2.grad.numpy(), np.full_like(a, 4.0))
 
 def test_detach_stops_gradient():

@@ -5,6 +5,7 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
+from baregrad.engine import checks
 
 # computed node -> the node that reads its buffer (RESHAPE(BUFFER)); weak so dead graphs free their buffers. Keys are
 # graphs over buffer versions, so a hit is the same expression over the same versions; an entry whose buffer was
@@ -44,12 +45,14 @@ def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list
 def realize(uops: list[UOp], device: str) -> list[UOp]:
   """Compute uops (on `device` where a graph reads no buffer); returns, for each, a node reading its buffer."""
   items, srcs, realized_ = schedule_for(uops, device)
-  keep = {realized_[s].id for s in srcs if s in realized_}
+  keep = {realized_[s].id for s in srcs if s in realized_} | {it.bufs[0].id for it in items if it.check is not None}
   try: run_schedule(items, keep)
   finally:
     # what ran has written its versions: they are current now
     for it in items:
       if it.srcnode is not None and it.srcnode.op is Ops.ASSIGN: it.bufs[0].commit()
+  for it in items:
+    if it.check is not None: checks.ran(it.check[0], it.bufs[0], it.check[1])
   out = []
   for u, s in zip(uops, srcs):
     if s in realized_:

@@ -12,6 +12,7 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import gbuf
+from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
 
 @dataclass
@@ -20,6 +21,7 @@ class ScheduleItem:
   bufs: list[BufRef]       # by the kernel's buffer numbers: bufs[0] is written
   kind: str = "kernel"     # "kernel" or "copy"
   srcnode: UOp | None = field(default=None, repr=False)
+  check: tuple[UOp, str] | None = field(default=None, repr=False)  # (checked node, message): this item computes a bounds flag
 
 class _NeedRealize(Exception):
   def __init__(self, u: UOp): self.u = u
@@ -87,6 +89,12 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   A graph that reads no buffer (a constant) runs on default_device."""
   realized: dict[UOp, BufRef] = {}
   nodes = _all_nodes(targets)  # topological order; the graph does not change while kernels are cut
+  # bounds checks on computed nodes are computed alongside (engine/checks.py)
+  check_of: dict[UOp, tuple[UOp, str]] = {}
+  if checks.registry and (fs := checks.found(nodes)):
+    check_of = {p: (n, m) for n, p, m in fs}
+    targets = list(targets) + list(check_of)
+    nodes = _all_nodes(targets)
   pos = {u: i for i, u in enumerate(nodes)}
   for u in nodes:
     if u.op is Ops.ASSIGN:
@@ -135,7 +143,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
         if u.op is Ops.ASSIGN: _assign_check(ast, kb, ref)
         realized[u] = ref
-        items.append(ScheduleItem(ast, kb.bufs, "kernel", u))
+        items.append(ScheduleItem(ast, kb.bufs, "kernel", u, check_of.get(u)))
       _check_write_order(items)
       return items, realized
     except _NeedRealize as e:

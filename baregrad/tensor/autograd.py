@@ -1,6 +1,6 @@
 """Reverse-mode autograd over the tensor graph: gradients are UOp graphs too, so they fuse like forward code."""
 from __future__ import annotations
-import math
+import math, weakref
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import shape_of, device_of, stale_error
@@ -117,8 +117,15 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
       grads[src] = _alu(Ops.ADD, grads[src], g) if src in grads else g
   return {t: grads[t] for t in targets if t in grads}
 
-def backward(loss, gradient=None) -> None:
+# tensors whose graph a backward() without retain_graph went through: PyTorch frees that graph, so a second backward
+# through it raises. (Tracked per tensor, not per node: hash-consing makes a rebuilt expression the same nodes.)
+_freed: weakref.WeakSet = weakref.WeakSet()
+
+def backward(loss, gradient=None, retain_graph: bool = False) -> None:
   from baregrad.tensor.tensor import Tensor, _all_grad_tensors
+  if loss in _freed:
+    raise RuntimeError("Trying to backward through the graph a second time: the first backward() freed it. Specify "
+                       "retain_graph=True in the first backward() if you need to backward through it again")
   if gradient is None:
     if loss.numel() != 1: raise RuntimeError(f"backward() without a gradient needs a scalar (one-element) tensor, got shape {loss.shape}")
     if not dtypes.is_float(loss.dtype): raise RuntimeError(f"backward() needs a float tensor, got {loss.dtype}")
@@ -134,6 +141,7 @@ def backward(loss, gradient=None) -> None:
     if (stale := next((u.arg for u in nodes if u.op is Ops.BUFFER and u.arg.stale), None)) is not None: raise stale_error(stale)
     raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
   grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
+  if not retain_graph: _freed.add(loss)
   for t in leaves:
     if t.uop not in grads: continue
     g = Tensor(grads[t.uop], device=t.device)

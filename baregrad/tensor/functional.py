@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote
 from baregrad.tensor.tensor import Tensor, _axis
+from baregrad.tensor.bounds import checked
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -187,7 +188,7 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
   xs = x._shrink(tuple((0, n) if k == d else (0, index.shape[k]) for k in range(nd)))
   # the gathered axis goes last; the index's own axis d broadcasts over it
   xt = xs.permute(*[k for k in range(nd) if k != d], d).unsqueeze(d)
-  oh = _onehot(index, n)
+  oh = checked(_onehot(index, n), index, 0, n, f"gather: index {{index}} is out of bounds for dimension {d} with size {n}")
   if x.dtype == dtypes.bool: return oh.where(xt, False).any(-1)
   return oh.where(xt, _zero(xt)).sum(-1).cast(x.dtype)
 
@@ -197,7 +198,7 @@ def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str, last: 
   s = src if isinstance(src, Tensor) else None
   _check_index(name, x, d, index, s)
   n, nd = x.shape[d], x.ndim
-  oh = _onehot(index, n)                                     # (*I, n)
+  oh = checked(_onehot(index, n), index, 0, n, f"{name}: index {{index}} is out of bounds for dimension {d} with size {n}")  # (*I, n)
   if last and index.shape[d] > 1:
     m = index.shape[d]
     j = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape((1,) * d + (m,) + (1,) * (nd - d))
@@ -757,7 +758,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
   if dtypes.is_float(tensor.dtype) or tensor.dtype == dtypes.bool: raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype}")
   if num_classes == -1: num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
-  return tensor.unsqueeze(-1).eq(Tensor.arange(num_classes, device=tensor.device, dtype=tensor.dtype)).cast(dtypes.int64)
+  out = tensor.unsqueeze(-1).eq(Tensor.arange(num_classes, device=tensor.device, dtype=tensor.dtype)).cast(dtypes.int64)
+  return checked(out, tensor, 0, num_classes, f"one_hot: class value {{index}} is out of range for num_classes={num_classes}")
 
 def _class_shape(input: Tensor, target: Tensor, name: str) -> None:
   want = input.shape[:1] + input.shape[2:] if input.ndim >= 2 else ()
@@ -773,8 +775,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
   C = input.shape[1]
   if weight is not None and weight.shape != (C,): raise ValueError(f"nll_loss: weight of shape {weight.shape}, expected ({C},)")
   x = input.permute(0, *range(2, input.ndim), 1) if input.ndim > 2 else input   # (N, ..., C)
-  oh = _onehot(target, C)                                         # (N, ..., C)
   valid = target.ne(ignore_index)
+  oh = checked(_onehot(target, C), valid.where(target, 0), 0, C, f"nll_loss/cross_entropy: target {{index}} is out of bounds for {C} classes")  # (N, ..., C)
   picked = oh.where(x, _zero(x)).sum(-1)
   w = oh.where(weight.cast(x.dtype), 0.0).sum(-1) if weight is not None else Tensor.full((), 1.0, dtype=x.dtype, device=x.device)
   w = valid.where(w, 0.0)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 from baregrad.helpers import getenv, DEBUG
 from baregrad.hal import Device, Buffer
-from baregrad.engine import realize as _realize, lazy
+from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of
 
 class JitError(RuntimeError): pass
@@ -38,8 +38,11 @@ class _Launch:
 @dataclass
 class _Capture:
   launches: list[_Launch] = field(default_factory=list)
+  checks: list[tuple[BufRef, str]] = field(default_factory=list)   # bounds flags the recording computes
   forbid_host_reads: bool = True   # Tensor.numpy() while capturing raises
-  def add_kernel(self, runner: Any, item: Any) -> None: self.launches.append(_Launch(runner, list(item.bufs)))
+  def add_kernel(self, runner: Any, item: Any) -> None:
+    self.launches.append(_Launch(runner, list(item.bufs)))
+    if item.check is not None: self.checks.append((item.bufs[0], item.check[1]))
   def add_copy(self, item: Any) -> None: raise JitError("a copy between devices inside a jitted function is not supported yet")
 
 def _leaves(x: Any) -> list:
@@ -78,8 +81,9 @@ def _owner(st: Storage) -> Any:
 
 class _Captured:
   def __init__(self, launches: list[_Launch], inputs: list[Storage], out_kinds: list[tuple], out_template: Any,
-               state: list[Storage], guarded: list[tuple[Storage, Any]], grads: list[tuple[Any, Any]], written_inputs: list[int]):
-    self.launches, self.out_kinds, self.out_template = launches, out_kinds, out_template
+               state: list[Storage], guarded: list[tuple[Storage, Any]], grads: list[tuple[Any, Any]], written_inputs: list[int],
+               checks_: list[tuple[BufRef, str]]):
+    self.launches, self.out_kinds, self.out_template, self.checks = launches, out_kinds, out_template, checks_
     self.state, self.guarded, self.grads, self.written_inputs = state, guarded, grads, written_inputs
     # every kernel argument bound to a storage: (launch index, argument index in spec.bufs)
     slots: dict[Storage, list[tuple[int, int]]] = {}
@@ -104,6 +108,14 @@ class _Captured:
     return True
 
   def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
+    if self.checks:
+      # the flags are overwritten by this replay: the previous replay's must be read first
+      dev = self.launches[0].runner.device
+      if any(r is f for f, _ in checks.pending.get(dev, ()) for r, _ in self.checks): checks.check(dev)
+    self._run(bind)
+    if self.checks: checks.pending.setdefault(self.launches[0].runner.device, []).extend(self.checks)
+
+  def _run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
     if self.graph is not None:
       dev = self.graph.dev
       # the recorded kernel arguments are patched in place: the previous replay must have read them
@@ -199,7 +211,7 @@ class jit:
       elif st in written and o is not None: state.append(st)  # made in the call and kept (p.grad): updated in place
     grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors) if p.grad is not None and p.grad not in before]
     written_inputs = [i for i, s in enumerate(in_storages) if s in written]
-    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs)
+    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks)
     self.captured[key] = cap
     while len(self.captured) > MAX_CAPTURES: self.captured.popitem(last=False)
     return out

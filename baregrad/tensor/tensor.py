@@ -8,7 +8,7 @@ from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error
-from baregrad.engine import lazy
+from baregrad.engine import lazy, checks
 
 ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
@@ -140,6 +140,7 @@ class Tensor:
       else: bind(self, u)
     elif base_of(u).arg.stale: raise stale_error(base_of(u).arg)
     Device[self.device].synchronize()
+    checks.check(self.device)  # index checks computed since the last read (engine/checks.py)
     return base_of(u).arg.buf
   def numpy(self) -> np.ndarray:
     from baregrad.engine.realize import capturing
@@ -791,7 +792,7 @@ class Tensor:
   # ---- autograd
   def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
     from baregrad.tensor.autograd import backward
-    backward(self, gradient)
+    backward(self, gradient, retain_graph)
     return self
 
   # ---- misc
