@@ -71,7 +71,7 @@ def buffer_uop(ref: BufRef) -> UOp: return UOp(Ops.BUFFER, ref.dtype, (), ref)
 
 _shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-class ShapeError(ValueError): pass
+class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in PyTorch
 
 def shape_of(u: UOp) -> tuple[int, ...]:
   if (s := _shapes.get(u)) is not None: return s

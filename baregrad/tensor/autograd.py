@@ -130,7 +130,7 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
     if loss.numel() != 1: raise RuntimeError(f"backward() without a gradient needs a scalar (one-element) tensor, got shape {loss.shape}")
     if not dtypes.is_float(loss.dtype): raise RuntimeError(f"backward() needs a float tensor, got {loss.dtype}")
     gradient = Tensor.full(loss.shape, 1.0, dtype=loss.dtype, device=loss.device)
-  elif gradient.shape != loss.shape: raise ValueError(f"gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
+  elif gradient.shape != loss.shape: raise RuntimeError(f"Mismatch in shape: gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
   if not loss.requires_grad:
     raise RuntimeError(f"backward(): this tensor (shape {loss.shape}) does not require grad: no tensor with requires_grad=True contributes to it")
   leaves = [t for t in list(_all_grad_tensors) if t.requires_grad]

@@ -72,7 +72,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   from baregrad.tensor.bounds import checked
   axes = [ax for ax, _ in tensor_idx]
   try: B = broadcast_shape(*(ti.shape for _, ti in tensor_idx))
-  except ValueError: raise IndexError(f"index tensors of shapes {', '.join(str(ti.shape) for _, ti in tensor_idx)} do not broadcast together") from None
+  except RuntimeError: raise IndexError(f"index tensors of shapes {', '.join(str(ti.shape) for _, ti in tensor_idx)} do not broadcast together") from None
   rest = [a for a in range(x.ndim) if a not in axes]
   xp = x.permute(*axes, *rest)  # (n_1..n_k, R...)
   k, nb = len(axes), len(B)

@@ -26,7 +26,14 @@ def _from_np_dtype(d: np.dtype) -> DType:
 
 def _shape_arg(shape: tuple) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(s).__name__} in {tuple(shape)}")
   return tuple(int(s) for s in shape)
+
+def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+  """A shape to create a tensor of: PyTorch's error for a negative size."""
+  if any(s < 0 for s in shape): raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+  return shape
 
 def _axis(axis: int, ndim: int) -> int:
   if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} is out of range for a tensor of {ndim} dimensions (expected in [{-max(ndim, 1)}, {max(ndim, 1) - 1}])")
@@ -38,7 +45,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for dims in zip(*ps):
     big = {d for d in dims if d != 1}
-    if len(big) > 1: raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
+    if len(big) > 1: raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
     out.append(big.pop() if big else 1)
   return tuple(out)
 
@@ -61,7 +68,7 @@ class Tensor:
     elif isinstance(data, (list, tuple)):
       try: arr = np.array(data)
       except ValueError: arr = np.empty(0, object)  # NumPy >= 1.24 raises on ragged input
-      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor: every row needs the same length")
+      if arr.dtype == object: raise ValueError("ragged nested sequences cannot make a Tensor: every row needs the same length")
       if dtype is None:
         dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
         if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
@@ -155,7 +162,7 @@ class Tensor:
     return out if self.dtype != dtypes.bfloat16 else _bf16_to_f32_np(out)
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    if self.numel() != 1: raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar: item() needs one element, got shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
   def data(self) -> memoryview: return memoryview(self.numpy())
   def to(self, device: str | None = None, dtype: DType | None = None) -> Tensor:
@@ -197,7 +204,7 @@ class Tensor:
     return Tensor.zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
   @staticmethod
   def full(shape: ShapeLike, fill_value: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)))
     d = dtype or (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
     if isinstance(d, str): d = dtypes.from_name(d)
     c = UOp.const(d, fill_value)
@@ -223,6 +230,8 @@ class Tensor:
   @staticmethod
   def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
+    if step == 0: raise RuntimeError("arange: step must be nonzero")
+    if (stop - start) * step < 0: raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start {start}, end {stop}, step {step})")
     n = max(0, math.ceil((stop - start) / step))
     d = dtype or (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
@@ -242,11 +251,14 @@ class Tensor:
     return _windows(self.pad((n - 1, 0)), n).sum(-1)
   @staticmethod
   def linspace(start: float, end: float, steps: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool): raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
+    if steps < 0: raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     if steps == 1: return Tensor.full((1,), start, dtype=dtype or dtypes.default_float, device=device)
     return (Tensor.arange(steps, device=device).cast(dtypes.default_float) * ((end - start) / (steps - 1)) + start).cast(dtype or dtypes.default_float)
   @staticmethod
   def eye(n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     m = n if m is None else m
+    if n < 0 or m < 0: raise RuntimeError(f"eye: n and m must be greater or equal to 0, got n={n}, m={m}")
     r = Tensor.arange(n, device=device).reshape(n, 1)
     c = Tensor.arange(m, device=device).reshape(1, m)
     return r.eq(c).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
@@ -277,7 +289,7 @@ class Tensor:
     return out
   @staticmethod
   def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    shape = _shape_arg(shape)
+    shape = _new_shape(_shape_arg(shape))
     n = prod(shape)
     if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
     def finish(bits: Tensor) -> Tensor:
@@ -309,12 +321,13 @@ class Tensor:
   # ---- movement
   def reshape(self, *shape: Any) -> Tensor:
     shape = _shape_arg(shape)
-    if shape.count(-1) > 1: raise ValueError(f"reshape {shape}: at most one -1")
+    if shape.count(-1) > 1: raise RuntimeError(f"reshape {shape}: only one dimension can be inferred (-1)")
+    if any(s < -1 for s in shape): raise RuntimeError(f"reshape {shape}: invalid shape dimension {min(shape)}")
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known: raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+      if known == 0 or self.numel() % known: raise RuntimeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if prod(shape) != self.numel(): raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
+    if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
     if shape == self.shape: return self
     return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
   view = reshape
@@ -322,7 +335,7 @@ class Tensor:
     order = _shape_arg(order)
     nd = self.ndim
     o = tuple(_axis(a, nd) for a in order)
-    if sorted(o) != list(range(nd)): raise ValueError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
+    if sorted(o) != list(range(nd)): raise RuntimeError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
     if o == tuple(range(nd)): return self
     return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
   def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
@@ -332,11 +345,11 @@ class Tensor:
     return self.permute(*o)
   def expand(self, *shape: Any) -> Tensor:
     shape = _shape_arg(shape)
-    if len(shape) < self.ndim: raise ValueError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
+    if len(shape) < self.ndim: raise RuntimeError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     new = tuple(x.shape[i] if s == -1 else s for i, s in enumerate(shape))
     for a, b in zip(x.shape, new):
-      if a != b and a != 1: raise ValueError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
+      if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
     return x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
   def expand_as(self, other: Tensor) -> Tensor: return self.expand(other.shape)
@@ -348,17 +361,22 @@ class Tensor:
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), tuple(arg)))
   def flip(self, *dims: Any) -> Tensor:
     dims = _shape_arg(dims)
-    ax = {_axis(d, self.ndim) for d in dims}
+    axl = [_axis(d, self.ndim) for d in dims]
+    if len(set(axl)) != len(axl): raise RuntimeError(f"flip: a dim appears multiple times in the list of dims {dims}")
+    ax = set(axl)
     if not ax: return self
     return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in ax for i in range(self.ndim))))
   def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
     """PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the one before, ..."""
-    if len(pad) % 2 or len(pad) // 2 > self.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{self.ndim}")
+    if len(pad) % 2: raise RuntimeError(f"pad {tuple(pad)}: padding length must be divisible by 2")
+    if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape {self.shape})")
+    if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
     if mode != "constant": raise NotImplementedError(f"pad mode {mode!r}: only 'constant' is implemented")
     arg = [(0, 0)] * self.ndim
     for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     # negative padding crops
     crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape))
+    if any(lo > hi for lo, hi in crop): raise RuntimeError(f"pad {tuple(pad)}: negative padding crops more than the size of shape {self.shape}")
     x = self._shrink(crop)
     arg2 = tuple((max(0, b), max(0, a)) for b, a in arg)
     out = x._pad(arg2)
@@ -400,7 +418,7 @@ class Tensor:
 
   def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
     if isinstance(y, Tensor):
-      if y.device != self.device: raise ValueError(f"tensors on different devices: {self.device} and {y.device}")
+      if y.device != self.device: raise RuntimeError(f"Expected all tensors to be on the same device, got {self.device} and {y.device}")
       d = promote(self.dtype, y.dtype)
     elif isinstance(y, (bool, int, float)): d = promote_with_scalar(self.dtype, y)
     else: raise TypeError(f"unsupported operand type {type(y).__name__}")
@@ -430,6 +448,8 @@ class Tensor:
     x, y = self._operands(y)
     return x._alu(Ops.MUL, y)
   def div(self, y: Any, rounding_mode: str | None = None) -> Tensor:
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}")
     if rounding_mode == "floor": return self.floor_divide(y)
     if rounding_mode == "trunc":
       x, yy = self._operands(y)
@@ -456,6 +476,8 @@ class Tensor:
   def pow(self, y: Any) -> Tensor:
     if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
     if isinstance(y, (int, float)) and not isinstance(y, bool):
+      if isinstance(y, int) and y < 0 and not dtypes.is_float(self.dtype):
+        raise RuntimeError(f"Integers to negative integer powers are not allowed ({self.dtype} tensor ** {y}): use a float tensor")
       if y == 0 and isinstance(y, int) and self.dtype != dtypes.bool: return self.ones_like()
       if y == 2: return self * self
       if y == 1: return self * 1
@@ -557,7 +579,7 @@ class Tensor:
     return cond._bcast(shape)._alu(Ops.WHERE, a._bcast(shape), b._bcast(shape))
   def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     min_, max_ = (min if min_ is None else min_), (max if max_ is None else max_)
-    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min or max")
+    if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min or max")
     # where, not maximum/minimum: at x == min the gradient goes to x whole (maximum splits ties), as in PyTorch
     out = self
     if min_ is not None: out = (out < min_).where(min_, out)
@@ -654,7 +676,7 @@ class Tensor:
     if dim is None: return tuple(range(self.ndim))
     ds = (dim,) if isinstance(dim, int) else tuple(dim)
     axes = [_axis(d, self.ndim) for d in ds]
-    if len(set(axes)) != len(axes): raise ValueError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
+    if len(set(axes)) != len(axes): raise RuntimeError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
     return tuple(sorted(axes)) if self.ndim else ()
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
@@ -773,9 +795,9 @@ class Tensor:
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
   def matmul(self, w: Tensor) -> Tensor:
     x = self
-    if x.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape}")
+    if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape} (both arguments need at least 1 dimension)")
     if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
-      raise ValueError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
+      raise RuntimeError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
     xv = x.unsqueeze(0) if x.ndim == 1 else x
     wv = w.unsqueeze(-1) if w.ndim == 1 else w
     d = promote(x.dtype, w.dtype)
