@@ -40,6 +40,7 @@ class _KernelBuilder:
     self.bufs: list[BufRef] = []
     self.memo: dict[tuple[UOp, ShapeTracker, bool], UOp] = {}
     self.reduce_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    self.loads_output = False
 
   def buf_index(self, ref: BufRef) -> int:
     # one argument per storage: an ASSIGN reads the old version of the memory it writes (x += y)
@@ -49,7 +50,9 @@ class _KernelBuilder:
     return len(self.bufs) - 1
 
   def load(self, ref: BufRef, st: ShapeTracker) -> UOp:
-    return UOp(Ops.LOAD, ref.dtype, (gbuf(self.buf_index(ref), ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
+    i = self.buf_index(ref)
+    if i == 0: self.loads_output = True  # an ASSIGN reading what it writes (checked by _assign_check)
+    return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
 
   def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
     key = (u, st, in_reduce)
@@ -94,7 +97,8 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   if checks.registry and (fs := checks.found(nodes)):
     check_of = {p: (n, m) for n, p, m in fs}
     targets = list(targets) + list(check_of)
-    nodes = _all_nodes(targets)
+    seen = dict.fromkeys(nodes)
+    nodes += [u for u in _all_nodes(list(check_of)) if u not in seen]  # still topological: they only add on top
   pos = {u: i for i, u in enumerate(nodes)}
   for u in nodes:
     if u.op is Ops.ASSIGN:
@@ -141,7 +145,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         lowered = kb.lower(val, st, False, root=val is u)
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
-        if u.op is Ops.ASSIGN: _assign_check(ast, kb, ref)
+        if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref)
         realized[u] = ref
         items.append(ScheduleItem(ast, kb.bufs, "kernel", u, check_of.get(u)))
       _check_write_order(items)

@@ -119,11 +119,11 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
 
 # tensors whose graph a backward() without retain_graph went through: PyTorch frees that graph, so a second backward
 # through it raises. (Tracked per tensor, not per node: hash-consing makes a rebuilt expression the same nodes.)
-_freed: weakref.WeakSet = weakref.WeakSet()
+_freed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
 
 def backward(loss, gradient=None, retain_graph: bool = False) -> None:
   from baregrad.tensor.tensor import Tensor, _all_grad_tensors
-  if loss in _freed:
+  if _freed.get(id(loss)) is loss:
     raise RuntimeError("Trying to backward through the graph a second time: the first backward() freed it. Specify "
                        "retain_graph=True in the first backward() if you need to backward through it again")
   if gradient is None:
@@ -133,7 +133,7 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
   elif gradient.shape != loss.shape: raise RuntimeError(f"Mismatch in shape: gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
   if not loss.requires_grad:
     raise RuntimeError(f"backward(): this tensor (shape {loss.shape}) does not require grad: no tensor with requires_grad=True contributes to it")
-  leaves = [t for t in list(_all_grad_tensors) if t.requires_grad]
+  leaves = [t for t in list(_all_grad_tensors.values()) if t.requires_grad]
   nodes = set(loss.uop.toposort())
   targets = {t.uop for t in leaves if t.uop in nodes}
   if not targets:
@@ -141,7 +141,7 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
     if (stale := next((u.arg for u in nodes if u.op is Ops.BUFFER and u.arg.stale), None)) is not None: raise stale_error(stale)
     raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
   grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
-  if not retain_graph: _freed.add(loss)
+  if not retain_graph: _freed[id(loss)] = loss
   for t in leaves:
     if t.uop not in grads: continue
     g = Tensor(grads[t.uop], device=t.device)

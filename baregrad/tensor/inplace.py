@@ -8,7 +8,8 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.engine.graph import BufRef, Storage, buffer_uop, base_of, shape_of
 from baregrad.engine import lazy
 from baregrad.hal import Device
-from baregrad.tensor.tensor import Tensor, live_tensors
+from baregrad.tensor.tensor import Tensor
+from baregrad.tensor import live
 
 def is_buffer(u: UOp) -> bool:
   """u is a whole buffer (or a reshape of one), not a graph or a view into part of it."""
@@ -16,8 +17,10 @@ def is_buffer(u: UOp) -> bool:
 
 def bind(t: Tensor, view: UOp, own: bool = False) -> None:
   """t's value is the buffer `view` reads; t becomes the storage's owner when asked, or when it has none alive."""
+  old = live.whole_buffer(t.uop)
   t.uop = view
   st = base_of(view).arg.storage
+  if old is None or old.storage is not st: live.track(t)
   if own or st.owner is None or st.owner() is None: st.owner = weakref.ref(t)
 
 def buffer_ref(t: Tensor) -> BufRef:
@@ -27,6 +30,7 @@ def buffer_ref(t: Tensor) -> BufRef:
     rg = t.requires_grad
     t.requires_grad = None
     t.uop = t.contiguous().realize().uop
+    live.track(t)
     t.requires_grad = rg
     if not is_buffer(t.uop): raise ValueError(f"assign target {t!r} could not be made a buffer")
   return base_of(t.uop).arg
@@ -63,15 +67,14 @@ def readers(written: set[Storage] | None, exclude: set[int]) -> list[Tensor]:
   with written=None, every live tensor that is still an unrealized graph."""
   memo: dict[UOp, int] = {}
   out = []
-  for t in list(live_tensors):
+  for t in live.lazy():  # graphs, and views of part of a buffer: walked
     if id(t) in exclude: continue
-    u = t.uop
     if written is None:
-      if is_buffer(u) or u.op is Ops.CONST or (lazy.realized_map and lazy.realized(u) is not None): continue
-    elif is_buffer(u):
-      if base_of(u).arg.storage not in written or base_of(u).arg.stale: continue
-      out.append(t); continue
-    if _flags(u, written, memo) == READS: out.append(t)
+      if t.uop.op is Ops.CONST or (lazy.realized_map and lazy.realized(t.uop) is not None): continue
+      out.append(t)
+    elif _flags(t.uop, written, memo) == READS: out.append(t)
+  for st in written or ():  # tensors naming a written buffer whole: filed under it
+    out += [t for t in live.viewers(st) if id(t) not in exclude and not base_of(t.uop).arg.stale]
   return out
 
 def _target(t: Tensor) -> UOp:

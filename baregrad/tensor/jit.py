@@ -24,7 +24,8 @@ from typing import Any, Callable
 from baregrad.helpers import getenv, DEBUG
 from baregrad.hal import Device, Buffer
 from baregrad.engine import realize as _realize, lazy, checks
-from baregrad.engine.graph import BufRef, Storage, base_of
+from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
+from baregrad.ir.ops import Ops
 
 class JitError(RuntimeError): pass
 
@@ -74,7 +75,10 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
   return (tuple(sig(a) for a in args), tuple((k, sig(v)) for k, v in sorted(kwargs.items())), Tensor.training)
 
 def _storage(t: Any) -> Storage:
-  return base_of(lazy.substitute_realized(t.uop)).arg.storage
+  u = t.uop
+  if u.op is Ops.BUFFER: return u.arg.storage
+  if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER: return u.src[0].arg.storage
+  return base_of(lazy.substitute_realized(u)).arg.storage
 
 def _owner(st: Storage) -> Any:
   return st.owner() if st.owner is not None else None
@@ -90,6 +94,7 @@ class _Captured:
     for k, l in enumerate(launches):
       for j, g in enumerate(l.runner.spec.bufs): slots.setdefault(l.refs[g.arg].storage, []).append((k, j))
     self.input_slots = [slots.get(s, []) for s in inputs]
+    self.check_slots = [(slots.get(r.storage, []), r.device, msg) for r, msg in checks_]  # a new flag on every call
     self.output_slots = [slots.get(kind[1], []) if kind[0] == "fresh" else [] for kind in out_kinds]
     self.graph, self.last_tv = None, None
     devs = {l.runner.device for l in launches}
@@ -108,14 +113,6 @@ class _Captured:
     return True
 
   def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
-    if self.checks:
-      # the flags are overwritten by this replay: the previous replay's must be read first
-      dev = self.launches[0].runner.device
-      if any(r is f for f, _ in checks.pending.get(dev, ()) for r, _ in self.checks): checks.check(dev)
-    self._run(bind)
-    if self.checks: checks.pending.setdefault(self.launches[0].runner.device, []).extend(self.checks)
-
-  def _run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
     if self.graph is not None:
       dev = self.graph.dev
       # the recorded kernel arguments are patched in place: the previous replay must have read them
@@ -157,19 +154,20 @@ class jit:
     self.calls[key] = n + 1
     if n == 0 or key in self.eager_only:
       out = self.fn(*args, **kwargs)
-      for t in _leaves(out): t._buffer()
+      for t in _leaves(out): t._realized()
       return out
     return self._capture(key, args, kwargs, ins)
 
   def _name(self) -> str: return getattr(self.fn, "__name__", "fn")
 
   def _capture(self, key: tuple, args: tuple, kwargs: dict, ins: list) -> Any:
-    from baregrad.tensor.tensor import Tensor, live_tensors, _all_grad_tensors
+    from baregrad.tensor.tensor import Tensor, _all_grad_tensors
+    from baregrad.tensor import live
     from baregrad.tensor.inplace import realize_all_lazy
     # the recording must start from buffers: an outside value it reads is never recomputed from state it changes
     realize_all_lazy()
-    for t in ins: t._buffer()
-    before = weakref.WeakSet(live_tensors)
+    for t in ins: t._realized()
+    before = live.all_tensors()  # id -> tensor (a WeakSet would compare tensors with ==)
     first_storage = _next_id()
     rec = _Capture()
     _realize.capturing.append(rec)
@@ -177,7 +175,7 @@ class jit:
     try:
       out = self.fn(*args, **kwargs)
       out_ts = _leaves(out)
-      for t in out_ts: t._buffer()
+      for t in out_ts: t._realized()
     finally:
       _realize.capturing.remove(rec)
       lazy.reuse_from_id = 0
@@ -188,7 +186,7 @@ class jit:
     fresh: set[Storage] = set()
     for t in out_ts:
       if id(t) in in_pos: out_kinds.append(("input", in_pos[id(t)]))
-      elif t in before: out_kinds.append(("same", t))
+      elif before.get(id(t)) is t: out_kinds.append(("same", t))
       else:
         st = _storage(t)
         if st.id < first_storage or st in in_storages:
@@ -209,7 +207,7 @@ class jit:
         guarded.append((st, st.owner))
         if st in written: state.append(st)
       elif st in written and o is not None: state.append(st)  # made in the call and kept (p.grad): updated in place
-    grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors) if p.grad is not None and p.grad not in before]
+    grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors.values()) if p.grad is not None and before.get(id(p.grad)) is not p.grad]
     written_inputs = [i for i, s in enumerate(in_storages) if s in written]
     cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks)
     self.captured[key] = cap
@@ -223,8 +221,8 @@ class jit:
 
   def _replay(self, cap: _Captured, ins: list) -> Any:
     from baregrad.tensor.tensor import Tensor
-    from baregrad.tensor.inplace import prepare_write, bind
-    in_bufs = [t._buffer() for t in ins]
+    from baregrad.tensor.inplace import prepare_write
+    in_bufs = [t._realized() for t in ins]
     written_in = [_storage(ins[i]) for i in cap.written_inputs]
     owners = [o for st in cap.state if (o := _owner(st)) is not None] + [ins[i] for i in cap.written_inputs]
     prepare_write(set(cap.state) | set(written_in), exclude=owners)
@@ -234,12 +232,14 @@ class jit:
       if k[0] == "fresh" and k[1] not in fresh:
         fresh[k[1]] = BufRef(k[4], k[1].size, k[1].dtype)
         bindings.append((slots, fresh[k[1]].ensure()))
-    cap.run(bindings)
+    flags = [(slots, checks.new_flag(dev), msg) for slots, dev, msg in cap.check_slots]
+    cap.run(bindings + [(slots, flag) for slots, flag, _ in flags])
+    for _, flag, msg in flags: checks.submitted(flag, msg)
     # the state moves to its next version; its owners read that now
     for st in cap.state + written_in:
       new = st.next_ref()
-      new.commit()
-      if (o := _owner(st)) is not None and _storage(o) is st: bind(o, lazy.buffer_view(new, o.shape), own=True)
+      st.version = new.version
+      if (o := _owner(st)) is not None and _storage(o) is st: o.uop = lazy.buffer_view(new, shape_of(o.uop))
     for pref, g in cap.grads:
       if (p := pref()) is not None: p.grad = g
     outs, made = [], {}
@@ -257,13 +257,9 @@ class jit:
 def _adopt_owners(orphans: set[Storage]) -> None:
   """A storage whose owner is gone but that a live tensor still names whole (`Tensor.ones(1).reshape(())` keeps the
   reshape, not the tensor realized into it) belongs to that tensor now."""
-  if not orphans: return
-  from baregrad.tensor.tensor import live_tensors
-  from baregrad.tensor.inplace import is_buffer
-  for t in list(live_tensors):
-    if is_buffer(t.uop) and (st := base_of(t.uop).arg.storage) in orphans and not base_of(t.uop).arg.stale:
-      st.owner = weakref.ref(t)
-      orphans.discard(st)
+  from baregrad.tensor import live
+  for st in orphans:
+    if (ts := [t for t in live.viewers(st) if not base_of(t.uop).arg.stale]): st.owner = weakref.ref(ts[0])
 
 def _next_id() -> int:
   """The id the next Storage or BufRef will get: everything made from now on has an id at least this."""

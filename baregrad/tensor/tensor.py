@@ -9,11 +9,11 @@ from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error
 from baregrad.engine import lazy, checks
+from baregrad.tensor import live
 
 ShapeLike = int | Sequence[int]
-_all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
-# every tensor alive: an in-place write first computes those that read what it overwrites (tensor/inplace.py)
-live_tensors: weakref.WeakSet = weakref.WeakSet()
+# id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
+_all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _rng_states: dict[str, Tensor] = {}  # device -> its RNG state [seed, counter] (uint32)
 
 def _np_dtype(d: DType) -> Any:
@@ -78,10 +78,10 @@ class Tensor:
       d = dtype or _from_np_dtype(data.dtype)
       self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
-    live_tensors.add(self)
+    live.track(self)  # an in-place write first computes the live tensors that read what it overwrites
     if requires_grad:
       if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
-      _all_grad_tensors.add(self)
+      _all_grad_tensors[id(self)] = self
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
@@ -134,11 +134,13 @@ class Tensor:
     outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
     for t, u in zip(ts, outs):
-      if not t.requires_grad: bind(t, u) if base_of(u).op is Ops.BUFFER else setattr(t, "uop", u)
+      if not t.requires_grad:
+        if base_of(u).op is Ops.BUFFER: bind(t, u)
+        else: t.uop = u; live.track(t)
     return self
   def contiguous(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def _buffer(self) -> Buffer:
-    """A realized, contiguous buffer holding exactly this tensor's elements."""
+  def _realized(self) -> Buffer:
+    """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
     u = lazy.substitute_realized(self.uop)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
       from baregrad.tensor.inplace import bind
@@ -146,9 +148,13 @@ class Tensor:
       if self.requires_grad: lazy.realized_map[self.uop] = u
       else: bind(self, u)
     elif base_of(u).arg.stale: raise stale_error(base_of(u).arg)
+    return base_of(u).arg.ensure()
+  def _buffer(self) -> Buffer:
+    """_realized(), waited for: the host may read it. Index checks computed since the last read raise here."""
+    buf = self._realized()
     Device[self.device].synchronize()
-    checks.check(self.device)  # index checks computed since the last read (engine/checks.py)
-    return base_of(u).arg.buf
+    checks.check(self.device)
+    return buf
   def numpy(self) -> np.ndarray:
     from baregrad.engine.realize import capturing
     if any(getattr(c, "forbid_host_reads", False) for c in capturing):
@@ -182,7 +188,7 @@ class Tensor:
   def requires_grad_(self, flag: bool = True) -> Tensor:
     if flag and not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
     self.requires_grad = flag
-    if flag: _all_grad_tensors.add(self)
+    if flag: _all_grad_tensors[id(self)] = self
     return self
 
   def assign(self, x: Tensor | Any) -> Tensor:
@@ -193,6 +199,7 @@ class Tensor:
     if x.dtype != self.dtype: x = x.cast(self.dtype)
     if not _is_whole_buffer(self.uop):  # a view (x[0]) writes a new buffer of its own; its base is not changed
       self.uop = x.contiguous().uop
+      live.track(self)
       return self
     from baregrad.tensor.inplace import write
     write([(self, x)])
