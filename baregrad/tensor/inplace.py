@@ -83,14 +83,17 @@ def _target(t: Tensor) -> UOp:
   u = lazy.substitute_realized(t.uop)
   return UOp(Ops.CONTIGUOUS, t.dtype, (u,)) if base_of(u).op is Ops.BUFFER else t.uop
 
-def realize_tensors(ts: Sequence[Tensor], extra: Sequence[UOp] = (), device: str | None = None) -> list[UOp]:
-  """Realize tensors (and the extra UOps after them) in one schedule; tensors without gradients are bound to their
-  buffers, the others keep their graph (read through realized_map). Returns the buffer views of `extra`."""
-  if not ts and not extra: return []
-  outs = lazy.realize([_target(t) for t in ts] + list(extra), device or (ts[0].device if ts else Device.DEFAULT))
+def realize_tensors(ts: Sequence[Tensor], extra: Sequence[UOp] = (), device: str | None = None, copies: Sequence[Tensor] = ()) -> list[UOp]:
+  """Realize tensors, then `copies` (readers of buffers about to be overwritten: those that only name a buffer get a
+  copy), then the extra UOps, in one schedule; tensors without gradients are bound to their buffers, the others keep
+  their graph (read through realized_map). Returns the buffer views of `extra`."""
+  if not ts and not copies and not extra: return []
+  ts = [*ts, *copies]
+  targets = [t.uop for t in ts[:len(ts) - len(copies)]] + [_target(t) for t in copies]
+  outs = lazy.realize(targets + list(extra), device or (ts[0].device if ts else Device.DEFAULT))
   for t, o in zip(ts, outs):
     if t.uop is not o: lazy.realized_map[t.uop] = o
-    if not t.requires_grad: bind(t, o)
+    if not t.requires_grad and live.whole_buffer(o) is not None: bind(t, o)
   return outs[len(ts):]
 
 def prepare_write(written: set[Storage], exclude: Iterable[Tensor] = ()) -> None:
@@ -99,7 +102,7 @@ def prepare_write(written: set[Storage], exclude: Iterable[Tensor] = ()) -> None
   rs = readers(written, {id(t) for t in exclude})
   by_dev: dict[str, list[Tensor]] = {}
   for t in rs: by_dev.setdefault(t.device, []).append(t)
-  for dev, ts in by_dev.items(): realize_tensors(ts, device=dev)
+  for dev, ts in by_dev.items(): realize_tensors((), device=dev, copies=ts)
 
 def realize_all_lazy() -> None:
   """Realize every live tensor that is still a graph (the jit does this before capturing)."""
@@ -140,7 +143,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> N
   written = {r.storage for r in news}
   exclude = {id(t) for t, _ in pairs} | {id(v) for v in values} | {id(a) for a in also}
   rs = readers(written, exclude)
-  realize_tensors([*also, *rs], assigns, device)
+  realize_tensors(also, assigns, device, copies=rs)
   for (t, _), v, new in zip(pairs, values, news):
     bind(t, lazy.buffer_view(new, t.shape), own=True)
     # a value still held elsewhere (`new = p - 1; p.assign(new)`) is read from the written buffer from now on
