@@ -6,6 +6,7 @@ from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, _shapes
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
 from baregrad.engine import checks
+from baregrad.hal import profile
 
 # computed node -> the node that reads its buffer (RESHAPE(BUFFER)); weak so dead graphs free their buffers. Keys are
 # graphs over buffer versions, so a hit is the same expression over the same versions; an entry whose buffer was
@@ -57,7 +58,7 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
 
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
   srcs = _substitute_all(uops)
-  items, realized_ = create_schedule(srcs, device)
+  with profile.span("schedule", device=device): items, realized_ = create_schedule(srcs, device)
   return items, srcs, realized_
 
 def realize(uops: list[UOp], device: str) -> list[UOp]:
