@@ -14,7 +14,7 @@ from baregrad.tensor import live
 ShapeLike = int | Sequence[int]
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
 _all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_rng_states: dict[str, Tensor] = {}  # device -> its RNG state [seed, counter] (uint32)
+_rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
 
 def _np_dtype(d: DType) -> Any:
   if d == dtypes.bfloat16: return np.uint16
@@ -275,13 +275,15 @@ class Tensor:
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
     Tensor._seed = int(seed)
-    for dev, st in _rng_states.items(): st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+    for dev, (inst, st) in list(_rng_states.items()):
+      if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+      else: del _rng_states[dev]
   @staticmethod
   def _rng_state(device: str | None) -> Tensor:
     dev = Device.canonicalize(device or Device.DEFAULT)
-    if (st := _rng_states.get(dev)) is None:
-      _rng_states[dev] = st = Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev)
-    return st
+    if (e := _rng_states.get(dev)) is None or e[0] is not Device[dev]:  # (a reopened device starts a new state)
+      _rng_states[dev] = e = (Device[dev], Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+    return e[1]
   @staticmethod
   def _random(n: int, device: str | None, finish: Any) -> Tensor:
     """finish(n random uint32 bits) realized, with the RNG state advanced in the same schedule."""
