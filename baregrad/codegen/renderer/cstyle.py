@@ -95,7 +95,7 @@ class CRenderer(Renderer):
     if u.op is Ops.DEFINE_VAR:
       emit(f"const {self._ct(d)} {u.arg[0]} = ({self._ct(d)})args[{nbufs + varnames.index(u.arg[0])}];"); return u.arg[0]
     if u.op is Ops.SPECIAL and (fmt := self.gpu_index.get(u.arg[0][:4])) is not None and u.arg[0][4:] in ("0", "1", "2"):
-      emit(f"const int {u.arg[0]} = {fmt.format(n=u.arg[0][4:], xyz='xyz'[int(u.arg[0][4:])])};"); return u.arg[0]
+      emit(f"const {self._ct(u.dtype)} {u.arg[0]} = {fmt.format(n=u.arg[0][4:], xyz='xyz'[int(u.arg[0][4:])])};"); return u.arg[0]
     if u.op is Ops.SPECIAL and self.gpu_index: raise RenderError(f"{self.name}: unknown SPECIAL {u.arg[0]}")
     raise RenderError(f"{self.name} renderer: cannot render {u.op} (no GPU indices on the CPU)")
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
@@ -115,7 +115,7 @@ class CRenderer(Renderer):
       if u.op is Ops.CONST: r[u] = self._cc(d, u.arg); continue
       if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL): r[u] = self._define(u, nbufs, varnames, emit)
       elif u.op is Ops.RANGE:
-        lo, hi = ("(int)start", "(int)end") if u.arg[1] == "global" else ("0", r[u.src[0]])
+        lo, hi = (f"({self._ct(d)})start", f"({self._ct(d)})end") if u.arg[1] == "global" else ("0", r[u.src[0]])
         emit(f"for ({self._ct(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"
       elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
       elif u.op is Ops.DEFINE_ACC: emit(f"{self._ct(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
