@@ -268,6 +268,29 @@ def test_cpu_pool_late_thread_does_not_hold_up_a_launch():
     assert sorted(ran) == [(1000 * i // 8, 1000 * (i + 1) // 8) for i in range(8)]
   finally: p.stop()
 
+def test_cpu_idle_queue_runs_short_buffers_inline(cpu_object):
+  # a kernel of known small cost on an idle queue runs on the submitting thread; one behind an unsatisfied wait goes to
+  # the worker (the host must not block on it), and runs once the host signals
+  dev = Device["CPU"]
+  eng = dev.engines["compute"]
+  a = Buffer("CPU", 4, dtypes.int32).copyin(memoryview(np.zeros(4, np.int32)))   # (recycled memory is not zeroed)
+  inc = dev.runtime(dev, "inc", cpu_object)
+  inc(a._buf, global_size=(4, 1, 1), wait=True)   # first launch: unknown cost, the worker runs it and measures it
+  eng.pool.cost[inc.fxn_addr] = 1.0                # what a few more launches would settle to: ns per item
+  before = eng.inlined
+  for _ in range(5): inc(a._buf, global_size=(4, 1, 1))
+  dev.synchronize()
+  assert eng.inlined - before == 5
+  gate = dev.signal_t(dev, 0)
+  q = dev.compute_queue_t()
+  q.wait(gate, 1).exec(inc, inc.fill_kernargs([a._buf]), (4, 1, 1), (1, 1, 1)).signal(dev.timeline_signal, tv := dev.next_timeline())
+  q.submit(dev)   # returns: the wait is not satisfied, the buffer is the worker's
+  assert eng.inlined - before == 5 and dev.timeline_signal.value < tv
+  gate.value = 1
+  dev._signal_written()
+  dev.synchronize()
+  assert np.frombuffer(a.as_memoryview(), np.int32).tolist() == [7] * 4
+
 def test_cpu_copy_queue_cannot_exec(cpu_object):
   dev = Device["CPU"]
   prg = dev.runtime(dev, "inc", cpu_object)
