@@ -290,6 +290,15 @@ def test_cpu_idle_queue_runs_short_buffers_inline(cpu_object):
   dev._signal_written()
   dev.synchronize()
   assert np.frombuffer(a.as_memoryview(), np.int32).tolist() == [7] * 4
+  # on an idle queue a buffer runs inline up to a wait that is not satisfied; the worker takes the rest
+  pre, gate2 = dev.signal_t(dev, 0), dev.signal_t(dev, 0)
+  dev.compute_queue_t().signal(pre, 5).wait(gate2, 1).signal(dev.timeline_signal, tv2 := dev.next_timeline()).submit(dev)
+  try: assert pre.value == 5 and dev.timeline_signal.value < tv2
+  finally:
+    gate2.value = 1
+    dev._signal_written()
+  dev.synchronize()
+  assert dev.timeline_signal.value >= tv2
 
 def test_cpu_copy_queue_cannot_exec(cpu_object):
   dev = Device["CPU"]

@@ -236,7 +236,7 @@ class QueueEngine:
     self.ring = host_map(ring_bytes)
     self.entries = (ctypes.c_uint64 * (2 * nentries)).from_address(host_map(_pages(16 * nentries)))
     self.wptr = self.rptr = 0             # submissions written by the host / finished by the worker
-    self.inlined = 0                      # submissions run on the submitting thread (see _inline)
+    self.inlined = 0                      # submissions run whole on the submitting thread (see _submit)
     self.woff = 0                         # host's write offset in the command ring (bytes)
     self.inflight: deque[tuple[int, int, int]] = deque()  # (entry index, ring offset, bytes) not yet finished
     self.doorbell = threading.Condition()
@@ -246,6 +246,7 @@ class QueueEngine:
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
     self._fxns: dict[int, Any] = {}
     self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
+    self.inline = self.pool is not None and os.environ.get("CPU_INLINE", "1") != "0"   # see _submit
     self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
     self.thread.start()
 
@@ -266,47 +267,32 @@ class QueueEngine:
         self.doorbell.wait(0.05)
     addr, buf_addr = self.ring + off, words.buffer_info()[0]
     ctypes.memmove(addr, buf_addr, nbytes)
-    if self._inline(words):
-      # an idle queue and a short buffer that cannot block: this thread plays the hardware for it, reading the same
-      # words from the ring, in order (nothing is queued before it). Handing a tiny launch to the worker thread and
-      # waiting for its signal costs two thread switches, tens of µs, more than the kernel.
+    done, reserved = 0, False
+    if self.rptr == self.wptr and self.inline:
+      # an idle queue: this thread plays the hardware, reading the same words from the ring in order (nothing is queued
+      # before them), up to the first command that would block or take long (a wait not yet satisfied, a kernel of
+      # unknown or large cost, a large copy); the worker thread takes the rest. Handing a tiny launch to the worker
+      # and waiting for its signal costs two thread switches: tens of µs, more than the kernel.
       with self.doorbell: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
-      try: self._execute(addr, nbytes // 4)
+      reserved = True
+      try: done = self._execute(addr, nbytes // 4, inline=True)
       except Exception as ex:
         self.fault, self.state = f"{type(ex).__name__}: {ex}", f"FAULTED: {type(ex).__name__}: {ex}"
         self.dev._signal_written()
+        done = nbytes // 4
       self.cur, self.state = None, "idle"
-      with self.doorbell: self.wptr += 1; self.rptr += 1
-      self.inlined += 1
-      return
+      if done == nbytes // 4:
+        with self.doorbell: self.wptr += 1; self.rptr += 1
+        self.inlined += 1
+        return
     e = self.wptr % self.nentries
-    self.entries[2 * e], self.entries[2 * e + 1] = addr, nbytes
+    self.entries[2 * e], self.entries[2 * e + 1] = addr + 4 * done, nbytes - 4 * done
     with self.doorbell:
-      self.inflight.append((self.wptr, off, nbytes))
-      self.woff = off + nbytes
+      if not reserved: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
       self.wptr += 1
       self.doorbell.notify_all()
 
-  INLINE_NS = 30_000   # the most work a buffer may hold to run on the submitting thread (known kernel costs only)
-
-  def _inline(self, ws: Any) -> bool:
-    """Whether the buffer can run right away on the submitting thread: the queue is idle, every wait in it is
-    already satisfied, every kernel's cost is known and small, copies are small."""
-    if self.rptr != self.wptr or self.pool is None or os.environ.get("CPU_INLINE", "1") == "0": return False
-    p, work, n = 0, 0.0, len(ws)
-    while p < n:
-      h = ws[p]
-      op, k = h >> 16, h & 0xFFFF
-      if k != _SIZE.get(op) or p + k > n: return False   # malformed: the worker reports it
-      if op == OP_WAIT and ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value < (ws[p + 3] | ws[p + 4] << 32): return False
-      if op == OP_EXEC:
-        est = self.pool.cost.get(ws[p + 1] | ws[p + 2] << 32)
-        if est is None: return False
-        work += est * ws[p + 5]
-      if op == OP_COPY: work += 0.1 * (ws[p + 5] | ws[p + 6] << 32)
-      if work > self.INLINE_NS: return False
-      p += k
-    return True
+  INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
 
   def unmap(self) -> None:
     host_unmap(self.ring, self.ring_bytes)
@@ -346,7 +332,9 @@ class QueueEngine:
         self.rptr += 1
         self.doorbell.notify_all()
 
-  def _execute(self, addr: int, nwords: int) -> None:
+  def _execute(self, addr: int, nwords: int, inline: bool = False) -> int:
+    """Run the buffer's commands; inline (on the submitting thread): stop before one that would block or take long
+    and return its word offset (nwords when all ran)."""
     ws = (ctypes.c_uint32 * nwords).from_address(addr)[:]
     p = 0
     while p < nwords and not self.stopped:
@@ -361,26 +349,32 @@ class QueueEngine:
           sig.value = value
           self.dev._signal_written()
         elif sig.value < value:
+          if inline: return p
           self.state = f"waiting for signal {sig_addr(sig):#x} >= {value} (value now {sig.value})"
           cv = self.dev.sig_cv
           with cv:
             while sig.value < value and not self.stopped: cv.wait(0.05)
       elif op == OP_EXEC:
-        _, f, _ = decode_one(ws, p)
+        # fields read straight off the words (LAYOUT[OP_EXEC]); the state in words is made only when asked (describe)
         if self.pool is None: raise RuntimeError("EXEC on a queue without a thread pool (the copy queue)")
-        self.state = f"executing kernel {f['fxn']:#x} over {f['gx']} items"
-        fxn = self._fxns.get(f["fxn"]) or self._fxns.setdefault(f["fxn"], _KFN(f["fxn"]))
-        self.pool.run(f["fxn"], fxn, f["args"], f["gx"], f["min_chunk"])
+        fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
+        if inline and ((est := self.pool.cost.get(fa)) is None or est * gx > self.INLINE_NS): return p
+        self.state = ("exec", fa, gx)
+        fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
+        self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11])
       elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
       elif op == OP_COPY:
+        if inline and (ws[p + 5] | ws[p + 6] << 32) > 10 * self.INLINE_NS: return p   # ~10 bytes per ns
         _, f, _ = decode_one(ws, p)
         self.state = f"copying {f['nbytes']} bytes {f['src']:#x} -> {f['dest']:#x}"
         ctypes.memmove(f["dest"], f["src"], f["nbytes"])
       # OP_BARRIER: commands already execute in order on one thread and ctypes writes are visible to the host
       p += h & 0xFFFF
+    return p
 
   def describe(self) -> str:
-    s = f"  {self.name} queue: {self.state}; submissions written {self.wptr}, finished {self.rptr} ({self.inlined} on the host thread)"
+    st = self.state if isinstance(self.state, str) else f"executing kernel {self.state[1]:#x} over {self.state[2]} items"
+    s = f"  {self.name} queue: {st}; submissions written {self.wptr}, finished {self.rptr} ({self.inlined} on the host thread)"
     if self.cur is not None:
       addr, nwords, p = self.cur
       s += f"\n  current command buffer at {addr:#x} ({nwords} words):\n" + decode_words((ctypes.c_uint32 * nwords).from_address(addr)[:], mark=p)
