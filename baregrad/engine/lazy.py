@@ -1,7 +1,8 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
 import weakref
-from baregrad.ir.ops import UOp, Ops
+from collections import OrderedDict
+from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, _shapes
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
@@ -56,9 +57,74 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
       else: stack.extend(n.src)
   return [u.substitute(hits) for u in uops] if hits else list(uops)
 
+# ---- schedules cached by graph structure: eager code builds the same small graph over new buffers again and again
+# (x + 1 on each new x, every op of a training step), and cutting it into kernels costs far more than running them.
+# The key is the graph with each buffer replaced by a placeholder (its slot, device and size: what scheduling looks
+# at); a hit rebuilds the cached items over this graph's buffers, with new buffers for what the schedule computes.
+# Only pure computations are cached: no ASSIGN (versions), COPY, bounds check, stale read or buffer read twice under
+# two versions (those take the full path, which also raises their errors).
+_CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH}
+SCHEDULE_CACHE_SIZE = 2048
+_sched_cache: OrderedDict = OrderedDict()
+
+def _abstract(srcs: list[UOp]) -> tuple[tuple[UOp, ...], dict[UOp, UOp], list[BufRef]] | None:
+  """The graph with its buffers as placeholders, the map from its nodes to their placeholder images, and the buffers
+  by slot; None where the graph is not cacheable."""
+  memo: dict[UOp, UOp] = {}
+  slots: list[BufRef] = []
+  slot_of: dict[int, int] = {}   # id(storage) -> slot
+  for t in srcs:
+    for u in t.toposort():
+      if u in memo: continue
+      if u.op not in _CACHEABLE or id(u) in checks.registry: return None
+      if u.op is Ops.BUFFER:
+        ref = u.arg
+        if ref.stale: return None
+        k = slot_of.get(id(ref.storage))
+        if k is None: k = slot_of[id(ref.storage)] = len(slots); slots.append(ref)
+        elif slots[k] is not ref: return None
+        memo[u] = UOp(Ops.BUFFER, u.dtype, (), ("slot", k, ref.device, ref.size))
+      # every node of the key is a placeholder too: the cache must not keep a real node alive (a graph reading no buffer,
+      # e.g. zeros(), would then hash-cons to it and find its old result in realized_map: two tensors, one buffer)
+      else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), ("placeholder", u.arg))
+  return tuple(memo[t] for t in srcs), memo, slots
+
+def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple | None:
+  ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
+  made: list[tuple] = []   # (device, size, dtype) of the buffers the schedule makes
+  def tref(r: BufRef) -> tuple[str, int]:
+    if (t := ref_of.get(id(r))) is None:
+      ref_of[id(r)] = t = ("new", len(made))
+      made.append((r.device, r.size, r.dtype))
+    return t
+  titems = []
+  for it in items:
+    if it.check is not None or it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in memo): return None
+    titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, memo.get(it.srcnode)))
+  if any(u not in memo for u in realized_): return None
+  return titems, {memo[u]: tref(r) for u, r in realized_.items()}, made
+
+def _instantiate(tmpl: tuple, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
+  titems, treal, made = tmpl
+  inv = {v: k for k, v in memo.items()}
+  new = [BufRef(d, n, dt) for d, n, dt in made]
+  def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
+  items = [ScheduleItem(ast, [get(t) for t in tb], kind, inv.get(sn) if sn is not None else None) for ast, tb, kind, sn in titems]
+  return items, {inv[u]: get(t) for u, t in treal.items()}
+
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
   srcs = _substitute_all(uops)
-  with profile.span("schedule", device=device): items, realized_ = create_schedule(srcs, device)
+  with profile.span("schedule", device=device):
+    ab = _abstract(srcs)
+    key = (ab[0], device) if ab is not None else None
+    if key is not None and (tmpl := _sched_cache.get(key)) is not None:
+      _sched_cache.move_to_end(key)
+      items, realized_ = _instantiate(tmpl, ab[1], ab[2])
+      return items, srcs, realized_
+    items, realized_ = create_schedule(srcs, device)
+    if key is not None and (tmpl := _template(items, realized_, ab[1], ab[2])) is not None:
+      _sched_cache[key] = tmpl
+      if len(_sched_cache) > SCHEDULE_CACHE_SIZE: _sched_cache.popitem(last=False)
   return items, srcs, realized_
 
 def realize(uops: list[UOp], device: str) -> list[UOp]:

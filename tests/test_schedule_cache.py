@@ -1,0 +1,45 @@
+"""Schedules are cached by graph structure (engine/lazy.py): the same graph over new buffers reuses the cut into kernels,
+with its own buffers, and gives its own values; what the cache must not change: results of graphs that differ only in a
+constant's bits, fresh buffers for each realized result, errors on stale reads, in-place writes."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from baregrad import Tensor
+from baregrad.engine import lazy
+
+@pytest.fixture
+def schedules(monkeypatch):
+  """Counts the schedules cut from scratch (not served by the cache)."""
+  calls = []
+  real = lazy.create_schedule
+  monkeypatch.setattr(lazy, "create_schedule", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+  return calls
+
+def test_same_structure_new_buffers_hits(schedules):
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(4)]
+  outs = [((Tensor(x) * 2 + 1).relu().sum(1)).numpy() for x in xs]
+  assert len(schedules) == 1   # cut once, reused for the three others
+  for x, o in zip(xs, outs): np.testing.assert_allclose(o, np.maximum(x * 2 + 1, 0).sum(1), rtol=1e-6)
+
+def test_each_result_gets_its_own_buffer():
+  # a graph that reads no buffer is the same graph every time: each realize still gives a new buffer
+  a, b = Tensor.zeros(3), Tensor.zeros(3)
+  assert a.uop is not b.uop
+  a.assign(Tensor([1.0, 2.0, 3.0]))
+  assert b.numpy().tolist() == [0.0, 0.0, 0.0] and a.numpy().tolist() == [1.0, 2.0, 3.0]
+
+def test_constants_differing_only_in_bits_are_different_graphs():
+  x = Tensor(np.ones(2, np.float32))
+  assert (1 / (x * 0.0)).numpy().tolist() == [np.inf, np.inf]
+  assert (1 / (x * -0.0)).numpy().tolist() == [-np.inf, -np.inf]
+
+def test_stale_reads_and_in_place_writes_take_the_full_path(schedules):
+  w = Tensor(np.ones(4, np.float32)).realize()
+  y = w * 2          # built over w's current version
+  w.assign(w + 1)    # an in-place write: never served by the cache
+  n = len(schedules)
+  w.assign(w + 1)
+  assert len(schedules) == n + 1
+  np.testing.assert_allclose(y.numpy(), [2, 2, 2, 2])   # y still gives the value it was built with
+  np.testing.assert_allclose(w.numpy(), [3, 3, 3, 3])
