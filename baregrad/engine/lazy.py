@@ -61,9 +61,11 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
 # (x + 1 on each new x, every op of a training step), and cutting it into kernels costs far more than running them.
 # The key is the graph with each buffer replaced by a placeholder (its slot, device and size: what scheduling looks
 # at); a hit rebuilds the cached items over this graph's buffers, with new buffers for what the schedule computes.
-# Only pure computations are cached: no ASSIGN (versions), COPY, bounds check, stale read or buffer read twice under
-# two versions (those take the full path, which also raises their errors).
-_CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS, Ops.DETACH}
+# A placeholder also names the first slot over the same storage (an ASSIGN writes the next version of a buffer its value
+# reads: the schedule passes one argument per storage). Not cached: COPY, bounds checks and stale reads (those take the
+# full path, which also raises their errors).
+_CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS,
+                                               Ops.DETACH, Ops.ASSIGN}
 SCHEDULE_CACHE_SIZE = 2048
 _sched_cache: OrderedDict = OrderedDict()
 
@@ -72,7 +74,8 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple[UOp, ...], dict[UOp, UOp], list[Bu
   by slot; None where the graph is not cacheable."""
   memo: dict[UOp, UOp] = {}
   slots: list[BufRef] = []
-  slot_of: dict[int, int] = {}   # id(storage) -> slot
+  slot_of: dict[int, int] = {}     # id(BufRef) -> slot
+  storage_of: dict[int, int] = {}  # id(storage) -> its first slot
   for t in srcs:
     for u in t.toposort():
       if u in memo: continue
@@ -80,10 +83,9 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple[UOp, ...], dict[UOp, UOp], list[Bu
       if u.op is Ops.BUFFER:
         ref = u.arg
         if ref.stale: return None
-        k = slot_of.get(id(ref.storage))
-        if k is None: k = slot_of[id(ref.storage)] = len(slots); slots.append(ref)
-        elif slots[k] is not ref: return None
-        memo[u] = UOp(Ops.BUFFER, u.dtype, (), ("slot", k, ref.device, ref.size))
+        if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
+        first = storage_of.setdefault(id(ref.storage), k)
+        memo[u] = UOp(Ops.BUFFER, u.dtype, (), ("slot", k, first, ref.device, ref.size))
       # every node of the key is a placeholder too: the cache must not keep a real node alive (a graph reading no buffer,
       # e.g. zeros(), would then hash-cons to it and find its old result in realized_map: two tensors, one buffer)
       else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), ("placeholder", u.arg))
