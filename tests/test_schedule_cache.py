@@ -52,3 +52,10 @@ def test_stale_reads_still_raise():
   old: UOp = (w * 2).uop                                      # a graph over w's version, held by no tensor
   w.assign(w + 1)
   with pytest.raises(RuntimeError, match="modified by an in-place operation"): Tensor(old).numpy()
+
+def test_bounds_checks_run_from_the_cache(schedules):
+  from baregrad import one_hot
+  for _ in range(2): one_hot(Tensor([0, 1, 2]), 3).numpy()
+  n = len(schedules)
+  with pytest.raises(IndexError, match="class value 7"): one_hot(Tensor([0, 7, 2]), 3).numpy()
+  assert len(schedules) == n   # the same structure, its check included: served by the cache, and the check still ran

@@ -62,24 +62,29 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
 # The key is the graph with each buffer replaced by a placeholder (its slot, device and size: what scheduling looks
 # at); a hit rebuilds the cached items over this graph's buffers, with new buffers for what the schedule computes.
 # A placeholder also names the first slot over the same storage (an ASSIGN writes the next version of a buffer its value
-# reads: the schedule passes one argument per storage). Not cached: COPY, bounds checks and stale reads (those take the
-# full path, which also raises their errors).
+# reads: the schedule passes one argument per storage); the bounds checks registered on its nodes are part of the key.
+# Not cached: COPY and stale reads (those take the full path, which also raises their errors).
 _CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS,
                                                Ops.DETACH, Ops.ASSIGN}
 SCHEDULE_CACHE_SIZE = 2048
 _sched_cache: OrderedDict = OrderedDict()
 
-def _abstract(srcs: list[UOp]) -> tuple[tuple[UOp, ...], dict[UOp, UOp], list[BufRef]] | None:
-  """The graph with its buffers as placeholders, the map from its nodes to their placeholder images, and the buffers
-  by slot; None where the graph is not cacheable."""
+def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, UOp], list[BufRef]] | None:
+  """The graph with its buffers as placeholders (and the bounds checks registered on its nodes: checked node, payload
+  graph, message), the map from its nodes to their placeholder images, and the buffers by slot; None where the graph
+  is not cacheable."""
   memo: dict[UOp, UOp] = {}
   slots: list[BufRef] = []
   slot_of: dict[int, int] = {}     # id(BufRef) -> slot
   storage_of: dict[int, int] = {}  # id(storage) -> its first slot
-  for t in srcs:
-    for u in t.toposort():
+  found: list[tuple[UOp, UOp, str]] = []
+  todo = list(srcs)
+  while todo:
+    for u in todo.pop(0).toposort():
       if u in memo: continue
-      if u.op not in _CACHEABLE or id(u) in checks.registry: return None
+      if u.op not in _CACHEABLE: return None
+      if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
+        for p, m in e[1]: found.append((u, p, m)); todo.append(p)
       if u.op is Ops.BUFFER:
         ref = u.arg
         if ref.stale: return None
@@ -89,7 +94,7 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple[UOp, ...], dict[UOp, UOp], list[Bu
       # every node of the key is a placeholder too: the cache must not keep a real node alive (a graph reading no buffer,
       # e.g. zeros(), would then hash-cons to it and find its old result in realized_map: two tensors, one buffer)
       else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), ("placeholder", u.arg))
-  return tuple(memo[t] for t in srcs), memo, slots
+  return (tuple(memo[t] for t in srcs), tuple((memo[n], memo[p], m) for n, p, m in found)), memo, slots
 
 def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple | None:
   ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
@@ -101,8 +106,10 @@ def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], 
     return t
   titems = []
   for it in items:
-    if it.check is not None or it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in memo): return None
-    titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, memo.get(it.srcnode)))
+    if it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in memo): return None
+    if it.check is not None and it.check[0] not in memo: return None
+    titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, memo.get(it.srcnode),
+                   (memo[it.check[0]], it.check[1]) if it.check is not None else None))
   if any(u not in memo for u in realized_): return None
   return titems, {memo[u]: tref(r) for u, r in realized_.items()}, made
 
@@ -111,7 +118,8 @@ def _instantiate(tmpl: tuple, memo: dict[UOp, UOp], slots: list[BufRef]) -> tupl
   inv = {v: k for k, v in memo.items()}
   new = [BufRef(d, n, dt) for d, n, dt in made]
   def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
-  items = [ScheduleItem(ast, [get(t) for t in tb], kind, inv.get(sn) if sn is not None else None) for ast, tb, kind, sn in titems]
+  items = [ScheduleItem(ast, [get(t) for t in tb], kind, inv.get(sn) if sn is not None else None, (inv[ck[0]], ck[1]) if ck else None)
+           for ast, tb, kind, sn, ck in titems]
   return items, {inv[u]: get(t) for u, t in treal.items()}
 
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
