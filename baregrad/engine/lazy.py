@@ -80,8 +80,7 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, UOp], list[BufRef]] | N
   found: list[tuple[UOp, UOp, str]] = []
   todo = list(srcs)
   while todo:
-    for u in todo.pop(0).toposort():
-      if u in memo: continue
+    for u in _post_order(todo.pop(0), memo):
       if u.op not in _CACHEABLE: return None
       if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
         for p, m in e[1]: found.append((u, p, m)); todo.append(p)
@@ -95,6 +94,20 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, UOp], list[BufRef]] | N
       # e.g. zeros(), would then hash-cons to it and find its old result in realized_map: two tensors, one buffer)
       else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), ("placeholder", u.arg))
   return (tuple(memo[t] for t in srcs), tuple((memo[n], memo[p], m) for n, p, m in found)), memo, slots
+
+def _post_order(root: UOp, done: dict) -> list[UOp]:
+  """The nodes under root not in `done`, children first (a walk that stops at what an earlier target already took)."""
+  out: list[UOp] = []
+  seen: set[UOp] = set()
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    u, expanded = stack.pop()
+    if expanded: out.append(u); continue
+    if u in seen or u in done: continue
+    seen.add(u)
+    stack.append((u, True))
+    stack.extend((x, False) for x in reversed(u.src) if x not in seen and x not in done)
+  return out
 
 def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple | None:
   ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
