@@ -23,6 +23,10 @@ class OptOps(Enum):
   SPLIT = auto()     # split any axis into two nested loops (outer, inner of `amt`): tiling, split of a reduce loop
   PARALLEL = auto()  # run an output axis over the device's threads (CPU cores); one per kernel
   LOCAL = auto()     # split an output axis; the inner part runs over a workgroup's threads (GPUs)
+  GROUP = auto()     # split a reduce axis; the inner part runs over a workgroup's threads, each reduces its share and the
+                     # partial results are combined through shared memory (every thread of the group gets the result)
+  PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
+                     # reduction sees its identity there (so awkward sizes take the same tiles as round ones)
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -32,8 +36,9 @@ class Opt:
   amt: int = 0   # 0: the whole axis
   def __repr__(self) -> str: return f"Opt({self.op.name}, axis={self.axis}, amt={self.amt})"
 
-LOOP_KINDS = ("global", "local", "loop", "reduce")
+LOOP_KINDS = ("global", "local", "group", "loop", "reduce")
 LANE_KINDS = ("upcast", "unroll")
+THREAD_KINDS = ("local", "group")   # axes that are thread indices inside a workgroup
 
 @dataclass
 class Axis:
@@ -94,11 +99,15 @@ def _pow_n(v: UOp, n: int) -> UOp:
   return out if out is not None else UOp.const(v.dtype, 1)
 
 class Kernel:
-  """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter."""
-  def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False):
+  """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter.
+
+  `ren` (a Renderer) tells what the target declares: threads per workgroup (local_max), shared memory (shared_max)."""
+  def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False, ren: object = None):
     self.ast = ast
     # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
     self.max_parallel, self.gpu = max_parallel, gpu
+    self.local_max: int = int(getattr(ren, "local_max", 0) or 1024)
+    self.shared_max: int = int(getattr(ren, "shared_max", 0) or 48 << 10)
     self.full_shape = verify_ast(ast)
     red: set[int] = set()
     for u in ast.toposort():
@@ -109,12 +118,22 @@ class Kernel:
     self.reduce_axes = red
     self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
     self.applied: list[Opt] = []
+    self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.name = name
 
   # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts
   def loop_axes(self) -> list[int]: return [i for i, a in enumerate(self.axes) if a.kind in LOOP_KINDS]
   @property
   def lanes(self) -> int: return prod(a.size for a in self.axes if a.kind in LANE_KINDS)
+  @property
+  def threads(self) -> int: return prod(a.size for a in self.axes if a.kind in THREAD_KINDS)
+  def n_reduces(self) -> int: return sum(1 for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS)
+  def group_smem_bytes(self, threads: int | None = None) -> int:
+    """Shared memory the GROUP combine needs: one slot per thread and output lane, for every reduction."""
+    if not any(a.kind == "group" for a in self.axes): return 0
+    up = prod(a.size for a in self.axes if a.kind == "upcast")
+    isz = max((u.dtype.itemsize for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS), default=4)
+    return (self.threads if threads is None else threads) * up * isz * self.n_reduces()
 
   def apply_opt(self, opt: Opt) -> None:
     loops = self.loop_axes()
@@ -127,33 +146,67 @@ class Kernel:
       if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:
         raise OptError(f"{opt}: the kernel already has {self.max_parallel} parallel axis(es)")
       ax.kind = "global"
+    elif opt.op is OptOps.PADTO:
+      if ax.kind not in ("loop", "reduce", "global"): raise OptError(f"{opt}: only a loop, reduce or grid axis can be padded, axis is {ax.kind}")
+      if sum(a.orig == ax.orig for a in self.axes) != 1 or ax.orig in self.pads: raise OptError(f"{opt}: pad an axis before splitting it")
+      if amt < 2 or ax.size % amt == 0: raise OptError(f"{opt}: the axis size {ax.size} is already a multiple of {amt}")
+      new = -(-ax.size // amt) * amt
+      if new > 2 * ax.size and ax.size >= amt // 2: raise OptError(f"{opt}: padding {ax.size} to {new} more than doubles the work")
+      self.pads[ax.orig], ax.size = ax.size, new
     else:
       if amt < 1 or ax.size % amt != 0: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
-      kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local"}[opt.op]
+      kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local", OptOps.GROUP: "group"}[opt.op]
       if opt.op is OptOps.UPCAST and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: UPCAST needs an output axis, axis is {ax.kind}")
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
       if opt.op is OptOps.LOCAL and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: LOCAL needs an output axis")
+      if opt.op is OptOps.GROUP:
+        if not self.gpu: raise OptError(f"{opt}: GROUP needs a device with workgroups and shared memory")
+        if ax.kind != "reduce": raise OptError(f"{opt}: GROUP needs a reduce axis, axis is {ax.kind}")
+        if any(u.op is Ops.REDUCE_AXIS and ax.orig not in u.arg[1] for u in self.ast.toposort()):
+          raise OptError(f"{opt}: every reduction of the kernel must reduce axis {ax.orig} to share its threads")
+      if opt.op in (OptOps.LOCAL, OptOps.GROUP) and self.gpu:
+        if self.threads * amt > self.local_max: raise OptError(f"{opt}: {self.threads * amt} threads per workgroup, the device allows {self.local_max}")
       if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.lanes * amt > 256: raise OptError(f"{opt}: more than 256 lanes")
       if amt == ax.size and opt.op is not OptOps.SPLIT: ax.kind = kind
       else:
         ax.size //= amt
         self.axes.insert(i + 1, Axis(ax.orig, amt, kind))
+      if (need := self.group_smem_bytes()) > self.shared_max:
+        raise OptError(f"{opt}: the workgroup reduction needs {need} bytes of shared memory, the device allows {self.shared_max}")
     self.applied.append(opt)
+
+  # ---- thread indices
+  def thread_axes(self) -> list[int]:
+    """Workgroup axes, outermost first; the last one varies fastest between neighbouring threads."""
+    return [i for i, a in enumerate(self.axes) if a.kind in THREAD_KINDS]
+  def threads_flat(self) -> bool:
+    """More than three workgroup axes: one flat thread index (x) is split into them by division."""
+    return len(self.thread_axes()) > 3
 
   # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
   def lower(self) -> UOp:
-    order = {"global": 0, "local": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
+    order = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
     # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
     # out of the index math but stay in its REDUCE, which the linearizer cannot place)
     rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 else UOp.const(dtypes.int32, 0)
                            for rid, i in enumerate(ids)}
+    th = self.thread_axes()
+    th_stride: dict[int, int] = {}
+    st_ = 1
+    for i in reversed(th): th_stride[i], st_ = st_, st_ * self.axes[i].size
     if self.gpu:
       # grid and workgroup axes are hardware indices, not loops (x is the innermost, fastest-varying axis)
-      for kind, pre in (("global", "gidx"), ("local", "lidx")):
-        ks = [i for i in range(len(self.axes)) if self.axes[i].kind == kind]
-        for n, i in enumerate(reversed(ks)): rng[i] = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{pre}{n}", self.axes[i].size))
+      gs = [i for i in range(len(self.axes)) if self.axes[i].kind == "global"]
+      for n, i in enumerate(reversed(gs)): rng[i] = UOp(Ops.SPECIAL, dtypes.int32, (), (f"gidx{n}", self.axes[i].size))
+      if not self.threads_flat():
+        for n, i in enumerate(reversed(th)): rng[i] = UOp(Ops.SPECIAL, dtypes.int32, (), (f"lidx{n}", self.axes[i].size))
+      else:
+        flat = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", prod(self.axes[i].size for i in th)))
+        for i in th:
+          v = flat if th_stride[i] == 1 else flat // th_stride[i]
+          rng[i] = (v if i == th[0] else v % self.axes[i].size).simplify()
     idx_of: list[UOp] = []
     for o, s in enumerate(self.full_shape):
       parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
@@ -163,24 +216,40 @@ class Kernel:
         e = e + rng[i] * stride
         stride *= a.size
       idx_of.append(e.simplify())
+    # a padded axis runs past the real size: what lies there is masked off
+    pad_valid = {o: (idx_of[o] < real).simplify() for o, real in self.pads.items()}
     red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
+    group = [i for i in th if self.axes[i].kind == "group"]
+    ups = [i for i, a in enumerate(self.axes) if a.kind == "upcast" and rng[i].op is Ops.RANGE]
     memo: dict[UOp, UOp] = {}
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
+    def access(st: ShapeTracker, extra: UOp | None = None) -> tuple[UOp, UOp | None]:
+      idx, valid = st.to_index(idxs_for(st.shape))
+      for o, pv in pad_valid.items():
+        if st.shape[o] != 1: valid = pv if valid.op is Ops.CONST and valid.arg else valid & pv
+      if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
+      valid = valid.simplify()
+      return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
+    # with a GROUP, one thread of the group stores the (shared) result
+    store_guard: UOp | None = None
+    for i in group:
+      c = rng[i].eq(0)
+      store_guard = c if store_guard is None else store_guard & c
     for u in self.ast.toposort():
       src = tuple(memo.get(s, s) for s in u.src)
       if u.op is Ops.VIEW: new = u
       elif u.op is Ops.LOAD:
-        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
-        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None),))
+        idx, valid = access(u.src[1].arg)
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.CONST and u.src:
-        _, valid = u.src[0].arg.to_index(idxs_for(u.src[0].arg.shape))
+        _, valid = access(u.src[0].arg)
         c = UOp.const(u.dtype, u.arg)
-        new = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+        new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
-        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
-        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None), src[2]))
+        idx, valid = access(u.src[1].arg, store_guard)
+        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
       elif u.op is Ops.REDUCE_AXIS:
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
         val = src[0]
@@ -190,7 +259,12 @@ class Kernel:
           # ...but only outside reductions nested in it: those keep their own loops
           val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
           rs = tuple(fresh[r] for r in rs)
-        n_reduce += 1
+        if pv := [pad_valid[a] for a in sorted(u.arg[1]) if a in pad_valid]:
+          # past the end of a padded reduce axis the reduction sees its identity
+          ok = pv[0]
+          for x in pv[1:]: ok = ok & x
+          if n_reduce and rs: ok = ok.substitute(fresh)
+          val = ok.where(val, UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)))
         # a value that does not vary over a reduced range (an expanded axis, a constant) would be accumulated once,
         # not once per step: fold those ranges here (sum: times the count, prod: to the count's power, max: itself)
         deps = set(val.toposort())
@@ -202,12 +276,38 @@ class Kernel:
           elif u.arg[0] is Ops.ADD: val = val * UOp.const(val.dtype, n) if val.dtype != dtypes.bool else val
           elif u.arg[0] is Ops.MUL: val = _pow_n(val, n)
         new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
+        if group: new = self._group_combine(u, new, n_reduce, rng, th, th_stride, group, ups)
+        n_reduce += 1
       else: new = u if src == u.src else u.replace(src=src)
       memo[u] = new
     return memo[self.ast]
 
+  def _group_combine(self, u: UOp, partial: UOp, n: int, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int],
+                     group: list[int], ups: list[int]) -> UOp:
+    """Each thread's partial result goes to shared memory; after a barrier every thread reduces the group's partials.
+    Slot of a thread: its workgroup-linear id times the output lanes, plus its lane (so lanes store contiguously)."""
+    if any(self.axes[i].orig not in u.arg[1] for i in group):
+      raise OptError(f"GROUP: a reduction over axes {u.arg[1]} does not reduce the grouped axis")
+    if any(a.kind == "loop" for a in self.axes):
+      # the next loop iteration would overwrite the partials while slow threads still read them
+      raise OptError("GROUP needs every output axis on the grid, the workgroup or lanes (a loop would reuse shared memory)")
+    nup = prod(self.axes[i].size for i in ups)
+    lane, s = UOp.const(dtypes.int32, 0), 1
+    for i in reversed(ups): lane, s = lane + rng[i] * s, s * self.axes[i].size
+    def slot(vals: dict[int, UOp]) -> UOp:
+      lin = UOp.const(dtypes.int32, 0)
+      for i in th: lin = lin + vals.get(i, rng[i]) * th_stride[i]
+      return (lin * nup + lane).simplify()
+    smem = UOp(Ops.DEFINE_LOCAL, u.dtype.ptr(local=True), (), (f"smem{n}", prod(self.axes[i].size for i in th) * nup))
+    bar = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.STORE, dtypes.void, (smem.index(slot({})), partial)),))
+    cr = {i: UOp.range(self.axes[i].size, 100_000 + 100 * n + k, "reduce") for k, i in enumerate(group)}
+    return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (smem.index(slot(cr)), bar)),) + tuple(cr.values()), u.arg[0])
+
   def _dims(self, kind: str) -> tuple[int, int, int]:
-    g = [a.size for a in self.axes if a.kind == kind]
+    if kind == "local":
+      g = [self.axes[i].size for i in self.thread_axes()]
+      if self.gpu and len(g) > 3: return (prod(g), 1, 1)
+    else: g = [a.size for a in self.axes if a.kind == kind]
     if not self.gpu: return (prod(g) if g else 1, 1, 1)
     g = list(reversed(g)) + [1, 1, 1]  # x is the innermost axis
     return (g[0], g[1], g[2])
@@ -222,7 +322,7 @@ class Kernel:
   def vars(self) -> list[UOp]:
     return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
   def colored_shape(self) -> str:
-    return " ".join(f"{a.size}{a.kind[0]}" for a in self.axes)
+    return " ".join(f"{a.size}{'G' if a.kind == 'group' else a.kind[0]}" for a in self.axes)
   def function_name(self) -> str:
     if self.name: return self.name
     kind = "r" if self.reduce_axes else "E"

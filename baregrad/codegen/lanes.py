@@ -68,7 +68,8 @@ class Expander:
     if is_lane(u):
       n = u.src[0].arg
       return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(UOp.const(u.dtype, i) for i in range(n))), (u,)
-    if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.INDEX): return u, ()
+    if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.INDEX): return u, ()
+    if u.op is Ops.BARRIER: return u.replace(src=tuple(self.memo[s][0] for s in u.src)), ()
     if u.op is Ops.LOAD: return self._load(u)
     if u.op is Ops.STORE: return self._store(u), ()
     if u.op is Ops.REDUCE: return self._reduce(u)
@@ -97,7 +98,8 @@ class Expander:
     index = u.src[0]
     buf = index.src[0]
     idx, valid, lanes = self._access(index)
-    if not lanes: return u, ()
+    dep = tuple(self.memo[s][0] for s in u.src[1:])   # what the load must come after (a barrier)
+    if not lanes: return u.replace(src=(index,) + dep) if dep else u, ()
     n = prod(r.src[0].arg for r in lanes)
     lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
     if lin is not None:
@@ -106,9 +108,9 @@ class Expander:
       uniq = sorted(set(offs))
       lo = uniq[0]
       if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
-        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),))
+        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),) + dep)
         return vec.gep(tuple(o - lo for o in offs)), lanes
-      scal = [UOp(Ops.LOAD, u.dtype, (buf.index(simplify(base + o), valid),)) for o in uniq]
+      scal = [UOp(Ops.LOAD, u.dtype, (buf.index(simplify(base + o), valid),) + dep) for o in uniq]
       vec = scal[0] if len(scal) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(scal)), tuple(scal))
       return (vec.broadcast(n) if len(scal) == 1 else vec.gep(tuple(uniq.index(o) for o in offs))), lanes
     # general case: every lane on its own
@@ -119,7 +121,7 @@ class Expander:
       if lv is not None and lv.op is Ops.CONST:
         if not lv.arg: loads.append(UOp.const(u.dtype, 0)); continue
         lv = None
-      loads.append(UOp(Ops.LOAD, u.dtype, (buf.index(li, lv),)))
+      loads.append(UOp(Ops.LOAD, u.dtype, (buf.index(li, lv),) + dep))
     return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(loads)), lanes
 
   def _store(self, u: UOp) -> UOp:

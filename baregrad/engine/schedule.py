@@ -12,6 +12,8 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import gbuf
+from baregrad.codegen.gridreduce import split_reduce
+from baregrad.hal import Device
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements
 
 @dataclass
@@ -126,7 +128,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
         if u.op is Ops.ASSIGN and any(b is ref for b in kb.bufs[1:]): ast = _assign_check(ast, kb, ref)
         realized[u] = ref
-        items.append(ScheduleItem(ast, kb.bufs, "kernel", u))
+        items.extend(_device_split(ast, kb.bufs, dev, u))
       return items, realized
     except _NeedRealize as e:
       if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
@@ -134,6 +136,14 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
       cut = pos[e.u]
       items = [it for it in items if pos[it.srcnode] < cut]
       realized = {k: v for k, v in realized.items() if pos[k] < cut}
+
+def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp) -> list[ScheduleItem]:
+  """One kernel, or several where the device spreads a long reduction over its compute units (codegen/gridreduce)."""
+  try: ren = Device[dev].renderer
+  except Exception: ren = None   # a device that cannot open here: its kernels are cut when they run
+  if (plan := split_reduce(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u)]
+  refs = list(bufs) + [BufRef(dev, n, dt) for n, dt in plan.temps]
+  return [ScheduleItem(a, [refs[i] for i in ids], "kernel", u) for a, ids in plan.kernels]
 
 def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
 

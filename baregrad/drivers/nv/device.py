@@ -332,6 +332,7 @@ class NVDevice(HCQDevice):
       raise
     self.is_mock = hasattr(getattr(port, "inner", port), "mock")
     renderer, compiler = _toolchain(self.arch)
+    renderer.compute_units = self.sm_count   # the optimizer spreads long reductions over every SM
     self.compiler_ok = getattr(compiler, "ptxas", None) is not None
     super().__init__(device, None, renderer, compiler, NVProgram, NVComputeQueue, NVCopyQueue,
                      kernargs_size=1 << 20, signal_pool_size=64 << 10)
