@@ -117,20 +117,87 @@ def _reduction(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int
   lsz = fit(k, o, ("loop",), tmax, 32)
   if lsz > 1: apply(k, OptOps.LOCAL, o, lsz, ("loop",))
 
-def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loads: list, stores: list) -> bool:
-  """Register tiles: 4x4 outputs per thread, 16x16 threads, the reduction unrolled by 4."""
+def _operands(k: Kernel, reuse: list[int], loads: list, stores: list) -> tuple[int, int] | None:
+  """(m, n) of a matmul-like kernel: n the reuse axis the stores walk contiguously, m a reuse axis along which the
+  operand that moves with n stands still (cout of a convolution, the rows of a matmul)."""
   n = next((a for a in reversed(reuse) if _contiguous(stores, a)), reuse[-1])
-  m = next(a for a in reversed(reuse) if a != n)
-  r = red_axes[-1]
-  for ax, tile in ((n, 64), (m, 64)):
-    s = size_of(k, ax, ("loop",))
-    if s % tile and s > tile // 2: apply(k, OptOps.PADTO, ax, tile, ("loop",))
-  for ax in (n, m):
-    if size_of(k, ax, ("loop",)) % 4 == 0: apply(k, OptOps.UPCAST, ax, 4, ("loop",))
-  for ax in (n, m):
-    l = pow2_divisor(size_of(k, ax, ("loop",)), 16)
+  movers = [s for s in loads if s[n] != 0]
+  m = next((a for a in reversed(reuse) if a != n and movers and all(s[a] == 0 for s in movers)), None)
+  if m is None: m = next((a for a in reversed(reuse) if a != n), None)
+  return None if m is None else (m, n)
+
+def _tile(size: int, big: int) -> tuple[int, int]:
+  """(threads, lanes) along one output axis of a matmul tile."""
+  up = 8 if size >= 1024 else 4 if size >= 64 else 2 if size >= 32 else 1
+  return min(16, max(1, 1 << max(0, (size // up - 1).bit_length()))), up
+
+def _tc_tile(size: int, frag: int, big: int) -> tuple[int, int]:
+  """(warps, fragments a warp) along one output axis of a tensor-core tile."""
+  if size >= 256: return 2, big
+  if size >= 64: return 2, max(1, big // 2)
+  return 1, max(1, min(big // 2, 1 << max(0, (-(-size // frag) - 1).bit_length())))
+
+def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
+  """Tensor cores where the target has one for the operands' dtype: 2x2 warps, each a register tile of fragments,
+  operand tiles staged in shared memory per 32-wide step of the reduction. Not when padding to the fragment shape
+  would waste more than half the work."""
+  from baregrad.codegen.tc import usable
+  ops = k.tc_operands()
+  if ops is None: return False
+  m, n, r, la, lb = ops
+  cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
+  if not cands: return False
+  tc = ren.tensor_cores[cands[0]]
+  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], 4), _tc_tile(k.full_shape[n], tc.dims[1], 8)
+  tiles = {m: wm * um * tc.dims[0], n: wn * un * tc.dims[1], r: 2 * tc.dims[2] if k.full_shape[r] > tc.dims[2] else tc.dims[2]}
+  padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
+  if padded > 1.5 * prod(k.full_shape[o] for o in tiles): return False
+  for o, t in tiles.items():
+    if k.full_shape[o] % t and not apply(k, OptOps.PADTO, o, t, ("loop", "reduce")): return False
+  try: k.apply_opt(Opt(OptOps.TC, cands[0]))
+  except OptError: return False
+  for o, u in ((m, um), (n, un)):
+    if u > 1: apply(k, OptOps.UPCAST, o, u, ("loop",))
+  for o, w in ((m, wm), (n, wn)):
+    if w > 1: apply(k, OptOps.LOCAL, o, w, ("loop",))
+  if size_of(k, r, ("reduce",)) > 1 and tiles[r] > tc.dims[2]: apply(k, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",))
+  if ren.shared_max:
+    used = 0
+    for j in range(len(k.stage_candidates())):
+      b = k.stage_bytes(j)
+      if b and used + b <= ren.shared_max and apply_smem(k, j): used += b
+  return True
+
+def apply_smem(k: Kernel, j: int) -> bool:
+  try: k.apply_opt(Opt(OptOps.SMEM, j)); return True
+  except OptError: return False
+
+def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loads: list, stores: list) -> bool:
+  """Tensor cores if the target has a matching one; else register tiles (up to 8x8 outputs a thread) on 16x16
+  threads, the reduction stepping through tiles of the operands staged in shared memory (SMEM) when they fit."""
+  if ren.tensor_cores and _tensor_cores(k, ren): return True
+  mn = _operands(k, reuse, loads, stores)
+  if mn is None: return False
+  m, n = mn
+  r = max(red_axes, key=lambda a: k.full_shape[a])
+  (tn, un), (tm, um) = _tile(k.full_shape[n], 128), _tile(k.full_shape[m], 128)
+  for ax, tile in ((n, tn * un), (m, tm * um)):
+    if k.full_shape[ax] % tile: apply(k, OptOps.PADTO, ax, tile, ("loop",))
+  bk = 8 if k.full_shape[r] >= 16 else 0
+  if bk and k.full_shape[r] % bk: apply(k, OptOps.PADTO, r, bk, ("reduce",))
+  for ax, up in ((n, un), (m, um)):
+    if up > 1 and size_of(k, ax, ("loop",)) % up == 0: apply(k, OptOps.UPCAST, ax, up, ("loop",))
+  for ax, t in ((n, tn), (m, tm)):
+    l = pow2_divisor(size_of(k, ax, ("loop",)), t)
     if l > 1: apply(k, OptOps.LOCAL, ax, l, ("loop",))
-  if size_of(k, r, ("reduce",)) % 4 == 0: apply(k, OptOps.UNROLL, r, 4, ("reduce",))
+  if bk and size_of(k, r, ("reduce",)) > bk: apply(k, OptOps.SPLIT, r, bk, ("reduce",))
+  if ren.shared_max:
+    used = 0
+    for j in range(len(k.stage_candidates())):
+      b = k.stage_bytes(j)
+      if b and k.stage_reuse(j) and used + b <= ren.shared_max:
+        try: k.apply_opt(Opt(OptOps.SMEM, j)); used += b
+        except OptError: pass
   return True
 
 def _grid(k: Kernel, ren: Renderer) -> None:

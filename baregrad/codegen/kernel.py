@@ -25,6 +25,11 @@ class OptOps(Enum):
   LOCAL = auto()     # split an output axis; the inner part runs over a workgroup's threads (GPUs)
   GROUP = auto()     # split a reduce axis; the inner part runs over a workgroup's threads, each reduces its share and the
                      # partial results are combined through shared memory (every thread of the group gets the result)
+  SMEM = auto()      # stage a reduction input's tile in shared memory (axis: which, see Kernel.stage_candidates): per step
+                     # of the outermost reduce loop the workgroup loads it cooperatively (coalesced), then every thread
+                     # reads its operands from there, between barriers
+  TC = auto()        # tensor cores (axis: index into the renderer's tensor_cores): a matmul-shaped reduction runs as
+                     # warp-wide matrix instructions; its output axes take the accumulator fragment's lane/element layout
   PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
                      # reduction sees its identity there (so awkward sizes take the same tiles as round ones)
   def __repr__(self) -> str: return f"OptOps.{self.name}"
@@ -44,7 +49,10 @@ THREAD_KINDS = ("local", "group")   # axes that are thread indices inside a work
 class Axis:
   orig: int       # which axis of the full shape it is part of
   size: int
-  kind: str       # global, local, loop, reduce, upcast, unroll
+  kind: str       # global, local, group, loop, reduce, upcast, unroll; tc (the reduction a tensor core takes whole)
+  # tensor-core part: (source, first coordinate bit, first source bit): its value is coordinate bits from fragment
+  # element-index bits ("elem", upcast) or lane-id bits ("lane", local); the tc-kind part of the reduce axis is ("k", 0, 0)
+  tc: tuple | None = None
 
 def verify_ast(ast: UOp) -> tuple[int, ...]:
   """Check the AST's structure and return the full shape; errors name what is wrong."""
@@ -119,6 +127,9 @@ class Kernel:
     self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
     self.applied: list[Opt] = []
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
+    self.staged: list[int] = []      # SMEM: indices into stage_candidates()
+    self.tc: tuple | None = None     # TC: (TensorCore, m axis, n axis, k axis, A load, B load)
+    self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
     self.name = name
 
   # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts
@@ -135,12 +146,86 @@ class Kernel:
     isz = max((u.dtype.itemsize for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS), default=4)
     return (self.threads if threads is None else threads) * up * isz * self.n_reduces()
 
+  def stage_candidates(self) -> list[UOp]:
+    """Loads a reduction reads that move with a reduced axis (the operands of a matmul or a convolution), in order."""
+    out = []
+    for u in self.ast.toposort():
+      if u.op is Ops.LOAD:
+        st = u.src[1].arg
+        strides = st.real_strides()
+        if any(st.shape[a] != 1 and strides[a] != 0 for a in self.reduce_axes): out.append(u)
+    return out
+
+  def tc_operands(self) -> tuple[int, int, int, UOp, UOp] | None:
+    """(m, n, k, A load, B load) when the kernel's one reduction is a sum of products of two loads (each maybe cast)
+    that move along k, A along m but not n and B along n but not m (a matmul, a convolution's channel reduction)."""
+    red = [u for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS]
+    if len(red) != 1 or red[0].arg[0] is not Ops.ADD: return None
+    # the product may be taken in the inputs' dtype and widened after (a half matmul accumulating in float): the
+    # tensor core's products are exact, which only makes that more accurate
+    mul = red[0].src[0].src[0] if red[0].src[0].op is Ops.CAST and dtypes.is_float(red[0].src[0].src[0].dtype) else red[0].src[0]
+    if mul.op is not Ops.MUL: return None
+    ops = [x.src[0] if x.op is Ops.CAST else x for x in mul.src]
+    if any(x.op is not Ops.LOAD for x in ops): return None
+    st = [x.src[1].arg.real_strides() for x in ops]
+    moves = lambda j, o: ops[j].src[1].arg.shape[o] != 1 and st[j][o] != 0
+    ks = [o for o in red[0].arg[1] if moves(0, o) and moves(1, o)]
+    outs = [a.orig for a in self.axes if a.kind == "loop"]
+    for a_, b_ in ((0, 1), (1, 0)):
+      ms = [o for o in outs if moves(a_, o) and not moves(b_, o)]
+      ns = [o for o in outs if moves(b_, o) and not moves(a_, o)]
+      if ms and ns and ks: return ms[-1], ns[-1], max(ks, key=lambda o: self.full_shape[o]), ops[a_], ops[b_]
+    return None
+
+  def _apply_tc(self, opt: Opt) -> None:
+    from baregrad.codegen.tc import usable
+    if not self.gpu or not 0 <= opt.axis < len(self.tensor_cores): raise OptError(f"{opt}: the target has {len(self.tensor_cores)} tensor cores")
+    tc = self.tensor_cores[opt.axis]
+    if not usable(tc): raise OptError(f"{opt}: {tc.name} takes tf32 inputs and tf32 is not allowed (ALLOW_TF32=1 or codegen.tc.set_allow_tf32)")
+    if self.tc is not None or self.staged or any(a.kind == "group" for a in self.axes): raise OptError(f"{opt}: apply TC first, once")
+    ops = self.tc_operands()
+    if ops is None: raise OptError(f"{opt}: the kernel is not a sum of products of two loads")
+    m, n, k, la, lb = ops
+    if la.dtype != tc.dtype_in or lb.dtype != tc.dtype_in: raise OptError(f"{opt}: {tc.name} takes {tc.dtype_in}, the loads are {la.dtype} and {lb.dtype}")
+    red = next(u for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS)
+    if not (dtypes.is_float(red.dtype) and red.dtype.itemsize >= tc.dtype_in.itemsize):
+      raise OptError(f"{opt}: the reduction is {red.dtype}, {tc.name} accumulates {tc.dtype_acc}")
+    for o, d in ((m, tc.dims[0]), (n, tc.dims[1]), (k, tc.dims[2])):
+      parts = [a for a in self.axes if a.orig == o]
+      if len(parts) != 1 or parts[0].kind not in ("loop", "reduce"): raise OptError(f"{opt}: apply TC before splitting axis {o}")
+      if parts[0].size % d: raise OptError(f"{opt}: axis {o} of size {parts[0].size} is not a multiple of {d} (PADTO first)")
+    if self.threads * tc.threads > self.local_max: raise OptError(f"{opt}: too many threads")
+    for o, coord in ((m, "m"), (n, "n")):
+      i = next(j for j, a in enumerate(self.axes) if a.orig == o)
+      runs: list[list] = []   # [source, first source bit, first coordinate bit, length], low bits first
+      for b, (src, j) in enumerate(tc.coord_bits("c", coord)):
+        if runs and runs[-1][0] == src and runs[-1][1] + runs[-1][3] == j: runs[-1][3] += 1
+        else: runs.append([src, j, b, 1])
+      self.axes[i].size //= tc.dims[0 if coord == "m" else 1]
+      for src, j, b, ln in runs:   # inserted right after the outer part: the lowest bits end up innermost
+        self.axes.insert(i + 1, Axis(o, 1 << ln, "upcast" if src == "elem" else "local", (src, b, j)))
+    i = next(j for j, a in enumerate(self.axes) if a.orig == k)
+    self.axes[i].size //= tc.dims[2]
+    self.axes.insert(i + 1, Axis(k, tc.dims[2], "tc", ("k", 0, 0)))
+    self.tc = (tc, m, n, k, la, lb)
+    self.applied.append(opt)
+
   def apply_opt(self, opt: Opt) -> None:
+    if opt.op is OptOps.TC: return self._apply_tc(opt)
+    if opt.op is OptOps.SMEM:
+      if not self.gpu: raise OptError(f"{opt}: SMEM needs a device with workgroups and shared memory")
+      if self.n_reduces() != 1: raise OptError(f"{opt}: SMEM stages the inputs of a kernel with exactly one reduction")
+      if not 0 <= opt.axis < len(self.stage_candidates()): raise OptError(f"{opt}: the kernel has {len(self.stage_candidates())} stageable loads")
+      if opt.axis in self.staged: raise OptError(f"{opt}: load {opt.axis} is already staged")
+      self.staged.append(opt.axis)
+      self.applied.append(opt)
+      return
     loops = self.loop_axes()
     if not 0 <= opt.axis < len(loops): raise OptError(f"{opt}: axis out of range, kernel has {len(loops)} loop axes")
     i = loops[opt.axis]
     ax = self.axes[i]
     amt = opt.amt or ax.size
+    if ax.tc is not None: raise OptError(f"{opt}: axis {opt.axis} is part of a tensor-core tile")
     if opt.op is OptOps.PARALLEL:
       if ax.kind != "loop": raise OptError(f"{opt}: only an output loop axis can run over threads, axis is {ax.kind}")
       if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:
@@ -160,6 +245,7 @@ class Kernel:
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
       if opt.op is OptOps.LOCAL and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: LOCAL needs an output axis")
       if opt.op is OptOps.GROUP:
+        if self.staged: raise OptError(f"{opt}: GROUP and SMEM do not combine")
         if not self.gpu: raise OptError(f"{opt}: GROUP needs a device with workgroups and shared memory")
         if ax.kind != "reduce": raise OptError(f"{opt}: GROUP needs a reduce axis, axis is {ax.kind}")
         if any(u.op is Ops.REDUCE_AXIS and ax.orig not in u.arg[1] for u in self.ast.toposort()):
@@ -178,20 +264,23 @@ class Kernel:
   # ---- thread indices
   def thread_axes(self) -> list[int]:
     """Workgroup axes, outermost first; the last one varies fastest between neighbouring threads."""
-    return [i for i, a in enumerate(self.axes) if a.kind in THREAD_KINDS]
+    th = [i for i, a in enumerate(self.axes) if a.kind in THREAD_KINDS]
+    # the lanes of a tensor-core tile must be a warp's lane id: innermost, the high lane bits outermost
+    return sorted(th, key=lambda i: (self.axes[i].tc is not None, -self.axes[i].tc[2] if self.axes[i].tc else 0))
   def threads_flat(self) -> bool:
-    """More than three workgroup axes: one flat thread index (x) is split into them by division."""
+    """More than three workgroup axes (or a tensor-core tile and two more): one flat thread index (x) is split into
+    them by division."""
     return len(self.thread_axes()) > 3
 
   # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
   def lower(self) -> UOp:
-    order = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
+    order = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5, "tc": 6}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
     # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
     # out of the index math but stay in its REDUCE, which the linearizer cannot place)
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 else UOp.const(dtypes.int32, 0)
-                           for rid, i in enumerate(ids)}
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 and self.axes[i].kind != "tc"
+                           else UOp.const(dtypes.int32, 0) for rid, i in enumerate(ids)}
     th = self.thread_axes()
     th_stride: dict[int, int] = {}
     st_ = 1
@@ -207,15 +296,17 @@ class Kernel:
         for i in th:
           v = flat if th_stride[i] == 1 else flat // th_stride[i]
           rng[i] = (v if i == th[0] else v % self.axes[i].size).simplify()
-    idx_of: list[UOp] = []
-    for o, s in enumerate(self.full_shape):
-      parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
-      e: UOp = UOp.const(dtypes.int32, 0)
-      stride = 1
-      for i, a in reversed(parts):
-        e = e + rng[i] * stride
-        stride *= a.size
-      idx_of.append(e.simplify())
+    def index_of(vals: dict[int, UOp]) -> list[UOp]:
+      out: list[UOp] = []
+      for o in range(len(self.full_shape)):
+        e: UOp = UOp.const(dtypes.int32, 0)
+        stride = 1
+        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o]):
+          e = e + vals[i] * stride
+          stride *= self.axes[i].size
+        out.append(e.simplify())
+      return out
+    idx_of = index_of(rng)
     # a padded axis runs past the real size: what lies there is masked off
     pad_valid = {o: (idx_of[o] < real).simplify() for o, real in self.pads.items()}
     red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
@@ -225,13 +316,23 @@ class Kernel:
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
-    def access(st: ShapeTracker, extra: UOp | None = None) -> tuple[UOp, UOp | None]:
-      idx, valid = st.to_index(idxs_for(st.shape))
-      for o, pv in pad_valid.items():
-        if st.shape[o] != 1: valid = pv if valid.op is Ops.CONST and valid.arg else valid & pv
+    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None) -> tuple[UOp, UOp | None]:
+      io = idx_of if vals is None else index_of(vals)
+      idx, valid = st.to_index([io[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(st.shape)])
+      strides = st.real_strides() if self.pads else ()
+      for o, real in self.pads.items():
+        # past the end of a padded axis the address would be out of range (no matter on an axis the view does not move
+        # along: that value is never used, and a shared tile filled from it must not depend on the thread)
+        if st.shape[o] != 1 and strides[o] != 0:
+          pv = pad_valid[o] if vals is None else (io[o] < real).simplify()
+          valid = pv if valid.op is Ops.CONST and valid.arg else valid & pv
       if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
       valid = valid.simplify()
       return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
+    # tensor cores: the operands are read in their fragments' layouts (tc_vals), the reduction becomes WMMAs
+    tcl = self._tc_lanes(rng) if self.tc is not None else None
+    opvals = {self.tc[4]: tcl["a"], self.tc[5]: tcl["b"]} if self.tc is not None and tcl is not None else {}
+    staged = self._stage(rng, th, th_stride, access, opvals) if self.staged else {}
     # with a GROUP, one thread of the group stores the (shared) result
     store_guard: UOp | None = None
     for i in group:
@@ -240,6 +341,10 @@ class Kernel:
     for u in self.ast.toposort():
       src = tuple(memo.get(s, s) for s in u.src)
       if u.op is Ops.VIEW: new = u
+      elif u.op is Ops.LOAD and u in staged: new = staged[u]
+      elif u.op is Ops.LOAD and u in opvals:
+        idx, valid = access(u.src[1].arg, vals=opvals[u])
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.LOAD:
         idx, valid = access(u.src[1].arg)
         new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
@@ -250,6 +355,14 @@ class Kernel:
       elif u.op is Ops.STORE:
         idx, valid = access(u.src[1].arg, store_guard)
         new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
+      elif u.op is Ops.REDUCE_AXIS and tcl is not None:
+        # acc += A_frag @ B_frag over the reduce loops; a padded k feeds zeros from both (masked) loads
+        tc = self.tc[0]
+        rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
+        wm = UOp(Ops.WMMA, tc.dtype_acc, (memo[self.tc[4]], memo[self.tc[5]], UOp.const(tc.dtype_acc, 0.0)), (tc, tcl["ea"], tcl["eb"], tcl["ec"]))
+        new = UOp(Ops.REDUCE, tc.dtype_acc, (wm,) + rs, Ops.ADD) if rs else wm
+        new = new.cast(u.dtype)
+        n_reduce += 1
       elif u.op is Ops.REDUCE_AXIS:
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
         val = src[0]
@@ -281,6 +394,135 @@ class Kernel:
       else: new = u if src == u.src else u.replace(src=src)
       memo[u] = new
     return memo[self.ast]
+
+  def _tc_lanes(self, rng: dict[int, UOp]) -> dict:
+    """TC: per operand, the values its index takes for the tile's parts (from the lane id and fragment element bits,
+    per the tensor core's layout), and the element ranges of the A, B and C fragments (bit 0 first)."""
+    tc, m, n, k, _, _ = self.tc  # type: ignore[misc]
+    lane = UOp.const(dtypes.int32, 0)
+    celem: dict[tuple[str, int], UOp] = {}
+    for i, a in enumerate(self.axes):
+      if a.tc is None or a.kind == "tc": continue
+      if a.tc[0] == "lane": lane = lane + rng[i] * (1 << a.tc[2])
+      else:
+        if a.size != 2: raise OptError(f"TC: fragment element parts must be single bits, got {a.size}")
+        celem[("m" if a.orig == m else "n", a.tc[1])] = rng[i]
+    lane = lane.simplify()
+    fresh: dict[tuple[str, int], UOp] = {}
+    def elem(coord: str, b: int) -> UOp:
+      if (coord, b) in celem: return celem[(coord, b)]
+      if (coord, b) not in fresh: fresh[(coord, b)] = UOp.range(2, 300_000 + len(fresh), "upcast")
+      return fresh[(coord, b)]
+    def coord_expr(layout: str, coord: str) -> UOp:
+      e: UOp = UOp.const(dtypes.int32, 0)
+      bits = tc.coord_bits(layout, coord)
+      b = 0
+      while b < len(bits):
+        src, j = bits[b]
+        if src == "elem": e, b = e + elem(coord, b) * (1 << b), b + 1; continue
+        ln = 1
+        while b + ln < len(bits) and bits[b + ln] == ("lane", j + ln): ln += 1
+        e, b = e + (lane // (1 << j)) % (1 << ln) * (1 << b), b + ln
+      return e.simplify()
+    def vals(layout: str, coords: str) -> dict[int, UOp]:
+      out = dict(rng)
+      for coord in coords:
+        o = {"m": m, "n": n, "k": k}[coord]
+        c = coord_expr(layout, coord)
+        stride = 1
+        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
+          out[i] = (c // stride % self.axes[i].size).simplify()
+          stride *= self.axes[i].size
+      return out
+    res = {"a": vals("a", "mk"), "b": vals("b", "kn")}
+    for x in "abc": res["e" + x] = tuple(elem(e[0], int(e[1:])) for e in getattr(tc, f"{x}_elem"))
+    return res
+
+  def _stage_axis(self) -> int | None:
+    """SMEM: the outermost reduce loop (the first reduce part in range order); the tiles are filled once per step."""
+    red = [i for i, a in enumerate(self.axes) if a.kind == "reduce" and a.size > 1]
+    return red[0] if red else None
+  def _tile(self, ld: UOp, si: int | None) -> list[int]:
+    """SMEM: the axis parts a staged load's tile spans (workgroup, lane and inner reduce parts it moves with)."""
+    st: ShapeTracker = ld.src[1].arg
+    strides = st.real_strides()
+    return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
+            (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
+  def stage_bytes(self, j: int) -> int:
+    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile)."""
+    ld = self.stage_candidates()[j]
+    tile = self._tile(ld, self._stage_axis())
+    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize if tile else 0
+  def stage_reuse(self, j: int) -> bool:
+    """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
+    tile = set(self._tile(self.stage_candidates()[j], self._stage_axis()))
+    return any(i not in tile and self.axes[i].size > 1 for i in self.thread_axes())
+
+  def _stage(self, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int], access, opvals: dict) -> dict[UOp, UOp]:
+    """SMEM: for each staged load, a shared tile filled once per step of the outermost reduce loop.
+
+    Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with. Layout in shared memory: lane
+    dims fastest (a thread reads runs of its own register tile as vectors). Fill: element e of the tile, in an order
+    whose fastest dim is the one contiguous in global memory, goes to thread e // V % threads (V neighbours each, one
+    vector load), so neighbouring threads read neighbouring addresses. A barrier before the fill (the previous step's
+    readers are done) and one after it (the tile is complete) order it."""
+    si = self._stage_axis()
+    if si is None: raise OptError("SMEM needs a reduce loop around the tile (split the reduce axis)")
+    stage_r = rng[si]
+    nthr = prod(self.axes[i].size for i in th)
+    tid = UOp.const(dtypes.int32, 0)
+    for i in th: tid = tid + rng[i] * th_stride[i]
+    tid = tid.simplify()
+    before = UOp(Ops.BARRIER, dtypes.void, (stage_r,))
+    cands = self.stage_candidates()
+    fills, reads = [], {}
+    total = 0
+    for n, j in enumerate(self.staged):
+      ld = cands[j]
+      st: ShapeTracker = ld.src[1].arg
+      strides = st.real_strides()
+      tile = self._tile(ld, si)
+      if not tile: raise OptError(f"SMEM: load {j} has no tile (it moves with no workgroup, lane or inner reduce axis)")
+      T = prod(self.axes[i].size for i in tile)
+      total += T * ld.dtype.itemsize
+      if total > self.shared_max: raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {self.shared_max}")
+      # layout: lanes fastest, else the kernel's own axis order; a tensor-core operand: rows of its k tile (the
+      # fragments' element pairs and ldmatrix rows are contiguous there)
+      if ld in opvals: lay = sorted(tile, key=lambda i: (self.axes[i].kind == "tc", i))
+      else: lay = sorted(tile, key=lambda i: (self.axes[i].kind in LANE_KINDS, i))
+      sstride, acc = {}, 1
+      for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size
+      # fill order: by stride in global memory, the contiguous dim fastest
+      def gstride(i: int) -> float:
+        a = self.axes[i]
+        inner = prod(b.size for k, b in enumerate(self.axes) if b.orig == a.orig and k > i)
+        s = strides[a.orig]
+        return float("inf") if s is None else abs(s) * inner
+      fo = sorted(tile, key=lambda i: (-gstride(i), i))
+      fast = fo[-1]
+      v = 4 if gstride(fast) == 1 and self.axes[fast].size % 4 == 0 and T % (nthr * 4) == 0 and nthr % (self.axes[fast].size // 4) == 0 else 1
+      smem = UOp(Ops.DEFINE_LOCAL, ld.dtype.ptr(local=True), (), (f"tile{n}", T))
+      lane = UOp.range(v, 200_000 + n, "upcast") if v > 1 else UOp.const(dtypes.int32, 0)
+      for jj in range(-(-T // (nthr * v))):
+        q = UOp.const(dtypes.int32, jj * nthr) + tid    # which chunk of v elements
+        vals = dict(rng)
+        rest = q
+        for k, i in enumerate(reversed(fo)):
+          size = self.axes[i].size
+          if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
+          else: vals[i], rest = (rest % size).simplify() if k < len(fo) - 1 else rest, (rest // size).simplify()
+        in_tile = None if T % (nthr * v) == 0 else (q < T // v).simplify()
+        gidx, gvalid = access(st, in_tile, vals)
+        val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
+        sidx = UOp.const(dtypes.int32, 0)
+        for i in tile: sidx = sidx + vals[i] * sstride[i]
+        fills.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val, before)))
+      ridx = UOp.const(dtypes.int32, 0)
+      rv = opvals.get(ld, rng)
+      for i in tile: ridx = ridx + rv[i] * sstride[i]
+      reads[ld] = (smem, ridx.simplify())
+    after = UOp(Ops.BARRIER, dtypes.void, tuple(fills))
+    return {ld: UOp(Ops.LOAD, ld.dtype, (smem.index(ridx), after)) for ld, (smem, ridx) in reads.items()}
 
   def _group_combine(self, u: UOp, partial: UOp, n: int, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int],
                      group: list[int], ups: list[int]) -> UOp:

@@ -72,6 +72,10 @@ def devectorize(sink: UOp, mem_bytes: int = 0) -> UOp:
   for u in sink.toposort():
     n = u.dtype.count
     if u.op is Ops.VECTORIZE: lanes[u] = [lanes[s][0] for s in u.src]; continue
+    if u.op is Ops.WMMA:  # stays one vector instruction on fragment vectors; its lanes are read with GEP
+      w = UOp(Ops.WMMA, u.dtype, tuple(UOp(Ops.VECTORIZE, s.dtype, tuple(lanes[s])) for s in u.src), u.arg)
+      lanes[u] = [UOp(Ops.GEP, u.dtype.scalar, (w,), (i,)) for i in range(n)]
+      continue
     if u.op is Ops.GEP: lanes[u] = [lanes[u.src[0]][i] for i in u.arg]; continue
     if u.op is Ops.LOAD and n > 1:
       idx, dep = u.src[0], tuple(lanes[s][0] for s in u.src[1:])
@@ -84,14 +88,14 @@ def devectorize(sink: UOp, mem_bytes: int = 0) -> UOp:
       lanes[u] = [UOp(Ops.LOAD, u.dtype.scalar, (idx.src[0].index(base + i, *rest),) + dep) for i in range(n)]
       continue
     if u.op is Ops.STORE and u.src[1].dtype.count > 1:
-      idx = u.src[0]
+      idx, dep = u.src[0], tuple(lanes[s][0] for s in u.src[2:])
       vs = lanes[u.src[1]]
       base, rest = lanes[idx.src[1]][0], tuple(lanes[s][0] for s in idx.src[2:])
       c = chunk(u, u.src[1].dtype, base)
       if c > 1:
         sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index((base + i).simplify(), *rest),
-                                                 UOp(Ops.VECTORIZE, vs[0].dtype.vec(c), tuple(vs[i:i + c])))) for i in range(0, len(vs), c))
-      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest), v)) for i, v in enumerate(vs))
+                                                 UOp(Ops.VECTORIZE, vs[0].dtype.vec(c), tuple(vs[i:i + c]))) + dep) for i in range(0, len(vs), c))
+      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest), v) + dep) for i, v in enumerate(vs))
       lanes[u] = [UOp(Ops.NOOP, dtypes.void, sts)]
       continue
     if n > 1:
@@ -120,7 +124,7 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   fname = k.function_name()
   if DEBUG() >= 2: print(f"kernel {fname}: shape {k.colored_shape()} opts {k.applied}", file=sys.stderr)
   sink = k.lower()
-  sink = expand_lanes(sink)
+  sink = expand_lanes(sink, runs=ren.has_local)
   pm = symbolic + vector_simplify + (ren.extra_matcher or PatternMatcher([]))
   sink = graph_rewrite(sink, pm)
   if not ren.vectorized: sink = graph_rewrite(devectorize(sink, ren.mem_vector_bytes if vector_mem else 0), symbolic)
