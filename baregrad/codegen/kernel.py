@@ -130,6 +130,8 @@ class Kernel:
     self.staged: list[int] = []      # SMEM: indices into stage_candidates()
     self.tc: tuple | None = None     # TC: (TensorCore, m axis, n axis, k axis, A load, B load)
     self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
+    self.async_copy: bool = bool(getattr(ren, "has_async_copy", False))
+    self.has_ldmatrix: bool = bool(getattr(ren, "has_ldmatrix", False))
     self.name = name
 
   # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts
@@ -399,6 +401,7 @@ class Kernel:
     """TC: per operand, the values its index takes for the tile's parts (from the lane id and fragment element bits,
     per the tensor core's layout), and the element ranges of the A, B and C fragments (bit 0 first)."""
     tc, m, n, k, _, _ = self.tc  # type: ignore[misc]
+    self._tc_rng = rng
     lane = UOp.const(dtypes.int32, 0)
     celem: dict[tuple[str, int], UOp] = {}
     for i, a in enumerate(self.axes):
@@ -459,23 +462,33 @@ class Kernel:
     return any(i not in tile and self.axes[i].size > 1 for i in self.thread_axes())
 
   def _stage(self, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int], access, opvals: dict) -> dict[UOp, UOp]:
-    """SMEM: for each staged load, a shared tile filled once per step of the outermost reduce loop.
+    """SMEM: for each staged load, a shared tile filled once per step of the outermost reduce loop (the stage loop).
 
     Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with. Layout in shared memory: lane
-    dims fastest (a thread reads runs of its own register tile as vectors). Fill: element e of the tile, in an order
-    whose fastest dim is the one contiguous in global memory, goes to thread e // V % threads (V neighbours each, one
-    vector load), so neighbouring threads read neighbouring addresses. A barrier before the fill (the previous step's
-    readers are done) and one after it (the tile is complete) order it."""
+    dims fastest (a thread reads runs of its own register tile as vectors); a tensor-core operand keeps rows of its k
+    tile contiguous instead. Fill: element e of the tile, in an order whose fastest dim is the one contiguous in global
+    memory, goes to thread e // V % threads (V neighbours each, one vector access), so neighbouring threads read
+    neighbouring addresses.
+
+    Without asynchronous copies: a barrier before the fill (the previous step's readers are done) and one after it.
+    With them (Renderer.has_async_copy): two buffers; step s reads buffer s % 2 while the copies for step s + 1 fill the
+    other one. Before the loop the copies of step 0 are issued and committed; in step s: barrier (everyone is done with
+    step s - 1, whose buffer is refilled now), the copies of step s + 1 (masked off past the last step), then commit,
+    wait for all but the newest group, barrier: step s's tile is complete."""
     si = self._stage_axis()
     if si is None: raise OptError("SMEM needs a reduce loop around the tile (split the reduce axis)")
-    stage_r = rng[si]
+    stage_r, nstage = rng[si], self.axes[si].size
+    dbl = self.async_copy
     nthr = prod(self.axes[i].size for i in th)
     tid = UOp.const(dtypes.int32, 0)
     for i in th: tid = tid + rng[i] * th_stride[i]
     tid = tid.simplify()
+    # a loop of outputs around the stage loop: the next iteration's first fill must wait for this one's readers
+    outer = tuple(r for i, r in rng.items() if self.axes[i].kind == "loop" and r.op is Ops.RANGE)
+    pre = UOp(Ops.BARRIER, dtypes.void, outer) if dbl and outer else None
     before = UOp(Ops.BARRIER, dtypes.void, (stage_r,))
     cands = self.stage_candidates()
-    fills, reads = [], {}
+    fills, first, reads = [], [], {}
     total = 0
     for n, j in enumerate(self.staged):
       ld = cands[j]
@@ -484,11 +497,13 @@ class Kernel:
       tile = self._tile(ld, si)
       if not tile: raise OptError(f"SMEM: load {j} has no tile (it moves with no workgroup, lane or inner reduce axis)")
       T = prod(self.axes[i].size for i in tile)
-      total += T * ld.dtype.itemsize
+      total += T * ld.dtype.itemsize * (2 if dbl else 1)
       if total > self.shared_max: raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {self.shared_max}")
-      # layout: lanes fastest, else the kernel's own axis order; a tensor-core operand: rows of its k tile (the
-      # fragments' element pairs and ldmatrix rows are contiguous there)
-      if ld in opvals: lay = sorted(tile, key=lambda i: (self.axes[i].kind == "tc", i))
+      if ld in opvals:   # a tensor-core operand: its fragment coordinate contiguous in global memory stays contiguous
+        tc_, m_, n_, k_ = self.tc[:4]  # type: ignore[index]
+        row = m_ if ld is self.tc[4] else n_  # type: ignore[index]
+        fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
+        lay = sorted(tile, key=lambda i: (self.axes[i].tc is not None and self.axes[i].orig == fastc, i))
       else: lay = sorted(tile, key=lambda i: (self.axes[i].kind in LANE_KINDS, i))
       sstride, acc = {}, 1
       for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size
@@ -500,29 +515,91 @@ class Kernel:
         return float("inf") if s is None else abs(s) * inner
       fo = sorted(tile, key=lambda i: (-gstride(i), i))
       fast = fo[-1]
-      v = 4 if gstride(fast) == 1 and self.axes[fast].size % 4 == 0 and T % (nthr * 4) == 0 and nthr % (self.axes[fast].size // 4) == 0 else 1
-      smem = UOp(Ops.DEFINE_LOCAL, ld.dtype.ptr(local=True), (), (f"tile{n}", T))
+      v = 1
+      for cand in (8, 4, 2):   # up to 16 bytes a thread (one cp.async / 128-bit access)
+        if cand * ld.dtype.itemsize <= 16 and gstride(fast) == 1 and self.axes[fast].size % cand == 0 and T % (nthr * cand) == 0 \
+           and nthr % (self.axes[fast].size // cand) == 0: v = cand; break
+      smem = UOp(Ops.DEFINE_LOCAL, ld.dtype.ptr(local=True), (), (f"tile{n}", T * (2 if dbl else 1)))
       lane = UOp.range(v, 200_000 + n, "upcast") if v > 1 else UOp.const(dtypes.int32, 0)
-      for jj in range(-(-T // (nthr * v))):
-        q = UOp.const(dtypes.int32, jj * nthr) + tid    # which chunk of v elements
-        vals = dict(rng)
-        rest = q
-        for k, i in enumerate(reversed(fo)):
-          size = self.axes[i].size
-          if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
-          else: vals[i], rest = (rest % size).simplify() if k < len(fo) - 1 else rest, (rest // size).simplify()
-        in_tile = None if T % (nthr * v) == 0 else (q < T // v).simplify()
-        gidx, gvalid = access(st, in_tile, vals)
-        val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
-        sidx = UOp.const(dtypes.int32, 0)
-        for i in tile: sidx = sidx + vals[i] * sstride[i]
-        fills.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val, before)))
-      ridx = UOp.const(dtypes.int32, 0)
+      def fill(step: UOp, buf: UOp, ok: UOp | None, dep: tuple[UOp, ...]) -> list[UOp]:
+        out = []
+        for jj in range(-(-T // (nthr * v))):
+          q = UOp.const(dtypes.int32, jj * nthr) + tid    # which chunk of v elements
+          vals = {**rng, si: step}
+          rest = q
+          for k, i in enumerate(reversed(fo)):
+            size = self.axes[i].size
+            if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
+            else: vals[i], rest = (rest % size).simplify() if k < len(fo) - 1 else rest, (rest // size).simplify()
+          in_tile = None if T % (nthr * v) == 0 else (q < T // v).simplify()
+          gidx, gvalid = access(st, in_tile if ok is None else ok if in_tile is None else (in_tile & ok), vals)
+          val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
+          sidx: UOp = buf
+          for i in tile: sidx = sidx + vals[i] * sstride[i]
+          out.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val) + dep, "async" if dbl else None))
+        return out
+      zero = UOp.const(dtypes.int32, 0)
+      if dbl:
+        nxt = (stage_r + 1).simplify()
+        first += fill(zero, zero, None, (pre,) if pre is not None else ())
+        fills += fill(nxt, ((nxt % 2) * T).simplify(), (nxt < nstage).simplify(), (before,))
+        rbuf = ((stage_r % 2) * T).simplify()
+      else:
+        fills += fill(stage_r, zero, None, (before,))
+        rbuf = zero
+      reads[ld] = (smem, rbuf, tile, sstride)
+    if dbl:
+      commit = UOp(Ops.BARRIER, dtypes.void, tuple(first), "commit")
+      before = UOp(Ops.BARRIER, dtypes.void, (stage_r, commit))
+      fills = [f.substitute({f.src[2]: before}) for f in fills]
+    after = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "wait1" if dbl else None)
+    out = {}
+    for ld, (smem, rbuf, tile, sstride) in reads.items():
       rv = opvals.get(ld, rng)
+      if ld in opvals and (frag := self._ldmatrix(ld, rv, smem, rbuf, tile, sstride, after)) is not None: out[ld] = frag; continue
+      ridx: UOp = rbuf
       for i in tile: ridx = ridx + rv[i] * sstride[i]
-      reads[ld] = (smem, ridx.simplify())
-    after = UOp(Ops.BARRIER, dtypes.void, tuple(fills))
-    return {ld: UOp(Ops.LOAD, ld.dtype, (smem.index(ridx), after)) for ld, (smem, ridx) in reads.items()}
+      out[ld] = UOp(Ops.LOAD, ld.dtype, (smem.index(ridx.simplify()), after))
+    return out
+
+  def _ldmatrix(self, ld: UOp, rv: dict[int, UOp], smem: UOp, rbuf: UOp, tile: list[int], sstride: dict[int, int], after: UOp) -> UOp | None:
+    """TC operand staged with rows of 8 16-bit k values contiguous: the whole fragment in one warp-wide ldmatrix (the
+    renderer declares it, TensorCore.ldmatrix). Lane 8j + r gives the address of row r of 8x8 matrix j, whose origin
+    is where fragment element 2j lies for lane 0; the row coordinate is the one the lane bits 2..4 give."""
+    tc, m, n, k, la, lb = self.tc  # type: ignore[misc]
+    if not self.has_ldmatrix or ld.dtype.itemsize != 2: return None
+    x, row = ("a", "m") if ld is la else ("b", "n")
+    lane_l, elem = getattr(tc, f"{x}_lane"), getattr(tc, f"{x}_elem")
+    if lane_l[:2] != ("k1", "k2") or elem[0] != "k0" or lane_l[2:] != (f"{row}0", f"{row}1", f"{row}2"): return None
+    kt = [i for i in tile if self.axes[i].kind == "tc"]
+    rorig = m if row == "m" else n
+    rparts = [i for i in tile if self.axes[i].tc is not None and self.axes[i].orig == rorig]
+    def roff(c: int) -> int:   # shared-memory offset of row coordinate c within the tile
+      off, st = 0, 1
+      for i in reversed(rparts): off, st = off + (c // st) % self.axes[i].size * sstride[i], st * self.axes[i].size
+      return off
+    if len(kt) == 1 and sstride[kt[0]] == 1: trans = False          # rows of 8 k values: the fragment's pairs as stored
+    elif all(roff(c) == c for c in range(8)): trans = True           # rows of 8 row-coordinate values: transposed on load
+    else: return None
+    nmat = (1 << len(elem)) // 2
+    lane = UOp.const(dtypes.int32, 0)
+    for i, a in enumerate(self.axes):
+      if a.tc is not None and a.tc[0] == "lane": lane = lane + self._tc_rng[i] * (1 << a.tc[2])
+    mat, r = (lane // 8) % nmat, lane % 8
+    # origin of matrix j: the coordinates of fragment element 2j (its bits 1.. are elem bits 1..) at lane 0
+    org = {row: UOp.const(dtypes.int32, 0), "k": UOp.const(dtypes.int32, 0)}
+    for b, name in enumerate(elem[1:], 1):
+      org[name[0]] = org[name[0]] + (mat // (1 << (b - 1))) % 2 * (1 << int(name[1:]))
+    coords = {row: org[row].simplify(), "k": (org["k"] + r).simplify()} if trans else {row: (org[row] + r).simplify(), "k": org["k"].simplify()}
+    vals = dict(rv)
+    for coord, o in ((row, m if row == "m" else n), ("k", k)):
+      stride = 1
+      for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
+        vals[i] = (coords[coord] // stride % self.axes[i].size).simplify()
+        stride *= self.axes[i].size
+    addr: UOp = rbuf
+    for i in tile: addr = addr + vals[i] * sstride[i]
+    return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (smem.index(addr.simplify()), after), ("ldmatrix", nmat, trans))
 
   def _group_combine(self, u: UOp, partial: UOp, n: int, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int],
                      group: list[int], ups: list[int]) -> UOp:

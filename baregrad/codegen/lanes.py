@@ -15,6 +15,10 @@ from baregrad.codegen.kernel import LANE_KINDS
 
 Lanes = tuple[UOp, ...]  # lane RANGEs, sorted by range id
 
+def is_fragment(u: UOp) -> bool:
+  """A load that yields a whole tensor-core fragment (ldmatrix): a vector already, one per warp-wide instruction."""
+  return u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix"
+
 def is_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] in LANE_KINDS
 
 def _lane_values(lanes: Lanes) -> list[tuple[int, ...]]:
@@ -80,6 +84,7 @@ class Expander:
       return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(UOp.const(u.dtype, i) for i in range(n))), (u,)
     if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.INDEX): return u, ()
     if u.op is Ops.BARRIER: return u.replace(src=tuple(self.memo[s][0] for s in u.src)), ()
+    if u.op is Ops.LOAD and is_fragment(u): return u, self.lanes_of(u.src[0])   # taken whole by its WMMA
     if u.op is Ops.LOAD: return self._load(u)
     if u.op is Ops.STORE: return self._store(u), ()
     if u.op is Ops.REDUCE: return self._reduce(u)
@@ -119,12 +124,12 @@ class Expander:
       uniq = sorted(set(offs))
       lo = uniq[0]
       if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
-        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),) + dep)
+        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),) + dep, u.arg)
         return vec.gep(tuple(o - lo for o in offs)), lanes
       if self.runs and any(len(r) > 1 for r in _runs(uniq)):
         elems: dict[int, UOp] = {}
         for run in _runs(uniq):
-          ld = UOp(Ops.LOAD, u.dtype.vec(len(run)) if len(run) > 1 else u.dtype, (buf.index(simplify(base + run[0]), valid),) + dep)
+          ld = UOp(Ops.LOAD, u.dtype.vec(len(run)) if len(run) > 1 else u.dtype, (buf.index(simplify(base + run[0]), valid),) + dep, u.arg)
           for j, o in enumerate(run): elems[o] = ld.gep(j) if len(run) > 1 else ld
         vec = UOp(Ops.VECTORIZE, u.dtype.vec(len(uniq)), tuple(elems[o] for o in uniq))
         return vec.gep(tuple(uniq.index(o) for o in offs)), lanes
@@ -160,12 +165,12 @@ class Expander:
       uniq = sorted(last)
       lo = uniq[0]
       if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
-        return UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + lo), valid), v.gep(tuple(last[o] for o in uniq))) + dep)
+        return UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + lo), valid), v.gep(tuple(last[o] for o in uniq))) + dep, u.arg)
       if self.runs and any(len(r) > 1 for r in _runs(uniq)):
-        stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + run[0]), valid), v.gep(tuple(last[o] for o in run))) + dep)
+        stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + run[0]), valid), v.gep(tuple(last[o] for o in run))) + dep, u.arg)
                        for run in _runs(uniq))
         return UOp(Ops.NOOP, dtypes.void, stores)
-      stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + o), valid), v.gep(last[o])) + dep) for o in uniq)
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + o), valid), v.gep(last[o])) + dep, u.arg) for o in uniq)
       return stores[0] if len(stores) == 1 else UOp(Ops.NOOP, dtypes.void, stores)
     stores_l = []
     for i, vals in enumerate(vals_all):
@@ -174,7 +179,7 @@ class Expander:
       if lv is not None and lv.op is Ops.CONST:
         if not lv.arg: continue
         lv = None
-      stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i)) + dep))
+      stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i)) + dep, u.arg))
     return UOp(Ops.NOOP, dtypes.void, tuple(stores_l))
 
   def _wmma(self, u: UOp) -> tuple[UOp, Lanes]:
@@ -192,7 +197,10 @@ class Expander:
     for ev in _lane_values(extra):
       env = dict(zip(extra, ev))
       args = []
-      for (v, l), f in zip(srcs, frags):
+      for x, (v, l), f in zip(u.src, srcs, frags):
+        if is_fragment(x):   # one fragment load per value of its lanes (the ordering sources are not lanes)
+          idx = self.per_lane(x.src[0], l, tuple(env[r] for r in l))
+          args.append(UOp(Ops.LOAD, x.dtype, (idx,) + tuple(self.memo[d][0] for d in x.src[1:]), x.arg)); continue
         idx = tuple(pos(l, {**env, **{r: (fi >> j) & 1 for j, r in enumerate(f)}}) for fi in range(1 << len(f)))
         args.append(v.gep(idx))
       res[ev] = UOp(Ops.WMMA, u.dtype.vec(1 << len(frags[2])), tuple(args), tc)

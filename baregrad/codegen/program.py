@@ -9,7 +9,7 @@ from baregrad.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from baregrad.ir.symbolic import symbolic
 from baregrad.codegen.kernel import Kernel, Opt, KernelError
 from baregrad.codegen.heuristic import heuristic_opts
-from baregrad.codegen.lanes import expand_lanes
+from baregrad.codegen.lanes import expand_lanes, is_fragment
 from baregrad.codegen.linearize import linearize
 from baregrad.codegen.renderer import Renderer, RenderError
 
@@ -51,13 +51,13 @@ vector_simplify = PatternMatcher([
 ])
 
 def _aligned_chunk(idx: UOp, n: int, itemsize: int, mem_bytes: int) -> int:
-  """The most lanes (a power of two <= 4 dividing n, at most mem_bytes) one memory access may move when the element
+  """The most lanes (a power of two <= 4, or 8 of a 16-bit type, dividing n, at most mem_bytes) one memory access may move when the element
   index is provably a multiple of it: every term of its linear form and its constant are (the base is checked at
   launch, see ProgramSpec.align)."""
   from baregrad.ir.symbolic import linear
   terms, k = linear(idx)
   g = math.gcd(k, *terms.values()) if terms else k
-  c = 4
+  c = 8 if itemsize <= 2 else 4   # 8 lanes only of 16-bit types (a renderer moves them as 4 32-bit words)
   while c > 1 and (n % c or c * itemsize > mem_bytes or (g % c if g else False)): c //= 2
   return c
 
@@ -72,8 +72,9 @@ def devectorize(sink: UOp, mem_bytes: int = 0) -> UOp:
   for u in sink.toposort():
     n = u.dtype.count
     if u.op is Ops.VECTORIZE: lanes[u] = [lanes[s][0] for s in u.src]; continue
+    if is_fragment(u): lanes[u] = [u.replace(src=tuple(lanes[s][0] for s in u.src))]; continue
     if u.op is Ops.WMMA:  # stays one vector instruction on fragment vectors; its lanes are read with GEP
-      w = UOp(Ops.WMMA, u.dtype, tuple(UOp(Ops.VECTORIZE, s.dtype, tuple(lanes[s])) for s in u.src), u.arg)
+      w = UOp(Ops.WMMA, u.dtype, tuple(lanes[s][0] if is_fragment(s) else UOp(Ops.VECTORIZE, s.dtype, tuple(lanes[s])) for s in u.src), u.arg)
       lanes[u] = [UOp(Ops.GEP, u.dtype.scalar, (w,), (i,)) for i in range(n)]
       continue
     if u.op is Ops.GEP: lanes[u] = [lanes[u.src[0]][i] for i in u.arg]; continue
@@ -94,8 +95,8 @@ def devectorize(sink: UOp, mem_bytes: int = 0) -> UOp:
       c = chunk(u, u.src[1].dtype, base)
       if c > 1:
         sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index((base + i).simplify(), *rest),
-                                                 UOp(Ops.VECTORIZE, vs[0].dtype.vec(c), tuple(vs[i:i + c]))) + dep) for i in range(0, len(vs), c))
-      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest), v) + dep) for i, v in enumerate(vs))
+                                                 UOp(Ops.VECTORIZE, vs[0].dtype.vec(c), tuple(vs[i:i + c]))) + dep, u.arg) for i in range(0, len(vs), c))
+      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest), v) + dep, u.arg) for i, v in enumerate(vs))
       lanes[u] = [UOp(Ops.NOOP, dtypes.void, sts)]
       continue
     if n > 1:

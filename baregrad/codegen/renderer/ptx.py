@@ -129,6 +129,25 @@ def _fused_mma(uops: list[UOp]) -> dict[UOp, list]:
       for a in asg.values(): out[a] = [w]
   return out
 
+def _async_copies(uops: list[UOp]) -> set[UOp]:
+  """STOREs marked "async" (codegen/kernel.py _stage) of a global LOAD used nowhere else, of 4, 8 or 16 bytes: they
+  become one cp.async each (with the LOAD's mask as the copy's source size), and the LOAD itself is not emitted."""
+  uses: dict[UOp, int] = {}
+  for u in uops:
+    for x in u.src: uses[x] = uses.get(x, 0) + 1
+  out: set[UOp] = set()
+  for u in uops:
+    if u.op is not Ops.STORE or u.arg != "async": continue
+    v, via = u.src[1], set()
+    if v.op is Ops.VECTORIZE and all(x.op is Ops.GEP for x in v.src) and len({x.src[0] for x in v.src}) == 1 and \
+       [x.arg for x in v.src] == [(i,) for i in range(len(v.src))] and all(uses.get(x) == 1 for x in v.src) and uses.get(v) == 1:
+      via, v = {v, *v.src}, v.src[0].src[0]   # the lanes of one vector load, in order
+      if v.dtype.count != len(via) - 1 or uses.get(v) != len(via) - 1: continue
+    elif uses.get(v) != 1: continue
+    if v.op is Ops.LOAD and v.dtype.nbytes in (4, 8, 16) and not _is_local(v.src[0].src[0]) and v.dtype.scalar != dtypes.bool:
+      out |= {u, v, *via}
+  return out
+
 def _is_local(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.local
 
 def param_name(u: UOp) -> str:
@@ -152,6 +171,7 @@ class PTXRenderer(Renderer):
   local_max = 1024
   vectorized = False
   mem_vector_bytes = 16     # ld/st.v2/.v4 up to 128 bits
+  has_ldmatrix = True       # tensor-core fragments of 16-bit types from shared memory in one ldmatrix
   warp_size = 32
   shared_max = 48 << 10     # static .shared per kernel (more needs dynamic shared memory and an opt-in per launch)
   regs_per_thread = 255
@@ -196,6 +216,7 @@ class PTXRenderer(Renderer):
       params.append(f"  .param .{_PARAM_T[v.dtype.scalar]} {param_name(v)}")
     pos = {u: i for i, u in enumerate(uops)}
     fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
+    copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
     for i, u in enumerate(uops):
       d = u.dtype
       if u.op is Ops.CONST: r[u] = cst(d, u.arg)
@@ -260,7 +281,12 @@ class PTXRenderer(Renderer):
       elif u.op is Ops.DEFINE_LOCAL:
         shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")
         x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
-      elif u.op is Ops.BARRIER: emit("bar.sync 0;")
+      elif u.op is Ops.BARRIER:
+        # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
+        # but the newest before the barrier (double-buffered shared tiles, codegen/kernel.py _stage)
+        if u.arg in ("commit", "wait1"): emit("cp.async.commit_group;")
+        if u.arg == "wait1": emit("cp.async.wait_group 1;")
+        if u.arg != "commit": emit("bar.sync 0;")
       elif u.op is Ops.INDEX and _is_local(u.src[0]):
         buf, idx = u.src[0], u.src[1]
         it = idx.dtype.scalar
@@ -280,6 +306,19 @@ class PTXRenderer(Renderer):
           emit(f"mul.lo.s64 {off}, {w}, {sz};")
         emit(f"add.s64 {x}, {r[buf]}, {off};")
         r[u] = x
+      elif u.op in (Ops.LOAD, Ops.GEP, Ops.VECTORIZE) and u in copies: pass   # the cp.async of its STORE reads it
+      elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
+        xs = [reg(dtypes.uint32) for _ in range(u.arg[1])]
+        emit(f"ldmatrix.sync.aligned.m8n8.x{u.arg[1]}{'.trans' if u.arg[2] else ''}.shared.b16 {{{', '.join(xs)}}}, [{r[u.src[0]]}];")
+        r[u] = xs  # type: ignore[assignment]
+      elif u.op is Ops.STORE and u in copies:
+        idx, ld = u.src[0], u.src[1] if u.src[1].op is Ops.LOAD else u.src[1].src[0].src[0]
+        nb, gidx = ld.dtype.nbytes, ld.src[0]
+        pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
+        if len(gidx.src) > 2:   # a masked element: copy nothing, zero-fill the destination
+          n = reg(dtypes.uint32); emit(f"selp.b32 {n}, {nb}, 0, {r[gidx.src[2]]};")
+        else: n = str(nb)
+        emit(f"{pred}cp.async.{'cg' if nb == 16 else 'ca'}.shared.global [{r[idx]}], [{r[gidx]}], {nb}, {n};")
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
@@ -287,6 +326,14 @@ class PTXRenderer(Renderer):
         s = d.scalar
         if d.count > 1:   # one vector access (alignment proven by devectorize, the base checked at launch)
           xs = [reg(s) for _ in range(d.count)]
+          if d.count > 4:   # 8 16-bit lanes: 4 32-bit words, split after
+            ws = [reg(dtypes.uint32) for _ in range(d.count // 2)]
+            if pred:
+              for w in ws: emit(f"mov.b32 {w}, 0;")
+            emit(f"{pred}ld.{sp}.v4.b32 {{{', '.join(ws)}}}, [{r[idx]}];")
+            for j, w in enumerate(ws): emit(f"mov.b32 {{{xs[2 * j]}, {xs[2 * j + 1]}}}, {w};")
+            r[u] = xs  # type: ignore[assignment]
+            continue
           if pred:
             for x in xs: emit(f"mov.{self._movt(s)} {x}, {ptx_imm(s, 0)};")
           emit(f"{pred}ld.{sp}.v{d.count}.{_MT[s]} {{{', '.join(xs)}}}, [{r[idx]}];")
@@ -307,6 +354,10 @@ class PTXRenderer(Renderer):
         pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
         sp = "shared" if _is_local(idx.src[0]) else "global"
         v = r[val]
+        if val.dtype.count > 4:   # 8 16-bit lanes: packed into 4 32-bit words
+          ws = [reg(dtypes.uint32) for _ in range(val.dtype.count // 2)]
+          for j, w in enumerate(ws): emit(f"mov.b32 {w}, {{{v[2 * j]}, {v[2 * j + 1]}}};")
+          emit(f"{pred}st.{sp}.v4.b32 [{r[idx]}], {{{', '.join(ws)}}};"); continue
         if val.dtype.count > 1: emit(f"{pred}st.{sp}.v{val.dtype.count}.{_MT[val.dtype.scalar]} [{r[idx]}], {{{', '.join(v)}}};"); continue
         if val.dtype.scalar == dtypes.bool:
           t = reg(dtypes.uint16); emit(f"selp.u16 {t}, 1, 0, {v};"); v = t
@@ -341,7 +392,8 @@ class PTXRenderer(Renderer):
     """One mma.sync: 16-bit inputs packed in pairs into .b32 registers (the lower index in the low half), float32
     inputs rounded to tf32 (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
-    def pack(regs: list[str], dt: DType) -> list[str]:
+    def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
+      if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
       out = []
       if dt.itemsize == 2:
         for i in range(0, len(regs), 2):
@@ -350,7 +402,7 @@ class PTXRenderer(Renderer):
         for v in regs:
           x = reg(dtypes.uint32); emit(f"cvt.rna.tf32.f32 {x}, {v};"); out.append(x)
       return out
-    a, b = pack(r[u.src[0]], tc.dtype_in), pack(r[u.src[1]], tc.dtype_in)
+    a, b = pack(r[u.src[0]], tc.dtype_in, u.src[0]), pack(r[u.src[1]], tc.dtype_in, u.src[1])
     if accs is not None: c = d = accs
     else: c, d = r[u.src[2]], [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
     emit(f"{tc.name} {{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
