@@ -193,3 +193,23 @@ def test_new_forms_assemble(arch):
 def test_cuda_renderer_shared_memory_text():
   spec = get_program(_sum_ast(4, 1000), CUDARenderer(), [Opt(OptOps.GROUP, 1, 8), Opt(OptOps.PARALLEL, 0)])
   assert "__shared__ __align__(16) float smem0[8];" in spec.src and "__syncthreads();" in spec.src
+
+# ---------------------------------------------------------------- BEAM on the GPU
+def test_beam_on_the_mock_gpu(tmp_path, monkeypatch):
+  from baregrad.engine.search import beam_search, candidate_actions, _kernel
+  monkeypatch.setenv("BAREGRAD_CACHE", str(tmp_path))
+  ast = _sum_ast(8, 256)
+  acts = candidate_actions(_kernel(ast, "NV"))
+  assert {a.op for a in acts} >= {OptOps.LOCAL, OptOps.GROUP, OptOps.SPLIT, OptOps.UPCAST, OptOps.UNROLL, OptOps.PARALLEL}
+  assert {a.op for a in candidate_actions(_kernel(_matmul_ast(16, 16, 16, f16), "NV"))} >= {OptOps.TC}
+  calls = []
+  from baregrad.engine import search
+  real = search._time
+  monkeypatch.setattr(search, "_time", lambda *a, **kw: calls.append(a[2]) or real(*a, **kw))
+  monkeypatch.setattr(search, "candidate_actions", lambda k: [a for a in acts if a.op in (OptOps.GROUP, OptOps.LOCAL)][:6] if not k.applied else [])
+  opts = beam_search(ast, "NV", width=2, rounds=1)
+  assert [] in calls and any(c and c[0].op is OptOps.GROUP for c in calls)   # no opts, the heuristic's, and GROUP candidates timed
+  x = np.random.default_rng(7).standard_normal((8, 256)).astype(np.float32)
+  (out,), _ = run(ast, opts, [(8, f32)], [x])
+  np.testing.assert_allclose(out, (x * 2).sum(1), rtol=1e-5)
+  assert beam_search(ast, "NV", width=2, rounds=1) == opts   # cached on disk
