@@ -173,6 +173,20 @@ def test_grid_reduction_of_an_awkward_length_through_tensor():
   np.testing.assert_allclose(t.sum().numpy(), x.astype(np.float64).sum(), rtol=1e-4)
   assert t.max().numpy() == x.max()
 
+def test_softmax_and_norm_of_long_rows_spread_over_the_device():
+  from baregrad.tensor import Tensor
+  x = np.random.default_rng(8).standard_normal((2, (1 << 15) + 5)).astype(np.float32)
+  t = Tensor(x, device="NV")
+  sm = t.softmax(-1)
+  assert len(sm.schedule()) >= 5    # max and sum each in two stages, then the division
+  e = np.exp(x.astype(np.float64) - x.max(-1, keepdims=True))
+  np.testing.assert_allclose(sm.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-4, atol=1e-9)
+  mu = t.mean(-1, keepdim=True)
+  ln = (t - mu) / ((t - mu) * (t - mu)).mean(-1, keepdim=True).add(1e-5).sqrt()
+  x64 = x.astype(np.float64)
+  ref = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(ln.numpy(), ref, rtol=1e-4, atol=1e-4)
+
 # ---------------------------------------------------------------- every new form assembles
 def kernel_set() -> list[tuple[str, object]]:
   ren = PTXRenderer()

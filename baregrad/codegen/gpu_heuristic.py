@@ -79,7 +79,7 @@ def _elementwise(k: Kernel, ren: Renderer, out_axes: list[int], loads: list, sto
   # 4 lanes a thread where the memory is contiguous and there is work enough to keep every multiprocessor busy
   if (_contiguous(stores, o) or _contiguous(loads, o)) and n_out >= 4 * 128 * cu and size_of(k, o, ("loop",)) % 4 == 0:
     apply(k, OptOps.UPCAST, o, 4, ("loop",))
-  lsz = fit(k, o, ("loop",), tmax, 32)
+  lsz = fit(k, o, ("loop",), tmax, ren.warp_size or 32)
   if lsz > 1: apply(k, OptOps.LOCAL, o, lsz, ("loop",))
   # too few threads on the inner axis: the next axis out shares the workgroup
   if k.threads < 64 and len(out_axes) > 1:
@@ -97,7 +97,7 @@ def _reduction(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int
   use_group = rsize >= 32 and not outputs_suffice and len(out_axes) <= 3
   if use_group:
     g = 256 if rsize >= 4096 else 128 if rsize >= 1024 else 64 if rsize >= 256 else 32
-    g = min(g, tmax)
+    g = max(min(g, tmax), min(ren.warp_size or 1, tmax))   # at least a warp: a partial warp idles lanes
     u = 4 if contig_r and rsize >= 8 * g else 1
     if rsize % (g * u):
       if not apply(k, OptOps.PADTO, r, g * u, ("reduce",)):
@@ -114,7 +114,7 @@ def _reduction(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int
   # a thread per output: neighbouring threads on the output axis the loads walk contiguously
   o = next((a for a in reversed(out_axes) if _contiguous(loads, a)), out_axes[-1])
   if contig_r and rsize % 4 == 0 and rsize >= 16: apply(k, OptOps.UNROLL, r, 4, ("reduce",))
-  lsz = fit(k, o, ("loop",), tmax, 32)
+  lsz = fit(k, o, ("loop",), tmax, ren.warp_size or 32)
   if lsz > 1: apply(k, OptOps.LOCAL, o, lsz, ("loop",))
 
 def _operands(k: Kernel, reuse: list[int], loads: list, stores: list) -> tuple[int, int] | None:
@@ -148,7 +148,9 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
   if not cands: return False
   tc = ren.tensor_cores[cands[0]]
-  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], 4), _tc_tile(k.full_shape[n], tc.dims[1], 8)
+  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments must fit the declared registers
+  big_n = 8 if not ren.regs_per_thread or ren.regs_per_thread >= 224 else 4
+  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], 4), _tc_tile(k.full_shape[n], tc.dims[1], big_n)
   tiles = {m: wm * um * tc.dims[0], n: wn * un * tc.dims[1], r: 2 * tc.dims[2] if k.full_shape[r] > tc.dims[2] else tc.dims[2]}
   padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
   if padded > 1.5 * prod(k.full_shape[o] for o in tiles): return False
@@ -181,6 +183,9 @@ def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loa
   m, n = mn
   r = max(red_axes, key=lambda a: k.full_shape[a])
   (tn, un), (tm, um) = _tile(k.full_shape[n], 128), _tile(k.full_shape[m], 128)
+  while ren.regs_per_thread and um * un + um + un > ren.regs_per_thread // 2 and max(um, un) > 1:   # accumulators + operands
+    if un >= um: un //= 2
+    else: um //= 2
   for ax, tile in ((n, tn * un), (m, tm * um)):
     if k.full_shape[ax] % tile: apply(k, OptOps.PADTO, ax, tile, ("loop",))
   bk = 8 if k.full_shape[r] >= 16 else 0
