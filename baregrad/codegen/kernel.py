@@ -7,6 +7,7 @@ Every VIEW has the same number of dimensions; the iteration space (full shape) i
 axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXIS over it.
 """
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from baregrad.helpers import prod
@@ -96,6 +97,21 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   for s in shapes:
     if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
+
+def _swizzler(rowlen: int):
+  """idx -> idx with its 16-byte chunk (8 16-bit values) XORed by its row's position within 8 rows' worth of 128-byte
+  bank lines (rows of `rowlen` values); the identity for rowlen 0. Written as (chunk ^ f(row)) * 8 + (idx % 8) so the
+  result is still provably a multiple of 8 where idx is (vector accesses keep their width)."""
+  if not rowlen: return lambda idx: idx
+  per_line = max(1, 64 // rowlen)          # rows in one 128-byte line of banks
+  nchunk = min(8, rowlen // 8)
+  def f(idx: UOp) -> UOp:
+    chunk = (idx // 8).simplify()
+    key = ((idx // rowlen) // per_line % nchunk).simplify()
+    rest = (idx % 8).simplify()
+    out = UOp(Ops.XOR, dtypes.int32, (chunk, key)) * 8
+    return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest
+  return f
 
 def _pow_n(v: UOp, n: int) -> UOp:
   """v ** n for a static n >= 1 by squaring."""
@@ -507,6 +523,15 @@ class Kernel:
       else: lay = sorted(tile, key=lambda i: (self.axes[i].kind in LANE_KINDS, i))
       sstride, acc = {}, 1
       for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size
+      # a tensor-core operand kept in rows of k (ldmatrix without .trans) of 16-bit values: the 16-byte chunks of a row
+      # are XOR-swizzled by the row, so the 8 rows one ldmatrix reads lie in different banks (unswizzled, rows 128
+      # bytes apart collide); the fill and every read go through the same function
+      rowlen = 0
+      if ld in opvals and ld.dtype.itemsize == 2 and self.axes[lay[-1]].kind == "tc":
+        kparts = list(itertools.takewhile(lambda i: self.axes[i].orig == self.tc[3], reversed(lay)))  # type: ignore[index]
+        rowlen = prod(self.axes[i].size for i in kparts)
+        if rowlen % 8 or rowlen < 16: rowlen = 0
+      swz = _swizzler(rowlen)
       # fill order: by stride in global memory, the contiguous dim fastest
       def gstride(i: int) -> float:
         a = self.axes[i]
@@ -536,6 +561,8 @@ class Kernel:
           val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
           sidx: UOp = buf
           for i in tile: sidx = sidx + vals[i] * sstride[i]
+          if rowlen:   # swizzle the chunk start (the vector lanes stay inside one 16-byte chunk: v <= 8)
+            sidx = swz(sidx.substitute({lane: UOp.const(dtypes.int32, 0)}).simplify()) + lane if v > 1 else swz(sidx.simplify())
           out.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val) + dep, "async" if dbl else None))
         return out
       zero = UOp.const(dtypes.int32, 0)
@@ -547,22 +574,23 @@ class Kernel:
       else:
         fills += fill(stage_r, zero, None, (before,))
         rbuf = zero
-      reads[ld] = (smem, rbuf, tile, sstride)
+      reads[ld] = (smem, rbuf, tile, sstride, swz)
     if dbl:
       commit = UOp(Ops.BARRIER, dtypes.void, tuple(first), "commit")
       before = UOp(Ops.BARRIER, dtypes.void, (stage_r, commit))
       fills = [f.substitute({f.src[2]: before}) for f in fills]
     after = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "wait1" if dbl else None)
     out = {}
-    for ld, (smem, rbuf, tile, sstride) in reads.items():
+    for ld, (smem, rbuf, tile, sstride, swz) in reads.items():
       rv = opvals.get(ld, rng)
-      if ld in opvals and (frag := self._ldmatrix(ld, rv, smem, rbuf, tile, sstride, after)) is not None: out[ld] = frag; continue
+      if ld in opvals and (frag := self._ldmatrix(ld, rv, smem, rbuf, tile, sstride, after, swz)) is not None: out[ld] = frag; continue
       ridx: UOp = rbuf
       for i in tile: ridx = ridx + rv[i] * sstride[i]
-      out[ld] = UOp(Ops.LOAD, ld.dtype, (smem.index(ridx.simplify()), after))
+      out[ld] = UOp(Ops.LOAD, ld.dtype, (smem.index(swz(ridx.simplify())), after))
     return out
 
-  def _ldmatrix(self, ld: UOp, rv: dict[int, UOp], smem: UOp, rbuf: UOp, tile: list[int], sstride: dict[int, int], after: UOp) -> UOp | None:
+  def _ldmatrix(self, ld: UOp, rv: dict[int, UOp], smem: UOp, rbuf: UOp, tile: list[int], sstride: dict[int, int], after: UOp,
+                swz) -> UOp | None:
     """TC operand staged with rows of 8 16-bit k values contiguous: the whole fragment in one warp-wide ldmatrix (the
     renderer declares it, TensorCore.ldmatrix). Lane 8j + r gives the address of row r of 8x8 matrix j, whose origin
     is where fragment element 2j lies for lane 0; the row coordinate is the one the lane bits 2..4 give."""
@@ -599,7 +627,7 @@ class Kernel:
         stride *= self.axes[i].size
     addr: UOp = rbuf
     for i in tile: addr = addr + vals[i] * sstride[i]
-    return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (smem.index(addr.simplify()), after), ("ldmatrix", nmat, trans))
+    return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (smem.index(swz(addr.simplify())), after), ("ldmatrix", nmat, trans))
 
   def _group_combine(self, u: UOp, partial: UOp, n: int, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int],
                      group: list[int], ups: list[int]) -> UOp:
