@@ -11,6 +11,7 @@ spread the same way. Results are exact for integers and reassociated (like any p
 
 Only targets that declare workgroups and a number of compute units (Renderer.has_local, compute_units) are split."""
 from __future__ import annotations
+import functools
 from dataclasses import dataclass, field
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes
@@ -56,6 +57,11 @@ def split_reduce(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels that compute `ast` with its long reductions spread over the device, or None to keep it whole."""
   cu = int(getattr(ren, "compute_units", 0) or 0)
   if not getattr(ren, "has_local", False) or cu <= 0: return None
+  return _split_cached(ast, cu)
+
+@functools.lru_cache(maxsize=4096)
+def _split_cached(ast: UOp, cu: int) -> SplitPlan | None:
+  # every eager op asks (UOps are hash-consed: the same kernel is the same key), and a walk of the AST costs tens of us
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   if not red: return None
   full = verify_ast(ast)
