@@ -6,6 +6,7 @@ from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
+from baregrad.hal import profile
 
 # computed node -> the node that reads its buffer (RESHAPE(BUFFER)); weak so dead graphs free their buffers
 realized_map: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -22,7 +23,7 @@ def substitute_realized(u: UOp) -> UOp:
 
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
   srcs = [substitute_realized(u) for u in uops]
-  items, realized = create_schedule(srcs, device)
+  with profile.span("schedule", device=device): items, realized = create_schedule(srcs, device)
   return items, srcs, realized
 
 def realize(uops: list[UOp], device: str) -> list[UOp]:

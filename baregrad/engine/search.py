@@ -11,7 +11,7 @@ GPU ones as well: LOCAL and GROUP amounts up to the declared threads per workgro
 reduction (a loop to stage over), SMEM for each stageable input, TC for each tensor core the target declares."""
 from __future__ import annotations
 import hashlib, json, os, sys
-from baregrad.helpers import cache_dir, DEBUG
+from baregrad.helpers import cache_dir, DEBUG, Progress
 from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
@@ -90,6 +90,7 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
     try: best.append((_time(ast, device, h, bufs), h)); beam.append(h)
     except Exception as e:
       if DEBUG() >= 3: print(f"beam: heuristic {h} failed: {e}", file=sys.stderr)
+  fastest, bar = min(t for t, _ in best), Progress(desc=f"BEAM {width}", unit="candidates", delay=0.5)  # a bar on a terminal
   for _ in range(rounds):
     cands: list[tuple[float, list[Opt]]] = []
     cutoff = 3 * min(t for t, _ in best)
@@ -104,12 +105,15 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
           k2 = _kernel(ast, device)
           for o in new: k2.apply_opt(o)
           cands.append((_time(ast, device, new, bufs, cutoff=cutoff), new))
+          fastest = min(fastest, cands[-1][0])
+          bar.update(1, f"best {fastest * 1e6:.1f} us")
         except Exception as e:  # a candidate that fails to apply or build is simply not a candidate
           if DEBUG() >= 3: print(f"beam: {new} failed: {e}", file=sys.stderr)
     if not cands: break
     cands.sort(key=lambda c: c[0])
     beam = [c[1] for c in cands[:width]]
     best = sorted(best + cands[:width], key=lambda c: c[0])[:width]
+  bar.close()
   chosen = best[0][1]
   if DEBUG() >= 2: print(f"beam: {best[0][0] * 1e6:.1f} us with {chosen}", file=sys.stderr)
   os.makedirs(os.path.dirname(path), exist_ok=True)
