@@ -131,9 +131,9 @@ def _tile(size: int, big: int) -> tuple[int, int]:
   up = 8 if size >= 1024 else 4 if size >= 64 else 2 if size >= 32 else 1
   return min(16, max(1, 1 << max(0, (size // up - 1).bit_length()))), up
 
-def _tc_tile(size: int, frag: int, big: int) -> tuple[int, int]:
+def _tc_tile(size: int, frag: int, big: int, warps: int = 2) -> tuple[int, int]:
   """(warps, fragments a warp) along one output axis of a tensor-core tile."""
-  if size >= 256: return 2, big
+  if size >= 256: return warps, big
   if size >= 64: return 2, max(1, big // 2)
   return 1, max(1, min(big // 2, 1 << max(0, (-(-size // frag) - 1).bit_length())))
 
@@ -145,12 +145,18 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   ops = k.tc_operands()
   if ops is None: return False
   m, n, r, la, lb = ops
+  # a convolution's window loops (kh, kw) around the fragments, with their masked loads, spill every register as
+  # lowered today (ptxas -v: 1.6 KB a thread for a ResNet 3x3): tensor cores for plain matmuls only (BEAM may still try)
+  if any(a.kind == "reduce" and a.orig != r for a in k.axes): return False
   cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
   if not cands: return False
   tc = ren.tensor_cores[cands[0]]
-  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments must fit the declared registers
-  big_n = 8 if not ren.regs_per_thread or ren.regs_per_thread >= 224 else 4
-  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], 4), _tc_tile(k.full_shape[n], tc.dims[1], big_n)
+  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments within half the declared registers
+  # (the rest: addresses, the staged tiles' bookkeeping); 4x4 fragments of m16n8 = 64 accumulators, 2x4 warps
+  regs = ren.regs_per_thread or 255
+  um_max, un_max = 4, 4
+  while um_max * un_max * 4 + um_max * 4 + un_max * 2 > regs // 2 and un_max > 1: un_max //= 2
+  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], um_max), _tc_tile(k.full_shape[n], tc.dims[1], un_max, 4)
   tiles = {m: wm * um * tc.dims[0], n: wn * un * tc.dims[1], r: 2 * tc.dims[2] if k.full_shape[r] > tc.dims[2] else tc.dims[2]}
   padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
   if padded > 1.5 * prod(k.full_shape[o] for o in tiles): return False
@@ -183,7 +189,7 @@ def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loa
   m, n = mn
   r = max(red_axes, key=lambda a: k.full_shape[a])
   (tn, un), (tm, um) = _tile(k.full_shape[n], 128), _tile(k.full_shape[m], 128)
-  while ren.regs_per_thread and um * un + um + un > ren.regs_per_thread // 2 and max(um, un) > 1:   # accumulators + operands
+  while ren.regs_per_thread and um * un > ren.regs_per_thread // 4 and max(um, un) > 1:   # accumulators: a quarter of the registers
     if un >= um: un //= 2
     else: um //= 2
   for ax, tile in ((n, tn * un), (m, tm * um)):

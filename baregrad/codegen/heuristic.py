@@ -30,8 +30,9 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   """Apply and return a reasonable set of opts: register tiles for reductions with reuse, vector lanes along
-  the contiguous axis, and one axis over the threads. Targets with workgroups get GPU-shaped kernels (gpu_opts)."""
-  if ren.has_local:
+  the contiguous axis, and one axis over the threads. Targets with workgroups that declare their GPU limits (a warp
+  size, shared memory, ...) get GPU-shaped kernels (gpu_heuristic.gpu_opts)."""
+  if ren.has_local and ren.warp_size:
     from baregrad.codegen.gpu_heuristic import gpu_opts
     return gpu_opts(k, ren)
   acc = _strides(k)
@@ -71,7 +72,22 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       o = cont[-1]
       amt = _largest_divisor(k.full_shape[o], vec)
       if amt > 1 and (n := _loop_index(k, o)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt))
-  if ren.has_threads:
+  if ren.has_local:
+    # a GPU target that declares no warp size (so none of the GPU limits gpu_opts reads): the innermost output axes
+    # become the grid (x innermost), the innermost one also split into a workgroup
+    outs = [n for n, i in enumerate(k.loop_axes()) if k.axes[i].kind == "loop"]
+    if outs:
+      inner = outs[-1]
+      sz = k.axes[k.loop_axes()[inner]].size
+      lsz = _largest_divisor(sz, min(ren.local_max or 128, 128))
+      if lsz > 1 and lsz < sz: _try(k, Opt(OptOps.LOCAL, inner, lsz))
+      elif lsz == sz and sz > 1: _try(k, Opt(OptOps.LOCAL, inner, sz))
+    loops = k.loop_axes()
+    cand = [n for n, i in enumerate(loops) if k.axes[i].kind == "loop"]
+    for dim, n in enumerate(reversed(cand[-len(ren.global_max):] if ren.global_max else [])):
+      i = k.loop_axes()[n]
+      if k.axes[i].size <= ren.global_max[dim]: _try(k, Opt(OptOps.PARALLEL, n))
+  elif ren.has_threads:
     loops = k.loop_axes()
     for n, i in enumerate(loops):
       if k.axes[i].kind == "loop" and k.axes[i].size >= 2:

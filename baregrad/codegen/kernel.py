@@ -468,10 +468,11 @@ class Kernel:
     return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
             (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
   def stage_bytes(self, j: int) -> int:
-    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile)."""
+    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile); twice the tile where
+    the target double-buffers it (asynchronous copies)."""
     ld = self.stage_candidates()[j]
     tile = self._tile(ld, self._stage_axis())
-    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize if tile else 0
+    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * (2 if self.async_copy else 1) if tile else 0
   def stage_reuse(self, j: int) -> bool:
     """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
     tile = set(self._tile(self.stage_candidates()[j], self._stage_axis()))
