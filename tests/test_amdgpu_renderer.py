@@ -12,7 +12,6 @@ import pytest
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.codegen.astbuild import load, store, sink
-from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer import RenderError
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer, AMDGPU_ARCHS, kernarg_layout

@@ -6,7 +6,7 @@ branch landing on the instruction LLVM's label names.
 The corpus here is the renderer test set, a sample of the Tensor corpus and the LDS kernels (about 20 s); RDNA3_XCHECK_ALL=1
 checks the whole Tensor corpus (several hundred kernels, a few minutes)."""
 from __future__ import annotations
-import collections, functools, os, re, struct
+import collections, os, re, struct
 import pytest
 from hypothesis import given, settings, strategies as st
 from baregrad.ir.dtype import dtypes
@@ -14,7 +14,9 @@ from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer
 from baregrad.drivers.amd_compile import AMDCompiler, load_code_object
 from baregrad.drivers.mock.rdna3 import opcodes
-from baregrad.drivers.mock.rdna3.decode import decode, disassemble, DecodeError, inline_value, vop_sig
+from baregrad.drivers.mock.rdna3.decode import Inst, decode, disassemble, DecodeError, inline_value, vop_sig
+from baregrad.drivers.mock.rdna3.machine import compile_inst
+from baregrad.drivers.mock.ptx_interp import Memory
 from tests.test_ptx_renderer import kernel_set
 from tests.test_amdgpu_renderer import tensor_corpus, lds_kernel
 
@@ -34,9 +36,11 @@ def parse_llvm_asm(asm: str, name: str) -> tuple[list[str | int], dict[str, int]
     insts.append(re.sub(r"\s+", " ", s))
   return insts, labels
 
+examples: dict[str, Inst] = {}
+
 def cross_check(src: str, name: str, c: AMDCompiler, seen: collections.Counter) -> None:
   ref, labels = parse_llvm_asm(c.assembly(src), name)
-  co = load_code_object(c.compile(src))
+  co = load_code_object(c.compile_cached(src))
   k = co.kernels[name]
   dec = iter(disassemble(co.image, k.code_offset, k.code_offset + k.code_size))
   mine, at = [], []      # our instruction for each of LLVM's, and the byte offset each entry of `ref` starts at
@@ -58,6 +62,8 @@ def cross_check(src: str, name: str, c: AMDCompiler, seen: collections.Counter) 
     if (m := re.search(r"(\.LBB\w+)$", t)) and "target" in i.mods: lab = {offs[labels[m.group(1)]]: m.group(1)}
     assert re.sub(r"\s+", " ", i.text(lab)) == t, f"{name} at {i.offset:#x} [{i.encoding_hex}]: we print {i.text(lab)!r}, LLVM {t!r}"
     seen[i.name] += 1
+    if i.y is not None: seen[i.y.name] += 1
+    examples.setdefault(i.name, i)
   # what follows the kernel is LLVM's s_code_end padding (instruction prefetch may read it)
   assert all(i.name == "s_code_end" for i in disassemble(co.image, k.code_offset + k.code_size, k.kd_offset if k.kd_offset > k.code_offset else len(co.image)))
 
@@ -67,7 +73,7 @@ def corpus_sources() -> list[tuple[str, str]]:
   for nm, ast, opts in kernel_set():
     p = get_program(ast, ren, opts, name=nm); out.append((p.name, p.src))
   corpus = tensor_corpus()
-  step = 1 if os.environ.get("RDNA3_XCHECK_ALL") else 4
+  step = 1 if os.environ.get("RDNA3_XCHECK_ALL") else 6
   for nm, ast in corpus[::step]:
     p = get_program(ast, ren, name=nm); out.append((p.name, p.src))
   return out
@@ -78,6 +84,9 @@ def test_decoder_agrees_with_llvm():
   for nm, src in srcs: cross_check(src, nm, c, seen)
   print(f"\n{len(srcs)} kernels, {sum(seen.values())} instructions, {len(seen)} mnemonics agree with LLVM")
   assert len(seen) > 150 and any(n.startswith("ds_") for n in seen) and any(n.startswith("v_dual_") for n in seen)
+  # and the interpreter executes every one of them (compile_inst refuses, naming it, what it cannot run)
+  mem = Memory()
+  for nm, i in examples.items(): compile_inst(i, 0, mem)
 
 # ---- single instructions, bad input
 def test_literals_and_constants():
@@ -125,3 +134,34 @@ def test_random_words_decode(fmt, data, r, lit):
   assert i.size == (8 if uses_lit else 4) and (not uses_lit or i.words[1] == lit)
   try: i.text()
   except DecodeError as e: assert "is not a" in str(e)
+
+# ---- a second opinion where Debian's llvm-objdump (16 or newer) is installed: instruction offsets, lengths, words
+def _objdump() -> str | None:
+  import shutil
+  for v in range(25, 15, -1):
+    if (p := shutil.which(f"llvm-objdump-{v}")) is not None: return p
+  return None
+
+@pytest.mark.skipif(_objdump() is None, reason="no llvm-objdump-16+ on PATH (apt-get install llvm-19)")
+def test_encodings_agree_with_llvm_objdump(tmp_path):
+  import subprocess
+  c = AMDCompiler("gfx1100")
+  n = 0
+  for nm, src in corpus_sources()[:40]:
+    lib = c.compile_cached(src)
+    (tmp_path / "k.o").write_bytes(lib)
+    out = subprocess.run([_objdump(), "-d", "--mcpu=gfx1100", str(tmp_path / "k.o")], capture_output=True, text=True, check=True).stdout
+    co = load_code_object(lib)
+    k = co.kernels[nm]
+    mine = {i.offset: i for i in disassemble(co.image, k.code_offset, k.code_offset + k.code_size)}
+    for line in out.splitlines():
+      m = re.match(r"\s+(\S+).*//\s*([0-9A-Fa-f]+):\s*([0-9A-Fa-f ]+)$", line)
+      if not m or int(m.group(2), 16) >= k.code_size: continue
+      off, words = int(m.group(2), 16), tuple(int(x, 16) for x in m.group(3).split())
+      assert off in mine, f"{nm}: llvm-objdump has an instruction at {off:#x}, we do not"
+      i = mine[off]
+      if m.group(1) == ".long": continue         # an encoding the older LLVM cannot decode (gfx11 true16 forms added later)
+      assert i.words == words, f"{nm} at {off:#x}: words {i.encoding_hex} vs llvm-objdump {m.group(3)}"
+      assert re.sub(r"_e(32|64)$", "", i.name) == re.sub(r"_e(32|64)$", "", m.group(1)), f"{nm} at {off:#x}: {i.name} vs {m.group(1)}"
+      n += 1
+  assert n > 1000

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import load, store, reduce, sink
 from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import ProgramSpec, get_program
@@ -227,8 +226,39 @@ def test_lds_and_barrier(dt, n):
   assert_matches(got[0], want, dt, f"LDS reverse {dt} x{n}")
   assert res.waves == 4 * (n // 32) and res.workgroups == 4
 
+_LDS_OOB_IR = """
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare void @llvm.amdgcn.s.barrier()
+@t = internal unnamed_addr addrspace(3) global [64 x float] undef, align 16
+define amdgpu_kernel void @oob(ptr addrspace(1) %out, i32 %k) #0 {
+  %l = call i32 @llvm.amdgcn.workitem.id.x()
+  %f = uitofp i32 %l to float
+  %p = getelementptr float, ptr addrspace(3) @t, i32 %l
+  store float %f, ptr addrspace(3) %p
+  %lk = add i32 %l, %k
+  %q = getelementptr float, ptr addrspace(3) @t, i32 %lk
+  store float 9.0, ptr addrspace(3) %q
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  %v = load float, ptr addrspace(3) %q
+  %w = load float, ptr addrspace(3) %p
+  %s = fadd float %v, %w
+  %o = getelementptr float, ptr addrspace(1) %out, i32 %l
+  store float %s, ptr addrspace(1) %o
+  ret void
+}
+attributes #0 = { nounwind "amdgpu-flat-work-group-size"="64,64" "amdgpu-no-implicitarg-ptr" "amdgpu-no-dispatch-ptr" "amdgpu-no-queue-ptr" }
+"""
+
 def test_lds_bounds_and_group_segment():
-  """LDS accesses past group_segment_size read 0 and write nothing; a packet smaller than the kernel's LDS is refused."""
+  """LDS accesses past the workgroup's allocation (group_segment_size) read 0 and write nothing; a packet smaller than
+  the kernel's LDS is refused."""
+  layout = [("data0", 0, 8), ("var_k", 8, 4)]
+  got, _ = dispatch_src(_LDS_OOB_IR, "oob", {0: np.zeros(64, np.float32)}, (1, 1, 1), (64, 1, 1), {"var_k": (64, None)}, layout=layout)
+  assert (got[0] == np.arange(64)).all()                  # t[l + 64] is past the 256 bytes: the 9.0 went nowhere, reads 0
+  got, _ = dispatch_src(_LDS_OOB_IR, "oob", {0: np.zeros(64, np.float32)}, (1, 1, 1), (64, 1, 1), {"var_k": (0, None)}, layout=layout)
+  assert (got[0] == 18).all()                             # in range: every lane overwrote its own value with 9.0
   nm, prog = lds_kernel(dtypes.float32, 64)
   src = AMDGPURenderer().render(nm, prog)
   x = np.arange(256, dtype=np.float32)
@@ -384,3 +414,69 @@ def test_scratch_and_missing_sgpr_inputs_are_refused():
   pkt = mem.alloc(64); mem.write(pkt + 12, np.array([32], np.uint32))    # an AQL packet's grid_size_x
   RDNA3Machine(mem).dispatch(kd, (32, 1, 1), (32, 1, 1), kva, 0, 0, dispatch_packet_va=pkt)
   assert mem.read(out, np.uint32)[0] == 32
+
+# ---- atomics and divergent control flow (hand-written IR: the optimizer emits neither yet)
+_ATOMIC_IR = """
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare void @llvm.amdgcn.s.barrier()
+@acc = internal unnamed_addr addrspace(3) global [2 x i32] undef, align 4
+define amdgpu_kernel void @atom(ptr addrspace(1) %ctr, ptr addrspace(1) %old, ptr addrspace(1) %fsum, ptr addrspace(1) %wgmax) #0 {
+  %l = call i32 @llvm.amdgcn.workitem.id.x()
+  %g = call i32 @llvm.amdgcn.workgroup.id.x()
+  %gl = mul i32 %g, 64
+  %i = add i32 %gl, %l
+  %first = icmp eq i32 %l, 0
+  br i1 %first, label %init, label %go
+init:
+  store i32 0, ptr addrspace(3) @acc
+  br label %go
+go:
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  %o = atomicrmw add ptr addrspace(1) %ctr, i32 1 monotonic
+  %op = getelementptr i32, ptr addrspace(1) %old, i32 %i
+  store i32 %o, ptr addrspace(1) %op
+  %f = uitofp i32 %i to float
+  %r = atomicrmw fadd ptr addrspace(1) %fsum, float %f monotonic
+  %v = mul i32 %i, 7
+  %m = and i32 %v, 63
+  %x = atomicrmw max ptr addrspace(3) @acc, i32 %m monotonic
+  fence syncscope("workgroup") release
+  call void @llvm.amdgcn.s.barrier()
+  fence syncscope("workgroup") acquire
+  br i1 %first, label %out, label %done
+out:
+  %mx = load i32, ptr addrspace(3) @acc
+  %wp = getelementptr i32, ptr addrspace(1) %wgmax, i32 %g
+  store i32 %mx, ptr addrspace(1) %wp
+  br label %done
+done:
+  ret void
+}
+attributes #0 = { nounwind "amdgpu-flat-work-group-size"="64,64" "amdgpu-no-implicitarg-ptr" "amdgpu-no-dispatch-ptr" "amdgpu-no-queue-ptr" }
+"""
+
+def test_atomics_lds_and_divergence():
+  """Global atomic add (returning the old value) from every lane of 3 workgroups, a float atomic add, an LDS atomic
+  max per workgroup between barriers, and branches only some lanes take (EXEC masking, s_and_saveexec, v_cmpx)."""
+  asm = _compiler().assembly(_ATOMIC_IR)
+  # LLVM reduces across the wave first (v_mbcnt, v_readlane loops) and adds floats with a compare-and-swap loop
+  assert all(x in asm for x in ("global_atomic_add_u32", "ds_max_i32", "global_atomic_cmpswap_b32", "v_cmpx_eq_u32", "s_and_saveexec_b32"))
+  got, res = dispatch_src(_ATOMIC_IR, "atom", {0: np.zeros(1, np.int32), 1: np.full(192, -1, np.int32), 2: np.zeros(1, np.float32),
+                                               3: np.zeros(3, np.int32)}, (3, 1, 1), (64, 1, 1))
+  assert got[0][0] == 192 and sorted(got[1]) == list(range(192))      # every lane saw a distinct old value
+  assert got[2][0] == np.float32(sum(range(192)))
+  i = np.arange(192).reshape(3, 64)
+  assert (got[3] == ((i * 7) & 63).max(axis=1)).all()
+
+def test_if_endif_runs_only_the_lanes_that_take_it():
+  g0 = UOp(Ops.DEFINE_GLOBAL, dtypes.int32.ptr(), (), 0)
+  lid = UOp(Ops.SPECIAL, dtypes.int32, (), ("lidx0", 64))
+  cond = lid < UOp.const(dtypes.int32, 37)
+  iff = UOp(Ops.IF, dtypes.void, (cond,))
+  st = g0.index(lid).store(lid * UOp.const(dtypes.int32, 3))
+  src = AMDGPURenderer().render("ifk", linear([cond, iff, st]) + [UOp(Ops.ENDIF, dtypes.void, (iff,))])
+  got, _ = dispatch_src(src, "ifk", {0: np.full(64, -1, np.int32)}, (1, 1, 1), (64, 1, 1))
+  assert (got[0][:37] == 3 * np.arange(37)).all() and (got[0][37:] == -1).all()

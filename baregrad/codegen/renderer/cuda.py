@@ -13,7 +13,6 @@ promoted to float32 before rendering, as on the CPU."""
 from __future__ import annotations
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.renderer import RenderError
 from baregrad.codegen.renderer.cstyle import CRenderer, CTYPE, PRELUDE
 
 CUDA_TYPES = {**CTYPE, dtypes.bool: "bool", dtypes.float16: "__half"}
@@ -27,17 +26,14 @@ class CUDARenderer(CRenderer):
   global_max = (2 ** 31 - 1, 65535, 65535)
   local_max = 1024
   types = CUDA_TYPES
+  gpu_index = {"gidx": "blockIdx.{xyz}", "lidx": "threadIdx.{xyz}"}
 
   def _define(self, u: UOp, nbufs: int, varnames: list[str], emit) -> str:
     if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR: return u.arg[0]
     if u.op is Ops.DEFINE_LOCAL:  # workgroup memory; bools are bytes there as in global memory
       emit(f"__shared__ __align__(16) {self.types[u.dtype.base.scalar]} {u.arg[0]}[{max(1, u.arg[1])}];"); return u.arg[0]
-    nm = u.arg[0]
-    src = {"gidx": "blockIdx", "lidx": "threadIdx"}.get(nm[:4])
-    if src is None or nm[4:] not in ("0", "1", "2"): raise RenderError(f"CUDA: unknown SPECIAL {nm}")
-    emit(f"const int {nm} = {src}.{'xyz'[int(nm[4:])]};")
-    return nm
+    return super()._define(u, nbufs, varnames, emit)
 
   def _barrier(self) -> str: return "__syncthreads();"
 

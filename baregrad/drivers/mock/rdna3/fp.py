@@ -65,18 +65,29 @@ def round_f32(s: np.ndarray, err: np.ndarray) -> np.ndarray:
     r64 = r.astype(np.float64)
     other = np.nextafter(r, np.where(s > r64, np.float32(np.inf), np.float32(-np.inf)))
     tie = (r64 != s) & np.isfinite(s) & ((r64 + other.astype(np.float64)) * 0.5 == s) & (err != 0)
-    up = err > 0
-    fix = np.where(up, np.maximum(r, other), np.minimum(r, other))
+    fix = np.where(err > 0, np.maximum(r, other), np.minimum(r, other))
     return np.where(tie, fix, r)
 
 def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray, scale: np.ndarray | int = 0) -> np.ndarray:
-  """Correctly rounded float32 fma (times 2**scale before the one rounding): the product is exact in float64, the
-  float64 sum's error is recovered (TwoSum) and decides the ties round_f32 cannot see."""
+  """Correctly rounded float32 fma (times 2**scale before the one rounding): the product is exact in float64; where
+  the float64 sum could sit exactly between two float32 values its rounding error is recovered (TwoSum) to decide the
+  tie round_f32 cannot see."""
   with np.errstate(all="ignore"):
     p = a.astype(np.float64) * b.astype(np.float64)
-    s, err = _two_sum(p, c.astype(np.float64))
-    if not (np.isscalar(scale) and scale == 0): s, err = np.ldexp(s, scale), np.ldexp(err, scale)
-    return round_f32(s, np.where(np.isfinite(s), err, 0))
+    cc = c.astype(np.float64)
+    s = p + cc
+    scaled = not (np.isscalar(scale) and scale == 0)
+    if scaled: s = np.ldexp(s, scale)
+    # exactly between two normal float32 values: the low 29 of the 52 mantissa bits are 1 followed by zeros; float32
+    # denormal results round at a coarser bit, so all of those are looked at
+    cand = ((s.view(np.uint64) & np.uint64(0x1FFFFFFF)) == np.uint64(0x10000000)) | ((np.abs(s) < 1.1754943508222875e-38) & (s != 0))
+    r = s.astype(np.float32)
+    if cand.any():
+      i = np.nonzero(cand)
+      s2, err = _two_sum(p[i], cc[i])
+      if scaled: s2, err = np.ldexp(s2, scale[i] if not np.isscalar(scale) else scale), np.ldexp(err, scale[i] if not np.isscalar(scale) else scale)
+      r[i] = round_f32(s2, np.where(np.isfinite(s2), err, 0))
+    return r
 
 def _split(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   t = x * 134217729.0           # Veltkamp split: 2**27 + 1

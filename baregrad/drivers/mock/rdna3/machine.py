@@ -18,8 +18,9 @@ Initial state (LLVM AMDGPUUsage, "Initial Kernel Execution State" and "Kernel De
   even and float denorm modes must be "preserve" (what LLVM sets), else the dispatch is refused by name.
 Memory: global/flat accesses go to `memory` (ptx_interp.Memory: an unmapped byte raises its GPUFault); unaligned
 global accesses are allowed (KFD programs SH_MEM_CONFIG.ALIGNMENT_MODE = unaligned on gfx9+:
-amdkfd/kfd_device_queue_manager_v11.c, init_sh_mem_registers); LDS is per workgroup, group_segment_size bytes, and an
-LDS access beyond it reads 0 and writes nothing (the ISA guide, "LDS: out of range" ); flat addresses in the shared
+amdkfd/kfd_device_queue_manager_v11.c, set_cache_memory_policy_v11); LDS is per workgroup, group_segment_size bytes, and an
+LDS access past that allocation is range-checked, not a fault: it reads 0 and writes nothing (the same rule as the
+ISA guide's buffer range checking; GCN documented it for LDS with M0 as the limit); flat addresses in the shared
 aperture (high 16 bits 1, as KFD sets it for gfx9+: amdkfd/kfd_flat_memory.c, MAKE_LDS_APP_BASE_V9) go to LDS.
 Waves run until s_endpgm; s_barrier holds a wave until every wave of its workgroup that has not ended reaches one.
 s_waitcnt, s_delay_alu, s_clause, s_nop and cache invalidations are no-ops for an in-order interpreter.
@@ -192,9 +193,6 @@ def compile_inst(i: Inst, code_va: int, mem: Memory):
   if e == "MUBUF" and i.name in ("buffer_gl0_inv", "buffer_gl1_inv"): return lambda b, w: _advance(b, w, i.size)
   raise RDNA3Error(f"{_where(i)}: {e} instructions are not executed by the RDNA3 interpreter")
 
-def _salu_types(i: Inst) -> list[str]:
-  return [f"b{o.bits}" if o.bits > 32 or not i.name.endswith(("_i64",)) else f"i{o.bits}" for o in i.src]
-
 def _c_salu(i: Inst, code_va: int):
   n, size = i.name, i.size
   if n == "s_getpc_b64":
@@ -249,6 +247,7 @@ def _c_salu(i: Inst, code_va: int):
 
 def _c_sopk(i: Inst):
   n, d, k, size = i.name, i.dst[0], i.src[0].val, i.size
+  if n.startswith("s_waitcnt_"): return lambda b, w: _advance(b, w, size)    # counters: in order here, nothing to wait for
   if not (n.startswith(("s_movk", "s_cmovk", "s_addk", "s_mulk", "s_cmpk"))):
     raise RDNA3Error(f"{_where(i)}: {n} is not executed by the RDNA3 interpreter")
   def run(b, w):
@@ -328,7 +327,7 @@ def _c_valu(i: Inst):
   if is_cmp: sdst = i.dst[0]
   elif i.enc == "VOP3SD": sdst = i.dst[1]
   elif i.enc == "VOP2" and "_co_ci_" in base: sdst = i.dst[1]
-  size, ieee = i.size, None
+  size = i.size
   def run(b, w):
     em = b.exec_mask(w)
     ctx = _Ctx(b.ieee)
@@ -742,6 +741,7 @@ class RDNA3Machine:
   def _run(self, b: _Batch, code_va: int, t0: float) -> tuple[int, int]:
     steps = winst = 0
     allw = slice(None)
+    local: dict[int, tuple] = {}        # this dispatch's instructions by offset (code does not change under a dispatch)
     while True:
       run = b.live & ~b.bar
       if not run.any():
@@ -752,7 +752,9 @@ class RDNA3Machine:
       p = int(pcs.min())
       sel = run & (b.PC == p)
       w = allw if sel.all() else np.nonzero(sel)[0]
-      inst, fn = self._fetch(code_va + p, code_va)
+      hit = local.get(p)
+      if hit is None: local[p] = hit = self._fetch(code_va + p, code_va)
+      inst, fn = hit
       try: fn(b, w)
       except GPUFault as e:
         raise GPUFault(f"RDNA3 {_where(inst)}: {e.msg}", e.address) from None
