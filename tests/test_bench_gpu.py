@@ -2,26 +2,14 @@
 compiles, runs on fresh inputs and checks its result against NumPy/PyTorch-CPU, so a change that breaks the benchmark
 fails here even where no GPU runs it. (The numbers it prints on the mock mean nothing.)"""
 import importlib.util, os, sys
-import pytest
-from baregrad.hal import Device
-from baregrad.drivers.port import make_port
-from baregrad.drivers.mock.nvgpu import MockNVGPU
-from baregrad.drivers.nv import NVDevice
+from tests.helpers import mock_nv_device
 
 def test_bench_gpu_quick_on_the_mock(monkeypatch, capsys):
-  for v in ("MOCKGPU_ARCH", "MOCKGPU_COUNT", "ALLOW_TF32"): monkeypatch.delenv(v, raising=False)
-  dev = NVDevice("NV", port=make_port(MockNVGPU()))
-  prev = Device._open.get("NV")
-  Device._open["NV"] = dev
-  try:
+  with mock_nv_device():
     spec = importlib.util.spec_from_file_location("bench_gpu", os.path.join(os.path.dirname(__file__), "..", "bench", "gpu.py"))
     mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
     monkeypatch.setattr(sys, "argv", ["gpu.py", "--quick", "--reps", "1", "--tf32"])
     mod.main()
-  finally:
-    dev.close()
-    if prev is not None: Device._open["NV"] = prev
-    else: Device.forget("NV")
   out = capsys.readouterr().out
   for name in ("matmul 64^3 half", "matmul 64^3 bfloat16", "matmul 64^3 float", "relu(x*y+z) 64K f32", "sum 65539 f32",
                "conv2d 1x16x8x8 3x3 half", "tiny op, eager", "launch + wait", "back-to-back launches", "jit replay"):

@@ -18,9 +18,7 @@ from baregrad.codegen.gridreduce import split_reduce
 from baregrad.codegen.renderer.ptx import PTXRenderer
 from baregrad.codegen.renderer.cuda import CUDARenderer
 from baregrad.engine.runner import compile_ast
-from baregrad.drivers.port import make_port
-from baregrad.drivers.mock.nvgpu import MockNVGPU
-from baregrad.drivers.nv import NVDevice
+from tests.helpers import mock_nv_device
 from baregrad.drivers.nv_compile import find_ptxas
 
 f32, f16 = dtypes.float32, dtypes.float16
@@ -28,14 +26,7 @@ f32, f16 = dtypes.float32, dtypes.float16
 @pytest.fixture(scope="module", autouse=True)
 def nv():
   """One mock Hopper registered as Device["NV"] for the module."""
-  with pytest.MonkeyPatch.context() as mp:
-    mp.delenv("MOCKGPU_ARCH", raising=False); mp.delenv("MOCKGPU_COUNT", raising=False)
-    dev = NVDevice("NV", port=make_port(MockNVGPU()))
-    prev = Device._open.get("NV")
-    Device._open["NV"] = dev
-    yield dev
-    dev.close()
-    if prev is not None: Device._open["NV"] = prev
+  with mock_nv_device() as dev: yield dev
 
 def run(ast, opts, outs: list[tuple[int, object]], ins: list[np.ndarray], bufs=None):
   """Compile ast with opts (None: the heuristic) for the mock NV, run it; returns the outputs and the runner."""

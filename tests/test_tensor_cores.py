@@ -16,23 +16,15 @@ from baregrad.codegen.renderer.ptx import PTXRenderer
 from baregrad.codegen.tc import set_allow_tf32, allow_tf32
 from baregrad.codegen.gpu_heuristic import apply
 from baregrad.engine.runner import compile_ast
-from baregrad.drivers.port import make_port
-from baregrad.drivers.mock.nvgpu import MockNVGPU
-from baregrad.drivers.nv import NVDevice
+from tests.helpers import mock_nv_device
 from baregrad.drivers.nv_compile import find_ptxas
 
 f16, bf16, f32 = dtypes.float16, dtypes.bfloat16, dtypes.float32
 
 @pytest.fixture(scope="module", autouse=True)
 def nv():
-  with pytest.MonkeyPatch.context() as mp:
-    mp.delenv("MOCKGPU_ARCH", raising=False); mp.delenv("MOCKGPU_COUNT", raising=False); mp.delenv("ALLOW_TF32", raising=False)
-    dev = NVDevice("NV", port=make_port(MockNVGPU()))
-    prev = Device._open.get("NV")
-    Device._open["NV"] = dev
-    yield dev
-    dev.close()
-    if prev is not None: Device._open["NV"] = prev
+  """One mock Hopper registered as Device["NV"] for the module."""
+  with mock_nv_device() as dev: yield dev
 
 def _bits(x: np.ndarray, dt) -> np.ndarray:
   if dt == bf16: return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)   # inputs chosen exact in bf16
