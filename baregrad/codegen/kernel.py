@@ -310,7 +310,7 @@ class Kernel:
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
     # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
     # out of the index math but stay in its REDUCE, which the linearizer cannot place)
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 and self.axes[i].kind != "tc"
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind, it) if self.axes[i].size != 1 and self.axes[i].kind != "tc"
                            else UOp.const(it, 0) for rid, i in enumerate(ids)}
     th = self.thread_axes()
     th_stride: dict[int, int] = {}
@@ -443,7 +443,7 @@ class Kernel:
     fresh: dict[tuple[str, int], UOp] = {}
     def elem(coord: str, b: int) -> UOp:
       if (coord, b) in celem: return celem[(coord, b)]
-      if (coord, b) not in fresh: fresh[(coord, b)] = UOp.range(2, 300_000 + len(fresh), "upcast")
+      if (coord, b) not in fresh: fresh[(coord, b)] = UOp.range(2, 300_000 + len(fresh), "upcast", self.idx_dtype)
       return fresh[(coord, b)]
     def coord_expr(layout: str, coord: str) -> UOp:
       e: UOp = UOp.const(self.idx_dtype, 0)
@@ -667,9 +667,9 @@ class Kernel:
     for k, i in enumerate(group):
       sz = self.axes[i].size
       if sz % 4 == 0 and sz >= 8:
-        outer, inner = UOp.range(sz // 4, 100_000 + 100 * n + 2 * k, "reduce"), UOp.range(4, 100_000 + 100 * n + 2 * k + 1, "unroll")
+        outer, inner = UOp.range(sz // 4, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype), UOp.range(4, 100_000 + 100 * n + 2 * k + 1, "unroll", self.idx_dtype)
         cr[i], rs = outer * 4 + inner, rs + [outer, inner]
-      else: cr[i] = UOp.range(sz, 100_000 + 100 * n + 2 * k, "reduce"); rs.append(cr[i])
+      else: cr[i] = UOp.range(sz, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype); rs.append(cr[i])
     return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (smem.index(slot(cr)), bar)),) + tuple(rs), u.arg[0])
 
   def _dims(self, kind: str) -> tuple[int, int, int]:
