@@ -36,7 +36,7 @@ def _fake_times(monkeypatch, times):
   from baregrad.hal import Device
   heur = tuple(get_program(_matmul_ast(64), Device["CPU"].renderer).opts)
   seen = []
-  def run(self, raw):
+  def run(self, bufs):
     o = tuple(self.spec.opts)
     seen.append(o)
     return times.get(o, times[None] if o == heur else 1e-3)

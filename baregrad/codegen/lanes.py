@@ -15,6 +15,10 @@ from baregrad.codegen.kernel import LANE_KINDS
 
 Lanes = tuple[UOp, ...]  # lane RANGEs, sorted by range id
 
+def is_fragment(u: UOp) -> bool:
+  """A load that yields a whole tensor-core fragment (ldmatrix): a vector already, one per warp-wide instruction."""
+  return u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix"
+
 def is_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] in LANE_KINDS
 
 def _lane_values(lanes: Lanes) -> list[tuple[int, ...]]:
@@ -49,8 +53,18 @@ def _lane_linear(idx: UOp, lanes: Lanes) -> tuple[UOp, dict[UOp, int]] | None:
   from baregrad.ir.symbolic import build_linear
   return build_linear(base, k, idx.dtype), coef
 
+def _runs(uniq: list[int]) -> list[list[int]]:
+  """Sorted offsets -> maximal runs of consecutive ones."""
+  out: list[list[int]] = []
+  for o in uniq:
+    if out and o == out[-1][-1] + 1: out[-1].append(o)
+    else: out.append([o])
+  return out
+
 class Expander:
-  def __init__(self) -> None: self.memo: dict[UOp, tuple[UOp, Lanes]] = {}
+  """runs=True (GPU targets): an access whose lanes are not one contiguous block becomes one vector access per
+  contiguous run (rows of a register tile) instead of one scalar access per address."""
+  def __init__(self, runs: bool = False) -> None: self.memo: dict[UOp, tuple[UOp, Lanes]] = {}; self.runs = runs
 
   def lanes_of(self, u: UOp) -> Lanes:
     return tuple(sorted({x for x in u.toposort() if is_lane(x)}, key=lambda r: r.arg[0]))
@@ -68,10 +82,13 @@ class Expander:
     if is_lane(u):
       n = u.src[0].arg
       return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(UOp.const(u.dtype, i) for i in range(n))), (u,)
-    if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.INDEX): return u, ()
+    if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.INDEX): return u, ()
+    if u.op is Ops.BARRIER: return u.replace(src=tuple(self.memo[s][0] for s in u.src)), ()
+    if u.op is Ops.LOAD and is_fragment(u): return u, self.lanes_of(u.src[0])   # taken whole by its WMMA
     if u.op is Ops.LOAD: return self._load(u)
     if u.op is Ops.STORE: return self._store(u), ()
     if u.op is Ops.REDUCE: return self._reduce(u)
+    if u.op is Ops.WMMA: return self._wmma(u)
     if u.op in (Ops.SINK, Ops.NOOP):
       srcs: list[UOp] = []
       for s in u.src:
@@ -130,16 +147,37 @@ class Expander:
     index = u.src[0]
     buf = index.src[0]
     idx, valid, lanes = self._access(index)
-    if not lanes: return u, ()
+    dep = tuple(self.memo[s][0] for s in u.src[1:])   # what the load must come after (a barrier)
+    if not lanes: return u.replace(src=(index,) + dep) if dep else u, ()
     n = prod(r.src[0].arg for r in lanes)
-    if (aff := self._affine(idx, valid, lanes)) is not None:
+    # CPUs (no runs flag): one access per contiguous run, masks per lane, concatenated; GPUs: below
+    if not self.runs and not dep and (aff := self._affine(idx, valid, lanes)) is not None:
       base, mov, offs, mask = aff
-      parts = self._runs(buf, base, offs, mask, valid, lambda ix, c: UOp(Ops.LOAD, u.dtype.vec(c) if c > 1 else u.dtype, (ix,)))
+      parts = self._runs(buf, base, offs, mask, valid, lambda ix, c: UOp(Ops.LOAD, u.dtype.vec(c) if c > 1 else u.dtype, (ix,), u.arg))
       # in address order, the runs concatenated; then back in lane order, then over all the lanes
       vec = parts[0][1] if len(parts) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(offs)), tuple(a for _, a in parts))
       pos = {p: k for k, p in enumerate(p for run, _ in parts for p in run)}
       if len(offs) > 1 and [pos[p] for p in range(len(offs))] != list(range(len(offs))): vec = vec.gep(tuple(pos[p] for p in range(len(offs))))
       return broadcast(vec, mov, lanes), lanes
+    lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
+    if lin is not None:
+      base, coef = lin
+      offs = [sum(coef.get(r, 0) * v for r, v in zip(lanes, vals)) for vals in _lane_values(lanes)]
+      uniq = sorted(set(offs))
+      lo = uniq[0]
+      if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
+        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),) + dep, u.arg)
+        return vec.gep(tuple(o - lo for o in offs)), lanes
+      if self.runs and any(len(r) > 1 for r in _runs(uniq)):
+        elems: dict[int, UOp] = {}
+        for run in _runs(uniq):
+          ld = UOp(Ops.LOAD, u.dtype.vec(len(run)) if len(run) > 1 else u.dtype, (buf.index(simplify(base + run[0]), valid),) + dep, u.arg)
+          for j, o in enumerate(run): elems[o] = ld.gep(j) if len(run) > 1 else ld
+        vec = UOp(Ops.VECTORIZE, u.dtype.vec(len(uniq)), tuple(elems[o] for o in uniq))
+        return vec.gep(tuple(uniq.index(o) for o in offs)), lanes
+      scal = [UOp(Ops.LOAD, u.dtype, (buf.index(simplify(base + o), valid),) + dep) for o in uniq]
+      vec = scal[0] if len(scal) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(scal)), tuple(scal))
+      return (vec.broadcast(n) if len(scal) == 1 else vec.gep(tuple(uniq.index(o) for o in offs))), lanes
     # general case: every lane on its own
     loads = []
     for vals in _lane_values(lanes):
@@ -148,7 +186,7 @@ class Expander:
       if lv is not None and lv.op is Ops.CONST:
         if not lv.arg: loads.append(UOp.const(u.dtype, 0)); continue
         lv = None
-      loads.append(UOp(Ops.LOAD, u.dtype, (buf.index(li, lv),)))
+      loads.append(UOp(Ops.LOAD, u.dtype, (buf.index(li, lv),) + dep))
     return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(loads)), lanes
 
   def _store(self, u: UOp) -> UOp:
@@ -156,31 +194,76 @@ class Expander:
     buf = index.src[0]
     idx, valid, ilanes = self._access(index)
     v, vlanes = self.memo[value]
+    dep = tuple(self.memo[s][0] for s in u.src[2:])   # what the store must come after (a barrier)
     lanes = _union(ilanes, vlanes)
-    if not lanes: return u.replace(src=(index, v))
-    if (aff := self._affine(idx, valid, ilanes)) is not None:
+    if not lanes: return u.replace(src=(index, v) + dep)
+    # CPUs (no runs flag): one access per contiguous run, masks per lane; GPUs: below
+    if not self.runs and not dep and (aff := self._affine(idx, valid, ilanes)) is not None:
       base, mov, offs, mask = aff
       # lanes the address does not move with write the same place: the last one wins, as a loop would
-      last = {r: r.src[0].arg - 1 for r in lanes if r not in mov}
-      vals_all = _lane_values(lanes)
-      at = {tuple(x for r, x in zip(lanes, vals) if r in mov): i for i, vals in enumerate(vals_all)
-            if all(x == last[r] for r, x in zip(lanes, vals) if r not in mov)}
+      last_of = {r: r.src[0].arg - 1 for r in lanes if r not in mov}
+      at = {tuple(x for r, x in zip(lanes, vals) if r in mov): i for i, vals in enumerate(_lane_values(lanes))
+            if all(x == last_of[r] for r, x in zip(lanes, vals) if r not in mov)}
       pick = [at[vals] for vals in _lane_values(mov)]
-      v = broadcast(v, vlanes, lanes)
+      vb = broadcast(v, vlanes, lanes)
       parts = self._runs(buf, base, offs, mask, valid, lambda ix, c: ix)
-      stores = tuple(UOp(Ops.STORE, dtypes.void, (ix, v.gep(tuple(pick[p] for p in run)) if len(run) > 1 else v.gep(pick[run[0]])))
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (ix, vb.gep(tuple(pick[p] for p in run)) if len(run) > 1 else vb.gep(pick[run[0]])), u.arg)
                      for run, ix in parts)
       return stores[0] if len(stores) == 1 else UOp(Ops.NOOP, dtypes.void, stores)
     v = broadcast(v, vlanes, lanes)
+    vals_all = _lane_values(lanes)
+    lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
+    if lin is not None:
+      base, coef = lin
+      offs = [sum(coef.get(r, 0) * x for r, x in zip(lanes, vals)) for vals in vals_all]
+      last = {o: i for i, o in enumerate(offs)}  # the last lane writing an address wins, as a loop would
+      uniq = sorted(last)
+      lo = uniq[0]
+      if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
+        return UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + lo), valid), v.gep(tuple(last[o] for o in uniq))) + dep, u.arg)
+      if self.runs and any(len(r) > 1 for r in _runs(uniq)):
+        stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + run[0]), valid), v.gep(tuple(last[o] for o in run))) + dep, u.arg)
+                       for run in _runs(uniq))
+        return UOp(Ops.NOOP, dtypes.void, stores)
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + o), valid), v.gep(last[o])) + dep, u.arg) for o in uniq)
+      return stores[0] if len(stores) == 1 else UOp(Ops.NOOP, dtypes.void, stores)
     stores_l = []
-    for i, vals in enumerate(_lane_values(lanes)):
+    for i, vals in enumerate(vals_all):
       li = self.per_lane(idx, lanes, vals)
       lv = self.per_lane(valid, lanes, vals) if valid is not None else None
       if lv is not None and lv.op is Ops.CONST:
         if not lv.arg: continue
         lv = None
-      stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i))))
+      stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i)) + dep, u.arg))
     return UOp(Ops.NOOP, dtypes.void, tuple(stores_l))
+
+  def _wmma(self, u: UOp) -> tuple[UOp, Lanes]:
+    """WMMA(a, b, c) with arg (tc, lanes of a's, b's and c's fragment elements, bit 0 first): one matrix instruction per
+    value of the other lanes (more tiles a warp computes), each on fragment vectors in element order."""
+    tc, *frags = u.arg
+    srcs = [self.memo[s] for s in u.src]
+    extra = _union(*[tuple(r for r in l if r not in f) for (_, l), f in zip(srcs, frags)])
+    out = _union(frags[2], extra)
+    def pos(lanes: Lanes, env: dict[UOp, int]) -> int:
+      i = 0
+      for r in lanes: i = i * r.src[0].arg + env[r]
+      return i
+    res: dict[tuple[int, ...], UOp] = {}
+    for ev in _lane_values(extra):
+      env = dict(zip(extra, ev))
+      args = []
+      for x, (v, l), f in zip(u.src, srcs, frags):
+        if is_fragment(x):   # one fragment load per value of its lanes (the ordering sources are not lanes)
+          idx = self.per_lane(x.src[0], l, tuple(env[r] for r in l))
+          args.append(UOp(Ops.LOAD, x.dtype, (idx,) + tuple(self.memo[d][0] for d in x.src[1:]), x.arg)); continue
+        idx = tuple(pos(l, {**env, **{r: (fi >> j) & 1 for j, r in enumerate(f)}}) for fi in range(1 << len(f)))
+        args.append(v.gep(idx))
+      res[ev] = UOp(Ops.WMMA, u.dtype.vec(1 << len(frags[2])), tuple(args), tc)
+    elems = []
+    for vals in _lane_values(out):
+      env = dict(zip(out, vals))
+      elems.append(res[tuple(env[r] for r in extra)].gep(sum(env[r] << j for j, r in enumerate(frags[2]))))
+    return (elems[0] if len(elems) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(elems)), tuple(elems))), out
 
   def _reduce(self, u: UOp) -> tuple[UOp, Lanes]:
     v, vl = self.memo[u.src[0]]
@@ -208,7 +291,7 @@ class Expander:
     for p in peeled: acc = op(acc, p)
     return acc, out
 
-def expand_lanes(sink: UOp) -> UOp:
-  e = Expander()
+def expand_lanes(sink: UOp, runs: bool = False) -> UOp:
+  e = Expander(runs)
   out, _ = e.expand(sink)
   return out

@@ -1,14 +1,19 @@
 """BEAM search over optimization actions: time candidate opt lists on the device, keep the fastest `width`.
 
-Actions are data (codegen.kernel.Opt), so the search is: start from no opts and from the heuristic's choice, extend every
-kept list by every action that applies, build and time each, keep the best, repeat a few rounds. The heuristic's choice
-is always a candidate and wins unless another is faster when timed again, so a search never makes a kernel slower.
+Actions are data (codegen.kernel.Opt), so the search is: start from the heuristic's choice and its prefixes (and, where
+the target has workgroups, from no opts too), extend every kept list by every action that applies, build and time each,
+keep the best, repeat a few rounds. The heuristic's choice is always a candidate and wins unless another is faster when
+timed again, so a search never makes a kernel slower. On targets with workgroups the actions are the GPU ones as well:
+LOCAL and GROUP amounts up to the declared threads per workgroup, PADTO to round tiles, SPLIT of a reduction (a loop to
+stage over), SMEM for each stageable input, TC for each tensor core the target declares; a PADTO also comes with the
+UPCAST or UNROLL it pads for.
 
-Each round's candidates are built (codegen + compile) in parallel by worker processes, one per core, then timed one at a
-time on the device with nothing else running. A candidate's time is its best of a few runs, cut short when its first run
-is already far slower than the best so far; a build that takes longer than BEAM_BUILD_S is dropped. The result is cached
-on disk per kernel AST and device (and the compiler's target), so a kernel is searched once. BEAM=n in the environment
-turns the search on for every kernel; a progress bar shows candidates tried and the best time."""
+On the CPU each round's candidates are built (codegen + compile) in parallel by worker processes, one per core, then
+timed one at a time on the device with nothing else running. Timing is the device's own (two timestamps the queue writes
+around the launch). A candidate's time is its best of a few runs, cut short when its first run is already far slower than
+the best so far; a build that takes longer than BEAM_BUILD_S is dropped. The result is cached on disk per kernel AST and
+device (and the compiler's target), so a kernel is searched once. BEAM=n in the environment turns the search on for
+every kernel; a progress bar shows candidates tried and the best time."""
 from __future__ import annotations
 import atexit, hashlib, json, os, pickle, struct, sys, time
 from typing import Any
@@ -22,24 +27,45 @@ from baregrad.codegen.program import ProgramSpec, get_program
 AMOUNTS = (2, 4, 8, 16, 32)
 SLOW = 3.0   # a candidate whose first run takes this many times the best so far is not run again
 
-def candidate_actions(k: Kernel) -> list[list[Opt]]:
-  """Actions that extend k: one or two opts each (an amount that does not divide the axis pads it first)."""
-  acts: list[list[Opt]] = []
-  loops = k.loop_axes()
-  for n, i in enumerate(loops):
+GPU_THREADS = (2, 4, 8, 16, 32, 64, 128, 256)
+
+def candidate_actions(k: Kernel) -> list[Opt]:
+  """Opts that may extend k (beam_search also tries each PADTO with the UPCAST or UNROLL of its amount)."""
+  acts: list[Opt] = []
+  for n, i in enumerate(k.loop_axes()):
     ax = k.axes[i]
-    unsplit = sum(a.orig == ax.orig for a in k.axes) == 1 and ax.orig not in k.pads
-    op = OptOps.UPCAST if ax.kind in ("loop", "global") else OptOps.UNROLL if ax.kind == "reduce" else None
-    if op is not None:
-      for a in AMOUNTS:
-        if a > ax.size: continue
-        if ax.size % a == 0: acts.append([Opt(op, n, a)])
-        elif unsplit and a >= 4: acts.append([Opt(OptOps.PADTO, n, a), Opt(op, n, a)])
-    if ax.kind == "loop": acts.append([Opt(OptOps.PARALLEL, n)])
+    kind = ax.kind
+    if ax.tc is not None: continue
+    for a in AMOUNTS:
+      if kind in ("loop", "global"): acts.append(Opt(OptOps.UPCAST, n, a))
+      if kind == "reduce": acts.append(Opt(OptOps.UNROLL, n, a))
+    if kind == "loop": acts.append(Opt(OptOps.PARALLEL, n))
+    if sum(b.orig == ax.orig for b in k.axes) == 1 and ax.orig not in k.pads:
+      acts += [Opt(OptOps.PADTO, n, a) for a in ((16, 32, 64, 128) if k.gpu else (4, 8, 16, 32)) if a < ax.size and ax.size % a]
+    if not k.gpu: continue
+    for a in GPU_THREADS:
+      if kind in ("loop", "global") and ax.size % a == 0: acts.append(Opt(OptOps.LOCAL, n, a))
+      if kind == "reduce" and ax.size % a == 0: acts += [Opt(OptOps.GROUP, n, a), Opt(OptOps.SPLIT, n, a)]
+  if k.gpu:
+    acts += [Opt(OptOps.SMEM, j) for j in range(len(k.stage_candidates())) if j not in k.staged]
+    if k.tc is None: acts += [Opt(OptOps.TC, j) for j in range(len(k.tensor_cores))]
   return acts
 
+def _extensions(k: Kernel, opts: list[Opt]) -> list[list[Opt]]:
+  out = []
+  for a in candidate_actions(k):
+    out.append(opts + [a])
+    if a.op is OptOps.PADTO:   # a pad is worth something with the split it makes possible
+      kind = k.axes[k.loop_axes()[a.axis]].kind
+      out.append(opts + [a, Opt(OptOps.UNROLL if kind == "reduce" else OptOps.UPCAST, a.axis, a.amt)])
+  return out
+
+def _kernel(ast: UOp, device: str) -> Kernel:
+  ren = Device[device].renderer
+  return Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local, ren=ren)
+
 def _applies(ast: UOp, opts: list[Opt], ren: Any) -> bool:
-  k = Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local)
+  k = Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local, ren=ren)
   try:
     for o in opts: k.apply_opt(o)
   except OptError: return False
@@ -157,7 +183,7 @@ def _build_all(ast: UOp, cands: list[list[Opt]], ren: Any, compiler: Any) -> lis
   budget = float(getenv("BEAM_BUILD_S", 20.0))
   n = int(getenv("BEAM_WORKERS", os.cpu_count() or 1))
   payload = None
-  if n > 1 and len(cands) > 1:
+  if n > 1 and len(cands) > 1 and not ren.has_local:   # (GPU candidates are built here, one at a time)
     try: payload, _ = pickle.dumps((ren, compiler)), pickle.dumps(ast)   # (a very deep AST may not pickle)
     except Exception: payload = None
   if payload is not None:
@@ -173,17 +199,24 @@ def _build_all(ast: UOp, cands: list[list[Opt]], ren: Any, compiler: Any) -> lis
 
 # ---------------------------------------------------------------- timing
 class _Timed:
+  """A built candidate, loaded on the device."""
   def __init__(self, device: str, spec: ProgramSpec, lib: bytes):
     self.spec, self.dev = spec, Device[device]
     self.prg = self.dev.runtime(self.dev, spec.name, lib)
-  def run(self, raw: list) -> float:
-    t = self.prg(*[raw[g.arg] for g in self.spec.bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, wait=True)
+  def run(self, bufs: list[Buffer]) -> float:
+    t = self.prg(*[bufs[g.arg]._buf for g in self.spec.bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, wait=True)
     return t if t is not None else float("inf")
 
-def _time(t: _Timed, raw: list, best: float, reps: int = 3) -> float:
-  first = t.run(raw)
-  if first > SLOW * best: return first   # the time budget: a slow candidate runs once
-  return min([first] + [t.run(raw) for _ in range(reps - 1 if first < 0.02 else 1)])
+def _time(ast: UOp, device: str, opts: list[Opt], bufs: list[Buffer], reps: int = 3, cutoff: float = float("inf"),
+          built: _Timed | None = None) -> float:
+  """The best of `reps` device-timed runs of the candidate (`built`, or built here); the time budget: a candidate slower
+  than `cutoff` on its first run is not run again, and a long one (over 20 ms) runs twice at most."""
+  if built is None:
+    spec = get_program(ast, Device[device].renderer, opts)
+    built = _Timed(device, spec, Device[device].compiler.compile_cached(spec.src))
+  first = built.run(bufs)
+  if first > cutoff: return first
+  return min([first] + [built.run(bufs) for _ in range(reps - 1 if first < 0.02 else 1)])
 
 def _key(ast: UOp, device: str, width: int, target: str) -> str:
   return hashlib.sha256(f"{device}|{target}|{width}|{ast!r}|{sorted((u.op.name, str(u.arg)) for u in ast.toposort())}".encode()).hexdigest()
@@ -201,7 +234,6 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
   bufs = [Buffer(device, max(1, sizes[i][0]) if i in sizes else 1, sizes[i][1] if i in sizes else dtypes.uint8).allocate()
           for i in range(max(sizes) + 1)] if sizes else []
   for b in bufs: _fill(b)
-  raw = [b._buf for b in bufs]
   heur = get_program(ast, ren).opts
   timed: dict[tuple[Opt, ...], float] = {}
   built: dict[tuple[Opt, ...], _Timed] = {}
@@ -216,23 +248,26 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
     spent[0] += time.perf_counter() - st
     for c, spec, lib in done:
       st = time.perf_counter()
-      try: t = _time(built.setdefault(tuple(c), _Timed(device, spec, lib)), raw, best_t)
+      try: t = _time(ast, device, list(c), bufs, cutoff=SLOW * best_t, built=built.setdefault(tuple(c), _Timed(device, spec, lib)))
       except Exception as e:  # a candidate that fails to run is simply not a candidate
         if DEBUG() >= 3: print(f"beam: {c} failed to run: {e}", file=sys.stderr)
         continue
       finally: spent[1] += time.perf_counter() - st
       timed[tuple(c)], best_t = t, min(best_t, t)
       bar.update(1, f"best {best_t * 1e6:.1f} us")
-  # seeds: the heuristic's choice and its prefixes, so each of its decisions gets alternatives (no opts at all is a
-  # scalar single-core kernel: for a large one, a second per run spent on a candidate that cannot win)
-  beam = [heur[:i] for i in range(1 if heur else 0, len(heur) + 1)]
+  # seeds: the heuristic's choice and its prefixes, so each of its decisions gets alternatives. On a CPU no opts at all is
+  # a scalar single-core kernel: for a large one, a second per run spent on a candidate that cannot win; on a GPU no opts
+  # is one thread per output and the GPU actions start from it
+  beam = ([[]] if ren.has_local else []) + [heur[:i] for i in range(1 if heur else 0, len(heur) + 1)]
   try_all(beam)   # the first round extends every seed
   for _ in range(rounds):
     cands = []
     for opts in beam:
-      k = Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local)
-      for o in opts: k.apply_opt(o)
-      cands += [opts + a for a in candidate_actions(k) if _applies(ast, opts + a, ren)]
+      k = _kernel(ast, device)
+      try:
+        for o in opts: k.apply_opt(o)
+      except OptError: continue
+      cands += [c for c in _extensions(k, opts) if _applies(ast, c, ren)]
     if not cands: break
     try_all(cands)
     beam = [list(c) for c, _ in sorted(timed.items(), key=lambda x: x[1])[:width]]
@@ -242,7 +277,7 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
     # the search's best must beat the heuristic when both are timed again, alternately (a noisy first timing is not enough)
     a, b = built[chosen], built[tuple(heur)]
     ta, tb = float("inf"), float("inf")
-    for _ in range(5): ta, tb = min(ta, a.run(raw)), min(tb, b.run(raw))
+    for _ in range(5): ta, tb = min(ta, a.run(bufs)), min(tb, b.run(bufs))
     if ta >= tb: chosen = tuple(heur)
   if DEBUG() >= 2: print(f"beam: {len(timed)} candidates (building {spent[0]:.1f} s, timing {spent[1]:.1f} s), "
                          f"{timed.get(chosen, 0) * 1e6:.1f} us with {list(chosen)} (heuristic "
