@@ -260,6 +260,13 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
   # is one thread per output and the GPU actions start from it
   beam = ([[]] if ren.has_local else []) + [heur[:i] for i in range(1 if heur else 0, len(heur) + 1)]
   try_all(beam)   # the first round extends every seed
+  if tuple(heur) not in timed:   # the baseline is always timed (its build here, if a worker's was dropped)
+    try:
+      spec = get_program(ast, ren, heur)
+      b = built.setdefault(tuple(heur), _Timed(device, spec, compiler.compile_cached(spec.src)))
+      timed[tuple(heur)] = _time(ast, device, heur, bufs, built=b)
+    except Exception as e:
+      if DEBUG() >= 2: print(f"beam: the heuristic's {heur} failed: {e}", file=sys.stderr)
   for _ in range(rounds):
     cands = []
     for opts in beam:
