@@ -175,7 +175,7 @@ def col2im(ctx, n, x, image_shape, block_shape):
   x = ctx.t(x)
   img, k_ = ctx.ints(image_shape, "Col2Im's image_shape"), ctx.ints(block_shape, "Col2Im's block_shape")
   nsp = len(img)
-  if nsp not in (1, 2): raise UnsupportedOperator(f"Col2Im over {nsp} spatial axes is not supported (1 or 2)")
+  if nsp not in (1, 2, 3): raise UnsupportedOperator(f"Col2Im over {nsp} spatial axes is not supported (1 to 3)")
   s_ = n.attrs.get("strides", [1] * nsp)
   d_ = n.attrs.get("dilations", [1] * nsp)
   p = n.attrs.get("pads", [0] * 2 * nsp)
@@ -186,7 +186,7 @@ def col2im(ctx, n, x, image_shape, block_shape):
   # col2im is the transposed convolution of the columns with a one-hot kernel per (channel, kernel offset)
   eye = Tensor.eye(K, device=ctx.device, dtype=x.dtype).reshape((K, 1) + tuple(k_))
   wt = eye.reshape((1, K, 1) + tuple(k_)).expand((C, K, 1) + tuple(k_)).reshape((C * K, 1) + tuple(k_))
-  fn = F.conv_transpose2d if nsp == 2 else F.conv_transpose1d
+  fn = getattr(F, f"conv_transpose{nsp}d", None) or getattr(Tensor, f"conv_transpose{nsp}d")  # AttributeError names a missing Tensor op
   y = fn(x.reshape((N, C * K) + tuple(blocks)), wt, None, stride=s_, padding=0, groups=C, dilation=d_)
   crop = [(-p[j], -(y.shape[2 + j] - p[j] - img[j])) for j in range(nsp)]
   return F.pad(y, [v for b, e in reversed(crop) for v in (b, e)], "constant", 0)
@@ -274,6 +274,9 @@ def stft(ctx, n, sig, step, win=None, length=None):
     xi = sig[..., 1].float()
     re, im = re + conv(xi, ki), im + conv(xi, kr)
   return F.stack([re.transpose(1, 2), im.transpose(1, 2)], -1).cast(sig.dtype)
+
+@op("Det")
+def det(ctx, n, x): return ctx.t(x).det()
 
 @op("Binarizer", domain="ai.onnx.ml")
 def binarizer(ctx, n, x):

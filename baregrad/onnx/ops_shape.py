@@ -462,16 +462,23 @@ def unique(ctx, n, x):
   x = ctx.t(x)
   _data_dependent(ctx, n, "the output shape")
   a = n.attrs.get("axis")
-  if a is not None: raise UnsupportedOperator("Unique with an axis is not supported")
-  flat = x.reshape(-1)
-  y, inv, cnt = flat.unique(sorted=True, return_inverse=True, return_counts=True)
-  # the first position of each unique value: smallest index where it occurs
-  pos = Tensor.arange(flat.shape[0], device=ctx.device, dtype=dtypes.int64)
-  hit = flat.reshape(1, -1).eq(y.reshape(-1, 1))
-  first = hit.where(pos.reshape(1, -1), flat.shape[0]).min(1)
+  if a is not None:  # unique slices along an axis: PyTorch's unique(dim=)
+    a = _ax(a, x.ndim)
+    y, inv, cnt = x.unique(sorted=True, return_inverse=True, return_counts=True, dim=a)
+    L = x.shape[a]
+    xs, ys = x.transpose(0, a).reshape(L, -1), y.transpose(0, a).reshape(y.shape[a], -1)
+    hit = ys.unsqueeze(1).eq(xs.unsqueeze(0)).all(-1)              # (unique, L)
+  else:
+    flat = x.reshape(-1)
+    y, inv, cnt = flat.unique(sorted=True, return_inverse=True, return_counts=True)
+    L = flat.shape[0]
+    hit = flat.reshape(1, -1).eq(y.reshape(-1, 1))
+  # the first position of each unique value: the smallest index where it occurs
+  pos = Tensor.arange(L, device=ctx.device, dtype=dtypes.int64)
+  first = hit.where(pos.reshape(1, -1), L).min(1)
   if not n.attrs.get("sorted", 1):  # in order of first occurrence
     order = first.argsort()
-    y, first, cnt = y[order], first[order], cnt[order]
-    rank = order.argsort()
-    inv = rank[inv]
-  return y, first.cast(dtypes.int64), inv.cast(dtypes.int64), cnt.cast(dtypes.int64)
+    y = y[order] if a is None else y[(slice(None),) * a + (order,)]
+    first, cnt = first[order], cnt[order]
+    inv = order.argsort()[inv]
+  return y, first.cast(dtypes.int64), inv.reshape(-1).cast(dtypes.int64), cnt.cast(dtypes.int64)
