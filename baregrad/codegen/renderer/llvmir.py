@@ -75,7 +75,8 @@ class LLVMRenderer(Renderer):
       elif u.op is Ops.RANGE:
         t = ltype(d)
         allocas.append(f"  {nm}.a = alloca {t}, align 8{self.alloca_suffix}")
-        if u.arg[1] == "global":
+        if u.arg[1] == "global" and t == "i64": start, end = "%start", "%end"  # 64-bit index math
+        elif u.arg[1] == "global":
           lines.append(f"  {nm}.s = trunc i64 %start to {t}")
           lines.append(f"  {nm}.e = trunc i64 %end to {t}")
           start, end = f"{nm}.s", f"{nm}.e"
