@@ -192,10 +192,15 @@ def fold_gather(ctx, n, x, idx):
   a = _ax(n.attrs.get("axis", 0), x.ndim)
   return np.take(x, np.where(idx < 0, idx + x.shape[a], idx), a)
 
+def _wrap(idx: Tensor, size: int) -> Tensor:
+  """ONNX's negative indices count from the end (PyTorch's gather/scatter refuse them)."""
+  return (idx < 0).where(idx + size, idx) if not dtypes.is_unsigned(idx.dtype) else idx
+
 @op("GatherElements")
 def gather_elements(ctx, n, x, idx):
   x, idx = ctx.t(x), ctx.t(idx)
-  return F.gather(x, _ax(n.attrs.get("axis", 0), x.ndim), idx)
+  a = _ax(n.attrs.get("axis", 0), x.ndim)
+  return F.gather(x, a, _wrap(idx, x.shape[a]))
 
 def _nd_linear(x: Tensor, idx: Tensor, b: int) -> tuple[Tensor, Tensor, tuple]:
   """GatherND/ScatterND bookkeeping: data as (B, N, R) rows, indices as (B, M) row numbers (negatives wrapped)."""
@@ -244,6 +249,7 @@ def scatter_nd(ctx, n, x, idx, upd):
 def scatter_elements(ctx, n, x, idx, upd):
   x, idx, upd = ctx.t(x), ctx.t(idx), ctx.t(upd)
   a = _ax(n.attrs.get("axis", 0), x.ndim)
+  idx = _wrap(idx, x.shape[a])
   red = n.attrs.get("reduction", "none")
   if red == "none": return F.scatter(x, a, idx, upd.cast(x.dtype))
   if red == "add": return F.scatter_add(x, a, idx, upd.cast(x.dtype))
