@@ -381,30 +381,16 @@ def trilu(ctx, n, x, k=None):
   x = ctx.t(x)
   return F.triu(x, kk) if n.attrs.get("upper", 1) else F.tril(x, kk)
 
-def _shift(x: Tensor, a: int) -> Tensor:
-  """x moved one step along axis a, a zero entering at the front (an exclusive scan from an inclusive one)."""
-  flat = [0, 0] * (x.ndim - 1 - a) + [1, -1]
-  return F.pad(x, flat, "constant", 0)
-
-@op("CumSum")
-def cumsum(ctx, n, x, axis):
+@op("CumSum", "CumProd")
+def cumulative(ctx, n, x, axis):
   x = ctx.t(x)
-  a = _ax(int(ctx.scalar(axis, "CumSum's axis")), x.ndim)
-  y = x.flip(a) if n.attrs.get("reverse", 0) else x
-  c = y.cumsum(a).cast(x.dtype)
-  if n.attrs.get("exclusive", 0): c = _shift(c, a)
-  return c.flip(a) if n.attrs.get("reverse", 0) else c
-
-@op("CumProd")
-def cumprod(ctx, n, x, axis):
-  x = ctx.t(x)
-  a = _ax(int(ctx.scalar(axis, "CumProd's axis")), x.ndim)
-  y = x.flip(a) if n.attrs.get("reverse", 0) else x
-  c = y.cumprod(a).cast(x.dtype)
-  if n.attrs.get("exclusive", 0):
-    flat = [0, 0] * (x.ndim - 1 - a) + [1, -1]
-    c = F.pad(c, flat, "constant", 1)
-  return c.flip(a) if n.attrs.get("reverse", 0) else c
+  a = _ax(int(ctx.scalar(axis, f"{n.op}'s axis")), x.ndim)
+  rev = n.attrs.get("reverse", 0)
+  y = x.flip(a) if rev else x
+  c = (y.cumsum(a) if n.op == "CumSum" else y.cumprod(a)).cast(x.dtype)
+  if n.attrs.get("exclusive", 0):  # shift one step along the axis, the identity entering at the front
+    c = F.pad(c, [0, 0] * (x.ndim - 1 - a) + [1, -1], "constant", 0 if n.op == "CumSum" else 1)
+  return c.flip(a) if rev else c
 
 @op("ReverseSequence")
 def reverse_sequence(ctx, n, x, lens):
