@@ -2,11 +2,10 @@
 softcap), RotaryEmbedding, and the contrib-domain fusions exporters emit for transformers."""
 from __future__ import annotations
 import math
-from typing import Any
 import numpy as np
 from baregrad import dtypes
 from baregrad.tensor import Tensor, functional as F
-from baregrad.onnx.errors import OnnxError, UnsupportedOperator
+from baregrad.onnx.errors import OnnxError
 from baregrad.onnx.registry import op
 
 def _heads(x: Tensor, h: int) -> Tensor:

@@ -11,12 +11,10 @@ import numpy as np
 from baregrad import dtypes
 from baregrad.tensor import Tensor, functional as F
 from baregrad.onnx.errors import OnnxError, UnsupportedOperator
-from baregrad.onnx.registry import op, fold
+from baregrad.onnx.registry import op
 from baregrad.onnx.proto import dtype_of_np
 
 MAX_LOOP_ITERATIONS = 1 << 16
-
-def _scope(ctx) -> Any: return ctx.scope
 
 def _cond_value(ctx, c: Any, what: str) -> bool | None:
   """The condition on the host when that needs no data-dependent sync, else None."""

@@ -1,8 +1,6 @@
 """Elementwise ONNX operators: arithmetic, comparisons, logic, math functions and activations, Cast, Constant."""
 from __future__ import annotations
-import math
 from functools import reduce
-from typing import Any
 import numpy as np
 from baregrad import dtypes
 from baregrad.tensor import Tensor

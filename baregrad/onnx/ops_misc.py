@@ -261,7 +261,6 @@ def stft(ctx, n, sig, step, win=None, length=None):
   fl = int(ctx.scalar(length, "STFT's frame_length")) if length is not None else win.shape[0]
   onesided = bool(n.attrs.get("onesided", 1))
   B, Ls = sig.shape[:2]
-  frames = (Ls - fl) // hop + 1
   w = win.float() if win is not None else Tensor.full((fl,), 1.0, device=ctx.device)
   rows = fl // 2 + 1 if onesided else fl
   c, s = _twiddles(fl, rows, ctx.device, False)

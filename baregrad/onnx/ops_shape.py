@@ -8,7 +8,7 @@ from baregrad import dtypes
 from baregrad.tensor import Tensor, functional as F
 from baregrad.onnx.errors import OnnxError, UnsupportedOperator
 from baregrad.onnx.registry import op, fold
-from baregrad.onnx.proto import np_dtype, dtype_of_np
+from baregrad.onnx.proto import dtype_of_np
 
 def _ax(a: int, nd: int, what: str = "axis") -> int:
   if not -max(nd, 1) <= a < max(nd, 1): raise OnnxError(f"{what} {a} is out of range for a tensor of rank {nd}")
@@ -342,12 +342,11 @@ def _range_n(start: Any, limit: Any, delta: Any) -> int: return max(int(math.cei
 
 @op("Range")
 def range_(ctx, n, start, limit, delta):
-  d = (start if isinstance(start, np.ndarray) else ctx.t(start)).dtype
-  bd = d if isinstance(d, type(dtypes.float32)) else dtype_of_np(np.empty(0, d))
+  bd = dtype_of_np(start) if isinstance(start, np.ndarray) else start.dtype
   s, l, dl = (ctx.scalar(v, "Range's " + w) for v, w in ((start, "start"), (limit, "limit"), (delta, "delta")))
   k = _range_n(s, l, dl)
   if k == 0: return Tensor.full((0,), 0, dtype=bd, device=ctx.device)
-  return (Tensor.arange(k, device=ctx.device, dtype=bd if not dtypes.is_float(bd) else dtypes.float64) * dl + s).cast(bd)
+  return (Tensor.arange(k, device=ctx.device, dtype=bd) * dl + s).cast(bd)  # start + i * delta, as the spec writes it
 @fold("Range")
 def fold_range(ctx, n, start, limit, delta):
   s, l, d = start.item(), limit.item(), delta.item()

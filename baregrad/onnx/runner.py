@@ -14,14 +14,14 @@ constants are not data-dependent; a sync of one that depends on the inputs marks
 jitted path is then refused for it (a replay would not redo the host decision)."""
 from __future__ import annotations
 from collections import ChainMap
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 import numpy as np
 from baregrad import dtypes, Device, jit
 from baregrad.tensor import Tensor
 from baregrad.onnx import proto
 from baregrad.onnx.errors import OnnxError, OnnxInputError, UnsupportedOperator
 from baregrad.onnx.proto import Graph, Node, Function, _AttrRef
-from baregrad.onnx.registry import OPS, FOLD, lookup
+from baregrad.onnx.registry import FOLD, lookup
 
 FOLD_MAX = 4096  # host-folded results larger than this go back to the Tensor path
 
@@ -70,7 +70,6 @@ class Ctx:
     """The baregrad dtype computations use for an ONNX type (float32 -> float16 in a half-precision runner)."""
     d = proto.to_dtype(onnx_type, what or (self.node.label() if self.node else ""))
     return dtypes.float16 if self.half and d == dtypes.float32 else d
-  def attr(self, n: Node, name: str, default: Any = None) -> Any: return n.attrs.get(name, default)
   @property
   def opset(self) -> int: return self.node.opset if self.node else 0
 
@@ -261,7 +260,6 @@ class OnnxRunner:
         else: a2[k] = v
       body.append(Node(b.op, b.domain, b.name, b.inputs, b.outputs, a2, b.opset, b.index))
     inner = ChainMap({k: v for k, v in zip(f.inputs, ins) if v is not None})
-    for k in f.inputs[len(ins):]: pass
     self._exec(ctx, body, inner)
     return tuple(inner.get(o) for o in f.outputs)
 
