@@ -26,7 +26,6 @@ XFAIL: list[tuple[str, str, bool]] = [
   (r"^test_(de)?quantizelinear_(e4m3fn|e5m2|u?int4|u?int2|float4e2m1)", LOWP, True),
   (r"^test_(equal_string|string_concat|string_split|strnormalizer|regex_full_match|ai_onnx_ml_label_encoder)", "strings: baregrad tensors hold numbers only", True),
   # operators outside inference on tensors
-  (r"^test_(adagrad|adam|momentum|nesterov_momentum)", "training operators (ai.onnx.preview.training): not implemented, inference only", True),
   (r"^test_ai_onnx_ml_(tree_ensemble|array_feature_extractor)", "classical-ML operators (ai.onnx.ml TreeEnsemble, ArrayFeatureExtractor): not implemented", True),
   (r"^test_tfidfvectorizer", "TfIdfVectorizer (n-gram counting for text pipelines): not implemented", True),
   (r"^test_image_decoder", "ImageDecoder: decoding JPEG/PNG/... files is not a tensor computation", True),

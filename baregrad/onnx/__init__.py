@@ -11,7 +11,7 @@ Needs the `onnx` package: pip install 'baregrad[onnx]'."""
 from __future__ import annotations
 from typing import Any
 from baregrad.onnx.errors import OnnxError, OnnxLoadError, OnnxInputError, UnsupportedOperator
-from baregrad.onnx import ops_math, ops_shape, ops_nn, ops_resize, ops_rnn, ops_control, ops_quant, ops_attention, ops_misc, ops_detect  # noqa: F401  (they fill the operator table)
+from baregrad.onnx import ops_math, ops_shape, ops_nn, ops_resize, ops_rnn, ops_control, ops_quant, ops_attention, ops_misc, ops_detect, ops_train  # noqa: F401  (they fill the operator table)
 from baregrad.onnx.runner import OnnxRunner, to_numpy
 from baregrad.onnx.registry import OPS
 
