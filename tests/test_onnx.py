@@ -242,3 +242,17 @@ def test_unsupported_type_is_refused():
   with pytest.raises(bo.OnnxError) as e: bo.load(m)(np.ones(2, np.float32))
   assert "FLOAT8E4M3FN" in str(e.value)
   _still_works()
+
+def test_jit_falls_back_when_the_build_reads_the_host():
+  # a Reshape target computed by kernels from the input's shape (Exp/Log are not host-folded): reading it back while
+  # the jit captures is refused, so the runner builds the graph on every call instead, and stays right
+  m = _model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+              helper.make_node("Log", ["sf"], ["l"]), helper.make_node("Exp", ["l"], ["e"]), helper.make_node("Round", ["e"], ["rd"]),
+              helper.make_node("Cast", ["rd"], ["si"], to=TensorProto.INT64), helper.make_node("ReduceProd", ["si"], ["n"], keepdims=1),
+              helper.make_node("Reshape", ["x", "n"], ["y"])],
+             [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [6])])
+  r = bo.load(m, jit=True)
+  for k in range(4):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) + k
+    np.testing.assert_array_equal(r(x)["y"].numpy(), x.reshape(-1))
+  assert r.data_dependent and "host" in r.data_dependent

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import numpy as np
 from baregrad import dtypes, Device, jit
 from baregrad.tensor import Tensor
+from baregrad.tensor.jit import JitError
 from baregrad.onnx import proto
 from baregrad.onnx.errors import OnnxError, OnnxInputError, UnsupportedOperator
 from baregrad.onnx.proto import Graph, Node, Function, _AttrRef
@@ -226,6 +227,7 @@ class OnnxRunner:
       except OnnxError as e:
         if n.label() in str(e) or isinstance(e, OnnxInputError): raise
         raise type(e)(f"{n.label()}: {e}") from e
+      except JitError: raise  # the jitted path handles it
       except Exception as e: raise OnnxError(f"{n.label()}: {type(e).__name__}: {e}") from e
       finally: ctx.node, ctx.scope = prev, prev_scope
       outs = outs if isinstance(outs, tuple) else (outs,)
@@ -299,17 +301,14 @@ class OnnxRunner:
     if self._jitted is None:
       def fn(*ts: Tensor) -> tuple:
         outs = self._realize(self.build(dict(zip(names, ts))))
-        res = []
-        for v in outs.values():
-          if not isinstance(v, Tensor): raise OnnxError("jit: the model's outputs must be tensors")
-          # an output that is an input buffer (Identity) gets its own copy, so replays write into it
-          if any(v is t for t in ts): v = v.contiguous().realize()
-          res.append(v)
-        return tuple(res)
+        if any(not isinstance(v, Tensor) for v in outs.values()): raise OnnxError("jit: the model's outputs must be tensors")
+        return tuple(outs.values())
       self._jitted = jit(fn)
-    out = self._jitted(*flat)
-    if self.data_dependent:  # found on the first (eager) call: never replay this model
-      self._jitted = None
+    try: out = self._jitted(*flat)
+    except JitError as e:  # the build read a value on the host while being captured: build it every call instead
+      self.data_dependent, self._jitted = f"the graph reads a value on the host ({e})", None
+      return self._realize(self.build(feeds))
+    if self.data_dependent: self._jitted = None  # found on the first (eager) call: never replay this model
     return dict(zip(self.output_names, out))
 
   def run_numpy(self, *args: Any, **kwargs: Any) -> list[Any]:
