@@ -256,3 +256,8 @@ def test_jit_falls_back_when_the_build_reads_the_host():
     x = np.arange(6, dtype=np.float32).reshape(2, 3) + k
     np.testing.assert_array_equal(r(x)["y"].numpy(), x.reshape(-1))
   assert r.data_dependent and "host" in r.data_dependent
+
+def test_without_onnx_load_says_how_to_install(monkeypatch):
+  import sys
+  monkeypatch.setitem(sys.modules, "onnx", None)  # as if the extra were not installed
+  with pytest.raises(ImportError, match=r"pip install 'baregrad\[onnx\]'"): bo.load(b"\x08\x07")
