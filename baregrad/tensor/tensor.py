@@ -1,6 +1,6 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
-import math, weakref
+import contextlib, math, weakref
 from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
@@ -9,6 +9,7 @@ from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of
 from baregrad.engine import lazy
+from baregrad.tensor.grad_mode import is_grad_enabled
 
 ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
@@ -20,6 +21,27 @@ def _np_dtype(d: DType) -> Any:
 def _from_np_dtype(d: np.dtype) -> DType:
   try: return dtypes.from_name(np.dtype(d).name)
   except ValueError: raise TypeError(f"NumPy dtype {d} has no baregrad dtype") from None
+
+_PY_TYPES: dict[type, DType] = {bool: dtypes.bool, int: dtypes.int64, float: dtypes.float64}
+
+def to_dtype(d: Any) -> DType:
+  """A dtype argument as a baregrad DType: a DType, a name ("float16", "half", "torch.float16"), a NumPy dtype or
+  scalar type (np.float16), a Python type (bool, int -> int64, float -> float64, as PyTorch maps them), or a torch dtype."""
+  if isinstance(d, DType): return d
+  if isinstance(d, type) and d in _PY_TYPES: return _PY_TYPES[d]
+  name = d if isinstance(d, str) else str(d) if str(d).startswith("torch.") else None
+  if name is not None:
+    name = name.removeprefix("torch.")
+    try: return dtypes.from_name(name)
+    except ValueError:
+      try: return dtypes.from_name(np.dtype(name).name)
+      except (TypeError, ValueError): pass
+    raise ValueError(f"unknown dtype {d!r}: expected one of {sorted(set(ALL_NAMES))}") from None
+  try: npd = np.dtype(d)
+  except TypeError: raise TypeError(f"dtype must be a baregrad dtype, a NumPy dtype, a Python type or a name like 'float16', got {type(d).__name__} {d!r}") from None
+  return _from_np_dtype(npd)
+
+ALL_NAMES = [torch_name(x) for x in ALL]
 
 def _shape_arg(shape: tuple) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
@@ -46,8 +68,26 @@ class Tensor:
   _seed: int = 0
   _rng_counter: int = 0
 
+  class train(contextlib.ContextDecorator):
+    """Set Tensor.training (dropout, batch-norm statistics) for a block or a decorated function: `with Tensor.train():`,
+    `@Tensor.train(False)`, as in tinygrad. Modules' own train()/eval() override it per module."""
+    def __init__(self, mode: bool = True):
+      if not isinstance(mode, bool): raise TypeError(f"train: mode must be a bool, got {type(mode).__name__} {mode!r}")
+      self.mode = mode
+    def __enter__(self) -> None: self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc: object) -> None: Tensor.training = self.prev
+  class eval(train):
+    """Tensor.training off for a block or a decorated function (Tensor.train(False))."""
+    def __init__(self) -> None: super().__init__(False)
+  class test(contextlib.ContextDecorator):
+    """tinygrad's spelling of no_grad: gradient recording off for a block or a decorated function."""
+    def __enter__(self) -> None:
+      from baregrad.tensor.grad_mode import no_grad
+      self.ctx = no_grad(); self.ctx.__enter__()
+    def __exit__(self, *exc: object) -> None: self.ctx.__exit__(*exc)
+
   def __init__(self, data: Any, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None):
-    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+    if dtype is not None: dtype = to_dtype(dtype)
     self.device = Device.canonicalize(device or Device.DEFAULT)
     self.grad: Tensor | None = None
     self.requires_grad = requires_grad
@@ -100,7 +140,26 @@ class Tensor:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
   def __repr__(self) -> str:
-    return f"<Tensor shape={self.shape} dtype={torch_name(self.dtype)} device={self.device}{' requires_grad' if self.requires_grad else ''}>"
+    """The values, formatted as PyTorch prints them (this realizes the tensor; see tensor/printing.py)."""
+    from baregrad.tensor.printing import tensor_repr
+    return tensor_repr(self)
+  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    """np.asarray(t): the values as a NumPy array (a copy off the device; bfloat16 comes back as float32)."""
+    a = self.numpy()
+    return a if dtype is None else a.astype(dtype, copy=False)
+  @staticmethod
+  def from_numpy(a: np.ndarray, device: str | None = None) -> Tensor:
+    """A tensor with the array's shape, dtype and values. Unlike torch.from_numpy the memory is copied, not shared."""
+    if not isinstance(a, np.ndarray): raise TypeError(f"from_numpy: expected np.ndarray, got {type(a).__name__}")
+    return Tensor(a, device=device).reshape(a.shape)
+  def _one(self, what: str) -> Any:
+    if self.numel() != 1: raise RuntimeError(f"{what}: only a tensor with one element can be converted to a Python scalar, got shape {self.shape}")
+    return self.item()
+  def __float__(self) -> float: return float(self._one("float()"))
+  def __int__(self) -> int: return int(self._one("int()"))
+  def __index__(self) -> int:
+    if dtypes.is_float(self.dtype): raise TypeError(f"only integer tensors of a single element can be converted to an index, got {self.dtype}")
+    return int(self._one("__index__"))
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1: raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
@@ -109,7 +168,7 @@ class Tensor:
   def _new(self, u: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor(u, device=self.device)
     rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
-    t.requires_grad = rg
+    t.requires_grad = rg if is_grad_enabled() else None
     return t
 
   # ---- realization
@@ -144,7 +203,13 @@ class Tensor:
     if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
   def data(self) -> memoryview: return memoryview(self.numpy())
-  def to(self, device: str | None = None, dtype: DType | None = None) -> Tensor:
+  def to(self, device: Any = None, dtype: Any = None) -> Tensor:
+    """This tensor on another device and/or as another dtype: t.to("NV"), t.to(dtypes.half), t.to("CPU", "float16"),
+    t.to(other) (other's device and dtype). Returns self when nothing changes."""
+    if isinstance(device, Tensor): device, dtype = device.device, device.dtype if dtype is None else dtype
+    elif device is not None and _is_dtype_arg(device):
+      if dtype is not None: raise TypeError(f"to(): got a dtype as the device ({device!r}) and dtype={dtype!r}")
+      device, dtype = None, device
     t = self
     if dtype is not None: t = t.cast(dtype)
     if device is not None and Device.canonicalize(device) != self.device:
@@ -152,7 +217,7 @@ class Tensor:
       src = t if _is_whole_buffer(t.uop) else t.contiguous()
       u = UOp(Ops.COPY, t.dtype, (src.uop,), d)
       out = Tensor(u, device=d)
-      out.requires_grad = t.requires_grad
+      out.requires_grad = t.requires_grad if is_grad_enabled() else None
       return out
     return t
   def cpu(self) -> Tensor: return self.to("CPU")
@@ -190,8 +255,7 @@ class Tensor:
   @staticmethod
   def full(shape: ShapeLike, fill_value: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    d = dtype or (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
-    if isinstance(d, str): d = dtypes.from_name(d)
+    d = to_dtype(dtype) if dtype is not None else (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
     c = UOp.const(d, fill_value)
     u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
     t = Tensor(u, device=device)
@@ -216,7 +280,7 @@ class Tensor:
   def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
     n = max(0, math.ceil((stop - start) / step))
-    d = dtype or (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
+    d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
     idx = Tensor._index_range(n, device)
     return (idx.cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else (idx.cast(d) * step + start).cast(d)
@@ -359,12 +423,12 @@ class Tensor:
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
   # ---- elementwise
-  def cast(self, dtype: DType | str) -> Tensor:
-    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+  def cast(self, dtype: Any) -> Tensor:
+    dtype = to_dtype(dtype)
     if dtype == self.dtype: return self
     return self._new(UOp(Ops.CAST, dtype, (self.uop,)), requires_grad=self.requires_grad if dtypes.is_float(dtype) else None)
-  def bitcast(self, dtype: DType | str) -> Tensor:
-    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+  def bitcast(self, dtype: Any) -> Tensor:
+    dtype = to_dtype(dtype)
     if dtype.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast from {self.dtype} to {dtype}: item sizes differ")
     return self._new(UOp(Ops.BITCAST, dtype, (self.uop,)), requires_grad=False)
   def float(self) -> Tensor: return self.cast(dtypes.float32)
@@ -707,15 +771,21 @@ class Tensor:
     return out if keepdim else out.squeeze_axes(x._axes(dim))
   def squeeze_axes(self, axes: tuple[int, ...]) -> Tensor:
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-  def softmax(self, dim: int = -1, dtype: DType | None = None) -> Tensor:
+  def softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along dim (axis= accepted too); ints compute in the default float dtype."""
+    dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
     e = (x - x.max(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
-  def log_softmax(self, dim: int = -1, dtype: DType | None = None) -> Tensor:
+  def log_softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """x - logsumexp(x) along dim (axis= accepted too), computed after subtracting the maximum."""
+    dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
     m = x - x.max(dim, keepdim=True).detach()
     return m - m.exp().sum(dim, keepdim=True).log()
-  def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+  def argmax(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
+    """int64 index of the first maximum along dim (axis= accepted too), of the flattened tensor when dim is None; NaN counts as the maximum."""
+    dim = dim if axis is None else axis
     if dim is None: return self.reshape(-1).argmax(0)
     d = _axis(dim, self.ndim)
     n = self.shape[d]
@@ -726,11 +796,17 @@ class Tensor:
     return (n - hit.max(d, keepdim=keepdim)).cast(dtypes.int64)
   def _bcast_to(self, shape: tuple[int, ...]) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
-  def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+  def argmin(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
+    """int64 index of the first minimum along dim (axis= accepted too), of the flattened tensor when dim is None."""
+    dim = dim if axis is None else axis
     if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)
     return self.bitwise_not().argmax(dim, keepdim)  # ints: no overflow, unlike -x; bools: logical_not
-  def cumsum(self, dim: int = 0) -> Tensor:
+  def cumsum(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """Running sum along dim (axis= accepted too); ints and bools sum in int64, as in PyTorch. O(n^2) work along dim (a masked sum)."""
+    dim = dim if axis is None else axis
+    if dtype is not None: return self.cast(dtype).cumsum(dim)
     d = _axis(dim, self.ndim)
+    if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
     n = self.shape[d]
     if n == 0: return self
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
@@ -738,8 +814,12 @@ class Tensor:
     tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
     s = (x.unsqueeze(-2) * tri.cast(x.dtype if x.dtype != dtypes.bool else dtypes.int64)).sum(-1)
     return s.transpose(d, -1) if d != self.ndim - 1 else s
-  def cumprod(self, dim: int = 0) -> Tensor:
+  def cumprod(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """Running product along dim (axis= accepted too); ints and bools multiply in int64, as in PyTorch."""
+    dim = dim if axis is None else axis
+    if dtype is not None: return self.cast(dtype).cumprod(dim)
     d = _axis(dim, self.ndim)
+    if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
     n = self.shape[d]
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
     tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
@@ -779,6 +859,10 @@ class Tensor:
   def __setitem__(self, idx: Any, v: Any) -> None:
     from baregrad.tensor.indexing import setitem
     setitem(self, idx, v)
+
+def _is_dtype_arg(x: Any) -> bool:
+  try: to_dtype(x); return True
+  except (TypeError, ValueError): return False
 
 def _split_factor(n: int) -> int:
   for k in (256, 128, 64, 32, 16):
