@@ -10,6 +10,7 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of
 from baregrad.engine import lazy
 from baregrad.tensor.grad_mode import is_grad_enabled
+from baregrad.tensor.gradfn import with_grad
 
 ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
@@ -511,13 +512,14 @@ class Tensor:
     x, yy = self._operands(y)
     if not dtypes.is_float(x.dtype) and x.dtype != dtypes.bool: return x._int_pow(yy)  # int ** int tensor stays int
     x, yy = self._operands(y, out_float=True)
-    # x ** y = exp2(y * log2|x|), with the sign of negative bases for integer exponents
-    mag = (yy * x.abs().log2()).exp2()
-    yint = yy.trunc().eq(yy)
-    odd = (yy.abs().fmod(2)).eq(1)
-    neg = x < 0
-    res = neg.where(yint.where(odd.where(-mag, mag), math.nan), mag)
-    return (x.eq(0) & yy.eq(0)).where(1.0, res)
+    out = x.dtype
+    if out in (dtypes.float16, dtypes.bfloat16): x, yy = x.float(), yy.float()  # computed in float32, rounded once
+    xd, yd = x.detach(), yy.detach()
+    v = _pow_value(xd, yd)
+    # PyTorch's formulas: y x^(y-1) (0 where y == 0) and x^y log(x) (0 where x == 0 and y >= 0)
+    dx = yd.eq(0).where(0.0, yd * _pow_value(xd, yd - 1))
+    dy = (xd.eq(0) & (yd >= 0)).where(0.0, v * xd.log())
+    return with_grad(v, (x, dx), (yy, dy)).cast(out)
   def _int_pow(self, e: Tensor) -> Tensor:
     """self ** e for int tensors of one dtype and shape, exactly: square-and-multiply over the low 6 bits of e.
     Past them (e >= 64) and for e < 0 only bases 0, 1, -1 have an int result (others: 0, as PyTorch gives for e < 0)."""
@@ -614,8 +616,14 @@ class Tensor:
   def exp(self) -> Tensor: return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
   def log(self) -> Tensor: return self._float()._alu(Ops.LOG2) * math.log(2)
   def log10(self) -> Tensor: return self.log2() * (math.log(2) / math.log(10))
-  def log1p(self) -> Tensor: return (self + 1).log()
-  def expm1(self) -> Tensor: return self.exp() - 1
+  def log1p(self) -> Tensor:
+    """log(1 + x), accurate near 0 (a series there, see mathfn.py)."""
+    from baregrad.tensor.mathfn import log1p
+    return log1p(self)
+  def expm1(self) -> Tensor:
+    """exp(x) - 1, accurate near 0 (a series there, see mathfn.py)."""
+    from baregrad.tensor.mathfn import expm1
+    return expm1(self)
   def sqrt(self) -> Tensor: return self._float()._alu(Ops.SQRT)
   def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
   def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
@@ -627,10 +635,20 @@ class Tensor:
     return 1 - 2 * s * s
   def tan(self) -> Tensor: return self.sin() / self.cos()
   def sigmoid(self) -> Tensor:
+    """1 / (1 + exp(-x)), from exp(-|x|) so nothing overflows; gradient s (1 - s), finite for any x."""
     x = self._float()
-    return (1 + (-x).exp()).reciprocal()
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def relu(self) -> Tensor: return (self < 0).where(self.zeros_like_uop(), self)  # NaN stays NaN, as in PyTorch
+    xd = x.detach()
+    e = (-xd.abs()).exp()
+    r = (1 + e).reciprocal()
+    s = (xd >= 0).where(r, e * r)
+    return with_grad(s, (x, s * (1 - s)))
+  def tanh(self) -> Tensor:
+    """Hyperbolic tangent, accurate near 0 (through expm1); gradient 1 - tanh^2, finite for any x."""
+    from baregrad.tensor.mathfn import tanh
+    return tanh(self)
+  def relu(self) -> Tensor:
+    """max(x, 0); NaN stays NaN and the gradient at 0 is 0, as in PyTorch."""
+    return (self > 0).where(self, self.isnan().where(self, self.zeros_like_uop()) if dtypes.is_float(self.dtype) else self.zeros_like_uop())
   def zeros_like_uop(self) -> Tensor: return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
   def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
@@ -639,11 +657,12 @@ class Tensor:
     return s * (self > 0).where(self, a * (self.exp() - 1))
   def celu(self, alpha: float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
   def erf(self) -> Tensor:
-    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
+    """Error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); gradient 2/sqrt(pi) exp(-x^2)."""
     x = self._float()
-    t = 1.0 / (1.0 + 0.3275911 * x.abs())
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(x * x)).exp()
-    return x.sign() * y
+    xd = x.detach()
+    t = 1.0 / (1.0 + 0.3275911 * xd.abs())
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(xd * xd)).exp()
+    return with_grad(xd.sign() * y, (x, (2 / math.sqrt(math.pi)) * (-(xd * xd)).exp()))
   def gelu(self, approximate: str = "none") -> Tensor:
     if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
     return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
@@ -652,16 +671,25 @@ class Tensor:
   swish = silu
   def mish(self) -> Tensor: return self * self.softplus().tanh()
   def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    bx = self._float() * beta
-    soft = (1 + (-bx.abs()).exp()).log() + bx.maximum(0)
-    return (bx > threshold).where(self, soft / beta)
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold; gradient sigmoid(beta x) (1 past the threshold)."""
+    x = self._float()
+    bx = x.detach() * beta
+    soft = (-bx.abs()).exp().log1p() + bx.maximum(0)
+    over = bx > threshold
+    return with_grad(over.where(x.detach(), soft / beta), (x, over.where(1.0, bx.sigmoid())))
   def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
   def hardsigmoid(self) -> Tensor: return (self / 6 + 0.5).clip(0, 1)
   def hardswish(self) -> Tensor: return self * (self + 3).clip(0, 6) / 6
   def relu6(self) -> Tensor: return self.clip(0, 6)
-  def logsigmoid(self) -> Tensor: return -(-self).softplus()
+  def logsigmoid(self) -> Tensor:
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x; gradient sigmoid(-x)."""
+    x = self._float()
+    xd = x.detach()
+    return with_grad(xd.minimum(0) - (-xd.abs()).exp().log1p(), (x, (-xd).sigmoid()))
   def abs(self) -> Tensor:
+    """|x|; abs(-0.0) is +0.0 and the gradient at 0 is 0 (sign(x)), as in PyTorch."""
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+    if dtypes.is_float(self.dtype): return self * self.sign() + 0.0  # sign carries no gradient; + 0.0 turns -0.0 into +0.0
     return (self < 0).where(-self, self)
   def sign(self) -> Tensor:
     if self.dtype == dtypes.bool: return self
@@ -751,7 +779,8 @@ class Tensor:
     x = self._float()
     n = prod(x.shape[a] for a in x._axes(dim))
     sq = (x - x.mean(dim, keepdim=True)).square().sum(dim, keepdim=keepdim)
-    return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
+    # PyTorch divides by max(0, n - correction): 0/0 (one element) is NaN, a positive sum over 0 is inf
+    return sq / max(0, n - correction)
   def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
     v = self.var(dim, keepdim, correction, axis, unbiased)
     # where the variance is 0, sqrt's gradient is inf and 0 * inf made NaN; PyTorch's std gives 0 there
@@ -802,13 +831,18 @@ class Tensor:
     if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)
     return self.bitwise_not().argmax(dim, keepdim)  # ints: no overflow, unlike -x; bools: logical_not
   def cumsum(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
-    """Running sum along dim (axis= accepted too); ints and bools sum in int64, as in PyTorch. O(n^2) work along dim (a masked sum)."""
+    """Running sum along dim (axis= accepted too); ints and bools sum in int64, as in PyTorch. Axes up to 256 long are
+    one masked-sum kernel (n^2 work); longer ones a log-step scan (scan.py)."""
     dim = dim if axis is None else axis
     if dtype is not None: return self.cast(dtype).cumsum(dim)
     d = _axis(dim, self.ndim)
     if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
     n = self.shape[d]
     if n == 0: return self
+    if n > 256:  # the masked sum costs n^2 per row: a log-step scan instead (scan.py)
+      from baregrad.tensor.scan import cumsum_scan
+      x = self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self.float() if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
+      return cumsum_scan(x, d).cast(self.dtype if dtypes.is_float(self.dtype) else dtypes.int64)
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
     # each output i sums x[0..i]: a lower-triangular mask times the rows, reduced
     tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
@@ -863,6 +897,21 @@ class Tensor:
 def _is_dtype_arg(x: Any) -> bool:
   try: to_dtype(x); return True
   except (TypeError, ValueError): return False
+
+def _pow_value(x: Tensor, y: Tensor) -> Tensor:
+  """x ** y for float tensors of one shape, with C's pow (and PyTorch's) at the edges: exp2(y log2|x|) with the sign
+  of a negative base for odd integer exponents; NaN for a finite negative base with a non-integer exponent; x ** 0,
+  1 ** y and (-1) ** +-inf are 1 (NaNs included); (+-0) ** negative is inf (-inf for -0.0 and odd exponents);
+  (-inf) ** y is inf, 0 or -inf by y's sign and parity."""
+  from baregrad.tensor.mathfn import signbit
+  ax = x.abs()
+  mag = (y * ax.log2()).exp2()
+  yint = y.trunc().eq(y)
+  odd = yint & y.abs().fmod(2).eq(1)
+  neg = signbit(x)
+  res = (neg & odd).where(-mag, mag)
+  res = (neg & yint.logical_not() & ax.isfinite() & ax.ne(0)).where(math.nan, res)
+  return (y.eq(0) | x.eq(1) | (x.eq(-1) & y.isinf())).where(1.0, res)
 
 def _split_factor(n: int) -> int:
   for k in (256, 128, 64, 32, 16):
