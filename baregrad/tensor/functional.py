@@ -16,7 +16,9 @@ __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", 
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout", "layer_norm", "batch_norm",
            "group_norm", "rms_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad"]
+           "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad", "scatter_reduce",
+           "index_select", "repeat_interleave", "meshgrid", "unfold", "fold", "max_unpool1d", "max_unpool2d", "conv_transpose3d", "normalize",
+           "softmin", "softsign", "logsigmoid"]
 
 # ---------------------------------------------------------------- helpers
 
@@ -220,14 +222,189 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, value: Any 
   if src is None: raise TypeError("scatter needs src (a tensor) or value (a number)")
   d = _axis(dim, input.ndim)
   if reduce == "add": return scatter_add(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device))
+  if reduce == "multiply":
+    return scatter_reduce(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device), "prod")
+  if reduce is not None: raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
   contrib, hit = _scatter_parts(input, d, index, src, "scatter", last=True)
-  if reduce is not None: raise NotImplementedError(f"scatter reduce={reduce!r}: only 'add' is implemented")
   return hit.where(contrib, input)
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+  """Out-of-place torch.scatter_add: out = input, then out[..index..] += src (repeated indices accumulate)."""
   d = _axis(dim, input.ndim)
   contrib, _ = _scatter_parts(input, d, index, src, "scatter_add")
   return input + contrib
+
+_SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True) -> Tensor:
+  """Out-of-place torch.scatter_reduce: every src value reduced ('sum', 'prod', 'mean', 'amax', 'amin') into the
+  position its index names along dim, together with input's value there when include_self. Positions no index names
+  keep input. A one-hot compare against the indices and a masked reduction: O(index.numel() * input.shape[dim]).
+  'mean' of integers rounds down (floor), as PyTorch's does; amax/amin gradients split ties as max() does."""
+  if reduce not in _SCATTER_REDUCES: raise ValueError(f"scatter_reduce: reduce must be one of {_SCATTER_REDUCES}, got {reduce!r}")
+  if not isinstance(src, Tensor): raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
+  x = input
+  d = _axis(dim, x.ndim)
+  _check_index("scatter_reduce", x, d, index, src)
+  n, nd = x.shape[d], x.ndim
+  oh = _onehot(index, n)                                                      # (*I, n)
+  v = src.cast(x.dtype)._shrink(tuple((0, i) for i in index.shape)).unsqueeze(-1)
+  if reduce in ("sum", "mean"): red = oh.where(v, _zero(v)).sum(d).cast(x.dtype)
+  elif reduce == "prod": red = oh.where(v, Tensor.full((), 1, dtype=x.dtype, device=x.device)).prod(d).cast(x.dtype)
+  else:
+    big = reduce == "amax"
+    worst = (-math.inf if big else math.inf) if dtypes.is_float(x.dtype) else (dtypes.min(x.dtype) if big else dtypes.max(x.dtype))
+    vv = oh.where(v, Tensor.full((), worst, dtype=x.dtype, device=x.device))
+    red = vv.max(d) if big else vv.min(d)
+  hit, cnt = oh.any(d), oh.cast(dtypes.int32).sum(d)
+  order = list(range(nd - 1))
+  order.insert(d, nd - 1)
+  pad = tuple((0, 0) if k == d else (0, x.shape[k] - index.shape[k]) for k in range(nd))
+  red, hit, cnt = (t.permute(*order)._pad(pad) for t in (red, hit, cnt))
+  if reduce == "sum": out = x + red if include_self else red
+  elif reduce == "prod": out = x * red if include_self else red
+  elif reduce == "mean":
+    tot, den = (x + red, cnt + 1) if include_self else (red, cnt.maximum(1))
+    out = tot / den.cast(x.dtype) if dtypes.is_float(x.dtype) else tot.floor_divide(den.cast(x.dtype))
+  else: out = (x.maximum(red) if reduce == "amax" else x.minimum(red)) if include_self else red
+  return hit.where(out.cast(x.dtype), x)
+
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+  """The slices of input at the positions index (1-D ints) names along dim, in that order (a one-hot gather)."""
+  if not isinstance(index, Tensor) or index.ndim > 1 or dtypes.is_float(index.dtype) or index.dtype == dtypes.bool:
+    raise IndexError(f"index_select: index must be a 0-d or 1-D integer tensor, got {index if not isinstance(index, Tensor) else f'{index.dtype} of shape {index.shape}'}")
+  d = _axis(dim, input.ndim)
+  return input[(slice(None),) * d + (index.reshape(-1),)]
+
+def repeat_interleave(input: Tensor, repeats: Any, dim: int | None = None, *, output_size: int | None = None) -> Tensor:
+  """Repeat each element (each slice along dim; the flattened input when dim is None) repeats times, in place.
+  An int repeats is a view (expand + reshape). A tensor of per-element counts has a data-dependent size: its sum is
+  read back from the device (a sync) unless output_size gives it; each output slot finds its source by counting the
+  running totals at or below it (O(output_size * n) compares)."""
+  x = input.reshape(-1) if dim is None else input
+  d = 0 if dim is None else _axis(dim, x.ndim)
+  if x.ndim == 0: x, d = x.reshape(1), 0
+  n = x.shape[d]
+  if isinstance(repeats, Tensor) and repeats.numel() == 1 and repeats.ndim <= 1 and n != 1: repeats = int(repeats.item())
+  if isinstance(repeats, bool) or not isinstance(repeats, (int, Tensor)): raise TypeError(f"repeat_interleave: repeats must be an int or a Tensor, got {type(repeats).__name__}")
+  if isinstance(repeats, int):
+    if repeats < 0: raise RuntimeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+    s = x.shape
+    return x.reshape(s[:d + 1] + (1,) + s[d + 1:]).expand(s[:d + 1] + (repeats,) + s[d + 1:]).reshape(s[:d] + (n * repeats,) + s[d + 1:])
+  if repeats.ndim != 1 or repeats.shape[0] != n or dtypes.is_float(repeats.dtype) or repeats.dtype == dtypes.bool:
+    raise RuntimeError(f"repeat_interleave: repeats must be a 1-D integer tensor of size {n} (dimension {d} of shape {x.shape}), got "
+                       f"{repeats.dtype} of shape {repeats.shape}")
+  total = int(repeats.sum().item()) if output_size is None else int(output_size)
+  ends = repeats.cast(dtypes.int64).cumsum(0)                                 # running totals: slot p comes from the first i with ends[i] > p
+  src = (ends.reshape(1, n) <= Tensor.arange(total, device=x.device, dtype=dtypes.int64).reshape(total, 1)).cast(dtypes.int64).sum(1) \
+      if total else Tensor.zeros(0, dtype=dtypes.int64, device=x.device)
+  return index_select(x, d, src)
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+  """Coordinate grids from 1-D (or 0-d) tensors: with 'ij' output k varies along axis k; 'xy' swaps the first two
+  axes (NumPy's default). Views (reshape + expand), no copies."""
+  ts = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+  if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+  if not ts: raise RuntimeError("meshgrid: expects a non-empty list of tensors")
+  for i, t in enumerate(ts):
+    if not isinstance(t, Tensor): raise TypeError(f"meshgrid: element {i} is a {type(t).__name__}, not a Tensor")
+    if t.ndim > 1: raise RuntimeError(f"meshgrid: expects 0-d or 1-D tensors, got tensor {i} of shape {t.shape}")
+    if t.dtype != ts[0].dtype or t.device != ts[0].device:
+      raise RuntimeError(f"meshgrid: expects all tensors to have the same dtype and device: tensor {i} is {t.dtype} on {t.device}, tensor 0 {ts[0].dtype} on {ts[0].device}")
+  flat = [t.reshape(-1) for t in ts]
+  swap = indexing == "xy" and len(flat) >= 2
+  if swap: flat[0], flat[1] = flat[1], flat[0]
+  shape = tuple(t.shape[0] for t in flat)
+  out = [t.reshape(tuple(-1 if k == i else 1 for k in range(len(flat)))).expand(shape) for i, t in enumerate(flat)]
+  if swap: out[0], out[1] = out[1], out[0]
+  return tuple(out)
+
+def unfold_dim(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
+  """Tensor.unfold: every window of size elements along dimension, step apart, as a new last axis (a view)."""
+  d = _axis(dimension, input.ndim)
+  n = input.shape[d] if input.ndim else 1
+  if not isinstance(size, int) or size < 0 or size > n:
+    raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")
+  if not isinstance(step, int) or step <= 0: raise RuntimeError(f"unfold: step is {step} but must be > 0")
+  x = input.reshape(1) if input.ndim == 0 else input
+  xt = x.transpose(d, -1) if d != x.ndim - 1 else x
+  o = (n - size) // step + 1
+  if size == 0: w = xt._shrink(tuple((0, s) for s in xt.shape[:-1]) + ((0, 0),)).unsqueeze(-2).expand(xt.shape[:-1] + (o, 0))
+  else: w = _pool(xt, (size,), (step,), (1,))                                # (..., o, size)
+  if d != x.ndim - 1: w = w.transpose(d, -2)
+  return w.reshape(o, size) if input.ndim == 0 else w
+
+def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+  """torch.nn.functional.unfold (im2col): sliding blocks of a (N, C, H, W) or (C, H, W) input as columns,
+  (N, C * kh * kw, L) with L the number of blocks; built from movement ops (no copy until used)."""
+  x = input
+  if x.ndim not in (3, 4): raise ValueError(f"unfold: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {x.shape}")
+  unbatched = x.ndim == 3
+  if unbatched: x = x.unsqueeze(0)
+  k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((kernel_size, "kernel_size"), (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
+  if any(v <= 0 for v in k_ + d_ + s_) or any(v < 0 for v in p_):
+    raise ValueError(f"unfold: kernel_size {k_}, dilation {d_} and stride {s_} must be positive and padding {p_} non-negative")
+  N, C = x.shape[:2]
+  xp = x._pad(((0, 0), (0, 0)) + tuple((p, p) for p in p_))
+  win = _pool(xp, k_, s_, d_)                                              # (N, C, oh, ow, kh, kw)
+  oh, ow = win.shape[2:4]
+  out = win.permute(0, 1, 4, 5, 2, 3).reshape(N, C * k_[0] * k_[1], oh * ow)
+  return out.squeeze(0) if unbatched else out
+
+def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+  """torch.nn.functional.fold (col2im), the adjoint of unfold: columns (N, C * kh * kw, L) summed back into a
+  (N, C, H, W) image where blocks overlap. Each kernel offset is a strided placement (pad + reshape) of its column."""
+  x = input
+  if x.ndim not in (2, 3): raise ValueError(f"fold: input must be 2-D or 3-D (N, C * kh * kw, L), got shape {x.shape}")
+  unbatched = x.ndim == 2
+  if unbatched: x = x.unsqueeze(0)
+  o_, k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((output_size, "output_size"), (kernel_size, "kernel_size"), (dilation, "dilation"),
+                                                      (padding, "padding"), (stride, "stride")))
+  N, CK, L = x.shape
+  K = k_[0] * k_[1]
+  if CK % K: raise RuntimeError(f"fold: expected size of input's dimension 1 ({CK}) to be divisible by the product of kernel_size {k_} ({K})")
+  H, W = o_[0] + 2 * p_[0], o_[1] + 2 * p_[1]
+  bh, bw = (H - d_[0] * (k_[0] - 1) - 1) // s_[0] + 1, (W - d_[1] * (k_[1] - 1) - 1) // s_[1] + 1
+  if bh * bw != L: raise RuntimeError(f"fold: expected L={bh * bw} blocks for output_size {o_}, kernel {k_}, dilation {d_}, padding {p_}, stride {s_}; got {L}")
+  C = CK // K
+  cols = x.reshape(N, C, k_[0], k_[1], bh, bw)
+  out = None
+  for i in range(k_[0]):
+    for j in range(k_[1]):
+      c = cols[:, :, i, j]                                                   # (N, C, bh, bw)
+      # spread by the stride: (bh, bw) -> (bh * sh, bw * sw), then shift by the kernel offset times the dilation
+      c = c.reshape(N, C, bh, 1, bw, 1)._pad(((0, 0), (0, 0), (0, 0), (0, s_[0] - 1), (0, 0), (0, s_[1] - 1))).reshape(N, C, bh * s_[0], bw * s_[1])
+      c = _pad_crop(c, [(i * d_[0], H - i * d_[0] - bh * s_[0]), (j * d_[1], W - j * d_[1] - bw * s_[1])])
+      out = c if out is None else out + c
+  assert out is not None
+  out = out._shrink(((0, N), (0, C), (p_[0], p_[0] + o_[0]), (p_[1], p_[1] + o_[1])))
+  return out.squeeze(0) if unbatched else out
+
+def _max_unpool(x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any, nsp: int, name: str) -> Tensor:
+  if not isinstance(indices, Tensor) or dtypes.is_float(indices.dtype) or indices.dtype == dtypes.bool:
+    raise TypeError(f"{name}: indices must be an integer tensor, got {indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
+  if x.ndim not in (nsp + 1, nsp + 2): raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if indices.shape != x.shape: raise ValueError(f"{name}: indices of shape {indices.shape} must have the input's shape {x.shape}")
+  k_ = _tuple(kernel_size, nsp, "kernel_size")
+  s_ = k_ if stride is None else _tuple(stride, nsp, "stride")
+  p_ = _tuple(padding, nsp, "padding")
+  i_ = x.shape[-nsp:]
+  if output_size is None: o_ = tuple((i - 1) * s - 2 * p + k for i, k, s, p in zip(i_, k_, s_, p_))
+  else:
+    o_ = tuple(int(v) for v in output_size)[-nsp:]
+    if len(o_) != nsp: raise ValueError(f"{name}: output_size {tuple(output_size)} must name {nsp} spatial sizes")
+  lead = x.shape[:-nsp]
+  xf, idx = x.reshape(lead + (prod(i_),)), indices.reshape(lead + (prod(i_),))
+  base = Tensor.zeros(*lead, prod(o_), dtype=x.dtype, device=x.device)
+  return scatter(base, -1, idx, xf).reshape(lead + o_)
+
+def max_unpool1d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+  """Inverse of max_pool1d(return_indices=True): each value written at its index in a zero (N, C, L_out) tensor."""
+  return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1, "max_unpool1d")
+
+def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+  """Inverse of max_pool2d(return_indices=True): each value written at its flat index in a zero (N, C, H_out, W_out) tensor."""
+  return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2, "max_unpool2d")
 
 def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
   if mask.dtype != dtypes.bool: raise TypeError(f"masked_fill: mask must be a bool tensor, got {mask.dtype}")
@@ -432,7 +609,10 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   win = win.reshape((N, G, 1, Cg) + o_ + k_).permute(0, 1, 2, *range(4, 4 + nsp), 3, *range(4 + nsp, 4 + 2 * nsp))
   wr = w.reshape((1, G, Cog) + (1,) * nsp + (Cg,) + k_)
   red = tuple(range(3 + nsp, 4 + 2 * nsp))
-  out = (win * wr).sum(red).reshape((N, Cout) + o_)
+  if promote(win.dtype, wr.dtype) in (dtypes.float16, dtypes.bfloat16):
+    # products and sums in float32, one rounding at the end, as PyTorch's half/bfloat16 convolutions accumulate
+    out = (win.float() * wr.float()).sum(red).cast(promote(win.dtype, wr.dtype)).reshape((N, Cout) + o_)
+  else: out = (win * wr).sum(red).reshape((N, Cout) + o_)
   # elementwise work on the reshaped reduction (bias, an activation after) fuses into the same kernel
   if bias is not None: out = out + bias.reshape((1, Cout) + (1,) * nsp)
   return out.squeeze(0) if unbatched else out
@@ -454,6 +634,11 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
                      groups: int = 1, dilation: Any = 1) -> Tensor:
   return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
+
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                     groups: int = 1, dilation: Any = 1) -> Tensor:
+  """3-D transposed convolution: (N, C_in, D, H, W) with weight (C_in, C_out/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
+  return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
 
 def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
                       nsp: int, name: str) -> Tensor:
@@ -560,9 +745,10 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
   x = input
   nsp = x.ndim - 2
   if nsp < 1: raise ValueError(f"interpolate: input must have at least 3 dimensions (N, C, *spatial), got shape {x.shape}")
-  want = {"linear": 1, "bilinear": 2, "trilinear": 3}
+  want = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
   if mode in want and want[mode] != nsp: raise ValueError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
-  if mode not in ("nearest", "nearest-exact", "area") and mode not in want: raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented")
+  if mode not in ("nearest", "nearest-exact", "area") and mode not in want:
+    raise ValueError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got {mode!r}")
   if antialias: raise NotImplementedError("interpolate: antialias=True is not implemented")
   if mode.startswith("nearest") and align_corners is not None: raise ValueError("interpolate: align_corners only applies to the linear modes")
   i_ = x.shape[2:]
@@ -630,6 +816,7 @@ def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners
     return [[(min(int(math.floor(_f32(_f32(r + 0.5) * sc))), i - 1), 1.0)] for r in range(o)]
   if align_corners: sc = _f32((i - 1) / (o - 1)) if o > 1 else 0.0
   else: sc = _f32(1.0 / scale) if scale is not None and scale > 0 else _f32(i / o)
+  if mode == "bicubic": return _cubic_rows(i, o, sc, align_corners)
   rows = []
   for r in range(o):
     src = _f32(sc * r) if align_corners else max(0.0, _f32(_f32(sc * _f32(r + 0.5)) - 0.5))
@@ -637,6 +824,21 @@ def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners
     i1 = min(i0 + 1, i - 1)
     l1 = _f32(src - i0)
     rows.append([(i0, _f32(1.0 - l1)), (i1, l1)])
+  return rows
+
+def _cubic_rows(i: int, o: int, sc: float, align_corners: bool) -> list[list[tuple[int, float]]]:
+  """Keys' cubic convolution (A = -0.75) over the 4 nearest sources, clamped at the borders, in float32 as
+  PyTorch's upsample_bicubic2d computes it (the source position is not clamped at 0, unlike the linear modes)."""
+  A = -0.75
+  def c1(t: float) -> float: return _f32(_f32(_f32(_f32((A + 2) * t) - (A + 3)) * t) * t + 1)
+  def c2(t: float) -> float: return _f32(_f32(_f32(_f32(_f32(A * t) - 5 * A) * t) + 8 * A) * t - 4 * A)
+  rows = []
+  for r in range(o):
+    src = _f32(sc * r) if align_corners else _f32(_f32(sc * _f32(r + 0.5)) - 0.5)
+    i0 = math.floor(src)
+    t = _f32(src - i0)
+    ws = (c2(_f32(t + 1)), c1(t), c1(_f32(1 - t)), c2(_f32(2 - t)))
+    rows.append([(min(max(i0 - 1 + k, 0), i - 1), w) for k, w in enumerate(ws)])
   return rows
 
 # ---------------------------------------------------------------- regularization and normalization
@@ -859,6 +1061,25 @@ def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: fl
   d = (input - target).abs()
   return _reduction((d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
+# ---------------------------------------------------------------- activations and normalization by a norm
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+  """input / max(||input||_p over dim, eps) (torch.nn.functional.normalize); the norm's gradient at 0 is 0."""
+  if not isinstance(input, Tensor): raise TypeError(f"normalize: input must be a Tensor, got {type(input).__name__}")
+  return input / input.norm(p, dim, keepdim=True).clip(min=eps)
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+  """softmax(-input) along dim."""
+  return input.softmin(dim, dtype)
+
+def softsign(input: Tensor) -> Tensor:
+  """input / (1 + |input|)."""
+  return input.softsign()
+
+def logsigmoid(input: Tensor) -> Tensor:
+  """log(sigmoid(input)), finite for any input."""
+  return input.logsigmoid()
+
 # ---------------------------------------------------------------- Tensor methods
 
 def _cat_method(first: Any, *rest: Any, dim: int | None = None, axis: int | None = None) -> Tensor:
@@ -877,6 +1098,9 @@ def _stack_method(first: Any, *rest: Any, dim: int | None = None, axis: int | No
 Tensor.cat = _cat_method  # type: ignore[attr-defined]
 Tensor.stack = _stack_method  # type: ignore[attr-defined]
 Tensor.einsum = staticmethod(einsum)  # type: ignore[attr-defined]
+Tensor.unfold = unfold_dim  # type: ignore[attr-defined]
+for _name in ("scatter_reduce", "index_select", "repeat_interleave", "conv_transpose3d", "max_unpool1d", "max_unpool2d", "normalize"):
+  setattr(Tensor, _name, globals()[_name])
 for _name in ("split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter", "scatter_add", "masked_fill", "diagonal", "diag",
               "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
               "avg_pool2d", "avg_pool3d", "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",

@@ -393,10 +393,19 @@ class Tensor:
     ax = {_axis(d, self.ndim) for d in dims}
     if not ax: return self
     return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in ax for i in range(self.ndim))))
-  def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
-    """PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the one before, ..."""
+  def pad(self, pad: Sequence[Any], mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad (negative amounts crop). PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the
+    one before, ...; or tinygrad's form: one (before, after) pair or None per axis. mode 'constant' (value, default
+    0), 'reflect', 'replicate' or 'circular' (see functional.pad)."""
+    if len(pad) and all(p is None or isinstance(p, (tuple, list)) for p in pad):  # tinygrad: ((before, after) | None, ...) per axis
+      if len(pad) != self.ndim: raise ValueError(f"pad: {len(pad)} (before, after) pairs for a tensor of {self.ndim} dimensions (shape {self.shape})")
+      pad = [v for p in reversed(pad) for v in (tuple(p) if p is not None else (0, 0))]
+    if mode != "constant":
+      from baregrad.tensor.functional import pad as fpad
+      if value is not None: raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
+      return fpad(self, pad, mode)
+    value = 0.0 if value is None else value
     if len(pad) % 2 or len(pad) // 2 > self.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{self.ndim}")
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r}: only 'constant' is implemented")
     arg = [(0, 0)] * self.ndim
     for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     # negative padding crops
@@ -871,8 +880,10 @@ class Tensor:
     wv = w.unsqueeze(-1) if w.ndim == 1 else w
     d = promote(x.dtype, w.dtype)
     xv, wv = xv.cast(d), wv.cast(d)
+    # half/bfloat16: products and sums in float32, rounded once at the end, as PyTorch's matmuls accumulate
+    if d in (dtypes.float16, dtypes.bfloat16): xv, wv = xv.float(), wv.float()
     # (..., n, 1, k) * (..., 1, m, k) summed over k
-    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d)  # int32 @ int32 stays int32, as in PyTorch
+    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=xv.dtype).cast(d)  # int32 @ int32 stays int32, as in PyTorch
     if x.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
