@@ -241,7 +241,7 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
   position its index names along dim, together with input's value there when include_self. Positions no index names
   keep input. A one-hot compare against the indices and a masked reduction: O(index.numel() * input.shape[dim]).
   'mean' of integers rounds down (floor), as PyTorch's does; amax/amin gradients split ties as max() does."""
-  if reduce not in _SCATTER_REDUCES: raise ValueError(f"scatter_reduce: reduce must be one of {_SCATTER_REDUCES}, got {reduce!r}")
+  if reduce not in _SCATTER_REDUCES: raise RuntimeError(f"scatter_reduce: reduce must be one of {_SCATTER_REDUCES}, got {reduce!r}")
   if not isinstance(src, Tensor): raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
   x = input
   d = _axis(dim, x.ndim)
@@ -332,7 +332,7 @@ def unfold_dim(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
   if size == 0: w = xt._shrink(tuple((0, s) for s in xt.shape[:-1]) + ((0, 0),)).unsqueeze(-2).expand(xt.shape[:-1] + (o, 0))
   else: w = _pool(xt, (size,), (step,), (1,))                                # (..., o, size)
   if d != x.ndim - 1: w = w.transpose(d, -2)
-  return w.reshape(o, size) if input.ndim == 0 else w
+  return w.reshape(size) if input.ndim == 0 else w
 
 def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
   """torch.nn.functional.unfold (im2col): sliding blocks of a (N, C, H, W) or (C, H, W) input as columns,
@@ -396,7 +396,13 @@ def _max_unpool(x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, paddi
   lead = x.shape[:-nsp]
   xf, idx = x.reshape(lead + (prod(i_),)), indices.reshape(lead + (prod(i_),))
   base = Tensor.zeros(*lead, prod(o_), dtype=x.dtype, device=x.device)
-  return scatter(base, -1, idx, xf).reshape(lead + o_)
+  out = scatter(base, -1, idx, xf.detach())
+  if xf.requires_grad:
+    # PyTorch's gradient is grad_output gathered at the indices, for every input, duplicates included: the adjoint of
+    # scatter_add, added here as a term that is exactly 0 in the forward
+    xs = xf.isfinite().where(xf, 0.0)
+    out = out + (scatter_add(base, -1, idx, xs) - scatter_add(base, -1, idx, xs.detach()))
+  return out.reshape(lead + o_)
 
 def max_unpool1d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
   """Inverse of max_pool1d(return_indices=True): each value written at its index in a zero (N, C, L_out) tensor."""

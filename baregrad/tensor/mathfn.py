@@ -210,7 +210,7 @@ def copysign(input: Tensor, other: Any) -> Tensor:
     v = bits.bitcast(a.dtype)
   else: raise TypeError(f"copysign: unsupported dtype {a.dtype}")
   d = a.eq(0).where(0.0, (signbit(a) ^ signbit(b)).where(-1.0, 1.0))
-  return with_grad(v, (a, d))
+  return with_grad(v, (a, d), (b, b.detach().zeros_like_uop()))   # other gets a zero gradient, as in PyTorch
 
 def logaddexp(input: Tensor, other: Any) -> Tensor:
   """log(exp(input) + exp(other)) without overflow: max + log1p(exp(-|input - other|)); gradients exp(input - out),
@@ -227,14 +227,15 @@ def logaddexp(input: Tensor, other: Any) -> Tensor:
 
 def isclose(input: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
   """|input - other| <= atol + rtol * |other| elementwise (bool); equal infinities are close, NaNs only with equal_nan."""
-  if rtol < 0: raise ValueError(f"isclose: rtol must be greater than or equal to zero, got rtol={rtol}")
-  if atol < 0: raise ValueError(f"isclose: atol must be greater than or equal to zero, got atol={atol}")
+  if rtol < 0: raise RuntimeError(f"isclose: rtol must be greater than or equal to zero, got rtol={rtol}")
+  if atol < 0: raise RuntimeError(f"isclose: atol must be greater than or equal to zero, got atol={atol}")
   a, b = input._operands(other)
   if a.dtype == dtypes.bool: return a.eq(b)
   eq = a.eq(b)
   if not dtypes.is_float(a.dtype) and rtol == 0 and atol == 0: return eq
   af, bf = (a, b) if dtypes.is_float(a.dtype) else (a.cast(dtypes.float64), b.cast(dtypes.float64))
-  close = eq | ((af - bf).abs() <= atol + rtol * bf.abs())
+  # infinities are close only to themselves (the tolerance test would call inf close to -inf)
+  close = eq | (af.isfinite() & bf.isfinite() & ((af - bf).abs() <= atol + rtol * bf.abs()))
   if equal_nan and dtypes.is_float(a.dtype): close = close | (a.isnan() & b.isnan())
   return close
 

@@ -201,7 +201,7 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:
   is read back from the device (a sync); gradients flow back to the selected elements."""
   if not isinstance(input, Tensor) or not isinstance(mask, Tensor):
     raise TypeError(f"masked_select: input and mask must be Tensors, got {type(input).__name__} and {type(mask).__name__}")
-  if mask.dtype != dtypes.bool: raise TypeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
+  if mask.dtype != dtypes.bool: raise RuntimeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
   from baregrad.tensor.tensor import broadcast_shape
   try: shape = broadcast_shape(input.shape, mask.shape)
   except ValueError: raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
