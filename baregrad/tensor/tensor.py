@@ -496,14 +496,20 @@ class Tensor:
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(q - 1, q)
   def remainder(self, y: Any) -> Tensor:
+    """x - floor(x / y) * y: the sign of y, as Python's %; a zero result keeps the sign of x, as PyTorch's."""
     x, yy = self._operands(y)
-    if dtypes.is_float(x.dtype): return x - (x / yy).floor() * yy
+    if dtypes.is_float(x.dtype):
+      q = (x.detach() / yy.detach()).floor()
+      return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
     r = x._alu(Ops.MOD, yy)
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(r + yy, r)
   def fmod(self, y: Any) -> Tensor:
+    """x - trunc(x / y) * y: the sign of x, as C's fmod (zeros included)."""
     x, yy = self._operands(y)
-    return x._alu(Ops.MOD, yy) if not dtypes.is_float(x.dtype) else x - (x / yy).trunc() * yy
+    if not dtypes.is_float(x.dtype): return x._alu(Ops.MOD, yy)
+    q = (x.detach() / yy.detach()).trunc()
+    return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
   def pow(self, y: Any) -> Tensor:
     if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
     if isinstance(y, (int, float)) and not isinstance(y, bool):
@@ -512,6 +518,8 @@ class Tensor:
       if y == 1: return self * 1
       if y == 0.5: return self.float().sqrt() if not dtypes.is_float(self.dtype) else self.sqrt()
       if y == -1: return self.reciprocal()
+      if y == -0.5: return self.float().rsqrt() if not dtypes.is_float(self.dtype) else self.rsqrt()  # PyTorch's rsqrt path: (-0.0) ** -0.5 is -inf
+      if float(y).is_integer() and 3 <= abs(y) <= 8 and dtypes.is_float(self.dtype): return self._small_int_pow(int(y))
       if isinstance(y, int) and y > 0 and not dtypes.is_float(self.dtype):
         out, base, e = Tensor.ones_like(self), self, y
         while e:
@@ -529,6 +537,19 @@ class Tensor:
     dx = yd.eq(0).where(0.0, yd * _pow_value(xd, yd - 1))
     dy = (xd.eq(0) & (yd >= 0)).where(0.0, v * xd.log())
     return with_grad(v, (x, dx), (yy, dy)).cast(out)
+  def _small_int_pow(self, n: int) -> Tensor:
+    """x ** n for a small integer n by multiplications (exact where PyTorch's pow is, unlike exp2(n log2 x)); gradient
+    n x^(n-1) given directly, so 0 ** -3 has PyTorch's -inf gradient instead of inf * 0."""
+    x = self.detach()
+    def mul_pow(k: int) -> Tensor:
+      out, b = None, x
+      while k:
+        if k & 1: out = b if out is None else out * b
+        b, k = b * b, k >> 1
+      return out if out is not None else x.ones_like()
+    v = mul_pow(abs(n)) if n > 0 else mul_pow(-n).reciprocal()
+    d = n * (mul_pow(n - 1) if n > 1 else mul_pow(1 - n).reciprocal())
+    return with_grad(v, (self, d))
   def _int_pow(self, e: Tensor) -> Tensor:
     """self ** e for int tensors of one dtype and shape, exactly: square-and-multiply over the low 6 bits of e.
     Past them (e >= 64) and for e < 0 only bases 0, 1, -1 have an int result (others: 0, as PyTorch gives for e < 0)."""
@@ -656,15 +677,23 @@ class Tensor:
     from baregrad.tensor.mathfn import tanh
     return tanh(self)
   def relu(self) -> Tensor:
-    """max(x, 0); NaN stays NaN and the gradient at 0 is 0, as in PyTorch."""
-    return (self > 0).where(self, self.isnan().where(self, self.zeros_like_uop()) if dtypes.is_float(self.dtype) else self.zeros_like_uop())
+    """max(x, 0); as PyTorch: NaN and -0.0 stay, the gradient at 0 is 0."""
+    if not dtypes.is_float(self.dtype): return (self > 0).where(self, self.zeros_like_uop())
+    # self * 0: a zero with x's sign and no gradient; NaN passes with gradient 1, as PyTorch's threshold_backward gives
+    return (self < 0).where(self.zeros_like_uop(), ((self > 0) | self.isnan()).where(self, self * 0))
   def zeros_like_uop(self) -> Tensor: return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
+  def elu(self, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha (exp(x) - 1) elsewhere; the exponential sees only x <= 0, so no inf * 0 reaches the gradient."""
+    pos = self > 0
+    return pos.where(self, alpha * pos.where(0.0, self).expm1())
   def selu(self) -> Tensor:
-    a, s = 1.6732632423543772, 1.0507009873554805
-    return s * (self > 0).where(self, a * (self.exp() - 1))
-  def celu(self, alpha: float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    """scale * elu(x, alpha) with the self-normalizing constants."""
+    return 1.0507009873554805 * self.elu(1.6732632423543772)
+  def celu(self, alpha: float = 1.0) -> Tensor:
+    """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
+    pos = self > 0
+    return pos.where(self, alpha * (pos.where(0.0, self) / alpha).expm1())
   def erf(self) -> Tensor:
     """Error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); gradient 2/sqrt(pi) exp(-x^2)."""
     x = self._float()
@@ -787,9 +816,11 @@ class Tensor:
     if unbiased is not None: correction = int(unbiased)
     x = self._float()
     n = prod(x.shape[a] for a in x._axes(dim))
-    sq = (x - x.mean(dim, keepdim=True)).square().sum(dim, keepdim=keepdim)
-    # PyTorch divides by max(0, n - correction): 0/0 (one element) is NaN, a positive sum over 0 is inf
-    return sq / max(0, n - correction)
+    xc = x.detach() - x.detach().mean(dim, keepdim=True)
+    # PyTorch divides by max(0, n - correction): 0/0 (one element) is NaN, a positive sum over 0 is inf; its gradient
+    # 2 (x - mean) / max(0, n - correction) is given directly (a derived one would meet inf - inf there)
+    den = max(0, n - correction)
+    return with_grad(xc.square().sum(dim, keepdim=keepdim) / den, (x, 2.0 * xc / den, x._axes(dim)))
   def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
     v = self.var(dim, keepdim, correction, axis, unbiased)
     # where the variance is 0, sqrt's gradient is inf and 0 * inf made NaN; PyTorch's std gives 0 there
@@ -909,6 +940,10 @@ def _is_dtype_arg(x: Any) -> bool:
   try: to_dtype(x); return True
   except (TypeError, ValueError): return False
 
+def _zero_sign_of(r: Tensor, x: Tensor) -> Tensor:
+  """r, with its zeros given the sign of x (x * 0 is a zero with x's sign where x is finite)."""
+  return r.eq(0).where(x * 0.0, r)
+
 def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   """x ** y for float tensors of one shape, with C's pow (and PyTorch's) at the edges: exp2(y log2|x|) with the sign
   of a negative base for odd integer exponents; NaN for a finite negative base with a non-integer exponent; x ** 0,
@@ -916,7 +951,11 @@ def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   (-inf) ** y is inf, 0 or -inf by y's sign and parity."""
   from baregrad.tensor.mathfn import signbit
   ax = x.abs()
-  mag = (y * ax.log2()).exp2()
+  # exp2(y log2 |x|) multiplies the rounding error of log2 by y: float32 (and half) compute it in float64 where the
+  # device has it, so results are correctly rounded in practice (3.0 ** 3.0 is 27, not 27.000002)
+  if x.dtype == dtypes.float32 and Device[x.device].supports_dtype(dtypes.float64):
+    mag = (y.cast(dtypes.float64) * ax.cast(dtypes.float64).log2()).exp2().cast(x.dtype)
+  else: mag = (y * ax.log2()).exp2()
   yint = y.trunc().eq(y)
   odd = yint & y.abs().fmod(2).eq(1)
   neg = signbit(x)
