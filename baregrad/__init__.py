@@ -1,4 +1,5 @@
 """baregrad: a deep-learning stack that drives GPUs from userspace. Drivers load lazily: importing this is cheap."""
+import functools, os
 from baregrad.ir.dtype import dtypes
 from baregrad.hal import Device
 from baregrad.tensor import Tensor
@@ -21,3 +22,26 @@ __all__ = ["Tensor", "dtypes", "Device", "jit", "no_grad", "enable_grad", "infer
            "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad", "scatter_reduce",
            "index_select", "repeat_interleave", "meshgrid", "conv_transpose3d", "sort", "argsort", "msort", "topk", "kthvalue", "nonzero",
            "argwhere", "masked_select", "unique", "cummax", "cummin", "logcumsumexp", "atan2", "copysign", "logaddexp", "isclose", "allclose"]
+
+@functools.cache
+def _pyproject() -> dict:
+  """The pyproject.toml beside this package when run from a source tree ({} when installed without one)."""
+  import tomllib
+  p = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+  try:
+    with open(p, "rb") as f: d = tomllib.load(f)
+  except (OSError, ValueError): return {}
+  return d if d.get("project", {}).get("name") == "baregrad" else {}
+
+def __getattr__(name: str):
+  # __version__ is computed on first use (importing baregrad stays cheap): pyproject.toml is the one source, read
+  # from the source tree this package runs from, else from the installed package's metadata
+  if name == "__version__":
+    v = _pyproject().get("project", {}).get("version")
+    if v is None:
+      import importlib.metadata
+      try: v = importlib.metadata.version("baregrad")
+      except importlib.metadata.PackageNotFoundError: v = "0+unknown"
+    globals()["__version__"] = v
+    return v
+  raise AttributeError(f"module 'baregrad' has no attribute {name!r}")

@@ -3,8 +3,9 @@
 
   python examples/mnist_cnn.py                       # synthetic data, small defaults (< 1 minute on 2 cores)
   python examples/mnist_cnn.py --data ~/mnist --steps 1000 --bs 64
+  python examples/mnist_cnn.py --data download       # MNIST downloaded once into the cache (baregrad.datasets)
 
-Same data options and output as mnist_mlp.py (progress bar, held-out accuracy, steps/s)."""
+Same data options and output as mnist_mlp.py (progress bar on a terminal, held-out accuracy, steps/s)."""
 from __future__ import annotations
 import argparse, pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -23,7 +24,7 @@ class CNN:
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--data", help="directory with the MNIST idx files (default: synthetic data)")
+  ap.add_argument("--data", help="folder with the MNIST idx files, a mirror's URL, or 'download' (default: synthetic data)")
   ap.add_argument("--steps", type=int, default=60)
   ap.add_argument("--bs", type=int, default=32, help="batch size")
   ap.add_argument("--lr", type=float, default=3e-3)

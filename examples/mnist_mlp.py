@@ -3,42 +3,31 @@
 
   python examples/mnist_mlp.py                      # synthetic data, defaults finish in well under a minute
   python examples/mnist_mlp.py --data ~/mnist --steps 2000 --bs 128 --lr 1e-3
+  python examples/mnist_mlp.py --data download      # MNIST from a public mirror, downloaded once into the cache
 
 --data DIR reads the standard idx files (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte,
-t10k-labels-idx1-ubyte, each optionally .gz). Prints a progress bar, held-out accuracy and steps per second."""
+t10k-labels-idx1-ubyte, each optionally .gz) through baregrad.datasets; a URL downloads them from that mirror.
+Shows a progress bar on a terminal, then held-out accuracy and steps per second."""
 from __future__ import annotations
-import argparse, gzip, os, pathlib, struct, sys, time
+import argparse, pathlib, sys, time
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import baregrad.nn as nn
-from baregrad import Tensor
+from baregrad import Tensor, datasets
+from baregrad.helpers import Progress
 from baregrad.nn import optim
 try: from baregrad import jit  # noqa: F401  (another branch builds the jit; used only where it exists)
 except ImportError: jit = None
 
 # ---- data -------------------------------------------------------------------------------------------------------
-def _open(path: pathlib.Path):
-  for p in (path, path.with_name(path.name + ".gz")):
-    if p.exists(): return gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")
-  alt = path.with_name(path.name.replace("-idx", ".idx"))  # some mirrors use t10k-images.idx3-ubyte
-  if alt.exists(): return open(alt, "rb")
-  raise FileNotFoundError(f"{path} (or {path.name}.gz) not found")
+def load_mnist(source: str) -> tuple:
+  """((x_train, y_train), (x_test, y_test)) as NumPy arrays from a folder, a URL or "download" (the default mirror).
 
-def read_idx(path: pathlib.Path) -> np.ndarray:
-  with _open(path) as f:
-    data = f.read()
-  zero, dtype_code, ndim = struct.unpack(">HBB", data[:4])
-  if zero != 0 or dtype_code != 0x08: raise ValueError(f"{path}: not an unsigned-byte idx file (magic {data[:4].hex()})")
-  shape = struct.unpack(f">{ndim}I", data[4:4 + 4 * ndim])
-  arr = np.frombuffer(data, np.uint8, offset=4 + 4 * ndim)
-  if arr.size != int(np.prod(shape)): raise ValueError(f"{path}: header says {shape} but the file has {arr.size} bytes of data")
-  return arr.reshape(shape)
-
-def load_mnist(d: str) -> tuple:
-  p = pathlib.Path(d).expanduser()
-  xtr, ytr = read_idx(p / "train-images-idx3-ubyte"), read_idx(p / "train-labels-idx1-ubyte")
-  xte, yte = read_idx(p / "t10k-images-idx3-ubyte"), read_idx(p / "t10k-labels-idx1-ubyte")
-  return (xtr, ytr), (xte, yte)
+  The dataset comes as Tensors; training draws random minibatches on the host (NumPy fancy indexing, one copy of
+  the batch to the device per step): indexing a Tensor with an integer Tensor is a one-hot compare and sum whose
+  work grows with the 60000 rows."""
+  d = datasets.mnist(None if source == "download" else source)
+  return (d.x_train.numpy(), d.y_train.numpy()), (d.x_test.numpy(), d.y_test.numpy())
 
 def synthetic_mnist(n_train: int = 8192, n_test: int = 1024, seed: int = 0) -> tuple:
   """MNIST-shaped (uint8 28x28, labels 0..9): each class is a fixed set of random strokes; samples are that
@@ -71,12 +60,6 @@ class MLP:
     self.l1, self.l2 = nn.Linear(784, hidden), nn.Linear(hidden, 10)
   def __call__(self, x: Tensor) -> Tensor: return self.l2(self.l1(x.reshape(x.shape[0], 784)).relu())
 
-def progress(i: int, n: int, t0: float, loss: float, width: int = 30) -> None:
-  done = int(width * i / n)
-  rate = i / max(time.perf_counter() - t0, 1e-9)
-  sys.stdout.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} loss {loss:.4f} {rate:.1f} steps/s")
-  sys.stdout.flush()
-
 def evaluate(model, x: np.ndarray, y: np.ndarray, bs: int = 512) -> float:
   correct = 0
   with nn.train(False):
@@ -101,23 +84,22 @@ def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt
   if jit is not None and use_jit: step = jit(step)
 
   loss_v, t0, t_first = float("nan"), time.perf_counter(), None
-  with nn.train(True):
+  bar = Progress(total=steps, desc="train", unit="steps", delay=float("inf") if quiet else 0.0)  # on a terminal only
+  with nn.train(True), bar:
     for s in range(steps):
       idx = rng.integers(0, len(xtr), bs)
       loss = step(Tensor(normalize(xtr[idx])), Tensor(ytr[idx].astype(np.int32)))
       if s == 0: t_first, t0 = time.perf_counter() - t0, time.perf_counter()  # step 1 compiles the kernels
-      if not quiet and (s % 10 == 0 or s == steps - 1):
-        loss_v = loss.item()
-        progress(s + 1, steps, t0, loss_v)
+      if bar.enabled and (s % 10 == 0 or s == steps - 1): loss_v = loss.item()  # reading the loss waits for the step
+      bar.update(1, f"loss {loss_v:.4f}")
   elapsed = time.perf_counter() - t0
   loss_v = loss.item()
-  if not quiet: print()
   acc = evaluate(model, xte, yte)
   return {"loss": loss_v, "test_acc": acc, "steps_per_s": (steps - 1) / elapsed if steps > 1 else float("nan"), "first_step_s": t_first}
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--data", help="directory with the MNIST idx files (default: synthetic data)")
+  ap.add_argument("--data", help="folder with the MNIST idx files, a mirror's URL, or 'download' (default: synthetic data)")
   ap.add_argument("--steps", type=int, default=200)
   ap.add_argument("--bs", type=int, default=64, help="batch size")
   ap.add_argument("--lr", type=float, default=2e-3)

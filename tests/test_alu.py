@@ -434,3 +434,27 @@ def test_self_comparison_of_an_int_vector_folds_to_a_bool_vector(device):
   ast = sink(store(0, (n,), lb ^ (lx < lx)), store(1, (n,), lb & lx.ne(lx)))
   got_x, got_a = run(ast, [(n, dtypes.bool), (n, dtypes.bool)], [(b, dtypes.bool), (x, dtypes.int8)], device, opts=[Opt(OptOps.UPCAST, 0, 16)])
   assert (got_x == b).all() and not got_a.any()
+
+# ---------------------------------------------------------------- finding 7: half -> int on CPUs with native fp16
+@pytest.mark.parametrize("to", [dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16], ids=ids)
+@pytest.mark.parametrize("fr", SMALL, ids=ids)
+def test_half_to_int_never_converts_fp16_directly_on_sapphirerapids(fr, to):
+  """hw/h100-580.159.04 finding 7: on an Intel CPU with AVX512-FP16, CAST half -> int16 of NaN gave -32768. LLVM
+  lowers llvm.fptosi.sat.i16.f16 there to vcvttsh2si and two clamping compares with no NaN test. The renderer goes
+  through float32 instead; checked on the assembly LLVM emits for -mcpu=sapphirerapids (no such CPU here)."""
+  import llvmlite.binding as llvm
+  from baregrad.codegen.renderer.llvmir import LLVMRenderer
+  from baregrad.codegen.program import get_program
+  llvm.initialize_all_targets(); llvm.initialize_all_asmprinters()
+  for n in (1, 64):  # scalar and vectorized
+    spec = get_program(sink(store(0, (n,), load(1, fr, (n,)).cast(to))), LLVMRenderer(), [])
+    mod = llvm.parse_assembly(spec.src)
+    tm = llvm.Target.from_triple("x86_64-unknown-linux-gnu").create_target_machine(cpu="sapphirerapids", opt=3)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    asm = tm.emit_assembly(mod)
+    direct = [l.strip() for l in asm.splitlines() if any(m in l for m in ("vcvttsh2si", "vcvttsh2usi", "vcvttph2w", "vcvttph2uw",
+                                                                            "vcvttph2dq", "vcvttph2udq", "vcvttph2qq"))]
+    assert not direct, f"CAST {fr.name} -> {to.name} (n={n}) converts fp16 straight to an integer: {direct[:3]}"

@@ -64,6 +64,7 @@ def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
 # (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
 KERNEL_PROVIDERS = {"CPU": _cpu_lib}
 KERNEL_PROVIDERS["NV"] = lambda request: __import__("test_nv_mock").NV_KERNELS_PTX.encode()  # PTX, run by the mock GPU (MOCKGPU=1)
+KERNEL_PROVIDERS["AMD"] = lambda request: __import__("test_amd_mock").amd_kernels(request.getfixturevalue("hcq_device").target.name)  # LLVM IR -> code object
 
 @pytest.fixture
 def kernel(hcq_device, request):
@@ -137,6 +138,7 @@ def test_patch_and_resubmit(hcq_device, kernel):
   args = prg.fill_kernargs([a._buf], [100], kernargs=dev.alloc_args_memory(64))
   q = dev.compute_queue_t().exec(prg, args, (16, 1, 1))
   i_exec = q.last
+  q.memory_barrier()  # the copy reads what the kernel wrote: on a GPU the two would otherwise run concurrently
   q.copy(b._buf.va_addr, a._buf.va_addr, 4 * 16)
   i_copy = q.last
   q.signal(sig, 1)
@@ -172,6 +174,29 @@ def test_graph_replay(hcq_device, kernel):
     q.update_wait(0, value=dev.timeline_value - 1).update_signal(q.last, value=dev.next_timeline()).submit(dev)
   dev.synchronize()
   assert i32(a) == [3 * N] * 32
+
+def test_graph_barriers_and_argument_ring(hcq_device, kernel):
+  """HCQGraph: fill(a) then inc(a) depend on each other, so a barrier separates them; ten replays are submitted back to
+  back, each writing a different buffer (patched), none waiting for the one before: every buffer gets its own result,
+  so no replay patched arguments a queued one still read (hw/h100-580.159.04 findings 6a, 6b)."""
+  from baregrad.hcq.graph import HCQGraph
+  dev = hcq_device
+  bufs = [Buffer(dev.device, 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32))) for _ in range(10)]
+  dev.synchronize()
+  fill, inc = kernel("fill"), kernel("inc")
+  g = HCQGraph(dev, [(fill, [bufs[0]._buf], (5,), (16, 1, 1), (1, 1, 1)), (inc, [bufs[0]._buf], (), (16, 1, 1), (1, 1, 1))])
+  assert g.barriers == {1} and "BARRIER" in g.slots[0].q.decode().upper()
+  for b in bufs: g.replay([(0, 0, b._buf.va_addr), (1, 0, b._buf.va_addr)])
+  dev.synchronize()
+  for b in bufs: assert i32(b) == [6 + i for i in range(16)]
+  # with write sets, kernels on different buffers need no barrier; ones sharing a written buffer do
+  g2 = HCQGraph(dev, [(fill, [bufs[0]._buf], (1,), (16, 1, 1), (1, 1, 1)), (fill, [bufs[1]._buf], (2,), (16, 1, 1), (1, 1, 1)),
+                      (inc, [bufs[1]._buf], (), (16, 1, 1), (1, 1, 1))], writes=[[0], [0], [0]])
+  assert g2.barriers == {2}
+  g2.replay()
+  dev.synchronize()
+  assert i32(bufs[0]) == [1 + i for i in range(16)] and i32(bufs[1]) == [3 + i for i in range(16)]
+  with pytest.raises(ValueError, match="no barrier"): g2.replay([(0, 0, bufs[1]._buf.va_addr)])  # now kernel 0 and 1 collide
 
 def test_timestamps_monotonic(hcq_device, kernel):
   dev = hcq_device

@@ -191,9 +191,9 @@ def test_two_gpus(mockenv):
   v0, v1 = m0.vram_used, m1.vram_used
   buf = d1.allocator.alloc(1 << 16)
   assert m1.vram_used == v1 + (1 << 16) and m0.vram_used == v0
-  m1.write(buf.va_addr, b"\x5a" * 16)
-  assert m1.read(buf.va_addr, 16) == b"\x5a" * 16
-  with pytest.raises(ValueError, match="MMU fault"): m0.read(buf.va_addr, 16)
+  m1.write_gpu(buf.va_addr, b"\x5a" * 16)
+  assert m1.read_gpu(buf.va_addr, 16) == b"\x5a" * 16
+  with pytest.raises(ValueError, match="MMU fault"): m0.read_gpu(buf.va_addr, 16)
   d1.allocator.free(buf, 1 << 16)
   assert Device["NV:0"] is d0 and Device["NV:1"] is d1
   with pytest.raises(DeviceUnavailable, match="reports 2 GPU"): Device["NV:2"]
@@ -206,6 +206,11 @@ def test_video_memory_not_mapped_for_another_gpu():
     reg = nv.UVM_REGISTER_GPU_PARAMS(rmCtrlFd=-1)
     ctypes.memmove(reg.gpu_uuid.uuid, mock.uuids[1], 16)
     dev.uvm(nv.UVM_REGISTER_GPU, reg, "UVM_REGISTER_GPU")
+    d1 = dev.rm_alloc(dev.root, nv.NV01_DEVICE_0, nv.NV0080_ALLOC_PARAMETERS(deviceId=1, hClientShare=dev.root))
+    vas = dev.rm_alloc(d1, nv.FERMI_VASPACE_A, nv.NV_VASPACE_ALLOCATION_PARAMETERS(flags=nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED))
+    rv = nv.UVM_REGISTER_GPU_VASPACE_PARAMS(rmCtrlFd=dev.fd_ctl, hClient=dev.root, hVaSpace=vas)
+    ctypes.memmove(rv.gpuUuid.uuid, mock.uuids[1], 16)
+    dev.uvm(nv.UVM_REGISTER_GPU_VASPACE, rv, "UVM_REGISTER_GPU_VASPACE")
     m = dev._gpu_alloc(1 << 16)
     mp = nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS(base=m.va, length=m.size, rmCtrlFd=dev.fd_ctl, hClient=dev.root, hMemory=m.handle, gpuAttributesCount=1)
     ctypes.memmove(mp.perGpuAttributes[0].gpuUuid.uuid, mock.uuids[1], 16)

@@ -101,7 +101,7 @@ import test_hcq  # noqa: E402
 test_hcq.KERNEL_PROVIDERS.setdefault("NV", nv_test_lib)
 from test_hcq import (kernel, test_program_call_and_vals, test_wait_returns_kernel_time, test_timeline, test_cross_queue_ordering,  # noqa: F401,E402
                       test_timeout_reports_queue_state, test_patch_and_resubmit, test_graph_replay, test_timestamps_monotonic,
-                      test_decode_names_fields)
+                      test_decode_names_fields, test_graph_barriers_and_argument_ring)
 
 @pytest.fixture
 def hcq_device(nvdev):
@@ -402,10 +402,31 @@ def test_nv_decode_tool(tmp_path, capsys):
   out = capsys.readouterr().out
   assert "GRID_WIDTH" in out and "grid=(5, 2, 1)" in out and "block=(32, 4, 1)" in out
 
-def test_nv_smoke_tool_on_mock(capsys):
-  assert _tool("nv_smoke").main(["--mock", "--n", "300"]) == 0
+def test_nv_doctor_on_mock(capsys):
+  assert _tool("nv_doctor").main(["--mock", "--replays", "20"]) == 0
   out = capsys.readouterr().out
-  for s in ("== open", "MOCK GPU 0: sm_90", "== copy in", "== launch", "matches the expected result", "OK in"): assert s in out, s
+  for s in ("== open", "MOCK GPU 0: Hopper sm_90", "shader windows: shared 0x729400000000", "== channels", "UVM-registered range",
+            "== copy", "== multi-block launch", "all 65536 elements right", "register spills: right", "== signals",
+            "20 replays: right", "kernel log: no new lines", "OK in"):
+    assert s in out, s
+
+def test_nv_doctor_reports_a_failing_stage_and_goes_on(capsys):
+  """A GPU that refuses the multi-block launch: the stage fails naming the Xid, the kernel log's line is decoded, the
+  device recovers and the later stages pass; an unreadable kernel log is reported as such."""
+  from baregrad.drivers.mock.nvgpu import GPUError
+  class Refuses(MockNVGPU):
+    def _launch(self, ch, subc, qmd):
+      super()._launch(ch, subc, qmd)
+      if ch.inflight and ch.inflight[-1].what == "kernel idx":
+        raise GPUError(13, f"Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): channel 0x{ch.token:08x}", "refused for the test")
+  assert _tool("nv_doctor").main(["--mock"], mock=Refuses()) == 1
+  out = capsys.readouterr().out
+  assert "FAILED: NVChannelError" in out and "Xid 13 (ROBUST_CHANNEL_GR_EXCEPTION)" in out and "FAILED: multi-block launch" in out
+  assert "NVRM: Xid (PCI:0000:01:00): 13" in out and "shared reduction: 96 blocks right" in out
+  m = MockNVGPU()
+  m.kmsg_readable = False
+  _tool("nv_doctor").main(["--mock", "--replays", "2"], mock=m)
+  assert "kernel log: unreadable (/dev/kmsg: EPERM" in capsys.readouterr().out
 
 @settings(max_examples=60, deadline=None)
 @given(st.tuples(st.integers(1, 2**31 - 1), st.integers(1, 65535), st.integers(1, 65535)), st.tuples(st.integers(1, 1024), st.integers(1, 1024), st.integers(1, 64)),

@@ -1489,3 +1489,80 @@ def test_device_function_calls_are_inlined():
     ref = np.where(v < 0, v + 2, v * 2)
     ref[5] = 1000  # its call was predicated off
     np.testing.assert_array_equal(rd(mem, po, np.int32, 16), ref)
+
+
+# ----------------------------------------------------------------------------- what the mock GPU feeds a launch
+SPECIALS = HDR + r"""
+.visible .entry dims(.param .u64 out) {
+    .reg .b32 %r<8>; .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [out];
+    mov.u32 %r1, %ntid.x; mov.u32 %r2, %nctaid.x; mov.u32 %r3, %dynamic_smem_size; mov.u32 %r4, %total_smem_size;
+    st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r4};
+    ret;
+}
+.visible .entry gen(.param .u64 out) {
+    .shared .align 4 .b32 sm[32];
+    .local .align 4 .b32 lc[4];
+    .reg .b32 %r<8>; .reg .b64 %rd<8>;
+    ld.param.u64 %rd1, [out];
+    mov.u64 %rd2, sm; cvta.shared.u64 %rd3, %rd2; mov.u64 %rd4, lc; cvta.local.u64 %rd5, %rd4;
+    mov.u32 %r1, 7; st.u32 [%rd3], %r1; mov.u32 %r2, 9; st.u32 [%rd5], %r2;
+    ld.shared.u32 %r3, [sm]; ld.local.u32 %r4, [lc];
+    st.global.v2.u32 [%rd1], {%r3, %r4}; st.global.v2.u64 [%rd1+8], {%rd3, %rd5};
+    ret;
+}
+"""
+
+
+def test_specials_come_from_the_caller():
+    """%ntid/%nctaid/%dynamic_smem_size/%total_smem_size as the mock GPU read them from constant bank 0."""
+    mod = PTXModule(SPECIALS)
+    mem = Memory()
+    out = mem.alloc(16)
+    mod.kernel("dims").launch(mem, [out], (3, 1, 1), (32, 1, 1))
+    assert rd(mem, out, np.uint32, 2).tolist() == [32, 3]
+    mod.kernel("dims").launch(mem, [out], (3, 1, 1), (32, 1, 1), specials={"ntid": (0, 0, 0), "nctaid": (0, 0, 0),
+                                                                          "dynamic_smem_size": 5, "total_smem_size": 6})
+    assert rd(mem, out, np.uint32, 4).tolist() == [0, 0, 5, 6]
+
+
+def test_windows_place_generic_shared_and_local():
+    """Generic addresses reach shared/local memory through the apertures; cvta converts with its own bases, and a
+    pointer converted with a base outside the aperture goes to global memory (a fault when nothing is mapped there)."""
+    from baregrad.drivers.mock.ptx_interp import Windows
+    mod = PTXModule(SPECIALS)
+    mem = Memory()
+    out = mem.alloc(32)
+    w = Windows(shared=0x7294_0000_0000, local=0x7293_0000_0000, size=1 << 24)
+    mod.kernel("gen").launch(mem, [out], (1, 1, 1), (1, 1, 1), windows=w)
+    assert rd(mem, out, np.uint32, 2).tolist() == [7, 9]
+    assert rd(mem, out + 8, np.uint64, 2).tolist() == [0x7294_0000_0000, 0x7293_0000_0000]
+    bad = Windows(shared=0x7294_0000_0000, local=0x7293_0000_0000, size=1 << 24, cvta_local=0)   # a zeroed cbank slot
+    with pytest.raises(GPUFault, match="not mapped"):
+        mod.kernel("gen").launch(mem, [out], (1, 1, 1), (1, 1, 1), windows=bad)
+
+
+def test_launch_steps_interleave_and_record():
+    """launch_steps yields before every instruction, so two grids can run interleaved; Memory.recorder collects the
+    regions each one reads and writes."""
+    src = HDR + r"""
+.visible .entry inc(.param .u64 a) {
+    .reg .b32 %r<4>; .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [a]; ld.global.u32 %r1, [%rd1]; add.u32 %r1, %r1, 1; st.global.u32 [%rd1], %r1;
+    ret;
+}
+"""
+    k = PTXModule(src).kernel("inc")
+    mem = Memory()
+    a = buf(mem, np.zeros(1, np.uint32))
+    g1, g2 = k.launch_steps(mem, [a], (1, 1, 1), (1, 1, 1)), k.launch_steps(mem, [a], (1, 1, 1), (1, 1, 1))
+    r1, r2 = set(), set()
+    live = [(g1, r1), (g2, r2)]
+    while live:
+        for item in list(live):
+            mem.recorder = item[1]
+            try: next(item[0])
+            except StopIteration: live.remove(item)
+    mem.recorder = None
+    assert rd(mem, a, np.uint32, 1)[0] == 1          # both read 0 before either stored: one update lost
+    assert r1 == r2 == {(a, "r"), (a, "w")}

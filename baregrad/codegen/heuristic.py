@@ -85,6 +85,6 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   elif ren.has_threads:
     loops = k.loop_axes()
     for n, i in enumerate(loops):
-      if k.axes[i].kind == "loop" and k.axes[i].size >= 2:
+      if k.axes[i].kind == "loop" and 2 <= k.axes[i].size < 2 ** 32:  # the CPU queue's EXEC carries a 32-bit extent
         _try(k, Opt(OptOps.PARALLEL, n)); break
   return list(k.applied)

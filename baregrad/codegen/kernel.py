@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from baregrad.helpers import prod
-from baregrad.ir.dtype import dtypes, PtrDType
+from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp, identity_element
 from baregrad.ir.view import ShapeTracker
 
@@ -84,6 +84,18 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
     if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
 
+INT32_MAX = 2 ** 31 - 1
+
+def index_dtype(ast: UOp) -> DType:
+  """int32 index arithmetic, unless a view of the kernel can reach an index past it (a buffer or an iteration space of
+  more than 2^31 elements): then int64 everywhere in the kernel's index math."""
+  for u in ast.toposort():
+    if u.op is not Ops.VIEW: continue
+    for v in u.arg.views:
+      if prod(v.shape) > INT32_MAX or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
+        return dtypes.int64
+  return dtypes.int32
+
 def _pow_n(v: UOp, n: int) -> UOp:
   """v ** n for a static n >= 1 by squaring."""
   out, b = None, v
@@ -142,22 +154,23 @@ class Kernel:
 
   # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
   def lower(self) -> UOp:
+    it = index_dtype(self.ast)
     order = {"global": 0, "local": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
     # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
     # out of the index math but stay in its REDUCE, which the linearizer cannot place)
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind) if self.axes[i].size != 1 else UOp.const(dtypes.int32, 0)
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind, it) if self.axes[i].size != 1 else UOp.const(it, 0)
                            for rid, i in enumerate(ids)}
     if self.gpu:
       # grid and workgroup axes are hardware indices, not loops (x is the innermost, fastest-varying axis)
       for kind, pre in (("global", "gidx"), ("local", "lidx")):
         ks = [i for i in range(len(self.axes)) if self.axes[i].kind == kind]
-        for n, i in enumerate(reversed(ks)): rng[i] = UOp(Ops.SPECIAL, dtypes.int32, (), (f"{pre}{n}", self.axes[i].size))
+        for n, i in enumerate(reversed(ks)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"{pre}{n}", self.axes[i].size))
     idx_of: list[UOp] = []
     for o, s in enumerate(self.full_shape):
       parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
-      e: UOp = UOp.const(dtypes.int32, 0)
+      e: UOp = UOp.const(it, 0)
       stride = 1
       for i, a in reversed(parts):
         e = e + rng[i] * stride
@@ -167,7 +180,7 @@ class Kernel:
     memo: dict[UOp, UOp] = {}
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
-      return [idx_of[o] if s != 1 else UOp.const(dtypes.int32, 0) for o, s in enumerate(shape)]
+      return [idx_of[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(shape)]
     for u in self.ast.toposort():
       src = tuple(memo.get(s, s) for s in u.src)
       if u.op is Ops.VIEW: new = u
@@ -186,7 +199,7 @@ class Kernel:
         val = src[0]
         if rs and n_reduce:
           # a second reduction over the same axes is a separate loop: give it its own ranges
-          fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * n_reduce, r.arg[1]) for r in rs}
+          fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * n_reduce, r.arg[1], it) for r in rs}
           # ...but only outside reductions nested in it: those keep their own loops
           val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
           rs = tuple(fresh[r] for r in rs)

@@ -2354,6 +2354,12 @@ cuEventDestroy_v2 = _lib.fn('cuEventDestroy_v2', CUresult, [CUevent])
 cuEventDestroy = cuEventDestroy_v2
 cuGetErrorString = _lib.fn('cuGetErrorString', CUresult, [CUresult, ctypes.POINTER(ctypes.c_char_p)])
 cuGetErrorName = _lib.fn('cuGetErrorName', CUresult, [CUresult, ctypes.POINTER(ctypes.c_char_p)])
+cuEventQuery = _lib.fn('cuEventQuery', CUresult, [CUevent])
+cuStreamQuery = _lib.fn('cuStreamQuery', CUresult, [CUstream])
+cuDevicePrimaryCtxRetain = _lib.fn('cuDevicePrimaryCtxRetain', CUresult, [ctypes.POINTER(CUcontext), CUdevice])
+cuDevicePrimaryCtxRelease_v2 = _lib.fn('cuDevicePrimaryCtxRelease_v2', CUresult, [CUdevice])
+cuDevicePrimaryCtxRelease = cuDevicePrimaryCtxRelease_v2
+cuFuncGetAttribute = _lib.fn('cuFuncGetAttribute', CUresult, [ctypes.POINTER(ctypes.c_int32), CUfunction_attribute, CUfunction])
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
@@ -2681,21 +2687,17 @@ SKIPPED = {
   'cuDeviceGetUuid_v2': "function not in this module's list",
   'cuDeviceGraphMemTrim': "function not in this module's list",
   'cuDevicePrimaryCtxGetState': "function not in this module's list",
-  'cuDevicePrimaryCtxRelease_v2': "function not in this module's list",
   'cuDevicePrimaryCtxReset_v2': "function not in this module's list",
-  'cuDevicePrimaryCtxRetain': "function not in this module's list",
   'cuDevicePrimaryCtxSetFlags_v2': "function not in this module's list",
   'cuDeviceRegisterAsyncNotification': "function not in this module's list",
   'cuDeviceSetGraphMemAttribute': "function not in this module's list",
   'cuDeviceSetMemPool': "function not in this module's list",
   'cuDeviceTotalMem_v2': "function not in this module's list",
   'cuDeviceUnregisterAsyncNotification': "function not in this module's list",
-  'cuEventQuery': "function not in this module's list",
   'cuEventRecordWithFlags': "function not in this module's list",
   'cuExternalMemoryGetMappedBuffer': "function not in this module's list",
   'cuExternalMemoryGetMappedMipmappedArray': "function not in this module's list",
   'cuFlushGPUDirectRDMAWrites': "function not in this module's list",
-  'cuFuncGetAttribute': "function not in this module's list",
   'cuFuncGetModule': "function not in this module's list",
   'cuFuncGetName': "function not in this module's list",
   'cuFuncGetParamInfo': "function not in this module's list",
@@ -2974,7 +2976,6 @@ SKIPPED = {
   'cuStreamGetId': "function not in this module's list",
   'cuStreamGetPriority': "function not in this module's list",
   'cuStreamIsCapturing': "function not in this module's list",
-  'cuStreamQuery': "function not in this module's list",
   'cuStreamSetAttribute': "function not in this module's list",
   'cuStreamUpdateCaptureDependencies_v2': "function not in this module's list",
   'cuStreamWaitEvent': "function not in this module's list",

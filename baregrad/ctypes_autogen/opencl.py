@@ -650,6 +650,8 @@ clFlush = _lib.fn('clFlush', cl_int, [cl_command_queue])
 clWaitForEvents = _lib.fn('clWaitForEvents', cl_int, [cl_uint, ctypes.POINTER(cl_event)])
 clGetEventProfilingInfo = _lib.fn('clGetEventProfilingInfo', cl_int, [cl_event, cl_profiling_info, size_t, ctypes.c_void_p, ctypes.POINTER(size_t)])
 clReleaseEvent = _lib.fn('clReleaseEvent', cl_int, [cl_event])
+clGetEventInfo = _lib.fn('clGetEventInfo', cl_int, [cl_event, cl_event_info, size_t, ctypes.c_void_p, ctypes.POINTER(size_t)])
+clCreateSubBuffer = _lib.fn('clCreateSubBuffer', cl_mem, [cl_mem, cl_mem_flags, cl_buffer_create_type, ctypes.c_void_p, ctypes.POINTER(cl_int)])
 
 # the C compiler's layout when this file was generated: name -> (sizeof, alignof, {member: offset},
 # {bitfield: (bit offset, width)}, {member: sizeof}); tests compare ctypes with it where the header is absent
@@ -683,7 +685,6 @@ SKIPPED = {
   'clCreateProgramWithIL': "function not in this module's list",
   'clCreateSampler': "function not in this module's list",
   'clCreateSamplerWithProperties': "function not in this module's list",
-  'clCreateSubBuffer': "function not in this module's list",
   'clCreateSubDevices': "function not in this module's list",
   'clCreateUserEvent': "function not in this module's list",
   'clEnqueueBarrier': "function not in this module's list",
@@ -716,7 +717,6 @@ SKIPPED = {
   'clGetCommandQueueInfo': "function not in this module's list",
   'clGetContextInfo': "function not in this module's list",
   'clGetDeviceAndHostTimer': "function not in this module's list",
-  'clGetEventInfo': "function not in this module's list",
   'clGetExtensionFunctionAddress': "function not in this module's list",
   'clGetExtensionFunctionAddressForPlatform': "function not in this module's list",
   'clGetHostTimer': "function not in this module's list",

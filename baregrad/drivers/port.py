@@ -49,7 +49,8 @@ class Port(Protocol):
   def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int: ...
   def munmap(self, addr: int, length: int) -> None: ...
   def read(self, fd: int, n: int) -> bytes: ...
-  def doorbell(self, addr: int, value: int) -> None: ...
+  def lseek(self, fd: int, offset: int, whence: int) -> int: ...
+  def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None: ...
 
 def _argptr(arg: Any) -> tuple[int, int]:
   """(address, size) of an ioctl argument: a ctypes object, a bytearray, or a plain integer value."""
@@ -87,7 +88,10 @@ class RealPort:
   def munmap(self, addr: int, length: int) -> None:
     if self.libc.munmap(ctypes.c_void_p(addr), length) != 0: raise self._err(f"munmap {addr:#x}+{length:#x}")
   def read(self, fd: int, n: int) -> bytes: return os.read(fd, n)
-  def doorbell(self, addr: int, value: int) -> None: ctypes.c_uint32.from_address(addr).value = value
+  def lseek(self, fd: int, offset: int, whence: int) -> int: return os.lseek(fd, offset, whence)
+  def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
+    """One store of `nbytes` (4, or 8 for 64-bit doorbells such as AMD's on SOC15 parts) to a mapped register."""
+    (ctypes.c_uint64 if nbytes == 8 else ctypes.c_uint32).from_address(addr).value = value
 
 class MockDevice(Protocol):
   """What a mock GPU implements: the kernel interface of its real driver."""
@@ -112,7 +116,13 @@ class MockPort:
     return self.mock.mmap(addr, length, prot, flags, fd, offset)
   def munmap(self, addr: int, length: int) -> None: self.mock.munmap(addr, length)
   def read(self, fd: int, n: int) -> bytes: return getattr(self.mock, "read")(fd, n)
-  def doorbell(self, addr: int, value: int) -> None: self.mock.doorbell(addr, value)
+  def lseek(self, fd: int, offset: int, whence: int) -> int:
+    f = getattr(self.mock, "lseek", None)
+    if f is None: raise OSError(errno.ESPIPE, "lseek: this mock has no seekable files")
+    return f(fd, offset, whence)
+  def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
+    if nbytes == 4: self.mock.doorbell(addr, value)
+    else: self.mock.doorbell(addr, value, nbytes)
 
 class TracingPort:
   """Wraps a port and prints each call; ioctls decoded by name with their fields before and after."""
@@ -144,7 +154,13 @@ class TracingPort:
     r = self.inner.read(fd, n)
     self.out(f"read({fd}, {n}) = {len(r)} bytes")
     return r
-  def doorbell(self, addr: int, value: int) -> None: self.out(f"doorbell {addr:#x} <- {value:#x}"); self.inner.doorbell(addr, value)
+  def lseek(self, fd: int, offset: int, whence: int) -> int:
+    r = self.inner.lseek(fd, offset, whence)
+    self.out(f"lseek({fd}, {offset}, {whence}) = {r}")
+    return r
+  def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
+    self.out(f"doorbell{'64' if nbytes == 8 else ''} {addr:#x} <- {value:#x}")
+    self.inner.doorbell(addr, value, nbytes)
 
 def make_port(mock: MockDevice | None = None) -> Any:
   """The port a driver should use: the mock's when given (MOCKGPU=1), else the kernel's; traced with IOCTL_TRACE=1."""

@@ -17,22 +17,61 @@ from baregrad.hal import Buffer, Device
 
 _ids = itertools.count()
 
-class BufRef:
-  """A device buffer the graph refers to; allocated when a kernel first writes it. Hashed by identity."""
-  __slots__ = ("device", "size", "dtype", "buf", "id", "__weakref__")
+class Storage:
+  """Device memory that successive versions of one buffer live in (docs/value_semantics.md). `version` is the
+  current one; `owner` (weak) is the tensor it belongs to, rebound to each new version."""
+  __slots__ = ("device", "size", "dtype", "buf", "version", "owner", "id", "__weakref__")
   def __init__(self, device: str, size: int, dtype: DType, buf: Buffer | None = None):
     self.device, self.size, self.dtype, self.buf, self.id = Device.canonicalize(device), size, dtype, buf, next(_ids)
+    self.version, self.owner = 0, None
   def ensure(self) -> Buffer:
     if self.buf is None: self.buf = Buffer(self.device, self.size, self.dtype)
     if not self.buf.is_allocated(): self.buf.allocate()
     return self.buf
-  def __repr__(self) -> str: return f"BufRef({self.id}, {self.device}, {self.size}, {self.dtype})"
+  def next_ref(self) -> BufRef:
+    """The version an in-place write produces (current once the schedule writing it has run: commit())."""
+    return BufRef(storage=self, version=self.version + 1)
+  def __repr__(self) -> str: return f"Storage({self.id}, {self.device}, {self.size}, {self.dtype}, v{self.version})"
+
+class BufRef:
+  """One version of a Storage: what a BUFFER UOp reads, allocated when a kernel first writes it. Hashed by identity,
+  so a graph over an older version is a different graph."""
+  __slots__ = ("storage", "version", "id", "__weakref__")
+  def __init__(self, device: str = "", size: int = 0, dtype: DType | None = None, buf: Buffer | None = None, *,
+               storage: Storage | None = None, version: int = 0):
+    self.storage = storage if storage is not None else Storage(device, size, dtype, buf)  # type: ignore[arg-type]
+    self.version, self.id = version, next(_ids)
+  @property
+  def device(self) -> str: return self.storage.device
+  @property
+  def size(self) -> int: return self.storage.size
+  @property
+  def dtype(self) -> DType: return self.storage.dtype
+  @property
+  def buf(self) -> Buffer | None: return self.storage.buf
+  @buf.setter
+  def buf(self, b: Buffer | None) -> None: self.storage.buf = b
+  def ensure(self) -> Buffer: return self.storage.ensure()
+  @property
+  def stale(self) -> bool:
+    """An in-place write has replaced this version: its memory holds a newer value."""
+    return self.version < self.storage.version
+  def commit(self) -> None:
+    """The write producing this version has run: it is the storage's current version now."""
+    if self.version > self.storage.version: self.storage.version = self.version
+  def __repr__(self) -> str: return f"BufRef({self.id}, {self.device}, {self.size}, {self.dtype}, v{self.version})"
+
+def stale_error(ref: BufRef) -> RuntimeError:
+  return RuntimeError(f"a buffer this graph reads ({ref.size} x {ref.dtype.name} on {ref.device}) was modified by an in-place operation "
+                      f"(assign, setitem, an optimizer step or a jit replay) after the graph was built: it is at version {ref.storage.version}, "
+                      f"the graph needs version {ref.version}. PyTorch raises here too (\"one of the variables needed for gradient computation "
+                      f"has been modified by an inplace operation\"): compute what needs the old value before the update")
 
 def buffer_uop(ref: BufRef) -> UOp: return UOp(Ops.BUFFER, ref.dtype, (), ref)
 
 _shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-class ShapeError(ValueError): pass
+class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in PyTorch
 
 def shape_of(u: UOp) -> tuple[int, ...]:
   if (s := _shapes.get(u)) is not None: return s

@@ -1,7 +1,7 @@
 """Run a schedule: allocate buffers (reusing intermediates' memory once they are dead), compile, launch."""
 from __future__ import annotations
 import sys
-from baregrad.helpers import DEBUG, getenv
+from baregrad.helpers import DEBUG, getenv, Progress
 from baregrad.hal import Buffer, Device
 from baregrad.engine.schedule import ScheduleItem
 from baregrad.engine.graph import BufRef
@@ -34,6 +34,7 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
 
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
   assign = plan_memory(items, keep or set()) if not getenv("NO_MEMPLAN", 0) else {}
+  bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)  # if compiles take > 1 s
   for it in items:
     out = it.bufs[0]
     if out.buf is None and out.id in assign:
@@ -49,6 +50,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
       for c in capturing: c.add_copy(it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)
-    runner = compile_ast(it.ast, out.device)
+    with bar.step(): runner = compile_ast(it.ast, out.device)
     runner([b.buf for b in it.bufs])
     for c in capturing: c.add_kernel(runner, it)
+  bar.close()

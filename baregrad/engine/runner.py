@@ -4,7 +4,7 @@ import sys, time
 from typing import Sequence
 from baregrad.helpers import DEBUG, getenv
 from baregrad.ir.ops import UOp, Ops
-from baregrad.hal import Device, Buffer
+from baregrad.hal import Device, Buffer, profile
 from baregrad.codegen.kernel import Opt
 from baregrad.codegen.program import ProgramSpec, get_program
 
@@ -61,9 +61,9 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
   if (r := _cache.get(key)) is None:
     if opts is None and (width := int(getenv("BEAM", 0))) > 0:
       from baregrad.engine.search import beam_search
-      opts = beam_search(ast, dname, width)
-    spec = get_program(ast, Device[dname].renderer, opts, name)
-    _cache[key] = r = CompiledRunner(spec, dname)
+      with profile.span("beam", width=width): opts = beam_search(ast, dname, width)
+    with profile.span("codegen", device=dname): spec = get_program(ast, Device[dname].renderer, opts, name)
+    with profile.span("compile", kernel=spec.name, device=dname): _cache[key] = r = CompiledRunner(spec, dname)
   return r
 
 def run_ast(ast: UOp, bufs: Sequence[Buffer], device: str | None = None, opts: list[Opt] | None = None,

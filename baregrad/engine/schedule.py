@@ -12,7 +12,8 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import gbuf
-from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements
+from baregrad.engine import checks
+from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
 
 @dataclass
 class ScheduleItem:
@@ -20,6 +21,7 @@ class ScheduleItem:
   bufs: list[BufRef]       # by the kernel's buffer numbers: bufs[0] is written
   kind: str = "kernel"     # "kernel" or "copy"
   srcnode: UOp | None = field(default=None, repr=False)
+  check: tuple[UOp, str] | None = field(default=None, repr=False)  # (checked node, message): this item computes a bounds flag
 
 class _NeedRealize(Exception):
   def __init__(self, u: UOp): self.u = u
@@ -38,21 +40,27 @@ class _KernelBuilder:
     self.bufs: list[BufRef] = []
     self.memo: dict[tuple[UOp, ShapeTracker, bool], UOp] = {}
     self.reduce_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
+    self.loads_output = False
 
   def buf_index(self, ref: BufRef) -> int:
+    # one argument per storage: an ASSIGN reads the old version of the memory it writes (x += y)
     for i, b in enumerate(self.bufs):
-      if b is ref: return i
+      if b.storage is ref.storage: return i
     self.bufs.append(ref)
     return len(self.bufs) - 1
 
   def load(self, ref: BufRef, st: ShapeTracker) -> UOp:
-    return UOp(Ops.LOAD, ref.dtype, (gbuf(self.buf_index(ref), ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
+    i = self.buf_index(ref)
+    if i == 0: self.loads_output = True  # an ASSIGN reading what it writes (checked by _assign_check)
+    return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
 
   def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
     key = (u, st, in_reduce)
     if key in self.memo: return self.memo[key]
     if not root and u in self.realized: out = self.load(self.realized[u], st)
-    elif u.op is Ops.BUFFER: out = self.load(u.arg, st)
+    elif u.op is Ops.BUFFER:
+      if u.arg.stale: raise stale_error(u.arg)
+      out = self.load(u.arg, st)
     elif u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
       if any(v.mask is not None for v in vst.views) and not (inner.op in (Ops.BUFFER, Ops.CONST) or inner in self.realized):
@@ -84,6 +92,13 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
   A graph that reads no buffer (a constant) runs on default_device."""
   realized: dict[UOp, BufRef] = {}
   nodes = _all_nodes(targets)  # topological order; the graph does not change while kernels are cut
+  # bounds checks on computed nodes are computed alongside (engine/checks.py)
+  check_of: dict[UOp, tuple[UOp, str]] = {}
+  if checks.registry and (fs := checks.found(nodes)):
+    check_of = {p: (n, m) for n, p, m in fs}
+    targets = list(targets) + list(check_of)
+    seen = dict.fromkeys(nodes)
+    nodes += [u for u in _all_nodes(list(check_of)) if u not in seen]  # still topological: they only add on top
   pos = {u: i for i, u in enumerate(nodes)}
   for u in nodes:
     if u.op is Ops.ASSIGN:
@@ -95,10 +110,16 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
     # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
     if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+  # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
+  # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
+  after_write: set[UOp] = set()
+  for u in nodes:
+    if u.op is Ops.ASSIGN or any(s in after_write for s in u.src): after_write.add(u)
+  key = {u: (u in after_write, i) for i, u in enumerate(nodes)}
   items: list[ScheduleItem] = []
   while True:
     # kernels of nodes before the last newly realized one cannot contain it (it is not among their inputs): keep them
-    order = [u for u in nodes if u in must and u not in realized]
+    order = sorted((u for u in nodes if u in must and u not in realized), key=key.__getitem__)
     try:
       for u in order:
         if u.op is Ops.COPY:
@@ -124,16 +145,30 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         lowered = kb.lower(val, st, False, root=val is u)
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
-        if u.op is Ops.ASSIGN and any(b is ref for b in kb.bufs[1:]): ast = _assign_check(ast, kb, ref)
+        if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref)
         realized[u] = ref
-        items.append(ScheduleItem(ast, kb.bufs, "kernel", u))
+        items.append(ScheduleItem(ast, kb.bufs, "kernel", u, check_of.get(u)))
+      _check_write_order(items)
       return items, realized
     except _NeedRealize as e:
       if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
       must.add(e.u)
       cut = pos[e.u]
-      items = [it for it in items if pos[it.srcnode] < cut]
-      realized = {k: v for k, v in realized.items() if pos[k] < cut}
+      # keep the longest prefix that cannot contain e.u and writes nothing: a kernel added now may read what a kept
+      # ASSIGN would already have overwritten
+      k = next((i for i, it in enumerate(items) if pos[it.srcnode] >= cut or it.srcnode.op is Ops.ASSIGN), len(items))
+      items = items[:k]
+      realized = {it.srcnode: it.bufs[0] for it in items}
+
+def _check_write_order(items: list[ScheduleItem]) -> None:
+  """No kernel reads a version of a storage that an earlier kernel of the schedule has already overwritten."""
+  written: dict = {}
+  for it in items:
+    for b in it.bufs[1:]:
+      if (w := written.get(b.storage)) is not None and w > b.version:
+        raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "
+                           f"earlier kernel of the same schedule wrote version {w}")
+    if it.srcnode is not None and it.srcnode.op is Ops.ASSIGN: written[it.bufs[0].storage] = it.bufs[0].version
 
 def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
 
@@ -169,16 +204,17 @@ def _reshape_to_reduce(val: UOp, realized: dict[UOp, BufRef]) -> UOp:
     return out
   return rebuild(val)
 
-def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> UOp:
+def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> None:
   # reading the buffer being written is fine only where every element reads its own position (x += y)
   for u in ast.toposort():
-    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg] is ref and not u.src[1].arg.contiguous:
+    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg].storage is ref.storage and not u.src[1].arg.contiguous:
       raise ValueError("ASSIGN reads its own target through a view: the result would depend on the order of writes")
-  return ast
 
 def _src_ref(src: UOp, realized: dict[UOp, BufRef]) -> BufRef:
   if src in realized: return realized[src]
-  if src.op is Ops.BUFFER: return src.arg
+  if src.op is Ops.BUFFER:
+    if src.arg.stale: raise stale_error(src.arg)
+    return src.arg
   raise _NeedRealize(src)
 
 def _all_nodes(targets: list[UOp]) -> list[UOp]:

@@ -5,7 +5,7 @@ action that applies, compile and time each, keep the best, repeat a few rounds. 
 by (AST, device) so a kernel is searched once. BEAM=n in the environment turns it on for every kernel."""
 from __future__ import annotations
 import hashlib, json, os, sys
-from baregrad.helpers import cache_dir, DEBUG
+from baregrad.helpers import cache_dir, DEBUG, Progress
 from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
@@ -55,6 +55,7 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
   # fresh device memory is zeros: fine for timing, and no denormals or NaNs to skew it
   best: list[tuple[float, list[Opt]]] = [(_time(ast, device, [], bufs), [])]
   beam = [[]]
+  fastest, bar = best[0][0], Progress(desc=f"BEAM {width}", unit="candidates", delay=0.5)  # a bar on a terminal
   for _ in range(rounds):
     cands: list[tuple[float, list[Opt]]] = []
     for opts in beam:
@@ -68,12 +69,15 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
           k2 = Kernel(ast)
           for o in new: k2.apply_opt(o)
           cands.append((_time(ast, device, new, bufs), new))
+          fastest = min(fastest, cands[-1][0])
+          bar.update(1, f"best {fastest * 1e6:.1f} us")
         except Exception as e:  # a candidate that fails to apply or build is simply not a candidate
           if DEBUG() >= 3: print(f"beam: {new} failed: {e}", file=sys.stderr)
     if not cands: break
     cands.sort(key=lambda c: c[0])
     beam = [c[1] for c in cands[:width]]
     best = sorted(best + cands[:width], key=lambda c: c[0])[:width]
+  bar.close()
   chosen = best[0][1]
   if DEBUG() >= 2: print(f"beam: {best[0][0] * 1e6:.1f} us with {chosen}", file=sys.stderr)
   os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import ctypes, os, threading, time
 from dataclasses import dataclass
 from typing import Any, Sequence
-from baregrad.hal import Compiled, LRUAllocator, Program
+from baregrad.hal import Compiled, LRUAllocator, Program, profile
 from baregrad.hcq.signal import HCQSignal, SignalPool
 from baregrad.hcq.queue import HWQueue, HCQArgsState
 
@@ -115,13 +115,15 @@ class HCQProgram(Program):
     dev = self.dev
     args = self.fill_kernargs(bufs, vals)
     q = dev.compute_queue_t()
-    if wait: st, en = dev.signal_t(dev), dev.signal_t(dev)
+    ts = wait or profile.ON  # PROFILE=1 takes the same timestamps, without waiting for them
+    if ts: st, en = dev.signal_t(dev), dev.signal_t(dev)
     with dev.submit_lock:
       q.wait(dev.timeline_signal, dev.timeline_value - 1)
-      if wait: q.timestamp(st)
+      if ts: q.timestamp(st)
       q.exec(self, args, global_size, local_size)
-      if wait: q.timestamp(en)
-      q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+      if ts: q.timestamp(en)
+      q.signal(dev.timeline_signal, tv := dev.next_timeline()).submit(dev)
+    if profile.ON: profile.device_op(dev, q, self.name, "kernel", (st, en), tv, global_size=global_size, local_size=local_size)
     if not wait: return None
     dev.synchronize()
     return (en.timestamp - st.timestamp) / dev.ticks_per_us / 1e6
@@ -158,8 +160,12 @@ class HCQAllocator(LRUAllocator):
       mv[:size] = src[off:off + size]
       with dev.submit_lock:
         self._staging_done[k] = tv = dev.next_timeline()
-        self._queue().wait(dev.timeline_signal, tv - 1).copy(dest.va_addr + off, s.va_addr, size) \
-                     .signal(dev.timeline_signal, tv).submit(dev)
+        q = self._queue().wait(dev.timeline_signal, tv - 1)
+        sigs = profile.begin(q, dev)  # timestamps around the copy when profiling
+        q.copy(dest.va_addr + off, s.va_addr, size)
+        profile.end(q, sigs)
+        q.signal(dev.timeline_signal, tv).submit(dev)
+      profile.device_op(dev, q, "copyin", "copy", sigs, tv, nbytes=size)
 
   def _copyout_locked(self, dest: memoryview, src: HCQBuffer) -> None:
     dev = self.dev
@@ -169,8 +175,12 @@ class HCQAllocator(LRUAllocator):
       s, mv = self._stage(0)
       with dev.submit_lock:
         tv = dev.next_timeline()
-        self._queue().wait(dev.timeline_signal, tv - 1).copy(s.va_addr, src.va_addr + off, size) \
-                     .signal(dev.timeline_signal, tv).submit(dev)
+        q = self._queue().wait(dev.timeline_signal, tv - 1)
+        sigs = profile.begin(q, dev)
+        q.copy(s.va_addr, src.va_addr + off, size)
+        profile.end(q, sigs)
+        q.signal(dev.timeline_signal, tv).submit(dev)
+      profile.device_op(dev, q, "copyout", "copy", sigs, tv, nbytes=size)
       dev.timeline_signal.wait(tv)
       self._staging_done[0] = tv
       dest[off:off + size] = mv[:size]

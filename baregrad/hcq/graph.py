@@ -1,30 +1,113 @@
-"""HCQGraph: a list of kernels recorded once into one queue; replay patches buffer addresses and the timeline
-values in the encoded commands and submits once."""
+"""HCQGraph: a list of kernels recorded once into a queue; a replay patches buffer addresses and the timeline values
+in the encoded commands and submits once.
+
+Two rules make a replay correct on a GPU (hw/h100-580.159.04 FINDINGS.md, 6a and 6b):
+- Launches of one submission run concurrently unless a barrier separates them. Kernels that may depend on each
+  other get memory_barrier() between them: every pair of consecutive kernels by default (the graph does not know
+  what a kernel reads or writes); with `writes` (per kernel, the indices of the buffers it writes) only where a
+  kernel touches memory that a kernel since the last barrier writes, or writes memory one of them reads.
+- A launch reads its arguments (on NV: its QMD and constant bank) while it is queued or running, so a replay never
+  patches arguments a submitted replay may still read. The graph keeps `depth` recordings, each with its own
+  argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission."""
 from __future__ import annotations
+from dataclasses import dataclass
 from typing import Any, Sequence
+from baregrad.hal import profile
 from baregrad.hcq.device import HCQDevice
 
+@dataclass
+class _Slot:
+  q: Any
+  args: list[Any]
+  wait_idx: int
+  signal_idx: int
+  done: int = 0                      # timeline value after which this recording's arguments are free again
+  addrs: dict | None = None          # (kernel, buffer index) -> the address its arguments hold now
+
+def _span(b: Any) -> tuple[int, int]:
+  b = b._buf if hasattr(b, "_buf") else b
+  return b.va_addr, b.va_addr + max(int(getattr(b, "size", 1) or 1), 1)
+
 class HCQGraph:
-  def __init__(self, dev: HCQDevice, kernels: Sequence[tuple[Any, list[Any], tuple, tuple, tuple]]):
-    """kernels: (HCQProgram, raw buffers, vals, global_size, local_size) in launch order."""
-    self.dev = dev
-    self.args = []
-    self.q = dev.compute_queue_t()
-    self.q.wait(dev.timeline_signal, 0)
-    self.wait_idx = self.q.last
-    for prg, bufs, vals, gs, ls in kernels:
+  def __init__(self, dev: HCQDevice, kernels: Sequence[tuple[Any, list[Any], tuple, tuple, tuple]],
+               writes: Sequence[Sequence[int]] | None = None, depth: int = 2) -> None:
+    """kernels: (HCQProgram, raw buffers, vals, global_size, local_size) in launch order. writes (optional): for each
+    kernel, the indices of the buffers it writes; without it every kernel is ordered after the one before. depth:
+    replays that may be in flight at once."""
+    if depth < 1: raise ValueError(f"depth={depth}: at least one recording")
+    self.dev, self.kernels, self.depth = dev, list(kernels), depth
+    if writes is not None and len(writes) != len(self.kernels):
+      raise ValueError(f"writes has {len(writes)} entries for {len(self.kernels)} kernels")
+    self.writes = None if writes is None else [set(w) for w in writes]
+    self.sizes = [[_span(b)[1] - _span(b)[0] for b in bufs] for _, bufs, _, _, _ in self.kernels]
+    self.barriers = self._plan([[_span(b)[0] for b in bufs] for _, bufs, _, _, _ in self.kernels])
+    self.slots = [self._record() for _ in range(depth)]
+    self.replays = 0
+
+  def _plan(self, addrs: list[list[int]]) -> set[int]:
+    """Indices i of the kernels that need a barrier before them."""
+    n = len(self.kernels)
+    if self.writes is None: return set(range(1, n))
+    out: set[int] = set()
+    since_w: list[tuple[int, int]] = []
+    since_r: list[tuple[int, int]] = []
+    hit = lambda spans, pool: any(a < d and c < b for a, b in spans for c, d in pool)
+    for i in range(n):
+      spans = [(a, a + s) for a, s in zip(addrs[i], self.sizes[i])]
+      w = [sp for j, sp in enumerate(spans) if j in self.writes[i]]
+      r = [sp for j, sp in enumerate(spans) if j not in self.writes[i]]
+      if hit(w + r, since_w) or hit(w, since_r):
+        out.add(i)
+        since_w, since_r = [], []
+      since_w += w
+      since_r += r
+    return out
+
+  def _record(self) -> _Slot:
+    dev = self.dev
+    q = dev.compute_queue_t()
+    q.wait(dev.timeline_signal, 0)
+    wait_idx = q.last
+    args = []
+    for i, (prg, bufs, vals, gs, ls) in enumerate(self.kernels):
+      if i in self.barriers: q.memory_barrier()
       mem = dev.alloc_args_memory(prg.kernargs_size(len(bufs), len(vals)))
       st = prg.fill_kernargs(bufs, vals, kernargs=mem)
-      self.q.exec(prg, st, gs, ls)
-      self.args.append(st)
-    self.q.signal(dev.timeline_signal, 0)
-    self.signal_idx = self.q.last
+      q.exec(prg, st, gs, ls)
+      args.append(st)
+    q.signal(dev.timeline_signal, 0)
+    return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)})
+
+  @property
+  def args(self) -> list[Any]:
+    """The argument states of the recording the next replay uses."""
+    return self.slots[self.replays % self.depth].args
 
   def replay(self, patches: Sequence[tuple[int, int, int]] = ()) -> None:
-    """patches: (kernel index, buffer argument index, new device address)."""
-    for k, i, addr in patches: self.args[k].update_buffer(i, addr)
+    """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays."""
     dev = self.dev
+    want = dict(self.slots[(self.replays - 1) % self.depth].addrs or {}) if self.replays else dict(self.slots[0].addrs or {})
+    for k, i, addr in patches:
+      if (k, i) not in want: raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
+      want[(k, i)] = addr
+    if self.writes is not None and patches:
+      addrs = [[want[(k, i)] for i in range(len(bufs))] for k, (_, bufs, _, _, _) in enumerate(self.kernels)]
+      if not self._plan(addrs) <= self.barriers:
+        raise ValueError("replay: the patched buffers make kernels depend on each other where the graph has no barrier "
+                         "between them; record the graph for these buffers (or without `writes`)")
+    s = self.slots[self.replays % self.depth]
+    dev.timeline_signal.wait(s.done)   # its last submission finished: nothing queued or running reads these arguments
+    assert s.addrs is not None
+    for (k, i), addr in want.items():
+      if s.addrs[(k, i)] != addr:
+        s.args[k].update_buffer(i, addr)
+        s.addrs[(k, i)] = addr
     with dev.submit_lock:
-      self.q.update_wait(self.wait_idx, value=dev.timeline_value - 1)
-      self.q.update_signal(self.signal_idx, value=dev.next_timeline())
-      self.q.submit(dev)
+      st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
+      s.q.update_wait(s.wait_idx, value=dev.timeline_value - 1)
+      s.done = dev.next_timeline()
+      s.q.update_signal(s.signal_idx, value=s.done)
+      s.q.submit(dev)
+      en = profile.stamp(dev)
+    self.replays += 1
+    if st and en: profile.device_op(dev, s.q, f"graph of {len(s.args)} kernels", "graph", (st[0], en[0]), en[1])

@@ -108,7 +108,8 @@ class View:
 
   def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
     """(flat index, validity) of this view at index tuple idxs."""
-    idx: UOp = UOp.const(dtypes.int32, self.offset)
+    it = idxs[0].dtype if idxs else dtypes.int32  # the kernel's index dtype (int64 for views past 2^31 elements)
+    idx: UOp = UOp.const(it, self.offset)
     valid: UOp = UOp.const(dtypes.bool, True)
     for i, (s, st) in enumerate(zip(self.shape, self.strides)):
       if st != 0 and s != 1: idx = idx + idxs[i] * st
@@ -150,7 +151,7 @@ class ShapeTracker:
       # unravel the flat index of the view above into this view's shape
       parts, acc = [], idx
       for s in reversed(v.shape):
-        parts.append(acc % s if s != 1 else UOp.const(dtypes.int32, 0))
+        parts.append(acc % s if s != 1 else UOp.const(acc.dtype, 0))
         acc = acc // s
       nidx, nvalid = v.to_index(list(reversed(parts)))
       idx, valid = nidx, (valid & nvalid) if nvalid.op is not Ops.CONST or not nvalid.arg else valid

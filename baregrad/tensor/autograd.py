@@ -1,9 +1,9 @@
 """Reverse-mode autograd over the tensor graph: gradients are UOp graphs too, so they fuse like forward code."""
 from __future__ import annotations
-import math
+import math, weakref
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.engine.graph import shape_of, device_of
+from baregrad.engine.graph import shape_of, device_of, stale_error
 
 def _c(like: UOp, v: float) -> UOp:
   """A constant broadcast to like's shape."""
@@ -117,20 +117,31 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
       grads[src] = _alu(Ops.ADD, grads[src], g) if src in grads else g
   return {t: grads[t] for t in targets if t in grads}
 
-def backward(loss, gradient=None) -> None:
+# tensors whose graph a backward() without retain_graph went through: PyTorch frees that graph, so a second backward
+# through it raises. (Tracked per tensor, not per node: hash-consing makes a rebuilt expression the same nodes.)
+_freed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
+
+def backward(loss, gradient=None, retain_graph: bool = False) -> None:
   from baregrad.tensor.tensor import Tensor, _all_grad_tensors
+  if _freed.get(id(loss)) is loss:
+    raise RuntimeError("Trying to backward through the graph a second time: the first backward() freed it. Specify "
+                       "retain_graph=True in the first backward() if you need to backward through it again")
   if gradient is None:
     if loss.numel() != 1: raise RuntimeError(f"backward() without a gradient needs a scalar (one-element) tensor, got shape {loss.shape}")
     if not dtypes.is_float(loss.dtype): raise RuntimeError(f"backward() needs a float tensor, got {loss.dtype}")
     gradient = Tensor.full(loss.shape, 1.0, dtype=loss.dtype, device=loss.device)
-  elif gradient.shape != loss.shape: raise ValueError(f"gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
+  elif gradient.shape != loss.shape: raise RuntimeError(f"Mismatch in shape: gradient of shape {gradient.shape} for a tensor of shape {loss.shape}")
   if not loss.requires_grad:
     raise RuntimeError(f"backward(): this tensor (shape {loss.shape}) does not require grad: no tensor with requires_grad=True contributes to it")
-  leaves = [t for t in list(_all_grad_tensors) if t.requires_grad]
+  leaves = [t for t in list(_all_grad_tensors.values()) if t.requires_grad]
   nodes = set(loss.uop.toposort())
   targets = {t.uop for t in leaves if t.uop in nodes}
-  if not targets: raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
+  if not targets:
+    # the leaves were overwritten in place since the graph was built (their tensors read newer versions now)
+    if (stale := next((u.arg for u in nodes if u.op is Ops.BUFFER and u.arg.stale), None)) is not None: raise stale_error(stale)
+    raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
   grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
+  if not retain_graph: _freed[id(loss)] = loss
   for t in leaves:
     if t.uop not in grads: continue
     g = Tensor(grads[t.uop], device=t.device)

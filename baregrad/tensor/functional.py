@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote
 from baregrad.tensor.tensor import Tensor, _axis
+from baregrad.tensor.bounds import checked
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -70,19 +71,19 @@ def _onehot(idx: Tensor, n: int) -> Tensor:
 def cat(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = None) -> Tensor:
   """Concatenate along dim: each piece is zero-padded to the full size and the pieces are added (one fused kernel)."""
   ts = list(tensors)
-  if not ts: raise ValueError("cat() needs a non-empty sequence of tensors")
+  if not ts: raise RuntimeError("cat() needs a non-empty sequence of tensors")
   for i, t in enumerate(ts):
     if not isinstance(t, Tensor): raise TypeError(f"cat(): element {i} is a {type(t).__name__}, not a Tensor")
   d0 = _dim(dim, axis)
   # PyTorch skips legacy 1-D empty tensors of shape (0,)
   parts = [t for t in ts if not (t.shape == (0,))] or ts[:1]
   ref = parts[0]
-  if ref.ndim == 0: raise ValueError("cat(): zero-dimensional tensors cannot be concatenated")
+  if ref.ndim == 0: raise RuntimeError("cat(): zero-dimensional tensors cannot be concatenated")
   d = _axis(d0, ref.ndim)
   for i, t in enumerate(parts):
-    if t.device != ref.device: raise ValueError(f"cat(): tensors on different devices: {ref.device} and {t.device}")
+    if t.device != ref.device: raise RuntimeError(f"cat(): tensors on different devices: {ref.device} and {t.device}")
     if t.ndim != ref.ndim or any(a != b for k, (a, b) in enumerate(zip(t.shape, ref.shape)) if k != d):
-      raise ValueError(f"cat(): sizes must match except in dimension {d}: got shapes {[tuple(p.shape) for p in parts]} "
+      raise RuntimeError(f"cat(): sizes must match except in dimension {d}: got shapes {[tuple(p.shape) for p in parts]} "
                        f"(shape {t.shape} differs from {ref.shape})")
   dt = _fold(promote, [t.dtype for t in parts])
   total = sum(t.shape[d] for t in parts)
@@ -100,9 +101,9 @@ concat = concatenate = cat
 
 def stack(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = None) -> Tensor:
   ts = list(tensors)
-  if not ts: raise ValueError("stack() needs a non-empty sequence of tensors")
+  if not ts: raise RuntimeError("stack() needs a non-empty sequence of tensors")
   for i, t in enumerate(ts):
-    if t.shape != ts[0].shape: raise ValueError(f"stack(): every tensor must have the same shape: tensor 0 has {ts[0].shape}, tensor {i} has {t.shape}")
+    if t.shape != ts[0].shape: raise RuntimeError(f"stack(): every tensor must have the same shape: tensor 0 has {ts[0].shape}, tensor {i} has {t.shape}")
   d = _axis(_dim(dim, axis), ts[0].ndim + 1)
   return cat([t.unsqueeze(d) for t in ts], d)
 
@@ -111,11 +112,11 @@ def split(tensor: Tensor, split_size_or_sections: int | Sequence[int], dim: int 
   n = tensor.shape[d]
   if isinstance(split_size_or_sections, int):
     s = split_size_or_sections
-    if s <= 0 and not (s == 0 and n == 0): raise ValueError(f"split_size must be positive, got {s}")
+    if s <= 0 and not (s == 0 and n == 0): raise RuntimeError(f"split_size must be positive, got {s}")
     sizes = [min(s, n - i) for i in range(0, n, s)] if n else [0]
   else:
     sizes = [int(s) for s in split_size_or_sections]
-    if sum(sizes) != n or any(s < 0 for s in sizes): raise ValueError(f"split sections {sizes} must be non-negative and sum to the size {n} of dimension {d} (shape {tensor.shape})")
+    if sum(sizes) != n or any(s < 0 for s in sizes): raise RuntimeError(f"split sections {sizes} must be non-negative and sum to the size {n} of dimension {d} (shape {tensor.shape})")
   out, off = [], 0
   for s in sizes:
     out.append(tensor._shrink(tuple((off, off + s) if k == d else (0, sz) for k, sz in enumerate(tensor.shape))))
@@ -123,7 +124,7 @@ def split(tensor: Tensor, split_size_or_sections: int | Sequence[int], dim: int 
   return tuple(out)
 
 def chunk(tensor: Tensor, chunks: int, dim: int | None = None, axis: int | None = None) -> tuple[Tensor, ...]:
-  if chunks <= 0: raise ValueError(f"chunk expects chunks > 0, got {chunks}")
+  if chunks <= 0: raise RuntimeError(f"chunk expects chunks > 0, got {chunks}")
   d = _axis(_dim(dim, axis), tensor.ndim)
   n = tensor.shape[d]
   return split(tensor, max(1, -(-n // chunks)), d)
@@ -172,12 +173,12 @@ def triu(tensor: Tensor, diagonal: int = 0) -> Tensor: return _tri_mask(tensor, 
 def _check_index(name: str, x: Tensor, d: int, index: Tensor, src: Tensor | None = None) -> None:
   if not isinstance(index, Tensor): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
   if dtypes.is_float(index.dtype) or index.dtype == dtypes.bool: raise TypeError(f"{name}: index must be an integer tensor, got {index.dtype}")
-  if index.ndim != x.ndim: raise ValueError(f"{name}: index has {index.ndim} dimensions (shape {index.shape}) but the input has {x.ndim} (shape {x.shape})")
+  if index.ndim != x.ndim: raise RuntimeError(f"{name}: index has {index.ndim} dimensions (shape {index.shape}) but the input has {x.ndim} (shape {x.shape})")
   for k in range(x.ndim):
     if k != d and index.shape[k] > x.shape[k]:
-      raise ValueError(f"{name}: index shape {index.shape} is larger than the input shape {x.shape} in dimension {k} (dim={d})")
+      raise RuntimeError(f"{name}: index shape {index.shape} is larger than the input shape {x.shape} in dimension {k} (dim={d})")
     if src is not None and index.shape[k] > src.shape[k]:
-      raise ValueError(f"{name}: index shape {index.shape} is larger than the src shape {src.shape} in dimension {k}")
+      raise RuntimeError(f"{name}: index shape {index.shape} is larger than the src shape {src.shape} in dimension {k}")
 
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
   """out[i][j][k] = input[i][index[i][j][k]][k] (for dim=1): a one-hot compare against the indices, then a sum."""
@@ -189,7 +190,7 @@ def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
   xs = x._shrink(tuple((0, n) if k == d else (0, index.shape[k]) for k in range(nd)))
   # the gathered axis goes last; the index's own axis d broadcasts over it
   xt = xs.permute(*[k for k in range(nd) if k != d], d).unsqueeze(d)
-  oh = _onehot(index, n)
+  oh = checked(_onehot(index, n), index, 0, n, f"gather: index {{index}} is out of bounds for dimension {d} with size {n}")
   if x.dtype == dtypes.bool: return oh.where(xt, False).any(-1)
   return oh.where(xt, _zero(xt)).sum(-1).cast(x.dtype)
 
@@ -199,7 +200,7 @@ def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str, last: 
   s = src if isinstance(src, Tensor) else None
   _check_index(name, x, d, index, s)
   n, nd = x.shape[d], x.ndim
-  oh = _onehot(index, n)                                     # (*I, n)
+  oh = checked(_onehot(index, n), index, 0, n, f"{name}: index {{index}} is out of bounds for dimension {d} with size {n}")  # (*I, n)
   if last and index.shape[d] > 1:
     m = index.shape[d]
     j = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape((1,) * d + (m,) + (1,) * (nd - d))
@@ -416,7 +417,7 @@ def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
   if mask.dtype != dtypes.bool: raise TypeError(f"masked_fill: mask must be a bool tensor, got {mask.dtype}")
   v = value.cast(input.dtype) if isinstance(value, Tensor) else Tensor.full((), value, dtype=input.dtype, device=input.device)
   out = mask.where(v, input)
-  if out.shape != input.shape: raise ValueError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the input shape {input.shape}")
+  if out.shape != input.shape: raise RuntimeError(f"masked_fill: mask of shape {mask.shape} does not broadcast to the input shape {input.shape}")
   return out
 
 def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
@@ -518,8 +519,8 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
   """torch.nn.functional.pad: pad is (left, right) for the last axis, then the one before, ...; mode 'constant',
   'reflect', 'replicate' or 'circular' (the last three built from slices, flips and expands joined with cat)."""
   if mode == "constant": return input.pad(pad, "constant", 0.0 if value is None else value)
-  if mode not in ("reflect", "replicate", "circular"): raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
-  if len(pad) % 2 or len(pad) // 2 > input.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
+  if mode not in ("reflect", "replicate", "circular"): raise NotImplementedError(f"pad: unrecognised padding mode {mode!r}: expected 'constant', 'reflect', 'replicate' or 'circular'")
+  if len(pad) % 2 or len(pad) // 2 > input.ndim: raise RuntimeError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
   x = input
   for i in range(len(pad) // 2):
     ax, (b, a) = x.ndim - 1 - i, (int(pad[2 * i]), int(pad[2 * i + 1]))
@@ -529,16 +530,16 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     if min(b, a) < 0:  # negative padding crops first
       x = sl(max(0, -b), n - max(0, -a)); b, a, n = max(b, 0), max(a, 0), x.shape[ax]
     if mode == "reflect":
-      if b >= n or a >= n: raise ValueError(f"pad: reflect padding ({b}, {a}) must be smaller than the size {n} of dimension {ax} (shape {input.shape})")
+      if b >= n or a >= n: raise RuntimeError(f"pad: reflect padding ({b}, {a}) must be smaller than the size {n} of dimension {ax} (shape {input.shape})")
       parts = [sl(1, b + 1).flip(ax), x, sl(n - 1 - a, n - 1).flip(ax)]
     elif mode == "replicate":
-      if n == 0: raise ValueError(f"pad: replicate padding of an empty dimension {ax} (shape {input.shape})")
+      if n == 0: raise RuntimeError(f"pad: replicate padding of an empty dimension {ax} (shape {input.shape})")
       def edge(k: int, cnt: int) -> Tensor:
         e = sl(k, k + 1)
         return e.expand(tuple(cnt if j == ax else sz for j, sz in enumerate(e.shape)))
       parts = [edge(0, b), x, edge(n - 1, a)]
     else:
-      if b > n or a > n: raise ValueError(f"pad: circular padding ({b}, {a}) must be at most the size {n} of dimension {ax} (shape {input.shape})")
+      if b > n or a > n: raise RuntimeError(f"pad: circular padding ({b}, {a}) must be at most the size {n} of dimension {ax} (shape {input.shape})")
       parts = [sl(n - b, n), x, sl(0, a)]
     x = cat([p for p in parts if p.shape[ax] > 0], ax)
   return x
@@ -551,7 +552,7 @@ def _pool(x: Tensor, k_: tuple[int, ...], s_: tuple[int, ...], d_: tuple[int, ..
   prefix, i_ = x.shape[:-nk], x.shape[-nk:]
   o_ = tuple((i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(i_, k_, s_, d_))
   if any(o <= 0 for o in o_):
-    raise ValueError(f"window {k_} (dilation {d_}) is larger than the padded input {i_}: output size would be {o_}")
+    raise RuntimeError(f"window {k_} (dilation {d_}) is larger than the padded input {i_}: output size would be {o_}")
   npf = len(prefix)
   noop = tuple((0, p) for p in prefix)
   if all(k <= s for k, s in zip(k_, s_)) and all(d == 1 for d in d_):
@@ -592,18 +593,18 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, nsp: int, name: str) -> Tensor:
-  if w.ndim != nsp + 2: raise ValueError(f"{name}: weight must have {nsp + 2} dimensions (out_channels, in_channels/groups, *kernel), got shape {w.shape}")
+  if w.ndim != nsp + 2: raise RuntimeError(f"{name}: weight must have {nsp + 2} dimensions (out_channels, in_channels/groups, *kernel), got shape {w.shape}")
   unbatched = x.ndim == nsp + 1
   if unbatched: x = x.unsqueeze(0)
-  if x.ndim != nsp + 2: raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
-  if groups < 1: raise ValueError(f"{name}: groups must be positive, got {groups}")
+  if x.ndim != nsp + 2: raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if groups < 1: raise RuntimeError(f"{name}: groups must be positive, got {groups}")
   N, C = x.shape[:2]
   Cout, Cg = w.shape[:2]
   k_ = w.shape[2:]
   if C != Cg * groups:
-    raise ValueError(f"{name}: input of shape {x.shape} has {C} channels but weight of shape {w.shape} with groups={groups} expects {Cg * groups} (= {Cg} x {groups})")
-  if Cout % groups: raise ValueError(f"{name}: out_channels {Cout} (weight shape {w.shape}) is not divisible by groups={groups}")
-  if bias is not None and bias.shape != (Cout,): raise ValueError(f"{name}: bias must have shape ({Cout},), got {bias.shape}")
+    raise RuntimeError(f"{name}: input of shape {x.shape} has {C} channels but weight of shape {w.shape} with groups={groups} expects {Cg * groups} (= {Cg} x {groups})")
+  if Cout % groups: raise RuntimeError(f"{name}: out_channels {Cout} (weight shape {w.shape}) is not divisible by groups={groups}")
+  if bias is not None and bias.shape != (Cout,): raise RuntimeError(f"{name}: bias must have shape ({Cout},), got {bias.shape}")
   s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
   if any(v <= 0 for v in s_ + d_): raise ValueError(f"{name}: stride {s_} and dilation {d_} must be positive")
   pads = _conv_padding(padding, k_, d_, s_, name)
@@ -624,8 +625,8 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   return out.squeeze(0) if unbatched else out
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
-  if weight.ndim != 3: raise ValueError(f"conv1d: weight must have 3 dimensions (out_channels, in_channels/groups, k), got shape {weight.shape}")
-  if input.ndim not in (2, 3): raise ValueError(f"conv1d: input must have 2 or 3 dimensions, got shape {input.shape}")
+  if weight.ndim != 3: raise RuntimeError(f"conv1d: weight must have 3 dimensions (out_channels, in_channels/groups, k), got shape {weight.shape}")
+  if input.ndim not in (2, 3): raise RuntimeError(f"conv1d: input must have 2 or 3 dimensions, got shape {input.shape}")
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
@@ -648,14 +649,14 @@ def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 
 def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
                       nsp: int, name: str) -> Tensor:
-  if w.ndim != nsp + 2: raise ValueError(f"{name}: weight must have {nsp + 2} dimensions (in_channels, out_channels/groups, *kernel), got shape {w.shape}")
+  if w.ndim != nsp + 2: raise RuntimeError(f"{name}: weight must have {nsp + 2} dimensions (in_channels, out_channels/groups, *kernel), got shape {w.shape}")
   unbatched = x.ndim == nsp + 1
   if unbatched: x = x.unsqueeze(0)
-  if x.ndim != nsp + 2: raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if x.ndim != nsp + 2: raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
   Cin, Cog = w.shape[:2]
   k_ = w.shape[2:]
-  if x.shape[1] != Cin: raise ValueError(f"{name}: input of shape {x.shape} has {x.shape[1]} channels but weight of shape {w.shape} expects {Cin}")
-  if Cin % groups: raise ValueError(f"{name}: in_channels {Cin} (weight shape {w.shape}) is not divisible by groups={groups}")
+  if x.shape[1] != Cin: raise RuntimeError(f"{name}: input of shape {x.shape} has {x.shape[1]} channels but weight of shape {w.shape} expects {Cin}")
+  if Cin % groups: raise RuntimeError(f"{name}: in_channels {Cin} (weight shape {w.shape}) is not divisible by groups={groups}")
   s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
   p_, op_ = _tuple(padding, nsp, "padding"), _tuple(output_padding, nsp, "output_padding")
   for op, s, d in zip(op_, s_, d_):
@@ -965,7 +966,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
   if dtypes.is_float(tensor.dtype) or tensor.dtype == dtypes.bool: raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype}")
   if num_classes == -1: num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
-  return tensor.unsqueeze(-1).eq(Tensor.arange(num_classes, device=tensor.device, dtype=tensor.dtype)).cast(dtypes.int64)
+  out = tensor.unsqueeze(-1).eq(Tensor.arange(num_classes, device=tensor.device, dtype=tensor.dtype)).cast(dtypes.int64)
+  return checked(out, tensor, 0, num_classes, f"one_hot: class value {{index}} is out of range for num_classes={num_classes}")
 
 def _class_shape(input: Tensor, target: Tensor, name: str) -> None:
   want = input.shape[:1] + input.shape[2:] if input.ndim >= 2 else ()
@@ -981,8 +983,8 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
   C = input.shape[1]
   if weight is not None and weight.shape != (C,): raise ValueError(f"nll_loss: weight of shape {weight.shape}, expected ({C},)")
   x = input.permute(0, *range(2, input.ndim), 1) if input.ndim > 2 else input   # (N, ..., C)
-  oh = _onehot(target, C)                                         # (N, ..., C)
   valid = target.ne(ignore_index)
+  oh = checked(_onehot(target, C), valid.where(target, 0), 0, C, f"nll_loss/cross_entropy: target {{index}} is out of bounds for {C} classes")  # (N, ..., C)
   picked = oh.where(x, _zero(x)).sum(-1)
   w = oh.where(weight.cast(x.dtype), 0.0).sum(-1) if weight is not None else Tensor.full((), 1.0, dtype=x.dtype, device=x.device)
   w = valid.where(w, 0.0)

@@ -118,9 +118,10 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   """PyTorch's advanced indexing: the index tensors broadcast together to a shape B; the result has B in place of the
   indexed axes when they are adjacent, else in front. A one-hot compare per index, ANDed, then a masked sum."""
   from baregrad.tensor.tensor import Tensor, broadcast_shape
+  from baregrad.tensor.bounds import checked
   axes = [ax for ax, _ in tensor_idx]
   try: B = broadcast_shape(*(ti.shape for _, ti in tensor_idx))
-  except ValueError: raise IndexError(f"index tensors of shapes {', '.join(str(ti.shape) for _, ti in tensor_idx)} do not broadcast together") from None
+  except RuntimeError: raise IndexError(f"index tensors of shapes {', '.join(str(ti.shape) for _, ti in tensor_idx)} do not broadcast together") from None
   rest = [a for a in range(x.ndim) if a not in axes]
   xp = x.permute(*axes, *rest)  # (n_1..n_k, R...)
   k, nb = len(axes), len(B)
@@ -131,6 +132,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
     i = (i < 0).where(i + n, i)._bcast(B)
     ar = Tensor.arange(n, device=device, dtype=dtypes.int32)
     oh = i.reshape(B + (1,) * k).eq(ar.reshape((1,) * nb + tuple(n if jj == j else 1 for jj in range(k))))
+    oh = checked(oh, ti, -n, n, f"index {{index}} is out of bounds for dimension {ax} with size {n} (tensor indexing)")
     mask = oh if mask is None else mask & oh
   shp = mask.shape
   mask = mask.reshape(shp + (1,) * len(rest))

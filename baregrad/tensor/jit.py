@@ -1,127 +1,264 @@
-"""jit: capture the kernels a function runs, then replay them with new inputs of the same shapes and dtypes.
+"""jit: capture the kernels a function runs, then replay them; a replay gives what the function gives eagerly.
 
-Call 1 runs the function normally (kernels compile); call 2 runs it again while recording every kernel and
-copy; later calls only swap the input buffers into the recorded launches. On an HCQ device the whole capture
-is one recorded queue (Device.graph) with patched arguments, submitted once. A call whose tensor inputs differ
-in shape, dtype or device (or whose other arguments differ) is captured anew; nothing is ever replayed on
-inputs it was not captured for.
+Call 1 runs the function normally (kernels compile); call 2 runs it again while recording every kernel; later calls
+only replay the recording. On an HCQ device the whole capture is one recorded queue (HCQGraph) with patched
+arguments, submitted once. Captures are keyed by the tensor arguments' shapes, dtypes, devices and requires_grad, by
+the values of the other arguments and by Tensor.training; nothing is replayed on inputs it was not captured for.
 
-Returned tensors are views of the captured output buffers: a replay overwrites them (copy what you keep).
-Randomness inside a captured function (Tensor.rand, dropout) is captured with its key: replays repeat it."""
+What makes a replay equal to the eager call (docs/value_semantics.md):
+- inputs are bound by buffer: every kernel argument that reads or writes an input is patched to the new input;
+- outputs made inside the function get fresh memory on every call, so earlier outputs stay valid; an output that
+  is an argument or a tensor made before the call is returned as that same object;
+- state the function updates in place (parameters, optimizer moments, the RNG state, p.grad) is written in place:
+  live tensors that read it are computed first, and its owners move to the new buffer versions after the replay;
+- randomness advances on each replay (the RNG state is a device buffer the recorded kernels advance);
+- a replay is refused, and the function captured again, when a buffer it reads belonged to a tensor that has been
+  dropped or rebound since (state replaced from outside); reading a value to the host while capturing raises JitError.
+What it cannot see: Python values read from outside the arguments (globals, plain-number attributes) are baked into
+the recording; pass them as arguments, or call reset()."""
 from __future__ import annotations
-import functools
+import functools, sys, weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from baregrad.helpers import getenv
-from baregrad.hal import Device
-from baregrad.engine import realize as _realize
-from baregrad.engine.graph import BufRef
+from baregrad.helpers import getenv, DEBUG
+from baregrad.hal import Device, Buffer
+from baregrad.engine import realize as _realize, lazy, checks
+from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
+from baregrad.ir.ops import Ops
 
 class JitError(RuntimeError): pass
+
+MAX_CAPTURES = 16   # distinct keys kept per function (least recently used dropped)
 
 @dataclass
 class _Launch:
   runner: Any                      # CompiledRunner
-  refs: list[BufRef]
+  refs: list[BufRef]               # by the kernel's buffer numbers
 
 @dataclass
 class _Capture:
   launches: list[_Launch] = field(default_factory=list)
-  copies: list[Any] = field(default_factory=list)
-  def add_kernel(self, runner: Any, item: Any) -> None: self.launches.append(_Launch(runner, list(item.bufs)))
+  checks: list[tuple[BufRef, str]] = field(default_factory=list)   # bounds flags the recording computes
+  forbid_host_reads: bool = True   # Tensor.numpy() while capturing raises
+  def add_kernel(self, runner: Any, item: Any) -> None:
+    self.launches.append(_Launch(runner, list(item.bufs)))
+    if item.check is not None: self.checks.append((item.bufs[0], item.check[1]))
   def add_copy(self, item: Any) -> None: raise JitError("a copy between devices inside a jitted function is not supported yet")
 
+def _leaves(x: Any) -> list:
+  """The tensors in x (nested tuples, lists and dicts), in order."""
+  from baregrad.tensor.tensor import Tensor
+  if isinstance(x, Tensor): return [x]
+  if isinstance(x, (tuple, list)): return [t for v in x for t in _leaves(v)]
+  if isinstance(x, dict): return [t for _, v in sorted(x.items(), key=lambda kv: repr(kv[0])) for t in _leaves(v)]
+  return []
+
+def _rebuild(x: Any, it: Any) -> Any:
+  """x with each tensor replaced by next(it), in _leaves order."""
+  from baregrad.tensor.tensor import Tensor
+  if isinstance(x, Tensor): return next(it)
+  if isinstance(x, (tuple, list)): return type(x)(_rebuild(v, it) for v in x)
+  if isinstance(x, dict):
+    new = {k: _rebuild(v, it) for k, v in sorted(x.items(), key=lambda kv: repr(kv[0]))}
+    return {k: new[k] for k in x}
+  return x
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+  from baregrad.tensor.tensor import Tensor
+  def sig(a: Any) -> Any:
+    if isinstance(a, Tensor): return ("T", a.shape, a.dtype, a.device, bool(a.requires_grad))
+    if isinstance(a, (tuple, list)): return (type(a).__name__, tuple(sig(v) for v in a))
+    if isinstance(a, dict): return ("dict", tuple((repr(k), sig(v)) for k, v in sorted(a.items(), key=lambda kv: repr(kv[0]))))
+    try: hash(a); return ("V", type(a).__name__, a)  # True and 1 are equal, but make different graphs
+    except TypeError: return ("O", id(a))
+  return (tuple(sig(a) for a in args), tuple((k, sig(v)) for k, v in sorted(kwargs.items())), Tensor.training)
+
+def _storage(t: Any) -> Storage:
+  u = t.uop
+  if u.op is Ops.BUFFER: return u.arg.storage
+  if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER: return u.src[0].arg.storage
+  return base_of(lazy.substitute_realized(u)).arg.storage
+
+def _owner(st: Storage) -> Any:
+  return st.owner() if st.owner is not None else None
+
 class _Captured:
-  def __init__(self, cap: _Capture, inputs: list[BufRef], outputs: Any, out_refs: list):
-    self.launches, self.inputs, self.outputs, self.out_refs = cap.launches, inputs, outputs, out_refs
-    # where each input buffer appears: (launch index, buffer argument index)
-    self.input_slots: list[list[tuple[int, int]]] = [[] for _ in inputs]
-    ids = {r.id: i for i, r in enumerate(inputs)}
-    for k, l in enumerate(self.launches):
-      for j, g in enumerate(l.runner.spec.bufs):
-        ref = l.refs[g.arg]
-        if ref.id in ids: self.input_slots[ids[ref.id]].append((k, j))
+  def __init__(self, launches: list[_Launch], inputs: list[Storage], out_kinds: list[tuple], out_template: Any,
+               state: list[Storage], guarded: list[tuple[Storage, Any]], grads: list[tuple[Any, Any]], written_inputs: list[int],
+               checks_: list[tuple[BufRef, str]]):
+    self.launches, self.out_kinds, self.out_template, self.checks = launches, out_kinds, out_template, checks_
+    self.state, self.guarded, self.grads, self.written_inputs = state, guarded, grads, written_inputs
+    # every kernel argument bound to a storage: (launch index, argument index in spec.bufs)
+    slots: dict[Storage, list[tuple[int, int]]] = {}
+    for k, l in enumerate(launches):
+      for j, g in enumerate(l.runner.spec.bufs): slots.setdefault(l.refs[g.arg].storage, []).append((k, j))
+    self.input_slots = [slots.get(s, []) for s in inputs]
+    self.check_slots = [(slots.get(r.storage, []), r.device, msg) for r, msg in checks_]  # a new flag on every call
+    self.output_slots = [slots.get(kind[1], []) if kind[0] == "fresh" else [] for kind in out_kinds]
     self.graph = None
-    devs = {l.runner.device for l in self.launches}
+    devs = {l.runner.device for l in launches}
     if len(devs) == 1 and not getenv("JIT_NOGRAPH", 0):
       dev = Device[devs.pop()]
       if hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory"):
         from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph
         self.graph = HCQGraph(dev, [(l.runner.prg, [l.refs[g.arg].ensure()._buf for g in l.runner.spec.bufs], (),
-                                     l.runner.spec.global_size, l.runner.spec.local_size) for l in self.launches])
+                                     l.runner.spec.global_size, l.runner.spec.local_size) for l in launches])
 
-  def replay(self, new_inputs: list[Any]) -> None:
-    if self.graph is not None:
-      patches = [(k, j, b._buf.va_addr) for slots, b in zip(self.input_slots, new_inputs) for k, j in slots]
-      self.graph.replay(patches)
+  def valid(self) -> bool:
+    """The state the recording reads still belongs to the tensors it belonged to when it was made."""
+    for st, ref in self.guarded:
+      o = ref()
+      if o is None or _storage(o) is not st: return False
+    return True
+
+  def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
+    if self.graph is not None:  # (the graph keeps arguments a replay in flight reads apart from the ones it patches)
+      self.graph.replay([(k, j, b._buf.va_addr) for slots, b in bind for k, j in slots])
       return
+    patch: dict[tuple[int, int], Buffer] = {kj: b for slots, b in bind for kj in slots}
     for k, l in enumerate(self.launches):
       bufs = [r.ensure() for r in l.refs]
-      for i, slots in enumerate(self.input_slots):
-        for kk, j in slots:
-          if kk == k: bufs[l.runner.spec.bufs[j].arg] = new_inputs[i]
+      for j, g in enumerate(l.runner.spec.bufs):
+        if (b := patch.get((k, j))) is not None: bufs[g.arg] = b
       l.runner(bufs)
 
-def _tensors_in(args: tuple, kwargs: dict) -> list:
-  from baregrad.tensor.tensor import Tensor
-  out = [a for a in args if isinstance(a, Tensor)]
-  out += [v for _, v in sorted(kwargs.items()) if isinstance(v, Tensor)]
-  return out
-
-def _signature(args: tuple, kwargs: dict) -> tuple:
-  from baregrad.tensor.tensor import Tensor
-  def sig(a: Any) -> Any:
-    if isinstance(a, Tensor): return ("T", a.shape, a.dtype, a.device)
-    try: hash(a); return ("V", a)
-    except TypeError: return ("O", id(a))
-  return tuple(sig(a) for a in args) + tuple((k, sig(v)) for k, v in sorted(kwargs.items()))
-
 class jit:
-  """Decorator: `@jit def step(x, y): ...`; returns what the function returns (tensors realized)."""
+  """Decorator: `@jit def step(x, y): ...`; returns what the function returns (tensors realized). JIT=0 turns it off."""
   def __init__(self, fn: Callable):
     self.fn = fn
     self.calls: dict[tuple, int] = {}
-    self.captured: dict[tuple, _Captured] = {}
+    self.captured: OrderedDict[tuple, _Captured] = OrderedDict()
+    self.eager_only: set[tuple] = set()   # keys whose captures could not be replayed
     functools.update_wrapper(self, fn)
 
-  def reset(self) -> None: self.calls.clear(); self.captured.clear()
+  def reset(self) -> None: self.calls.clear(); self.captured.clear(); self.eager_only.clear()
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     from baregrad.tensor.tensor import Tensor
     if getenv("JIT", 1) == 0: return self.fn(*args, **kwargs)
     key = _signature(args, kwargs)
-    ins = _tensors_in(args, kwargs)
-    in_bufs = [t._buffer() for t in ins]
+    ins = _leaves((args, kwargs))
+    if (cap := self.captured.get(key)) is not None:
+      if cap.valid():
+        self.captured.move_to_end(key)
+        return self._replay(cap, ins)
+      if DEBUG() >= 1: print(f"jit {self._name()}: the state a capture reads was replaced: capturing again", file=sys.stderr)
+      del self.captured[key]
+      self.calls[key] = 1
     n = self.calls.get(key, 0)
     self.calls[key] = n + 1
-    if key in self.captured:
-      cap = self.captured[key]
-      cap.replay(in_bufs)
-      return cap.outputs
-    if n == 0:
+    if n == 0 or key in self.eager_only:
       out = self.fn(*args, **kwargs)
-      _realize_outputs(out)
+      for t in _leaves(out): t._realized()
       return out
-    # capture: record everything the function launches
+    return self._capture(key, args, kwargs, ins)
+
+  def _name(self) -> str: return getattr(self.fn, "__name__", "fn")
+
+  def _capture(self, key: tuple, args: tuple, kwargs: dict, ins: list) -> Any:
+    from baregrad.tensor.tensor import Tensor, _all_grad_tensors
+    from baregrad.tensor import live
+    from baregrad.tensor.inplace import realize_all_lazy
+    # the recording must start from buffers: an outside value it reads is never recomputed from state it changes
+    realize_all_lazy()
+    for t in ins: t._realized()
+    before = live.all_tensors()  # id -> tensor (a WeakSet would compare tensors with ==)
+    first_storage = _next_id()
     rec = _Capture()
-    in_refs = [_ref_of(t) for t in ins]
     _realize.capturing.append(rec)
+    lazy.reuse_from_id = first_storage
     try:
       out = self.fn(*args, **kwargs)
-      out_ts = _realize_outputs(out)
-    finally: _realize.capturing.remove(rec)
-    if not rec.launches: raise JitError(f"jit of {getattr(self.fn, '__name__', 'fn')}: the function launched no kernels")
-    self.captured[key] = _Captured(rec, in_refs, out, [_ref_of(t) for t in out_ts])
+      out_ts = _leaves(out)
+      for t in out_ts: t._realized()
+    finally:
+      _realize.capturing.remove(rec)
+      lazy.reuse_from_id = 0
+    if not rec.launches: return self._give_up(key, out, "it launched no kernels")
+    in_storages = [_storage(t) for t in ins]
+    in_pos = {id(t): i for i, t in enumerate(ins)}
+    out_kinds: list[tuple] = []
+    fresh: set[Storage] = set()
+    for t in out_ts:
+      if id(t) in in_pos: out_kinds.append(("input", in_pos[id(t)]))
+      elif before.get(id(t)) is t: out_kinds.append(("same", t))
+      else:
+        st = _storage(t)
+        if st.id < first_storage or st in in_storages:
+          # made in the call but a name for older memory (Tensor(w)): not a value a replay can give fresh
+          return self._give_up(key, out, "an output made inside the function aliases a buffer from outside it")
+        fresh.add(st)
+        out_kinds.append(("fresh", st, t.shape, t.dtype, t.device))
+    written = {l.refs[0].storage for l in rec.launches}
+    if fresh - written: return self._give_up(key, out, "an output is host data made inside the function, not computed by a kernel")
+    referenced = {r.storage for l in rec.launches for r in l.refs}
+    state, guarded = [], []
+    _adopt_owners({st for st in referenced if _owner(st) is None})
+    for st in referenced - fresh - set(in_storages):
+      o = _owner(st)
+      if st.id < first_storage:
+        # state from before the call: it must still belong to a live tensor, or the function read a value nobody holds
+        if o is None: return self._give_up(key, out, "it reads or writes a buffer from before the call that no tensor holds any more")
+        guarded.append((st, st.owner))
+        if st in written: state.append(st)
+      elif st in written and o is not None: state.append(st)  # made in the call and kept (p.grad): updated in place
+    grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors.values()) if p.grad is not None and before.get(id(p.grad)) is not p.grad]
+    written_inputs = [i for i, s in enumerate(in_storages) if s in written]
+    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks)
+    self.captured[key] = cap
+    while len(self.captured) > MAX_CAPTURES: self.captured.popitem(last=False)
     return out
 
-def _ref_of(t: Any) -> BufRef:
-  from baregrad.engine import lazy
-  from baregrad.engine.graph import base_of
-  return base_of(lazy.substitute_realized(t.uop)).arg
+  def _give_up(self, key: tuple, out: Any, why: str) -> Any:
+    if DEBUG() >= 1: print(f"jit {self._name()}: not replayable ({why}): runs eagerly", file=sys.stderr)
+    self.eager_only.add(key)
+    return out
 
-def _realize_outputs(out: Any) -> list:
-  from baregrad.tensor.tensor import Tensor
-  ts = [out] if isinstance(out, Tensor) else [o for o in out if isinstance(o, Tensor)] if isinstance(out, (tuple, list)) else \
-       [v for v in out.values() if isinstance(v, Tensor)] if isinstance(out, dict) else []
-  for t in ts: t._buffer()
-  return ts
+  def _replay(self, cap: _Captured, ins: list) -> Any:
+    from baregrad.tensor.tensor import Tensor
+    from baregrad.tensor.inplace import prepare_write
+    in_bufs = [t._realized() for t in ins]
+    written_in = [_storage(ins[i]) for i in cap.written_inputs]
+    owners = [o for st in cap.state if (o := _owner(st)) is not None] + [ins[i] for i in cap.written_inputs]
+    prepare_write(set(cap.state) | set(written_in), exclude=owners)
+    bindings = list(zip(cap.input_slots, in_bufs))
+    fresh: dict[Storage, BufRef] = {}  # outputs made in the function: new memory on every call
+    for k, slots in zip(cap.out_kinds, cap.output_slots):
+      if k[0] == "fresh" and k[1] not in fresh:
+        fresh[k[1]] = BufRef(k[4], k[1].size, k[1].dtype)
+        bindings.append((slots, fresh[k[1]].ensure()))
+    flags = [(slots, checks.new_flag(dev), msg) for slots, dev, msg in cap.check_slots]
+    cap.run(bindings + [(slots, flag) for slots, flag, _ in flags])
+    for _, flag, msg in flags: checks.submitted(flag, msg)
+    # the state moves to its next version; its owners read that now
+    for st in cap.state + written_in:
+      new = st.next_ref()
+      st.version = new.version
+      if (o := _owner(st)) is not None and _storage(o) is st: o.uop = lazy.buffer_view(new, shape_of(o.uop))
+    for pref, g in cap.grads:
+      if (p := pref()) is not None: p.grad = g
+    outs, made = [], {}
+    for k in cap.out_kinds:
+      if k[0] == "input": outs.append(ins[k[1]])
+      elif k[0] == "same": outs.append(k[1])
+      else:
+        if (t := made.get(k[1])) is None:
+          r = fresh[k[1]]
+          made[k[1]] = t = Tensor(lazy.buffer_view(r, k[2]), device=k[4])
+          r.storage.owner = weakref.ref(t)
+        outs.append(t)
+    return _rebuild(cap.out_template, iter(outs))
+
+def _adopt_owners(orphans: set[Storage]) -> None:
+  """A storage whose owner is gone but that a live tensor still names whole (`Tensor.ones(1).reshape(())` keeps the
+  reshape, not the tensor realized into it) belongs to that tensor now."""
+  from baregrad.tensor import live
+  for st in orphans:
+    if (ts := [t for t in live.viewers(st) if not base_of(t.uop).arg.stale]): st.owner = weakref.ref(ts[0])
+
+def _next_id() -> int:
+  """The id the next Storage or BufRef will get: everything made from now on has an id at least this."""
+  from baregrad.engine import graph
+  n = next(graph._ids)
+  return n

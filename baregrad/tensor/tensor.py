@@ -7,13 +7,16 @@ from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of
-from baregrad.engine import lazy
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error
+from baregrad.engine import lazy, checks
+from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled
 from baregrad.tensor.gradfn import with_grad
 
 ShapeLike = int | Sequence[int]
-_all_grad_tensors: weakref.WeakSet = weakref.WeakSet()
+# id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
+_all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
 
 def _np_dtype(d: DType) -> Any:
   if d == dtypes.bfloat16: return np.uint16
@@ -46,7 +49,14 @@ ALL_NAMES = [torch_name(x) for x in ALL]
 
 def _shape_arg(shape: tuple) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(s).__name__} in {tuple(shape)}")
   return tuple(int(s) for s in shape)
+
+def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+  """A shape to create a tensor of: PyTorch's error for a negative size."""
+  if any(s < 0 for s in shape): raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+  return shape
 
 def _axis(axis: int, ndim: int) -> int:
   if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} is out of range for a tensor of {ndim} dimensions (expected in [{-max(ndim, 1)}, {max(ndim, 1) - 1}])")
@@ -58,7 +68,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
   out = []
   for dims in zip(*ps):
     big = {d for d in dims if d != 1}
-    if len(big) > 1: raise ValueError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
+    if len(big) > 1: raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
     out.append(big.pop() if big else 1)
   return tuple(out)
 
@@ -67,7 +77,6 @@ class Tensor:
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
   _seed: int = 0
-  _rng_counter: int = 0
 
   class train(contextlib.ContextDecorator):
     """Set Tensor.training (dropout, batch-norm statistics) for a block or a decorated function: `with Tensor.train():`,
@@ -100,7 +109,7 @@ class Tensor:
     elif isinstance(data, (list, tuple)):
       try: arr = np.array(data)
       except ValueError: arr = np.empty(0, object)  # NumPy >= 1.24 raises on ragged input
-      if arr.dtype == object: raise TypeError("ragged nested sequences cannot make a Tensor: every row needs the same length")
+      if arr.dtype == object: raise ValueError("ragged nested sequences cannot make a Tensor: every row needs the same length")
       if dtype is None:
         dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
         if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
@@ -110,9 +119,10 @@ class Tensor:
       d = dtype or _from_np_dtype(data.dtype)
       self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
+    live.track(self)  # an in-place write first computes the live tensors that read what it overwrites
     if requires_grad:
       if not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
-      _all_grad_tensors.add(self)
+      _all_grad_tensors[id(self)] = self
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
@@ -120,6 +130,7 @@ class Tensor:
     ref = BufRef(self.device, arr.size, dtype)
     if arr.size: ref.ensure().copyin(memoryview(arr.reshape(-1)).cast("B"))
     else: ref.ensure()
+    ref.storage.owner = weakref.ref(self)
     return lazy.buffer_view(ref, arr.shape)
 
   # ---- properties
@@ -178,22 +189,38 @@ class Tensor:
     items, _, _ = lazy.schedule_for([self.uop], self.device)
     return items
   def realize(self, *others: Tensor) -> Tensor:
+    from baregrad.tensor.inplace import bind
     ts = [self, *others]
     outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
     for t, u in zip(ts, outs):
-      if not t.requires_grad: t.uop = u
+      if not t.requires_grad:
+        if base_of(u).op is Ops.BUFFER: bind(t, u)
+        else: t.uop = u; live.track(t)
     return self
   def contiguous(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
-  def _buffer(self) -> Buffer:
-    """A realized, contiguous buffer holding exactly this tensor's elements."""
+  def _realized(self) -> Buffer:
+    """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
     u = lazy.substitute_realized(self.uop)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
+      from baregrad.tensor.inplace import bind
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
-      if not self.requires_grad: self.uop = u
+      if self.requires_grad: lazy.realized_map[self.uop] = u
+      else: bind(self, u)
+    elif base_of(u).arg.stale: raise stale_error(base_of(u).arg)
+    return base_of(u).arg.ensure()
+  def _buffer(self) -> Buffer:
+    """_realized(), waited for: the host may read it. Index checks computed since the last read raise here."""
+    buf = self._realized()
     Device[self.device].synchronize()
-    return base_of(u).arg.buf
+    checks.check(self.device)
+    return buf
   def numpy(self) -> np.ndarray:
+    from baregrad.engine.realize import capturing
+    if any(getattr(c, "forbid_host_reads", False) for c in capturing):
+      from baregrad.tensor.jit import JitError
+      raise JitError(f"a jitted function reads a tensor's value on the host (item/numpy/tolist/bool, shape {self.shape}) while it is "
+                     "captured: a replay could not reproduce it; return the tensor and read it after the call")
     if self.numel() == 0: return np.zeros(self.shape, _np_dtype(self.dtype))
     buf = self._buffer()
     out = np.empty(self.shape, _np_dtype(self.dtype))
@@ -201,7 +228,7 @@ class Tensor:
     return out if self.dtype != dtypes.bfloat16 else _bf16_to_f32_np(out)
   def tolist(self) -> Any: return self.numpy().tolist()
   def item(self) -> Any:
-    if self.numel() != 1: raise ValueError(f"item() needs a tensor of one element, got shape {self.shape}")
+    if self.numel() != 1: raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar: item() needs one element, got shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
   def data(self) -> memoryview: return memoryview(self.numpy())
   def to(self, device: Any = None, dtype: Any = None) -> Tensor:
@@ -227,26 +254,21 @@ class Tensor:
   def requires_grad_(self, flag: bool = True) -> Tensor:
     if flag and not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
     self.requires_grad = flag
-    if flag: _all_grad_tensors.add(self)
+    if flag: _all_grad_tensors[id(self)] = self
     return self
 
   def assign(self, x: Tensor | Any) -> Tensor:
-    """Write x into this tensor's buffer (in place, used by optimizers); the tensor keeps its identity."""
+    """Write x into this tensor's buffer in place; the tensor keeps its identity. Tensors built from the old value
+    keep it (docs/value_semantics.md)."""
     if not isinstance(x, Tensor): x = Tensor.full(self.shape, x, dtype=self.dtype, device=self.device)
-    if x.shape != self.shape: raise ValueError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
+    if x.shape != self.shape: raise RuntimeError(f"assign of shape {x.shape} to a tensor of shape {self.shape}")
     if x.dtype != self.dtype: x = x.cast(self.dtype)
-    base = base_of(self.uop)
     if not _is_whole_buffer(self.uop):  # a view (x[0]) writes a new buffer of its own; its base is not changed
       self.uop = x.contiguous().uop
+      live.track(self)
       return self
-    ref = base.arg
-    # the write goes into the same memory under a new identity, so graphs built on the old value stay distinct
-    new_ref = BufRef(ref.device, ref.size, ref.dtype, ref.ensure())
-    src = lazy.substitute_realized(x.uop)
-    target = buffer_uop(new_ref)
-    u = UOp(Ops.ASSIGN, self.dtype, (target, UOp(Ops.RESHAPE, x.dtype, (src,), (ref.size,)) if shape_of(src) != (ref.size,) else src))
-    lazy.realize([u], self.device)
-    self.uop = lazy.buffer_view(new_ref, self.shape)
+    from baregrad.tensor.inplace import write
+    write([(self, x)])
     return self
 
   # ---- creation
@@ -255,7 +277,7 @@ class Tensor:
     return Tensor.zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
   @staticmethod
   def full(shape: ShapeLike, fill_value: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    shape = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)))
     d = to_dtype(dtype) if dtype is not None else (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
     c = UOp.const(d, fill_value)
     u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
@@ -280,6 +302,8 @@ class Tensor:
   @staticmethod
   def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     if stop is None: start, stop = 0, start
+    if step == 0: raise RuntimeError("arange: step must be nonzero")
+    if (stop - start) * step < 0: raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start {start}, end {stop}, step {step})")
     n = max(0, math.ceil((stop - start) / step))
     d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
@@ -299,32 +323,52 @@ class Tensor:
     return _windows(self.pad((n - 1, 0)), n).sum(-1)
   @staticmethod
   def linspace(start: float, end: float, steps: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool): raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
+    if steps < 0: raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     if steps == 1: return Tensor.full((1,), start, dtype=dtype or dtypes.default_float, device=device)
     return (Tensor.arange(steps, device=device).cast(dtypes.default_float) * ((end - start) / (steps - 1)) + start).cast(dtype or dtypes.default_float)
   @staticmethod
   def eye(n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     m = n if m is None else m
+    if n < 0 or m < 0: raise RuntimeError(f"eye: n and m must be greater or equal to 0, got n={n}, m={m}")
     r = Tensor.arange(n, device=device).reshape(n, 1)
     c = Tensor.arange(m, device=device).reshape(1, m)
     return r.eq(c).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
 
-  # ---- random numbers: Threefry-2x32 (20 rounds) over a counter, computed on the device
+  # ---- random numbers: Threefry-2x32 (20 rounds) over a counter, computed on the device. The key comes from a
+  # per-device state buffer [seed, counter] that each draw advances with a kernel, so a jit replay draws new numbers
   @staticmethod
-  def manual_seed(seed: int = 0) -> None: Tensor._seed, Tensor._rng_counter = int(seed), 0
+  def manual_seed(seed: int = 0) -> None:
+    Tensor._seed = int(seed)
+    for dev, (inst, st) in list(_rng_states.items()):
+      if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+      else: del _rng_states[dev]
   @staticmethod
-  def _random_bits(n: int, device: str | None) -> Tensor:
-    Tensor._rng_counter += 1
-    key0, key1 = Tensor._seed & 0xffffffff, (Tensor._rng_counter * 0x9E3779B9) & 0xffffffff
-    ctr = Tensor.arange(n, device=device, dtype=dtypes.uint32)
-    return _threefry(ctr, Tensor.full((n,), 0, dtype=dtypes.uint32, device=device), key0, key1)
+  def _rng_state(device: str | None) -> Tensor:
+    dev = Device.canonicalize(device or Device.DEFAULT)
+    if (e := _rng_states.get(dev)) is None or e[0] is not Device[dev]:  # (a reopened device starts a new state)
+      _rng_states[dev] = e = (Device[dev], Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+    return e[1]
+  @staticmethod
+  def _random(n: int, device: str | None, finish: Any) -> Tensor:
+    """finish(n random uint32 bits) realized, with the RNG state advanced in the same schedule."""
+    from baregrad.tensor.inplace import write
+    st = Tensor._rng_state(device)
+    ctr = st._shrink(((1, 2),)).reshape(()) + 1
+    bits = _threefry(Tensor.arange(n, device=device, dtype=dtypes.uint32), Tensor.full((n,), 0, dtype=dtypes.uint32, device=device),
+                     st._shrink(((0, 1),)).reshape(()), ctr * 0x9E3779B9)
+    out = finish(bits)
+    del bits, ctr  # not readers of the state to keep: only `out` is
+    write([(st, st + Tensor.full((1,), 1, dtype=dtypes.uint32, device=st.device)._pad(((1, 0),)))], also=[out])
+    return out
   @staticmethod
   def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    shape = _shape_arg(shape)
+    shape = _new_shape(_shape_arg(shape))
     n = prod(shape)
     if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
-    bits = Tensor._random_bits(n, device)
-    u = (bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))
-    return u.reshape(shape).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+    def finish(bits: Tensor) -> Tensor:
+      return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape).cast(dtype or dtypes.default_float).contiguous()
+    return Tensor._random(n, device, finish)._leaf(requires_grad)
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     return ((high - low) * Tensor.rand(*shape, device=device) + low).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
@@ -351,12 +395,13 @@ class Tensor:
   # ---- movement
   def reshape(self, *shape: Any) -> Tensor:
     shape = _shape_arg(shape)
-    if shape.count(-1) > 1: raise ValueError(f"reshape {shape}: at most one -1")
+    if shape.count(-1) > 1: raise RuntimeError(f"reshape {shape}: only one dimension can be inferred (-1)")
+    if any(s < -1 for s in shape): raise RuntimeError(f"reshape {shape}: invalid shape dimension {min(shape)}")
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known: raise ValueError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
+      if known == 0 or self.numel() % known: raise RuntimeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if prod(shape) != self.numel(): raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
+    if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
     if shape == self.shape: return self
     return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
   view = reshape
@@ -364,7 +409,7 @@ class Tensor:
     order = _shape_arg(order)
     nd = self.ndim
     o = tuple(_axis(a, nd) for a in order)
-    if sorted(o) != list(range(nd)): raise ValueError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
+    if sorted(o) != list(range(nd)): raise RuntimeError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
     if o == tuple(range(nd)): return self
     return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
   def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
@@ -374,11 +419,11 @@ class Tensor:
     return self.permute(*o)
   def expand(self, *shape: Any) -> Tensor:
     shape = _shape_arg(shape)
-    if len(shape) < self.ndim: raise ValueError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
+    if len(shape) < self.ndim: raise RuntimeError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     new = tuple(x.shape[i] if s == -1 else s for i, s in enumerate(shape))
     for a, b in zip(x.shape, new):
-      if a != b and a != 1: raise ValueError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
+      if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
     return x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
   def expand_as(self, other: Tensor) -> Tensor: return self.expand(other.shape)
@@ -390,7 +435,9 @@ class Tensor:
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), tuple(arg)))
   def flip(self, *dims: Any) -> Tensor:
     dims = _shape_arg(dims)
-    ax = {_axis(d, self.ndim) for d in dims}
+    axl = [_axis(d, self.ndim) for d in dims]
+    if len(set(axl)) != len(axl): raise RuntimeError(f"flip: a dim appears multiple times in the list of dims {dims}")
+    ax = set(axl)
     if not ax: return self
     return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in ax for i in range(self.ndim))))
   def pad(self, pad: Sequence[Any], mode: str = "constant", value: float | None = None) -> Tensor:
@@ -398,18 +445,21 @@ class Tensor:
     one before, ...; or tinygrad's form: one (before, after) pair or None per axis. mode 'constant' (value, default
     0), 'reflect', 'replicate' or 'circular' (see functional.pad)."""
     if len(pad) and all(p is None or isinstance(p, (tuple, list)) for p in pad):  # tinygrad: ((before, after) | None, ...) per axis
-      if len(pad) != self.ndim: raise ValueError(f"pad: {len(pad)} (before, after) pairs for a tensor of {self.ndim} dimensions (shape {self.shape})")
+      if len(pad) != self.ndim: raise RuntimeError(f"pad: {len(pad)} (before, after) pairs for a tensor of {self.ndim} dimensions (shape {self.shape})")
       pad = [v for p in reversed(pad) for v in (tuple(p) if p is not None else (0, 0))]
+    if len(pad) % 2: raise RuntimeError(f"pad {tuple(pad)}: padding length must be divisible by 2")
+    if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape {self.shape})")
+    if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
     if mode != "constant":
       from baregrad.tensor.functional import pad as fpad
       if value is not None: raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
       return fpad(self, pad, mode)
     value = 0.0 if value is None else value
-    if len(pad) % 2 or len(pad) // 2 > self.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{self.ndim}")
     arg = [(0, 0)] * self.ndim
     for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     # negative padding crops
     crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape))
+    if any(lo > hi for lo, hi in crop): raise RuntimeError(f"pad {tuple(pad)}: negative padding crops more than the size of shape {self.shape}")
     x = self._shrink(crop)
     arg2 = tuple((max(0, b), max(0, a)) for b, a in arg)
     out = x._pad(arg2)
@@ -451,7 +501,7 @@ class Tensor:
 
   def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
     if isinstance(y, Tensor):
-      if y.device != self.device: raise ValueError(f"tensors on different devices: {self.device} and {y.device}")
+      if y.device != self.device: raise RuntimeError(f"Expected all tensors to be on the same device, got {self.device} and {y.device}")
       d = promote(self.dtype, y.dtype)
     elif isinstance(y, (bool, int, float)): d = promote_with_scalar(self.dtype, y)
     else: raise TypeError(f"unsupported operand type {type(y).__name__}")
@@ -481,6 +531,8 @@ class Tensor:
     x, y = self._operands(y)
     return x._alu(Ops.MUL, y)
   def div(self, y: Any, rounding_mode: str | None = None) -> Tensor:
+    if rounding_mode not in (None, "trunc", "floor"):
+      raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}")
     if rounding_mode == "floor": return self.floor_divide(y)
     if rounding_mode == "trunc":
       x, yy = self._operands(y)
@@ -513,6 +565,8 @@ class Tensor:
   def pow(self, y: Any) -> Tensor:
     if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
     if isinstance(y, (int, float)) and not isinstance(y, bool):
+      if isinstance(y, int) and y < 0 and not dtypes.is_float(self.dtype):
+        raise RuntimeError(f"Integers to negative integer powers are not allowed ({self.dtype} tensor ** {y}): use a float tensor")
       if y == 0 and isinstance(y, int) and self.dtype != dtypes.bool: return self.ones_like()
       if y == 2: return self * self
       if y == 1: return self * 1
@@ -630,7 +684,7 @@ class Tensor:
     return cond._bcast(shape)._alu(Ops.WHERE, a._bcast(shape), b._bcast(shape))
   def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
     min_, max_ = (min if min_ is None else min_), (max if max_ is None else max_)
-    if min_ is None and max_ is None: raise ValueError("clip needs at least one of min or max")
+    if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min or max")
     # where, not maximum/minimum: at x == min the gradient goes to x whole (maximum splits ties), as in PyTorch
     out = self
     if min_ is not None: out = (out < min_).where(min_, out)
@@ -761,7 +815,7 @@ class Tensor:
     if dim is None: return tuple(range(self.ndim))
     ds = (dim,) if isinstance(dim, int) else tuple(dim)
     axes = [_axis(d, self.ndim) for d in ds]
-    if len(set(axes)) != len(axes): raise ValueError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
+    if len(set(axes)) != len(axes): raise RuntimeError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
     return tuple(sorted(axes)) if self.ndim else ()
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
@@ -904,9 +958,9 @@ class Tensor:
   def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
   def matmul(self, w: Tensor) -> Tensor:
     x = self
-    if x.ndim == 0 or w.ndim == 0: raise ValueError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape}")
+    if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape} (both arguments need at least 1 dimension)")
     if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
-      raise ValueError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
+      raise RuntimeError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
     xv = x.unsqueeze(0) if x.ndim == 1 else x
     wv = w.unsqueeze(-1) if w.ndim == 1 else w
     d = promote(x.dtype, w.dtype)
@@ -925,7 +979,7 @@ class Tensor:
   # ---- autograd
   def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
     from baregrad.tensor.autograd import backward
-    backward(self, gradient)
+    backward(self, gradient, retain_graph)
     return self
 
   # ---- misc

@@ -117,7 +117,8 @@ CUDA_FUNCS = ["cuInit", "cuDriverGetVersion", "cuDeviceGet", "cuDeviceGetCount",
               "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuModuleLoadData",
               "cuModuleUnload", "cuModuleGetFunction", "cuFuncSetAttribute", "cuLaunchKernel", "cuStreamCreate",
               "cuStreamDestroy", "cuStreamSynchronize", "cuEventCreate", "cuEventRecord", "cuEventSynchronize",
-              "cuEventElapsedTime", "cuEventDestroy", "cuGetErrorString", "cuGetErrorName"]
+              "cuEventElapsedTime", "cuEventDestroy", "cuGetErrorString", "cuGetErrorName", "cuEventQuery", "cuStreamQuery",
+              "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRelease", "cuFuncGetAttribute"]
 NVRTC_FUNCS = ["nvrtcVersion", "nvrtcCreateProgram", "nvrtcDestroyProgram", "nvrtcCompileProgram", "nvrtcGetPTXSize",
                "nvrtcGetPTX", "nvrtcGetCUBINSize", "nvrtcGetCUBIN", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog",
                "nvrtcGetErrorString"]
@@ -127,7 +128,7 @@ CL_FUNCS = ["clGetPlatformIDs", "clGetPlatformInfo", "clGetDeviceIDs", "clGetDev
             "clCreateProgramWithSource", "clCreateProgramWithBinary", "clBuildProgram", "clGetProgramInfo",
             "clGetProgramBuildInfo", "clReleaseProgram", "clCreateKernel", "clSetKernelArg", "clReleaseKernel",
             "clGetKernelWorkGroupInfo", "clEnqueueNDRangeKernel", "clFinish", "clFlush", "clWaitForEvents",
-            "clGetEventProfilingInfo", "clReleaseEvent"]
+            "clGetEventProfilingInfo", "clReleaseEvent", "clGetEventInfo", "clCreateSubBuffer"]
 
 
 def cuda_include() -> str:

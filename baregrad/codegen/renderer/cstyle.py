@@ -36,22 +36,29 @@ def cconst(d: DType, v: object, types: dict[DType, str] = CTYPE) -> str:
   if math.isinf(x): return f"(({CTYPE[s]})({'-' if x < 0 else ''}__builtin_inf()))"
   return f"(({CTYPE[s]}){x.hex()})"
 
-PRELUDE = r"""
-typedef unsigned long long u64;
-#define BG_DIVS(T) static inline T idiv_##T(T a, T b) { return b == 0 ? 0 : (b == -1 ? (T)(0 - a) : a / b); } \
-  static inline T imod_##T(T a, T b) { return (b == 0 || b == -1) ? 0 : a % b; }
-#define BG_DIVU(T) static inline T idiv_##T(T a, T b) { return b == 0 ? 0 : a / b; } \
-  static inline T imod_##T(T a, T b) { return b == 0 ? 0 : a % b; }
-typedef signed char char_; typedef unsigned char uchar; typedef unsigned short ushort; typedef unsigned int uint;
-typedef long long llong; typedef unsigned long long ullong;
-BG_DIVS(char_) BG_DIVU(uchar) BG_DIVS(short) BG_DIVU(ushort) BG_DIVS(int) BG_DIVU(uint) BG_DIVS(llong) BG_DIVU(ullong)
-static inline float fmax_f(float a, float b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
-static inline double fmax_d(double a, double b) { return a > b ? a : b > a ? b : a != a ? a : b != b ? b : __builtin_signbit(a) ? b : a; }
-static inline float bf2f(unsigned short b) { unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f; }
-static inline unsigned short f2bf(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4);
-  return (u & 0x7fffffffU) > 0x7f800000U ? (unsigned short)((u >> 16) | 0x40) : (unsigned short)((u + 0x7fffU + ((u >> 16) & 1)) >> 16); }
-#define BG_SAT(F, T, LO, HI) static inline T sat_##F##_##T(F x) { return x != x ? 0 : x >= (F)HI ? (T)HI : x <= (F)LO ? (T)LO : (T)x; }
-"""
+def c_prelude(fn: str = "static inline", head: str = "typedef unsigned long long u64;\n",
+              typedefs: str = "typedef signed char char_; typedef unsigned char uchar; typedef unsigned short ushort; typedef unsigned int uint;\n"
+                              "typedef long long llong; typedef unsigned long long ullong;",
+              signbit: str = "__builtin_signbit", bf2f: str = "unsigned int u = (unsigned int)b << 16; float f; __builtin_memcpy(&f, &u, 4); return f;",
+              f2bf_bits: str = "unsigned int u; __builtin_memcpy(&u, &f, 4);", fp64: bool = True) -> str:
+  """The helpers every C-family kernel starts with (ir/alu.py semantics); the arguments are what a dialect spells
+  differently: the function qualifier, type names, signbit and the float<->bits moves."""
+  fmax_d = f"{fn} double fmax_d(double a, double b) {{ return a > b ? a : b > a ? b : a != a ? a : b != b ? b : {signbit}(a) ? b : a; }}\n"
+  return (f"\n{head}"
+    f"#define BG_DIVS(T) {fn} T idiv_##T(T a, T b) {{ return b == 0 ? 0 : (b == -1 ? (T)(0 - a) : a / b); }} \\\n"
+    f"  {fn} T imod_##T(T a, T b) {{ return (b == 0 || b == -1) ? 0 : a % b; }}\n"
+    f"#define BG_DIVU(T) {fn} T idiv_##T(T a, T b) {{ return b == 0 ? 0 : a / b; }} \\\n"
+    f"  {fn} T imod_##T(T a, T b) {{ return b == 0 ? 0 : a % b; }}\n"
+    f"{typedefs}\n"
+    "BG_DIVS(char_) BG_DIVU(uchar) BG_DIVS(short) BG_DIVU(ushort) BG_DIVS(int) BG_DIVU(uint) BG_DIVS(llong) BG_DIVU(ullong)\n"
+    f"{fn} float fmax_f(float a, float b) {{ return a > b ? a : b > a ? b : a != a ? a : b != b ? b : {signbit}(a) ? b : a; }}\n"
+    f"{fmax_d if fp64 else ''}"
+    f"{fn} float bf2f(unsigned short b) {{ {bf2f} }}\n"
+    f"{fn} unsigned short f2bf(float f) {{ {f2bf_bits}\n"
+    "  return (u & 0x7fffffffU) > 0x7f800000U ? (unsigned short)((u >> 16) | 0x40) : (unsigned short)((u + 0x7fffU + ((u >> 16) & 1)) >> 16); }\n"
+    f"#define BG_SAT(F, T, LO, HI) {fn} T sat_##F##_##T(F x) {{ return x != x ? 0 : x >= (F)HI ? (T)HI : x <= (F)LO ? (T)LO : (T)x; }}\n")
+
+PRELUDE = c_prelude()
 _IT = {dtypes.int8: ("char_", "(-128)", "127"), dtypes.uint8: ("uchar", "0", "255"), dtypes.int16: ("short", "(-32768)", "32767"),
        dtypes.uint16: ("ushort", "0", "65535"), dtypes.int32: ("int", "(-2147483647-1)", "2147483647"), dtypes.uint32: ("uint", "0", "4294967295U"),
        dtypes.int64: ("llong", "(-9223372036854775807LL-1)", "9223372036854775807LL"), dtypes.uint64: ("ullong", "0", "18446744073709551615ULL")}
@@ -63,12 +70,22 @@ class CRenderer(Renderer):
   vectorized = False
   extra_matcher = cpu_float_matcher
   types: dict[DType, str] = CTYPE   # scalar dtype -> C type name (CUDA C overrides bool and half)
+  int_limits = _IT                  # integer dtype -> (helper type name, min, max) for the division and saturation helpers
+  acc_round: dict[DType, tuple[str, str]] = {dtypes.bfloat16: ("bf2f", "f2bf")}  # accumulate in float32, round each step
+  gpu_index: dict[str, str] = {}    # GPU dialects: SPECIAL gidx/lidx -> how index {n} (axis {xyz}) is read
 
   def _ct(self, d: DType) -> str:
     if isinstance(d, PtrDType): return self.types[d.base.scalar] + "*"
     if d.count > 1: raise RenderError(f"{self.name} renderer got a vector {d}: vectors are split before rendering")
     return self.types[d.scalar]
   def _cc(self, d: DType, v: object) -> str: return cconst(d, v, self.types)
+  def _load(self, d: DType, ptr: str) -> str: return f"*{ptr}"
+  def _store(self, d: DType, ptr: str, v: str) -> str: return f"*{ptr} = {v};"
+  def _bitcast(self, fr: DType, to: DType, v: str, nm: str) -> str:
+    return f"{self._ct(to)} {nm}; {{ {self._ct(fr)} t_ = {v}; __builtin_memcpy(&{nm}, &t_, sizeof({nm})); }}"
+  def _math(self, fn: str, d: DType, *args: str) -> str:
+    """A libm function on float32 (f suffix) or float64."""
+    return f"__builtin_{fn}{'f' if d.scalar == dtypes.float32 else ''}({', '.join(args)})"
 
   # ---- hooks a C dialect overrides (CUDA C: kernel parameters, blockIdx/threadIdx)
   def _define(self, u: UOp, nbufs: int, varnames: list[str], emit) -> str:
@@ -77,6 +94,9 @@ class CRenderer(Renderer):
       emit(f"{self._ct(d)} restrict data{u.arg} = ({self._ct(d)})args[{u.arg}];"); return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR:
       emit(f"const {self._ct(d)} {u.arg[0]} = ({self._ct(d)})args[{nbufs + varnames.index(u.arg[0])}];"); return u.arg[0]
+    if u.op is Ops.SPECIAL and (fmt := self.gpu_index.get(u.arg[0][:4])) is not None and u.arg[0][4:] in ("0", "1", "2"):
+      emit(f"const {self._ct(u.dtype)} {u.arg[0]} = {fmt.format(n=u.arg[0][4:], xyz='xyz'[int(u.arg[0][4:])])};"); return u.arg[0]
+    if u.op is Ops.SPECIAL and self.gpu_index: raise RenderError(f"{self.name}: unknown SPECIAL {u.arg[0]}")
     raise RenderError(f"{self.name} renderer: cannot render {u.op} (no GPU indices on the CPU)")
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
     return (PRELUDE + sats + f"\nvoid {name}(const u64 *restrict args, long long start, long long end) {{\n" +
@@ -95,18 +115,18 @@ class CRenderer(Renderer):
       if u.op is Ops.CONST: r[u] = self._cc(d, u.arg); continue
       if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL): r[u] = self._define(u, nbufs, varnames, emit)
       elif u.op is Ops.RANGE:
-        lo, hi = ("(int)start", "(int)end") if u.arg[1] == "global" else ("0", r[u.src[0]])
+        lo, hi = (f"({self._ct(d)})start", f"({self._ct(d)})end") if u.arg[1] == "global" else ("0", r[u.src[0]])
         emit(f"for ({self._ct(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"
       elif u.op is Ops.ENDRANGE: depth -= 1; emit("}")
       elif u.op is Ops.DEFINE_ACC: emit(f"{self._ct(d)} acc{i} = {r[u.src[0]]};"); r[u] = f"acc{i}"
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
-        if d.scalar == dtypes.bfloat16:  # bfloat16 is its bits here: accumulate in float32, round after each step (as LLVM)
-          emit(f"{acc} = f2bf({self._binop(u.arg[0], dtypes.float32, f'bf2f({acc})', f'bf2f({r[val]})')});")
+        if (rnd := self.acc_round.get(d.scalar)) is not None:  # e.g. bfloat16 as its bits: accumulate in float32, round after each step (as LLVM)
+          emit(f"{acc} = {rnd[1]}({self._binop(u.arg[0], dtypes.float32, f'{rnd[0]}({acc})', f'{rnd[0]}({r[val]})')});")
           r[u] = acc
           continue
         if u.arg[0] is Ops.ADD and val.op is Ops.MUL and dtypes.is_float(d) and d.scalar in _FT:
-          emit(f"{acc} = __builtin_fma{'f' if d.scalar == dtypes.float32 else ''}({r[val.src[0]]}, {r[val.src[1]]}, {acc});")
+          emit(f"{acc} = {self._math('fma', d, r[val.src[0]], r[val.src[1]], acc)};")
         else: emit(f"{acc} = {self._binop(u.arg[0], d, acc, r[val])};")
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
@@ -116,22 +136,23 @@ class CRenderer(Renderer):
         r[u] = f"({r[u.src[0]]} + {idx})"
       elif u.op is Ops.LOAD:
         idx = u.src[0]
-        load = f"*{r[idx]}"
+        load = self._load(d, r[idx])
         if len(idx.src) > 2: load = f"({r[idx.src[2]]} ? {load} : {self._cc(d, 0)})"
         emit(f"const {self._ct(d)} {nm} = {load};"); r[u] = nm
       elif u.op is Ops.STORE:
         idx = u.src[0]
-        st = f"*{r[idx]} = {r[u.src[1]]};"
+        st = self._store(u.src[1].dtype, r[idx], r[u.src[1]])
         emit(f"if ({r[idx.src[2]]}) {st}" if len(idx.src) > 2 else st)
       elif u.op is Ops.CAST:
         emit(f"const {self._ct(d)} {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], need_sat)};"); r[u] = nm
       elif u.op is Ops.BITCAST:
         if u.src[0].dtype.itemsize != d.itemsize: raise RenderError(f"BITCAST from {u.src[0].dtype} to {d}: sizes differ")
-        emit(f"{self._ct(d)} {nm}; {{ {self._ct(u.src[0].dtype)} t_ = {r[u.src[0]]}; __builtin_memcpy(&{nm}, &t_, sizeof({nm})); }}"); r[u] = nm
+        emit(self._bitcast(u.src[0].dtype, d, r[u.src[0]], nm)); r[u] = nm
       elif u.op in GroupOp.ALU: emit(f"const {self._ct(d)} {nm} = {self._alu(u, [r[s] for s in u.src])};"); r[u] = nm
       elif u.op in (Ops.SINK, Ops.NOOP): pass
-      else: raise RenderError(f"C renderer: cannot render {u.op}")
-    sats = "\n".join(f"BG_SAT({f}, {_IT[t][0]}, {_IT[t][1]}, {_IT[t][2]})" for f, t in sorted(need_sat, key=str))
+      else: raise RenderError(f"{self.name} renderer: cannot render {u.op}")
+    lim = self.int_limits
+    sats = "\n".join(f"BG_SAT({f}, {lim[t][0]}, {lim[t][1]}, {lim[t][2]})" for f, t in sorted(need_sat, key=str))
     return self._wrap(name, body, sats, uops)
 
   def _binop(self, op: Ops, d: DType, a: str, b: str) -> str:
@@ -144,7 +165,7 @@ class CRenderer(Renderer):
       if d.scalar == dtypes.float64: return f"fmax_d({a}, {b})"
       if d.scalar == dtypes.float16: return f"((_Float16)fmax_f((float){a}, (float){b}))"  # NaN propagates, +0 > -0
       return f"({a} > {b} ? {a} : {b})"
-    raise RenderError(f"C renderer: no reduction {op}")
+    raise RenderError(f"{self.name} renderer: no reduction {op}")
 
   def _alu(self, u: UOp, s: list[str]) -> str:
     op, d = u.op, u.dtype
@@ -156,7 +177,7 @@ class CRenderer(Renderer):
     if op is Ops.FDIV: return f"({s[0]} / {s[1]})"
     if op is Ops.RECIP: return f"({self._cc(d, 1.0)} / {s[0]})"
     if op in (Ops.IDIV, Ops.MOD):  # bools divide as unsigned bytes (0/1)
-      return f"{'idiv' if op is Ops.IDIV else 'imod'}_{_IT[dtypes.uint8 if d.scalar == dtypes.bool else d.scalar][0]}({s[0]}, {s[1]})"
+      return f"{'idiv' if op is Ops.IDIV else 'imod'}_{self.int_limits[dtypes.uint8 if d.scalar == dtypes.bool else d.scalar][0]}({s[0]}, {s[1]})"
     if op is Ops.CMPLT: return f"({s[0]} < {s[1]})"
     if op is Ops.CMPNE: return f"({s[0]} != {s[1]})"
     if op is Ops.CMPEQ: return f"({s[0]} == {s[1]})"
@@ -166,21 +187,20 @@ class CRenderer(Renderer):
     if op in (Ops.SHL, Ops.SHR):
       bits = 8 * d.scalar.itemsize
       if op is Ops.SHL:  # shift in the unsigned type: left shifts of negative values are undefined in C
-        ut = CTYPE[{1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[d.itemsize]]
+        ut = self.types[{1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[d.itemsize]]
         return f"(({self._ct(d)})(({ut}){s[0]} << ({s[1]} & {bits - 1})))"
       return f"({s[0]} >> ({s[1]} & {bits - 1}))"
     if op is Ops.WHERE: return f"({s[0]} ? {s[1]} : {s[2]})"
-    if op is Ops.MULACC:
-      return f"__builtin_fma{f}({s[0]}, {s[1]}, {s[2]})" if f is not None else f"({s[0]} * {s[1]} + {s[2]})"
+    if op is Ops.MULACC: return self._math("fma", d, *s) if f is not None else f"({s[0]} * {s[1]} + {s[2]})"
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
-      if f is None: raise RenderError(f"{op.name} on {d}: only float32/float64 reach the C renderer")
-      return f"__builtin_{op.name.lower()}{f}({s[0]})"
-    raise RenderError(f"C renderer: cannot render {op} for {d}")
+      if f is None: raise RenderError(f"{op.name} on {d}: only float32/float64 reach the {self.name} renderer")
+      return self._math(op.name.lower(), d, s[0])
+    raise RenderError(f"{self.name} renderer: cannot render {op} for {d}")
 
   def _cast(self, fr: DType, to: DType, v: str, need_sat: set) -> str:
     if to.scalar == dtypes.bool: return f"({v} != 0)"
     if dtypes.is_float(fr) and dtypes.is_int(to):
       src = fr.scalar if fr.scalar in _FT else dtypes.float32
       need_sat.add((_FT[src], to.scalar))
-      return f"sat_{_FT[src]}_{_IT[to.scalar][0]}(({_FT[src]}){v})"
+      return f"sat_{_FT[src]}_{self.int_limits[to.scalar][0]}(({_FT[src]}){v})"
     return f"(({self._ct(to)}){v})"

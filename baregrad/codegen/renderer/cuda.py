@@ -13,7 +13,6 @@ promoted to float32 before rendering, as on the CPU."""
 from __future__ import annotations
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.renderer import RenderError
 from baregrad.codegen.renderer.cstyle import CRenderer, CTYPE, PRELUDE
 
 CUDA_TYPES = {**CTYPE, dtypes.bool: "bool", dtypes.float16: "__half"}
@@ -27,15 +26,12 @@ class CUDARenderer(CRenderer):
   global_max = (2 ** 31 - 1, 65535, 65535)
   local_max = 1024
   types = CUDA_TYPES
+  gpu_index = {"gidx": "blockIdx.{xyz}", "lidx": "threadIdx.{xyz}"}
 
   def _define(self, u: UOp, nbufs: int, varnames: list[str], emit) -> str:
     if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR: return u.arg[0]
-    nm = u.arg[0]
-    src = {"gidx": "blockIdx", "lidx": "threadIdx"}.get(nm[:4])
-    if src is None or nm[4:] not in ("0", "1", "2"): raise RenderError(f"CUDA: unknown SPECIAL {nm}")
-    emit(f"const int {nm} = {src}.{'xyz'[int(nm[4:])]};")
-    return nm
+    return super()._define(u, nbufs, varnames, emit)
 
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
     bufs = {u.arg: u for u in uops if u.op is Ops.DEFINE_GLOBAL}

@@ -66,60 +66,53 @@ class LLVMRenderer(Renderer):
       return t1
     def c(d: DType, v: object) -> str:
       return lconst(d, v) if d.count == 1 else splat(d, lconst(d.scalar, v))
+    pp = self._ptr(None)
     for i, u in enumerate(uops):
       d = u.dtype
       nm = f"%v{i}"
       if u.op is Ops.CONST: r[u] = lconst(d, u.arg); continue
-      if u.op is Ops.DEFINE_GLOBAL:
-        lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {u.arg}")
-        lines.append(f"  {nm} = load ptr, ptr {nm}.p, align 8")
-        r[u] = nm
-      elif u.op is Ops.DEFINE_VAR:
-        k = nbufs + sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR).index(u.arg[0])
-        lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {k}")
-        lines.append(f"  {nm}.w = load i64, ptr {nm}.p, align 8")
-        lines.append(f"  {nm} = trunc i64 {nm}.w to {ltype(d)}" if d.itemsize < 8 else f"  {nm} = add i64 {nm}.w, 0")
-        r[u] = nm
+      if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): r[u] = self._param(u, nm, uops, nbufs, lines)
       elif u.op is Ops.RANGE:
         t = ltype(d)
-        allocas.append(f"  {nm}.a = alloca {t}, align 8")
-        if u.arg[1] == "global":
+        allocas.append(f"  {nm}.a = alloca {t}, align 8{self.alloca_suffix}")
+        if u.arg[1] == "global" and t == "i64": start, end = "%start", "%end"  # 64-bit index math
+        elif u.arg[1] == "global":
           lines.append(f"  {nm}.s = trunc i64 %start to {t}")
           lines.append(f"  {nm}.e = trunc i64 %end to {t}")
           start, end = f"{nm}.s", f"{nm}.e"
         else: start, end = "0", r[u.src[0]]
-        lines += [f"  store {t} {start}, ptr {nm}.a", f"  br label %{nm[1:]}.head", f"{nm[1:]}.head:",
-                  f"  {nm} = load {t}, ptr {nm}.a", f"  {nm}.c = icmp slt {t} {nm}, {end}",
+        lines += [f"  store {t} {start}, {pp} {nm}.a", f"  br label %{nm[1:]}.head", f"{nm[1:]}.head:",
+                  f"  {nm} = load {t}, {pp} {nm}.a", f"  {nm}.c = icmp slt {t} {nm}, {end}",
                   f"  br i1 {nm}.c, label %{nm[1:]}.body, label %{nm[1:]}.exit", f"{nm[1:]}.body:"]
         r[u] = nm
       elif u.op is Ops.ENDRANGE:
         rg = r[u.src[0]]
         t = ltype(u.src[0].dtype)
-        lines += [f"  {rg}.n = add {t} {rg}, 1", f"  store {t} {rg}.n, ptr {rg}.a", f"  br label %{rg[1:]}.head", f"{rg[1:]}.exit:"]
+        lines += [f"  {rg}.n = add {t} {rg}, 1", f"  store {t} {rg}.n, {pp} {rg}.a", f"  br label %{rg[1:]}.head", f"{rg[1:]}.exit:"]
       elif u.op is Ops.DEFINE_ACC:
-        allocas.append(f"  {nm}.a = alloca {ltype(d)}, align 64")
-        lines.append(f"  store {ltype(d)} {r[u.src[0]]}, ptr {nm}.a")
+        allocas.append(f"  {nm}.a = alloca {ltype(d)}, align 64{self.alloca_suffix}")
+        lines.append(f"  store {ltype(d)} {r[u.src[0]]}, {pp} {nm}.a")
         r[u] = f"{nm}.a"
       elif u.op is Ops.ASSIGN:
         acc = r[u.src[0]]
-        lines.append(f"  {nm}.o = load {ltype(d)}, ptr {acc}")
+        lines.append(f"  {nm}.o = load {ltype(d)}, {pp} {acc}")
         val = u.src[1]
         if u.arg[0] is Ops.ADD and val.op is Ops.MUL and d.scalar in (dtypes.float32, dtypes.float64):
           # acc + a*b as one fused op, the same in every renderer so they agree bit for bit
           t = ltype(d)
           lines.append(f"  {nm} = call {t} {intr('fma', d, 3)}({t} {r[val.src[0]]}, {t} {r[val.src[1]]}, {t} {nm}.o)")
         else: lines.append(f"  {nm} = {self._binop(u.arg[0], d, f'{nm}.o', r[val], intr, tmp, lines)}")
-        lines.append(f"  store {ltype(d)} {nm}, ptr {acc}")
+        lines.append(f"  store {ltype(d)} {nm}, {pp} {acc}")
         r[u] = nm
       elif u.op is Ops.REDUCE:
-        lines.append(f"  {nm} = load {ltype(d)}, ptr {r[u.src[0]]}")
+        lines.append(f"  {nm} = load {ltype(d)}, {pp} {r[u.src[0]]}")
         r[u] = nm
       elif u.op is Ops.INDEX: r[u] = self._index(u, r, lines, nm)
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
         mt = _mem_type(d)
-        lines.append(f"  {nm}.m = load {mt}, ptr {ptr}, align {d.scalar.itemsize}")
+        lines.append(f"  {nm}.m = load {mt}, {self._ptr(idx.src[0].dtype)} {ptr}, align {d.scalar.itemsize}")
         if d.scalar == dtypes.bool:  # bools are bytes in memory (an <N x i1> in memory would be packed bits)
           lines.append(f"  {nm}.l = icmp ne {mt} {nm}.m, {'0' if d.count == 1 else 'zeroinitializer'}")
         else: lines[-1] = lines[-1].replace(f"{nm}.m =", f"{nm}.l =")
@@ -134,7 +127,7 @@ class LLVMRenderer(Renderer):
         if vd.scalar == dtypes.bool:
           lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {_mem_type(vd)}")
           val = f"{nm}.z"
-        st = f"  store {_mem_type(vd)} {val}, ptr {ptr}, align {vd.scalar.itemsize}"
+        st = f"  store {_mem_type(vd)} {val}, {self._ptr(idx.src[0].dtype)} {ptr}, align {vd.scalar.itemsize}"
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
@@ -155,15 +148,51 @@ class LLVMRenderer(Renderer):
           mask = ", ".join(f"i32 {j}" for j in u.arg)
           lines.append(f"  {nm} = shufflevector {ltype(s.dtype)} {r[s]}, {ltype(s.dtype)} poison, <{len(u.arg)} x i32> <{mask}>")
         r[u] = nm
-      elif u.op is Ops.CAST: lines.append(f"  {nm} = {self._cast(u.src[0].dtype, d, r[u.src[0]], decls.add)}"); r[u] = nm
+      elif u.op is Ops.CAST:
+        fr, v = u.src[0].dtype, r[u.src[0]]
+        if dtypes.is_float(fr) and fr.itemsize == 2 and not dtypes.is_float(d) and d.scalar != dtypes.bool:
+          # 16-bit float -> int through float32 (exact). On CPUs with native fp16 conversions (AVX512-FP16,
+          # -mcpu=sapphirerapids) LLVM lowers fptosi.sat.i16.f16 to vcvttsh2si and two clamping compares with no
+          # NaN test, so NaN became -32768 instead of 0 (hw/h100-580.159.04/FINDINGS.md, finding 7)
+          f32 = dtypes.float32.vec(fr.count) if fr.count > 1 else dtypes.float32
+          lines.append(f"  {nm}.f = {self._cast(fr, f32, v, decls.add)}")
+          fr, v = f32, f"{nm}.f"
+        lines.append(f"  {nm} = {self._cast(fr, d, v, decls.add)}"); r[u] = nm
       elif u.op is Ops.BITCAST:
         if u.src[0].dtype.nbytes != d.nbytes: raise RenderError(f"BITCAST from {u.src[0].dtype} to {d}: sizes differ")
         lines.append(f"  {nm} = bitcast {ltype(u.src[0].dtype)} {r[u.src[0]]} to {ltype(d)}"); r[u] = nm
       elif u.op in GroupOp.ALU:
         lines.append(f"  {nm} = {self._alu(u, [r[s] for s in u.src], intr, tmp, lines, c)}"); r[u] = nm
       elif u.op in (Ops.SINK, Ops.NOOP): pass
-      else: raise RenderError(f"LLVM renderer: cannot render {u.op}")
+      elif not self._render_other(u, nm, r, lines, decls): raise RenderError(f"{self.name} renderer: cannot render {u.op}")
     body = "\n".join(allocas + ["  br label %start0", "start0:"] + lines + ["  ret void"])
+    return self._module(name, body, decls, uops)
+
+  # ---- hooks for LLVM targets other than the CPU (renderer/amdgpu.py)
+  alloca_suffix = ""   # the address space of allocas, where the target's is not 0
+
+  def _ptr(self, d: DType | None) -> str:
+    """The IR type of a pointer into a buffer of dtype d (None: an alloca)."""
+    return "ptr"
+
+  def _param(self, u: UOp, nm: str, uops: list[UOp], nbufs: int, lines: list[str]) -> str:
+    """A kernel argument: buffer pointers, then variables by name, as i64 slots of the `args` array."""
+    d = u.dtype
+    if u.op is Ops.DEFINE_GLOBAL:
+      lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {u.arg}")
+      lines.append(f"  {nm} = load ptr, ptr {nm}.p, align 8")
+      return nm
+    k = nbufs + sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR).index(u.arg[0])
+    lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {k}")
+    lines.append(f"  {nm}.w = load i64, ptr {nm}.p, align 8")
+    lines.append(f"  {nm} = trunc i64 {nm}.w to {ltype(d)}" if d.itemsize < 8 else f"  {nm} = add i64 {nm}.w, 0")
+    return nm
+
+  def _render_other(self, u: UOp, nm: str, r: dict[UOp, str], lines: list[str], decls: set[str]) -> bool:
+    """Ops the CPU has no use for (GPU indices, shared memory, barriers): True where rendered."""
+    return False
+
+  def _module(self, name: str, body: str, decls: set[str], uops: list[UOp]) -> str:
     return "\n".join(sorted(decls)) + (f"\n\ndefine void @{name}(ptr noalias nocapture readonly %args, i64 %start, i64 %end) "
                                        f"#0 {{\nentry:\n{body}\n}}\nattributes #0 = {{ nounwind \"no-trapping-math\"=\"true\" }}\n")
 
@@ -174,7 +203,7 @@ class LLVMRenderer(Renderer):
     if len(u.src) > 2:  # masked: never form an address from an index that may be out of range
       lines.append(f"  {nm}.i = select i1 {r[u.src[2]]}, {it} {iv}, {it} 0")
       iv = f"{nm}.i"
-    lines.append(f"  {nm} = getelementptr inbounds {ltype(buf.dtype.base)}, ptr {r[buf]}, {it} {iv}")
+    lines.append(f"  {nm} = getelementptr inbounds {ltype(buf.dtype.base)}, {self._ptr(buf.dtype)} {r[buf]}, {it} {iv}")
     return nm
 
   def _binop(self, op: Ops, d: DType, a: str, b: str, intr, tmp, lines: list[str]) -> str:

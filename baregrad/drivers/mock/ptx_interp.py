@@ -46,6 +46,13 @@ arrays; an access not entirely inside one mapped region, or misaligned, raises `
 naming the address, the instruction and line, and the first faulting thread and block.
 Generic addresses: global addresses are themselves; shared memory is the window
 `SHARED_WINDOW + offset`, local memory `LOCAL_WINDOW + offset` (per thread); `cvta` converts.
+A launch may place the windows elsewhere (`windows=Windows(...)`): the mock GPU passes the apertures the driver set
+with SET_SHADER_*_MEMORY_WINDOW (which generic addresses reach shared/local memory) and, separately, the bases that
+compiled code converts with (cvta), which SASS reads from constant bank 0 or SR_SWINHI: when the two disagree, a
+converted pointer misses the aperture, as on the GPU. `specials=` overrides %ntid, %nctaid, %dynamic_smem_size and
+%total_smem_size with the values the SASS would read from constant bank 0 rather than the launch geometry.
+`launch_steps(...)` is launch() as a generator that yields before every instruction issue, so a caller can interleave
+several grids instruction by instruction (the mock GPU's model of launches running concurrently).
 .global/.const module variables (with initializers) are placed in `Memory` on first launch
 (`PTXModule.load_globals(memory)` gives their addresses); `ld.const` reads them there.
 `ld.param` reads the kernel's parameter buffer (natural alignment, as CUDA lays it out).
@@ -76,11 +83,31 @@ import re
 import struct
 import numpy as np
 
-__all__ = ["PTXError", "GPUFault", "PTXModule", "PTXKernel", "Memory", "SHARED_WINDOW", "LOCAL_WINDOW"]
+__all__ = ["PTXError", "GPUFault", "PTXModule", "PTXKernel", "Memory", "Windows", "SHARED_WINDOW", "LOCAL_WINDOW"]
 
 SHARED_WINDOW = 0x0000_7F00_0000_0000
 LOCAL_WINDOW = 0x0000_7E00_0000_0000
 WINDOW_SIZE = 1 << 32
+
+
+class Windows:
+    """Where generic addresses reach shared and local memory (the apertures, `size` bytes each) and the bases cvta
+    converts with (default: the apertures)."""
+    __slots__ = ("shared", "local", "size", "cvta_shared", "cvta_local")
+
+    def __init__(self, shared=SHARED_WINDOW, local=LOCAL_WINDOW, size=WINDOW_SIZE, cvta_shared=None, cvta_local=None):
+        self.shared, self.local, self.size = int(shared), int(local), int(size)
+        self.cvta_shared = self.shared if cvta_shared is None else int(cvta_shared)
+        self.cvta_local = self.local if cvta_local is None else int(cvta_local)
+
+    def route(self, a):
+        """(shared mask, local mask) of generic addresses `a` (uint64 array)."""
+        sh = (a >= np.uint64(self.shared)) & (a < np.uint64(self.shared + self.size))
+        lo = (a >= np.uint64(self.local)) & (a < np.uint64(self.local + self.size))
+        return sh, lo
+
+
+_DEFAULT_WINDOWS = Windows()
 
 
 class PTXError(Exception):
@@ -343,6 +370,7 @@ class Memory:
         self._starts = np.zeros(0, np.uint64)
         self._next = 0x0000_0001_0000_0000
         self.module_globals = {}  # id(PTXModule) -> {name: va}
+        self.recorder = None      # a set: device loads/stores add (region va, "r" | "w") to it
 
     # -- mapping
     def map(self, va: int, size: int, data=None, name: str = "") -> np.ndarray:
@@ -449,7 +477,10 @@ class Memory:
         self._check_align(addrs, dt.itemsize, what)
         idx = self._locate(addrs, dt.itemsize, what)
         out = np.empty(addrs.shape, dt)
-        for r, sel in self._groups(idx):
+        groups = self._groups(idx)
+        if self.recorder is not None:
+            self.recorder.update((r.va, "r") for r, _ in groups)
+        for r, sel in groups:
             a = addrs if sel is None else addrs[sel]
             off = (a - np.uint64(r.va)).astype(np.int64)
             v = _gather(r.data, off, dt)
@@ -465,7 +496,10 @@ class Memory:
         values = np.asarray(values).astype(dt, copy=False)
         self._check_align(addrs, dt.itemsize, what)
         idx = self._locate(addrs, dt.itemsize, what)
-        for r, sel in self._groups(idx):
+        groups = self._groups(idx)
+        if self.recorder is not None:
+            self.recorder.update((r.va, "w") for r, _ in groups)
+        for r, sel in groups:
             a = addrs if sel is None else addrs[sel]
             v = values if sel is None else values[sel]
             _scatter(r.data, (a - np.uint64(r.va)).astype(np.int64), v, dt)
@@ -908,7 +942,7 @@ class PTXModule:
 
 class _Ctx:
     __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
-                 "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size")
+                 "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size", "win", "step")
 
 
 class PTXKernel:
@@ -1290,11 +1324,11 @@ class PTXKernel:
             raise self._err(ins, f"unknown symbol `{base}` in address")
         if space == "generic" or space is None:
             if base in self.shared_offsets:
-                v = np.uint64(SHARED_WINDOW + self.shared_offsets[base] + offv)
-                return lambda c: v
+                v = self.shared_offsets[base] + offv
+                return lambda c: np.uint64(c.win.cvta_shared + v)
             if base in self.local_offsets:
-                v = np.uint64(LOCAL_WINDOW + self.local_offsets[base] + offv)
-                return lambda c: v
+                v = self.local_offsets[base] + offv
+                return lambda c: np.uint64(c.win.cvta_local + v)
         o = np.uint64(offv & 0xFFFFFFFFFFFFFFFF)
         return lambda c: f(c) + o
 
@@ -1428,15 +1462,17 @@ class PTXKernel:
             raise self._err(ins, "cvta needs a state space")
         src = self._src(ins, ins.ops[1], dt)
         wd = self._dst(ins, ins.ops[0])
-        base = {"shared": SHARED_WINDOW, "local": LOCAL_WINDOW}.get(space, 0)
-        if base == 0:
+        if space not in ("shared", "local"):
             ins.fn = lambda c, m: wd(c, src(c), False, m)
             return
-        b = dt.type(base & ((1 << (8 * dt.itemsize)) - 1))
-        if to:
-            ins.fn = lambda c, m: wd(c, (np.asarray(src(c)) - b).astype(dt), False, m)
-        else:
-            ins.fn = lambda c, m: wd(c, (np.asarray(src(c)) + b).astype(dt), False, m)
+        mask = (1 << (8 * dt.itemsize)) - 1
+        attr = "cvta_" + space
+
+        def fn(c, m):
+            b = dt.type(getattr(c.win, attr) & mask)
+            v = np.asarray(src(c))
+            wd(c, (v - b if to else v + b).astype(dt), False, m)
+        ins.fn = fn
 
     # arithmetic
     def _arith(self, ins, nsrc, f, res_t=None, src_t=None):
@@ -2241,8 +2277,7 @@ class PTXKernel:
         def route(c, a, lanes):
             """Split generic addresses into (global, shared, local) selections."""
             if space == "generic":
-                sh = (a >= np.uint64(SHARED_WINDOW)) & (a < np.uint64(SHARED_WINDOW + WINDOW_SIZE))
-                lo = (a >= np.uint64(LOCAL_WINDOW)) & (a < np.uint64(LOCAL_WINDOW + WINDOW_SIZE))
+                sh, lo = c.win.route(a)
                 if not sh.any() and not lo.any():
                     return [("global", None, a, lanes)]
                 out = []
@@ -2250,9 +2285,9 @@ class PTXKernel:
                 if g.any():
                     out.append(("global", g, a[g], lanes[g]))
                 if sh.any():
-                    out.append(("shared", sh, a[sh] - np.uint64(SHARED_WINDOW), lanes[sh]))
+                    out.append(("shared", sh, a[sh] - np.uint64(c.win.shared), lanes[sh]))
                 if lo.any():
-                    out.append(("local", lo, a[lo] - np.uint64(LOCAL_WINDOW), lanes[lo]))
+                    out.append(("local", lo, a[lo] - np.uint64(c.win.local), lanes[lo]))
                 return out
             sp = "global" if space in ("global", "const") else space
             return [(sp, None, a, lanes)]
@@ -2361,8 +2396,8 @@ class PTXKernel:
             if a.size == 0:
                 return None
             # resolve the memory each address lives in, as (load, store) on that backend
-            if space == "shared" or (space == "generic" and ((a >= np.uint64(SHARED_WINDOW)) & (a < np.uint64(SHARED_WINDOW + WINDOW_SIZE))).all()):
-                off = a - np.uint64(SHARED_WINDOW) if space == "generic" else a
+            if space == "shared" or (space == "generic" and c.win.route(a)[0].all()):
+                off = a - np.uint64(c.win.shared) if space == "generic" else a
                 off = c.shared._flat(off, lanes, dt.itemsize, what)
                 ld = lambda x: _gather(c.shared.data, x, dt)
                 st = lambda x, v: _scatter(c.shared.data, x, np.asarray(v).astype(dt), dt)
@@ -2506,7 +2541,13 @@ class PTXKernel:
             buf[p.offset:p.offset + p.size] = b
         return bytes(buf)
 
-    def launch(self, memory: Memory, params, grid, block, shared_bytes: int = 0) -> None:
+    def launch(self, memory: Memory, params, grid, block, shared_bytes: int = 0, specials=None, windows=None) -> None:
+        for _ in self.launch_steps(memory, params, grid, block, shared_bytes, specials, windows, step=False):
+            pass
+
+    def launch_steps(self, memory: Memory, params, grid, block, shared_bytes: int = 0, specials=None, windows=None,
+                     step: bool = True):
+        """launch() as a generator: yields before each instruction issue (`step`) and between batches of blocks."""
         grid = tuple(int(x) for x in (tuple(grid) + (1, 1, 1))[:3])
         block = tuple(int(x) for x in (tuple(block) + (1, 1, 1))[:3])
         if min(grid) < 1 or min(block) < 1:
@@ -2559,9 +2600,12 @@ class PTXKernel:
                 c.shared = _Shared(nb, shared_size, n)
                 c.local = _Local(N, self.local_size, "local")
                 c.clock = 0
-                c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes)
+                c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes, specials or {})
+                c.win = windows or _DEFAULT_WINDOWS
+                c.step = step
                 first = (int(cta[0][0]), int(cta[1][0]), int(cta[2][0]))
-                self._run_block(c, first)
+                yield from self._run_block(c, first)
+                yield
 
     def _run_block(self, c, ctaid):
         code = self.code
@@ -2578,7 +2622,10 @@ class PTXKernel:
         div_steps = 0
         trace = self.trace
         budget = self.max_steps
+        step = c.step
         while True:
+            if step:
+                yield
             steps += 1
             if steps > budget:
                 raise PTXError(f"kernel {self.name}: more than {budget} instruction issues in one batch of "
@@ -2753,7 +2800,7 @@ def _fault_thread(c, e, a, m, span):
         return e
     act = np.ones(c.n, bool) if m is None else m
     bad = int(e.address)
-    for base in (0, SHARED_WINDOW, LOCAL_WINDOW):
+    for base in (0, c.win.shared, c.win.local):
         lo = a.astype(np.uint64) - np.uint64(base)
         hit = act & (lo <= np.uint64(bad)) & (np.uint64(bad) < lo + np.uint64(span))
         if hit.any():
@@ -2788,7 +2835,7 @@ def _to_f16(x, mode):
     return x.astype(np.float16)
 
 
-def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn):
+def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn, over):
     n = c.n
     cache = {}
     axis = {"x": 0, "y": 1, "z": 2}
@@ -2805,11 +2852,11 @@ def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn):
         if base == "tid":
             v = tid[i]
         elif base == "ntid":
-            v = np.full(n, block[i], u32)
+            v = np.full(n, (over["ntid"] if "ntid" in over else block)[i], u32)
         elif base == "ctaid":
             v = ctaid[i]
         elif base == "nctaid":
-            v = np.full(n, grid[i], u32)
+            v = np.full(n, (over["nctaid"] if "nctaid" in over else grid)[i], u32)
         elif base == "laneid":
             v = (c.tlin % 32).astype(u32)
         elif base == "warpid":
@@ -2823,9 +2870,9 @@ def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn):
         elif base in ("warpsize", "WARP_SZ"):
             v = np.full(n, 32, u32)
         elif base == "dynamic_smem_size":
-            v = np.full(n, dyn, u32)
+            v = np.full(n, over.get("dynamic_smem_size", dyn), u32)
         elif base == "total_smem_size":
-            v = np.full(n, shared_size, u32)
+            v = np.full(n, over.get("total_smem_size", shared_size), u32)
         elif base.startswith("lanemask_"):
             lane = (c.tlin % 32).astype(np.uint64)
             one = np.uint64(1)

@@ -1,3 +1,4 @@
 from baregrad.drivers.nv.device import NVDevice, NVComputeQueue, NVCopyQueue, RMError
+from baregrad.drivers.nv.faults import NVChannelError
 
-__all__ = ["NVDevice", "NVComputeQueue", "NVCopyQueue", "RMError"]
+__all__ = ["NVDevice", "NVComputeQueue", "NVCopyQueue", "RMError", "NVChannelError"]

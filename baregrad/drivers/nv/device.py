@@ -8,9 +8,25 @@ the DMA copy class (subchannel 4): the compute queue uses one, the copy queue th
 pushbuffer words into a command ring, writes a GPFIFO entry, GP_PUT in USERD, and rings the usermode doorbell with
 the channel's work-submit token.
 
+Each channel is registered with UVM (UVM_REGISTER_CHANNEL, with a free VA range for RM's context buffers) before the
+group is scheduled and unregistered before it is freed: in an externally owned VA space RM refuses to schedule a GR
+channel whose buffers UVM has not bound (finding 2). Shader shared/local memory windows, constant bank 0 and program
+images follow what each generation's hardware and compiled code expect (hw.py: SHADER_WINDOWS, CBANK0, PROGRAM_GUARD).
+
 Memory: device memory is NV01_MEMORY_LOCAL_USER mapped into the GPU VA space through UVM external ranges; host-visible
-memory is NV01_MEMORY_SYSTEM mapped for the CPU (NV_ESC_RM_MAP_MEMORY + mmap at an address the driver picks, inside a
-window it reserved below 2**40 so pushbuffers can be addressed from GPFIFO entries) and for the GPU at the same VA.
+memory is NV01_MEMORY_SYSTEM mapped for the CPU (NV_ESC_RM_MAP_MEMORY naming a fresh /dev/nvidiactl fd, then mmap of
+that fd, at an address the driver picks inside a window it reserved below 2**40 so pushbuffers can be addressed from
+GPFIFO entries) and for the GPU at the same VA. Why the control node: RM validates a system-memory mapping against the
+control device (src/nvidia/arch/nvalloc/unix/src/osapi.c, RmCreateMmapContextLocked: an address in no BAR of the GPU
+takes pNv = nv_get_ctl_state()), and kernel-open/nvidia/nv-usermap.c nv_add_mapping_context_to_file then accepts only a
+control-node fd for it (nv_get_file_private(fd, NV_IS_CTL_DEVICE(nv))): a /dev/nvidiaN fd gives
+NV_ERR_INVALID_ARGUMENT (finding 1). BAR apertures (the usermode doorbell page) are mapped through the GPU's own node.
+Rather than describing anonymous pages to RM (NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, the other route finding 1 names),
+memory stays RM-allocated: the trace that reached a launch on the H100 used this route, and RM keeps the pages pinned
+and DMA-mapped for as long as the object lives, whatever the process does with its own address space.
+
+Channel errors (an Xid in the error notifier) raise NVChannelError naming the Xid and the kernel log's lines decoded
+(faults.py), after the device rebuilt its channels: buffers stay valid and the next launch works.
 
 Generations: what the kernel reports decides everything arch-specific. MC_GET_ARCH_INFO names the family (Ampere,
 Ada, Hopper, Blackwell; anything else is refused by name), GR_GET_INFO's SM version the PTX target and ptxas arch
@@ -24,7 +40,7 @@ with its own RM client, VA space, channels and a device-only VA window of its ow
 MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call."""
 from __future__ import annotations
-import ctypes, errno, os, threading, time
+import ctypes, errno, os, re, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.hal import OutOfMemory, DeviceUnavailable, Compiler
@@ -32,6 +48,7 @@ from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllo
 from baregrad.drivers.port import IoctlError, make_port, register_ioctl, describe
 from baregrad.ctypes_autogen.nv import pick_nv_module, UnsupportedDriverVersion, nv_580
 from baregrad.drivers.nv import hw
+from baregrad.drivers.nv.faults import KernelLog, NVChannelError, parse_xid, decode as decode_xid
 
 O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
 PROT_NONE, PROT_RW = 0, 3
@@ -39,6 +56,10 @@ MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, MAP_NORESERVE, MAP_FIXED_NOREPLACE
 PAGE = 4096
 CPU_WINDOW = (0x20_0000_0000, 0x10_0000_0000)   # (base, size): host-visible GPU memory, below 2**40 (GPFIFO entries)
 GPU_WINDOW = (0x1000_0000_0000, 0x100_0000_0000)  # device-only memory
+# VA UVM_REGISTER_CHANNEL may place one channel's RM buffers (GR context, patch, page pool, ...) in: 64 MiB as in the
+# H100 run; taken from the window below 2**40 because UVM refuses ranges ending at or above max_channel_va, which is
+# 2**40 on Ampere/Ada (kernel-open/nvidia-uvm/uvm_ampere.c, uvm_ada.c) and 2**57 on Hopper/Blackwell
+CHANNEL_VA_BYTES = 64 << 20
 
 class RMError(IoctlError):
   """An RM or UVM call that the kernel accepted but that returned an error status: names the call, the status and
@@ -77,18 +98,31 @@ class VAAllocator:
       self.free = merged
 
 class NVMemory:
-  """What the driver keeps per RM memory object."""
-  def __init__(self, handle: int, size: int, va: int, cpu: int | None, host: bool) -> None:
-    self.handle, self.size, self.va, self.cpu, self.host = handle, size, va, cpu, host
-  def __repr__(self) -> str: return f"<NVMemory {self.handle:#x} va={self.va:#x} size={self.size:#x}{' host' if self.host else ''}>"
+  """What the driver keeps per RM memory object; `what` names it in fault reports."""
+  def __init__(self, handle: int, size: int, va: int, cpu: int | None, host: bool, what: str = "buffer") -> None:
+    self.handle, self.size, self.va, self.cpu, self.host, self.what = handle, size, va, cpu, host, what
+  def __repr__(self) -> str: return f"<NVMemory {self.what} {self.handle:#x} va={self.va:#x} size={self.size:#x}{' host' if self.host else ''}>"
 
 # ---------------------------------------------------------------- queues
 class NVComputeQueue(HWQueue):
+  """Launches of one queue run concurrently on the GPU unless a wait-for-idle separates them (finding 6b): signals and
+  timestamps release after WFI, memory_barrier() is WFI + MEMBAR; put one between launches that depend on each other.
+  A QMD launched again while its previous launch may still run took the H100's channel down (finding 6a, Xid 109), so
+  exec() of args already launched since the last WFI in this queue puts a WFI before it."""
   engine = "compute"
+  def __init__(self) -> None:
+    super().__init__()
+    self._launched: set[int] = set()  # QMD addresses launched since the last wait-for-idle in this queue
   def _enc_wait(self, addr: int, value: int) -> Any: return hw.sem_words(addr, value, hw.SEM_EXEC_ACQUIRE_GEQ), _SEM_FIELDS
-  def _enc_signal(self, addr: int, value: int) -> Any: return hw.sem_words(addr, value, hw.SEM_EXEC_RELEASE), _SEM_FIELDS
-  def _enc_timestamp(self, addr: int) -> Any: return hw.sem_words(addr - 8, 0, hw.SEM_EXEC_TIMESTAMP), _TS_FIELDS
-  def _enc_memory_barrier(self) -> Any: return hw.membar_words(), {}
+  def _enc_signal(self, addr: int, value: int) -> Any:
+    self._launched.clear()  # the release waits for idle
+    return hw.sem_words(addr, value, hw.SEM_EXEC_RELEASE), _SEM_FIELDS
+  def _enc_timestamp(self, addr: int) -> Any:
+    self._launched.clear()
+    return hw.sem_words(addr - 8, 0, hw.SEM_EXEC_TIMESTAMP), _TS_FIELDS
+  def _enc_memory_barrier(self) -> Any:
+    self._launched.clear()
+    return hw.membar_words(), {}
   def _enc_copy(self, dest: int, src: int, nbytes: int) -> Any:
     if not 0 <= nbytes < (1 << 32): raise ValueError(f"copy of {nbytes} bytes: LINE_LENGTH_IN holds 32 bits; split the copy")
     return hw.copy_words(dest, src, nbytes), _COPY_FIELDS
@@ -96,8 +130,13 @@ class NVComputeQueue(HWQueue):
     """The QMD lives in the args memory (written here; update_exec rewrites it); the pushbuffer points the compute
     engine at it. Fields: qmd (the QMD address, shifted 8, as SEND_PCAS_A carries it)."""
     assert isinstance(args_state, NVArgsState), "NV exec needs args from NVProgram.fill_kernargs"
+    pre = []
+    if args_state.qmd_va in self._launched:
+      pre = hw.wfi_words()
+      self._launched.clear()
+    self._launched.add(args_state.qmd_va)
     args_state.write_qmd(gs, ls)
-    return hw.launch_words(prg.dev.compute_class, args_state.qmd_va), {"qmd": (3, 1)}
+    return pre + hw.launch_words(prg.dev.compute_class, args_state.qmd_va), {"qmd": (len(pre) + 3, 1)}
   def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
     self._check(i, "exec")
     args: NVArgsState = self._refs[(i % len(self.cmds), "args")]
@@ -119,8 +158,9 @@ _COPY_FIELDS = {"src": (1, 2, True), "dest": (3, 2, True), "nbytes": (6, 1)}
 class NVChannel:
   """One GPFIFO channel: its ring of GPFIFO entries, USERD, a command ring the pushbuffers are copied into, doorbell."""
   def __init__(self, dev: NVDevice, name: str, handle: int, gpfifo: NVMemory, ring_off: int, entries: int, userd_off: int,
-               cmd: NVMemory, token: int) -> None:
+               cmd: NVMemory, token: int, uvm_va: int) -> None:
     self.dev, self.name, self.handle, self.entries, self.token, self.cmd = dev, name, handle, entries, token, cmd
+    self.uvm_va = uvm_va  # the VA range UVM_REGISTER_CHANNEL was given (0 while not registered)
     assert gpfifo.cpu is not None and cmd.cpu is not None
     self.ring = (ctypes.c_uint64 * entries).from_address(gpfifo.cpu + ring_off)
     self.gp_put_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_PUT)
@@ -211,8 +251,27 @@ def ptx_params(ptx: str, name: str) -> list[tuple[int, int]]:
     off += sz
   return out
 
+_PTX_DECL = re.compile(r"\.(shared|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+[\w$]+\s*(?:\[(\d*)\])?")
+
+def ptx_storage(ptx: str, name: str) -> tuple[int, int]:
+  """(static .shared bytes, .local bytes) an entry of `ptx` declares (module-scope .shared counts for every entry):
+  the sizes to launch with when there is no cubin to read them from."""
+  m = re.search(r"\.entry\s+" + re.escape(name) + r"\b", ptx)
+  if m is None: return 0, 0
+  end = ptx.find(".entry", m.end())
+  body, head = ptx[m.end():end if end >= 0 else len(ptx)], ptx[:ptx.find(".entry")]
+  size = {"shared": 0, "local": 0}
+  for scope, src in ((("shared",), head), (("shared", "local"), body)):
+    for d in _PTX_DECL.finditer(src):
+      if d.group(1) not in scope or d.group(4) == "": continue
+      sz = _PTX_SIZES.get(d.group(3), 1) * (int(d.group(4)) if d.group(4) else 1)
+      size[d.group(1)] = _rup(size[d.group(1)], int(d.group(2) or 1)) + sz
+  return size["shared"], size["local"]
+
 class NVArgsState(HCQArgsState):
-  """Args memory: [pad to 256][QMD 0x180, pad to 0x200][constant bank 0: 0x210 bytes, then the kernel parameters]."""
+  """Args memory of one launch: [pad to 256][QMD 0x180, pad to 0x200][constant bank 0: the launch header below the
+  parameters (hw.cbank0_header: block and grid dimensions, windows, stack pointer, ...), then the parameters]. Each
+  launch in flight owns its QMD and constant bank: never rewrite them while a launch that reads them may be queued."""
   def __init__(self, cpu_addr: int, va_addr: int, prg: NVProgram, bufs: Sequence[Any], vals: Sequence[int]) -> None:
     super().__init__(cpu_addr, va_addr, prg, bufs, vals)
     pad = -va_addr % 256
@@ -234,18 +293,26 @@ class NVArgsState(HCQArgsState):
     if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
     self._put(len(self.bufs) + i, value)
   def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
-    prg = self.prg
+    prg, dev = self.prg, self.prg.dev
     if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
     if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
     self.grid, self.block = gs, ls
-    w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared, prg.regs, version=prg.dev.qmd_version)
+    hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
+    if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
+    ctypes.memmove(self.cb_cpu, hdr, len(hdr))
+    uses_shared = prg.shared_total > dev.cb_layout.shared_base
+    w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
+                     version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem if uses_shared else 0)
     w += [0] * (hw.QMD_BYTES // 4 - len(w))
     (ctypes.c_uint32 * len(w)).from_address(self.qmd_cpu)[:] = w
+
+def _put_u32(b: bytes, off: int, v: int) -> bytes: return b[:off] + v.to_bytes(4, "little") + b[off + 4:]
 
 def prod3(t: Sequence[int]) -> int: return t[0] * t[1] * t[2]
 
 class NVProgram(HCQProgram):
-  """A kernel: its code uploaded to GPU memory in an image that also holds the PTX (the mock GPU runs that)."""
+  """A kernel: its code uploaded to GPU memory in an image that also holds the PTX (the mock GPU runs that), followed by
+  hw.PROGRAM_GUARD bytes for the instruction prefetch (finding 4)."""
   args_state_t = NVArgsState
   def __init__(self, dev: NVDevice, name: str, lib: bytes) -> None:
     super().__init__(dev, name, lib)
@@ -255,21 +322,35 @@ class NVProgram(HCQProgram):
       except Exception: cubin = b""
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
-    self.ptx, self.param_off, self.regs, self.shared = ptx, dev.param_off, 32, 0
+    self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
     code = b""
     self.params = ptx_params(ptx, name)
+    # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
+    static, frame = ptx_storage(ptx, name)
+    shared = dev.cb_layout.shared_base + static if static else 0
+    if frame: self.local_bytes = _rup(frame + hw.STACK_TOP_RESERVE, 16)
     if cubin:
       from baregrad.drivers.nv_compile import parse_cubin
       info = parse_cubin(cubin)["kernels"].get(name)
       if info is None: raise ValueError(f"NV program: the cubin has no kernel {name}")
-      code, self.regs, self.shared = info["code"], max(info["regs"], 16), info["shared"]
-      if info["param_cbank"] is not None: self.param_off = info["param_cbank"][0]
+      code, self.regs, shared = info["code"], max(info["regs"], 16), info["shared"]
+      if info["param_cbank"] is not None and info["param_cbank"][0] != dev.param_off:
+        raise ValueError(f"NV program {name}: the cubin reads its parameters at c[0x0][{info['param_cbank'][0]:#x}], the "
+                         f"{dev.arch} constant bank layout puts them at {dev.param_off:#x} (compiled for another arch?)")
       if info["params"]: self.params = [(o, sz) for _, o, sz in info["params"]]
+      # the stack frame (local arrays, spills) sits below the initial stack pointer, hw.STACK_TOP_RESERVE under the top
+      frame = max(info["frame"], info["min_stack"])
+      self.local_bytes = _rup(frame + hw.STACK_TOP_RESERVE, 16) if frame else 0
+    # the launch's shared memory is the cubin's .nv.shared size, which on sm_90+ counts the 1 KiB before the kernel's
+    # own data (hw.CBank0Layout.shared_base)
+    self.shared_total = shared
+    if self.shared_total > dev.max_shared_mem:
+      raise ValueError(f"NV program {name}: {shared} bytes of shared memory exceed the {dev.max_shared_mem} a block may use on {dev.arch}")
     self.param_size = max((o + s for o, s in self.params), default=0)
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
-    dev._ensure_local_memory()
+    if self.local_bytes: dev._ensure_local_memory(self.local_bytes)
     # host-visible, written by the CPU: a copy-queue upload would not be ordered before a raw compute-queue launch
-    self.image = dev._gpu_alloc(len(image), host=True)
+    self.image = dev._gpu_alloc(len(image) + hw.PROGRAM_GUARD, host=True, what=f"program image {name}")
     assert self.image.cpu is not None
     ctypes.memmove(self.image.cpu, image, len(image))
     self.code_va = self.image.va + code_off
@@ -333,17 +414,27 @@ class NVDevice(HCQDevice):
     self.is_mock = hasattr(getattr(port, "inner", port), "mock")
     renderer, compiler = _toolchain(self.arch)
     self.compiler_ok = getattr(compiler, "ptxas", None) is not None
-    super().__init__(device, None, renderer, compiler, NVProgram, NVComputeQueue, NVCopyQueue,
-                     kernargs_size=1 << 20, signal_pool_size=64 << 10)
     self.local_mem: NVMemory | None = None
-    self.allocator = NVAllocator(self)
-    try: self._init_channels()
+    self.local_per_thread = 0
+    self.notifier_mem: NVMemory | None = None
+    self.klog: KernelLog | None = None
+    try:
+      super().__init__(device, None, renderer, compiler, NVProgram, NVComputeQueue, NVCopyQueue,
+                       kernargs_size=1 << 20, signal_pool_size=64 << 10)
+      for m in self.memories:  # name what HCQDevice allocated, for fault reports
+        if m.va == self.signal_pool.va_addr: m.what = "signal pool"
+        if m.va == self.kernargs.va_addr: m.what = "kernel args ring"
+      self.allocator = NVAllocator(self)
+      self._init_channels()
     except BaseException:
       self._abandon()
       raise
+    self.klog = KernelLog(self.port)  # from here on: the kernel log's new lines are ours to decode after a channel error
 
   def _abandon(self) -> None:
     """A failed open gives back what it took: the RM client (and so every object under it), the fds, the window."""
+    try: self._teardown_channels()
+    except Exception: pass
     if getattr(self, "root", None):
       try: self.rm_free(self.root)
       except Exception: pass
@@ -449,10 +540,17 @@ class NVDevice(HCQDevice):
     self.gpfifo_class, self.compute_class, self.dma_class = (pick(hw.GPFIFO_CLASSES, "GPFIFO channel"), pick(hw.COMPUTE_CLASSES, "compute"),
                                                              pick(hw.DMA_CLASSES, "DMA copy"))
     self.qmd_version = hw.QMD_VERSION[self.compute_class]      # v03 Ampere/Ada, v04 Hopper, v05 Blackwell
+    try:
+      self.windows = hw.shader_windows(self.compute_class)       # 32-bit windows on Ampere/Ada, 64-bit on Hopper+
+      self.cb_layout = hw.cbank0_layout(self.arch)               # what the SASS reads from constant bank 0
+    except ValueError as e: _unavail(device, str(e))
     self.param_off = hw.param_offset(self.arch)                  # constant-bank offset of kernel parameters
+    if self.param_off != self.cb_layout.params:
+      _unavail(device, f"{self.arch}: the PTX renderer puts parameters at {self.param_off:#x}, the constant bank 0 layout at {self.cb_layout.params:#x}")
     self.max_shared_mem = hw.ARCHS[self.arch].max_shared
+    self.max_warps_per_sm, self.sm_per_tpc, self.tpc_count = max(info[4].data, 1), max(info[3].data, 1), info[1].data * info[2].data
     self.usermode = self.rm_alloc(self.subdevice, hw.HOPPER_USERMODE_A if hw.HOPPER_USERMODE_A in classes else hw.TURING_USERMODE_A)
-    self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE)
+    self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE, aperture=True)
     self.doorbell_addr = self.usermode_cpu + hw.NVC361_NOTIFY_CHANNEL_PENDING
     self.vaspace = self.rm_alloc(self.nvdevice, nv.FERMI_VASPACE_A, nv.NV_VASPACE_ALLOCATION_PARAMETERS(
       vaBase=0x1000, vaSize=0x1fffffb000000,
@@ -478,20 +576,24 @@ class NVDevice(HCQDevice):
     gbase = GPU_WINDOW[0] + self.index * GPU_WINDOW[1]
     self.cpu_va, self.gpu_va = VAAllocator(*self.window), VAAllocator(gbase, GPU_WINDOW[1])
 
-  def _map_to_cpu(self, handle: int, size: int, target: int = 0) -> int:
-    """NV_ESC_RM_MAP_MEMORY onto a fresh /dev/nvidiaN fd, then mmap that fd (at `target` when given)."""
+  def _map_to_cpu(self, handle: int, size: int, target: int = 0, aperture: bool = False) -> int:
+    """NV_ESC_RM_MAP_MEMORY naming a fresh fd, then mmap of that fd (at `target` when given). System memory goes through
+    /dev/nvidiactl, a BAR aperture (`aperture`: the usermode page) through this GPU's /dev/nvidiaN: see the module doc
+    (finding 1). A fresh fd each time: an fd holds one mapping context (nv-usermap.c: NV_ERR_STATE_IN_USE otherwise)."""
     nv = self.nv
     from baregrad.drivers.nv.hw import nv_ioctl_nvos33_parameters_with_fd
-    fd = self._open(self.dev_path)
-    w = nv_ioctl_nvos33_parameters_with_fd(params=nv.NVOS33_PARAMETERS(hClient=self.root, hDevice=self.nvdevice, hMemory=handle, length=size), fd=fd)
-    self._rm_call(nv.NV_ESC_RM_MAP_MEMORY, w.params, "NV_ESC_RM_MAP_MEMORY", wrapper=w)
-    try: return self.port.mmap(target, size, PROT_RW, MAP_SHARED | (MAP_FIXED if target else 0), fd, 0)
+    fd = self._open(self.dev_path if aperture else "/dev/nvidiactl")
+    try:
+      w = nv_ioctl_nvos33_parameters_with_fd(params=nv.NVOS33_PARAMETERS(hClient=self.root, hDevice=self.nvdevice, hMemory=handle, length=size), fd=fd)
+      self._rm_call(nv.NV_ESC_RM_MAP_MEMORY, w.params, "NV_ESC_RM_MAP_MEMORY", wrapper=w,
+                    detail=f"mapping {size:#x} bytes of {handle:#x} through {'/dev/nvidiactl' if not aperture else self.dev_path}")
+      return self.port.mmap(target, size, PROT_RW, MAP_SHARED | (MAP_FIXED if target else 0), fd, 0)
     finally:
       self.port.close(fd)
       self._fds.remove(fd)
 
   # ---------------------------------------------------------------- memory
-  def _gpu_alloc(self, size: int, host: bool = False) -> NVMemory:
+  def _gpu_alloc(self, size: int, host: bool = False, what: str = "buffer") -> NVMemory:
     nv = self.nv
     size = _rup(max(size, 1), PAGE if host or size < (2 << 20) else (2 << 20))
     align = PAGE if size < (2 << 20) else (2 << 20)
@@ -515,11 +617,13 @@ class NVDevice(HCQDevice):
       mp.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
       self.uvm(nv.UVM_MAP_EXTERNAL_ALLOCATION, mp, "UVM_MAP_EXTERNAL_ALLOCATION")
     except BaseException:
+      try: self.uvm(nv.UVM_FREE, nv.UVM_FREE_PARAMS(base=va, length=size), "UVM_FREE")
+      except Exception: pass
       self.rm_free(handle)
       if cpu is not None: self._unmap_cpu(cpu, size)
       va_pool.release(va, size)
       raise
-    m = NVMemory(handle, size, va, cpu, host)
+    m = NVMemory(handle, size, va, cpu, host, what)
     self.memories.append(m)
     return m
 
@@ -536,11 +640,13 @@ class NVDevice(HCQDevice):
     self.memories.remove(m)
 
   def _alloc_shared(self, size: int) -> HCQBuffer:
-    m = self._gpu_alloc(size, host=True)
+    m = self._gpu_alloc(size, host=True, what="host-visible memory")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
 
   # ---------------------------------------------------------------- channels
   def _init_channels(self) -> None:
+    """The channel group with its two GPFIFO channels, each registered with UVM, scheduled, bound to the compute and
+    copy classes; then the compute state (shader windows, local memory). Also what recovery runs again."""
     nv = self.nv
     self.channel_group = self.rm_alloc(self.nvdevice, nv.KEPLER_CHANNEL_GROUP_A,
                                        nv.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS(engineType=hw.NV2080_ENGINE_TYPE_GRAPHICS))
@@ -548,8 +654,8 @@ class NVDevice(HCQDevice):
       hVASpace=self.vaspace, flags=nv.NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC))
     ring_bytes = _rup(self.gpfifo_entries * 8, 0x200)  # USERD follows the ring, 512-byte aligned
     per = _rup(ring_bytes + 0x200, PAGE)
-    self.gpfifo_mem = self._gpu_alloc(2 * per, host=True)
-    self.notifier_mem = self._gpu_alloc(PAGE, host=True)
+    self.gpfifo_mem = self._gpu_alloc(2 * per, host=True, what="GPFIFO rings and USERD")
+    self.notifier_mem = self._gpu_alloc(PAGE, host=True, what="error notifier")
     for i, name in enumerate(("compute", "copy")):
       off = i * per
       params = nv.NV_CHANNEL_ALLOC_PARAMS(hObjectError=self.notifier_mem.handle, gpFifoOffset=self.gpfifo_mem.va + off,
@@ -560,27 +666,89 @@ class NVDevice(HCQDevice):
       self.rm_alloc(ch, self.dma_class)
       tok = self.rm_control(ch, nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, nv.NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS(
         workSubmitToken=0xFFFFFFFF), "GPFIFO_GET_WORK_SUBMIT_TOKEN").workSubmitToken
-      cmd = self._gpu_alloc(self.cmd_ring_bytes, host=True)
-      self.channels[name] = NVChannel(self, name, ch, self.gpfifo_mem, off, self.gpfifo_entries, off + ring_bytes, cmd, tok)
+      cmd = self._gpu_alloc(self.cmd_ring_bytes, host=True, what=f"{name} command ring")
+      self.channels[name] = c = NVChannel(self, name, ch, self.gpfifo_mem, off, self.gpfifo_entries, off + ring_bytes, cmd, tok, 0)
+      # finding 2: RM schedules a GR channel of an externally owned VA space only once UVM bound its buffers
+      # (kernel_channel.c kchannelIsSchedulable_IMPL, checked by kchangrpapiCtrlCmdGpFifoSchedule_IMPL)
+      va = self.cpu_va.alloc(CHANNEL_VA_BYTES, 2 << 20)
+      rc = nv.UVM_REGISTER_CHANNEL_PARAMS(rmCtrlFd=self.fd_ctl, hClient=self.root, hChannel=ch, base=va, length=CHANNEL_VA_BYTES)
+      ctypes.memmove(rc.gpuUuid.uuid, self.uuid, 16)
+      try: self.uvm(nv.UVM_REGISTER_CHANNEL, rc, "UVM_REGISTER_CHANNEL")
+      except BaseException:
+        self.cpu_va.release(va, CHANNEL_VA_BYTES)
+        raise
+      c.uvm_va = va
     self.rm_control(self.channel_group, nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE, nv.NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS(bEnable=1), "GPFIFO_SCHEDULE")
     from array import array
-    for ch in self.channels.values():
-      ch.submit(array("I", [hw.mthd(hw.SUBC_COMPUTE, hw.SET_OBJECT, 1), self.compute_class, hw.mthd(hw.SUBC_COPY, hw.SET_OBJECT, 1), self.dma_class]))
-    self.synchronize()
+    for c in self.channels.values():
+      c.submit(array("I", [hw.mthd(hw.SUBC_COMPUTE, hw.SET_OBJECT, 1), self.compute_class, hw.mthd(hw.SUBC_COPY, hw.SET_OBJECT, 1), self.dma_class]))
+    self.channels["compute"].submit(array("I", self._compute_state_words()))
+    self._drain_channels()
 
-  def _ensure_local_memory(self, per_thread: int = 0x400) -> None:
-    """Shader local memory (per-thread stacks) and the shared/local windows, set once on the compute channel."""
-    if self.local_mem is not None: return
+  def _compute_state_words(self) -> list[int]:
+    """The shader windows of this generation (hw.SHADER_WINDOWS: 32-bit on Ampere/Ada, 64-bit on Hopper+, finding 3),
+    then the local memory, when a program needed some."""
+    c, M, nv, win = hw.SUBC_COMPUTE, hw.M32, self.nv, self.windows
+    w = [hw.mthd(c, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A, 2), win.shared >> 32, win.shared & M,
+         hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A, 2), win.local >> 32, win.local & M]
+    if self.local_mem is not None:
+      per_tpc = self._local_bytes_per_tpc(self.local_per_thread)
+      w += [hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_A, 2), self.local_mem.va >> 32, self.local_mem.va & M,
+            hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 3), per_tpc >> 32, per_tpc & M, 0xFF]
+    return w
+
+  def _local_bytes_per_tpc(self, per_thread: int) -> int:
+    """SET_SHADER_LOCAL_MEMORY_NON_THROTTLED takes the local memory of one TPC (nvk and nouveau size it per TPC):
+    every thread an SM can hold, times the SMs of a TPC, each warp's slice 512-byte aligned."""
+    per_warp = _rup(per_thread * 32, 0x200)
+    return _rup(per_warp * self.max_warps_per_sm * self.sm_per_tpc, 0x8000)
+
+  def _ensure_local_memory(self, per_thread: int) -> None:
+    """Shader local memory for `per_thread` bytes of stack per thread on every TPC; grown (never shrunk) on demand."""
+    per_thread = _rup(per_thread, 0x100)
+    if per_thread <= self.local_per_thread: return
+    size = _rup(self._local_bytes_per_tpc(per_thread) * self.tpc_count, 2 << 20)
+    new = self._gpu_alloc(size, what="shader local memory")
+    old, self.local_mem, self.local_per_thread = self.local_mem, new, per_thread
     from array import array
-    size = _rup(per_thread * self.sm_count * 2048, 2 << 20)
-    self.local_mem = self._gpu_alloc(size)
-    c, M = hw.SUBC_COMPUTE, hw.M32
+    if self.channels:
+      with self.submit_lock:
+        self.channels["compute"].submit(array("I", self._compute_state_words()))
+      self._drain_channels()
+    if old is not None: self._gpu_free(old)
+
+  def _teardown_channels(self) -> None:
+    """Unregister every channel from UVM (before RM frees it: uvm_user_channel.c uvm_unregister_channel stops and
+    detaches it), free the channel group (its channels and their objects with it) and the rings."""
     nv = self.nv
-    w = [hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_A, 2), self.local_mem.va >> 32, self.local_mem.va & M,
-         hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 3), size >> 32, size & M, 0xFF,
-         hw.mthd(c, nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A, 2), 0, 0xFE000000,
-         hw.mthd(c, nv.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A, 2), 0, 0xFF000000]
-    self.channels["compute"].submit(array("I", w))
+    for c in self.channels.values():
+      if c.uvm_va:
+        p = nv.UVM_UNREGISTER_CHANNEL_PARAMS(hClient=self.root, hChannel=c.handle)
+        ctypes.memmove(p.gpuUuid.uuid, self.uuid, 16)
+        try: self.uvm(nv.UVM_UNREGISTER_CHANNEL, p, "UVM_UNREGISTER_CHANNEL")
+        finally:
+          self.cpu_va.release(c.uvm_va, CHANNEL_VA_BYTES)
+          c.uvm_va = 0
+    if getattr(self, "channel_group", None):
+      try: self.rm_free(self.channel_group, self.nvdevice)
+      finally: self.channel_group = 0
+    for c in self.channels.values(): self._gpu_free(c.cmd)
+    self.channels.clear()
+    for attr in ("gpfifo_mem", "notifier_mem"):
+      if (m := getattr(self, attr, None)) is not None:
+        setattr(self, attr, None)
+        self._gpu_free(m)
+
+  def _recover(self) -> None:
+    """After a channel error: new channels (RM does not run an errored channel again), the buffers as they were; the
+    work that was in flight is lost, so the timeline is advanced to what was submitted."""
+    self._recovering = True
+    try:
+      self._teardown_channels()
+      self._init_channels()
+    finally: self._recovering = False
+    self.timeline_signal.value = self.timeline_value - 1
+    with self._lock: self._kernargs_off = 0
 
   # ---------------------------------------------------------------- HCQ hooks
   def _kick(self) -> None:
@@ -592,11 +760,26 @@ class NVDevice(HCQDevice):
     if self.channels and not self.closed: self._kick()
 
   def _check_fault(self) -> None:
-    if not getattr(self, "notifier_mem", None): return
-    n = hw.NVNotification.from_address(self.notifier_mem.cpu)
-    if n.status == 0xFFFF:
-      raise RuntimeError(f"{self.device}: channel error Xid {n.info32} ({hw.XID_NAMES.get(n.info32, 'unknown')}) reported in the error notifier\n"
-                         f"{self.queue_state()}")
+    """A channel error in the notifier: read and decode the kernel log, rebuild the channels, raise NVChannelError."""
+    nm = self.notifier_mem
+    if nm is None or getattr(self, "_recovering", False): return
+    n = hw.NVNotification.from_address(nm.cpu)
+    if n.status != 0xFFFF: return
+    xid, state = n.info32, self.queue_state()
+    tokens = {c.token for c in self.channels.values()}
+    reports, others = [], []
+    if self.klog is not None and self.klog.fd is not None:
+      deadline = time.perf_counter() + 0.5  # RM prints the line as it posts the notifier; give the log a moment
+      while True:
+        for line in self.klog.new_lines(lambda s: "NVRM" in s):
+          r = parse_xid(line)
+          if r is None: others.append(line)
+          elif r.channel is None or r.channel in tokens: reports.append(decode_xid(r, self.memories))
+        if reports or time.perf_counter() > deadline: break
+        time.sleep(0.01)
+    note = (self.klog.unreadable if self.klog is not None and self.klog.unreadable else "no Xid line for this device's channels")
+    self._recover()
+    raise NVChannelError(self.device, xid, reports + others, f"unreadable: {note}" if self.klog is None or self.klog.unreadable else note, state)
 
   def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
     deadline, delay = time.perf_counter() + timeout_s, 1e-5
@@ -612,10 +795,9 @@ class NVDevice(HCQDevice):
     return (f"{self.device}: timeline {self.timeline_signal.va_addr:#x} value {self.timeline_signal.value}, last submitted "
             f"{self.timeline_value - 1}\n" + "\n".join(ch.state() for ch in self.channels.values()))
 
-  def synchronize(self, timeout_ms: int | None = None) -> None:
-    if self.closed: return
-    if self.channels and self.timeline_value > 1: super().synchronize(timeout_ms)
-    for ch in self.channels.values():  # and every raw submit (no timeline) has been fetched
+  def _drain_channels(self, timeout_ms: int | None = None) -> None:
+    """Wait until the GPU fetched every GPFIFO entry submitted (raw submits carry no timeline value)."""
+    for ch in list(self.channels.values()):
       deadline = time.perf_counter() + (timeout_ms or self.default_timeout_ms) / 1000
       while ch.gp_get_p.value != ch.put:
         self._check_fault()
@@ -625,13 +807,21 @@ class NVDevice(HCQDevice):
         self._kick()
         time.sleep(1e-4)
 
+  def synchronize(self, timeout_ms: int | None = None) -> None:
+    if self.closed: return
+    if self.channels and self.timeline_value > 1: super().synchronize(timeout_ms)
+    self._drain_channels(timeout_ms)
+
   def close(self) -> None:
     if self.closed: return
     try: self.synchronize(timeout_ms=1000)
     except Exception: pass
     self.closed = True
+    try: self._teardown_channels()  # UVM_UNREGISTER_CHANNEL before the channels go
+    except Exception: pass
     try: self.rm_free(self.root)  # freeing the client frees every object under it
     except Exception: pass
+    if self.klog is not None: self.klog.close()
     for fd in self._fds: self.port.close(fd)
     self._fds.clear()
     self.channels.clear()
@@ -664,5 +854,7 @@ def _register_ioctls(nv: Any) -> None:
                        (nv.UVM_REGISTER_GPU_VASPACE, nv.UVM_REGISTER_GPU_VASPACE_PARAMS, "UVM_REGISTER_GPU_VASPACE"),
                        (nv.UVM_CREATE_EXTERNAL_RANGE, nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS, "UVM_CREATE_EXTERNAL_RANGE"),
                        (nv.UVM_MAP_EXTERNAL_ALLOCATION, nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, "UVM_MAP_EXTERNAL_ALLOCATION"),
-                       (nv.UVM_FREE, nv.UVM_FREE_PARAMS, "UVM_FREE")):
+                       (nv.UVM_FREE, nv.UVM_FREE_PARAMS, "UVM_FREE"),
+                       (nv.UVM_REGISTER_CHANNEL, nv.UVM_REGISTER_CHANNEL_PARAMS, "UVM_REGISTER_CHANNEL"),
+                       (nv.UVM_UNREGISTER_CHANNEL, nv.UVM_UNREGISTER_CHANNEL_PARAMS, "UVM_UNREGISTER_CHANNEL")):
     register_ioctl(req, name, t)

@@ -163,6 +163,10 @@ def sem_words(addr: int, payload: int, execute: int) -> list[int]:
   return [mthd(0, SEM_ADDR_LO, 5), addr & M32, addr >> 32, payload & M32, payload >> 32, execute]
 
 MEM_OP_A, WFI, NOP, SET_OBJECT = nv.NVC86F_MEM_OP_A, nv.NVC56F_WFI, nv.NVC56F_NOP, nv.NVC56F_SET_OBJECT
+def wfi_words() -> list[int]:
+  """WFI (scope all): the channel waits until the engines are idle, i.e. every grid launched before has finished."""
+  return [mthd(0, WFI, 1), nv.NVC56F_WFI_SCOPE_ALL]
+
 def membar_words() -> list[int]:
   """WFI, then MEM_OP_D MEMBAR (system-scope memory barrier)."""
   return [mthd(0, WFI, 1), nv.NVC56F_WFI_SCOPE_ALL, mthd(0, MEM_OP_A, 4), 0, 0,
@@ -188,12 +192,14 @@ SET_INLINE_QMD_ADDRESS_A = nv.NVC6C0_SET_INLINE_QMD_ADDRESS_A
 # ---------------------------------------------------------------- method names (per class kind)
 def _names(prefix: str, keep: Iterable[str] = ()) -> dict[int, str]:
   out: dict[int, str] = {}
+  fields = {k.rsplit("_", 1)[0] for k, v in vars(nv).items() if k.startswith(prefix) and type(v).__name__ == "BitField"}
   for k, v in vars(nv).items():
     if not k.startswith(prefix) or not isinstance(v, int): continue
     rest = k[len(prefix):]
     # method offsets are 4-byte aligned and not enumerants: skip field values (ALL_CAPS_FALSE, _TRUE, ...)
     if v % 4 or v >= 0x4000 or any(rest.endswith(s) for s in ("_FALSE", "_TRUE")): continue
-    if rest.count("_") > 4 and rest not in keep: continue
+    # a long name is a method when the header defines bit fields under it (NAME_FIELD hi:lo), else an enumerant
+    if rest.count("_") > 4 and rest not in keep and not any(f == k or f.startswith(k + "_") for f in fields): continue
     out.setdefault(v, rest)
   return out
 
@@ -400,6 +406,9 @@ class QMDLayout:
   major: tuple[int, int]
   minor: tuple[int, int]
   qmd_type: tuple[int, int] | None   # v04+ (QMD_TYPE_GRID_CTA); v03 has none
+  local_high: tuple[int, int] = (0, 0)  # SHADER_LOCAL_MEMORY_HIGH_SIZE: per-thread stack (local) bytes of the launch
+  local_shift: int = 0
+  smcfg: tuple[tuple[int, int], ...] = ()  # MIN/MAX/TARGET_SM_CONFIG_SHARED_MEM_SIZE
 
 def _layout_v03() -> QMDLayout:
   f = lambda n, i=None: _qmd_field("NVC6C0_QMDV03_00_", n, i)
@@ -409,7 +418,8 @@ def _layout_v03() -> QMDLayout:
                    f("PROGRAM_ADDRESS_UPPER"), 0, f("CONSTANT_BUFFER_VALID", 0), f("CONSTANT_BUFFER_ADDR_LOWER", 0),
                    f("CONSTANT_BUFFER_ADDR_UPPER", 0), 0, f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), f("RELEASE0_ENABLE"),
                    f("RELEASE0_PAYLOAD64B"), f("RELEASE0_ADDRESS_LOWER"), f("RELEASE0_ADDRESS_UPPER"), f("RELEASE0_PAYLOAD_LOWER"),
-                   f("RELEASE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"), f("QMD_VERSION"), None)
+                   f("RELEASE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"), f("QMD_VERSION"), None,
+                   f("SHADER_LOCAL_MEMORY_HIGH_SIZE"), 0, _smcfg(f))
 
 def _layout_v04() -> QMDLayout:
   f = lambda n, i=None: _qmd_field("NVCBC0_QMDV04_00_", n, i)
@@ -420,7 +430,7 @@ def _layout_v04() -> QMDLayout:
                    f("CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6", 0), 6, f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), f("RELEASE_ENABLE", 0),
                    f("RELEASE_PAYLOAD64B", 0), f("RELEASE_SEMAPHORE0_ADDR_LOWER"), f("RELEASE_SEMAPHORE0_ADDR_UPPER"),
                    f("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), f("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"),
-                   f("QMD_MINOR_VERSION"), f("QMD_TYPE"))
+                   f("QMD_MINOR_VERSION"), f("QMD_TYPE"), f("SHADER_LOCAL_MEMORY_HIGH_SIZE"), 0, _smcfg(f))
 
 def _layout_v05() -> QMDLayout:
   f = lambda n, i=None: _qmd_field("NVCDC0_QMDV05_00_", n, i)
@@ -431,7 +441,10 @@ def _layout_v05() -> QMDLayout:
                    f("CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6", 0), 6, f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), f("RELEASE_ENABLE", 0),
                    f("RELEASE_PAYLOAD64B", 0), f("RELEASE_SEMAPHORE0_ADDR_LOWER"), f("RELEASE_SEMAPHORE0_ADDR_UPPER"),
                    f("RELEASE_SEMAPHORE0_PAYLOAD_LOWER"), f("RELEASE_SEMAPHORE0_PAYLOAD_UPPER"), f("QMD_MAJOR_VERSION"),
-                   f("QMD_MINOR_VERSION"), f("QMD_TYPE"))
+                   f("QMD_MINOR_VERSION"), f("QMD_TYPE"), f("SHADER_LOCAL_MEMORY_HIGH_SIZE_SHIFTED4"), 4, _smcfg(f))
+
+def _smcfg(f: Any) -> tuple[tuple[int, int], ...]:
+  return tuple(f(f"{k}_SM_CONFIG_SHARED_MEM_SIZE") for k in ("MIN", "MAX", "TARGET"))
 
 QMD_LAYOUTS: dict[int, QMDLayout] = {3: _layout_v03(), 4: _layout_v04(), 5: _layout_v05()}
 QMD_BYTES = 0x180   # the largest (v04/v05); the driver reserves this much per launch, 256-byte aligned
@@ -453,8 +466,12 @@ def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
   for i in range(lo // 32, hi // 32 + 1): words[i] = (v >> (32 * (i - lo // 32))) & M32
 
 def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], block: Sequence[int], shared: int, regs: int,
-              release: tuple[int, int] | None = None, version: int = 4) -> list[int]:
-  """A compute QMD of `version` (3: Ampere/Ada, 4: Hopper, 5: Blackwell) for one grid launch, as 96 words (v03 uses 64)."""
+              release: tuple[int, int] | None = None, version: int = 4, local: int = 0, max_shared: int = 0) -> list[int]:
+  """A compute QMD of `version` (3: Ampere/Ada, 4: Hopper, 5: Blackwell) for one grid launch, as 96 words (v03 uses 64).
+  `local`: per-thread local memory (stack) bytes the code needs (SHADER_LOCAL_MEMORY_HIGH_SIZE); `max_shared`: the SM's
+  largest shared-memory carveout, for the SM_CONFIG fields, set only when the launch uses shared memory (launches without
+  shared memory ran 1794 suite tests on the H100 with them 0; the encoding, carveout KiB / 4 + 1, is the one tinygrad's
+  Ampere/Ada launches use, not confirmed on Hopper or Blackwell hardware)."""
   L = QMD_LAYOUTS.get(version)
   if L is None: raise ValueError(f"QMD version {version}: known versions are {sorted(QMD_LAYOUTS)}")
   w = [0] * (QMD_BYTES // 4)
@@ -465,6 +482,11 @@ def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], 
   sh = _rup16(shared)
   if L.shared_shift: sh = (sh + (1 << L.shared_shift) - 1) >> L.shared_shift
   set_bits(w, *L.shared, sh)
+  if shared and max_shared and L.smcfg:
+    need, top = (_rup(shared, 4096) >> 12) + 1, (max_shared >> 12) + 1
+    for f, v in zip(L.smcfg, (need, top, need)): set_bits(w, *f, min(v, top))
+  if local:
+    set_bits(w, *L.local_high, _rup(local, 16) >> L.local_shift)
   set_bits(w, *L.regs, regs)
   set_bits(w, *L.barriers, 1)
   if program % (1 << L.prog_shift): raise ValueError(f"program at {program:#x} must be {1 << L.prog_shift}-byte aligned for QMD v0{version}")
@@ -487,6 +509,7 @@ def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], 
   return w[:L.nbytes // 4] if L.nbytes < QMD_BYTES else w
 
 def _rup16(x: int) -> int: return (x + 15) // 16 * 16
+def _rup(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
   """The launch a QMD of `version` describes: grid, block, shared bytes, registers, program address, constant bank 0
@@ -498,6 +521,7 @@ def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
           "program": (b(L.prog_lo) | (b(L.prog_hi) << 32)) << L.prog_shift,
           "cbank0": ((b(L.cb0_lo) | (b(L.cb0_hi) << 32)) << L.cb0_shift) if b(L.cb0_valid) else None,
           "cbank0_size": b(L.cb0_size4) << 4, "type": b(L.qmd_type) if L.qmd_type is not None else QMD_TYPE_GRID_CTA,
+          "local": b(L.local_high) << L.local_shift,
           "major": b(L.major), "version": version,
           "release0": (b(L.rel0_addr_lo) | (b(L.rel0_addr_hi) << 32), b(L.rel0_payload_lo) | (b(L.rel0_payload_hi) << 32),
                        b(L.rel0_payload64)) if b(L.rel0_enable) else None}
@@ -511,9 +535,11 @@ def exec_words(qmd_addr: int) -> list[int]:
           mthd(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION_PREFETCH_SCHEDULE]
 
 # ---------------------------------------------------------------- program images
-# The image the QMD's program address points into: [PTX text \0 entry name \0, padded][trailer 16 bytes][code...].
-# The GPU runs the code at the program address; the mock GPU, which cannot run SASS, finds the PTX right before it.
-IMAGE_MAGIC = b"BGPTX\0\0\0"
+# The image the QMD's program address points into: [PTX text \0 entry name \0, padded][trailer 32 bytes][code...]
+# [PROGRAM_GUARD]. The GPU runs the code at the program address; the mock GPU, which cannot run SASS, finds the PTX
+# right before it, and the code's length in the trailer (the extent the real GPU learns by fetching the code).
+IMAGE_MAGIC = b"BGPTX\0\2\0"
+IMAGE_TRAILER = 32   # magic, u32 PTX length, u32 entry name length, u32 code length, 12 bytes 0
 CODE_ALIGN = 256
 
 def pack_image(ptx: str, name: str, code: bytes) -> tuple[bytes, int]:
@@ -521,14 +547,19 @@ def pack_image(ptx: str, name: str, code: bytes) -> tuple[bytes, int]:
   t, nm = ptx.encode(), name.encode()
   block = t + b"\0" + nm + b"\0"
   block += b"\0" * (-len(block) % 16)
-  head = block + IMAGE_MAGIC + struct.pack("<II", len(t), len(nm))
+  head = block + IMAGE_MAGIC + struct.pack("<III12x", len(t), len(nm), len(code))
   pad = -len(head) % CODE_ALIGN
   return b"\0" * pad + head + code, pad + len(head)
+
+def read_image_trailer(trailer: bytes) -> tuple[int, int, int] | None:
+  """(PTX length, name length, code length) from the IMAGE_TRAILER bytes before the code, or None if there is none."""
+  if len(trailer) != IMAGE_TRAILER or trailer[:8] != IMAGE_MAGIC: return None
+  return struct.unpack_from("<III", trailer, 8)
 
 def image_prefix_bytes(text_len: int, name_len: int) -> int:
   """How far before the code the PTX text starts (given the trailer's lengths)."""
   n = text_len + name_len + 2
-  return n + (-n % 16) + 16
+  return n + (-n % 16) + IMAGE_TRAILER
 
 def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, classes: dict[int, int] | None = None, last: int = 8) -> str:
   """A GPFIFO ring in words: the entries between GP_GET and GP_PUT (pending) and up to `last` before GP_GET (done).
@@ -550,3 +581,132 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
     i = (i + 1) % n
     if i == put: break
   return "\n".join(lines)
+
+# ---------------------------------------------------------------- shader shared/local memory windows
+# SET_SHADER_SHARED_MEMORY_WINDOW_A/B (0x2a0/0x2a4) and SET_SHADER_LOCAL_MEMORY_WINDOW_A/B (0x7b0/0x7b4) place the
+# apertures through which generic addresses reach shared and local memory. The methods are the same in every compute
+# class we drive (open-gpu-doc classes/compute/clc6c0.h, clc9c0.h, clcbc0.h, clcdc0.h, clcec0.h: a 17-bit
+# BASE_ADDRESS_UPPER and a 32-bit BASE_ADDRESS at the same offsets); what differs is what the GPU accepts:
+# - Ampere/Ada take 32-bit windows (shared 0xFE000000, local 0xFF000000: what Mesa's nvk/nouveau use on Volta..Ada).
+# - Hopper refuses the 32-bit shared window: finding 3 (hw/h100-580.159.04), Xid 69 GR class error at offset 0x2a4,
+#   data 0xfe000000. The SASS ptxas emits for sm_90 and sm_100/sm_120 builds generic shared addresses from the special
+#   register SR_SWINHI (the window's upper 32 bits: sass `S2R R5, SR_SWINHI` then a 64-bit pair (SWINHI, offset)), so
+#   the shared window must be 4 GiB aligned. Mesa nvk (src/nouveau/vulkan/nvk_cmd_dispatch.c: "shared memory window
+#   needs 4GB alignment on hopper+", applied for cls_compute >= HOPPER_COMPUTE_A, i.e. to BLACKWELL_COMPUTE_A/B too) and
+#   nak's hw_runner.rs say the same. Neither NVIDIA's open kernel modules (580.x: no window value anywhere under src/ or
+#   kernel-open/) nor open-gpu-doc state the alignment; for Blackwell it rests on nvk and on SR_SWINHI in sm_100/sm_120
+#   SASS, unconfirmed on Blackwell hardware. The 64-bit pair below is the one that ran the H100 suite (finding 3).
+SHADER_WINDOW_BYTES = 16 << 20   # each aperture; the 32-bit layout puts them 16 MiB apart (nvk's layout)
+
+@dataclass(frozen=True)
+class ShaderWindows:
+  shared: int
+  local: int
+  def overlaps(self, va: int, size: int) -> bool:
+    return any(va < w + SHADER_WINDOW_BYTES and w < va + size for w in (self.shared, self.local))
+
+WINDOWS_32BIT = ShaderWindows(0xFE00_0000, 0xFF00_0000)
+WINDOWS_64BIT = ShaderWindows(0x7294_0000_0000, 0x7293_0000_0000)
+SHADER_WINDOWS = {nv.AMPERE_COMPUTE_A: WINDOWS_32BIT, nv.AMPERE_COMPUTE_B: WINDOWS_32BIT, nv.ADA_COMPUTE_A: WINDOWS_32BIT,
+                  nv.HOPPER_COMPUTE_A: WINDOWS_64BIT, nv.BLACKWELL_COMPUTE_A: WINDOWS_64BIT, nv.BLACKWELL_COMPUTE_B: WINDOWS_64BIT}
+SHARED_WINDOW_ALIGN = {c: (1 << 32 if w is WINDOWS_64BIT else 1 << 24) for c, w in SHADER_WINDOWS.items()}
+
+def shader_windows(compute_class: int) -> ShaderWindows:
+  w = SHADER_WINDOWS.get(compute_class)
+  if w is None: raise ValueError(f"no known shader memory windows for {class_name(compute_class)}")
+  return w
+
+# ---------------------------------------------------------------- constant bank 0 below the kernel parameters
+# What ptxas's SASS reads from c[0x0][...] besides the parameters, per generation. Found by assembling our own kernels
+# with ptxas 13.0 for sm_80, sm_89, sm_90, sm_100 and sm_120 and disassembling them with cuobjdump (nvidia-cuda-cuobjdump
+# 13.5 wheel): a kernel reading %ntid/%nctaid in x, y, z; one with a 4 KiB .local array indexed at run time; generic
+# pointers into .local (cvta.local) and into .shared (cvta.shared); extern dynamic .shared with %dynamic_smem_size and
+# %total_smem_size; and ld/st with an L2::cache_hint policy (for the descriptor slot). The H100 findings agree for
+# sm_90 (hw/h100-580.159.04/sass-cbank0-slots.txt: 0x0..0x14, 0x20/0x24, 0x28, 0x208). Slots:
+#   ntid.x/y/z      u32 x3   LDC R, c[0x0][RZ]/[0x4]/[0x8] (sm_80..90), c[0x0][0x360]/[0x364]/[0x368] (sm_100/120)
+#   nctaid.x/y/z    u32 x3   c[0x0][0xc]/[0x10]/[0x14] (sm_80..90), c[0x0][0x370]/[0x374]/[0x378] (sm_100/120)
+#   shared window   u64      IMAD.WIDE.U32 ..., c[0x0][0x18] for cvta.shared (sm_80/89). sm_90+ read SR_SWINHI instead;
+#                            0x18 (sm_90) and 0x2f0 (sm_100+) are written with it all the same (tinygrad's NV backend
+#                            writes them there; no SASS we compiled reads them)
+#   local window    u64      IADD3 R2, P0, R1, c[0x0][0x20] / IADD3.X ..., c[0x0][0x24] for cvta.local (sm_80..90);
+#                            c[0x0][0x2f8]/[0x2fc] (sm_100/120): generic <-> local conversion
+#   stack pointer   u32      LDC R1, c[0x0][0x28] (sm_80..90) / c[0x0][0x37c] (sm_100/120), first instruction of every
+#                            kernel; frames are R1 - frame size. The top of the per-thread local window less 0x240
+#                            (0xfffdc0, what CUDA-launch replays and tinygrad write); SHADER_LOCAL_MEMORY_HIGH_SIZE
+#                            covers frame + 0x240
+#   dynamic shared  u32      %dynamic_smem_size = c[0x0][0x2c] (sm_80..90); on sm_100/120 it is c[0x0][0x2ac - 0xa0 *
+#                            cluster size], i.e. 0x20c for a 1-CTA cluster (LDCU UR6, c[0x0][UR6+0x2ac])
+#   reserved shared u32      %total_smem_size = SR_SMEMSZ - c[0x0][0x114] (sm_80..90) / c[0x0][0x16c] (sm_100/120):
+#                            the shared bytes of the launch that are not the kernel's. On sm_90+ the CTA's shared data
+#                            starts at 0x400 (SASS: LEA R0, SR_CgaCtaId, 0x400, 0x18) and ptxas counts that 1 KiB in the
+#                            cubin's .nv.shared.<kernel> size (0x400 for a kernel without shared memory, 0x800 for one
+#                            with a 1 KiB array; sm_80/89: 0 and 0x400), which is what the QMD gets (the H100 suite ran
+#                            with it); so the slot holds 0x400 on sm_90+ and 0 on sm_80/89
+#   memory desc     u64      ULDC.64 UR4, c[0x0][0x118] (sm_80/89) / [0x208] (sm_90) / LDCU.64 [0x358] (sm_100/120),
+#                            then LDG/STG desc[UR4][...]: the default memory-access descriptor of global loads and
+#                            stores. With ld.global.L2::cache_hint the same desc[] pair is built from the createpolicy
+#                            value instead (UMOV UR4, URZ; UR5 = policy bits << 20), so it is the default L2 cache
+#                            policy. NVIDIA documents neither; finding 5's runs had 0 there and every global access of
+#                            the suite worked, so 0 is what we write. What CUDA itself writes there needs a CUDA launch
+#                            on a GPU to read back (not done: no GPU in this work).
+@dataclass(frozen=True)
+class CBank0Layout:
+  ntid: int
+  nctaid: int
+  shared_window: int
+  local_window: int
+  stack: int
+  dyn_shared: int
+  reserved_shared: int
+  mem_desc: int
+  params: int
+  shared_base: int        # where the kernel's own shared data starts in the CTA's window (the reserved bytes before it)
+
+STACK_TOP_RESERVE = 0x240           # bytes above the initial stack pointer at the top of the local window
+INITIAL_STACK = SHADER_WINDOW_BYTES - STACK_TOP_RESERVE   # 0xfffdc0
+_CB_AMPERE = CBank0Layout(0x0, 0xc, 0x18, 0x20, 0x28, 0x2c, 0x114, 0x118, 0x160, 0)
+_CB_HOPPER = CBank0Layout(0x0, 0xc, 0x18, 0x20, 0x28, 0x2c, 0x114, 0x208, 0x210, 0x400)
+_CB_BLACKWELL = CBank0Layout(0x360, 0x370, 0x2f0, 0x2f8, 0x37c, 0x20c, 0x16c, 0x358, 0x380, 0x400)
+CBANK0: dict[str, CBank0Layout] = {"sm_80": _CB_AMPERE, "sm_86": _CB_AMPERE, "sm_89": _CB_AMPERE, "sm_90": _CB_HOPPER,
+                                   "sm_100": _CB_BLACKWELL, "sm_120": _CB_BLACKWELL}
+
+def cbank0_layout(arch: str) -> CBank0Layout:
+  L = CBANK0.get(arch)
+  if L is None: raise ValueError(f"no known constant bank 0 layout for {arch}; known: {', '.join(CBANK0)}")
+  return L
+
+def cbank0_header(arch: str, grid: Sequence[int], block: Sequence[int], windows: ShaderWindows, dyn_shared: int) -> bytes:
+  """Constant bank 0 up to the parameters, as the SASS of `arch` reads it (see the slot table above)."""
+  L = cbank0_layout(arch)
+  b = bytearray(L.params)
+  struct.pack_into("<III", b, L.ntid, *block)
+  struct.pack_into("<III", b, L.nctaid, *grid)
+  struct.pack_into("<Q", b, L.shared_window, windows.shared)
+  struct.pack_into("<Q", b, L.local_window, windows.local)
+  struct.pack_into("<I", b, L.stack, INITIAL_STACK)
+  struct.pack_into("<I", b, L.dyn_shared, dyn_shared)
+  struct.pack_into("<I", b, L.reserved_shared, L.shared_base)
+  struct.pack_into("<Q", b, L.mem_desc, 0)
+  return bytes(b)
+
+# ---------------------------------------------------------------- program images: instruction prefetch
+# The GPC's instruction/constant cache (GPCCLIENT_GCC in the MMU fault) fetches ahead of the code it runs. Finding 4:
+# Xid 31 FAULT_PTE ACCESS_TYPE_VIRT_READ at the page right after program images that ended exactly at their code;
+# 0x2000 more bytes per image and no such fault in the next suite run. How far ahead the fetch reaches is not public:
+# it is below 0x2000 (the padding fixed it) and the faults needed an unmapped page right after the image (most images
+# were followed by another allocation). The driver keeps PROGRAM_GUARD after every image; the mock GPU models the fetch
+# as reaching INSTRUCTION_PREFETCH past the last instruction and faults when that leaves the image's allocation (any
+# allocation, not only an unmapped page: stricter than the GPU, so the mistake shows on every run).
+PROGRAM_GUARD = 0x2000
+INSTRUCTION_PREFETCH = 0x1000
+
+# ---------------------------------------------------------------- Xids (nverror.h), and class methods by name
+XID_NAMES.update({43: "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", 45: "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+                  109: "CTX SWITCH TIMEOUT"})  # 109: not in nverror.h; the name is the errorString of the dmesg line
+
+def class_method_name(cls: int, offset: int) -> str:
+  """A method offset of class `cls` by name (the host class below 0x100; compute, copy from the class headers)."""
+  if offset < 0x100 or cls in GPFIFO_CLASSES: return HOST_METHODS.get(offset, f"HOST_{offset:#x}")
+  if cls in DMA_CLASSES: return COPY_METHODS.get(offset, f"COPY_{offset:#x}")
+  if cls in COMPUTE_CLASSES: return COMPUTE_METHODS.get(offset, f"{offset:#x}")
+  return f"{offset:#x}"

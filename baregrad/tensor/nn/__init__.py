@@ -11,6 +11,7 @@ from typing import Any, Sequence
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.nn.module import Module, ModuleList, ModuleDict, IncompatibleKeys
+from baregrad.tensor.bounds import checked
 
 def _pair(x: int | Sequence[int], n: int = 2) -> tuple[int, ...]:
   return tuple(x) if isinstance(x, (tuple, list)) else (int(x),) * n
@@ -240,6 +241,7 @@ class Embedding(Module):
     if dtypes.is_float(idx.dtype): raise TypeError(f"Embedding expects integer indices, got {idx.dtype}")
     v = self.num_embeddings
     onehot = idx.reshape(*idx.shape, 1).eq(Tensor.arange(v, device=idx.device, dtype=idx.dtype).reshape(*(1,) * idx.ndim, v))
+    onehot = checked(onehot, idx, 0, v, f"embedding: index {{index}} is out of range for {v} embeddings")
     return onehot.cast(self.weight.dtype) @ self.weight
 
 class Dropout(Module):

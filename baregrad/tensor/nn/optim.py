@@ -9,56 +9,16 @@ Hyperparameters that change per step (Adam's bias corrections) live in small dev
 step 1 and step 1000 are the same and compile once."""
 from __future__ import annotations
 from typing import Any, Iterable, Sequence
-from baregrad.ir.dtype import dtypes
-from baregrad.ir.ops import UOp, Ops
-from baregrad.engine.graph import BufRef, buffer_uop, base_of, shape_of
-from baregrad.engine import lazy
+import numpy as np
 from baregrad.tensor.tensor import Tensor
+from baregrad.tensor.inplace import write, buffer_ref
 
-def assign_all(pairs: Sequence[tuple[Tensor, Tensor]], also: Sequence[Tensor] = ()) -> None:
-  """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` are realized in
-  the same schedule before any write (so they see the old values). A target must be a realized buffer (a
-  parameter, a state tensor); each value may read its own target only elementwise.
-
-  Tensor.assign realizes at once (one schedule per call); this is the batched form an optimizer step needs."""
-  if not pairs and not also: return
-  devices = {t.device for t, _ in pairs} | {t.device for t in also}
-  if len(devices) != 1: raise ValueError(f"assign_all: tensors on several devices {sorted(devices)}")
-  device = devices.pop()
-  uops, news = [], []
-  # a value that later values read (Adam's new moments, read by the parameter's update) is read from its ASSIGN,
-  # not recomputed from the target's memory, which the ASSIGN may already have overwritten
-  done: dict[UOp, UOp] = {}
-  for t, v in pairs:
-    if not isinstance(v, Tensor): v = Tensor.full(t.shape, v, dtype=t.dtype, device=t.device)
-    if v.shape != t.shape: raise ValueError(f"assign of shape {v.shape} to a tensor of shape {t.shape}")
-    if v.dtype != t.dtype: v = v.cast(t.dtype)
-    ref = _buffer_ref(t)
-    new_ref = BufRef(ref.device, ref.size, ref.dtype, ref.ensure())
-    src = v.uop.substitute(done) if done else v.uop
-    if shape_of(src) != (ref.size,): src = UOp(Ops.RESHAPE, src.dtype, (src,), (ref.size,))
-    a = UOp(Ops.ASSIGN, t.dtype, (buffer_uop(new_ref), src))
-    done[v.uop] = a if shape_of(v.uop) == (ref.size,) else UOp(Ops.RESHAPE, a.dtype, (a,), v.shape)
-    uops.append(a)
-    news.append(new_ref)
-  # `also` first: the scheduler emits targets' kernels in the order given, so they read the old contents
-  outs = lazy.realize([a.uop for a in also] + uops, device)
-  for a, o in zip(also, outs):
-    if not a.requires_grad: a.uop = o
-  for (t, _), ref in zip(pairs, news): t.uop = lazy.buffer_view(ref, t.shape)
-
-def _is_buffer(t: Tensor) -> bool: return base_of(t.uop).op is Ops.BUFFER and t.uop.op in (Ops.BUFFER, Ops.RESHAPE)
-
-def _buffer_ref(t: Tensor) -> BufRef:
-  """The buffer t lives in; a t that is still a graph (Tensor.ones(..., requires_grad=True) is one) is realized into
-  a buffer of its own first, keeping its requires_grad."""
-  if not _is_buffer(t):
-    rg = t.requires_grad
-    t.requires_grad = None
-    t.uop = t.contiguous().realize().uop
-    t.requires_grad = rg
-    if not _is_buffer(t): raise ValueError(f"assign target {t!r} could not be made a buffer")
-  return base_of(t.uop).arg
+def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> None:
+  """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` (and every live tensor
+  that reads a target's current value) are realized in the same schedule before any write, so they see the old
+  values. A target must be a realized buffer (a parameter, a state tensor); each value may read its own target only
+  elementwise. Tensor.assign is the one-tensor form (tensor/inplace.py write)."""
+  write(pairs, also)
 
 class Optimizer:
   def __init__(self, params: Iterable[Tensor], lr: float):
@@ -69,12 +29,21 @@ class Optimizer:
       if id(p) in seen: continue
       seen.add(id(p))
       if not p.requires_grad: p.requires_grad_(True)
-      _buffer_ref(p)
+      buffer_ref(p)
       self.params.append(p)
     if not self.params: raise ValueError("optimizer got an empty parameter list")
-    if lr < 0: raise ValueError(f"invalid learning rate: {lr}")
-    self.lr = float(lr)
     self.device = self.params[0].device
+    # the learning rate lives on the device, like the step counters: a schedule that changes it is seen by jit replays
+    self._lr = Tensor(np.array([0.0], np.float32), device=self.device).reshape(())
+    self.lr = lr
+
+  @property
+  def lr(self) -> float: return self._lr_value
+  @lr.setter
+  def lr(self, lr: float) -> None:
+    if not isinstance(lr, (int, float)) or lr < 0: raise ValueError(f"invalid learning rate: {lr}")
+    self._lr_value = float(lr)
+    self._lr.assign(Tensor(np.array(lr, np.float32), device=self.device))
 
   def zero_grad(self) -> None:
     for p in self.params: p.grad = None
@@ -116,7 +85,7 @@ class SGD(Optimizer):
         else: new_buf = buf * self.momentum + g * (1 - self.dampening)
         pairs.append((buf, new_buf))
         g = g + new_buf * self.momentum if self.nesterov else new_buf
-      pairs.append((p, p.detach() - g * self.lr))
+      pairs.append((p, p.detach() - g * self._lr.cast(g.dtype)))
     return pairs
 
 class _AdamBase(Optimizer):
@@ -152,11 +121,11 @@ class Adam(_AdamBase):
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
     items, bc1, bc2, pairs = self._moments(params)
-    step_size = (self.lr / bc1)
+    step_size = self._lr / bc1
     bc2_sqrt = bc2.sqrt()
     for p, g, m, v in items:
       pd = p.detach()
-      if self.weight_decay and self.decoupled: pd = pd * (1 - self.lr * self.weight_decay)
+      if self.weight_decay and self.decoupled: pd = pd * (1 - self._lr.cast(pd.dtype) * self.weight_decay)
       elif self.weight_decay: g = g + pd * self.weight_decay
       m_new = m + (g - m) * (1 - self.b1)  # torch: exp_avg.lerp_(grad, 1 - beta1)
       v_new = v * self.b2 + g * g * (1 - self.b2)
@@ -191,7 +160,7 @@ class LAMB(_AdamBase):
       else:
         r1, r2 = pd.square().sum().sqrt(), r.square().sum().sqrt()
         trust = (r1 > 0).where((r2 > 0).where(r1 / r2, 1.0), 1.0)
-      pairs += [(m, m_new), (v, v_new), (p, pd - r * trust * self.lr)]
+      pairs += [(m, m_new), (v, v_new), (p, pd - r * trust * self._lr.cast(r.dtype))]
     return pairs
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "LAMB", "assign_all"]

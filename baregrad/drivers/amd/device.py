@@ -1,0 +1,446 @@
+"""AMD: AMD GPUs driven through amdkfd (/dev/kfd) and the GPU's DRM render node, with no ROCr/libhsa.
+
+Opening: /dev/kfd; AMDKFD_IOC_GET_VERSION (interface major 1; anything else is refused by name); the topology from
+/sys/devices/virtual/kfd/kfd/topology/nodes/*/{gpu_id,properties} (read through the port); the n-th GPU node for AMD:n,
+its gfx target (gfx1100 and gfx942; any other is refused by name); its render node /dev/dri/renderD<drm_render_minor>;
+AMDKFD_IOC_ACQUIRE_VM with that fd (KFD takes over the render node's GPU VM); the process apertures; a host address
+window (PROT_NONE, reserved) inside which every GPU virtual address is allocated, so a BO's CPU mapping and its GPU
+address are one and the same number.
+
+Memory (AMDKFD_IOC_ALLOC_MEMORY_OF_GPU + MAP_MEMORY_TO_GPU): device buffers in VRAM (GPU only); code in VRAM the CPU
+writes through the render node mmap (the large BAR), followed by an HDP flush through the MMIO remap page; host memory
+the GPU sees (signals, kernel arguments, rings, staging) as userptr BOs over anonymous pages at their own address; the
+KFD event page in GTT (mapped through the render node); the process doorbell slice (mapped from /dev/kfd at the offset
+CREATE_QUEUE returns, and as a BO the GPU can write); the MMIO remap page. GPU memory exhausted raises OutOfMemory with
+nothing left allocated.
+
+Queues: an AQL compute queue (ring, read/write dispatch ids in an amd_queue_t-shaped page, EOP buffer, a context-save
+area sized from the topology as the kernel computes it) and an SDMA copy queue; their commands are in queues.py (which
+explains why the compute queue mixes AQL and PM4). Host waits spin briefly, then sleep in AMDKFD_IOC_WAIT_EVENTS on the
+KFD signal event every GPU signal raises, always with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD
+hardware-exception event) raises at once, with the queues decoded.
+
+MOCKGPU=1 runs against baregrad.drivers.mock.amdgpu.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
+MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
+packets and their PM4 IBs, the SDMA packets) for tools/amd_decode.py."""
+from __future__ import annotations
+import ctypes, errno, os, threading, time
+from typing import Any, Hashable
+from baregrad.hal import OutOfMemory, DeviceUnavailable
+from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, HCQTimeout
+from baregrad.drivers.port import IoctlError, make_port, register_ioctl
+from baregrad.drivers.nv.device import VAAllocator
+from baregrad.ctypes_autogen import kfd
+from baregrad.drivers.amd import hw
+from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes, read_topology, target_name
+from baregrad.drivers.amd.queues import QUEUES, AQLRing, SDMARing
+from baregrad.drivers.amd.program import AMDProgram
+
+O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
+PROT_NONE, PROT_RW = 0, 3
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, MAP_NORESERVE, MAP_FIXED_NOREPLACE = 0x01, 0x02, 0x10, 0x20, 0x4000, 0x100000
+PAGE = 4096
+WINDOW = (0x400_0000_0000, 0x80_0000_0000)     # (first base tried, size): 512 GiB of GPU/CPU addresses per device
+DOORBELL_SLICE = 8 * 1024                      # 8-byte doorbells x KFD_MAX_NUM_OF_QUEUES_PER_PROCESS (kfd_doorbell_process_slice)
+KFD_MAJOR = 1
+AQL_RING, SDMA_RING, IB_AREA = 1 << 20, 1 << 20, 1 << 20
+# amd_queue_t (ROCr amd_hsa_queue.h): where the CP finds the dispatch ids of an AQL queue
+AMD_QUEUE_WRITE_DISPATCH_ID, AMD_QUEUE_READ_DISPATCH_ID, AMD_QUEUE_READ_ID_BASE = 0x38, 0x80, 0x88
+EV = {"signal": kfd.KFD_IOC_EVENT_SIGNAL, "memory": kfd.KFD_IOC_EVENT_MEMORY, "hw_exception": kfd.KFD_IOC_EVENT_HW_EXCEPTION}
+F = kfd
+
+def _rup(x: int, a: int) -> int: return (x + a - 1) // a * a
+
+class AMDMemory:
+  """What the driver keeps per KFD BO."""
+  def __init__(self, handle: int, size: int, va: int, cpu: int | None, domain: str) -> None:
+    self.handle, self.size, self.va, self.cpu, self.domain = handle, size, va, cpu, domain
+  def __repr__(self) -> str: return f"<AMDMemory {self.domain} va={self.va:#x} size={self.size:#x}>"
+
+class AMDFault(RuntimeError):
+  """KFD reported a VM fault or a GPU hang/reset for this process: the queues are stopped."""
+
+class AMDAllocator(HCQAllocator):
+  def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
+    host = bool(getattr(options, "host", False)) or options == "host"
+    m = self.dev._gpu_alloc(size, "userptr" if host else "vram")
+    return HCQBuffer(m.va, size, m.cpu, meta=m)
+  def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
+    self.dev.synchronize()
+    self.dev._gpu_free(opaque.meta)
+
+class AMDDevice(HCQDevice):
+  has_local, has_threads = True, True
+  max_local_size = (1024, 1024, 1024)
+  ticks_per_us = 100.0    # the GPU's global timestamp counter: 100 MHz (RELEASE_MEM GPU clock, SDMA TIMESTAMP_GET_GLOBAL)
+
+  def __init__(self, device: str, port: Any = None) -> None:
+    if port is None:
+      from baregrad.helpers import getenv
+      if getenv("MOCKGPU", 0):
+        from baregrad.drivers.mock.amdgpu import MockAMDGPU
+        try: port = make_port(MockAMDGPU())
+        except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
+      else: port = make_port()
+    self.port, self.closed = port, False
+    self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
+    self.memories: list[AMDMemory] = []
+    self._fds: list[int] = []
+    self.window: tuple[int, int] | None = None
+    self.aql: AQLRing | None = None
+    self.sdma: SDMARing | None = None
+    self._fault_checked, self._kicked = 0.0, 0.0
+    self._fault: str | None = None
+    self.capture_dir, self._captures = os.environ.get("AMD_CAPTURE") or None, 0
+    try: self.fd_kfd = self._open("/dev/kfd")
+    except FileNotFoundError:
+      raise DeviceUnavailable(f"{device}: /dev/kfd not found (no amdgpu/amdkfd kernel driver here); set MOCKGPU=1 for the mock GPU") from None
+    except PermissionError as e:
+      raise DeviceUnavailable(f"{device}: cannot open /dev/kfd: {e} (the user needs the 'render' group, or access to /dev/kfd)") from None
+    try: self._init_kfd(device)
+    except BaseException:
+      self._abandon()
+      raise
+    self.is_mock = hasattr(getattr(port, "inner", port), "mock")
+    renderer, compiler = _toolchain(self.target.name)
+    self.max_shared_mem = self.node.props.get("lds_size_in_kb", 64) * 1024
+    try:
+      super().__init__(device, None, renderer, compiler, AMDProgram, *QUEUES[self.family], kernargs_size=1 << 20, signal_pool_size=64 << 10)
+      self.allocator = AMDAllocator(self)
+      self._init_queues()
+    except BaseException:
+      self._abandon()
+      raise
+
+  # ---------------------------------------------------------------- syscalls
+  def _open(self, path: str) -> int:
+    fd = self.port.open(path, O_RDWR | O_CLOEXEC)
+    self._fds.append(fd)
+    return fd
+
+  def kfd_ioctl(self, request: int, args: Any, name: str) -> Any:
+    """One AMDKFD ioctl; failures raise IoctlError naming it, the errno and the parameters."""
+    self.port.ioctl(self.fd_kfd, request, args, name)
+    return args
+
+  # ---------------------------------------------------------------- opening
+  def _init_kfd(self, device: str) -> None:
+    _register_ioctls()
+    v = self.kfd_ioctl(kfd.AMDKFD_IOC_GET_VERSION, kfd.struct_kfd_ioctl_get_version_args(), "AMDKFD_IOC_GET_VERSION")
+    self.kfd_version = (v.major_version, v.minor_version)
+    if v.major_version != KFD_MAJOR:
+      raise DeviceUnavailable(f"{device}: KFD ioctl interface {v.major_version}.{v.minor_version}; this driver speaks major version {KFD_MAJOR} "
+                              f"(kfd_ioctl.h KFD_IOCTL_MAJOR_VERSION)")
+    nodes = read_topology(self.port)
+    gpus = [n for n in nodes if n.is_gpu]
+    if self.index >= len(gpus):
+      raise DeviceUnavailable(f"{device}: the KFD topology lists {len(gpus)} GPU(s) ({len(nodes)} nodes)")
+    self.node: Node = gpus[self.index]
+    self.gpu_id = self.node.gpu_id
+    ver = self.node.props.get("gfx_target_version", 0)
+    t = TARGETS.get(ver)
+    if t is None:
+      raise DeviceUnavailable(f"{device}: GPU node {self.node.index} is a {target_name(ver)} (gfx_target_version {ver}); this driver supports "
+                              f"{', '.join(t.name for t in TARGETS.values())}")
+    self.target, self.family, self.arch = t, t.family, t.name
+    if self.node.props.get("wave_front_size") not in (None, t.wave_size):
+      raise DeviceUnavailable(f"{device}: {t.name} reports wave size {self.node.props['wave_front_size']}, expected {t.wave_size}")
+    self.sizes: QueueSizes = queue_sizes(self.node.props)
+    minor = self.node.props["drm_render_minor"]
+    self.render_path = f"/dev/dri/renderD{minor}"
+    try: self.fd_drm = self._open(self.render_path)
+    except FileNotFoundError: raise DeviceUnavailable(f"{device}: {self.render_path} (the render node of GPU node {self.node.index}) does not exist") from None
+    except PermissionError as e: raise DeviceUnavailable(f"{device}: cannot open {self.render_path}: {e} (the user needs the 'render' group)") from None
+    self.kfd_ioctl(kfd.AMDKFD_IOC_ACQUIRE_VM, kfd.struct_kfd_ioctl_acquire_vm_args(drm_fd=self.fd_drm, gpu_id=self.gpu_id), "AMDKFD_IOC_ACQUIRE_VM")
+    self.apertures = self._apertures()
+    # a host window for every GPU VA: inside the GPUVM aperture, fails cleanly where something already lives
+    base, size = WINDOW
+    while True:
+      if base + size - 1 > self.apertures["gpuvm_limit"]:
+        raise DeviceUnavailable(f"{device}: no free {size:#x}-byte address window inside the GPUVM aperture (up to {self.apertures['gpuvm_limit']:#x})")
+      try: r = self.port.mmap(base, size, PROT_NONE, MAP_PRIVATE | MAP_ANON | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0)
+      except OSError as e:
+        if e.errno == errno.EEXIST: base += size; continue
+        raise
+      if r == base: break
+      self.port.munmap(r, size)  # an old kernel took the flag as a hint
+      base += size
+    self.window = (base, size)
+    self.va = VAAllocator(base, size)
+    # the process's special pages
+    self.mmio = self._gpu_alloc(PAGE, "mmio")
+    self.doorbell_bo = self._gpu_alloc(DOORBELL_SLICE, "doorbell")
+    self.event_page = self._gpu_alloc(kfd.KFD_SIGNAL_EVENT_LIMIT * 8, "gtt", cpu_access=True)
+    ev = self._create_event(EV["signal"], page=self.event_page.handle)
+    self.event_id, self.event_mailbox = ev.event_id, self.event_page.va + 8 * ev.event_slot_index
+    self.memory_event = self._create_event(EV["memory"]).event_id
+    self.hw_event = self._create_event(EV["hw_exception"]).event_id
+
+  def _apertures(self) -> dict[str, int]:
+    n = self.kfd_ioctl(kfd.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd.struct_kfd_ioctl_get_process_apertures_new_args(),
+                       "AMDKFD_IOC_GET_PROCESS_APERTURES_NEW").num_of_nodes
+    arr = (kfd.struct_kfd_process_device_apertures * max(n, 1))()
+    a = self.kfd_ioctl(kfd.AMDKFD_IOC_GET_PROCESS_APERTURES_NEW, kfd.struct_kfd_ioctl_get_process_apertures_new_args(
+      kfd_process_device_apertures_ptr=ctypes.addressof(arr), num_of_nodes=n), "AMDKFD_IOC_GET_PROCESS_APERTURES_NEW")
+    for ap in arr[:a.num_of_nodes]:
+      if ap.gpu_id == self.gpu_id: return {k: getattr(ap, k) for k in ("lds_base", "lds_limit", "scratch_base", "scratch_limit", "gpuvm_base", "gpuvm_limit")}
+    raise DeviceUnavailable(f"{self.node.index}: KFD reports no apertures for gpu_id {self.gpu_id:#x}")
+
+  def _create_event(self, etype: int, page: int = 0) -> Any:
+    a = kfd.struct_kfd_ioctl_create_event_args(event_page_offset=page, event_type=etype, auto_reset=1, node_id=self.node.index)
+    return self.kfd_ioctl(kfd.AMDKFD_IOC_CREATE_EVENT, a, "AMDKFD_IOC_CREATE_EVENT")
+
+  def _init_queues(self) -> None:
+    # the AQL compute queue
+    ring = self._gpu_alloc(AQL_RING, "userptr")
+    ptrs = self._gpu_alloc(PAGE, "userptr")
+    ctypes.memset(ptrs.cpu, 0, PAGE)
+    # an amd_queue_t: hsa_queue_t (type 0 multi-producer, features 1 kernel dispatch, base_address, size in packets), then
+    # where read_dispatch_id lives (the CP finds the structure from the read pointer KFD gives it)
+    ctypes.c_uint32.from_address(ptrs.cpu + 4).value = 1
+    ctypes.c_uint64.from_address(ptrs.cpu + 8).value = ring.va
+    ctypes.c_uint32.from_address(ptrs.cpu + 24).value = ring.size // 64
+    ctypes.c_uint32.from_address(ptrs.cpu + AMD_QUEUE_READ_ID_BASE).value = AMD_QUEUE_READ_DISPATCH_ID
+    self.amd_queue_va = ptrs.va
+    eop = self._gpu_alloc(self.sizes.eop_buffer_size, "vram")
+    ctx = self._gpu_alloc(self.sizes.cwsr_total, "vram")
+    q = self.kfd_ioctl(kfd.AMDKFD_IOC_CREATE_QUEUE, kfd.struct_kfd_ioctl_create_queue_args(
+      ring_base_address=ring.va, ring_size=ring.size, gpu_id=self.gpu_id, queue_type=kfd.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
+      queue_percentage=kfd.KFD_MAX_QUEUE_PERCENTAGE, queue_priority=7, write_pointer_address=ptrs.va + AMD_QUEUE_WRITE_DISPATCH_ID,
+      read_pointer_address=ptrs.va + AMD_QUEUE_READ_DISPATCH_ID, eop_buffer_address=eop.va, eop_buffer_size=eop.size,
+      ctx_save_restore_address=ctx.va, ctx_save_restore_size=self.sizes.cwsr_size, ctl_stack_size=self.sizes.ctl_stack_size),
+      "AMDKFD_IOC_CREATE_QUEUE")
+    self.queue_ids = [q.queue_id]
+    self.doorbells = self._map_doorbells(q.doorbell_offset)
+    ib = self._gpu_alloc(IB_AREA, "userptr")
+    self.aql = AQLRing(self, ring, ptrs, AMD_QUEUE_WRITE_DISPATCH_ID, AMD_QUEUE_READ_DISPATCH_ID,
+                       self.doorbells + (q.doorbell_offset & (DOORBELL_SLICE - 1)), ib)
+    # the SDMA copy queue
+    sring = self._gpu_alloc(SDMA_RING, "userptr")
+    sptrs = self._gpu_alloc(PAGE, "userptr")
+    ctypes.memset(sptrs.cpu, 0, PAGE)
+    s = self.kfd_ioctl(kfd.AMDKFD_IOC_CREATE_QUEUE, kfd.struct_kfd_ioctl_create_queue_args(
+      ring_base_address=sring.va, ring_size=sring.size, gpu_id=self.gpu_id, queue_type=kfd.KFD_IOC_QUEUE_TYPE_SDMA,
+      queue_percentage=kfd.KFD_MAX_QUEUE_PERCENTAGE, queue_priority=7, write_pointer_address=sptrs.va, read_pointer_address=sptrs.va + 8),
+      "AMDKFD_IOC_CREATE_QUEUE")
+    self.queue_ids.append(s.queue_id)
+    if (s.doorbell_offset & ~(DOORBELL_SLICE - 1)) != self.doorbell_mmap_offset:
+      raise RuntimeError(f"{self.device}: the SDMA queue's doorbell offset {s.doorbell_offset:#x} is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
+    self.sdma = SDMARing(self, sring, sptrs, 0, 8, self.doorbells + (s.doorbell_offset & (DOORBELL_SLICE - 1)))
+
+  def _map_doorbells(self, doorbell_offset: int) -> int:
+    """The process doorbell slice: an mmap of /dev/kfd at the (page-aligned) doorbell offset CREATE_QUEUE returned."""
+    self.doorbell_mmap_offset = doorbell_offset & ~(DOORBELL_SLICE - 1)
+    va = self.va.alloc(DOORBELL_SLICE)
+    return self.port.mmap(va, DOORBELL_SLICE, PROT_RW, MAP_SHARED | MAP_FIXED, self.fd_kfd, self.doorbell_mmap_offset)
+
+  def _abandon(self) -> None:
+    """A failed open gives back what it took: closing the fds frees every KFD object of the process; the window goes."""
+    for fd in self._fds:
+      try: self.port.close(fd)
+      except Exception: pass
+    self._fds.clear()
+    if self.window is not None:
+      try: self.port.munmap(*self.window)
+      except OSError: pass
+      self.window = None
+
+  # ---------------------------------------------------------------- memory
+  def _gpu_alloc(self, size: int, domain: str, cpu_access: bool = False) -> AMDMemory:
+    """A BO of `domain` (vram, gtt, userptr, doorbell, mmio) mapped for this GPU at a VA of the window (and for the CPU at
+    the same address where it has a CPU side). OutOfMemory when KFD says -ENOMEM."""
+    size = _rup(max(size, 1), PAGE)
+    # big VRAM buffers start on 2 MiB (huge-page) boundaries; sizes stay page-rounded: KFD wants queue buffers to be
+    # mappings of exactly the size it expects (kfd_queue.c: kfd_queue_buffer_get)
+    align = (2 << 20) if domain == "vram" and size >= (2 << 20) else PAGE
+    va = self.va.alloc(size, align)
+    cpu: int | None = None
+    handle = 0
+    try:
+      flags = F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE & 0xFFFFFFFF
+      if domain == "userptr":
+        cpu = self.port.mmap(va, size, PROT_RW, MAP_PRIVATE | MAP_ANON | MAP_FIXED, -1, 0)
+        flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED
+        off = va
+      elif domain == "gtt": flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED; off = 0
+      elif domain == "vram":
+        flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_VRAM | F.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE | (F.KFD_IOC_ALLOC_MEM_FLAGS_PUBLIC if cpu_access else 0)
+        off = 0
+      elif domain == "doorbell": flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED; off = 0
+      elif domain == "mmio": flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED; off = 0
+      else: raise ValueError(f"unknown memory domain {domain!r}")
+      a = kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args(va_addr=va, size=size, gpu_id=self.gpu_id, flags=flags, mmap_offset=off)
+      try: self.kfd_ioctl(kfd.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, a, f"AMDKFD_IOC_ALLOC_MEMORY_OF_GPU({domain})")
+      except IoctlError as e:
+        if e.err != errno.ENOMEM: raise
+        used = self.allocator.mem_used if getattr(self, "allocator", None) else 0
+        raise OutOfMemory(self.device, size, used, f"KFD returned ENOMEM for a {domain} allocation") from None
+      handle = a.handle
+      ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+      self.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
+        handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), f"AMDKFD_IOC_MAP_MEMORY_TO_GPU({domain})")
+      if domain == "mmio": cpu = self.port.mmap(va, PAGE, PROT_RW, MAP_SHARED | MAP_FIXED, self.fd_kfd, a.mmap_offset)
+      elif cpu_access and domain in ("gtt", "vram"): cpu = self.port.mmap(va, size, PROT_RW, MAP_SHARED | MAP_FIXED, self.fd_drm, a.mmap_offset)
+    except BaseException:
+      if handle:
+        try: self._release_bo(handle, mapped=True)
+        except Exception: pass
+      if cpu is not None: self._unmap_cpu(va, size)
+      self.va.release(va, size)
+      raise
+    m = AMDMemory(handle, size, va, cpu, domain)
+    self.memories.append(m)
+    return m
+
+  def _release_bo(self, handle: int, mapped: bool) -> None:
+    if mapped:
+      ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+      try:
+        self.kfd_ioctl(kfd.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args(
+          handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU")
+      except IoctlError as e:
+        if e.err != errno.ENOMEM: raise   # not mapped yet (a failed map): nothing to undo
+    self.kfd_ioctl(kfd.AMDKFD_IOC_FREE_MEMORY_OF_GPU, kfd.struct_kfd_ioctl_free_memory_of_gpu_args(handle=handle), "AMDKFD_IOC_FREE_MEMORY_OF_GPU")
+
+  def _unmap_cpu(self, va: int, size: int) -> None:
+    self.port.munmap(va, size)  # give the range back to the reservation
+    self.port.mmap(va, size, PROT_NONE, MAP_PRIVATE | MAP_ANON | MAP_NORESERVE | MAP_FIXED, -1, 0)
+
+  def _gpu_free(self, m: AMDMemory) -> None:
+    self._release_bo(m.handle, mapped=True)
+    if m.cpu is not None: self._unmap_cpu(m.va, m.size)
+    self.va.release(m.va, m.size)
+    self.memories.remove(m)
+
+  def _alloc_shared(self, size: int) -> HCQBuffer:
+    m = self._gpu_alloc(size, "userptr")
+    return HCQBuffer(m.va, size, m.cpu, meta=m)
+
+  def capture(self, files: dict[str, bytes]) -> None:
+    """AMD_CAPTURE=DIR: each submission's command bytes as NNNNNN-<what>.bin (decode with tools/amd_decode.py capture DIR)."""
+    assert self.capture_dir is not None
+    os.makedirs(self.capture_dir, exist_ok=True)
+    with self._lock:
+      n, self._captures = self._captures, self._captures + 1
+    for what, data in files.items():
+      with open(os.path.join(self.capture_dir, f"{n:06d}-{what}.bin"), "wb") as f: f.write(data)
+
+  def hdp_flush(self) -> None:
+    """Flush the host data path so the GPU sees what the CPU wrote into VRAM through the BAR (the MMIO remap page's
+    HDP_MEM_FLUSH_CNTL, kfd_ioctl.h KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL)."""
+    assert self.mmio.cpu is not None
+    self.port.doorbell(self.mmio.cpu + kfd.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL, 1)
+
+  # ---------------------------------------------------------------- HCQ hooks
+  def _kick(self) -> None:
+    """Ring the doorbells of queues with pending work again (the CP re-reads its write pointer: harmless on hardware;
+    the mock GPU re-checks its waits)."""
+    for r, v in ((self.aql, lambda r: r.put - 1), (self.sdma, lambda r: r.put)):
+      if r is not None and r.rptr_p.value != r.put: self.port.doorbell(r.doorbell, v(r), 8)
+
+  def _signal_written(self) -> None:
+    if not self.closed and self.aql is not None: self._kick()
+
+  def _event_fired(self, eid: int, timeout_ms: int) -> Any:
+    d = (kfd.struct_kfd_event_data * 1)()
+    d[0].event_id = eid
+    a = self.kfd_ioctl(kfd.AMDKFD_IOC_WAIT_EVENTS, kfd.struct_kfd_ioctl_wait_events_args(
+      events_ptr=ctypes.addressof(d), num_events=1, wait_for_all=1, timeout=timeout_ms), "AMDKFD_IOC_WAIT_EVENTS")
+    return d[0] if a.wait_result == kfd.KFD_IOC_WAIT_RESULT_COMPLETE else None
+
+  def _check_fault(self) -> None:
+    """Raise if KFD reported a VM fault (memory event) or a GPU hang/reset (hardware exception event); polled at most
+    every 5 ms."""
+    if self._fault is not None: raise AMDFault(self._fault)
+    now = time.perf_counter()
+    if self.closed or now - self._fault_checked < 5e-3 or not getattr(self, "memory_event", None): return
+    self._fault_checked = now
+    d = self._event_fired(self.memory_event, 0)
+    if d is not None:
+      m = d.memory_exception_data
+      why = ("not present" if m.failure.NotPresent else "") + (" read-only" if m.failure.ReadOnly else "") + (" no-execute" if m.failure.NoExecute else "")
+      self._fault = (f"{self.device}: GPU VM fault at address {m.va:#x} ({why.strip() or 'imprecise'}) on gpu_id {m.gpu_id:#x}: KFD stopped "
+                     f"this process's queues\n{self.queue_state()}{self._dmesg_hint()}")
+    elif (d := self._event_fired(self.hw_event, 0)) is not None:
+      h = d.hw_exception_data
+      self._fault = (f"{self.device}: KFD reports a GPU hang/reset (reset_cause {h.reset_cause}, memory_lost {h.memory_lost}): the queues are "
+                     f"gone\n{self.queue_state()}{self._dmesg_hint()}")
+    if self._fault is not None: raise AMDFault(self._fault)
+
+  def _dmesg_hint(self) -> str:
+    mock = getattr(getattr(self.port, "inner", self.port), "mock", None)
+    if mock is None: return "\n(see dmesg for the kernel's report)"
+    return "\nmock GPU dmesg:\n" + "\n".join("  " + l for l in mock.log[-6:])
+
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+    deadline = time.perf_counter() + timeout_s
+    for _ in range(2000):   # spin briefly: most waits end within microseconds
+      if sig._v.value >= value: return True
+    while sig._v.value < value:
+      self._check_fault()
+      left = deadline - time.perf_counter()
+      if left <= 0: return False
+      self._kick()
+      if sig._v.value >= value: return True
+      self._event_fired(self.event_id, max(1, min(int(left * 1000), 10)))   # sleep until a GPU signal's interrupt (or 10 ms)
+    return True
+
+  def queue_state(self) -> str:
+    s = (f"{self.device} ({self.target.name}, gpu_id {self.gpu_id:#x}): timeline {self.timeline_signal.va_addr:#x} value "
+         f"{self.timeline_signal.value}, last submitted {self.timeline_value - 1}")
+    for r in (self.aql, self.sdma):
+      if r is not None: s += "\n" + r.state()
+    return s
+
+  def synchronize(self, timeout_ms: int | None = None) -> None:
+    if self.closed: return
+    if self.aql is not None and self.timeline_value > 1: super().synchronize(timeout_ms)
+    for r in (self.aql, self.sdma):  # and every raw submit (no timeline) has been consumed
+      if r is None: continue
+      deadline = time.perf_counter() + (timeout_ms or self.default_timeout_ms) / 1000
+      while r.rptr_p.value != r.put:
+        self._check_fault()
+        if time.perf_counter() > deadline:
+          raise HCQTimeout(f"{self.device}: timed out after {timeout_ms or self.default_timeout_ms} ms waiting for the queues to drain\n{self.queue_state()}")
+        self._kick()
+        time.sleep(1e-4)
+
+  def close(self) -> None:
+    if self.closed: return
+    try: self.synchronize(timeout_ms=1000)
+    except Exception: pass
+    self.closed = True
+    for qid in getattr(self, "queue_ids", []):
+      try: self.kfd_ioctl(kfd.AMDKFD_IOC_DESTROY_QUEUE, kfd.struct_kfd_ioctl_destroy_queue_args(queue_id=qid), "AMDKFD_IOC_DESTROY_QUEUE")
+      except Exception: pass
+    for m in list(self.memories):
+      if m is self.event_page: continue  # the event page is freed with the process (kfd_ioctl_free_memory_of_gpu: -EPERM)
+      try: self._gpu_free(m)
+      except Exception: pass
+    self.aql = self.sdma = None
+    self._abandon()
+    from baregrad.hal import Device
+    Device.forget(self.device, self)
+
+def _toolchain(target: str) -> tuple[Any, Any]:
+  """The renderer and compiler for `target` (the LLVM AMDGPU backend); (None, None) in a build without them."""
+  try:
+    from baregrad.codegen.renderer.amdgpu import AMDGPURenderer  # type: ignore[import-not-found]
+    from baregrad.drivers.amd_compile import AMDCompiler  # type: ignore[import-not-found]
+  except ImportError: return None, None
+  return AMDGPURenderer(target), AMDCompiler(target)
+
+_registered = False
+def _register_ioctls() -> None:
+  global _registered
+  if _registered: return
+  _registered = True
+  for n, t in (("GET_VERSION", kfd.struct_kfd_ioctl_get_version_args), ("CREATE_QUEUE", kfd.struct_kfd_ioctl_create_queue_args),
+               ("DESTROY_QUEUE", kfd.struct_kfd_ioctl_destroy_queue_args), ("CREATE_EVENT", kfd.struct_kfd_ioctl_create_event_args),
+               ("DESTROY_EVENT", kfd.struct_kfd_ioctl_destroy_event_args), ("SET_EVENT", kfd.struct_kfd_ioctl_set_event_args),
+               ("RESET_EVENT", kfd.struct_kfd_ioctl_reset_event_args), ("WAIT_EVENTS", kfd.struct_kfd_ioctl_wait_events_args),
+               ("GET_PROCESS_APERTURES_NEW", kfd.struct_kfd_ioctl_get_process_apertures_new_args), ("ACQUIRE_VM", kfd.struct_kfd_ioctl_acquire_vm_args),
+               ("ALLOC_MEMORY_OF_GPU", kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args), ("FREE_MEMORY_OF_GPU", kfd.struct_kfd_ioctl_free_memory_of_gpu_args),
+               ("MAP_MEMORY_TO_GPU", kfd.struct_kfd_ioctl_map_memory_to_gpu_args), ("UNMAP_MEMORY_FROM_GPU", kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args),
+               ("GET_CLOCK_COUNTERS", kfd.struct_kfd_ioctl_get_clock_counters_args), ("AVAILABLE_MEMORY", kfd.struct_kfd_ioctl_get_available_memory_args)):
+    register_ioctl(getattr(kfd, f"AMDKFD_IOC_{n}"), f"AMDKFD_IOC_{n}", t)

@@ -1,0 +1,140 @@
+"""AMD programs: an HSA code object (laid out, relocated and its kernel descriptors read by drivers/amd_compile.py's
+load_code_object), the kernel-argument layout from its NT_AMDGPU_METADATA note (MessagePack: .args with .offset, .size,
+.value_kind), loaded into GPU memory; and the kernel arguments: explicit ones, then the hidden ones a code object v5+
+kernel may read (block counts, group sizes, grid dims, apertures, the queue pointer).
+
+Source: LLVM AMDGPUUsage (code object v5/v6 metadata and its hidden argument kinds)."""
+from __future__ import annotations
+import ctypes, io, struct
+from typing import Any, Sequence
+from baregrad.hcq import HCQArgsState, HCQProgram
+from baregrad.drivers.amd_compile import CodeObjectError, load_code_object
+
+NT_AMDGPU_METADATA = 32
+
+def msgpack_unpack(data: bytes) -> Any:
+  """A MessagePack document (the subset AMDGPU metadata uses: maps, arrays, strings, ints, bools, nil, floats, bins)."""
+  buf = io.BytesIO(data)
+  def rd(n: int) -> bytes:
+    b = buf.read(n)
+    if len(b) != n: raise CodeObjectError("truncated MessagePack metadata")
+    return b
+  def sized(fmt: str) -> int: return struct.unpack(fmt, rd(struct.calcsize(fmt)))[0]
+  def obj() -> Any:
+    t = rd(1)[0]
+    if t <= 0x7f: return t
+    if t >= 0xe0: return t - 0x100
+    if 0x80 <= t <= 0x8f: return {obj(): obj() for _ in range(t & 0xf)}
+    if 0x90 <= t <= 0x9f: return [obj() for _ in range(t & 0xf)]
+    if 0xa0 <= t <= 0xbf: return rd(t & 0x1f).decode()
+    if t in (0xc0, 0xc2, 0xc3): return {0xc0: None, 0xc2: False, 0xc3: True}[t]
+    ints = {0xcc: ">B", 0xcd: ">H", 0xce: ">I", 0xcf: ">Q", 0xd0: ">b", 0xd1: ">h", 0xd2: ">i", 0xd3: ">q", 0xca: ">f", 0xcb: ">d"}
+    if t in ints: return sized(ints[t])
+    lens = {0xd9: ">B", 0xda: ">H", 0xdb: ">I", 0xc4: ">B", 0xc5: ">H", 0xc6: ">I"}
+    if t in lens:
+      b = rd(sized(lens[t]))
+      return b.decode() if t >= 0xd9 else b
+    if t in (0xdc, 0xdd): return [obj() for _ in range(sized(">H" if t == 0xdc else ">I"))]
+    if t in (0xde, 0xdf): return {obj(): obj() for _ in range(sized(">H" if t == 0xde else ">I"))}
+    raise CodeObjectError(f"MessagePack type byte {t:#x} is not used by AMDGPU metadata")
+  return obj()
+
+def code_object_metadata(lib: bytes) -> dict:
+  """The NT_AMDGPU_METADATA note (amdhsa.kernels with each kernel's .args, .kernarg_segment_size, ...); {} if absent."""
+  from elftools.elf.elffile import ELFFile
+  for sec in ELFFile(io.BytesIO(lib)).iter_sections():
+    if sec["sh_type"] != "SHT_NOTE": continue
+    for n in sec.iter_notes():
+      if n["n_name"] == "AMDGPU" and n["n_type"] in (NT_AMDGPU_METADATA, "NT_AMDGPU_METADATA"):
+        desc = n["n_descdata"]
+        return msgpack_unpack(desc if isinstance(desc, bytes) else desc.encode("latin-1"))
+  return {}
+
+# hidden argument kinds (code object v5) -> what fills them; sizes come from the metadata
+def _hidden_value(kind: str, gs: tuple[int, int, int], ls: tuple[int, int, int], dev: Any) -> int | None:
+  ax = {"x": 0, "y": 1, "z": 2}
+  if kind.startswith("hidden_block_count_"): return gs[ax[kind[-1]]]
+  if kind.startswith("hidden_group_size_"): return ls[ax[kind[-1]]]
+  if kind.startswith("hidden_remainder_"): return 0        # grids are whole workgroups
+  if kind.startswith("hidden_global_offset_"): return 0
+  if kind == "hidden_grid_dims": return 3 if gs[2] * ls[2] > 1 else 2 if gs[1] * ls[1] > 1 else 1
+  if kind == "hidden_shared_base": return dev.apertures["lds_base"] >> 32
+  if kind == "hidden_private_base": return dev.apertures["scratch_base"] >> 32
+  if kind == "hidden_dynamic_lds_size": return 0
+  if kind == "hidden_queue_ptr": return dev.amd_queue_va   # the amd_queue_t of the compute queue (as ROCr passes it)
+  return None
+
+class AMDArgsState(HCQArgsState):
+  """The kernarg segment: explicit arguments at the offsets the metadata gives, hidden ones filled per launch."""
+  def __init__(self, cpu_addr: int, va_addr: int, prg: "AMDProgram", bufs: Sequence[Any], vals: Sequence[int]) -> None:
+    super().__init__(cpu_addr, va_addr, prg, bufs, vals)
+    self.grid, self.block = (1, 1, 1), (1, 1, 1)
+    explicit = prg.explicit_args
+    if len(self.bufs) + len(self.vals) != len(explicit):
+      raise ValueError(f"{prg.name} takes {len(explicit)} explicit arguments, got {len(self.bufs)} buffers and {len(self.vals)} values")
+    ctypes.memset(cpu_addr, 0, prg.kernarg_size)
+    for i, b in enumerate(self.bufs): self._put(i, b.va_addr)
+    for i, v in enumerate(self.vals): self._put(len(self.bufs) + i, v)
+  def _put(self, i: int, v: int) -> None:
+    off, sz = self.prg.explicit_args[i]
+    ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
+  def update_buffer(self, i: int, addr: int) -> None:
+    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
+    self._put(i, addr)
+  def update_var(self, i: int, value: int) -> None:
+    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
+    self._put(len(self.bufs) + i, value)
+  def write_launch(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
+    """The hidden arguments that depend on the launch size (and a check of the sizes the dispatch packet can carry)."""
+    n = ls[0] * ls[1] * ls[2]
+    if not 0 < n <= 1024: raise ValueError(f"local_size {ls}: 1..1024 work-items per workgroup")
+    if any(g == 0 for g in gs): raise ValueError(f"global_size {gs} is empty")
+    if any(g * l >= 1 << 32 for g, l in zip(gs, ls)): raise ValueError(f"grid {gs} x {ls} exceeds 2**32 work-items in a dimension")
+    self.grid, self.block = gs, ls
+    for kind, off, sz in self.prg.hidden_args:
+      v = _hidden_value(kind, gs, ls, self.prg.dev)
+      if v is not None: ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
+
+class AMDProgram(HCQProgram):
+  """A kernel of an HSA code object, loaded into GPU memory; calling it dispatches an AQL packet."""
+  args_state_t = AMDArgsState
+  def __init__(self, dev: Any, name: str, lib: bytes) -> None:
+    super().__init__(dev, name, lib)
+    co = load_code_object(lib)
+    if co.arch != dev.target.name:
+      raise CodeObjectError(f"AMD program {name}: the code object is for {co.arch}, this GPU is {dev.target.name}")
+    k = co.kernels.get(name)
+    if k is None: raise CodeObjectError(f"AMD program {name}: the code object has no kernel {name!r}; it has {', '.join(sorted(co.kernels))}")
+    kd = k.descriptor
+    if kd.private_segment_fixed_size or kd.uses_dynamic_stack:
+      raise NotImplementedError(f"AMD program {name} needs scratch ({kd.private_segment_fixed_size} bytes per work-item"
+                                f"{', dynamic stack' if kd.uses_dynamic_stack else ''}); this driver does not set up queue scratch memory yet")
+    wave = 32 if kd.wavefront_size32 else 64
+    if wave != dev.target.wave_size:
+      raise CodeObjectError(f"AMD program {name} is compiled for wave{wave}; {dev.target.name} runs wave{dev.target.wave_size}")
+    self.descriptor = kd
+    self.group_segment_size, self.private_segment_size = kd.group_segment_fixed_size, kd.private_segment_fixed_size
+    if self.group_segment_size > dev.max_shared_mem:
+      raise ValueError(f"AMD program {name} uses {self.group_segment_size} bytes of LDS; {dev.target.name} has {dev.max_shared_mem} per workgroup")
+    meta = next((m for m in code_object_metadata(lib).get("amdhsa.kernels", []) if m.get(".name") == name), {})
+    exp, hid = [], []
+    for a in sorted(meta.get(".args", []), key=lambda a: a.get(".offset", 0)):
+      kind = a.get(".value_kind", "by_value")
+      if kind.startswith("hidden_"): hid.append((kind, a[".offset"], a[".size"]))
+      else: exp.append((a[".offset"], a[".size"]))
+    if not meta and kd.kernarg_size: exp = [(8 * i, 8) for i in range(kd.kernarg_size // 8)]  # no metadata: 8-byte arguments
+    self.explicit_args, self.hidden_args = exp, hid
+    self.kernarg_size = max(kd.kernarg_size, max((o + s for o, s in exp), default=0), max((o + s for _, o, s in hid), default=0), 1)
+    # in VRAM the CPU writes through the large BAR; the image carries LLVM's s_code_end padding (instruction prefetch)
+    self.image = dev._gpu_alloc(co.size, "vram", cpu_access=True)
+    img = co.relocate(self.image.va)
+    ctypes.memmove(self.image.cpu, img, len(img))
+    dev.hdp_flush()
+    self.kd_va = self.image.va + k.kd_offset
+  def kernargs_size(self, nbufs: int, nvals: int) -> int: return (self.kernarg_size + 63) & ~63
+  def __del__(self) -> None:
+    try:
+      if not self.dev.closed:
+        self.dev.synchronize()
+        self.dev._gpu_free(self.image)
+    except Exception: pass

@@ -1,0 +1,275 @@
+"""The AMD hardware queues: what each HCQ command becomes, and the rings submissions are written into.
+
+Compute queue (an AQL queue, KFD_IOC_QUEUE_TYPE_COMPUTE_AQL): kernel dispatches are AQL kernel-dispatch packets and
+memory barriers AQL barrier-AND packets with the barrier bit; waits, signals, timestamps and copies are PM4
+(WAIT_REG_MEM + ACQUIRE_MEM, RELEASE_MEM, RELEASE_MEM of the GPU clock, DMA_DATA) in indirect buffers that AMD's
+vendor-specific AQL packet (format PM4_IB) runs. Why AQL with PM4 inside rather than either alone: the dispatch packet
+is the interface the CP, the kernel descriptor and LLVM's code objects are built around (the CP sets up the user SGPRs,
+workgroup ids and work-item ids from it; a PM4 dispatch would have to program COMPUTE_PGM_RSRC*/USER_DATA registers
+per generation), while pure AQL has no "wait until a 64-bit value >= N", no "write this value" (completion signals
+only decrement) and no free-standing timestamp, which are exactly HCQ's wait/signal/timestamp: PM4 says them directly
+(ROCr runs PM4 on AQL queues the same way). A packet with the barrier bit starts only after every packet before it has
+completed; dispatches without it may overlap (HSA PSA 1.2, 2.9.1), so memory_barrier() must sit between dependent
+launches, and signal/timestamp/copy packets carry the barrier bit so they follow the work recorded before them.
+
+Copy queue (an SDMA queue): COPY_LINEAR (split at 4 MiB), FENCE (low word, then high word, as amdgpu's 64-bit fences),
+POLL_REGMEM for waits, TIMESTAMP_GET_GLOBAL. SDMA executes in order, so memory_barrier() encodes nothing there.
+
+Every signal also writes the device's event mailbox slot and raises an interrupt carrying its KFD event id (RELEASE_MEM
+INT_SEL on the CP, FENCE + TRAP on SDMA): that is what wakes a host thread blocked in AMDKFD_IOC_WAIT_EVENTS."""
+from __future__ import annotations
+import ctypes, threading, time
+from collections import deque
+from typing import Any, Sequence
+from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq.queue import _dims
+from baregrad.drivers.amd import hw
+
+class AMDQueue(HWQueue):
+  """Shared by both engines: fields stored in several places (an SDMA fence pair) and nbytes stored minus one."""
+  family = "gfx11"
+  _split: dict[str, dict[str, tuple[str, int]]] = {}   # kind -> {field: (second field, value offset)}
+  _hidden = ("addr_hi", "value_hi")
+
+  def _put(self, i: int, name: str, value: int) -> None:
+    c = self.cmds[i]
+    if name == "nbytes" and c.kind == "copy":
+      if "nbytes" not in c.fields: raise ValueError(f"command {i} is a copy split into several packets: record it again instead of patching")
+      if not 0 < value <= self._copy_max: raise ValueError(f"nbytes={value}: one copy packet moves 1..{self._copy_max} bytes")
+      value -= self._nbytes_bias
+    if name in ("src", "dest") and c.kind == "copy" and name not in c.fields:
+      raise ValueError(f"command {i} is a copy split into several packets: record it again instead of patching")
+    extra = self._split.get(c.kind, {}).get(name)
+    if name == "value" and extra is not None:
+      super()._put(i, "value", value & hw.M32)
+      super()._put(i, extra[0], value >> 32)
+      return
+    super()._put(i, name, value)
+    if extra is not None: super()._put(i, extra[0], value + extra[1])
+
+  def field(self, i: int, name: str) -> int:
+    c = self.cmds[i]
+    v = super().field(i, name)
+    if name == "nbytes" and c.kind == "copy": v += self._nbytes_bias
+    extra = self._split.get(c.kind, {}).get(name)
+    if name == "value" and extra is not None: v |= super().field(i, extra[0]) << 32
+    return v
+
+  def decode(self) -> str:
+    out = []
+    for i, c in enumerate(self.cmds):
+      fs = " ".join(f"{k}={self.field(i, k):#x}" if k in ("addr", "dest", "src", "args", "kernel_object") else f"{k}={self.field(i, k)}"
+                    for k in c.fields if k not in self._hidden)
+      out.append(f"[{i:3d}] @{c.start:5d} {c.kind:<9s} {fs}")
+    return "\n".join(out)
+
+  _copy_max, _nbytes_bias = hw.PM4_COPY_MAX, 0
+
+class AMDComputeQueue(AMDQueue):
+  """The AQL compute queue's commands (see the module docstring). Subclassed per family (GFX11ComputeQueue, GFX9ComputeQueue)."""
+  pm4_kinds = ("wait", "signal", "timestamp", "copy")
+
+  def _enc_wait(self, addr: int, value: int) -> Any:
+    return hw.pm4_wait_reg_mem(self.family, addr, value) + hw.pm4_acquire_mem(self.family), {"addr": (2, 2), "value": (4, 1)}
+  def _enc_signal(self, addr: int, value: int) -> Any:
+    return hw.pm4_release_mem(self.family, addr, value, data_sel=2), {"addr": (3, 2), "value": (5, 2)}
+  def _enc_timestamp(self, addr: int) -> Any:
+    return hw.pm4_release_mem(self.family, addr, 0, data_sel=3), {"addr": (3, 2)}
+  def _enc_memory_barrier(self) -> Any: return hw.aql_barrier_and(), {}
+  def _enc_copy(self, dest: int, src: int, nbytes: int) -> Any:
+    if nbytes <= 0: raise ValueError(f"copy of {nbytes} bytes")
+    w: list[int] = []
+    for off in range(0, nbytes, hw.PM4_COPY_MAX): w += hw.pm4_dma_data(self.family, dest + off, src + off, min(hw.PM4_COPY_MAX, nbytes - off))
+    return w, ({"src": (2, 2), "dest": (4, 2), "nbytes": (6, 1)} if nbytes <= hw.PM4_COPY_MAX else {})
+  def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> Any:
+    from baregrad.drivers.amd.program import AMDArgsState
+    assert isinstance(args_state, AMDArgsState), "AMD exec needs args from AMDProgram.fill_kernargs"
+    args_state.write_launch(gs, ls)
+    grid = tuple(g * l for g, l in zip(gs, ls))
+    return hw.aql_dispatch(prg.kd_va, args_state.va_addr, grid, ls, prg.group_segment_size, prg.private_segment_size), \
+      {"kernel_object": (8, 2), "args": (10, 2)}
+  def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
+    """Rewrite the dispatch packet's sizes (and the kernel's hidden launch arguments) for new global/local sizes."""
+    self._check(i, "exec")
+    args = self._refs[(i % len(self.cmds), "args")]
+    gs = args.grid if global_size is None else _dims(global_size, "global_size")
+    ls = args.block if local_size is None else _dims(local_size, "local_size")
+    prg = self._refs[(i % len(self.cmds), "prg")]
+    args.write_launch(gs, ls)
+    c = self.cmds[i]
+    w = hw.aql_dispatch(prg.kd_va, args.va_addr, tuple(g * l for g, l in zip(gs, ls)), ls, prg.group_segment_size, prg.private_segment_size)
+    self.words[c.start:c.start + hw.AQL_WORDS] = type(self.words)("I", w)
+    return self
+  def _submit(self, dev: Any) -> None: dev.aql.submit(self)
+
+class GFX11ComputeQueue(AMDComputeQueue): family = "gfx11"
+class GFX9ComputeQueue(AMDComputeQueue): family = "gfx9"
+
+class AMDCopyQueue(AMDQueue):
+  """The SDMA queue's commands. Subclassed per family (GFX11CopyQueue, GFX9CopyQueue)."""
+  _split = {"signal": {"addr": ("addr_hi", 4), "value": ("value_hi", 0)}}
+  _copy_max, _nbytes_bias = hw.SDMA_COPY_MAX, 1
+
+  def _enc_wait(self, addr: int, value: int) -> Any: return hw.sdma_poll(self.family, addr, value), {"addr": (1, 2), "value": (3, 1)}
+  def _enc_signal(self, addr: int, value: int) -> Any:
+    w = hw.sdma_fence(self.family, addr, value & hw.M32) + hw.sdma_fence(self.family, addr + 4, value >> 32)
+    return w, {"addr": (1, 2), "value": (3, 1), "addr_hi": (5, 2), "value_hi": (7, 1)}
+  def _enc_timestamp(self, addr: int) -> Any: return hw.sdma_timestamp(self.family, addr), {"addr": (1, 2)}  # bits 2:0 are zero
+  def _enc_copy(self, dest: int, src: int, nbytes: int) -> Any:
+    if nbytes <= 0: raise ValueError(f"copy of {nbytes} bytes")
+    w: list[int] = []
+    for off in range(0, nbytes, hw.SDMA_COPY_MAX): w += hw.sdma_copy(self.family, dest + off, src + off, min(hw.SDMA_COPY_MAX, nbytes - off))
+    return w, ({"nbytes": (1, 1), "src": (3, 2), "dest": (5, 2)} if nbytes <= hw.SDMA_COPY_MAX else {})
+  def _enc_exec(self, *a: Any) -> Any: raise NotImplementedError("the AMD copy queue (SDMA) cannot execute kernels; use the compute queue")
+  def _submit(self, dev: Any) -> None: dev.sdma.submit(self)
+
+class GFX11CopyQueue(AMDCopyQueue): family = "gfx11"
+class GFX9CopyQueue(AMDCopyQueue): family = "gfx9"
+
+QUEUES = {"gfx11": (GFX11ComputeQueue, GFX11CopyQueue), "gfx9": (GFX9ComputeQueue, GFX9CopyQueue)}
+
+# ---------------------------------------------------------------- rings
+class RingTimeout(TimeoutError):
+  """No room in a ring (or an IB area) within the timeout: the queue is stuck."""
+
+class AQLRing:
+  """The AQL ring of the compute queue, its amd_queue_t-style pointer page (write_dispatch_id, read_dispatch_id), its
+  doorbell, and an area for the PM4 indirect buffers its vendor packets point at."""
+  def __init__(self, dev: Any, ring: Any, ptrs: Any, wptr_off: int, rptr_off: int, doorbell: int, ib: Any) -> None:
+    self.dev, self.ring, self.ib = dev, ring, ib
+    self.nslots = ring.size // 64
+    self.wptr_p = ctypes.c_uint64.from_address(ptrs.cpu + wptr_off)
+    self.rptr_p = ctypes.c_uint64.from_address(ptrs.cpu + rptr_off)
+    self.doorbell, self.put = doorbell, 0
+    self.ib_off = 0
+    self.ib_inflight: deque[tuple[int, int, int]] = deque()   # (packet index, IB offset, bytes)
+    self.lock = threading.Lock()
+    for s in range(self.nslots): ctypes.c_uint32.from_address(ring.cpu + 64 * s).value = hw.AQL_INVALID  # every slot INVALID
+
+  def _wait(self, ok: Any, what: str) -> None:
+    deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
+    while not ok():
+      self.dev._check_fault()
+      if time.perf_counter() > deadline: raise RingTimeout(f"{self.dev.device} compute queue: no room for {what}\n{self.dev.queue_state()}")
+      self.dev._kick()
+      time.sleep(1e-4)
+
+  def _ib_alloc(self, nbytes: int) -> tuple[int, int]:
+    nbytes = (nbytes + 63) & ~63
+    if nbytes > self.ib.size: raise ValueError(f"{nbytes} bytes of PM4 exceed the {self.ib.size}-byte indirect-buffer area")
+    off = self.ib_off if self.ib_off + nbytes <= self.ib.size else 0
+    def free() -> bool:
+      rd = self.rptr_p.value
+      while self.ib_inflight and self.ib_inflight[0][0] < rd: self.ib_inflight.popleft()
+      return not any(o < off + nbytes and off < o + n for _, o, n in self.ib_inflight)
+    self._wait(free, f"{nbytes} bytes of indirect buffer")
+    self.ib_off = off + nbytes
+    return self.ib.cpu + off, self.ib.va + off
+
+  def packets(self, q: AMDComputeQueue, start_index: int) -> list[list[int]]:
+    """The AQL packets a recorded queue becomes (PM4 runs written to the IB area, one vendor packet per run)."""
+    fam, out, run, barrier = q.family, [], [], False
+    def flush() -> None:
+      nonlocal run, barrier
+      if not run: return
+      cpu, va = self._ib_alloc(4 * len(run))
+      (ctypes.c_uint32 * len(run)).from_address(cpu)[:] = run
+      self.ib_inflight.append((start_index + len(out), va - self.ib.va, (4 * len(run) + 63) & ~63))
+      out.append(hw.aql_pm4_ib(fam, va, len(run), barrier))
+      run, barrier = [], False
+    for c in q.cmds:
+      w = list(q.words[c.start:c.start + c.nwords])
+      if c.kind in AMDComputeQueue.pm4_kinds:
+        run += w
+        barrier |= c.kind != "wait"
+        if c.kind == "signal": run += hw.pm4_release_mem(fam, self.dev.event_mailbox, self.dev.event_id, data_sel=1, int_sel=2, ctxid=self.dev.event_id)
+      else:
+        flush()
+        out.append(w)
+    flush()
+    return out
+
+  def submit(self, q: AMDComputeQueue) -> None:
+    with self.lock:
+      pk = self.packets(q, self.put)
+      if self.dev.capture_dir: self._capture(pk)
+      n = len(pk)
+      if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
+      self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
+      for p in pk:
+        slot = self.ring.cpu + 64 * (self.put % self.nslots)
+        (ctypes.c_uint32 * 15).from_address(slot + 4)[:] = p[1:]
+        ctypes.c_uint32.from_address(slot).value = p[0]   # the header last: the packet becomes valid in one store
+        self.put += 1
+      self.wptr_p.value = self.put
+      self.dev.port.doorbell(self.doorbell, self.put - 1, 8)   # the packet id of the last packet written
+
+  def _capture(self, pk: list[list[int]]) -> None:
+    """AMD_CAPTURE=DIR: the submission's AQL packets and the PM4 IBs they point at, as raw bytes for tools/amd_decode.py."""
+    import struct
+    files = {"aql": b"".join(struct.pack("<16I", *p) for p in pk)}
+    for p in pk:
+      d = hw.decode_aql(p)
+      if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB:
+        va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+        files[f"ib-{va:x}"] = ctypes.string_at(self.ib.cpu + va - self.ib.va, 4 * ndw)
+    self.dev.capture(files)
+
+  def state(self) -> str:
+    rd, wr = self.rptr_p.value, self.wptr_p.value
+    s = f"  compute queue (AQL, {self.nslots} slots): read_dispatch_id {rd} write_dispatch_id {wr}" + (" (idle)" if rd == wr else f" ({wr - rd} packets pending)")
+    for idx in range(max(rd - 1, wr - 8, 0), wr):
+      w = list((ctypes.c_uint32 * 16).from_address(self.ring.cpu + 64 * (idx % self.nslots)))
+      mark = " <== the CP is here" if idx == rd else ""
+      s += f"\n  [{idx}] {hw.format_aql(w)}{mark}"
+      d = hw.decode_aql(w)
+      if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and idx >= rd:
+        va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+        if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
+          ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
+          s += "\n" + hw.format_pm4(self.dev.family, ib, va)
+    return s
+
+class SDMARing:
+  """The SDMA queue's byte ring, its read/write pointers (64-bit byte offsets) and its doorbell."""
+  def __init__(self, dev: Any, ring: Any, ptrs: Any, wptr_off: int, rptr_off: int, doorbell: int) -> None:
+    self.dev, self.ring = dev, ring
+    self.wptr_p = ctypes.c_uint64.from_address(ptrs.cpu + wptr_off)
+    self.rptr_p = ctypes.c_uint64.from_address(ptrs.cpu + rptr_off)
+    self.doorbell, self.put = doorbell, 0
+    self.lock = threading.Lock()
+
+  def submit(self, q: AMDCopyQueue) -> None:
+    fam, words = q.family, []
+    for c in q.cmds:
+      words += list(q.words[c.start:c.start + c.nwords])
+      if c.kind == "signal": words += hw.sdma_fence(fam, self.dev.event_mailbox, self.dev.event_id) + hw.sdma_trap(fam, self.dev.event_id)
+    n = 4 * len(words)
+    if self.dev.capture_dir:
+      import struct
+      self.dev.capture({"sdma": struct.pack(f"<{len(words)}I", *words)})
+    with self.lock:
+      if n > self.ring.size: raise ValueError(f"{n} bytes of SDMA packets exceed the {self.ring.size}-byte ring: split the submission")
+      deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
+      while self.put + n - self.rptr_p.value > self.ring.size:
+        self.dev._check_fault()
+        if time.perf_counter() > deadline: raise RingTimeout(f"{self.dev.device} copy queue: no room for {n} bytes\n{self.dev.queue_state()}")
+        self.dev._kick()
+        time.sleep(1e-4)
+      arr = (ctypes.c_uint32 * len(words))(*words)
+      off = self.put % self.ring.size
+      first = min(n, self.ring.size - off)
+      ctypes.memmove(self.ring.cpu + off, arr, first)
+      if first < n: ctypes.memmove(self.ring.cpu, ctypes.addressof(arr) + first, n - first)
+      self.put += n
+      self.wptr_p.value = self.put
+      self.dev.port.doorbell(self.doorbell, self.put, 8)
+
+  def state(self) -> str:
+    rd, wr = self.rptr_p.value, self.wptr_p.value
+    s = f"  copy queue (SDMA, {self.ring.size} bytes): rptr {rd} wptr {wr}" + (" (idle)" if rd == wr else f" ({wr - rd} bytes pending)")
+    if rd != wr:
+      n = min(wr - rd, 4096)
+      words = [ctypes.c_uint32.from_address(self.ring.cpu + (rd + 4 * i) % self.ring.size).value for i in range(n // 4)]
+      s += "\n" + hw.format_sdma(self.dev.family, words, self.ring.va + rd % self.ring.size, mark=0)
+    return s

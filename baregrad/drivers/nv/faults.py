@@ -1,0 +1,127 @@
+"""Channel errors in words: the kernel log's Xid lines read and decoded, and the exception the NV driver raises.
+
+RM reports a channel error twice: the Xid number in the channel's error notifier (status 0xffff, info32 = Xid), which
+the driver polls, and a line in the kernel log with what the GPU said (dmesg-xid.txt under hw/h100-580.159.04):
+
+  NVRM: Xid (PCI:0000:00:06): 69, name=python3, Class Error: channel 0x0000000a, Class 0000cbc0, Offset 000002a4, Data fe000000, ErrorCode 00000004
+  NVRM: Xid (PCI:0000:00:06): 31, name=python3, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_GCC faulted @ 0x20_00326000. Fault is of type FAULT_PTE ACCESS_TYPE_VIRT_READ
+  NVRM: Xid (PCI:0000:00:06): 109, name=python3, channel 0x0000000b, errorString CTX SWITCH TIMEOUT, Info 0xdc008
+
+KernelLog reads /dev/kmsg through the driver's port (the mock GPU serves its own), from the position it had when the
+device opened; where the log cannot be read (kernel.dmesg_restrict=1 without CAP_SYSLOG) it says so and why."""
+from __future__ import annotations
+import errno, os, re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+from baregrad.drivers.nv import hw
+
+_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+), (?P<rest>.*)")
+_CLASS_ERR = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+), Class (?P<cls>[0-9a-fA-F]+), Offset (?P<off>[0-9a-fA-F]+), "
+                        r"Data (?P<data>[0-9a-fA-F]+), ErrorCode (?P<code>[0-9a-fA-F]+)")
+_MMU = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+).*MMU Fault: ENGINE (?P<engine>\S+) (?P<unit>.*?) faulted @ "
+                  r"0x(?P<hi>[0-9a-fA-F]+)_(?P<lo>[0-9a-fA-F]+)\. Fault is of type (?P<type>\S+) (?P<access>\S+)")
+_ERRSTR = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+), errorString (?P<what>[^,]+)(?:, Info (?P<info>\S+))?")
+
+@dataclass
+class XidReport:
+  """One Xid line of the kernel log, parsed."""
+  xid: int
+  line: str
+  channel: int | None = None
+  fields: dict[str, Any] = field(default_factory=dict)
+
+def parse_xid(line: str) -> XidReport | None:
+  m = _XID.search(line)
+  if m is None: return None
+  r, rest = XidReport(int(m.group("xid")), line.strip()), m.group("rest")
+  if (c := _CLASS_ERR.search(rest)) is not None:
+    r.channel = int(c.group("ch"), 16)
+    r.fields = {"class": int(c.group("cls"), 16), "offset": int(c.group("off"), 16), "data": int(c.group("data"), 16),
+                "code": int(c.group("code"), 16)}
+  elif (c := _MMU.search(rest)) is not None:
+    r.channel = int(c.group("ch"), 16)
+    r.fields = {"address": (int(c.group("hi"), 16) << 32) | int(c.group("lo"), 16), "engine": c.group("engine"),
+                "unit": c.group("unit"), "type": c.group("type"), "access": c.group("access")}
+  elif (c := _ERRSTR.search(rest)) is not None:
+    r.channel = int(c.group("ch"), 16)
+    r.fields = {"error": c.group("what").strip(), "info": c.group("info")}
+  return r
+
+def where_is(addr: int, memories: Sequence[Any], slack: int = 1 << 20) -> str:
+  """The allocation `addr` falls in, or the one it lies just past (within `slack` bytes): `memories` have va, size, what."""
+  for m in memories:
+    if m.va <= addr < m.va + m.size: return f"{addr - m.va:#x} bytes into {m.what} [{m.va:#x}, +{m.size:#x})"
+  before = [m for m in memories if m.va + m.size <= addr < m.va + m.size + slack]
+  if before:
+    m = max(before, key=lambda m: m.va + m.size)
+    return f"{addr - (m.va + m.size):#x} bytes past the end of {m.what} [{m.va:#x}, +{m.size:#x}): no allocation there"
+  return "in no allocation of this device"
+
+def decode(r: XidReport, memories: Sequence[Any] = ()) -> str:
+  """An Xid line in words: the class method by name, the fault address against the device's allocations."""
+  name = hw.XID_NAMES.get(r.xid, "unknown Xid")
+  head = f"Xid {r.xid} ({name})" + (f" on channel {r.channel:#x}" if r.channel is not None else "")
+  f = r.fields
+  if "offset" in f:
+    return (f"{head}: {hw.class_name(f['class'])} ({f['class']:#06x}) refused method {f['offset']:#x} "
+            f"{hw.class_method_name(f['class'], f['offset'])} with data {f['data']:#x} (error code {f['code']:#x})")
+  if "address" in f:
+    return (f"{head}: MMU fault, {f['engine']} {f['unit']} {f['access']} ({f['type']}) at {f['address']:#x}: "
+            f"{where_is(f['address'], memories)}")
+  if "error" in f: return f"{head}: {f['error']}" + (f" (info {f['info']})" if f.get("info") else "")
+  return f"{head}: {r.line}"
+
+class KernelLog:
+  """New lines of the kernel log since this object was made, read from /dev/kmsg through `port` (records are
+  "prio,seq,usec,flags;message"). `unreadable` names why, when the log cannot be read."""
+  def __init__(self, port: Any, path: str = "/dev/kmsg") -> None:
+    self.port, self.path, self.fd, self.unreadable = port, path, None, None
+    try:
+      self.fd = port.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+      why = errno.errorcode.get(e.errno or 0, str(e.errno))
+      hint = " (kernel.dmesg_restrict=1 needs CAP_SYSLOG: run as root or `sysctl kernel.dmesg_restrict=0`)" if e.errno in (errno.EPERM, errno.EACCES) else ""
+      self.unreadable = f"{path}: {why}{hint}"
+      return
+    seek = getattr(port, "lseek", None)
+    if seek is not None:
+      try: seek(self.fd, 0, os.SEEK_END); return
+      except OSError: pass
+    for _ in range(1 << 16):  # no lseek: read the old records away
+      if self._read_one() is None: break
+
+  def _read_one(self) -> str | None:
+    while True:
+      try: rec = self.port.read(self.fd, 8192)
+      except BlockingIOError: return None
+      except OSError as e:
+        if e.errno == errno.EPIPE: continue        # records overwritten since the last read: go on with the next
+        if e.errno == errno.EAGAIN: return None
+        self.unreadable = f"{self.path}: read failed: {errno.errorcode.get(e.errno or 0, e.errno)}"
+        return None
+      if not rec: return None
+      text = rec.decode(errors="replace")
+      return text.split(";", 1)[1].rstrip("\n") if ";" in text.split("\n", 1)[0] else text.rstrip("\n")
+
+  def new_lines(self, keep: Callable[[str], bool] = lambda s: True) -> list[str]:
+    if self.fd is None: return []
+    out: list[str] = []
+    while (line := self._read_one()) is not None:
+      if keep(line): out.append(line)
+    return out
+
+  def close(self) -> None:
+    if self.fd is not None:
+      try: self.port.close(self.fd)
+      except OSError: pass
+      self.fd = None
+
+class NVChannelError(RuntimeError):
+  """A channel error RM reported (an Xid in the error notifier): the Xid, the kernel log's lines decoded, the queue
+  state when it was seen. The device recovers before this is raised: its channels are new, its buffers are valid."""
+  def __init__(self, device: str, xid: int, reports: list[str], log_note: str, queue_state: str) -> None:
+    self.device, self.xid, self.reports = device, xid, reports
+    lines = [f"{device}: channel error Xid {xid} ({hw.XID_NAMES.get(xid, 'unknown Xid')}) reported in the error notifier"]
+    lines += [f"  kernel log: {r}" for r in reports] or [f"  kernel log: {log_note}"]
+    lines.append(f"  {device} recovered: channels rebuilt, buffers kept; the work in flight was lost")
+    super().__init__("\n".join(lines) + "\n" + queue_state)
