@@ -204,7 +204,7 @@ def masked_select(input: Tensor, mask: Tensor) -> Tensor:
   if mask.dtype != dtypes.bool: raise RuntimeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
   from baregrad.tensor.tensor import broadcast_shape
   try: shape = broadcast_shape(input.shape, mask.shape)
-  except ValueError: raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
+  except (ValueError, RuntimeError): raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
   x, m = input._bcast(shape).reshape(-1), mask._bcast(shape).reshape(-1)
   return _select(m, [x], _count(m))[0]
 
