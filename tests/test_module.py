@@ -309,3 +309,18 @@ def test_init_errors():
   with pytest.raises(ValueError, match=r"fewer than 2 dimensions \(shape \(3,\)\)"): nn.init.xavier_uniform_(Tensor.zeros(3))
   with pytest.raises(ValueError, match="mode 'fan_avg'"): nn.init.kaiming_normal_(Tensor.zeros(3, 3), mode="fan_avg")
   with pytest.raises(TypeError, match="must be a Tensor"): nn.init.ones_(np.zeros(3))
+
+# ---------------------------------------------------------------- documentation
+
+def test_public_api_has_docstrings():
+  import inspect
+  import baregrad.tensor.functional as F
+  missing = []
+  for k, v in vars(Tensor).items():
+    if k.startswith("_"): continue
+    f = v.fget if isinstance(v, property) else v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
+    if (callable(f) or isinstance(v, property)) and not (getattr(f, "__doc__", None) or "").strip(): missing.append(f"Tensor.{k}")
+  missing += [f"F.{k}" for k in F.__all__ if not (getattr(F, k).__doc__ or "").strip()]
+  missing += [f"nn.{k}" for k in nn.__all__ if (inspect.isclass(getattr(nn, k)) or inspect.isfunction(getattr(nn, k))) and not (getattr(nn, k).__doc__ or "").strip()]
+  missing += [f"nn.init.{k}" for k in nn.init.__all__ if not (getattr(nn.init, k).__doc__ or "").strip()]
+  assert not missing, f"public API without a docstring: {missing}"

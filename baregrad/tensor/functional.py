@@ -100,6 +100,7 @@ def cat(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = No
 concat = concatenate = cat
 
 def stack(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = None) -> Tensor:
+  """Tensors of one shape joined along a new axis dim."""
   ts = list(tensors)
   if not ts: raise RuntimeError("stack() needs a non-empty sequence of tensors")
   for i, t in enumerate(ts):
@@ -108,6 +109,7 @@ def stack(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = 
   return cat([t.unsqueeze(d) for t in ts], d)
 
 def split(tensor: Tensor, split_size_or_sections: int | Sequence[int], dim: int | None = None, axis: int | None = None) -> tuple[Tensor, ...]:
+  """Pieces of split_size along dim (the last may be smaller), or of the listed sizes; views."""
   d = _axis(_dim(dim, axis), tensor.ndim)
   n = tensor.shape[d]
   if isinstance(split_size_or_sections, int):
@@ -124,6 +126,7 @@ def split(tensor: Tensor, split_size_or_sections: int | Sequence[int], dim: int 
   return tuple(out)
 
 def chunk(tensor: Tensor, chunks: int, dim: int | None = None, axis: int | None = None) -> tuple[Tensor, ...]:
+  """chunks pieces along dim of ceil(n / chunks) each (fewer when n is small); views."""
   if chunks <= 0: raise RuntimeError(f"chunk expects chunks > 0, got {chunks}")
   d = _axis(_dim(dim, axis), tensor.ndim)
   n = tensor.shape[d]
@@ -145,6 +148,7 @@ def _repeat_axis(x: Tensor, axis: int, times: int) -> Tensor:
   return x.reshape(s[:axis] + (1,) + s[axis:]).expand(s[:axis] + (times,) + s[axis:]).reshape(s[:axis] + (times * s[axis],) + s[axis + 1:])
 
 def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+  """Elements shifted by shifts along dims, wrapping around (flattened when dims is None)."""
   if dims is None:
     if not isinstance(shifts, int) and len(shifts) != 1: raise ValueError(f"roll without dims takes one shift, got {shifts}")
     return roll(tensor.reshape(-1), shifts if isinstance(shifts, int) else shifts[0], 0).reshape(tensor.shape)
@@ -167,8 +171,12 @@ def _tri_mask(x: Tensor, diagonal: int, lower: bool) -> Tensor:
   diff = Tensor.arange(m, device=x.device, dtype=dtypes.int32).reshape(1, m) - Tensor.arange(n, device=x.device, dtype=dtypes.int32).reshape(n, 1)
   return diff <= diagonal if lower else diff >= diagonal
 
-def tril(tensor: Tensor, diagonal: int = 0) -> Tensor: return _tri_mask(tensor, diagonal, True).where(tensor, _zero(tensor))
-def triu(tensor: Tensor, diagonal: int = 0) -> Tensor: return _tri_mask(tensor, diagonal, False).where(tensor, _zero(tensor))
+def tril(tensor: Tensor, diagonal: int = 0) -> Tensor:
+  """The lower triangle of the last two axes (on and below diagonal), zeros above."""
+  return _tri_mask(tensor, diagonal, True).where(tensor, _zero(tensor))
+def triu(tensor: Tensor, diagonal: int = 0) -> Tensor:
+  """The upper triangle of the last two axes (on and above diagonal), zeros below."""
+  return _tri_mask(tensor, diagonal, False).where(tensor, _zero(tensor))
 
 def _check_index(name: str, x: Tensor, d: int, index: Tensor, src: Tensor | None = None) -> None:
   if not isinstance(index, Tensor): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
@@ -414,6 +422,7 @@ def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any =
   return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2, "max_unpool2d")
 
 def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
+  """value where mask (bool, broadcast to the input's shape) is True, the input elsewhere."""
   if mask.dtype != dtypes.bool: raise TypeError(f"masked_fill: mask must be a bool tensor, got {mask.dtype}")
   v = value.cast(input.dtype) if isinstance(value, Tensor) else Tensor.full((), value, dtype=input.dtype, device=input.device)
   out = mask.where(v, input)
@@ -437,6 +446,7 @@ def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Te
   return x._shrink(tuple((0, s) for s in pre) + ((0, L), (0, 1))).reshape(pre + (L,))
 
 def diag(input: Tensor, diagonal: int = 0) -> Tensor:
+  """A 1-D tensor's values on a square matrix's diagonal (offset by diagonal), or a 2-D tensor's diagonal."""
   if input.ndim == 2: return globals()["diagonal"](input, diagonal, 0, 1)
   if input.ndim != 1: raise ValueError(f"diag needs a 1-D or 2-D tensor, got shape {input.shape}")
   n = input.shape[0]
@@ -512,6 +522,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   return out.cast(dt)
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:
+  """input where condition (bool) is True, other elsewhere; the three broadcast and input/other promote."""
   if not isinstance(condition, Tensor): raise TypeError(f"where: condition must be a Tensor, got {type(condition).__name__}")
   return condition.where(input, other)
 
@@ -625,11 +636,13 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   return out.squeeze(0) if unbatched else out
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+  """1-D convolution (cross-correlation): (N, C_in, L) with weight (C_out, C_in/groups, k) -> (N, C_out, L')."""
   if weight.ndim != 3: raise RuntimeError(f"conv1d: weight must have 3 dimensions (out_channels, in_channels/groups, k), got shape {weight.shape}")
   if input.ndim not in (2, 3): raise RuntimeError(f"conv1d: input must have 2 or 3 dimensions, got shape {input.shape}")
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+  """3-D convolution: (N, C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
@@ -640,6 +653,7 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
                      groups: int = 1, dilation: Any = 1) -> Tensor:
+  """1-D transposed convolution: (N, C_in, L) with weight (C_in, C_out/groups, k) -> (N, C_out, L')."""
   return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
 
 def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
@@ -695,16 +709,20 @@ def _pool_args(x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation:
   return k_, s_, p_, d_, tuple(o_), extra
 
 def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  """Max over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W'); return_indices gives PyTorch's flat indices too."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
 def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  """Max over sliding windows of the last axis: (N, C, L) -> (N, C, L'); return_indices gives PyTorch's flat indices too."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
 
 def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  """Max over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
 
 def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
+  """Mean over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3, "avg_pool3d")
 
 def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nsp, name) -> Any:
@@ -725,9 +743,11 @@ def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, retu
 
 def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
+  """Mean over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2, "avg_pool2d")
 
 def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+  """Mean over sliding windows of the last axis: (N, C, L) -> (N, C, L')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, "avg_pool1d")
 
 def _avg_pool(x: Tensor, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nsp, name) -> Tensor:
@@ -812,8 +832,12 @@ def _adaptive_avg_pool(x: Tensor, output_size: Any, nsp: int, name: str) -> Tens
     x = _resample(x, ax, m)
   return x
 
-def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor: return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
-def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor: return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
+  """Mean pooling of the last two axes to output_size (H', W') bins (PyTorch's bin edges)."""
+  return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor:
+  """Mean pooling of the last axis to output_size bins (PyTorch's bin edges)."""
+  return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
 
 def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners: bool) -> list[list[tuple[int, float]]]:
   """For each output position: [(source index, weight), ...], computed in float32 as PyTorch's CPU kernels do."""
@@ -868,6 +892,7 @@ def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[
   return x
 
 def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+  """Normalize over the trailing normalized_shape axes (mean 0, variance 1, biased), then scale by weight and shift by bias."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
   if input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
     raise ValueError(f"layer_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
@@ -881,6 +906,7 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
   return _affine(xc * (var + eps).rsqrt(), weight, bias, ns)
 
 def rms_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+  """x / sqrt(mean(x^2) + eps) over the trailing normalized_shape axes, times weight; eps defaults to the dtype's epsilon."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
   if input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
     raise ValueError(f"rms_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
@@ -919,6 +945,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
   return _affine(out, weight, bias, shape)
 
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+  """Normalize each of num_groups channel groups over (its channels, *spatial) of a (N, C, *) input, then the per-channel affine."""
   if input.ndim < 2: raise ValueError(f"group_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
   N, C = input.shape[:2]
   if num_groups <= 0 or C % num_groups: raise ValueError(f"group_norm: {C} channels (input shape {input.shape}) are not divisible into num_groups={num_groups}")
@@ -964,6 +991,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 # ---------------------------------------------------------------- losses
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+  """int64 (*, num_classes) with 1 at each index (num_classes=-1 reads the maximum back from the device: a sync)."""
   if dtypes.is_float(tensor.dtype) or tensor.dtype == dtypes.bool: raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype}")
   if num_classes == -1: num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
   out = tensor.unsqueeze(-1).eq(Tensor.arange(num_classes, device=tensor.device, dtype=tensor.dtype)).cast(dtypes.int64)
@@ -1035,6 +1063,7 @@ def _check_same(input: Tensor, target: Tensor, name: str) -> None:
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
                          reduction: str = "mean") -> Tensor:
+  """-(t log p + (1 - t) log(1 - p)) with the logs clamped at -100, as PyTorch; reduced by reduction."""
   _check_same(input, target, "binary_cross_entropy")
   x = input._float()
   # log clamped at -100, as PyTorch does, so 0 and 1 give finite losses
@@ -1044,6 +1073,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
                                      reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+  """binary_cross_entropy(sigmoid(x), t) computed stably from the logits; pos_weight scales the positive term."""
   _check_same(input, target, "binary_cross_entropy_with_logits")
   x = input._float()
   # log(1 + exp(-|x|)) + max(-x, 0) is log(1 + exp(-x)) without overflow
@@ -1054,18 +1084,22 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
   return _reduction(loss, reduction)
 
 def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
+  """(input - target)^2, reduced by reduction ('mean', 'sum' or 'none')."""
   d = input - target
   return _reduction(d * d, reduction)
 
 def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
+  """|input - target|, reduced by reduction."""
   return _reduction((input - target).abs(), reduction)
 
 def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+  """0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere; reduced by reduction."""
   d = (input - target).abs()
   loss = d if beta == 0 else (d < beta).where(0.5 * d * d / beta, d - 0.5 * beta)
   return _reduction(loss, reduction)
 
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+  """0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) elsewhere; reduced by reduction."""
   d = (input - target).abs()
   return _reduction((d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
@@ -1098,6 +1132,7 @@ def _cat_method(first: Any, *rest: Any, dim: int | None = None, axis: int | None
   return cat(first, dim=dim, axis=axis)
 
 def _stack_method(first: Any, *rest: Any, dim: int | None = None, axis: int | None = None) -> Tensor:
+  """Tensor.stack([a, b], dim) as PyTorch's torch.stack, or a.stack(b, c, dim=...): tensors of one shape on a new axis."""
   if isinstance(first, Tensor): return stack([first, *rest], dim=dim, axis=axis)
   if len(rest) == 1 and dim is None and axis is None: dim = rest[0]
   elif rest: raise TypeError(f"stack(): unexpected positional arguments {rest}")
