@@ -222,7 +222,7 @@ def test_masked_select_and_mask_indexing():
   check(lambda t: t[_like(t, np.array([True, False, True])), _like(t, np.array([0, 1]))], x)   # a mask beside an int index
   with pytest.raises(IndexError, match=r"shape of the mask \(2,\)"): Tensor(x)[Tensor([True, False])]
   with pytest.raises(RuntimeError, match="mask must be a bool tensor"): Tensor(x).masked_select(Tensor(x))
-  with pytest.raises(RuntimeError, match="does not broadcast"): Tensor(x).masked_select(Tensor([True, False]))
+  with pytest.raises(RuntimeError, match="does not broadcast"): Tensor(x).masked_select(Tensor([True, False, True]))
 
 INDEX_CASES = {
   "ell_last": lambda t: t[..., 0], "ell_mid": lambda t: t[0, ..., 1], "none_ell_none": lambda t: t[None, ..., None],
