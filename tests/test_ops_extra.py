@@ -378,3 +378,14 @@ def test_bad_input(name, fn, exc, msg):
   with pytest.raises(exc, match=msg) as be: fn(_B, Tensor(x))
   # the same exception class PyTorch raises (or one of its bases)
   assert isinstance(be.value, type(te.value)) or isinstance(te.value, type(be.value)), f"{name}: torch raises {type(te.value).__name__}, we raise {type(be.value).__name__}"
+
+def test_mask_setitem_and_scatter_reduce_bounds():
+  a, t = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2), torch.arange(6, dtype=torch.float32).reshape(2, 3) - 2
+  a[a > 0] = 0.0
+  t[t > 0] = 0.0
+  assert_same(a, t)
+  a[Tensor([True, False])] = Tensor([7.0, 8.0, 9.0])
+  t[torch.tensor([True, False])] = torch.tensor([7.0, 8.0, 9.0])
+  assert_same(a, t)
+  with pytest.raises(IndexError, match="scatter_reduce: index 5 is out of bounds for dimension 0 with size 2"):
+    Tensor([1.0, 2.0]).scatter_reduce(0, Tensor([0, 5]), Tensor([1.0, 1.0]), "sum").numpy()

@@ -256,7 +256,7 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
   d = _axis(dim, x.ndim)
   _check_index("scatter_reduce", x, d, index, src)
   n, nd = x.shape[d], x.ndim
-  oh = _onehot(index, n)                                                      # (*I, n)
+  oh = checked(_onehot(index, n), index, 0, n, f"scatter_reduce: index {{index}} is out of bounds for dimension {d} with size {n}")  # (*I, n)
   v = src.cast(x.dtype)._shrink(tuple((0, i) for i in index.shape)).unsqueeze(-1)
   if reduce in ("sum", "mean"): red = oh.where(v, _zero(v)).sum(d).cast(x.dtype)
   elif reduce == "prod": red = oh.where(v, Tensor.full((), 1, dtype=x.dtype, device=x.device)).prod(d).cast(x.dtype)
