@@ -17,11 +17,24 @@ objects are memfds (or, for userptr, the process's own pages), so the driver's C
 pages as host and GPU would.
 
 Concurrency: AQL packets without the barrier bit are not ordered against the dispatches before them (HSA PSA 1.2,
-2.9.1). The mock keeps such dispatches "in flight" and completes them together at the next ordering point (a packet
-with the barrier bit, an end-of-pipe RELEASE_MEM, the queue going idle or blocking), in reverse launch order, with
-their memory accesses recorded: a read or write of bytes another dispatch of the same group wrote (or a write of bytes
-it read) is a hazard, logged in `hazards` and the dmesg-like `log` (the H100 showed what an unordered consumer reads:
-stale data, hw/h100-580.159.04/FINDINGS.md finding 6b).
+2.9.1). The mock keeps such dispatches "in flight" and runs them together at the next ordering point (a packet with the
+barrier bit, an end-of-pipe RELEASE_MEM, the queue going idle or blocking), interleaved instruction step by instruction
+step (each step a batch of waves at one PC), the most recently launched first, as the NV mock interleaves launches; their
+memory accesses are recorded: a read or write of bytes another dispatch of the group wrote (or a write of bytes it
+read) is a hazard, logged in `hazards` and the dmesg-like `log` (the H100 showed what an unordered consumer reads:
+stale data, hw/h100-580.159.04/FINDINGS.md finding 6b). Scratch is left out: every wave has its own slot, and
+concurrent dispatches get disjoint shares of the queue's slots.
+
+Scratch: a dispatch whose kernel descriptor enables the private segment gets the backing memory, slot size and slot
+count the CP derives from the queue's amd_queue_t (_dispatch_scratch: sources there and in drivers/amd/scratch.py);
+too little makes the CP request more through queue_inactive_signal and wait, as ROCr expects. A wave's scratch accesses
+outside its slot are reported as VM faults (rdna3/machine.py _scratch_addrs: stricter than the hardware, which would
+reach a neighbouring slot).
+
+Multi-XCC (gfx942, 8 XCCs): a PM4 IB in an AQL queue runs on every XCC, in lockstep, honouring PRED_EXEC; a memory write
+several XCCs make is logged in `xcc_writes` (drivers/amd/queues.py has the sources). AQL packets, barriers and
+completion signals are modelled agent-wide (one CP): that the firmware synchronizes the XCCs at a barrier bit is the
+unverified assumption queues.py states.
 
 Kernels run on the RDNA3 interpreter (baregrad/drivers/mock/rdna3) for gfx1100; a gfx942 (CDNA3, wave64) dispatch is
 decoded and validated, then the mock stops that queue with a plain statement that it cannot execute wave64 CDNA
