@@ -10,23 +10,11 @@ import ctypes, os
 import numpy as np
 import pytest
 from baregrad.hal import Device
-from baregrad.drivers.port import make_port
-from baregrad.drivers.mock.amdgpu import MockAMDGPU
-from baregrad.drivers.amd import AMDDevice, AMDFault, hw, scratch
+from baregrad.drivers.amd import AMDDevice, AMDFault, scratch
 from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, spill_ll, local_array_expected, spill_expected
 from baregrad.drivers.amd_compile import AMDCompiler
 from baregrad.hcq import HCQTimeout
-
-@pytest.fixture(scope="module", autouse=True)
-def default_mock_env():
-  with pytest.MonkeyPatch.context() as mp:
-    mp.delenv("MOCKGPU_AMD_ARCH", raising=False)
-    mp.delenv("MOCKGPU_COUNT", raising=False)
-    yield
-
-def open_mock(**kw) -> tuple[AMDDevice, MockAMDGPU]:
-  mock = MockAMDGPU(**kw)
-  return AMDDevice("AMD", port=make_port(mock)), mock
+from tests.test_amd_mock import open_mock, default_mock_env  # noqa: F401 (an autouse fixture: MOCKGPU_* set outside do not apply)
 
 @pytest.fixture(scope="module")
 def dev():
@@ -198,3 +186,13 @@ def test_layout_limits():
   with pytest.raises(ValueError, match="WAVESIZE holds"): scratch.layout("gfx9", 64, scratch.Topology(304, 32, 8, 32, 32), 200_000)
   low = scratch.layout("gfx11", 32, topo, 1024, occupancy=1 / 32)
   assert low.waves == 16 and low.slots == 96 and low.size == 96 * low.wave_bytes
+
+def test_descriptor_asking_for_scratch_sgprs_is_refused(monkeypatch):
+  """Architected flat scratch: a descriptor enabling the private segment buffer or flat scratch init SGPRs is refused."""
+  from baregrad.drivers.amd_compile import KernelDescriptor, CodeObjectError
+  dev, _ = open_mock()
+  try:
+    monkeypatch.setattr(KernelDescriptor, "user_sgprs", property(lambda self: ["private_segment_buffer", "kernarg_segment_ptr"]))
+    with pytest.raises(CodeObjectError, match="asks for the private_segment_buffer user SGPRs: gfx1100 has architected flat scratch"):
+      dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SMALL_IR))
+  finally: dev.close()

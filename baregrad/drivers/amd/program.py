@@ -116,7 +116,12 @@ class AMDProgram(HCQProgram):
       raise CodeObjectError(f"AMD program {name} is compiled for wave{wave}; {dev.target.name} runs wave{dev.target.wave_size}")
     self.descriptor = kd
     self.group_segment_size, self.private_segment_size = kd.group_segment_fixed_size, kd.private_segment_fixed_size
-    # scratch: the queue's must cover this kernel's private segment before any dispatch of it (drivers/amd/scratch.py)
+    # scratch: the queue's must cover this kernel's private segment before any dispatch of it (drivers/amd/scratch.py).
+    # gfx1100 and gfx942 have architected flat scratch: the private segment buffer and flat scratch init SGPRs are "not
+    # supported and must be 0" (AMDGPUUsage, kernel descriptor); the hardware sets FLAT_SCRATCH from the queue's scratch
+    if bad := [u for u in kd.user_sgprs if u in ("private_segment_buffer", "flat_scratch_init")]:
+      raise CodeObjectError(f"AMD program {name} asks for the {' and '.join(bad)} user SGPRs: {dev.target.name} has architected flat scratch, "
+                            f"where they must be 0 (AMDGPUUsage kernel descriptor)")
     if kd.enable_private_segment or self.private_segment_size:
       self.private_segment_size = max(self.private_segment_size, 4)
       dev.ensure_scratch(self.private_segment_size)
