@@ -18,9 +18,10 @@ Queues: an AQL compute queue (ring, read/write dispatch ids in an amd_queue_t-sh
 area sized from the topology as the kernel computes it) and an SDMA copy queue; their commands are in queues.py (which
 explains why the compute queue mixes AQL and PM4, and what is known and unverified about gfx942's 8 XCCs). Scratch
 (the private segment) is VRAM described to the CP in the amd_queue_t, sized from the code objects' private segment
-sizes and the topology, grown (with the queue idle) when a program needs more: scratch.py has the rules and sources. Host waits spin briefly, then sleep in AMDKFD_IOC_WAIT_EVENTS on the
-KFD signal event every GPU signal raises, always with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD
-hardware-exception event) raises at once, with the queues decoded.
+sizes and the topology, grown (with the queue idle) when a program needs more: scratch.py has the rules and sources.
+Host waits spin briefly, then sleep in AMDKFD_IOC_WAIT_EVENTS on the KFD signal event every GPU signal raises, always
+with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD hardware-exception event) raises at once, with
+the queues decoded.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.amdgpu.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
 MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
