@@ -145,3 +145,23 @@ def random_values(dt: DType, n: int, rng: np.random.Generator) -> np.ndarray:
 def pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Every (a[i], b[j])."""
   return np.repeat(a, len(b)), np.tile(b, len(a))
+
+# ---- a mock NVIDIA GPU registered as Device["NV"] (default generation, one GPU), for tests that run kernels on it
+from contextlib import contextmanager
+@contextmanager
+def mock_nv_device():
+  import os
+  from baregrad.hal import Device
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.nvgpu import MockNVGPU
+  from baregrad.drivers.nv import NVDevice
+  saved = {v: os.environ.pop(v) for v in ("MOCKGPU_ARCH", "MOCKGPU_COUNT", "ALLOW_TF32") if v in os.environ}
+  dev = NVDevice("NV", port=make_port(MockNVGPU()))
+  prev = Device._open.get("NV")
+  Device._open["NV"] = dev
+  try: yield dev
+  finally:
+    dev.close()
+    if prev is not None: Device._open["NV"] = prev
+    else: Device.forget("NV")
+    os.environ.update(saved)

@@ -723,6 +723,9 @@ def test_clone_contiguous_realize_keep_values():
 # ---------------------------------------------------------------- engine bugs this suite found (worked around in the frontend)
 def test_engine_view_past_int32_indexing():
   # a view of more than 2**31 elements: its kernel indexes in int64 (the (n, n) window view over 2n-1 elements)
+  if Device.DEFAULT.startswith("AMD") and __import__("os").environ.get("MOCKGPU"):
+    pytest.skip("1.6e9 adds take the RDNA3 interpreter over 10 minutes; the AMD renderer's int64 index math is the "
+                "LLVM renderer's (tests/test_index64.py)")
   from baregrad.tensor.tensor import _windows
   n = 40000
   x = Tensor.full((n,), 1, dtype=dtypes.int32).pad((n - 1, 0))

@@ -30,7 +30,11 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   """Apply and return a reasonable set of opts: register tiles for reductions with reuse, vector lanes along
-  the contiguous axis, and one axis over the threads."""
+  the contiguous axis, and one axis over the threads. Targets with workgroups that declare their GPU limits (a warp
+  size, shared memory, ...) get GPU-shaped kernels (gpu_heuristic.gpu_opts)."""
+  if ren.has_local and ren.warp_size:
+    from baregrad.codegen.gpu_heuristic import gpu_opts
+    return gpu_opts(k, ren)
   acc = _strides(k)
   itemsize = max((u.src[0].dtype.base.itemsize for u, _ in acc), default=4)
   vec = max(1, 64 // itemsize)   # one 512-bit register of elements
@@ -69,7 +73,8 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       amt = _largest_divisor(k.full_shape[o], vec)
       if amt > 1 and (n := _loop_index(k, o)) is not None: _try(k, Opt(OptOps.UPCAST, n, amt))
   if ren.has_local:
-    # GPU: the innermost output axes become the grid (x innermost), the innermost one also split into a workgroup
+    # a GPU target that declares no warp size (so none of the GPU limits gpu_opts reads): the innermost output axes
+    # become the grid (x innermost), the innermost one also split into a workgroup
     outs = [n for n, i in enumerate(k.loop_axes()) if k.axes[i].kind == "loop"]
     if outs:
       inner = outs[-1]

@@ -7,6 +7,7 @@ Every VIEW has the same number of dimensions; the iteration space (full shape) i
 axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXIS over it.
 """
 from __future__ import annotations
+import itertools
 from dataclasses import dataclass, field
 from enum import Enum, auto
 from baregrad.helpers import prod
@@ -23,6 +24,15 @@ class OptOps(Enum):
   SPLIT = auto()     # split any axis into two nested loops (outer, inner of `amt`): tiling, split of a reduce loop
   PARALLEL = auto()  # run an output axis over the device's threads (CPU cores); one per kernel
   LOCAL = auto()     # split an output axis; the inner part runs over a workgroup's threads (GPUs)
+  GROUP = auto()     # split a reduce axis; the inner part runs over a workgroup's threads, each reduces its share and the
+                     # partial results are combined through shared memory (every thread of the group gets the result)
+  SMEM = auto()      # stage a reduction input's tile in shared memory (axis: which, see Kernel.stage_candidates): per step
+                     # of the outermost reduce loop the workgroup loads it cooperatively (coalesced), then every thread
+                     # reads its operands from there, between barriers
+  TC = auto()        # tensor cores (axis: index into the renderer's tensor_cores): a matmul-shaped reduction runs as
+                     # warp-wide matrix instructions; its output axes take the accumulator fragment's lane/element layout
+  PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
+                     # reduction sees its identity there (so awkward sizes take the same tiles as round ones)
   def __repr__(self) -> str: return f"OptOps.{self.name}"
 
 @dataclass(frozen=True)
@@ -32,14 +42,18 @@ class Opt:
   amt: int = 0   # 0: the whole axis
   def __repr__(self) -> str: return f"Opt({self.op.name}, axis={self.axis}, amt={self.amt})"
 
-LOOP_KINDS = ("global", "local", "loop", "reduce")
+LOOP_KINDS = ("global", "local", "group", "loop", "reduce")
 LANE_KINDS = ("upcast", "unroll")
+THREAD_KINDS = ("local", "group")   # axes that are thread indices inside a workgroup
 
 @dataclass
 class Axis:
   orig: int       # which axis of the full shape it is part of
   size: int
-  kind: str       # global, local, loop, reduce, upcast, unroll
+  kind: str       # global, local, group, loop, reduce, upcast, unroll; tc (the reduction a tensor core takes whole)
+  # tensor-core part: (source, first coordinate bit, first source bit): its value is coordinate bits from fragment
+  # element-index bits ("elem", upcast) or lane-id bits ("lane", local); the tc-kind part of the reduce axis is ("k", 0, 0)
+  tc: tuple | None = None
 
 def verify_ast(ast: UOp) -> tuple[int, ...]:
   """Check the AST's structure and return the full shape; errors name what is wrong."""
@@ -96,6 +110,21 @@ def index_dtype(ast: UOp) -> DType:
         return dtypes.int64
   return dtypes.int32
 
+def _swizzler(rowlen: int):
+  """idx -> idx with its 16-byte chunk (8 16-bit values) XORed by its row's position within 8 rows' worth of 128-byte
+  bank lines (rows of `rowlen` values); the identity for rowlen 0. Written as (chunk ^ f(row)) * 8 + (idx % 8) so the
+  result is still provably a multiple of 8 where idx is (vector accesses keep their width)."""
+  if not rowlen: return lambda idx: idx
+  per_line = max(1, 64 // rowlen)          # rows in one 128-byte line of banks
+  nchunk = min(8, rowlen // 8)
+  def f(idx: UOp) -> UOp:
+    chunk = (idx // 8).simplify()
+    key = ((idx // rowlen) // per_line % nchunk).simplify()
+    rest = (idx % 8).simplify()
+    out = UOp(Ops.XOR, idx.dtype, (chunk, key)) * 8
+    return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest
+  return f
+
 def _pow_n(v: UOp, n: int) -> UOp:
   """v ** n for a static n >= 1 by squaring."""
   out, b = None, v
@@ -106,11 +135,15 @@ def _pow_n(v: UOp, n: int) -> UOp:
   return out if out is not None else UOp.const(v.dtype, 1)
 
 class Kernel:
-  """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter."""
-  def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False):
+  """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter.
+
+  `ren` (a Renderer) tells what the target declares: threads per workgroup (local_max), shared memory (shared_max)."""
+  def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False, ren: object = None):
     self.ast = ast
     # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
     self.max_parallel, self.gpu = max_parallel, gpu
+    self.local_max: int = int(getattr(ren, "local_max", 0) or 1024)
+    self.shared_max: int = int(getattr(ren, "shared_max", 0) or 48 << 10)
     self.full_shape = verify_ast(ast)
     red: set[int] = set()
     for u in ast.toposort():
@@ -121,79 +154,246 @@ class Kernel:
     self.reduce_axes = red
     self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
     self.applied: list[Opt] = []
+    self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
+    self.staged: list[int] = []      # SMEM: indices into stage_candidates()
+    self.tc: tuple | None = None     # TC: (TensorCore, m axis, n axis, k axis, A load, B load)
+    self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
+    self.async_copy: bool = bool(getattr(ren, "has_async_copy", False))
+    self.has_ldmatrix: bool = bool(getattr(ren, "has_ldmatrix", False))
     self.name = name
 
   # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts
   def loop_axes(self) -> list[int]: return [i for i, a in enumerate(self.axes) if a.kind in LOOP_KINDS]
   @property
   def lanes(self) -> int: return prod(a.size for a in self.axes if a.kind in LANE_KINDS)
+  @property
+  def threads(self) -> int: return prod(a.size for a in self.axes if a.kind in THREAD_KINDS)
+  def n_reduces(self) -> int: return sum(1 for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS)
+  def group_smem_bytes(self, threads: int | None = None) -> int:
+    """Shared memory the GROUP combine needs: one slot per thread and output lane, for every reduction."""
+    if not any(a.kind == "group" for a in self.axes): return 0
+    up = prod(a.size for a in self.axes if a.kind == "upcast")
+    isz = max((u.dtype.itemsize for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS), default=4)
+    return (self.threads if threads is None else threads) * up * isz * self.n_reduces()
+
+  def stage_candidates(self) -> list[UOp]:
+    """Loads a reduction reads that move with a reduced axis (the operands of a matmul or a convolution), in order."""
+    out = []
+    for u in self.ast.toposort():
+      if u.op is Ops.LOAD:
+        st = u.src[1].arg
+        strides = st.real_strides()
+        if any(st.shape[a] != 1 and strides[a] != 0 for a in self.reduce_axes): out.append(u)
+    return out
+
+  def tc_operands(self) -> tuple[int, int, int, UOp, UOp] | None:
+    """(m, n, k, A load, B load) when the kernel's one reduction is a sum of products of two loads (each maybe cast)
+    that move along k, A along m but not n and B along n but not m (a matmul, a convolution's channel reduction)."""
+    red = [u for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS]
+    if len(red) != 1 or red[0].arg[0] is not Ops.ADD: return None
+    # the product may be taken in the inputs' dtype and widened after (a half matmul accumulating in float): the
+    # tensor core's products are exact, which only makes that more accurate
+    mul = red[0].src[0].src[0] if red[0].src[0].op is Ops.CAST and dtypes.is_float(red[0].src[0].src[0].dtype) else red[0].src[0]
+    if mul.op is not Ops.MUL: return None
+    ops = [x.src[0] if x.op is Ops.CAST else x for x in mul.src]
+    if any(x.op is not Ops.LOAD for x in ops): return None
+    st = [x.src[1].arg.real_strides() for x in ops]
+    moves = lambda j, o: ops[j].src[1].arg.shape[o] != 1 and st[j][o] != 0
+    ks = [o for o in red[0].arg[1] if moves(0, o) and moves(1, o)]
+    outs = [a.orig for a in self.axes if a.kind == "loop"]
+    for a_, b_ in ((0, 1), (1, 0)):
+      ms = [o for o in outs if moves(a_, o) and not moves(b_, o)]
+      ns = [o for o in outs if moves(b_, o) and not moves(a_, o)]
+      if ms and ns and ks: return ms[-1], ns[-1], max(ks, key=lambda o: self.full_shape[o]), ops[a_], ops[b_]
+    return None
+
+  def _apply_tc(self, opt: Opt) -> None:
+    from baregrad.codegen.tc import usable
+    if not self.gpu or not 0 <= opt.axis < len(self.tensor_cores): raise OptError(f"{opt}: the target has {len(self.tensor_cores)} tensor cores")
+    tc = self.tensor_cores[opt.axis]
+    if not usable(tc): raise OptError(f"{opt}: {tc.name} takes tf32 inputs and tf32 is not allowed (ALLOW_TF32=1 or codegen.tc.set_allow_tf32)")
+    if self.tc is not None or self.staged or any(a.kind == "group" for a in self.axes): raise OptError(f"{opt}: apply TC first, once")
+    ops = self.tc_operands()
+    if ops is None: raise OptError(f"{opt}: the kernel is not a sum of products of two loads")
+    m, n, k, la, lb = ops
+    if la.dtype != tc.dtype_in or lb.dtype != tc.dtype_in: raise OptError(f"{opt}: {tc.name} takes {tc.dtype_in}, the loads are {la.dtype} and {lb.dtype}")
+    red = next(u for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS)
+    if not (dtypes.is_float(red.dtype) and red.dtype.itemsize >= tc.dtype_in.itemsize):
+      raise OptError(f"{opt}: the reduction is {red.dtype}, {tc.name} accumulates {tc.dtype_acc}")
+    for o, d in ((m, tc.dims[0]), (n, tc.dims[1]), (k, tc.dims[2])):
+      parts = [a for a in self.axes if a.orig == o]
+      if len(parts) != 1 or parts[0].kind not in ("loop", "reduce"): raise OptError(f"{opt}: apply TC before splitting axis {o}")
+      if parts[0].size % d: raise OptError(f"{opt}: axis {o} of size {parts[0].size} is not a multiple of {d} (PADTO first)")
+    if self.threads * tc.threads > self.local_max: raise OptError(f"{opt}: too many threads")
+    for o, coord in ((m, "m"), (n, "n")):
+      i = next(j for j, a in enumerate(self.axes) if a.orig == o)
+      runs: list[list] = []   # [source, first source bit, first coordinate bit, length], low bits first
+      for b, (src, j) in enumerate(tc.coord_bits("c", coord)):
+        if runs and runs[-1][0] == src and runs[-1][1] + runs[-1][3] == j: runs[-1][3] += 1
+        else: runs.append([src, j, b, 1])
+      self.axes[i].size //= tc.dims[0 if coord == "m" else 1]
+      for src, j, b, ln in runs:   # inserted right after the outer part: the lowest bits end up innermost
+        self.axes.insert(i + 1, Axis(o, 1 << ln, "upcast" if src == "elem" else "local", (src, b, j)))
+    i = next(j for j, a in enumerate(self.axes) if a.orig == k)
+    self.axes[i].size //= tc.dims[2]
+    self.axes.insert(i + 1, Axis(k, tc.dims[2], "tc", ("k", 0, 0)))
+    self.tc = (tc, m, n, k, la, lb)
+    self.applied.append(opt)
 
   def apply_opt(self, opt: Opt) -> None:
+    if opt.op is OptOps.TC: return self._apply_tc(opt)
+    if opt.op is OptOps.SMEM:
+      if not self.gpu: raise OptError(f"{opt}: SMEM needs a device with workgroups and shared memory")
+      if self.n_reduces() != 1: raise OptError(f"{opt}: SMEM stages the inputs of a kernel with exactly one reduction")
+      if not 0 <= opt.axis < len(self.stage_candidates()): raise OptError(f"{opt}: the kernel has {len(self.stage_candidates())} stageable loads")
+      if opt.axis in self.staged: raise OptError(f"{opt}: load {opt.axis} is already staged")
+      self.staged.append(opt.axis)
+      self.applied.append(opt)
+      return
     loops = self.loop_axes()
     if not 0 <= opt.axis < len(loops): raise OptError(f"{opt}: axis out of range, kernel has {len(loops)} loop axes")
     i = loops[opt.axis]
     ax = self.axes[i]
     amt = opt.amt or ax.size
+    if ax.tc is not None: raise OptError(f"{opt}: axis {opt.axis} is part of a tensor-core tile")
     if opt.op is OptOps.PARALLEL:
       if ax.kind != "loop": raise OptError(f"{opt}: only an output loop axis can run over threads, axis is {ax.kind}")
       if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:
         raise OptError(f"{opt}: the kernel already has {self.max_parallel} parallel axis(es)")
       ax.kind = "global"
+    elif opt.op is OptOps.PADTO:
+      if ax.kind not in ("loop", "reduce", "global"): raise OptError(f"{opt}: only a loop, reduce or grid axis can be padded, axis is {ax.kind}")
+      if sum(a.orig == ax.orig for a in self.axes) != 1 or ax.orig in self.pads: raise OptError(f"{opt}: pad an axis before splitting it")
+      if amt < 2 or ax.size % amt == 0: raise OptError(f"{opt}: the axis size {ax.size} is already a multiple of {amt}")
+      new = -(-ax.size // amt) * amt
+      if new > 2 * ax.size and ax.size >= amt // 2: raise OptError(f"{opt}: padding {ax.size} to {new} more than doubles the work")
+      self.pads[ax.orig], ax.size = ax.size, new
     else:
       if amt < 1 or ax.size % amt != 0: raise OptError(f"{opt}: {amt} does not divide the axis size {ax.size}")
-      kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local"}[opt.op]
+      kind = {OptOps.UPCAST: "upcast", OptOps.UNROLL: "unroll", OptOps.SPLIT: ax.kind, OptOps.LOCAL: "local", OptOps.GROUP: "group"}[opt.op]
       if opt.op is OptOps.UPCAST and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: UPCAST needs an output axis, axis is {ax.kind}")
       if opt.op is OptOps.UNROLL and ax.kind != "reduce": raise OptError(f"{opt}: UNROLL needs a reduce axis, axis is {ax.kind}")
       if opt.op is OptOps.LOCAL and ax.kind not in ("loop", "global"): raise OptError(f"{opt}: LOCAL needs an output axis")
+      if opt.op is OptOps.GROUP:
+        if self.staged: raise OptError(f"{opt}: GROUP and SMEM do not combine")
+        if not self.gpu: raise OptError(f"{opt}: GROUP needs a device with workgroups and shared memory")
+        if ax.kind != "reduce": raise OptError(f"{opt}: GROUP needs a reduce axis, axis is {ax.kind}")
+        if any(u.op is Ops.REDUCE_AXIS and ax.orig not in u.arg[1] for u in self.ast.toposort()):
+          raise OptError(f"{opt}: every reduction of the kernel must reduce axis {ax.orig} to share its threads")
+      if opt.op in (OptOps.LOCAL, OptOps.GROUP) and self.gpu:
+        if self.threads * amt > self.local_max: raise OptError(f"{opt}: {self.threads * amt} threads per workgroup, the device allows {self.local_max}")
       if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.lanes * amt > 256: raise OptError(f"{opt}: more than 256 lanes")
       if amt == ax.size and opt.op is not OptOps.SPLIT: ax.kind = kind
       else:
         ax.size //= amt
         self.axes.insert(i + 1, Axis(ax.orig, amt, kind))
+      if (need := self.group_smem_bytes()) > self.shared_max:
+        raise OptError(f"{opt}: the workgroup reduction needs {need} bytes of shared memory, the device allows {self.shared_max}")
     self.applied.append(opt)
+
+  # ---- thread indices
+  def thread_axes(self) -> list[int]:
+    """Workgroup axes, outermost first; the last one varies fastest between neighbouring threads."""
+    th = [i for i, a in enumerate(self.axes) if a.kind in THREAD_KINDS]
+    # the lanes of a tensor-core tile must be a warp's lane id: innermost, the high lane bits outermost
+    return sorted(th, key=lambda i: (self.axes[i].tc is not None, -self.axes[i].tc[2] if self.axes[i].tc else 0))
+  def threads_flat(self) -> bool:
+    """More than three workgroup axes (or a tensor-core tile and two more): one flat thread index (x) is split into
+    them by division."""
+    return len(self.thread_axes()) > 3
 
   # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
   def lower(self) -> UOp:
-    it = index_dtype(self.ast)
-    order = {"global": 0, "local": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5}
+    it = self.idx_dtype = index_dtype(self.ast)
+    order = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5, "tc": 6}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
     # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
     # out of the index math but stay in its REDUCE, which the linearizer cannot place)
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind, it) if self.axes[i].size != 1 else UOp.const(it, 0)
-                           for rid, i in enumerate(ids)}
+    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind, it) if self.axes[i].size != 1 and self.axes[i].kind != "tc"
+                           else UOp.const(it, 0) for rid, i in enumerate(ids)}
+    th = self.thread_axes()
+    th_stride: dict[int, int] = {}
+    st_ = 1
+    for i in reversed(th): th_stride[i], st_ = st_, st_ * self.axes[i].size
     if self.gpu:
       # grid and workgroup axes are hardware indices, not loops (x is the innermost, fastest-varying axis)
-      for kind, pre in (("global", "gidx"), ("local", "lidx")):
-        ks = [i for i in range(len(self.axes)) if self.axes[i].kind == kind]
-        for n, i in enumerate(reversed(ks)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"{pre}{n}", self.axes[i].size))
-    idx_of: list[UOp] = []
-    for o, s in enumerate(self.full_shape):
-      parts = [(i, a) for i, a in enumerate(self.axes) if a.orig == o]
-      e: UOp = UOp.const(it, 0)
-      stride = 1
-      for i, a in reversed(parts):
-        e = e + rng[i] * stride
-        stride *= a.size
-      idx_of.append(e.simplify())
+      gs = [i for i in range(len(self.axes)) if self.axes[i].kind == "global"]
+      for n, i in enumerate(reversed(gs)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"gidx{n}", self.axes[i].size))
+      if not self.threads_flat():
+        for n, i in enumerate(reversed(th)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"lidx{n}", self.axes[i].size))
+      else:
+        flat = UOp(Ops.SPECIAL, it, (), ("lidx0", prod(self.axes[i].size for i in th)))
+        for i in th:
+          v = flat if th_stride[i] == 1 else flat // th_stride[i]
+          rng[i] = (v if i == th[0] else v % self.axes[i].size).simplify()
+    def index_of(vals: dict[int, UOp]) -> list[UOp]:
+      out: list[UOp] = []
+      for o in range(len(self.full_shape)):
+        e: UOp = UOp.const(it, 0)
+        stride = 1
+        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o]):
+          e = e + vals[i] * stride
+          stride *= self.axes[i].size
+        out.append(e.simplify())
+      return out
+    idx_of = index_of(rng)
+    # a padded axis runs past the real size: what lies there is masked off
+    pad_valid = {o: (idx_of[o] < real).simplify() for o, real in self.pads.items()}
     red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
+    group = [i for i in th if self.axes[i].kind == "group"]
+    ups = [i for i, a in enumerate(self.axes) if a.kind == "upcast" and rng[i].op is Ops.RANGE]
     memo: dict[UOp, UOp] = {}
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(shape)]
+    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None) -> tuple[UOp, UOp | None]:
+      io = idx_of if vals is None else index_of(vals)
+      idx, valid = st.to_index([io[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(st.shape)])
+      strides = st.real_strides() if self.pads else ()
+      for o, real in self.pads.items():
+        # past the end of a padded axis the address would be out of range (no matter on an axis the view does not move
+        # along: that value is never used, and a shared tile filled from it must not depend on the thread)
+        if st.shape[o] != 1 and strides[o] != 0:
+          pv = pad_valid[o] if vals is None else (io[o] < real).simplify()
+          valid = pv if valid.op is Ops.CONST and valid.arg else valid & pv
+      if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
+      valid = valid.simplify()
+      return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
+    # tensor cores: the operands are read in their fragments' layouts (tc_vals), the reduction becomes WMMAs
+    tcl = self._tc_lanes(rng) if self.tc is not None else None
+    opvals = {self.tc[4]: tcl["a"], self.tc[5]: tcl["b"]} if self.tc is not None and tcl is not None else {}
+    staged = self._stage(rng, th, th_stride, access, opvals) if self.staged else {}
+    # with a GROUP, one thread of the group stores the (shared) result
+    store_guard: UOp | None = None
+    for i in group:
+      c = rng[i].eq(0)
+      store_guard = c if store_guard is None else store_guard & c
     for u in self.ast.toposort():
       src = tuple(memo.get(s, s) for s in u.src)
       if u.op is Ops.VIEW: new = u
+      elif u.op is Ops.LOAD and u in staged: new = staged[u]
+      elif u.op is Ops.LOAD and u in opvals:
+        idx, valid = access(u.src[1].arg, vals=opvals[u])
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.LOAD:
-        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
-        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None),))
+        idx, valid = access(u.src[1].arg)
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.CONST and u.src:
-        _, valid = u.src[0].arg.to_index(idxs_for(u.src[0].arg.shape))
+        _, valid = access(u.src[0].arg)
         c = UOp.const(u.dtype, u.arg)
-        new = c if valid.op is Ops.CONST and valid.arg else valid.where(c, UOp.const(u.dtype, 0))
+        new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
-        idx, valid = u.src[1].arg.to_index(idxs_for(u.src[1].arg.shape))
-        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid if not (valid.op is Ops.CONST and valid.arg) else None), src[2]))
+        idx, valid = access(u.src[1].arg, store_guard)
+        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
+      elif u.op is Ops.REDUCE_AXIS and tcl is not None:
+        # acc += A_frag @ B_frag over the reduce loops; a padded k feeds zeros from both (masked) loads
+        tc = self.tc[0]
+        rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
+        wm = UOp(Ops.WMMA, tc.dtype_acc, (memo[self.tc[4]], memo[self.tc[5]], UOp.const(tc.dtype_acc, 0.0)), (tc, tcl["ea"], tcl["eb"], tcl["ec"]))
+        new = UOp(Ops.REDUCE, tc.dtype_acc, (wm,) + rs, Ops.ADD) if rs else wm
+        new = new.cast(u.dtype)
+        n_reduce += 1
       elif u.op is Ops.REDUCE_AXIS:
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
         val = src[0]
@@ -203,7 +403,12 @@ class Kernel:
           # ...but only outside reductions nested in it: those keep their own loops
           val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
           rs = tuple(fresh[r] for r in rs)
-        n_reduce += 1
+        if pv := [pad_valid[a] for a in sorted(u.arg[1]) if a in pad_valid]:
+          # past the end of a padded reduce axis the reduction sees its identity
+          ok = pv[0]
+          for x in pv[1:]: ok = ok & x
+          if n_reduce and rs: ok = ok.substitute(fresh)
+          val = ok.where(val, UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)))
         # a value that does not vary over a reduced range (an expanded axis, a constant) would be accumulated once,
         # not once per step: fold those ranges here (sum: times the count, prod: to the count's power, max: itself)
         deps = set(val.toposort())
@@ -215,12 +420,263 @@ class Kernel:
           elif u.arg[0] is Ops.ADD: val = val * UOp.const(val.dtype, n) if val.dtype != dtypes.bool else val
           elif u.arg[0] is Ops.MUL: val = _pow_n(val, n)
         new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
+        if group: new = self._group_combine(u, new, n_reduce, rng, th, th_stride, group, ups)
+        n_reduce += 1
       else: new = u if src == u.src else u.replace(src=src)
       memo[u] = new
     return memo[self.ast]
 
+  def _tc_lanes(self, rng: dict[int, UOp]) -> dict:
+    """TC: per operand, the values its index takes for the tile's parts (from the lane id and fragment element bits,
+    per the tensor core's layout), and the element ranges of the A, B and C fragments (bit 0 first)."""
+    tc, m, n, k, _, _ = self.tc  # type: ignore[misc]
+    self._tc_rng = rng
+    lane = UOp.const(self.idx_dtype, 0)
+    celem: dict[tuple[str, int], UOp] = {}
+    for i, a in enumerate(self.axes):
+      if a.tc is None or a.kind == "tc": continue
+      if a.tc[0] == "lane": lane = lane + rng[i] * (1 << a.tc[2])
+      else:
+        if a.size != 2: raise OptError(f"TC: fragment element parts must be single bits, got {a.size}")
+        celem[("m" if a.orig == m else "n", a.tc[1])] = rng[i]
+    lane = lane.simplify()
+    fresh: dict[tuple[str, int], UOp] = {}
+    def elem(coord: str, b: int) -> UOp:
+      if (coord, b) in celem: return celem[(coord, b)]
+      if (coord, b) not in fresh: fresh[(coord, b)] = UOp.range(2, 300_000 + len(fresh), "upcast", self.idx_dtype)
+      return fresh[(coord, b)]
+    def coord_expr(layout: str, coord: str) -> UOp:
+      e: UOp = UOp.const(self.idx_dtype, 0)
+      bits = tc.coord_bits(layout, coord)
+      b = 0
+      while b < len(bits):
+        src, j = bits[b]
+        if src == "elem": e, b = e + elem(coord, b) * (1 << b), b + 1; continue
+        ln = 1
+        while b + ln < len(bits) and bits[b + ln] == ("lane", j + ln): ln += 1
+        e, b = e + (lane // (1 << j)) % (1 << ln) * (1 << b), b + ln
+      return e.simplify()
+    def vals(layout: str, coords: str) -> dict[int, UOp]:
+      out = dict(rng)
+      for coord in coords:
+        o = {"m": m, "n": n, "k": k}[coord]
+        c = coord_expr(layout, coord)
+        stride = 1
+        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
+          out[i] = (c // stride % self.axes[i].size).simplify()
+          stride *= self.axes[i].size
+      return out
+    res = {"a": vals("a", "mk"), "b": vals("b", "kn")}
+    for x in "abc": res["e" + x] = tuple(elem(e[0], int(e[1:])) for e in getattr(tc, f"{x}_elem"))
+    return res
+
+  def _stage_axis(self) -> int | None:
+    """SMEM: the outermost reduce loop (the first reduce part in range order); the tiles are filled once per step."""
+    red = [i for i, a in enumerate(self.axes) if a.kind == "reduce" and a.size > 1]
+    return red[0] if red else None
+  def _tile(self, ld: UOp, si: int | None) -> list[int]:
+    """SMEM: the axis parts a staged load's tile spans (workgroup, lane and inner reduce parts it moves with)."""
+    st: ShapeTracker = ld.src[1].arg
+    strides = st.real_strides()
+    return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
+            (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
+  def stage_bytes(self, j: int) -> int:
+    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile); twice the tile where
+    the target double-buffers it (asynchronous copies)."""
+    ld = self.stage_candidates()[j]
+    tile = self._tile(ld, self._stage_axis())
+    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * (2 if self.async_copy else 1) if tile else 0
+  def stage_reuse(self, j: int) -> bool:
+    """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
+    tile = set(self._tile(self.stage_candidates()[j], self._stage_axis()))
+    return any(i not in tile and self.axes[i].size > 1 for i in self.thread_axes())
+
+  def _stage(self, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int], access, opvals: dict) -> dict[UOp, UOp]:
+    """SMEM: for each staged load, a shared tile filled once per step of the outermost reduce loop (the stage loop).
+
+    Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with. Layout in shared memory: lane
+    dims fastest (a thread reads runs of its own register tile as vectors); a tensor-core operand keeps rows of its k
+    tile contiguous instead. Fill: element e of the tile, in an order whose fastest dim is the one contiguous in global
+    memory, goes to thread e // V % threads (V neighbours each, one vector access), so neighbouring threads read
+    neighbouring addresses.
+
+    Without asynchronous copies: a barrier before the fill (the previous step's readers are done) and one after it.
+    With them (Renderer.has_async_copy): two buffers; step s reads buffer s % 2 while the copies for step s + 1 fill the
+    other one. Before the loop the copies of step 0 are issued and committed; in step s: barrier (everyone is done with
+    step s - 1, whose buffer is refilled now), the copies of step s + 1 (masked off past the last step), then commit,
+    wait for all but the newest group, barrier: step s's tile is complete."""
+    si = self._stage_axis()
+    if si is None: raise OptError("SMEM needs a reduce loop around the tile (split the reduce axis)")
+    stage_r, nstage = rng[si], self.axes[si].size
+    dbl = self.async_copy
+    nthr = prod(self.axes[i].size for i in th)
+    tid = UOp.const(self.idx_dtype, 0)
+    for i in th: tid = tid + rng[i] * th_stride[i]
+    tid = tid.simplify()
+    # a loop of outputs around the stage loop: the next iteration's first fill must wait for this one's readers
+    outer = tuple(r for i, r in rng.items() if self.axes[i].kind == "loop" and r.op is Ops.RANGE)
+    pre = UOp(Ops.BARRIER, dtypes.void, outer) if dbl and outer else None
+    before = UOp(Ops.BARRIER, dtypes.void, (stage_r,))
+    cands = self.stage_candidates()
+    fills, first, reads = [], [], {}
+    total = 0
+    for n, j in enumerate(self.staged):
+      ld = cands[j]
+      st: ShapeTracker = ld.src[1].arg
+      strides = st.real_strides()
+      tile = self._tile(ld, si)
+      if not tile: raise OptError(f"SMEM: load {j} has no tile (it moves with no workgroup, lane or inner reduce axis)")
+      T = prod(self.axes[i].size for i in tile)
+      total += T * ld.dtype.itemsize * (2 if dbl else 1)
+      if total > self.shared_max: raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {self.shared_max}")
+      if ld in opvals:   # a tensor-core operand: its fragment coordinate contiguous in global memory stays contiguous
+        tc_, m_, n_, k_ = self.tc[:4]  # type: ignore[index]
+        row = m_ if ld is self.tc[4] else n_  # type: ignore[index]
+        fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
+        lay = sorted(tile, key=lambda i: (self.axes[i].tc is not None and self.axes[i].orig == fastc, i))
+      else: lay = sorted(tile, key=lambda i: (self.axes[i].kind in LANE_KINDS, i))
+      sstride, acc = {}, 1
+      for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size
+      # a tensor-core operand kept in rows of k (ldmatrix without .trans) of 16-bit values: the 16-byte chunks of a row
+      # are XOR-swizzled by the row, so the 8 rows one ldmatrix reads lie in different banks (unswizzled, rows 128
+      # bytes apart collide); the fill and every read go through the same function
+      rowlen = 0
+      if ld in opvals and ld.dtype.itemsize == 2 and self.axes[lay[-1]].kind == "tc":
+        kparts = list(itertools.takewhile(lambda i: self.axes[i].orig == self.tc[3], reversed(lay)))  # type: ignore[index]
+        rowlen = prod(self.axes[i].size for i in kparts)
+        if rowlen % 8 or rowlen < 16: rowlen = 0
+      swz = _swizzler(rowlen)
+      # fill order: by stride in global memory, the contiguous dim fastest
+      def gstride(i: int) -> float:
+        a = self.axes[i]
+        inner = prod(b.size for k, b in enumerate(self.axes) if b.orig == a.orig and k > i)
+        s = strides[a.orig]
+        return float("inf") if s is None else abs(s) * inner
+      fo = sorted(tile, key=lambda i: (-gstride(i), i))
+      fast = fo[-1]
+      v = 1
+      for cand in (8, 4, 2):   # up to 16 bytes a thread (one cp.async / 128-bit access)
+        if cand * ld.dtype.itemsize <= 16 and gstride(fast) == 1 and self.axes[fast].size % cand == 0 and T % (nthr * cand) == 0 \
+           and nthr % (self.axes[fast].size // cand) == 0: v = cand; break
+      smem = UOp(Ops.DEFINE_LOCAL, ld.dtype.ptr(local=True), (), (f"tile{n}", T * (2 if dbl else 1)))
+      lane = UOp.range(v, 200_000 + n, "upcast", self.idx_dtype) if v > 1 else UOp.const(self.idx_dtype, 0)
+      def fill(step: UOp, buf: UOp, ok: UOp | None, dep: tuple[UOp, ...]) -> list[UOp]:
+        out = []
+        for jj in range(-(-T // (nthr * v))):
+          q = UOp.const(self.idx_dtype, jj * nthr) + tid    # which chunk of v elements
+          vals = {**rng, si: step}
+          rest = q
+          for k, i in enumerate(reversed(fo)):
+            size = self.axes[i].size
+            if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
+            else: vals[i], rest = (rest % size).simplify() if k < len(fo) - 1 else rest, (rest // size).simplify()
+          in_tile = None if T % (nthr * v) == 0 else (q < T // v).simplify()
+          gidx, gvalid = access(st, in_tile if ok is None else ok if in_tile is None else (in_tile & ok), vals)
+          val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
+          sidx: UOp = buf
+          for i in tile: sidx = sidx + vals[i] * sstride[i]
+          if rowlen:   # swizzle the chunk start (the vector lanes stay inside one 16-byte chunk: v <= 8)
+            sidx = swz(sidx.substitute({lane: UOp.const(self.idx_dtype, 0)}).simplify()) + lane if v > 1 else swz(sidx.simplify())
+          out.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val) + dep, "async" if dbl else None))
+        return out
+      zero = UOp.const(self.idx_dtype, 0)
+      if dbl:
+        nxt = (stage_r + 1).simplify()
+        first += fill(zero, zero, None, (pre,) if pre is not None else ())
+        fills += fill(nxt, ((nxt % 2) * T).simplify(), (nxt < nstage).simplify(), (before,))
+        rbuf = ((stage_r % 2) * T).simplify()
+      else:
+        fills += fill(stage_r, zero, None, (before,))
+        rbuf = zero
+      reads[ld] = (smem, rbuf, tile, sstride, swz)
+    if dbl:
+      commit = UOp(Ops.BARRIER, dtypes.void, tuple(first), "commit")
+      before = UOp(Ops.BARRIER, dtypes.void, (stage_r, commit))
+      fills = [f.substitute({f.src[2]: before}) for f in fills]
+    after = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "wait1" if dbl else None)
+    out = {}
+    for ld, (smem, rbuf, tile, sstride, swz) in reads.items():
+      rv = opvals.get(ld, rng)
+      if ld in opvals and (frag := self._ldmatrix(ld, rv, smem, rbuf, tile, sstride, after, swz)) is not None: out[ld] = frag; continue
+      ridx: UOp = rbuf
+      for i in tile: ridx = ridx + rv[i] * sstride[i]
+      out[ld] = UOp(Ops.LOAD, ld.dtype, (smem.index(swz(ridx.simplify())), after))
+    return out
+
+  def _ldmatrix(self, ld: UOp, rv: dict[int, UOp], smem: UOp, rbuf: UOp, tile: list[int], sstride: dict[int, int], after: UOp,
+                swz) -> UOp | None:
+    """TC operand staged with rows of 8 16-bit k values contiguous: the whole fragment in one warp-wide ldmatrix (the
+    renderer declares it, TensorCore.ldmatrix). Lane 8j + r gives the address of row r of 8x8 matrix j, whose origin
+    is where fragment element 2j lies for lane 0; the row coordinate is the one the lane bits 2..4 give."""
+    tc, m, n, k, la, lb = self.tc  # type: ignore[misc]
+    if not self.has_ldmatrix or ld.dtype.itemsize != 2: return None
+    x, row = ("a", "m") if ld is la else ("b", "n")
+    lane_l, elem = getattr(tc, f"{x}_lane"), getattr(tc, f"{x}_elem")
+    if lane_l[:2] != ("k1", "k2") or elem[0] != "k0" or lane_l[2:] != (f"{row}0", f"{row}1", f"{row}2"): return None
+    kt = [i for i in tile if self.axes[i].kind == "tc"]
+    rorig = m if row == "m" else n
+    rparts = [i for i in tile if self.axes[i].tc is not None and self.axes[i].orig == rorig]
+    def roff(c: int) -> int:   # shared-memory offset of row coordinate c within the tile
+      off, st = 0, 1
+      for i in reversed(rparts): off, st = off + (c // st) % self.axes[i].size * sstride[i], st * self.axes[i].size
+      return off
+    if len(kt) == 1 and sstride[kt[0]] == 1: trans = False          # rows of 8 k values: the fragment's pairs as stored
+    elif all(roff(c) == c for c in range(8)): trans = True           # rows of 8 row-coordinate values: transposed on load
+    else: return None
+    nmat = (1 << len(elem)) // 2
+    lane = UOp.const(self.idx_dtype, 0)
+    for i, a in enumerate(self.axes):
+      if a.tc is not None and a.tc[0] == "lane": lane = lane + self._tc_rng[i] * (1 << a.tc[2])
+    mat, r = (lane // 8) % nmat, lane % 8
+    # origin of matrix j: the coordinates of fragment element 2j (its bits 1.. are elem bits 1..) at lane 0
+    org = {row: UOp.const(self.idx_dtype, 0), "k": UOp.const(self.idx_dtype, 0)}
+    for b, name in enumerate(elem[1:], 1):
+      org[name[0]] = org[name[0]] + (mat // (1 << (b - 1))) % 2 * (1 << int(name[1:]))
+    coords = {row: org[row].simplify(), "k": (org["k"] + r).simplify()} if trans else {row: (org[row] + r).simplify(), "k": org["k"].simplify()}
+    vals = dict(rv)
+    for coord, o in ((row, m if row == "m" else n), ("k", k)):
+      stride = 1
+      for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
+        vals[i] = (coords[coord] // stride % self.axes[i].size).simplify()
+        stride *= self.axes[i].size
+    addr: UOp = rbuf
+    for i in tile: addr = addr + vals[i] * sstride[i]
+    return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (smem.index(swz(addr.simplify())), after), ("ldmatrix", nmat, trans))
+
+  def _group_combine(self, u: UOp, partial: UOp, n: int, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int],
+                     group: list[int], ups: list[int]) -> UOp:
+    """Each thread's partial result goes to shared memory; after a barrier every thread reduces the group's partials.
+    Slot of a thread: its workgroup-linear id times the output lanes, plus its lane (so lanes store contiguously)."""
+    if any(self.axes[i].orig not in u.arg[1] for i in group):
+      raise OptError(f"GROUP: a reduction over axes {u.arg[1]} does not reduce the grouped axis")
+    if any(a.kind == "loop" for a in self.axes):
+      # the next loop iteration would overwrite the partials while slow threads still read them
+      raise OptError("GROUP needs every output axis on the grid, the workgroup or lanes (a loop would reuse shared memory)")
+    nup = prod(self.axes[i].size for i in ups)
+    lane, s = UOp.const(self.idx_dtype, 0), 1
+    for i in reversed(ups): lane, s = lane + rng[i] * s, s * self.axes[i].size
+    def slot(vals: dict[int, UOp]) -> UOp:
+      lin = UOp.const(self.idx_dtype, 0)
+      for i in th: lin = lin + vals.get(i, rng[i]) * th_stride[i]
+      return (lin * nup + lane).simplify()
+    smem = UOp(Ops.DEFINE_LOCAL, u.dtype.ptr(local=True), (), (f"smem{n}", prod(self.axes[i].size for i in th) * nup))
+    bar = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.STORE, dtypes.void, (smem.index(slot({})), partial)),))
+    # the combine reads 4 partials a step where it can (lanes: one vector load, 4 independent accumulators)
+    cr: dict[int, UOp] = {}
+    rs: list[UOp] = []
+    for k, i in enumerate(group):
+      sz = self.axes[i].size
+      if sz % 4 == 0 and sz >= 8:
+        outer, inner = UOp.range(sz // 4, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype), UOp.range(4, 100_000 + 100 * n + 2 * k + 1, "unroll", self.idx_dtype)
+        cr[i], rs = outer * 4 + inner, rs + [outer, inner]
+      else: cr[i] = UOp.range(sz, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype); rs.append(cr[i])
+    return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (smem.index(slot(cr)), bar)),) + tuple(rs), u.arg[0])
+
   def _dims(self, kind: str) -> tuple[int, int, int]:
-    g = [a.size for a in self.axes if a.kind == kind]
+    if kind == "local":
+      g = [self.axes[i].size for i in self.thread_axes()]
+      if self.gpu and len(g) > 3: return (prod(g), 1, 1)
+    else: g = [a.size for a in self.axes if a.kind == kind]
     if not self.gpu: return (prod(g) if g else 1, 1, 1)
     g = list(reversed(g)) + [1, 1, 1]  # x is the innermost axis
     return (g[0], g[1], g[2])
@@ -235,7 +691,7 @@ class Kernel:
   def vars(self) -> list[UOp]:
     return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
   def colored_shape(self) -> str:
-    return " ".join(f"{a.size}{a.kind[0]}" for a in self.axes)
+    return " ".join(f"{a.size}{'G' if a.kind == 'group' else a.kind[0]}" for a in self.axes)
   def function_name(self) -> str:
     if self.name: return self.name
     kind = "r" if self.reduce_axes else "E"

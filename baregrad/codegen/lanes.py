@@ -15,6 +15,10 @@ from baregrad.codegen.kernel import LANE_KINDS
 
 Lanes = tuple[UOp, ...]  # lane RANGEs, sorted by range id
 
+def is_fragment(u: UOp) -> bool:
+  """A load that yields a whole tensor-core fragment (ldmatrix): a vector already, one per warp-wide instruction."""
+  return u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix"
+
 def is_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] in LANE_KINDS
 
 def _lane_values(lanes: Lanes) -> list[tuple[int, ...]]:
@@ -49,8 +53,18 @@ def _lane_linear(idx: UOp, lanes: Lanes) -> tuple[UOp, dict[UOp, int]] | None:
   from baregrad.ir.symbolic import build_linear
   return build_linear(base, k, idx.dtype), coef
 
+def _runs(uniq: list[int]) -> list[list[int]]:
+  """Sorted offsets -> maximal runs of consecutive ones."""
+  out: list[list[int]] = []
+  for o in uniq:
+    if out and o == out[-1][-1] + 1: out[-1].append(o)
+    else: out.append([o])
+  return out
+
 class Expander:
-  def __init__(self) -> None: self.memo: dict[UOp, tuple[UOp, Lanes]] = {}
+  """runs=True (GPU targets): an access whose lanes are not one contiguous block becomes one vector access per
+  contiguous run (rows of a register tile) instead of one scalar access per address."""
+  def __init__(self, runs: bool = False) -> None: self.memo: dict[UOp, tuple[UOp, Lanes]] = {}; self.runs = runs
 
   def lanes_of(self, u: UOp) -> Lanes:
     return tuple(sorted({x for x in u.toposort() if is_lane(x)}, key=lambda r: r.arg[0]))
@@ -68,10 +82,13 @@ class Expander:
     if is_lane(u):
       n = u.src[0].arg
       return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(UOp.const(u.dtype, i) for i in range(n))), (u,)
-    if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.INDEX): return u, ()
+    if u.op in (Ops.RANGE, Ops.CONST, Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.DEFINE_LOCAL, Ops.SPECIAL, Ops.INDEX): return u, ()
+    if u.op is Ops.BARRIER: return u.replace(src=tuple(self.memo[s][0] for s in u.src)), ()
+    if u.op is Ops.LOAD and is_fragment(u): return u, self.lanes_of(u.src[0])   # taken whole by its WMMA
     if u.op is Ops.LOAD: return self._load(u)
     if u.op is Ops.STORE: return self._store(u), ()
     if u.op is Ops.REDUCE: return self._reduce(u)
+    if u.op is Ops.WMMA: return self._wmma(u)
     if u.op in (Ops.SINK, Ops.NOOP):
       srcs: list[UOp] = []
       for s in u.src:
@@ -97,7 +114,8 @@ class Expander:
     index = u.src[0]
     buf = index.src[0]
     idx, valid, lanes = self._access(index)
-    if not lanes: return u, ()
+    dep = tuple(self.memo[s][0] for s in u.src[1:])   # what the load must come after (a barrier)
+    if not lanes: return u.replace(src=(index,) + dep) if dep else u, ()
     n = prod(r.src[0].arg for r in lanes)
     lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
     if lin is not None:
@@ -106,9 +124,16 @@ class Expander:
       uniq = sorted(set(offs))
       lo = uniq[0]
       if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
-        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),))
+        vec = UOp(Ops.LOAD, u.dtype.vec(len(uniq)), (buf.index(simplify(base + lo), valid),) + dep, u.arg)
         return vec.gep(tuple(o - lo for o in offs)), lanes
-      scal = [UOp(Ops.LOAD, u.dtype, (buf.index(simplify(base + o), valid),)) for o in uniq]
+      if self.runs and any(len(r) > 1 for r in _runs(uniq)):
+        elems: dict[int, UOp] = {}
+        for run in _runs(uniq):
+          ld = UOp(Ops.LOAD, u.dtype.vec(len(run)) if len(run) > 1 else u.dtype, (buf.index(simplify(base + run[0]), valid),) + dep, u.arg)
+          for j, o in enumerate(run): elems[o] = ld.gep(j) if len(run) > 1 else ld
+        vec = UOp(Ops.VECTORIZE, u.dtype.vec(len(uniq)), tuple(elems[o] for o in uniq))
+        return vec.gep(tuple(uniq.index(o) for o in offs)), lanes
+      scal = [UOp(Ops.LOAD, u.dtype, (buf.index(simplify(base + o), valid),) + dep) for o in uniq]
       vec = scal[0] if len(scal) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(scal)), tuple(scal))
       return (vec.broadcast(n) if len(scal) == 1 else vec.gep(tuple(uniq.index(o) for o in offs))), lanes
     # general case: every lane on its own
@@ -119,7 +144,7 @@ class Expander:
       if lv is not None and lv.op is Ops.CONST:
         if not lv.arg: loads.append(UOp.const(u.dtype, 0)); continue
         lv = None
-      loads.append(UOp(Ops.LOAD, u.dtype, (buf.index(li, lv),)))
+      loads.append(UOp(Ops.LOAD, u.dtype, (buf.index(li, lv),) + dep))
     return UOp(Ops.VECTORIZE, u.dtype.vec(n), tuple(loads)), lanes
 
   def _store(self, u: UOp) -> UOp:
@@ -127,8 +152,9 @@ class Expander:
     buf = index.src[0]
     idx, valid, ilanes = self._access(index)
     v, vlanes = self.memo[value]
+    dep = tuple(self.memo[s][0] for s in u.src[2:])   # what the store must come after (a barrier)
     lanes = _union(ilanes, vlanes)
-    if not lanes: return u.replace(src=(index, v))
+    if not lanes: return u.replace(src=(index, v) + dep)
     v = broadcast(v, vlanes, lanes)
     vals_all = _lane_values(lanes)
     lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
@@ -139,8 +165,12 @@ class Expander:
       uniq = sorted(last)
       lo = uniq[0]
       if uniq == list(range(lo, lo + len(uniq))) and len(uniq) > 1:
-        return UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + lo), valid), v.gep(tuple(last[o] for o in uniq))))
-      stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + o), valid), v.gep(last[o]))) for o in uniq)
+        return UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + lo), valid), v.gep(tuple(last[o] for o in uniq))) + dep, u.arg)
+      if self.runs and any(len(r) > 1 for r in _runs(uniq)):
+        stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + run[0]), valid), v.gep(tuple(last[o] for o in run))) + dep, u.arg)
+                       for run in _runs(uniq))
+        return UOp(Ops.NOOP, dtypes.void, stores)
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + o), valid), v.gep(last[o])) + dep, u.arg) for o in uniq)
       return stores[0] if len(stores) == 1 else UOp(Ops.NOOP, dtypes.void, stores)
     stores_l = []
     for i, vals in enumerate(vals_all):
@@ -149,8 +179,36 @@ class Expander:
       if lv is not None and lv.op is Ops.CONST:
         if not lv.arg: continue
         lv = None
-      stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i))))
+      stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i)) + dep, u.arg))
     return UOp(Ops.NOOP, dtypes.void, tuple(stores_l))
+
+  def _wmma(self, u: UOp) -> tuple[UOp, Lanes]:
+    """WMMA(a, b, c) with arg (tc, lanes of a's, b's and c's fragment elements, bit 0 first): one matrix instruction per
+    value of the other lanes (more tiles a warp computes), each on fragment vectors in element order."""
+    tc, *frags = u.arg
+    srcs = [self.memo[s] for s in u.src]
+    extra = _union(*[tuple(r for r in l if r not in f) for (_, l), f in zip(srcs, frags)])
+    out = _union(frags[2], extra)
+    def pos(lanes: Lanes, env: dict[UOp, int]) -> int:
+      i = 0
+      for r in lanes: i = i * r.src[0].arg + env[r]
+      return i
+    res: dict[tuple[int, ...], UOp] = {}
+    for ev in _lane_values(extra):
+      env = dict(zip(extra, ev))
+      args = []
+      for x, (v, l), f in zip(u.src, srcs, frags):
+        if is_fragment(x):   # one fragment load per value of its lanes (the ordering sources are not lanes)
+          idx = self.per_lane(x.src[0], l, tuple(env[r] for r in l))
+          args.append(UOp(Ops.LOAD, x.dtype, (idx,) + tuple(self.memo[d][0] for d in x.src[1:]), x.arg)); continue
+        idx = tuple(pos(l, {**env, **{r: (fi >> j) & 1 for j, r in enumerate(f)}}) for fi in range(1 << len(f)))
+        args.append(v.gep(idx))
+      res[ev] = UOp(Ops.WMMA, u.dtype.vec(1 << len(frags[2])), tuple(args), tc)
+    elems = []
+    for vals in _lane_values(out):
+      env = dict(zip(out, vals))
+      elems.append(res[tuple(env[r] for r in extra)].gep(sum(env[r] << j for j, r in enumerate(frags[2]))))
+    return (elems[0] if len(elems) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(elems)), tuple(elems))), out
 
   def _reduce(self, u: UOp) -> tuple[UOp, Lanes]:
     v, vl = self.memo[u.src[0]]
@@ -172,7 +230,7 @@ class Expander:
     for p in parts[1:]: res = UOp(u.arg, res.dtype, (res, p))
     return res, out
 
-def expand_lanes(sink: UOp) -> UOp:
-  e = Expander()
+def expand_lanes(sink: UOp, runs: bool = False) -> UOp:
+  e = Expander(runs)
   out, _ = e.expand(sink)
   return out

@@ -1,15 +1,15 @@
 """Kernel AST -> ProgramSpec: optimize, lower, expand lanes, simplify, linearize, render."""
 from __future__ import annotations
 from dataclasses import dataclass, field
-import sys
+import math, sys
 from baregrad.helpers import getenv, DEBUG
-from baregrad.ir.dtype import dtypes, PtrDType
+from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp, pretty
 from baregrad.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from baregrad.ir.symbolic import symbolic
 from baregrad.codegen.kernel import Kernel, Opt, KernelError
 from baregrad.codegen.heuristic import heuristic_opts
-from baregrad.codegen.lanes import expand_lanes
+from baregrad.codegen.lanes import expand_lanes, is_fragment
 from baregrad.codegen.linearize import linearize
 from baregrad.codegen.renderer import Renderer, RenderError
 
@@ -24,6 +24,9 @@ class ProgramSpec:
   opts: list[Opt]
   uops: list[UOp] = field(repr=False, default_factory=list)
   ast: UOp | None = field(repr=False, default=None)
+  # buffer number -> byte alignment its vector accesses assume of the buffer's address (checked before a launch:
+  # a buffer view at an odd offset runs a build without vector accesses instead)
+  align: dict[int, int] = field(default_factory=dict)
   @property
   def outs(self) -> list[int]:
     return sorted({u.src[0].arg for u in self.ast.src}) if self.ast is not None else []
@@ -47,22 +50,53 @@ vector_simplify = PatternMatcher([
   (UPat(Ops.VECTORIZE, name="v"), lambda v: v.src[0] if len(v.src) == 1 else None),
 ])
 
-def devectorize(sink: UOp) -> UOp:
-  """Every vector op becomes one scalar op per lane (for renderers without vector types)."""
+def _aligned_chunk(idx: UOp, n: int, itemsize: int, mem_bytes: int) -> int:
+  """The most lanes (a power of two <= 4, or 8 of a 16-bit type, dividing n, at most mem_bytes) one memory access may move when the element
+  index is provably a multiple of it: every term of its linear form and its constant are (the base is checked at
+  launch, see ProgramSpec.align)."""
+  from baregrad.ir.symbolic import linear
+  terms, k = linear(idx)
+  g = math.gcd(k, *terms.values()) if terms else k
+  c = 8 if itemsize <= 2 else 4   # 8 lanes only of 16-bit types (a renderer moves them as 4 32-bit words)
+  while c > 1 and (n % c or c * itemsize > mem_bytes or (g % c if g else False)): c //= 2
+  return c
+
+def devectorize(sink: UOp, mem_bytes: int = 0) -> UOp:
+  """Every vector op becomes one scalar op per lane (for renderers without vector types). With mem_bytes, loads and
+  stores of contiguous lanes stay vectors of up to that many bytes where the index proves the alignment (128-bit
+  ld/st.v4 on GPUs); their lanes are then read with GEP."""
   lanes: dict[UOp, list[UOp]] = {}
+  def chunk(u: UOp, d: DType, idx: UOp) -> int:
+    if not mem_bytes or d.scalar == dtypes.bool or d.scalar.itemsize < 2: return 1
+    return _aligned_chunk(idx, d.count, d.scalar.itemsize, mem_bytes)
   for u in sink.toposort():
     n = u.dtype.count
     if u.op is Ops.VECTORIZE: lanes[u] = [lanes[s][0] for s in u.src]; continue
+    if is_fragment(u): lanes[u] = [u.replace(src=tuple(lanes[s][0] for s in u.src))]; continue
+    if u.op is Ops.WMMA:  # stays one vector instruction on fragment vectors; its lanes are read with GEP
+      w = UOp(Ops.WMMA, u.dtype, tuple(lanes[s][0] if is_fragment(s) else UOp(Ops.VECTORIZE, s.dtype, tuple(lanes[s])) for s in u.src), u.arg)
+      lanes[u] = [UOp(Ops.GEP, u.dtype.scalar, (w,), (i,)) for i in range(n)]
+      continue
     if u.op is Ops.GEP: lanes[u] = [lanes[u.src[0]][i] for i in u.arg]; continue
     if u.op is Ops.LOAD and n > 1:
-      idx = u.src[0]
-      lanes[u] = [UOp(Ops.LOAD, u.dtype.scalar, (idx.src[0].index(lanes[idx.src[1]][0] + i, *(lanes[s][0] for s in idx.src[2:])),)) for i in range(n)]
+      idx, dep = u.src[0], tuple(lanes[s][0] for s in u.src[1:])
+      base, rest = lanes[idx.src[1]][0], tuple(lanes[s][0] for s in idx.src[2:])
+      c = chunk(u, u.dtype, base)
+      if c > 1:
+        vl = [UOp(Ops.LOAD, u.dtype.scalar.vec(c), (idx.src[0].index((base + i).simplify(), *rest),) + dep) for i in range(0, n, c)]
+        lanes[u] = [UOp(Ops.GEP, u.dtype.scalar, (vl[i // c],), (i % c,)) for i in range(n)]
+        continue
+      lanes[u] = [UOp(Ops.LOAD, u.dtype.scalar, (idx.src[0].index(base + i, *rest),) + dep) for i in range(n)]
       continue
     if u.op is Ops.STORE and u.src[1].dtype.count > 1:
-      idx = u.src[0]
+      idx, dep = u.src[0], tuple(lanes[s][0] for s in u.src[2:])
       vs = lanes[u.src[1]]
-      sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(lanes[idx.src[1]][0] + i, *(lanes[s][0] for s in idx.src[2:])), v))
-                  for i, v in enumerate(vs))
+      base, rest = lanes[idx.src[1]][0], tuple(lanes[s][0] for s in idx.src[2:])
+      c = chunk(u, u.src[1].dtype, base)
+      if c > 1:
+        sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index((base + i).simplify(), *rest),
+                                                 UOp(Ops.VECTORIZE, vs[0].dtype.vec(c), tuple(vs[i:i + c]))) + dep, u.arg) for i in range(0, len(vs), c))
+      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest), v) + dep, u.arg) for i, v in enumerate(vs))
       lanes[u] = [UOp(Ops.NOOP, dtypes.void, sts)]
       continue
     if n > 1:
@@ -77,23 +111,24 @@ def devectorize(sink: UOp) -> UOp:
     lanes[u] = [u if src == u.src else u.replace(src=src)]
   return lanes[sink][0]
 
-def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: str | None = None) -> ProgramSpec:
-  """Compile one kernel AST to source for `ren`. opts=None: the default heuristic (none with NOOPT=1)."""
+def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: str | None = None, vector_mem: bool = True) -> ProgramSpec:
+  """Compile one kernel AST to source for `ren`. opts=None: the default heuristic (none with NOOPT=1).
+  vector_mem=False: no vector loads/stores wider than a lane (for buffers whose address is not aligned)."""
   for u in ast.toposort():
     d = u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype.scalar
     if d != dtypes.void and not ren.supports_dtype(d):
       raise KernelError(f"dtype {d} is not supported by the {ren.name} renderer (used by {u.op.name})")
-  k = Kernel(ast, name, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local)
+  k = Kernel(ast, name, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local, ren=ren)
   if opts is None: opts = [] if getenv("NOOPT", 0) else heuristic_opts(k, ren)
   else:
     for o in opts: k.apply_opt(o)
   fname = k.function_name()
   if DEBUG() >= 2: print(f"kernel {fname}: shape {k.colored_shape()} opts {k.applied}", file=sys.stderr)
   sink = k.lower()
-  sink = expand_lanes(sink)
+  sink = expand_lanes(sink, runs=ren.has_local)
   pm = symbolic + vector_simplify + (ren.extra_matcher or PatternMatcher([]))
   sink = graph_rewrite(sink, pm)
-  if not ren.vectorized: sink = graph_rewrite(devectorize(sink), symbolic)
+  if not ren.vectorized: sink = graph_rewrite(devectorize(sink, ren.mem_vector_bytes if vector_mem else 0), symbolic)
   # every buffer of the AST stays a kernel parameter, even one whose loads simplified away (the ABI is by position)
   have = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
   if missing := tuple(b for b in k.buffers() if b not in have): sink = sink.replace(src=sink.src + missing)
@@ -103,4 +138,9 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
     for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[uops.index(s) if s in uops else '-' for s in u.src]} {u.arg!r}", file=sys.stderr)
   src = ren.render(fname, uops)
   if DEBUG() >= 3: print(src, file=sys.stderr)
-  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast)
+  align: dict[int, int] = {}
+  if not ren.vectorized:
+    for u in uops:
+      if u.op in (Ops.LOAD, Ops.STORE) and (d := u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count > 1 and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+        align[u.src[0].src[0].arg] = max(align.get(u.src[0].src[0].arg, 1), d.nbytes)
+  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align)

@@ -28,6 +28,7 @@ class CompiledRunner:
     dev = Device[self.device]
     self.lib = dev.compiler.compile_cached(spec.src)
     self.prg = dev.runtime(dev, spec.name, self.lib)
+    self._scalar: CompiledRunner | None = None
 
   def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
     """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
@@ -41,6 +42,11 @@ class CompiledRunner:
         raise ValueError(f"kernel {self.spec.name} touches buffer {g.arg} up to element {self.need[g.arg] - 1}, but it holds {b.size}")
       if not b.is_allocated(): b.allocate()
       raw.append(b._buf)
+    if self.spec.align and any(bufs[i].offset % a for i, a in self.spec.align.items()):
+      # a view at an offset the vector accesses cannot take: the same kernel with scalar accesses
+      if self._scalar is None:
+        self._scalar = CompiledRunner(get_program(self.spec.ast, Device[self.device].renderer, self.spec.opts, self.spec.name, vector_mem=False), self.device)
+      return self._scalar(bufs, vals, wait)
     vals = vals or {}
     missing = [v.arg[0] for v in self.spec.vars if v.arg[0] not in vals]
     if missing: raise ValueError(f"kernel {self.spec.name} needs values for variables {missing}")

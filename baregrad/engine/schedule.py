@@ -12,6 +12,8 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import gbuf
+from baregrad.codegen.gridreduce import split_reduce
+from baregrad.hal import Device
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
 
@@ -147,7 +149,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
         if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref)
         realized[u] = ref
-        items.append(ScheduleItem(ast, kb.bufs, "kernel", u, check_of.get(u)))
+        items.extend(_device_split(ast, kb.bufs, dev, u, check_of.get(u)))
       _check_write_order(items)
       return items, realized
     except _NeedRealize as e:
@@ -169,6 +171,18 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
         raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "
                            f"earlier kernel of the same schedule wrote version {w}")
     if it.srcnode is not None and it.srcnode.op is Ops.ASSIGN: written[it.bufs[0].storage] = it.bufs[0].version
+
+def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[UOp, str] | None) -> list[ScheduleItem]:
+  """One kernel, or several where the device spreads a long reduction over its compute units (codegen/gridreduce).
+  A bounds check's flag is the last kernel's output (the one that writes bufs[0])."""
+  try: ren = Device[dev].renderer
+  except Exception: ren = None   # a device that cannot open here: its kernels are cut when they run
+  if (plan := split_reduce(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u, check)]
+  refs = list(bufs) + [BufRef(dev, n, dt) for n, dt in plan.temps]
+  items = [ScheduleItem(a, [refs[i] for i in ids], "kernel", u) for a, ids in plan.kernels]
+  assert items[-1].bufs[0] is bufs[0], "a split reduction's last kernel writes the output"
+  items[-1].check = check
+  return items
 
 def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
 

@@ -26,6 +26,8 @@ class Ops(Enum):
   CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()
   # ternary ALU
   WHERE = auto(); MULACC = auto()
+  # a warp-wide matrix multiply-accumulate (tensor cores): WMMA(a, b, c), arg = (TensorCore, lanes of a, b, c fragments)
+  WMMA = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
 
 class GroupOp:

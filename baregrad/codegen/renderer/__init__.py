@@ -13,6 +13,14 @@ class Renderer:
   global_max: tuple[int, ...] = ()   # GPUs: grid limits per dimension (x, y, z); empty for the CPU
   local_max: int = 0                 # GPUs: threads per workgroup
   vectorized: bool = True          # keeps vector lanes; False: every vector op becomes scalar ops
+  mem_vector_bytes: int = 0        # vectorized=False: loads/stores of contiguous aligned lanes stay vectors of up to this
+  # ---- what a GPU target declares (the heuristic and the opts read these; 0 or () where there is nothing)
+  warp_size: int = 0               # threads that execute in lockstep (a tensor-core fragment is spread over one)
+  shared_max: int = 0              # bytes of workgroup (shared) memory one kernel may declare statically
+  regs_per_thread: int = 0         # 32-bit registers one thread may use
+  compute_units: int = 0           # multiprocessors of the device (the device sets it when it knows): grid-wide splits
+  tensor_cores: tuple = ()         # codegen.tc.TensorCore shapes and dtypes the target's matrix instructions take
+  has_async_copy: bool = False     # global -> shared copies that run behind the compute (cp.async)
   supported_dtypes: tuple[DType, ...] = ALL
   extra_matcher: PatternMatcher | None = None   # device-specific decomposition run before linearizing
   def supports_dtype(self, d: DType) -> bool: return d.scalar in self.supported_dtypes

@@ -98,6 +98,7 @@ class CRenderer(Renderer):
       emit(f"const {self._ct(u.dtype)} {u.arg[0]} = {fmt.format(n=u.arg[0][4:], xyz='xyz'[int(u.arg[0][4:])])};"); return u.arg[0]
     if u.op is Ops.SPECIAL and self.gpu_index: raise RenderError(f"{self.name}: unknown SPECIAL {u.arg[0]}")
     raise RenderError(f"{self.name} renderer: cannot render {u.op} (no GPU indices on the CPU)")
+  def _barrier(self) -> str: raise RenderError(f"{self.name} renderer: no workgroup barrier on the CPU")
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
     return (PRELUDE + sats + f"\nvoid {name}(const u64 *restrict args, long long start, long long end) {{\n" +
             "\n".join(body) + "\n}\n")
@@ -114,7 +115,8 @@ class CRenderer(Renderer):
     for i, u in enumerate(uops):
       d, nm = u.dtype, f"v{i}"
       if u.op is Ops.CONST: r[u] = self._cc(d, u.arg); continue
-      if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL): r[u] = self._define(u, nbufs, varnames, emit)
+      if u.op in (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.DEFINE_LOCAL): r[u] = self._define(u, nbufs, varnames, emit)
+      elif u.op is Ops.BARRIER: emit(self._barrier())
       elif u.op is Ops.RANGE:
         lo, hi = (f"({self._ct(d)})start", f"({self._ct(d)})end") if u.arg[1] == "global" else ("0", r[u.src[0]])
         emit(f"for ({self._ct(d)} r{i} = {lo}; r{i} < {hi}; r{i}++) {{"); depth += 1; r[u] = f"r{i}"

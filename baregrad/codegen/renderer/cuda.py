@@ -31,7 +31,11 @@ class CUDARenderer(CRenderer):
   def _define(self, u: UOp, nbufs: int, varnames: list[str], emit) -> str:
     if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR: return u.arg[0]
+    if u.op is Ops.DEFINE_LOCAL:  # workgroup memory; bools are bytes there as in global memory
+      emit(f"__shared__ __align__(16) {self.types[u.dtype.base.scalar]} {u.arg[0]}[{max(1, u.arg[1])}];"); return u.arg[0]
     return super()._define(u, nbufs, varnames, emit)
+
+  def _barrier(self) -> str: return "__syncthreads();"
 
   def _wrap(self, name: str, body: list[str], sats: str, uops: list[UOp]) -> str:
     bufs = {u.arg: u for u in uops if u.op is Ops.DEFINE_GLOBAL}

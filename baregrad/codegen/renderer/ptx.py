@@ -110,6 +110,46 @@ def ptx_imm(d: DType, v: object) -> str:
     return f"0x{float_to_bf16(x):04X}"
   raise RenderError(f"PTX: no immediate for {d}")
 
+def _fused_mma(uops: list[UOp]) -> dict[UOp, list]:
+  """WMMAs whose accumulator input is zero and whose every lane is added (only) into its own accumulator: the mma can
+  take the accumulators as C and D. Maps each such WMMA to its accumulators (DEFINE_ACCs) in lane order, and each of
+  those ASSIGNs to its WMMA."""
+  uses: dict[UOp, int] = {}
+  for u in uops:
+    for x in u.src: uses[x] = uses.get(x, 0) + 1
+  by: dict[UOp, dict[int, UOp]] = {}
+  for u in uops:
+    if u.op is Ops.ASSIGN and u.arg[0] is Ops.ADD and u.src[1].op is Ops.GEP and u.src[1].src[0].op is Ops.WMMA and uses.get(u.src[1]) == 1:
+      by.setdefault(u.src[1].src[0], {})[u.src[1].arg[0]] = u
+  out: dict[UOp, list] = {}
+  for w, asg in by.items():
+    zero = all(x.op is Ops.CONST and x.arg == 0 for x in w.src[2].src) if w.src[2].op is Ops.VECTORIZE else False
+    if zero and sorted(asg) == list(range(w.dtype.count)) and uses.get(w) == w.dtype.count:
+      out[w] = [asg[i].src[0] for i in range(w.dtype.count)]
+      for a in asg.values(): out[a] = [w]
+  return out
+
+def _async_copies(uops: list[UOp]) -> set[UOp]:
+  """STOREs marked "async" (codegen/kernel.py _stage) of a global LOAD used nowhere else, of 4, 8 or 16 bytes: they
+  become one cp.async each (with the LOAD's mask as the copy's source size), and the LOAD itself is not emitted."""
+  uses: dict[UOp, int] = {}
+  for u in uops:
+    for x in u.src: uses[x] = uses.get(x, 0) + 1
+  out: set[UOp] = set()
+  for u in uops:
+    if u.op is not Ops.STORE or u.arg != "async": continue
+    v, via = u.src[1], set()
+    if v.op is Ops.VECTORIZE and all(x.op is Ops.GEP for x in v.src) and len({x.src[0] for x in v.src}) == 1 and \
+       [x.arg for x in v.src] == [(i,) for i in range(len(v.src))] and all(uses.get(x) == 1 for x in v.src) and uses.get(v) == 1:
+      via, v = {v, *v.src}, v.src[0].src[0]   # the lanes of one vector load, in order
+      if v.dtype.count != len(via) - 1 or uses.get(v) != len(via) - 1: continue
+    elif uses.get(v) != 1: continue
+    if v.op is Ops.LOAD and v.dtype.nbytes in (4, 8, 16) and not _is_local(v.src[0].src[0]) and v.dtype.scalar != dtypes.bool:
+      out |= {u, v, *via}
+  return out
+
+def _is_local(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.local
+
 def param_name(u: UOp) -> str:
   if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
   return "var_" + re.sub(r"[^A-Za-z0-9_]", "_", u.arg[0])
@@ -130,16 +170,25 @@ class PTXRenderer(Renderer):
   global_max = (2 ** 31 - 1, 65535, 65535)
   local_max = 1024
   vectorized = False
+  mem_vector_bytes = 16     # ld/st.v2/.v4 up to 128 bits
+  has_ldmatrix = True       # tensor-core fragments of 16-bit types from shared memory in one ldmatrix
+  warp_size = 32
+  shared_max = 48 << 10     # static .shared per kernel (more needs dynamic shared memory and an opt-in per launch)
+  regs_per_thread = 255
   extra_matcher = cpu_float_matcher
 
-  def __init__(self, arch: str = "sm_90") -> None:
+  def __init__(self, arch: str = "sm_90", compute_units: int = 0) -> None:
     if _sm(arch) < 80: raise ValueError(f"PTX renderer needs sm_80 or newer (max.NaN, cvt.bf16), got {arch}")
-    self.arch = arch
+    self.arch, self.compute_units = arch, compute_units
+    self.has_async_copy = True   # cp.async: sm_80+
+    from baregrad.codegen.tc import MMA_SM80
+    self.tensor_cores = MMA_SM80  # mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32: sm_80+
 
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, str] = {}
     cnt: dict[str, int] = {}
     lines: list[str] = []
+    shared: list[str] = []   # .shared declarations (workgroup memory)
     def reg(d: DType) -> str:
       if isinstance(d, PtrDType): pre = "%rd"
       else:
@@ -166,6 +215,8 @@ class PTXRenderer(Renderer):
       if v.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {v.arg[0]} of dtype {v.dtype} cannot be a parameter")
       params.append(f"  .param .{_PARAM_T[v.dtype.scalar]} {param_name(v)}")
     pos = {u: i for i, u in enumerate(uops)}
+    fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
+    copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
     for i, u in enumerate(uops):
       d = u.dtype
       if u.op is Ops.CONST: r[u] = cst(d, u.arg)
@@ -210,6 +261,8 @@ class PTXRenderer(Renderer):
       elif u.op is Ops.DEFINE_ACC:
         x = reg(d)
         emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
+      elif u.op is Ops.ASSIGN and u in fused: r[u] = r[u.src[0]]
+      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)  # type: ignore[assignment]
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         s = d.scalar
@@ -225,6 +278,22 @@ class PTXRenderer(Renderer):
           norm8(d, acc)
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
+      elif u.op is Ops.DEFINE_LOCAL:
+        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")
+        x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
+      elif u.op is Ops.BARRIER:
+        # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
+        # but the newest before the barrier (double-buffered shared tiles, codegen/kernel.py _stage)
+        if u.arg in ("commit", "wait1"): emit("cp.async.commit_group;")
+        if u.arg == "wait1": emit("cp.async.wait_group 1;")
+        if u.arg != "commit": emit("bar.sync 0;")
+      elif u.op is Ops.INDEX and _is_local(u.src[0]):
+        buf, idx = u.src[0], u.src[1]
+        it = idx.dtype.scalar
+        i32 = r[idx] if it.itemsize == 4 else self._cast(it, dtypes.int32, r[idx], reg, emit, norm8)
+        off, x = reg(dtypes.uint32), reg(dtypes.uint32)
+        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")
+        r[u] = x
       elif u.op is Ops.INDEX:
         buf, idx = u.src[0], u.src[1]
         sz = buf.dtype.base.itemsize if isinstance(buf.dtype, PtrDType) else buf.dtype.itemsize
@@ -237,27 +306,64 @@ class PTXRenderer(Renderer):
           emit(f"mul.lo.s64 {off}, {w}, {sz};")
         emit(f"add.s64 {x}, {r[buf]}, {off};")
         r[u] = x
+      elif u.op in (Ops.LOAD, Ops.GEP, Ops.VECTORIZE) and u in copies: pass   # the cp.async of its STORE reads it
+      elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
+        xs = [reg(dtypes.uint32) for _ in range(u.arg[1])]
+        emit(f"ldmatrix.sync.aligned.m8n8.x{u.arg[1]}{'.trans' if u.arg[2] else ''}.shared.b16 {{{', '.join(xs)}}}, [{r[u.src[0]]}];")
+        r[u] = xs  # type: ignore[assignment]
+      elif u.op is Ops.STORE and u in copies:
+        idx, ld = u.src[0], u.src[1] if u.src[1].op is Ops.LOAD else u.src[1].src[0].src[0]
+        nb, gidx = ld.dtype.nbytes, ld.src[0]
+        pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
+        if len(gidx.src) > 2:   # a masked element: copy nothing, zero-fill the destination
+          n = reg(dtypes.uint32); emit(f"selp.b32 {n}, {nb}, 0, {r[gidx.src[2]]};")
+        else: n = str(nb)
+        emit(f"{pred}cp.async.{'cg' if nb == 16 else 'ca'}.shared.global [{r[idx]}], [{r[gidx]}], {nb}, {n};")
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
+        sp = "shared" if _is_local(idx.src[0]) else "global"
         s = d.scalar
+        if d.count > 1:   # one vector access (alignment proven by devectorize, the base checked at launch)
+          xs = [reg(s) for _ in range(d.count)]
+          if d.count > 4:   # 8 16-bit lanes: 4 32-bit words, split after
+            ws = [reg(dtypes.uint32) for _ in range(d.count // 2)]
+            if pred:
+              for w in ws: emit(f"mov.b32 {w}, 0;")
+            emit(f"{pred}ld.{sp}.v4.b32 {{{', '.join(ws)}}}, [{r[idx]}];")
+            for j, w in enumerate(ws): emit(f"mov.b32 {{{xs[2 * j]}, {xs[2 * j + 1]}}}, {w};")
+            r[u] = xs  # type: ignore[assignment]
+            continue
+          if pred:
+            for x in xs: emit(f"mov.{self._movt(s)} {x}, {ptx_imm(s, 0)};")
+          emit(f"{pred}ld.{sp}.v{d.count}.{_MT[s]} {{{', '.join(xs)}}}, [{r[idx]}];")
+          r[u] = xs  # type: ignore[assignment]
+          continue
         if s == dtypes.bool:
           t = reg(dtypes.uint16)
           if pred: emit(f"mov.b16 {t}, 0;")
-          emit(f"{pred}ld.global.u8 {t}, [{r[idx]}];")
+          emit(f"{pred}ld.{sp}.u8 {t}, [{r[idx]}];")
           x = reg(d); emit(f"setp.ne.u16 {x}, {t}, 0;")
         else:
           x = reg(d)
           if pred: emit(f"mov.{self._movt(d)} {x}, {ptx_imm(d, 0)};")
-          emit(f"{pred}ld.global.{_MT[s]} {x}, [{r[idx]}];")
+          emit(f"{pred}ld.{sp}.{_MT[s]} {x}, [{r[idx]}];")
         r[u] = x
       elif u.op is Ops.STORE:
         idx, val = u.src[0], u.src[1]
         pred = f"@{r[idx.src[2]]} " if len(idx.src) > 2 else ""
+        sp = "shared" if _is_local(idx.src[0]) else "global"
         v = r[val]
+        if val.dtype.count > 4:   # 8 16-bit lanes: packed into 4 32-bit words
+          ws = [reg(dtypes.uint32) for _ in range(val.dtype.count // 2)]
+          for j, w in enumerate(ws): emit(f"mov.b32 {w}, {{{v[2 * j]}, {v[2 * j + 1]}}};")
+          emit(f"{pred}st.{sp}.v4.b32 [{r[idx]}], {{{', '.join(ws)}}};"); continue
+        if val.dtype.count > 1: emit(f"{pred}st.{sp}.v{val.dtype.count}.{_MT[val.dtype.scalar]} [{r[idx]}], {{{', '.join(v)}}};"); continue
         if val.dtype.scalar == dtypes.bool:
           t = reg(dtypes.uint16); emit(f"selp.u16 {t}, 1, 0, {v};"); v = t
-        emit(f"{pred}st.global.{_MT[val.dtype.scalar]} [{r[idx]}], {v};")
+        emit(f"{pred}st.{sp}.{_MT[val.dtype.scalar]} [{r[idx]}], {v};")
+      elif u.op is Ops.GEP: r[u] = r[u.src[0]][u.arg[0]]
+      elif u.op is Ops.VECTORIZE: r[u] = [r[x] for x in u.src]  # type: ignore[assignment]
       elif u.op is Ops.CAST: r[u] = self._cast(u.src[0].dtype, d, r[u.src[0]], reg, emit, norm8)
       elif u.op is Ops.BITCAST:
         fr = u.src[0].dtype
@@ -280,7 +386,27 @@ class PTXRenderer(Renderer):
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): ntid[int(u.arg[0][4:])] = int(u.arg[1])
     return (f"//\n// Generated by baregrad's PTX renderer\n//\n.version {ptx_version(self.arch)}\n.target {self.arch}\n.address_size 64\n\n"
             f".visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
-            "\n".join(decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
+            "\n".join(shared + decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
+
+  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
+    """One mma.sync: 16-bit inputs packed in pairs into .b32 registers (the lower index in the low half), float32
+    inputs rounded to tf32 (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
+    tc = u.arg
+    def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
+      if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
+      out = []
+      if dt.itemsize == 2:
+        for i in range(0, len(regs), 2):
+          x = reg(dtypes.uint32); emit(f"mov.b32 {x}, {{{regs[i]}, {regs[i + 1]}}};"); out.append(x)
+      else:
+        for v in regs:
+          x = reg(dtypes.uint32); emit(f"cvt.rna.tf32.f32 {x}, {v};"); out.append(x)
+      return out
+    a, b = pack(r[u.src[0]], tc.dtype_in, u.src[0]), pack(r[u.src[1]], tc.dtype_in, u.src[1])
+    if accs is not None: c = d = accs
+    else: c, d = r[u.src[2]], [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
+    emit(f"{tc.name} {{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
+    return d
 
   @staticmethod
   def _movt(d: DType) -> str:

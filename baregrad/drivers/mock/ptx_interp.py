@@ -74,14 +74,15 @@ to the call site's .param variables (per-thread storage), `ret` jumps to the ret
 
 Not supported (PTXError naming the instruction): calls to external functions (vprintf,
 malloc, __assertfail), indirect calls and recursion, texture/surface instructions, carry chains (add.cc/addc/mad.cc), bar.arrive
-and barriers with a thread count, mma/wmma/ldmatrix/cp.async and other sm_80+ matrix and
-async-copy instructions, vector registers (.reg .v4), prmt modes other than the default.
+and barriers with a thread count, wmma and the mma/ldmatrix/cp.async forms ptx_matrix.py does not list, TMA and
+wgmma (sm_90 asynchronous matrix instructions), vector registers (.reg .v4), prmt modes other than the default.
 """
 from __future__ import annotations
 
 import re
 import struct
 import numpy as np
+from baregrad.drivers.mock.ptx_matrix import MatrixOps
 
 __all__ = ["PTXError", "GPUFault", "PTXModule", "PTXKernel", "Memory", "Windows", "SHARED_WINDOW", "LOCAL_WINDOW"]
 
@@ -942,11 +943,13 @@ class PTXModule:
 
 class _Ctx:
     __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
-                 "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size", "win", "step")
+                 "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size", "win", "step",
+                 "cp_async")
 
 
-class PTXKernel:
-    """One `.entry` of a module: parsed and compiled to per-instruction closures."""
+class PTXKernel(MatrixOps):
+    """One `.entry` of a module: parsed and compiled to per-instruction closures. Warp-level matrix instructions
+    (mma.sync, ldmatrix) and cp.async live in ptx_matrix.py."""
 
     strict_barriers = False  # True: a barrier that some threads exited before reaching raises
     max_batch_lanes = 8192  # blocks are run together in batches of up to this many threads
@@ -2070,6 +2073,8 @@ class PTXKernel:
 
     # conversions
     def _c_cvt(self, ins):
+        if "tf32" in ins.mods:
+            return self._cvt_tf32(ins)
         ts = self._types(ins)
         if len(ts) != 2:
             raise self._err(ins, "cvt needs a destination and a source type")
@@ -2600,6 +2605,7 @@ class PTXKernel:
                 c.shared = _Shared(nb, shared_size, n)
                 c.local = _Local(N, self.local_size, "local")
                 c.clock = 0
+                c.cp_async = None
                 c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes, specials or {})
                 c.win = windows or _DEFAULT_WINDOWS
                 c.step = step

@@ -413,6 +413,7 @@ class NVDevice(HCQDevice):
       raise
     self.is_mock = hasattr(getattr(port, "inner", port), "mock")
     renderer, compiler = _toolchain(self.arch)
+    renderer.compute_units = self.sm_count   # the optimizer spreads long reductions over every SM
     self.compiler_ok = getattr(compiler, "ptxas", None) is not None
     self.local_mem: NVMemory | None = None
     self.local_per_thread = 0

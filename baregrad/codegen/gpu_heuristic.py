@@ -1,0 +1,225 @@
+"""Default opts for targets with workgroups (GPUs), chosen from what the renderer declares (threads per workgroup,
+shared memory, warp size, multiprocessors, tensor cores), never from which device it is.
+
+Shapes it aims for:
+- elementwise: 4 lanes per thread along the axis the stores walk contiguously (128-bit accesses where aligned),
+  up to 256 threads per workgroup over it, the rest of the output on the grid;
+- reduction: when the reduced axis is contiguous or the outputs are too few to fill the device, a workgroup of up to
+  256 threads shares each output (GROUP) and every thread reads 4 neighbouring elements per step; otherwise one thread
+  per output, neighbouring threads on neighbouring outputs;
+- matmul-like (a reduction with reuse on two output axes): tensor cores where the target declares a matching shape,
+  else register tiles with operand tiles staged in shared memory.
+Awkward sizes are padded (PADTO) to the tile rather than falling back to tiny workgroups."""
+from __future__ import annotations
+from baregrad.helpers import prod
+from baregrad.ir.ops import UOp, Ops
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
+from baregrad.codegen.renderer import Renderer
+
+def _strides(k: Kernel) -> list[tuple[UOp, tuple[int | None, ...]]]:
+  return [(u, u.src[1].arg.real_strides()) for u in k.ast.toposort() if u.op in (Ops.LOAD, Ops.STORE)]
+
+def axis_of(k: Kernel, orig: int, kinds: tuple[str, ...]) -> int | None:
+  """The optimizer's number of the innermost part of full-shape axis `orig` whose kind is one of `kinds`."""
+  loops = k.loop_axes()
+  cands = [n for n, i in enumerate(loops) if k.axes[i].orig == orig and k.axes[i].kind in kinds]
+  return cands[-1] if cands else None
+
+def size_of(k: Kernel, orig: int, kinds: tuple[str, ...]) -> int:
+  n = axis_of(k, orig, kinds)
+  return 0 if n is None else k.axes[k.loop_axes()[n]].size
+
+def apply(k: Kernel, op: OptOps, orig: int, amt: int, kinds: tuple[str, ...]) -> bool:
+  """Apply op to the innermost part of `orig` of the given kinds; False (kernel unchanged) if it does not apply."""
+  n = axis_of(k, orig, kinds)
+  if n is None: return False
+  try: k.apply_opt(Opt(op, n, amt))
+  except OptError: return False
+  return True
+
+def pow2_divisor(n: int, limit: int) -> int:
+  d = 1
+  while d * 2 <= limit and n % (d * 2) == 0: d *= 2
+  return d
+
+def fit(k: Kernel, orig: int, kinds: tuple[str, ...], want: int, floor: int) -> int:
+  """Make the axis take `want` (a power of two) or at least `floor`: the largest power-of-two divisor if that is
+  enough, else pad the axis to a multiple of `want`. Returns the amount the axis now divides by."""
+  size = size_of(k, orig, kinds)
+  if size == 0: return 1
+  want = min(want, 1 << (size.bit_length() - 1)) if size < want else want
+  d = pow2_divisor(size, want)
+  if d >= min(want, floor) or size <= floor: return d
+  if apply(k, OptOps.PADTO, orig, want, kinds): return want
+  return d
+
+def gpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
+  """Apply and return GPU-shaped opts for kernel k (see the module docstring)."""
+  acc = _strides(k)
+  loads = [s for u, s in acc if u.op is Ops.LOAD]
+  stores = [s for u, s in acc if u.op is Ops.STORE]
+  out_axes = [a.orig for a in k.axes if a.kind == "loop"]
+  red_axes = [a.orig for a in k.axes if a.kind == "reduce"]
+  tmax = min(ren.local_max or 256, 256)
+  cu = ren.compute_units or 64
+  n_out = prod(k.full_shape[o] for o in out_axes)
+  reuse = [o for o in out_axes if any(s[o] == 0 for s in loads)] if red_axes else []
+  if red_axes and len(reuse) >= 2 and _matmul(k, ren, reuse, red_axes, loads, stores): pass
+  elif red_axes: _reduction(k, ren, out_axes, red_axes, loads, stores, n_out, tmax, cu)
+  else: _elementwise(k, ren, out_axes, loads, stores, tmax, cu)
+  _grid(k, ren)
+  return list(k.applied)
+
+def _contiguous(ss: list, o: int) -> bool: return any(s[o] == 1 for s in ss)
+
+def _elementwise(k: Kernel, ren: Renderer, out_axes: list[int], loads: list, stores: list, tmax: int, cu: int) -> None:
+  if not out_axes: return
+  o = next((a for a in reversed(out_axes) if _contiguous(stores, a)), out_axes[-1])
+  n_out = prod(k.full_shape[a] for a in out_axes)
+  # 4 lanes a thread where the memory is contiguous and there is work enough to keep every multiprocessor busy
+  if (_contiguous(stores, o) or _contiguous(loads, o)) and n_out >= 4 * 128 * cu and size_of(k, o, ("loop",)) % 4 == 0:
+    apply(k, OptOps.UPCAST, o, 4, ("loop",))
+  lsz = fit(k, o, ("loop",), tmax, ren.warp_size or 32)
+  if lsz > 1: apply(k, OptOps.LOCAL, o, lsz, ("loop",))
+  # too few threads on the inner axis: the next axis out shares the workgroup
+  if k.threads < 64 and len(out_axes) > 1:
+    o2 = [a for a in out_axes if a != o][-1]
+    l2 = pow2_divisor(size_of(k, o2, ("loop",)), max(1, tmax // max(k.threads, 1)))
+    if l2 > 1: apply(k, OptOps.LOCAL, o2, l2, ("loop",))
+
+def _reduction(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int], loads: list, stores: list, n_out: int,
+               tmax: int, cu: int) -> None:
+  r = red_axes[-1]
+  rsize = k.full_shape[r]
+  contig_r = _contiguous(loads, r)
+  # one thread per output is enough when outputs fill the device and neighbouring outputs are neighbours in memory
+  outputs_suffice = n_out >= 256 * cu and not contig_r
+  use_group = rsize >= 32 and not outputs_suffice and len(out_axes) <= 3
+  if use_group:
+    g = 256 if rsize >= 4096 else 128 if rsize >= 1024 else 64 if rsize >= 256 else 32
+    g = max(min(g, tmax), min(ren.warp_size or 1, tmax))   # at least a warp: a partial warp idles lanes
+    u = 4 if contig_r and rsize >= 8 * g else 1
+    if rsize % (g * u):
+      if not apply(k, OptOps.PADTO, r, g * u, ("reduce",)):
+        g, u = pow2_divisor(rsize, g), 1
+    if u > 1: apply(k, OptOps.UNROLL, r, u, ("reduce",))
+    if g >= 8 and apply(k, OptOps.GROUP, r, g, ("reduce",)):
+      # a small group: several outputs per workgroup (neighbours in the output)
+      if out_axes and k.threads < 128:
+        o = out_axes[-1]
+        l = pow2_divisor(size_of(k, o, ("loop",)), 128 // k.threads)
+        if l > 1: apply(k, OptOps.LOCAL, o, l, ("loop",))
+      return
+  if not out_axes: return
+  # a thread per output: neighbouring threads on the output axis the loads walk contiguously
+  o = next((a for a in reversed(out_axes) if _contiguous(loads, a)), out_axes[-1])
+  if contig_r and rsize % 4 == 0 and rsize >= 16: apply(k, OptOps.UNROLL, r, 4, ("reduce",))
+  lsz = fit(k, o, ("loop",), tmax, ren.warp_size or 32)
+  if lsz > 1: apply(k, OptOps.LOCAL, o, lsz, ("loop",))
+
+def _operands(k: Kernel, reuse: list[int], loads: list, stores: list) -> tuple[int, int] | None:
+  """(m, n) of a matmul-like kernel: n the reuse axis the stores walk contiguously, m a reuse axis along which the
+  operand that moves with n stands still (cout of a convolution, the rows of a matmul)."""
+  n = next((a for a in reversed(reuse) if _contiguous(stores, a)), reuse[-1])
+  movers = [s for s in loads if s[n] != 0]
+  m = next((a for a in reversed(reuse) if a != n and movers and all(s[a] == 0 for s in movers)), None)
+  if m is None: m = next((a for a in reversed(reuse) if a != n), None)
+  return None if m is None else (m, n)
+
+def _tile(size: int, big: int) -> tuple[int, int]:
+  """(threads, lanes) along one output axis of a matmul tile."""
+  up = 8 if size >= 1024 else 4 if size >= 64 else 2 if size >= 32 else 1
+  return min(16, max(1, 1 << max(0, (size // up - 1).bit_length()))), up
+
+def _tc_tile(size: int, frag: int, big: int, warps: int = 2) -> tuple[int, int]:
+  """(warps, fragments a warp) along one output axis of a tensor-core tile."""
+  if size >= 256: return warps, big
+  if size >= 64: return 2, max(1, big // 2)
+  return 1, max(1, min(big // 2, 1 << max(0, (-(-size // frag) - 1).bit_length())))
+
+def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
+  """Tensor cores where the target has one for the operands' dtype: 2x2 warps, each a register tile of fragments,
+  operand tiles staged in shared memory per 32-wide step of the reduction. Not when padding to the fragment shape
+  would waste more than half the work."""
+  from baregrad.codegen.tc import usable
+  ops = k.tc_operands()
+  if ops is None: return False
+  m, n, r, la, lb = ops
+  # a convolution's window loops (kh, kw) around the fragments, with their masked loads, spill every register as
+  # lowered today (ptxas -v: 1.6 KB a thread for a ResNet 3x3): tensor cores for plain matmuls only (BEAM may still try)
+  if any(a.kind == "reduce" and a.orig != r for a in k.axes): return False
+  cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
+  if not cands: return False
+  tc = ren.tensor_cores[cands[0]]
+  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments within half the declared registers
+  # (the rest: addresses, the staged tiles' bookkeeping); 4x4 fragments of m16n8 = 64 accumulators, 2x4 warps
+  regs = ren.regs_per_thread or 255
+  um_max, un_max = 4, 4
+  while um_max * un_max * 4 + um_max * 4 + un_max * 2 > regs // 2 and un_max > 1: un_max //= 2
+  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], um_max), _tc_tile(k.full_shape[n], tc.dims[1], un_max, 4)
+  tiles = {m: wm * um * tc.dims[0], n: wn * un * tc.dims[1], r: 2 * tc.dims[2] if k.full_shape[r] > tc.dims[2] else tc.dims[2]}
+  padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
+  if padded > 1.5 * prod(k.full_shape[o] for o in tiles): return False
+  for o, t in tiles.items():
+    if k.full_shape[o] % t and not apply(k, OptOps.PADTO, o, t, ("loop", "reduce")): return False
+  try: k.apply_opt(Opt(OptOps.TC, cands[0]))
+  except OptError: return False
+  for o, u in ((m, um), (n, un)):
+    if u > 1: apply(k, OptOps.UPCAST, o, u, ("loop",))
+  for o, w in ((m, wm), (n, wn)):
+    if w > 1: apply(k, OptOps.LOCAL, o, w, ("loop",))
+  if size_of(k, r, ("reduce",)) > 1 and tiles[r] > tc.dims[2]: apply(k, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",))
+  if ren.shared_max:
+    used = 0
+    for j in range(len(k.stage_candidates())):
+      b = k.stage_bytes(j)
+      if b and used + b <= ren.shared_max and apply_smem(k, j): used += b
+  return True
+
+def apply_smem(k: Kernel, j: int) -> bool:
+  try: k.apply_opt(Opt(OptOps.SMEM, j)); return True
+  except OptError: return False
+
+def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loads: list, stores: list) -> bool:
+  """Tensor cores if the target has a matching one; else register tiles (up to 8x8 outputs a thread) on 16x16
+  threads, the reduction stepping through tiles of the operands staged in shared memory (SMEM) when they fit."""
+  if ren.tensor_cores and _tensor_cores(k, ren): return True
+  mn = _operands(k, reuse, loads, stores)
+  if mn is None: return False
+  m, n = mn
+  r = max(red_axes, key=lambda a: k.full_shape[a])
+  (tn, un), (tm, um) = _tile(k.full_shape[n], 128), _tile(k.full_shape[m], 128)
+  while ren.regs_per_thread and um * un > ren.regs_per_thread // 4 and max(um, un) > 1:   # accumulators: a quarter of the registers
+    if un >= um: un //= 2
+    else: um //= 2
+  for ax, tile in ((n, tn * un), (m, tm * um)):
+    if k.full_shape[ax] % tile: apply(k, OptOps.PADTO, ax, tile, ("loop",))
+  bk = 8 if k.full_shape[r] >= 16 else 0
+  if bk and k.full_shape[r] % bk: apply(k, OptOps.PADTO, r, bk, ("reduce",))
+  for ax, up in ((n, un), (m, um)):
+    if up > 1 and size_of(k, ax, ("loop",)) % up == 0: apply(k, OptOps.UPCAST, ax, up, ("loop",))
+  for ax, t in ((n, tn), (m, tm)):
+    l = pow2_divisor(size_of(k, ax, ("loop",)), t)
+    if l > 1: apply(k, OptOps.LOCAL, ax, l, ("loop",))
+  if bk and size_of(k, r, ("reduce",)) > bk: apply(k, OptOps.SPLIT, r, bk, ("reduce",))
+  if ren.shared_max:
+    used = 0
+    for j in range(len(k.stage_candidates())):
+      b = k.stage_bytes(j)
+      if b and k.stage_reuse(j) and used + b <= ren.shared_max:
+        try: k.apply_opt(Opt(OptOps.SMEM, j)); used += b
+        except OptError: pass
+  return True
+
+def _grid(k: Kernel, ren: Renderer) -> None:
+  """The remaining output loops go on the grid, innermost first (x), within the grid's limits per dimension."""
+  limits = list(ren.global_max)
+  while limits:
+    loops = k.loop_axes()
+    cand = [n for n, i in enumerate(loops) if k.axes[i].kind == "loop"]
+    if not cand: break
+    n = cand[-1]
+    if k.axes[loops[n]].size > limits[0]: break
+    try: k.apply_opt(Opt(OptOps.PARALLEL, n))
+    except OptError: break
+    limits.pop(0)

@@ -1,0 +1,64 @@
+"""Tensor cores as data: a shape, the dtypes it takes, and where each element of each operand's fragment lives.
+
+A warp-wide matrix instruction D = A @ B + C (A: M x K, B: K x N, C and D: M x N) spreads every operand over the
+warp's lanes: each lane holds a few elements (its fragment). For the shapes here every coordinate bit of an element
+(row/column bit b) is either a bit of the lane id or a bit of the element's index in the fragment, so a layout is two
+tuples: which coordinate bit each lane-id bit is, and which each fragment-index bit is ("m0" = bit 0 of the row of A
+and C, "n2" = bit 2 of the column of B and C, "k3" = bit 3 of the reduction index). The kernel lowering builds every
+operand index from these (codegen/kernel.py), so a renderer declares its instructions and nothing else changes.
+
+NVIDIA mma.sync (PTX ISA 9.7.14.5.7 "Matrix Fragments for mma.m16n8k8" and 9.7.14.5.8 "... mma.m16n8k16 with floating
+point type"; groupID = laneid >> 2, threadID_in_group = laneid % 4):
+- m16n8k16 .f16/.bf16: A a0..a7: row = groupID (+8 for a2,a3,a6,a7), col = threadID_in_group*2 + (i & 1) (+8 for
+  i >= 4); B b0..b3: row = threadID_in_group*2 + (i & 1) (+8 for i >= 2), col = groupID; C c0..c3: row = groupID (+8
+  for c2,c3), col = threadID_in_group*2 + (i & 1).
+- m16n8k8 .tf32: A a0..a3: row = groupID (+8 for a1,a3), col = threadID_in_group (+4 for a2,a3); B b0,b1: row =
+  threadID_in_group (+4 for b1), col = groupID; C as above.
+
+TF32 (10-bit mantissa inputs) changes float32 results, so it is off by default, like PyTorch's
+torch.backends.cuda.matmul.allow_tf32: turn it on with the environment variable ALLOW_TF32=1 or set_allow_tf32(True)
+(read when a kernel is compiled; kernels already compiled keep their choice)."""
+from __future__ import annotations
+import os
+from dataclasses import dataclass
+from baregrad.ir.dtype import DType, dtypes
+
+@dataclass(frozen=True)
+class TensorCore:
+  name: str                       # the instruction, as the renderer spells it
+  dims: tuple[int, int, int]      # M, N, K
+  dtype_in: DType                 # A and B (float32 here means tf32: the inputs are rounded to 10-bit mantissas)
+  dtype_acc: DType                # C and D
+  a_lane: tuple[str, ...]; a_elem: tuple[str, ...]
+  b_lane: tuple[str, ...]; b_elem: tuple[str, ...]
+  c_lane: tuple[str, ...]; c_elem: tuple[str, ...]
+  threads: int = 32
+  def coord_bits(self, layout: str, coord: str) -> list[tuple[str, int]]:
+    """For coordinate `coord` of operand `layout` ('a', 'b', 'c'): per bit (low first), ('lane', j) or ('elem', j)."""
+    lane, elem = getattr(self, f"{layout}_lane"), getattr(self, f"{layout}_elem")
+    bits = {int(x[1:]): ("lane", j) for j, x in enumerate(lane) if x[0] == coord}
+    bits.update({int(x[1:]): ("elem", j) for j, x in enumerate(elem) if x[0] == coord})
+    return [bits[b] for b in range(len(bits))]
+
+_A16 = dict(a_lane=("k1", "k2", "m0", "m1", "m2"), a_elem=("k0", "m3", "k3"), b_lane=("k1", "k2", "n0", "n1", "n2"), b_elem=("k0", "k3"))
+_A8 = dict(a_lane=("k0", "k1", "m0", "m1", "m2"), a_elem=("m3", "k2"), b_lane=("k0", "k1", "n0", "n1", "n2"), b_elem=("k2",))
+_C = dict(c_lane=("n1", "n2", "m0", "m1", "m2"), c_elem=("n0", "m3"))
+
+MMA_SM80 = (
+  TensorCore("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", (16, 8, 16), dtypes.float16, dtypes.float32, **_A16, **_C),
+  TensorCore("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", (16, 8, 16), dtypes.bfloat16, dtypes.float32, **_A16, **_C),
+  TensorCore("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", (16, 8, 8), dtypes.float32, dtypes.float32, **_A8, **_C),
+)
+
+_allow_tf32: bool | None = None
+def set_allow_tf32(flag: bool | None) -> None:
+  """Let float32 matmuls run on tf32 tensor cores (True), forbid it (False), or follow $ALLOW_TF32 again (None)."""
+  global _allow_tf32
+  _allow_tf32 = flag
+def allow_tf32() -> bool:
+  """Whether float32 matmuls may run on tf32 tensor cores (default: no)."""
+  return _allow_tf32 if _allow_tf32 is not None else os.environ.get("ALLOW_TF32", "0") not in ("", "0")
+
+def usable(tc: TensorCore) -> bool:
+  """A tensor core the optimizer may pick: tf32 ones only when allowed."""
+  return tc.dtype_in != dtypes.float32 or allow_tf32()

@@ -1,0 +1,153 @@
+"""Tensor cores (OptOps.TC) on the mock NVIDIA GPU: mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32 (behind the allow-tf32
+switch), on operands read straight from global memory or staged in shared memory (cp.async double buffering, ldmatrix
+with and without .trans), edge tiles padded (PADTO), several warps and several fragments a warp; the heuristic's choice.
+Results against NumPy in float64; the generated PTX assembles with ptxas for sm_80, sm_89 and sm_90."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from baregrad.hal import Device, Buffer
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import Ops
+from baregrad.ir.view import ShapeTracker
+from baregrad.codegen.astbuild import load, store, reduce, sink
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
+from baregrad.codegen.program import get_program
+from baregrad.codegen.renderer.ptx import PTXRenderer
+from baregrad.codegen.tc import set_allow_tf32, allow_tf32
+from baregrad.codegen.gpu_heuristic import apply
+from baregrad.engine.runner import compile_ast
+from tests.helpers import mock_nv_device
+from baregrad.drivers.nv_compile import find_ptxas
+
+f16, bf16, f32 = dtypes.float16, dtypes.bfloat16, dtypes.float32
+
+@pytest.fixture(scope="module", autouse=True)
+def nv():
+  """One mock Hopper registered as Device["NV"] for the module."""
+  with mock_nv_device() as dev: yield dev
+
+def _bits(x: np.ndarray, dt) -> np.ndarray:
+  if dt == bf16: return (np.asarray(x, np.float32).view(np.uint32) >> 16).astype(np.uint16)   # inputs chosen exact in bf16
+  return np.asarray(x, np.float16 if dt == f16 else np.float32)
+
+def matmul_ast(m, n, k, dt, acc=f32, b_transposed=False):
+  sa = ShapeTracker.from_shape((m, k)).reshape((m, 1, k)).expand((m, n, k))
+  sb = (ShapeTracker.from_shape((n, k)).reshape((1, n, k)) if b_transposed else
+        ShapeTracker.from_shape((k, n)).permute((1, 0)).reshape((1, n, k))).expand((m, n, k))
+  la, lb = load(1, dt, sa), load(2, dt, sb)
+  prod_ = (la * lb).cast(acc) if dt != acc else la * lb   # as the Tensor frontend builds a half matmul
+  return sink(store(0, (m, n, 1), reduce(prod_, Ops.ADD, (2,))))
+
+def run_matmul(m, n, k, dt, opts, b_transposed=False, seed=0):
+  rng = np.random.default_rng(seed)
+  a = rng.integers(-8, 8, (m, k)).astype(np.float32) / 4   # exact in every input type: only the sum order differs
+  b = rng.integers(-8, 8, (k, n)).astype(np.float32) / 4
+  ast = matmul_ast(m, n, k, dt, b_transposed=b_transposed)
+  r = compile_ast(ast, "NV", opts)
+  bufs = [Buffer("NV", m * n, f32).allocate(), Buffer("NV", m * k, dt).allocate(), Buffer("NV", k * n, dt).allocate()]
+  bufs[1].copyin(memoryview(np.ascontiguousarray(_bits(a, dt))).cast("B"))
+  bufs[2].copyin(memoryview(np.ascontiguousarray(_bits(b.T if b_transposed else b, dt))).cast("B"))
+  r(bufs, wait=True)
+  out = np.empty(m * n, np.float32); bufs[0].copyout(memoryview(out).cast("B"))
+  return out.reshape(m, n), a.astype(np.float64) @ b, r
+
+def opts_for(m, n, k, dt, tc, warps=(1, 1), tiles=(1, 1), bk=0, smem=False, pad=True):
+  """Build TC opts by full-shape axis (m=0, n=1, k=2) on a throwaway kernel, so axis numbers stay right."""
+  kern = Kernel(matmul_ast(m, n, k, dt), gpu=True, ren=PTXRenderer())
+  if pad:
+    for o, t in ((0, 16 * warps[0] * tiles[0]), (1, 8 * warps[1] * tiles[1]), (2, 16 * max(1, bk))):
+      if kern.full_shape[o] % t: assert apply(kern, OptOps.PADTO, o, t, ("loop", "reduce"))
+  kern.apply_opt(Opt(OptOps.TC, tc))
+  for o, u in enumerate(tiles):
+    if u > 1: assert apply(kern, OptOps.UPCAST, o, u, ("loop",))
+  for o, w in enumerate(warps):
+    if w > 1: assert apply(kern, OptOps.LOCAL, o, w, ("loop",))
+  if bk > 1: assert apply(kern, OptOps.SPLIT, 2, bk, ("reduce",))
+  if smem:
+    kern.apply_opt(Opt(OptOps.SMEM, 0)); kern.apply_opt(Opt(OptOps.SMEM, 1))
+  for o in (1, 0):
+    apply(kern, OptOps.PARALLEL, o, 0, ("loop",))
+  return kern.applied
+
+@pytest.mark.parametrize("dt,tc", [(f16, 0), (bf16, 1)])
+@pytest.mark.parametrize("m,n,k,warps,tiles,bk,smem", [
+  (16, 8, 16, (1, 1), (1, 1), 0, False),          # one fragment
+  (32, 24, 48, (2, 1), (1, 3), 0, False),         # two warps, three n fragments a warp, a k loop, global operands
+  (17, 33, 65, (1, 2), (2, 1), 2, True),          # edge tiles: every axis padded; staged (cp.async, ldmatrix / .trans)
+  (64, 32, 64, (2, 2), (2, 2), 2, True),
+])
+def test_tc_matmul(dt, tc, m, n, k, warps, tiles, bk, smem):
+  got, want, r = run_matmul(m, n, k, dt, opts_for(m, n, k, dt, tc, warps, tiles, bk, smem))
+  np.testing.assert_array_equal(got, want)
+  assert "mma.sync.aligned.m16n8k16" in r.spec.src
+  if smem: assert all(x in r.spec.src for x in ("ldmatrix.sync.aligned.m8n8.x4.shared.b16", ".trans.shared.b16", "cp.async", "cp.async.wait_group 1;"))
+
+def test_tc_b_operand_k_contiguous_uses_plain_ldmatrix():
+  got, want, r = run_matmul(32, 16, 32, f16, opts_for(32, 16, 32, f16, 0, bk=2, smem=True), b_transposed=True)
+  np.testing.assert_array_equal(got, want)
+  assert ".trans" not in r.spec.src and "ldmatrix.sync.aligned.m8n8.x2.shared.b16" in r.spec.src
+
+def test_tf32_is_off_by_default_and_switchable():
+  assert not allow_tf32()
+  k = Kernel(matmul_ast(16, 8, 8, f32), gpu=True, ren=PTXRenderer())
+  with pytest.raises(OptError, match="tf32 is not allowed"): k.apply_opt(Opt(OptOps.TC, 2))
+  spec = get_program(matmul_ast(64, 64, 64, f32), PTXRenderer())
+  assert not any(o.op is OptOps.TC for o in spec.opts) and "mma" not in spec.src
+  set_allow_tf32(True)
+  try:
+    got, want, r = run_matmul(16, 16, 24, f32, opts_for(16, 16, 24, f32, 2))
+    np.testing.assert_array_equal(got, want)   # quarters: exact in tf32 too
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in r.spec.src and "cvt.rna.tf32.f32" in r.spec.src
+    spec = get_program(matmul_ast(64, 64, 64, f32), PTXRenderer())
+    assert any(o.op is OptOps.TC for o in spec.opts)
+  finally: set_allow_tf32(None)
+
+def test_tf32_rounds_its_inputs():
+  set_allow_tf32(True)
+  try:
+    m, n, k = 16, 8, 8
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    r = compile_ast(matmul_ast(m, n, k, f32), "NV", opts_for(m, n, k, f32, 2))
+    bufs = [Buffer("NV", m * n, f32).allocate(), Buffer("NV", m * k, f32).allocate(), Buffer("NV", k * n, f32).allocate()]
+    bufs[1].copyin(memoryview(a).cast("B")); bufs[2].copyin(memoryview(b).cast("B"))
+    r(bufs, wait=True)
+    out = np.empty(m * n, np.float32); bufs[0].copyout(memoryview(out).cast("B"))
+    def tf(x):   # cvt.rna.tf32.f32: nearest, ties away from zero, 10 mantissa bits
+      u = x.view(np.uint32).astype(np.uint64)
+      return ((u + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32).astype(np.float64)
+    np.testing.assert_allclose(out.reshape(m, n), tf(a) @ tf(b), rtol=1e-6, atol=1e-6)
+  finally: set_allow_tf32(None)
+
+def test_heuristic_picks_tensor_cores_for_a_half_matmul():
+  from baregrad.tensor import Tensor
+  rng = np.random.default_rng(5)
+  a, b = rng.integers(-4, 4, (64, 48)).astype(np.float16), rng.integers(-4, 4, (48, 64)).astype(np.float16)
+  t = Tensor(a, device="NV") @ Tensor(b, device="NV")
+  (item,) = t.schedule()
+  spec = compile_ast(item.ast, "NV").spec
+  assert any(o.op is OptOps.TC for o in spec.opts) and any(o.op is OptOps.SMEM for o in spec.opts)
+  np.testing.assert_array_equal(t.numpy().astype(np.float64), a.astype(np.float64) @ b)
+
+def test_tc_needs_a_matmul_shape_and_divisible_axes():
+  k = Kernel(matmul_ast(17, 8, 16, f16), gpu=True, ren=PTXRenderer())
+  with pytest.raises(OptError, match="PADTO first"): k.apply_opt(Opt(OptOps.TC, 0))
+  with pytest.raises(OptError, match="takes dtypes.bfloat16"): Kernel(matmul_ast(16, 8, 16, f16), gpu=True, ren=PTXRenderer()).apply_opt(Opt(OptOps.TC, 1))
+  with pytest.raises(OptError, match="0 tensor cores"): Kernel(matmul_ast(16, 8, 16, f16)).apply_opt(Opt(OptOps.TC, 0))
+  ew = sink(store(0, (16, 8), load(1, f16, (16, 8)) * load(2, f16, (16, 8))))
+  with pytest.raises(OptError, match="not a sum of products"): Kernel(ew, gpu=True, ren=PTXRenderer()).apply_opt(Opt(OptOps.TC, 0))
+  k = Kernel(matmul_ast(32, 8, 16, f16), gpu=True, ren=PTXRenderer()); k.apply_opt(Opt(OptOps.TC, 0))
+  with pytest.raises(OptError, match="tensor-core tile"): k.apply_opt(Opt(OptOps.LOCAL, 1, 2))   # the lane part of m
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90"])
+def test_tc_kernels_assemble(arch):
+  from baregrad.drivers.nv_compile import PTXCompiler
+  set_allow_tf32(True)
+  try:
+    srcs = [get_program(matmul_ast(64, 32, 64, dt), PTXRenderer(), opts_for(64, 32, 64, dt, tc, (2, 2), (2, 2), 2, True)).src
+            for dt, tc in ((f16, 0), (bf16, 1))]
+    srcs.append(get_program(matmul_ast(32, 16, 32, f32), PTXRenderer(), opts_for(32, 16, 32, f32, 2, (2, 1), (1, 2), 2, True)).src)
+    srcs.append(get_program(matmul_ast(32, 16, 32, f16), PTXRenderer(), opts_for(32, 16, 32, f16, 0, bk=2, smem=True), ).src)
+  finally: set_allow_tf32(None)
+  for s in srcs: PTXCompiler(arch).compile(s)
