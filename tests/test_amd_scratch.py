@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from baregrad.hal import Device
 from baregrad.drivers.amd import AMDDevice, AMDFault, scratch
-from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, spill_ll, local_array_expected, spill_expected
+from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, SCRATCHY, spill_ll, local_array_expected, spill_expected
 from baregrad.drivers.amd_compile import AMDCompiler
 from baregrad.hcq import HCQTimeout
 from tests.test_amd_mock import open_mock, default_mock_env  # noqa: F401 (an autouse fixture: MOCKGPU_* set outside do not apply)
@@ -71,7 +71,7 @@ def test_queue_fields_and_growth():
   dev, mock = open_mock()
   try:
     assert dev.scratch is None and queue_fields(dev)["compute_tmpring_size"] == 0
-    small = dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SMALL_IR))
+    small = dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SCRATCHY))
     lay, mem = dev.scratch
     f = queue_fields(dev)
     assert small.private_segment_size == 68 and lay.per_lane == 72                     # rounded to 256 / 32 bytes
@@ -92,26 +92,13 @@ def test_queue_fields_and_growth():
     assert "scratch" in dev.queue_state() and "WAVESIZE 129" in dev.queue_state()
   finally: dev.close()
 
-# a private array of 16 words: 64 bytes plus LLVM's 4-byte slot (68 bytes of private segment); out[0] = 7
-SMALL_IR = """
-define amdgpu_kernel void @scratchy(ptr addrspace(1) %out, i32 %i) #0 {
-  %a = alloca [16 x i32], align 4, addrspace(5)
-  %p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %i
-  store volatile i32 7, ptr addrspace(5) %p
-  %v = load volatile i32, ptr addrspace(5) %p
-  store i32 %v, ptr addrspace(1) %out
-  ret void
-}
-attributes #0 = { nounwind "amdgpu-flat-work-group-size"="32,32" }
-"""
-
 def test_cp_requests_more_scratch_and_waits():
   """A dispatch whose private segment is larger than the queue's: the CP writes 0x401 (insufficient scratch, wave32)
   into the queue's queue_inactive_signal and waits (ROCr DynamicQueueEventsHandler); the host times out with the
   reason decoded. Once the runtime has grown the scratch and stored 0 there, the queue goes on."""
   dev, mock = open_mock()
   try:
-    prg = dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SMALL_IR))
+    prg = dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SCRATCHY))
     sig = dev._gpu_alloc(4096, "userptr")                              # an amd_signal_t: kind, then the value at +8
     ctypes.c_uint64.from_address(dev.amd_queue_cpu + scratch.Q_INACTIVE_SIGNAL).value = sig.va
     lay, mem = dev.scratch
@@ -131,7 +118,7 @@ def test_cp_requests_more_scratch_and_waits():
     dev.close()
 
 # reads its private array at 4096 + i: past the 1 KiB it has
-OOB_IR = SMALL_IR.replace("@scratchy", "@oob").replace("%p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %i",
+OOB_IR = SCRATCHY.replace("@scratchy", "@oob").replace("%p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %i",
                                                        "%j = add i32 %i, 4096\n  %p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %j")
 
 def test_access_past_the_wave_slot_is_a_vm_fault():
@@ -194,5 +181,5 @@ def test_descriptor_asking_for_scratch_sgprs_is_refused(monkeypatch):
   try:
     monkeypatch.setattr(KernelDescriptor, "user_sgprs", property(lambda self: ["private_segment_buffer", "kernarg_segment_ptr"]))
     with pytest.raises(CodeObjectError, match="asks for the private_segment_buffer user SGPRs: gfx1100 has architected flat scratch"):
-      dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SMALL_IR))
+      dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SCRATCHY))
   finally: dev.close()

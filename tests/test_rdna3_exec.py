@@ -23,6 +23,7 @@ from baregrad.hal import Buffer
 from tests.helpers import random_values, special_values, to_storage, pairs
 from tests.test_amdgpu_renderer import tensor_corpus, lds_kernel, linear
 from tests.test_ptx_renderer import _ew, _matmul, _reduce
+from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, SCRATCHY, spill_ll, local_array_expected, spill_expected
 
 
 @functools.cache
@@ -380,17 +381,6 @@ def test_runaway_kernel_stops():
   with pytest.raises(RDNA3Error, match="did not finish within 10000 steps"):
     RDNA3Machine(mem, max_steps=10000).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 0)
 
-_SCRATCH_IR = """
-define amdgpu_kernel void @scratchy(ptr addrspace(1) %out, i32 %i) #0 {
-  %a = alloca [16 x i32], align 4, addrspace(5)
-  %p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %i
-  store volatile i32 7, ptr addrspace(5) %p
-  %v = load volatile i32, ptr addrspace(5) %p
-  store i32 %v, ptr addrspace(1) %out
-  ret void
-}
-attributes #0 = { nounwind "amdgpu-flat-work-group-size"="32,32" }
-"""
 
 _DISPATCH_PTR_IR = """
 declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
@@ -405,7 +395,7 @@ attributes #0 = { nounwind "amdgpu-flat-work-group-size"="32,32" "amdgpu-no-impl
 """
 
 def test_scratch_and_missing_sgpr_inputs_are_refused():
-  mem, _, kd = _loaded(_SCRATCH_IR, "scratchy")
+  mem, _, kd = _loaded(SCRATCHY, "scratchy")
   with pytest.raises(RDNA3Error, match="needs scratch memory"): RDNA3Machine(mem).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 68)
   with pytest.raises(RDNA3Error, match="smaller than the kernel's 68"): RDNA3Machine(mem).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 64)
   mem, _, kd = _loaded(_DISPATCH_PTR_IR, "dptr")
@@ -483,7 +473,6 @@ def test_if_endif_runs_only_the_lanes_that_take_it():
   assert (got[0][:37] == 3 * np.arange(37)).all() and (got[0][37:] == -1).all()
 
 # ---- scratch (the private segment): architected flat scratch, as the CP and SPI set it up
-from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, spill_ll, local_array_expected, spill_expected
 
 def _scratch_run(src: str, name: str, bufs: list[np.ndarray], vals: list[int], nwg: int, slots: int, per_lane: int | None = None,
                  machine_kw: dict | None = None) -> tuple[list[np.ndarray], DispatchResult, Memory, Scratch, int]:

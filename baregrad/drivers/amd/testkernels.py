@@ -5,6 +5,7 @@ and gfx942, the mock runs the gfx1100 code.
   local_array(out, k)   a 1 KiB private array per work-item (256 x i32), filled with i * gid, read back at (k + lid) % 256
                         directly (SCRATCH_LOAD) and through a generic pointer (FLAT in the private aperture):
                         out[gid] = 2 * ((k + lid) % 256) * gid
+  scratchy(out, i)      a 16-word private array: 68 bytes of private segment; out[0] = 7 (stored at index i, read back)
   spill(out, inp)       40 values loaded with volatile loads and combined in reverse order under "amdgpu-num-vgpr"="16":
                         more live values than VGPRs, so LLVM spills them to scratch:
                         h = 0; for i in 39..0: h = h * 31 ^ (inp[gid + i] + gid); out[gid] = h
@@ -45,6 +46,18 @@ done:
   ret void
 }
 attributes #0 = { nounwind "amdgpu-flat-work-group-size"="64,64" }
+"""
+
+SCRATCHY = """
+define amdgpu_kernel void @scratchy(ptr addrspace(1) %out, i32 %i) #0 {
+  %a = alloca [16 x i32], align 4, addrspace(5)
+  %p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %i
+  store volatile i32 7, ptr addrspace(5) %p
+  %v = load volatile i32, ptr addrspace(5) %p
+  store i32 %v, ptr addrspace(1) %out
+  ret void
+}
+attributes #0 = { nounwind "amdgpu-flat-work-group-size"="32,32" }
 """
 
 def spill_ll(n: int = 40, vgprs: int = 16) -> str:
