@@ -88,6 +88,22 @@ done:
   store i32 7, ptr addrspace(1) %p, align 4
   ret void
 }
+define amdgpu_kernel void @slow_copy(ptr addrspace(1) %out, ptr addrspace(1) %inp) {
+entry:
+  %i = call i32 @gid()
+  %pi = getelementptr i32, ptr addrspace(1) %inp, i32 %i
+  br label %loop
+loop:                               ; reads its input 64 times: the last read comes late
+  %k = phi i32 [ 0, %entry ], [ %k1, %loop ]
+  %x = load volatile i32, ptr addrspace(1) %pi, align 4
+  %k1 = add i32 %k, 1
+  %more = icmp ult i32 %k1, 64
+  br i1 %more, label %loop, label %done
+done:
+  %po = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %x, ptr addrspace(1) %po, align 4
+  ret void
+}
 define amdgpu_kernel void @copy(ptr addrspace(1) %out, ptr addrspace(1) %inp) {
   %i = call i32 @gid()
   %pi = getelementptr i32, ptr addrspace(1) %inp, i32 %i
@@ -611,6 +627,28 @@ def test_gfx942_dispatch_is_decoded_and_the_mock_says_it_cannot_execute():
     assert "CDNA3 (wave64)" in d.note
   finally: dev.close()
 
+def test_gfx942_pm4_writes_run_on_one_xcc(monkeypatch):
+  """On 8 XCCs every XCC's CP runs a PM4 IB of the AQL queue (kfd_mqd_manager_v9.c init_mqd_v9_4_3: one MQD per XCC;
+  ROCr predicates such PM4 to XCC 0): the driver wraps signals, timestamps and copies in PRED_EXEC (XCC 0) and leaves
+  waits on all XCCs, so each memory write happens once. Without PRED_EXEC the mock reports the write 8 XCCs made."""
+  dev, mock = open_mock(arch="gfx942", skip_unexecutable=True)
+  try:
+    s, ts = HCQSignal(dev), HCQSignal(dev)
+    src, dst = dev.allocator.alloc(64), dev.allocator.alloc(64)
+    q = dev.compute_queue_t().wait(dev.timeline_signal, dev.timeline_value - 1).timestamp(ts).copy(dst.va_addr, src.va_addr, 64).signal(s, 3)
+    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    s.wait(3, timeout_ms=5000)
+    dev.synchronize()
+    assert not mock.xcc_writes and ts.timestamp > 0
+    ib = [p for p in dev.aql.packets(q, dev.aql.put) if hw.decode_aql(p)["type"] == hw.AQL_VENDOR]
+    text = "\n".join(hw.format_pm4("gfx9", list((ctypes.c_uint32 * (p[4] & 0xFFFFF)).from_address(dev.aql.ib.cpu + (p[2] | (p[3] << 32)) - dev.aql.ib.va)), 0) for p in ib)
+    assert text.count("PRED_EXEC xcc_mask=0x1") == 4 and text.index("WAIT_REG_MEM") < text.index("PRED_EXEC")   # the wait is not predicated
+    monkeypatch.setattr(hw, "pm4_pred_exec", lambda fam, mask, n: [])     # a driver that forgets it
+    dev.compute_queue_t().signal(s, 4).submit(dev)
+    s.wait(4, timeout_ms=5000)
+    assert mock.xcc_writes and "ran on 8 XCCs (no PRED_EXEC)" in mock.xcc_writes[0]
+  finally: dev.close()
+
 def test_gfx942_plumbing_without_execution():
   """MockAMDGPU(skip_unexecutable=True): dispatches complete unexecuted, so the queue plumbing (signals after kernels,
   timeline, kernargs) is testable on gfx942."""
@@ -650,21 +688,45 @@ def test_kernel_runs_with_hidden_arguments(amd):
 
 @needs_rdna3
 def test_dependent_dispatches_need_a_barrier(amd, mock):
-  """Two dispatches with no barrier between them may run concurrently: the consumer reads stale data (the mock runs them
-  in reverse order) and the mock reports the hazard; memory_barrier() orders them."""
+  """Two dispatches with no barrier between them run concurrently: the mock interleaves them instruction step by
+  instruction step (the latest first) and reports the hazard; memory_barrier() orders them. A slow producer leaves
+  its consumer reading stale data; a slow consumer (it reads its input 64 times) already sees the producer's stores:
+  interleaved, not one after the other."""
   lib = amd_kernels()
-  fill, copy = amd.runtime(amd, "fill", lib), amd.runtime(amd, "copy", lib)
-  for barrier in (False, True):
+  fill, copy, slow_fill, slow_copy = (amd.runtime(amd, k, lib) for k in ("fill", "copy", "slow_fill", "slow_copy"))
+  for producer, consumer, barrier, want in ((fill, copy, True, [5 + i for i in range(16)]), (slow_fill, copy, False, [0] * 16),
+                                            (fill, slow_copy, False, [5 + i for i in range(16)])):
     a = Buffer("AMD", 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32)))
     b = Buffer("AMD", 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32)))
     amd.synchronize()
     n = len(mock.hazards)
-    q = amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1).exec(fill, fill.fill_kernargs([a._buf], [5]), (16, 1, 1))
+    pargs = producer.fill_kernargs([a._buf], [5]) if producer is fill else producer.fill_kernargs([a._buf])
+    q = amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1).exec(producer, pargs, (16, 1, 1))
     if barrier: q.memory_barrier()
-    q.exec(copy, copy.fill_kernargs([b._buf, a._buf]), (16, 1, 1)).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+    q.exec(consumer, consumer.fill_kernargs([b._buf, a._buf]), (16, 1, 1)).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
     amd.synchronize()
-    if barrier: assert i32(b) == [5 + i for i in range(16)] and len(mock.hazards) == n
-    else: assert i32(b) == [0] * 16 and "read-after-write hazard" in mock.hazards[-1]
+    assert i32(b) == want, (producer.name, consumer.name)
+    if barrier: assert len(mock.hazards) == n
+    else: assert "read-after-write hazard" in mock.hazards[-1] and f"dispatch" in mock.hazards[-1]
+
+@needs_rdna3
+def test_the_same_args_dispatched_again_are_ordered(amd, mock):
+  """exec() of an args state already dispatched since the last ordering point carries the barrier bit (as NV's queue
+  waits for idle before a QMD launched again): three increments of one buffer in one submission all count."""
+  inc = amd.runtime(amd, "inc", amd_kernels())
+  a = Buffer("AMD", 32, dtypes.int32).copyin(memoryview(np.zeros(32, np.int32)))
+  amd.synchronize()
+  n = len(mock.hazards)
+  st = inc.fill_kernargs([a._buf])
+  q = amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1)
+  for _ in range(3): q.exec(inc, st, (32, 1, 1))
+  q.signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+  amd.synchronize()
+  assert i32(a) == [3] * 32 and len(mock.hazards) == n
+  assert [hw.decode_aql(q.words[c.start:c.start + 16])["barrier"] for c in q.cmds if c.kind == "exec"] == [0, 1, 1]
+  q.update_exec(2, global_size=(16, 1, 1))   # patching keeps the bit
+  c = [c for c in q.cmds if c.kind == "exec"][2]
+  assert hw.decode_aql(q.words[c.start:c.start + 16])["barrier"] == 1
 
 @needs_rdna3
 def test_kernel_vm_fault_reports_the_address():

@@ -17,12 +17,13 @@ from baregrad.codegen.program import ProgramSpec, get_program
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer, kernarg_layout
 from baregrad.drivers.amd_compile import AMDCompiler, load_code_object
 from baregrad.drivers.mock.ptx_interp import Memory, GPUFault
-from baregrad.drivers.mock.rdna3.machine import RDNA3Machine, RDNA3Error, DispatchResult
+from baregrad.drivers.mock.rdna3.machine import RDNA3Machine, RDNA3Error, DispatchResult, Scratch
 from baregrad.engine.runner import needed_elements, run_ast
 from baregrad.hal import Buffer
 from tests.helpers import random_values, special_values, to_storage, pairs
 from tests.test_amdgpu_renderer import tensor_corpus, lds_kernel, linear
 from tests.test_ptx_renderer import _ew, _matmul, _reduce
+from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, SCRATCHY, spill_ll, local_array_expected, spill_expected
 
 
 @functools.cache
@@ -380,17 +381,6 @@ def test_runaway_kernel_stops():
   with pytest.raises(RDNA3Error, match="did not finish within 10000 steps"):
     RDNA3Machine(mem, max_steps=10000).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 0)
 
-_SCRATCH_IR = """
-define amdgpu_kernel void @scratchy(ptr addrspace(1) %out, i32 %i) #0 {
-  %a = alloca [16 x i32], align 4, addrspace(5)
-  %p = getelementptr [16 x i32], ptr addrspace(5) %a, i32 0, i32 %i
-  store volatile i32 7, ptr addrspace(5) %p
-  %v = load volatile i32, ptr addrspace(5) %p
-  store i32 %v, ptr addrspace(1) %out
-  ret void
-}
-attributes #0 = { nounwind "amdgpu-flat-work-group-size"="32,32" }
-"""
 
 _DISPATCH_PTR_IR = """
 declare ptr addrspace(4) @llvm.amdgcn.dispatch.ptr()
@@ -405,8 +395,9 @@ attributes #0 = { nounwind "amdgpu-flat-work-group-size"="32,32" "amdgpu-no-impl
 """
 
 def test_scratch_and_missing_sgpr_inputs_are_refused():
-  mem, _, kd = _loaded(_SCRATCH_IR, "scratchy")
-  with pytest.raises(RDNA3Error, match="needs scratch memory"): RDNA3Machine(mem).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 64)
+  mem, _, kd = _loaded(SCRATCHY, "scratchy")
+  with pytest.raises(RDNA3Error, match="needs scratch memory"): RDNA3Machine(mem).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 68)
+  with pytest.raises(RDNA3Error, match="smaller than the kernel's 68"): RDNA3Machine(mem).dispatch(kd, (32, 1, 1), (32, 1, 1), 0, 0, 64)
   mem, _, kd = _loaded(_DISPATCH_PTR_IR, "dptr")
   out, kva = mem.alloc(4), mem.alloc(16)
   mem.write(kva, np.array([out], np.uint64))
@@ -480,3 +471,66 @@ def test_if_endif_runs_only_the_lanes_that_take_it():
   src = AMDGPURenderer().render("ifk", linear([cond, iff, st]) + [UOp(Ops.ENDIF, dtypes.void, (iff,))])
   got, _ = dispatch_src(src, "ifk", {0: np.full(64, -1, np.int32)}, (1, 1, 1), (64, 1, 1))
   assert (got[0][:37] == 3 * np.arange(37)).all() and (got[0][37:] == -1).all()
+
+# ---- scratch (the private segment): architected flat scratch, as the CP and SPI set it up
+
+def _scratch_run(src: str, name: str, bufs: list[np.ndarray], vals: list[int], nwg: int, slots: int, per_lane: int | None = None,
+                 machine_kw: dict | None = None) -> tuple[list[np.ndarray], DispatchResult, Memory, Scratch, int]:
+  """Run `name` (64 work-items a workgroup) with a scratch of `slots` wave slots of `per_lane` bytes per work-item (the
+  kernel's private segment, rounded to 8 bytes as for gfx11's 256-byte WAVESIZE unit, by default)."""
+  co = load_code_object(_compiler().compile_cached(src))
+  k = co.kernels[name]
+  mem = Memory()
+  code = mem.alloc(co.size, 4096)
+  mem.write_bytes(code, co.image)
+  vas = [mem.alloc(a.nbytes, 256) for a in bufs]
+  for v, a in zip(vas, bufs): mem.write_bytes(v, a.tobytes())
+  karg = mem.alloc(64, 64)
+  mem.write_bytes(karg, b"".join(int(v).to_bytes(8, "little") for v in vas) + b"".join(int(v).to_bytes(4, "little") for v in vals))
+  pss = k.descriptor.private_segment_fixed_size
+  per_lane = per_lane if per_lane is not None else (pss + 7) // 8 * 8
+  sc = Scratch(mem.alloc(per_lane * 32 * slots, 4096, name="scratch"), per_lane * 32, slots)
+  res = RDNA3Machine(mem, **(machine_kw or {})).dispatch(code + k.kd_offset, (64 * nwg, 1, 1), (64, 1, 1), karg, 0, pss, scratch=sc)
+  return [np.frombuffer(mem.read_bytes(v, a.nbytes), a.dtype).copy() for v, a in zip(vas, bufs)], res, mem, sc, pss
+
+def test_private_array_indexed_at_run_time():
+  """A 1 KiB private array per work-item filled in a loop (SCRATCH_STORE), read back at a run-time index directly
+  (SCRATCH_LOAD) and through a generic pointer (FLAT in the private aperture, after src_private_base), against NumPy;
+  then the scratch memory itself: lane l's dword i of wave w is at base + w * wave bytes + i * 128 + l * 4 (AMDGPUUsage
+  "Address Spaces": the dword interleave)."""
+  asm = _compiler().assembly(LOCAL_ARRAY)
+  assert all(x in asm for x in ("scratch_store_b32", "scratch_load_b32", "flat_load_b32", "src_private_base", ".amdhsa_enable_private_segment 1"))
+  assert ".amdhsa_user_sgpr_flat_scratch_init" not in asm and ".amdhsa_user_sgpr_private_segment_buffer" not in asm  # architected
+  n, k = 4 * 64, 5
+  (out,), res, mem, sc, pss = _scratch_run(LOCAL_ARRAY, "local_array", [np.zeros(n, np.uint32)], [k], 4, slots=64)
+  assert pss == 1028 and res.waves == 8
+  assert (out == np.array(local_array_expected(k, n), np.uint32)).all()
+  raw = np.frombuffer(mem.read_bytes(sc.base, sc.wave_bytes * 8), np.uint32).reshape(8, -1)   # 8 waves, one slot each
+  for w, i in ((0, 0), (0, 7), (3, 200), (7, 255)):
+    gid = w * 32 + np.arange(32)
+    assert (raw[w, i * 32:(i + 1) * 32] == (i * gid).astype(np.uint32)).all()
+
+def test_register_spills():
+  """More live values than "amdgpu-num-vgpr"="16" allows: LLVM spills them to scratch (SCRATCH_STORE/LOAD with
+  immediate offsets and no address registers); the result matches NumPy."""
+  asm = _compiler().assembly(spill_ll())
+  assert "scratch_store_b32 off, v0, off offset:" in asm and "scratch_load_b32" in asm
+  x = np.random.default_rng(1).integers(0, 1 << 32, 256 + 40, dtype=np.uint64).astype(np.uint32)
+  (out, _), res, *_ = _scratch_run(spill_ll(), "spill", [np.zeros(256, np.uint32), x], [], 4, slots=8)
+  assert (out == np.array(spill_expected(x.tolist(), 256), np.uint32)).all()
+
+def test_waves_wait_for_scratch_slots():
+  """A wave runs only in a free scratch slot: 2 slots for 16 waves of 2-wave workgroups run them a workgroup at a time,
+  reusing the slots, and give the same result; fewer slots than one workgroup's waves can never launch it."""
+  n, k = 8 * 64, 3
+  (out,), res, *_ = _scratch_run(LOCAL_ARRAY, "local_array", [np.zeros(n, np.uint32)], [k], 8, slots=2)
+  assert res.waves == 16 and (out == np.array(local_array_expected(k, n), np.uint32)).all()
+  with pytest.raises(RDNA3Error, match="workgroup of 2 waves needs 2 scratch wave slots; the queue's scratch has 1"):
+    _scratch_run(LOCAL_ARRAY, "local_array", [np.zeros(64, np.uint32)], [k], 1, slots=1)
+
+def test_scratch_outside_the_wave_slot_faults():
+  """A slot smaller than the kernel's private segment: the first access past its share faults at the address it
+  would reach (the mock GPU reports a VM fault there)."""
+  with pytest.raises(GPUFault, match="outside the wave's scratch: its slot holds 512 bytes per work-item") as e:
+    _scratch_run(LOCAL_ARRAY, "local_array", [np.zeros(64, np.uint32)], [0], 1, slots=2, per_lane=512)
+  assert "scratch_store_b32" in str(e.value)

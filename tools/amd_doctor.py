@@ -224,6 +224,29 @@ def main(argv: list[str] | None = None) -> int:
     if not (y == want).all(): raise RuntimeError(f"wrong result at {int(np.argmax(y != want))}: {y[:4]} vs {want[:4]}")
     return "each replay saw the previous one's results"
 
+  @stage("10. scratch: a 1 KiB private array per work-item and register spills (the queue's amd_queue_t scratch fields)")
+  def _scratch():
+    from baregrad.drivers.amd_compile import AMDCompiler
+    from baregrad.drivers.amd import scratch
+    from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, spill_ll, local_array_expected, spill_expected
+    dev = need_dev()
+    la = dev.runtime(dev, "local_array", AMDCompiler(dev.target.name).compile(LOCAL_ARRAY))
+    sp = dev.runtime(dev, "spill", AMDCompiler(dev.target.name).compile(spill_ll()))
+    print(f"private segment: local_array {la.descriptor.private_segment_fixed_size} bytes, spill {sp.descriptor.private_segment_fixed_size} bytes; "
+          f"{scratch.describe(dev.scratch[0], dev.scratch[1].va)}")
+    n = 16 * 64
+    out, inp = dev.allocator.alloc(4 * n), dev.allocator.alloc(4 * (n + 40))
+    x = (np.arange(n + 40, dtype=np.int64) * 2654435761 % (1 << 32)).astype(np.uint32)
+    dev.allocator._copyin(inp, memoryview(x).cast("B"))
+    y = np.zeros(n, np.uint32)
+    la(out, global_size=(16, 1, 1), local_size=(64, 1, 1), vals=(5,), wait=True)
+    dev.allocator._copyout(memoryview(y).cast("B"), out)
+    if not (y == np.array(local_array_expected(5, n), np.uint32)).all(): raise RuntimeError(f"private array: wrong at {int(np.argmax(y != np.array(local_array_expected(5, n), np.uint32)))}")
+    sp(out, inp, global_size=(16, 1, 1), local_size=(64, 1, 1), wait=True)
+    dev.allocator._copyout(memoryview(y).cast("B"), out)
+    if not (y == np.array(spill_expected(x.tolist(), n), np.uint32)).all(): raise RuntimeError("spills: wrong result")
+    return "both right"
+
   print("\n== queue state")
   if "dev" in state:
     print(state["dev"].queue_state())

@@ -2,6 +2,7 @@
 The code lives in baregrad.tensor.nn (the tensor layer); this package re-exports it."""
 import sys as _sys
 from baregrad.tensor.nn import *  # noqa: F401,F403
-from baregrad.tensor.nn import __all__, optim, state  # noqa: F401
+from baregrad.tensor.nn import __all__, optim, state, init  # noqa: F401
 _sys.modules[__name__ + ".optim"] = optim
 _sys.modules[__name__ + ".state"] = state
+_sys.modules[__name__ + ".init"] = init

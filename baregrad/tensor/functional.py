@@ -17,7 +17,9 @@ __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", 
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
            "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "max_pool3d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout", "layer_norm", "batch_norm",
            "group_norm", "rms_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss", "binary_cross_entropy",
-           "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad"]
+           "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot", "pad", "scatter_reduce",
+           "index_select", "repeat_interleave", "meshgrid", "unfold", "fold", "max_unpool1d", "max_unpool2d", "conv_transpose3d", "normalize",
+           "softmin", "softsign", "logsigmoid"]
 
 # ---------------------------------------------------------------- helpers
 
@@ -98,6 +100,7 @@ def cat(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = No
 concat = concatenate = cat
 
 def stack(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = None) -> Tensor:
+  """Tensors of one shape joined along a new axis dim."""
   ts = list(tensors)
   if not ts: raise RuntimeError("stack() needs a non-empty sequence of tensors")
   for i, t in enumerate(ts):
@@ -106,6 +109,7 @@ def stack(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = 
   return cat([t.unsqueeze(d) for t in ts], d)
 
 def split(tensor: Tensor, split_size_or_sections: int | Sequence[int], dim: int | None = None, axis: int | None = None) -> tuple[Tensor, ...]:
+  """Pieces of split_size along dim (the last may be smaller), or of the listed sizes; views."""
   d = _axis(_dim(dim, axis), tensor.ndim)
   n = tensor.shape[d]
   if isinstance(split_size_or_sections, int):
@@ -122,6 +126,7 @@ def split(tensor: Tensor, split_size_or_sections: int | Sequence[int], dim: int 
   return tuple(out)
 
 def chunk(tensor: Tensor, chunks: int, dim: int | None = None, axis: int | None = None) -> tuple[Tensor, ...]:
+  """chunks pieces along dim of ceil(n / chunks) each (fewer when n is small); views."""
   if chunks <= 0: raise RuntimeError(f"chunk expects chunks > 0, got {chunks}")
   d = _axis(_dim(dim, axis), tensor.ndim)
   n = tensor.shape[d]
@@ -143,6 +148,7 @@ def _repeat_axis(x: Tensor, axis: int, times: int) -> Tensor:
   return x.reshape(s[:axis] + (1,) + s[axis:]).expand(s[:axis] + (times,) + s[axis:]).reshape(s[:axis] + (times * s[axis],) + s[axis + 1:])
 
 def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+  """Elements shifted by shifts along dims, wrapping around (flattened when dims is None)."""
   if dims is None:
     if not isinstance(shifts, int) and len(shifts) != 1: raise ValueError(f"roll without dims takes one shift, got {shifts}")
     return roll(tensor.reshape(-1), shifts if isinstance(shifts, int) else shifts[0], 0).reshape(tensor.shape)
@@ -165,8 +171,12 @@ def _tri_mask(x: Tensor, diagonal: int, lower: bool) -> Tensor:
   diff = Tensor.arange(m, device=x.device, dtype=dtypes.int32).reshape(1, m) - Tensor.arange(n, device=x.device, dtype=dtypes.int32).reshape(n, 1)
   return diff <= diagonal if lower else diff >= diagonal
 
-def tril(tensor: Tensor, diagonal: int = 0) -> Tensor: return _tri_mask(tensor, diagonal, True).where(tensor, _zero(tensor))
-def triu(tensor: Tensor, diagonal: int = 0) -> Tensor: return _tri_mask(tensor, diagonal, False).where(tensor, _zero(tensor))
+def tril(tensor: Tensor, diagonal: int = 0) -> Tensor:
+  """The lower triangle of the last two axes (on and below diagonal), zeros above."""
+  return _tri_mask(tensor, diagonal, True).where(tensor, _zero(tensor))
+def triu(tensor: Tensor, diagonal: int = 0) -> Tensor:
+  """The upper triangle of the last two axes (on and above diagonal), zeros below."""
+  return _tri_mask(tensor, diagonal, False).where(tensor, _zero(tensor))
 
 def _check_index(name: str, x: Tensor, d: int, index: Tensor, src: Tensor | None = None) -> None:
   if not isinstance(index, Tensor): raise TypeError(f"{name}: index must be a Tensor, got {type(index).__name__}")
@@ -221,16 +231,198 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, value: Any 
   if src is None: raise TypeError("scatter needs src (a tensor) or value (a number)")
   d = _axis(dim, input.ndim)
   if reduce == "add": return scatter_add(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device))
+  if reduce == "multiply":
+    return scatter_reduce(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device), "prod")
+  if reduce is not None: raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
   contrib, hit = _scatter_parts(input, d, index, src, "scatter", last=True)
-  if reduce is not None: raise NotImplementedError(f"scatter reduce={reduce!r}: only 'add' is implemented")
   return hit.where(contrib, input)
 
 def scatter_add(input: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
+  """Out-of-place torch.scatter_add: out = input, then out[..index..] += src (repeated indices accumulate)."""
   d = _axis(dim, input.ndim)
   contrib, _ = _scatter_parts(input, d, index, src, "scatter_add")
   return input + contrib
 
+_SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
+
+def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str, *, include_self: bool = True) -> Tensor:
+  """Out-of-place torch.scatter_reduce: every src value reduced ('sum', 'prod', 'mean', 'amax', 'amin') into the
+  position its index names along dim, together with input's value there when include_self. Positions no index names
+  keep input. A one-hot compare against the indices and a masked reduction: O(index.numel() * input.shape[dim]).
+  'mean' of integers rounds down (floor), as PyTorch's does; amax/amin gradients split ties as max() does."""
+  if reduce not in _SCATTER_REDUCES: raise RuntimeError(f"scatter_reduce: reduce must be one of {_SCATTER_REDUCES}, got {reduce!r}")
+  if not isinstance(src, Tensor): raise TypeError(f"scatter_reduce: src must be a Tensor, got {type(src).__name__}")
+  x = input
+  d = _axis(dim, x.ndim)
+  _check_index("scatter_reduce", x, d, index, src)
+  n, nd = x.shape[d], x.ndim
+  oh = checked(_onehot(index, n), index, 0, n, f"scatter_reduce: index {{index}} is out of bounds for dimension {d} with size {n}")  # (*I, n)
+  v = src.cast(x.dtype)._shrink(tuple((0, i) for i in index.shape)).unsqueeze(-1)
+  if reduce in ("sum", "mean"): red = oh.where(v, _zero(v)).sum(d).cast(x.dtype)
+  elif reduce == "prod": red = oh.where(v, Tensor.full((), 1, dtype=x.dtype, device=x.device)).prod(d).cast(x.dtype)
+  else:
+    big = reduce == "amax"
+    worst = (-math.inf if big else math.inf) if dtypes.is_float(x.dtype) else (dtypes.min(x.dtype) if big else dtypes.max(x.dtype))
+    vv = oh.where(v, Tensor.full((), worst, dtype=x.dtype, device=x.device))
+    red = vv.max(d) if big else vv.min(d)
+  hit, cnt = oh.any(d), oh.cast(dtypes.int32).sum(d)
+  order = list(range(nd - 1))
+  order.insert(d, nd - 1)
+  pad = tuple((0, 0) if k == d else (0, x.shape[k] - index.shape[k]) for k in range(nd))
+  red, hit, cnt = (t.permute(*order)._pad(pad) for t in (red, hit, cnt))
+  if reduce == "sum": out = x + red if include_self else red
+  elif reduce == "prod": out = x * red if include_self else red
+  elif reduce == "mean":
+    tot, den = (x + red, cnt + 1) if include_self else (red, cnt.maximum(1))
+    out = tot / den.cast(x.dtype) if dtypes.is_float(x.dtype) else tot.floor_divide(den.cast(x.dtype))
+  else: out = (x.maximum(red) if reduce == "amax" else x.minimum(red)) if include_self else red
+  return hit.where(out.cast(x.dtype), x)
+
+def index_select(input: Tensor, dim: int, index: Tensor) -> Tensor:
+  """The slices of input at the positions index (1-D ints) names along dim, in that order (a one-hot gather)."""
+  if not isinstance(index, Tensor) or index.ndim > 1 or dtypes.is_float(index.dtype) or index.dtype == dtypes.bool:
+    raise IndexError(f"index_select: index must be a 0-d or 1-D integer tensor, got {index if not isinstance(index, Tensor) else f'{index.dtype} of shape {index.shape}'}")
+  d = _axis(dim, input.ndim)
+  return input[(slice(None),) * d + (index.reshape(-1),)]
+
+def repeat_interleave(input: Tensor, repeats: Any, dim: int | None = None, *, output_size: int | None = None) -> Tensor:
+  """Repeat each element (each slice along dim; the flattened input when dim is None) repeats times, in place.
+  An int repeats is a view (expand + reshape). A tensor of per-element counts has a data-dependent size: its sum is
+  read back from the device (a sync) unless output_size gives it; each output slot finds its source by counting the
+  running totals at or below it (O(output_size * n) compares)."""
+  x = input.reshape(-1) if dim is None else input
+  d = 0 if dim is None else _axis(dim, x.ndim)
+  if x.ndim == 0: x, d = x.reshape(1), 0
+  n = x.shape[d]
+  if isinstance(repeats, Tensor) and repeats.numel() == 1 and repeats.ndim <= 1 and n != 1: repeats = int(repeats.item())
+  if isinstance(repeats, bool) or not isinstance(repeats, (int, Tensor)): raise TypeError(f"repeat_interleave: repeats must be an int or a Tensor, got {type(repeats).__name__}")
+  if isinstance(repeats, int):
+    if repeats < 0: raise RuntimeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
+    s = x.shape
+    return x.reshape(s[:d + 1] + (1,) + s[d + 1:]).expand(s[:d + 1] + (repeats,) + s[d + 1:]).reshape(s[:d] + (n * repeats,) + s[d + 1:])
+  if repeats.ndim != 1 or repeats.shape[0] != n or dtypes.is_float(repeats.dtype) or repeats.dtype == dtypes.bool:
+    raise RuntimeError(f"repeat_interleave: repeats must be a 1-D integer tensor of size {n} (dimension {d} of shape {x.shape}), got "
+                       f"{repeats.dtype} of shape {repeats.shape}")
+  total = int(repeats.sum().item()) if output_size is None else int(output_size)
+  ends = repeats.cast(dtypes.int64).cumsum(0)                                 # running totals: slot p comes from the first i with ends[i] > p
+  src = (ends.reshape(1, n) <= Tensor.arange(total, device=x.device, dtype=dtypes.int64).reshape(total, 1)).cast(dtypes.int64).sum(1) \
+      if total else Tensor.zeros(0, dtype=dtypes.int64, device=x.device)
+  return index_select(x, d, src)
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+  """Coordinate grids from 1-D (or 0-d) tensors: with 'ij' output k varies along axis k; 'xy' swaps the first two
+  axes (NumPy's default). Views (reshape + expand), no copies."""
+  ts = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
+  if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+  if not ts: raise RuntimeError("meshgrid: expects a non-empty list of tensors")
+  for i, t in enumerate(ts):
+    if not isinstance(t, Tensor): raise TypeError(f"meshgrid: element {i} is a {type(t).__name__}, not a Tensor")
+    if t.ndim > 1: raise RuntimeError(f"meshgrid: expects 0-d or 1-D tensors, got tensor {i} of shape {t.shape}")
+    if t.dtype != ts[0].dtype or t.device != ts[0].device:
+      raise RuntimeError(f"meshgrid: expects all tensors to have the same dtype and device: tensor {i} is {t.dtype} on {t.device}, tensor 0 {ts[0].dtype} on {ts[0].device}")
+  flat = [t.reshape(-1) for t in ts]
+  swap = indexing == "xy" and len(flat) >= 2
+  if swap: flat[0], flat[1] = flat[1], flat[0]
+  shape = tuple(t.shape[0] for t in flat)
+  out = [t.reshape(tuple(-1 if k == i else 1 for k in range(len(flat)))).expand(shape) for i, t in enumerate(flat)]
+  if swap: out[0], out[1] = out[1], out[0]
+  return tuple(out)
+
+def unfold_dim(input: Tensor, dimension: int, size: int, step: int) -> Tensor:
+  """Tensor.unfold: every window of size elements along dimension, step apart, as a new last axis (a view)."""
+  d = _axis(dimension, input.ndim)
+  n = input.shape[d] if input.ndim else 1
+  if not isinstance(size, int) or size < 0 or size > n:
+    raise RuntimeError(f"unfold: maximum size for tensor at dimension {d} is {n} but size is {size}")
+  if not isinstance(step, int) or step <= 0: raise RuntimeError(f"unfold: step is {step} but must be > 0")
+  x = input.reshape(1) if input.ndim == 0 else input
+  xt = x.transpose(d, -1) if d != x.ndim - 1 else x
+  o = (n - size) // step + 1
+  if size == 0: w = xt._shrink(tuple((0, s) for s in xt.shape[:-1]) + ((0, 0),)).unsqueeze(-2).expand(xt.shape[:-1] + (o, 0))
+  else: w = _pool(xt, (size,), (step,), (1,))                                # (..., o, size)
+  if d != x.ndim - 1: w = w.transpose(d, -2)
+  return w.reshape(size) if input.ndim == 0 else w
+
+def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+  """torch.nn.functional.unfold (im2col): sliding blocks of a (N, C, H, W) or (C, H, W) input as columns,
+  (N, C * kh * kw, L) with L the number of blocks; built from movement ops (no copy until used)."""
+  x = input
+  if x.ndim not in (3, 4): raise ValueError(f"unfold: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {x.shape}")
+  unbatched = x.ndim == 3
+  if unbatched: x = x.unsqueeze(0)
+  k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((kernel_size, "kernel_size"), (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
+  if any(v <= 0 for v in k_ + d_ + s_) or any(v < 0 for v in p_):
+    raise ValueError(f"unfold: kernel_size {k_}, dilation {d_} and stride {s_} must be positive and padding {p_} non-negative")
+  N, C = x.shape[:2]
+  xp = x._pad(((0, 0), (0, 0)) + tuple((p, p) for p in p_))
+  win = _pool(xp, k_, s_, d_)                                              # (N, C, oh, ow, kh, kw)
+  oh, ow = win.shape[2:4]
+  out = win.permute(0, 1, 4, 5, 2, 3).reshape(N, C * k_[0] * k_[1], oh * ow)
+  return out.squeeze(0) if unbatched else out
+
+def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+  """torch.nn.functional.fold (col2im), the adjoint of unfold: columns (N, C * kh * kw, L) summed back into a
+  (N, C, H, W) image where blocks overlap. Each kernel offset is a strided placement (pad + reshape) of its column."""
+  x = input
+  if x.ndim not in (2, 3): raise ValueError(f"fold: input must be 2-D or 3-D (N, C * kh * kw, L), got shape {x.shape}")
+  unbatched = x.ndim == 2
+  if unbatched: x = x.unsqueeze(0)
+  o_, k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((output_size, "output_size"), (kernel_size, "kernel_size"), (dilation, "dilation"),
+                                                      (padding, "padding"), (stride, "stride")))
+  N, CK, L = x.shape
+  K = k_[0] * k_[1]
+  if CK % K: raise RuntimeError(f"fold: expected size of input's dimension 1 ({CK}) to be divisible by the product of kernel_size {k_} ({K})")
+  H, W = o_[0] + 2 * p_[0], o_[1] + 2 * p_[1]
+  bh, bw = (H - d_[0] * (k_[0] - 1) - 1) // s_[0] + 1, (W - d_[1] * (k_[1] - 1) - 1) // s_[1] + 1
+  if bh * bw != L: raise RuntimeError(f"fold: expected L={bh * bw} blocks for output_size {o_}, kernel {k_}, dilation {d_}, padding {p_}, stride {s_}; got {L}")
+  C = CK // K
+  cols = x.reshape(N, C, k_[0], k_[1], bh, bw)
+  out = None
+  for i in range(k_[0]):
+    for j in range(k_[1]):
+      c = cols[:, :, i, j]                                                   # (N, C, bh, bw)
+      # spread by the stride: (bh, bw) -> (bh * sh, bw * sw), then shift by the kernel offset times the dilation
+      c = c.reshape(N, C, bh, 1, bw, 1)._pad(((0, 0), (0, 0), (0, 0), (0, s_[0] - 1), (0, 0), (0, s_[1] - 1))).reshape(N, C, bh * s_[0], bw * s_[1])
+      c = _pad_crop(c, [(i * d_[0], H - i * d_[0] - bh * s_[0]), (j * d_[1], W - j * d_[1] - bw * s_[1])])
+      out = c if out is None else out + c
+  assert out is not None
+  out = out._shrink(((0, N), (0, C), (p_[0], p_[0] + o_[0]), (p_[1], p_[1] + o_[1])))
+  return out.squeeze(0) if unbatched else out
+
+def _max_unpool(x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any, nsp: int, name: str) -> Tensor:
+  if not isinstance(indices, Tensor) or dtypes.is_float(indices.dtype) or indices.dtype == dtypes.bool:
+    raise TypeError(f"{name}: indices must be an integer tensor, got {indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
+  if x.ndim not in (nsp + 1, nsp + 2): raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if indices.shape != x.shape: raise ValueError(f"{name}: indices of shape {indices.shape} must have the input's shape {x.shape}")
+  k_ = _tuple(kernel_size, nsp, "kernel_size")
+  s_ = k_ if stride is None else _tuple(stride, nsp, "stride")
+  p_ = _tuple(padding, nsp, "padding")
+  i_ = x.shape[-nsp:]
+  if output_size is None: o_ = tuple((i - 1) * s - 2 * p + k for i, k, s, p in zip(i_, k_, s_, p_))
+  else:
+    o_ = tuple(int(v) for v in output_size)[-nsp:]
+    if len(o_) != nsp: raise ValueError(f"{name}: output_size {tuple(output_size)} must name {nsp} spatial sizes")
+  lead = x.shape[:-nsp]
+  xf, idx = x.reshape(lead + (prod(i_),)), indices.reshape(lead + (prod(i_),))
+  base = Tensor.zeros(*lead, prod(o_), dtype=x.dtype, device=x.device)
+  out = scatter(base, -1, idx, xf.detach())
+  if xf.requires_grad:
+    # PyTorch's gradient is grad_output gathered at the indices, for every input, duplicates included: the adjoint of
+    # scatter_add, added here as a term that is exactly 0 in the forward
+    xs = xf.isfinite().where(xf, 0.0)
+    out = out + (scatter_add(base, -1, idx, xs) - scatter_add(base, -1, idx, xs.detach()))
+  return out.reshape(lead + o_)
+
+def max_unpool1d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+  """Inverse of max_pool1d(return_indices=True): each value written at its index in a zero (N, C, L_out) tensor."""
+  return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1, "max_unpool1d")
+
+def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+  """Inverse of max_pool2d(return_indices=True): each value written at its flat index in a zero (N, C, H_out, W_out) tensor."""
+  return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2, "max_unpool2d")
+
 def masked_fill(input: Tensor, mask: Tensor, value: Any) -> Tensor:
+  """value where mask (bool, broadcast to the input's shape) is True, the input elsewhere."""
   if mask.dtype != dtypes.bool: raise TypeError(f"masked_fill: mask must be a bool tensor, got {mask.dtype}")
   v = value.cast(input.dtype) if isinstance(value, Tensor) else Tensor.full((), value, dtype=input.dtype, device=input.device)
   out = mask.where(v, input)
@@ -254,6 +446,7 @@ def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Te
   return x._shrink(tuple((0, s) for s in pre) + ((0, L), (0, 1))).reshape(pre + (L,))
 
 def diag(input: Tensor, diagonal: int = 0) -> Tensor:
+  """A 1-D tensor's values on a square matrix's diagonal (offset by diagonal), or a 2-D tensor's diagonal."""
   if input.ndim == 2: return globals()["diagonal"](input, diagonal, 0, 1)
   if input.ndim != 1: raise ValueError(f"diag needs a 1-D or 2-D tensor, got shape {input.shape}")
   n = input.shape[0]
@@ -329,6 +522,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   return out.cast(dt)
 
 def where(condition: Tensor, input: Any, other: Any) -> Tensor:
+  """input where condition (bool) is True, other elsewhere; the three broadcast and input/other promote."""
   if not isinstance(condition, Tensor): raise TypeError(f"where: condition must be a Tensor, got {type(condition).__name__}")
   return condition.where(input, other)
 
@@ -336,8 +530,8 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
   """torch.nn.functional.pad: pad is (left, right) for the last axis, then the one before, ...; mode 'constant',
   'reflect', 'replicate' or 'circular' (the last three built from slices, flips and expands joined with cat)."""
   if mode == "constant": return input.pad(pad, "constant", 0.0 if value is None else value)
-  if mode not in ("reflect", "replicate", "circular"): raise ValueError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
-  if len(pad) % 2 or len(pad) // 2 > input.ndim: raise ValueError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
+  if mode not in ("reflect", "replicate", "circular"): raise NotImplementedError(f"pad: unrecognised padding mode {mode!r}: expected 'constant', 'reflect', 'replicate' or 'circular'")
+  if len(pad) % 2 or len(pad) // 2 > input.ndim: raise RuntimeError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
   x = input
   for i in range(len(pad) // 2):
     ax, (b, a) = x.ndim - 1 - i, (int(pad[2 * i]), int(pad[2 * i + 1]))
@@ -347,16 +541,16 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
     if min(b, a) < 0:  # negative padding crops first
       x = sl(max(0, -b), n - max(0, -a)); b, a, n = max(b, 0), max(a, 0), x.shape[ax]
     if mode == "reflect":
-      if b >= n or a >= n: raise ValueError(f"pad: reflect padding ({b}, {a}) must be smaller than the size {n} of dimension {ax} (shape {input.shape})")
+      if b >= n or a >= n: raise RuntimeError(f"pad: reflect padding ({b}, {a}) must be smaller than the size {n} of dimension {ax} (shape {input.shape})")
       parts = [sl(1, b + 1).flip(ax), x, sl(n - 1 - a, n - 1).flip(ax)]
     elif mode == "replicate":
-      if n == 0: raise ValueError(f"pad: replicate padding of an empty dimension {ax} (shape {input.shape})")
+      if n == 0: raise RuntimeError(f"pad: replicate padding of an empty dimension {ax} (shape {input.shape})")
       def edge(k: int, cnt: int) -> Tensor:
         e = sl(k, k + 1)
         return e.expand(tuple(cnt if j == ax else sz for j, sz in enumerate(e.shape)))
       parts = [edge(0, b), x, edge(n - 1, a)]
     else:
-      if b > n or a > n: raise ValueError(f"pad: circular padding ({b}, {a}) must be at most the size {n} of dimension {ax} (shape {input.shape})")
+      if b > n or a > n: raise RuntimeError(f"pad: circular padding ({b}, {a}) must be at most the size {n} of dimension {ax} (shape {input.shape})")
       parts = [sl(n - b, n), x, sl(0, a)]
     x = cat([p for p in parts if p.shape[ax] > 0], ax)
   return x
@@ -433,17 +627,22 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   win = win.reshape((N, G, 1, Cg) + o_ + k_).permute(0, 1, 2, *range(4, 4 + nsp), 3, *range(4 + nsp, 4 + 2 * nsp))
   wr = w.reshape((1, G, Cog) + (1,) * nsp + (Cg,) + k_)
   red = tuple(range(3 + nsp, 4 + 2 * nsp))
-  out = (win * wr).sum(red).reshape((N, Cout) + o_)
+  if promote(win.dtype, wr.dtype) in (dtypes.float16, dtypes.bfloat16):
+    # products and sums in float32, one rounding at the end, as PyTorch's half/bfloat16 convolutions accumulate
+    out = (win.float() * wr.float()).sum(red).cast(promote(win.dtype, wr.dtype)).reshape((N, Cout) + o_)
+  else: out = (win * wr).sum(red).reshape((N, Cout) + o_)
   # elementwise work on the reshaped reduction (bias, an activation after) fuses into the same kernel
   if bias is not None: out = out + bias.reshape((1, Cout) + (1,) * nsp)
   return out.squeeze(0) if unbatched else out
 
 def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+  """1-D convolution (cross-correlation): (N, C_in, L) with weight (C_out, C_in/groups, k) -> (N, C_out, L')."""
   if weight.ndim != 3: raise RuntimeError(f"conv1d: weight must have 3 dimensions (out_channels, in_channels/groups, k), got shape {weight.shape}")
   if input.ndim not in (2, 3): raise RuntimeError(f"conv1d: input must have 2 or 3 dimensions, got shape {input.shape}")
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
 
 def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+  """3-D convolution: (N, C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
 
 def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
@@ -454,7 +653,13 @@ def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, 
 
 def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
                      groups: int = 1, dilation: Any = 1) -> Tensor:
+  """1-D transposed convolution: (N, C_in, L) with weight (C_in, C_out/groups, k) -> (N, C_out, L')."""
   return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
+
+def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                     groups: int = 1, dilation: Any = 1) -> Tensor:
+  """3-D transposed convolution: (N, C_in, D, H, W) with weight (C_in, C_out/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
+  return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
 
 def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
                       nsp: int, name: str) -> Tensor:
@@ -504,16 +709,20 @@ def _pool_args(x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation:
   return k_, s_, p_, d_, tuple(o_), extra
 
 def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  """Max over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W'); return_indices gives PyTorch's flat indices too."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
 def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  """Max over sliding windows of the last axis: (N, C, L) -> (N, C, L'); return_indices gives PyTorch's flat indices too."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
 
 def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  """Max over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
 
 def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
+  """Mean over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3, "avg_pool3d")
 
 def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nsp, name) -> Any:
@@ -534,9 +743,11 @@ def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, retu
 
 def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
+  """Mean over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2, "avg_pool2d")
 
 def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+  """Mean over sliding windows of the last axis: (N, C, L) -> (N, C, L')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, "avg_pool1d")
 
 def _avg_pool(x: Tensor, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nsp, name) -> Tensor:
@@ -561,9 +772,10 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
   x = input
   nsp = x.ndim - 2
   if nsp < 1: raise ValueError(f"interpolate: input must have at least 3 dimensions (N, C, *spatial), got shape {x.shape}")
-  want = {"linear": 1, "bilinear": 2, "trilinear": 3}
+  want = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
   if mode in want and want[mode] != nsp: raise ValueError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
-  if mode not in ("nearest", "nearest-exact", "area") and mode not in want: raise NotImplementedError(f"interpolate: mode {mode!r} is not implemented")
+  if mode not in ("nearest", "nearest-exact", "area") and mode not in want:
+    raise ValueError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got {mode!r}")
   if antialias: raise NotImplementedError("interpolate: antialias=True is not implemented")
   if mode.startswith("nearest") and align_corners is not None: raise ValueError("interpolate: align_corners only applies to the linear modes")
   i_ = x.shape[2:]
@@ -620,8 +832,12 @@ def _adaptive_avg_pool(x: Tensor, output_size: Any, nsp: int, name: str) -> Tens
     x = _resample(x, ax, m)
   return x
 
-def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor: return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
-def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor: return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
+def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
+  """Mean pooling of the last two axes to output_size (H', W') bins (PyTorch's bin edges)."""
+  return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor:
+  """Mean pooling of the last axis to output_size bins (PyTorch's bin edges)."""
+  return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
 
 def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners: bool) -> list[list[tuple[int, float]]]:
   """For each output position: [(source index, weight), ...], computed in float32 as PyTorch's CPU kernels do."""
@@ -631,6 +847,7 @@ def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners
     return [[(min(int(math.floor(_f32(_f32(r + 0.5) * sc))), i - 1), 1.0)] for r in range(o)]
   if align_corners: sc = _f32((i - 1) / (o - 1)) if o > 1 else 0.0
   else: sc = _f32(1.0 / scale) if scale is not None and scale > 0 else _f32(i / o)
+  if mode == "bicubic": return _cubic_rows(i, o, sc, align_corners)
   rows = []
   for r in range(o):
     src = _f32(sc * r) if align_corners else max(0.0, _f32(_f32(sc * _f32(r + 0.5)) - 0.5))
@@ -638,6 +855,21 @@ def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners
     i1 = min(i0 + 1, i - 1)
     l1 = _f32(src - i0)
     rows.append([(i0, _f32(1.0 - l1)), (i1, l1)])
+  return rows
+
+def _cubic_rows(i: int, o: int, sc: float, align_corners: bool) -> list[list[tuple[int, float]]]:
+  """Keys' cubic convolution (A = -0.75) over the 4 nearest sources, clamped at the borders, in float32 as
+  PyTorch's upsample_bicubic2d computes it (the source position is not clamped at 0, unlike the linear modes)."""
+  A = -0.75
+  def c1(t: float) -> float: return _f32(_f32(_f32(_f32((A + 2) * t) - (A + 3)) * t) * t + 1)
+  def c2(t: float) -> float: return _f32(_f32(_f32(_f32(_f32(A * t) - 5 * A) * t) + 8 * A) * t - 4 * A)
+  rows = []
+  for r in range(o):
+    src = _f32(sc * r) if align_corners else _f32(_f32(sc * _f32(r + 0.5)) - 0.5)
+    i0 = math.floor(src)
+    t = _f32(src - i0)
+    ws = (c2(_f32(t + 1)), c1(t), c1(_f32(1 - t)), c2(_f32(2 - t)))
+    rows.append([(min(max(i0 - 1 + k, 0), i - 1), w) for k, w in enumerate(ws)])
   return rows
 
 # ---------------------------------------------------------------- regularization and normalization
@@ -660,6 +892,7 @@ def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[
   return x
 
 def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+  """Normalize over the trailing normalized_shape axes (mean 0, variance 1, biased), then scale by weight and shift by bias."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
   if input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
     raise ValueError(f"layer_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
@@ -673,6 +906,7 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
   return _affine(xc * (var + eps).rsqrt(), weight, bias, ns)
 
 def rms_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
+  """x / sqrt(mean(x^2) + eps) over the trailing normalized_shape axes, times weight; eps defaults to the dtype's epsilon."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
   if input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
     raise ValueError(f"rms_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
@@ -711,6 +945,7 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
   return _affine(out, weight, bias, shape)
 
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+  """Normalize each of num_groups channel groups over (its channels, *spatial) of a (N, C, *) input, then the per-channel affine."""
   if input.ndim < 2: raise ValueError(f"group_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
   N, C = input.shape[:2]
   if num_groups <= 0 or C % num_groups: raise ValueError(f"group_norm: {C} channels (input shape {input.shape}) are not divisible into num_groups={num_groups}")
@@ -756,6 +991,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 # ---------------------------------------------------------------- losses
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
+  """int64 (*, num_classes) with 1 at each index (num_classes=-1 reads the maximum back from the device: a sync)."""
   if dtypes.is_float(tensor.dtype) or tensor.dtype == dtypes.bool: raise TypeError(f"one_hot is only applicable to index tensors, got {tensor.dtype}")
   if num_classes == -1: num_classes = int(tensor.max().item()) + 1 if tensor.numel() else 0
   out = tensor.unsqueeze(-1).eq(Tensor.arange(num_classes, device=tensor.device, dtype=tensor.dtype)).cast(dtypes.int64)
@@ -827,6 +1063,7 @@ def _check_same(input: Tensor, target: Tensor, name: str) -> None:
 
 def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
                          reduction: str = "mean") -> Tensor:
+  """-(t log p + (1 - t) log(1 - p)) with the logs clamped at -100, as PyTorch; reduced by reduction."""
   _check_same(input, target, "binary_cross_entropy")
   x = input._float()
   # log clamped at -100, as PyTorch does, so 0 and 1 give finite losses
@@ -836,6 +1073,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
 
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
                                      reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+  """binary_cross_entropy(sigmoid(x), t) computed stably from the logits; pos_weight scales the positive term."""
   _check_same(input, target, "binary_cross_entropy_with_logits")
   x = input._float()
   # log(1 + exp(-|x|)) + max(-x, 0) is log(1 + exp(-x)) without overflow
@@ -846,20 +1084,43 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
   return _reduction(loss, reduction)
 
 def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
+  """(input - target)^2, reduced by reduction ('mean', 'sum' or 'none')."""
   d = input - target
   return _reduction(d * d, reduction)
 
 def l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
+  """|input - target|, reduced by reduction."""
   return _reduction((input - target).abs(), reduction)
 
 def smooth_l1_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+  """0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta elsewhere; reduced by reduction."""
   d = (input - target).abs()
   loss = d if beta == 0 else (d < beta).where(0.5 * d * d / beta, d - 0.5 * beta)
   return _reduction(loss, reduction)
 
 def huber_loss(input: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+  """0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) elsewhere; reduced by reduction."""
   d = (input - target).abs()
   return _reduction((d < delta).where(0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+# ---------------------------------------------------------------- activations and normalization by a norm
+
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+  """input / max(||input||_p over dim, eps) (torch.nn.functional.normalize); the norm's gradient at 0 is 0."""
+  if not isinstance(input, Tensor): raise TypeError(f"normalize: input must be a Tensor, got {type(input).__name__}")
+  return input / input.norm(p, dim, keepdim=True).clip(min=eps)
+
+def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3, dtype: Any = None) -> Tensor:
+  """softmax(-input) along dim."""
+  return input.softmin(dim, dtype)
+
+def softsign(input: Tensor) -> Tensor:
+  """input / (1 + |input|)."""
+  return input.softsign()
+
+def logsigmoid(input: Tensor) -> Tensor:
+  """log(sigmoid(input)), finite for any input."""
+  return input.logsigmoid()
 
 # ---------------------------------------------------------------- Tensor methods
 
@@ -871,6 +1132,7 @@ def _cat_method(first: Any, *rest: Any, dim: int | None = None, axis: int | None
   return cat(first, dim=dim, axis=axis)
 
 def _stack_method(first: Any, *rest: Any, dim: int | None = None, axis: int | None = None) -> Tensor:
+  """Tensor.stack([a, b], dim) as PyTorch's torch.stack, or a.stack(b, c, dim=...): tensors of one shape on a new axis."""
   if isinstance(first, Tensor): return stack([first, *rest], dim=dim, axis=axis)
   if len(rest) == 1 and dim is None and axis is None: dim = rest[0]
   elif rest: raise TypeError(f"stack(): unexpected positional arguments {rest}")
@@ -879,6 +1141,9 @@ def _stack_method(first: Any, *rest: Any, dim: int | None = None, axis: int | No
 Tensor.cat = _cat_method  # type: ignore[attr-defined]
 Tensor.stack = _stack_method  # type: ignore[attr-defined]
 Tensor.einsum = staticmethod(einsum)  # type: ignore[attr-defined]
+Tensor.unfold = unfold_dim  # type: ignore[attr-defined]
+for _name in ("scatter_reduce", "index_select", "repeat_interleave", "conv_transpose3d", "max_unpool1d", "max_unpool2d", "normalize"):
+  setattr(Tensor, _name, globals()[_name])
 for _name in ("split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter", "scatter_add", "masked_fill", "diagonal", "diag",
               "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d",
               "avg_pool2d", "avg_pool3d", "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",

@@ -1,16 +1,40 @@
-"""Tensor indexing: ints, slices with steps, None, Ellipsis, negative indices and integer tensors."""
+"""Tensor indexing: ints, slices with steps, None, Ellipsis (anywhere), negative indices, integer tensors, lists and
+tuples (sequence indices), Python bools and boolean masks.
+
+A boolean mask has a data-dependent result size: the number of True elements is read back from the device (one
+sync) before the result is built. A mask that is the only tensor index selects with a stable sort on the device
+(sorting.py, O(n log^2 n)); a mask mixed with other tensor indices becomes its nonzero() coordinates, which then go
+through the one-hot gather of integer indices."""
 from __future__ import annotations
 from typing import Any
 from baregrad.ir.dtype import dtypes
 
+def _seq_index(it: Any, device: str) -> Any:
+  """A list or tuple used as an index: a bool tensor when all its leaves are bools, else an int64 tensor."""
+  from baregrad.tensor.tensor import Tensor
+  import numpy as np
+  try: arr = np.array(it)
+  except ValueError: raise IndexError(f"a ragged sequence cannot be an index: {it!r}") from None
+  if arr.dtype == np.bool_: return Tensor(arr, device=device, dtype=dtypes.bool)
+  if arr.size and arr.dtype.kind not in "iu": raise IndexError(f"tensors used as indices must be long, int or bool: got a sequence of {arr.dtype} {it!r}")
+  return Tensor(arr.astype(np.int64), device=device, dtype=dtypes.int64)
+
+def _consumes(i: Any) -> int:
+  """How many axes of the tensor an index item uses up."""
+  from baregrad.tensor.tensor import Tensor
+  if i is None or i is Ellipsis or isinstance(i, bool): return 0
+  if isinstance(i, Tensor) and i.dtype == dtypes.bool: return i.ndim
+  return 1
+
 def _normalize(t, idx: Any) -> list:
   items = list(idx) if isinstance(idx, tuple) else [idx]
-  n_ell = sum(1 for i in items if i is Ellipsis)
-  if n_ell > 1: raise IndexError("an index can only have a single ellipsis ('...')")
-  consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+  items = [_seq_index(i, t.device) if isinstance(i, (list, tuple)) else i for i in items]
+  ell = [k for k, i in enumerate(items) if i is Ellipsis]   # by identity: Tensor's == is elementwise
+  if len(ell) > 1: raise IndexError("an index can only have a single ellipsis ('...')")
+  consumed = sum(_consumes(i) for i in items)
   if consumed > t.ndim: raise IndexError(f"too many indices for tensor of dimension {t.ndim}: {consumed} given")
-  if n_ell:
-    k = items.index(Ellipsis)
+  if ell:
+    k = ell[0]
     items = items[:k] + [slice(None)] * (t.ndim - consumed) + items[k + 1:]
   else: items = items + [slice(None)] * (t.ndim - consumed)
   return items
@@ -39,14 +63,19 @@ def _step_slice(x, axis: int, start: int, stop: int, step: int):
 
 def getitem(t, idx: Any):
   from baregrad.tensor.tensor import Tensor
-  if isinstance(idx, (list,)) or (isinstance(idx, Tensor)): idx = (idx,)
+  if isinstance(idx, (list, Tensor)): idx = (idx,)
   items = _normalize(t, idx)
+  n_tensors = sum(1 for i in items if isinstance(i, Tensor))
   x, axis, tensor_idx, dim = t, 0, [], 0  # axis: in x as built so far; dim: in t, for messages
+  mask_only = None
   for it in items:
-    if it is not None: dim += 1
+    if it is not None and not isinstance(it, bool): dim += _consumes(it)
     if it is None:
       x = x.reshape(x.shape[:axis] + (1,) + x.shape[axis:]); axis += 1
-    elif isinstance(it, bool): raise IndexError("bool indices are not supported; use a bool tensor with where")
+    elif isinstance(it, bool):  # a Python bool is a 0-d mask: a new axis of size 1 (True) or 0 (False)
+      x = x.reshape(x.shape[:axis] + (1,) + x.shape[axis:])
+      if not it: x = x._shrink(tuple((0, 0) if k == axis else (0, s) for k, s in enumerate(x.shape)))
+      axis += 1
     elif isinstance(it, int):
       n = x.shape[axis]
       if not -n <= it < n: raise IndexError(f"index {it} is out of range for dimension {dim - 1} of size {n} (tensor of shape {t.shape})")
@@ -57,11 +86,31 @@ def getitem(t, idx: Any):
       start, stop, step = it.indices(x.shape[axis])
       if step == 0: raise ValueError("slice step cannot be zero")
       x = _step_slice(x, axis, start, stop, step); axis += 1
-    elif isinstance(it, (Tensor, list)):
-      ti = it if isinstance(it, Tensor) else Tensor(it, device=t.device, dtype=dtypes.int64)
-      if ti.dtype == dtypes.bool: raise IndexError("boolean mask indexing needs a data-dependent shape; use where() instead")
-      tensor_idx.append((axis, ti)); axis += 1
-    else: raise IndexError(f"unsupported index type {type(it).__name__}")
+    elif isinstance(it, Tensor) and it.dtype == dtypes.bool:
+      k = it.ndim
+      if it.shape != x.shape[axis:axis + k]:
+        raise IndexError(f"the shape of the mask {it.shape} at index {dim - k} does not match the shape {x.shape[axis:axis + k]} of the indexed "
+                         f"dimensions {dim - k}..{dim - 1} of the tensor of shape {t.shape}")
+      if k == 0:  # a 0-d mask: like a Python bool, its value read back from the device
+        x = x.reshape(x.shape[:axis] + (1,) + x.shape[axis:])
+        if not bool(it.item()): x = x._shrink(tuple((0, 0) if j == axis else (0, s) for j, s in enumerate(x.shape)))
+        axis += 1
+      elif n_tensors == 1: mask_only = (axis, it); axis += k
+      else:
+        from baregrad.tensor.sorting import nonzero
+        for j, c in enumerate(nonzero(it, as_tuple=True)): tensor_idx.append((axis + j, c))
+        axis += k
+    elif isinstance(it, Tensor):
+      if dtypes.is_float(it.dtype): raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {it.dtype}")
+      tensor_idx.append((axis, it)); axis += 1
+    else: raise IndexError(f"unsupported index type {type(it).__name__}: expected int, slice, None, Ellipsis, bool, a sequence or a Tensor")
+  if mask_only is not None:
+    from baregrad.tensor.sorting import mask_rows
+    ax, m = mask_only
+    k = m.ndim
+    rest = [a for a in range(x.ndim) if not ax <= a < ax + k]
+    y = mask_rows(x.permute(*range(ax, ax + k), *rest), m)          # (count, *rest)
+    return y.permute(*range(1, ax + 1), 0, *range(ax + 1, y.ndim)) if ax else y
   if tensor_idx: x = _advanced(x, tensor_idx, t.device, t.dtype)
   return x
 

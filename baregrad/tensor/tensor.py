@@ -1,6 +1,6 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
-import math, weakref
+import contextlib, math, weakref
 from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
@@ -10,6 +10,8 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
+from baregrad.tensor.grad_mode import is_grad_enabled
+from baregrad.tensor.gradfn import with_grad
 
 ShapeLike = int | Sequence[int]
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
@@ -23,6 +25,27 @@ def _np_dtype(d: DType) -> Any:
 def _from_np_dtype(d: np.dtype) -> DType:
   try: return dtypes.from_name(np.dtype(d).name)
   except ValueError: raise TypeError(f"NumPy dtype {d} has no baregrad dtype") from None
+
+_PY_TYPES: dict[type, DType] = {bool: dtypes.bool, int: dtypes.int64, float: dtypes.float64}
+
+def to_dtype(d: Any) -> DType:
+  """A dtype argument as a baregrad DType: a DType, a name ("float16", "half", "torch.float16"), a NumPy dtype or
+  scalar type (np.float16), a Python type (bool, int -> int64, float -> float64, as PyTorch maps them), or a torch dtype."""
+  if isinstance(d, DType): return d
+  if isinstance(d, type) and d in _PY_TYPES: return _PY_TYPES[d]
+  name = d if isinstance(d, str) else str(d) if str(d).startswith("torch.") else None
+  if name is not None:
+    name = name.removeprefix("torch.")
+    try: return dtypes.from_name(name)
+    except ValueError:
+      try: return dtypes.from_name(np.dtype(name).name)
+      except (TypeError, ValueError): pass
+    raise ValueError(f"unknown dtype {d!r}: expected one of {sorted(set(ALL_NAMES))}") from None
+  try: npd = np.dtype(d)
+  except TypeError: raise TypeError(f"dtype must be a baregrad dtype, a NumPy dtype, a Python type or a name like 'float16', got {type(d).__name__} {d!r}") from None
+  return _from_np_dtype(npd)
+
+ALL_NAMES = [torch_name(x) for x in ALL]
 
 def _shape_arg(shape: tuple) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
@@ -55,8 +78,26 @@ class Tensor:
   training: bool = False
   _seed: int = 0
 
+  class train(contextlib.ContextDecorator):
+    """Set Tensor.training (dropout, batch-norm statistics) for a block or a decorated function: `with Tensor.train():`,
+    `@Tensor.train(False)`, as in tinygrad. Modules' own train()/eval() override it per module."""
+    def __init__(self, mode: bool = True):
+      if not isinstance(mode, bool): raise TypeError(f"train: mode must be a bool, got {type(mode).__name__} {mode!r}")
+      self.mode = mode
+    def __enter__(self) -> None: self.prev, Tensor.training = Tensor.training, self.mode
+    def __exit__(self, *exc: object) -> None: Tensor.training = self.prev
+  class eval(train):
+    """Tensor.training off for a block or a decorated function (Tensor.train(False))."""
+    def __init__(self) -> None: super().__init__(False)
+  class test(contextlib.ContextDecorator):
+    """tinygrad's spelling of no_grad: gradient recording off for a block or a decorated function."""
+    def __enter__(self) -> None:
+      from baregrad.tensor.grad_mode import no_grad
+      self.ctx = no_grad(); self.ctx.__enter__()
+    def __exit__(self, *exc: object) -> None: self.ctx.__exit__(*exc)
+
   def __init__(self, data: Any, device: str | None = None, dtype: DType | None = None, requires_grad: bool | None = None):
-    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+    if dtype is not None: dtype = to_dtype(dtype)
     self.device = Device.canonicalize(device or Device.DEFAULT)
     self.grad: Tensor | None = None
     self.requires_grad = requires_grad
@@ -94,24 +135,61 @@ class Tensor:
 
   # ---- properties
   @property
-  def shape(self) -> tuple[int, ...]: return shape_of(self.uop)
+  def shape(self) -> tuple[int, ...]:
+    """The size of each axis, a tuple of ints (torch.Size is a tuple too)."""
+    return shape_of(self.uop)
   @property
-  def dtype(self) -> DType: return self.uop.dtype
+  def dtype(self) -> DType:
+    """The element type, a baregrad DType (dtypes.float32, ...)."""
+    return self.uop.dtype
   @property
-  def ndim(self) -> int: return len(self.shape)
-  def numel(self) -> int: return prod(self.shape)
-  def size(self, dim: int | None = None) -> Any: return self.shape if dim is None else self.shape[_axis(dim, self.ndim)]
-  def dim(self) -> int: return self.ndim
-  def element_size(self) -> int: return self.dtype.itemsize
+  def ndim(self) -> int:
+    """The number of axes."""
+    return len(self.shape)
+  def numel(self) -> int:
+    """The number of elements (the product of the shape; 1 for a 0-d tensor)."""
+    return prod(self.shape)
+  def size(self, dim: int | None = None) -> Any:
+    """The shape, or the size of axis dim (negative counts from the end)."""
+    return self.shape if dim is None else self.shape[_axis(dim, self.ndim)]
+  def dim(self) -> int:
+    """The number of axes (PyTorch's dim())."""
+    return self.ndim
+  def element_size(self) -> int:
+    """Bytes per element."""
+    return self.dtype.itemsize
   @property
-  def T(self) -> Tensor: return self.permute(*range(self.ndim - 1, -1, -1))
+  def T(self) -> Tensor:
+    """The axes in reverse order (a view); for 2-D the transpose."""
+    return self.permute(*range(self.ndim - 1, -1, -1))
   @property
-  def is_leaf(self) -> bool: return base_of(self.uop).op is Ops.BUFFER or self.uop.op is Ops.CONST
+  def is_leaf(self) -> bool:
+    """Whether this tensor is a buffer or a constant rather than the result of an op."""
+    return base_of(self.uop).op is Ops.BUFFER or self.uop.op is Ops.CONST
   def __len__(self) -> int:
     if not self.shape: raise TypeError("len() of a 0-d tensor")
     return self.shape[0]
   def __repr__(self) -> str:
-    return f"<Tensor shape={self.shape} dtype={torch_name(self.dtype)} device={self.device}{' requires_grad' if self.requires_grad else ''}>"
+    """The values, formatted as PyTorch prints them (this realizes the tensor; see tensor/printing.py)."""
+    from baregrad.tensor.printing import tensor_repr
+    return tensor_repr(self)
+  def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+    """np.asarray(t): the values as a NumPy array (a copy off the device; bfloat16 comes back as float32)."""
+    a = self.numpy()
+    return a if dtype is None else a.astype(dtype, copy=False)
+  @staticmethod
+  def from_numpy(a: np.ndarray, device: str | None = None) -> Tensor:
+    """A tensor with the array's shape, dtype and values. Unlike torch.from_numpy the memory is copied, not shared."""
+    if not isinstance(a, np.ndarray): raise TypeError(f"from_numpy: expected np.ndarray, got {type(a).__name__}")
+    return Tensor(a, device=device).reshape(a.shape)
+  def _one(self, what: str) -> Any:
+    if self.numel() != 1: raise RuntimeError(f"{what}: only a tensor with one element can be converted to a Python scalar, got shape {self.shape}")
+    return self.item()
+  def __float__(self) -> float: return float(self._one("float()"))
+  def __int__(self) -> int: return int(self._one("int()"))
+  def __index__(self) -> int:
+    if dtypes.is_float(self.dtype): raise TypeError(f"only integer tensors of a single element can be converted to an index, got {self.dtype}")
+    return int(self._one("__index__"))
   def __hash__(self) -> int: return id(self)
   def __bool__(self) -> bool:
     if self.numel() != 1: raise RuntimeError(f"the truth value of a tensor with {self.numel()} elements is ambiguous")
@@ -120,7 +198,7 @@ class Tensor:
   def _new(self, u: UOp, requires_grad: bool | None = None) -> Tensor:
     t = Tensor(u, device=self.device)
     rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
-    t.requires_grad = rg
+    t.requires_grad = rg if is_grad_enabled() else None
     return t
 
   # ---- realization
@@ -129,6 +207,7 @@ class Tensor:
     items, _, _ = lazy.schedule_for([self.uop], self.device)
     return items
   def realize(self, *others: Tensor) -> Tensor:
+    """Run the kernels that compute this tensor (and others given) now; returns self. Tensors in autograd keep their graph."""
     from baregrad.tensor.inplace import bind
     ts = [self, *others]
     outs = lazy.realize([t.uop for t in ts], self.device)
@@ -138,7 +217,9 @@ class Tensor:
         if base_of(u).op is Ops.BUFFER: bind(t, u)
         else: t.uop = u; live.track(t)
     return self
-  def contiguous(self) -> Tensor: return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
+  def contiguous(self) -> Tensor:
+    """A tensor whose value the scheduler materializes in its own buffer (forces a kernel boundary)."""
+    return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def _realized(self) -> Buffer:
     """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
     u = lazy.substitute_realized(self.uop)
@@ -156,6 +237,7 @@ class Tensor:
     checks.check(self.device)
     return buf
   def numpy(self) -> np.ndarray:
+    """The values as a NumPy array (synchronizes with the device; bfloat16 comes back as float32)."""
     from baregrad.engine.realize import capturing
     if any(getattr(c, "forbid_host_reads", False) for c in capturing):
       from baregrad.tensor.jit import JitError
@@ -166,12 +248,23 @@ class Tensor:
     out = np.empty(self.shape, _np_dtype(self.dtype))
     buf.copyout(memoryview(out.reshape(-1)).cast("B"))
     return out if self.dtype != dtypes.bfloat16 else _bf16_to_f32_np(out)
-  def tolist(self) -> Any: return self.numpy().tolist()
+  def tolist(self) -> Any:
+    """The values as nested Python lists (synchronizes with the device)."""
+    return self.numpy().tolist()
   def item(self) -> Any:
+    """The single value as a Python number (synchronizes with the device); RuntimeError unless there is one element."""
     if self.numel() != 1: raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar: item() needs one element, got shape {self.shape}")
     return self.numpy().reshape(-1)[0].item()
-  def data(self) -> memoryview: return memoryview(self.numpy())
-  def to(self, device: str | None = None, dtype: DType | None = None) -> Tensor:
+  def data(self) -> memoryview:
+    """The values as a read-only memoryview of a host copy (unlike PyTorch's .data, not a tensor sharing storage)."""
+    return memoryview(self.numpy())
+  def to(self, device: Any = None, dtype: Any = None) -> Tensor:
+    """This tensor on another device and/or as another dtype: t.to("NV"), t.to(dtypes.half), t.to("CPU", "float16"),
+    t.to(other) (other's device and dtype). Returns self when nothing changes."""
+    if isinstance(device, Tensor): device, dtype = device.device, device.dtype if dtype is None else dtype
+    elif device is not None and _is_dtype_arg(device):
+      if dtype is not None: raise TypeError(f"to(): got a dtype as the device ({device!r}) and dtype={dtype!r}")
+      device, dtype = None, device
     t = self
     if dtype is not None: t = t.cast(dtype)
     if device is not None and Device.canonicalize(device) != self.device:
@@ -179,13 +272,20 @@ class Tensor:
       src = t if _is_whole_buffer(t.uop) else t.contiguous()
       u = UOp(Ops.COPY, t.dtype, (src.uop,), d)
       out = Tensor(u, device=d)
-      out.requires_grad = t.requires_grad
+      out.requires_grad = t.requires_grad if is_grad_enabled() else None
       return out
     return t
-  def cpu(self) -> Tensor: return self.to("CPU")
-  def clone(self) -> Tensor: return self.contiguous()
-  def detach(self) -> Tensor: return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
+  def cpu(self) -> Tensor:
+    """This tensor on the CPU device (self when it is there already)."""
+    return self.to("CPU")
+  def clone(self) -> Tensor:
+    """A copy with its own buffer (contiguous); gradients flow through it."""
+    return self.contiguous()
+  def detach(self) -> Tensor:
+    """The same values cut from the autograd graph (gradients do not flow back through it)."""
+    return Tensor(UOp(Ops.DETACH, self.dtype, (self.uop,)), device=self.device)
   def requires_grad_(self, flag: bool = True) -> Tensor:
+    """Mark this (float) tensor as needing gradients (or not); returns self."""
     if flag and not dtypes.is_float(self.dtype): raise RuntimeError(f"only float tensors can require gradients, got {self.dtype} (shape {self.shape})")
     self.requires_grad = flag
     if flag: _all_grad_tensors[id(self)] = self
@@ -208,12 +308,13 @@ class Tensor:
   # ---- creation
   @staticmethod
   def empty(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A tensor of the given shape; unlike PyTorch it is filled with zeros (nothing is left uninitialized)."""
     return Tensor.zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
   @staticmethod
   def full(shape: ShapeLike, fill_value: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A tensor of the given shape filled with fill_value; dtype from the value (bool, int64, float32) unless given."""
     shape = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)))
-    d = dtype or (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
-    if isinstance(d, str): d = dtypes.from_name(d)
+    d = to_dtype(dtype) if dtype is not None else (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
     c = UOp.const(d, fill_value)
     u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
     t = Tensor(u, device=device)
@@ -221,26 +322,36 @@ class Tensor:
     return t.contiguous().realize()._leaf(True) if requires_grad else t
   @staticmethod
   def zeros(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A float32 (or dtype) tensor of zeros, in its own buffer."""
     return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
   @staticmethod
   def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """A float32 (or dtype) tensor of ones, in its own buffer."""
     return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
   def _leaf(self, requires_grad: bool | None) -> Tensor:
     if requires_grad: return self.requires_grad_(True)
     self.requires_grad = requires_grad
     return self
   def full_like(self, v: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    """A tensor of this one's shape (and dtype, device unless given) filled with v."""
     return Tensor.full(self.shape, v, dtype=dtype or self.dtype, device=device or self.device)
-  def zeros_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
-  def ones_like(self, **kw: Any) -> Tensor: return self.full_like(1, **kw)
-  def empty_like(self, **kw: Any) -> Tensor: return self.full_like(0, **kw)
+  def zeros_like(self, **kw: Any) -> Tensor:
+    """Zeros of this tensor's shape, dtype and device."""
+    return self.full_like(0, **kw)
+  def ones_like(self, **kw: Any) -> Tensor:
+    """Ones of this tensor's shape, dtype and device."""
+    return self.full_like(1, **kw)
+  def empty_like(self, **kw: Any) -> Tensor:
+    """A tensor of this one's shape, dtype and device, filled with zeros."""
+    return self.full_like(0, **kw)
   @staticmethod
   def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """1-D tensor start, start+step, ... below stop; int64 unless a float argument or dtype says otherwise, computed on the device."""
     if stop is None: start, stop = 0, start
     if step == 0: raise RuntimeError("arange: step must be nonzero")
     if (stop - start) * step < 0: raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start {start}, end {stop}, step {step})")
     n = max(0, math.ceil((stop - start) / step))
-    d = dtype or (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
+    d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
     idx = Tensor._index_range(n, device)
     return (idx.cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else (idx.cast(d) * step + start).cast(d)
@@ -258,12 +369,14 @@ class Tensor:
     return _windows(self.pad((n - 1, 0)), n).sum(-1)
   @staticmethod
   def linspace(start: float, end: float, steps: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
+    """1-D float tensor of steps values from start to end inclusive, evenly spaced."""
     if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool): raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
     if steps < 0: raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     if steps == 1: return Tensor.full((1,), start, dtype=dtype or dtypes.default_float, device=device)
     return (Tensor.arange(steps, device=device).cast(dtypes.default_float) * ((end - start) / (steps - 1)) + start).cast(dtype or dtypes.default_float)
   @staticmethod
   def eye(n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """2-D (n, m) tensor with ones on the main diagonal, zeros elsewhere."""
     m = n if m is None else m
     if n < 0 or m < 0: raise RuntimeError(f"eye: n and m must be greater or equal to 0, got n={n}, m={m}")
     r = Tensor.arange(n, device=device).reshape(n, 1)
@@ -274,6 +387,7 @@ class Tensor:
   # per-device state buffer [seed, counter] that each draw advances with a kernel, so a jit replay draws new numbers
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
+    """Seed baregrad's random streams (Threefry-2x32 on the device: the numbers differ from PyTorch's for the same seed)."""
     Tensor._seed = int(seed)
     for dev, (inst, st) in list(_rng_states.items()):
       if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
@@ -298,6 +412,7 @@ class Tensor:
     return out
   @staticmethod
   def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """Uniform [0, 1) float32 (or dtype) tensor of the given shape, generated on the device."""
     shape = _new_shape(_shape_arg(shape))
     n = prod(shape)
     if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
@@ -306,9 +421,11 @@ class Tensor:
     return Tensor._random(n, device, finish)._leaf(requires_grad)
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """Uniform [low, high) tensor of the given shape, generated on the device."""
     return ((high - low) * Tensor.rand(*shape, device=device) + low).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
   @staticmethod
   def randn(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """Standard normal tensor of the given shape (Box-Muller on the device)."""
     shape = _shape_arg(shape)
     # Box-Muller over two uniform streams
     u1 = Tensor.rand(*shape, device=device)
@@ -317,18 +434,25 @@ class Tensor:
     return z.cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
   @staticmethod
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+    """Normal(mean, std^2) tensor of the given shape, generated on the device."""
     return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
   @staticmethod
   def randint(low: int, high: int | None = None, size: ShapeLike = (), dtype: DType = dtypes.int64, device: str | None = None) -> Tensor:
+    """Integers uniform in [low, high) (int64 unless dtype), of shape size, generated on the device."""
     if high is None: low, high = 0, low
     shape = (size,) if isinstance(size, int) else tuple(size)
     r = (Tensor.rand(*shape, device=device, dtype=dtypes.float64) * (high - low)).floor().cast(dtypes.int64) + low
     return r.cast(dtype).contiguous().realize()
-  def rand_like(self) -> Tensor: return Tensor.rand(*self.shape, dtype=self.dtype, device=self.device)
-  def randn_like(self) -> Tensor: return Tensor.randn(*self.shape, dtype=self.dtype, device=self.device)
+  def rand_like(self) -> Tensor:
+    """Uniform [0, 1) values of this tensor's shape, dtype and device."""
+    return Tensor.rand(*self.shape, dtype=self.dtype, device=self.device)
+  def randn_like(self) -> Tensor:
+    """Standard normal values of this tensor's shape, dtype and device."""
+    return Tensor.randn(*self.shape, dtype=self.dtype, device=self.device)
 
   # ---- movement
   def reshape(self, *shape: Any) -> Tensor:
+    """The same elements in a new shape (one -1 is inferred); a view, never a copy (PyTorch copies when it cannot view)."""
     shape = _shape_arg(shape)
     if shape.count(-1) > 1: raise RuntimeError(f"reshape {shape}: only one dimension can be inferred (-1)")
     if any(s < -1 for s in shape): raise RuntimeError(f"reshape {shape}: invalid shape dimension {min(shape)}")
@@ -341,6 +465,7 @@ class Tensor:
     return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
   view = reshape
   def permute(self, *order: Any) -> Tensor:
+    """The axes reordered (a view): out.shape[i] == self.shape[order[i]]."""
     order = _shape_arg(order)
     nd = self.ndim
     o = tuple(_axis(a, nd) for a in order)
@@ -348,11 +473,13 @@ class Tensor:
     if o == tuple(range(nd)): return self
     return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
   def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
+    """Axes dim0 and dim1 swapped (a view); defaults to the last two."""
     o = list(range(self.ndim))
     a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
     o[a], o[b] = o[b], o[a]
     return self.permute(*o)
   def expand(self, *shape: Any) -> Tensor:
+    """Size-1 axes broadcast to the given sizes (-1 keeps a size; new axes go in front); a view."""
     shape = _shape_arg(shape)
     if len(shape) < self.ndim: raise RuntimeError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
@@ -361,7 +488,9 @@ class Tensor:
       if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
     return x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
-  def expand_as(self, other: Tensor) -> Tensor: return self.expand(other.shape)
+  def expand_as(self, other: Tensor) -> Tensor:
+    """expand() to other's shape."""
+    return self.expand(other.shape)
   def _pad(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
     if all(a == (0, 0) for a in arg): return self
     return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), tuple(arg)))
@@ -369,18 +498,28 @@ class Tensor:
     if all(a == (0, s) for a, s in zip(arg, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), tuple(arg)))
   def flip(self, *dims: Any) -> Tensor:
+    """The elements in reverse order along the given axes (a view)."""
     dims = _shape_arg(dims)
     axl = [_axis(d, self.ndim) for d in dims]
     if len(set(axl)) != len(axl): raise RuntimeError(f"flip: a dim appears multiple times in the list of dims {dims}")
     ax = set(axl)
     if not ax: return self
     return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in ax for i in range(self.ndim))))
-  def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0) -> Tensor:
-    """PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the one before, ..."""
+  def pad(self, pad: Sequence[Any], mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad (negative amounts crop). PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the
+    one before, ...; or tinygrad's form: one (before, after) pair or None per axis. mode 'constant' (value, default
+    0), 'reflect', 'replicate' or 'circular' (see functional.pad)."""
+    if len(pad) and all(p is None or isinstance(p, (tuple, list)) for p in pad):  # tinygrad: ((before, after) | None, ...) per axis
+      if len(pad) != self.ndim: raise RuntimeError(f"pad: {len(pad)} (before, after) pairs for a tensor of {self.ndim} dimensions (shape {self.shape})")
+      pad = [v for p in reversed(pad) for v in (tuple(p) if p is not None else (0, 0))]
     if len(pad) % 2: raise RuntimeError(f"pad {tuple(pad)}: padding length must be divisible by 2")
     if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape {self.shape})")
     if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
-    if mode != "constant": raise NotImplementedError(f"pad mode {mode!r}: only 'constant' is implemented")
+    if mode != "constant":
+      from baregrad.tensor.functional import pad as fpad
+      if value is not None: raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
+      return fpad(self, pad, mode)
+    value = 0.0 if value is None else value
     arg = [(0, 0)] * self.ndim
     for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     # negative padding crops
@@ -394,36 +533,56 @@ class Tensor:
       out = ones.where(out, value)
     return out
   def squeeze(self, dim: int | None = None) -> Tensor:
+    """Remove axes of size 1 (all, or those named by dim, an int or a tuple)."""
     if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
     ds = {_axis(d, self.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}  # PyTorch >= 2.0 takes a tuple
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in ds and s == 1)))
   def unsqueeze(self, dim: int) -> Tensor:
+    """A new axis of size 1 inserted at dim."""
     d = _axis(dim, self.ndim + 1)
     return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
   def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    """Axes start_dim..end_dim merged into one (a 0-d tensor becomes 1-D)."""
     if self.ndim == 0: return self.reshape(1)
     s, e = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
     return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
   def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+    """Axis dim split into the given sizes."""
     d = _axis(dim, self.ndim)
     return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
   # ---- elementwise
-  def cast(self, dtype: DType | str) -> Tensor:
-    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+  def cast(self, dtype: Any) -> Tensor:
+    """The values converted to dtype (a baregrad dtype, NumPy dtype, Python type or name); float->int truncates and saturates, NaN -> 0."""
+    dtype = to_dtype(dtype)
     if dtype == self.dtype: return self
     return self._new(UOp(Ops.CAST, dtype, (self.uop,)), requires_grad=self.requires_grad if dtypes.is_float(dtype) else None)
-  def bitcast(self, dtype: DType | str) -> Tensor:
-    if isinstance(dtype, str): dtype = dtypes.from_name(dtype)
+  def bitcast(self, dtype: Any) -> Tensor:
+    """The same bits read as another dtype of the same item size."""
+    dtype = to_dtype(dtype)
     if dtype.itemsize != self.dtype.itemsize: raise TypeError(f"bitcast from {self.dtype} to {dtype}: item sizes differ")
     return self._new(UOp(Ops.BITCAST, dtype, (self.uop,)), requires_grad=False)
-  def float(self) -> Tensor: return self.cast(dtypes.float32)
-  def half(self) -> Tensor: return self.cast(dtypes.float16)
-  def double(self) -> Tensor: return self.cast(dtypes.float64)
-  def int(self) -> Tensor: return self.cast(dtypes.int32)
-  def long(self) -> Tensor: return self.cast(dtypes.int64)
-  def bool(self) -> Tensor: return self.cast(dtypes.bool)
-  def bfloat16(self) -> Tensor: return self.cast(dtypes.bfloat16)
+  def float(self) -> Tensor:
+    """cast(float32)."""
+    return self.cast(dtypes.float32)
+  def half(self) -> Tensor:
+    """cast(float16)."""
+    return self.cast(dtypes.float16)
+  def double(self) -> Tensor:
+    """cast(float64)."""
+    return self.cast(dtypes.float64)
+  def int(self) -> Tensor:
+    """cast(int32)."""
+    return self.cast(dtypes.int32)
+  def long(self) -> Tensor:
+    """cast(int64)."""
+    return self.cast(dtypes.int64)
+  def bool(self) -> Tensor:
+    """cast(bool): True where non-zero."""
+    return self.cast(dtypes.bool)
+  def bfloat16(self) -> Tensor:
+    """cast(bfloat16)."""
+    return self.cast(dtypes.bfloat16)
 
   def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
     if isinstance(y, Tensor):
@@ -447,16 +606,20 @@ class Tensor:
     return self._new(UOp(op, dt, (self.uop,) + tuple(s.uop for s in srcs)), requires_grad=True if rg else None)
 
   def add(self, y: Any, alpha: Any = 1) -> Tensor:
+    """self + alpha * y, broadcast, with PyTorch's type promotion."""
     x, y = self._operands(y if alpha == 1 else y * alpha)
     return x._alu(Ops.ADD, y)
   def sub(self, y: Any, alpha: Any = 1) -> Tensor:
+    """self - alpha * y, broadcast, with PyTorch's type promotion (bool tensors are refused)."""
     x, y = self._operands(y if alpha == 1 else y * alpha)
     if x.dtype == dtypes.bool: raise TypeError("subtraction of bool tensors is not supported; use logical_xor")
     return x._alu(Ops.SUB, y)
   def mul(self, y: Any) -> Tensor:
+    """self * y, broadcast, with PyTorch's type promotion."""
     x, y = self._operands(y)
     return x._alu(Ops.MUL, y)
   def div(self, y: Any, rounding_mode: str | None = None) -> Tensor:
+    """self / y: true division (ints give float); rounding_mode 'trunc' or 'floor' rounds the quotient."""
     if rounding_mode not in (None, "trunc", "floor"):
       raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found {rounding_mode!r}")
     if rounding_mode == "floor": return self.floor_divide(y)
@@ -466,6 +629,7 @@ class Tensor:
     x, y = self._operands(y, out_float=True)
     return x._alu(Ops.FDIV, y)
   def floor_divide(self, y: Any) -> Tensor:
+    """self // y rounded toward -inf, as Python and PyTorch (ints exactly; a zero int divisor gives 0, PyTorch raises)."""
     x, yy = self._operands(y)
     if dtypes.is_float(x.dtype): return (x / yy).floor()
     q = x._alu(Ops.IDIV, yy)
@@ -474,15 +638,22 @@ class Tensor:
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(q - 1, q)
   def remainder(self, y: Any) -> Tensor:
+    """x - floor(x / y) * y: the sign of y, as Python's %; a zero result keeps the sign of x, as PyTorch's."""
     x, yy = self._operands(y)
-    if dtypes.is_float(x.dtype): return x - (x / yy).floor() * yy
+    if dtypes.is_float(x.dtype):
+      q = (x.detach() / yy.detach()).floor()
+      return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
     r = x._alu(Ops.MOD, yy)
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(r + yy, r)
   def fmod(self, y: Any) -> Tensor:
+    """x - trunc(x / y) * y: the sign of x, as C's fmod (zeros included)."""
     x, yy = self._operands(y)
-    return x._alu(Ops.MOD, yy) if not dtypes.is_float(x.dtype) else x - (x / yy).trunc() * yy
+    if not dtypes.is_float(x.dtype): return x._alu(Ops.MOD, yy)
+    q = (x.detach() / yy.detach()).trunc()
+    return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
   def pow(self, y: Any) -> Tensor:
+    """self ** y with PyTorch's special cases (0**0 = 1, 0**-1 = inf, signs of negative bases, ints stay ints); gradients by PyTorch's formulas."""
     if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
     if isinstance(y, (int, float)) and not isinstance(y, bool):
       if isinstance(y, int) and y < 0 and not dtypes.is_float(self.dtype):
@@ -492,6 +663,8 @@ class Tensor:
       if y == 1: return self * 1
       if y == 0.5: return self.float().sqrt() if not dtypes.is_float(self.dtype) else self.sqrt()
       if y == -1: return self.reciprocal()
+      if y == -0.5: return self.float().rsqrt() if not dtypes.is_float(self.dtype) else self.rsqrt()  # PyTorch's rsqrt path: (-0.0) ** -0.5 is -inf
+      if float(y).is_integer() and 3 <= abs(y) <= 8 and dtypes.is_float(self.dtype): return self._small_int_pow(int(y))
       if isinstance(y, int) and y > 0 and not dtypes.is_float(self.dtype):
         out, base, e = Tensor.ones_like(self), self, y
         while e:
@@ -501,13 +674,27 @@ class Tensor:
     x, yy = self._operands(y)
     if not dtypes.is_float(x.dtype) and x.dtype != dtypes.bool: return x._int_pow(yy)  # int ** int tensor stays int
     x, yy = self._operands(y, out_float=True)
-    # x ** y = exp2(y * log2|x|), with the sign of negative bases for integer exponents
-    mag = (yy * x.abs().log2()).exp2()
-    yint = yy.trunc().eq(yy)
-    odd = (yy.abs().fmod(2)).eq(1)
-    neg = x < 0
-    res = neg.where(yint.where(odd.where(-mag, mag), math.nan), mag)
-    return (x.eq(0) & yy.eq(0)).where(1.0, res)
+    out = x.dtype
+    if out in (dtypes.float16, dtypes.bfloat16): x, yy = x.float(), yy.float()  # computed in float32, rounded once
+    xd, yd = x.detach(), yy.detach()
+    v = _pow_value(xd, yd)
+    # PyTorch's formulas: y x^(y-1) (0 where y == 0) and x^y log(x) (0 where x == 0 and y >= 0)
+    dx = yd.eq(0).where(0.0, yd * _pow_value(xd, yd - 1))
+    dy = (xd.eq(0) & (yd >= 0)).where(0.0, v * xd.log())
+    return with_grad(v, (x, dx), (yy, dy)).cast(out)
+  def _small_int_pow(self, n: int) -> Tensor:
+    """x ** n for a small integer n by multiplications (exact where PyTorch's pow is, unlike exp2(n log2 x)); gradient
+    n x^(n-1) given directly, so 0 ** -3 has PyTorch's -inf gradient instead of inf * 0."""
+    x = self.detach()
+    def mul_pow(k: int) -> Tensor:
+      out, b = None, x
+      while k:
+        if k & 1: out = b if out is None else out * b
+        b, k = b * b, k >> 1
+      return out if out is not None else x.ones_like()
+    v = mul_pow(abs(n)) if n > 0 else mul_pow(-n).reciprocal()
+    d = n * (mul_pow(n - 1) if n > 1 else mul_pow(1 - n).reciprocal())
+    return with_grad(v, (self, d))
   def _int_pow(self, e: Tensor) -> Tensor:
     """self ** e for int tensors of one dtype and shape, exactly: square-and-multiply over the low 6 bits of e.
     Past them (e >= 64) and for e < 0 only bases 0, 1, -1 have an int result (others: 0, as PyTorch gives for e < 0)."""
@@ -538,8 +725,12 @@ class Tensor:
   def __neg__(self) -> Tensor: return self.neg()
   def __abs__(self) -> Tensor: return self.abs()
   def __invert__(self) -> Tensor: return self.bitwise_not()
-  def __lt__(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.CMPLT, y2)
-  def __gt__(self, y: Any) -> Tensor: x, y2 = self._operands(y); return y2._alu(Ops.CMPLT, x)
+  def __lt__(self, y: Any) -> Tensor:
+    """self < y elementwise (bool), broadcast."""
+    x, y2 = self._operands(y); return x._alu(Ops.CMPLT, y2)
+  def __gt__(self, y: Any) -> Tensor:
+    """self > y elementwise (bool), broadcast."""
+    x, y2 = self._operands(y); return y2._alu(Ops.CMPLT, x)
   def __le__(self, y: Any) -> Tensor: return (self > y).logical_not()._nan_guard(self, y)
   def __ge__(self, y: Any) -> Tensor: return (self < y).logical_not()._nan_guard(self, y)
   def _nan_guard(self, x: Tensor, y: Any) -> Tensor:
@@ -547,37 +738,64 @@ class Tensor:
     if not dtypes.is_float(x.dtype) and not (isinstance(y, Tensor) and dtypes.is_float(y.dtype)) and not isinstance(y, float): return self
     a, b = x._operands(y)
     return self & a.eq(a) & b.eq(b)
-  def eq(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.CMPEQ, y2)
-  def ne(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.CMPNE, y2)
+  def eq(self, y: Any) -> Tensor:
+    """self == y elementwise (bool), broadcast."""
+    x, y2 = self._operands(y); return x._alu(Ops.CMPEQ, y2)
+  def ne(self, y: Any) -> Tensor:
+    """self != y elementwise (bool), broadcast."""
+    x, y2 = self._operands(y); return x._alu(Ops.CMPNE, y2)
   __eq__ = eq  # type: ignore[assignment]
   __ne__ = ne  # type: ignore[assignment]
   lt, gt = __lt__, __gt__
-  def le(self, y: Any) -> Tensor: return self <= y
-  def ge(self, y: Any) -> Tensor: return self >= y
+  def le(self, y: Any) -> Tensor:
+    """self <= y elementwise (bool), broadcast; False where either is NaN."""
+    return self <= y
+  def ge(self, y: Any) -> Tensor:
+    """self >= y elementwise (bool), broadcast; False where either is NaN."""
+    return self >= y
   def _bitwise(self, op: Ops, y: Any) -> Tensor:
     x, y2 = self._operands(y)
     if dtypes.is_float(x.dtype): raise TypeError(f"bitwise {op.name.lower()} needs integer or bool tensors, got {x.dtype}")
     return x._alu(op, y2)
-  def __and__(self, y: Any) -> Tensor: return self._bitwise(Ops.AND, y)
-  def __or__(self, y: Any) -> Tensor: return self._bitwise(Ops.OR, y)
-  def __xor__(self, y: Any) -> Tensor: return self._bitwise(Ops.XOR, y)
+  def __and__(self, y: Any) -> Tensor:
+    """self & y for int and bool tensors."""
+    return self._bitwise(Ops.AND, y)
+  def __or__(self, y: Any) -> Tensor:
+    """self | y for int and bool tensors."""
+    return self._bitwise(Ops.OR, y)
+  def __xor__(self, y: Any) -> Tensor:
+    """self ^ y for int and bool tensors."""
+    return self._bitwise(Ops.XOR, y)
   __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
   bitwise_and, bitwise_or, bitwise_xor = __and__, __or__, __xor__
   def __lshift__(self, y: Any) -> Tensor: return self._bitwise(Ops.SHL, y)
   def __rshift__(self, y: Any) -> Tensor: return self._bitwise(Ops.SHR, y)
   def bitwise_not(self) -> Tensor:
+    """~self: bits inverted (logical not for bool)."""
     if self.dtype == dtypes.bool: return self.logical_not()
     return self ^ -1 if not dtypes.is_unsigned(self.dtype) else self ^ int(dtypes.max(self.dtype))
-  def logical_not(self) -> Tensor: return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor(UOp.const(dtypes.bool, True), device=self.device)._bcast(self.shape))
-  def logical_and(self, y: Any) -> Tensor: return self.bool() & (y.bool() if isinstance(y, Tensor) else bool(y))
-  def logical_or(self, y: Any) -> Tensor: return self.bool() | (y.bool() if isinstance(y, Tensor) else bool(y))
-  def logical_xor(self, y: Any) -> Tensor: return self.bool() ^ (y.bool() if isinstance(y, Tensor) else bool(y))
-  def maximum(self, y: Any) -> Tensor: x, y2 = self._operands(y); return x._alu(Ops.MAX, y2)
+  def logical_not(self) -> Tensor:
+    """True where self is zero (bool result)."""
+    return self.cast(dtypes.bool)._alu(Ops.CMPNE, Tensor(UOp.const(dtypes.bool, True), device=self.device)._bcast(self.shape))
+  def logical_and(self, y: Any) -> Tensor:
+    """self and y, elementwise, as bools."""
+    return self.bool() & (y.bool() if isinstance(y, Tensor) else bool(y))
+  def logical_or(self, y: Any) -> Tensor:
+    """self or y, elementwise, as bools."""
+    return self.bool() | (y.bool() if isinstance(y, Tensor) else bool(y))
+  def logical_xor(self, y: Any) -> Tensor:
+    """self xor y, elementwise, as bools."""
+    return self.bool() ^ (y.bool() if isinstance(y, Tensor) else bool(y))
+  def maximum(self, y: Any) -> Tensor:
+    """The larger of self and y elementwise (NaN propagates; ties split the gradient evenly, as PyTorch)."""
+    x, y2 = self._operands(y); return x._alu(Ops.MAX, y2)
   def minimum(self, y: Any) -> Tensor:
+    """The smaller of self and y elementwise (NaN propagates)."""
     x, y2 = self._operands(y)
     if not dtypes.is_float(x.dtype): return (x < y2).where(x, y2)  # ints: -x overflows for the most negative value
     return -((-x)._alu(Ops.MAX, -y2))
   def where(self: Tensor, x: Any, y: Any) -> Tensor:
+    """self (a condition) selects x where True, y elsewhere; all three broadcast; x and y promote."""
     cond = self.bool() if self.dtype != dtypes.bool else self
     if isinstance(x, Tensor): a, b = x._operands(y)
     elif isinstance(y, Tensor): b, a = y._operands(x)
@@ -587,6 +805,7 @@ class Tensor:
     shape = broadcast_shape(cond.shape, a.shape, b.shape)
     return cond._bcast(shape)._alu(Ops.WHERE, a._bcast(shape), b._bcast(shape))
   def clip(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+    """Values limited to [min, max] (either may be None); the gradient at a bound goes to the input, as PyTorch's clamp."""
     min_, max_ = (min if min_ is None else min_), (max if max_ is None else max_)
     if min_ is None and max_ is None: raise RuntimeError("clip needs at least one of min or max")
     # where, not maximum/minimum: at x == min the gradient goes to x whole (maximum splits ties), as in PyTorch
@@ -596,76 +815,159 @@ class Tensor:
     return out
   clamp = clip
   def neg(self) -> Tensor:
+    """-self (bool tensors are refused, as in PyTorch)."""
     if self.dtype == dtypes.bool: raise TypeError("negation of a bool tensor: use logical_not")
     return self._alu(Ops.NEG)
   def _float(self) -> Tensor: return self if dtypes.is_float(self.dtype) else self.cast(dtypes.default_float)
-  def exp2(self) -> Tensor: return self._float()._alu(Ops.EXP2)
-  def log2(self) -> Tensor: return self._float()._alu(Ops.LOG2)
-  def exp(self) -> Tensor: return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
-  def log(self) -> Tensor: return self._float()._alu(Ops.LOG2) * math.log(2)
-  def log10(self) -> Tensor: return self.log2() * (math.log(2) / math.log(10))
-  def log1p(self) -> Tensor: return (self + 1).log()
-  def expm1(self) -> Tensor: return self.exp() - 1
-  def sqrt(self) -> Tensor: return self._float()._alu(Ops.SQRT)
-  def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-  def reciprocal(self) -> Tensor: return self._float()._alu(Ops.RECIP)
-  def square(self) -> Tensor: return self * self
-  def sin(self) -> Tensor: return self._float()._alu(Ops.SIN)
+  def exp2(self) -> Tensor:
+    """2 ** x (ints compute in float32)."""
+    return self._float()._alu(Ops.EXP2)
+  def log2(self) -> Tensor:
+    """Base-2 logarithm (ints compute in float32)."""
+    return self._float()._alu(Ops.LOG2)
+  def exp(self) -> Tensor:
+    """e ** x (ints compute in float32)."""
+    return (self._float() * (1 / math.log(2)))._alu(Ops.EXP2)
+  def log(self) -> Tensor:
+    """Natural logarithm (ints compute in float32)."""
+    return self._float()._alu(Ops.LOG2) * math.log(2)
+  def log10(self) -> Tensor:
+    """Base-10 logarithm."""
+    return self.log2() * (math.log(2) / math.log(10))
+  def log1p(self) -> Tensor:
+    """log(1 + x), accurate near 0 (a series there, see mathfn.py)."""
+    from baregrad.tensor.mathfn import log1p
+    return log1p(self)
+  def expm1(self) -> Tensor:
+    """exp(x) - 1, accurate near 0 (a series there, see mathfn.py)."""
+    from baregrad.tensor.mathfn import expm1
+    return expm1(self)
+  def sqrt(self) -> Tensor:
+    """Square root (NaN below 0)."""
+    return self._float()._alu(Ops.SQRT)
+  def rsqrt(self) -> Tensor:
+    """1 / sqrt(x)."""
+    return self.sqrt().reciprocal()
+  def reciprocal(self) -> Tensor:
+    """1 / x (ints compute in float32)."""
+    return self._float()._alu(Ops.RECIP)
+  def square(self) -> Tensor:
+    """x * x."""
+    return self * self
+  def sin(self) -> Tensor:
+    """Sine (radians)."""
+    return self._float()._alu(Ops.SIN)
   def cos(self) -> Tensor:
+    """Cosine (radians), computed as 1 - 2 sin^2(x/2) so large arguments keep their accuracy."""
     # 1 - 2 sin^2(x/2): x/2 is exact, where pi/2 - x rounds x away (cos(1e4) was off by 1.5e-4 in float32)
     s = (self._float() * 0.5).sin()
     return 1 - 2 * s * s
-  def tan(self) -> Tensor: return self.sin() / self.cos()
+  def tan(self) -> Tensor:
+    """Tangent: sin / cos."""
+    return self.sin() / self.cos()
   def sigmoid(self) -> Tensor:
+    """1 / (1 + exp(-x)), from exp(-|x|) so nothing overflows; gradient s (1 - s), finite for any x."""
     x = self._float()
-    return (1 + (-x).exp()).reciprocal()
-  def tanh(self) -> Tensor: return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
-  def relu(self) -> Tensor: return (self < 0).where(self.zeros_like_uop(), self)  # NaN stays NaN, as in PyTorch
-  def zeros_like_uop(self) -> Tensor: return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
-  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor: return (self < 0).where(self * neg_slope, self)
-  def elu(self, alpha: float = 1.0) -> Tensor: return (self > 0).where(self, alpha * (self.exp() - 1))
+    xd = x.detach()
+    e = (-xd.abs()).exp()
+    r = (1 + e).reciprocal()
+    s = (xd >= 0).where(r, e * r)
+    return with_grad(s, (x, s * (1 - s)))
+  def tanh(self) -> Tensor:
+    """Hyperbolic tangent, accurate near 0 (through expm1); gradient 1 - tanh^2, finite for any x."""
+    from baregrad.tensor.mathfn import tanh
+    return tanh(self)
+  def relu(self) -> Tensor:
+    """max(x, 0); as PyTorch: NaN and -0.0 stay, the gradient at 0 is 0."""
+    if not dtypes.is_float(self.dtype): return (self > 0).where(self, self.zeros_like_uop())
+    # self * 0: a zero with x's sign and no gradient; NaN passes with gradient 1, as PyTorch's threshold_backward gives
+    return (self < 0).where(self.zeros_like_uop(), ((self > 0) | self.isnan()).where(self, self * 0))
+  def zeros_like_uop(self) -> Tensor:
+    """A zero constant broadcast to this tensor's shape (a view of one constant: no buffer)."""
+    return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
+  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
+    """x for x > 0, neg_slope * x elsewhere (gradient neg_slope at 0, as PyTorch)."""
+    return (self > 0).where(self, self * neg_slope)
+  def elu(self, alpha: float = 1.0) -> Tensor:
+    """x for x > 0, alpha (exp(x) - 1) elsewhere; the exponential sees only x <= 0, so no inf * 0 reaches the gradient."""
+    pos = self > 0
+    return pos.where(self, alpha * pos.where(0.0, self).expm1())
   def selu(self) -> Tensor:
-    a, s = 1.6732632423543772, 1.0507009873554805
-    return s * (self > 0).where(self, a * (self.exp() - 1))
-  def celu(self, alpha: float = 1.0) -> Tensor: return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+    """scale * elu(x, alpha) with the self-normalizing constants."""
+    return 1.0507009873554805 * self.elu(1.6732632423543772)
+  def celu(self, alpha: float = 1.0) -> Tensor:
+    """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
+    pos = self > 0
+    return pos.where(self, alpha * (pos.where(0.0, self) / alpha).expm1())
   def erf(self) -> Tensor:
-    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
+    """Error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); gradient 2/sqrt(pi) exp(-x^2)."""
     x = self._float()
-    t = 1.0 / (1.0 + 0.3275911 * x.abs())
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(x * x)).exp()
-    return x.sign() * y
+    xd = x.detach()
+    t = 1.0 / (1.0 + 0.3275911 * xd.abs())
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(xd * xd)).exp()
+    return with_grad(xd.sign() * y, (x, (2 / math.sqrt(math.pi)) * (-(xd * xd)).exp()))
   def gelu(self, approximate: str = "none") -> Tensor:
+    """x * Phi(x) with the erf form, or approximate='tanh' for the tanh formula."""
     if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
     return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
-  def quick_gelu(self) -> Tensor: return self * (self * 1.702).sigmoid()
-  def silu(self) -> Tensor: return self * self.sigmoid()
+  def quick_gelu(self) -> Tensor:
+    """x * sigmoid(1.702 x)."""
+    return self * (self * 1.702).sigmoid()
+  def silu(self) -> Tensor:
+    """x * sigmoid(x)."""
+    return self * self.sigmoid()
   swish = silu
-  def mish(self) -> Tensor: return self * self.softplus().tanh()
+  def mish(self) -> Tensor:
+    """x * tanh(softplus(x))."""
+    return self * self.softplus().tanh()
   def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    bx = self._float() * beta
-    soft = (1 + (-bx.abs()).exp()).log() + bx.maximum(0)
-    return (bx > threshold).where(self, soft / beta)
-  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor: return self.clip(min_val, max_val)
-  def hardsigmoid(self) -> Tensor: return (self / 6 + 0.5).clip(0, 1)
-  def hardswish(self) -> Tensor: return self * (self + 3).clip(0, 6) / 6
-  def relu6(self) -> Tensor: return self.clip(0, 6)
-  def logsigmoid(self) -> Tensor: return -(-self).softplus()
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold; gradient sigmoid(beta x) (1 past the threshold)."""
+    x = self._float()
+    bx = x.detach() * beta
+    soft = (-bx.abs()).exp().log1p() + bx.maximum(0)
+    over = bx > threshold
+    return with_grad(over.where(x.detach(), soft / beta), (x, over.where(1.0, bx.sigmoid())))
+  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
+    """Values clipped to [min_val, max_val]."""
+    return self.clip(min_val, max_val)
+  def hardsigmoid(self) -> Tensor:
+    """clip(x / 6 + 1/2, 0, 1)."""
+    return (self / 6 + 0.5).clip(0, 1)
+  def hardswish(self) -> Tensor:
+    """x * clip(x + 3, 0, 6) / 6."""
+    return self * (self + 3).clip(0, 6) / 6
+  def relu6(self) -> Tensor:
+    """clip(x, 0, 6)."""
+    return self.clip(0, 6)
+  def logsigmoid(self) -> Tensor:
+    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x; gradient sigmoid(-x)."""
+    x = self._float()
+    xd = x.detach()
+    return with_grad(xd.minimum(0) - (-xd.abs()).exp().log1p(), (x, (-xd).sigmoid()))
   def abs(self) -> Tensor:
+    """|x|; abs(-0.0) is +0.0 and the gradient at 0 is 0 (sign(x)), as in PyTorch."""
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
+    if dtypes.is_float(self.dtype): return self * self.sign() + 0.0  # sign carries no gradient; + 0.0 turns -0.0 into +0.0
     return (self < 0).where(-self, self)
   def sign(self) -> Tensor:
+    """-1, 0 or 1 by the sign (0 for NaN; bools and unsigned ints as themselves)."""
     if self.dtype == dtypes.bool: return self
     return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype) if not dtypes.is_unsigned(self.dtype) else (self > 0).cast(self.dtype)
-  def trunc(self) -> Tensor: return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+  def trunc(self) -> Tensor:
+    """Rounded toward zero (ints unchanged)."""
+    return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
   def floor(self) -> Tensor:
+    """Rounded toward -inf (ints unchanged)."""
     if not dtypes.is_float(self.dtype): return self
     t = self.trunc()
     return (t > self).where(t - 1, t)
   def ceil(self) -> Tensor:
+    """Rounded toward +inf (ints unchanged)."""
     if not dtypes.is_float(self.dtype): return self
     t = self.trunc()
     return (t < self).where(t + 1, t)
   def round(self, decimals: int = 0) -> Tensor:
+    """Rounded to the nearest integer, halves to even (or to `decimals` places), as PyTorch."""
     if not dtypes.is_float(self.dtype): return self
     if decimals: return (self * 10 ** decimals).round() / 10 ** decimals
     # half to even, as PyTorch does
@@ -673,12 +975,24 @@ class Tensor:
     half = (f - self).eq(0.5)
     odd = (f * 0.5).floor().ne(f * 0.5)
     return (half & odd).where(f - 1, f)
-  def frac(self) -> Tensor: return self - self.trunc()
-  def lerp(self, end: Tensor, weight: Any) -> Tensor: return self + (end - self) * weight
-  def isnan(self) -> Tensor: return self.ne(self)
-  def isinf(self) -> Tensor: return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.zeros_like_uop().bool()
-  def isfinite(self) -> Tensor: return (self.isnan() | self.isinf()).logical_not()
-  def nan_to_num(self, nan: float = 0.0) -> Tensor: return self.isnan().where(nan, self)
+  def frac(self) -> Tensor:
+    """x - trunc(x)."""
+    return self - self.trunc()
+  def lerp(self, end: Tensor, weight: Any) -> Tensor:
+    """self + weight * (end - self)."""
+    return self + (end - self) * weight
+  def isnan(self) -> Tensor:
+    """True where NaN."""
+    return self.ne(self)
+  def isinf(self) -> Tensor:
+    """True where +inf or -inf."""
+    return self.abs().eq(math.inf) if dtypes.is_float(self.dtype) else self.zeros_like_uop().bool()
+  def isfinite(self) -> Tensor:
+    """True where neither NaN nor infinite."""
+    return (self.isnan() | self.isinf()).logical_not()
+  def nan_to_num(self, nan: float = 0.0) -> Tensor:
+    """NaNs replaced by nan (default 0); unlike PyTorch, infinities are kept."""
+    return self.isnan().where(nan, self)
 
   # ---- reductions
   def _axes(self, dim: Any) -> tuple[int, ...]:
@@ -708,20 +1022,24 @@ class Tensor:
     else: r = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
     return r if keepdim else r.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
   def sum(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
+    """Sum over dim (all axes when None); ints and bools sum in int64, half/bfloat16 accumulate in float32, as PyTorch."""
     dim = axis if dim is None else dim
     x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
     if x.dtype in (dtypes.float16, dtypes.bfloat16):  # accumulate in float32, as PyTorch's CPU kernels do
       return x.float()._reduce(Ops.ADD, dim, keepdim).cast(x.dtype)
     return x._reduce(Ops.ADD, dim, keepdim)
   def prod(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
+    """Product over dim (all axes when None); ints and bools multiply in int64."""
     dim = axis if dim is None else dim
     x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
     return x._reduce(Ops.MUL, dim, keepdim)
   def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Maximum over dim (all axes when None); NaN propagates. Unlike torch.max(x, dim), returns only the values (argmax gives indices)."""
     dim = axis if dim is None else dim
     if self.dtype == dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, dim, keepdim).bool()
     return self._reduce(Ops.MAX, dim, keepdim)
   def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Minimum over dim (all axes when None); NaN propagates. Unlike torch.min(x, dim), returns only the values (argmin gives indices)."""
     dim = axis if dim is None else dim
     if self.dtype == dtypes.bool: return self.logical_not().max(dim, keepdim).logical_not()
     # ints: ~x reverses the order without overflow (-x of the most negative int is itself)
@@ -729,6 +1047,7 @@ class Tensor:
     return -((-self).max(dim, keepdim))
   amax, amin = max, min
   def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Mean over dim (all axes when None), in float (ints compute in float32); NaN for an empty reduction."""
     dim = axis if dim is None else dim
     x = self._float()
     n = prod(x.shape[a] for a in x._axes(dim))
@@ -736,40 +1055,59 @@ class Tensor:
     out = s * (1.0 / n) if n else s * math.nan
     return out if keepdim else out.reshape(tuple(sz for i, sz in enumerate(x.shape) if i not in x._axes(dim)))
   def var(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
+    """Variance over dim with correction (1: unbiased); divides by max(0, n - correction), so too few elements give NaN or inf, as PyTorch."""
     dim = axis if dim is None else dim
     if unbiased is not None: correction = int(unbiased)
     x = self._float()
     n = prod(x.shape[a] for a in x._axes(dim))
-    sq = (x - x.mean(dim, keepdim=True)).square().sum(dim, keepdim=keepdim)
-    return sq / max(0, n - correction) if n - correction > 0 else sq * math.nan
+    xc = x.detach() - x.detach().mean(dim, keepdim=True)
+    # PyTorch divides by max(0, n - correction): 0/0 (one element) is NaN, a positive sum over 0 is inf; its gradient
+    # 2 (x - mean) / max(0, n - correction) is given directly (a derived one would meet inf - inf there)
+    den = max(0, n - correction)
+    return with_grad(xc.square().sum(dim, keepdim=keepdim) / den, (x, 2.0 * xc / den, x._axes(dim)))
   def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
+    """Standard deviation over dim (see var); its gradient is 0, not NaN, where the variance is 0."""
     v = self.var(dim, keepdim, correction, axis, unbiased)
     # where the variance is 0, sqrt's gradient is inf and 0 * inf made NaN; PyTorch's std gives 0 there
     zero = v.eq(0)
     return zero.where(0.0, zero.where(1.0, v).sqrt())
   def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(var, mean) over dim."""
     return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
   def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    """(std, mean) over dim."""
     return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
-  def any(self, dim: Any = None, keepdim: bool = False) -> Tensor: return self.bool().max(dim, keepdim)
-  def all(self, dim: Any = None, keepdim: bool = False) -> Tensor: return self.logical_not().any(dim, keepdim).logical_not()
+  def any(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """True where any element over dim is non-zero (bool)."""
+    return self.bool().max(dim, keepdim)
+  def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """True where every element over dim is non-zero (bool)."""
+    return self.logical_not().any(dim, keepdim).logical_not()
   def logsumexp(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+    """log(sum(exp(x))) over dim, computed after subtracting the maximum (no overflow)."""
     x = self._float()
     m = x.max(dim, keepdim=True).detach()
     m = m.isinf().where(0.0, m)
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze_axes(x._axes(dim))
   def squeeze_axes(self, axes: tuple[int, ...]) -> Tensor:
+    """The given size-1 axes removed."""
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-  def softmax(self, dim: int = -1, dtype: DType | None = None) -> Tensor:
+  def softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """exp(x) / sum(exp(x)) along dim (axis= accepted too); ints compute in the default float dtype."""
+    dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
     e = (x - x.max(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
-  def log_softmax(self, dim: int = -1, dtype: DType | None = None) -> Tensor:
+  def log_softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """x - logsumexp(x) along dim (axis= accepted too), computed after subtracting the maximum."""
+    dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
     m = x - x.max(dim, keepdim=True).detach()
     return m - m.exp().sum(dim, keepdim=True).log()
-  def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+  def argmax(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
+    """int64 index of the first maximum along dim (axis= accepted too), of the flattened tensor when dim is None; NaN counts as the maximum."""
+    dim = dim if axis is None else axis
     if dim is None: return self.reshape(-1).argmax(0)
     d = _axis(dim, self.ndim)
     n = self.shape[d]
@@ -780,20 +1118,35 @@ class Tensor:
     return (n - hit.max(d, keepdim=keepdim)).cast(dtypes.int64)
   def _bcast_to(self, shape: tuple[int, ...]) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
-  def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+  def argmin(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
+    """int64 index of the first minimum along dim (axis= accepted too), of the flattened tensor when dim is None."""
+    dim = dim if axis is None else axis
     if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)
     return self.bitwise_not().argmax(dim, keepdim)  # ints: no overflow, unlike -x; bools: logical_not
-  def cumsum(self, dim: int = 0) -> Tensor:
+  def cumsum(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """Running sum along dim (axis= accepted too); ints and bools sum in int64, as in PyTorch. Axes up to 256 long are
+    one masked-sum kernel (n^2 work); longer ones a log-step scan (scan.py)."""
+    dim = dim if axis is None else axis
+    if dtype is not None: return self.cast(dtype).cumsum(dim)
     d = _axis(dim, self.ndim)
+    if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
     n = self.shape[d]
     if n == 0: return self
+    if n > 256:  # the masked sum costs n^2 per row: a log-step scan instead (scan.py)
+      from baregrad.tensor.scan import cumsum_scan
+      x = self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self.float() if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
+      return cumsum_scan(x, d).cast(self.dtype if dtypes.is_float(self.dtype) else dtypes.int64)
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
     # each output i sums x[0..i]: a lower-triangular mask times the rows, reduced
     tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
     s = (x.unsqueeze(-2) * tri.cast(x.dtype if x.dtype != dtypes.bool else dtypes.int64)).sum(-1)
     return s.transpose(d, -1) if d != self.ndim - 1 else s
-  def cumprod(self, dim: int = 0) -> Tensor:
+  def cumprod(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
+    """Running product along dim (axis= accepted too); ints and bools multiply in int64, as in PyTorch."""
+    dim = dim if axis is None else axis
+    if dtype is not None: return self.cast(dtype).cumprod(dim)
     d = _axis(dim, self.ndim)
+    if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
     n = self.shape[d]
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
     tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
@@ -801,8 +1154,11 @@ class Tensor:
     return s.transpose(d, -1) if d != self.ndim - 1 else s
 
   # ---- matmul
-  def dot(self, w: Tensor) -> Tensor: return self.matmul(w)
+  def dot(self, w: Tensor) -> Tensor:
+    """matmul() (PyTorch's dot is 1-D only; this accepts any matmul shapes)."""
+    return self.matmul(w)
   def matmul(self, w: Tensor) -> Tensor:
+    """Matrix product with NumPy/PyTorch broadcasting of batch axes and 1-D promotion; half/bfloat16 multiply and accumulate in float32."""
     x = self
     if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape} (both arguments need at least 1 dimension)")
     if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
@@ -811,17 +1167,21 @@ class Tensor:
     wv = w.unsqueeze(-1) if w.ndim == 1 else w
     d = promote(x.dtype, w.dtype)
     xv, wv = xv.cast(d), wv.cast(d)
+    # half/bfloat16: products and sums in float32, rounded once at the end, as PyTorch's matmuls accumulate
+    if d in (dtypes.float16, dtypes.bfloat16): xv, wv = xv.float(), wv.float()
     # (..., n, 1, k) * (..., 1, m, k) summed over k
-    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=d)  # int32 @ int32 stays int32, as in PyTorch
+    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=xv.dtype).cast(d)  # int32 @ int32 stays int32, as in PyTorch
     if x.ndim == 1: out = out.squeeze(-2)
     if w.ndim == 1: out = out.squeeze(-1)
     return out
   def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """self @ weight.T + bias: (*, in) with weight (out, in) -> (*, out)."""
     out = self.matmul(weight.T if weight.ndim == 2 else weight)
     return out + bias if bias is not None else out
 
   # ---- autograd
   def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
+    """Accumulate d(self)/d(leaf) into .grad of every tensor that requires grad (a scalar self unless gradient is given)."""
     from baregrad.tensor.autograd import backward
     backward(self, gradient, retain_graph)
     return self
@@ -833,6 +1193,33 @@ class Tensor:
   def __setitem__(self, idx: Any, v: Any) -> None:
     from baregrad.tensor.indexing import setitem
     setitem(self, idx, v)
+
+def _is_dtype_arg(x: Any) -> bool:
+  try: to_dtype(x); return True
+  except (TypeError, ValueError): return False
+
+def _zero_sign_of(r: Tensor, x: Tensor) -> Tensor:
+  """r, with its zeros given the sign of x (x * 0 is a zero with x's sign where x is finite)."""
+  return r.eq(0).where(x * 0.0, r)
+
+def _pow_value(x: Tensor, y: Tensor) -> Tensor:
+  """x ** y for float tensors of one shape, with C's pow (and PyTorch's) at the edges: exp2(y log2|x|) with the sign
+  of a negative base for odd integer exponents; NaN for a finite negative base with a non-integer exponent; x ** 0,
+  1 ** y and (-1) ** +-inf are 1 (NaNs included); (+-0) ** negative is inf (-inf for -0.0 and odd exponents);
+  (-inf) ** y is inf, 0 or -inf by y's sign and parity."""
+  from baregrad.tensor.mathfn import signbit
+  ax = x.abs()
+  # exp2(y log2 |x|) multiplies the rounding error of log2 by y: float32 (and half) compute it in float64 where the
+  # device has it, so results are correctly rounded in practice (3.0 ** 3.0 is 27, not 27.000002)
+  if x.dtype == dtypes.float32 and Device[x.device].supports_dtype(dtypes.float64):
+    mag = (y.cast(dtypes.float64) * ax.cast(dtypes.float64).log2()).exp2().cast(x.dtype)
+  else: mag = (y * ax.log2()).exp2()
+  yint = y.trunc().eq(y)
+  odd = yint & y.abs().fmod(2).eq(1)
+  neg = signbit(x)
+  res = (neg & odd).where(-mag, mag)
+  res = (neg & yint.logical_not() & ax.isfinite() & ax.ne(0)).where(math.nan, res)
+  return (y.eq(0) | x.eq(1) | (x.eq(-1) & y.isinf())).where(1.0, res)
 
 def _split_factor(n: int) -> int:
   for k in (256, 128, 64, 32, 16):

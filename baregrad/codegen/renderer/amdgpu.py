@@ -10,7 +10,9 @@ its hooks, so both agree op for op (the documented semantics of ir/alu.py, fused
   aligned: the same layout as the PTX parameters, `param_layout` (kernarg_layout here says it in bytes).
 - Address spaces: global 1 (buffers), LDS 3 (DEFINE_LOCAL), constant 4 (unused: kernel arguments are loaded by LLVM
   from the kernarg segment, which it addresses in space 4 itself), private 5 (allocas of loop counters and
-  accumulators; SROA turns them into registers, and the tests check every kernel has no scratch).
+  accumulators; SROA turns them into registers, and the tests check the op corpus has no scratch, for speed). A kernel
+  that does spill (or keeps a private array) runs: gfx1100 and gfx942 have architected flat scratch, the descriptor
+  enables only the private segment, and the driver gives the queue scratch (drivers/amd/scratch.py).
 - SPECIAL gidxN/lidxN: llvm.amdgcn.workgroup.id.{x,y,z} / llvm.amdgcn.workitem.id.{x,y,z}.
 - DEFINE_LOCAL (dtype base.ptr(local=True), arg (name, element count)): an internal addrspace(3) array; BARRIER: a
   workgroup release fence, s_barrier, an acquire fence (so LDS stores before it are seen by every wave after it);

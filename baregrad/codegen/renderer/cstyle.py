@@ -90,8 +90,8 @@ class CRenderer(Renderer):
   # ---- hooks a C dialect overrides (CUDA C: kernel parameters, blockIdx/threadIdx)
   def _define(self, u: UOp, nbufs: int, varnames: list[str], emit) -> str:
     d = u.dtype
-    if u.op is Ops.DEFINE_GLOBAL:
-      emit(f"{self._ct(d)} restrict data{u.arg} = ({self._ct(d)})args[{u.arg}];"); return f"data{u.arg}"
+    if u.op is Ops.DEFINE_GLOBAL:   # args holds the buffers in buffer-number order: slot = position, not number
+      emit(f"{self._ct(d)} restrict data{u.arg} = ({self._ct(d)})args[{self._bufslots.index(u.arg)}];"); return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR:
       emit(f"const {self._ct(d)} {u.arg[0]} = ({self._ct(d)})args[{nbufs + varnames.index(u.arg[0])}];"); return u.arg[0]
     if u.op is Ops.SPECIAL and (fmt := self.gpu_index.get(u.arg[0][:4])) is not None and u.arg[0][4:] in ("0", "1", "2"):
@@ -109,6 +109,7 @@ class CRenderer(Renderer):
     need_sat: set[tuple[str, DType]] = set()
     depth = 1
     nbufs = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
+    self._bufslots = sorted({u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL})
     varnames = sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR)
     def emit(s: str) -> None: body.append("  " * depth + s)
     for i, u in enumerate(uops):

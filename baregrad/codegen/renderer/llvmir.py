@@ -182,10 +182,12 @@ class LLVMRenderer(Renderer):
     return "ptr"
 
   def _param(self, u: UOp, nm: str, uops: list[UOp], nbufs: int, lines: list[str]) -> str:
-    """A kernel argument: buffer pointers, then variables by name, as i64 slots of the `args` array."""
+    """A kernel argument: buffer pointers (in buffer-number order: a buffer's slot is its position, not its number),
+    then variables by name, as i64 slots of the `args` array."""
     d = u.dtype
     if u.op is Ops.DEFINE_GLOBAL:
-      lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {u.arg}")
+      slot = sorted({x.arg for x in uops if x.op is Ops.DEFINE_GLOBAL}).index(u.arg)
+      lines.append(f"  {nm}.p = getelementptr i64, ptr %args, i32 {slot}")
       lines.append(f"  {nm} = load ptr, ptr {nm}.p, align 8")
       return nm
     k = nbufs + sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR).index(u.arg[0])

@@ -16,9 +16,12 @@ nothing left allocated.
 
 Queues: an AQL compute queue (ring, read/write dispatch ids in an amd_queue_t-shaped page, EOP buffer, a context-save
 area sized from the topology as the kernel computes it) and an SDMA copy queue; their commands are in queues.py (which
-explains why the compute queue mixes AQL and PM4). Host waits spin briefly, then sleep in AMDKFD_IOC_WAIT_EVENTS on the
-KFD signal event every GPU signal raises, always with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD
-hardware-exception event) raises at once, with the queues decoded.
+explains why the compute queue mixes AQL and PM4, and what is known and unverified about gfx942's 8 XCCs). Scratch
+(the private segment) is VRAM described to the CP in the amd_queue_t, sized from the code objects' private segment
+sizes and the topology, grown (with the queue idle) when a program needs more: scratch.py has the rules and sources.
+Host waits spin briefly, then sleep in AMDKFD_IOC_WAIT_EVENTS on the KFD signal event every GPU signal raises, always
+with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD hardware-exception event) raises at once, with
+the queues decoded.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.amdgpu.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
 MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
@@ -34,6 +37,7 @@ from baregrad.ctypes_autogen import kfd
 from baregrad.drivers.amd import hw
 from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes, read_topology, target_name
 from baregrad.drivers.amd.queues import QUEUES, AQLRing, SDMARing
+from baregrad.drivers.amd import scratch
 from baregrad.drivers.amd.program import AMDProgram
 
 O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
@@ -89,6 +93,8 @@ class AMDDevice(HCQDevice):
     self.window: tuple[int, int] | None = None
     self.aql: AQLRing | None = None
     self.sdma: SDMARing | None = None
+    self.scratch: tuple[scratch.ScratchLayout, AMDMemory] | None = None
+    self._scratch_lock = threading.Lock()
     self._fault_checked, self._kicked = 0.0, 0.0
     self._fault: str | None = None
     self.capture_dir, self._captures = os.environ.get("AMD_CAPTURE") or None, 0
@@ -201,7 +207,13 @@ class AMDDevice(HCQDevice):
     ctypes.c_uint64.from_address(ptrs.cpu + 8).value = ring.va
     ctypes.c_uint32.from_address(ptrs.cpu + 24).value = ring.size // 64
     ctypes.c_uint32.from_address(ptrs.cpu + AMD_QUEUE_READ_ID_BASE).value = AMD_QUEUE_READ_DISPATCH_ID
-    self.amd_queue_va = ptrs.va
+    # what ROCr fills besides (amd_aql_queue.cpp AqlQueue::AqlQueue): CU and wave limits, 64-bit pointers, the apertures
+    p = self.node.props
+    for off, v in ((scratch.Q_MAX_CU_ID, p["simd_count"] // p["simd_per_cu"] - 1), (scratch.Q_MAX_WAVE_ID, p.get("max_waves_per_simd", 16) * p["simd_per_cu"] - 1),
+                   (scratch.Q_PROPERTIES, scratch.AMD_QUEUE_PROPERTIES_IS_PTR64), (scratch.Q_GROUP_APERTURE_HI, self.apertures["lds_base"] >> 32),
+                   (scratch.Q_PRIVATE_APERTURE_HI, self.apertures["scratch_base"] >> 32)):
+      ctypes.c_uint32.from_address(ptrs.cpu + off).value = v
+    self.amd_queue_va, self.amd_queue_cpu = ptrs.va, ptrs.cpu
     eop = self._gpu_alloc(self.sizes.eop_buffer_size, "vram")
     ctx = self._gpu_alloc(self.sizes.cwsr_total, "vram")
     q = self.kfd_ioctl(kfd.AMDKFD_IOC_CREATE_QUEUE, kfd.struct_kfd_ioctl_create_queue_args(
@@ -331,6 +343,35 @@ class AMDDevice(HCQDevice):
     assert self.mmio.cpu is not None
     self.port.doorbell(self.mmio.cpu + kfd.KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL, 1)
 
+  def ensure_scratch(self, private_segment_size: int) -> None:
+    """Make the compute queue's scratch hold `private_segment_size` bytes per work-item for every wave slot (grown, never
+    shrunk). The CP reads the amd_queue_t's scratch fields at each dispatch, so they change only with no dispatch in
+    flight: the device is synchronized first, under the submit lock. Less memory than every slot needs is tried
+    next (fewer waves run at once, as ROCr reduces occupancy); OutOfMemory when not even that fits."""
+    if private_segment_size <= 0: return
+    with self._scratch_lock:
+      cur = self.scratch
+      if cur is not None and cur[0].per_lane >= private_segment_size: return
+      topo = scratch.Topology.from_props(self.node.props)
+      want = max(private_segment_size, cur[0].per_lane if cur is not None else 0)
+      lays = [scratch.layout(self.family, self.target.wave_size, topo, want, occ) for occ in (1.0, 0.25, 1 / 32)]
+      with self.submit_lock:
+        self.synchronize()
+        if cur is not None:
+          scratch.write_queue_fields(self.amd_queue_cpu, None, 0)
+          self.scratch = None
+          self._gpu_free(cur[1])
+        err: OutOfMemory | None = None
+        for lay in lays:
+          try: mem = self._gpu_alloc(lay.size, "vram")
+          except OutOfMemory as e: err = e; continue
+          scratch.write_queue_fields(self.amd_queue_cpu, lay, mem.va)
+          self.scratch = (lay, mem)
+          return
+      assert err is not None
+      raise OutOfMemory(self.device, lays[-1].size, self.allocator.mem_used,
+                        f"scratch for {want} bytes per work-item: even {lays[-1].slots} wave slots need {lays[-1].size:#x} bytes of VRAM") from None
+
   # ---------------------------------------------------------------- HCQ hooks
   def _kick(self) -> None:
     """Ring the doorbells of queues with pending work again (the CP re-reads its write pointer: harmless on hardware;
@@ -388,6 +429,8 @@ class AMDDevice(HCQDevice):
   def queue_state(self) -> str:
     s = (f"{self.device} ({self.target.name}, gpu_id {self.gpu_id:#x}): timeline {self.timeline_signal.va_addr:#x} value "
          f"{self.timeline_signal.value}, last submitted {self.timeline_value - 1}")
+    sc = getattr(self, "scratch", None)
+    s += "\n  " + (scratch.describe(sc[0], sc[1].va) if sc is not None else "no scratch")
     for r in (self.aql, self.sdma):
       if r is not None: s += "\n" + r.state()
     return s
@@ -418,6 +461,7 @@ class AMDDevice(HCQDevice):
       try: self._gpu_free(m)
       except Exception: pass
     self.aql = self.sdma = None
+    self.scratch = None
     self._abandon()
     from baregrad.hal import Device
     Device.forget(self.device, self)

@@ -142,6 +142,14 @@ def pm4_release_mem(family: str, addr: int, value: int, data_sel: int, int_sel: 
     d2 = p.DATA_SEL(data_sel) | p.INT_SEL(int_sel)
   return [pm4_hdr(p.PACKET3_RELEASE_MEM, 7), d1, d2, lo32(addr), hi32(addr), lo32(value), hi32(value), ctxid]
 
+def pm4_pred_exec(family: str, xcc_mask: int, ndw: int) -> list[int]:
+  """PRED_EXEC: the next `ndw` dwords run only on the XCCs of `xcc_mask` (bit n: virtual XCC n of the partition); DW1
+  is EXEC_COUNT in 13:0 and VIRTUALXCCID_SELECT in 31:24 (ROCr amd_gpu_pm4.h, used by amd_gpu_agent.cpp on NumXcc > 1)."""
+  p = PM4[family]
+  if not 0 < ndw < (1 << 14): raise ValueError(f"PRED_EXEC over {ndw} dwords: 1..{(1 << 14) - 1}")
+  if not 0 < xcc_mask < 256: raise ValueError(f"PRED_EXEC XCC mask {xcc_mask:#x}: 8 bits, at least one set")
+  return [pm4_hdr(p.PACKET3_PRED_EXEC, 1), ndw | (xcc_mask << 24)]
+
 def pm4_acquire_mem(family: str) -> list[int]:
   """Invalidate (and write back) the shader caches for the whole address range, as amdgpu's emit_mem_sync does."""
   p = PM4[family]
@@ -201,6 +209,7 @@ def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
   if op == p.PACKET3_DMA_DATA and len(b) >= 6:
     return f"DMA_DATA src={b[1] | (b[2] << 32):#x} dest={b[3] | (b[4] << 32):#x} nbytes={b[5] & ((1 << 26) - 1)}"
   if op == p.PACKET3_NOP: return f"NOP ({len(b)} dwords)"
+  if op == p.PACKET3_PRED_EXEC and len(b) == 1: return f"PRED_EXEC xcc_mask={(b[0] >> 24) & 0xFF:#x} exec_count={b[0] & 0x3FFF} dwords"
   return f"{name} " + " ".join(f"{x:#x}" for x in b)
 
 def format_pm4(family: str, words: Sequence[int], base: int = 0, mark: int | None = None) -> str:

@@ -106,14 +106,25 @@ class AMDProgram(HCQProgram):
     k = co.kernels.get(name)
     if k is None: raise CodeObjectError(f"AMD program {name}: the code object has no kernel {name!r}; it has {', '.join(sorted(co.kernels))}")
     kd = k.descriptor
-    if kd.private_segment_fixed_size or kd.uses_dynamic_stack:
-      raise NotImplementedError(f"AMD program {name} needs scratch ({kd.private_segment_fixed_size} bytes per work-item"
-                                f"{', dynamic stack' if kd.uses_dynamic_stack else ''}); this driver does not set up queue scratch memory yet")
+    if kd.uses_dynamic_stack:
+      # the code object does not say how deep the stack grows (ROCr then guesses a per-thread size); our kernels make no calls
+      raise NotImplementedError(f"AMD program {name} uses a dynamic stack (USES_DYNAMIC_STACK: calls or recursion): its scratch size is "
+                                f"not known from the code object ({kd.private_segment_fixed_size} bytes fixed); this driver sizes scratch "
+                                f"from private_segment_fixed_size only")
     wave = 32 if kd.wavefront_size32 else 64
     if wave != dev.target.wave_size:
       raise CodeObjectError(f"AMD program {name} is compiled for wave{wave}; {dev.target.name} runs wave{dev.target.wave_size}")
     self.descriptor = kd
     self.group_segment_size, self.private_segment_size = kd.group_segment_fixed_size, kd.private_segment_fixed_size
+    # scratch: the queue's must cover this kernel's private segment before any dispatch of it (drivers/amd/scratch.py).
+    # gfx1100 and gfx942 have architected flat scratch: the private segment buffer and flat scratch init SGPRs are "not
+    # supported and must be 0" (AMDGPUUsage, kernel descriptor); the hardware sets FLAT_SCRATCH from the queue's scratch
+    if bad := [u for u in kd.user_sgprs if u in ("private_segment_buffer", "flat_scratch_init")]:
+      raise CodeObjectError(f"AMD program {name} asks for the {' and '.join(bad)} user SGPRs: {dev.target.name} has architected flat scratch, "
+                            f"where they must be 0 (AMDGPUUsage kernel descriptor)")
+    if kd.enable_private_segment or self.private_segment_size:
+      self.private_segment_size = max(self.private_segment_size, 4)
+      dev.ensure_scratch(self.private_segment_size)
     if self.group_segment_size > dev.max_shared_mem:
       raise ValueError(f"AMD program {name} uses {self.group_segment_size} bytes of LDS; {dev.target.name} has {dev.max_shared_mem} per workgroup")
     meta = next((m for m in code_object_metadata(lib).get("amdhsa.kernels", []) if m.get(".name") == name), {})

@@ -10,7 +10,25 @@ per generation), while pure AQL has no "wait until a 64-bit value >= N", no "wri
 only decrement) and no free-standing timestamp, which are exactly HCQ's wait/signal/timestamp: PM4 says them directly
 (ROCr runs PM4 on AQL queues the same way). A packet with the barrier bit starts only after every packet before it has
 completed; dispatches without it may overlap (HSA PSA 1.2, 2.9.1), so memory_barrier() must sit between dependent
-launches, and signal/timestamp/copy packets carry the barrier bit so they follow the work recorded before them.
+launches, and signal/timestamp/copy packets carry the barrier bit so they follow the work recorded before them. An
+exec() of an args state already dispatched since the last ordering point of the queue (the same kernel on the same
+buffers: taken as dependent) carries the barrier bit too, as the NV queue puts a wait-for-idle before a QMD launched
+again: recorded graphs mean the same thing on every HCQ device.
+
+gfx942 (MI300) partitions have several XCCs, each with its own CP. What the kernel shows (kfd_mqd_manager_v9.c,
+init_mqd_v9_4_3 / update_mqd_v9_4_3, Linux 6.12): an AQL queue gets one MQD per XCC, all on the same ring, with
+compute_tg_chunk_size 1 (workgroups dealt out across the XCCs) and only XCC 0 writing the read pointer; a PM4 queue
+instead runs on one XCC (pm4_target_xcc, from bits 15:8 of queue_percentage, kfd_chardev.c). So every XCC's CP
+processes every AQL packet, and a PM4 IB in a vendor packet is executed by each XCC. ROCr confirms it: the PM4 it runs
+through an AQL queue is wrapped in PRED_EXEC with VIRTUALXCCID_SELECT = XCC 0 when NumXcc > 1
+(amd_gpu_agent.cpp, PC-sampling ExecutePM4). This driver does the same: on more than one XCC the data-writing PM4
+(signal and its interrupt, timestamp, DMA_DATA copy) is predicated to XCC 0; waits (WAIT_REG_MEM) and cache
+invalidations (ACQUIRE_MEM) run on every XCC, since each XCC's CP must stall and each has its own L2.
+Unverified, and relied on: that the barrier bit orders a packet after the previous packets of *every* XCC (the
+firmware's synchronization is not public; HSA requires it of the agent and ROCclr/HIP streams depend on it), so that
+XCC 0's end-of-pipe RELEASE_MEM in a barrier-bit packet comes after all XCCs' dispatches; and that the dispatch
+packets' system-scope release fence writes back each XCC's own L2. The mock models exactly this: IBs run once per XCC
+(in lockstep) honouring PRED_EXEC, a write several XCCs perform is reported, barriers are agent-wide.
 
 Copy queue (an SDMA queue): COPY_LINEAR (split at 4 MiB), FENCE (low word, then high word, as amdgpu's 64-bit fences),
 POLL_REGMEM for waits, TIMESTAMP_GET_GLOBAL. SDMA executes in order, so memory_barrier() encodes nothing there.
@@ -68,16 +86,24 @@ class AMDQueue(HWQueue):
 class AMDComputeQueue(AMDQueue):
   """The AQL compute queue's commands (see the module docstring). Subclassed per family (GFX11ComputeQueue, GFX9ComputeQueue)."""
   pm4_kinds = ("wait", "signal", "timestamp", "copy")
+  def __init__(self) -> None:
+    super().__init__()
+    self._launched: set[int] = set()   # args states dispatched since the last packet with the barrier bit
 
   def _enc_wait(self, addr: int, value: int) -> Any:
     return hw.pm4_wait_reg_mem(self.family, addr, value) + hw.pm4_acquire_mem(self.family), {"addr": (2, 2), "value": (4, 1)}
   def _enc_signal(self, addr: int, value: int) -> Any:
+    self._launched.clear()   # its packet carries the barrier bit
     return hw.pm4_release_mem(self.family, addr, value, data_sel=2), {"addr": (3, 2), "value": (5, 2)}
   def _enc_timestamp(self, addr: int) -> Any:
+    self._launched.clear()
     return hw.pm4_release_mem(self.family, addr, 0, data_sel=3), {"addr": (3, 2)}
-  def _enc_memory_barrier(self) -> Any: return hw.aql_barrier_and(), {}
+  def _enc_memory_barrier(self) -> Any:
+    self._launched.clear()
+    return hw.aql_barrier_and(), {}
   def _enc_copy(self, dest: int, src: int, nbytes: int) -> Any:
     if nbytes <= 0: raise ValueError(f"copy of {nbytes} bytes")
+    self._launched.clear()
     w: list[int] = []
     for off in range(0, nbytes, hw.PM4_COPY_MAX): w += hw.pm4_dma_data(self.family, dest + off, src + off, min(hw.PM4_COPY_MAX, nbytes - off))
     return w, ({"src": (2, 2), "dest": (4, 2), "nbytes": (6, 1)} if nbytes <= hw.PM4_COPY_MAX else {})
@@ -86,7 +112,11 @@ class AMDComputeQueue(AMDQueue):
     assert isinstance(args_state, AMDArgsState), "AMD exec needs args from AMDProgram.fill_kernargs"
     args_state.write_launch(gs, ls)
     grid = tuple(g * l for g, l in zip(gs, ls))
-    return hw.aql_dispatch(prg.kd_va, args_state.va_addr, grid, ls, prg.group_segment_size, prg.private_segment_size), \
+    barrier = args_state.va_addr in self._launched   # the same args dispatched again: ordered after the first (module docstring)
+    if barrier: self._launched.clear()
+    self._launched.add(args_state.va_addr)
+    self._refs[(len(self.cmds), "barrier")] = barrier
+    return hw.aql_dispatch(prg.kd_va, args_state.va_addr, grid, ls, prg.group_segment_size, prg.private_segment_size, barrier=barrier), \
       {"kernel_object": (8, 2), "args": (10, 2)}
   def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
     """Rewrite the dispatch packet's sizes (and the kernel's hidden launch arguments) for new global/local sizes."""
@@ -97,7 +127,8 @@ class AMDComputeQueue(AMDQueue):
     prg = self._refs[(i % len(self.cmds), "prg")]
     args.write_launch(gs, ls)
     c = self.cmds[i]
-    w = hw.aql_dispatch(prg.kd_va, args.va_addr, tuple(g * l for g, l in zip(gs, ls)), ls, prg.group_segment_size, prg.private_segment_size)
+    w = hw.aql_dispatch(prg.kd_va, args.va_addr, tuple(g * l for g, l in zip(gs, ls)), ls, prg.group_segment_size, prg.private_segment_size,
+                        barrier=self._refs.get((i % len(self.cmds), "barrier"), False))
     self.words[c.start:c.start + hw.AQL_WORDS] = type(self.words)("I", w)
     return self
   def _submit(self, dev: Any) -> None: dev.aql.submit(self)
@@ -169,6 +200,7 @@ class AQLRing:
   def packets(self, q: AMDComputeQueue, start_index: int) -> list[list[int]]:
     """The AQL packets a recorded queue becomes (PM4 runs written to the IB area, one vendor packet per run)."""
     fam, out, run, barrier = q.family, [], [], False
+    xccs = self.dev.sizes.num_xcc
     def flush() -> None:
       nonlocal run, barrier
       if not run: return
@@ -180,9 +212,10 @@ class AQLRing:
     for c in q.cmds:
       w = list(q.words[c.start:c.start + c.nwords])
       if c.kind in AMDComputeQueue.pm4_kinds:
-        run += w
+        if c.kind == "signal": w += hw.pm4_release_mem(fam, self.dev.event_mailbox, self.dev.event_id, data_sel=1, int_sel=2, ctxid=self.dev.event_id)
+        # several XCCs: what writes memory runs on XCC 0 only, waits and invalidations on all (module docstring)
+        run += hw.pm4_pred_exec(fam, 1, len(w)) + w if xccs > 1 and c.kind != "wait" else w
         barrier |= c.kind != "wait"
-        if c.kind == "signal": run += hw.pm4_release_mem(fam, self.dev.event_mailbox, self.dev.event_id, data_sel=1, int_sel=2, ctxid=self.dev.event_id)
       else:
         flush()
         out.append(w)

@@ -17,11 +17,24 @@ objects are memfds (or, for userptr, the process's own pages), so the driver's C
 pages as host and GPU would.
 
 Concurrency: AQL packets without the barrier bit are not ordered against the dispatches before them (HSA PSA 1.2,
-2.9.1). The mock keeps such dispatches "in flight" and completes them together at the next ordering point (a packet
-with the barrier bit, an end-of-pipe RELEASE_MEM, the queue going idle or blocking), in reverse launch order, with
-their memory accesses recorded: a read or write of bytes another dispatch of the same group wrote (or a write of bytes
-it read) is a hazard, logged in `hazards` and the dmesg-like `log` (the H100 showed what an unordered consumer reads:
-stale data, hw/h100-580.159.04/FINDINGS.md finding 6b).
+2.9.1). The mock keeps such dispatches "in flight" and runs them together at the next ordering point (a packet with the
+barrier bit, an end-of-pipe RELEASE_MEM, the queue going idle or blocking), interleaved instruction step by instruction
+step (each step a batch of waves at one PC), the most recently launched first, as the NV mock interleaves launches; their
+memory accesses are recorded: a read or write of bytes another dispatch of the group wrote (or a write of bytes it
+read) is a hazard, logged in `hazards` and the dmesg-like `log` (the H100 showed what an unordered consumer reads:
+stale data, hw/h100-580.159.04/FINDINGS.md finding 6b). Scratch is left out: every wave has its own slot, and
+concurrent dispatches get disjoint shares of the queue's slots.
+
+Scratch: a dispatch whose kernel descriptor enables the private segment gets the backing memory, slot size and slot
+count the CP derives from the queue's amd_queue_t (_dispatch_scratch: sources there and in drivers/amd/scratch.py);
+too little makes the CP request more through queue_inactive_signal and wait, as ROCr expects. A wave's scratch accesses
+outside its slot are reported as VM faults (rdna3/machine.py _scratch_addrs: stricter than the hardware, which would
+reach a neighbouring slot).
+
+Multi-XCC (gfx942, 8 XCCs): a PM4 IB in an AQL queue runs on every XCC, in lockstep, honouring PRED_EXEC; a memory write
+several XCCs make is logged in `xcc_writes` (drivers/amd/queues.py has the sources). AQL packets, barriers and
+completion signals are modelled agent-wide (one CP): that the firmware synchronizes the XCCs at a barrier bit is the
+unverified assumption queues.py states.
 
 Kernels run on the RDNA3 interpreter (baregrad/drivers/mock/rdna3) for gfx1100; a gfx942 (CDNA3, wave64) dispatch is
 decoded and validated, then the mock stops that queue with a plain statement that it cannot execute wave64 CDNA
@@ -33,6 +46,7 @@ import bisect, ctypes, errno, os, threading, time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 from baregrad.ctypes_autogen import kfd, _support
+from baregrad.ctypes_autogen.amdgpu import hsa
 from baregrad.drivers.amd import hw
 from baregrad.drivers.amd.topology import TARGETS, TOPOLOGY, Target, queue_sizes
 
@@ -156,6 +170,8 @@ class Dispatch:
   queue_va: int = 0      # the amd_queue_t the CP finds from the read pointer (the queue ptr)
   executed: bool = False
   note: str = ""
+  scratch: Any = None    # the rdna3 Scratch (wave slots) the CP set up from the amd_queue_t, when the kernel needs one
+  waves_per_group: int = 1
 
 @dataclass
 class Queue:
@@ -175,6 +191,7 @@ class Queue:
   blocked: str | None = None
   ib_resume: tuple | None = None    # (packet index, dword offset) inside a PM4 IB the CP is stopped in
   inflight: list = field(default_factory=list)
+  scratch_request: str = ""       # why the CP asked the runtime for more scratch (queue_inactive_signal) and waits
   sdma_engine: int = 0
   done_packets: int = 0
   db: int | None = None  # the last value written to its doorbell (None: never rung)
@@ -230,6 +247,7 @@ class MockAMDGPU:
     self.log: list[str] = []                      # what dmesg would say
     self.hazards: list[str] = []
     self.dispatches: list[Dispatch] = []
+    self.xcc_writes: list[str] = []               # PM4 memory writes that more than one XCC executed (no PRED_EXEC)
     self._lock = threading.RLock()
     self._cond = threading.Condition(self._lock)
 
@@ -886,7 +904,8 @@ class MockAMDGPU:
           q.blocked = f"packet {q.rd}: header INVALID (not yet written)"
           break
         if d["barrier"]: self._drain(q)
-        if d["type"] == hw.AQL_DISPATCH: self._aql_dispatch(q, d)
+        if d["type"] == hw.AQL_DISPATCH:
+          if not self._aql_dispatch(q, d): break
         elif d["type"] in (hw.AQL_BARRIER_AND, hw.AQL_BARRIER_OR):
           vals = [self.u64(g, s + 8) for s in d["deps"] if s]  # amd_signal_t: the value is at +8
           ok = all(v == 0 for v in vals) if d["type"] == hw.AQL_BARRIER_AND else (not vals or any(v == 0 for v in vals))
@@ -918,11 +937,11 @@ class MockAMDGPU:
     ib, ndw = (cmd[1] & ~3) | (cmd[2] << 32), cmd[3] & 0xFFFFF
     start = q.ib_resume[1] if q.ib_resume and q.ib_resume[0] == q.rd else 0
     words = hw.words_of(self.gpu_read(q.gpu, ib, 4 * ndw))
-    stop = self._pm4(q, words, start, ib)
+    stop = self._pm4(q, words, start, ib, max(q.gpu.props.get("num_xcc", 1), 1))
     q.ib_resume = None if stop is None else (q.rd, stop)
     return stop is None
 
-  def _aql_dispatch(self, q: Queue, d: dict) -> None:
+  def _aql_dispatch(self, q: Queue, d: dict) -> bool:
     g = q.gpu
     # the queue ptr: the CP finds the amd_queue_t from the read pointer KFD gave it, through the byte offset of
     # read_dispatch_id stored right after it (read_dispatch_id_field_base_byte_offset)
@@ -933,24 +952,110 @@ class MockAMDGPU:
     if d["dims"] not in (1, 2, 3): raise QueueStop(f"packet {q.rd}: dispatch with {d['dims']} dimensions")
     wg = disp.workgroup[0] * disp.workgroup[1] * disp.workgroup[2]
     if wg == 0 or any(x == 0 for x in disp.grid): raise QueueStop(f"packet {q.rd}: empty dispatch grid {disp.grid} workgroup {disp.workgroup}")
+    disp.waves_per_group = -(-wg // g.target.wave_size)
+    desc = hsa.amdhsa_kernel_descriptor_t.from_buffer_copy(kd)
+    if hsa.AMDHSA_RSRC2_ENABLE_PRIVATE_SEGMENT.decode(desc.compute_pgm_rsrc2) or d["private_segment"]:
+      disp.scratch = self._dispatch_scratch(q, d, disp)
+      if disp.scratch is None: return False
     self.dispatches.append(disp)
     q.inflight.append(disp)
+    return True
+
+  def _dispatch_scratch(self, q: Queue, d: dict, disp: Dispatch) -> Any:
+    """The scratch the CP gives a dispatch that enables a private segment, from the queue's amd_queue_t (ROCr
+    amd_hsa_queue.h; the CP finds it from the read pointer): the backing memory, the slot size and count
+    (COMPUTE_TMPRING_SIZE: WAVES per shader engine on gfx11, per XCC on gfx9; WAVESIZE in 256 / 1024-byte units, ROCdbgapi
+    architecture.cpp scratch_memory_region). A private segment larger than the queue's (scratch_wave64_lane_byte_size
+    scaled to the wave size), or none at all, makes the CP ask the runtime for more and wait (AMDGPUUsage "Flat Scratch":
+    the CP "requests the runtime to increase the queue's scratch size"; ROCr DynamicQueueEventsHandler: error code
+    0x401 for wave32, 0x1 for wave64, in queue_inactive_signal; the runtime stores 0 there to restart): None then, and
+    the queue is blocked on it."""
+    from baregrad.drivers.mock.rdna3.machine import Scratch
+    g = q.gpu
+    if not disp.queue_va: raise QueueStop(f"packet {q.rd}: a dispatch with a private segment, but no amd_queue_t behind the read pointer")
+    f = self.gpu_read(g, disp.queue_va, 0xC8)
+    u32 = lambda o: int.from_bytes(f[o:o + 4], "little")   # noqa: E731
+    u64 = lambda o: int.from_bytes(f[o:o + 8], "little")   # noqa: E731
+    tmpring, base, size, lane64, inactive = u32(0x8C), u64(0xA0), u64(0xA8), u32(0xB0), u64(0xC0)
+    lanes, fam = g.target.wave_size, g.family
+    unit, wbits = (256, 15) if fam == "gfx11" else (1024, 13)
+    waves, wavesize = tmpring & 0xFFF, (tmpring >> 12) & ((1 << wbits) - 1)
+    need = (d["private_segment"] + 3) & ~3                 # the CP rounds the packet's size up to a DWORD (AMDGPUUsage)
+    have = lane64 * 64 // lanes
+    ses = max(g.props["array_count"] // max(g.props["simd_arrays_per_engine"], 1), 1)
+    slots = waves * (ses if fam == "gfx11" else max(g.props.get("num_xcc", 1), 1))
+    if q.scratch_request and inactive and self.u64(g, inactive + 8) != 0:
+      q.blocked = f"{q.scratch_request}; still waiting for the runtime to store 0 in queue_inactive_signal {inactive:#x}"
+      return None
+    short = [why for bad, why in ((not base, "scratch_backing_memory_location is 0"), (not waves, "COMPUTE_TMPRING_SIZE.WAVES is 0"),
+                                  (need > have, f"{need} bytes per work-item needed, scratch_wave64_lane_byte_size {lane64} gives {have}"),
+                                  (need * lanes > wavesize * unit, f"a wave needs {need * lanes} bytes, COMPUTE_TMPRING_SIZE.WAVESIZE {wavesize} gives {wavesize * unit}"))
+             if bad]
+    if short:
+      code = 0x401 if lanes == 32 else 0x1
+      q.blocked = (f"packet {q.rd}: dispatch of kernel object {disp.kernel_object:#x} needs scratch the queue does not have ({'; '.join(short)}): "
+                   f"the CP requested more (queue_inactive_signal {inactive:#x} <- {code:#x}) and waits")
+      if not q.scratch_request:
+        if inactive: self.gpu_write(g, inactive + 8, code.to_bytes(8, "little"))
+        self.log.append(f"mockamd: queue {q.qid}: {q.blocked}")
+      q.scratch_request = q.blocked
+      return None
+    q.scratch_request = ""
+    return Scratch(base, wavesize * unit, slots)
 
   def _complete_signal(self, g: GPU, handle: int) -> None:
     if handle: self.gpu_write(g, handle + 8, ((self.u64(g, handle + 8) - 1) & ((1 << 64) - 1)).to_bytes(8, "little"))
 
   def _drain(self, q: Queue) -> None:
-    """Complete the dispatches in flight: in reverse launch order, with their memory accesses checked for hazards."""
+    """Complete the dispatches in flight. Several (AQL packets without the barrier bit between them) run concurrently:
+    interleaved instruction step by instruction step, the most recently launched first, as the NV mock does; each
+    records the memory it reads and writes (its scratch excepted: every wave has its own slot), and a read or write of
+    bytes another of them writes (or a write of bytes another reads) is a hazard."""
     if not q.inflight: return
     group, q.inflight = q.inflight, []
-    tracking = len(group) > 1
-    records = []
-    for disp in reversed(group):
-      mem = self._interp_memory(q.gpu, tracking)
-      self._execute(q, disp, mem)
-      if tracking: records.append((disp, mem.reads, mem.writes)); mem.reads, mem.writes = [], []
-      self._complete_signal(q.gpu, disp.completion_signal)
-    if tracking: self._hazards(q, list(reversed(records)))
+    if len(group) == 1:
+      self._execute(q, group[0], self._interp_memory(q.gpu, False), group[0].scratch)
+      self._complete_signal(q.gpu, group[0].completion_signal)
+      return
+    mem = self._interp_memory(q.gpu, True)
+    records: dict[int, tuple[list, list]] = {id(d): ([], []) for d in group}
+    runs = self._concurrent(q, group, mem, records)
+    try:
+      while runs:
+        for item in list(runs):
+          d, gen = item
+          mem.reads, mem.writes = records[id(d)]
+          try: next(gen)
+          except StopIteration: runs.remove(item)
+    finally:
+      mem.reads, mem.writes, mem.tracking, mem.ignore = [], [], False, []
+    for d in reversed(group): self._complete_signal(q.gpu, d.completion_signal)
+    self._hazards(q, [(d, *records[id(d)]) for d in group])
+
+  def _concurrent(self, q: Queue, group: list, mem: Any, records: dict) -> list:
+    """(dispatch, step generator) for dispatches that run at once, latest first. Their waves share the queue's scratch
+    slots (the SPI launches a wave only into a free slot): each gets an equal share when that holds a workgroup of each;
+    otherwise the ones with scratch run one after another (the later waits for slots), interleaved with the rest."""
+    scr = [d for d in group if d.scratch is not None]
+    mem.ignore = [(d.scratch.base, d.scratch.base + d.scratch.slots * d.scratch.wave_bytes) for d in scr]
+    share = scr[0].scratch.slots // len(scr) if scr else 0
+    split = len(scr) <= 1 or share >= max(d.waves_per_group for d in scr)
+    out, serial = [], []
+    for d in reversed(group):
+      sc = d.scratch
+      if sc is not None and len(scr) > 1:
+        if split: sc = type(sc)(sc.base, sc.wave_bytes, share, scr.index(d) * share)
+        else: serial.append(d); continue
+      out.append((d, self._dispatch_steps(q, d, mem, sc, step=True)))
+    if serial:
+      def one_after_another() -> Any:
+        for d in serial:
+          mem.reads, mem.writes = records[id(d)]
+          for _ in self._dispatch_steps(q, d, mem, d.scratch, step=True):
+            yield
+            mem.reads, mem.writes = records[id(d)]
+      out.append((serial[0], one_after_another()))
+    return out
 
   def _hazards(self, q: Queue, records: list) -> None:
     import numpy as np
@@ -977,10 +1082,15 @@ class MockAMDGPU:
       for va, n, bo in g.vm:
         if bo.backing is not None and bo.domain not in ("doorbell", "mmio"): _interp_map(g.interp_mem, bo)
     mem = g.interp_mem
-    mem.tracking, mem.reads, mem.writes = tracking, [], []
+    mem.tracking, mem.reads, mem.writes, mem.ignore = tracking, [], [], []
     return mem
 
-  def _execute(self, q: Queue, disp: Dispatch, mem: Any) -> None:
+  def _execute(self, q: Queue, disp: Dispatch, mem: Any, scratch: Any = None) -> None:
+    for _ in self._dispatch_steps(q, disp, mem, scratch, step=False): pass
+
+  def _dispatch_steps(self, q: Queue, disp: Dispatch, mem: Any, scratch: Any, step: bool) -> Any:
+    """Run a dispatch on the RDNA3 interpreter (a generator: with `step` it yields after every instruction step). A fault
+    becomes GPUFaultErr (a VM fault), anything the interpreter refuses a QueueStop."""
     g = q.gpu
     if not g.target.executes:
       disp.note = (f"not executed: {g.target.name} is CDNA3 (wave64) machine code and this mock executes RDNA3 (gfx1100, wave32) "
@@ -995,23 +1105,41 @@ class MockAMDGPU:
       raise QueueStop(f"mock limitation: this build has no RDNA3 interpreter (baregrad/drivers/mock/rdna3): {e}") from None
     from baregrad.drivers.mock.ptx_interp import GPUFault
     try:
-      RDNA3Machine(mem).dispatch(disp.kernel_object, disp.grid, disp.workgroup, disp.kernarg, disp.group_segment, disp.private_segment,
-                                 dispatch_packet_va=disp.packet_va, queue_va=disp.queue_va, dispatch_id=disp.index)
+      yield from RDNA3Machine(mem).dispatch_steps(disp.kernel_object, disp.grid, disp.workgroup, disp.kernarg, disp.group_segment,
+                                                  disp.private_segment, dispatch_packet_va=disp.packet_va, queue_va=disp.queue_va,
+                                                  dispatch_id=disp.index, scratch=scratch, step=step)
     except GPUFault as e: raise GPUFaultErr(int(e.address or 0), "store" in str(e), "TCP (shader)", str(e)) from None
     except Exception as e:   # an instruction the interpreter refuses: the wave would trap; the queue hangs
       raise QueueStop(f"the kernel at {disp.kernel_object:#x} cannot run: {type(e).__name__}: {e}") from None
     disp.executed = True
 
   # --- PM4 (the CP's packet engine, for IBs and PM4 rings)
-  def _pm4(self, q: Queue, words: list[int], start: int, base: int) -> int | None:
-    """Execute PM4 from dword `start`; the dword offset where it blocks, or None when done."""
+  def _pm4(self, q: Queue, words: list[int], start: int, base: int, xccs: int = 1) -> int | None:
+    """Execute PM4 from dword `start`; the dword offset where it blocks, or None when done. `xccs`: how many XCCs run
+    this stream (a PM4 IB in an AQL queue on a multi-XCC partition: each XCC's CP processes the queue, kfd_mqd_manager_v9.c
+    init_mqd_v9_4_3 gives an AQL queue one MQD per XCC; ROCr restricts the PM4 it runs through an AQL queue to XCC 0 with
+    PRED_EXEC VIRTUALXCCID_SELECT on NumXcc > 1, amd_gpu_agent.cpp). They run the packets in lockstep here (they see the
+    same memory, so a wait passes or blocks for all); PRED_EXEC (DW1: XCC mask 31:24, EXEC_COUNT 13:0 dwords, ROCr
+    amd_gpu_pm4.h) limits the next EXEC_COUNT dwords to the XCCs in its mask. A memory write that several XCCs execute is
+    done once by each, each after only its own end of pipe: it is logged in `xcc_writes`."""
     g, fam = q.gpu, q.gpu.family
     p = hw.PM4[fam]
     try: pkts = hw.split_pm4(words)
     except ValueError as e: raise QueueStop(f"PM4 at {base:#x}: {e}") from None
+    pred: tuple[int, int] | None = None   # (XCC mask, first dword after the predicated ones)
     for off, op, b in pkts:
-      if off < start: continue
+      on = xccs if pred is None or off >= pred[1] else bin(pred[0] & ((1 << xccs) - 1)).count("1")
+      if op == p.PACKET3_PRED_EXEC:
+        if len(b) != 1: raise QueueStop(f"PM4 at {base + 4 * off:#x}: PRED_EXEC with {len(b)} dwords (1 expected)")
+        pred = ((b[0] >> 24) & 0xFF, off + 2 + (b[0] & 0x3FFF))
+        continue
+      if off < start or on == 0: continue
       if op in (-2, p.PACKET3_NOP): continue
+      if on > 1 and op in (p.PACKET3_RELEASE_MEM, p.PACKET3_DMA_DATA) and not (op == p.PACKET3_RELEASE_MEM and not (b[1] >> 29) & 7):
+        msg = (f"mockamd: queue {q.qid}: PM4 {hw.pm4_names(fam).get(op, hex(op))} at {base + 4 * off:#x} ran on {on} XCCs (no PRED_EXEC): "
+               f"its write is done {on} times, each after only that XCC's own work")
+        self.xcc_writes.append(msg)
+        self.log.append(msg)
       if op == p.PACKET3_WAIT_REG_MEM:
         if len(b) != 6: raise QueueStop(f"PM4 at {base + 4 * off:#x}: WAIT_REG_MEM with {len(b)} dwords (6 expected)")
         func, space = b[0] & 7, (b[0] >> 4) & 3
@@ -1028,13 +1156,14 @@ class MockAMDGPU:
         self._drain(q)  # an end-of-pipe event: everything before it has finished
         ds, ints = (b[1] >> 29) & 7, (b[1] >> 24) & 7
         addr = b[2] | (b[3] << 32)
-        if ds == 1: self.gpu_write(g, addr & ~3, (b[4]).to_bytes(4, "little"))        # address_lo_32b: bits 31:2
-        elif ds in (2, 3, 4):                                                           # address_lo_64b: bits 31:3
-          v = b[4] | (b[5] << 32) if ds == 2 else _ts() if ds == 3 else time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
-          self.gpu_write(g, addr & ~7, v.to_bytes(8, "little"))
-        elif ds != 0: raise QueueStop(f"PM4 at {base + 4 * off:#x}: RELEASE_MEM data_sel {ds} is reserved")
-        # kfd_int_process_v11.c/v9.c: CP END_OF_PIPE carries 32 id bits; event_interrupt_isr_v9 drops a context id of 0
-        if ints in (1, 2, 3) and not (fam == "gfx9" and b[6] == 0): self._interrupt(b[6], 32)
+        for _ in range(on):
+          if ds == 1: self.gpu_write(g, addr & ~3, (b[4]).to_bytes(4, "little"))        # address_lo_32b: bits 31:2
+          elif ds in (2, 3, 4):                                                           # address_lo_64b: bits 31:3
+            v = b[4] | (b[5] << 32) if ds == 2 else _ts() if ds == 3 else time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW)
+            self.gpu_write(g, addr & ~7, v.to_bytes(8, "little"))
+          elif ds != 0: raise QueueStop(f"PM4 at {base + 4 * off:#x}: RELEASE_MEM data_sel {ds} is reserved")
+          # kfd_int_process_v11.c/v9.c: CP END_OF_PIPE carries 32 id bits; event_interrupt_isr_v9 drops a context id of 0
+          if ints in (1, 2, 3) and not (fam == "gfx9" and b[6] == 0): self._interrupt(b[6], 32)
       elif op == p.PACKET3_ACQUIRE_MEM:
         if len(b) != (7 if fam == "gfx11" else 6): raise QueueStop(f"PM4 at {base + 4 * off:#x}: ACQUIRE_MEM with {len(b)} dwords")
       elif op == p.PACKET3_EVENT_WRITE: self._drain(q)
@@ -1043,7 +1172,7 @@ class MockAMDGPU:
         if (b[0] >> 29) & 3 or (b[0] >> 20) & 3: raise QueueStop(f"PM4 at {base + 4 * off:#x}: DMA_DATA from/to GDS or data is not modelled")
         n = b[5] & ((1 << 26) - 1 if fam == "gfx11" else (1 << 21) - 1)
         self._drain(q)
-        self._copy(g, b[3] | (b[4] << 32), b[1] | (b[2] << 32), n, "CPC")
+        for _ in range(on): self._copy(g, b[3] | (b[4] << 32), b[1] | (b[2] << 32), n, "CPC")
       else:
         # kfd_int_process_v11.c: CP_BAD_OPCODE -> the queue is suspended (kfd_dqm_suspend_bad_queue_mes)
         raise QueueStop(f"CP bad opcode: PM4 {hw.pm4_names(fam).get(op, hex(op))} at {base + 4 * off:#x} is not one the compute "
@@ -1145,17 +1274,23 @@ def _make_tracking() -> type:
   import numpy as np
   from baregrad.drivers.mock.ptx_interp import Memory
   class TrackingMemory(Memory):
-    """The interpreter's memory, recording the addresses each access touches while `tracking` is set."""
+    """The interpreter's memory, recording the addresses each access touches while `tracking` is set (except inside the
+    `ignore` ranges: the scratch backing memory, private to each wave)."""
     tracking = False
     def __init__(self) -> None:
       super().__init__()
       self.reads: list = []
       self.writes: list = []
+      self.ignore: list = []
+    def _record(self, to: list, addrs: Any, dtype: Any) -> None:
+      a = np.asarray(addrs, np.uint64).reshape(-1)
+      if a.size and any(lo <= int(a.min()) and int(a.max()) < hi for lo, hi in self.ignore): return
+      to.append((a.copy(), np.dtype(dtype).itemsize))
     def load(self, addrs: Any, dtype: Any, what: str = "load") -> Any:
-      if self.tracking: self.reads.append((np.asarray(addrs, np.uint64).reshape(-1).copy(), np.dtype(dtype).itemsize))
+      if self.tracking: self._record(self.reads, addrs, dtype)
       return super().load(addrs, dtype, what)
     def store(self, addrs: Any, values: Any, dtype: Any, what: str = "store") -> None:
-      if self.tracking: self.writes.append((np.asarray(addrs, np.uint64).reshape(-1).copy(), np.dtype(dtype).itemsize))
+      if self.tracking: self._record(self.writes, addrs, dtype)
       super().store(addrs, values, dtype, what)
     def _find(self, va: int, size: int) -> Any:  # the region holding [va, va+size): a binary search (many BOs are mapped)
       i = int(np.searchsorted(self._starts, np.uint64(va), side="right")) - 1

@@ -5,11 +5,13 @@ private_segment_size)` reads the 64-byte kernel descriptor at kernel_object_va, 
 hardware does from the descriptor's enable bits, and runs every workgroup to s_endpgm.
 
 Initial state (LLVM AMDGPUUsage, "Initial Kernel Execution State" and "Kernel Descriptor"):
-- SGPRs: first the user SGPRs the descriptor enables, in this order: private segment buffer (4), dispatch ptr (2),
-  queue ptr (2), kernarg segment ptr (2), dispatch id (2), flat scratch init (2), private segment size (1); then, from
+- SGPRs: first the user SGPRs the descriptor enables, in this order: dispatch ptr (2), queue ptr (2), kernarg segment
+  ptr (2), dispatch id (2), private segment size (1) (the private segment buffer and flat scratch init SGPRs that come
+  first and sixth on other targets are "not supported and must be 0" with architected flat scratch); then, from
   SGPR number COMPUTE_PGM_RSRC2.USER_SGPR_COUNT on (which may be larger: LLVM pads it to 16 with the system SGPRs on
   gfx11, the "user SGPR init 16" hardware bug), the system SGPRs: work-group id X, Y, Z (each if
-  ENABLE_SGPR_WORKGROUP_ID_*), work-group info, private segment wave offset.
+  ENABLE_SGPR_WORKGROUP_ID_*), work-group info (refused). ENABLE_PRIVATE_SEGMENT sets up FLAT_SCRATCH, not a
+  wave-offset SGPR, with architected flat scratch (compute_pgm_rsrc2 table).
 - VGPRs: v0 holds the work-item id packed as X in bits 9:0, Y in 19:10, Z in 29:20 on gfx11 (only the components
   ENABLE_VGPR_WORKITEM_ID says; 0: X, 1: X and Y, 2: X, Y, Z).
 - EXEC: one bit per work-item of the wave (a partial last wave, or a partial workgroup at the edge of the grid, has
@@ -25,11 +27,21 @@ aperture (high 16 bits 1, as KFD sets it for gfx9+: amdkfd/kfd_flat_memory.c, MA
 Waves run until s_endpgm; s_barrier holds a wave until every wave of its workgroup that has not ended reaches one.
 s_waitcnt, s_delay_alu, s_clause, s_nop and cache invalidations are no-ops for an in-order interpreter.
 
-Not executed (refused with the instruction named): scratch (private segment), DPP/SDWA sources, image/buffer memory,
+Scratch (architected flat scratch on gfx11, AMDGPUUsage processor table): when the descriptor enables the private
+segment the dispatch must bring a `Scratch` (the CP's slots from the queue's amd_queue_t); each wave gets one slot, so a
+batch holds at most as many waves as there are slots, and FLAT_SCRATCH = base + slot * wave bytes (AMDGPUUsage "Flat
+Scratch": the queue's scratch base plus the wave's scratch offset). SCRATCH_* (private address = VGPR if SVE + SGPR +
+offset) and FLAT accesses in the private aperture (the low 32 bits are the private address) go to
+FLAT_SCRATCH + (addr / 4) * 128 + lane * 4 + addr % 4 (the dword interleave, AMDGPUUsage "Address Spaces"); an address
+outside the wave's share of its slot is a GPUFault (see _scratch_addrs).
+
+Not executed (refused with the instruction named): DPP/SDWA sources, image/buffer memory, scratch atomics,
 wave64 code (gfx942/CDNA3 code objects: "cannot execute wave64 CDNA code"), traps, messages other than dealloc-VGPRs.
 
 Waves are executed in batches: all waves at the same program counter run one instruction together, registers being
 NumPy arrays over (wave, lane), so a kernel costs about one NumPy step per instruction it executes, not per work-item.
+dispatch_steps() is the same as a generator yielding after every such step: the mock GPU interleaves concurrent
+dispatches with it.
 """
 from __future__ import annotations
 import time
@@ -59,6 +71,15 @@ class DispatchResult:
   steps: int            # instructions executed by batches of waves
   wave_instructions: int  # instructions executed, counted per wave
 
+@dataclass(frozen=True)
+class Scratch:
+  """The scratch wave slots a dispatch may use (what the CP/SPI derive from the queue's amd_queue_t): slot i of this
+  dispatch is `wave_bytes` bytes at base + (first_slot + i) * wave_bytes."""
+  base: int
+  wave_bytes: int
+  slots: int
+  first_slot: int = 0
+
 class _Ctx:
   """What a VALU semantics function may need besides its sources."""
   __slots__ = ("mask", "ieee", "op_sel", "op_sel_hi", "mix_neg", "mix_abs")
@@ -81,6 +102,8 @@ class _Batch:
     self.ieee = ieee
     self.nvgpr = nvgpr
     self.ended_or_barrier = False
+    self.flat_scratch: np.ndarray | None = None   # (W,) uint64: each wave's FLAT_SCRATCH (architected flat scratch)
+    self.scratch_lane_bytes = 0                   # private bytes each work-item's slot share holds
 
   def exec_mask(self, w) -> np.ndarray: return ((self.S[w, EXEC][:, None] >> LANES) & U32(1)).astype(bool)
 
@@ -112,6 +135,9 @@ def s_read(b: _Batch, w, o: Operand, t: str = "b32") -> np.ndarray:
   if c == 252: return (b.S[w, EXEC] == 0).astype(U64)
   if c in (235, 236, 237, 238):   # aperture bases/limits: the high 32 bits of the shared/private apertures
     base = SHARED_APERTURE if c in (235, 236) else PRIVATE_APERTURE
+    # read as 64 bits the aperture sits in bits 63:32 (LLVM SIISelLowering getSegmentAperture: "the real value is in
+    # the upper 32 bits"; an addrspacecast to flat takes the high SGPR of `s_mov_b64 s[..], src_private_base`)
+    if bits == 64: return np.full(n, U64(base | (0xFFFFFFFF if c in (236, 238) else 0)))
     return np.full(n, U64((base >> 32) + (0xFFFF if c in (236, 238) else 0)))
   if c > 127: raise RDNA3Error(f"scalar operand code {c} is not readable")
   v = b.S[w, c].astype(U64)
@@ -190,6 +216,7 @@ def compile_inst(i: Inst, code_va: int, mem: Memory):
   if e == "VOPD": return _c_vopd(i)
   if e == "DS": return _c_ds(i)
   if e in ("GLOBAL", "FLAT"): return _c_global(i, mem)
+  if e == "SCRATCH": return _c_scratch(i, mem)
   if e == "MUBUF" and i.name in ("buffer_gl0_inv", "buffer_gl1_inv"): return lambda b, w: _advance(b, w, i.size)
   raise RDNA3Error(f"{_where(i)}: {e} instructions are not executed by the RDNA3 interpreter")
 
@@ -474,31 +501,105 @@ def _c_global(i: Inst, mem: Memory):
     else: a = b.V[w, va.val].astype(U64) | (b.V[w, va.val + 1].astype(U64) << U64(32))
     return a + U64(off & 0xFFFFFFFFFFFFFFFF)
   def split(b, w, a, act):
-    """Active lanes' addresses, split into global ones and flat ones in the LDS aperture."""
-    flat = i.enc == "FLAT"
-    lds = act & ((a >> U64(48)) == U64(SHARED_APERTURE >> 48)) if flat else np.zeros_like(act)
-    if flat and (act & ((a >> U64(48)) == U64(PRIVATE_APERTURE >> 48))).any():
-      raise RDNA3Error(f"{_where(i)}: a flat access to the scratch aperture (scratch is not executed)")
-    return act & ~lds, lds
+    """Active lanes' addresses, split into global ones and flat ones in the LDS and private (scratch) apertures (KFD's
+    apertures for gfx9+: kfd_flat_memory.c, MAKE_LDS_APP_BASE_V9 / MAKE_SCRATCH_APP_BASE_V9, 4 GiB each)."""
+    if i.enc != "FLAT": return act, np.zeros_like(act), np.zeros_like(act)
+    lds = act & ((a >> U64(48)) == U64(SHARED_APERTURE >> 48))
+    prv = act & ((a >> U64(32)) == U64(PRIVATE_APERTURE >> 32))
+    return act & ~lds & ~prv, lds, prv
   if kind == "load":
     def load(b, w):
       act = b.exec_mask(w)
       a = addresses(b, w)
-      g, l = split(b, w, a, act)
+      g, l, pv = split(b, w, a, act)
       words = np.zeros(a.shape + (nw,), U32)
       if g.any(): words[g] = _load_bytes(lambda ad, dt: mem.load(ad, dt, n), a[g], nbytes)
       if l.any(): words[l] = _lds_read(b, w, l, (a - U64(SHARED_APERTURE)).astype(U64), nbytes)
+      if pv.any(): words[pv] = _scratch_load(mem, b, w, i, (a & U64(0xFFFFFFFF)).astype(np.int64), pv, nbytes)
       _write_loaded(b, w, i.dst[0].val, words, act, n, suf)
       _advance(b, w, i.size)
     return load
   def store(b, w):
     act = b.exec_mask(w)
     a = addresses(b, w)
-    g, l = split(b, w, a, act)
+    g, l, pv = split(b, w, a, act)
     data = _gather_regs(b, w, i.src[0].val, nw)
     if "_d16_hi" in n: data = data >> U32(16)
     if g.any(): _store_bytes(lambda ad, v, dt: mem.store(ad, v, dt, n), a[g], data[g], nbytes)
     if l.any(): _lds_write(b, w, l, (a - U64(SHARED_APERTURE)), data, nbytes)
+    if pv.any(): _scratch_store(mem, b, w, i, (a & U64(0xFFFFFFFF)).astype(np.int64), pv, data[pv], nbytes)
+    _advance(b, w, i.size)
+  return store
+
+# -- scratch (the private segment), architected flat scratch
+def _scratch_addrs(b: _Batch, w, i: Inst, p: np.ndarray, act: np.ndarray, nbytes: int) -> np.ndarray:
+  """(k, nbytes) GPU addresses of each active lane's private bytes p..p+nbytes-1: the wave's FLAT_SCRATCH plus the
+  dword interleave of AMDGPUUsage "Address Spaces" (Private): base + (addr / 4) * wave_size * 4 + lane * 4 + addr % 4.
+  A private address outside the wave's slot share (COMPUTE_TMPRING_SIZE.WAVESIZE bytes per wave) is reported as a GPU
+  fault at the address it would reach: on hardware it would read or write a neighbouring wave's slot, or fault past the
+  backing memory."""
+  if b.flat_scratch is None:
+    raise RDNA3Error(f"{_where(i)}: a private (scratch) access in a kernel whose descriptor does not enable the private segment: "
+                     f"FLAT_SCRATCH is not set up")
+  lanes = np.broadcast_to(LANES.astype(np.int64), p.shape)[act]
+  pa = p[act]
+  base = np.broadcast_to(b.flat_scratch[w][:, None], p.shape)[act].astype(np.int64)
+  q = pa[:, None] + np.arange(nbytes, dtype=np.int64)
+  addr = base[:, None] + (q >> 2) * 128 + lanes[:, None] * 4 + (q & 3)
+  bad = (pa < 0) | (pa + nbytes > b.scratch_lane_bytes)
+  if bad.any():
+    k = int(np.argmax(bad))
+    raise GPUFault(f"scratch {'store' if '_store' in i.name else 'load'} of {nbytes} bytes at private address {int(pa[k]):#x} (lane {int(lanes[k])}) "
+                   f"is outside the wave's scratch: its slot holds {b.scratch_lane_bytes} bytes per work-item", max(int(addr[k, 0]), 0))
+  return addr.astype(U64)
+
+def _scratch_load(mem: Memory, b: _Batch, w, i: Inst, p: np.ndarray, act: np.ndarray, nbytes: int) -> np.ndarray:
+  """(k, ceil(nbytes/4)) words read from the active lanes' private addresses p."""
+  ad = _scratch_addrs(b, w, i, p, act, nbytes)
+  k, nw = ad.shape[0], (nbytes + 3) // 4
+  if nbytes % 4 == 0 and not (p[act] & 3).any():
+    return mem.load(ad[:, ::4].reshape(-1), np.uint32, i.name).reshape(k, nw)
+  by = mem.load(ad.reshape(-1), np.uint8, i.name).reshape(k, nbytes)
+  pad = np.zeros((k, nw * 4), np.uint8)
+  pad[:, :nbytes] = by
+  return pad.view(U32).reshape(k, nw)
+
+def _scratch_store(mem: Memory, b: _Batch, w, i: Inst, p: np.ndarray, act: np.ndarray, words: np.ndarray, nbytes: int) -> None:
+  """Write (k, nw) words of the active lanes to their private addresses p (lane order: lanes never share bytes)."""
+  ad = _scratch_addrs(b, w, i, p, act, nbytes)
+  if nbytes % 4 == 0 and not (p[act] & 3).any():
+    mem.store(ad[:, ::4].reshape(-1), np.ascontiguousarray(words[:, :nbytes // 4]).reshape(-1), np.uint32, i.name)
+  else:
+    by = np.ascontiguousarray(words).view(np.uint8).reshape(ad.shape[0], -1)[:, :nbytes]
+    mem.store(ad.reshape(-1), by.reshape(-1), np.uint8, i.name)
+
+def _c_scratch(i: Inst, mem: Memory):
+  """SCRATCH_LOAD/STORE: private address = VGPR (if SVE) + SGPR (unless off) + the signed 13-bit offset."""
+  n, m = i.name, i.mods
+  kind, nbytes, suf = _mem_kind(n)
+  if kind == "atomic": raise RDNA3Error(f"{_where(i)}: {n} is not executed by the RDNA3 interpreter")
+  va, sb, off = m["vaddr"], m["sbase"], m["offset"]
+  nw = (nbytes + 3) // 4
+  def private(b, w) -> np.ndarray:
+    shape = b.V[w, 0].shape
+    p = np.full(shape, off, np.int64)
+    if va is not None: p = p + b.V[w, va.val].astype(np.int64)
+    if sb is not None: p = p + s_read(b, w, sb, "b32").astype(np.int64)[:, None]
+    return p
+  if kind == "load":
+    def load(b, w):
+      act = b.exec_mask(w)
+      words = np.zeros(act.shape + (nw,), U32)
+      if act.any(): words[act] = _scratch_load(mem, b, w, i, private(b, w), act, nbytes)
+      _write_loaded(b, w, i.dst[0].val, words, act, n, suf)
+      _advance(b, w, i.size)
+    return load
+  def store(b, w):
+    act = b.exec_mask(w)
+    if act.any():
+      data = _gather_regs(b, w, i.src[0].val, nw)
+      if "_d16_hi" in n: data = data >> U32(16)
+      _scratch_store(mem, b, w, i, private(b, w), act, data[act], nbytes)
     _advance(b, w, i.size)
   return store
 
@@ -660,8 +761,21 @@ class RDNA3Machine:
 
   def dispatch(self, kernel_object_va: int, grid_size: tuple[int, int, int], workgroup_size: tuple[int, int, int], kernarg_va: int,
                group_segment_size: int, private_segment_size: int, *, dispatch_packet_va: int | None = None,
-               queue_va: int | None = None, dispatch_id: int = 0) -> DispatchResult:
-    """Run one kernel dispatch (the AQL packet's fields: sizes in work-items) to completion."""
+               queue_va: int | None = None, dispatch_id: int = 0, scratch: "Scratch | None" = None) -> DispatchResult:
+    """Run one kernel dispatch (the AQL packet's fields: sizes in work-items) to completion. `scratch`: the wave slots
+    the CP/SPI give this dispatch (required when the descriptor enables a private segment)."""
+    gen = self.dispatch_steps(kernel_object_va, grid_size, workgroup_size, kernarg_va, group_segment_size, private_segment_size,
+                              dispatch_packet_va=dispatch_packet_va, queue_va=queue_va, dispatch_id=dispatch_id, scratch=scratch, step=False)
+    while True:
+      try: next(gen)
+      except StopIteration as e: return e.value
+
+  def dispatch_steps(self, kernel_object_va: int, grid_size: tuple[int, int, int], workgroup_size: tuple[int, int, int], kernarg_va: int,
+                     group_segment_size: int, private_segment_size: int, *, dispatch_packet_va: int | None = None,
+                     queue_va: int | None = None, dispatch_id: int = 0, scratch: "Scratch | None" = None, step: bool = True):
+    """dispatch() as a generator: with `step` it yields after every instruction a batch of waves executes, so a caller can
+    interleave concurrent dispatches (the mock GPU's model of AQL packets without the barrier bit); returns the
+    DispatchResult."""
     kd = self.read_descriptor(kernel_object_va)
     F = lambda word, name: getattr(hsa, name).decode(word)   # noqa: E731
     r1, r2, kcp = kd.compute_pgm_rsrc1, kd.compute_pgm_rsrc2, kd.kernel_code_properties
@@ -680,10 +794,20 @@ class RDNA3Machine:
     if group_segment_size < kd.group_segment_fixed_size:
       raise RDNA3Error(f"group_segment_size {group_segment_size} is smaller than the kernel's group_segment_fixed_size {kd.group_segment_fixed_size} "
                        f"({where}): its LDS accesses past the allocation would read 0")
-    if kd.private_segment_fixed_size or F(r2, "AMDHSA_RSRC2_ENABLE_PRIVATE_SEGMENT") or F(kcp, "AMDHSA_KCP_USES_DYNAMIC_STACK"):
-      raise RDNA3Error(f"{where}: the kernel needs scratch memory (private segment {kd.private_segment_fixed_size} bytes): not executed by the interpreter")
+    if F(kcp, "AMDHSA_KCP_USES_DYNAMIC_STACK"): raise RDNA3Error(f"{where}: USES_DYNAMIC_STACK (calls): not executed by the interpreter")
+    # gfx11 has architected flat scratch (AMDGPUUsage processor table): the private segment buffer and flat scratch init
+    # user SGPRs are "not supported and must be 0"; ENABLE_PRIVATE_SEGMENT makes the hardware set FLAT_SCRATCH
+    for bit, nm in (("ENABLE_SGPR_PRIVATE_SEGMENT_BUFFER", "private segment buffer"), ("ENABLE_SGPR_FLAT_SCRATCH_INIT", "flat scratch init")):
+      if F(kcp, f"AMDHSA_KCP_{bit}"):
+        raise RDNA3Error(f"{where}: {bit} is set: gfx11 has architected flat scratch, where the {nm} SGPRs are not supported (AMDGPUUsage)")
+    uses_scratch = bool(F(r2, "AMDHSA_RSRC2_ENABLE_PRIVATE_SEGMENT"))
+    if kd.private_segment_fixed_size and not uses_scratch:
+      raise RDNA3Error(f"{where}: private_segment_fixed_size {kd.private_segment_fixed_size} with ENABLE_PRIVATE_SEGMENT 0: FLAT_SCRATCH is not set up")
     if private_segment_size < kd.private_segment_fixed_size:
       raise RDNA3Error(f"private_segment_size {private_segment_size} is smaller than the kernel's {kd.private_segment_fixed_size}")
+    if uses_scratch and scratch is None:
+      raise RDNA3Error(f"{where}: the kernel needs scratch memory (ENABLE_PRIVATE_SEGMENT, private segment {kd.private_segment_fixed_size} bytes): "
+                       f"the dispatch provides none")
     if gx * gy * gz == 0: return DispatchResult(0, 0, 0, 0)
     code_va = kernel_object_va + kd.kernel_code_entry_byte_offset
     nvgpr = (F(r1, "AMDHSA_RSRC1_GRANULATED_WORKITEM_VGPR_COUNT") + 1) * 8
@@ -691,14 +815,15 @@ class RDNA3Machine:
     # user SGPRs, in the hardware's order
     user: list[tuple[str, int]] = []
     sg = 0
-    for bit, nm, cnt in (("ENABLE_SGPR_PRIVATE_SEGMENT_BUFFER", "private segment buffer", 4), ("ENABLE_SGPR_DISPATCH_PTR", "dispatch ptr", 2),
-                         ("ENABLE_SGPR_QUEUE_PTR", "queue ptr", 2), ("ENABLE_SGPR_KERNARG_SEGMENT_PTR", "kernarg segment ptr", 2),
-                         ("ENABLE_SGPR_DISPATCH_ID", "dispatch id", 2), ("ENABLE_SGPR_FLAT_SCRATCH_INIT", "flat scratch init", 2),
+    for bit, nm, cnt in (("ENABLE_SGPR_DISPATCH_PTR", "dispatch ptr", 2), ("ENABLE_SGPR_QUEUE_PTR", "queue ptr", 2),
+                         ("ENABLE_SGPR_KERNARG_SEGMENT_PTR", "kernarg segment ptr", 2), ("ENABLE_SGPR_DISPATCH_ID", "dispatch id", 2),
                          ("ENABLE_SGPR_PRIVATE_SEGMENT_SIZE", "private segment size", 1)):
       if F(kcp, f"AMDHSA_KCP_{bit}"): user.append((nm, sg)); sg += cnt
     nuser = F(r2, "AMDHSA_RSRC2_USER_SGPR_COUNT")
     if sg > nuser: raise RDNA3Error(f"{where}: the enabled user SGPRs need {sg}, USER_SGPR_COUNT says {nuser}")
-    values = {"kernarg segment ptr": kernarg_va, "dispatch ptr": dispatch_packet_va, "queue ptr": queue_va, "dispatch id": dispatch_id}
+    # the private segment size SGPR: the packet's size rounded up by CP to a multiple of DWORD (AMDGPUUsage)
+    values = {"kernarg segment ptr": kernarg_va, "dispatch ptr": dispatch_packet_va, "queue ptr": queue_va, "dispatch id": dispatch_id,
+              "private segment size": (private_segment_size + 3) & ~3}
     for nm, _ in user:
       if values.get(nm) is None: raise RDNA3Error(f"{where}: the kernel asks for the {nm} in SGPRs, which this dispatch does not provide")
     wgid_en = [bool(F(r2, f"AMDHSA_RSRC2_ENABLE_SGPR_WORKGROUP_ID_{a}")) for a in "XYZ"]
@@ -708,11 +833,24 @@ class RDNA3Machine:
     wgs = [(x, y, z) for z in range(ngz) for y in range(ngy) for x in range(ngx)]
     per_wg = -(-(lx * ly * lz) // 32)
     per_batch = max(1, self.batch_lanes // (32 * per_wg * max(1, nvgpr // 8)))
+    if uses_scratch:
+      assert scratch is not None
+      # a wave launches only into a free scratch slot (the SPI's slots: COMPUTE_TMPRING_SIZE.WAVES per SE); the batch is at
+      # most the slots this dispatch has, each wave its own slot
+      if scratch.slots < per_wg:
+        raise RDNA3Error(f"{where}: a workgroup of {per_wg} waves needs {per_wg} scratch wave slots; the queue's scratch has {scratch.slots}: "
+                         f"the workgroup can never launch")
+      per_batch = min(per_batch, scratch.slots // per_wg)
     steps = winst = nwaves = 0
     t0 = time.monotonic()
     for start in range(0, len(wgs), per_batch):
       chunk = wgs[start:start + per_batch]
       b = _Batch(len(chunk) * per_wg, nvgpr, len(chunk), group_segment_size, ieee)
+      if uses_scratch:
+        assert scratch is not None
+        # FLAT_SCRATCH = the queue's scratch base + the wave's slot offset (AMDGPUUsage "Flat Scratch", architected)
+        b.flat_scratch = U64(scratch.base) + (U64(scratch.first_slot) + np.arange(b.S.shape[0], dtype=U64)) * U64(scratch.wave_bytes)
+        b.scratch_lane_bytes = scratch.wave_bytes // 32
       for k, (x, y, z) in enumerate(chunk):
         sx, sy, sz = min(lx, gx - x * lx), min(ly, gy - y * ly), min(lz, gz - z * lz)   # a partial workgroup at the grid's edge
         n = sx * sy * sz
@@ -728,17 +866,20 @@ class RDNA3Machine:
           b.S[wv, EXEC] = U32((1 << nact) - 1) if nact < 32 else U32(0xFFFFFFFF)
           for nm, at in user:
             v = values[nm]
-            b.S[wv, at] = U32(v & 0xFFFFFFFF); b.S[wv, at + 1] = U32(v >> 32)
+            b.S[wv, at] = U32(v & 0xFFFFFFFF)
+            if nm != "private segment size": b.S[wv, at + 1] = U32(v >> 32)
           s = nuser
           for en, idv in zip(wgid_en, (x, y, z)):
             if en: b.S[wv, s] = U32(idv); s += 1
           b.V[wv, 0] = packed[lanes]
       nwaves += int(b.live.sum())
-      s, wi = self._run(b, code_va, t0)
+      s, wi = yield from self._run(b, code_va, t0, step)
       steps += s; winst += wi
+      if step: yield
     return DispatchResult(len(wgs), nwaves, steps, winst)
 
-  def _run(self, b: _Batch, code_va: int, t0: float) -> tuple[int, int]:
+  def _run(self, b: _Batch, code_va: int, t0: float, step: bool = False):
+    """Run a batch to the end (a generator: yields after each instruction when `step`); returns (steps, wave instructions)."""
     steps = winst = 0
     allw = slice(None)
     local: dict[int, tuple] = {}        # this dispatch's instructions by offset (code does not change under a dispatch)
@@ -768,6 +909,7 @@ class RDNA3Machine:
       if steps % 4096 == 0:
         if steps > self.max_steps: raise RDNA3Error(f"dispatch did not finish within {self.max_steps} steps (last at {_where(inst)})")
         if time.monotonic() - t0 > self.timeout: raise RDNA3Error(f"dispatch did not finish within {self.timeout} s (last at {_where(inst)})")
+      if step: yield
 
   @staticmethod
   def _release(b: _Batch) -> None:

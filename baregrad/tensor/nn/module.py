@@ -1,0 +1,138 @@
+"""nn.Module: the base of every layer, with PyTorch's walking and switching methods over plain attributes.
+
+Unlike torch.nn.Module nothing is registered: a module's tensors and submodules are whatever its attributes (and the
+lists, tuples and dicts in them) hold, found the way baregrad.tensor.nn.state walks objects, so a subclass need not
+call super().__init__() and plain Python classes keep working with get_parameters/get_state_dict. A parameter is a
+tensor with requires_grad=True; any other tensor (running statistics, counters) is a buffer.
+
+`training` is None until train()/eval() set it: None follows the global Tensor.training switch (tinygrad's way,
+`with Tensor.train(): ...`), True or False pins the module (PyTorch's way)."""
+from __future__ import annotations
+from typing import Any, Callable, Iterator, NamedTuple
+from baregrad.tensor.tensor import Tensor
+
+class IncompatibleKeys(NamedTuple):
+  missing_keys: list[str]
+  unexpected_keys: list[str]
+
+def _items(o: Any) -> list[tuple[str, Any]]:
+  if isinstance(o, (list, tuple)): return [(str(i), v) for i, v in enumerate(o)]
+  if isinstance(o, dict): return [(str(k), v) for k, v in o.items() if isinstance(k, str) and not k.startswith("_")]
+  return []
+
+class Module:
+  """Base class of layers: subclass it, set tensors and submodules as attributes, define forward()."""
+  training: bool | None = None
+
+  def forward(self, *args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError(f"{type(self).__name__} has no forward(): define forward(self, ...) in the subclass")
+  def __call__(self, *args: Any, **kwargs: Any) -> Any: return self.forward(*args, **kwargs)
+
+  # ---- walking
+  def named_children(self) -> Iterator[tuple[str, Module]]:
+    """Direct submodules: attributes that are Modules, and Modules inside list/tuple/dict attributes ("layers.0")."""
+    seen: set[int] = set()
+    pairs = _items(self) + [(k, v) for k, v in vars(self).items() if not k.startswith("_")]
+    for k, v in pairs:
+      if isinstance(v, Module): cands = [(k, v)]
+      else: cands = [(f"{k}.{k2}", v2) for k2, v2 in _items(v) if isinstance(v2, Module)]
+      for name, m in cands:
+        if id(m) not in seen:
+          seen.add(id(m))
+          yield name, m
+  def children(self) -> Iterator[Module]:
+    """Direct submodules (see named_children)."""
+    for _, m in self.named_children(): yield m
+  def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+    """This module ("" or prefix) and every submodule below it, each once, with dotted names."""
+    seen: set[int] = set()
+    def walk(m: Module, pre: str) -> Iterator[tuple[str, Module]]:
+      if id(m) in seen: return
+      seen.add(id(m))
+      yield pre, m
+      for name, c in m.named_children(): yield from walk(c, f"{pre}.{name}" if pre else name)
+    yield from walk(self, prefix)
+  def modules(self) -> Iterator[Module]:
+    """This module and every submodule below it."""
+    for _, m in self.named_modules(): yield m
+  def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) for each tensor with requires_grad=True, once each, in state-dict order."""
+    yield from self._named_tensors(prefix, recurse, True)
+  def parameters(self, recurse: bool = True) -> Iterator[Tensor]:
+    """The trainable tensors (requires_grad=True), once each, in state-dict order."""
+    for _, t in self.named_parameters(recurse=recurse): yield t
+  def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
+    """(name, tensor) for each tensor that does not require grad (running statistics, counters)."""
+    yield from self._named_tensors(prefix, recurse, False)
+  def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
+    """The tensors that do not require grad."""
+    for _, t in self.named_buffers(recurse=recurse): yield t
+  def _named_tensors(self, prefix: str, recurse: bool, params: bool) -> Iterator[tuple[str, Tensor]]:
+    from baregrad.tensor.nn.state import get_state_dict
+    sd = get_state_dict(self, prefix)
+    if not recurse:
+      subs = {n for n, _ in self.named_children()}
+      sd = {k: v for k, v in sd.items() if not any(k[len(prefix):].lstrip(".").startswith(s + ".") for s in subs)}
+    seen: set[int] = set()
+    for k, t in sd.items():
+      if bool(t.requires_grad) == params and id(t) not in seen:
+        seen.add(id(t))
+        yield k, t
+
+  # ---- state
+  def state_dict(self, prefix: str = "") -> dict[str, Tensor]:
+    """{dotted name: tensor} of every parameter and buffer (the tensors themselves, not copies)."""
+    from baregrad.tensor.nn.state import get_state_dict
+    return get_state_dict(self, prefix)
+  def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
+    """Copy values (Tensors or NumPy arrays) into this module's tensors in place; strict: missing or unexpected keys
+    raise (KeyError naming them); a shape mismatch always raises ValueError. Returns (missing_keys, unexpected_keys)."""
+    from baregrad.tensor.nn.state import load_state_dict
+    r = load_state_dict(self, state_dict, strict=strict)
+    return IncompatibleKeys(r["missing_keys"], r["unexpected_keys"])
+
+  # ---- switches
+  def train(self, mode: bool = True) -> Module:
+    """Set training mode on this module and every submodule (dropout active, batch statistics used); returns self."""
+    if not isinstance(mode, bool): raise ValueError(f"train(): mode must be a bool, got {type(mode).__name__} {mode!r}")
+    for m in self.modules(): m.training = mode
+    return self
+  def eval(self) -> Module:
+    """train(False): evaluation mode for this module and every submodule; returns self."""
+    return self.train(False)
+  def requires_grad_(self, requires_grad: bool = True) -> Module:
+    """Set requires_grad on every parameter (tensors that require grad now; with False they stop being parameters)."""
+    for t in list(self.parameters()): t.requires_grad_(requires_grad)
+    return self
+  def zero_grad(self, set_to_none: bool = True) -> None:
+    """Drop the gradients of every parameter (set_to_none=False sets them to zeros instead)."""
+    for t in self.parameters(): t.grad = None if set_to_none or t.grad is None else t.grad.zeros_like()
+  def apply(self, fn: Callable[[Module], Any]) -> Module:
+    """Call fn on every submodule (children first) and then on self, as PyTorch does; returns self."""
+    for c in self.children(): c.apply(fn)
+    fn(self)
+    return self
+
+  # ---- printing
+  def extra_repr(self) -> str:
+    """The constructor arguments shown in repr(); layers override it."""
+    return ""
+  def __repr__(self) -> str:
+    kids = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self.named_children()]
+    extra = self.extra_repr()
+    if not kids: return f"{type(self).__name__}({extra})"
+    return f"{type(self).__name__}(\n  " + "\n  ".join(([extra.replace(chr(10), chr(10) + '  ')] if extra else []) + kids) + "\n)"
+
+class ModuleList(Module, list):
+  """A list of modules: indexable and iterable; state-dict keys are "0.weight", "1.bias", ..."""
+  def __init__(self, modules: Any = ()) -> None: list.__init__(self, modules)
+  def forward(self, *args: Any, **kwargs: Any) -> Any: raise NotImplementedError("ModuleList has no forward(): iterate over it")
+  __hash__ = object.__hash__  # type: ignore[assignment]
+  def __repr__(self) -> str: return Module.__repr__(self)
+
+class ModuleDict(Module, dict):
+  """A dict of modules by name; state-dict keys are "name.weight", ..."""
+  def __init__(self, modules: Any = None) -> None: dict.__init__(self, modules or {})
+  def forward(self, *args: Any, **kwargs: Any) -> Any: raise NotImplementedError("ModuleDict has no forward(): index it by name")
+  __hash__ = object.__hash__  # type: ignore[assignment]
+  def __repr__(self) -> str: return Module.__repr__(self)
