@@ -48,6 +48,18 @@ class Timer:
   def __init__(self) -> None: self.st = time.perf_counter()
   def elapsed(self) -> float: return time.perf_counter() - self.st
 
+_TTY: dict[int, tuple[Any, bool]] = {}
+
+def _isatty(stream: Any) -> bool:
+  """stream.isatty(), asked once per stream: every realize makes a (mostly silent) bar, and on some terminals and pipes
+  the ioctl behind isatty costs milliseconds."""
+  hit = _TTY.get(id(stream))
+  if hit is not None and hit[0] is stream: return hit[1]
+  try: tty = bool(stream.isatty())
+  except (AttributeError, ValueError): tty = False
+  _TTY[id(stream)] = (stream, tty)
+  return tty
+
 class Progress:
   """A progress bar on stderr when it is a terminal, and nothing at all on a pipe or a file (PROGRESS=1 forces it
   on, PROGRESS=0 off). It first draws once `delay` seconds of work have passed, so short work prints nothing; work
@@ -65,9 +77,7 @@ class Progress:
     self.total, self.n, self.note = total, 0, ""
     self.stream = stream if stream is not None else sys.stderr
     force = os.environ.get("PROGRESS", "")
-    try: tty = bool(self.stream.isatty())
-    except (AttributeError, ValueError): tty = False
-    self.enabled = force == "1" or (force != "0" and tty)
+    self.enabled = force == "1" or (force != "0" and _isatty(self.stream))
     self.t0 = self._last = time.perf_counter()
     self.busy, self._stepped, self.drawn = 0.0, False, False
 

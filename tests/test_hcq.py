@@ -233,7 +233,9 @@ def test_cpu_range_split_over_threads(cpu_object):
   dev.runtime(dev, "chunk", cpu_object, min_chunk=1)(out._buf, global_size=(n, 1, 1))  # force a split
   dev.synchronize()
   starts = np.frombuffer(out.as_memoryview(), np.int64)
-  assert sorted(set(starts.tolist())) == [n * i // dev.threads for i in range(dev.threads)]  # contiguous, one chunk per thread
+  from baregrad.drivers.cpu import ThreadPool
+  m = ThreadPool.CHUNKS_PER_THREAD * dev.threads  # contiguous chunks, a few per thread, taken by whichever thread is free
+  assert sorted(set(starts.tolist())) == [n * i // m for i in range(m)]
   dev.runtime(dev, "chunk", cpu_object, min_chunk=600)(out._buf, global_size=(n, 1, 1))  # hint: >= 600 items per thread
   dev.synchronize()
   assert set(np.frombuffer(out.as_memoryview(), np.int64).tolist()) == {0}
@@ -252,6 +254,51 @@ def test_cpu_pool_learns_cost():
     p.cost[1] = 200.0                           # 200 µs of work: 4 chunks of 50 µs
     assert p.chunks(1, 1000, 0) == 4 and p.chunks(1, 1000, 500) == 2 and p.chunks(1, 1, 0) == 1
   finally: p.stop()
+
+def test_cpu_pool_late_thread_does_not_hold_up_a_launch():
+  # chunks are taken by whichever thread is free: with a helper the OS never wakes, the caller runs them all and returns
+  from baregrad.drivers.cpu import ThreadPool
+  p = ThreadPool(2)
+  class Asleep:
+    def release(self) -> None: pass
+  try:
+    p.threads[0].go = Asleep()
+    ran: list[tuple[int, int]] = []
+    p.run(7, lambda args, s, e: ran.append((s, e)), 0, 1000, min_chunk=1)
+    assert sorted(ran) == [(1000 * i // 8, 1000 * (i + 1) // 8) for i in range(8)]
+  finally: p.stop()
+
+def test_cpu_idle_queue_runs_short_buffers_inline(cpu_object):
+  # a kernel of known small cost on an idle queue runs on the submitting thread; one behind an unsatisfied wait goes to
+  # the worker (the host must not block on it), and runs once the host signals
+  dev = Device["CPU"]
+  eng = dev.engines["compute"]
+  a = Buffer("CPU", 4, dtypes.int32).copyin(memoryview(np.zeros(4, np.int32)))   # (recycled memory is not zeroed)
+  inc = dev.runtime(dev, "inc", cpu_object)
+  inc(a._buf, global_size=(4, 1, 1), wait=True)   # first launch: unknown cost, the worker runs it and measures it
+  eng.pool.cost[inc.fxn_addr] = 1.0                # what a few more launches would settle to: ns per item
+  before = eng.inlined
+  for _ in range(5): inc(a._buf, global_size=(4, 1, 1))
+  dev.synchronize()
+  assert eng.inlined - before == 5
+  gate = dev.signal_t(dev, 0)
+  q = dev.compute_queue_t()
+  q.wait(gate, 1).exec(inc, inc.fill_kernargs([a._buf]), (4, 1, 1), (1, 1, 1)).signal(dev.timeline_signal, tv := dev.next_timeline())
+  q.submit(dev)   # returns: the wait is not satisfied, the buffer is the worker's
+  assert eng.inlined - before == 5 and dev.timeline_signal.value < tv
+  gate.value = 1
+  dev._signal_written()
+  dev.synchronize()
+  assert np.frombuffer(a.as_memoryview(), np.int32).tolist() == [7] * 4
+  # on an idle queue a buffer runs inline up to a wait that is not satisfied; the worker takes the rest
+  pre, gate2 = dev.signal_t(dev, 0), dev.signal_t(dev, 0)
+  dev.compute_queue_t().signal(pre, 5).wait(gate2, 1).signal(dev.timeline_signal, tv2 := dev.next_timeline()).submit(dev)
+  try: assert pre.value == 5 and dev.timeline_signal.value < tv2
+  finally:
+    gate2.value = 1
+    dev._signal_written()
+  dev.synchronize()
+  assert dev.timeline_signal.value >= tv2
 
 def test_cpu_copy_queue_cannot_exec(cpu_object):
   dev = Device["CPU"]

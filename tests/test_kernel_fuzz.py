@@ -13,7 +13,7 @@ from tests.helpers import run
 from tests.test_view import movements, apply_np
 
 i32 = dtypes.int32
-FUZZ = settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=16, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 
 @st.composite
 def opts_for(draw, ast):
@@ -23,10 +23,11 @@ def opts_for(draw, ast):
   for _ in range(draw(st.integers(0, 4))):
     loops = k.loop_axes()
     if not loops: break
-    op = draw(st.sampled_from([OptOps.UPCAST, OptOps.UNROLL, OptOps.SPLIT, OptOps.PARALLEL]))
+    op = draw(st.sampled_from([OptOps.UPCAST, OptOps.UNROLL, OptOps.SPLIT, OptOps.PARALLEL, OptOps.PADTO]))
     ax = draw(st.integers(0, len(loops) - 1))
     size = k.axes[loops[ax]].size
-    amt = draw(st.sampled_from([0] + [d for d in range(2, size + 1) if size % d == 0][:4]))
+    # PADTO: an amount that does not divide (masked edges); the others: divisors
+    amt = draw(st.sampled_from([3, 4, 8, 16] if op is OptOps.PADTO else [0] + [d for d in range(2, size + 1) if size % d == 0][:4]))
     try: k.apply_opt(Opt(op, ax, amt)); out.append(Opt(op, ax, amt))
     except OptError: pass
   return out

@@ -30,9 +30,12 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   """Apply and return a reasonable set of opts: register tiles for reductions with reuse, vector lanes along
-  the contiguous axis, and one axis over the threads. Targets with workgroups that declare their GPU limits (a warp
-  size, shared memory, ...) get GPU-shaped kernels (gpu_heuristic.gpu_opts)."""
-  if ren.has_local and ren.warp_size:
+  the contiguous axis, and one axis over the threads. CPUs (no workgroups): codegen/cpu_heuristic.py. Targets with
+  workgroups that declare their GPU limits (a warp size, shared memory, ...) get GPU-shaped kernels (gpu_heuristic.gpu_opts)."""
+  if not ren.has_local:
+    from baregrad.codegen.cpu_heuristic import cpu_opts
+    return cpu_opts(k, ren)
+  if ren.warp_size:
     from baregrad.codegen.gpu_heuristic import gpu_opts
     return gpu_opts(k, ren)
   acc = _strides(k)

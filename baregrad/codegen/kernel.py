@@ -42,6 +42,12 @@ class Opt:
   amt: int = 0   # 0: the whole axis
   def __repr__(self) -> str: return f"Opt({self.op.name}, axis={self.axis}, amt={self.amt})"
 
+# what one opt may make the kernel's code: lanes of one value (256 float32 = 16 AVX-512 registers), their bytes, and the
+# estimated register-width operations of one iteration's unrolled body (Kernel.code_estimate); beyond these LLVM and the
+# C compiler spend seconds on straight-line code and the registers spill anyway
+MAX_LANES, MAX_LANE_BYTES, CODE_BUDGET = 256, 1024, 1024
+VECTOR_LANES = 16   # lanes a renderer keeps in one register (the LLVM renderer splits wider values into chunks of this)
+
 LOOP_KINDS = ("global", "local", "group", "loop", "reduce")
 LANE_KINDS = ("upcast", "unroll")
 THREAD_KINDS = ("local", "group")   # axes that are thread indices inside a workgroup
@@ -282,14 +288,53 @@ class Kernel:
           raise OptError(f"{opt}: every reduction of the kernel must reduce axis {ax.orig} to share its threads")
       if opt.op in (OptOps.LOCAL, OptOps.GROUP) and self.gpu:
         if self.threads * amt > self.local_max: raise OptError(f"{opt}: {self.threads * amt} threads per workgroup, the device allows {self.local_max}")
-      if opt.op in (OptOps.UPCAST, OptOps.UNROLL) and self.lanes * amt > 256: raise OptError(f"{opt}: more than 256 lanes")
+      if opt.op in (OptOps.UPCAST, OptOps.UNROLL):
+        if self.lanes * amt > MAX_LANES: raise OptError(f"{opt}: {self.lanes * amt} lanes, more than {MAX_LANES} lanes")
+        if not self.gpu and self.lanes * amt * self._itemsize() > MAX_LANE_BYTES:
+          raise OptError(f"{opt}: {self.lanes * amt} lanes of {self._itemsize()} bytes, the most is {MAX_LANE_BYTES} bytes")
+      saved = [Axis(a.orig, a.size, a.kind, a.tc) for a in self.axes]
       if amt == ax.size and opt.op is not OptOps.SPLIT: ax.kind = kind
       else:
         ax.size //= amt
         self.axes.insert(i + 1, Axis(ax.orig, amt, kind))
       if (need := self.group_smem_bytes()) > self.shared_max:
         raise OptError(f"{opt}: the workgroup reduction needs {need} bytes of shared memory, the device allows {self.shared_max}")
+      if not self.gpu and opt.op in (OptOps.UPCAST, OptOps.UNROLL) and (est := self.code_estimate()) > CODE_BUDGET:
+        self.axes = saved
+        raise OptError(f"{opt}: the unrolled body would be about {est} register operations, the budget is {CODE_BUDGET}")
     self.applied.append(opt)
+
+  def _itemsize(self) -> int:
+    return max((u.dtype.itemsize for u in self.ast.toposort() if u.dtype != dtypes.void and not isinstance(u.dtype, PtrDType)), default=4)
+
+  def code_estimate(self) -> int:
+    """Register-width operations one iteration of the innermost loop expands to, with the lanes as they are (CPUs): an
+    ALU op costs one per VECTOR_LANES lanes it varies over; a memory access one per contiguous run of VECTOR_LANES (lanes
+    along which it does not move cost nothing), and four per lane where its index is not affine (a gather)."""
+    lane_axes = [(i, a) for i, a in enumerate(self.axes) if a.kind in LANE_KINDS]
+    if not lane_axes: return 0
+    inner = {i: prod(b.size for j, b in enumerate(self.axes) if b.orig == a.orig and j > i) for i, a in lane_axes}
+    moves: dict[UOp, frozenset[int]] = {}
+    total = 0
+    for u in self.ast.toposort():
+      if u.op in (Ops.LOAD, Ops.STORE):
+        st = u.src[1].arg
+        rs = st.real_strides()
+        mv = frozenset(o for o, n in enumerate(st.shape) if n != 1 and rs[o] != 0)
+        cost = 1
+        for i, a in lane_axes:
+          if a.orig not in mv: continue
+          if rs[a.orig] is None: cost *= 4 * a.size
+          elif rs[a.orig] * inner[i] in (1, -1): cost *= -(-a.size // VECTOR_LANES)
+          else: cost *= a.size
+        total += cost
+        moves[u] = mv if u.op is Ops.LOAD else frozenset()
+        continue
+      mv = frozenset().union(*(moves.get(x, frozenset()) for x in u.src))
+      if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.REDUCE_AXIS):
+        total += -(-prod(a.size for _, a in lane_axes if a.orig in mv) // VECTOR_LANES)
+      moves[u] = mv - frozenset(u.arg[1]) if u.op is Ops.REDUCE_AXIS else mv
+    return total
 
   # ---- thread indices
   def thread_axes(self) -> list[int]:
@@ -347,14 +392,20 @@ class Kernel:
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(shape)]
-    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None) -> tuple[UOp, UOp | None]:
+    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None, store: bool = False) -> tuple[UOp, UOp | None]:
       io = idx_of if vals is None else index_of(vals)
-      idx, valid = st.to_index([io[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(st.shape)])
       strides = st.real_strides() if self.pads else ()
+      idxs = [io[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(st.shape)]
+      # CPUs: a load not contiguous along a padded axis reads the last real element past its end (a clamped index: no
+      # mask, so the broadcast rows of a padded register tile stay plain loads hoisted out of the reduce loop; its value
+      # there is never stored, and a reduction replaces it by its identity); a store is masked on every padded axis
+      clamp = [] if self.gpu or store else [o for o in self.pads if st.shape[o] != 1 and strides[o] not in (0, 1, -1)]
+      for o in clamp: idxs[o] = (idxs[o] < self.pads[o]).where(idxs[o], UOp.const(it, self.pads[o] - 1)).simplify()
+      idx, valid = st.to_index(idxs)
       for o, real in self.pads.items():
         # past the end of a padded axis the address would be out of range (no matter on an axis the view does not move
         # along: that value is never used, and a shared tile filled from it must not depend on the thread)
-        if st.shape[o] != 1 and strides[o] != 0:
+        if st.shape[o] != 1 and o not in clamp and (strides[o] != 0 or (store and not self.gpu)):
           pv = pad_valid[o] if vals is None else (io[o] < real).simplify()
           valid = pv if valid.op is Ops.CONST and valid.arg else valid & pv
       if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
@@ -384,7 +435,7 @@ class Kernel:
         c = UOp.const(u.dtype, u.arg)
         new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
-        idx, valid = access(u.src[1].arg, store_guard)
+        idx, valid = access(u.src[1].arg, store_guard, store=True)
         new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
       elif u.op is Ops.REDUCE_AXIS and tcl is not None:
         # acc += A_frag @ B_frag over the reduce loops; a padded k feeds zeros from both (masked) loads

@@ -110,6 +110,39 @@ class Expander:
     lanes = _union(self.lanes_of(idx), self.lanes_of(valid) if valid is not None else ())
     return idx, valid, lanes
 
+  def _runs(self, buf: UOp, base: UOp, offs: list[int], mask: UOp | None, valid: UOp | None, make) -> list[tuple[list[int], UOp]]:
+    """Accesses for lanes at element offsets `offs` from base (all different): one per run of consecutive addresses,
+    in address order, as (lane positions, access made by make(index, count)). A lane-dependent mask (a bool vector
+    over the same lanes) gives each access its lanes' part of it: a masked vector access."""
+    order = sorted(range(len(offs)), key=offs.__getitem__)
+    runs: list[list[int]] = []
+    for p in order:
+      if runs and offs[p] == offs[runs[-1][-1]] + 1: runs[-1].append(p)
+      else: runs.append([p])
+    out = []
+    for run in runs:
+      m = valid if mask is None else mask.gep(tuple(run)) if len(run) > 1 else mask.gep(run[0])
+      out.append((run, make(buf.index(simplify(base + offs[run[0]]), m), len(run))))
+    return out
+
+  def _affine(self, idx: UOp, valid: UOp | None, lanes: Lanes) -> tuple[UOp, Lanes, list[int], UOp | None] | None:
+    """For an index affine in the lanes: (base, lanes it moves with, offset per value of those lanes, the validity as
+    a bool vector over them or None when it does not depend on lanes); None where lanes would share an address or
+    the validity depends on a lane the address does not move with (then every lane is accessed on its own)."""
+    lin = _lane_linear(idx, lanes)
+    if lin is None: return None
+    base, coef = lin
+    mov = tuple(r for r in lanes if coef.get(r, 0))
+    vl = self.lanes_of(valid) if valid is not None else ()
+    if not set(vl) <= set(mov): return None
+    offs = [sum(coef[r] * v for r, v in zip(mov, vals)) for vals in _lane_values(mov)]
+    if len(set(offs)) != len(offs): return None
+    mask = None
+    if vl:
+      mv, ml = self.memo[valid]
+      mask = broadcast(mv, ml, mov)
+    return base, mov, offs, mask
+
   def _load(self, u: UOp) -> tuple[UOp, Lanes]:
     index = u.src[0]
     buf = index.src[0]
@@ -117,6 +150,15 @@ class Expander:
     dep = tuple(self.memo[s][0] for s in u.src[1:])   # what the load must come after (a barrier)
     if not lanes: return u.replace(src=(index,) + dep) if dep else u, ()
     n = prod(r.src[0].arg for r in lanes)
+    # CPUs (no runs flag): one access per contiguous run, masks per lane, concatenated; GPUs: below
+    if not self.runs and not dep and (aff := self._affine(idx, valid, lanes)) is not None:
+      base, mov, offs, mask = aff
+      parts = self._runs(buf, base, offs, mask, valid, lambda ix, c: UOp(Ops.LOAD, u.dtype.vec(c) if c > 1 else u.dtype, (ix,), u.arg))
+      # in address order, the runs concatenated; then back in lane order, then over all the lanes
+      vec = parts[0][1] if len(parts) == 1 else UOp(Ops.VECTORIZE, u.dtype.vec(len(offs)), tuple(a for _, a in parts))
+      pos = {p: k for k, p in enumerate(p for run, _ in parts for p in run)}
+      if len(offs) > 1 and [pos[p] for p in range(len(offs))] != list(range(len(offs))): vec = vec.gep(tuple(pos[p] for p in range(len(offs))))
+      return broadcast(vec, mov, lanes), lanes
     lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
     if lin is not None:
       base, coef = lin
@@ -155,6 +197,19 @@ class Expander:
     dep = tuple(self.memo[s][0] for s in u.src[2:])   # what the store must come after (a barrier)
     lanes = _union(ilanes, vlanes)
     if not lanes: return u.replace(src=(index, v) + dep)
+    # CPUs (no runs flag): one access per contiguous run, masks per lane; GPUs: below
+    if not self.runs and not dep and (aff := self._affine(idx, valid, ilanes)) is not None:
+      base, mov, offs, mask = aff
+      # lanes the address does not move with write the same place: the last one wins, as a loop would
+      last_of = {r: r.src[0].arg - 1 for r in lanes if r not in mov}
+      at = {tuple(x for r, x in zip(lanes, vals) if r in mov): i for i, vals in enumerate(_lane_values(lanes))
+            if all(x == last_of[r] for r, x in zip(lanes, vals) if r not in mov)}
+      pick = [at[vals] for vals in _lane_values(mov)]
+      vb = broadcast(v, vlanes, lanes)
+      parts = self._runs(buf, base, offs, mask, valid, lambda ix, c: ix)
+      stores = tuple(UOp(Ops.STORE, dtypes.void, (ix, vb.gep(tuple(pick[p] for p in run)) if len(run) > 1 else vb.gep(pick[run[0]])), u.arg)
+                     for run, ix in parts)
+      return stores[0] if len(stores) == 1 else UOp(Ops.NOOP, dtypes.void, stores)
     v = broadcast(v, vlanes, lanes)
     vals_all = _lane_values(lanes)
     lin = _lane_linear(idx, lanes) if valid is None or not self.lanes_of(valid) else None
@@ -220,15 +275,21 @@ class Expander:
     acc = UOp(Ops.REDUCE, u.dtype.scalar.vec(n), (v,) + loops, u.arg) if loops else v
     if not red_lanes: return acc, full
     out = tuple(r for r in full if r not in red_lanes)
-    # lanes of `full` grouped by their position in `out`: reduce across each group after the loop
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, vals in enumerate(_lane_values(full)):
-      groups.setdefault(tuple(x for r, x in zip(full, vals) if r in out), []).append(i)
-    keys = list(groups)
-    parts = [acc.gep(tuple(groups[k][j] for k in keys)) for j in range(len(groups[keys[0]]))]
-    res = parts[0]
-    for p in parts[1:]: res = UOp(u.arg, res.dtype, (res, p))
-    return res, out
+    # reduced lanes innermost, then halve the vector until one lane per output is left: log2 steps of whole-register
+    # operations (lanes of a register tile stay in registers; an odd count peels its last lane)
+    acc = broadcast(acc, full, out + red_lanes)
+    n_out, m = prod(r.src[0].arg for r in out), prod(r.src[0].arg for r in red_lanes)
+    def op(a: UOp, b: UOp) -> UOp: return UOp(u.arg, a.dtype, (a, b))
+    def pick(lo: int, hi: int) -> UOp: return acc.gep(tuple(o * m + r for o in range(n_out) for r in range(lo, hi)))
+    peeled: list[UOp] = []
+    while m > 1:
+      if m % 2:
+        peeled.append(pick(m - 1, m))
+        acc, m = pick(0, m - 1), m - 1
+        if m == 1: break
+      acc, m = op(pick(0, m // 2), pick(m // 2, m)), m // 2
+    for p in peeled: acc = op(acc, p)
+    return acc, out
 
 def expand_lanes(sink: UOp, runs: bool = False) -> UOp:
   e = Expander(runs)

@@ -7,9 +7,10 @@ from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp, pretty
 from baregrad.ir.pattern import UPat, PatternMatcher, graph_rewrite
 from baregrad.ir.symbolic import symbolic
-from baregrad.codegen.kernel import Kernel, Opt, KernelError
+from baregrad.codegen.kernel import Kernel, Opt, KernelError, VECTOR_LANES
 from baregrad.codegen.heuristic import heuristic_opts
 from baregrad.codegen.lanes import expand_lanes, is_fragment
+from baregrad.codegen.registers import split_wide
 from baregrad.codegen.linearize import linearize
 from baregrad.codegen.renderer import Renderer, RenderError
 
@@ -31,9 +32,17 @@ class ProgramSpec:
   def outs(self) -> list[int]:
     return sorted({u.src[0].arg for u in self.ast.src}) if self.ast is not None else []
 
-def _gep_vectorize(g: UOp, v: UOp) -> UOp:
-  picked = [v.src[i] for i in g.arg]
-  return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, g.dtype, tuple(picked))
+def vec_lanes(v: UOp) -> list[tuple[UOp, int]]:
+  """(source, lane of it) for each lane of a VECTORIZE: its sources are scalars or vectors, concatenated."""
+  return [(s, j) for s in v.src for j in range(s.dtype.count)]
+
+def _gep_vectorize(g: UOp, v: UOp) -> UOp | None:
+  picked = [vec_lanes(v)[i] for i in g.arg] if any(s.dtype.count > 1 for s in v.src) else [(v.src[i], 0) for i in g.arg]
+  if all(s.dtype.count == 1 for s, _ in picked):
+    return picked[0][0] if len(picked) == 1 else UOp(Ops.VECTORIZE, g.dtype, tuple(s for s, _ in picked))
+  srcs = {s for s, _ in picked}
+  if len(srcs) == 1: return next(iter(srcs)).gep(tuple(j for _, j in picked))
+  return None  # lanes of several vectors: the renderer shuffles
 
 def _alu_of_vectorize(x: UOp) -> UOp | None:
   # lane-wise ALU over vectors built from scalars: compute per lane (folds constant index vectors)
@@ -47,7 +56,7 @@ vector_simplify = PatternMatcher([
   (UPat(Ops.GEP, name="g", src=(UPat(Ops.GEP, name="h"),)), lambda g, h: h.src[0].gep(tuple(h.arg[i] for i in g.arg))),
   (UPat(Ops.GEP, name="g"), lambda g: g.src[0] if g.arg == tuple(range(g.src[0].dtype.count)) else None),
   (UPat(GroupOp.ALU | {Ops.CAST}, name="x"), _alu_of_vectorize),
-  (UPat(Ops.VECTORIZE, name="v"), lambda v: v.src[0] if len(v.src) == 1 else None),
+  (UPat(Ops.VECTORIZE, name="v"), lambda v: v.src[0] if len(v.src) == 1 and v.src[0].dtype == v.dtype else None),
 ])
 
 def _aligned_chunk(idx: UOp, n: int, itemsize: int, mem_bytes: int) -> int:
@@ -71,32 +80,35 @@ def devectorize(sink: UOp, mem_bytes: int = 0) -> UOp:
     return _aligned_chunk(idx, d.count, d.scalar.itemsize, mem_bytes)
   for u in sink.toposort():
     n = u.dtype.count
-    if u.op is Ops.VECTORIZE: lanes[u] = [lanes[s][0] for s in u.src]; continue
+    if u.op is Ops.VECTORIZE: lanes[u] = [x for s in u.src for x in lanes[s]]; continue  # sources concatenated
     if is_fragment(u): lanes[u] = [u.replace(src=tuple(lanes[s][0] for s in u.src))]; continue
     if u.op is Ops.WMMA:  # stays one vector instruction on fragment vectors; its lanes are read with GEP
       w = UOp(Ops.WMMA, u.dtype, tuple(lanes[s][0] if is_fragment(s) else UOp(Ops.VECTORIZE, s.dtype, tuple(lanes[s])) for s in u.src), u.arg)
       lanes[u] = [UOp(Ops.GEP, u.dtype.scalar, (w,), (i,)) for i in range(n)]
       continue
     if u.op is Ops.GEP: lanes[u] = [lanes[u.src[0]][i] for i in u.arg]; continue
+    # a vector access: lane i at index + i, with its own lane of a vector mask (then no vector memory access here)
+    def rest_of(idx: UOp, i: int) -> tuple[UOp, ...]: return tuple(lanes[s][i if s.dtype.count > 1 else 0] for s in idx.src[2:])
+    def lane_masks(idx: UOp) -> bool: return any(s.dtype.count > 1 for s in idx.src[2:])
     if u.op is Ops.LOAD and n > 1:
       idx, dep = u.src[0], tuple(lanes[s][0] for s in u.src[1:])
       base, rest = lanes[idx.src[1]][0], tuple(lanes[s][0] for s in idx.src[2:])
-      c = chunk(u, u.dtype, base)
+      c = 1 if lane_masks(idx) else chunk(u, u.dtype, base)
       if c > 1:
         vl = [UOp(Ops.LOAD, u.dtype.scalar.vec(c), (idx.src[0].index((base + i).simplify(), *rest),) + dep) for i in range(0, n, c)]
         lanes[u] = [UOp(Ops.GEP, u.dtype.scalar, (vl[i // c],), (i % c,)) for i in range(n)]
         continue
-      lanes[u] = [UOp(Ops.LOAD, u.dtype.scalar, (idx.src[0].index(base + i, *rest),) + dep) for i in range(n)]
+      lanes[u] = [UOp(Ops.LOAD, u.dtype.scalar, (idx.src[0].index(base + i, *rest_of(idx, i)),) + dep) for i in range(n)]
       continue
     if u.op is Ops.STORE and u.src[1].dtype.count > 1:
       idx, dep = u.src[0], tuple(lanes[s][0] for s in u.src[2:])
       vs = lanes[u.src[1]]
       base, rest = lanes[idx.src[1]][0], tuple(lanes[s][0] for s in idx.src[2:])
-      c = chunk(u, u.src[1].dtype, base)
+      c = 1 if lane_masks(idx) else chunk(u, u.src[1].dtype, base)
       if c > 1:
         sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index((base + i).simplify(), *rest),
                                                  UOp(Ops.VECTORIZE, vs[0].dtype.vec(c), tuple(vs[i:i + c]))) + dep, u.arg) for i in range(0, len(vs), c))
-      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest), v) + dep, u.arg) for i, v in enumerate(vs))
+      else: sts = tuple(UOp(Ops.STORE, dtypes.void, (idx.src[0].index(base + i, *rest_of(idx, i)), v) + dep, u.arg) for i, v in enumerate(vs))
       lanes[u] = [UOp(Ops.NOOP, dtypes.void, sts)]
       continue
     if n > 1:
@@ -129,6 +141,7 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   pm = symbolic + vector_simplify + (ren.extra_matcher or PatternMatcher([]))
   sink = graph_rewrite(sink, pm)
   if not ren.vectorized: sink = graph_rewrite(devectorize(sink, ren.mem_vector_bytes if vector_mem else 0), symbolic)
+  else: sink = graph_rewrite(split_wide(sink, VECTOR_LANES), vector_simplify)
   # every buffer of the AST stays a kernel parameter, even one whose loads simplified away (the ABI is by position)
   have = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
   if missing := tuple(b for b in k.buffers() if b not in have): sink = sink.replace(src=sink.src + missing)

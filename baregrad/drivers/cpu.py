@@ -4,7 +4,7 @@ encoded command buffers from memory, so ordering, signals, the timeline and patc
 Kernel ABI: void NAME(const uint64_t *args, int64_t start, int64_t end); args = buffer addresses,
 then int64 variable values; the kernel covers [start, end) of global_size[0]."""
 from __future__ import annotations
-import atexit, ctypes, errno, mmap, os, threading, time
+import atexit, ctypes, errno, itertools, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.helpers import DEBUG
@@ -39,15 +39,31 @@ def host_map(size: int) -> int:
 def host_unmap(addr: int, size: int) -> None:
   if _libc.munmap(addr, size) != 0: raise OSError(ctypes.get_errno(), f"munmap({addr:#x}, {size}) failed")
 
+HUGE, MADV_HUGEPAGE = 2 << 20, 14   # x86-64 and arm64 transparent huge pages; madvise(2)
+_libc.madvise.restype, _libc.madvise.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+
+def host_map_huge(size: int) -> int:
+  """Like host_map, 2 MiB aligned and marked for transparent huge pages (where the kernel's THP mode is madvise, as
+  NumPy does for its large arrays): a matmul walking rows of a large matrix then misses the TLB once per 2 MiB, not
+  once per 4 KiB page. `size` must be a multiple of HUGE; free with host_unmap(addr, size)."""
+  raw = host_map(size + HUGE)
+  addr = (raw + HUGE - 1) // HUGE * HUGE
+  if addr > raw: host_unmap(raw, addr - raw)
+  if (tail := raw + size + HUGE - (addr + size)) > 0: host_unmap(addr + size, tail)
+  _libc.madvise(addr, size, MADV_HUGEPAGE)  # advice only: an error (THP off) leaves ordinary pages
+  return addr
+
 def sig_addr(c: ctypes.c_uint64) -> int: return ctypes.addressof(c)
 
-def _pages(size: int) -> int: return max(PAGE, (size + PAGE - 1) // PAGE * PAGE)
+def _pages(size: int) -> int:
+  if size >= HUGE: return (size + HUGE - 1) // HUGE * HUGE
+  return max(PAGE, (size + PAGE - 1) // PAGE * PAGE)
 
 class CPUAllocator(HCQAllocator):
   def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
     if size > _phys_bytes():
       raise OutOfMemory(self.device, size, self.mem_used, f"the machine has {_phys_bytes()} bytes of physical memory")
-    try: addr = host_map(_pages(size))
+    try: addr = host_map_huge(_pages(size)) if size >= HUGE else host_map(_pages(size))
     except OSError as e:
       if e.errno != errno.ENOMEM: raise
       raise OutOfMemory(self.device, size, self.mem_used, f"mmap: {e.strerror}") from None
@@ -136,59 +152,80 @@ class CPUCopyQueue(CPUComputeQueue):
 # ---------------------------------------------------------------- thread pool for exec
 _KFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 
+class _Job:
+  """One kernel launch split into chunks of its parallel axis, taken by whichever thread is free: a thread the OS
+  wakes late (a loaded machine) finds the chunks done by the others instead of holding the launch up."""
+  __slots__ = ("fxn", "args", "bounds", "next", "left", "lock", "done")
+  def __init__(self, fxn: Any, args: int, bounds: list[int]) -> None:
+    self.fxn, self.args, self.bounds = fxn, args, bounds
+    self.next, self.left = itertools.count(), len(bounds) - 1   # next(count) is atomic under the GIL
+    self.lock, self.done = threading.Lock(), threading.Event()
+  def work(self) -> int:
+    """Run chunks until none are left; returns the items this thread ran."""
+    n, last = 0, len(self.bounds) - 1
+    while (i := next(self.next)) < last:
+      s, e = self.bounds[i], self.bounds[i + 1]
+      try: self.fxn(self.args, s, e)
+      finally:
+        n += e - s
+        with self.lock:
+          self.left -= 1
+          if self.left == 0: self.done.set()
+    return n
+
 class _PoolThread(threading.Thread):
   def __init__(self, pool: ThreadPool, i: int) -> None:
     super().__init__(name=f"baregrad-cpu-pool-{i}", daemon=True)
-    self.pool, self.go, self.done = pool, threading.Lock(), threading.Lock()
-    self.go.acquire(); self.done.acquire()  # locks as binary semaphores: the cheapest handoff CPython has
-    self.task: tuple[Any, int, int, int] | None = None
+    self.pool, self.go = pool, threading.Semaphore(0)
   def run(self) -> None:
     while not self.pool.stopped:
       if not self.go.acquire(timeout=0.5): continue
-      if self.task is None: break
-      fxn, args, s, e = self.task
-      try: fxn(args, s, e)
-      finally: self.done.release()
+      if (job := self.pool.job) is not None: job.work()
 
 class ThreadPool:
-  """Persistent threads; the calling (queue) thread runs the first chunk itself.
+  """Persistent threads; the calling (queue) thread works on the launch too.
 
   Handing a chunk to another thread costs tens of µs in CPython (lock handoffs, the GIL), so with no
-  cost hint (min_chunk=0) the pool learns each kernel's ns per item from the chunk it runs itself and
-  splits only into chunks worth at least `split_ns` of work. min_chunk=k>0 forces chunks of >= k items."""
+  cost hint (min_chunk=0) the pool learns each kernel's ns per item from the chunks it runs itself and
+  uses only as many threads as have at least `split_ns` of work each. min_chunk=k>0 forces chunks of >= k items.
+  The parallel axis is cut into a few chunks per thread, taken dynamically (see _Job)."""
+  CHUNKS_PER_THREAD = 4
   def __init__(self, n: int, split_ns: int = 50_000) -> None:
     self.n, self.stopped, self.split_ns = max(1, n), False, split_ns
     self.cost: dict[int, float] = {}  # kernel address -> measured ns per item
+    self.job: _Job | None = None
     self.threads = [_PoolThread(self, i) for i in range(self.n - 1)]
     for t in self.threads: t.start()
   def chunks(self, key: int, total: int, min_chunk: int) -> int:
+    """How many threads a launch of `total` items is worth."""
     if total < 2 or self.n == 1: return 1
     if min_chunk > 0: return max(1, min(self.n, total // min_chunk))
     est = self.cost.get(key)
     if est is None or self.split_ns <= 0: return min(self.n, total)  # unknown cost: assume it is worth splitting
     return max(1, min(self.n, total, int(total * est) // self.split_ns))
   def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0) -> None:
-    nchunks = self.chunks(key, total, min_chunk)
-    bounds = [total * i // nchunks for i in range(nchunks + 1)]
-    for i in range(1, nchunks):
-      t = self.threads[i - 1]
-      t.task = (fxn, args, bounds[i], bounds[i + 1])
-      t.go.release()
+    nthreads = self.chunks(key, total, min_chunk)
     st = time.perf_counter_ns()
-    if bounds[1]: fxn(args, 0, bounds[1])
-    if bounds[1]:
-      per_item = (time.perf_counter_ns() - st) / bounds[1]
+    if nthreads <= 1:
+      if total: fxn(args, 0, total)
+      mine = total
+    else:
+      nchunks = min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total)
+      job = _Job(fxn, args, [total * i // nchunks for i in range(nchunks + 1)])
+      self.job = job
+      for t in self.threads[:nthreads - 1]: t.go.release()
+      mine = job.work()
+    if mine:
+      per_item = (time.perf_counter_ns() - st) / mine
       old = self.cost.get(key)
       self.cost[key] = per_item if old is None else 0.5 * (old + per_item)
-    for i in range(1, nchunks):
-      while not self.threads[i - 1].done.acquire(timeout=1.0):
+    if nthreads > 1:
+      while not job.done.wait(timeout=1.0):
         if self.stopped: return
   def stop(self) -> None:
     self.stopped = True
-    for t in self.threads:
-      t.task = None
-      try: t.go.release()
-      except RuntimeError: pass  # already released: the thread sees `stopped` when it loops
+    self.job = None
+    for t in self.threads: t.go.release()
 
 # ---------------------------------------------------------------- a hardware queue: ring + doorbell + worker
 class QueueEngine:
@@ -199,6 +236,7 @@ class QueueEngine:
     self.ring = host_map(ring_bytes)
     self.entries = (ctypes.c_uint64 * (2 * nentries)).from_address(host_map(_pages(16 * nentries)))
     self.wptr = self.rptr = 0             # submissions written by the host / finished by the worker
+    self.inlined = 0                      # submissions run whole on the submitting thread (see _submit)
     self.woff = 0                         # host's write offset in the command ring (bytes)
     self.inflight: deque[tuple[int, int, int]] = deque()  # (entry index, ring offset, bytes) not yet finished
     self.doorbell = threading.Condition()
@@ -208,6 +246,7 @@ class QueueEngine:
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
     self._fxns: dict[int, Any] = {}
     self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
+    self.inline = self.pool is not None and os.environ.get("CPU_INLINE", "1") != "0"   # see _submit
     self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
     self.thread.start()
 
@@ -228,13 +267,32 @@ class QueueEngine:
         self.doorbell.wait(0.05)
     addr, buf_addr = self.ring + off, words.buffer_info()[0]
     ctypes.memmove(addr, buf_addr, nbytes)
+    done, reserved = 0, False
+    if self.rptr == self.wptr and self.inline:
+      # an idle queue: this thread plays the hardware, reading the same words from the ring in order (nothing is queued
+      # before them), up to the first command that would block or take long (a wait not yet satisfied, a kernel of
+      # unknown or large cost, a large copy); the worker thread takes the rest. Handing a tiny launch to the worker
+      # and waiting for its signal costs two thread switches: tens of µs, more than the kernel.
+      with self.doorbell: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
+      reserved = True
+      try: done = self._execute(addr, nbytes // 4, inline=True)
+      except Exception as ex:
+        self.fault, self.state = f"{type(ex).__name__}: {ex}", f"FAULTED: {type(ex).__name__}: {ex}"
+        self.dev._signal_written()
+        done = nbytes // 4
+      self.cur, self.state = None, "idle"
+      if done == nbytes // 4:
+        with self.doorbell: self.wptr += 1; self.rptr += 1
+        self.inlined += 1
+        return
     e = self.wptr % self.nentries
-    self.entries[2 * e], self.entries[2 * e + 1] = addr, nbytes
+    self.entries[2 * e], self.entries[2 * e + 1] = addr + 4 * done, nbytes - 4 * done
     with self.doorbell:
-      self.inflight.append((self.wptr, off, nbytes))
-      self.woff = off + nbytes
+      if not reserved: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
       self.wptr += 1
       self.doorbell.notify_all()
+
+  INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
 
   def unmap(self) -> None:
     host_unmap(self.ring, self.ring_bytes)
@@ -274,7 +332,9 @@ class QueueEngine:
         self.rptr += 1
         self.doorbell.notify_all()
 
-  def _execute(self, addr: int, nwords: int) -> None:
+  def _execute(self, addr: int, nwords: int, inline: bool = False) -> int:
+    """Run the buffer's commands; inline (on the submitting thread): stop before one that would block or take long
+    and return its word offset (nwords when all ran)."""
     ws = (ctypes.c_uint32 * nwords).from_address(addr)[:]
     p = 0
     while p < nwords and not self.stopped:
@@ -289,26 +349,32 @@ class QueueEngine:
           sig.value = value
           self.dev._signal_written()
         elif sig.value < value:
+          if inline: return p
           self.state = f"waiting for signal {sig_addr(sig):#x} >= {value} (value now {sig.value})"
           cv = self.dev.sig_cv
           with cv:
             while sig.value < value and not self.stopped: cv.wait(0.05)
       elif op == OP_EXEC:
-        _, f, _ = decode_one(ws, p)
+        # fields read straight off the words (LAYOUT[OP_EXEC]); the state in words is made only when asked (describe)
         if self.pool is None: raise RuntimeError("EXEC on a queue without a thread pool (the copy queue)")
-        self.state = f"executing kernel {f['fxn']:#x} over {f['gx']} items"
-        fxn = self._fxns.get(f["fxn"]) or self._fxns.setdefault(f["fxn"], _KFN(f["fxn"]))
-        self.pool.run(f["fxn"], fxn, f["args"], f["gx"], f["min_chunk"])
+        fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
+        if inline and ((est := self.pool.cost.get(fa)) is None or est * gx > self.INLINE_NS): return p
+        self.state = ("exec", fa, gx)
+        fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
+        self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11])
       elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
       elif op == OP_COPY:
+        if inline and (ws[p + 5] | ws[p + 6] << 32) > 10 * self.INLINE_NS: return p   # ~10 bytes per ns
         _, f, _ = decode_one(ws, p)
         self.state = f"copying {f['nbytes']} bytes {f['src']:#x} -> {f['dest']:#x}"
         ctypes.memmove(f["dest"], f["src"], f["nbytes"])
       # OP_BARRIER: commands already execute in order on one thread and ctypes writes are visible to the host
       p += h & 0xFFFF
+    return p
 
   def describe(self) -> str:
-    s = f"  {self.name} queue: {self.state}; submissions written {self.wptr}, finished {self.rptr}"
+    st = self.state if isinstance(self.state, str) else f"executing kernel {self.state[1]:#x} over {self.state[2]} items"
+    s = f"  {self.name} queue: {st}; submissions written {self.wptr}, finished {self.rptr} ({self.inlined} on the host thread)"
     if self.cur is not None:
       addr, nwords, p = self.cur
       s += f"\n  current command buffer at {addr:#x} ({nwords} words):\n" + decode_words((ctypes.c_uint32 * nwords).from_address(addr)[:], mark=p)

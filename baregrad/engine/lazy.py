@@ -1,7 +1,8 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
 import weakref
-from baregrad.ir.ops import UOp, Ops
+from collections import OrderedDict
+from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, _shapes
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
@@ -56,9 +57,97 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
       else: stack.extend(n.src)
   return [u.substitute(hits) for u in uops] if hits else list(uops)
 
+# ---- schedules cached by graph structure: eager code builds the same small graph over new buffers again and again
+# (x + 1 on each new x, every op of a training step), and cutting it into kernels costs far more than running them.
+# The key is the graph with each buffer replaced by a placeholder (its slot, device and size: what scheduling looks
+# at); a hit rebuilds the cached items over this graph's buffers, with new buffers for what the schedule computes.
+# A placeholder also names the first slot over the same storage (an ASSIGN writes the next version of a buffer its value
+# reads: the schedule passes one argument per storage); the bounds checks registered on its nodes are part of the key.
+# Not cached: COPY and stale reads (those take the full path, which also raises their errors).
+_CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS,
+                                               Ops.DETACH, Ops.ASSIGN}
+SCHEDULE_CACHE_SIZE = 2048
+_sched_cache: OrderedDict = OrderedDict()
+
+def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, UOp], list[BufRef]] | None:
+  """The graph with its buffers as placeholders (and the bounds checks registered on its nodes: checked node, payload
+  graph, message), the map from its nodes to their placeholder images, and the buffers by slot; None where the graph
+  is not cacheable."""
+  memo: dict[UOp, UOp] = {}
+  slots: list[BufRef] = []
+  slot_of: dict[int, int] = {}     # id(BufRef) -> slot
+  storage_of: dict[int, int] = {}  # id(storage) -> its first slot
+  found: list[tuple[UOp, UOp, str]] = []
+  todo = list(srcs)
+  while todo:
+    for u in _post_order(todo.pop(0), memo):
+      if u.op not in _CACHEABLE: return None
+      if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
+        for p, m in e[1]: found.append((u, p, m)); todo.append(p)
+      if u.op is Ops.BUFFER:
+        ref = u.arg
+        if ref.stale: return None
+        if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
+        first = storage_of.setdefault(id(ref.storage), k)
+        memo[u] = UOp(Ops.BUFFER, u.dtype, (), ("slot", k, first, ref.device, ref.size))
+      # every node of the key is a placeholder too: the cache must not keep a real node alive (a graph reading no buffer,
+      # e.g. zeros(), would then hash-cons to it and find its old result in realized_map: two tensors, one buffer)
+      else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), ("placeholder", u.arg))
+  return (tuple(memo[t] for t in srcs), tuple((memo[n], memo[p], m) for n, p, m in found)), memo, slots
+
+def _post_order(root: UOp, done: dict) -> list[UOp]:
+  """The nodes under root not in `done`, children first (a walk that stops at what an earlier target already took)."""
+  out: list[UOp] = []
+  seen: set[UOp] = set()
+  stack: list[tuple[UOp, bool]] = [(root, False)]
+  while stack:
+    u, expanded = stack.pop()
+    if expanded: out.append(u); continue
+    if u in seen or u in done: continue
+    seen.add(u)
+    stack.append((u, True))
+    stack.extend((x, False) for x in reversed(u.src) if x not in seen and x not in done)
+  return out
+
+def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple | None:
+  ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
+  made: list[tuple] = []   # (device, size, dtype) of the buffers the schedule makes
+  def tref(r: BufRef) -> tuple[str, int]:
+    if (t := ref_of.get(id(r))) is None:
+      ref_of[id(r)] = t = ("new", len(made))
+      made.append((r.device, r.size, r.dtype))
+    return t
+  titems = []
+  for it in items:
+    if it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in memo): return None
+    if it.check is not None and it.check[0] not in memo: return None
+    titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, memo.get(it.srcnode),
+                   (memo[it.check[0]], it.check[1]) if it.check is not None else None))
+  if any(u not in memo for u in realized_): return None
+  return titems, {memo[u]: tref(r) for u, r in realized_.items()}, made
+
+def _instantiate(tmpl: tuple, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
+  titems, treal, made = tmpl
+  inv = {v: k for k, v in memo.items()}
+  new = [BufRef(d, n, dt) for d, n, dt in made]
+  def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
+  items = [ScheduleItem(ast, [get(t) for t in tb], kind, inv.get(sn) if sn is not None else None, (inv[ck[0]], ck[1]) if ck else None)
+           for ast, tb, kind, sn, ck in titems]
+  return items, {inv[u]: get(t) for u, t in treal.items()}
+
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
   srcs = _substitute_all(uops)
-  with profile.span("schedule", device=device): items, realized_ = create_schedule(srcs, device)
+  with profile.span("schedule", device=device):
+    ab = _abstract(srcs)
+    key = (ab[0], device) if ab is not None else None
+    if key is not None and (tmpl := _sched_cache.get(key)) is not None:
+      _sched_cache.move_to_end(key)
+      items, realized_ = _instantiate(tmpl, ab[1], ab[2])
+      return items, srcs, realized_
+    items, realized_ = create_schedule(srcs, device)
+    if key is not None and (tmpl := _template(items, realized_, ab[1], ab[2])) is not None:
+      _sched_cache[key] = tmpl
+      if len(_sched_cache) > SCHEDULE_CACHE_SIZE: _sched_cache.popitem(last=False)
   return items, srcs, realized_
 
 def realize(uops: list[UOp], device: str) -> list[UOp]:

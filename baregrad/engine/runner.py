@@ -26,7 +26,9 @@ class CompiledRunner:
     self.spec, self.device = spec, Device.canonicalize(device)
     self.need = needed_elements(spec.ast)
     dev = Device[self.device]
+    hits = dev.compiler.cache_hits
     self.lib = dev.compiler.compile_cached(spec.src)
+    self.cached = dev.compiler.cache_hits > hits
     self.prg = dev.runtime(dev, spec.name, self.lib)
     self._scalar: CompiledRunner | None = None
 
@@ -68,8 +70,12 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
     if opts is None and (width := int(getenv("BEAM", 0))) > 0:
       from baregrad.engine.search import beam_search
       with profile.span("beam", width=width): opts = beam_search(ast, dname, width)
+    st = time.perf_counter()
     with profile.span("codegen", device=dname): spec = get_program(ast, Device[dname].renderer, opts, name)
+    mid = time.perf_counter()
     with profile.span("compile", kernel=spec.name, device=dname): _cache[key] = r = CompiledRunner(spec, dname)
+    if DEBUG() >= 2: print(f"kernel {spec.name}: codegen {(mid - st) * 1e3:.1f} ms, compile {(time.perf_counter() - mid) * 1e3:.1f} ms"
+                           f"{' (cached)' if r.cached else ''}", file=sys.stderr)
   return r
 
 def run_ast(ast: UOp, bufs: Sequence[Buffer], device: str | None = None, opts: list[Opt] | None = None,

@@ -76,6 +76,12 @@ def _divmod_fold(x: UOp, c: int, want_div: bool) -> UOp | None:
   if lo // c == hi // c:  # the remainder stays in one period: exact fold
     m = lo // c
     return build_linear(q, qk + m, dt) if want_div else build_linear(r, rk - m * c, dt)
+  if all(t.vmin >= 0 for t in terms):
+    # every coefficient taken modulo c (x = sum((v//c)*c*t) + reduced, all parts >= 0): when the reduced part stays below
+    # c it is x % c, e.g. (ox + 14*kx) % 13 == ox + kx for ox + kx < 13 (a convolution's window read through a reshape)
+    red = build_linear({t: v % c for t, v in terms.items() if v % c}, k % c, dt)
+    if red.vmin >= 0 and red.vmax < c:
+      return build_linear({t: v // c for t, v in terms.items() if v // c}, k // c, dt) if want_div else red
   if q and lo >= 0:  # pull the multiples of c out
     return build_linear(q, qk, dt) + rem.alu(Ops.IDIV, c) if want_div else rem.alu(Ops.MOD, c)
   return None

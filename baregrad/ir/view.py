@@ -157,6 +157,7 @@ class ShapeTracker:
       idx, valid = nidx, (valid & nvalid) if nvalid.op is not Ops.CONST or not nvalid.arg else valid
     return idx.simplify(), valid.simplify()
 
+  @functools.cache  # noqa: B019 (ShapeTrackers are immutable values; the optimizer asks for the same ones often)
   def real_strides(self) -> tuple[int | None, ...]:
     """Stride of each axis where the index is affine in that axis alone, else None (used by the optimizer).
     Read off the simplified index expression, so stacks of views (reshapes of moved views) work too."""

@@ -3,18 +3,20 @@
 Loop counters and accumulators live in allocas; LLVM's mem2reg turns them into registers. Integer division
 and shifts are guarded so no input is undefined behaviour (semantics in ir/alu.py)."""
 from __future__ import annotations
-import math, struct
+import functools, math, struct
 from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.rewrites import cpu_float_matcher
 
+_LBASE = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
+          dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
+          dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
+
+@functools.cache
 def ltype(d: DType) -> str:
   if isinstance(d, PtrDType): return "ptr"
-  s = d.scalar
-  base = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
-          dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
-          dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}[s]
+  base = _LBASE[d.scalar]
   return f"<{d.count} x {base}>" if d.count > 1 else base
 
 def _mem_type(d: DType) -> str:
@@ -108,6 +110,8 @@ class LLVMRenderer(Renderer):
         lines.append(f"  {nm} = load {ltype(d)}, {pp} {r[u.src[0]]}")
         r[u] = nm
       elif u.op is Ops.INDEX: r[u] = self._index(u, r, lines, nm)
+      elif u.op is Ops.LOAD and d.count > 1 and len(u.src[0].src) > 2:
+        r[u] = self._masked(u, nm, r, lines, decls, splat)
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
@@ -120,6 +124,7 @@ class LLVMRenderer(Renderer):
         else:
           lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
           r[u] = nm
+      elif u.op is Ops.STORE and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count > 1: self._masked(u, nm, r, lines, decls, splat)
       elif u.op is Ops.STORE:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
@@ -131,6 +136,7 @@ class LLVMRenderer(Renderer):
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
+      elif u.op is Ops.VECTORIZE and any(s.dtype.count > 1 for s in u.src): r[u] = self._concat(u, r, lines, tmp)
       elif u.op is Ops.VECTORIZE:
         if all(s is u.src[0] for s in u.src): r[u] = splat(d, r[u.src[0]]); continue
         if all(s.op is Ops.CONST for s in u.src):
@@ -198,10 +204,60 @@ class LLVMRenderer(Renderer):
     return "\n".join(sorted(decls)) + (f"\n\ndefine void @{name}(ptr noalias nocapture readonly %args, i64 %start, i64 %end) "
                                        f"#0 {{\nentry:\n{body}\n}}\nattributes #0 = {{ nounwind \"no-trapping-math\"=\"true\" }}\n")
 
+  def _masked(self, u: UOp, nm: str, r: dict[UOp, str], lines: list[str], decls: set[str], splat) -> str:
+    """A vector load or store under a mask (one bool per lane, or one for all): lanes masked off touch no memory and
+    load 0. In memory bools are bytes."""
+    idx = u.src[0]
+    vd = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
+    mt, n = _mem_type(vd), vd.count
+    sfx = f"v{n}i8" if vd.scalar == dtypes.bool else _suffix(vd)
+    m = r[idx.src[2]] if idx.src[2].dtype.count > 1 else splat(dtypes.bool.vec(n), r[idx.src[2]])
+    if u.op is Ops.LOAD:
+      decls.add(f"declare {mt} @llvm.masked.load.{sfx}.p0(ptr, i32 immarg, <{n} x i1>, {mt})")
+      lines.append(f"  {nm}.m = call {mt} @llvm.masked.load.{sfx}.p0(ptr {r[idx]}, i32 {vd.scalar.itemsize}, <{n} x i1> {m}, {mt} zeroinitializer)")
+      if vd.scalar != dtypes.bool: return f"{nm}.m"
+      lines.append(f"  {nm} = icmp ne {mt} {nm}.m, zeroinitializer")
+      return nm
+    val = r[u.src[1]]
+    if vd.scalar == dtypes.bool:
+      lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {mt}")
+      val = f"{nm}.z"
+    decls.add(f"declare void @llvm.masked.store.{sfx}.p0({mt}, ptr, i32 immarg, <{n} x i1>)")
+    lines.append(f"  call void @llvm.masked.store.{sfx}.p0({mt} {val}, ptr {r[idx]}, i32 {vd.scalar.itemsize}, <{n} x i1> {m})")
+    return ""
+
+  def _concat(self, u: UOp, r: dict[UOp, str], lines: list[str], tmp) -> str:
+    """A VECTORIZE of vectors (and scalars): their lanes concatenated, by shuffles."""
+    d, n = u.dtype, u.dtype.count
+    t, cur, pos = ltype(u.dtype), "poison", 0
+    for s in u.src:
+      k = s.dtype.count
+      if k == 1:
+        nxt = tmp()
+        lines.append(f"  {nxt} = insertelement {t} {cur}, {ltype(d.scalar)} {r[s]}, i32 {pos}")
+      elif pos == 0 and len(u.src) == 2 and u.src[1].dtype == s.dtype:  # two halves: one shuffle
+        nxt = tmp()
+        mask = ", ".join(f"i32 {j}" for j in range(n))
+        lines.append(f"  {nxt} = shufflevector {ltype(s.dtype)} {r[s]}, {ltype(s.dtype)} {r[u.src[1]]}, <{n} x i32> <{mask}>")
+        return nxt
+      else:
+        wide, nxt = tmp(), tmp()
+        wmask = ", ".join(f"i32 {j}" if j < k else "i32 poison" for j in range(n))
+        lines.append(f"  {wide} = shufflevector {ltype(s.dtype)} {r[s]}, {ltype(s.dtype)} poison, <{n} x i32> <{wmask}>")
+        if cur == "poison": nxt = wide
+        else:
+          mask = ", ".join(f"i32 {n + j - pos}" if pos <= j < pos + k else f"i32 {j}" for j in range(n))
+          lines.append(f"  {nxt} = shufflevector {t} {cur}, {t} {wide}, <{n} x i32> <{mask}>")
+      cur, pos = nxt, pos + k
+    return cur
+
   def _index(self, u: UOp, r: dict[UOp, str], lines: list[str], nm: str) -> str:
     buf, idx = u.src[0], u.src[1]
     it = ltype(idx.dtype)
     iv = r[idx]
+    if len(u.src) > 2 and u.src[2].dtype.count > 1:  # a mask per lane: the masked access touches no lane past the end
+      lines.append(f"  {nm} = getelementptr {ltype(buf.dtype.base)}, ptr {r[buf]}, {it} {iv}")
+      return nm
     if len(u.src) > 2:  # masked: never form an address from an index that may be out of range
       lines.append(f"  {nm}.i = select i1 {r[u.src[2]]}, {it} {iv}, {it} 0")
       iv = f"{nm}.i"

@@ -1,0 +1,102 @@
+"""CPU code generation: awkward sizes keep vector tiles (PADTO: masked edges, the reduction's identity past the end),
+masked vector accesses never touch memory past the end, register tiles wider than a register are split into chunks
+(and concatenated back where an access has several contiguous runs), unrolled lanes reduce in a tree. Every kernel runs
+on both CPU renderers against NumPy."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import Ops
+from baregrad.ir.view import ShapeTracker
+from baregrad.codegen.astbuild import load, store, reduce, sink, const
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
+from baregrad.codegen.program import get_program
+from baregrad.engine.runner import run_ast
+from baregrad.hal import Buffer, Device
+from tests.helpers import DEVICES, run, make_buffer, read_buffer
+
+f32, i32, i8, b1 = dtypes.float32, dtypes.int32, dtypes.int8, dtypes.bool
+U, R, P, PAD = OptOps.UPCAST, OptOps.UNROLL, OptOps.PARALLEL, OptOps.PADTO
+
+def matmul(M: int, K: int, N: int, transposed_b: bool = False):
+  sa = ShapeTracker.from_shape((M, K)).reshape((M, 1, K)).expand((M, N, K))
+  sb = (ShapeTracker.from_shape((N, K)).reshape((1, N, K)) if transposed_b else
+        ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K))).expand((M, N, K))
+  return sink(store(0, (M, N, 1), reduce(load(1, f32, sa) * load(2, f32, sb), Ops.ADD, (2,))))
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape,tb", [((37, 53, 29), False), ((67, 19, 41), True), ((1, 131, 45), False), ((45, 131, 1), False),
+                                      ((33, 257, 17), False)], ids=str)
+def test_awkward_matmuls_keep_vector_tiles(device, shape, tb):
+  M, K, N = shape
+  rng = np.random.default_rng(M * K * N)
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32)
+  (got,) = run(matmul(M, K, N, tb), [(M * N, f32)], [(a, f32), (b, f32)], device)
+  np.testing.assert_allclose(got.reshape(M, N), a @ (b.T if tb else b), rtol=1e-4, atol=1e-4)
+  if device == "CPU":  # no scalar fallback: some axis takes 16 or more lanes, padded where the size is odd
+    opts = get_program(matmul(M, K, N, tb), Device["CPU"].renderer).opts
+    assert any(o.op in (U, R) and o.amt >= 16 for o in opts) or max(shape) < 16, opts
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", [Ops.ADD, Ops.MUL, Ops.MAX], ids=lambda o: o.name)
+def test_padded_unroll_reduces_with_the_identity(device, op):
+  n = 1037   # 1037 = 17 * 61: no lane count divides it
+  rng = np.random.default_rng(n)
+  x = (1 + 0.01 * rng.standard_normal(n)).astype(np.float32) if op is Ops.MUL else (-5 - rng.random(n)).astype(np.float32)
+  ast = sink(store(0, (1,), reduce(load(1, f32, (n,)), op, (0,))))
+  want = {Ops.ADD: np.sum, Ops.MUL: np.prod, Ops.MAX: np.max}[op](x.astype(np.float64))
+  for opts in (None, [Opt(PAD, 0, 64), Opt(R, 0, 64)], [Opt(PAD, 0, 16), Opt(R, 0, 16)]):
+    (got,) = run(ast, [(1, f32)], [(x, f32)], device, opts=opts)
+    # all values are negative: a padded lane that fed 0 into the max would show
+    np.testing.assert_allclose(got[0], want, rtol=1e-4, err_msg=f"{op} opts={opts}")
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_reduction_keeps_nan_and_minus_inf(device):
+  x = np.full(37, -np.inf, np.float32)
+  ast = sink(store(0, (1,), reduce(load(1, f32, (37,)), Ops.MAX, (0,))))
+  opts = [Opt(PAD, 0, 16), Opt(R, 0, 16)]
+  assert run(ast, [(1, f32)], [(x, f32)], device, opts=opts)[0][0] == -np.inf
+  x[20] = np.nan
+  assert np.isnan(run(ast, [(1, f32)], [(x, f32)], device, opts=opts)[0][0])
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [f32, i8, b1], ids=lambda d: d.name)
+def test_masked_stores_write_nothing_past_the_end(device, dt):
+  # the output is a view into a larger buffer whose tail holds a sentinel: a padded tile must not touch it
+  n, tail = 37, 29
+  x = (np.arange(n) % 5 > 1) if dt == b1 else (np.arange(n) % 100).astype(np.float32 if dt == f32 else np.int8)
+  val = load(1, dt, (n,))
+  ast = sink(store(0, (n,), val.logical_not() if dt == b1 else val * const(dt, 2)))
+  sentinel = np.ones(n + tail, bool) if dt == b1 else np.full(n + tail, 77, np.float32 if dt == f32 else np.int8)
+  for opts in (None, [Opt(PAD, 0, 16), Opt(U, 0, 16)], [Opt(PAD, 0, 32), Opt(U, 0, 32), Opt(P, 0)]):
+    base = make_buffer(device, sentinel, dt)
+    out = Buffer(device, n, dt, base=base, offset=0)
+    run_ast(ast, [out, make_buffer(device, x, dt)], device=device, opts=opts)
+    got = read_buffer(base)
+    want = (~x) if dt == b1 else x * 2
+    np.testing.assert_array_equal(got[:n], want, err_msg=f"opts={opts}")
+    np.testing.assert_array_equal(got[n:], sentinel[n:], err_msg=f"opts={opts}: wrote past the end")
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tile_rows_are_vector_runs(device):
+  # a 2D tile of a row-major array: each row of the tile is one contiguous run (one vector access per run, concatenated)
+  M, N = 13, 40
+  x = np.arange(M * N, dtype=np.float32).reshape(M, N)
+  st = ShapeTracker.from_shape((M, N))
+  ast = sink(store(0, (M, N), load(1, f32, st) + load(2, f32, ShapeTracker.from_shape((N, M)).permute((1, 0)))))
+  y = np.random.default_rng(3).standard_normal((N, M)).astype(np.float32)
+  for opts in ([Opt(PAD, 0, 4), Opt(U, 0, 4), Opt(U, 1, 8)], [Opt(U, 1, 20), Opt(PAD, 0, 2), Opt(U, 0, 2)]):
+    (got,) = run(ast, [(M * N, f32)], [(x, f32), (y, f32)], device, opts=opts)
+    np.testing.assert_array_equal(got.reshape(M, N), x + y.T, err_msg=f"opts={opts}")
+
+def test_register_split_renders_chunks():
+  # an 8x32 accumulator tile is 256 lanes: the LLVM IR holds 16-lane registers only, one FMA per register
+  spec = get_program(matmul(64, 64, 64), Device["CPU"].renderer, [Opt(U, 1, 32), Opt(U, 0, 8)])
+  assert "<256 x" not in spec.src and "<32 x" not in spec.src
+  assert spec.src.count("call <16 x float> @llvm.fma.v16f32") == 16
+
+def test_padto_rules():
+  k = Kernel(matmul(36, 53, 29))
+  with pytest.raises(OptError, match="already a multiple"): Kernel(matmul(32, 8, 8)).apply_opt(Opt(PAD, 0, 16))
+  k.apply_opt(Opt(U, 0, 4))   # 36 = 9 x 4: the loop part of axis 0 is split already
+  with pytest.raises(OptError, match="before splitting"): k.apply_opt(Opt(PAD, 0, 8))

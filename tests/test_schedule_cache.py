@@ -1,0 +1,61 @@
+"""Schedules are cached by graph structure (engine/lazy.py): the same graph over new buffers reuses the cut into kernels,
+with its own buffers, and gives its own values; what the cache must not change: results of graphs that differ only in a
+constant's bits, fresh buffers for each realized result, errors on stale reads, in-place writes."""
+from __future__ import annotations
+import numpy as np
+import pytest
+from baregrad import Tensor
+from baregrad.engine import lazy
+
+@pytest.fixture
+def schedules(monkeypatch):
+  """Counts the schedules cut from scratch (not served by the cache)."""
+  calls = []
+  real = lazy.create_schedule
+  monkeypatch.setattr(lazy, "create_schedule", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+  return calls
+
+def test_same_structure_new_buffers_hits(schedules):
+  rng = np.random.default_rng(0)
+  xs = [rng.standard_normal((3, 5)).astype(np.float32) for _ in range(4)]
+  outs = [((Tensor(x) * 2 + 1).relu().sum(1)).numpy() for x in xs]
+  assert len(schedules) == 1   # cut once, reused for the three others
+  for x, o in zip(xs, outs): np.testing.assert_allclose(o, np.maximum(x * 2 + 1, 0).sum(1), rtol=1e-6)
+
+def test_each_result_gets_its_own_buffer():
+  # a graph that reads no buffer is the same graph every time: each realize still gives a new buffer
+  a, b = Tensor.zeros(3), Tensor.zeros(3)
+  assert a.uop is not b.uop
+  a.assign(Tensor([1.0, 2.0, 3.0]))
+  assert b.numpy().tolist() == [0.0, 0.0, 0.0] and a.numpy().tolist() == [1.0, 2.0, 3.0]
+
+def test_constants_differing_only_in_bits_are_different_graphs():
+  x = Tensor(np.ones(2, np.float32))
+  assert (1 / (x * 0.0)).numpy().tolist() == [np.inf, np.inf]
+  assert (1 / (x * -0.0)).numpy().tolist() == [-np.inf, -np.inf]
+
+def test_in_place_writes_repeat_from_the_cache(schedules):
+  w = Tensor(np.ones(4, np.float32)).realize()
+  w.assign(w + 1)
+  n = len(schedules)
+  for _ in range(3): w.assign(w + 1)    # the same write over the next versions: served by the cache
+  assert len(schedules) == n
+  y = w * 2                             # a reader of the current version keeps its value through a write
+  w.assign(w + 1)
+  np.testing.assert_allclose(y.numpy(), [10, 10, 10, 10])
+  np.testing.assert_allclose(w.numpy(), [6, 6, 6, 6])
+
+def test_stale_reads_still_raise():
+  from baregrad.ir.ops import UOp
+  (Tensor(np.ones(4, np.float32)).realize() * 2).realize()   # the structure is cached
+  w = Tensor(np.ones(4, np.float32)).realize()
+  old: UOp = (w * 2).uop                                      # a graph over w's version, held by no tensor
+  w.assign(w + 1)
+  with pytest.raises(RuntimeError, match="modified by an in-place operation"): Tensor(old).numpy()
+
+def test_bounds_checks_run_from_the_cache(schedules):
+  from baregrad import one_hot
+  for _ in range(2): one_hot(Tensor([0, 1, 2]), 3).numpy()
+  n = len(schedules)
+  with pytest.raises(IndexError, match="class value 7"): one_hot(Tensor([0, 7, 2]), 3).numpy()
+  assert len(schedules) == n   # the same structure, its check included: served by the cache, and the check still ran
