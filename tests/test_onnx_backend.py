@@ -41,7 +41,6 @@ XFAIL: list[tuple[str, str, bool]] = [
   (r"^test_dft_inverse(_opset19)?$", "the expected imaginary parts carry float32 noise (1.9e-7) above the test's atol 1e-7; baregrad's are 3e-15", True),
   (r"^test_loop16_seq_none$", "onnx's harness compares sequence elements with len(), which fails on 0-d elements whatever the backend returns", True),
   (r"^test_mod_float_edge_cases_fmod_0_", "Tensor.remainder gives NaN for an infinite divisor (PyTorch and NumPy: x or +-inf): a Tensor-layer fix (issue 9)", True),
-  (r"^test_unique_sorted_with(_negative)?_axis", "needs Tensor.unique(dim=) (issue 9: only the flattened input is implemented)", True),
   # Tensor ops the API branch is adding (issue 9): expected to fail only while they are missing
   (r"^test_acos(_example)?$", "needs Tensor.acos (issue 9)", _needs("acos")),
   (r"^test_acosh(_example)?$", "needs Tensor.acosh (issue 9)", _needs("acosh")),
@@ -57,7 +56,6 @@ XFAIL: list[tuple[str, str, bool]] = [
   (r"^test_unique_(sorted|not_sorted)_without_axis$|^test_unique_length_1$|^test_unique_bfloat16", "needs Tensor.unique, argsort (issue 9)", _needs("unique", "argsort")),
   (r"^test_(scatter_elements_with_reduction_(mul|max|min)|scatternd_(multiply|max|min))", "needs Tensor.scatter_reduce (issue 9)", _needs("scatter_reduce")),
   (r"^test_(convtranspose_3d|col2im_5d)$", "needs conv_transpose3d (issue 9)", not hasattr(__import__("baregrad").tensor.functional, "conv_transpose3d") and _needs("conv_transpose3d")),
-  (r"^test_det_(2d|nd)$", "needs Tensor.det (issue 9)", _needs("det")),
 ]
 
 def expected_failure(name: str) -> str | None:

@@ -245,7 +245,32 @@ def test_unique():
     assert_same(a, b)
   assert_same(baregrad.unique(Tensor(np.array([True, False, True]))), torch.unique(torch.tensor([True, False, True])))
   for a, b in zip(Tensor(np.zeros(0, np.float32)).unique(return_counts=True), torch.zeros(0).unique(return_counts=True)): assert_same(a, b)
-  with pytest.raises(NotImplementedError, match="dim=0"): Tensor(x).unique(dim=0)
+
+@pytest.mark.parametrize("shape,dim", [((5, 3), 0), ((4, 5, 3), 1), ((4, 2, 3), -1), ((0, 3), 0), ((1, 4), 0)])
+def test_unique_dim(shape, dim):
+  x = rnd(shape, "int64", 0, 2, seed=21)
+  for kw in ({}, {"return_inverse": True, "return_counts": True}):
+    ob, ot = Tensor(x).unique(dim=dim, **kw), torch.tensor(x).unique(dim=dim, **kw)
+    for a, b in zip(ob if isinstance(ob, tuple) else (ob,), ot if isinstance(ot, tuple) else (ot,)): assert_same(a, b, what=f"{shape} {dim} {kw}")
+  f = np.array([[1.0, -0.0, 2.0], [1.0, 0.0, 2.0], [0.5, 3.0, 1.0], [True, False, True]], np.float32)  # -0.0 == 0.0: one slice
+  for a, b in zip(Tensor(f).unique(dim=0, return_inverse=True, return_counts=True), torch.tensor(f).unique(dim=0, return_inverse=True, return_counts=True)):
+    assert_same(a, b)
+  b6 = rnd((6, 2), "bool", seed=3)
+  assert_same(Tensor(b6).unique(dim=0), torch.tensor(b6).unique(dim=0))
+  with pytest.raises(RuntimeError, match="no slices to compare"): Tensor(np.zeros((3, 0), np.float32)).unique(dim=0)
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (1, 1), (2, 0, 0), (0, 2, 2)])
+def test_det(shape):
+  check(lambda t: t.det(), rnd(shape, seed=22), tfn=torch.linalg.det, rtol=1e-5, atol=1e-5)
+
+def test_det_pivots_singular_dtypes_errors():
+  # a row swap is needed (zero in the corner), a singular matrix, float64, float16 (factored in float32), batched
+  check(lambda t: t.det(), np.array([[0.0, 2.0, 1.0], [3.0, 4.0, 0.0], [1.0, 1.0, 1.0]], np.float32), tfn=torch.linalg.det)
+  assert abs(Tensor(np.array([[1, 2, 3], [2, 4, 6], [1, 0, 1]], np.float32)).det().item()) == 0.0
+  check(lambda t: t.det(), rnd((3, 5, 5), "float64", seed=23), tfn=torch.linalg.det, rtol=1e-10, atol=1e-10)
+  assert_same(Tensor(rnd((2, 3, 3), "float16", seed=24)).det(), torch.tensor(rnd((2, 3, 3), "float16", seed=24)).float().det().half(), rtol=2e-3, atol=2e-3)
+  with pytest.raises(RuntimeError, match=r"square matrices \(\.\.\., n, n\), got shape \(2, 3\)"): Tensor(rnd((2, 3))).det()
+  with pytest.raises(RuntimeError, match="det: expected a float tensor, got long"): Tensor(np.eye(2, dtype=np.int64)).det()
 
 def test_repeat_interleave():
   x = rnd((2, 3), seed=14)

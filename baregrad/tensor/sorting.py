@@ -219,10 +219,11 @@ def mask_rows(x: Tensor, mask: Tensor) -> Tensor:
 
 def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None) -> Any:  # noqa: A002
   """The distinct elements of the flattened input, ascending (NaNs are each distinct, as in PyTorch), with
-  optionally the inverse indices (input's shape, int64) and the counts. The number of distinct values is read back
-  from the device (a sync). dim is not supported."""
+  optionally the inverse indices (input's shape, int64) and the counts. With dim, the distinct slices along dim
+  (sorted lexicographically, first element first), the inverse indices of shape (input.shape[dim],) and the counts.
+  The number of distinct values is read back from the device (a sync)."""
   if not isinstance(input, Tensor): raise TypeError(f"unique: input must be a Tensor, got {type(input).__name__}")
-  if dim is not None: raise NotImplementedError(f"unique: dim={dim!r} is not implemented (only the flattened input)")
+  if dim is not None: return _unique_dim(input, _check_dim(input, dim, "unique"), return_inverse, return_counts)
   x = input.reshape(-1)
   n = x.shape[0]
   dev = input.device
@@ -235,6 +236,12 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, ret
   sk = s.cast(dtypes.uint8) if s.dtype == dtypes.bool else s
   prev = sk._shrink(((0, n - 1),))._pad(((1, 0),))
   first = Tensor.arange(n, device=dev, dtype=dtypes.int32).eq(0) | sk.ne(prev)
+  return _groups(s, perm, first, input.shape, return_inverse, return_counts)
+
+def _groups(s: Tensor, perm: Tensor, first: Tensor, inv_shape: tuple[int, ...], return_inverse: bool, return_counts: bool) -> Any:
+  """unique's outputs from the sorted values s (n, ...), the permutation perm (n,) that sorted them and the flags
+  (n,) of the first element of each group of equal values."""
+  n, dev = s.shape[0], s.device
   u = _count(first)
   pos = Tensor.arange(n, device=dev, dtype=dtypes.int64)
   vals, starts = _select(first, [s, pos], u)
@@ -243,12 +250,50 @@ def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, ret
     gid = first.cast(dtypes.int64).cumsum(0) - 1                 # group of each sorted element
     # scatter the groups back to the original order: sort (original position, group) pairs by position
     N = _pow2(n)
-    _, (inv,) = _network([_perm_pad(perm, n)], [False], [gid._pad(((0, N - n),))], N)
-    out.append(inv._shrink(((0, n),)).reshape(input.shape))
+    _, (inv,) = _network([_perm_pad(perm.cast(dtypes.int32), n)], [False], [gid._pad(((0, N - n),))], N)
+    out.append(inv._shrink(((0, n),)).reshape(inv_shape))
   if return_counts:
     ends = starts._shrink(((1, u),))._pad(((0, 1),)) + Tensor.arange(u, device=dev, dtype=dtypes.int64).eq(u - 1).where(n, 0)
     out.append(ends - starts)
   return out[0] if len(out) == 1 else tuple(out)
+
+_KEYS_PER_PASS = 4  # columns compared per sorting pass: more make each compare-exchange kernel longer
+
+def _unique_dim(input: Tensor, d: int, return_inverse: bool, return_counts: bool) -> Any:
+  """unique(dim=d): the slices along d as rows (n, m), sorted lexicographically by least-significant-digit passes of
+  the stable network (a few columns per pass), then grouped where a row differs from the one before it."""
+  # d to the front, the other axes in their order: the rows compare in the order PyTorch compares the slices
+  fwd = (d,) + tuple(a for a in range(input.ndim) if a != d)
+  back = tuple(fwd.index(a) for a in range(input.ndim))
+  x = input.detach().permute(fwd)
+  n, rest = x.shape[0], x.shape[1:]
+  m = 1
+  for s in rest: m *= s
+  dev = input.device
+  if n and m == 0:
+    raise RuntimeError(f"unique: dim={d} of shape {input.shape}: the other axes hold no elements, so there are no slices to "
+                       "compare (expected a 0-size axis only at dim, as PyTorch)")
+  if n == 0:
+    out = [x.permute(back)] + [Tensor.zeros(0, dtype=dtypes.int64, device=dev)] * (int(return_inverse) + int(return_counts))
+    return out[0] if len(out) == 1 else tuple(out)
+  rows = x.reshape(n, m)
+  rk = rows.cast(dtypes.uint8) if rows.dtype == dtypes.bool else rows
+  perm = Tensor.arange(n, device=dev, dtype=dtypes.int32)
+  N = _pow2(n)
+  idx = Tensor.arange(N, device=dev, dtype=dtypes.int32)
+  cols = rk.T.contiguous()                                          # (m, n): one column per row
+  for hi in range(m, 0, -_KEYS_PER_PASS):
+    lo = max(0, hi - _KEYS_PER_PASS)
+    # the columns lo..hi of the rows in their current order, then a stable sort by them (the position is the last key)
+    ks = [cols[c][perm]._pad(((0, N - n),)) for c in range(lo, hi)]
+    _, (p,) = _network(ks + [idx], [False] * (hi - lo + 1), [perm._pad(((0, N - n),))], n)
+    perm = p._shrink(((0, n),)).contiguous().realize()
+  srt = rk[perm]
+  prev = srt._shrink(((0, n - 1), (0, m)))._pad(((1, 0), (0, 0)))
+  first = Tensor.arange(n, device=dev, dtype=dtypes.int32).eq(0) | srt.ne(prev).any(1)
+  res = _groups(x[perm], perm, first, (n,), return_inverse, return_counts)
+  if not isinstance(res, tuple): return res.permute(back)
+  return (res[0].permute(back),) + res[1:]
 
 def _perm_pad(perm: Tensor, n: int) -> Tensor:
   """A permutation of 0..n-1 padded to a power of two with n, n+1, ... (distinct keys that sort after it)."""
