@@ -22,8 +22,6 @@ FP16 = ("float16: differs from the reference by 1-2 ulp at rtol 1e-3, below floa
 # (pattern searched in the test name without its _cpu suffix, reason, applies)
 XFAIL: list[tuple[str, str, bool]] = [
   # types baregrad has no kernels for
-  (r"^test_(cast|castlike)(_no_saturate|_e8m0)?_\w*(FLOAT8|FLOAT4|UINT4|INT4|UINT2|INT2)", LOWP, True),
-  (r"^test_(de)?quantizelinear_(e4m3fn|e5m2|u?int4|u?int2|float4e2m1)", LOWP, True),
   (r"^test_(equal_string|string_concat|string_split|strnormalizer|regex_full_match|ai_onnx_ml_label_encoder)", "strings: baregrad tensors hold numbers only", True),
   # operators outside inference on tensors
   (r"^test_ai_onnx_ml_(tree_ensemble|array_feature_extractor)", "classical-ML operators (ai.onnx.ml TreeEnsemble, ArrayFeatureExtractor): not implemented", True),

@@ -5,6 +5,8 @@ import numpy as np
 from baregrad import dtypes
 from baregrad.tensor import Tensor
 from baregrad.onnx.errors import OnnxError, UnsupportedOperator
+from baregrad.onnx import lowp
+from baregrad.onnx.lowp import LowP
 from baregrad.onnx.registry import op, fold
 from baregrad.onnx.proto import np_dtype
 
@@ -177,17 +179,33 @@ def _softmax(kind: str, x: Tensor, axis: int) -> Tensor:
 
 # ---------------------------------------------------------------- types and constants
 
+def _cast_to(ctx, n, x, to: int):
+  """x (a Tensor, LowP or host array) as ONNX type `to`; the low-precision types convert by lowp's kernels."""
+  if isinstance(x, np.ndarray) and x.dtype.kind in "OSU": raise UnsupportedOperator("Cast of strings is not supported")
+  v = ctx.value(x)
+  if isinstance(v, LowP):
+    if v.onnx_type == to: return v
+    v = lowp.decode(v)  # float32, or int32 for the integer types
+  if lowp.is_lowp(to): return lowp.encode(v, to, bool(n.attrs.get("saturate", 1)), _round_mode(n))
+  return v.cast(ctx.dtype(to))
+
+def _round_mode(n) -> str:
+  rm = n.attrs.get("round_mode", "up")
+  return rm.decode() if isinstance(rm, bytes) else rm
+
 @op("Cast")
 def cast(ctx, n, x):
   to = n.attrs.get("to")
   if to is None: raise OnnxError("Cast needs the 'to' attribute")
-  if isinstance(x, np.ndarray) and x.dtype.kind in "OSU": raise UnsupportedOperator("Cast of strings is not supported")
-  return ctx.t(x).cast(ctx.dtype(to))
+  return _cast_to(ctx, n, x, to)
 
 @op("CastLike")
 def cast_like(ctx, n, x, like):
+  if isinstance(like, LowP): return _cast_to(ctx, n, x, like.onnx_type)
+  if isinstance(like, np.ndarray) and lowp.onnx_type_of_np(like) is not None: return _cast_to(ctx, n, x, lowp.onnx_type_of_np(like))
   d = like.dtype if isinstance(like, Tensor) else ctx.t(like).dtype
-  return ctx.t(x).cast(d)
+  v = ctx.value(x)
+  return (lowp.decode(v) if isinstance(v, LowP) else v).cast(d)
 
 @op("Constant")
 def constant(ctx, n):
@@ -236,6 +254,7 @@ def fold_minmax(ctx, n, *xs):
 
 @fold("Cast")
 def fold_cast(ctx, n, x):
+  if lowp.is_lowp(n.attrs["to"]): return NotImplemented  # converted by lowp's kernels
   d = ctx.dtype(n.attrs["to"])
   if x.dtype.kind == "f" and x.dtype.itemsize < 8 and np_dtype(d).kind in "iu" and x.size > 64: return NotImplemented
   if x.dtype.name == "bfloat16" or d == dtypes.bfloat16: return NotImplemented

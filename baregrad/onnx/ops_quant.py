@@ -1,12 +1,15 @@
 """Quantization: QuantizeLinear/DequantizeLinear (per tensor, per axis, blocked), DynamicQuantizeLinear, and the
 integer operators of quantized models (MatMulInteger is in ops_nn; QLinearMatMul, QLinearConv, ConvInteger here).
 Integer products accumulate exactly in int32; requantization rounds half to even and saturates, as ONNX says.
-8- and 16-bit integer types only: float8/int4 have no baregrad dtype."""
+Quantized types: the 8- and 16-bit integers, and the low-precision ones (float8, float4, int4/uint4, int2/uint2:
+lowp.py holds them as their encodings and converts them by Tensor ops)."""
 from __future__ import annotations
 from typing import Any
 from baregrad import dtypes
 from baregrad.tensor import Tensor
 from baregrad.onnx.errors import OnnxError, UnsupportedOperator
+from baregrad.onnx import lowp
+from baregrad.onnx.lowp import LowP
 from baregrad.onnx.registry import op
 from baregrad.onnx.ops_nn import conv
 
@@ -30,20 +33,36 @@ def _round_even(v: Tensor) -> Tensor: return v.round()  # Tensor.round rounds ha
 
 @op("DequantizeLinear")
 def dequantize_linear(ctx, n, x, scale, zp=None):
-  x, scale, zp = ctx.t(x), ctx.t(scale), ctx.t(zp)
+  x, scale, zp = ctx.value(x), ctx.t(scale), ctx.value(zp) if zp is not None else None
   axis, block = n.attrs.get("axis", 1), n.attrs.get("block_size", 0)
   out_dt = ctx.dtype(n.attrs["output_dtype"]) if n.attrs.get("output_dtype") else scale.dtype
   s = _along(scale, x, axis, block)
-  xi = x.cast(dtypes.int32) if x.dtype != dtypes.int32 else x
-  if zp is not None: xi = xi - _along(zp, x, axis, block).cast(dtypes.int32)
+  if isinstance(x, LowP) and lowp.is_float_type(x.onnx_type):
+    # float8/float4: the zero point must be zero (ONNX: it is ignored for these types)
+    return (lowp.decode(x) * s.cast(dtypes.float32)).cast(out_dt)
+  xi = lowp.decode(x) if isinstance(x, LowP) else x.cast(dtypes.int32) if x.dtype != dtypes.int32 else x
+  if zp is not None: xi = xi - _along(lowp.decode(zp) if isinstance(zp, LowP) else zp, x, axis, block).cast(dtypes.int32)
   return (xi.cast(dtypes.float32) * s.cast(dtypes.float32)).cast(out_dt)
 
 @op("QuantizeLinear")
 def quantize_linear(ctx, n, x, scale, zp=None):
-  x, scale, zp = ctx.t(x), ctx.t(scale), ctx.t(zp)
+  x, scale, zp = ctx.t(x), ctx.t(scale), ctx.value(zp) if zp is not None else None
   axis, block = n.attrs.get("axis", 1), n.attrs.get("block_size", 0)
-  d = ctx.dtype(n.attrs["output_dtype"]) if n.attrs.get("output_dtype") else zp.dtype if zp is not None else dtypes.uint8
-  v = _round_even(x.cast(dtypes.float32) / _along(scale, x, axis, block).cast(dtypes.float32))
+  to = n.attrs.get("output_dtype") or (zp.onnx_type if isinstance(zp, LowP) else None)
+  v = x.cast(dtypes.float32) / _along(scale, x, axis, block).cast(dtypes.float32)
+  if to is not None and lowp.is_lowp(to):
+    if to == 24: raise UnsupportedOperator("QuantizeLinear to FLOAT8E8M0 is not a quantization type")
+    zpf = _along(lowp.decode(zp), x, axis, block).cast(dtypes.float32) if isinstance(zp, LowP) else None
+    if lowp.is_float_type(to):
+      # float8 ignores the zero point (it must be 0); float4 adds it, as onnx's reference does
+      if zpf is not None and lowp.FORMATS[to].nan == "none": v = v + zpf
+      return lowp.encode(v, to, bool(n.attrs.get("saturate", 1)))
+    f = lowp.FORMATS[to]
+    v = _round_even(v)
+    if zpf is not None: v = v + zpf
+    return lowp.encode(v.clip(f.lo, f.hi), to)
+  d = ctx.dtype(to) if to is not None else zp.dtype if zp is not None else dtypes.uint8
+  v = _round_even(v)
   if zp is not None: v = v + _along(zp, x, axis, block).cast(dtypes.float32)
   return _saturate(v, d)
 

@@ -125,11 +125,13 @@ def read_model(model: Any) -> Any:
 def tensor_to_numpy(t: Any, where: str) -> np.ndarray:
   """An initializer or attribute TensorProto as a NumPy array (bfloat16 as ml_dtypes.bfloat16)."""
   from onnx import numpy_helper
-  if t.data_type not in _ONNX_TO_DT: to_dtype(t.data_type, where)  # raises with the type's name
+  from baregrad.onnx import lowp
+  if t.data_type not in _ONNX_TO_DT and not lowp.is_lowp(t.data_type): to_dtype(t.data_type, where)  # raises with the type's name
   if t.data_location == 1 and not t.raw_data:
     raise OnnxLoadError(f"{where}: tensor {t.name!r} keeps its data in an external file that was not loaded (load the model from its path)")
   try: a = numpy_helper.to_array(t)
   except Exception as e: raise OnnxLoadError(f"{where}: tensor {t.name!r} cannot be decoded (truncated data?): {e}") from e
+  if lowp.is_lowp(t.data_type): return a  # an ml_dtypes array: the runner uploads its encodings (lowp.from_numpy)
   want = np_dtype(_ONNX_TO_DT[t.data_type])
   if a.dtype != want: a = a.astype(want)
   return a

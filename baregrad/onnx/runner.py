@@ -19,7 +19,8 @@ import numpy as np
 from baregrad import dtypes, Device, jit
 from baregrad.tensor import Tensor
 from baregrad.tensor.jit import JitError
-from baregrad.onnx import proto
+from baregrad.onnx import lowp, proto
+from baregrad.onnx.lowp import LowP
 from baregrad.onnx.errors import OnnxError, OnnxInputError, UnsupportedOperator
 from baregrad.onnx.proto import Graph, Node, Function, _AttrRef
 from baregrad.onnx.registry import FOLD, lookup
@@ -40,14 +41,23 @@ class Ctx:
     """v as a Tensor on the runner's device (None stays None); host arrays are uploaded (initializers once per runner)."""
     if v is None or isinstance(v, Tensor): return v if dtype is None or v is None or v.dtype == dtype else v.cast(dtype)
     if isinstance(v, list): raise OnnxError("a sequence was given where a tensor is expected")
+    if isinstance(v, LowP) or lowp.onnx_type_of_np(v) is not None:
+      name = v.name if isinstance(v, LowP) else v.dtype.name
+      raise UnsupportedOperator(f"an input of type {name} (a low-precision type held as its encodings): only Cast, CastLike, "
+                                "QuantizeLinear and DequantizeLinear compute with it")
     t = self.runner._const_tensor(v)
     self.mark_const(t)
     return t if dtype is None or t.dtype == dtype else t.cast(dtype)
+  def value(self, v: Any) -> Any:
+    """v as a Tensor, or as a LowP where its type is a low-precision one (for the operators that convert them)."""
+    if isinstance(v, LowP): return v
+    if isinstance(v, np.ndarray) and lowp.onnx_type_of_np(v) is not None: return self.mark_const(lowp.from_numpy(v, self.device))
+    return self.t(v)
   def mark_const(self, t: Any) -> Any:
-    if isinstance(t, Tensor): self.const_ids.add(id(t)); self.keep.append(t)
+    if isinstance(t, (Tensor, LowP)): self.const_ids.add(id(t)); self.keep.append(t)
     return t
   def is_const(self, v: Any) -> bool:
-    return v is None or isinstance(v, np.ndarray) or (isinstance(v, Tensor) and id(v) in self.const_ids) or \
+    return v is None or isinstance(v, np.ndarray) or (isinstance(v, (Tensor, LowP)) and id(v) in self.const_ids) or \
       (isinstance(v, list) and all(self.is_const(x) for x in v))
   def host(self, v: Any, what: str) -> np.ndarray:
     """The value of v on the host. A Tensor is realized and read back (a sync); one that depends on the model's
@@ -86,8 +96,9 @@ class Ctx:
 
 class OnnxRunner:
   """A loaded ONNX model. Call it with the model's inputs (NumPy arrays or Tensors, by position or by name); it
-  returns {output name: Tensor}, realized. `jit=True` captures the kernels on the second call and replays them after
-  (outputs then live in the captured buffers: a later call overwrites them, copy what you keep)."""
+  returns {output name: Tensor}, realized; an output of a low-precision type (float8, float4, int4, ...) is a LowP
+  (its encodings, one per byte; .numpy() gives the ml_dtypes array). `jit=True` captures the kernels on the second
+  call and replays them after (outputs then live in the captured buffers: a later call overwrites them, copy what you keep)."""
   def __init__(self, model: Any, device: str | None = None, jit: bool = False, half: bool = False):
     onnx = proto.require_onnx()
     m = proto.read_model(model)
@@ -113,6 +124,7 @@ class OnnxRunner:
     self.data_dependent: str | bool = False
     self.use_jit = jit
     self._jitted: Any = None
+    self._lowp_outs: dict[int, int] = {}   # jitted outputs of a low-precision type: position -> ONNX type
 
   def __repr__(self) -> str:
     return f"<OnnxRunner inputs={self.input_names} outputs={self.output_names} device={self.device}{' half' if self.half else ''}>"
@@ -192,6 +204,8 @@ class OnnxRunner:
       if isinstance(a, (list, tuple)): return [self._feed(proto.ValueInfo(v.name, None, None), x) for x in a]
       return self._feed(proto.ValueInfo(v.name, None, None), a)
     if a is None: raise OnnxInputError(f"input {v.name!r} ({self._describe(v)}) is None")
+    if (v.elem_type and lowp.is_lowp(v.elem_type)) or isinstance(a, LowP): return self._feed_lowp(v, a)
+    if not v.elem_type and isinstance(a, np.ndarray) and lowp.onnx_type_of_np(a) is not None: return lowp.from_numpy(a, self.device)
     if isinstance(a, Tensor): got_dt, shape = a.dtype, a.shape
     else:
       if not isinstance(a, np.ndarray):
@@ -213,6 +227,20 @@ class OnnxRunner:
     else: t = Tensor(a.astype(np.float32) if got_dt == dtypes.bfloat16 else a, device=self.device, dtype=got_dt)
     if self.half and t.dtype == dtypes.float32: t = t.cast(dtypes.float16)
     return t
+
+  def _feed_lowp(self, v: proto.ValueInfo, a: Any) -> LowP:
+    """An input of a low-precision type: an ml_dtypes array of that type (or a LowP)."""
+    if not (v.elem_type and lowp.is_lowp(v.elem_type)):
+      raise OnnxInputError(f"input {v.name!r} expects {self._describe(v)}, got a {a.name} value of shape {tuple(a.shape)}")
+    want = lowp.type_name(v.elem_type)
+    if isinstance(a, LowP): got, shape = a.name, a.shape
+    elif isinstance(a, np.ndarray): got, shape = a.dtype.name, a.shape
+    else: raise OnnxInputError(f"input {v.name!r} expects {want} ({self._describe(v)}): give an ml_dtypes.{want} array, got {type(a).__name__}")
+    if got != want: raise OnnxInputError(f"input {v.name!r} expects {want} ({self._describe(v)}), got {got} of shape {tuple(shape)}")
+    if v.shape is not None and (len(shape) != len(v.shape) or any(isinstance(d, int) and d > 0 and d != s for d, s in zip(v.shape, shape))):
+      raise OnnxInputError(f"input {v.name!r} expects shape {tuple(v.shape)} ({self._describe(v)}), got shape {tuple(shape)}")
+    if isinstance(a, LowP): return a if a.device == self.device else LowP(a.bits.to(self.device), a.onnx_type)
+    return lowp.from_numpy(a, self.device)
 
   # ---- building the graph
   def _exec(self, ctx: Ctx, nodes: list[Node], scope: Any) -> None:
@@ -241,7 +269,7 @@ class OnnxRunner:
   def _node(self, ctx: Ctx, n: Node, ins: list[Any], scope: Any) -> Any:
     key = (n.domain, n.op)
     if key in self.functions: return self._call_function(ctx, n, self.functions[key], ins, scope)
-    if n.op in FOLD and n.domain in ("", "ai.onnx") and ins and all(v is None or isinstance(v, np.ndarray) for v in ins) and \
+    if n.op in FOLD and n.domain in ("", "ai.onnx") and ins and all(v is None or (isinstance(v, np.ndarray) and lowp.onnx_type_of_np(v) is None) for v in ins) and \
        sum(v.size for v in ins if v is not None) <= FOLD_MAX:
       r = FOLD[n.op](ctx, n, *ins)
       if r is not NotImplemented:
@@ -284,11 +312,12 @@ class OnnxRunner:
 
   def _realize(self, outs: dict[str, Any]) -> dict[str, Any]:
     res = {k: self._as_tensor(v) for k, v in outs.items()}
-    ts = [t for v in res.values() for t in (v if isinstance(v, list) else [v]) if isinstance(t, Tensor)]
+    ts = [t.bits if isinstance(t, LowP) else t for v in res.values() for t in (v if isinstance(v, list) else [v]) if isinstance(t, (Tensor, LowP))]
     if ts: ts[0].realize(*ts[1:])
     return res
 
   def _as_tensor(self, v: Any) -> Any:
+    if isinstance(v, np.ndarray) and lowp.onnx_type_of_np(v) is not None: return lowp.from_numpy(v, self.device)
     if isinstance(v, np.ndarray): return Tensor(v.astype(np.float32) if v.dtype.name == "bfloat16" else v, device=self.device, dtype=proto.dtype_of_np(v))
     if isinstance(v, list): return [self._as_tensor(x) for x in v]
     return v
@@ -301,14 +330,16 @@ class OnnxRunner:
     if self._jitted is None:
       def fn(*ts: Tensor) -> tuple:
         outs = self._realize(self.build(dict(zip(names, ts))))
-        if any(not isinstance(v, Tensor) for v in outs.values()): raise OnnxError("jit: the model's outputs must be tensors")
-        return tuple(outs.values())
+        if any(not isinstance(v, (Tensor, LowP)) for v in outs.values()): raise OnnxError("jit: the model's outputs must be tensors")
+        self._lowp_outs = {i: v.onnx_type for i, v in enumerate(outs.values()) if isinstance(v, LowP)}
+        return tuple(v.bits if isinstance(v, LowP) else v for v in outs.values())
       self._jitted = jit(fn)
     try: out = self._jitted(*flat)
     except JitError as e:  # the build read a value on the host while being captured: build it every call instead
       self.data_dependent, self._jitted = f"the graph reads a value on the host ({e})", None
       return self._realize(self.build(feeds))
     if self.data_dependent: self._jitted = None  # found on the first (eager) call: never replay this model
+    out = [LowP(t, self._lowp_outs[i]) if i in self._lowp_outs else t for i, t in enumerate(out)]
     return dict(zip(self.output_names, out))
 
   def run_numpy(self, *args: Any, **kwargs: Any) -> list[Any]:
@@ -330,5 +361,6 @@ def to_numpy(v: Any) -> Any:
   if v is None: return None
   if isinstance(v, list): return [to_numpy(x) for x in v]
   if isinstance(v, np.ndarray): return v
+  if isinstance(v, LowP): return v.numpy()
   a = v.numpy()
   return a.astype(proto.bf16_np()) if v.dtype == dtypes.bfloat16 else a
