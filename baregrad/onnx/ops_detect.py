@@ -1,4 +1,4 @@
-"""NonMaxSuppression for detection models, on the device.
+"""NonMaxSuppression and RoiAlign for detection models, on the device.
 
 Greedy NMS keeps a box unless a kept box that precedes it (higher score, or equal score and lower index) overlaps it by
 more than the IoU threshold. That rule depends only on predecessors, so it has one fixed point, which
@@ -9,7 +9,7 @@ rows are assembled on the host from the kept mask and each kept box's rank."""
 from __future__ import annotations
 import numpy as np
 from baregrad import dtypes
-from baregrad.tensor import Tensor
+from baregrad.tensor import Tensor, functional as F
 from baregrad.onnx.errors import OnnxError
 from baregrad.onnx.registry import op
 
@@ -65,3 +65,73 @@ def non_max_suppression(ctx, n, boxes, scores, max_out=None, iou_thr=None, score
       order = kept[np.argsort(rank[b, c][kept], kind="stable")][:m]
       rows += [(b, c, int(i)) for i in order]
   return np.array(rows, np.int64).reshape(-1, 3)
+
+def _axis_samples(start: Tensor, bin_: Tensor, grid: Tensor, pooled: int, S: int, size: int, dev: str):
+  """Sample coordinates along one image axis for every roi (R,): (R, pooled, S) tensors of the lower and upper pixel
+  index, the weights of each, and whether the sample lies inside the roi's own grid and inside the image (the
+  bilinear rule of RoiAlign: a sample more than one pixel outside the image reads nothing; one on the last row or
+  column reads that row or column only)."""
+  R = start.shape[0]
+  p = Tensor.arange(pooled, device=dev, dtype=dtypes.float32).reshape(1, pooled, 1)
+  i = Tensor.arange(S, device=dev, dtype=dtypes.float32).reshape(1, 1, S)
+  g = grid.reshape(R, 1, 1)
+  c = start.reshape(R, 1, 1) + p * bin_.reshape(R, 1, 1) + (i + 0.5) * bin_.reshape(R, 1, 1) / g.maximum(1.0)
+  inside = (c >= -1.0) & (c <= float(size))
+  c = c.maximum(0.0)
+  lo = c.floor()
+  last = lo >= size - 1
+  lo = last.where(float(size - 1), lo)
+  c = last.where(lo, c)
+  hi = last.where(lo, lo + 1)
+  frac = c - lo
+  return lo.cast(dtypes.int32), hi.cast(dtypes.int32), 1.0 - frac, frac, inside, (i < g).expand(R, pooled, S)
+
+@op("RoiAlign")
+def roi_align(ctx, n, x, rois, batch_indices):
+  x, rois, bi = ctx.t(x), ctx.t(rois), ctx.t(batch_indices)
+  if x.ndim != 4: raise OnnxError(f"RoiAlign: X must be (N, C, H, W), got shape {x.shape}")
+  if rois.ndim != 2 or rois.shape[1] != 4: raise OnnxError(f"RoiAlign: rois must be (num_rois, 4), got shape {rois.shape}")
+  N, C, H, W = x.shape
+  R = rois.shape[0]
+  oh, ow = n.attrs.get("output_height", 1), n.attrs.get("output_width", 1)
+  sr, scale = n.attrs.get("sampling_ratio", 0), n.attrs.get("spatial_scale", 1.0)
+  half = n.attrs.get("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 16 else "output_half_pixel") == "half_pixel"
+  mode = n.attrs.get("mode", "avg")
+  if mode not in ("avg", "max"): raise OnnxError(f"RoiAlign: mode {mode!r} is not 'avg' or 'max'")
+  if R == 0 or C == 0: return Tensor.zeros(R, C, oh, ow, dtype=x.dtype, device=ctx.device)
+  dev = ctx.device
+  r = rois.cast(dtypes.float32) * scale - (0.5 if half else 0.0)
+  x1, y1, x2, y2 = (r[:, k] for k in range(4))
+  rw, rh = x2 - x1, y2 - y1
+  if not half: rw, rh = rw.maximum(1.0), rh.maximum(1.0)
+  bh, bw = rh / oh, rw / ow
+  if sr > 0:
+    gh = gw = Tensor.full((R,), float(sr), device=dev)
+    Sh = Sw = sr
+  else:  # as many samples per bin as the bin is pixels long, rounded up: the largest count sets the grid (read on the host)
+    gh, gw = (rh / oh).ceil().maximum(0.0), (rw / ow).ceil().maximum(0.0)
+    Sh, Sw = ctx.ints(F.stack([gh.max(), gw.max()]).cast(dtypes.int64), "RoiAlign's sampling grid")
+    Sh, Sw = max(Sh, 1), max(Sw, 1)
+  ylo, yhi, wylo, wyhi, yin, yok = _axis_samples(y1, bh, gh, oh, Sh, H, dev)   # (R, oh, Sh)
+  xlo, xhi, wxlo, wxhi, xin, xok = _axis_samples(x1, bw, gw, ow, Sw, W, dev)   # (R, ow, Sw)
+  ys, xs = (R, oh, Sh, 1, 1), (R, 1, 1, ow, Sw)
+  inside = yin.reshape(ys) & xin.reshape(xs)                                    # (R, oh, Sh, ow, Sw)
+  used = yok.reshape(ys) & xok.reshape(xs)
+  P = oh * Sh * ow * Sw
+  img = x[bi.cast(dtypes.int64)].reshape(R, C, H * W).cast(dtypes.float32)
+  vals = []
+  for yi, wy in ((ylo, wylo), (yhi, wyhi)):
+    for xi, wx in ((xlo, wxlo), (xhi, wxhi)):
+      pos = (yi.reshape(ys) * W + xi.reshape(xs)).reshape(R, 1, P).expand(R, C, P)
+      w = inside.where(wy.reshape(ys) * wx.reshape(xs), 0.0).reshape(R, 1, P)
+      vals.append(w * F.gather(img, 2, pos))
+  vals = [v.reshape(R, C, oh, Sh, ow, Sw) for v in vals]
+  used6 = used.reshape(R, 1, oh, Sh, ow, Sw)
+  if mode == "avg":
+    s = used6.where(vals[0] + vals[1] + vals[2] + vals[3], 0.0).sum((3, 5))
+    out = s / (gh * gw).maximum(1.0).reshape(R, 1, 1, 1)
+  else:
+    m = vals[0].maximum(vals[1]).maximum(vals[2]).maximum(vals[3])
+    out = used6.where(m, float("-inf")).max((3, 5))
+    out = out.eq(float("-inf")).where(0.0, out)  # a roi with no samples
+  return out.cast(x.dtype)
