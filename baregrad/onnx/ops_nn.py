@@ -58,6 +58,47 @@ def conv(ctx, n, x, w, b=None):
   if any(p != (0, 0) for p in pads): x = F.pad(x, _flat_pads(pads), "constant", 0)
   return _conv_fn(nsp)(x, w, b, stride=s_, padding=0, dilation=d_, groups=n.attrs.get("group", 1))
 
+@op("DeformConv")
+def deform_conv(ctx, n, x, w, offset, b=None, mask=None):
+  """2-D convolution whose kernel taps sample the input at learned offsets (bilinear, zero outside the image), each
+  tap's sample optionally scaled by a mask: the sampled columns (N, C*kH*kW, oH*oW) times the weights, per group."""
+  x, w, offset, b, mask = ctx.t(x), ctx.t(w), ctx.t(offset), ctx.t(b), ctx.t(mask)
+  if x.ndim != 4: raise UnsupportedOperator(f"DeformConv: only 2-D inputs (N, C, H, W) are supported, got shape {x.shape}")
+  N, C, H, W = x.shape
+  oC = w.shape[0]
+  kh, kw = n.attrs.get("kernel_shape", list(w.shape[2:]))
+  sh, sw = n.attrs.get("strides", [1, 1])
+  dh, dw = n.attrs.get("dilations", [1, 1])
+  pt, pl = n.attrs.get("pads", [0, 0, 0, 0])[:2]
+  G, OG = n.attrs.get("group", 1), n.attrs.get("offset_group", 1)
+  K = kh * kw
+  oh, ow = offset.shape[2:]
+  if C != w.shape[1] * G or oC % G or C % OG:
+    raise OnnxError(f"DeformConv: X {x.shape}, W {w.shape}, group {G}, offset_group {OG} do not fit together")
+  if offset.shape[:2] != (N, OG * 2 * K): raise OnnxError(f"DeformConv: offset of shape {offset.shape} must be (N, offset_group*2*kH*kW, oH, oW) = ({N}, {OG * 2 * K}, ...)")
+  dev, L = ctx.device, oh * ow
+  off = offset.cast(dtypes.float32).reshape(N, OG, K, 2, oh, ow)
+  ki = Tensor.arange(K, device=dev, dtype=dtypes.int32)
+  base_y = ((ki // kw) * dh).cast(dtypes.float32).reshape(1, 1, K, 1, 1) + (Tensor.arange(oh, device=dev, dtype=dtypes.float32) * sh - pt).reshape(1, 1, 1, oh, 1)
+  base_x = ((ki % kw) * dw).cast(dtypes.float32).reshape(1, 1, K, 1, 1) + (Tensor.arange(ow, device=dev, dtype=dtypes.float32) * sw - pl).reshape(1, 1, 1, 1, ow)
+  y, xx = base_y + off[:, :, :, 0], base_x + off[:, :, :, 1]                 # (N, OG, K, oh, ow)
+  y0, x0 = y.floor(), xx.floor()
+  fy, fx = y - y0, xx - x0
+  img = x.cast(dtypes.float32).reshape(N, OG, C // OG, H * W)
+  P = K * L
+  acc = None
+  for cy, wy in ((y0, 1.0 - fy), (y0 + 1, fy)):
+    for cx, wx in ((x0, 1.0 - fx), (x0 + 1, fx)):
+      ok = (cy >= 0) & (cy <= H - 1) & (cx >= 0) & (cx <= W - 1)
+      pos = ok.where(cy * W + cx, 0.0).cast(dtypes.int32).reshape(N, OG, 1, P).expand(N, OG, C // OG, P)
+      v = ok.where(wy * wx, 0.0).reshape(N, OG, 1, P) * F.gather(img, 3, pos)
+      acc = v if acc is None else acc + v
+  if mask is not None: acc = acc * mask.cast(dtypes.float32).reshape(N, OG, 1, P)
+  cols = acc.reshape(N, G, (C // G) * K, L)                                 # channel-major, then the taps: W's layout
+  out = w.cast(dtypes.float32).reshape(1, G, oC // G, (C // G) * K).matmul(cols).reshape(N, oC, oh, ow)
+  if b is not None: out = out + b.cast(dtypes.float32).reshape(1, oC, 1, 1)
+  return out.cast(x.dtype)
+
 @op("ConvTranspose")
 def conv_transpose(ctx, n, x, w, b=None):
   x, w, b = ctx.t(x), ctx.t(w), ctx.t(b)
