@@ -1,6 +1,6 @@
 """Less common operators: BitCast, SwiGLU, TensorScatter, CausalConvWithState, LinearAttention, AffineGrid,
-GridSample, Col2Im, the window functions, DFT and STFT (as matmuls/convolutions with cos/sin matrices built by
-Tensor ops from the sizes), Binarizer."""
+GridSample, Col2Im, the window functions, MelWeightMatrix, DFT and STFT (as matmuls/convolutions with cos/sin
+matrices built by Tensor ops from the sizes), Binarizer."""
 from __future__ import annotations
 import math
 from typing import Any
@@ -205,6 +205,29 @@ def window(ctx, n, size):
   if n.op == "HannWindow": w = 0.5 - 0.5 * t.cos()
   elif n.op == "HammingWindow": w = 25 / 46 - 21 / 46 * t.cos()
   else: w = 0.42 - 0.5 * t.cos() + 0.08 * (t * 2).cos()
+  return w.cast(ctx.dtype(n.attrs.get("output_datatype", 1)))
+
+@op("MelWeightMatrix")
+def mel_weight_matrix(ctx, n, num_mel_bins, dft_length, sample_rate, lower_hz, upper_hz):
+  """(dft_length//2+1, num_mel_bins) triangular filters: num_mel_bins+2 edges evenly spaced in mel (2595 log10(1 +
+  f/700)) from lower_hz to upper_hz in steps of 1/(num_mel_bins+2) of the range, each mapped to the spectrogram bin
+  floor((dft_length+1) f / sample_rate); filter i rises from edge i to edge i+1 and falls to edge i+2 (ONNX's
+  definition, as its reference computes it; in float64)."""
+  M = int(ctx.scalar(num_mel_bins, "MelWeightMatrix's num_mel_bins"))
+  L = int(ctx.scalar(dft_length, "MelWeightMatrix's dft_length"))
+  S, dev, f64 = L // 2 + 1, ctx.device, dtypes.float64
+  sr, lo, hi = (ctx.t(v).cast(f64).reshape(()) for v in (sample_rate, lower_hz, upper_hz))
+  mel = lambda hz: (hz / 700.0).log1p() * (2595.0 / math.log(10))  # noqa: E731
+  lo_m, hi_m = mel(lo), mel(hi)
+  edges = Tensor.arange(M + 2, device=dev, dtype=f64) * ((hi_m - lo_m) / (M + 2)) + lo_m
+  hz = ((edges / 2595.0) * math.log(10)).expm1() * 700.0
+  b = ((L + 1) * hz / sr).floor()
+  l, c, r = (b[k:k + M].reshape(1, M) for k in range(3))
+  j = Tensor.arange(S, device=dev, dtype=f64).reshape(S, 1)
+  up = (j >= l) & (j <= c) & (c > l)
+  peak = c.eq(l) & j.eq(c)
+  down = (j >= c) & (j < r) & (r > c)
+  w = down.where((r - j) / (r > c).where(r - c, 1.0), up.where((j - l) / (c > l).where(c - l, 1.0), peak.where(1.0, 0.0)))
   return w.cast(ctx.dtype(n.attrs.get("output_datatype", 1)))
 
 def _twiddles(L: int, rows: int, dev: str, inverse: bool) -> tuple[Tensor, Tensor]:
