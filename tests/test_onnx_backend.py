@@ -30,7 +30,6 @@ XFAIL: list[tuple[str, str, bool]] = [
   (r"^test_bernoulli|^test_training_dropout(_default)?(_mask)?$", "random numbers: the expected values come from NumPy's generator, baregrad draws from its own threefry stream on the device", True),
   # operators not implemented yet
   (r"^test_flexattention(?!.*_expanded)", "FlexAttention (ai.onnx.preview, score/prob modifier subgraphs): not implemented", True),
-  (r"^test_scan_sum$", "Scan of opset 8 (batch axis and sequence_lens): not implemented (Scan 9+ is)", True),
   # numerics and the harness
   (r"^test_attention_4d(_gqa_with_past_and_present)?_fp16(_expanded)?$", FP16, True),
   (r"^test_dft_inverse(_opset19)?$", "the expected imaginary parts carry float32 noise (1.9e-7) above the test's atol 1e-7; baregrad's are 3e-15", True),

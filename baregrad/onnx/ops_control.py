@@ -78,7 +78,7 @@ def loop(ctx, n, m=None, cond=None, *carried):
 @op("Scan")
 def scan(ctx, n, *ins):
   body = n.attrs["body"]
-  if n.opset < 9: raise UnsupportedOperator("Scan before opset 9 (with sequence_lens) is not supported")
+  if n.opset < 9: return _scan8(ctx, n, body, *ins)
   k = n.attrs["num_scan_inputs"]
   state, xs = list(ins[:len(ins) - k]), [ctx.t(x) for x in ins[len(ins) - k:]]
   in_axes = n.attrs.get("scan_input_axes", [0] * k)
@@ -103,6 +103,36 @@ def scan(ctx, n, *ins):
     if a: y = y.permute(*range(1, a + 1), 0, *range(a + 1, y.ndim))
     res.append(y)
   return tuple(res)
+
+def _scan8(ctx, n, body, seq_lens, *ins):
+  """Scan of opset 8: every input has a batch axis first and the scan axis second; batch element b runs
+  sequence_lens[b] steps (all of them when omitted), and its scan outputs are padded with zeros after them."""
+  k = n.attrs["num_scan_inputs"]
+  state, xs = [ctx.t(v) for v in ins[:len(ins) - k]], [ctx.t(x) for x in ins[len(ins) - k:]]
+  dirs = n.attrs.get("directions", [0] * k)
+  nout = len(body.outputs) - len(state)
+  B = (state + xs)[0].shape[0]
+  T = xs[0].shape[1] if xs else 0
+  lens = ctx.ints(seq_lens, "Scan's sequence_lens") if seq_lens is not None else []
+  lens = lens or [T] * B  # omitted or empty: every batch element runs the whole sequence
+  if len(lens) != B or any(not 0 <= t <= T for t in lens): raise OnnxError(f"Scan: sequence_lens {lens} must hold {B} lengths in [0, {T}]")
+  finals: list[list[Tensor]] = [[] for _ in state]
+  outs: list[list[Tensor]] = [[] for _ in range(nout)]
+  for b in range(B):
+    st = [s[b] for s in state]
+    seq = [x[b, :lens[b]] for x in xs]
+    seq = [x.flip(0) if d else x for x, d in zip(seq, dirs)]
+    steps: list[list[Tensor]] = [[] for _ in range(nout)]
+    for t in range(lens[b]):
+      r = ctx.run_graph(body, ctx.scope, {vi.name: v for vi, v in zip(body.inputs, st + [x[t] for x in seq])})
+      st = [ctx.t(v) for v in r[:len(st)]]
+      for j, v in enumerate(r[len(st):]): steps[j].append(ctx.t(v))
+    for j, v in enumerate(st): finals[j].append(v)
+    for j, o in enumerate(steps):
+      if not o: raise UnsupportedOperator("Scan (opset 8): a batch element with no steps leaves its scan outputs' shape unknown")
+      y = F.stack(o, 0)
+      outs[j].append(y.pad((0, 0) * (y.ndim - 1) + (0, T - lens[b])) if lens[b] < T else y)
+  return tuple([F.stack(f, 0) for f in finals] + [F.stack(o, 0) for o in outs])
 
 # ---------------------------------------------------------------- sequences
 
