@@ -16,7 +16,6 @@ from baregrad.onnx.backend import BaregradBackend  # noqa: E402
 
 def _needs(*ops: str) -> bool: return any(not hasattr(Tensor, o) for o in ops)
 
-LOWP = "ONNX type with no baregrad dtype (float8 e4m3/e5m2/e8m0, float4 e2m1, int4/uint4, int2/uint2)"
 FP16 = ("float16: differs from the reference by 1-2 ulp at rtol 1e-3, below float16's resolution (both are as far from "
         "the float64 result: attention_4d_fp16 5.0e-4 vs 4.7e-4)")
 # (pattern searched in the test name without its _cpu suffix, reason, applies)
