@@ -167,7 +167,7 @@ def _encode_minifloat(x: Tensor, f: MiniFloat, saturate: bool) -> Tensor:
   elif f.nan == "fn": mag = over.where(0x7F, mag)                          # NaN
   if f.nan == "uz":
     bits = mag.eq(0).where(0, sign | mag)                                  # no -0
-    bits = (isnan | (over if not saturate else isnan)).where(0x80, bits)
+    bits = (isnan if saturate else isnan | over).where(0x80, bits)       # overflow was saturated above, or is NaN
   elif f.nan == "none": bits = isnan.where(0, sign | mag)
   elif f.nan == "fn": bits = isnan.where(sign | 0x7F, sign | mag)
   else: bits = isnan.where(sign | (((1 << f.E) - 1) << f.M) | 2, sign | mag)
