@@ -142,6 +142,7 @@ class AMDProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, img, len(img))
     dev.hdp_flush()
     self.kd_va = self.image.va + k.kd_offset
+    dev.kernel_names[self.kd_va] = name   # to name a dispatch in fault and timeout messages
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return (self.kernarg_size + 63) & ~63
   def __del__(self) -> None:
     try:
