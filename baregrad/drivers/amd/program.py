@@ -146,7 +146,8 @@ class AMDProgram(HCQProgram):
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return (self.kernarg_size + 63) & ~63
   def __del__(self) -> None:
     try:
+      self.dev.kernel_names.pop(self.kd_va, None)
       if not self.dev.closed:
-        self.dev.synchronize()
+        if self.dev._lost is None: self.dev.synchronize()   # a lost device runs nothing that could still read the code
         self.dev._gpu_free(self.image)
     except Exception: pass
