@@ -149,6 +149,12 @@ def _raw_aql(dev: AMDDevice, packet: list[int]) -> None:
 def test_bad_packet_queue_reset_is_reported_and_the_device_recovers(amd):
   k = kernels(amd)
   _raw_aql(amd, [hw.aql_header(hw.AQL_VENDOR, True, 2, 2) | (7 << 16)] + [0] * 15)   # vendor format 7: the CP stops the queue
+  mock = amd.port.mock
+  cq, sq = (mock.queues[i] for i in amd.queue_ids)
+  assert cq.evicted and not sq.evicted   # KFD resets the bad queue alone (kfd_dqm_suspend_bad_queue_mes, set_queue_as_reset)
+  ran = HCQSignal(amd, 0)
+  amd.copy_queue_t().signal(ran, 1).submit(amd)
+  assert ran.value == 1                  # the other queue still runs (the mock's engines run at the doorbell)
   with pytest.raises(AMDFault) as e: amd.synchronize(timeout_ms=2000)
   msg = str(e.value)
   assert "GPU hang/reset" in msg and "reset_cause GPU_HANG" in msg and "memory_lost 1" in msg

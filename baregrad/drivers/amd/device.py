@@ -426,11 +426,11 @@ class AMDDevice(HCQDevice):
       what = (f"{describe_memory_exception(m)} ({where_is(m.va, self.memories)}): KFD evicted this process's queues on the GPU "
               f"(kfd_set_dbg_ev_from_interrupt -> kfd_dqm_evict_pasid)")
     elif (d := self._event_fired(self.hw_event, 0)) is not None:
-      what = f"KFD reports a {describe_hw_exception(d.hw_exception_data)}: the queue it reset no longer runs"
+      what = f"KFD reports a {describe_hw_exception(d.hw_exception_data)}: what it reset no longer runs"
     if not what: return
-    stuck, state = self._stuck(), self.queue_state()
+    stuck, state, log = self._stuck(), self.queue_state(), self._dmesg_hint()   # as the fault left them
     ok, outcome = self._recover(what)
-    raise AMDFault(f"{self.device}: {what}\n{stuck}{outcome}\n{state}{self._dmesg_hint()}", recovered=ok)
+    raise AMDFault(f"{self.device}: {what}\n{stuck}{outcome}\n{state}{log}", recovered=ok)
 
   def _dmesg_hint(self) -> str:
     mock = getattr(getattr(self.port, "inner", self.port), "mock", None)
