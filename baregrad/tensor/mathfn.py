@@ -259,7 +259,7 @@ def norm(x: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtyp
   if dtype is not None: x = x.cast(dtype)
   x = x._float()
   if p == "fro": p = 2
-  if isinstance(p, str) or not isinstance(p, (int, float)): raise ValueError(f"norm: p must be a number or 'fro', got {p!r}")
+  if isinstance(p, str) or not isinstance(p, (int, float)): raise RuntimeError(f"norm: p must be a number or 'fro', got {p!r}")
   if p == math.inf: return x.abs().max(dim, keepdim)
   if p == -math.inf: return x.abs().min(dim, keepdim)
   if p == 0: return x.ne(0).cast(x.dtype).sum(dim, keepdim)

@@ -517,7 +517,7 @@ class Tensor:
     if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
     if mode != "constant":
       from baregrad.tensor.functional import pad as fpad
-      if value is not None: raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
+      if value is not None: raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
       return fpad(self, pad, mode)
     value = 0.0 if value is None else value
     arg = [(0, 0)] * self.ndim
@@ -908,6 +908,7 @@ class Tensor:
     return with_grad(xd.sign() * y, (x, (2 / math.sqrt(math.pi)) * (-(xd * xd)).exp()))
   def gelu(self, approximate: str = "none") -> Tensor:
     """x * Phi(x) with the erf form, or approximate='tanh' for the tanh formula."""
+    if approximate not in ("none", "tanh"): raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
     return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
   def quick_gelu(self) -> Tensor:

@@ -86,7 +86,7 @@ class Module:
     return get_state_dict(self, prefix)
   def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
     """Copy values (Tensors or NumPy arrays) into this module's tensors in place; strict: missing or unexpected keys
-    raise (KeyError naming them); a shape mismatch always raises ValueError. Returns (missing_keys, unexpected_keys)."""
+    raise (KeyError naming them); a shape mismatch always raises ValueError. Both are RuntimeErrors too, as PyTorch's. Returns (missing_keys, unexpected_keys)."""
     from baregrad.tensor.nn.state import load_state_dict
     r = load_state_dict(self, state_dict, strict=strict)
     return IncompatibleKeys(r["missing_keys"], r["unexpected_keys"])
