@@ -57,6 +57,8 @@ CASES = {
   "matmul_inner": (lambda L: L.r(2, 3) @ L.r(4, 2), "3"),
   "matmul_0d": (lambda L: L.r(2, 3).matmul(L.r()), "0-d"),
   "max_empty": (lambda L: L.r(0, 3).max(), "empty"),
+  "max_dim_empty": (lambda L: L.r(0, 3).max(0), "non-zero size"),
+  "amax_dim_empty": (lambda L: L.r(0, 3).amax(0), "non-zero size"),
   "index_too_many": (lambda L: L.r(2, 3)[0, 0, 0], "too many"),
   "index_out_of_range": (lambda L: L.r(2, 3)[5], "5"),
   "slice_step_zero": (lambda L: L.r(3)[::0], "step"),

@@ -213,7 +213,7 @@ def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str, last: 
     m = index.shape[d]
     j = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape((1,) * d + (m,) + (1,) * (nd - d))
     score = oh.where(j, 0)
-    oh = oh & score.eq(score.max(d, keepdim=True))
+    oh = oh & score.eq(score.amax(d, keepdim=True))
   if s is None: v = Tensor.full(index.shape, src, dtype=x.dtype, device=x.device)
   else: v = s.cast(x.dtype)._shrink(tuple((0, i) for i in index.shape))
   contrib = oh.where(v.unsqueeze(-1), _zero(v.unsqueeze(-1))).sum(d)  # (*I without d, n)
@@ -264,7 +264,7 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
     big = reduce == "amax"
     worst = (-math.inf if big else math.inf) if dtypes.is_float(x.dtype) else (dtypes.min(x.dtype) if big else dtypes.max(x.dtype))
     vv = oh.where(v, Tensor.full((), worst, dtype=x.dtype, device=x.device))
-    red = vv.max(d) if big else vv.min(d)
+    red = vv.amax(d) if big else vv.amin(d)
   hit, cnt = oh.any(d), oh.cast(dtypes.int32).sum(d)
   order = list(range(nd - 1))
   order.insert(d, nd - 1)
@@ -732,7 +732,7 @@ def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, retu
   flat = [v for p, e in zip(reversed(p_), reversed(extra)) for v in (p, p + e)]
   xp = x.pad(flat, value=fill) if any(flat) else x
   win = _pool(xp, k_, s_, d_)
-  out = win.max(tuple(range(-nsp, 0)))
+  out = win.amax(tuple(range(-nsp, 0)))
   if not return_indices: return out
   # the flat spatial position of each window's first maximum (PyTorch's indices, for max_unpool)
   i_, K = x.shape[-nsp:], prod(k_)

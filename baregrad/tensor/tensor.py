@@ -1,7 +1,7 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
 import contextlib, math, weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
@@ -71,6 +71,15 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(big) > 1: raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
     out.append(big.pop() if big else 1)
   return tuple(out)
+
+class ValuesIndices(NamedTuple):
+  """(values, indices) as PyTorch's torch.return_types (max, min, cummax, ...): unpacks like a tuple, or by name."""
+  values: Tensor
+  indices: Tensor
+  def __getattr__(self, name: str) -> Any:
+    # a caller that expected a Tensor (tinygrad's max(axis) gives the values alone) is told what it got
+    raise AttributeError(f"(values, indices) has no attribute {name!r}: max(dim)/min(dim) return both, as PyTorch's do; "
+                         f"use .values, or amax(dim)/amin(dim) for the values alone")
 
 class Tensor:
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
@@ -1004,11 +1013,15 @@ class Tensor:
     return tuple(sorted(axes)) if self.ndim else ()
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
+    whole = dim is None
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if any(self.shape[a] == 0 for a in axes):
       from baregrad.ir.ops import identity_element
       if op is Ops.MAX and not (dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool):
-        raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
+        # PyTorch: IndexError naming the empty dim, RuntimeError when no dim was given
+        if whole: raise RuntimeError(f"max/min of an empty tensor (shape {self.shape}) has no identity: specify the reduction dim")
+        raise IndexError(f"max/min: Expected reduction dim {next(a for a in axes if self.shape[a] == 0)} to have non-zero size "
+                         f"(shape {self.shape}, axes {axes}): an empty axis has no identity")
       # pad each empty reduced axis to one identity element: the result stays connected to self (its gradient is empty)
       arg = tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape))
       ident = identity_element(op, self.dtype)
@@ -1034,19 +1047,50 @@ class Tensor:
     dim = axis if dim is None else dim
     x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
     return x._reduce(Ops.MUL, dim, keepdim)
-  def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Maximum over dim (all axes when None); NaN propagates. Unlike torch.max(x, dim), returns only the values (argmax gives indices)."""
+  def amax(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Maximum over dim (an int or a tuple; all axes when None), NaN propagating; the gradient is split evenly between
+    tied maxima, as torch.amax's."""
     dim = axis if dim is None else dim
     if self.dtype == dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, dim, keepdim).bool()
     return self._reduce(Ops.MAX, dim, keepdim)
-  def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Minimum over dim (all axes when None); NaN propagates. Unlike torch.min(x, dim), returns only the values (argmin gives indices)."""
+  def amin(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Minimum over dim (an int or a tuple; all axes when None), NaN propagating; ties split the gradient, as torch.amin's."""
     dim = axis if dim is None else dim
-    if self.dtype == dtypes.bool: return self.logical_not().max(dim, keepdim).logical_not()
+    if self.dtype == dtypes.bool: return self.logical_not().amax(dim, keepdim).logical_not()
     # ints: ~x reverses the order without overflow (-x of the most negative int is itself)
-    if not dtypes.is_float(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
-    return -((-self).max(dim, keepdim))
-  amax, amin = max, min
+    if not dtypes.is_float(self.dtype): return self.bitwise_not().amax(dim, keepdim).bitwise_not()
+    return -((-self).amax(dim, keepdim))
+  def _max_min(self, dim: Any, keepdim: bool, axis: Any, largest: bool) -> Any:
+    if dim is not None and axis is not None and dim is not axis and dim != axis: raise TypeError(f"got both dim={dim} and axis={axis}")
+    dim = axis if dim is None else dim
+    red = self.amax if largest else self.amin
+    if dim is None:
+      if keepdim: raise TypeError(f"{'max' if largest else 'min'}(): keepdim=True needs a dim")
+      return red()
+    if isinstance(dim, Tensor): return self.maximum(dim) if largest else self.minimum(dim)   # torch.max(input, other)
+    # several axes (tinygrad's reduction over a tuple; PyTorch refuses it): the values alone
+    if isinstance(dim, (tuple, list)): return red(tuple(dim), keepdim)
+    d = _axis(dim, self.ndim)
+    if self.ndim == 0: return ValuesIndices(red(), Tensor.zeros((), dtype=dtypes.int64, device=self.device))
+    if self.shape[d] == 0:
+      raise IndexError(f"{'max' if largest else 'min'}(): Expected reduction dim {dim} to have non-zero size (shape {self.shape})")
+    idx = self.argmax(d, keepdim=True) if largest else self.argmin(d, keepdim=True)
+    vals = red(d, keepdim=True)
+    if self.requires_grad:
+      # the gradient goes to the element the index names (PyTorch's rule), not split between ties as amax's
+      pick = Tensor.arange(self.shape[d], device=self.device, dtype=dtypes.int64).reshape((self.shape[d],) + (1,) * (self.ndim - d - 1)).eq(idx)
+      vals = with_grad(vals, (self, pick, (d,)))
+    if not keepdim: vals, idx = vals.squeeze(d), idx.squeeze(d)
+    return ValuesIndices(vals, idx)
+  def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Any:
+    """max(): the maximum of all elements (a 0-d tensor). max(dim, keepdim): (values, indices) along dim as
+    torch.return_types.max (the first maximum's index; NaN counts as the maximum; the gradient goes to that index);
+    axis= is accepted for dim. max(other_tensor) is maximum(); a tuple of dims gives the values alone (amax)."""
+    return self._max_min(dim, keepdim, axis, True)
+  def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Any:
+    """min(): the minimum of all elements (a 0-d tensor). min(dim, keepdim): (values, indices) along dim as
+    torch.return_types.min; axis= is accepted for dim; min(other_tensor) is minimum(); a tuple of dims gives amin."""
+    return self._max_min(dim, keepdim, axis, False)
   def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
     """Mean over dim (all axes when None), in float (ints compute in float32); NaN for an empty reduction."""
     dim = axis if dim is None else dim
@@ -1080,14 +1124,14 @@ class Tensor:
     return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
   def any(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """True where any element over dim is non-zero (bool)."""
-    return self.bool().max(dim, keepdim)
+    return self.bool().amax(dim, keepdim)
   def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """True where every element over dim is non-zero (bool)."""
     return self.logical_not().any(dim, keepdim).logical_not()
   def logsumexp(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over dim, computed after subtracting the maximum (no overflow)."""
     x = self._float()
-    m = x.max(dim, keepdim=True).detach()
+    m = x.amax(dim, keepdim=True).detach()
     m = m.isinf().where(0.0, m)
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze_axes(x._axes(dim))
@@ -1098,13 +1142,13 @@ class Tensor:
     """exp(x) / sum(exp(x)) along dim (axis= accepted too); ints compute in the default float dtype."""
     dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
-    e = (x - x.max(dim, keepdim=True).detach()).exp()
+    e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
   def log_softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
     """x - logsumexp(x) along dim (axis= accepted too), computed after subtracting the maximum."""
     dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
-    m = x - x.max(dim, keepdim=True).detach()
+    m = x - x.amax(dim, keepdim=True).detach()
     return m - m.exp().sum(dim, keepdim=True).log()
   def argmax(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
     """int64 index of the first maximum along dim (axis= accepted too), of the flattened tensor when dim is None; NaN counts as the maximum."""
@@ -1112,11 +1156,11 @@ class Tensor:
     if dim is None: return self.reshape(-1).argmax(0)
     d = _axis(dim, self.ndim)
     n = self.shape[d]
-    m = self.max(d, keepdim=True)
+    m = self.amax(d, keepdim=True)
     # the first index of the maximum: largest (n - i) where x == max
     idx = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - d - 1))
     hit = (self.eq(m) | self.isnan() if dtypes.is_float(self.dtype) else self.eq(m)).where(idx._bcast_to(self.shape), 0)
-    return (n - hit.max(d, keepdim=keepdim)).cast(dtypes.int64)
+    return (n - hit.amax(d, keepdim=keepdim)).cast(dtypes.int64)
   def _bcast_to(self, shape: tuple[int, ...]) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
   def argmin(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
