@@ -647,20 +647,25 @@ class Tensor:
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(q - 1, q)
   def remainder(self, y: Any) -> Tensor:
-    """x - floor(x / y) * y: the sign of y, as Python's %; a zero result keeps the sign of x, as PyTorch's."""
+    """x - floor(x / y) * y: the sign of y, as Python's %. Computed as PyTorch does, from fmod: where fmod's result is
+    nonzero and its sign differs from y's, y is added; so a zero keeps the sign of x, x % inf is x for x >= 0 and
+    inf for x < 0 (-inf: the mirror image), and an infinite x gives NaN."""
     x, yy = self._operands(y)
     if dtypes.is_float(x.dtype):
-      q = (x.detach() / yy.detach()).floor()
-      return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
+      xd, yd = x.detach(), yy.detach()
+      m = _fmod_value(xd, yd)
+      fix = m.ne(0) & (m < 0).ne(yd < 0)
+      return with_grad(fix.where(m + yd, m), (x, xd.ones_like()), (yy, -(xd / yd).floor()))
     r = x._alu(Ops.MOD, yy)
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(r + yy, r)
   def fmod(self, y: Any) -> Tensor:
-    """x - trunc(x / y) * y: the sign of x, as C's fmod (zeros included)."""
+    """x - trunc(x / y) * y: the sign of x, as C's fmod (zeros included); fmod(x, +-inf) is x for finite x, NaN for an
+    infinite x or a zero y."""
     x, yy = self._operands(y)
     if not dtypes.is_float(x.dtype): return x._alu(Ops.MOD, yy)
-    q = (x.detach() / yy.detach()).trunc()
-    return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
+    xd, yd = x.detach(), yy.detach()
+    return with_grad(_fmod_value(xd, yd), (x, xd.ones_like()), (yy, -(xd / yd).trunc()))
   def pow(self, y: Any) -> Tensor:
     """self ** y with PyTorch's special cases (0**0 = 1, 0**-1 = inf, signs of negative bases, ints stay ints); gradients by PyTorch's formulas."""
     if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
@@ -1246,6 +1251,12 @@ def _is_dtype_arg(x: Any) -> bool:
 def _zero_sign_of(r: Tensor, x: Tensor) -> Tensor:
   """r, with its zeros given the sign of x (x * 0 is a zero with x's sign where x is finite)."""
   return r.eq(0).where(x * 0.0, r)
+
+def _fmod_value(x: Tensor, y: Tensor) -> Tensor:
+  """C's fmod for float tensors of one dtype (no gradient): x - trunc(x / y) * y, zeros with the sign of x, and x
+  itself for a finite x and an infinite y (where the formula would give 0 * inf = NaN)."""
+  r = _zero_sign_of(x - (x / y).trunc() * y, x)
+  return (y.isinf() & x.isfinite()).where(x, r)
 
 def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   """x ** y for float tensors of one shape, with C's pow (and PyTorch's) at the edges: exp2(y log2|x|) with the sign
