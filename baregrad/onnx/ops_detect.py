@@ -110,7 +110,7 @@ def roi_align(ctx, n, x, rois, batch_indices):
     Sh = Sw = sr
   else:  # as many samples per bin as the bin is pixels long, rounded up: the largest count sets the grid (read on the host)
     gh, gw = (rh / oh).ceil().maximum(0.0), (rw / ow).ceil().maximum(0.0)
-    Sh, Sw = ctx.ints(F.stack([gh.max(), gw.max()]).cast(dtypes.int64), "RoiAlign's sampling grid")
+    Sh, Sw = ctx.ints(F.stack([gh.amax(), gw.amax()]).cast(dtypes.int64), "RoiAlign's sampling grid")
     Sh, Sw = max(Sh, 1), max(Sw, 1)
   ylo, yhi, wylo, wyhi, yin, yok = _axis_samples(y1, bh, gh, oh, Sh, H, dev)   # (R, oh, Sh)
   xlo, xhi, wxlo, wxhi, xin, xok = _axis_samples(x1, bw, gw, ow, Sw, W, dev)   # (R, ow, Sw)
@@ -132,6 +132,6 @@ def roi_align(ctx, n, x, rois, batch_indices):
     out = s / (gh * gw).maximum(1.0).reshape(R, 1, 1, 1)
   else:
     m = vals[0].maximum(vals[1]).maximum(vals[2]).maximum(vals[3])
-    out = used6.where(m, float("-inf")).max((3, 5))
+    out = used6.where(m, float("-inf")).amax((3, 5))
     out = out.eq(float("-inf")).where(0.0, out)  # a roi with no samples
   return out.cast(x.dtype)
