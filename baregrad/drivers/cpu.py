@@ -84,6 +84,8 @@ LAYOUT: dict[int, tuple[tuple[str, int], ...]] = {
 _SIZE = {op: 1 + sum(n for _, n in lay) for op, lay in LAYOUT.items()}
 _FIELDS = {op: {name: (1 + sum(k for _, k in lay[:i]), n) for i, (name, n) in enumerate(lay)} for op, lay in LAYOUT.items()}
 _M32 = 0xFFFFFFFF
+_EXEC_WORDS = _SIZE[OP_EXEC]
+_EXEC_HDR, _BARRIER_HDR = (OP_EXEC << 16) | _SIZE[OP_EXEC], (OP_BARRIER << 16) | _SIZE[OP_BARRIER]
 
 def _enc(op: int, *vals: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
   """Words for one command; vals in LAYOUT order. Out-of-range values raise when they reach the uint32 array."""
@@ -362,15 +364,24 @@ class QueueEngine:
         if self.pool is None: raise RuntimeError("EXEC on a queue without a thread pool (the copy queue)")
         fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
         if inline:
-          if (est := self.pool.cost.get(fa)) is None or est * gx > self.INLINE_NS: return p
-          # a tiny kernel of known cost runs whole on this thread (what pool.run decides for it too), timed as pool.run
-          # times it, without the pool's bookkeeping: this is most of an eager op's or a jit replay's launch cost
-          self.state = ("exec", fa, gx)
-          fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
-          st = time.perf_counter_ns()
-          if gx: fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
-          if gx: self.pool.cost[fa] = 0.5 * (est + (time.perf_counter_ns() - st) / gx)
-          p += h & 0xFFFF
+          # tiny kernels of known cost run whole on this thread (what pool.run decides for them too), timed as pool.run
+          # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
+          # tight loop. This is most of an eager op's or a jit replay's launch cost.
+          cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
+          while True:
+            if (est := cost.get(fa)) is None or est * gx > limit:
+              self.cur = (addr, nwords, p)
+              return p
+            self.state = ("exec", fa, gx)
+            fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
+            if gx:
+              st = clock()
+              fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
+              cost[fa] = 0.5 * (est + (clock() - st) / gx)
+            p += _EXEC_WORDS
+            while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
+            if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
+            fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
           continue
         self.state = ("exec", fa, gx)
         fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
