@@ -216,6 +216,8 @@ class LLVMRenderer(Renderer):
     # (on AMD's Zen a masked store is microcoded, several times the cost of a plain one: relu(x*y+z) over 16M+3 floats
     # ran at half NumPy's copy bandwidth with masked accesses on every iteration). The branch is always predicted.
     b, al = nm[1:], vd.scalar.itemsize
+    if u.op is Ops.STORE and vd.scalar == dtypes.bool:  # (before the branch: both ways store it)
+      lines.append(f"  {nm}.z = zext {ltype(vd)} {r[u.src[1]]} to {mt}")
     decls.add(f"declare i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1>)")
     lines += [f"  {nm}.all = call i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1> {m})", f"  br i1 {nm}.all, label %{b}.full, label %{b}.part",
               f"{b}.full:"]
@@ -227,10 +229,7 @@ class LLVMRenderer(Renderer):
       if vd.scalar != dtypes.bool: return f"{nm}.m"
       lines.append(f"  {nm} = icmp ne {mt} {nm}.m, zeroinitializer")
       return nm
-    val = r[u.src[1]]
-    if vd.scalar == dtypes.bool:
-      lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {mt}")
-      val = f"{nm}.z"
+    val = f"{nm}.z" if vd.scalar == dtypes.bool else r[u.src[1]]
     decls.add(f"declare void @llvm.masked.store.{sfx}.p0({mt}, ptr, i32 immarg, <{n} x i1>)")
     lines += [f"  store {mt} {val}, ptr {r[idx]}, align {al}", f"  br label %{b}.join", f"{b}.part:",
               f"  call void @llvm.masked.store.{sfx}.p0({mt} {val}, ptr {r[idx]}, i32 {al}, <{n} x i1> {m})",
