@@ -205,12 +205,17 @@ def test_no_kfd_is_unavailable_and_default_falls_back(monkeypatch, capsys):
   with pytest.raises(DeviceUnavailable, match="/dev/kfd not found"): AMDDevice("AMD", port=MockPort(_NoKFD()))
   with pytest.raises(DeviceUnavailable, match="cannot open /dev/kfd.*render"): open_mock(deny=("/dev/kfd",))
   if not os.path.exists("/dev/kfd"):  # this machine: the real port, no amdkfd
-    monkeypatch.delenv("MOCKGPU", raising=False)
-    monkeypatch.setenv("DEV", "AMD")
+    from baregrad.helpers import getenv
     saved = Device._open.pop("AMD", None)
-    Device.reset_default()
-    try: assert Device.DEFAULT == "CPU"
+    try:
+      with monkeypatch.context() as mp:
+        mp.delenv("MOCKGPU", raising=False)
+        mp.setenv("DEV", "AMD")
+        getenv.cache_clear()   # knobs are cached per process: read MOCKGPU unset here, and set again after
+        Device.reset_default()
+        assert Device.DEFAULT == "CPU"
     finally:
+      getenv.cache_clear()
       Device.reset_default()
       if saved is not None: Device._open["AMD"] = saved
     assert "DEV=AMD is unavailable" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from baregrad.hal import Device
 from baregrad.drivers.amd import AMDDevice, AMDFault, scratch
 from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, SCRATCHY, spill_ll, local_array_expected, spill_expected
 from baregrad.drivers.amd_compile import AMDCompiler
-from baregrad.hcq import HCQTimeout
+from baregrad.hcq import HCQSignal, HCQTimeout
 from tests.test_amd_mock import open_mock, default_mock_env  # noqa: F401 (an autouse fixture: MOCKGPU_* set outside do not apply)
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,8 @@ def test_queue_fields_and_growth():
 def test_cp_requests_more_scratch_and_waits():
   """A dispatch whose private segment is larger than the queue's: the CP writes 0x401 (insufficient scratch, wave32)
   into the queue's queue_inactive_signal and waits (ROCr DynamicQueueEventsHandler); the host times out with the
-  reason decoded. Once the runtime has grown the scratch and stored 0 there, the queue goes on."""
+  reason decoded. Once the runtime has grown the scratch and stored 0 there, the queue goes on. (The wait is on a signal of
+  the test's own: a timeout on the device's timeline would recover the device, destroying the waiting queue.)"""
   dev, mock = open_mock()
   try:
     prg = dev.runtime(dev, "scratchy", AMDCompiler("gfx1100").compile_cached(SCRATCHY))
@@ -104,14 +105,15 @@ def test_cp_requests_more_scratch_and_waits():
     lay, mem = dev.scratch
     ctypes.c_uint32.from_address(dev.amd_queue_cpu + scratch.Q_LANE64_SIZE).value = 16   # as if the queue held 32 bytes a lane
     out = dev.allocator.alloc(4 * 32)
-    prg(out, global_size=(1, 1, 1), local_size=(32, 1, 1), vals=(3,))
-    with pytest.raises(HCQTimeout) as e: dev.synchronize(timeout_ms=300)
+    done = HCQSignal(dev, 0)
+    dev.compute_queue_t().exec(prg, prg.fill_kernargs([out], [3]), (1, 1, 1), (32, 1, 1)).signal(done, 1).submit(dev)
+    with pytest.raises(HCQTimeout) as e: done.wait(1, timeout_ms=300)
     assert "needs scratch the queue does not have" in str(mock.queue_state()) and "68 bytes per work-item needed" in mock.dmesg()
     assert ctypes.c_uint64.from_address(sig.cpu + 8).value == 0x401
     assert "queue_inactive_signal" in str(e.value) or "BLOCKED" in mock.queue_state()
     scratch.write_queue_fields(dev.amd_queue_cpu, lay, mem.va)         # the runtime's answer: scratch enough, then restart
     ctypes.c_uint64.from_address(sig.cpu + 8).value = 0
-    dev.synchronize(timeout_ms=5000)
+    done.wait(1, timeout_ms=5000)
     assert get(dev, out, 1)[0] == 7
   finally:
     ctypes.c_uint64.from_address(dev.amd_queue_cpu + scratch.Q_INACTIVE_SIGNAL).value = 0

@@ -46,7 +46,7 @@ def tensor_corpus() -> list[tuple[str, UOp]]:
     for nm in ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "le", "ge"):
       add(f"{nm}_{dt.name}", getattr(a, nm)(b))
     for ax in (0, 1, None):
-      for nm in ("sum", "max", "min", "mean", "prod", "std", "logsumexp"):
+      for nm in ("sum", "amax", "amin", "mean", "prod", "std", "logsumexp"):
         add(f"{nm}{ax}_{dt.name}", getattr(a, nm)(ax) if ax is not None else getattr(a, nm)())
     add(f"softmax_{dt.name}", a.softmax(1)); add(f"cumsum_{dt.name}", a.cumsum(1)); add(f"argmax_{dt.name}", a.argmax(1))
     add(f"matmul_{dt.name}", a @ T((7, 9), dt)); add(f"where_{dt.name}", (a > 0).where(a, b))
@@ -59,7 +59,7 @@ def tensor_corpus() -> list[tuple[str, UOp]]:
       add(f"{nm}_{dt.name}", getattr(a, nm)(b))
     for nm in ("neg", "abs", "sign", "bitwise_not"): add(f"{nm}_{dt.name}", getattr(a, nm)())
     add(f"shl_{dt.name}", a << 3); add(f"shr_{dt.name}", a >> 2); add(f"and_{dt.name}", a & b); add(f"xor_{dt.name}", a ^ b)
-    for ax in (0, 1): add(f"sum{ax}_{dt.name}", a.sum(ax)); add(f"max{ax}_{dt.name}", a.max(ax))
+    for ax in (0, 1): add(f"sum{ax}_{dt.name}", a.sum(ax)); add(f"max{ax}_{dt.name}", a.amax(ax))
     add(f"cumsum_{dt.name}", a.cumsum(0)); add(f"matmul_{dt.name}", a @ T((5, 4), dt))
   x = T((2, 3, 9, 9), dtypes.float32)
   for dt in (dtypes.float32, dtypes.float16):

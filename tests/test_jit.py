@@ -26,6 +26,8 @@ def test_jit_different_shapes_recapture_not_wrong():
   assert len(f.captured) >= 2 or not JIT_ON
 
 def test_jit_training_step_updates_parameters():
+  # seeded: how far 20 steps get depends on the random start (another seed's loss only falls to 0.42 of the first)
+  Tensor.manual_seed(0)
   w = Tensor.rand(8, 1, requires_grad=True)
   @jit
   def step(x, y):

@@ -164,3 +164,24 @@ def test_accuracy_near_zero():
   for name in ("tanh", "sinh", "expm1", "log1p", "asinh", "atanh", "asin", "atan"):
     got, want = getattr(Tensor(x), name)().numpy(), getattr(torch, name)(torch.tensor(x)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=name)
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_remainder_fmod_infinite_divisor(dt):
+  # PyTorch: fmod(x, +-inf) = x for finite x; remainder = fmod + y where fmod is nonzero with the other sign than y
+  # (so x % inf is x for x >= 0, inf for x < 0; -0.0 stays -0.0); an infinite or NaN x gives NaN
+  inf = np.inf
+  x = np.array([3.0, -3.0, 0.0, -0.0, inf, -inf, np.nan, 5.5, -5.5, 1e30, -1e-30, 7.0], dt)
+  for yv in (inf, -inf):
+    y = np.full_like(x, yv)
+    for name in ("remainder", "fmod"):
+      got, want = getattr(Tensor(x), name)(Tensor(y)).numpy(), getattr(torch, name)(torch.tensor(x), torch.tensor(y)).numpy()
+      _same_bits(got, want, f"{name}(x, {yv}) {dt}")
+      got = getattr(Tensor(x), name)(float(yv)).numpy()  # a Python float divisor
+      _same_bits(got, want, f"{name}(x, {yv} scalar) {dt}")
+    _same_bits((Tensor(x) % yv).numpy(), torch.remainder(torch.tensor(x), yv).numpy(), f"% {yv}")
+  # a finite x divided by an infinite y keeps its gradient 1 (and a finite one for y), as PyTorch's
+  xs, ys = np.array([3.0, -3.0, 0.5], np.float32), np.array([inf, inf, -inf], np.float32)
+  for name in ("remainder", "fmod"):
+    bx, tx = Tensor(xs, requires_grad=True), torch.tensor(xs, requires_grad=True)
+    getattr(bx, name)(Tensor(ys)).sum().backward(); getattr(tx, name)(torch.tensor(ys)).sum().backward()
+    np.testing.assert_array_equal(bx.grad.numpy(), tx.grad.numpy(), err_msg=name)

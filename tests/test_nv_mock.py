@@ -443,7 +443,7 @@ def test_tensor_ops_on_mock_nv(nvdev):
   a = Tensor(x, device="NV")
   np.testing.assert_allclose((a * 2 + 1).sum(axis=1).numpy(), (x * 2 + 1).sum(axis=1), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose((a @ Tensor(w, device="NV")).numpy(), x @ w, rtol=1e-4, atol=1e-4)
-  np.testing.assert_allclose(a.exp().max(axis=0).numpy(), np.exp(x).max(axis=0), rtol=1e-5)
+  np.testing.assert_allclose(a.exp().amax(axis=0).numpy(), np.exp(x).max(axis=0), rtol=1e-5)
 
 # ---------------------------------------------------------------- rings wrap, host threads
 def test_rings_wrap():

@@ -40,7 +40,6 @@ XFAIL: list[tuple[str, str, bool]] = [
   (r"^test_attention_4d(_gqa_with_past_and_present)?_fp16(_expanded)?$", FP16, True),
   (r"^test_dft_inverse(_opset19)?$", "the expected imaginary parts carry float32 noise (1.9e-7) above the test's atol 1e-7; baregrad's are 3e-15", True),
   (r"^test_loop16_seq_none$", "onnx's harness compares sequence elements with len(), which fails on 0-d elements whatever the backend returns", True),
-  (r"^test_mod_float_edge_cases_fmod_0_", "Tensor.remainder gives NaN for an infinite divisor (PyTorch and NumPy: x or +-inf): a Tensor-layer fix (issue 9)", True),
   (r"^test_unique_sorted_with(_negative)?_axis", "needs Tensor.unique(dim=) (issue 9: only the flattened input is implemented)", True),
   # Tensor ops the API branch is adding (issue 9): expected to fail only while they are missing
   (r"^test_acos(_example)?$", "needs Tensor.acos (issue 9)", _needs("acos")),

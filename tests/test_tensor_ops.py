@@ -278,7 +278,7 @@ def test_half_precision(dt):
   check(lambda x: cast(x).softmax(-1), a, **tol)
   check(lambda x, y: cast(x) @ cast(y), a, b, **tol)
   if dt == "float16":
-    check(lambda x: cast(x).max(0), a, tfn=lambda x: cast(x).amax(0), **tol)
+    check(lambda x: cast(x).max(0).values, a, **tol)
     check(lambda x: cast(x) + 1.5, a, **tol)
 
 # ---------------------------------------------------------------- reductions
@@ -288,8 +288,8 @@ RED = {
   "sum": (lambda x, **k: x.sum(**k), None, 1e-5),
   "mean": (lambda x, **k: x.mean(**k), None, 1e-5),
   "prod": (lambda x, **k: x.prod(**k), None, 1e-5),
-  "max": (lambda x, **k: x.max(**k), lambda x, **k: x.amax(**k), 0),
-  "min": (lambda x, **k: x.min(**k), lambda x, **k: x.amin(**k), 0),
+  "amax": (lambda x, **k: x.amax(**k), None, 0),
+  "amin": (lambda x, **k: x.amin(**k), None, 0),
   "var": (lambda x, **k: x.var(**k), None, 1e-4),
   "var0": (lambda x, **k: x.var(correction=0, **k), None, 1e-4),
   "std": (lambda x, **k: x.std(**k), None, 1e-4),
@@ -297,8 +297,8 @@ RED = {
   "logsumexp": (lambda x, **k: x.logsumexp(**k), lambda x, dim=None, keepdim=False: x.logsumexp(dim=tuple(range(x.ndim)) if dim is None else dim, keepdim=keepdim), 1e-5),
 }
 
-# sum/mean/max over every dim form; the others over a few (each case compiles a kernel or two)
-RED_CASES = [(n, d) for n in RED for d in DIMS if (n in ("sum", "mean", "max") and d != "d1") or d in ("none", "neg", "tuple_keep")]
+# sum/mean/amax over every dim form; the others over a few (each case compiles a kernel or two)
+RED_CASES = [(n, d) for n in RED for d in DIMS if (n in ("sum", "mean", "amax") and d != "d1") or d in ("none", "neg", "tuple_keep")]
 RED_CASES = [(n, d) for n, d in RED_CASES if not (n == "prod" and d.startswith("tuple"))] + [("prod", "keep")]  # torch.prod takes one dim
 
 @pytest.mark.parametrize("name,dims", RED_CASES)
@@ -308,7 +308,7 @@ def test_reduce(name, dims):
   a = rnd((3, 4, 5), low=0.5 if name == "prod" else -2, high=1.5 if name == "prod" else 2, seed=7)
   check(lambda x: bfn(x, **kw), a, tfn=lambda x: (tfn or bfn)(x, **kw), rtol=rtol, atol=1e-5)
 
-@pytest.mark.parametrize("name", ["sum", "max", "min", "std"])
+@pytest.mark.parametrize("name", ["sum", "amax", "amin", "std"])
 def test_reduce_noncontig_axis_kw(name):
   bfn, tfn, rtol = RED[name]
   a = rnd((6, 5), low=0.5, high=1.5, seed=8)
@@ -357,8 +357,11 @@ def test_argmax_argmin(name):
 
 def test_max_nan_propagates():
   a = np.array([[1.0, np.nan, 3.0], [1.0, 2.0, 3.0]], np.float32)
-  check(lambda x: x.max(1), a, tfn=lambda x: x.amax(1), grad=False)
-  check(lambda x: x.min(1), a, tfn=lambda x: x.amin(1), grad=False)
+  check(lambda x: x.amax(1), a, grad=False)
+  check(lambda x: x.amin(1), a, grad=False)
+  for name in ("max", "min"):
+    check(lambda x: getattr(x, name)(1).values, a, grad=False)
+    check(lambda x: getattr(x, name)(1).indices, a, grad=False)
   check(lambda x: x.sum(1), a, grad=False)
 
 def test_prod_gradient_with_zeros():
@@ -369,8 +372,33 @@ def test_prod_gradient_with_zeros():
 
 def test_max_ties_gradient():
   a = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], np.float32)
-  check(lambda x: x.max(1), a, tfn=lambda x: x.amax(1))
+  check(lambda x: x.amax(1), a)   # amax splits the gradient between ties
   check(lambda x: x.min(), a, tfn=lambda x: x.amin())
+  check(lambda x: x.max(1).values, a)  # max(dim) sends it to the index it reports
+  check(lambda x: x.min(0, keepdim=True).values, a)
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min_dim_returns_values_indices(name):
+  # PyTorch's torch.return_types.max/min: a named tuple for max(dim); a 0-d tensor for max(); axis= is dim
+  a = np.array([[1.0, 3.0, 3.0, -1.0], [2.0, 2.0, 0.5, 2.0], [-4.0, 5.0, 5.0, 6.0]], np.float32)
+  for kw in ({"dim": 1}, {"dim": 0, "keepdim": True}, {"dim": -1}):
+    b, t = getattr(Tensor(a), name)(**kw), getattr(torch.tensor(a), name)(**kw)
+    vals, idx = b
+    assert vals is b.values and idx is b.indices
+    assert_same(vals, t.values, what=f"{name}{kw} values")
+    assert_same(idx, t.indices, what=f"{name}{kw} indices")
+  assert_same(getattr(Tensor(a), name)(axis=1).indices, getattr(torch.tensor(a), name)(axis=1).indices)
+  assert isinstance(getattr(Tensor(a), name)(), Tensor) and getattr(Tensor(a), name)().shape == ()
+  assert_same(getattr(Tensor(a), name)(Tensor(a[::-1].copy())), getattr(torch.tensor(a), name)(torch.tensor(a[::-1].copy())))
+  ints = (a * 3).astype(np.int32)
+  assert_same(getattr(Tensor(ints), name)(0).indices, getattr(torch.tensor(ints), name)(0).indices)
+  assert_same(getattr(Tensor(np.float32(2.5)), name)(0).values, getattr(torch.tensor(np.float32(2.5)), name)(0).values)
+  # a tuple of dims (tinygrad's spelling; PyTorch refuses it) gives the values alone, as amax/amin
+  assert_same(getattr(Tensor(a), name)(axis=(0, 1)), getattr(torch.tensor(a), "a" + name)((0, 1)))
+  # a caller that expected the values alone fails loudly, naming the fix
+  with pytest.raises(AttributeError, match=r"\.values"): getattr(Tensor(a), name)(1).numpy()
+  with pytest.raises(TypeError): getattr(Tensor(a), name)(1) + 1.0
+  with pytest.raises(IndexError, match="non-zero size"): getattr(Tensor(np.zeros((0, 2), np.float32)), name)(0)
 
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_softmax_log_softmax(dim):

@@ -21,7 +21,7 @@ def _repeat_heads(x: Tensor, rep: int) -> Tensor:
 
 def _masked_softmax(s: Tensor) -> Tensor:
   """softmax over the last axis where a row of -inf gives zeros (no NaN)."""
-  m = s.max(-1, keepdim=True)
+  m = s.amax(-1, keepdim=True)
   m = (m.isinf() & (m < 0)).where(0.0, m).cast(s.dtype)
   e = (s - m).exp()
   tot = e.sum(-1, keepdim=True)
@@ -80,7 +80,7 @@ def attention(ctx, n, q, k, v, mask=None, past_k=None, past_v=None, nonpad=None)
   sm_dt = ctx.dtype(a["softmax_precision"]) if "softmax_precision" in a else dt
   p = _masked_softmax(withb.cast(sm_dt))
   if bias is not None:  # a row whose bias is all -inf attends nothing: zeros
-    dead = bias.max(-1, keepdim=True)
+    dead = bias.amax(-1, keepdim=True)
     p = (dead.isinf() & (dead < 0)).where(0.0, p).cast(p.dtype)
   if mode == 3: qk_out = p
   y = p.cast(dt).matmul(vv)

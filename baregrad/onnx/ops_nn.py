@@ -178,7 +178,7 @@ def global_avg_pool(ctx, n, x):
 @op("GlobalMaxPool")
 def global_max_pool(ctx, n, x):
   x = ctx.t(x)
-  return x.max(tuple(range(2, x.ndim)), keepdim=True)
+  return x.amax(tuple(range(2, x.ndim)), keepdim=True)
 @op("GlobalLpPool")
 def global_lp_pool(ctx, n, x):
   x = ctx.t(x)
@@ -369,8 +369,8 @@ def _red_axes(ctx, n, nd: int, axes: Any) -> tuple[int, ...] | None:
 def _reduce(kind: str, x: Tensor, axes: tuple) -> Tensor:
   if kind == "ReduceSum": return x.sum(axes, keepdim=True)
   if kind == "ReduceMean": return x.mean(axes, keepdim=True)
-  if kind == "ReduceMax": return x.max(axes, keepdim=True)
-  if kind == "ReduceMin": return x.min(axes, keepdim=True)
+  if kind == "ReduceMax": return x.amax(axes, keepdim=True)
+  if kind == "ReduceMin": return x.amin(axes, keepdim=True)
   if kind == "ReduceProd": return x.prod(axes, keepdim=True)
   if kind == "ReduceL1": return x.abs().sum(axes, keepdim=True)
   if kind == "ReduceL2": return (x * x).sum(axes, keepdim=True).sqrt()

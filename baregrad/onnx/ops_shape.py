@@ -466,7 +466,7 @@ def unique(ctx, n, x):
     hit = flat.reshape(1, -1).eq(y.reshape(-1, 1))
   # the first position of each unique value: the smallest index where it occurs
   pos = Tensor.arange(L, device=ctx.device, dtype=dtypes.int64)
-  first = hit.where(pos.reshape(1, -1), L).min(1)
+  first = hit.where(pos.reshape(1, -1), L).amin(1)
   if not n.attrs.get("sorted", 1):  # in order of first occurrence
     order = first.argsort()
     y = y[order] if a is None else y[(slice(None),) * a + (order,)]

@@ -32,7 +32,7 @@ def _tuple(v: Any, n: int, name: str) -> tuple[int, ...]:
   if isinstance(v, int): return (v,) * n
   v = tuple(int(x) for x in v)
   if len(v) == 1: return v * n
-  if len(v) != n: raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {v}")
+  if len(v) != n: raise RuntimeError(f"{name} must be an int or a tuple of {n} ints, got {v}")
   return v
 
 def _fit(x: Tensor, axis: int, n: int) -> Tensor:
@@ -71,7 +71,7 @@ def _onehot(idx: Tensor, n: int) -> Tensor:
 def cat(tensors: Sequence[Tensor], dim: int | None = None, axis: int | None = None) -> Tensor:
   """Concatenate along dim: each piece is zero-padded to the full size and the pieces are added (one fused kernel)."""
   ts = list(tensors)
-  if not ts: raise RuntimeError("cat() needs a non-empty sequence of tensors")
+  if not ts: raise ValueError(f"cat(): tensors must be a non-empty sequence of Tensors, got {tensors!r}")  # PyTorch: ValueError
   for i, t in enumerate(ts):
     if not isinstance(t, Tensor): raise TypeError(f"cat(): element {i} is a {type(t).__name__}, not a Tensor")
   d0 = _dim(dim, axis)
@@ -135,8 +135,8 @@ def chunk(tensor: Tensor, chunks: int, dim: int | None = None, axis: int | None 
 def repeat(tensor: Tensor, *sizes: Any) -> Tensor:
   """torch.Tensor.repeat: tile the tensor (expand + reshape, no copy until used)."""
   reps = tuple(int(s) for s in (sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes))
-  if len(reps) < tensor.ndim: raise ValueError(f"repeat: {len(reps)} repeat sizes {reps} for a tensor of {tensor.ndim} dimensions (shape {tensor.shape}): need at least {tensor.ndim}")
-  if any(r < 0 for r in reps): raise ValueError(f"repeat sizes must be non-negative, got {reps}")
+  if len(reps) < tensor.ndim: raise RuntimeError(f"repeat: {len(reps)} repeat sizes {reps} for a tensor of {tensor.ndim} dimensions (shape {tensor.shape}): need at least {tensor.ndim}")
+  if any(r < 0 for r in reps): raise RuntimeError(f"repeat sizes must be non-negative, got {reps}")
   shape = (1,) * (len(reps) - tensor.ndim) + tensor.shape
   x = tensor.reshape(shape)
   if 0 in reps: return Tensor.zeros(*[r * s for r, s in zip(reps, shape)], dtype=tensor.dtype, device=tensor.device)
@@ -150,11 +150,11 @@ def _repeat_axis(x: Tensor, axis: int, times: int) -> Tensor:
 def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
   """Elements shifted by shifts along dims, wrapping around (flattened when dims is None)."""
   if dims is None:
-    if not isinstance(shifts, int) and len(shifts) != 1: raise ValueError(f"roll without dims takes one shift, got {shifts}")
+    if not isinstance(shifts, int) and len(shifts) != 1: raise RuntimeError(f"roll without dims takes one shift, got {shifts}")
     return roll(tensor.reshape(-1), shifts if isinstance(shifts, int) else shifts[0], 0).reshape(tensor.shape)
   sh = (shifts,) if isinstance(shifts, int) else tuple(shifts)
   ds = (dims,) if isinstance(dims, int) else tuple(dims)
-  if len(sh) != len(ds): raise ValueError(f"roll: shifts {sh} and dims {ds} must have the same length")
+  if len(sh) != len(ds): raise RuntimeError(f"roll: shifts {sh} and dims {ds} must have the same length")
   x = tensor
   for s, d in zip(sh, ds):
     d = _axis(d, x.ndim)
@@ -166,7 +166,7 @@ def roll(tensor: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] 
   return x
 
 def _tri_mask(x: Tensor, diagonal: int, lower: bool) -> Tensor:
-  if x.ndim < 2: raise ValueError(f"tril/triu need a tensor of at least 2 dimensions, got shape {x.shape}")
+  if x.ndim < 2: raise RuntimeError(f"tril/triu need a tensor of at least 2 dimensions, got shape {x.shape}")
   n, m = x.shape[-2:]
   diff = Tensor.arange(m, device=x.device, dtype=dtypes.int32).reshape(1, m) - Tensor.arange(n, device=x.device, dtype=dtypes.int32).reshape(n, 1)
   return diff <= diagonal if lower else diff >= diagonal
@@ -213,7 +213,7 @@ def _scatter_parts(x: Tensor, d: int, index: Tensor, src: Any, name: str, last: 
     m = index.shape[d]
     j = Tensor.arange(1, m + 1, device=x.device, dtype=dtypes.int32).reshape((1,) * d + (m,) + (1,) * (nd - d))
     score = oh.where(j, 0)
-    oh = oh & score.eq(score.max(d, keepdim=True))
+    oh = oh & score.eq(score.amax(d, keepdim=True))
   if s is None: v = Tensor.full(index.shape, src, dtype=x.dtype, device=x.device)
   else: v = s.cast(x.dtype)._shrink(tuple((0, i) for i in index.shape))
   contrib = oh.where(v.unsqueeze(-1), _zero(v.unsqueeze(-1))).sum(d)  # (*I without d, n)
@@ -233,7 +233,7 @@ def scatter(input: Tensor, dim: int, index: Tensor, src: Any = None, value: Any 
   if reduce == "add": return scatter_add(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device))
   if reduce == "multiply":
     return scatter_reduce(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device), "prod")
-  if reduce is not None: raise ValueError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
+  if reduce is not None: raise RuntimeError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
   contrib, hit = _scatter_parts(input, d, index, src, "scatter", last=True)
   return hit.where(contrib, input)
 
@@ -264,7 +264,7 @@ def scatter_reduce(input: Tensor, dim: int, index: Tensor, src: Tensor, reduce: 
     big = reduce == "amax"
     worst = (-math.inf if big else math.inf) if dtypes.is_float(x.dtype) else (dtypes.min(x.dtype) if big else dtypes.max(x.dtype))
     vv = oh.where(v, Tensor.full((), worst, dtype=x.dtype, device=x.device))
-    red = vv.max(d) if big else vv.min(d)
+    red = vv.amax(d) if big else vv.amin(d)
   hit, cnt = oh.any(d), oh.cast(dtypes.int32).sum(d)
   order = list(range(nd - 1))
   order.insert(d, nd - 1)
@@ -313,7 +313,7 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
   """Coordinate grids from 1-D (or 0-d) tensors: with 'ij' output k varies along axis k; 'xy' swaps the first two
   axes (NumPy's default). Views (reshape + expand), no copies."""
   ts = list(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else list(tensors)
-  if indexing not in ("ij", "xy"): raise ValueError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+  if indexing not in ("ij", "xy"): raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
   if not ts: raise RuntimeError("meshgrid: expects a non-empty list of tensors")
   for i, t in enumerate(ts):
     if not isinstance(t, Tensor): raise TypeError(f"meshgrid: element {i} is a {type(t).__name__}, not a Tensor")
@@ -347,12 +347,12 @@ def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0,
   """torch.nn.functional.unfold (im2col): sliding blocks of a (N, C, H, W) or (C, H, W) input as columns,
   (N, C * kh * kw, L) with L the number of blocks; built from movement ops (no copy until used)."""
   x = input
-  if x.ndim not in (3, 4): raise ValueError(f"unfold: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {x.shape}")
+  if x.ndim not in (3, 4): raise RuntimeError(f"unfold: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {x.shape}")
   unbatched = x.ndim == 3
   if unbatched: x = x.unsqueeze(0)
   k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((kernel_size, "kernel_size"), (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
   if any(v <= 0 for v in k_ + d_ + s_) or any(v < 0 for v in p_):
-    raise ValueError(f"unfold: kernel_size {k_}, dilation {d_} and stride {s_} must be positive and padding {p_} non-negative")
+    raise RuntimeError(f"unfold: kernel_size {k_}, dilation {d_} and stride {s_} must be positive and padding {p_} non-negative")
   N, C = x.shape[:2]
   xp = x._pad(((0, 0), (0, 0)) + tuple((p, p) for p in p_))
   win = _pool(xp, k_, s_, d_)                                              # (N, C, oh, ow, kh, kw)
@@ -364,7 +364,7 @@ def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, p
   """torch.nn.functional.fold (col2im), the adjoint of unfold: columns (N, C * kh * kw, L) summed back into a
   (N, C, H, W) image where blocks overlap. Each kernel offset is a strided placement (pad + reshape) of its column."""
   x = input
-  if x.ndim not in (2, 3): raise ValueError(f"fold: input must be 2-D or 3-D (N, C * kh * kw, L), got shape {x.shape}")
+  if x.ndim not in (2, 3): raise RuntimeError(f"fold: input must be 2-D or 3-D (N, C * kh * kw, L), got shape {x.shape}")
   unbatched = x.ndim == 2
   if unbatched: x = x.unsqueeze(0)
   o_, k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((output_size, "output_size"), (kernel_size, "kernel_size"), (dilation, "dilation"),
@@ -392,8 +392,8 @@ def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, p
 def _max_unpool(x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any, nsp: int, name: str) -> Tensor:
   if not isinstance(indices, Tensor) or dtypes.is_float(indices.dtype) or indices.dtype == dtypes.bool:
     raise TypeError(f"{name}: indices must be an integer tensor, got {indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
-  if x.ndim not in (nsp + 1, nsp + 2): raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
-  if indices.shape != x.shape: raise ValueError(f"{name}: indices of shape {indices.shape} must have the input's shape {x.shape}")
+  if x.ndim not in (nsp + 1, nsp + 2): raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if indices.shape != x.shape: raise RuntimeError(f"{name}: indices of shape {indices.shape} must have the input's shape {x.shape}")
   k_ = _tuple(kernel_size, nsp, "kernel_size")
   s_ = k_ if stride is None else _tuple(stride, nsp, "stride")
   p_ = _tuple(padding, nsp, "padding")
@@ -433,7 +433,7 @@ def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Te
   """The diagonal of dims (dim1, dim2) as a new last axis (a view: shrink, reshape, pad)."""
   x = input
   a, b = _axis(dim1, x.ndim), _axis(dim2, x.ndim)
-  if a == b: raise ValueError(f"diagonal: dim1 and dim2 are the same dimension {a}")
+  if a == b: raise RuntimeError(f"diagonal: dim1 and dim2 are the same dimension {a}")
   x = x.permute(*[k for k in range(x.ndim) if k not in (a, b)], a, b)
   n, m = x.shape[-2:]
   lo_r, lo_c = (0, offset) if offset >= 0 else (-offset, 0)
@@ -448,7 +448,7 @@ def diagonal(input: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Te
 def diag(input: Tensor, diagonal: int = 0) -> Tensor:
   """A 1-D tensor's values on a square matrix's diagonal (offset by diagonal), or a 2-D tensor's diagonal."""
   if input.ndim == 2: return globals()["diagonal"](input, diagonal, 0, 1)
-  if input.ndim != 1: raise ValueError(f"diag needs a 1-D or 2-D tensor, got shape {input.shape}")
+  if input.ndim != 1: raise RuntimeError(f"diag needs a 1-D or 2-D tensor, got shape {input.shape}")
   n = input.shape[0]
   eye = Tensor.arange(n, device=input.device, dtype=dtypes.int32)
   sq = eye.reshape(n, 1).eq(eye.reshape(1, n)).where(input.reshape(1, n), _zero(input.reshape(1, n)))
@@ -462,7 +462,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   eq = equation.replace(" ", "")
   lhs, rhs = (eq.split("->") + [None])[:2] if "->" in eq else (eq, None)
   terms = lhs.split(",")
-  if len(terms) != len(ops): raise ValueError(f"einsum {equation!r}: {len(terms)} operand terms but {len(ops)} tensors given")
+  if len(terms) != len(ops): raise RuntimeError(f"einsum {equation!r}: {len(terms)} operand terms but {len(ops)} tensors given")
   used = set(c for c in eq if c.isalpha())
   free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in used]
   ell_nd = 0
@@ -473,10 +473,10 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   for i, (t, x) in enumerate(zip(terms, ops)):
     if "..." in t:
       k = x.ndim - (len(t) - 3)
-      if k < 0: raise ValueError(f"einsum {equation!r}: operand {i} has {x.ndim} dimensions (shape {x.shape}), fewer than term {t!r} names")
+      if k < 0: raise RuntimeError(f"einsum {equation!r}: operand {i} has {x.ndim} dimensions (shape {x.shape}), fewer than term {t!r} names")
       t = t.replace("...", ell[ell_nd - k:])
-    if not all(c.isalpha() for c in t): raise ValueError(f"einsum {equation!r}: invalid subscript in {t!r}")
-    if len(t) != x.ndim: raise ValueError(f"einsum {equation!r}: term {t!r} names {len(t)} dimensions but operand {i} has shape {x.shape}")
+    if not all(c.isalpha() for c in t): raise RuntimeError(f"einsum {equation!r}: invalid subscript in {t!r}")
+    if len(t) != x.ndim: raise RuntimeError(f"einsum {equation!r}: term {t!r} names {len(t)} dimensions but operand {i} has shape {x.shape}")
     norm.append(t)
   if rhs is None:
     counts: dict[str, int] = {}
@@ -485,14 +485,14 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
   else:
     rhs = rhs.replace("...", ell)
-    if not all(c.isalpha() for c in rhs) or len(set(rhs)) != len(rhs): raise ValueError(f"einsum {equation!r}: invalid output subscripts {rhs!r}")
+    if not all(c.isalpha() for c in rhs) or len(set(rhs)) != len(rhs): raise RuntimeError(f"einsum {equation!r}: invalid output subscripts {rhs!r}")
   # repeated letters within one operand: take the diagonal
   xs: list[Tensor] = []
   for t, x in zip(norm, ops):
     while len(set(t)) != len(t):
       c = next(c for c in t if t.count(c) > 1)
       p = t.index(c); q = t.index(c, p + 1)
-      if x.shape[p] != x.shape[q]: raise ValueError(f"einsum {equation!r}: subscript {c!r} repeated with sizes {x.shape[p]} and {x.shape[q]}")
+      if x.shape[p] != x.shape[q]: raise RuntimeError(f"einsum {equation!r}: subscript {c!r} repeated with sizes {x.shape[p]} and {x.shape[q]}")
       x = diagonal(x, 0, p, q)
       t = "".join(ch for k, ch in enumerate(t) if k not in (p, q)) + c
     xs.append(x); norm_t = t
@@ -501,10 +501,10 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   for t, x in zip(norm, xs):
     for c, s in zip(t, x.shape):
       if c in sizes and sizes[c] != s and 1 not in (sizes[c], s):
-        raise ValueError(f"einsum {equation!r}: subscript {c!r} has size {sizes[c]} in one operand and {s} in another")
+        raise RuntimeError(f"einsum {equation!r}: subscript {c!r} has size {sizes[c]} in one operand and {s} in another")
       sizes[c] = max(sizes.get(c, s), s) if 1 in (sizes.get(c, s), s) else s
   for c in rhs:
-    if c not in sizes: raise ValueError(f"einsum {equation!r}: output subscript {c!r} appears in no input")
+    if c not in sizes: raise RuntimeError(f"einsum {equation!r}: output subscript {c!r} appears in no input")
   contracted = [c for t in norm for c in t if c not in rhs]
   order = list(rhs) + list(dict.fromkeys(contracted))
   aligned = []
@@ -531,6 +531,7 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
   'reflect', 'replicate' or 'circular' (the last three built from slices, flips and expands joined with cat)."""
   if mode == "constant": return input.pad(pad, "constant", 0.0 if value is None else value)
   if mode not in ("reflect", "replicate", "circular"): raise NotImplementedError(f"pad: unrecognised padding mode {mode!r}: expected 'constant', 'reflect', 'replicate' or 'circular'")
+  if value is not None: raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
   if len(pad) % 2 or len(pad) // 2 > input.ndim: raise RuntimeError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
   x = input
   for i in range(len(pad) // 2):
@@ -590,12 +591,12 @@ def _conv_padding(padding: Any, k_: tuple[int, ...], d_: tuple[int, ...], s_: tu
   if isinstance(padding, str):
     if padding == "valid": return [(0, 0)] * n
     if padding == "same":
-      if any(s != 1 for s in s_): raise ValueError(f"{name}: padding='same' is not supported for strided convolutions (stride={s_})")
+      if any(s != 1 for s in s_): raise RuntimeError(f"{name}: padding='same' is not supported for strided convolutions (stride={s_})")
       tot = [d * (k - 1) for k, d in zip(k_, d_)]
       return [(t // 2, t - t // 2) for t in tot]
-    raise ValueError(f"{name}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}")
+    raise RuntimeError(f"{name}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}")
   p = _tuple(padding, n, "padding")
-  if any(v < 0 for v in p): raise ValueError(f"{name}: negative padding {p}")
+  if any(v < 0 for v in p): raise RuntimeError(f"{name}: negative padding {p}")
   return [(v, v) for v in p]
 
 def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
@@ -617,7 +618,7 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   if Cout % groups: raise RuntimeError(f"{name}: out_channels {Cout} (weight shape {w.shape}) is not divisible by groups={groups}")
   if bias is not None and bias.shape != (Cout,): raise RuntimeError(f"{name}: bias must have shape ({Cout},), got {bias.shape}")
   s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
-  if any(v <= 0 for v in s_ + d_): raise ValueError(f"{name}: stride {s_} and dilation {d_} must be positive")
+  if any(v <= 0 for v in s_ + d_): raise RuntimeError(f"{name}: stride {s_} and dilation {d_} must be positive")
   pads = _conv_padding(padding, k_, d_, s_, name)
   x = x._pad(((0, 0), (0, 0)) + tuple(pads))
   win = _pool(x, k_, s_, d_)                                   # (N, C, *o, *k)
@@ -674,7 +675,7 @@ def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, pa
   s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
   p_, op_ = _tuple(padding, nsp, "padding"), _tuple(output_padding, nsp, "output_padding")
   for op, s, d in zip(op_, s_, d_):
-    if op >= max(s, d): raise ValueError(f"{name}: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+    if op >= max(s, d): raise RuntimeError(f"{name}: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
   N, i_ = x.shape[0], x.shape[2:]
   # zeros between the elements: (i) -> (i, 1) padded to (i, s) -> (i*s) cropped to (i-1)*s+1
   if any(s > 1 for s in s_):
@@ -689,20 +690,20 @@ def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, pa
   return out.squeeze(0) if unbatched else out
 
 def _pool_args(x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, nsp: int, name: str):
-  if x.ndim not in (nsp + 1, nsp + 2): raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if x.ndim not in (nsp + 1, nsp + 2): raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
   k_ = _tuple(kernel_size, nsp, "kernel_size")
   s_ = k_ if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _tuple(stride, nsp, "stride")
   p_, d_ = _tuple(padding, nsp, "padding"), _tuple(dilation, nsp, "dilation")
-  if any(v <= 0 for v in k_ + s_ + d_): raise ValueError(f"{name}: kernel_size {k_}, stride {s_} and dilation {d_} must be positive")
+  if any(v <= 0 for v in k_ + s_ + d_): raise RuntimeError(f"{name}: kernel_size {k_}, stride {s_} and dilation {d_} must be positive")
   for k, p, d in zip(k_, p_, d_):
-    if p < 0 or p > (d * (k - 1) + 1) // 2: raise ValueError(f"{name}: padding {p_} must be non-negative and at most half the effective kernel size {k_}")
+    if p < 0 or p > (d * (k - 1) + 1) // 2: raise RuntimeError(f"{name}: padding {p_} must be non-negative and at most half the effective kernel size {k_}")
   i_ = x.shape[-nsp:]
   o_ = []
   for i, k, s, p, d in zip(i_, k_, s_, p_, d_):
     num = i + 2 * p - d * (k - 1) - 1
     o = (-(-num // s) if ceil_mode else num // s) + 1
     if ceil_mode and (o - 1) * s >= i + p: o -= 1
-    if o <= 0: raise ValueError(f"{name}: input of shape {x.shape} is too small for kernel {k_}, padding {p_}, dilation {d_}: output size {o}")
+    if o <= 0: raise RuntimeError(f"{name}: input of shape {x.shape} is too small for kernel {k_}, padding {p_}, dilation {d_}: output size {o}")
     o_.append(o)
   # extra right padding so the last (ceil_mode) window fits
   extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (i + 2 * p)) for o, i, k, s, p, d in zip(o_, i_, k_, s_, p_, d_)]
@@ -731,7 +732,7 @@ def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, retu
   flat = [v for p, e in zip(reversed(p_), reversed(extra)) for v in (p, p + e)]
   xp = x.pad(flat, value=fill) if any(flat) else x
   win = _pool(xp, k_, s_, d_)
-  out = win.max(tuple(range(-nsp, 0)))
+  out = win.amax(tuple(range(-nsp, 0)))
   if not return_indices: return out
   # the flat spatial position of each window's first maximum (PyTorch's indices, for max_unpool)
   i_, K = x.shape[-nsp:], prod(k_)
@@ -771,24 +772,26 @@ def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode:
   are the nearest source position, or the two linear weights) built from the sizes; the data path is a matmul."""
   x = input
   nsp = x.ndim - 2
-  if nsp < 1: raise ValueError(f"interpolate: input must have at least 3 dimensions (N, C, *spatial), got shape {x.shape}")
+  # PyTorch raises NotImplementedError for an input rank or mode it has no kernel for
+  if nsp < 1: raise NotImplementedError(f"interpolate: input must have at least 3 dimensions (N, C, *spatial), got shape {x.shape}")
   want = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
-  if mode in want and want[mode] != nsp: raise ValueError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
+  if mode in want and want[mode] != nsp: raise NotImplementedError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
   if mode not in ("nearest", "nearest-exact", "area") and mode not in want:
-    raise ValueError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got {mode!r}")
+    raise NotImplementedError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got {mode!r}")
   if antialias: raise NotImplementedError("interpolate: antialias=True is not implemented")
   if mode.startswith("nearest") and align_corners is not None: raise ValueError("interpolate: align_corners only applies to the linear modes")
   i_ = x.shape[2:]
   if (size is None) == (scale_factor is None): raise ValueError("interpolate: give exactly one of size and scale_factor")
   if size is not None:
-    o_ = _tuple(size, nsp, "size")
+    o_ = (int(size),) * nsp if isinstance(size, int) else tuple(int(v) for v in size)
+    if len(o_) != nsp: raise ValueError(f"interpolate: size {tuple(size)} must name {nsp} spatial sizes (input shape {x.shape})")
     scales: list[float | None] = [None] * nsp
   else:
     sf = (float(scale_factor),) * nsp if isinstance(scale_factor, (int, float)) else tuple(float(v) for v in scale_factor)
     if len(sf) != nsp: raise ValueError(f"interpolate: scale_factor {scale_factor} for {nsp} spatial dims")
     o_ = tuple(int(math.floor(i * s)) for i, s in zip(i_, sf))
     scales = [None if recompute_scale_factor else s for s in sf]
-  if any(o <= 0 for o in o_): raise ValueError(f"interpolate: output size {o_} must be positive (input shape {x.shape})")
+  if any(o <= 0 for o in o_): raise RuntimeError(f"interpolate: output size {o_} must be positive (input shape {x.shape})")
   if mode == "area": return _adaptive_avg_pool(x, o_, nsp, "interpolate")
   x = x._float() if mode in want else x
   for j, (i, o, sc) in enumerate(zip(i_, o_, scales)):
@@ -813,11 +816,14 @@ def _resample(x: Tensor, ax: int, m: list[list[float]]) -> Tensor:
   return y.transpose(ax, -1)
 
 def _adaptive_avg_pool(x: Tensor, output_size: Any, nsp: int, name: str) -> Tensor:
-  if x.ndim not in (nsp + 1, nsp + 2): raise ValueError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if x.ndim not in (nsp + 1, nsp + 2): raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
   i_ = x.shape[-nsp:]
-  o_ = tuple(i if o is None else int(o) for i, o in zip(i_, (output_size,) * nsp if isinstance(output_size, int) or output_size is None else output_size))
-  if len(o_) != nsp or any(o <= 0 for o in o_): raise ValueError(f"{name}: output_size {output_size} must be {nsp} positive sizes")
+  req = (output_size,) * nsp if isinstance(output_size, int) or output_size is None else tuple(output_size)
+  if len(req) != nsp: raise RuntimeError(f"{name}: output_size {output_size} must name {nsp} sizes")
+  o_ = tuple(i if o is None else int(o) for i, o in zip(i_, req))
+  if any(o < 0 for o in o_): raise RuntimeError(f"{name}: output_size {output_size} must be non-negative")
   x = x._float()
+  if 0 in o_: return Tensor.zeros(*x.shape[:-nsp], *o_, dtype=x.dtype, device=x.device)  # an empty result, as PyTorch
   for j, (i, o) in enumerate(zip(i_, o_)):
     if i == o: continue
     ax = x.ndim - nsp + j
@@ -895,9 +901,9 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
   """Normalize over the trailing normalized_shape axes (mean 0, variance 1, biased), then scale by weight and shift by bias."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
   if input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
-    raise ValueError(f"layer_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
+    raise RuntimeError(f"layer_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
   for nm, t in (("weight", weight), ("bias", bias)):
-    if t is not None and t.shape != ns: raise ValueError(f"layer_norm: {nm} of shape {t.shape}, expected {ns}")
+    if t is not None and t.shape != ns: raise RuntimeError(f"layer_norm: {nm} of shape {t.shape}, expected {ns}")
   axes = tuple(range(input.ndim - len(ns), input.ndim))
   x = input._float()
   mean = x.mean(axes, keepdim=True)
@@ -909,7 +915,7 @@ def rms_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None,
   """x / sqrt(mean(x^2) + eps) over the trailing normalized_shape axes, times weight; eps defaults to the dtype's epsilon."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
   if input.shape[input.ndim - len(ns):] != ns or len(ns) > input.ndim:
-    raise ValueError(f"rms_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
+    raise RuntimeError(f"rms_norm: normalized_shape {ns} does not match the trailing dimensions of the input shape {input.shape}")
   x = input._float()
   if eps is None: eps = {dtypes.float16: 2 ** -10, dtypes.bfloat16: 2 ** -7, dtypes.float64: 2 ** -52}.get(x.dtype, 2 ** -23)
   axes = tuple(range(input.ndim - len(ns), input.ndim))
@@ -920,10 +926,10 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
                training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
   """Normalize over every axis but the channels (axis 1). In training, the batch statistics are used and the running
   statistics (when given) are updated in place with assign: r = (1 - momentum) * r + momentum * batch (unbiased var)."""
-  if input.ndim < 2: raise ValueError(f"batch_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
+  if input.ndim < 2: raise RuntimeError(f"batch_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
   C = input.shape[1]
   for nm, t in (("running_mean", running_mean), ("running_var", running_var), ("weight", weight), ("bias", bias)):
-    if t is not None and t.shape != (C,): raise ValueError(f"batch_norm: {nm} of shape {t.shape}, expected ({C},) for input of shape {input.shape}")
+    if t is not None and t.shape != (C,): raise RuntimeError(f"batch_norm: {nm} of shape {t.shape}, expected ({C},) for input of shape {input.shape}")
   shape = (1, C) + (1,) * (input.ndim - 2)
   axes = tuple(k for k in range(input.ndim) if k != 1)
   x = input._float()
@@ -940,17 +946,17 @@ def batch_norm(input: Tensor, running_mean: Tensor | None, running_var: Tensor |
       running_var.assign(running_var.detach() * (1 - momentum) + (var.detach().reshape(C) * (n / (n - 1))).cast(running_var.dtype) * momentum)
     out = xc * (var + eps).rsqrt()
   else:
-    if running_mean is None or running_var is None: raise ValueError("batch_norm: running_mean and running_var are needed when not training")
+    if running_mean is None or running_var is None: raise RuntimeError("batch_norm: running_mean and running_var are needed when not training")
     out = (x - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
   return _affine(out, weight, bias, shape)
 
 def group_norm(input: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
   """Normalize each of num_groups channel groups over (its channels, *spatial) of a (N, C, *) input, then the per-channel affine."""
-  if input.ndim < 2: raise ValueError(f"group_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
+  if input.ndim < 2: raise RuntimeError(f"group_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
   N, C = input.shape[:2]
-  if num_groups <= 0 or C % num_groups: raise ValueError(f"group_norm: {C} channels (input shape {input.shape}) are not divisible into num_groups={num_groups}")
+  if num_groups <= 0 or C % num_groups: raise RuntimeError(f"group_norm: {C} channels (input shape {input.shape}) are not divisible into num_groups={num_groups}")
   for nm, t in (("weight", weight), ("bias", bias)):
-    if t is not None and t.shape != (C,): raise ValueError(f"group_norm: {nm} of shape {t.shape}, expected ({C},)")
+    if t is not None and t.shape != (C,): raise RuntimeError(f"group_norm: {nm} of shape {t.shape}, expected ({C},)")
   x = input._float().reshape(N, num_groups, -1)
   mean = x.mean(-1, keepdim=True)
   xc = x - mean
@@ -965,12 +971,12 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
   """softmax(q k^T * scale + mask) v. A bool mask keeps where True; a float mask is added. Dropout on the weights
   applies whenever dropout_p > 0, as in PyTorch."""
   q, k, v = query, key, value
-  if q.ndim < 2 or k.ndim < 2 or v.ndim < 2: raise ValueError(f"scaled_dot_product_attention: q, k, v need at least 2 dimensions, got {q.shape}, {k.shape}, {v.shape}")
-  if q.shape[-1] != k.shape[-1]: raise ValueError(f"scaled_dot_product_attention: query {q.shape} and key {k.shape} differ in the embedding dimension")
-  if k.shape[-2] != v.shape[-2]: raise ValueError(f"scaled_dot_product_attention: key {k.shape} and value {v.shape} differ in the sequence dimension")
+  if q.ndim < 2 or k.ndim < 2 or v.ndim < 2: raise RuntimeError(f"scaled_dot_product_attention: q, k, v need at least 2 dimensions, got {q.shape}, {k.shape}, {v.shape}")
+  if q.shape[-1] != k.shape[-1]: raise RuntimeError(f"scaled_dot_product_attention: query {q.shape} and key {k.shape} differ in the embedding dimension")
+  if k.shape[-2] != v.shape[-2]: raise RuntimeError(f"scaled_dot_product_attention: key {k.shape} and value {v.shape} differ in the sequence dimension")
   if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:
     hq, hk = q.shape[-3], k.shape[-3]
-    if hq % hk: raise ValueError(f"scaled_dot_product_attention: {hq} query heads are not a multiple of {hk} key/value heads")
+    if hq % hk: raise RuntimeError(f"scaled_dot_product_attention: {hq} query heads are not a multiple of {hk} key/value heads")
     def _rep(t: Tensor) -> Tensor:
       s = t.shape
       return t.unsqueeze(-3).expand(s[:-2] + (hq // hk,) + s[-2:]).reshape(s[:-3] + (hq,) + s[-2:])
@@ -979,7 +985,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
   sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
   attn = q.matmul(k.transpose(-2, -1)) * sc
   if is_causal:
-    if attn_mask is not None: raise ValueError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+    if attn_mask is not None: raise RuntimeError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     attn_mask = _tri_mask(Tensor.full((L, S), True, device=q.device), 0, True)
   if attn_mask is not None:
     if attn_mask.dtype == dtypes.bool: attn = attn_mask.where(attn, -math.inf)
@@ -1000,7 +1006,9 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
 def _class_shape(input: Tensor, target: Tensor, name: str) -> None:
   want = input.shape[:1] + input.shape[2:] if input.ndim >= 2 else ()
   if target.shape != want:
-    raise ValueError(f"{name}: target of shape {target.shape} does not match input of shape {input.shape} (expected target shape {want})")
+    # a batch size that differs is a ValueError in PyTorch, any other shape a RuntimeError
+    exc = ValueError if target.ndim >= 1 and want and target.shape[0] != want[0] else RuntimeError
+    raise exc(f"{name}: target of shape {target.shape} does not match input of shape {input.shape} (expected target shape {want})")
 
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
   """Negative log-likelihood of class-index targets; input is (N, C, ...) or (C,) of log-probabilities."""
@@ -1009,7 +1017,7 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
   _class_shape(input, target, "nll_loss")
   if dtypes.is_float(target.dtype): raise TypeError(f"nll_loss: class-index target must be an integer tensor, got {target.dtype}")
   C = input.shape[1]
-  if weight is not None and weight.shape != (C,): raise ValueError(f"nll_loss: weight of shape {weight.shape}, expected ({C},)")
+  if weight is not None and weight.shape != (C,): raise RuntimeError(f"nll_loss: weight of shape {weight.shape}, expected ({C},)")
   x = input.permute(0, *range(2, input.ndim), 1) if input.ndim > 2 else input   # (N, ..., C)
   valid = target.ne(ignore_index)
   oh = checked(_onehot(target, C), valid.where(target, 0), 0, C, f"nll_loss/cross_entropy: target {{index}} is out of bounds for {C} classes")  # (N, ..., C)
@@ -1027,14 +1035,14 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
   """Cross entropy of logits (N, C, ...) or (C,) against class indices or class probabilities (PyTorch's formulas,
   label smoothing and class weights included)."""
   if size_average is not None or reduce is not None: raise TypeError("cross_entropy: size_average and reduce are deprecated; use reduction")
-  if not 0.0 <= label_smoothing <= 1.0: raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+  if not 0.0 <= label_smoothing <= 1.0: raise RuntimeError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
   cdim = 0 if input.ndim == 1 else 1
   C = input.shape[cdim]
   logp = input.log_softmax(cdim)
   wshape = tuple(C if k == cdim else 1 for k in range(input.ndim))
-  if weight is not None and weight.shape != (C,): raise ValueError(f"cross_entropy: weight of shape {weight.shape}, expected ({C},)")
+  if weight is not None and weight.shape != (C,): raise RuntimeError(f"cross_entropy: weight of shape {weight.shape}, expected ({C},)")
   if dtypes.is_float(target.dtype):
-    if target.shape != input.shape: raise ValueError(f"cross_entropy: probability target of shape {target.shape} must match input shape {input.shape}")
+    if target.shape != input.shape: raise RuntimeError(f"cross_entropy: probability target of shape {target.shape} must match input shape {input.shape}")
     t = target * (1 - label_smoothing) + label_smoothing / C if label_smoothing > 0 else target
     prodt = logp * t
     if weight is not None: prodt = prodt * weight.reshape(wshape)

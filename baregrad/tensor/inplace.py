@@ -119,7 +119,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> N
   buffer (a parameter, a state tensor; a graph is made one); each value may read its own target only elementwise."""
   if not pairs and not also: return
   devices = {t.device for t, _ in pairs} | {t.device for t in also}
-  if len(devices) != 1: raise ValueError(f"in-place write of tensors on several devices {sorted(devices)}")
+  if len(devices) != 1: raise RuntimeError(f"in-place write of tensors on several devices {sorted(devices)}")
   device = devices.pop()
   assigns, news, values = [], [], []
   # a value that later values read (Adam's new moments, read by the parameter's update) is read from its ASSIGN,

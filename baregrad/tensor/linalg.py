@@ -13,7 +13,7 @@ def qr(A: Tensor, mode: str = "reduced") -> tuple[Tensor, Tensor]:
   non-negative diagonal (the unique QR of a full-rank A; LAPACK, hence torch.linalg.qr, may flip signs of Q's columns
   and R's rows). A is 2-D float; only mode='reduced'. No gradient (the result is detached)."""
   if not isinstance(A, Tensor): raise TypeError(f"qr: A must be a Tensor, got {type(A).__name__}")
-  if A.ndim != 2: raise ValueError(f"qr: A must be 2-D (n, m), got shape {A.shape}")
+  if A.ndim != 2: raise RuntimeError(f"qr: A must be 2-D (n, m), got shape {A.shape}")
   if mode != "reduced": raise NotImplementedError(f"qr: mode={mode!r}: only 'reduced' is implemented")
   if not dtypes.is_float(A.dtype): raise TypeError(f"qr: A must be a float tensor, got {A.dtype}")
   n, m = A.shape

@@ -11,14 +11,10 @@ cummax/cummin carry (value, index) pairs: a later element wins ties and NaN wins
 earlier one), which is PyTorch's rule; values are selected (where), so the gradient of each output goes to the
 index it reports, as PyTorch's does."""
 from __future__ import annotations
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 from baregrad.ir.dtype import dtypes
-from baregrad.tensor.tensor import Tensor, _axis
+from baregrad.tensor.tensor import Tensor, ValuesIndices, _axis
 
-class ValuesIndices(NamedTuple):
-  """(values, indices) as PyTorch's torch.return_types: unpacks like a tuple, or by name."""
-  values: Tensor
-  indices: Tensor
 
 def _shift(x: Tensor, s: int, fill: Any) -> Tensor:
   """x moved s places later along the last axis, the first s places holding fill."""

@@ -1,7 +1,7 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
 import contextlib, math, weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
@@ -71,6 +71,15 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     if len(big) > 1: raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
     out.append(big.pop() if big else 1)
   return tuple(out)
+
+class ValuesIndices(NamedTuple):
+  """(values, indices) as PyTorch's torch.return_types (max, min, cummax, ...): unpacks like a tuple, or by name."""
+  values: Tensor
+  indices: Tensor
+  def __getattr__(self, name: str) -> Any:
+    # a caller that expected a Tensor (tinygrad's max(axis) gives the values alone) is told what it got
+    raise AttributeError(f"(values, indices) has no attribute {name!r}: max(dim)/min(dim) return both, as PyTorch's do; "
+                         f"use .values, or amax(dim)/amin(dim) for the values alone")
 
 class Tensor:
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
@@ -517,7 +526,7 @@ class Tensor:
     if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
     if mode != "constant":
       from baregrad.tensor.functional import pad as fpad
-      if value is not None: raise ValueError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
+      if value is not None: raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
       return fpad(self, pad, mode)
     value = 0.0 if value is None else value
     arg = [(0, 0)] * self.ndim
@@ -641,20 +650,25 @@ class Tensor:
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(q - 1, q)
   def remainder(self, y: Any) -> Tensor:
-    """x - floor(x / y) * y: the sign of y, as Python's %; a zero result keeps the sign of x, as PyTorch's."""
+    """x - floor(x / y) * y: the sign of y, as Python's %. Computed as PyTorch does, from fmod: where fmod's result is
+    nonzero and its sign differs from y's, y is added; so a zero keeps the sign of x, x % inf is x for x >= 0 and
+    inf for x < 0 (-inf: the mirror image), and an infinite x gives NaN."""
     x, yy = self._operands(y)
     if dtypes.is_float(x.dtype):
-      q = (x.detach() / yy.detach()).floor()
-      return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
+      xd, yd = x.detach(), yy.detach()
+      m = _fmod_value(xd, yd)
+      fix = m.ne(0) & (m < 0).ne(yd < 0)
+      return with_grad(fix.where(m + yd, m), (x, xd.ones_like()), (yy, -(xd / yd).floor()))
     r = x._alu(Ops.MOD, yy)
     fix = (r.ne(0)) & ((r < 0).ne(yy < 0))
     return fix.where(r + yy, r)
   def fmod(self, y: Any) -> Tensor:
-    """x - trunc(x / y) * y: the sign of x, as C's fmod (zeros included)."""
+    """x - trunc(x / y) * y: the sign of x, as C's fmod (zeros included); fmod(x, +-inf) is x for finite x, NaN for an
+    infinite x or a zero y."""
     x, yy = self._operands(y)
     if not dtypes.is_float(x.dtype): return x._alu(Ops.MOD, yy)
-    q = (x.detach() / yy.detach()).trunc()
-    return with_grad(_zero_sign_of(x.detach() - q * yy.detach(), x.detach()), (x, x.detach().ones_like()), (yy, -q))
+    xd, yd = x.detach(), yy.detach()
+    return with_grad(_fmod_value(xd, yd), (x, xd.ones_like()), (yy, -(xd / yd).trunc()))
   def pow(self, y: Any) -> Tensor:
     """self ** y with PyTorch's special cases (0**0 = 1, 0**-1 = inf, signs of negative bases, ints stay ints); gradients by PyTorch's formulas."""
     if isinstance(y, float) and not dtypes.is_float(self.dtype): return self.float().pow(y)  # int ** 2.0 is float
@@ -911,6 +925,7 @@ class Tensor:
     return with_grad(xd.sign() * y, (x, (2 / math.sqrt(math.pi)) * (-(xd * xd)).exp()))
   def gelu(self, approximate: str = "none") -> Tensor:
     """x * Phi(x) with the erf form, or approximate='tanh' for the tanh formula."""
+    if approximate not in ("none", "tanh"): raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
     return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
   def quick_gelu(self) -> Tensor:
@@ -1006,11 +1021,15 @@ class Tensor:
     return tuple(sorted(axes)) if self.ndim else ()
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
+    whole = dim is None
     out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
     if any(self.shape[a] == 0 for a in axes):
       from baregrad.ir.ops import identity_element
       if op is Ops.MAX and not (dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool):
-        raise RuntimeError(f"max/min of an empty axis (shape {self.shape}, axes {axes}) has no identity")
+        # PyTorch: IndexError naming the empty dim, RuntimeError when no dim was given
+        if whole: raise RuntimeError(f"max/min of an empty tensor (shape {self.shape}) has no identity: specify the reduction dim")
+        raise IndexError(f"max/min: Expected reduction dim {next(a for a in axes if self.shape[a] == 0)} to have non-zero size "
+                         f"(shape {self.shape}, axes {axes}): an empty axis has no identity")
       # pad each empty reduced axis to one identity element: the result stays connected to self (its gradient is empty)
       arg = tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape))
       ident = identity_element(op, self.dtype)
@@ -1036,19 +1055,50 @@ class Tensor:
     dim = axis if dim is None else dim
     x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
     return x._reduce(Ops.MUL, dim, keepdim)
-  def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Maximum over dim (all axes when None); NaN propagates. Unlike torch.max(x, dim), returns only the values (argmax gives indices)."""
+  def amax(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Maximum over dim (an int or a tuple; all axes when None), NaN propagating; the gradient is split evenly between
+    tied maxima, as torch.amax's."""
     dim = axis if dim is None else dim
     if self.dtype == dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, dim, keepdim).bool()
     return self._reduce(Ops.MAX, dim, keepdim)
-  def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Minimum over dim (all axes when None); NaN propagates. Unlike torch.min(x, dim), returns only the values (argmin gives indices)."""
+  def amin(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
+    """Minimum over dim (an int or a tuple; all axes when None), NaN propagating; ties split the gradient, as torch.amin's."""
     dim = axis if dim is None else dim
-    if self.dtype == dtypes.bool: return self.logical_not().max(dim, keepdim).logical_not()
+    if self.dtype == dtypes.bool: return self.logical_not().amax(dim, keepdim).logical_not()
     # ints: ~x reverses the order without overflow (-x of the most negative int is itself)
-    if not dtypes.is_float(self.dtype): return self.bitwise_not().max(dim, keepdim).bitwise_not()
-    return -((-self).max(dim, keepdim))
-  amax, amin = max, min
+    if not dtypes.is_float(self.dtype): return self.bitwise_not().amax(dim, keepdim).bitwise_not()
+    return -((-self).amax(dim, keepdim))
+  def _max_min(self, dim: Any, keepdim: bool, axis: Any, largest: bool) -> Any:
+    if dim is not None and axis is not None and dim is not axis and dim != axis: raise TypeError(f"got both dim={dim} and axis={axis}")
+    dim = axis if dim is None else dim
+    red = self.amax if largest else self.amin
+    if dim is None:
+      if keepdim: raise TypeError(f"{'max' if largest else 'min'}(): keepdim=True needs a dim")
+      return red()
+    if isinstance(dim, Tensor): return self.maximum(dim) if largest else self.minimum(dim)   # torch.max(input, other)
+    # several axes (tinygrad's reduction over a tuple; PyTorch refuses it): the values alone
+    if isinstance(dim, (tuple, list)): return red(tuple(dim), keepdim)
+    d = _axis(dim, self.ndim)
+    if self.ndim == 0: return ValuesIndices(red(), Tensor.zeros((), dtype=dtypes.int64, device=self.device))
+    if self.shape[d] == 0:
+      raise IndexError(f"{'max' if largest else 'min'}(): Expected reduction dim {dim} to have non-zero size (shape {self.shape})")
+    idx = self.argmax(d, keepdim=True) if largest else self.argmin(d, keepdim=True)
+    vals = red(d, keepdim=True)
+    if self.requires_grad:
+      # the gradient goes to the element the index names (PyTorch's rule), not split between ties as amax's
+      pick = Tensor.arange(self.shape[d], device=self.device, dtype=dtypes.int64).reshape((self.shape[d],) + (1,) * (self.ndim - d - 1)).eq(idx)
+      vals = with_grad(vals, (self, pick, (d,)))
+    if not keepdim: vals, idx = vals.squeeze(d), idx.squeeze(d)
+    return ValuesIndices(vals, idx)
+  def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Any:
+    """max(): the maximum of all elements (a 0-d tensor). max(dim, keepdim): (values, indices) along dim as
+    torch.return_types.max (the first maximum's index; NaN counts as the maximum; the gradient goes to that index);
+    axis= is accepted for dim. max(other_tensor) is maximum(); a tuple of dims gives the values alone (amax)."""
+    return self._max_min(dim, keepdim, axis, True)
+  def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Any:
+    """min(): the minimum of all elements (a 0-d tensor). min(dim, keepdim): (values, indices) along dim as
+    torch.return_types.min; axis= is accepted for dim; min(other_tensor) is minimum(); a tuple of dims gives amin."""
+    return self._max_min(dim, keepdim, axis, False)
   def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
     """Mean over dim (all axes when None), in float (ints compute in float32); NaN for an empty reduction."""
     dim = axis if dim is None else dim
@@ -1082,14 +1132,14 @@ class Tensor:
     return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
   def any(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """True where any element over dim is non-zero (bool)."""
-    return self.bool().max(dim, keepdim)
+    return self.bool().amax(dim, keepdim)
   def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """True where every element over dim is non-zero (bool)."""
     return self.logical_not().any(dim, keepdim).logical_not()
   def logsumexp(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over dim, computed after subtracting the maximum (no overflow)."""
     x = self._float()
-    m = x.max(dim, keepdim=True).detach()
+    m = x.amax(dim, keepdim=True).detach()
     m = m.isinf().where(0.0, m)
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze_axes(x._axes(dim))
@@ -1100,13 +1150,13 @@ class Tensor:
     """exp(x) / sum(exp(x)) along dim (axis= accepted too); ints compute in the default float dtype."""
     dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
-    e = (x - x.max(dim, keepdim=True).detach()).exp()
+    e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
   def log_softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
     """x - logsumexp(x) along dim (axis= accepted too), computed after subtracting the maximum."""
     dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
-    m = x - x.max(dim, keepdim=True).detach()
+    m = x - x.amax(dim, keepdim=True).detach()
     return m - m.exp().sum(dim, keepdim=True).log()
   def argmax(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
     """int64 index of the first maximum along dim (axis= accepted too), of the flattened tensor when dim is None; NaN counts as the maximum."""
@@ -1114,11 +1164,11 @@ class Tensor:
     if dim is None: return self.reshape(-1).argmax(0)
     d = _axis(dim, self.ndim)
     n = self.shape[d]
-    m = self.max(d, keepdim=True)
+    m = self.amax(d, keepdim=True)
     # the first index of the maximum: largest (n - i) where x == max
     idx = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - d - 1))
     hit = (self.eq(m) | self.isnan() if dtypes.is_float(self.dtype) else self.eq(m)).where(idx._bcast_to(self.shape), 0)
-    return (n - hit.max(d, keepdim=keepdim)).cast(dtypes.int64)
+    return (n - hit.amax(d, keepdim=keepdim)).cast(dtypes.int64)
   def _bcast_to(self, shape: tuple[int, ...]) -> Tensor:
     return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
   def argmin(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
@@ -1204,6 +1254,12 @@ def _is_dtype_arg(x: Any) -> bool:
 def _zero_sign_of(r: Tensor, x: Tensor) -> Tensor:
   """r, with its zeros given the sign of x (x * 0 is a zero with x's sign where x is finite)."""
   return r.eq(0).where(x * 0.0, r)
+
+def _fmod_value(x: Tensor, y: Tensor) -> Tensor:
+  """C's fmod for float tensors of one dtype (no gradient): x - trunc(x / y) * y, zeros with the sign of x, and x
+  itself for a finite x and an infinite y (where the formula would give 0 * inf = NaN)."""
+  r = _zero_sign_of(x - (x / y).trunc() * y, x)
+  return (y.isinf() & x.isfinite()).where(x, r)
 
 def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   """x ** y for float tensors of one shape, with C's pow (and PyTorch's) at the edges: exp2(y log2|x|) with the sign

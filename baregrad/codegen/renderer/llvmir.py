@@ -11,7 +11,10 @@ from baregrad.codegen.rewrites import cpu_float_matcher
 
 _LBASE = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
           dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
-          dtypes.bfloat16: "bfloat", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
+          # bfloat16 lives as its bits (i16): its arithmetic is promoted to float32 by cpu_float_matcher, and LLVM 20
+          # (llvmlite 0.50) legalizes even selects and moves of <N x bfloat> on x86 without AVX512-BF16 through float
+          # and __truncsfbf2, a compiler-rt routine that no library we load provides
+          dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double", dtypes.void: "void"}
 
 @functools.cache
 def ltype(d: DType) -> str:
@@ -24,13 +27,38 @@ def _mem_type(d: DType) -> str:
   if d.scalar == dtypes.bool: return f"<{d.count} x i8>" if d.count > 1 else "i8"
   return ltype(d)
 
+def _ivec(d: DType, bits: int) -> str: return f"<{d.count} x i{bits}>" if d.count > 1 else f"i{bits}"
+
+def _isplat(d: DType, bits: int, v: int) -> str:
+  return f"<{', '.join([f'i{bits} {v}'] * d.count)}>" if d.count > 1 else str(v)
+
+def _bf16_to_f32(v: str, d: DType, lines: list[str], tmp) -> str:
+  """A bfloat value (scalar or vector d) widened to float32 by moving its bits up (exact)."""
+  a, b, c, e = tmp(), tmp(), tmp(), tmp()
+  lines += [f"  {a} = bitcast {ltype(d)} {v} to {_ivec(d, 16)}", f"  {b} = zext {_ivec(d, 16)} {a} to {_ivec(d, 32)}",
+            f"  {c} = shl {_ivec(d, 32)} {b}, {_isplat(d, 32, 16)}",
+            f"  {e} = bitcast {_ivec(d, 32)} {c} to {ltype(dtypes.float32.vec(d.count) if d.count > 1 else dtypes.float32)}"]
+  return e
+
+def _f32_to_bf16(v: str, d: DType, lines: list[str], tmp) -> str:
+  """A float32 value rounded to bfloat (d) to nearest even, NaN kept quiet with its sign: an instruction the
+  caller appends (rewrites._to_bf16 does the same on UOps)."""
+  ft = ltype(dtypes.float32.vec(d.count) if d.count > 1 else dtypes.float32)
+  i32, k = _ivec(d, 32), lambda x: _isplat(d, 32, x)
+  u, hi, lsb, r1, r2, rnd, nan, nb, sel, t16 = (tmp() for _ in range(10))
+  lines += [f"  {u} = bitcast {ft} {v} to {i32}", f"  {hi} = lshr {i32} {u}, {k(16)}",
+            f"  {lsb} = and {i32} {hi}, {k(1)}", f"  {r1} = add {i32} {u}, {k(0x7fff)}", f"  {r2} = add {i32} {r1}, {lsb}",
+            f"  {rnd} = lshr {i32} {r2}, {k(16)}", f"  {nan} = fcmp uno {ft} {v}, {v}", f"  {nb} = or {i32} {hi}, {k(0x40)}",
+            f"  {sel} = select {_ivec(d, 1)} {nan}, {i32} {nb}, {i32} {rnd}", f"  {t16} = trunc {i32} {sel} to {_ivec(d, 16)}"]
+  return f"bitcast {_ivec(d, 16)} {t16} to {ltype(d)}"
+
 def lconst(d: DType, v: object) -> str:
   s = d.scalar
   if s == dtypes.bool: return "1" if v else "0"
   if dtypes.is_int(s): return str(int(v))  # two's complement literal works for unsigned too
   x = float(v)  # type: ignore[arg-type]
   if s == dtypes.float16: return f"0xH{struct.unpack('<H', struct.pack('<e', x))[0]:04X}"
-  if s == dtypes.bfloat16: return f"0xR{float_to_bf16(x):04X}"
+  if s == dtypes.bfloat16: return str(float_to_bf16(x))  # its bits, as an i16 (see _LBASE)
   if s == dtypes.float32 and not math.isnan(x):
     x = struct.unpack("<f", struct.pack("<f", x))[0] if not math.isinf(x) else x
   return f"0x{struct.unpack('<Q', struct.pack('<d', x))[0]:016X}"
@@ -103,6 +131,13 @@ class LLVMRenderer(Renderer):
           # acc + a*b as one fused op, the same in every renderer so they agree bit for bit
           t = ltype(d)
           lines.append(f"  {nm} = call {t} {intr('fma', d, 3)}({t} {r[val.src[0]]}, {t} {r[val.src[1]]}, {t} {nm}.o)")
+        elif d.scalar == dtypes.bfloat16:
+          # accumulate in float32 and round after each step (as the C renderer): LLVM 20 lowers bfloat arithmetic
+          # on x86 without AVX512-BF16 to a call to __truncsfbf2, which no library we load provides
+          f = dtypes.float32.vec(d.count) if d.count > 1 else dtypes.float32
+          fa, fb = _bf16_to_f32(f"{nm}.o", d, lines, tmp), _bf16_to_f32(r[val], d, lines, tmp)
+          lines.append(f"  {nm}.f = {self._binop(u.arg[0], f, fa, fb, intr, tmp, lines)}")
+          lines.append(f"  {nm} = {_f32_to_bf16(f'{nm}.f', d, lines, tmp)}")
         else: lines.append(f"  {nm} = {self._binop(u.arg[0], d, f'{nm}.o', r[val], intr, tmp, lines)}")
         lines.append(f"  store {ltype(d)} {nm}, {pp} {acc}")
         r[u] = nm
@@ -211,6 +246,10 @@ class LLVMRenderer(Renderer):
     vd = u.dtype if u.op is Ops.LOAD else u.src[1].dtype
     mt, n = _mem_type(vd), vd.count
     sfx = f"v{n}i8" if vd.scalar == dtypes.bool else _suffix(vd)
+    # 16-bit floats move as their bits: LLVM 20 (llvmlite 0.50) legalizes a masked bfloat store on x86 without
+    # AVX512-BF16 through float and a call to __truncsfbf2, which is in no library we load; a move needs no rounding
+    bits16 = vd.scalar in (dtypes.bfloat16, dtypes.float16)
+    if bits16: mt, sfx = f"<{n} x i16>", f"v{n}i16"
     m = r[idx.src[2]] if idx.src[2].dtype.count > 1 else splat(dtypes.bool.vec(n), r[idx.src[2]])
     # where every lane is valid (all of a loop but its edge) the plain access: a masked one costs more on every CPU
     # (on AMD's Zen a masked store is microcoded, several times the cost of a plain one: relu(x*y+z) over 16M+3 floats
@@ -218,6 +257,7 @@ class LLVMRenderer(Renderer):
     b, al = nm[1:], vd.scalar.itemsize
     if u.op is Ops.STORE and vd.scalar == dtypes.bool:  # (before the branch: both ways store it)
       lines.append(f"  {nm}.z = zext {ltype(vd)} {r[u.src[1]]} to {mt}")
+    if u.op is Ops.STORE and bits16: lines.append(f"  {nm}.z = bitcast {ltype(vd)} {r[u.src[1]]} to {mt}")
     decls.add(f"declare i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1>)")
     lines += [f"  {nm}.all = call i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1> {m})", f"  br i1 {nm}.all, label %{b}.full, label %{b}.part",
               f"{b}.full:"]
@@ -226,10 +266,13 @@ class LLVMRenderer(Renderer):
       lines += [f"  {nm}.f = load {mt}, ptr {r[idx]}, align {al}", f"  br label %{b}.join", f"{b}.part:",
                 f"  {nm}.p = call {mt} @llvm.masked.load.{sfx}.p0(ptr {r[idx]}, i32 {al}, <{n} x i1> {m}, {mt} zeroinitializer)",
                 f"  br label %{b}.join", f"{b}.join:", f"  {nm}.m = phi {mt} [{nm}.f, %{b}.full], [{nm}.p, %{b}.part]"]
+      if bits16:
+        lines.append(f"  {nm} = bitcast {mt} {nm}.m to {ltype(vd)}")
+        return nm
       if vd.scalar != dtypes.bool: return f"{nm}.m"
       lines.append(f"  {nm} = icmp ne {mt} {nm}.m, zeroinitializer")
       return nm
-    val = f"{nm}.z" if vd.scalar == dtypes.bool else r[u.src[1]]
+    val = f"{nm}.z" if vd.scalar == dtypes.bool or bits16 else r[u.src[1]]
     decls.add(f"declare void @llvm.masked.store.{sfx}.p0({mt}, ptr, i32 immarg, <{n} x i1>)")
     lines += [f"  store {mt} {val}, ptr {r[idx]}, align {al}", f"  br label %{b}.join", f"{b}.part:",
               f"  call void @llvm.masked.store.{sfx}.p0({mt} {val}, ptr {r[idx]}, i32 {al}, <{n} x i1> {m})",

@@ -20,8 +20,17 @@ explains why the compute queue mixes AQL and PM4, and what is known and unverifi
 (the private segment) is VRAM described to the CP in the amd_queue_t, sized from the code objects' private segment
 sizes and the topology, grown (with the queue idle) when a program needs more: scratch.py has the rules and sources.
 Host waits spin briefly, then sleep in AMDKFD_IOC_WAIT_EVENTS on the KFD signal event every GPU signal raises, always
-with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD hardware-exception event) raises at once, with
-the queues decoded.
+with a timeout; a VM fault (KFD memory event) or a GPU hang/reset (KFD hardware-exception event) raises AMDFault at once,
+with the event's data and the queues decoded.
+
+Recovery (faults.py has what KFD reports and leaves usable): after a fault, and after a wait on the device's timeline
+(or for its queues to drain) that timed out (AMDQueueTimeout, naming the queue and the packet or dispatch it was at), the
+device destroys its queues (AMDKFD_IOC_DESTROY_QUEUE: KFD preempts what still runs), creates them again on the same
+rings, advances the timeline to what was submitted (the work in flight is lost; buffers are kept) and checks with a
+probe signal on each engine that the new queues run. Where they do not (KFD keeps a process's queues evicted after a
+VM fault or a whole-GPU reset), the device is lost for this process: AMDDeviceLost from then on, naming the cause. A
+timeout on a signal of the caller's own (not the timeline) only raises: the caller may still release what the queue
+waits for.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.amdgpu.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
 MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
@@ -39,6 +48,8 @@ from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes
 from baregrad.drivers.amd.queues import QUEUES, AQLRing, SDMARing
 from baregrad.drivers.amd import scratch
 from baregrad.drivers.amd.program import AMDProgram
+from baregrad.drivers.amd.faults import AMDFault, AMDDeviceLost, AMDQueueTimeout, describe_hw_exception, describe_memory_exception
+from baregrad.drivers.nv.faults import where_is
 
 O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
 PROT_NONE, PROT_RW = 0, 3
@@ -59,10 +70,9 @@ class AMDMemory:
   """What the driver keeps per KFD BO."""
   def __init__(self, handle: int, size: int, va: int, cpu: int | None, domain: str) -> None:
     self.handle, self.size, self.va, self.cpu, self.domain = handle, size, va, cpu, domain
+  @property
+  def what(self) -> str: return f"a {self.domain} buffer"
   def __repr__(self) -> str: return f"<AMDMemory {self.domain} va={self.va:#x} size={self.size:#x}>"
-
-class AMDFault(RuntimeError):
-  """KFD reported a VM fault or a GPU hang/reset for this process: the queues are stopped."""
 
 class AMDAllocator(HCQAllocator):
   def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
@@ -70,12 +80,13 @@ class AMDAllocator(HCQAllocator):
     m = self.dev._gpu_alloc(size, "userptr" if host else "vram")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
   def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
-    self.dev.synchronize()
+    if self.dev._lost is None: self.dev.synchronize()   # a lost device runs nothing that could still use it
     self.dev._gpu_free(opaque.meta)
 
 class AMDDevice(HCQDevice):
   has_local, has_threads = True, True
   max_local_size = (1024, 1024, 1024)
+  probe_ms = 2000         # how long recreated queues get to run a probe signal (microseconds on hardware; evicted ones never do)
   ticks_per_us = 100.0    # the GPU's global timestamp counter: 100 MHz (RELEASE_MEM GPU clock, SDMA TIMESTAMP_GET_GLOBAL)
 
   def __init__(self, device: str, port: Any = None) -> None:
@@ -96,7 +107,9 @@ class AMDDevice(HCQDevice):
     self.scratch: tuple[scratch.ScratchLayout, AMDMemory] | None = None
     self._scratch_lock = threading.Lock()
     self._fault_checked, self._kicked = 0.0, 0.0
-    self._fault: str | None = None
+    self._lost: str | None = None        # why the device cannot run work any more (AMDDeviceLost)
+    self._recovering = False
+    self.kernel_names: dict[int, str] = {}   # kernel descriptor address -> kernel name (AMDProgram registers), for messages
     self.capture_dir, self._captures = os.environ.get("AMD_CAPTURE") or None, 0
     try: self.fd_kfd = self._open("/dev/kfd")
     except FileNotFoundError:
@@ -216,21 +229,31 @@ class AMDDevice(HCQDevice):
     self.amd_queue_va, self.amd_queue_cpu = ptrs.va, ptrs.cpu
     eop = self._gpu_alloc(self.sizes.eop_buffer_size, "vram")
     ctx = self._gpu_alloc(self.sizes.cwsr_total, "vram")
+    ib = self._gpu_alloc(IB_AREA, "userptr")
+    sring = self._gpu_alloc(SDMA_RING, "userptr")
+    sptrs = self._gpu_alloc(PAGE, "userptr")
+    ctypes.memset(sptrs.cpu, 0, PAGE)
+    self._queue_mem = (ring, ptrs, eop, ctx, ib, sring, sptrs)
+    self._create_queues()
+
+  def _create_queues(self) -> None:
+    """AMDKFD_IOC_CREATE_QUEUE for the compute and copy queues on the memory _init_queues allocated (also what recovery
+    runs again, with the rings emptied and the read/write pointers back at 0)."""
+    ring, ptrs, eop, ctx, ib, sring, sptrs = self._queue_mem
+    self.queue_ids = []
     q = self.kfd_ioctl(kfd.AMDKFD_IOC_CREATE_QUEUE, kfd.struct_kfd_ioctl_create_queue_args(
       ring_base_address=ring.va, ring_size=ring.size, gpu_id=self.gpu_id, queue_type=kfd.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL,
       queue_percentage=kfd.KFD_MAX_QUEUE_PERCENTAGE, queue_priority=7, write_pointer_address=ptrs.va + AMD_QUEUE_WRITE_DISPATCH_ID,
       read_pointer_address=ptrs.va + AMD_QUEUE_READ_DISPATCH_ID, eop_buffer_address=eop.va, eop_buffer_size=eop.size,
       ctx_save_restore_address=ctx.va, ctx_save_restore_size=self.sizes.cwsr_size, ctl_stack_size=self.sizes.ctl_stack_size),
       "AMDKFD_IOC_CREATE_QUEUE")
-    self.queue_ids = [q.queue_id]
-    self.doorbells = self._map_doorbells(q.doorbell_offset)
-    ib = self._gpu_alloc(IB_AREA, "userptr")
+    self.queue_ids.append(q.queue_id)
+    if getattr(self, "doorbells", None) is None: self.doorbells = self._map_doorbells(q.doorbell_offset)
+    elif (q.doorbell_offset & ~(DOORBELL_SLICE - 1)) != self.doorbell_mmap_offset:
+      raise RuntimeError(f"{self.device}: the new compute queue's doorbell offset {q.doorbell_offset:#x} is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
     self.aql = AQLRing(self, ring, ptrs, AMD_QUEUE_WRITE_DISPATCH_ID, AMD_QUEUE_READ_DISPATCH_ID,
                        self.doorbells + (q.doorbell_offset & (DOORBELL_SLICE - 1)), ib)
     # the SDMA copy queue
-    sring = self._gpu_alloc(SDMA_RING, "userptr")
-    sptrs = self._gpu_alloc(PAGE, "userptr")
-    ctypes.memset(sptrs.cpu, 0, PAGE)
     s = self.kfd_ioctl(kfd.AMDKFD_IOC_CREATE_QUEUE, kfd.struct_kfd_ioctl_create_queue_args(
       ring_base_address=sring.va, ring_size=sring.size, gpu_id=self.gpu_id, queue_type=kfd.KFD_IOC_QUEUE_TYPE_SDMA,
       queue_percentage=kfd.KFD_MAX_QUEUE_PERCENTAGE, queue_priority=7, write_pointer_address=sptrs.va, read_pointer_address=sptrs.va + 8),
@@ -390,28 +413,114 @@ class AMDDevice(HCQDevice):
     return d[0] if a.wait_result == kfd.KFD_IOC_WAIT_RESULT_COMPLETE else None
 
   def _check_fault(self) -> None:
-    """Raise if KFD reported a VM fault (memory event) or a GPU hang/reset (hardware exception event); polled at most
-    every 5 ms."""
-    if self._fault is not None: raise AMDFault(self._fault)
+    """Raise if KFD reported a VM fault (memory event) or a queue/GPU reset (hardware-exception event), polled at most
+    every 5 ms: the device recovers first (module docstring), and the AMDFault says whether it did. A lost device raises
+    AMDDeviceLost at once."""
+    if self._lost is not None: raise AMDDeviceLost(self._lost)
     now = time.perf_counter()
-    if self.closed or now - self._fault_checked < 5e-3 or not getattr(self, "memory_event", None): return
+    if self.closed or self._recovering or now - self._fault_checked < 5e-3 or not getattr(self, "memory_event", None): return
     self._fault_checked = now
-    d = self._event_fired(self.memory_event, 0)
-    if d is not None:
+    what = ""
+    if (d := self._event_fired(self.memory_event, 0)) is not None:
       m = d.memory_exception_data
-      why = ("not present" if m.failure.NotPresent else "") + (" read-only" if m.failure.ReadOnly else "") + (" no-execute" if m.failure.NoExecute else "")
-      self._fault = (f"{self.device}: GPU VM fault at address {m.va:#x} ({why.strip() or 'imprecise'}) on gpu_id {m.gpu_id:#x}: KFD stopped "
-                     f"this process's queues\n{self.queue_state()}{self._dmesg_hint()}")
+      what = (f"{describe_memory_exception(m)} ({where_is(m.va, self.memories)}): KFD evicted this process's queues on the GPU "
+              f"(kfd_set_dbg_ev_from_interrupt -> kfd_dqm_evict_pasid)")
     elif (d := self._event_fired(self.hw_event, 0)) is not None:
-      h = d.hw_exception_data
-      self._fault = (f"{self.device}: KFD reports a GPU hang/reset (reset_cause {h.reset_cause}, memory_lost {h.memory_lost}): the queues are "
-                     f"gone\n{self.queue_state()}{self._dmesg_hint()}")
-    if self._fault is not None: raise AMDFault(self._fault)
+      what = f"KFD reports a {describe_hw_exception(d.hw_exception_data)}: what it reset no longer runs"
+    if not what: return
+    stuck, state, log = self._stuck(), self.queue_state(), self._dmesg_hint()   # as the fault left them
+    ok, outcome = self._recover(what)
+    raise AMDFault(f"{self.device}: {what}\n{stuck}{outcome}\n{state}{log}", recovered=ok)
 
   def _dmesg_hint(self) -> str:
     mock = getattr(getattr(self.port, "inner", self.port), "mock", None)
     if mock is None: return "\n(see dmesg for the kernel's report)"
     return "\nmock GPU dmesg:\n" + "\n".join("  " + l for l in mock.log[-6:])
+
+  # ---------------------------------------------------------------- recovery
+  def _stuck(self) -> str:
+    """Where each queue with pending work is, in one line or two: the packet its engine is at and, on the compute
+    queue, the dispatches that may still run before it (those since the last packet with the barrier bit)."""
+    out = []
+    names = dict(zip(("compute", "copy"), self.queue_ids))
+    if (r := self.aql) is not None and (rd := r.rptr_p.value) != (wr := r.wptr_p.value):
+      def pkt(i: int) -> list[int]: return list((ctypes.c_uint32 * 16).from_address(r.ring.cpu + 64 * (i % r.nslots)))
+      at = f"AQL packet {rd}: {hw.format_aql(pkt(rd))}" if rd < wr else f"read_dispatch_id {rd}"
+      out.append(f"  the compute queue (KFD queue {names.get('compute')}) did not get past {at}")
+      for i in range(rd - 1, max(wr - r.nslots, rd - 64, -1), -1):
+        d = hw.decode_aql(pkt(i))
+        if d["type"] == hw.AQL_DISPATCH:
+          name = self.kernel_names.get(d["kernel_object"], "unknown kernel")
+          out.append(f"    not finished before it: AQL packet {i}, dispatch of {name!r} (kernel object {d['kernel_object']:#x}, grid "
+                     f"{d['grid']}, workgroup {d['workgroup']})")
+        if d["barrier"]: break
+    if (s := self.sdma) is not None and (rd := s.rptr_p.value) != (wr := s.wptr_p.value):
+      words = [ctypes.c_uint32.from_address(s.ring.cpu + (rd + 4 * i) % s.ring.size).value for i in range(min(wr - rd, 4096) // 4)]
+      try: first = hw.format_sdma(self.family, words, s.ring.va + rd % s.ring.size).split("\n")[0].strip()
+      except (KeyError, ValueError, IndexError) as e: first = f"(undecodable: {e})"
+      out.append(f"  the copy queue (KFD queue {names.get('copy')}) did not get past byte {rd}: {first}")
+    return "".join(l + "\n" for l in out)
+
+  def _recover(self, why: str) -> tuple[bool, str]:
+    """Destroy the queues, create them again on the same (emptied) rings, advance the timeline to what was submitted, and
+    check that the new queues run: (True, what was done), or (False, why the device is lost) with the device lost."""
+    old = list(self.queue_ids)
+    self._recovering = True
+    try:
+      # not under submit_lock: a fault can be seen inside a submission that holds it (a ring with no room)
+      errs = []
+      for qid in old:
+        try: self.kfd_ioctl(kfd.AMDKFD_IOC_DESTROY_QUEUE, kfd.struct_kfd_ioctl_destroy_queue_args(queue_id=qid), "AMDKFD_IOC_DESTROY_QUEUE")
+        except IoctlError as e: errs.append(str(e))
+      self.queue_ids, self.aql, self.sdma = [], None, None
+      # events the fault set, or a reset that came with it, must not be taken for a new fault
+      for eid in (self.memory_event, self.hw_event):
+        while self._event_fired(eid, 0) is not None: pass
+      ring, ptrs, eop, ctx, ib, sring, sptrs = self._queue_mem
+      for off in (AMD_QUEUE_WRITE_DISPATCH_ID, AMD_QUEUE_READ_DISPATCH_ID): ctypes.c_uint64.from_address(ptrs.cpu + off).value = 0
+      ctypes.memset(sptrs.cpu, 0, 16)
+      try: self._create_queues()
+      except (IoctlError, RuntimeError) as e:
+        return self._lose(why, f"creating the queues again failed: {e}")
+      self.timeline_signal.value = self.timeline_value - 1
+      with self._lock: self._kernargs_off = 0
+      ok, probe = self._probe()
+    finally: self._recovering = False
+    if not ok: return self._lose(why, probe)
+    extra = f" (destroying them said: {'; '.join(errs)})" if errs else ""
+    return True, (f"  {self.device} recovered: queues {old} destroyed (AMDKFD_IOC_DESTROY_QUEUE) and created again as {self.queue_ids}"
+                  f"{extra}, both ran a probe signal; timeline at {self.timeline_value - 1}; buffers kept, the work in flight was lost")
+
+  def _probe(self) -> tuple[bool, str]:
+    """A signal through each new queue: (True, "") once both wrote it, else (False, which did not) after PROBE_MS."""
+    sc, ss = HCQSignal(self, 0), HCQSignal(self, 0)
+    self.compute_queue_t().signal(sc, 1).submit(self)
+    self.copy_queue_t().signal(ss, 1).submit(self)
+    deadline = time.perf_counter() + self.probe_ms / 1000
+    while sc.value < 1 or ss.value < 1:
+      if time.perf_counter() > deadline:
+        dead = [n for n, sg in (("compute", sc), ("copy", ss)) if sg.value < 1]
+        return False, (f"the new {' and '.join(dead)} queue(s) {[q for n, q in zip(('compute', 'copy'), self.queue_ids) if n in dead]} did not "
+                       f"run a probe signal in {self.probe_ms} ms")
+      self._kick()
+      time.sleep(1e-4)
+    return True, ""
+
+  def _lose(self, why: str, detail: str) -> tuple[bool, str]:
+    """Mark the device lost (AMDDeviceLost from now on, naming `why`); (False, the line for the error at hand)."""
+    lost = (f"{self.device} is lost for this process: {detail}. KFD keeps a process's queues on a GPU evicted after a VM "
+            f"fault (kfd_device_queue_manager.c: create_queue_cpsch creates new queues evicted while qpd->evicted) and after a "
+            f"whole-GPU reset (kfd_device.c: kgd2kfd_post_reset); only a new process gets working queues")
+    self._lost = f"{lost}. Cause: {why}"
+    return False, f"  {lost}"
+
+  def _timed_out(self, what: str, timeout_ms: float) -> AMDQueueTimeout:
+    """The error for the device's own work not finishing in time, after recovering (module docstring)."""
+    stuck, state = self._stuck(), self.queue_state()
+    if self._recovering:   # closing, or inside a recovery: no recovery from here
+      return AMDQueueTimeout(f"{self.device}: timed out after {timeout_ms:g} ms {what}\n{stuck}{state}")
+    ok, outcome = self._recover(f"the device's work did not finish within {timeout_ms:g} ms")
+    return AMDQueueTimeout(f"{self.device}: timed out after {timeout_ms:g} ms {what}\n{stuck}{outcome}\n{state}", recovered=ok)
 
   def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
     deadline = time.perf_counter() + timeout_s
@@ -420,7 +529,11 @@ class AMDDevice(HCQDevice):
     while sig._v.value < value:
       self._check_fault()
       left = deadline - time.perf_counter()
-      if left <= 0: return False
+      if left <= 0:
+        # the device's own timeline: its work is stuck, recover (a signal of the caller's may still be released by it)
+        if sig is self.timeline_signal and not self._recovering:
+          raise self._timed_out(f"waiting for the timeline {sig.va_addr:#x} >= {value} (it is {sig.value})", timeout_s * 1000)
+        return False
       self._kick()
       if sig._v.value >= value: return True
       self._event_fired(self.event_id, max(1, min(int(left * 1000), 10)))   # sleep until a GPU signal's interrupt (or 10 ms)
@@ -437,19 +550,21 @@ class AMDDevice(HCQDevice):
 
   def synchronize(self, timeout_ms: int | None = None) -> None:
     if self.closed: return
+    if self._lost is not None: raise AMDDeviceLost(self._lost)
     if self.aql is not None and self.timeline_value > 1: super().synchronize(timeout_ms)
+    ms = timeout_ms or self.default_timeout_ms
     for r in (self.aql, self.sdma):  # and every raw submit (no timeline) has been consumed
       if r is None: continue
-      deadline = time.perf_counter() + (timeout_ms or self.default_timeout_ms) / 1000
+      deadline = time.perf_counter() + ms / 1000
       while r.rptr_p.value != r.put:
         self._check_fault()
-        if time.perf_counter() > deadline:
-          raise HCQTimeout(f"{self.device}: timed out after {timeout_ms or self.default_timeout_ms} ms waiting for the queues to drain\n{self.queue_state()}")
+        if time.perf_counter() > deadline: raise self._timed_out("waiting for the queues to drain", ms)
         self._kick()
         time.sleep(1e-4)
 
   def close(self) -> None:
     if self.closed: return
+    self._recovering = True   # a stuck queue is destroyed below anyway: no recovery on the way out
     try: self.synchronize(timeout_ms=1000)
     except Exception: pass
     self.closed = True

@@ -142,10 +142,12 @@ class AMDProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, img, len(img))
     dev.hdp_flush()
     self.kd_va = self.image.va + k.kd_offset
+    dev.kernel_names[self.kd_va] = name   # to name a dispatch in fault and timeout messages
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return (self.kernarg_size + 63) & ~63
   def __del__(self) -> None:
     try:
+      self.dev.kernel_names.pop(self.kd_va, None)
       if not self.dev.closed:
-        self.dev.synchronize()
+        if self.dev._lost is None: self.dev.synchronize()   # a lost device runs nothing that could still read the code
         self.dev._gpu_free(self.image)
     except Exception: pass

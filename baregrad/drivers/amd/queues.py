@@ -223,6 +223,9 @@ class AQLRing:
     return out
 
   def submit(self, q: AMDComputeQueue) -> None:
+    if self.dev._lost is not None:
+      from baregrad.drivers.amd.faults import AMDDeviceLost
+      raise AMDDeviceLost(self.dev._lost)
     with self.lock:
       pk = self.packets(q, self.put)
       if self.dev.capture_dir: self._capture(pk)
@@ -273,6 +276,9 @@ class SDMARing:
     self.lock = threading.Lock()
 
   def submit(self, q: AMDCopyQueue) -> None:
+    if self.dev._lost is not None:
+      from baregrad.drivers.amd.faults import AMDDeviceLost
+      raise AMDDeviceLost(self.dev._lost)
     fam, words = q.family, []
     for c in q.cmds:
       words += list(q.words[c.start:c.start + c.nwords])

@@ -10,6 +10,19 @@ signalled with the faulting page, kfd_debug.c: kfd_set_dbg_ev_from_interrupt); a
 its queue stuck (a hang, which only the host's timeout ends); an opcode the CP does not know stops the queue
 (CP_BAD_OPCODE, kfd_int_process_v11.c).
 
+After a fault, what the kernel leaves usable (Linux 6.12): a VM fault evicts every queue of the process on that GPU for
+good (kfd_device_queue_manager.c: evict_process_queues_cpsch counts qpd->evicted up and nothing counts it down again for a
+VM fault; create_queue_cpsch creates every later queue with is_evicted = !!qpd->evicted, and QUEUE_IS_ACTIVE (kfd_priv.h)
+keeps an evicted queue off the hardware): so queues created after it never run. A queue reset for a hang or a bad packet
+takes that queue only (reset_queues_on_hws_hang -> set_queue_as_reset; kfd_dqm_suspend_bad_queue_mes): queues created
+after it run. A kernel that never ends is not a fault to the kernel: its queue stays busy until the process destroys it,
+and AMDKFD_IOC_DESTROY_QUEUE preempts its waves (destroy_queue_cpsch -> execute_queues_cpsch -> unmap_queues_cpsch, the
+waves saved by CWSR and dropped with the queue).
+
+Time slices: the engines run inside the doorbell write (and every later one) for at most `slice_s` seconds of
+interpreter time; a dispatch still running then goes on at the next doorbell, so a kernel that loops forever keeps its
+queue busy (read_dispatch_id stops before the next packet with the barrier bit) without holding the host.
+
 The mock knows only what the kernel and the GPU would: ioctl arguments read from the addresses passed (copied in and
 out with the kernel's own struct sizes, kfd_chardev.c: kfd_ioctl), GPU virtual addresses resolved through the page
 tables MAP_MEMORY_TO_GPU built, rings and queue pointers read from GPU memory when a doorbell is written. Memory
@@ -191,10 +204,21 @@ class Queue:
   blocked: str | None = None
   ib_resume: tuple | None = None    # (packet index, dword offset) inside a PM4 IB the CP is stopped in
   inflight: list = field(default_factory=list)
+  running: Any = None  # _Running: dispatches started and not finished when the last time slice ran out
   scratch_request: str = ""       # why the CP asked the runtime for more scratch (queue_inactive_signal) and waits
   sdma_engine: int = 0
   done_packets: int = 0
   db: int | None = None  # the last value written to its doorbell (None: never rung)
+
+@dataclass
+class _Running:
+  """Dispatches a queue started and has not finished: their step generators, resumed at the next time slice."""
+  group: list
+  runs: list
+  records: dict | None
+  mem: Any
+  tracking: bool
+  ignore: list
 
 class GPU:
   def __init__(self, index: int, target: Target, vram: int) -> None:
@@ -224,7 +248,7 @@ class MockAMDGPU:
   open fails with EACCES; `sysmem_limit` KFD's system-memory limit (userptr and GTT)."""
   def __init__(self, arch: str | None = None, count: int | None = None, vram: int = 24 << 30, large_bar: bool = True,
                deny: tuple[str, ...] = (), sysmem_limit: int = 48 << 30, skip_unexecutable: bool = False,
-               ioctl_version: tuple[int, int] = (1, 17)) -> None:
+               ioctl_version: tuple[int, int] = (1, 17), slice_s: float = 0.5) -> None:
     name = (arch or os.environ.get("MOCKGPU_AMD_ARCH", "") or "gfx1100").strip().lower()
     t = next((t for t in TARGETS.values() if t.name == name), None)
     if t is None: raise ValueError(f"MOCKGPU_AMD_ARCH={name!r}: the mock AMD GPU emulates {', '.join(t.name for t in TARGETS.values())}")
@@ -235,6 +259,7 @@ class MockAMDGPU:
     self.gpus = [GPU(i, t, vram) for i in range(count)]
     self.large_bar, self.deny, self.sysmem_limit, self.sysmem_used = large_bar, deny, sysmem_limit, 0
     self.skip_unexecutable, self.ioctl_version = skip_unexecutable, ioctl_version
+    self.slice_s, self._slice_end = slice_s, 0.0   # interpreter time per doorbell (module docstring: Time slices)
     self.files: dict[int, dict[str, Any]] = {}
     self._next_fd, self._next_idr, self._next_offset = 2000, 1, DRM_FILE_PAGE_OFFSET_START
     self.pdd: dict[int, dict[str, Any]] = {}      # gpu_id -> {"drm": fd or None, "doorbells": Backing or None, ...}
@@ -259,7 +284,7 @@ class MockAMDGPU:
       if path in self.deny: raise PermissionError(errno.EACCES, f"open {path} failed: EACCES (Permission denied)", path)
       f: dict[str, Any] | None = None
       if path == "/dev/kfd":
-        if not self.pdd: self.pdd = {g.gpu_id: {"drm": None, "doorbells": None, "queues": 0, "db_ids": set(), "sdma": set()} for g in self.gpus}
+        if not self.pdd: self.pdd = {g.gpu_id: {"drm": None, "doorbells": None, "queues": 0, "db_ids": set(), "sdma": set(), "evicted": 0} for g in self.gpus}
         f = {"kind": "kfd"}
       elif path.startswith("/dev/dri/renderD") and path[16:].isdigit() and any(g.minor == int(path[16:]) for g in self.gpus):
         f = {"kind": "render", "gpu": next(g for g in self.gpus if g.minor == int(path[16:]))}
@@ -560,6 +585,11 @@ class MockAMDGPU:
     q = Queue(qid, g, kind, a.ring_base_address >> 8 << 8, ring_size, a.read_pointer_address, a.write_pointer_address, db_id * 8, active,
               refs, sdma_engine=engine)
     q.sdma_id = sid  # type: ignore[attr-defined]
+    # kfd_device_queue_manager.c: create_queue_cpsch: q->properties.is_evicted = !!qpd->evicted: a process whose queues
+    # were evicted for a VM fault gets new queues that never reach the hardware (QUEUE_IS_ACTIVE, kfd_priv.h)
+    if pdd.get("evicted", 0):
+      q.evicted = True
+      self.log.append(f"mockamd: queue {qid} created evicted: this process's queues on gpu_id {g.gpu_id:#x} are evicted (qpd->evicted {pdd['evicted']})")
     self.queues[qid] = q
     a.queue_id = qid
     # KFD_MMAP_TYPE_DOORBELL | KFD_MMAP_GPU_ID, and on SOC15 the queue's byte offset in the process doorbell slice
@@ -605,6 +635,16 @@ class MockAMDGPU:
   def _destroy_queue(self, a: Any) -> int:
     q = self.queues.pop(a.queue_id, None)
     if q is None: raise KFDErr(errno.EINVAL, "pqm_destroy_queue", f"no queue {a.queue_id}")
+    # destroy_queue_cpsch -> execute_queues_cpsch -> unmap_queues_cpsch: the queue is preempted; waves still running are
+    # saved to its context-save area (CWSR) and dropped with it
+    busy = ([d for d in q.running.group] if q.running is not None else []) + q.inflight
+    if q.running is not None:
+      for _, gen in q.running.runs: gen.close()
+      q.running = None
+    q.inflight = []
+    if busy:
+      self.log.append(f"mockamd: queue {q.qid} destroyed with {len(busy)} dispatch(es) running (packets {', '.join(str(d.index) for d in busy)}): "
+                      f"preempted, its waves saved (CWSR) and dropped")
     for bo in q.refs: bo.queue_refs -= 1   # kfd_queue_release_buffers
     pdd = self.pdd[q.gpu.gpu_id]
     pdd["queues"] -= 1
@@ -853,17 +893,21 @@ class MockAMDGPU:
     self.log.append(f"amdgpu 0000:{3 + g.index:02x}:00.0: amdgpu:   in page starting at address {page:#018x} from client {e.client} ({'write' if e.write else 'read'}: {e})")
     for q in self.queues.values():
       if q.gpu is g: q.evicted = True
+    # evict_process_queues_cpsch: qpd->evicted++; no restore follows a VM fault (module docstring)
+    if g.gpu_id in self.pdd: self.pdd[g.gpu_id]["evicted"] = self.pdd[g.gpu_id].get("evicted", 0) + 1
     data = kfd.struct_kfd_hsa_memory_exception_data()
     data.va, data.gpu_id, data.failure.NotPresent, data.failure.imprecise = page, g.gpu_id, 1, 0
     for ev in self.events.values():
       if ev.type == kfd.KFD_IOC_EVENT_MEMORY: self._signal(ev, bytes(data))
 
   def _bad_queue(self, q: Queue) -> None:
-    """A queue the engine cannot go on with: removed, then the GPU reset that follows a hang is reported to the process
-    (kfd_device_queue_manager.c: kfd_dqm_suspend_bad_queue_mes removes the bad queue and schedules a reset;
-    kfd_events.c: kfd_signal_reset_event signals the hardware-exception events, GPU_HANG, memory lost)."""
+    """A queue the engine cannot go on with: that queue alone is taken off the hardware and reset, and the reset is
+    reported to the process (kfd_device_queue_manager.c: kfd_dqm_suspend_bad_queue_mes evicts the bad queue and resumes
+    the good ones; reset_queues_on_hws_hang -> set_queue_as_reset, which logs the line below and leaves the process's
+    other and later queues running; kfd_events.c: kfd_signal_reset_event sets the hardware-exception events with
+    memory_lost 1 and reset_cause GPU_HANG, reset_type left 0, which reads as WHOLE_GPU_RESET)."""
     q.evicted = True
-    self.log.append(f"amdgpu 0000:{3 + q.gpu.index:02x}:00.0: amdgpu: GPU reset begin! (queue {q.qid} hung)")
+    self.log.append(f"amdgpu 0000:{3 + q.gpu.index:02x}:00.0: amdgpu: queue id {q.qid:#x} at pasid 0x8002 is reset")
     data = kfd.struct_kfd_hsa_hw_exception_data(reset_type=kfd.KFD_HW_EXCEPTION_WHOLE_GPU_RESET,
                                                 reset_cause=kfd.KFD_HW_EXCEPTION_GPU_HANG, memory_lost=1, gpu_id=q.gpu.gpu_id)
     for ev in self.events.values():
@@ -871,7 +915,9 @@ class MockAMDGPU:
 
   # ---------------------------------------------------------------- the engines
   def _run_all(self) -> None:
-    """Run every queue until none makes progress (a signal one writes may unblock another)."""
+    """Run every queue until none makes progress (a signal one writes may unblock another), for at most one time slice
+    of dispatch execution (module docstring)."""
+    self._slice_end = time.perf_counter() + self.slice_s
     progress = True
     while progress:
       progress = False
@@ -903,7 +949,9 @@ class MockAMDGPU:
         if d["type"] == hw.AQL_INVALID:
           q.blocked = f"packet {q.rd}: header INVALID (not yet written)"
           break
-        if d["barrier"]: self._drain(q)
+        if d["barrier"] and not self._drain(q):
+          q.blocked = f"packet {q.rd}: barrier bit: waits for the dispatches still running ({self._running_names(q)})"
+          break
         if d["type"] == hw.AQL_DISPATCH:
           if not self._aql_dispatch(q, d): break
         elif d["type"] in (hw.AQL_BARRIER_AND, hw.AQL_BARRIER_OR):
@@ -926,7 +974,8 @@ class MockAMDGPU:
         self.gpu_write(g, q.rptr, q.rd.to_bytes(8, "little"))   # read_dispatch_id
         progress = True
     finally:
-      self._drain(q)  # blocked or idle: the dispatches in flight finish
+      had = q.running is not None
+      if self._drain(q) and had: progress = True  # blocked or idle: the dispatches in flight go on (and finish, in time)
     return progress
 
   def _aql_pm4_ib(self, q: Queue, d: dict) -> bool:
@@ -1006,31 +1055,56 @@ class MockAMDGPU:
   def _complete_signal(self, g: GPU, handle: int) -> None:
     if handle: self.gpu_write(g, handle + 8, ((self.u64(g, handle + 8) - 1) & ((1 << 64) - 1)).to_bytes(8, "little"))
 
-  def _drain(self, q: Queue) -> None:
-    """Complete the dispatches in flight. Several (AQL packets without the barrier bit between them) run concurrently:
-    interleaved instruction step by instruction step, the most recently launched first, as the NV mock does; each
-    records the memory it reads and writes (its scratch excepted: every wave has its own slot), and a read or write of
-    bytes another of them writes (or a write of bytes another reads) is a hazard."""
-    if not q.inflight: return
-    group, q.inflight = q.inflight, []
-    if len(group) == 1:
-      self._execute(q, group[0], self._interp_memory(q.gpu, False), group[0].scratch)
-      self._complete_signal(q.gpu, group[0].completion_signal)
-      return
-    mem = self._interp_memory(q.gpu, True)
-    records: dict[int, tuple[list, list]] = {id(d): ([], []) for d in group}
-    runs = self._concurrent(q, group, mem, records)
+  def _drain(self, q: Queue) -> bool:
+    """Complete the dispatches in flight; False when the time slice ran out first (they go on at the next doorbell).
+    Several (AQL packets without the barrier bit between them) run concurrently: interleaved instruction step by
+    instruction step, the most recently launched first, as the NV mock does; each records the memory it reads and writes
+    (its scratch excepted: every wave has its own slot), and a read or write of bytes another of them writes (or a write
+    of bytes another reads) is a hazard."""
+    while q.running is not None or q.inflight:
+      if not self._advance(q): return False
+    return True
+
+  def _advance(self, q: Queue) -> bool:
+    """Start the dispatches in flight (unless some are running already) and run them until they end (True) or the time
+    slice runs out (False)."""
+    if q.running is None:
+      group, q.inflight = q.inflight, []
+      if len(group) == 1:
+        mem, records = self._interp_memory(q.gpu, False), None
+        runs = [(group[0], self._dispatch_steps(q, group[0], mem, group[0].scratch, step=True))]
+      else:
+        mem = self._interp_memory(q.gpu, True)
+        records = {id(d): ([], []) for d in group}
+        runs = self._concurrent(q, group, mem, records)
+      q.running = _Running(group, runs, records, mem, mem.tracking, mem.ignore)
+    r = q.running
+    mem = r.mem
+    mem.tracking, mem.ignore = r.tracking, r.ignore
+    n = 0
     try:
-      while runs:
-        for item in list(runs):
+      while r.runs:
+        for item in list(r.runs):
           d, gen = item
-          mem.reads, mem.writes = records[id(d)]
+          if r.records is not None: mem.reads, mem.writes = r.records[id(d)]
           try: next(gen)
-          except StopIteration: runs.remove(item)
+          except StopIteration: r.runs.remove(item)
+        n += 1
+        if n % 256 == 0 and r.runs and time.perf_counter() > self._slice_end: return False
+    except BaseException:
+      q.running = None
+      for _, gen in r.runs: gen.close()
+      raise
     finally:
       mem.reads, mem.writes, mem.tracking, mem.ignore = [], [], False, []
-    for d in reversed(group): self._complete_signal(q.gpu, d.completion_signal)
-    self._hazards(q, [(d, *records[id(d)]) for d in group])
+    q.running = None
+    for d in reversed(r.group): self._complete_signal(q.gpu, d.completion_signal)
+    if r.records is not None: self._hazards(q, [(d, *r.records[id(d)]) for d in r.group])
+    return True
+
+  def _running_names(self, q: Queue) -> str:
+    ds = q.running.group if q.running is not None else []
+    return ", ".join(f"packet {d.index}: kernel object {d.kernel_object:#x} grid {d.grid}" for d in ds) or "none"
 
   def _concurrent(self, q: Queue, group: list, mem: Any, records: dict) -> list:
     """(dispatch, step generator) for dispatches that run at once, latest first. Their waves share the queue's scratch
@@ -1153,7 +1227,9 @@ class MockAMDGPU:
           return off
       elif op == p.PACKET3_RELEASE_MEM:
         if len(b) != 7: raise QueueStop(f"PM4 at {base + 4 * off:#x}: RELEASE_MEM with {len(b)} dwords (7 expected)")
-        self._drain(q)  # an end-of-pipe event: everything before it has finished
+        if not self._drain(q):  # an end-of-pipe event: everything before it has finished
+          q.blocked = f"RELEASE_MEM (end of pipe) at {base + 4 * off:#x} waits for the dispatches still running ({self._running_names(q)})"
+          return off
         ds, ints = (b[1] >> 29) & 7, (b[1] >> 24) & 7
         addr = b[2] | (b[3] << 32)
         for _ in range(on):
@@ -1166,12 +1242,17 @@ class MockAMDGPU:
           if ints in (1, 2, 3) and not (fam == "gfx9" and b[6] == 0): self._interrupt(b[6], 32)
       elif op == p.PACKET3_ACQUIRE_MEM:
         if len(b) != (7 if fam == "gfx11" else 6): raise QueueStop(f"PM4 at {base + 4 * off:#x}: ACQUIRE_MEM with {len(b)} dwords")
-      elif op == p.PACKET3_EVENT_WRITE: self._drain(q)
+      elif op == p.PACKET3_EVENT_WRITE:
+        if not self._drain(q):
+          q.blocked = f"EVENT_WRITE at {base + 4 * off:#x} waits for the dispatches still running ({self._running_names(q)})"
+          return off
       elif op == p.PACKET3_DMA_DATA:
         if len(b) != 6: raise QueueStop(f"PM4 at {base + 4 * off:#x}: DMA_DATA with {len(b)} dwords (6 expected)")
         if (b[0] >> 29) & 3 or (b[0] >> 20) & 3: raise QueueStop(f"PM4 at {base + 4 * off:#x}: DMA_DATA from/to GDS or data is not modelled")
         n = b[5] & ((1 << 26) - 1 if fam == "gfx11" else (1 << 21) - 1)
-        self._drain(q)
+        if not self._drain(q):
+          q.blocked = f"DMA_DATA at {base + 4 * off:#x} waits for the dispatches still running ({self._running_names(q)})"
+          return off
         for _ in range(on): self._copy(g, b[3] | (b[4] << 32), b[1] | (b[2] << 32), n, "CPC")
       else:
         # kfd_int_process_v11.c: CP_BAD_OPCODE -> the queue is suspended (kfd_dqm_suspend_bad_queue_mes)
@@ -1238,7 +1319,8 @@ class MockAMDGPU:
       for q in self.queues.values():
         out.append(f"queue {q.qid} ({q.kind}) ring {q.ring:#x}: read {q.rd} packets done {q.done_packets}"
                    + (" INACTIVE" if not q.active else "") + (" EVICTED" if q.evicted else "")
-                   + (f" BLOCKED {q.blocked}" if q.blocked else "") + (f" FAULT {q.fault}" if q.fault else ""))
+                   + (f" BLOCKED {q.blocked}" if q.blocked else "") + (f" FAULT {q.fault}" if q.fault else "")
+                   + (f" RUNNING {self._running_names(q)}" if q.running is not None else ""))
       return "\n".join(out)
 
   def dmesg(self) -> str: return "\n".join(self.log)

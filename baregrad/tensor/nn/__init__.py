@@ -144,7 +144,7 @@ class BatchNorm(Module):
            f"track_running_stats={self.track_running_stats}"
   def forward(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_features:
-      raise ValueError(f"BatchNorm({self.num_features}): expected input of shape (N, {self.num_features}, ...), got {x.shape}")
+      raise RuntimeError(f"BatchNorm({self.num_features}): expected input of shape (N, {self.num_features}, ...), got {x.shape}")
     shape = (1, self.num_features) + (1,) * (x.ndim - 2)
     use_batch = _training(self.training) or self.running_mean is None
     if use_batch:
@@ -191,7 +191,7 @@ class LayerNorm(Module):
   def forward(self, x: Tensor) -> Tensor:
     k = len(self.normalized_shape)
     if tuple(x.shape[-k:]) != self.normalized_shape:
-      raise ValueError(f"LayerNorm{self.normalized_shape}: input shape {x.shape} does not end in {self.normalized_shape}")
+      raise RuntimeError(f"LayerNorm{self.normalized_shape}: input shape {x.shape} does not end in {self.normalized_shape}")
     return x.layer_norm(self.normalized_shape, self.weight, self.bias, eps=self.eps)
 
 class GroupNorm(Module):
@@ -204,7 +204,7 @@ class GroupNorm(Module):
   def extra_repr(self) -> str: return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.weight is not None}, bias={self.bias is not None}"
   def forward(self, x: Tensor) -> Tensor:
     if x.ndim < 2 or x.shape[1] != self.num_channels:
-      raise ValueError(f"GroupNorm: expected input of shape (N, {self.num_channels}, ...), got {x.shape}")
+      raise RuntimeError(f"GroupNorm: expected input of shape (N, {self.num_channels}, ...), got {x.shape}")
     return x.group_norm(self.num_groups, self.weight, self.bias, eps=self.eps)
 
 class RMSNorm(Module):
@@ -217,7 +217,7 @@ class RMSNorm(Module):
   def forward(self, x: Tensor) -> Tensor:
     k = len(self.normalized_shape)
     if tuple(x.shape[-k:]) != self.normalized_shape:
-      raise ValueError(f"RMSNorm{self.normalized_shape}: input shape {x.shape} does not end in {self.normalized_shape}")
+      raise RuntimeError(f"RMSNorm{self.normalized_shape}: input shape {x.shape} does not end in {self.normalized_shape}")
     eps = self.eps if self.eps is not None else _finfo_eps(x.dtype)
     out = x * (x.square().mean(tuple(range(x.ndim - k, x.ndim)), keepdim=True) + eps).rsqrt()
     return out * self.weight if self.weight is not None else out
@@ -284,7 +284,7 @@ class LeakyReLU(Module):
 class GELU(Module):
   """Gaussian error linear unit (approximate='none' uses erf, 'tanh' the tanh formula)."""
   def __init__(self, approximate: str = "none"):
-    if approximate not in ("none", "tanh"): raise ValueError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if approximate not in ("none", "tanh"): raise RuntimeError(f"GELU: approximate must be 'none' or 'tanh', got {approximate!r}")
     self.approximate = approximate
   def extra_repr(self) -> str: return f"approximate={self.approximate!r}"
   def forward(self, x: Tensor) -> Tensor: return x.gelu(self.approximate)

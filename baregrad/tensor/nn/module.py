@@ -6,10 +6,54 @@ call super().__init__() and plain Python classes keep working with get_parameter
 tensor with requires_grad=True; any other tensor (running statistics, counters) is a buffer.
 
 `training` is None until train()/eval() set it: None follows the global Tensor.training switch (tinygrad's way,
-`with Tensor.train(): ...`), True or False pins the module (PyTorch's way)."""
+`with Tensor.train(): ...`), True or False pins the module (PyTorch's way).
+
+requires_grad_(False) freezes parameters: they stay parameters (parameters(), state_dict, optimizers leave them
+alone) until requires_grad_(True), as in PyTorch. to()/half()/float() replace each tensor attribute by a converted
+copy (value semantics: tensors never change device or dtype in place) and return the module."""
 from __future__ import annotations
+import weakref
 from typing import Any, Callable, Iterator, NamedTuple
-from baregrad.tensor.tensor import Tensor
+from baregrad.ir.dtype import dtypes
+from baregrad.tensor.tensor import Tensor, _is_dtype_arg, to_dtype
+
+# parameters frozen by Module.requires_grad_(False): still parameters, no longer requiring grad (id -> tensor; an
+# entry goes when its tensor does)
+_FROZEN: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+def is_frozen(t: Tensor) -> bool:
+  """Whether t is a parameter that Module.requires_grad_(False) froze."""
+  return _FROZEN.get(id(t)) is t
+
+def _is_param(t: Tensor) -> bool: return bool(t.requires_grad) or is_frozen(t)
+
+def _map_tensors(root: Any, fn: Callable[[Tensor], Tensor]) -> None:
+  """Replace every tensor reachable from root (the walk of state.get_state_dict) by fn(tensor), in the attributes,
+  lists and dicts that hold it (tuples are rebuilt); a tensor held in several places maps to one new tensor."""
+  memo: dict[int, Tensor] = {}
+  seen: set[int] = set()
+  def conv(v: Any) -> Any:
+    if isinstance(v, Tensor):
+      if id(v) not in memo: memo[id(v)] = fn(v)
+      return memo[id(v)]
+    if type(v) is tuple:
+      new = tuple(conv(x) for x in v)
+      return v if all(a is b for a, b in zip(new, v)) else new
+    walk(v)
+    return v
+  def walk(o: Any) -> None:
+    if o is None or isinstance(o, (str, bytes, int, float, bool, type, tuple)) or id(o) in seen: return
+    seen.add(id(o))
+    if isinstance(o, list):
+      for i, v in enumerate(o):
+        if (n := conv(v)) is not v: o[i] = n
+    elif isinstance(o, dict):
+      for k, v in list(o.items()):
+        if isinstance(k, str) and not k.startswith("_") and (n := conv(v)) is not v: o[k] = n
+    elif hasattr(o, "__dict__"):
+      for k, v in list(vars(o).items()):
+        if not k.startswith("_") and (n := conv(v)) is not v: setattr(o, k, n)
+  walk(root)
 
 class IncompatibleKeys(NamedTuple):
   missing_keys: list[str]
@@ -56,16 +100,17 @@ class Module:
     """This module and every submodule below it."""
     for _, m in self.named_modules(): yield m
   def named_parameters(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
-    """(name, tensor) for each tensor with requires_grad=True, once each, in state-dict order."""
+    """(name, tensor) for each parameter (requires_grad=True, or frozen by requires_grad_(False)), once each, in
+    state-dict order."""
     yield from self._named_tensors(prefix, recurse, True)
   def parameters(self, recurse: bool = True) -> Iterator[Tensor]:
-    """The trainable tensors (requires_grad=True), once each, in state-dict order."""
+    """The parameters (requires_grad=True, or frozen by requires_grad_(False)), once each, in state-dict order."""
     for _, t in self.named_parameters(recurse=recurse): yield t
   def named_buffers(self, prefix: str = "", recurse: bool = True) -> Iterator[tuple[str, Tensor]]:
-    """(name, tensor) for each tensor that does not require grad (running statistics, counters)."""
+    """(name, tensor) for each tensor that is not a parameter (running statistics, counters)."""
     yield from self._named_tensors(prefix, recurse, False)
   def buffers(self, recurse: bool = True) -> Iterator[Tensor]:
-    """The tensors that do not require grad."""
+    """The tensors that are not parameters (running statistics, counters)."""
     for _, t in self.named_buffers(recurse=recurse): yield t
   def _named_tensors(self, prefix: str, recurse: bool, params: bool) -> Iterator[tuple[str, Tensor]]:
     from baregrad.tensor.nn.state import get_state_dict
@@ -75,7 +120,7 @@ class Module:
       sd = {k: v for k, v in sd.items() if not any(k[len(prefix):].lstrip(".").startswith(s + ".") for s in subs)}
     seen: set[int] = set()
     for k, t in sd.items():
-      if bool(t.requires_grad) == params and id(t) not in seen:
+      if _is_param(t) == params and id(t) not in seen:
         seen.add(id(t))
         yield k, t
 
@@ -86,7 +131,7 @@ class Module:
     return get_state_dict(self, prefix)
   def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
     """Copy values (Tensors or NumPy arrays) into this module's tensors in place; strict: missing or unexpected keys
-    raise (KeyError naming them); a shape mismatch always raises ValueError. Returns (missing_keys, unexpected_keys)."""
+    raise (KeyError naming them); a shape mismatch always raises ValueError. Both are RuntimeErrors too, as PyTorch's. Returns (missing_keys, unexpected_keys)."""
     from baregrad.tensor.nn.state import load_state_dict
     r = load_state_dict(self, state_dict, strict=strict)
     return IncompatibleKeys(r["missing_keys"], r["unexpected_keys"])
@@ -101,12 +146,63 @@ class Module:
     """train(False): evaluation mode for this module and every submodule; returns self."""
     return self.train(False)
   def requires_grad_(self, requires_grad: bool = True) -> Module:
-    """Set requires_grad on every parameter (tensors that require grad now; with False they stop being parameters)."""
-    for t in list(self.parameters()): t.requires_grad_(requires_grad)
+    """Set requires_grad on every parameter of this module and its submodules; returns self. Frozen parameters
+    (False) stay parameters, and True unfreezes them, as in PyTorch."""
+    if not isinstance(requires_grad, bool): raise TypeError(f"requires_grad_(): requires_grad must be a bool, got {type(requires_grad).__name__} {requires_grad!r}")
+    for t in list(self.parameters()):
+      t.requires_grad_(requires_grad)
+      if requires_grad: _FROZEN.pop(id(t), None)
+      else: _FROZEN[id(t)] = t
     return self
   def zero_grad(self, set_to_none: bool = True) -> None:
     """Drop the gradients of every parameter (set_to_none=False sets them to zeros instead)."""
     for t in self.parameters(): t.grad = None if set_to_none or t.grad is None else t.grad.zeros_like()
+  # ---- device and dtype
+  def to(self, *args: Any, **kwargs: Any) -> Module:
+    """Move and/or cast every parameter and buffer: to(device), to(dtype), to(device, dtype), to(tensor) (its device
+    and dtype). A dtype applies to floating-point tensors only, as PyTorch's. Each tensor attribute is replaced by
+    the converted tensor (a new leaf keeping requires_grad, frozen state and a converted grad); returns self."""
+    if len(args) > 2: raise TypeError(f"to() takes at most 2 positional arguments (device, dtype), got {len(args)}")
+    unknown = set(kwargs) - {"device", "dtype", "non_blocking", "memory_format", "copy"}
+    if unknown: raise TypeError(f"to() got unexpected keyword arguments {sorted(unknown)}")
+    device, dtype = kwargs.get("device"), kwargs.get("dtype")
+    for a in args:
+      if isinstance(a, Tensor): device, dtype = a.device, a.dtype
+      elif _is_dtype_arg(a): dtype = a
+      else: device = a
+    if dtype is not None:
+      dtype = to_dtype(dtype)
+      if not dtypes.is_float(dtype): raise TypeError(f"nn.Module.to only accepts floating point dtypes, but got desired dtype={dtype}")
+    return self._convert(device, dtype)
+  def half(self) -> Module:
+    """Floating-point parameters and buffers cast to float16; returns self."""
+    return self._convert(None, dtypes.float16)
+  def float(self) -> Module:
+    """Floating-point parameters and buffers cast to float32; returns self."""
+    return self._convert(None, dtypes.float32)
+  def double(self) -> Module:
+    """Floating-point parameters and buffers cast to float64; returns self."""
+    return self._convert(None, dtypes.float64)
+  def bfloat16(self) -> Module:
+    """Floating-point parameters and buffers cast to bfloat16; returns self."""
+    return self._convert(None, dtypes.bfloat16)
+  def cpu(self) -> Module:
+    """Every parameter and buffer on the CPU device; returns self."""
+    return self._convert("CPU", None)
+  def _convert(self, device: Any, dtype: Any) -> Module:
+    def fn(t: Tensor) -> Tensor:
+      dt = dtype if dtype is not None and dtypes.is_float(t.dtype) else None
+      moved = t.to(device, dt)
+      if moved is t or (moved.device == t.device and moved.dtype == t.dtype): return t
+      new = moved.detach().contiguous().realize()
+      if t.requires_grad: new.requires_grad_(True)
+      elif t.requires_grad is False: new.requires_grad = False
+      if is_frozen(t): _FROZEN[id(new)] = new
+      if t.grad is not None: new.grad = t.grad.to(device, new.dtype if dt is not None else None).contiguous().realize()
+      return new
+    _map_tensors(self, fn)
+    return self
+
   def apply(self, fn: Callable[[Module], Any]) -> Module:
     """Call fn on every submodule (children first) and then on self, as PyTorch does; returns self."""
     for c in self.children(): c.apply(fn)

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.inplace import write, buffer_ref
+from baregrad.tensor.nn.module import is_frozen
 
 def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> None:
   """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` (and every live tensor
@@ -28,7 +29,8 @@ class Optimizer:
       if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
       if id(p) in seen: continue
       seen.add(id(p))
-      if not p.requires_grad: p.requires_grad_(True)
+      # a parameter frozen by Module.requires_grad_(False) stays frozen (it gets no gradient, so no update), as in PyTorch
+      if not p.requires_grad and not is_frozen(p): p.requires_grad_(True)
       buffer_ref(p)
       self.params.append(p)
     if not self.params: raise ValueError("optimizer got an empty parameter list")

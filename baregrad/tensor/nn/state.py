@@ -45,8 +45,12 @@ def get_parameters(obj: Any) -> list[Tensor]:
       out.append(t)
   return out
 
-class StateDictError(KeyError):
+class StateDictError(KeyError, RuntimeError):
+  """Missing or unexpected keys: a KeyError, and a RuntimeError as PyTorch's load_state_dict raises."""
   def __str__(self) -> str: return str(self.args[0])
+
+class StateDictShapeError(ValueError, RuntimeError):
+  """A checkpoint tensor whose shape differs from the model's: a ValueError, and a RuntimeError as PyTorch's."""
 
 def load_state_dict(obj: Any, state_dict: dict[str, Any], strict: bool = True, verbose: bool = False) -> dict[str, list[str]]:
   """Copy state_dict's values into obj's tensors in place. strict: missing or unexpected keys are an error (all
@@ -66,7 +70,7 @@ def load_state_dict(obj: Any, state_dict: dict[str, Any], strict: bool = True, v
     v = state_dict[k]
     vshape = tuple(v.shape)
     if vshape != t.shape: bad.append(f"{k}: checkpoint has shape {vshape}, model has {t.shape}")
-  if bad: raise ValueError(f"load_state_dict of {type(obj).__name__}: shape mismatch for " + "; ".join(bad))
+  if bad: raise StateDictShapeError(f"load_state_dict of {type(obj).__name__}: shape mismatch for " + "; ".join(bad))
   for k, t in model.items():
     if k not in state_dict: continue
     v = state_dict[k]
