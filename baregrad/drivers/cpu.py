@@ -220,7 +220,7 @@ class ThreadPool:
     if mine:
       per_item = (time.perf_counter_ns() - st) / mine
       old = self.cost.get(key)
-      self.cost[key] = per_item if old is None else 0.5 * (old + per_item)
+      self.cost[key] = per_item if old is None else 0.5 * (old + min(per_item, 4 * old))  # see the inline path
     if nthreads > 1:
       while not job.done.wait(timeout=1.0):
         if self.stopped: return
@@ -377,7 +377,9 @@ class QueueEngine:
             if gx:
               st = clock()
               fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
-              cost[fa] = 0.5 * (est + (clock() - st) / gx)
+              # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
+              # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
+              cost[fa] = 0.5 * (est + min((clock() - st) / gx, 4 * est))
             p += _EXEC_WORDS
             while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
             if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
