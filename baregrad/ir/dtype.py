@@ -20,6 +20,8 @@ class DType:
       h = hash((self.priority, self.itemsize, self.name, self.fmt, self.count))
       object.__setattr__(self, "_hash", h)
       return h
+  def __getstate__(self) -> dict:  # the cached hash stays behind: strings hash differently in another process
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
   def __eq__(self, other: object) -> bool:
     if self is other: return True
     if type(other) is not type(self): return NotImplemented if not isinstance(other, DType) else False
