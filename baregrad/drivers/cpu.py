@@ -379,7 +379,8 @@ class QueueEngine:
               fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
               # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
               # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
-              cost[fa] = 0.5 * (est + min((clock() - st) / gx, 4 * est))
+              t = (clock() - st) / gx
+              cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
             p += _EXEC_WORDS
             while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
             if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
