@@ -8,7 +8,7 @@ import atexit, ctypes, errno, itertools, mmap, os, threading, time
 from collections import deque
 from typing import Any, Hashable, Sequence
 from baregrad.helpers import DEBUG
-from baregrad.hal import Device, OutOfMemory, Compiler, CompileError
+from baregrad.hal import Device, OutOfMemory, Compiler, CompileError, profile
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 
 # ---------------------------------------------------------------- host memory (anonymous mmap)
@@ -84,6 +84,8 @@ LAYOUT: dict[int, tuple[tuple[str, int], ...]] = {
 _SIZE = {op: 1 + sum(n for _, n in lay) for op, lay in LAYOUT.items()}
 _FIELDS = {op: {name: (1 + sum(k for _, k in lay[:i]), n) for i, (name, n) in enumerate(lay)} for op, lay in LAYOUT.items()}
 _M32 = 0xFFFFFFFF
+_EXEC_WORDS = _SIZE[OP_EXEC]
+_EXEC_HDR, _BARRIER_HDR = (OP_EXEC << 16) | _SIZE[OP_EXEC], (OP_BARRIER << 16) | _SIZE[OP_BARRIER]
 
 def _enc(op: int, *vals: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
   """Words for one command; vals in LAYOUT order. Out-of-range values raise when they reach the uint32 array."""
@@ -218,7 +220,7 @@ class ThreadPool:
     if mine:
       per_item = (time.perf_counter_ns() - st) / mine
       old = self.cost.get(key)
-      self.cost[key] = per_item if old is None else 0.5 * (old + per_item)
+      self.cost[key] = per_item if old is None else 0.5 * (old + min(per_item, 4 * old))  # see the inline path
     if nthreads > 1:
       while not job.done.wait(timeout=1.0):
         if self.stopped: return
@@ -353,12 +355,37 @@ class QueueEngine:
           self.state = f"waiting for signal {sig_addr(sig):#x} >= {value} (value now {sig.value})"
           cv = self.dev.sig_cv
           with cv:
-            while sig.value < value and not self.stopped: cv.wait(0.05)
+            self.dev.sig_sleepers += 1
+            try:
+              while sig.value < value and not self.stopped: cv.wait(0.05)
+            finally: self.dev.sig_sleepers -= 1
       elif op == OP_EXEC:
         # fields read straight off the words (LAYOUT[OP_EXEC]); the state in words is made only when asked (describe)
         if self.pool is None: raise RuntimeError("EXEC on a queue without a thread pool (the copy queue)")
         fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
-        if inline and ((est := self.pool.cost.get(fa)) is None or est * gx > self.INLINE_NS): return p
+        if inline:
+          # tiny kernels of known cost run whole on this thread (what pool.run decides for them too), timed as pool.run
+          # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
+          # tight loop. This is most of an eager op's or a jit replay's launch cost.
+          cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
+          while True:
+            if (est := cost.get(fa)) is None or est * gx > limit:
+              self.cur = (addr, nwords, p)
+              return p
+            self.state = ("exec", fa, gx)
+            fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
+            if gx:
+              st = clock()
+              fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
+              # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
+              # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
+              t = (clock() - st) / gx
+              cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
+            p += _EXEC_WORDS
+            while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
+            if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
+            fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
+          continue
         self.state = ("exec", fa, gx)
         fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
         self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11])
@@ -390,6 +417,40 @@ class CPUProgram(HCQProgram):
     self.image = load_elf(lib)
     # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
     self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
+    self._launch_words = None  # the commands of a plain launch, encoded once (see __call__)
+
+  def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    """A launch that is neither timed nor profiled writes the same commands HCQProgram's does (wait for the timeline,
+    exec, signal it) straight into words encoded once, patched here: building a queue object per launch costs more
+    than a tiny kernel."""
+    if wait or profile.ON or type(global_size) is not tuple or len(global_size) != 3 or type(local_size) is not tuple or len(local_size) != 3:
+      return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    dev = self.dev
+    if global_size[1] != 1 or global_size[2] != 1:
+      raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {global_size}")
+    n = len(bufs) + len(vals)
+    cpu, va = dev.alloc_kernargs(8 * n)
+    slots = (ctypes.c_uint64 * n).from_address(cpu)
+    for i, b in enumerate(bufs): slots[i] = (b._buf if hasattr(b, "_buf") else b).va_addr
+    for i, v in enumerate(vals): slots[len(bufs) + i] = v & 0xFFFFFFFFFFFFFFFF
+    if (ws := self._launch_words) is None:
+      q = CPUComputeQueue()
+      q.wait(dev.timeline_signal, 0).exec(self, CPUArgsState(cpu, va, self, [], []), global_size, local_size).signal(dev.timeline_signal, 0)
+      self._launch_words = ws = q.words
+      self._at = (q.cmds[0].start + q.cmds[0].fields["value"][0], q.cmds[1].start + q.cmds[1].fields["args"][0],
+                  q.cmds[1].start + q.cmds[1].fields["gx"][0], q.cmds[1].start + q.cmds[1].fields["lx"][0],
+                  q.cmds[2].start + q.cmds[2].fields["value"][0])
+    wv, ar, gx, lx, sv = self._at
+    with dev.submit_lock:  # (the words are shared by this program's launches from every host thread)
+      ws[ar], ws[ar + 1] = va & _M32, va >> 32
+      ws[gx], ws[lx], ws[lx + 1], ws[lx + 2] = global_size[0], local_size[0], local_size[1], local_size[2]
+      w = dev.timeline_value - 1
+      ws[wv], ws[wv + 1] = w & _M32, w >> 32
+      tv = dev.next_timeline()
+      ws[sv], ws[sv + 1] = tv & _M32, tv >> 32
+      dev.engines["compute"].submit(ws)  # (the ring takes a copy of the words)
+    return None
   def __del__(self) -> None:
     # unmapping code a queued exec may still run would crash the process: drain first. The GC may run
     # this on a queue or pool thread, which must not wait for itself: then the host closes it later.
@@ -435,6 +496,7 @@ class CPUDevice(HCQDevice):
     renderer, compiler = _toolchain(self.variant)
     self.threads = int(os.environ.get("CPU_THREADS", "0")) or os.cpu_count() or 1
     self.sig_cv = threading.Condition()
+    self.sig_sleepers = 0  # threads waiting on sig_cv (see _signal_written)
     self.closed = False
     self.engines: dict[str, QueueEngine] = {}
     self._shared: list[tuple[int, int]] = []
@@ -449,7 +511,11 @@ class CPUDevice(HCQDevice):
     return HCQBuffer(addr, size, addr)
 
   def _signal_written(self) -> None:
-    with self.sig_cv: self.sig_cv.notify_all()
+    # nobody asleep on signal memory (the common case: an inline launch whose host waits spin first): no lock to take.
+    # A sleeper counts itself under the lock before it reads the value; a writer stores the value before it reads the
+    # count (both under the GIL, in order): either the writer sees the sleeper, or the sleeper sees the new value
+    if self.sig_sleepers:
+      with self.sig_cv: self.sig_cv.notify_all()
 
   def _check_fault(self) -> None:
     for e in self.engines.values():
@@ -460,11 +526,14 @@ class CPUDevice(HCQDevice):
     for _ in range(50):  # short kernels finish within a few µs: spin before sleeping on the condition
       if sig._v.value >= value: return True
     with self.sig_cv:
-      while sig._v.value < value:
-        self._check_fault()
-        left = deadline - time.perf_counter()
-        if left <= 0: return False
-        self.sig_cv.wait(min(left, 0.05))
+      self.sig_sleepers += 1
+      try:
+        while sig._v.value < value:
+          self._check_fault()
+          left = deadline - time.perf_counter()
+          if left <= 0: return False
+          self.sig_cv.wait(min(left, 0.05))
+      finally: self.sig_sleepers -= 1
     return True
 
   def queue_state(self) -> str:

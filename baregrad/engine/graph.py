@@ -70,11 +70,24 @@ def stale_error(ref: BufRef) -> RuntimeError:
 def buffer_uop(ref: BufRef) -> UOp: return UOp(Ops.BUFFER, ref.dtype, (), ref)
 
 _shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_shape_data, _wref = _shapes.data, weakref.ref  # read directly: shape_of runs many times per op
+
+def broadcast_const(c: UOp, shape: tuple[int, ...]) -> UOp:
+  """The scalar c (a CONST, shape ()) broadcast to `shape`: the RESHAPE to all ones and the EXPAND that the movement
+  methods build, made here without a tensor and a view computation per step (a Python scalar operand of every op)."""
+  if not shape: return c
+  ones = (1,) * len(shape)
+  u = UOp(Ops.RESHAPE, c.dtype, (c,), ones)
+  _shapes[u] = ones
+  if shape != ones:
+    u = UOp(Ops.EXPAND, c.dtype, (u,), shape)
+    _shapes[u] = shape
+  return u
 
 class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in PyTorch
 
 def shape_of(u: UOp) -> tuple[int, ...]:
-  if (s := _shapes.get(u)) is not None: return s
+  if (s := _shape_data.get(_wref(u))) is not None: return s
   # post-order over the nodes whose shape is not known yet (stop at known ones: building a chain stays O(n))
   stack: list[tuple[UOp, bool]] = [(u, False)]
   while stack:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import weakref
 from collections import OrderedDict
-from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.ops import UOp, Ops, GroupOp, _argkey
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, _shapes
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
@@ -69,34 +69,44 @@ _CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.REDUCE
 SCHEDULE_CACHE_SIZE = 2048
 _sched_cache: OrderedDict = OrderedDict()
 
-def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, UOp], list[BufRef]] | None:
-  """The graph with its buffers as placeholders (and the bounds checks registered on its nodes: checked node, payload
-  graph, message), the map from its nodes to their placeholder images, and the buffers by slot; None where the graph
-  is not cacheable."""
-  memo: dict[UOp, UOp] = {}
+def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[BufRef]] | None:
+  """The graph as a key of plain tuples (each node as (op, dtype, arg, source positions), each buffer as a placeholder:
+  its slot, the first slot over its storage, device and size) with the bounds checks registered on its nodes (checked
+  node, payload graph, message); the position of each node in that key; the nodes by position; the buffers by slot.
+  None where the graph is not cacheable. Plain tuples, not placeholder UOps: building a UOp hash-conses it (a weak
+  dictionary lookup and insert per node), which cost more than the rest of an eager op's scheduling. The key keeps no
+  node alive (a graph reading no buffer, e.g. zeros(), would otherwise hash-cons to a cached node and find its old
+  result in realized_map: two tensors, one buffer)."""
+  pos: dict[UOp, int] = {}
+  nodes: list[UOp] = []
+  key: list[tuple] = []
   slots: list[BufRef] = []
   slot_of: dict[int, int] = {}     # id(BufRef) -> slot
   storage_of: dict[int, int] = {}  # id(storage) -> its first slot
   found: list[tuple[UOp, UOp, str]] = []
+  registry = checks.registry
   todo = list(srcs)
   while todo:
-    for u in _post_order(todo.pop(0), memo):
-      if u.op not in _CACHEABLE: return None
-      if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
+    for u in _post_order(todo.pop(0), pos):
+      op = u.op
+      if op not in _CACHEABLE: return None
+      if registry and (e := registry.get(id(u))) is not None and e[0]() is u:
         for p, m in e[1]: found.append((u, p, m)); todo.append(p)
-      if u.op is Ops.BUFFER:
+      if op is Ops.BUFFER:
         ref = u.arg
         if ref.stale: return None
         if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
         first = storage_of.setdefault(id(ref.storage), k)
-        memo[u] = UOp(Ops.BUFFER, u.dtype, (), ("slot", k, first, ref.device, ref.size))
-      # every node of the key is a placeholder too: the cache must not keep a real node alive (a graph reading no buffer,
-      # e.g. zeros(), would then hash-cons to it and find its old result in realized_map: two tensors, one buffer)
-      else: memo[u] = UOp(u.op, u.dtype, tuple(memo[s] for s in u.src), ("placeholder", u.arg))
-  return (tuple(memo[t] for t in srcs), tuple((memo[n], memo[p], m) for n, p, m in found)), memo, slots
+        key.append((op, u.dtype, k, first, ref.device, ref.size))
+      else: key.append((op, u.dtype, _argkey(u.arg), tuple([pos[s] for s in u.src])))
+      pos[u] = len(nodes)
+      nodes.append(u)
+  return (tuple(key), tuple([pos[t] for t in srcs]), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots
 
 def _post_order(root: UOp, done: dict) -> list[UOp]:
   """The nodes under root not in `done`, children first (a walk that stops at what an earlier target already took)."""
+  if root in done: return []
+  if not root.src: return [root]
   out: list[UOp] = []
   seen: set[UOp] = set()
   stack: list[tuple[UOp, bool]] = [(root, False)]
@@ -106,10 +116,10 @@ def _post_order(root: UOp, done: dict) -> list[UOp]:
     if u in seen or u in done: continue
     seen.add(u)
     stack.append((u, True))
-    stack.extend((x, False) for x in reversed(u.src) if x not in seen and x not in done)
+    stack.extend([(x, False) for x in reversed(u.src) if x not in seen and x not in done])
   return out
 
-def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple | None:
+def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], slots: list[BufRef]) -> tuple | None:
   ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
   made: list[tuple] = []   # (device, size, dtype) of the buffers the schedule makes
   def tref(r: BufRef) -> tuple[str, int]:
@@ -119,21 +129,20 @@ def _template(items: list[ScheduleItem], realized_: dict, memo: dict[UOp, UOp], 
     return t
   titems = []
   for it in items:
-    if it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in memo): return None
-    if it.check is not None and it.check[0] not in memo: return None
-    titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, memo.get(it.srcnode),
-                   (memo[it.check[0]], it.check[1]) if it.check is not None else None))
-  if any(u not in memo for u in realized_): return None
-  return titems, {memo[u]: tref(r) for u, r in realized_.items()}, made
+    if it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in pos): return None
+    if it.check is not None and it.check[0] not in pos: return None
+    titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, pos.get(it.srcnode) if it.srcnode is not None else None,
+                   (pos[it.check[0]], it.check[1]) if it.check is not None else None))
+  if any(u not in pos for u in realized_): return None
+  return titems, [(pos[u], tref(r)) for u, r in realized_.items()], made
 
-def _instantiate(tmpl: tuple, memo: dict[UOp, UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
+def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
   titems, treal, made = tmpl
-  inv = {v: k for k, v in memo.items()}
   new = [BufRef(d, n, dt) for d, n, dt in made]
   def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
-  items = [ScheduleItem(ast, [get(t) for t in tb], kind, inv.get(sn) if sn is not None else None, (inv[ck[0]], ck[1]) if ck else None)
+  items = [ScheduleItem(ast, [get(t) for t in tb], kind, nodes[sn] if sn is not None else None, (nodes[ck[0]], ck[1]) if ck else None)
            for ast, tb, kind, sn, ck in titems]
-  return items, {inv[u]: get(t) for u, t in treal.items()}
+  return items, {nodes[k]: get(t) for k, t in treal}
 
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
   srcs = _substitute_all(uops)
@@ -142,10 +151,10 @@ def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list
     key = (ab[0], device) if ab is not None else None
     if key is not None and (tmpl := _sched_cache.get(key)) is not None:
       _sched_cache.move_to_end(key)
-      items, realized_ = _instantiate(tmpl, ab[1], ab[2])
+      items, realized_ = _instantiate(tmpl, ab[2], ab[3])
       return items, srcs, realized_
     items, realized_ = create_schedule(srcs, device)
-    if key is not None and (tmpl := _template(items, realized_, ab[1], ab[2])) is not None:
+    if key is not None and (tmpl := _template(items, realized_, ab[1], ab[3])) is not None:
       _sched_cache[key] = tmpl
       if len(_sched_cache) > SCHEDULE_CACHE_SIZE: _sched_cache.popitem(last=False)
   return items, srcs, realized_

@@ -5,7 +5,7 @@ from baregrad.helpers import DEBUG, getenv, Progress
 from baregrad.hal import Buffer, Device
 from baregrad.engine.schedule import ScheduleItem
 from baregrad.engine.graph import BufRef
-from baregrad.engine.runner import compile_ast
+from baregrad.engine.runner import compile_ast, cached_runner
 
 # observers of executed items (the jit captures through this)
 capturing: list = []
@@ -33,8 +33,10 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
   return assign
 
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
-  assign = plan_memory(items, keep or set()) if not getenv("NO_MEMPLAN", 0) else {}
-  bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)  # if compiles take > 1 s
+  # one item has no intermediate whose memory another could take
+  assign = plan_memory(items, keep or set()) if len(items) > 1 and not getenv("NO_MEMPLAN", 0) else {}
+  bar: Progress | None = None  # made at the first kernel that is not compiled yet: shows if compiles take > 1 s
+  ready = 0
   for it in items:
     out = it.bufs[0]
     if out.buf is None and out.id in assign:
@@ -50,7 +52,13 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
       for c in capturing: c.add_copy(it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)
-    with bar.step(): runner = compile_ast(it.ast, out.device)
+    if (runner := cached_runner(it.ast, out.device)) is None:
+      if bar is None:
+        bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)
+        bar.n = ready  # the kernels before it were compiled already
+      with bar.step(): runner = compile_ast(it.ast, out.device)
+    elif bar is not None: bar.update(1)
+    else: ready += 1
     runner([b.buf for b in it.bufs])
     for c in capturing: c.add_kernel(runner, it)
-  bar.close()
+  if bar is not None: bar.close()

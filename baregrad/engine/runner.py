@@ -31,36 +31,46 @@ class CompiledRunner:
     self.cached = dev.compiler.cache_hits > hits
     self.prg = dev.runtime(dev, spec.name, self.lib)
     self._scalar: CompiledRunner | None = None
+    # per argument: (buffer number, element type, elements it may touch), read on every launch
+    self._args = [(g.arg, g.dtype.base.scalar, self.need.get(g.arg, 0)) for g in spec.bufs]
 
   def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
     """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
     raw = []
-    for g in self.spec.bufs:
-      if g.arg >= len(bufs): raise ValueError(f"kernel {self.spec.name} uses buffer {g.arg} but only {len(bufs)} were given")
-      b = bufs[g.arg]
-      if b.device != self.device: raise ValueError(f"kernel {self.spec.name} runs on {self.device} but buffer {g.arg} is on {b.device}")
-      if b.dtype.scalar != g.dtype.base.scalar: raise TypeError(f"kernel {self.spec.name} buffer {g.arg} wants {g.dtype.base}, got {b.dtype}")
-      if b.size < self.need.get(g.arg, 0):
-        raise ValueError(f"kernel {self.spec.name} touches buffer {g.arg} up to element {self.need[g.arg] - 1}, but it holds {b.size}")
-      if not b.is_allocated(): b.allocate()
+    for arg, dt, need in self._args:
+      if arg >= len(bufs): raise ValueError(f"kernel {self.spec.name} uses buffer {arg} but only {len(bufs)} were given")
+      b = bufs[arg]
+      if b.device != self.device: raise ValueError(f"kernel {self.spec.name} runs on {self.device} but buffer {arg} is on {b.device}")
+      if b.dtype is not dt and b.dtype.scalar != dt:
+        raise TypeError(f"kernel {self.spec.name} buffer {arg} wants {self.spec.bufs[[a for a, _, _ in self._args].index(arg)].dtype.base}, got {b.dtype}")
+      if b.size < need:
+        raise ValueError(f"kernel {self.spec.name} touches buffer {arg} up to element {need - 1}, but it holds {b.size}")
+      if b._buf is None: b.allocate()
       raw.append(b._buf)
     if self.spec.align and any(bufs[i].offset % a for i, a in self.spec.align.items()):
       # a view at an offset the vector accesses cannot take: the same kernel with scalar accesses
       if self._scalar is None:
         self._scalar = CompiledRunner(get_program(self.spec.ast, Device[self.device].renderer, self.spec.opts, self.spec.name, vector_mem=False), self.device)
       return self._scalar(bufs, vals, wait)
-    vals = vals or {}
-    missing = [v.arg[0] for v in self.spec.vars if v.arg[0] not in vals]
-    if missing: raise ValueError(f"kernel {self.spec.name} needs values for variables {missing}")
-    for v in self.spec.vars:
-      if not v.arg[1] <= vals[v.arg[0]] <= v.arg[2]: raise ValueError(f"variable {v.arg[0]}={vals[v.arg[0]]} is outside [{v.arg[1]}, {v.arg[2]}]")
-    t = self.prg(*raw, global_size=self.spec.global_size, local_size=self.spec.local_size,
-                 vals=tuple(vals[v.arg[0]] for v in self.spec.vars), wait=wait or DEBUG() >= 1)
-    if DEBUG() >= 1 and t is not None:
+    if self.spec.vars:
+      vals = vals or {}
+      missing = [v.arg[0] for v in self.spec.vars if v.arg[0] not in vals]
+      if missing: raise ValueError(f"kernel {self.spec.name} needs values for variables {missing}")
+      for v in self.spec.vars:
+        if not v.arg[1] <= vals[v.arg[0]] <= v.arg[2]: raise ValueError(f"variable {v.arg[0]}={vals[v.arg[0]]} is outside [{v.arg[1]}, {v.arg[2]}]")
+      vt = tuple(vals[v.arg[0]] for v in self.spec.vars)
+    else: vt = ()
+    debug = DEBUG()
+    t = self.prg(*raw, global_size=self.spec.global_size, local_size=self.spec.local_size, vals=vt, wait=wait or debug >= 1)
+    if debug >= 1 and t is not None:
       print(f"*** {self.device:8s} {self.spec.name:30s} {t * 1e6:9.2f} us", file=sys.stderr)
     return t
 
 _cache: dict[tuple, CompiledRunner] = {}
+
+def cached_runner(ast: UOp, device: str) -> CompiledRunner | None:
+  """compile_ast(ast, device) if it is compiled already, else None (a lookup only)."""
+  return _cache.get((ast, Device[device], None, None))
 
 def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = None, name: str | None = None) -> CompiledRunner:
   dname = Device.canonicalize(device or Device.DEFAULT)

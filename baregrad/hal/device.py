@@ -47,6 +47,8 @@ def parse_device(name: str) -> tuple[str, int | None, str | None]:
   if base not in KNOWN_DEVICES: raise ValueError(f"unknown device {name!r}; known devices: {', '.join(KNOWN_DEVICES)}")
   return base, idx, variant
 
+_canonical: dict[str, str] = {}  # device name -> canonical name
+
 class _DeviceRegistry:
   """`Device["CPU"]` opens (once) and returns the device; `Device.DEFAULT` is the default device's name."""
   def __init__(self) -> None:
@@ -56,8 +58,12 @@ class _DeviceRegistry:
 
   @staticmethod
   def canonicalize(name: str) -> str:
+    # asked several times per op (every Tensor, Buffer and launch names its device): names parsed once
+    if type(name) is str and (c := _canonical.get(name)) is not None: return c
     base, idx, variant = parse_device(name)
-    return base + (f":{variant}" if variant else "") + (f":{idx}" if idx is not None else "")
+    c = base + (f":{variant}" if variant else "") + (f":{idx}" if idx is not None else "")
+    if len(_canonical) < 1024: _canonical[name] = c
+    return c
 
   def variant(self, name: str) -> str | None:
     """The variant a device should use: the one in its name, else DEV's when DEV names the same base."""

@@ -43,6 +43,8 @@ class HCQGraph:
     self.barriers = self._plan([[_span(b)[0] for b in bufs] for _, bufs, _, _, _ in self.kernels])
     self.slots = [self._record() for _ in range(depth)]
     self.replays = 0
+    self.addrs = dict(self.slots[0].addrs or {})  # (kernel, buffer index) -> the address the next replay must use
+    self._patched: list[set] = []  # the keys patched by each of the last `depth` replays (the recordings that may lag)
 
   def _plan(self, addrs: list[list[int]]) -> set[int]:
     """Indices i of the kernels that need a barrier before them."""
@@ -86,22 +88,29 @@ class HCQGraph:
   def replay(self, patches: Sequence[tuple[int, int, int]] = ()) -> None:
     """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays."""
     dev = self.dev
-    want = dict(self.slots[(self.replays - 1) % self.depth].addrs or {}) if self.replays else dict(self.slots[0].addrs or {})
-    for k, i, addr in patches:
-      if (k, i) not in want: raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
-      want[(k, i)] = addr
+    cur = self.addrs
+    for k, i, _ in patches:
+      if (k, i) not in cur: raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
     if self.writes is not None and patches:
+      want = dict(cur)
+      for k, i, addr in patches: want[(k, i)] = addr
       addrs = [[want[(k, i)] for i in range(len(bufs))] for k, (_, bufs, _, _, _) in enumerate(self.kernels)]
       if not self._plan(addrs) <= self.barriers:
         raise ValueError("replay: the patched buffers make kernels depend on each other where the graph has no barrier "
                          "between them; record the graph for these buffers (or without `writes`)")
+    for k, i, addr in patches: cur[(k, i)] = addr
+    # a recording differs from what is wanted only where a replay since its own last one patched: compare those alone
+    keys = {(k, i) for k, i, _ in patches}
+    self._patched.append(keys)
+    if len(self._patched) > self.depth: self._patched.pop(0)
     s = self.slots[self.replays % self.depth]
     dev.timeline_signal.wait(s.done)   # its last submission finished: nothing queued or running reads these arguments
     assert s.addrs is not None
-    for (k, i), addr in want.items():
-      if s.addrs[(k, i)] != addr:
-        s.args[k].update_buffer(i, addr)
-        s.addrs[(k, i)] = addr
+    for ks in self._patched:
+      for key in ks:
+        if s.addrs[key] != (addr := cur[key]):
+          s.args[key[0]].update_buffer(key[1], addr)
+          s.addrs[key] = addr
     with dev.submit_lock:
       st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
       s.q.update_wait(s.wait_idx, value=dev.timeline_value - 1)

@@ -12,6 +12,21 @@ class DType:
   fmt: str | None   # struct/memoryview format character, None where Python has none (bfloat16)
   count: int = 1
 
+  # dtypes key every UOp (hash-consing hashes and compares them for each node built): the dataclass's generated
+  # methods build a tuple of the fields on every call; these answer the common cases (the same object) first
+  def __hash__(self) -> int:
+    try: return self.__dict__["_hash"]
+    except KeyError:
+      h = hash((self.priority, self.itemsize, self.name, self.fmt, self.count))
+      object.__setattr__(self, "_hash", h)
+      return h
+  def __getstate__(self) -> dict:  # the cached hash stays behind: strings hash differently in another process
+    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+  def __eq__(self, other: object) -> bool:
+    if self is other: return True
+    if type(other) is not type(self): return NotImplemented if not isinstance(other, DType) else False
+    return (self.priority, self.itemsize, self.name, self.fmt, self.count) == (other.priority, other.itemsize, other.name, other.fmt, other.count)
+
   def vec(self, n: int) -> DType:
     if n == 1: return self
     if self.count != 1: raise ValueError(f"cannot vectorize {self}: already a vector")
@@ -50,11 +65,11 @@ class dtypes:
   default_int = int32
 
   @staticmethod
-  def is_float(d: DType) -> bool: return d.scalar in FLOATS
+  def is_float(d: DType) -> bool: return d.scalar in _FLOAT_SET
   @staticmethod
-  def is_int(d: DType) -> bool: return d.scalar in INTS
+  def is_int(d: DType) -> bool: return d.scalar in _INT_SET
   @staticmethod
-  def is_unsigned(d: DType) -> bool: return d.scalar in UNSIGNED
+  def is_unsigned(d: DType) -> bool: return d.scalar in _UNSIGNED_SET
   @staticmethod
   def is_bool(d: DType) -> bool: return d.scalar == dtypes.bool
   @staticmethod
@@ -78,13 +93,15 @@ UNSIGNED = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
 ALL = (dtypes.bool,) + INTS + FLOATS
 _BY_NAME = {d.name: d for d in ALL}
+# membership by hash (a tuple's `in` compares with each element in turn)
+_INT_SET, _UNSIGNED_SET, _FLOAT_SET = frozenset(INTS), frozenset(UNSIGNED), frozenset(FLOATS)
 _TORCH_NAMES = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8, "int16": dtypes.int16, "uint16": dtypes.uint16,
                 "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
                 "float16": dtypes.float16, "bfloat16": dtypes.bfloat16, "float32": dtypes.float32, "float64": dtypes.float64}
 
 def torch_name(d: DType) -> str: return next(k for k, v in _TORCH_NAMES.items() if v == d.scalar)
 
-def _category(d: DType) -> int: return 0 if d == dtypes.bool else 1 if d in INTS else 2
+def _category(d: DType) -> int: return 0 if d == dtypes.bool else 1 if d in _INT_SET else 2
 
 def promote(a: DType, b: DType) -> DType:
   """PyTorch's promotion of two tensor dtypes (torch.promote_types)."""

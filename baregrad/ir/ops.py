@@ -29,6 +29,9 @@ class Ops(Enum):
   # a warp-wide matrix multiply-accumulate (tensor cores): WMMA(a, b, c), arg = (TensorCore, lanes of a, b, c fragments)
   WMMA = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
+  # members are singletons: hash by identity, in C (Enum's own hashes the name in Python, and every UOp built, every
+  # `op in GroupOp...` test and every dict keyed by an op hashes one)
+  __hash__ = object.__hash__
 
 class GroupOp:
   Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}

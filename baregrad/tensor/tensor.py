@@ -7,7 +7,7 @@ from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error, broadcast_const
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled
@@ -601,7 +601,10 @@ class Tensor:
     else: raise TypeError(f"unsupported operand type {type(y).__name__}")
     if out_float and not dtypes.is_float(d): d = dtypes.default_float
     x = self.cast(d)
-    y = y.cast(d) if isinstance(y, Tensor) else Tensor(UOp.const(d, y), device=self.device)
+    if not isinstance(y, Tensor):  # a Python scalar: the broadcast constant _bcast would build, in one step
+      y = Tensor(broadcast_const(UOp.const(d, y), x.shape), device=self.device)
+      return (y, x) if reverse else (x, y)
+    y = y.cast(d)
     shape = broadcast_shape(x.shape, y.shape)
     x, y = x._bcast(shape), y._bcast(shape)
     return (y, x) if reverse else (x, y)
