@@ -165,3 +165,30 @@ def mock_nv_device():
     if prev is not None: Device._open["NV"] = prev
     else: Device.forget("NV")
     os.environ.update(saved)
+
+# LLVM IR for amdgcn shared by the AMD mock tests: @gid (workgroup id * workgroup size + work-item id, the size from the
+# hidden argument hidden_group_size_x, 12 bytes into the implicit arguments) and @fill(out, val): out[i] = val + i
+AMDGCN_FILL_LL = r"""
+define internal i32 @gid() alwaysinline {
+  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
+  %tid = call i32 @llvm.amdgcn.workitem.id.x()
+  %ia = call ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
+  %lsp = getelementptr i8, ptr addrspace(4) %ia, i64 12
+  %ls16 = load i16, ptr addrspace(4) %lsp, align 4
+  %ls = zext i16 %ls16 to i32
+  %base = mul i32 %wg, %ls
+  %i = add i32 %base, %tid
+  ret i32 %i
+}
+define amdgpu_kernel void @fill(ptr addrspace(1) %out, i64 %val) {
+  %i = call i32 @gid()
+  %v32 = trunc i64 %val to i32
+  %r = add i32 %v32, %i
+  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
+  store i32 %r, ptr addrspace(1) %p, align 4
+  ret void
+}
+declare i32 @llvm.amdgcn.workgroup.id.x()
+declare i32 @llvm.amdgcn.workitem.id.x()
+declare ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
+"""

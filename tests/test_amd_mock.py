@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes, errno, os, threading, time
 import numpy as np
 import pytest
+from helpers import AMDGCN_FILL_LL
 from baregrad.hal import Device, Buffer, DeviceUnavailable, OutOfMemory
 from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
@@ -45,26 +46,7 @@ def i32(buf: Buffer) -> list[int]: return np.frombuffer(buf.as_memoryview(), np.
 # ---------------------------------------------------------------- the HCQ conformance suite's kernels, in LLVM IR for amdgcn
 # fill, inc, slow_fill: buffers, then int64 values; element = workgroup id * workgroup size + work-item id (the size from the
 # hidden argument hidden_group_size_x, 12 bytes into the implicit arguments)
-AMD_KERNELS_LL = r"""
-define internal i32 @gid() alwaysinline {
-  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
-  %tid = call i32 @llvm.amdgcn.workitem.id.x()
-  %ia = call ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
-  %lsp = getelementptr i8, ptr addrspace(4) %ia, i64 12
-  %ls16 = load i16, ptr addrspace(4) %lsp, align 4
-  %ls = zext i16 %ls16 to i32
-  %base = mul i32 %wg, %ls
-  %i = add i32 %base, %tid
-  ret i32 %i
-}
-define amdgpu_kernel void @fill(ptr addrspace(1) %out, i64 %val) {
-  %i = call i32 @gid()
-  %v32 = trunc i64 %val to i32
-  %r = add i32 %v32, %i
-  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
-  store i32 %r, ptr addrspace(1) %p, align 4
-  ret void
-}
+AMD_KERNELS_LL = AMDGCN_FILL_LL + r"""
 define amdgpu_kernel void @inc(ptr addrspace(1) %a) {
   %i = call i32 @gid()
   %p = getelementptr i32, ptr addrspace(1) %a, i32 %i
@@ -112,9 +94,6 @@ define amdgpu_kernel void @copy(ptr addrspace(1) %out, ptr addrspace(1) %inp) {
   store i32 %v, ptr addrspace(1) %po, align 4
   ret void
 }
-declare i32 @llvm.amdgcn.workgroup.id.x()
-declare i32 @llvm.amdgcn.workitem.id.x()
-declare ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
 """
 
 def amd_kernels(arch: str = "gfx1100") -> bytes:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes, time
 import numpy as np
 import pytest
+from helpers import AMDGCN_FILL_LL
 from baregrad.hal import Buffer, Device
 from baregrad.hcq import HCQSignal
 from baregrad.ir.dtype import dtypes
@@ -14,26 +15,7 @@ from baregrad.drivers.port import make_port
 from baregrad.drivers.mock.amdgpu import MockAMDGPU
 from baregrad.drivers.amd import AMDDevice, AMDFault, AMDDeviceLost, AMDQueueTimeout, hw
 
-KERNELS_LL = r"""
-define internal i32 @gid() alwaysinline {
-  %wg = call i32 @llvm.amdgcn.workgroup.id.x()
-  %tid = call i32 @llvm.amdgcn.workitem.id.x()
-  %ia = call ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
-  %lsp = getelementptr i8, ptr addrspace(4) %ia, i64 12
-  %ls16 = load i16, ptr addrspace(4) %lsp, align 4
-  %ls = zext i16 %ls16 to i32
-  %base = mul i32 %wg, %ls
-  %i = add i32 %base, %tid
-  ret i32 %i
-}
-define amdgpu_kernel void @fill(ptr addrspace(1) %out, i64 %val) {
-  %i = call i32 @gid()
-  %v32 = trunc i64 %val to i32
-  %r = add i32 %v32, %i
-  %p = getelementptr i32, ptr addrspace(1) %out, i32 %i
-  store i32 %r, ptr addrspace(1) %p, align 4
-  ret void
-}
+KERNELS_LL = AMDGCN_FILL_LL + r"""
 define amdgpu_kernel void @spin(ptr addrspace(1) %flag, ptr addrspace(1) %out) {
 entry:
   br label %loop
@@ -45,9 +27,6 @@ done:
   store i32 1, ptr addrspace(1) %out, align 4
   ret void
 }
-declare i32 @llvm.amdgcn.workgroup.id.x()
-declare i32 @llvm.amdgcn.workitem.id.x()
-declare ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
 """
 
 def _have_toolchain() -> bool:
