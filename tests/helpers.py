@@ -1,6 +1,7 @@
 """Shared helpers for the compiler-core numerical tests: run kernel ASTs on NumPy data, NumPy references with
 baregrad's documented semantics (ir/alu.py), bfloat16 conversions, ulp distances."""
 from __future__ import annotations
+import ctypes
 import numpy as np
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.hal import Buffer
@@ -192,3 +193,14 @@ declare i32 @llvm.amdgcn.workgroup.id.x()
 declare i32 @llvm.amdgcn.workitem.id.x()
 declare ptr addrspace(4) @llvm.amdgcn.implicitarg.ptr()
 """
+
+def raw_aql(dev, packet: list[int]) -> None:
+  """Write one AQL packet to the device's ring by hand (to present the CP with what the driver would never send)."""
+  r = dev.aql
+  with r.lock:
+    slot = r.ring.cpu + 64 * (r.put % r.nslots)
+    (ctypes.c_uint32 * 15).from_address(slot + 4)[:] = packet[1:]
+    ctypes.c_uint32.from_address(slot).value = packet[0]
+    r.put += 1
+    r.wptr_p.value = r.put
+    dev.port.doorbell(r.doorbell, r.put - 1, 8)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes, errno, os, threading, time
 import numpy as np
 import pytest
-from helpers import AMDGCN_FILL_LL
+from helpers import AMDGCN_FILL_LL, raw_aql
 from baregrad.hal import Device, Buffer, DeviceUnavailable, OutOfMemory
 from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
@@ -519,20 +519,9 @@ def test_interrupt_needs_the_mailbox_write(amd, mock):
   words = hw.pm4_release_mem(fam, ib.va + 2048, 1, data_sel=1, int_sel=2, ctxid=amd.event_id)
   (ctypes.c_uint32 * len(words)).from_address(ib.cpu)[:] = words
   pulses = mock.events[amd.event_id].pulses
-  _raw_aql(amd, hw.aql_pm4_ib(fam, ib.va, len(words), True))
+  raw_aql(amd, hw.aql_pm4_ib(fam, ib.va, len(words), True))
   assert mock.events[amd.event_id].pulses == pulses   # no mailbox write: not set
   amd._gpu_free(ib)
-
-def _raw_aql(dev, packet: list[int]) -> None:
-  """Write one AQL packet to the device's ring by hand (to present the CP with what the driver would never send)."""
-  r = dev.aql
-  with r.lock:
-    slot = r.ring.cpu + 64 * (r.put % r.nslots)
-    (ctypes.c_uint32 * 15).from_address(slot + 4)[:] = packet[1:]
-    ctypes.c_uint32.from_address(slot).value = packet[0]
-    r.put += 1
-    r.wptr_p.value = r.put
-    dev.port.doorbell(r.doorbell, r.put - 1, 8)
 
 # ---------------------------------------------------------------- the hardware's answer to mistakes
 def test_vm_fault_stops_the_queues_and_raises():
@@ -549,7 +538,7 @@ def test_vm_fault_stops_the_queues_and_raises():
 def test_bad_vendor_packet_hangs_the_queue():
   dev, mock = open_mock()
   try:
-    _raw_aql(dev, [hw.aql_header(hw.AQL_VENDOR, True, 2, 2) | (7 << 16)] + [0] * 15)   # vendor format 7: not PM4_IB
+    raw_aql(dev, [hw.aql_header(hw.AQL_VENDOR, True, 2, 2) | (7 << 16)] + [0] * 15)   # vendor format 7: not PM4_IB
     with pytest.raises(AMDFault, match="GPU hang/reset"): dev.synchronize(timeout_ms=2000)
     assert any("vendor-specific format 7" in l for l in mock.log)
   finally: dev.close()
@@ -559,7 +548,7 @@ def test_cp_bad_opcode_in_an_ib():
   try:
     ib = dev._gpu_alloc(4096, "userptr")
     ctypes.c_uint32.from_address(ib.cpu).value = hw.pm4_hdr(0x15, 3)   # DISPATCH_DIRECT: not taken inside our IBs
-    _raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, 4, True))
+    raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, 4, True))
     with pytest.raises(AMDFault, match="GPU hang/reset"): dev.synchronize(timeout_ms=2000)
     assert any("CP bad opcode" in l for l in mock.log)
   finally: dev.close()
@@ -571,7 +560,7 @@ def test_release_mem_64bit_address_drops_low_bits(amd, mock):
   ib = amd._gpu_alloc(4096, "userptr")
   w = hw.pm4_release_mem(amd.family, m.va + 12, 0x55, data_sel=2)
   (ctypes.c_uint32 * len(w)).from_address(ib.cpu)[:] = w
-  _raw_aql(amd, hw.aql_pm4_ib(amd.family, ib.va, len(w), True))
+  raw_aql(amd, hw.aql_pm4_ib(amd.family, ib.va, len(w), True))
   assert ctypes.c_uint64.from_address(m.cpu + 8).value == 0x55 and ctypes.c_uint32.from_address(m.cpu + 16).value == 0
   amd._gpu_free(m); amd._gpu_free(ib)
 
@@ -845,6 +834,6 @@ def test_gfx9_drops_end_of_pipe_interrupts_without_a_context_id():
       w = hw.pm4_release_mem(dev.family, dev.event_mailbox, 1, data_sel=1, int_sel=2, ctxid=0)
       (ctypes.c_uint32 * len(w)).from_address(ib.cpu)[:] = w
       pulses = mock.events[dev.event_id].pulses
-      _raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
+      raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
       assert (mock.events[dev.event_id].pulses > pulses) == fires, arch
     finally: dev.close()

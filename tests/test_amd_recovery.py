@@ -7,7 +7,7 @@ from __future__ import annotations
 import ctypes, time
 import numpy as np
 import pytest
-from helpers import AMDGCN_FILL_LL
+from helpers import AMDGCN_FILL_LL, raw_aql
 from baregrad.hal import Buffer, Device
 from baregrad.hcq import HCQSignal
 from baregrad.ir.dtype import dtypes
@@ -114,20 +114,10 @@ def test_timeout_on_a_callers_own_signal_does_not_recover(amd):
   never.value = 1
   done.wait(1, timeout_ms=5000)
 
-def _raw_aql(dev: AMDDevice, packet: list[int]) -> None:
-  r = dev.aql
-  with r.lock:
-    slot = r.ring.cpu + 64 * (r.put % r.nslots)
-    (ctypes.c_uint32 * 15).from_address(slot + 4)[:] = packet[1:]
-    ctypes.c_uint32.from_address(slot).value = packet[0]
-    r.put += 1
-    r.wptr_p.value = r.put
-    dev.port.doorbell(r.doorbell, r.put - 1, 8)
-
 @needs_kernels
 def test_bad_packet_queue_reset_is_reported_and_the_device_recovers(amd):
   k = kernels(amd)
-  _raw_aql(amd, [hw.aql_header(hw.AQL_VENDOR, True, 2, 2) | (7 << 16)] + [0] * 15)   # vendor format 7: the CP stops the queue
+  raw_aql(amd, [hw.aql_header(hw.AQL_VENDOR, True, 2, 2) | (7 << 16)] + [0] * 15)   # vendor format 7: the CP stops the queue
   mock = amd.port.mock
   cq, sq = (mock.queues[i] for i in amd.queue_ids)
   assert cq.evicted and not sq.evicted   # KFD resets the bad queue alone (kfd_dqm_suspend_bad_queue_mes, set_queue_as_reset)
