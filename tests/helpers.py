@@ -1,7 +1,7 @@
 """Shared helpers for the compiler-core numerical tests: run kernel ASTs on NumPy data, NumPy references with
 baregrad's documented semantics (ir/alu.py), bfloat16 conversions, ulp distances."""
 from __future__ import annotations
-import ctypes
+import contextlib, ctypes
 import numpy as np
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.hal import Buffer
@@ -204,3 +204,15 @@ def raw_aql(dev, packet: list[int]) -> None:
     r.put += 1
     r.wptr_p.value = r.put
     dev.port.doorbell(r.doorbell, r.put - 1, 8)
+
+@contextlib.contextmanager
+def registered(name: str, dev):
+  """`dev` as Device[name] (so Buffers and Tensors find it) for the block; closed and the previous one put back after."""
+  from baregrad.hal import Device
+  prev = Device._open.get(name)
+  Device._open[name] = dev
+  try: yield dev
+  finally:
+    dev.close()
+    if prev is not None: Device._open[name] = prev
+    else: Device._open.pop(name, None)

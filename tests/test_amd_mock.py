@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes, errno, os, threading, time
 import numpy as np
 import pytest
-from helpers import AMDGCN_FILL_LL, raw_aql
+from helpers import AMDGCN_FILL_LL, raw_aql, registered
 from baregrad.hal import Device, Buffer, DeviceUnavailable, OutOfMemory
 from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
@@ -30,13 +30,7 @@ def open_mock(**kw) -> tuple[AMDDevice, MockAMDGPU]:
 @pytest.fixture(scope="module")
 def amd():
   """One mock AMD device for the module, registered as Device["AMD"] so Buffers find it."""
-  dev, mock = open_mock()
-  prev = Device._open.get("AMD")
-  Device._open["AMD"] = dev
-  yield dev
-  dev.close()
-  if prev is not None: Device._open["AMD"] = prev
-  else: Device._open.pop("AMD", None)
+  with registered("AMD", open_mock()[0]) as dev: yield dev
 
 @pytest.fixture
 def mock(amd) -> MockAMDGPU: return amd.port.mock

@@ -4,11 +4,11 @@ and created again) so the next computation is right; a bad packet (a queue reset
 names the address and, as amdkfd 6.12 leaves the process's queues on that GPU evicted for good, the device says it is
 lost (at once, every time) instead of hanging. drivers/amd/faults.py has the kernel sources."""
 from __future__ import annotations
-import ctypes, time
+import time
 import numpy as np
 import pytest
-from helpers import AMDGCN_FILL_LL, raw_aql
-from baregrad.hal import Buffer, Device
+from helpers import AMDGCN_FILL_LL, raw_aql, registered
+from baregrad.hal import Buffer
 from baregrad.hcq import HCQSignal
 from baregrad.ir.dtype import dtypes
 from baregrad.drivers.port import make_port
@@ -43,13 +43,7 @@ def amd(monkeypatch):
   monkeypatch.delenv("MOCKGPU_AMD_ARCH", raising=False)
   monkeypatch.delenv("MOCKGPU_COUNT", raising=False)
   mock = MockAMDGPU(slice_s=0.02)
-  dev = AMDDevice("AMD", port=make_port(mock))
-  prev = Device._open.get("AMD")
-  Device._open["AMD"] = dev
-  yield dev
-  dev.close()
-  if prev is not None: Device._open["AMD"] = prev
-  else: Device._open.pop("AMD", None)
+  with registered("AMD", AMDDevice("AMD", port=make_port(mock))) as dev: yield dev
 
 def kernels(dev: AMDDevice) -> dict:
   from baregrad.drivers.amd_compile import AMDCompiler
