@@ -87,6 +87,11 @@ _M32 = 0xFFFFFFFF
 _EXEC_WORDS = _SIZE[OP_EXEC]
 _EXEC_HDR, _BARRIER_HDR = (OP_EXEC << 16) | _SIZE[OP_EXEC], (OP_BARRIER << 16) | _SIZE[OP_BARRIER]
 
+def _chain_runner() -> Any:
+  from baregrad.drivers.cpu_chain import chain_runner
+  f = _FIELDS[OP_EXEC]
+  return chain_runner(_EXEC_HDR, _BARRIER_HDR, _EXEC_WORDS, f["fxn"][0], f["args"][0], f["gx"][0])
+
 def _enc(op: int, *vals: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
   """Words for one command; vals in LAYOUT order. Out-of-range values raise when they reach the uint32 array."""
   words = [(op << 16) | _SIZE[op]]
@@ -249,6 +254,9 @@ class QueueEngine:
     self._fxns: dict[int, Any] = {}
     self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
     self.inline = self.pool is not None and os.environ.get("CPU_INLINE", "1") != "0"   # see _submit
+    # the native runner of chains of tiny kernels (cpu_chain.py), built on first use; CPU_CHAIN=0 turns it off
+    self.chain: Any = True if self.inline and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
+    self.chains = 0                       # chains run by it (one native call each)
     self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
     self.thread.start()
 
@@ -368,6 +376,38 @@ class QueueEngine:
           # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
           cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
+          if self.chain is not None and not profile.ON:
+            # the leading run of tiny kernels of known cost goes to the native trampoline in one call (cpu_chain.py);
+            # PROFILE=1 keeps the per-kernel path (its timestamps), as do a single kernel and one of unknown cost
+            q, n, expect = p, 0, 0.0
+            while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
+              if (est := cost.get(ws[q + 1] | ws[q + 2] << 32)) is None or est * ws[q + 5] > limit: break
+              expect += est * ws[q + 5]
+              n += 1
+              q += _EXEC_WORDS
+              while q < nwords and ws[q] == _BARRIER_HDR: q += 1
+            if n >= 2 and self.chain is True: self.chain = _chain_runner()   # (None where it cannot be built here)
+            if n >= 2 and self.chain is not None:
+              self.state = ("chain", fa, n)
+              st = clock()
+              if (stop := self.chain(addr, p, q)) != q:
+                raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")
+              t = clock() - st
+              self.chains += 1
+              # the chain is timed as a whole: where it ran far from its kernels' estimates, each estimate moves by the
+              # chain's ratio (a sample counts at most 4x, as below), so a kernel that grew leaves the inline path
+              if expect > 0 and not 0.5 <= (r := t / expect) <= 2.0:
+                r = r if r < 4.0 else 4.0
+                j = p
+                while j < q:
+                  if ws[j] == _EXEC_HDR:
+                    k = ws[j + 1] | ws[j + 2] << 32
+                    cost[k] = 0.5 * cost[k] * (1.0 + r)
+                    j += _EXEC_WORDS
+                  else: j += 1
+              p = q
+              if self.stopped or p >= nwords: break
+              continue
           while True:
             if (est := cost.get(fa)) is None or est * gx > limit:
               self.cur = (addr, nwords, p)
@@ -400,7 +440,8 @@ class QueueEngine:
     return p
 
   def describe(self) -> str:
-    st = self.state if isinstance(self.state, str) else f"executing kernel {self.state[1]:#x} over {self.state[2]} items"
+    st = (self.state if isinstance(self.state, str) else f"executing kernel {self.state[1]:#x} over {self.state[2]} items"
+          if self.state[0] == "exec" else f"executing a chain of {self.state[2]} kernels from {self.state[1]:#x} natively")
     s = f"  {self.name} queue: {st}; submissions written {self.wptr}, finished {self.rptr} ({self.inlined} on the host thread)"
     if self.cur is not None:
       addr, nwords, p = self.cur
