@@ -323,13 +323,16 @@ def test_cpu_replay_of_a_chain_is_one_native_call(cpu_object, monkeypatch):
   g.replay()
   assert dev.timeline_signal.value == tv and len(calls) == 1 and eng.chains == chains + 1 and eng.inlined == inlined + 1
   assert eng._fxns == {} and i32(a) == [9 + i for i in range(16)]
-  eng.pool.cost.pop(inc.fxn_addr)         # inc's cost unknown: fill runs alone (no chain), the worker runs the rest
+  g.replay(); dev.synchronize()           # the other recording (depth 2)
+  assert len(calls) == 2 and i32(a) == [9 + i for i in range(16)]
+  eng.pool.cost.pop(inc.fxn_addr)         # inc's cost unknown (as after its program is freed): fill runs alone (no
+  eng._chain_plans.clear()                # chain), the worker runs the rest
   g.replay(); dev.synchronize()
-  assert len(calls) == 1 and i32(a) == [9 + i for i in range(16)]
+  assert len(calls) == 2 and i32(a) == [9 + i for i in range(16)]
   eng.pool.cost[inc.fxn_addr] = 1.0
   monkeypatch.setattr(profile, "ON", True)
   g.replay(); dev.synchronize()
-  assert len(calls) == 1 and i32(a) == [9 + i for i in range(16)]
+  assert len(calls) == 2 and i32(a) == [9 + i for i in range(16)]
 
 def test_cpu_chain_trampoline_stops_at_other_commands(cpu_object):
   # the trampoline runs EXECs (gx=0 calls nothing) and skips BARRIERs; it stops at any other command or at `end`
