@@ -380,7 +380,7 @@ class QueueEngine:
           # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
           cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
-          if self.chain is not None and not profile.ON:
+          if self.chain is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
             # the leading run of tiny kernels of known cost goes to the native trampoline in one call (cpu_chain.py);
             # PROFILE=1 keeps the per-kernel path (its timestamps), as do a single kernel and one of unknown cost
             # a replay submits the same chain every time: its verdict is kept, keyed by its first launch and checked
