@@ -29,8 +29,30 @@ What made the difference (profiled with cProfile and pyinstrument on `(x + 1).re
   when a thread sleeps on them, and HCQGraph.replay compares only the arguments patched since a recording's last use;
 - relu(x*y+z): every iteration of the padded loop used masked loads and stores (AVX2 vmaskmov; a masked store is
   microcoded on Zen); a lane-masked access now takes the plain load/store when all lanes are valid.
-Still short of the goals: a jit replay is one ctypes call per kernel plus the loop around it (a C trampoline running a
-whole chain of tiny kernels in one call is the next step), and an eager op still builds ~6 UOps and 2 tensors."""
+
+Native chain trampoline (branch jitc against main at cde1c18, DEV=CPU, same box, load average 3.4-5.8; before and
+after alternated in the same minutes; best of 3 rounds of 300 calls each, wall (process CPU time)):
+
+  | run                            | eager us/op               | jit us/kernel                |
+  |--------------------------------|---------------------------|------------------------------|
+  | bench/jit_overhead.py, load ~4 | 297 (267) -> 299 (291)    | 9.42 (9.41) -> 7.61 (7.50)   |
+  | bench/jit_overhead.py, load ~4 | 205 (195) -> 251 (237)    | 8.49 (8.48) -> 6.60 (6.55)   |
+  | bench/jit_overhead.py, load ~4 | 157 (147) -> 368 (240)    | 9.15 (9.14) -> 6.69 (4.82)   |
+  | bench/jit_overhead.py, load ~5 | 313 (200) -> 240 (189)    | 10.11 (6.85) -> 7.92 (5.04)  |
+  | bench/jit_overhead.py, load ~5 | 370 (251) -> 341 (215)    | 9.54 (8.08) -> 7.87 (5.00)   |
+  | bench/jit_overhead.py, load ~6 | 324 (212) -> 262 (161)    | 8.17 (6.93) -> 12.47 (7.29)  |
+
+(eager is unchanged by this work; its spread is the machine's. The first three after-runs predate the guard that
+keeps single launches off the chain path.)
+- drivers/cpu_chain.py: a trampoline in LLVM IR, compiled once per process with the CPU device's compiler and mapped
+  with the ELF loader, reads the replay's EXEC/BARRIER commands from the ring and calls each kernel as the queue does:
+  a chain of tiny kernels of known cost is one ctypes call (PROFILE=1, single launches and kernels of unknown or large
+  cost keep the per-kernel path);
+- the queue reads a submission's words through a memoryview instead of copying them, and keeps a replay's chain
+  verdict (which kernels may run natively) per recording, checked against the words byte for byte.
+Still short of the goal: the driver part of a 21-kernel replay is now about 2 us per kernel on this box; most of the
+rest is the jit front end per call (tensor/jit.py _replay: input signature, fresh output buffers, state versions,
+HCQGraph.replay's patching), spread over the kernels. An eager op still builds ~6 UOps and 2 tensors."""
 import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from baregrad import Tensor, jit, Device
