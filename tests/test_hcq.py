@@ -300,6 +300,57 @@ def test_cpu_idle_queue_runs_short_buffers_inline(cpu_object):
   dev.synchronize()
   assert dev.timeline_signal.value >= tv2
 
+def test_cpu_replay_of_a_chain_is_one_native_call(cpu_object, monkeypatch):
+  # a graph replay of tiny kernels of known cost (fill, barrier, inc, barrier, inc, ...) runs on the submitting thread
+  # through the native trampoline: one call for the whole chain, in order (each inc sees the one before), the timeline
+  # written after it; a kernel of unknown cost ends the chain and the worker runs the rest; PROFILE keeps the per-kernel path
+  from baregrad.hcq.graph import HCQGraph
+  from baregrad.hal import profile
+  dev = Device["CPU"]
+  eng = dev.engines["compute"]
+  if eng.chain is None: pytest.skip("CPU_CHAIN=0 or CPU_INLINE=0: no trampoline")
+  a = Buffer("CPU", 16, dtypes.int32).copyin(memoryview(np.zeros(16, np.int32)))
+  dev.synchronize()
+  fill, inc = dev.runtime(dev, "fill", cpu_object), dev.runtime(dev, "inc", cpu_object)
+  g = HCQGraph(dev, [(fill, [a._buf], (5,), (16, 1, 1), (1, 1, 1))] + [(inc, [a._buf], (), (16, 1, 1), (1, 1, 1))] * 4)
+  eng.pool.cost[fill.fxn_addr] = eng.pool.cost[inc.fxn_addr] = 1.0   # known, tiny (what a few launches settle to)
+  g.replay(); dev.synchronize()                                     # builds the trampoline (once per process)
+  if eng.chain in (None, True): pytest.skip("the trampoline cannot be built here")
+  native, calls = eng.chain, []
+  monkeypatch.setattr(eng, "chain", lambda *a: calls.append(a) or native(*a))
+  monkeypatch.setattr(eng, "_fxns", {})   # a per-kernel launch would make its ctypes function here
+  chains, inlined, tv = eng.chains, eng.inlined, dev.timeline_value
+  g.replay()
+  assert dev.timeline_signal.value == tv and len(calls) == 1 and eng.chains == chains + 1 and eng.inlined == inlined + 1
+  assert eng._fxns == {} and i32(a) == [9 + i for i in range(16)]
+  g.replay(); dev.synchronize()           # the other recording (depth 2)
+  assert len(calls) == 2 and i32(a) == [9 + i for i in range(16)]
+  eng.pool.cost.pop(inc.fxn_addr)         # inc's cost unknown (as after its program is freed): fill runs alone (no
+  eng._chain_plans.clear()                # chain), the worker runs the rest
+  g.replay(); dev.synchronize()
+  assert len(calls) == 2 and i32(a) == [9 + i for i in range(16)]
+  eng.pool.cost[inc.fxn_addr] = 1.0
+  monkeypatch.setattr(profile, "ON", True)
+  g.replay(); dev.synchronize()
+  assert len(calls) == 2 and i32(a) == [9 + i for i in range(16)]
+
+def test_cpu_chain_trampoline_stops_at_other_commands(cpu_object):
+  # the trampoline runs EXECs (gx=0 calls nothing) and skips BARRIERs; it stops at any other command or at `end`
+  from array import array
+  from baregrad.drivers.cpu import CPUComputeQueue, _chain_runner, _EXEC_WORDS
+  dev = Device["CPU"]
+  if (run := _chain_runner()) is None: pytest.skip("the trampoline cannot be built here")
+  a = Buffer("CPU", 4, dtypes.int32).copyin(memoryview(np.zeros(4, np.int32)))
+  dev.synchronize()
+  inc = dev.runtime(dev, "inc", cpu_object)
+  st = inc.fill_kernargs([a._buf], kernargs=dev.alloc_args_memory(64))
+  q = CPUComputeQueue().exec(inc, st, (4, 1, 1)).memory_barrier().exec(inc, st, (0, 1, 1)).exec(inc, st, (4, 1, 1))
+  n = len(q.words)
+  q.signal(dev.signal_t(dev, 0), 1).exec(inc, st, (4, 1, 1))
+  ws = array("I", q.words)
+  assert run(ws.buffer_info()[0], 0, len(ws)) == n and i32(a) == [2] * 4          # stopped at the signal
+  assert run(ws.buffer_info()[0], 0, n - 1) == n - _EXEC_WORDS and i32(a) == [3] * 4      # the last exec does not fit
+
 def test_cpu_copy_queue_cannot_exec(cpu_object):
   dev = Device["CPU"]
   prg = dev.runtime(dev, "inc", cpu_object)

@@ -87,6 +87,11 @@ _M32 = 0xFFFFFFFF
 _EXEC_WORDS = _SIZE[OP_EXEC]
 _EXEC_HDR, _BARRIER_HDR = (OP_EXEC << 16) | _SIZE[OP_EXEC], (OP_BARRIER << 16) | _SIZE[OP_BARRIER]
 
+def _chain_runner() -> Any:
+  from baregrad.drivers.cpu_chain import chain_runner
+  f = _FIELDS[OP_EXEC]
+  return chain_runner(_EXEC_HDR, _BARRIER_HDR, _EXEC_WORDS, f["fxn"][0], f["args"][0], f["gx"][0])
+
 def _enc(op: int, *vals: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
   """Words for one command; vals in LAYOUT order. Out-of-range values raise when they reach the uint32 array."""
   words = [(op << 16) | _SIZE[op]]
@@ -249,6 +254,11 @@ class QueueEngine:
     self._fxns: dict[int, Any] = {}
     self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
     self.inline = self.pool is not None and os.environ.get("CPU_INLINE", "1") != "0"   # see _submit
+    # the native runner of chains of tiny kernels (cpu_chain.py), built on first use; CPU_CHAIN=0 turns it off
+    self.chain: Any = True if self.inline and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
+    self.chains = 0                       # chains run by it (one native call each)
+    # (first kernel address, its args address) -> [words, the words' bytes, kernels, expected ns, uses]: see _execute
+    self._chain_plans: dict[tuple[int, int], list[Any]] = {}
     self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
     self.thread.start()
 
@@ -295,6 +305,7 @@ class QueueEngine:
       self.doorbell.notify_all()
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
+  PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
 
   def unmap(self) -> None:
     host_unmap(self.ring, self.ring_bytes)
@@ -337,7 +348,8 @@ class QueueEngine:
   def _execute(self, addr: int, nwords: int, inline: bool = False) -> int:
     """Run the buffer's commands; inline (on the submitting thread): stop before one that would block or take long
     and return its word offset (nwords when all ran)."""
-    ws = (ctypes.c_uint32 * nwords).from_address(addr)[:]
+    # a view of the ring, not a copy: the words stay put until this submission is finished (see _place)
+    ws = memoryview((ctypes.c_uint32 * nwords).from_address(addr)).cast("B").cast("I")
     p = 0
     while p < nwords and not self.stopped:
       h = ws[p]
@@ -368,6 +380,49 @@ class QueueEngine:
           # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
           cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
+          if self.chain is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
+            # the leading run of tiny kernels of known cost goes to the native trampoline in one call (cpu_chain.py);
+            # PROFILE=1 keeps the per-kernel path (its timestamps), as do a single kernel and one of unknown cost
+            # a replay submits the same chain every time: its verdict is kept, keyed by its first launch and checked
+            # against the words byte for byte (a C compare instead of a Python pass over every kernel's cost)
+            plans, key = self._chain_plans, (fa, ws[p + 3] | ws[p + 4] << 32)
+            if (plan := plans.get(key)) is not None and plan[4] < self.PLAN_USES and p + plan[0] <= nwords \
+               and ctypes.string_at(addr + 4 * p, 4 * plan[0]) == plan[1]:
+              q, n, expect = p + plan[0], plan[2], plan[3]
+              plan[4] += 1
+            else:
+              q, n, expect = p, 0, 0.0
+              while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
+                if (est := cost.get(ws[q + 1] | ws[q + 2] << 32)) is None or est * ws[q + 5] > limit: break
+                expect += est * ws[q + 5]
+                n += 1
+                q += _EXEC_WORDS
+                while q < nwords and ws[q] == _BARRIER_HDR: q += 1
+              if n >= 2:
+                if len(plans) >= 256: plans.clear()
+                plans[key] = [q - p, ctypes.string_at(addr + 4 * p, 4 * (q - p)), n, expect, 0]
+            if n >= 2 and self.chain is True: self.chain = _chain_runner()   # (None where it cannot be built here)
+            if n >= 2 and self.chain is not None:
+              self.state = ("chain", fa, n)
+              st = clock()
+              if (stop := self.chain(addr, p, q)) != q:
+                raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")
+              t = clock() - st
+              self.chains += 1
+              # the chain is timed as a whole: where it ran far from its kernels' estimates, each estimate moves by the
+              # chain's ratio (a sample counts at most 4x, as below), so a kernel that grew leaves the inline path
+              if expect > 0 and not 0.5 <= (r := t / expect) <= 2.0:
+                r = r if r < 4.0 else 4.0
+                j = p
+                while j < q:
+                  if ws[j] == _EXEC_HDR:
+                    if (c := cost.get(k := ws[j + 1] | ws[j + 2] << 32)) is not None: cost[k] = 0.5 * c * (1.0 + r)
+                    j += _EXEC_WORDS
+                  else: j += 1
+                plans.pop(key, None)   # its verdict and expected time came from the old estimates
+              p = q
+              if self.stopped or p >= nwords: break
+              continue
           while True:
             if (est := cost.get(fa)) is None or est * gx > limit:
               self.cur = (addr, nwords, p)
@@ -400,7 +455,8 @@ class QueueEngine:
     return p
 
   def describe(self) -> str:
-    st = self.state if isinstance(self.state, str) else f"executing kernel {self.state[1]:#x} over {self.state[2]} items"
+    st = (self.state if isinstance(self.state, str) else f"executing kernel {self.state[1]:#x} over {self.state[2]} items"
+          if self.state[0] == "exec" else f"executing a chain of {self.state[2]} kernels from {self.state[1]:#x} natively")
     s = f"  {self.name} queue: {st}; submissions written {self.wptr}, finished {self.rptr} ({self.inlined} on the host thread)"
     if self.cur is not None:
       addr, nwords, p = self.cur
@@ -458,6 +514,7 @@ class CPUProgram(HCQProgram):
     try:
       for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
         e._fxns.pop(self.fxn_addr, None)
+        e._chain_plans.clear()   # a kept chain verdict may name this address
         if e.pool: e.pool.cost.pop(self.fxn_addr, None)
       if self.dev.closed: self.image.close()
       elif threading.current_thread().name.startswith("baregrad-cpu"): self.dev._zombies.append(self.image)
