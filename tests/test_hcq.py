@@ -338,8 +338,9 @@ def test_cpu_chain_trampoline_stops_at_other_commands(cpu_object):
   # the trampoline runs EXECs (gx=0 calls nothing) and skips BARRIERs; it stops at any other command or at `end`
   from array import array
   from baregrad.drivers.cpu import CPUComputeQueue, _chain_runner, _EXEC_WORDS
+  from baregrad.drivers.cpu_chain import chain_unavailable
   dev = Device["CPU"]
-  if (run := _chain_runner()) is None: pytest.skip("the trampoline cannot be built here")
+  if (run := _chain_runner()) is None: pytest.skip(f"the trampoline cannot be built here: {chain_unavailable()}")
   a = Buffer("CPU", 4, dtypes.int32).copyin(memoryview(np.zeros(4, np.int32)))
   dev.synchronize()
   inc = dev.runtime(dev, "inc", cpu_object)

@@ -31,18 +31,18 @@ class CompiledRunner:
     self.cached = dev.compiler.cache_hits > hits
     self.prg = dev.runtime(dev, spec.name, self.lib)
     self._scalar: CompiledRunner | None = None
-    # per argument: (buffer number, element type, elements it may touch), read on every launch
-    self._args = [(g.arg, g.dtype.base.scalar, self.need.get(g.arg, 0)) for g in spec.bufs]
+    # per argument: (buffer number, element type, elements it may touch, its dtype for errors), read on every launch
+    self._args = [(g.arg, g.dtype.base.scalar, self.need.get(g.arg, 0), g.dtype.base) for g in spec.bufs]
 
   def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
     """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
     raw = []
-    for arg, dt, need in self._args:
+    for arg, dt, need, want in self._args:
       if arg >= len(bufs): raise ValueError(f"kernel {self.spec.name} uses buffer {arg} but only {len(bufs)} were given")
       b = bufs[arg]
       if b.device != self.device: raise ValueError(f"kernel {self.spec.name} runs on {self.device} but buffer {arg} is on {b.device}")
       if b.dtype is not dt and b.dtype.scalar != dt:
-        raise TypeError(f"kernel {self.spec.name} buffer {arg} wants {self.spec.bufs[[a for a, _, _ in self._args].index(arg)].dtype.base}, got {b.dtype}")
+        raise TypeError(f"kernel {self.spec.name} buffer {arg} wants {want}, got {b.dtype}")
       if b.size < need:
         raise ValueError(f"kernel {self.spec.name} touches buffer {arg} up to element {need - 1}, but it holds {b.size}")
       if b._buf is None: b.allocate()

@@ -37,13 +37,13 @@ def _bf16_to_f32(v: str, d: DType, lines: list[str], tmp) -> str:
   a, b, c, e = tmp(), tmp(), tmp(), tmp()
   lines += [f"  {a} = bitcast {ltype(d)} {v} to {_ivec(d, 16)}", f"  {b} = zext {_ivec(d, 16)} {a} to {_ivec(d, 32)}",
             f"  {c} = shl {_ivec(d, 32)} {b}, {_isplat(d, 32, 16)}",
-            f"  {e} = bitcast {_ivec(d, 32)} {c} to {ltype(dtypes.float32.vec(d.count) if d.count > 1 else dtypes.float32)}"]
+            f"  {e} = bitcast {_ivec(d, 32)} {c} to {ltype(dtypes.float32.vec(d.count))}"]
   return e
 
 def _f32_to_bf16(v: str, d: DType, lines: list[str], tmp) -> str:
   """A float32 value rounded to bfloat (d) to nearest even, NaN kept quiet with its sign: an instruction the
   caller appends (rewrites._to_bf16 does the same on UOps)."""
-  ft = ltype(dtypes.float32.vec(d.count) if d.count > 1 else dtypes.float32)
+  ft = ltype(dtypes.float32.vec(d.count))
   i32, k = _ivec(d, 32), lambda x: _isplat(d, 32, x)
   u, hi, lsb, r1, r2, rnd, nan, nb, sel, t16 = (tmp() for _ in range(10))
   lines += [f"  {u} = bitcast {ft} {v} to {i32}", f"  {hi} = lshr {i32} {u}, {k(16)}",
@@ -134,7 +134,7 @@ class LLVMRenderer(Renderer):
         elif d.scalar == dtypes.bfloat16:
           # accumulate in float32 and round after each step (as the C renderer): LLVM 20 lowers bfloat arithmetic
           # on x86 without AVX512-BF16 to a call to __truncsfbf2, which no library we load provides
-          f = dtypes.float32.vec(d.count) if d.count > 1 else dtypes.float32
+          f = dtypes.float32.vec(d.count)
           fa, fb = _bf16_to_f32(f"{nm}.o", d, lines, tmp), _bf16_to_f32(r[val], d, lines, tmp)
           lines.append(f"  {nm}.f = {self._binop(u.arg[0], f, fa, fb, intr, tmp, lines)}")
           lines.append(f"  {nm} = {_f32_to_bf16(f'{nm}.f', d, lines, tmp)}")
@@ -195,7 +195,7 @@ class LLVMRenderer(Renderer):
           # 16-bit float -> int through float32 (exact). On CPUs with native fp16 conversions (AVX512-FP16,
           # -mcpu=sapphirerapids) LLVM lowers fptosi.sat.i16.f16 to vcvttsh2si and two clamping compares with no
           # NaN test, so NaN became -32768 instead of 0 (hw/h100-580.159.04/FINDINGS.md, finding 7)
-          f32 = dtypes.float32.vec(fr.count) if fr.count > 1 else dtypes.float32
+          f32 = dtypes.float32.vec(fr.count)
           lines.append(f"  {nm}.f = {self._cast(fr, f32, v, decls.add)}")
           fr, v = f32, f"{nm}.f"
         lines.append(f"  {nm} = {self._cast(fr, d, v, decls.add)}"); r[u] = nm

@@ -16,6 +16,7 @@ import weakref
 from typing import Any, Callable, Iterator, NamedTuple
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor, _is_dtype_arg, to_dtype
+from baregrad.tensor.nn.state import children, is_leaf
 
 # parameters frozen by Module.requires_grad_(False): still parameters, no longer requiring grad (id -> tensor; an
 # entry goes when its tensor does)
@@ -42,17 +43,12 @@ def _map_tensors(root: Any, fn: Callable[[Tensor], Tensor]) -> None:
     walk(v)
     return v
   def walk(o: Any) -> None:
-    if o is None or isinstance(o, (str, bytes, int, float, bool, type, tuple)) or id(o) in seen: return
+    if is_leaf(o) or isinstance(o, tuple) or id(o) in seen: return   # (conv rebuilds tuples)
     seen.add(id(o))
-    if isinstance(o, list):
-      for i, v in enumerate(o):
-        if (n := conv(v)) is not v: o[i] = n
-    elif isinstance(o, dict):
-      for k, v in list(o.items()):
-        if isinstance(k, str) and not k.startswith("_") and (n := conv(v)) is not v: o[k] = n
-    elif hasattr(o, "__dict__"):
-      for k, v in list(vars(o).items()):
-        if not k.startswith("_") and (n := conv(v)) is not v: setattr(o, k, n)
+    for k, v in children(o):
+      if (n := conv(v)) is not v:
+        if isinstance(o, (list, dict)): o[k] = n
+        else: setattr(o, k, n)
   walk(root)
 
 class IncompatibleKeys(NamedTuple):

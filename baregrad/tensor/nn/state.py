@@ -14,6 +14,18 @@ import numpy as np
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.tensor.tensor import Tensor
 
+def is_leaf(o: Any) -> bool:
+  """A value the state walk does not look into (None, strings, numbers, classes)."""
+  return o is None or isinstance(o, (str, bytes, int, float, bool, type))
+
+def children(o: Any) -> list[tuple[Any, Any]]:
+  """(key, value) of what the state walk descends into from o: list and tuple items by index, dict items with public
+  string keys, public attributes; a list, so the caller may replace them while it goes."""
+  if isinstance(o, (list, tuple)): return list(enumerate(o))
+  if isinstance(o, dict): return [(k, v) for k, v in o.items() if isinstance(k, str) and not k.startswith("_")]
+  if hasattr(o, "__dict__"): return [(k, v) for k, v in vars(o).items() if not k.startswith("_")]
+  return []
+
 def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
   """{dotted name: Tensor} for every tensor reachable from obj (each object visited once)."""
   out: dict[str, Tensor] = OrderedDict()
@@ -22,16 +34,9 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
     if isinstance(o, tensor_type):
       out[pre.rstrip(".")] = o
       return
-    if o is None or isinstance(o, (str, bytes, int, float, bool, type)) or id(o) in seen: return
+    if is_leaf(o) or id(o) in seen: return
     seen.add(id(o))
-    if isinstance(o, (list, tuple)):
-      for i, v in enumerate(o): walk(v, f"{pre}{i}.")
-    elif isinstance(o, dict):
-      for k, v in o.items():
-        if isinstance(k, str) and not k.startswith("_"): walk(v, f"{pre}{k}.")
-    elif hasattr(o, "__dict__"):
-      for k, v in vars(o).items():
-        if not k.startswith("_"): walk(v, f"{pre}{k}.")
+    for k, v in children(o): walk(v, f"{pre}{k}.")
   walk(obj, prefix if not prefix or prefix.endswith(".") else prefix + ".")
   return out
 
