@@ -7,6 +7,16 @@ from baregrad.hal import Compiled, LRUAllocator, Program, profile
 from baregrad.hcq.signal import HCQSignal, SignalPool
 from baregrad.hcq.queue import HWQueue, HCQArgsState
 
+def where_is(addr: int, memories: Sequence[Any], slack: int = 1 << 20) -> str:
+  """The allocation `addr` falls in, or the one it lies just past (within `slack` bytes): `memories` have va, size, what."""
+  for m in memories:
+    if m.va <= addr < m.va + m.size: return f"{addr - m.va:#x} bytes into {m.what} [{m.va:#x}, +{m.size:#x})"
+  before = [m for m in memories if m.va + m.size <= addr < m.va + m.size + slack]
+  if before:
+    m = max(before, key=lambda m: m.va + m.size)
+    return f"{addr - (m.va + m.size):#x} bytes past the end of {m.what} [{m.va:#x}, +{m.size:#x}): no allocation there"
+  return "in no allocation of this device"
+
 @dataclass
 class HCQBuffer:
   """Device memory: `va_addr` is what commands use; `cpu_addr` is the host mapping (None if not mapped)."""

@@ -39,7 +39,7 @@ from __future__ import annotations
 import ctypes, errno, os, threading, time
 from typing import Any, Hashable
 from baregrad.hal import OutOfMemory, DeviceUnavailable
-from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, HCQTimeout
+from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
 from baregrad.drivers.port import IoctlError, make_port, register_ioctl
 from baregrad.drivers.nv.device import VAAllocator
 from baregrad.ctypes_autogen import kfd
@@ -49,7 +49,6 @@ from baregrad.drivers.amd.queues import QUEUES, AQLRing, SDMARing
 from baregrad.drivers.amd import scratch
 from baregrad.drivers.amd.program import AMDProgram
 from baregrad.drivers.amd.faults import AMDFault, AMDDeviceLost, AMDQueueTimeout, describe_hw_exception, describe_memory_exception
-from baregrad.drivers.nv.faults import where_is
 
 O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
 PROT_NONE, PROT_RW = 0, 3

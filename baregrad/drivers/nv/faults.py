@@ -14,6 +14,7 @@ import errno, os, re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 from baregrad.drivers.nv import hw
+from baregrad.hcq import where_is  # (re-exported: the NV and AMD fault messages share it)
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+), (?P<rest>.*)")
 _CLASS_ERR = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+), Class (?P<cls>[0-9a-fA-F]+), Offset (?P<off>[0-9a-fA-F]+), "
@@ -46,16 +47,6 @@ def parse_xid(line: str) -> XidReport | None:
     r.channel = int(c.group("ch"), 16)
     r.fields = {"error": c.group("what").strip(), "info": c.group("info")}
   return r
-
-def where_is(addr: int, memories: Sequence[Any], slack: int = 1 << 20) -> str:
-  """The allocation `addr` falls in, or the one it lies just past (within `slack` bytes): `memories` have va, size, what."""
-  for m in memories:
-    if m.va <= addr < m.va + m.size: return f"{addr - m.va:#x} bytes into {m.what} [{m.va:#x}, +{m.size:#x})"
-  before = [m for m in memories if m.va + m.size <= addr < m.va + m.size + slack]
-  if before:
-    m = max(before, key=lambda m: m.va + m.size)
-    return f"{addr - (m.va + m.size):#x} bytes past the end of {m.what} [{m.va:#x}, +{m.size:#x}): no allocation there"
-  return "in no allocation of this device"
 
 def decode(r: XidReport, memories: Sequence[Any] = ()) -> str:
   """An Xid line in words: the class method by name, the fault address against the device's allocations."""
