@@ -11,6 +11,7 @@ step index lives in a device buffer too, so an n x n matrix runs n rounds of the
 from differentiable Tensor ops (selections, products, one division), so autograd gives the gradient
 det(A) * inv(A)^T of an invertible A."""
 from __future__ import annotations
+from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor
 
@@ -50,8 +51,7 @@ def det(A: Tensor) -> Tensor:
   if not dtypes.is_float(A.dtype): raise RuntimeError(f"det: expected a float tensor, got {A.dtype.name}")
   batch, n = A.shape[:-2], A.shape[-1]
   ct = A.dtype if A.dtype in (dtypes.float32, dtypes.float64) else dtypes.float32
-  B = 1
-  for s in batch: B *= s
+  B = prod(batch)
   if n == 0 or B == 0: return (A.sum((-2, -1)) + 1).cast(A.dtype)  # det of a 0 x 0 matrix is 1 (kept in the graph: zero gradient)
   a = A.cast(ct).reshape(B, n, n)
   dev = A.device
