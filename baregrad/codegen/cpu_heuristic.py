@@ -11,9 +11,12 @@ Shapes, by the strides of the kernel's loads along its axes:
 Awkward sizes are padded (PADTO) to the tile: the edges are masked, the inner loop stays vectorized. The outermost
 output loop with enough iterations runs over the cores."""
 from __future__ import annotations
+from baregrad.helpers import prod
 from baregrad.ir.ops import Ops
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, VECTOR_LANES
 from baregrad.codegen.renderer import Renderer
+
+PARALLEL_MIN_WORK = 1 << 15   # iterations (outputs x reduce length) below which a kernel runs on one core
 
 def _loop_index(k: Kernel, orig: int) -> int | None:
   """The optimizer's axis number of the innermost loop part of full-shape axis `orig`."""
@@ -61,25 +64,44 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       b = [x for x in loads if contig(x, j) and any(moves(x, r) for r in reds)]
       iis = [o for o in outs if o != j and all(not moves(x, o) for x in b) and any(moves(x, o) for x in loads)]
       nj = k.full_shape[j]
+      # the tile: 2 registers of lanes along j times `rows` rows of i, fitting the register file with the two loads and
+      # a broadcast beside it (AVX2, 16 registers: 6x16 floats in 12; AVX-512/NEON, 32 registers: 8 rows)
+      lanes = ren.simd_lanes if ren.vectorized else vec
+      rows = (6 if ren.vector_registers <= 16 else 8) if ren.vectorized else 4
       # no row to reuse the vector across (a vector-matrix product): more lanes instead, for independent accumulators
-      amt = 2 * vec if nj >= 2 * vec else vec
-      if not iis and nj >= 8 * vec: amt = 4 * vec
-      if iis and ren.vectorized and nj < vec and nj & (nj - 1) and (m := _loop_index(k, j)) is not None:
+      amt = 2 * lanes if nj >= 2 * lanes else lanes
+      if not iis and nj >= 8 * lanes: amt = 4 * lanes
+      if iis and ren.vectorized and nj < lanes and nj & (nj - 1) and (m := _loop_index(k, j)) is not None:
         # a short row under other rows of the tile: padded to a power of two, so registers hold whole rows (11 lanes
         # per row would make every register straddle two rows: shuffles around every FMA)
         _try(k, Opt(OptOps.PADTO, m, 1 << nj.bit_length()))
       _tile(k, j, amt, OptOps.UPCAST)
-      if iis: _tile(k, iis[-1], 8 if ren.vectorized else 4, OptOps.UPCAST)
+      if iis:
+        i, ni = iis[-1], k.full_shape[iis[-1]]
+        # padded rows cost masked loads: of an operand read along them (g.T @ x) one per step of the reduce loop, and
+        # of every value fused after the reduction (a scalar load per lane). 4 rows that divide the axis beat 6 padded
+        # ones unless a long reduction (>= 128) of a row-strided operand amortizes the edge
+        nred = prod(k.full_shape[r] for r in reds)
+        if ni % rows and ni % 4 == 0 and (nred < 128 or any(contig(x, i) for x in loads)): rows = 4
+        _tile(k, i, rows, OptOps.UPCAST)
       # the tiles of j outermost when there are enough (one panel of the contiguous operand stays in cache per core)
       par_first = j
     elif any(contig(x, r) for x in loads for r in reds):
       r = max((r for r in reds if any(contig(x, r) for x in loads)), key=lambda r: k.full_shape[r])
       reuse = [o for o in outs if any(not moves(x, o) for x in loads) and any(moves(x, o) for x in loads)]
       if reuse:
-        # dot form: lanes along the reduce axis, a small tile of outputs
-        _tile(k, r, rvec, OptOps.UNROLL)
-        for o in reuse[-2:] if len(reuse) >= 2 else reuse:
-          _tile(k, o, (4 if len(reuse) >= 2 else 8) // (1 if ren.vectorized else 2), OptOps.UPCAST)
+        # dot form: lanes along the reduce axis, a small tile of outputs (one accumulator register each: 4x4 where there
+        # are 32 registers, 4x2 in one register of lanes where there are 16; 4x4 of 16 lanes spilled there, at half speed).
+        # The reduce lanes fix the order of the additions: the C renderer takes the same as LLVM on this host
+        small = ren.vector_registers <= 16
+        _tile(k, r, ren.simd_lanes if small else rvec, OptOps.UNROLL)
+        # an output axis short enough to be the whole tile (h @ W.T with 10 classes) is taken whole: the other operand,
+        # often computed in the kernel (relu(h + b)), is then loaded and computed once instead of once per tile
+        whole = [o for o in reuse if 1 < k.full_shape[o] <= (12 if small else 24)] if ren.vectorized else []
+        if whole: _tile(k, whole[-1], k.full_shape[whole[-1]], OptOps.UPCAST)
+        else:
+          for o, amt in zip(reuse[-2:], (4, 2 if small else 4)) if len(reuse) >= 2 else ((reuse[0], 8),):
+            _tile(k, o, amt // (1 if ren.vectorized else 2), OptOps.UPCAST)
       else:
         # a reduction per output (row sums, softmax): several accumulators along the contiguous reduce axis
         n = k.full_shape[r]
@@ -97,7 +119,9 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
     # one register per value (LLVM unrolls the loop where the body is short; threefry's long bodies stay compact)
     cont = [o for o in outs if any(contig(x, o) for x in stores)] or outs[-1:]
     _tile(k, cont[-1], vec, OptOps.UPCAST)
-  if ren.has_threads: _parallel(k, par_first)
+  # a kernel of a few thousand operations takes a µs or two on one core; handing part of it to a pool thread costs a
+  # wake-up and GIL handoffs (tens to hundreds of µs on a busy machine), so small kernels stay on one core
+  if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK: _parallel(k, par_first)
   return list(k.applied)
 
 def _parallel(k: Kernel, first: int | None) -> None:

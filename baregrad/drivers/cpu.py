@@ -197,11 +197,18 @@ class ThreadPool:
   uses only as many threads as have at least `split_ns` of work each. min_chunk=k>0 forces chunks of >= k items.
   The parallel axis is cut into a few chunks per thread, taken dynamically (see _Job)."""
   CHUNKS_PER_THREAD = 4
-  def __init__(self, n: int, split_ns: int = 50_000) -> None:
+  NATIVE_SPLIT_NS = 10_000   # a native handoff costs ~2 µs (a sleeping worker ~30 µs, while the caller works on)
+  def __init__(self, n: int, split_ns: int = 50_000, native: bool = False) -> None:
     self.n, self.stopped, self.split_ns = max(1, n), False, split_ns
     self.cost: dict[int, float] = {}  # kernel address -> measured ns per item
     self.job: _Job | None = None
-    self.threads = [_PoolThread(self, i) for i in range(self.n - 1)]
+    # native kernels (run(..., addr=)) go to native threads where they can be built (drivers/cpu_pool.py)
+    self.native = None
+    if native and self.n > 1:
+      from baregrad.drivers.cpu_pool import native_pool
+      self.native = native_pool(self.n)
+      if self.native is not None: self.split_ns = min(split_ns, self.NATIVE_SPLIT_NS)
+    self.threads = [_PoolThread(self, i) for i in range(self.n - 1)] if self.native is None else []
     for t in self.threads: t.start()
   def chunks(self, key: int, total: int, min_chunk: int) -> int:
     """How many threads a launch of `total` items is worth."""
@@ -210,12 +217,20 @@ class ThreadPool:
     est = self.cost.get(key)
     if est is None or self.split_ns <= 0: return min(self.n, total)  # unknown cost: assume it is worth splitting
     return max(1, min(self.n, total, int(total * est) // self.split_ns))
-  def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0) -> None:
+  def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0, addr: int | None = None) -> None:
+    """fxn(args, s, e) over [0, total); `addr`: fxn is native code at that address (the native pool may run it)."""
     nthreads = self.chunks(key, total, min_chunk)
     st = time.perf_counter_ns()
     if nthreads <= 1:
       if total: fxn(args, 0, total)
       mine = total
+    elif addr is not None and self.native is not None:
+      self.native.run(addr, args, total, min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total))
+      # ns per item of one thread: the launch's time spread over the threads that shared it
+      per_item = (time.perf_counter_ns() - st) * nthreads / total
+      old = self.cost.get(key)
+      self.cost[key] = per_item if old is None else 0.5 * (old + min(per_item, 4 * old))
+      return
     else:
       nchunks = min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total)
       job = _Job(fxn, args, [total * i // nchunks for i in range(nchunks + 1)])
@@ -233,6 +248,7 @@ class ThreadPool:
     self.stopped = True
     self.job = None
     for t in self.threads: t.go.release()
+    if self.native is not None: self.native.stop()
 
 # ---------------------------------------------------------------- a hardware queue: ring + doorbell + worker
 class QueueEngine:
@@ -252,7 +268,8 @@ class QueueEngine:
     self.state = "idle"
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
     self._fxns: dict[int, Any] = {}
-    self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000)) if name == "compute" else None
+    self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000),
+                           native=os.environ.get("CPU_NATIVE_POOL", "1") != "0") if name == "compute" else None
     self.inline = self.pool is not None and os.environ.get("CPU_INLINE", "1") != "0"   # see _submit
     # the native runner of chains of tiny kernels (cpu_chain.py), built on first use; CPU_CHAIN=0 turns it off
     self.chain: Any = True if self.inline and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
@@ -443,7 +460,7 @@ class QueueEngine:
           continue
         self.state = ("exec", fa, gx)
         fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
-        self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11])
+        self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
       elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
       elif op == OP_COPY:
         if inline and (ws[p + 5] | ws[p + 6] << 32) > 10 * self.INLINE_NS: return p   # ~10 bytes per ns
@@ -539,7 +556,9 @@ def _toolchain(variant: str) -> tuple[Any, Compiler]:
   rmod, rname, cname = mods[variant]
   try:
     r, c = importlib.import_module(rmod), importlib.import_module("baregrad.drivers.cpu_compile")
-    return getattr(r, rname)(), getattr(c, cname)()
+    ren = getattr(r, rname)()
+    ren.simd_lanes, ren.vector_registers = c.host_simd()   # register tiles sized for this CPU
+    return ren, getattr(c, cname)()
   except (ImportError, CompileError, OSError) as e:  # e.g. llvmlite or a C compiler missing on this machine
     return None, MissingCompiler(f"CPU:{variant} toolchain unavailable: {type(e).__name__}: {e}")
 

@@ -67,6 +67,10 @@ class _KernelBuilder:
       inner, vst = fold_movements(u)
       if any(v.mask is not None for v in vst.views) and not (inner.op in (Ops.BUFFER, Ops.CONST) or inner in self.realized):
         raise _NeedRealize(inner)
+      if in_reduce and inner.op not in (Ops.BUFFER, Ops.CONST) and inner not in self.realized and _expanded(vst) and self._costly(inner):
+        # an expensive value broadcast into a reduction (softmax's gradient into the next matmul) would be recomputed
+        # for every output it is broadcast to: computed once into a buffer instead
+        raise _NeedRealize(inner)
       out = self.lower(inner, compose(vst, st), in_reduce)
     elif u.op is Ops.CONST:
       masked = any(v.mask is not None for v in st.views)
@@ -85,6 +89,24 @@ class _KernelBuilder:
     else: raise NotImplementedError(f"schedule: cannot lower {u.op}")
     self.memo[key] = out
     return out
+
+  def _costly(self, u: UOp) -> bool:
+    """u's own computation (down to buffers and realized nodes) has a transcendental, a reciprocal or a division."""
+    stack, seen = [u], set()
+    while stack:
+      x = stack.pop()
+      if x in seen or x in self.realized or x.op in (Ops.BUFFER, Ops.CONST): continue
+      seen.add(x)
+      if x.op in _EXPENSIVE: return True
+      stack.extend(x.src)
+    return False
+
+_EXPENSIVE = GroupOp.Transcendental | {Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD}
+
+def _expanded(st: ShapeTracker) -> bool:
+  """The view reads some element for several indices along an axis (a broadcast)."""
+  v = st.views[-1]
+  return any(s == 0 and n > 1 for s, n in zip(v.strides, v.shape))
 
 def _value_of(u: UOp) -> UOp:
   return u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u

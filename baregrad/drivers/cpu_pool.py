@@ -1,0 +1,250 @@
+"""A native thread pool for the CPU device: a parallel kernel's chunks run on threads that never touch Python.
+
+The Python pool (drivers/cpu.py ThreadPool) hands a launch to its threads through semaphores and events: every handoff
+wakes a Python thread, which then needs the GIL before and after its chunk. On a 2-core machine that is 100-200 µs per
+parallel launch (a 128x256x10 matmul ran in 24 µs on one thread and 190 µs split over two). Here the workers are
+native threads (pthread_create) running LLVM IR compiled once per process, like the chain trampoline
+(drivers/cpu_chain.py): they spin briefly on a generation word, then sleep on it with futex(2); a launch publishes the
+kernel in a shared context, wakes sleepers, runs chunks itself and spins until every chunk is done, all inside one
+ctypes call (the GIL released).
+
+    void baregrad_pool_run(ctx *c, void (*fn)(void *args, int64 start, int64 end), void *args, int64 total, int64 n)
+
+splits [0, total) into n contiguous chunks taken by whichever thread is free (the caller included), so a worker the
+OS wakes late does not hold the launch up: the caller runs the chunks nobody took.
+
+Publishing is a seqlock on the generation word (odd while the fields are written; a worker reads them and checks the
+generation again after). A chunk is claimed by a compare-and-swap on (generation << 32 | next chunk): a late worker
+holding an older launch's fields claims nothing of a newer one, and no chunk runs twice. A launch returns only when all
+its chunks are done, so its fields stay put while any claimed chunk runs. Sleeping and
+waking use the Dekker pattern on (`sleepers`, generation), both sides sequentially consistent, so no wake-up is lost."""
+from __future__ import annotations
+import ctypes, os, threading
+from typing import Any
+
+RUN_SYMBOL, WORKER_SYMBOL = "baregrad_pool_run", "baregrad_pool_worker"
+# context layout (bytes): hot fields on their own cache lines
+GEN, FN, ARGS, TOTAL, N, NEXT, LEFT, SLEEPERS, STOP, SYSCALL, FUTEX_NR, SPIN = 0, 64, 72, 80, 88, 128, 192, 256, 260, 264, 272, 280
+CTX_BYTES = 320
+# futex(2) operations (include/uapi/linux/futex.h): FUTEX_WAIT | FUTEX_PRIVATE_FLAG, FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+SYS_FUTEX = {"x86_64": 202, "aarch64": 98}   # arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h
+
+def pool_ir(arch: str) -> str:
+  """The pool's LLVM IR for a host architecture ("x86_64" or "aarch64": the spin-wait hint differs)."""
+  pause = "call void @llvm.x86.sse2.pause()" if arch == "x86_64" else 'call void asm sideeffect "yield", ""()'
+  decl = "declare void @llvm.x86.sse2.pause()" if arch == "x86_64" else ""
+  def f(name: str, off: int) -> str: return f"  %{name} = getelementptr inbounds i8, ptr %c, i64 {off}"
+  fields = "\n".join(f(n, o) for n, o in (("genp", GEN), ("fnp", FN), ("argsp", ARGS), ("totp", TOTAL), ("np", N),
+                                          ("nextp", NEXT), ("leftp", LEFT), ("sleepp", SLEEPERS),
+                                          ("stopp", STOP), ("sysp", SYSCALL), ("nrp", FUTEX_NR), ("spinp", SPIN)))
+  return f"""
+{decl}
+
+; run chunks of launch `gen` until none is left: a claim is a compare-and-swap on (generation << 32 | next chunk), so a
+; worker holding fields of an older launch claims nothing of a newer one
+define private void @chunks(ptr %c, ptr %fn, ptr %args, i64 %total, i64 %n, i32 %gen) {{
+entry:
+  %nextp = getelementptr inbounds i8, ptr %c, i64 {NEXT}
+  %leftp = getelementptr inbounds i8, ptr %c, i64 {LEFT}
+  br label %claim
+claim:
+  %v = load atomic i64, ptr %nextp seq_cst, align 8
+  %tag64 = lshr i64 %v, 32
+  %tag = trunc i64 %tag64 to i32
+  %mine = icmp eq i32 %tag, %gen
+  br i1 %mine, label %idx, label %out
+idx:
+  %i = and i64 %v, 4294967295
+  %have = icmp slt i64 %i, %n
+  br i1 %have, label %take, label %out
+take:
+  %v1 = add i64 %v, 1
+  %cx = cmpxchg ptr %nextp, i64 %v, i64 %v1 seq_cst seq_cst
+  %ok = extractvalue {{ i64, i1 }} %cx, 1
+  br i1 %ok, label %run, label %claim
+run:
+  %a0 = mul i64 %total, %i
+  %s = udiv i64 %a0, %n
+  %i1 = add i64 %i, 1
+  %a1 = mul i64 %total, %i1
+  %e = udiv i64 %a1, %n
+  call void %fn(ptr %args, i64 %s, i64 %e)
+  %old = atomicrmw sub ptr %leftp, i64 1 seq_cst
+  br label %claim
+out:
+  ret void
+}}
+
+define private void @futex(ptr %c, i32 %op, i32 %val) {{
+entry:
+  %sysp = getelementptr inbounds i8, ptr %c, i64 {SYSCALL}
+  %nrp = getelementptr inbounds i8, ptr %c, i64 {FUTEX_NR}
+  %sys = load ptr, ptr %sysp, align 8
+  %nr = load i64, ptr %nrp, align 8
+  %r = call i64 (i64, ...) %sys(i64 %nr, ptr %c, i32 %op, i32 %val, ptr null, ptr null, i32 0)
+  ret void
+}}
+
+define void @{RUN_SYMBOL}(ptr %c, ptr %fn, ptr %args, i64 %total, i64 %n) {{
+entry:
+{fields}
+  %g0 = load atomic i32, ptr %genp seq_cst, align 4
+  %godd = add i32 %g0, 1
+  store atomic i32 %godd, ptr %genp seq_cst, align 4
+  store atomic ptr %fn, ptr %fnp monotonic, align 8
+  store atomic ptr %args, ptr %argsp monotonic, align 8
+  store atomic i64 %total, ptr %totp monotonic, align 8
+  store atomic i64 %n, ptr %np monotonic, align 8
+  store atomic i64 %n, ptr %leftp seq_cst, align 8
+  %geven = add i32 %g0, 2
+  %gtag = zext i32 %geven to i64
+  %first = shl i64 %gtag, 32
+  store atomic i64 %first, ptr %nextp seq_cst, align 8
+  store atomic i32 %geven, ptr %genp seq_cst, align 4
+  %sl = load atomic i32, ptr %sleepp seq_cst, align 4
+  %anyone = icmp ne i32 %sl, 0
+  br i1 %anyone, label %wake, label %work
+wake:
+  call void @futex(ptr %c, i32 {FUTEX_WAKE_PRIVATE}, i32 2147483647)
+  br label %work
+work:
+  call void @chunks(ptr %c, ptr %fn, ptr %args, i64 %total, i64 %n, i32 %geven)
+  br label %finish
+finish:                                  ; chunks taken by others: wait until they are done
+  %left = load atomic i64, ptr %leftp seq_cst, align 8
+  %done = icmp eq i64 %left, 0
+  br i1 %done, label %out, label %finish.wait
+finish.wait:
+  {pause}
+  br label %finish
+out:
+  ret void
+}}
+
+define ptr @{WORKER_SYMBOL}(ptr %c) {{
+entry:
+{fields}
+  %spin = load i64, ptr %spinp, align 8
+  %g.start = load atomic i32, ptr %genp seq_cst, align 4
+  br label %wait
+wait:
+  %seen = phi i32 [ %g.start, %entry ], [ %seen, %sleep.done ], [ %g1, %worked ], [ %seen, %retry ]
+  br label %spinloop
+spinloop:
+  %k = phi i64 [ 0, %wait ], [ %k1, %spin.next ]
+  %st = load atomic i32, ptr %stopp seq_cst, align 4
+  %stop = icmp ne i32 %st, 0
+  br i1 %stop, label %exit, label %spin.check
+spin.check:
+  %g = load atomic i32, ptr %genp seq_cst, align 4
+  %odd = and i32 %g, 1
+  %isodd = icmp ne i32 %odd, 0
+  %same = icmp eq i32 %g, %seen
+  %nothing = or i1 %isodd, %same
+  br i1 %nothing, label %spin.next, label %enter
+spin.next:
+  {pause}
+  %k1 = add i64 %k, 1
+  %more = icmp slt i64 %k1, %spin
+  br i1 %more, label %spinloop, label %sleep
+sleep:
+  %s0 = atomicrmw add ptr %sleepp, i32 1 seq_cst
+  %gs = load atomic i32, ptr %genp seq_cst, align 4
+  %st2 = load atomic i32, ptr %stopp seq_cst, align 4
+  %same2 = icmp eq i32 %gs, %seen
+  %nostop = icmp eq i32 %st2, 0
+  %block = and i1 %same2, %nostop
+  br i1 %block, label %sleep.call, label %sleep.done
+sleep.call:
+  call void @futex(ptr %c, i32 {FUTEX_WAIT_PRIVATE}, i32 %seen)
+  br label %sleep.done
+sleep.done:
+  %s1 = atomicrmw sub ptr %sleepp, i32 1 seq_cst
+  br label %wait
+enter:                                    ; a seqlock read of the launch's fields
+  %fn = load atomic ptr, ptr %fnp monotonic, align 8
+  %args = load atomic ptr, ptr %argsp monotonic, align 8
+  %total = load atomic i64, ptr %totp monotonic, align 8
+  %n = load atomic i64, ptr %np monotonic, align 8
+  %g1 = load atomic i32, ptr %genp seq_cst, align 4
+  %valid = icmp eq i32 %g1, %g
+  br i1 %valid, label %dowork, label %retry
+dowork:
+  call void @chunks(ptr %c, ptr %fn, ptr %args, i64 %total, i64 %n, i32 %g)
+  br label %worked
+worked:
+  br label %wait
+retry:                                    ; the fields changed while read: look again
+  br label %wait
+exit:
+  ret ptr null
+}}
+"""
+
+_RUN_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+
+class NativePool:
+  """`threads - 1` native workers plus the calling thread. run() is one ctypes call per launch."""
+  SPIN = 20_000   # pause instructions a worker spins before it sleeps (~0.1-1 ms: back-to-back launches find it awake)
+
+  def __init__(self, threads: int, image: Any, arch: str) -> None:
+    self.image, self.threads, self.pid = image, max(1, threads), os.getpid()
+    self._mem = ctypes.create_string_buffer(CTX_BYTES + 64)
+    self.ctx = (ctypes.addressof(self._mem) + 63) & ~63
+    libc = ctypes.CDLL(None, use_errno=True)
+    ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
+    ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
+    ctypes.c_int64.from_address(self.ctx + SPIN).value = self.SPIN
+    self._run = _RUN_FN(image.symbol(RUN_SYMBOL))
+    worker = image.symbol(WORKER_SYMBOL)
+    create = libc.pthread_create
+    create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    self._tids = []
+    for _ in range(self.threads - 1):
+      tid = ctypes.c_ulong()
+      if (err := create(ctypes.byref(tid), None, worker, self.ctx)) != 0:
+        raise OSError(err, f"pthread_create for a CPU pool worker failed: {os.strerror(err)}")
+      self._tids.append(tid.value)
+
+  def run(self, fn_addr: int, args: int, total: int, nchunks: int) -> None:
+    """Run fn(args, s, e) over [0, total) in `nchunks` chunks on the pool; returns when all are done."""
+    self._run(self.ctx, fn_addr, args, total, nchunks)
+
+  def stop(self) -> None:
+    """Workers exit at their next look at the context (woken if asleep); the context stays mapped (it is the process's)."""
+    ctypes.c_int32.from_address(self.ctx + STOP).value = 1
+    g = ctypes.c_int32.from_address(self.ctx + GEN)
+    g.value += 2   # a generation change wakes a sleeper's futex wait
+    libc = ctypes.CDLL(None)
+    libc.syscall(ctypes.c_long(SYS_FUTEX[self.arch()]), ctypes.c_void_p(self.ctx + GEN), FUTEX_WAKE_PRIVATE, 0x7FFFFFFF, None, None, 0)
+
+  @staticmethod
+  def arch() -> str:
+    return os.uname().machine
+
+_lock = threading.Lock()
+_image: list[Any] = []   # [image] once built, [None, reason] where it cannot be
+
+def native_pool(threads: int) -> NativePool | None:
+  """A native pool of `threads` threads (the caller counted), or None where it cannot be built here (no llvmlite, a
+  host the ELF loader does not map, an architecture without a futex number here); `pool_unavailable()` says why."""
+  arch = NativePool.arch()
+  with _lock:
+    if not _image:
+      try:
+        if arch not in SYS_FUTEX: raise OSError(f"no futex syscall number known for {arch}")
+        from baregrad.drivers.cpu_compile import LLVMCompiler
+        from baregrad.drivers.elf_loader import load_elf
+        _image.append(load_elf(LLVMCompiler().compile(pool_ir(arch))))
+      except Exception as e:   # (ImportError, CompileError, ElfLoadError, OSError): the Python pool runs everything
+        _image.extend([None, f"{type(e).__name__}: {e}"])
+  if _image[0] is None: return None
+  try: return NativePool(threads, _image[0], arch)
+  except OSError as e:
+    _image[:] = [None, f"{type(e).__name__}: {e}"]
+    return None
+
+def pool_unavailable() -> str | None:
+  """Why the native pool could not be built (None when it was, or was not asked for)."""
+  return _image[1] if len(_image) > 1 else None
