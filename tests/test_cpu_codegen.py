@@ -33,9 +33,10 @@ def test_awkward_matmuls_keep_vector_tiles(device, shape, tb):
   a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((N, K) if tb else (K, N), dtype=np.float32)
   (got,) = run(matmul(M, K, N, tb), [(M * N, f32)], [(a, f32), (b, f32)], device)
   np.testing.assert_allclose(got.reshape(M, N), a @ (b.T if tb else b), rtol=1e-4, atol=1e-4)
-  if device == "CPU":  # no scalar fallback: some axis takes 16 or more lanes, padded where the size is odd
-    opts = get_program(matmul(M, K, N, tb), Device["CPU"].renderer).opts
-    assert any(o.op in (U, R) and o.amt >= 16 for o in opts) or max(shape) < 16, opts
+  if device == "CPU":  # no scalar fallback: some axis takes a register of lanes or more, padded where the size is odd
+    ren = Device["CPU"].renderer
+    opts = get_program(matmul(M, K, N, tb), ren).opts
+    assert any(o.op in (U, R) and o.amt >= ren.simd_lanes for o in opts) or max(shape) < ren.simd_lanes, opts
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MUL, Ops.MAX], ids=lambda o: o.name)
@@ -113,3 +114,29 @@ def test_padto_rules():
   with pytest.raises(OptError, match="already a multiple"): Kernel(matmul(32, 8, 8)).apply_opt(Opt(PAD, 0, 16))
   k.apply_opt(Opt(U, 0, 4))   # 36 = 9 x 4: the loop part of axis 0 is split already
   with pytest.raises(OptError, match="before splitting"): k.apply_opt(Opt(PAD, 0, 8))
+
+def _host_like(simd_lanes: int, registers: int):
+  import copy
+  ren = copy.copy(Device["CPU"].renderer)
+  ren.simd_lanes, ren.vector_registers = simd_lanes, registers
+  return ren
+
+@pytest.mark.parametrize("lanes,regs", [(8, 16), (16, 32)])
+def test_matmul_register_tile_fits_the_register_file(lanes, regs):
+  # accumulators (tile lanes / register lanes) leave room for the loads: an AVX2 core has 16 registers, AVX-512 32;
+  # an 8x32 tile on AVX2 spilled every accumulator to the stack (a third of the 6x16 tile's speed)
+  ren = _host_like(lanes, regs)
+  for M, K, N, tb in ((512, 512, 512, False), (96, 300, 256, False), (128, 784, 256, True)):
+    opts = get_program(matmul(M, K, N, tb), ren).opts
+    tile = 1
+    for o in opts:
+      if o.op is U: tile *= o.amt
+    accs = tile // lanes if not tb else tile   # dot form: one register per output
+    assert 4 <= accs <= regs - 4, (M, K, N, tb, opts)
+
+def test_small_kernels_stay_on_one_core():
+  # handing part of a few-µs kernel to a pool thread costs more than the kernel
+  ren = Device["CPU"].renderer
+  small = get_program(sink(store(0, (10, 256), load(1, f32, (10, 256)) * 2)), ren).opts
+  big = get_program(sink(store(0, (512, 512), load(1, f32, (512, 512)) * 2)), ren).opts
+  assert not any(o.op is P for o in small) and any(o.op is P for o in big), (small, big)

@@ -79,3 +79,16 @@ def test_realized_graph_is_not_recomputed():
   y = (x * 2).exp()
   y.realize()
   assert kernels(y + 1) == 1  # reads y's buffer, doesn't recompute exp
+
+def test_expensive_value_broadcast_into_a_reduction_is_computed_once(ab):
+  # softmax's probabilities into the next matmul: recomputed (exp and a division) for every output column if fused
+  a, _ = ab
+  w = Tensor.rand(16, 32).realize()
+  p = a.exp() / 3.0
+  items = (p @ w).schedule()
+  assert len(items) == 2
+  assert not any(u.op is Ops.EXP2 for u in items[-1].ast.toposort())   # the matmul kernel only loads p
+  np.testing.assert_allclose((p @ w).numpy(), (np.exp(a.numpy()) / 3.0) @ w.numpy(), rtol=1e-5)
+  # a cheap value (relu of a sum) still fuses into the matmul, and an expensive one that is not broadcast too
+  assert kernels((a + 1).relu() @ w) == 1
+  assert kernels(a.exp().sum(1)) == 1

@@ -274,8 +274,10 @@ class QueueEngine:
     # the native runner of chains of tiny kernels (cpu_chain.py), built on first use; CPU_CHAIN=0 turns it off
     self.chain: Any = True if self.inline and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
     self.chains = 0                       # chains run by it (one native call each)
+    self.pooled_chains = 0                # of which run by the worker with big kernels on the native pool
     # (first kernel address, its args address) -> [words, the words' bytes, kernels, expected ns, uses]: see _execute
     self._chain_plans: dict[tuple[int, int], list[Any]] = {}
+    self._pool_plans: dict[tuple[int, int], list[Any]] = {}   # the same for the worker's pooled chains (_pooled_chain)
     self.thread = threading.Thread(target=self._run, name=f"baregrad-cpu-{name}", daemon=True)
     self.thread.start()
 
@@ -320,6 +322,48 @@ class QueueEngine:
       if not reserved: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
       self.wptr += 1
       self.doorbell.notify_all()
+
+  def _pooled_chain(self, addr: int, ws: Any, p: int, nwords: int) -> int:
+    """On the worker thread: run the leading EXEC/BARRIER commands from word p whose kernels all have known costs in one
+    trampoline call (GIL released throughout), each kernel split over the native pool as pool.run would split it.
+    Returns the word offset after them (p: fewer than two such kernels, nothing ran)."""
+    pool, plans, key = self.pool, self._pool_plans, (ws[p + 1] | ws[p + 2] << 32, ws[p + 3] | ws[p + 4] << 32)
+    if (plan := plans.get(key)) is not None and plan[4] < self.PLAN_USES and p + plan[0] <= nwords \
+       and ctypes.string_at(addr + 4 * p, 4 * plan[0]) == plan[1]:
+      plan[4] += 1
+    else:
+      q, chunks, expect = p, [], 0.0
+      while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
+        fa, gx, mc = ws[q + 1] | ws[q + 2] << 32, ws[q + 5], ws[q + 11]
+        if (est := pool.cost.get(fa)) is None: break   # unknown cost: pool.run learns it
+        nt = pool.chunks(fa, gx, mc)
+        chunks.append(1 if nt <= 1 else min(gx, pool.CHUNKS_PER_THREAD * nt, gx // mc if mc > 0 else gx))
+        expect += est * gx / nt
+        q += _EXEC_WORDS
+        while q < nwords and ws[q] == _BARRIER_HDR: q += 1
+      if len(chunks) < 2: return p
+      if len(plans) >= 256: plans.clear()
+      plans[key] = plan = [q - p, ctypes.string_at(addr + 4 * p, 4 * (q - p)), (ctypes.c_int64 * len(chunks))(*chunks), expect, 0]
+    if self.chain is True: self.chain = _chain_runner()
+    if self.chain is None: return p
+    q, arr, expect = p + plan[0], plan[2], plan[3]
+    self.state = ("chain", key[0], len(arr))
+    st = time.perf_counter_ns()
+    if (stop := self.chain(addr, p, q, ctypes.addressof(arr), pool.native.ctx, pool.native.run_addr)) != q:
+      raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")
+    self.chains += 1
+    self.pooled_chains += 1
+    if expect > 0 and not 0.5 <= (r := (time.perf_counter_ns() - st) / expect) <= 2.0:
+      # far from its kernels' estimates: each moves by the chain's ratio (at most 4x), the verdict is made again
+      r = min(r, 4.0)
+      j = p
+      while j < q:
+        if ws[j] == _EXEC_HDR:
+          if (c := pool.cost.get(k := ws[j + 1] | ws[j + 2] << 32)) is not None: pool.cost[k] = 0.5 * c * (1.0 + r)
+          j += _EXEC_WORDS
+        else: j += 1
+      plans.pop(key, None)
+    return q
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
@@ -422,7 +466,7 @@ class QueueEngine:
             if n >= 2 and self.chain is not None:
               self.state = ("chain", fa, n)
               st = clock()
-              if (stop := self.chain(addr, p, q)) != q:
+              if (stop := self.chain(addr, p, q, None, None, None)) != q:
                 raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")
               t = clock() - st
               self.chains += 1
@@ -459,6 +503,12 @@ class QueueEngine:
             fa, gx = ws[p + 1] | ws[p + 2] << 32, ws[p + 5]
           continue
         self.state = ("exec", fa, gx)
+        if self.chain is not None and self.pool.native is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
+          # a run of kernels of known cost (a jit replay) in one native call, big ones split over the native pool
+          if (q := self._pooled_chain(addr, ws, p, nwords)) > p:
+            p = q
+            if self.stopped or p >= nwords: break
+            continue
         fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
         self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
       elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
@@ -532,6 +582,7 @@ class CPUProgram(HCQProgram):
       for e in self.dev.engines.values():  # the address may host another kernel later: forget what we learned
         e._fxns.pop(self.fxn_addr, None)
         e._chain_plans.clear()   # a kept chain verdict may name this address
+        e._pool_plans.clear()
         if e.pool: e.pool.cost.pop(self.fxn_addr, None)
       if self.dev.closed: self.image.close()
       elif threading.current_thread().name.startswith("baregrad-cpu"): self.dev._zombies.append(self.image)

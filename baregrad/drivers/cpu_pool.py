@@ -196,7 +196,8 @@ class NativePool:
     ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
     ctypes.c_int64.from_address(self.ctx + SPIN).value = self.SPIN
-    self._run = _RUN_FN(image.symbol(RUN_SYMBOL))
+    self.run_addr = image.symbol(RUN_SYMBOL)   # what native callers (the chain trampoline) call
+    self._run = _RUN_FN(self.run_addr)
     worker = image.symbol(WORKER_SYMBOL)
     create = libc.pthread_create
     create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]

@@ -1,0 +1,127 @@
+"""The native thread pool (drivers/cpu_pool.py): every chunk of every launch runs exactly once, chunks are the same
+contiguous ranges as the Python pool's, back-to-back launches (a late worker must not run a chunk of a newer launch
+with an older launch's fields) stay exact, sleeping workers wake, and the CPU device runs its parallel kernels on it."""
+from __future__ import annotations
+import ctypes, threading, time
+import numpy as np
+import pytest
+from baregrad.drivers.cpu_pool import native_pool, pool_unavailable
+
+# mark(args, s, e): out[i] += s + 1 for i in [s, e), out = args[0]: a chunk run twice, or with another launch's range,
+# shows in the totals
+MARK_IR = """
+define void @mark(ptr %args, i64 %s, i64 %e) {
+entry:
+  %out = load ptr, ptr %args, align 8
+  br label %loop
+loop:
+  %i = phi i64 [ %s, %entry ], [ %i1, %body ]
+  %c = icmp slt i64 %i, %e
+  br i1 %c, label %body, label %done
+body:
+  %p = getelementptr inbounds i64, ptr %out, i64 %i
+  %v = load i64, ptr %p
+  %v1 = add i64 %v, %s
+  %v2 = add i64 %v1, 1
+  store i64 %v2, ptr %p
+  %i1 = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}"""
+
+@pytest.fixture(scope="module")
+def mark():
+  from baregrad.drivers.cpu_compile import LLVMCompiler
+  from baregrad.drivers.elf_loader import load_elf
+  img = load_elf(LLVMCompiler().compile(MARK_IR))
+  yield img.symbol("mark")
+
+@pytest.fixture
+def pool():
+  p = native_pool(3)
+  if p is None: pytest.skip(f"no native pool here: {pool_unavailable()}")
+  yield p
+  p.stop()
+
+def _expected(total: int, chunks: int) -> np.ndarray:
+  """What one launch of mark adds: its chunk's start + 1 at every element (chunk c is [total*c//chunks, ...))."""
+  starts = [total * c // chunks for c in range(chunks)]
+  return np.array([max(s for s in starts if s <= i) + 1 for i in range(total)], np.int64)
+
+def _launch(pool, fn: int, n: int, chunks: int) -> np.ndarray:
+  out = (ctypes.c_int64 * n)()
+  args = (ctypes.c_uint64 * 1)(ctypes.addressof(out))
+  pool.run(fn, ctypes.addressof(args), n, chunks)
+  return np.frombuffer(out, np.int64).copy()
+
+def test_chunks_are_contiguous_ranges_run_once(pool, mark):
+  for n, chunks in ((1001, 8), (7, 7), (64, 1), (100, 12)):
+    np.testing.assert_array_equal(_launch(pool, mark, n, chunks), _expected(n, chunks))
+
+def test_back_to_back_launches_stay_exact(pool, mark):
+  # thousands of launches with alternating sizes over one buffer: every element gets exactly its chunk's start + 1 per
+  # launch that covers it (a chunk run twice or run with another launch's bounds would add a different amount)
+  n = 997
+  out = (ctypes.c_int64 * n)()
+  args = (ctypes.c_uint64 * 1)(ctypes.addressof(out))
+  for k in range(3000):
+    total, chunks = (n, 8) if k % 2 == 0 else (n // 2, 5)
+    pool.run(mark, ctypes.addressof(args), total, chunks)
+  want = 1500 * _expected(n, 8)
+  want[:n // 2] += 1500 * _expected(n // 2, 5)
+  np.testing.assert_array_equal(np.frombuffer(out, np.int64), want)
+
+def test_sleeping_workers_wake(pool, mark):
+  time.sleep(0.2)   # past the spin: the workers sleep on the futex
+  for _ in range(5):
+    np.testing.assert_array_equal(_launch(pool, mark, 64, 4), _expected(64, 4))
+    time.sleep(0.02)
+
+def test_launches_from_several_threads_are_serialized_by_the_caller(pool, mark):
+  # the pool has one launch slot: the CPU queue runs one kernel at a time; two callers must take turns (a lock)
+  lock, errors = threading.Lock(), []
+  def go() -> None:
+    for _ in range(200):
+      with lock:
+        got = _launch(pool, mark, 100, 4)
+      if not np.array_equal(got, _expected(100, 4)): errors.append(got)
+  ts = [threading.Thread(target=go) for _ in range(2)]
+  for t in ts: t.start()
+  for t in ts: t.join(timeout=60)
+  assert not errors
+
+def test_cpu_device_runs_parallel_kernels_on_the_native_pool():
+  from baregrad import Tensor, Device
+  eng = Device["CPU"].engines["compute"]
+  if eng.pool.native is None: pytest.skip(f"no native pool here: {pool_unavailable()} (or CPU_THREADS=1)")
+  x = Tensor(np.arange(1 << 20, dtype=np.float32))
+  np.testing.assert_array_equal((x * 2 + 1).numpy(), np.arange(1 << 20, dtype=np.float32) * 2 + 1)
+  assert not eng.pool.threads   # no Python pool threads beside it
+
+def test_jit_replay_runs_big_kernels_as_one_pooled_chain():
+  # a replay of kernels of known cost runs on the queue's worker as one trampoline call, big kernels split over the
+  # native pool; every replay's result is right
+  from baregrad import Tensor, Device, jit
+  eng = Device["CPU"].engines["compute"]
+  if eng.pool.native is None or eng.chain is None: pytest.skip("no native pool or no chain trampoline here")
+  @jit
+  def f(x: Tensor) -> Tensor:
+    a = (x * 2).contiguous()
+    b = (a + 1).contiguous()
+    return (b * 3).contiguous()
+  n = 1 << 21
+  split = []
+  run = eng._pooled_chain
+  def spy(addr, ws, p, nwords):
+    q = run(addr, ws, p, nwords)
+    split.extend(max(pl[2]) for pl in eng._pool_plans.values())
+    return q
+  eng._pooled_chain = spy
+  try:
+    before = eng.pooled_chains
+    for k in range(6):
+      x = np.full(n, k, np.float32)
+      np.testing.assert_array_equal(f(Tensor(x)).numpy(), (x * 2 + 1) * 3)
+  finally: del eng._pooled_chain
+  assert eng.pooled_chains > before and max(split) > 1, "no replay ran as a pooled chain with a kernel split over the pool"
