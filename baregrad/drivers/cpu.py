@@ -71,6 +71,17 @@ class CPUAllocator(HCQAllocator):
   def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
     self.dev.synchronize()  # a queued kernel or copy may still touch it (no-op once the device is closed)
     host_unmap(opaque.va_addr, _pages(size))
+  def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
+    # device memory is host memory: once nothing queued is left to write it (the host has just synchronized, as every
+    # read does), a small read is a memmove here, not a copy command and a wait on its signal. PROFILE=1 keeps the copy
+    # commands (their timestamps are the trace's copy events)
+    dev = self.dev
+    if dest.nbytes <= self.DIRECT_READ and not profile.ON and dev.timeline_signal.value >= dev.timeline_value - 1:
+      with self._copy_lock:
+        if dest.nbytes: ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src.va_addr, dest.nbytes)
+      return
+    super()._copyout(dest, src)
+  DIRECT_READ = 1 << 20   # bytes; larger reads go through the copy queue (staged, overlapped)
 
 # ---------------------------------------------------------------- command encoding (32-bit words)
 # header: op << 16 | length in words (header included); 64-bit fields are (lo, hi)
@@ -270,11 +281,14 @@ class QueueEngine:
     self._fxns: dict[int, Any] = {}
     self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000),
                            native=os.environ.get("CPU_NATIVE_POOL", "1") != "0") if name == "compute" else None
-    self.inline = self.pool is not None and os.environ.get("CPU_INLINE", "1") != "0"   # see _submit
+    # see _submit; the copy queue too: reading a loss after a step would otherwise wake its worker and wait to be woken
+    # back, hundreds of µs on a busy machine for a 4-byte copy
+    self.inline = os.environ.get("CPU_INLINE", "1") != "0"
     # the native runner of chains of tiny kernels (cpu_chain.py), built on first use; CPU_CHAIN=0 turns it off
-    self.chain: Any = True if self.inline and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
+    self.chain: Any = True if self.inline and self.pool is not None and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
     self.chains = 0                       # chains run by it (one native call each)
     self.pooled_chains = 0                # of which run by the worker with big kernels on the native pool
+    self.last_pooled: Any = None          # the chunk counts of the last one (per kernel)
     # (first kernel address, its args address) -> [words, the words' bytes, kernels, expected ns, uses]: see _execute
     self._chain_plans: dict[tuple[int, int], list[Any]] = {}
     self._pool_plans: dict[tuple[int, int], list[Any]] = {}   # the same for the worker's pooled chains (_pooled_chain)
@@ -347,7 +361,7 @@ class QueueEngine:
     if self.chain is True: self.chain = _chain_runner()
     if self.chain is None: return p
     q, arr, expect = p + plan[0], plan[2], plan[3]
-    self.state = ("chain", key[0], len(arr))
+    self.state, self.last_pooled = ("chain", key[0], len(arr)), arr
     st = time.perf_counter_ns()
     if (stop := self.chain(addr, p, q, ctypes.addressof(arr), pool.native.ctx, pool.native.run_addr)) != q:
       raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")

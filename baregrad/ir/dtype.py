@@ -99,7 +99,9 @@ _TORCH_NAMES = {"bool": dtypes.bool, "int8": dtypes.int8, "uint8": dtypes.uint8,
                 "int32": dtypes.int32, "uint32": dtypes.uint32, "int64": dtypes.int64, "uint64": dtypes.uint64,
                 "float16": dtypes.float16, "bfloat16": dtypes.bfloat16, "float32": dtypes.float32, "float64": dtypes.float64}
 
-def torch_name(d: DType) -> str: return next(k for k, v in _TORCH_NAMES.items() if v == d.scalar)
+_NAME_OF = {v: k for k, v in _TORCH_NAMES.items()}
+
+def torch_name(d: DType) -> str: return _NAME_OF[d.scalar]
 
 def _category(d: DType) -> int: return 0 if d == dtypes.bool else 1 if d in _INT_SET else 2
 

@@ -1,6 +1,6 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
-import contextlib, math, weakref
+import contextlib, functools, math, weakref
 from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
@@ -18,6 +18,7 @@ ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
 
+@functools.cache
 def _np_dtype(d: DType) -> Any:
   if d == dtypes.bfloat16: return np.uint16
   return np.dtype(torch_name(d) if d != dtypes.bool else "bool")
