@@ -87,7 +87,10 @@ def broadcast_const(c: UOp, shape: tuple[int, ...]) -> UOp:
 class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in PyTorch
 
 def shape_of(u: UOp) -> tuple[int, ...]:
-  if (s := _shape_data.get(_wref(u))) is not None: return s
+  if (s := u._shape) is not None: return s   # the node's own cache slot: no weak reference made per call
+  if (s := _shape_data.get(_wref(u))) is not None:
+    object.__setattr__(u, "_shape", s)
+    return s
   # post-order over the nodes whose shape is not known yet (stop at known ones: building a chain stays O(n))
   stack: list[tuple[UOp, bool]] = [(u, False)]
   while stack:
@@ -96,7 +99,8 @@ def shape_of(u: UOp) -> tuple[int, ...]:
     if ready: _shapes[n] = _shape(n); continue
     stack.append((n, True))
     stack.extend((s, False) for s in n.src if s not in _shapes)
-  return _shapes[u]
+  object.__setattr__(u, "_shape", s := _shapes[u])
+  return s
 
 def _shape(u: UOp) -> tuple[int, ...]:
   if u.op is Ops.BUFFER: return (u.arg.size,)
