@@ -2,10 +2,13 @@
 
 Shapes, by the strides of the kernel's loads along its axes:
   matmul, outer-product form: an output axis j along which a load is contiguous gets vector lanes (2 registers),
-      another output axis i along which that load does not move gets scalar rows (8): per step of the reduce loop, two
-      vector loads and eight broadcasts feed 16 FMAs into a tile of 16 registers.
-  matmul, dot form: when only the reduce axis is contiguous (x @ W.T), it is unrolled into vector lanes and two output
-      axes take 4x4 outputs (16 accumulator registers), reduced across lanes once after the loop.
+      another output axis i along which that load does not move gets scalar rows: per step of the reduce loop, two
+      vector loads and a broadcast per row feed the FMAs of the tile. The tile fits the host's register file
+      (Renderer.simd_lanes, vector_registers): 6 rows x 2 registers (12 accumulators) on AVX2's 16, 8 rows on 32.
+  matmul, dot form: when only the reduce axis is contiguous (x @ W.T), it is unrolled into one register of lanes and
+      two output axes take 4x2 (16 registers) or 4x4 (32) outputs, reduced across lanes once after the loop; an
+      output axis of at most 12 (24) is taken whole, so the other operand is loaded (and computed) once.
+Kernels of fewer than PARALLEL_MIN_WORK iterations stay on one core.
   plain reductions unroll a contiguous reduce axis into several accumulators; a strided one (column sums) takes lanes
       along a contiguous output axis instead. Elementwise kernels take lanes along the axis the stores walk.
 Awkward sizes are padded (PADTO) to the tile: the edges are masked, the inner loop stays vectorized. The outermost
