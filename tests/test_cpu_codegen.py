@@ -140,3 +140,15 @@ def test_small_kernels_stay_on_one_core():
   small = get_program(sink(store(0, (10, 256), load(1, f32, (10, 256)) * 2)), ren).opts
   big = get_program(sink(store(0, (512, 512), load(1, f32, (512, 512)) * 2)), ren).opts
   assert not any(o.op is P for o in small) and any(o.op is P for o in big), (small, big)
+
+def test_short_awkward_rows_take_a_divisor_not_padding():
+  # a 3x3 convolution's 26-wide output rows: 16 padded lanes mask every access of both tiles of a row (4x slower than
+  # 13 lanes); a divisor at least half as wide is taken instead, and the result is right
+  from baregrad import Tensor, functional as F
+  rng = np.random.default_rng(0)
+  x, w = rng.standard_normal((2, 1, 28, 28), dtype=np.float32), rng.standard_normal((8, 1, 3, 3), dtype=np.float32)
+  out = F.conv2d(Tensor(x), Tensor(w))
+  opts = get_program(out.schedule()[-1].ast, Device["CPU"].renderer).opts
+  assert not any(o.op is PAD for o in opts) and any(o.op is U and o.amt == 13 for o in opts), opts
+  import torch
+  np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)

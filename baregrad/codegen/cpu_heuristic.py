@@ -31,16 +31,21 @@ def _try(k: Kernel, opt: Opt) -> bool:
   except OptError: return False
 
 def _tile(k: Kernel, orig: int, amt: int, op: OptOps) -> int:
-  """Split full-shape axis `orig` into lanes of `amt` (padding it up to a multiple where it does not divide, when the
-  padding wastes under a third: 19 -> 24 for 8 lanes); returns the lanes taken (1: none)."""
+  """Split full-shape axis `orig` into lanes of `amt` where it divides; else into a divisor at least half as wide
+  (26 -> 13 for 16 lanes) unless padding wastes under an eighth, else padded up to a multiple when that wastes under a
+  third (19 -> 24 for 8 lanes); returns the lanes taken (1: none)."""
   n = k.pads.get(orig) and next(a.size for a in k.axes if a.orig == orig) or k.full_shape[orig]   # padded already: its new size
   if n <= 1 or amt <= 1: return 1
   if n <= amt or (n < 2 * amt and (-n) % amt * 4 > n): amt = n   # the whole axis (a short one that padding would bloat)
   elif n % amt:
     waste = (-n) % amt
-    if waste * 3 > n or (m := _loop_index(k, orig)) is None or not _try(k, Opt(OptOps.PADTO, m, amt)):
-      # no padding: the largest divisor that is a multiple of 4 (or any divisor) up to amt
-      amt = max((d for d in range(amt, 1, -1) if n % d == 0 and d % 4 == 0), default=0) or max(d for d in range(amt, 0, -1) if n % d == 0)
+    # the largest divisor that is a multiple of 4 (or any divisor) up to amt: the tiling without padding
+    div = max((d for d in range(amt, 1, -1) if n % d == 0 and d % 4 == 0), default=0) or max(d for d in range(amt, 0, -1) if n % d == 0)
+    # padding masks every access of the padded tiles (a conv's 26-wide rows in 16 lanes: 2 of 2 tiles masked, 4x slower
+    # than 13 lanes): a divisor at least half as wide wins unless the padding is a sliver
+    if waste * 8 > n and 2 * div >= amt: amt = div
+    elif waste * 3 > n or (m := _loop_index(k, orig)) is None or not _try(k, Opt(OptOps.PADTO, m, amt)):
+      amt = div
       if amt == 1: return 1
   m = _loop_index(k, orig)
   return amt if m is not None and _try(k, Opt(op, m, amt)) else 1
