@@ -3,62 +3,62 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math, struct
 
-@dataclass(frozen=True, eq=True)
+_INTERNED: dict[tuple, "DType"] = {}
+
+def _make(cls: type, *fields: object) -> DType:
+  """The one instance of a dtype: every dtype is interned, so equality and hashing are identity (C-level: dtypes key
+  every UOp, and hash-consing hashes and compares them for each node built)."""
+  fs = cls.__dataclass_fields__
+  if len(fields) < len(fs): fields += tuple(f.default for f in list(fs.values())[len(fields):])   # defaults in the key
+  key = (cls, *fields)
+  if (d := _INTERNED.get(key)) is None: _INTERNED[key] = d = cls(*fields)
+  return d
+
+@dataclass(frozen=True, eq=False)
 class DType:
-  """A scalar type (count == 1) or a vector of `count` scalars. Pointers are PtrDType."""
+  """A scalar type (count == 1) or a vector of `count` scalars. Pointers are PtrDType. Made only through _make (the
+  table below, vec, ptr, unpickling): one object per dtype, compared by identity."""
   priority: int     # position in the promotion lattice; higher wins within a category
   itemsize: int     # bytes of one scalar
   name: str
   fmt: str | None   # struct/memoryview format character, None where Python has none (bfloat16)
   count: int = 1
 
-  # dtypes key every UOp (hash-consing hashes and compares them for each node built): the dataclass's generated
-  # methods build a tuple of the fields on every call; these answer the common cases (the same object) first
-  def __hash__(self) -> int:
-    try: return self.__dict__["_hash"]
-    except KeyError:
-      h = hash((self.priority, self.itemsize, self.name, self.fmt, self.count))
-      object.__setattr__(self, "_hash", h)
-      return h
-  def __getstate__(self) -> dict:  # the cached hash stays behind: strings hash differently in another process
-    return {k: v for k, v in self.__dict__.items() if k != "_hash"}
-  def __eq__(self, other: object) -> bool:
-    if self is other: return True
-    if type(other) is not type(self): return NotImplemented if not isinstance(other, DType) else False
-    return (self.priority, self.itemsize, self.name, self.fmt, self.count) == (other.priority, other.itemsize, other.name, other.fmt, other.count)
+  def __reduce__(self) -> tuple:   # unpickled (another process: BEAM's workers) as the interned instance
+    return (_make, (type(self), *(getattr(self, f) for f in self.__dataclass_fields__)))
 
   def vec(self, n: int) -> DType:
     if n == 1: return self
     if self.count != 1: raise ValueError(f"cannot vectorize {self}: already a vector")
-    return DType(self.priority, self.itemsize, self.name, None, n)
+    return _make(DType, self.priority, self.itemsize, self.name, None, n)
   @property
   def scalar(self) -> DType: return self if self.count == 1 else _BY_NAME[self.name]
   @property
   def nbytes(self) -> int: return self.itemsize * self.count
-  def ptr(self, local: bool = False) -> PtrDType: return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, self, local)
+  def ptr(self, local: bool = False) -> PtrDType: return _make(PtrDType, self.priority, self.itemsize, self.name, self.fmt, self.count, self, local)  # type: ignore[return-value]
   def __repr__(self) -> str: return f"dtypes.{self.name}" + (f".vec({self.count})" if self.count > 1 else "")
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class PtrDType(DType):
   base: DType = None  # type: ignore[assignment]
   local: bool = False
   def __repr__(self) -> str: return f"{self.base!r}.ptr({'local=True' if self.local else ''})"
 
 class dtypes:
-  bool = DType(0, 1, "bool", "?")
-  int8 = DType(1, 1, "char", "b")
-  uint8 = DType(2, 1, "uchar", "B")
-  int16 = DType(3, 2, "short", "h")
-  uint16 = DType(4, 2, "ushort", "H")
-  int32 = DType(5, 4, "int", "i")
-  uint32 = DType(6, 4, "uint", "I")
-  int64 = DType(7, 8, "long", "q")
-  uint64 = DType(8, 8, "ulong", "Q")
-  float16 = DType(9, 2, "half", "e")
-  bfloat16 = DType(10, 2, "bfloat16", None)
-  float32 = DType(11, 4, "float", "f")
-  float64 = DType(12, 8, "double", "d")
-  void = DType(-1, 0, "void", None)
+  bool = _make(DType, 0, 1, "bool", "?")
+  int8 = _make(DType, 1, 1, "char", "b")
+  uint8 = _make(DType, 2, 1, "uchar", "B")
+  int16 = _make(DType, 3, 2, "short", "h")
+  uint16 = _make(DType, 4, 2, "ushort", "H")
+  int32 = _make(DType, 5, 4, "int", "i")
+  uint32 = _make(DType, 6, 4, "uint", "I")
+  int64 = _make(DType, 7, 8, "long", "q")
+  uint64 = _make(DType, 8, 8, "ulong", "Q")
+  float16 = _make(DType, 9, 2, "half", "e")
+  bfloat16 = _make(DType, 10, 2, "bfloat16", None)
+  float32 = _make(DType, 11, 4, "float", "f")
+  float64 = _make(DType, 12, 8, "double", "d")
+  void = _make(DType, -1, 0, "void", None)
   # aliases
   half, float, double, int, long, uchar, char, short = float16, float32, float64, int32, int64, uint8, int8, int16
   default_float = float32

@@ -46,15 +46,25 @@ class GroupOp:
   Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
+# key -> weak reference to the live node: a plain dict of KeyedRefs read inline (a WeakValueDictionary's get and set are
+# Python calls of their own, on the path of every node built)
+_ucache: dict = {}
+
+def _uop_gone(wr: weakref.KeyedRef, _cache: dict = _ucache) -> None:
+  if _cache.get(wr.key) is wr: del _cache[wr.key]   # (a newer node under the same key stays)
+
 class UOpMeta(type):
   """Hash-consing: constructing a node equal to a live one returns that very object."""
-  ucache: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+  ucache = _ucache
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-    key = (op, dtype, src, _argkey(arg))
-    try: hit = UOpMeta.ucache.get(key)
+    # sources by id: a live node holds its sources, so the ids in a live entry's key name live nodes (no Python
+    # __hash__ call per source)
+    key = (op, dtype, tuple(map(id, src)), _argkey(arg))
+    try: r = _ucache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {type(arg).__name__} for {op}") from e
-    if hit is not None: return hit
-    UOpMeta.ucache[key] = ret = super().__call__(op, dtype, src, arg)
+    if r is not None and (hit := r()) is not None: return hit
+    ret = super().__call__(op, dtype, src, arg)
+    _ucache[key] = weakref.KeyedRef(ret, _uop_gone, key)
     return ret
 
 def _argkey(arg: Any) -> Any:
