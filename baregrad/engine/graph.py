@@ -8,7 +8,7 @@
   COPY(x, arg=device), CONTIGUOUS(x), ASSIGN(target, value), DETACH(x)
 """
 from __future__ import annotations
-import itertools, weakref
+import itertools
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType
 from baregrad.ir.ops import UOp, Ops, GroupOp
@@ -69,8 +69,9 @@ def stale_error(ref: BufRef) -> RuntimeError:
 
 def buffer_uop(ref: BufRef) -> UOp: return UOp(Ops.BUFFER, ref.dtype, (), ref)
 
-_shapes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_shape_data, _wref = _shapes.data, weakref.ref  # read directly: shape_of runs many times per op
+def set_shape(u: UOp, shape: tuple[int, ...]) -> None:
+  """Record u's shape where it is known without inference (a node just built from a known shape)."""
+  object.__setattr__(u, "_shape", shape)
 
 def broadcast_const(c: UOp, shape: tuple[int, ...]) -> UOp:
   """The scalar c (a CONST, shape ()) broadcast to `shape`: the RESHAPE to all ones and the EXPAND that the movement
@@ -78,29 +79,26 @@ def broadcast_const(c: UOp, shape: tuple[int, ...]) -> UOp:
   if not shape: return c
   ones = (1,) * len(shape)
   u = UOp(Ops.RESHAPE, c.dtype, (c,), ones)
-  _shapes[u] = ones
+  set_shape(u, ones)
   if shape != ones:
     u = UOp(Ops.EXPAND, c.dtype, (u,), shape)
-    _shapes[u] = shape
+    set_shape(u, shape)
   return u
 
 class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in PyTorch
 
 def shape_of(u: UOp) -> tuple[int, ...]:
-  if (s := u._shape) is not None: return s   # the node's own cache slot: no weak reference made per call
-  if (s := _shape_data.get(_wref(u))) is not None:
-    object.__setattr__(u, "_shape", s)
-    return s
+  """u's shape, inferred once per node and kept in its `_shape` slot (a UOp is immutable: so is its shape)."""
+  if (s := u._shape) is not None: return s
   # post-order over the nodes whose shape is not known yet (stop at known ones: building a chain stays O(n))
   stack: list[tuple[UOp, bool]] = [(u, False)]
   while stack:
     n, ready = stack.pop()
-    if n in _shapes: continue
-    if ready: _shapes[n] = _shape(n); continue
+    if n._shape is not None: continue
+    if ready: object.__setattr__(n, "_shape", _shape(n)); continue
     stack.append((n, True))
-    stack.extend((s, False) for s in n.src if s not in _shapes)
-  object.__setattr__(u, "_shape", s := _shapes[u])
-  return s
+    stack.extend((x, False) for x in n.src if x._shape is None)
+  return u._shape
 
 def _movement_shape(s: tuple[int, ...], u: UOp) -> tuple[int, ...]:
   """The shape after movement u of a value of shape s, read off its arg (no view built); the checks the views make."""
@@ -126,14 +124,14 @@ def _movement_shape(s: tuple[int, ...], u: UOp) -> tuple[int, ...]:
 
 def _shape(u: UOp) -> tuple[int, ...]:
   if u.op is Ops.BUFFER: return (u.arg.size,)
-  if u.op in GroupOp.Movement: return _movement_shape(_shapes[u.src[0]], u)
+  if u.op in GroupOp.Movement: return _movement_shape(u.src[0]._shape, u)
   if u.op is Ops.CONST or u.op is Ops.DEFINE_VAR: return ()
   if u.op is Ops.REDUCE_AXIS:
-    s = _shapes[u.src[0]]
+    s = u.src[0]._shape
     return tuple(1 if i in u.arg[1] else x for i, x in enumerate(s))
-  if u.op is Ops.ASSIGN: return _shapes[u.src[0]]
+  if u.op is Ops.ASSIGN: return u.src[0]._shape
   if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH):
-    shapes = {_shapes[s] for s in u.src}
+    shapes = {s._shape for s in u.src}
     if len(shapes) != 1: raise ShapeError(f"{u.op.name} of sources with different shapes {sorted(shapes)}")
     return shapes.pop()
   raise ShapeError(f"no shape for {u.op}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from baregrad.ir.ops import UOp, Ops, GroupOp, _argkey
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, _shapes
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
 from baregrad.engine import checks
@@ -18,7 +18,7 @@ def buffer_view(ref: BufRef, shape: tuple[int, ...]) -> UOp:
   b = buffer_uop(ref)
   if shape == (ref.size,): return b
   u = UOp(Ops.RESHAPE, ref.dtype, (b,), tuple(shape))
-  _shapes[u] = tuple(shape)  # known: no need to walk the view machinery for it
+  set_shape(u, tuple(shape))  # known: no need to walk the view machinery for it
   return u
 
 # results in storages older than this are not reused (the jit sets it while capturing: a recording must compute what

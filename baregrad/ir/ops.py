@@ -2,7 +2,7 @@
 from __future__ import annotations
 from enum import Enum, auto
 from typing import Any
-import math, struct, weakref
+import functools, math, struct, weakref
 from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
 
 class Ops(Enum):
@@ -46,12 +46,12 @@ class GroupOp:
   Reduce = {Ops.ADD, Ops.MUL, Ops.MAX}
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
-# key -> weak reference to the live node: a plain dict of KeyedRefs read inline (a WeakValueDictionary's get and set are
+# key -> weak reference to the live node: a plain dict of weak references read inline (a WeakValueDictionary's get and set are
 # Python calls of their own, on the path of every node built)
 _ucache: dict = {}
 
-def _uop_gone(wr: weakref.KeyedRef, _cache: dict = _ucache) -> None:
-  if _cache.get(wr.key) is wr: del _cache[wr.key]   # (a newer node under the same key stays)
+def _uop_gone(key: tuple, wr: weakref.ref, _cache: dict = _ucache) -> None:
+  if _cache.get(key) is wr: del _cache[key]   # (a newer node under the same key stays)
 
 class UOpMeta(type):
   """Hash-consing: constructing a node equal to a live one returns that very object."""
@@ -64,7 +64,7 @@ class UOpMeta(type):
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {type(arg).__name__} for {op}") from e
     if r is not None and (hit := r()) is not None: return hit
     ret = super().__call__(op, dtype, src, arg)
-    _ucache[key] = weakref.KeyedRef(ret, _uop_gone, key)
+    _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
     return ret
 
 def _argkey(arg: Any) -> Any:
