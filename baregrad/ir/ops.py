@@ -79,18 +79,16 @@ def _srcs_ok(src: tuple) -> tuple:
   return src
 
 class UOp(metaclass=UOpMeta):
-  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_hash", "_bounds", "_shape")   # _shape: engine.graph.shape_of's cache
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_bounds", "_shape")   # _shape: engine.graph.shape_of's cache
   op: Ops; dtype: DType; src: tuple[UOp, ...]; arg: Any
 
   def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
     object.__setattr__(self, "op", op); object.__setattr__(self, "dtype", dtype)
     object.__setattr__(self, "src", _srcs_ok(tuple(src))); object.__setattr__(self, "arg", arg)
-    object.__setattr__(self, "_hash", hash((op, dtype, self.src, arg)))
     object.__setattr__(self, "_bounds", None); object.__setattr__(self, "_shape", None)
   def __setattr__(self, *a: object) -> None: raise AttributeError("UOp is immutable")
-  def __hash__(self) -> int: return self._hash
-  # identity is equality: hash-consing makes structurally equal nodes the same object
-  def __eq__(self, other: object) -> bool: return self is other
+  # identity is equality, and the hash is the identity's (object's, computed in C): hash-consing makes structurally
+  # equal nodes the same object, so nothing structural is left to compare
   def __reduce__(self) -> tuple: return (UOp, (self.op, self.dtype, self.src, self.arg))
   def replace(self, **kw: Any) -> UOp:
     return UOp(kw.get("op", self.op), kw.get("dtype", self.dtype), kw.get("src", self.src), kw.get("arg", self.arg))
