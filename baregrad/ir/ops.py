@@ -70,7 +70,9 @@ class UOpMeta(type):
 def _argkey(arg: Any) -> Any:
   # 0.0 == -0.0 and nan != nan: key floats by their bits so equal nodes really are equal
   if isinstance(arg, float): return ("f", struct.pack("<d", arg))
-  if isinstance(arg, tuple) and any(isinstance(a, (float, tuple)) for a in arg): return tuple(_argkey(a) for a in arg)
+  if isinstance(arg, tuple):
+    for a in arg:   # (a loop, not any(...): no generator made for every shape-tuple arg)
+      if isinstance(a, (float, tuple)): return tuple(_argkey(x) for x in arg)
   return arg
 
 def _srcs_ok(src: tuple) -> tuple:
