@@ -273,7 +273,8 @@ class QueueEngine:
     self.inlined = 0                      # submissions run whole on the submitting thread (see _submit)
     self.woff = 0                         # host's write offset in the command ring (bytes)
     self.inflight: deque[tuple[int, int, int]] = deque()  # (entry index, ring offset, bytes) not yet finished
-    self.doorbell = threading.Condition()
+    self._bell = threading.RLock()   # the doorbell's lock, entered directly on the host's path (a Condition's with is Python)
+    self.doorbell = threading.Condition(self._bell)
     self._host_lock = threading.Lock()
     self.stopped, self.fault = False, None
     self.state = "idle"
@@ -305,7 +306,7 @@ class QueueEngine:
     nbytes = len(words) * 4
     if nbytes > self.ring_bytes: raise ValueError(f"command buffer of {nbytes} bytes exceeds the {self.name} ring ({self.ring_bytes} bytes)")
     deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
-    with self.doorbell:  # wait for ring space and a free entry: the worker must have finished what we overwrite
+    with self._bell:  # wait for ring space and a free entry: the worker must have finished what we overwrite
       while (off := self._place(nbytes)) is None or self.wptr - self.rptr >= self.nentries:
         if self.fault or time.perf_counter() > deadline:
           raise RuntimeError(f"{self.dev.device} {self.name} queue: no ring space for {nbytes} bytes\n{self.dev.queue_state()}")
@@ -318,7 +319,7 @@ class QueueEngine:
       # before them), up to the first command that would block or take long (a wait not yet satisfied, a kernel of
       # unknown or large cost, a large copy); the worker thread takes the rest. Handing a tiny launch to the worker
       # and waiting for its signal costs two thread switches: tens of µs, more than the kernel.
-      with self.doorbell: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
+      with self._bell: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
       reserved = True
       try: done = self._execute(addr, nbytes // 4, inline=True)
       except Exception as ex:
@@ -327,12 +328,12 @@ class QueueEngine:
         done = nbytes // 4
       self.cur, self.state = None, "idle"
       if done == nbytes // 4:
-        with self.doorbell: self.wptr += 1; self.rptr += 1
+        with self._bell: self.wptr += 1; self.rptr += 1
         self.inlined += 1
         return
     e = self.wptr % self.nentries
     self.entries[2 * e], self.entries[2 * e + 1] = addr + 4 * done, nbytes - 4 * done
-    with self.doorbell:
+    with self._bell:
       if not reserved: self.inflight.append((self.wptr, off, nbytes)); self.woff = off + nbytes
       self.wptr += 1
       self.doorbell.notify_all()

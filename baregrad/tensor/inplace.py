@@ -99,6 +99,7 @@ def realize_tensors(ts: Sequence[Tensor], extra: Sequence[UOp] = (), device: str
 def prepare_write(written: set[Storage], exclude: Iterable[Tensor] = ()) -> None:
   """Compute the live tensors that read the current versions of `written` before those are overwritten by something
   outside a schedule (a jit replay)."""
+  if not written: return   # (a replay that updates no state: no live tensor to walk)
   rs = readers(written, {id(t) for t in exclude})
   by_dev: dict[str, list[Tensor]] = {}
   for t in rs: by_dev.setdefault(t.device, []).append(t)

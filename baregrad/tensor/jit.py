@@ -137,8 +137,13 @@ class jit:
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
     from baregrad.tensor.tensor import Tensor
     if getenv("JIT", 1) == 0: return self.fn(*args, **kwargs)
-    key = _signature(args, kwargs)
-    ins = _leaves((args, kwargs))
+    if not kwargs and all(type(a) is Tensor for a in args):
+      # the common call, f(x, y): the same key and inputs _signature and _leaves make, without their recursion
+      key = (tuple(("T", a.shape, a.dtype, a.device, bool(a.requires_grad)) for a in args), (), Tensor.training)
+      ins = list(args)
+    else:
+      key = _signature(args, kwargs)
+      ins = _leaves((args, kwargs))
     if (cap := self.captured.get(key)) is not None:
       if cap.valid():
         self.captured.move_to_end(key)
