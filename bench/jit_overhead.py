@@ -16,6 +16,42 @@ Results (DEV=CPU, the 2-core AMD EPYC box shared with other jobs, load average 1
   | bench/compiler_core.py --only ew, ~7  |               |                | 0.31x / 0.30x -> 0.83x / 0.86x               |
   | bench/train_mlp.py, load ~4           | 577 -> 212 (its own tiny-op line) | eager step 21.6x -> 9.6x PyTorch, jit step 3.37x -> 2.82x |
 
+Host-sized register tiles, the native thread pool and leaner graph building (main at 0938d7d -> this branch, DEV=CPU,
+same box, load average ~1-1.5 but a noisy VM: the same command varies up to 2x between minutes; before and after
+alternated in the same minutes; bench/compiler_core.py and bench/train_mlp.py ratios are against NumPy and PyTorch
+measured in the same run):
+
+  | run                                  | before                        | after                          |
+  |--------------------------------------|-------------------------------|--------------------------------|
+  | train_mlp.py: jit step vs PyTorch    | 2.40x, 4.39x (6.05, 8.91 ms)  | 1.47x, 1.62x (3.66, 5.24 ms)   |
+  | train_mlp.py: eager step vs PyTorch  | 12.6x, 18.4x (31.8, 37.3 ms)  | 7.88x, 6.57x (19.6, 21.3 ms)   |
+  | jit_overhead.py: eager us/op         | 167, 171                      | 129, 118                       |
+  | jit_overhead.py: jit us/kernel       | 6.24, 5.38                    | 3.82, 5.75 (3.44 best seen)    |
+  | compiler_core.py: matmul 1024^3      | 0.42x (61 GFLOPS in kernels)  | 0.58x (94)                     |
+  | compiler_core.py: matmul 1000^3      | 0.67x (63)                    | 1.06x (104)                    |
+  | compiler_core.py: matmul 511^3       | 0.33x (32)                    | 0.46x (99 in kernels, 0.64x)   |
+  | compiler_core.py: matmul 257^3       | 0.15x (19)                    | 0.29x (64 in kernels, 0.59x)   |
+  | compiler_core.py: matmul 64x4096x64  | 0.24x (29)                    | 0.54x (54)                     |
+  | compiler_core.py: bmm 16x128^3       | 0.44x (26)                    | 0.57x (69)                     |
+  | compiler_core.py: conv1 (wall/kern)  | 0.17x / 0.60x                 | 0.24x / 0.94x                  |
+  | compiler_core.py: conv2 (wall/kern)  | 0.11x / 0.35x                 | 0.13x / 0.55x                  |
+
+- register tiles from the host's register file (Renderer.simd_lanes / vector_registers from the CPU's features): the
+  8x32 outer-product tile and the 4x4x16 dot-form tile were sized for AVX-512's 32 registers and spilled on this AVX2
+  box (16); now 6x16 and 4x2x8; a short output axis of a dot form is taken whole (h @ W2.T with 10 classes: 10x faster);
+- kernels of under 32K iterations stay on one core; parallel kernels go to a native pool (drivers/cpu_pool.py: ~2 us a
+  handoff instead of 100-200 us of Python thread wake-ups); a replay's kernels of known cost run on the worker as one
+  trampoline call with the big ones split over that pool;
+- the scheduler realizes an expensive value (exp, division) broadcast into a reduction instead of recomputing it per
+  output (softmax's gradient inside the next matmul); an awkward axis takes a divisor of at least half the lanes
+  instead of padding every tile (a conv's 26-wide rows);
+- fewer Python calls per node built (12.5 instead of 23.5: interned dtypes, identity hashing of hash-consed UOps, a
+  plain dict of weak references, shapes in a slot, movement shapes read off their args), an optimizer step's values
+  substituted in one shared walk, small host reads as a memmove once the queue is idle.
+Not reached: eager <= 20 us per op (~120-170 us: about 350 Python calls per op remain, spread over graph building,
+scheduling and launching), jit <= 3 us per kernel (3.4-5.8), MLP jit <= 1.0x and eager <= 3x, every matmul shape
+>= 0.5x wall (128^3 0.08x and 257^3 0.29x are per-call overhead; 512^3 0.36-0.45x), conv2d >= 0.5x wall.
+
 What made the difference (profiled with cProfile and pyinstrument on `(x + 1).realize()` and a 20-kernel replay):
 - the schedule cache's key is a tuple of plain tuples: building placeholder UOps (hash-consed: a weak-dictionary
   lookup and insert per node) cost more than the rest of scheduling a cached op;
