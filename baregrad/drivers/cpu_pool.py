@@ -25,7 +25,7 @@ from typing import Any
 RUN_SYMBOL, WORKER_SYMBOL = "baregrad_pool_run", "baregrad_pool_worker"
 # context layout (bytes): hot fields on their own cache lines
 GEN, FN, ARGS, TOTAL, N, NEXT, LEFT, SLEEPERS, STOP, SYSCALL, FUTEX_NR, SPIN = 0, 64, 72, 80, 88, 128, 192, 256, 260, 264, 272, 280
-CTX_BYTES = 320
+CTX_BYTES = 320   # (within the one page the context gets)
 # futex(2) operations (include/uapi/linux/futex.h): FUTEX_WAIT | FUTEX_PRIVATE_FLAG, FUTEX_WAKE | FUTEX_PRIVATE_FLAG
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}   # arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h
@@ -190,8 +190,9 @@ class NativePool:
 
   def __init__(self, threads: int, image: Any, arch: str) -> None:
     self.image, self.threads, self.pid = image, max(1, threads), os.getpid()
-    self._mem = ctypes.create_string_buffer(CTX_BYTES + 64)
-    self.ctx = (ctypes.addressof(self._mem) + 63) & ~63
+    from baregrad.drivers.cpu import host_map
+    # its own page, never unmapped: a worker may still read it while the interpreter tears Python objects down at exit
+    self.ctx = host_map(4096)
     libc = ctypes.CDLL(None, use_errno=True)
     ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
@@ -201,19 +202,21 @@ class NativePool:
     worker = image.symbol(WORKER_SYMBOL)
     create = libc.pthread_create
     create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    self._tids = []
+    detach = libc.pthread_detach
+    detach.argtypes = [ctypes.c_ulong]
     for _ in range(self.threads - 1):
       tid = ctypes.c_ulong()
       if (err := create(ctypes.byref(tid), None, worker, self.ctx)) != 0:
+        self.stop()   # the workers made so far exit
         raise OSError(err, f"pthread_create for a CPU pool worker failed: {os.strerror(err)}")
-      self._tids.append(tid.value)
+      detach(tid.value)   # nobody joins them: a worker's resources go back when it exits (stop)
 
   def run(self, fn_addr: int, args: int, total: int, nchunks: int) -> None:
     """Run fn(args, s, e) over [0, total) in `nchunks` chunks on the pool; returns when all are done."""
     self._run(self.ctx, fn_addr, args, total, nchunks)
 
   def stop(self) -> None:
-    """Workers exit at their next look at the context (woken if asleep); the context stays mapped (it is the process's)."""
+    """Workers exit at their next look at the context (woken if asleep); the context page stays mapped."""
     ctypes.c_int32.from_address(self.ctx + STOP).value = 1
     g = ctypes.c_int32.from_address(self.ctx + GEN)
     g.value += 2   # a generation change wakes a sleeper's futex wait
