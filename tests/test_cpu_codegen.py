@@ -122,7 +122,7 @@ def _host_like(simd_lanes: int, registers: int):
   ren.simd_lanes, ren.vector_registers = simd_lanes, registers
   return ren
 
-@pytest.mark.parametrize("lanes,regs", [(8, 16), (16, 32)])
+@pytest.mark.parametrize("lanes,regs", [(8, 16), (16, 32), (4, 32)])
 def test_matmul_register_tile_fits_the_register_file(lanes, regs):
   # accumulators (tile lanes / register lanes) leave room for the loads: an AVX2 core has 16 registers, AVX-512 32;
   # an 8x32 tile on AVX2 spilled every accumulator to the stack (a third of the 6x16 tile's speed)
@@ -133,6 +133,7 @@ def test_matmul_register_tile_fits_the_register_file(lanes, regs):
     for o in opts:
       if o.op is U: tile *= o.amt
     accs = tile // lanes if not tb else tile   # dot form: one register per output
+    if tb: assert any(o.op is R and o.amt == lanes for o in opts), opts   # reduce lanes: one register
     assert 4 <= accs <= regs - 4, (M, K, N, tb, opts)
 
 def test_small_kernels_stay_on_one_core():

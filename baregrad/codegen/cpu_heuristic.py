@@ -102,7 +102,7 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
         # are 32 registers, 4x2 in one register of lanes where there are 16; 4x4 of 16 lanes spilled there, at half speed).
         # The reduce lanes fix the order of the additions: the C renderer takes the same as LLVM on this host
         small = ren.vector_registers <= 16
-        _tile(k, r, ren.simd_lanes if small else rvec, OptOps.UNROLL)
+        _tile(k, r, ren.simd_lanes, OptOps.UNROLL)   # one register of lanes per accumulator (NEON: 4, not 16)
         # an output axis short enough to be the whole tile (h @ W.T with 10 classes) is taken whole: the other operand,
         # often computed in the kernel (relu(h + b)), is then loaded and computed once instead of once per tile
         whole = [o for o in reuse if 1 < k.full_shape[o] <= (12 if small else 24)] if ren.vectorized else []
