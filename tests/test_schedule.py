@@ -92,3 +92,18 @@ def test_expensive_value_broadcast_into_a_reduction_is_computed_once(ab):
   # a cheap value (relu of a sum) still fuses into the matmul, and an expensive one that is not broadcast too
   assert kernels((a + 1).relu() @ w) == 1
   assert kernels(a.exp().sum(1)) == 1
+
+def test_weight_gradient_of_a_linear_layer_needs_no_copy():
+  # W.T in the forward and its backward permute cancel: the weight's gradient is the reduction's own buffer, not a
+  # reduction realized and then copied through two permutes
+  from baregrad import nn
+  lin = nn.Linear(16, 8)
+  x = Tensor.rand(4, 16).realize()
+  lin(x).relu().sum().backward()
+  g = lin.weight.grad
+  assert g.uop.op is not Ops.PERMUTE and kernels(g) == 2   # the relu mask's gradient, then the reduction
+  xn, wn, bn = x.numpy(), lin.weight.numpy(), lin.bias.numpy()
+  mask = ((xn @ wn.T + bn) > 0).astype(np.float32)
+  np.testing.assert_allclose(g.numpy(), mask.T @ xn, rtol=1e-5, atol=1e-6)
+  t = Tensor.rand(3, 5).realize()
+  assert t.T.T.uop is t.uop and t.permute(1, 0).permute(1, 0).uop is t.uop

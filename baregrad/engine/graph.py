@@ -85,6 +85,17 @@ def broadcast_const(c: UOp, shape: tuple[int, ...]) -> UOp:
     set_shape(u, shape)
   return u
 
+def permute_uop(u: UOp, order: tuple[int, ...]) -> UOp:
+  """u with its axes reordered; a permute of a permute is one permute, and none where they cancel (the gradient of
+  x @ W.T: W.T's backward permute over the forward's): a reduction under a permute must get a kernel of its own and
+  a copy, while a reduction under a reshape is stored as it is."""
+  order = tuple(order)
+  if u.op is Ops.PERMUTE:
+    order = tuple(u.arg[i] for i in order)
+    u = u.src[0]
+  if order == tuple(range(len(order))): return u
+  return UOp(Ops.PERMUTE, u.dtype, (u,), order)
+
 class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in PyTorch
 
 def shape_of(u: UOp) -> tuple[int, ...]:

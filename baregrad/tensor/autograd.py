@@ -3,7 +3,7 @@ from __future__ import annotations
 import math, weakref
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.engine.graph import shape_of, device_of, stale_error
+from baregrad.engine.graph import shape_of, device_of, stale_error, permute_uop
 
 def _c(like: UOp, v: float) -> UOp:
   """A constant broadcast to like's shape."""
@@ -86,7 +86,7 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
                     _alu(Ops.WHERE, _alu(Ops.AND, z, _alu(Ops.CMPEQ, zc, _c(x, 1.0))), p_nz, _c(x, 0.0)))
       return (_alu(Ops.MUL, ge, others),)
   if u.op is Ops.RESHAPE: return (UOp(Ops.RESHAPE, g.dtype, (g,), shape_of(s[0])),)
-  if u.op is Ops.PERMUTE: return (UOp(Ops.PERMUTE, g.dtype, (g,), _inv_perm(u.arg)),)
+  if u.op is Ops.PERMUTE: return (permute_uop(g, _inv_perm(u.arg)),)
   if u.op is Ops.EXPAND: return (_sum_to(g, shape_of(s[0])),)
   if u.op is Ops.PAD:
     return (UOp(Ops.SHRINK, g.dtype, (g,), tuple((b, b + n) for (b, _), n in zip(u.arg, shape_of(s[0])))),)

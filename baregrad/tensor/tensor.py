@@ -7,7 +7,7 @@ from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error, broadcast_const
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error, broadcast_const, permute_uop
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled
@@ -481,7 +481,7 @@ class Tensor:
     o = tuple(_axis(a, nd) for a in order)
     if sorted(o) != list(range(nd)): raise RuntimeError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
     if o == tuple(range(nd)): return self
-    return self._new(UOp(Ops.PERMUTE, self.dtype, (self.uop,), o))
+    return self._new(permute_uop(self.uop, o))
   def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
     """Axes dim0 and dim1 swapped (a view); defaults to the last two."""
     o = list(range(self.ndim))
