@@ -513,3 +513,19 @@ def test_cpu_concurrent_raw_submits():
   for t in ts: t.start()
   for t in ts: t.join(timeout=20)
   for s in sigs: s.wait(100, timeout_ms=5000)
+
+def test_cpu_copies_are_direct_when_idle_and_ordered_when_busy(cpu_object):
+  # an idle device copies by memmove (no command on the copy queue); behind a running kernel that writes the buffer,
+  # a copy in goes through the queue and lands after the kernel, and a read waits for it
+  dev = Device["CPU"]
+  eng = dev.engines["copy"]
+  a = Buffer("CPU", 64, dtypes.int32).allocate()
+  dev.synchronize()
+  w = eng.wptr
+  a.copyin(memoryview(np.arange(64, dtype=np.int32)))
+  assert np.frombuffer(a.as_memoryview(), np.int32).tolist() == list(range(64)) and eng.wptr == w
+  slow = dev.runtime(dev, "slow_fill", cpu_object)
+  slow(a._buf, global_size=(64, 1, 1))           # writes 7s after a busy loop: the device is not idle
+  a.copyin(memoryview(np.full(64, 3, np.int32)))  # queued behind it
+  assert eng.wptr > w
+  assert np.frombuffer(a.as_memoryview(), np.int32).tolist() == [3] * 64
