@@ -8,11 +8,11 @@ Shapes, by the strides of the kernel's loads along its axes:
   matmul, dot form: when only the reduce axis is contiguous (x @ W.T), it is unrolled into one register of lanes and
       two output axes take 4x2 (16 registers) or 4x4 (32) outputs, reduced across lanes once after the loop; an
       output axis of at most 12 (24) is taken whole, so the other operand is loaded (and computed) once.
-Kernels of fewer than PARALLEL_MIN_WORK iterations stay on one core.
   plain reductions unroll a contiguous reduce axis into several accumulators; a strided one (column sums) takes lanes
       along a contiguous output axis instead. Elementwise kernels take lanes along the axis the stores walk.
-Awkward sizes are padded (PADTO) to the tile: the edges are masked, the inner loop stays vectorized. The outermost
-output loop with enough iterations runs over the cores."""
+Awkward sizes take a divisor of the lanes or are padded (PADTO) to the tile (_tile): the edges are masked, the inner loop
+stays vectorized. The outermost output loop with enough iterations runs over the cores; kernels of fewer than
+PARALLEL_MIN_WORK iterations stay on one core."""
 from __future__ import annotations
 from baregrad.helpers import prod
 from baregrad.ir.ops import Ops

@@ -238,6 +238,14 @@ class ThreadPool:
     est = self.cost.get(key)
     if est is None or self.split_ns <= 0: return min(self.n, total)  # unknown cost: assume it is worth splitting
     return max(1, min(self.n, total, int(total * est) // self.split_ns))
+  def nchunks(self, total: int, nthreads: int, min_chunk: int) -> int:
+    """The chunks a launch split over `nthreads` is cut into: a few per thread, none under min_chunk items."""
+    return min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total)
+  def learn(self, key: int, per_item: float) -> None:
+    """Fold a measured ns per item (one thread's) into the kernel's estimate; a sample counts at most 4x the estimate
+    (see the queue's inline path: one preempted run must not move a tiny kernel off it)."""
+    old = self.cost.get(key)
+    self.cost[key] = per_item if old is None else 0.5 * (old + min(per_item, 4 * old))
   def run(self, key: int, fxn: Any, args: int, total: int, min_chunk: int = 0, addr: int | None = None) -> None:
     """fxn(args, s, e) over [0, total); `addr`: fxn is native code at that address (the native pool may run it)."""
     nthreads = self.chunks(key, total, min_chunk)
@@ -246,22 +254,17 @@ class ThreadPool:
       if total: fxn(args, 0, total)
       mine = total
     elif addr is not None and self.native is not None:
-      self.native.run(addr, args, total, min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total))
+      self.native.run(addr, args, total, self.nchunks(total, nthreads, min_chunk))
       # ns per item of one thread: the launch's time spread over the threads that shared it
-      per_item = (time.perf_counter_ns() - st) * nthreads / total
-      old = self.cost.get(key)
-      self.cost[key] = per_item if old is None else 0.5 * (old + min(per_item, 4 * old))
+      self.learn(key, (time.perf_counter_ns() - st) * nthreads / total)
       return
     else:
-      nchunks = min(total, self.CHUNKS_PER_THREAD * nthreads, total // min_chunk if min_chunk > 0 else total)
+      nchunks = self.nchunks(total, nthreads, min_chunk)
       job = _Job(fxn, args, [total * i // nchunks for i in range(nchunks + 1)])
       self.job = job
       for t in self.threads[:nthreads - 1]: t.go.release()
       mine = job.work()
-    if mine:
-      per_item = (time.perf_counter_ns() - st) / mine
-      old = self.cost.get(key)
-      self.cost[key] = per_item if old is None else 0.5 * (old + min(per_item, 4 * old))  # see the inline path
+    if mine: self.learn(key, (time.perf_counter_ns() - st) / mine)
     if nthreads > 1:
       while not job.done.wait(timeout=1.0):
         if self.stopped: return
@@ -353,22 +356,18 @@ class QueueEngine:
     trampoline call (GIL released throughout), each kernel split over the native pool as pool.run would split it.
     Returns the word offset after them (p: fewer than two such kernels, nothing ran)."""
     pool, plans, key = self.pool, self._pool_plans, (ws[p + 1] | ws[p + 2] << 32, ws[p + 3] | ws[p + 4] << 32)
-    if (plan := plans.get(key)) is not None and plan[4] < self.PLAN_USES and p + plan[0] <= nwords \
-       and ctypes.string_at(addr + 4 * p, 4 * plan[0]) == plan[1]:
-      plan[4] += 1
-    else:
+    if (plan := self._kept_plan(plans, key, addr, p, nwords)) is None:
       q, chunks, expect = p, [], 0.0
       while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
         fa, gx, mc = ws[q + 1] | ws[q + 2] << 32, ws[q + 5], ws[q + 11]
         if (est := pool.cost.get(fa)) is None: break   # unknown cost: pool.run learns it
         nt = pool.chunks(fa, gx, mc)
-        chunks.append(1 if nt <= 1 else min(gx, pool.CHUNKS_PER_THREAD * nt, gx // mc if mc > 0 else gx))
+        chunks.append(1 if nt <= 1 else pool.nchunks(gx, nt, mc))
         expect += est * gx / nt
         q += _EXEC_WORDS
         while q < nwords and ws[q] == _BARRIER_HDR: q += 1
       if len(chunks) < 2: return p
-      if len(plans) >= 256: plans.clear()
-      plans[key] = plan = [q - p, ctypes.string_at(addr + 4 * p, 4 * (q - p)), (ctypes.c_int64 * len(chunks))(*chunks), expect, 0]
+      plan = self._keep_plan(plans, key, addr, p, q, (ctypes.c_int64 * len(chunks))(*chunks), expect)
     if self.chain is True: self.chain = _chain_runner()
     if self.chain is None: return p
     q, arr, expect = p + plan[0], plan[2], plan[3]
@@ -378,17 +377,34 @@ class QueueEngine:
       raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")
     self.chains += 1
     self.pooled_chains += 1
-    if expect > 0 and not 0.5 <= (r := (time.perf_counter_ns() - st) / expect) <= 2.0:
-      # far from its kernels' estimates: each moves by the chain's ratio (at most 4x), the verdict is made again
-      r = min(r, 4.0)
-      j = p
-      while j < q:
-        if ws[j] == _EXEC_HDR:
-          if (c := pool.cost.get(k := ws[j + 1] | ws[j + 2] << 32)) is not None: pool.cost[k] = 0.5 * c * (1.0 + r)
-          j += _EXEC_WORDS
-        else: j += 1
-      plans.pop(key, None)
+    self._rescale(ws, p, q, time.perf_counter_ns() - st, expect, plans, key)
     return q
+
+  # a replay submits the same chain every time: its verdict is kept, keyed by its first launch (kernel, args) and
+  # checked against the words byte for byte (a C compare instead of a Python pass over every kernel's cost).
+  # A plan is [words, the words' bytes, what the runner needs, expected ns, uses].
+  def _kept_plan(self, plans: dict, key: tuple[int, int], addr: int, p: int, nwords: int) -> list[Any] | None:
+    if (plan := plans.get(key)) is not None and plan[4] < self.PLAN_USES and p + plan[0] <= nwords \
+       and ctypes.string_at(addr + 4 * p, 4 * plan[0]) == plan[1]:
+      plan[4] += 1
+      return plan
+    return None
+  def _keep_plan(self, plans: dict, key: tuple[int, int], addr: int, p: int, q: int, what: Any, expect: float) -> list[Any]:
+    if len(plans) >= 256: plans.clear()
+    plans[key] = plan = [q - p, ctypes.string_at(addr + 4 * p, 4 * (q - p)), what, expect, 0]
+    return plan
+  def _rescale(self, ws: Any, p: int, q: int, t: float, expect: float, plans: dict, key: tuple[int, int]) -> None:
+    """A chain is timed as a whole: where it ran far from its kernels' estimates, each estimate moves by the chain's
+    ratio (a sample counts at most 4x, as pool.learn), so a kernel that grew leaves the inline path; the verdict, made
+    from the old estimates, is made again."""
+    if expect <= 0 or 0.5 <= (r := t / expect) <= 2.0: return
+    r, cost, j = min(r, 4.0), self.pool.cost, p
+    while j < q:
+      if ws[j] == _EXEC_HDR:
+        if (c := cost.get(k := ws[j + 1] | ws[j + 2] << 32)) is not None: cost[k] = 0.5 * c * (1.0 + r)
+        j += _EXEC_WORDS
+      else: j += 1
+    plans.pop(key, None)
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
@@ -469,13 +485,9 @@ class QueueEngine:
           if self.chain is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
             # the leading run of tiny kernels of known cost goes to the native trampoline in one call (cpu_chain.py);
             # PROFILE=1 keeps the per-kernel path (its timestamps), as do a single kernel and one of unknown cost
-            # a replay submits the same chain every time: its verdict is kept, keyed by its first launch and checked
-            # against the words byte for byte (a C compare instead of a Python pass over every kernel's cost)
+            # (a replay's verdict is kept: _kept_plan)
             plans, key = self._chain_plans, (fa, ws[p + 3] | ws[p + 4] << 32)
-            if (plan := plans.get(key)) is not None and plan[4] < self.PLAN_USES and p + plan[0] <= nwords \
-               and ctypes.string_at(addr + 4 * p, 4 * plan[0]) == plan[1]:
-              q, n, expect = p + plan[0], plan[2], plan[3]
-              plan[4] += 1
+            if (plan := self._kept_plan(plans, key, addr, p, nwords)) is not None: q, n, expect = p + plan[0], plan[2], plan[3]
             else:
               q, n, expect = p, 0, 0.0
               while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
@@ -484,28 +496,15 @@ class QueueEngine:
                 n += 1
                 q += _EXEC_WORDS
                 while q < nwords and ws[q] == _BARRIER_HDR: q += 1
-              if n >= 2:
-                if len(plans) >= 256: plans.clear()
-                plans[key] = [q - p, ctypes.string_at(addr + 4 * p, 4 * (q - p)), n, expect, 0]
+              if n >= 2: self._keep_plan(plans, key, addr, p, q, n, expect)
             if n >= 2 and self.chain is True: self.chain = _chain_runner()   # (None where it cannot be built here)
             if n >= 2 and self.chain is not None:
               self.state = ("chain", fa, n)
               st = clock()
               if (stop := self.chain(addr, p, q, None, None, None)) != q:
                 raise RuntimeError(f"the chain trampoline stopped at word {stop}, expected {q}:\n{decode_words(ws, mark=stop)}")
-              t = clock() - st
               self.chains += 1
-              # the chain is timed as a whole: where it ran far from its kernels' estimates, each estimate moves by the
-              # chain's ratio (a sample counts at most 4x, as below), so a kernel that grew leaves the inline path
-              if expect > 0 and not 0.5 <= (r := t / expect) <= 2.0:
-                r = r if r < 4.0 else 4.0
-                j = p
-                while j < q:
-                  if ws[j] == _EXEC_HDR:
-                    if (c := cost.get(k := ws[j + 1] | ws[j + 2] << 32)) is not None: cost[k] = 0.5 * c * (1.0 + r)
-                    j += _EXEC_WORDS
-                  else: j += 1
-                plans.pop(key, None)   # its verdict and expected time came from the old estimates
+              self._rescale(ws, p, q, clock() - st, expect, plans, key)
               p = q
               if self.stopped or p >= nwords: break
               continue

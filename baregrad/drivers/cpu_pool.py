@@ -193,7 +193,8 @@ class NativePool:
     from baregrad.drivers.cpu import host_map
     # its own page, never unmapped: a worker may still read it while the interpreter tears Python objects down at exit
     self.ctx = host_map(4096)
-    libc = ctypes.CDLL(None, use_errno=True)
+    self.arch_name = arch
+    self._libc = libc = ctypes.CDLL(None, use_errno=True)
     ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
     ctypes.c_int64.from_address(self.ctx + SPIN).value = self.SPIN
@@ -220,8 +221,7 @@ class NativePool:
     ctypes.c_int32.from_address(self.ctx + STOP).value = 1
     g = ctypes.c_int32.from_address(self.ctx + GEN)
     g.value += 2   # a generation change wakes a sleeper's futex wait
-    libc = ctypes.CDLL(None)
-    libc.syscall(ctypes.c_long(SYS_FUTEX[self.arch()]), ctypes.c_void_p(self.ctx + GEN), FUTEX_WAKE_PRIVATE, 0x7FFFFFFF, None, None, 0)
+    self._libc.syscall(ctypes.c_long(SYS_FUTEX[self.arch_name]), ctypes.c_void_p(self.ctx + GEN), FUTEX_WAKE_PRIVATE, 0x7FFFFFFF, None, None, 0)
 
   @staticmethod
   def arch() -> str:

@@ -12,7 +12,7 @@ import itertools
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.ir.view import ShapeTracker, ViewError
+from baregrad.ir.view import ShapeTracker, moved_shape
 from baregrad.hal import Buffer, Device
 
 _ids = itertools.count()
@@ -111,31 +111,9 @@ def shape_of(u: UOp) -> tuple[int, ...]:
     stack.extend((x, False) for x in n.src if x._shape is None)
   return u._shape
 
-def _movement_shape(s: tuple[int, ...], u: UOp) -> tuple[int, ...]:
-  """The shape after movement u of a value of shape s, read off its arg (no view built); the checks the views make."""
-  op, a = u.op, u.arg
-  if op in (Ops.RESHAPE, Ops.EXPAND) and any(not isinstance(x, int) or x < 0 for x in a):
-    raise ViewError(f"shape must be non-negative ints, got {a}")
-  if op is Ops.RESHAPE:
-    if prod(a) != prod(s): raise ViewError(f"cannot reshape {s} ({prod(s)} elements) to {a} ({prod(a)} elements)")
-    return tuple(a)
-  if op is Ops.EXPAND:
-    if len(a) != len(s) or any(x != n and x != 1 for x, n in zip(s, a)): raise ViewError(f"cannot expand shape {s} to {a}: only size-1 axes expand")
-    return tuple(a)
-  if op is Ops.PERMUTE:
-    if sorted(a) != list(range(len(s))): raise ViewError(f"permute order {a} is not a permutation of {len(s)} axes")
-    return tuple(s[i] for i in a)
-  if op is Ops.SHRINK:
-    if len(a) != len(s) or any(not (0 <= lo <= hi <= n) for (lo, hi), n in zip(a, s)): raise ViewError(f"shrink {a} out of range for shape {s}")
-    return tuple(hi - lo for lo, hi in a)
-  if op is Ops.PAD:
-    if len(a) != len(s) or any(b < 0 or e < 0 for b, e in a): raise ViewError(f"pad {a} is not one non-negative (before, after) per axis of {s}")
-    return tuple(n + b + e for n, (b, e) in zip(s, a))
-  return movement_st(ShapeTracker.from_shape(s), u).shape   # FLIP (and anything new): through the view
-
 def _shape(u: UOp) -> tuple[int, ...]:
   if u.op is Ops.BUFFER: return (u.arg.size,)
-  if u.op in GroupOp.Movement: return _movement_shape(u.src[0]._shape, u)
+  if u.op in GroupOp.Movement: return moved_shape(u.src[0]._shape, u.op.name.lower(), u.arg)   # (no view built)
   if u.op is Ops.CONST or u.op is Ops.DEFINE_VAR: return ()
   if u.op is Ops.REDUCE_AXIS:
     s = u.src[0]._shape

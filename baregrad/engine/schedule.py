@@ -43,6 +43,7 @@ class _KernelBuilder:
     self.memo: dict[tuple[UOp, ShapeTracker, bool], UOp] = {}
     self.reduce_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
     self.loads_output = False
+    self.costly: dict[UOp, bool] = {}   # _costly's answers
 
   def buf_index(self, ref: BufRef) -> int:
     # one argument per storage: an ASSIGN reads the old version of the memory it writes (x += y)
@@ -92,14 +93,16 @@ class _KernelBuilder:
 
   def _costly(self, u: UOp) -> bool:
     """u's own computation (down to buffers and realized nodes) has a transcendental, a reciprocal or a division."""
-    stack, seen = [u], set()
-    while stack:
+    if (hit := self.costly.get(u)) is not None: return hit   # (asked again for each broadcast of the same value)
+    stack, seen, found = [u], set(), False
+    while stack and not found:
       x = stack.pop()
       if x in seen or x in self.realized or x.op in (Ops.BUFFER, Ops.CONST): continue
       seen.add(x)
-      if x.op in _EXPENSIVE: return True
+      found = x.op in _EXPENSIVE
       stack.extend(x.src)
-    return False
+    self.costly[u] = found
+    return found
 
 _EXPENSIVE = GroupOp.Transcendental | {Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD}
 

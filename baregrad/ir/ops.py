@@ -55,7 +55,6 @@ def _uop_gone(key: tuple, wr: weakref.ref, _cache: dict = _ucache) -> None:
 
 class UOpMeta(type):
   """Hash-consing: constructing a node equal to a live one returns that very object."""
-  ucache = _ucache
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     # sources by id: a live node holds its sources, so the ids in a live entry's key name live nodes (no Python
     # __hash__ call per source)
@@ -108,13 +107,21 @@ class UOp(metaclass=UOpMeta):
       for s in reversed(u.src):
         if s not in out: stack.append((s, False))
     return out
-  def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
+  def substitute(self, mapping: dict[UOp, UOp], memo: dict[UOp, UOp] | None = None) -> UOp:
+    """self with the nodes of `mapping` replaced. `memo` (node -> its substitution, mapping's entries included) may be
+    kept by a caller substituting several roots: each walk stops at the nodes an earlier one did."""
     if not mapping: return self
-    memo: dict[UOp, UOp] = dict(mapping)
-    for u in self.toposort():
+    if memo is None: memo = dict(mapping)
+    stack: list[tuple[UOp, bool]] = [(self, False)]
+    while stack:
+      u, ready = stack.pop()
       if u in memo: continue
-      nsrc = tuple(memo[s] for s in u.src)
-      memo[u] = u if nsrc == u.src else u.replace(src=nsrc)
+      if ready:
+        nsrc = tuple(memo[x] for x in u.src)
+        memo[u] = u if nsrc == u.src else u.replace(src=nsrc)
+        continue
+      stack.append((u, True))
+      stack.extend((x, False) for x in u.src if x not in memo)
     return memo[self]
   def sparents(self) -> set[UOp]: return set(self.toposort())
 

@@ -4,6 +4,7 @@ A View maps an index tuple into a flat buffer offset: offset + sum(i*stride), va
 A ShapeTracker is a stack of Views, for reshapes one View cannot express; the last View is the visible shape."""
 from __future__ import annotations
 from dataclasses import dataclass
+from typing import Any
 import functools
 from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
@@ -17,6 +18,33 @@ def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(reversed(out))
 
 class ViewError(ValueError): pass
+
+def moved_shape(shape: tuple[int, ...], op: str, arg: Any) -> tuple[int, ...]:
+  """The shape after movement `op` ("reshape", "expand", "permute", "shrink", "pad", "flip") with `arg` of a value of
+  `shape`; ViewError naming what is wrong where the movement is invalid. The views check through it, and shape
+  inference reads shapes off it without building a view."""
+  if op in ("reshape", "expand") and any(not isinstance(x, int) or x < 0 for x in arg):
+    raise ViewError(f"shape must be non-negative ints, got {arg}")
+  if op == "reshape":
+    if prod(arg) != prod(shape): raise ViewError(f"cannot reshape {shape} ({prod(shape)} elements) to {arg} ({prod(arg)} elements)")
+    return tuple(arg)
+  if op == "expand":
+    if len(arg) != len(shape) or any(s != n and s != 1 for s, n in zip(shape, arg)):
+      raise ViewError(f"cannot expand shape {shape} to {arg}: only size-1 axes expand")
+    return tuple(arg)
+  if op == "permute":
+    if sorted(arg) != list(range(len(shape))): raise ViewError(f"permute order {arg} is not a permutation of {len(shape)} axes")
+    return tuple(shape[i] for i in arg)
+  if op == "shrink":
+    if len(arg) != len(shape) or any(not (0 <= lo <= hi <= s) for (lo, hi), s in zip(arg, shape)):
+      raise ViewError(f"shrink {arg} out of range for shape {shape}")
+    return tuple(hi - lo for lo, hi in arg)
+  if op == "pad":
+    if len(arg) != len(shape) or any(b < 0 or a < 0 for b, a in arg):
+      raise ViewError(f"pad {arg} is not one non-negative (before, after) per axis of {shape}")
+    return tuple(s + b + a for s, (b, a) in zip(shape, arg))
+  if op == "flip": return tuple(shape)
+  raise ViewError(f"{op} is not a movement")
 
 @dataclass(frozen=True)
 class View:
@@ -43,27 +71,25 @@ class View:
     return View(self.shape, strides, self.offset, mask)
 
   def permute(self, order: tuple[int, ...]) -> View:
-    if sorted(order) != list(range(len(self.shape))): raise ViewError(f"permute order {order} is not a permutation of {len(self.shape)} axes")
+    moved_shape(self.shape, "permute", order)
     return View(tuple(self.shape[i] for i in order), tuple(self.strides[i] for i in order), self.offset,
                 tuple(self.mask[i] for i in order) if self.mask else None)._canon()
 
   def expand(self, shape: tuple[int, ...]) -> View:
-    if len(shape) != len(self.shape) or any(s != n and s != 1 for s, n in zip(self.shape, shape)):
-      raise ViewError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
+    moved_shape(self.shape, "expand", shape)
     if 0 in shape: return View.contiguous(shape)
     mask = tuple((0, n) if s == 1 and m != (0, 0) else (m if s == n else (0, 0)) for s, n, m in
                  zip(self.shape, shape, self.mask)) if self.mask else None
     return View(tuple(shape), tuple(0 if s == 1 else st for s, st in zip(self.shape, self.strides)), self.offset, mask)._canon()
 
   def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
-    if len(arg) != len(self.shape) or any(not (0 <= lo <= hi <= s) for (lo, hi), s in zip(arg, self.shape)):
-      raise ViewError(f"shrink {arg} out of range for shape {self.shape}")
+    moved_shape(self.shape, "shrink", arg)
     off = self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))
     mask = tuple((max(0, mlo - lo), max(0, min(mhi, hi) - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)) if self.mask else None
     return View(tuple(hi - lo for lo, hi in arg), self.strides, off, mask)._canon()
 
   def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
-    if len(arg) != len(self.shape) or any(b < 0 or a < 0 for b, a in arg): raise ViewError(f"pad {arg} is not one non-negative (before, after) per axis of {self.shape}")
+    moved_shape(self.shape, "pad", arg)
     if all(b == 0 and a == 0 for b, a in arg): return self
     mask = self.mask or tuple((0, s) for s in self.shape)
     new_mask = tuple((lo + b, hi + b) for (lo, hi), (b, _) in zip(mask, arg))
@@ -77,7 +103,7 @@ class View:
 
   def reshape(self, shape: tuple[int, ...]) -> View | None:
     """The same elements in a new shape as ONE view, or None when a single view can't express it."""
-    if prod(shape) != prod(self.shape): raise ViewError(f"cannot reshape {self.shape} ({prod(self.shape)} elements) to {shape} ({prod(shape)} elements)")
+    moved_shape(self.shape, "reshape", shape)
     if self.shape == shape: return self
     if 0 in shape or self.is_contiguous: return View.contiguous(shape)._with_offset(self.offset)
     # drop size-1 axes (any mask on them must be full, or the view is empty)

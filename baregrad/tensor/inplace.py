@@ -114,20 +114,6 @@ def realize_all_lazy() -> None:
     by_dev.setdefault(t.device, []).append(t)
   for dev, ts in by_dev.items(): realize_tensors(ts, device=dev)
 
-def _substitute(root: UOp, memo: dict[UOp, UOp]) -> UOp:
-  """root with memo's replacements applied (memo keeps every node walked: the next value's walk stops at them)."""
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    u, ready = stack.pop()
-    if u in memo: continue
-    if ready:
-      nsrc = tuple(memo[x] for x in u.src)
-      memo[u] = u if nsrc == u.src else u.replace(src=nsrc)
-      continue
-    stack.append((u, True))
-    stack.extend((x, False) for x in u.src if x not in memo)
-  return memo[root]
-
 def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> None:
   """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` and the live tensors
   that read a target's current value are computed in the same schedule before any write. A target must be a whole
@@ -152,7 +138,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> N
     seen.add(id(ref.storage))
     new = ref.storage.next_ref()
     walked = v.uop in memo   # an earlier value's walk went through this one
-    src = _substitute(v.uop, memo) if done else v.uop
+    src = v.uop.substitute(done, memo)
     if shape_of(src) != (ref.size,): src = UOp(Ops.RESHAPE, src.dtype, (src,), (ref.size,))
     a = UOp(Ops.ASSIGN, t.dtype, (buffer_uop(new), src))
     done[v.uop] = a if shape_of(v.uop) == (ref.size,) else UOp(Ops.RESHAPE, a.dtype, (a,), v.shape)

@@ -64,10 +64,12 @@ def _rebuild(x: Any, it: Any) -> Any:
     return {k: new[k] for k in x}
   return x
 
+def _tensor_sig(t: Any) -> tuple: return ("T", t.shape, t.dtype, t.device, bool(t.requires_grad))
+
 def _signature(args: tuple, kwargs: dict) -> tuple:
   from baregrad.tensor.tensor import Tensor
   def sig(a: Any) -> Any:
-    if isinstance(a, Tensor): return ("T", a.shape, a.dtype, a.device, bool(a.requires_grad))
+    if isinstance(a, Tensor): return _tensor_sig(a)
     if isinstance(a, (tuple, list)): return (type(a).__name__, tuple(sig(v) for v in a))
     if isinstance(a, dict): return ("dict", tuple((repr(k), sig(v)) for k, v in sorted(a.items(), key=lambda kv: repr(kv[0]))))
     try: hash(a); return ("V", type(a).__name__, a)  # True and 1 are equal, but make different graphs
@@ -139,7 +141,7 @@ class jit:
     if getenv("JIT", 1) == 0: return self.fn(*args, **kwargs)
     if not kwargs and all(type(a) is Tensor for a in args):
       # the common call, f(x, y): the same key and inputs _signature and _leaves make, without their recursion
-      key = (tuple(("T", a.shape, a.dtype, a.device, bool(a.requires_grad)) for a in args), (), Tensor.training)
+      key = (tuple(map(_tensor_sig, args)), (), Tensor.training)
       ins = list(args)
     else:
       key = _signature(args, kwargs)
