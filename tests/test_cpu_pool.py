@@ -117,3 +117,29 @@ def test_jit_replay_runs_big_kernels_as_one_pooled_chain():
     np.testing.assert_array_equal(f(Tensor(x)).numpy(), (x * 2 + 1) * 3)
     if eng.last_pooled is not None: split.append(max(eng.last_pooled))
   assert eng.pooled_chains > before and max(split) > 1, "no replay ran as a pooled chain with a kernel split over the pool"
+
+def test_caller_sleeps_while_a_worker_finishes_the_last_chunk():
+  """A caller whose chunks are done waits for a worker's by sleeping, not spinning: with more runnable threads than
+  cores (the host building the next graph), a spinning caller takes the core the worker needs. Chunk 1 runs on a
+  worker for 60 ms; the caller, having run chunk 0, may spin only briefly before it sleeps."""
+  pool = native_pool(2)
+  if pool is None: pytest.skip(f"no native pool here: {pool_unavailable()}")
+  caller = threading.get_ident()
+  started = threading.Event()
+  @ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+  def chunk(args, s, e):
+    if threading.get_ident() == caller: started.wait(2.0)   # let the worker take the other chunk
+    else:
+      started.set()
+      time.sleep(0.06)
+  try:
+    for _ in range(3):
+      started.clear()
+      cpu0, wall0 = time.thread_time(), time.perf_counter()
+      pool.run(ctypes.cast(chunk, ctypes.c_void_p).value, 0, 2, 2)
+      cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+      if started.is_set(): break
+    assert started.is_set(), "the worker never took a chunk"
+    assert wall >= 0.055, f"returned after {wall * 1e3:.1f} ms, before the worker's chunk ended"
+    assert cpu < 0.03, f"the caller used {cpu * 1e3:.1f} ms of CPU over a {wall * 1e3:.1f} ms wait: it spun instead of sleeping"
+  finally: pool.stop()

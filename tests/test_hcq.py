@@ -224,7 +224,7 @@ def test_decode_names_fields(hcq_device, kernel):
   with pytest.raises(ValueError): HWQueue.wait(dev.compute_queue_t(), s, -1)
 
 # ---------------------------------------------------------------- CPU device specifics
-import sys, textwrap
+import sys, textwrap, threading
 from baregrad.helpers import Context
 
 def test_cpu_range_split_over_threads(cpu_object):
@@ -529,3 +529,30 @@ def test_cpu_copies_are_direct_when_idle_and_ordered_when_busy(cpu_object):
   a.copyin(memoryview(np.full(64, 3, np.int32)))  # queued behind it
   assert eng.wptr > w
   assert np.frombuffer(a.as_memoryview(), np.int32).tolist() == [3] * 64
+
+def test_cpu_known_parallel_kernel_runs_on_the_submitting_thread():
+  # an idle queue runs a kernel of known cost on the host thread, split over the native pool, instead of handing it
+  # to the worker thread: with the pool on every core, a worker running it while the host goes on in Python puts more
+  # threads than cores on the machine, and a pool thread preempted holding a chunk stalls the kernel (a 0.6 ms matmul
+  # took 2.5-6 ms in an eager training step)
+  from baregrad import Tensor
+  dev = Device["CPU"]
+  q = dev.engines["compute"]
+  if dev.threads == 1 or q.pool.native is None: pytest.skip("one thread or no native pool: nothing is split")
+  calls: list[tuple[str, int]] = []
+  orig = q.pool.run
+  def run(key, fxn, args, total, min_chunk=0, addr=None):
+    calls.append((threading.current_thread().name, q.pool.chunks(key, total, min_chunk)))
+    return orig(key, fxn, args, total, min_chunk, addr)
+  q.pool.run = run
+  try:
+    for _ in range(4):   # fresh inputs each time: nothing realized is reused; the first runs learn the kernel's cost
+      a, b = Tensor.rand(256, 256).realize(), Tensor.rand(256, 256).realize()
+      dev.synchronize()
+      calls.clear()
+      inlined = q.inlined
+      (a @ b).realize()
+      dev.synchronize()
+  finally: del q.pool.run
+  assert calls and all(name == threading.main_thread().name for name, _ in calls), calls
+  assert max(n for _, n in calls) > 1 and q.inlined == inlined + 1, (calls, q.inlined - inlined)

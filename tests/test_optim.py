@@ -149,3 +149,109 @@ def test_bad_arguments():
   with pytest.raises(ValueError, match="empty"): optim.SGD([], lr=0.1)
   with pytest.raises(ValueError, match="Nesterov"): optim.SGD([Tensor.ones(2).requires_grad_()], lr=0.1, nesterov=True)
   with pytest.raises(ValueError, match="learning rate"): optim.Adam([Tensor.ones(2).requires_grad_()], lr=-1)
+
+# ---- the update graph is built by tensor ops once per structure and substituted into on later steps
+def _run_changing(make, change, steps=5, torch_side=False):
+  """Train `steps` steps, calling change(opt, step) before each; returns (params, losses)."""
+  if torch_side:
+    l1, l2 = _torch_net()
+    params = [l1.weight, l1.bias, l2.weight]
+    opt = make(params)
+    fwd = lambda: (l2(torch.tanh(l1(torch.tensor(X)))) ** 2).mean()
+  else:
+    net = Net()
+    params = nn.get_parameters(net)
+    opt = make(params)
+    fwd = lambda: (net(Tensor(X)) ** 2).mean()
+  losses = []
+  for i in range(steps):
+    change(opt, i)
+    opt.zero_grad()
+    loss = fwd()
+    loss.backward()
+    opt.step(*(() if torch_side else (loss,)))
+    losses.append(loss.item())
+  return [(p.detach() if torch_side else p).numpy() for p in params], losses
+
+def _set(opt, name, value):
+  # torch keeps hyperparameters per parameter group
+  if hasattr(opt, "param_groups"):
+    for g in opt.param_groups: g[name] = value
+  else: setattr(opt, name, value)
+
+@needs_torch
+@pytest.mark.parametrize("cls,kw,change", [
+  ("SGD", dict(lr=0.1, momentum=0.9), lambda o, i: i == 2 and _set(o, "momentum", 0.5)),
+  ("SGD", dict(lr=0.1), lambda o, i: i == 3 and _set(o, "weight_decay", 0.2)),
+  ("Adam", dict(lr=0.01), lambda o, i: i == 2 and _set(o, "weight_decay", 0.1)),
+  ("Adam", dict(lr=0.01), lambda o, i: i == 2 and _set(o, "lr", 0.05)),
+  ("AdamW", dict(lr=0.02, weight_decay=0.3), lambda o, i: i == 3 and _set(o, "eps", 1e-3)),
+])
+def test_hyperparameters_changed_between_steps_match_torch(cls, kw, change):
+  """A step after a change of a hyperparameter (one that is a constant in the update graph, or the learning rate,
+  a device value) computes the new update: a template built before the change is not reused for it."""
+  pb, lb = _run_changing(lambda p: getattr(optim, cls)(p, **kw), change)
+  pt, lt = _run_changing(lambda p: getattr(torch.optim, cls)(p, **kw), change, torch_side=True)
+  np.testing.assert_allclose(lb, lt, rtol=1e-5, atol=1e-6)
+  for a, b in zip(pb, pt): np.testing.assert_allclose(a, b, rtol=1e-5, atol=2e-6)
+
+@pytest.mark.parametrize("make,builds", [(lambda p: optim.SGD(p, lr=0.1, momentum=0.9), 2), (lambda p: optim.Adam(p, lr=0.01), 1),
+                                         (lambda p: optim.LAMB(p, lr=0.01, weight_decay=0.01), 1)])
+def test_update_graph_built_once_and_substituted(make, builds):
+  """The tensor-op update (_updates) runs once per structure (SGD's first momentum step is another one); later steps
+  substitute the current parameters, gradients and state into its graph and give the same values as building it."""
+  def train(cached: bool) -> list:
+    net = Net()
+    opt = make(nn.get_parameters(net))
+    calls = []
+    orig = opt._updates
+    opt._updates = lambda ps: (calls.append(1), orig(ps))[1]
+    if not cached: opt._leaves = lambda ps: None   # the uncached path: tensor ops every step
+    for _ in range(4):
+      opt.zero_grad()
+      loss = (net(Tensor(X)) ** 2).mean()
+      loss.backward()
+      opt.step(loss)
+    assert len(calls) == (builds if cached else 4)
+    return [p.numpy() for p in nn.get_parameters(net)]
+  for a, b in zip(train(True), train(False)): np.testing.assert_array_equal(a, b)
+
+def test_update_template_follows_which_params_have_gradients():
+  """Two parameters of one shape, each the only one with a gradient in turn: the template (same structure) reads
+  whichever has it, and the other is left alone."""
+  a, b = Tensor.ones(3).requires_grad_(), Tensor.ones(3).requires_grad_()
+  opt = optim.SGD([a, b], lr=0.5, momentum=0.5)
+  (a * 2).sum().backward(); opt.step()           # a: 1 - 0.5 * 2
+  opt.zero_grad()
+  (b * 4).sum().backward(); opt.step()           # b: 1 - 0.5 * 4 (its momentum buffer starts at its gradient)
+  opt.zero_grad()
+  (a * 2).sum().backward(); opt.step()           # a: 0 - 0.5 * (0.5 * 2 + 2)
+  np.testing.assert_allclose(a.numpy(), -1.5)
+  np.testing.assert_allclose(b.numpy(), -1.0)
+
+def test_shared_gradient_tensor_is_not_templated():
+  """Two parameters given the same gradient tensor: each leaf must get its own placeholder, so the step is built by
+  tensor ops (and is still right)."""
+  a, b = Tensor.ones(3).requires_grad_(), Tensor.ones(3).requires_grad_()
+  opt = optim.Adam([a, b], lr=0.1)
+  for _ in range(2):
+    g = Tensor([1.0, -1.0, 2.0])
+    a.grad = b.grad = g
+    opt.step()
+  np.testing.assert_allclose(a.numpy(), b.numpy())
+  np.testing.assert_allclose(a.numpy(), [0.8, 1.2, 0.8], rtol=1e-5)
+  assert not opt._templates
+
+def test_subclass_with_its_own_update_is_built_every_step():
+  """A user's optimizer that overrides _updates (reading its own attributes) gets no template: a change of its
+  attributes between steps takes effect."""
+  class Scaled(optim.SGD):
+    def _updates(self, params):
+      return [(p, p.detach() - p.grad.detach() * self.scale) for p in params]
+  a = Tensor.ones(2).requires_grad_()
+  opt = Scaled([a], lr=0.1)
+  for scale in (1.0, 2.0):
+    opt.scale = scale
+    opt.zero_grad(); (a * 1).sum().backward(); opt.step()
+  np.testing.assert_allclose(a.numpy(), -2.0)
+  assert not opt._templates

@@ -351,17 +351,20 @@ class QueueEngine:
       self.wptr += 1
       self.doorbell.notify_all()
 
-  def _pooled_chain(self, addr: int, ws: Any, p: int, nwords: int) -> int:
+  def _pooled_chain(self, addr: int, ws: Any, p: int, nwords: int, limit: float = float("inf")) -> int:
     """On the worker thread: run the leading EXEC/BARRIER commands from word p whose kernels all have known costs in one
     trampoline call (GIL released throughout), each kernel split over the native pool as pool.run would split it.
-    Returns the word offset after them (p: fewer than two such kernels, nothing ran)."""
+    Returns the word offset after them (p: fewer than two such kernels, nothing ran). `limit`: the most expected ns
+    the chain may take (the host thread's inline path bounds what it runs)."""
     pool, plans, key = self.pool, self._pool_plans, (ws[p + 1] | ws[p + 2] << 32, ws[p + 3] | ws[p + 4] << 32)
-    if (plan := self._kept_plan(plans, key, addr, p, nwords)) is None:
+    if (plan := self._kept_plan(plans, key, addr, p, nwords)) is not None and plan[3] > limit: return p
+    if plan is None:
       q, chunks, expect = p, [], 0.0
       while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
         fa, gx, mc = ws[q + 1] | ws[q + 2] << 32, ws[q + 5], ws[q + 11]
         if (est := pool.cost.get(fa)) is None: break   # unknown cost: pool.run learns it
         nt = pool.chunks(fa, gx, mc)
+        if expect + est * gx / nt > limit: break
         chunks.append(1 if nt <= 1 else pool.nchunks(gx, nt, mc))
         expect += est * gx / nt
         q += _EXEC_WORDS
@@ -407,6 +410,7 @@ class QueueEngine:
     plans.pop(key, None)
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
+  INLINE_POOL_NS = 20_000_000   # up to this much (one thread's ns), a kernel runs there split over the native pool
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
 
   def unmap(self) -> None:
@@ -482,6 +486,13 @@ class QueueEngine:
           # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
           cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
+          if self.chain is not None and self.pool.native is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON \
+             and (q := self._pooled_chain(addr, ws, p, nwords, self.INLINE_POOL_NS)) > p:
+            # a run of kernels of known cost (a jit replay) in one native call, here rather than on the worker
+            # thread for the reason big single kernels run here (below); the same call the worker makes
+            p = q
+            if self.stopped or p >= nwords: break
+            continue
           if self.chain is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
             # the leading run of tiny kernels of known cost goes to the native trampoline in one call (cpu_chain.py);
             # PROFILE=1 keeps the per-kernel path (its timestamps), as do a single kernel and one of unknown cost
@@ -510,17 +521,25 @@ class QueueEngine:
               continue
           while True:
             if (est := cost.get(fa)) is None or est * gx > limit:
-              self.cur = (addr, nwords, p)
-              return p
-            self.state = ("exec", fa, gx)
-            fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
-            if gx:
-              st = clock()
-              fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
-              # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
-              # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
-              t = (clock() - st) / gx
-              cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
+              if est is None or est * gx > self.INLINE_POOL_NS or self.pool.native is None:
+                self.cur = (addr, nwords, p)
+                return p
+              # a bigger kernel of known cost runs here too, split over the native pool (this thread working with it):
+              # the pool spans every core, so handing the kernel to the worker while this thread goes on in Python
+              # only puts three threads on the cores, and a pool thread preempted holding a chunk stalls the kernel
+              # for a scheduler time slice (a 0.6 ms matmul took 2.5-6 ms while the host built the next graph)
+              self.state = ("exec", fa, gx)
+              self.pool.run(fa, fxns.get(fa) or fxns.setdefault(fa, _KFN(fa)), ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
+            else:
+              self.state = ("exec", fa, gx)
+              fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
+              if gx:
+                st = clock()
+                fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
+                # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
+                # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
+                t = (clock() - st) / gx
+                cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
             p += _EXEC_WORDS
             while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
             if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break

@@ -12,6 +12,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.inplace import write, buffer_ref
+from baregrad.engine.graph import BufRef
+from baregrad.engine.lazy import buffer_view
 from baregrad.tensor.nn.module import is_frozen
 
 def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> None:
@@ -38,6 +40,7 @@ class Optimizer:
     # the learning rate lives on the device, like the step counters: a schedule that changes it is seen by jit replays
     self._lr = Tensor(np.array([0.0], np.float32), device=self.device).reshape(())
     self.lr = lr
+    self._templates: dict[tuple, tuple | None] = {}   # see _cached_updates
 
   @property
   def lr(self) -> float: return self._lr_value
@@ -56,11 +59,56 @@ class Optimizer:
     """One update of every parameter that has a gradient. Tensors passed in `also` (the loss, metrics) are
     realized in the same schedule, before the parameters change."""
     with_grad = [p for p in self.params if p.grad is not None]
-    pairs = self._updates(with_grad) if with_grad else []
+    pairs = self._cached_updates(with_grad) if with_grad else []
     grads = [p.grad for p in with_grad]
     assign_all(pairs, also=[*also, *grads])  # gradients realized first, kept on p.grad
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]: raise NotImplementedError
+
+  # ---- the update graph, built once per structure. Building it with tensor ops costs ~50 Python-level tensor ops
+  # per parameter every step (a third of an eager training step's host time); its structure depends only on the
+  # shapes and dtypes of what it reads and on the hyperparameters below. So it is built once over placeholders (the
+  # tensors it reads, their values swapped for unallocated buffers of the same shape and dtype) and each later step
+  # substitutes the current values for the placeholders: the same graph, a few hundred nodes rebuilt.
+  def _leaves(self, params: list[Tensor]) -> list[Tensor] | None:
+    """Every tensor _updates reads (shared ones first, then per parameter), in a fixed order; None: not cached."""
+    return None
+  def _structure(self) -> tuple:
+    """The hyperparameters (and host state) that change the update graph's structure, not only values in it."""
+    return ()
+  def _replayed(self, params: list[Tensor]) -> None:
+    """The host-side effects of _updates, for a step that substitutes into a template instead of calling it."""
+
+  def _cached_updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    # a subclass that writes its own _updates (and no _structure beside it) may read tensors and hyperparameters
+    # that _leaves and _structure do not name: built every step
+    owner = lambda name: next(c for c in type(self).__mro__ if name in c.__dict__)
+    if not issubclass(owner("_structure"), owner("_updates")): return self._updates(params)
+    leaves = self._leaves(params)
+    # each leaf gets its own placeholder: the same tensor in two roles would make one
+    if leaves is None or len({id(t) for t in leaves}) != len(leaves): return self._updates(params)
+    key = (len(params), tuple((t.shape, t.dtype) for t in leaves), self._structure())
+    if key not in self._templates: return self._build_template(key, params, leaves)
+    if (tmpl := self._templates[key]) is None: return self._updates(params)
+    self._replayed(params)
+    holders, targets, values = tmpl
+    memo = {h: t.uop for h, t in zip(holders, leaves)}
+    return [(leaves[i], Tensor(v.substitute(memo, memo), device=leaves[i].device)) for i, v in zip(targets, values)]
+
+  def _build_template(self, key: tuple, params: list[Tensor], leaves: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+    real = [t.uop for t in leaves]
+    holders = [buffer_view(BufRef(t.device, t.numel(), t.dtype), t.shape) for t in leaves]
+    try:
+      for t, h in zip(leaves, holders): t.uop = h
+      pairs = self._updates(params)   # (its host-side effects happen here, once, for this step)
+    finally:
+      for t, u in zip(leaves, real): t.uop = u
+    index = {id(t): i for i, t in enumerate(leaves)}
+    if all(id(t) in index for t, _ in pairs) and all(isinstance(v, Tensor) for _, v in pairs):
+      self._templates[key] = (holders, [index[id(t)] for t, _ in pairs], [v.uop for _, v in pairs])
+    else: self._templates[key] = None   # a target that is not a leaf: built by tensor ops every step
+    memo = dict(zip(holders, real))
+    return [(t, Tensor(v.uop.substitute(memo, memo), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs]
 
 class SGD(Optimizer):
   def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0,
@@ -90,6 +138,15 @@ class SGD(Optimizer):
       pairs.append((p, p.detach() - g * self._lr.cast(g.dtype)))
     return pairs
 
+  def _leaves(self, params: list[Tensor]) -> list[Tensor] | None:
+    out = [self._lr]
+    for p in params: out += [p, p.grad] + ([self.momentum_buffer[id(p)]] if self.momentum else [])  # type: ignore[list-item]
+    return out
+  def _structure(self) -> tuple:
+    return (self.momentum, self.dampening, self.weight_decay, self.nesterov, self.maximize, tuple(id(p) in self._started for p in self.params))
+  def _replayed(self, params: list[Tensor]) -> None:
+    if self.momentum: self._started.update(id(p) for p in params)
+
 class _AdamBase(Optimizer):
   def __init__(self, params: Iterable[Tensor], lr: float, betas: tuple[float, float], eps: float, weight_decay: float):
     super().__init__(params, lr)
@@ -114,12 +171,19 @@ class _AdamBase(Optimizer):
       out.append((p, g, m, v))
     return out, (1 - b1_t), (1 - b2_t), pairs  # type: ignore[return-value]
 
+  def _leaves(self, params: list[Tensor]) -> list[Tensor] | None:
+    out = [self._lr, self.b1_t, self.b2_t]
+    for p in params: out += [p, p.grad, self.exp_avg[id(p)], self.exp_avg_sq[id(p)]]  # type: ignore[list-item]
+    return out
+  def _replayed(self, params: list[Tensor]) -> None: self.steps += 1
+
 class Adam(_AdamBase):
   """Adam; weight_decay is L2 added to the gradient (decoupled=True, or AdamW, decays the weights directly)."""
   def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                weight_decay: float = 0.0, decoupled: bool = False):
     super().__init__(params, lr, betas, eps, weight_decay)
     self.decoupled = decoupled
+  def _structure(self) -> tuple: return (self.b1, self.b2, self.eps, self.weight_decay, self.decoupled)
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
     items, bc1, bc2, pairs = self._moments(params)
@@ -149,6 +213,7 @@ class LAMB(_AdamBase):
                weight_decay: float = 0.0, adam: bool = False):
     super().__init__(params, lr, betas, eps, weight_decay)
     self.adam = adam
+  def _structure(self) -> tuple: return (self.b1, self.b2, self.eps, self.weight_decay, self.adam)
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
     items, bc1, bc2, pairs = self._moments(params)
