@@ -114,10 +114,12 @@ def realize_all_lazy() -> None:
     by_dev.setdefault(t.device, []).append(t)
   for dev, ts in by_dev.items(): realize_tensors(ts, device=dev)
 
-def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> None:
+def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), before: Iterable[UOp] = ()) -> None:
   """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` and the live tensors
   that read a target's current value are computed in the same schedule before any write. A target must be a whole
-  buffer (a parameter, a state tensor; a graph is made one); each value may read its own target only elementwise."""
+  buffer (a parameter, a state tensor; a graph is made one); each value may read its own target only elementwise.
+  `before`: nodes built before every value (an optimizer's gradients), so none of them reads one: the search for
+  values read by later values does not walk their graphs."""
   if not pairs and not also: return
   devices = {t.device for t, _ in pairs} | {t.device for t in also}
   if len(devices) != 1: raise RuntimeError(f"in-place write of tensors on several devices {sorted(devices)}")
@@ -126,7 +128,8 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> N
   # a value that later values read (Adam's new moments, read by the parameter's update) is read from its ASSIGN,
   # not recomputed from the target's memory, which the ASSIGN may already have overwritten
   done: dict[UOp, UOp] = {}
-  memo: dict[UOp, UOp] = {}   # node -> node with `done` substituted, shared by all values (one walk of the graph)
+  known = {u: u for u in before}
+  memo: dict[UOp, UOp] = dict(known)   # node -> node with `done` substituted, shared by all values (one walk of the graph)
   seen: set[int] = set()
   for t, v in pairs:
     if not isinstance(v, Tensor): v = Tensor.full(t.shape, v, dtype=t.dtype, device=t.device)
@@ -143,7 +146,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> N
     a = UOp(Ops.ASSIGN, t.dtype, (buffer_uop(new), src))
     done[v.uop] = a if shape_of(v.uop) == (ref.size,) else UOp(Ops.RESHAPE, a.dtype, (a,), v.shape)
     # nodes walked for earlier values were substituted without this one: where they went through it, walk again
-    if walked: memo = dict(done)
+    if walked: memo = {**known, **done}
     else: memo[v.uop] = done[v.uop]
     assigns.append(a); news.append(new); values.append(v)
   written = {r.storage for r in news}

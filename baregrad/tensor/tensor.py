@@ -82,6 +82,8 @@ class ValuesIndices(NamedTuple):
     raise AttributeError(f"(values, indices) has no attribute {name!r}: max(dim)/min(dim) return both, as PyTorch's do; "
                          f"use .values, or amax(dim)/amin(dim) for the values alone")
 
+_object_new = object.__new__
+
 class Tensor:
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
@@ -206,9 +208,13 @@ class Tensor:
     return bool(self.item())
 
   def _new(self, u: UOp, requires_grad: bool | None = None) -> Tensor:
-    t = Tensor(u, device=self.device)
+    # what Tensor(u, device=self.device) makes, without its checks of arguments that are right by construction here
+    # (the result of every op comes through this)
+    t = _object_new(Tensor)
+    t.uop, t.device, t.grad = u, self.device, None
     rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
     t.requires_grad = rg if is_grad_enabled() else None
+    live.track(t)
     return t
 
   # ---- realization

@@ -16,12 +16,13 @@ from baregrad.engine.graph import BufRef
 from baregrad.engine.lazy import buffer_view
 from baregrad.tensor.nn.module import is_frozen
 
-def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = ()) -> None:
+def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), before: Sequence[Any] = ()) -> None:
   """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` (and every live tensor
   that reads a target's current value) are realized in the same schedule before any write, so they see the old
   values. A target must be a realized buffer (a parameter, a state tensor); each value may read its own target only
-  elementwise. Tensor.assign is the one-tensor form (tensor/inplace.py write)."""
-  write(pairs, also)
+  elementwise. Tensor.assign is the one-tensor form (tensor/inplace.py write). `before`: graphs (UOps) built before
+  every value, which therefore read none of them (write's `before`)."""
+  write(pairs, also, before)
 
 class Optimizer:
   def __init__(self, params: Iterable[Tensor], lr: float):
@@ -59,9 +60,12 @@ class Optimizer:
     """One update of every parameter that has a gradient. Tensors passed in `also` (the loss, metrics) are
     realized in the same schedule, before the parameters change."""
     with_grad = [p for p in self.params if p.grad is not None]
+    # what the update reads (the gradients among it) is built before the new values, so none of it reads them: write
+    # need not search the backward graph for them
+    before = [t.uop for t in self._leaves(with_grad) or ()] if with_grad else []
     pairs = self._cached_updates(with_grad) if with_grad else []
     grads = [p.grad for p in with_grad]
-    assign_all(pairs, also=[*also, *grads])  # gradients realized first, kept on p.grad
+    assign_all(pairs, also=[*also, *grads], before=before)  # gradients realized first, kept on p.grad
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]: raise NotImplementedError
 
