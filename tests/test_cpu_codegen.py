@@ -154,3 +154,19 @@ def test_short_awkward_rows_take_a_divisor_not_padding():
   assert not any(o.op is PAD for o in opts) and any(o.op is U and o.amt == 13 for o in opts), opts
   import torch
   np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
+
+def test_awkward_rows_over_a_long_reduction_take_more_output_rows():
+  # mnist_cnn's conv2 (8 -> 16 channels, 11-wide output rows, 72 terms per output): registers of an 11-wide row are
+  # partly filled, so each step's loads and index arithmetic feed few FMAs; 8 output channels per tile share them
+  # (1.4x faster than 4). conv1 (9 terms) keeps 4. Both give the right numbers.
+  from baregrad import Tensor, functional as F
+  import torch
+  rng = np.random.default_rng(1)
+  ren = _host_like(8, 16)
+  for cin, cout, hw, rows in ((8, 16, 13, 8), (1, 8, 28, 4)):
+    x, w = rng.standard_normal((2, cin, hw, hw), dtype=np.float32), rng.standard_normal((cout, cin, 3, 3), dtype=np.float32)
+    out = F.conv2d(Tensor(x), Tensor(w))
+    opts = get_program(out.schedule()[-1].ast, ren).opts
+    ups = [o.amt for o in opts if o.op is U]
+    assert ups[1:] == [rows], (cin, cout, opts)
+    np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
