@@ -547,7 +547,7 @@ def test_cpu_known_parallel_kernel_runs_on_the_submitting_thread():
   q.pool.run = run
   try:
     for _ in range(4):   # fresh inputs each time: nothing realized is reused; the first runs learn the kernel's cost
-      a, b = Tensor.rand(256, 256).realize(), Tensor.rand(256, 256).realize()
+      a, b = Tensor.rand(256, 256, device="CPU").realize(), Tensor.rand(256, 256, device="CPU").realize()
       dev.synchronize()
       calls.clear()
       inlined = q.inlined

@@ -89,8 +89,10 @@ class HCQGraph:
     """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays."""
     dev = self.dev
     cur = self.addrs
-    for k, i, _ in patches:
-      if (k, i) not in cur: raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
+    keys = {(k, i) for k, i, _ in patches}
+    if not keys <= cur.keys():
+      k, i = next(ki for ki in keys if ki not in cur)
+      raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
     if self.writes is not None and patches:
       want = dict(cur)
       for k, i, addr in patches: want[(k, i)] = addr
@@ -100,7 +102,6 @@ class HCQGraph:
                          "between them; record the graph for these buffers (or without `writes`)")
     for k, i, addr in patches: cur[(k, i)] = addr
     # a recording differs from what is wanted only where a replay since its own last one patched: compare those alone
-    keys = {(k, i) for k, i, _ in patches}
     self._patched.append(keys)
     if len(self._patched) > self.depth: self._patched.pop(0)
     s = self.slots[self.replays % self.depth]

@@ -98,6 +98,9 @@ class _Captured:
     self.input_slots = [slots.get(s, []) for s in inputs]
     self.check_slots = [(slots.get(r.storage, []), r.device, msg) for r, msg in checks_]  # a new flag on every call
     self.output_slots = [slots.get(kind[1], []) if kind[0] == "fresh" else [] for kind in out_kinds]
+    # each fresh output storage once, with its slots (an output returned twice is one buffer)
+    seen: set[Storage] = set()
+    self.fresh_outs = [(k, sl) for k, sl in zip(out_kinds, self.output_slots) if k[0] == "fresh" and not (k[1] in seen or seen.add(k[1]))]
     self.graph = None
     devs = {l.runner.device for l in launches}
     if len(devs) == 1 and not getenv("JIT_NOGRAPH", 0):
@@ -116,7 +119,11 @@ class _Captured:
 
   def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
     if self.graph is not None:  # (the graph keeps arguments a replay in flight reads apart from the ones it patches)
-      self.graph.replay([(k, j, b._buf.va_addr) for slots, b in bind for k, j in slots])
+      patches = []
+      for slots, b in bind:
+        a = b._buf.va_addr
+        patches += [(k, j, a) for k, j in slots]
+      self.graph.replay(patches)
       return
     patch: dict[tuple[int, int], Buffer] = {kj: b for slots, b in bind for kj in slots}
     for k, l in enumerate(self.launches):
@@ -227,17 +234,19 @@ class jit:
     from baregrad.tensor.inplace import prepare_write
     in_bufs = [t._realized() for t in ins]
     written_in = [_storage(ins[i]) for i in cap.written_inputs]
-    owners = [o for st in cap.state if (o := _owner(st)) is not None] + [ins[i] for i in cap.written_inputs]
-    prepare_write(set(cap.state) | set(written_in), exclude=owners)
+    if cap.state or written_in:   # (a replay that updates nothing in place has no reader to compute first)
+      owners = [o for st in cap.state if (o := _owner(st)) is not None] + [ins[i] for i in cap.written_inputs]
+      prepare_write(set(cap.state) | set(written_in), exclude=owners)
     bindings = list(zip(cap.input_slots, in_bufs))
     fresh: dict[Storage, BufRef] = {}  # outputs made in the function: new memory on every call
-    for k, slots in zip(cap.out_kinds, cap.output_slots):
-      if k[0] == "fresh" and k[1] not in fresh:
-        fresh[k[1]] = BufRef(k[4], k[1].size, k[1].dtype)
-        bindings.append((slots, fresh[k[1]].ensure()))
-    flags = [(slots, checks.new_flag(dev), msg) for slots, dev, msg in cap.check_slots]
-    cap.run(bindings + [(slots, flag) for slots, flag, _ in flags])
-    for _, flag, msg in flags: checks.submitted(flag, msg)
+    for k, slots in cap.fresh_outs:
+      fresh[k[1]] = r = BufRef(k[4], k[1].size, k[1].dtype)
+      bindings.append((slots, r.ensure()))
+    if cap.check_slots:
+      flags = [(slots, checks.new_flag(dev), msg) for slots, dev, msg in cap.check_slots]
+      cap.run(bindings + [(slots, flag) for slots, flag, _ in flags])
+      for _, flag, msg in flags: checks.submitted(flag, msg)
+    else: cap.run(bindings)
     # the state moves to its next version; its owners read that now
     for st in cap.state + written_in:
       new = st.next_ref()
