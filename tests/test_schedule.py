@@ -107,3 +107,58 @@ def test_weight_gradient_of_a_linear_layer_needs_no_copy():
   np.testing.assert_allclose(g.numpy(), mask.T @ xn, rtol=1e-5, atol=1e-6)
   t = Tensor.rand(3, 5).realize()
   assert t.T.T.uop is t.uop and t.permute(1, 0).permute(1, 0).uop is t.uop
+
+# ---- multi-output kernels (engine/merge.py)
+def _step_items(opt, params, loss):
+  """The schedule an optimizer step runs (captured, then run)."""
+  from baregrad.engine import lazy
+  got = []
+  orig = lazy.run_schedule
+  lazy.run_schedule = lambda items, keep=None: (got.append(list(items)), orig(items, keep))[1]
+  try: opt.step(loss)
+  finally: lazy.run_schedule = orig
+  return got[-1]
+
+def test_adam_moments_are_extra_outputs_of_the_parameter_update():
+  # m and v were kernels of their own whose outputs the parameter's update read back: one kernel per parameter now
+  # stores all three, reading the gradient and the moments once
+  from baregrad import nn
+  from baregrad.nn import optim
+  lin = nn.Linear(8, 4)
+  params = nn.get_parameters(lin)
+  opt = optim.Adam(params, lr=0.1)
+  for _ in range(2):
+    loss = lin(Tensor.rand(3, 8)).square().sum()
+    opt.zero_grad(); loss.backward()
+    items = _step_items(opt, params, loss)
+  updates = [it for it in items if len(it.ast.src) == 3]
+  assert len(updates) == len(params), [len(it.ast.src) for it in items]
+  for it in updates:
+    assert {n.op for n, _ in it.outputs()} == {Ops.ASSIGN}
+    assert len({it.bufs[i].storage for _, i in it.outputs()}) == 3
+
+def test_producer_is_merged_only_where_read_element_for_element():
+  a = Tensor.rand(4, 8).realize()
+  b = (a * 2).contiguous()
+  same = b + 1                       # reads b at the element it stores: b becomes a second output
+  items = same.schedule()
+  assert len(items) == 1 and len(items[0].ast.src) == 2
+  np.testing.assert_allclose(same.numpy(), a.numpy() * 2 + 1, rtol=1e-6)
+  np.testing.assert_allclose(b.numpy(), a.numpy() * 2, rtol=1e-6)
+  c = (a * 3).contiguous()
+  flipped = c.flip(1) + 1            # reads c at another element: two kernels
+  assert len(flipped.schedule()) == 2
+  np.testing.assert_allclose(flipped.numpy(), a.numpy()[:, ::-1] * 3 + 1, rtol=1e-6)
+  d = (a * 4).contiguous()
+  summed = d.sum(1) + d.sum()         # a reduction reads it: not merged
+  assert all(len(it.ast.src) == 1 for it in summed.schedule())
+
+def test_producer_is_not_moved_past_a_kernel_that_reads_its_output():
+  # x = f(a) realized; y = reduce(x) reads it; z = x + y[...] reads x element for element: x must be computed before
+  # the reduction, so it stays a kernel of its own (and the numbers are right)
+  a = Tensor.rand(4, 8).realize()
+  x = (a * 2).contiguous()
+  z = x + x.sum(1, keepdim=True)
+  items = z.schedule()
+  assert all(len(it.ast.src) == 1 for it in items), [len(it.ast.src) for it in items]
+  np.testing.assert_allclose(z.numpy(), a.numpy() * 2 + (a.numpy() * 2).sum(1, keepdims=True), rtol=1e-5)

@@ -131,8 +131,9 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
   for it in items:
     if it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in pos): return None
     if it.check is not None and it.check[0] not in pos: return None
+    if any(n not in pos for n, _ in it.also): return None
     titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, pos.get(it.srcnode) if it.srcnode is not None else None,
-                   (pos[it.check[0]], it.check[1]) if it.check is not None else None))
+                   (pos[it.check[0]], it.check[1]) if it.check is not None else None, [(pos[n], i) for n, i in it.also]))
   if any(u not in pos for u in realized_): return None
   return titems, [(pos[u], tref(r)) for u, r in realized_.items()], made
 
@@ -140,8 +141,8 @@ def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[li
   titems, treal, made = tmpl
   new = [BufRef(d, n, dt) for d, n, dt in made]
   def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
-  items = [ScheduleItem(ast, [get(t) for t in tb], kind, nodes[sn] if sn is not None else None, (nodes[ck[0]], ck[1]) if ck else None)
-           for ast, tb, kind, sn, ck in titems]
+  items = [ScheduleItem(ast, [get(t) for t in tb], kind, nodes[sn] if sn is not None else None, (nodes[ck[0]], ck[1]) if ck else None,
+                        [(nodes[n], i) for n, i in also]) for ast, tb, kind, sn, ck, also in titems]
   return items, {nodes[k]: get(t) for k, t in treal}
 
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
@@ -169,7 +170,8 @@ def realize(uops: list[UOp], device: str) -> list[UOp]:
   finally:
     # what ran has written its versions: they are current now
     for it in items:
-      if it.srcnode is not None and it.srcnode.op is Ops.ASSIGN: it.bufs[0].commit()
+      for n, i in it.outputs():
+        if n is not None and n.op is Ops.ASSIGN: it.bufs[i].commit()
   for it in items:
     if it.check is not None: checks.submitted(it.bufs[0].buf, it.check[1], it.check[0])
   out = []

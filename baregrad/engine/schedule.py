@@ -16,6 +16,7 @@ from baregrad.codegen.gridreduce import split_reduce
 from baregrad.hal import Device
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
+from baregrad.engine.merge import merge_producers
 
 @dataclass
 class ScheduleItem:
@@ -24,6 +25,11 @@ class ScheduleItem:
   kind: str = "kernel"     # "kernel" or "copy"
   srcnode: UOp | None = field(default=None, repr=False)
   check: tuple[UOp, str] | None = field(default=None, repr=False)  # (checked node, message): this item computes a bounds flag
+  # more outputs of a merged kernel (engine/merge.py): (the node it computes, its buffer number) each
+  also: list[tuple[UOp, int]] = field(default_factory=list, repr=False)
+  def outputs(self) -> list[tuple[UOp | None, int]]:
+    """(node, buffer number) of every buffer the item writes: bufs[0] first."""
+    return [(self.srcnode, 0)] + self.also
 
 class _NeedRealize(Exception):
   def __init__(self, u: UOp): self.u = u
@@ -176,6 +182,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         realized[u] = ref
         items.extend(_device_split(ast, kb.bufs, dev, u, check_of.get(u)))
       _check_write_order(items)
+      if MERGE_OUTPUTS: items = merge_producers(items)
       return items, realized
     except _NeedRealize as e:
       if e.u in must: raise RuntimeError(f"scheduler loop on {e.u.op}") from None
@@ -191,11 +198,16 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
   """No kernel reads a version of a storage that an earlier kernel of the schedule has already overwritten."""
   written: dict = {}
   for it in items:
-    for b in it.bufs[1:]:
+    outs = it.outputs()
+    for b in it.bufs[1:] if not it.also else [b for i, b in enumerate(it.bufs) if i not in {j for _, j in outs}]:
       if (w := written.get(b.storage)) is not None and w > b.version:
         raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "
                            f"earlier kernel of the same schedule wrote version {w}")
-    if it.srcnode is not None and it.srcnode.op is Ops.ASSIGN: written[it.bufs[0].storage] = it.bufs[0].version
+    for n, i in outs:
+      if n is not None and n.op is Ops.ASSIGN: written[it.bufs[i].storage] = it.bufs[i].version
+
+# elementwise kernels whose output the next kernel reads element for element become extra outputs of that kernel
+MERGE_OUTPUTS = True
 
 def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[UOp, str] | None) -> list[ScheduleItem]:
   """One kernel, or several where the device spreads a long reduction over its compute units (codegen/gridreduce).

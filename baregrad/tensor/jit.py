@@ -35,6 +35,7 @@ MAX_CAPTURES = 16   # distinct keys kept per function (least recently used dropp
 class _Launch:
   runner: Any                      # CompiledRunner
   refs: list[BufRef]               # by the kernel's buffer numbers
+  outs: list[int] = field(default_factory=lambda: [0])   # the buffer numbers it writes
 
 @dataclass
 class _Capture:
@@ -42,7 +43,7 @@ class _Capture:
   checks: list[tuple[BufRef, str]] = field(default_factory=list)   # bounds flags the recording computes
   forbid_host_reads: bool = True   # Tensor.numpy() while capturing raises
   def add_kernel(self, runner: Any, item: Any) -> None:
-    self.launches.append(_Launch(runner, list(item.bufs)))
+    self.launches.append(_Launch(runner, list(item.bufs), [i for _, i in item.outputs()]))
     if item.check is not None: self.checks.append((item.bufs[0], item.check[1]))
   def add_copy(self, item: Any) -> None: raise JitError("a copy between devices inside a jitted function is not supported yet")
 
@@ -204,7 +205,7 @@ class jit:
           return self._give_up(key, out, "an output made inside the function aliases a buffer from outside it")
         fresh.add(st)
         out_kinds.append(("fresh", st, t.shape, t.dtype, t.device))
-    written = {l.refs[0].storage for l in rec.launches}
+    written = {l.refs[i].storage for l in rec.launches for i in l.outs}
     if fresh - written: return self._give_up(key, out, "an output is host data made inside the function, not computed by a kernel")
     referenced = {r.storage for l in rec.launches for r in l.refs}
     state, guarded = [], []

@@ -6,7 +6,9 @@ parameter and state buffer is overwritten in place (an ASSIGN into its own memor
 kernels and parameters keep their identity and their buffers (what a captured jit replays into).
 
 Hyperparameters that change per step (Adam's bias corrections) live in small device tensors, so the kernels of
-step 1 and step 1000 are the same and compile once."""
+step 1 and step 1000 are the same and compile once. The update graph is built with tensor ops once per structure
+(shapes and dtypes of what it reads, the hyperparameters that are constants in it) and later steps substitute the
+current parameters, gradients and state into it (Optimizer._cached_updates)."""
 from __future__ import annotations
 from typing import Any, Iterable, Sequence
 import numpy as np
