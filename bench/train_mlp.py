@@ -2,12 +2,16 @@
 """Training-step time of an MLP (784-256-10, batch 128, Adam by default) in baregrad vs PyTorch on the CPU, measured
 in one run on the same data and weights; then the eager per-op cost (build + realize one tiny elementwise op).
 
-  python bench/train_mlp.py [--steps 30] [--bs 128] [--hidden 256] [--opt adam|sgd] [--threads N]
+  python bench/train_mlp.py [--rounds 5] [--steps 10] [--bs 128] [--hidden 256] [--opt adam|sgd] [--threads N]
 
-Prints ms/step for each and the ratio baregrad/PyTorch. The first baregrad step (compiles) is reported apart.
+Prints ms/step for each and the ratio baregrad/PyTorch: the workloads run in interleaved rounds (eager, jit, PyTorch
+with 1 and all threads), each round gives a ratio against the faster PyTorch setting, and the median is reported
+with every round's. Every step builds its input tensors from host data. The first baregrad step (compiles) is
+reported apart.
 Not a timed test: numbers depend on the machine and its load."""
 from __future__ import annotations
 import argparse, pathlib, statistics, sys, time
+from typing import Callable
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import baregrad.nn as nn
@@ -18,7 +22,9 @@ except ImportError: jit = None
 
 def flops_per_step(bs: int, h: int) -> float: return 3 * 2 * bs * (784 * h + h * 10)  # forward + 2x backward
 
-def bench_baregrad(a, data, use_jit: bool = False) -> tuple[float, float, list[float]]:
+def baregrad_stepper(a, data, use_jit: bool = False) -> tuple[Callable[[], float], list[float]]:
+  """A function running the next training step (fresh input tensors from host data) and returning its seconds, and
+  the list it appends each step's loss to."""
   x_np, y_np, w1, b1, w2, b2 = data
   l1, l2 = nn.Linear(784, a.hidden), nn.Linear(a.hidden, 10)
   nn.load_state_dict(l1, {"weight": w1, "bias": b1}); nn.load_state_dict(l2, {"weight": w2, "bias": b2})
@@ -29,15 +35,17 @@ def bench_baregrad(a, data, use_jit: bool = False) -> tuple[float, float, list[f
     opt.zero_grad(); loss.backward(); opt.step(loss)
     return loss
   if use_jit: step = jit(step)
-  times, losses = [], []
-  for i in range(a.steps + 2):
+  losses: list[float] = []
+  def run() -> float:
+    i = len(losses)
     t0 = time.perf_counter()
     loss = step(Tensor(x_np[i % len(x_np)]), Tensor(y_np[i % len(y_np)]))
     losses.append(loss.item())
-    times.append(time.perf_counter() - t0)
-  return times[0], statistics.median(times[2:]), losses[:a.steps + 1]
+    return time.perf_counter() - t0
+  return run, losses
 
-def bench_torch(a, data) -> tuple[float, list[float]]:
+def torch_stepper(a, data, threads: int) -> tuple[Callable[[], float], list[float]]:
+  """The same for PyTorch, run with `threads` intra-op threads."""
   import torch
   x_np, y_np, w1, b1, w2, b2 = data
   l1, l2 = torch.nn.Linear(784, a.hidden), torch.nn.Linear(a.hidden, 10)
@@ -45,15 +53,17 @@ def bench_torch(a, data) -> tuple[float, list[float]]:
     for p, v in zip([l1.weight, l1.bias, l2.weight, l2.bias], [w1, b1, w2, b2]): p.copy_(torch.tensor(v))
   params = [l1.weight, l1.bias, l2.weight, l2.bias]
   opt = torch.optim.Adam(params, lr=1e-3) if a.opt == "adam" else torch.optim.SGD(params, lr=0.01, momentum=0.9)
-  times, losses = [], []
-  for i in range(a.steps + 1):
+  losses: list[float] = []
+  def run() -> float:
+    torch.set_num_threads(threads)
+    i = len(losses)
     t0 = time.perf_counter()
     x, y = torch.tensor(x_np[i % len(x_np)]), torch.tensor(y_np[i % len(y_np)]).long()
     loss = torch.nn.functional.cross_entropy(l2(torch.relu(l1(x))), y)
     opt.zero_grad(); loss.backward(); opt.step()
     losses.append(loss.item())
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times[1:]), losses
+    return time.perf_counter() - t0
+  return run, losses
 
 def bench_eager_op(n: int = 200) -> tuple[float, float]:
   """(seconds per build+realize of one tiny elementwise op, seconds per lazy op build only). Each op reads a fresh
@@ -76,7 +86,8 @@ def bench_eager_op(n: int = 200) -> tuple[float, float]:
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--steps", type=int, default=30)
+  ap.add_argument("--steps", type=int, default=10, help="steps per round")
+  ap.add_argument("--rounds", type=int, default=5)
   ap.add_argument("--bs", type=int, default=128)
   ap.add_argument("--hidden", type=int, default=256)
   ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
@@ -87,26 +98,33 @@ def main() -> None:
   data = ([rng.standard_normal((a.bs, 784)).astype(np.float32) for _ in range(4)], [rng.integers(0, 10, a.bs).astype(np.int32) for _ in range(4)],
           rng.uniform(-k1, k1, (a.hidden, 784)).astype(np.float32), rng.uniform(-k1, k1, a.hidden).astype(np.float32),
           rng.uniform(-k2, k2, (10, a.hidden)).astype(np.float32), rng.uniform(-k2, k2, 10).astype(np.float32))
-  print(f"MLP 784-{a.hidden}-10, batch {a.bs}, {a.opt}, {a.steps} timed steps (median), {flops_per_step(a.bs, a.hidden) / 1e6:.0f} MFLOP/step")
-  first, bg, lb = bench_baregrad(a, data)
-  bj = bench_baregrad(a, data, use_jit=True)[1] if jit is not None else None
+  print(f"MLP 784-{a.hidden}-10, batch {a.bs}, {a.opt}, {a.rounds} rounds of {a.steps} steps, {flops_per_step(a.bs, a.hidden) / 1e6:.0f} MFLOP/step")
+  runs: dict[str, tuple[Callable[[], float], list[float]]] = {"baregrad": baregrad_stepper(a, data)}
+  if jit is not None: runs["baregrad jit"] = baregrad_stepper(a, data, use_jit=True)
   try:
     import torch
-    # on a loaded machine PyTorch's thread pool can be far slower than one thread: time both, keep the faster
-    tries = [a.threads] if a.threads else sorted({1, torch.get_num_threads()})
-    res = []
-    for n in tries:
-      torch.set_num_threads(n)
-      res.append((*bench_torch(a, data), n))
-    tt, lt, nthreads = min(res, key=lambda r: r[0])
-    torch_all = ", ".join(f"{r[0] * 1e3:.2f} ms with {r[2]} thread{'s' if r[2] > 1 else ''}" for r in res)
-  except ImportError: tt, lt = None, None
-  print(f"baregrad: {bg * 1e3:8.2f} ms/step  ({flops_per_step(a.bs, a.hidden) / bg / 1e9:.2f} GFLOP/s; first step {first:.2f} s)")
-  if bj is not None: print(f"baregrad jit: {bj * 1e3:8.2f} ms/step  ({flops_per_step(a.bs, a.hidden) / bj / 1e9:.2f} GFLOP/s; replayed kernels)")
-  if tt is not None:
-    import torch
-    print(f"pytorch : {tt * 1e3:8.2f} ms/step  ({flops_per_step(a.bs, a.hidden) / tt / 1e9:.2f} GFLOP/s; best of: {torch_all})")
-    print(f"ratio baregrad/pytorch: {bg / tt:.2f}x" + (f"   (jit: {bj / tt:.2f}x)" if bj is not None else ""))
+    # on a loaded machine PyTorch's thread pool can be far slower than one thread: both run, the faster is the reference
+    for n in ([a.threads] if a.threads else sorted({1, torch.get_num_threads()})): runs[f"pytorch {n}t"] = torch_stepper(a, data, n)
+  except ImportError: pass
+  first = runs["baregrad"][0]()   # compiles
+  for run, _ in runs.values():
+    for _ in range(2): run()        # (the jit captures on its second call)
+  # rounds interleave the workloads, so a machine that speeds up or slows down during the run (a shared VM does, up to
+  # 2x between minutes) moves them together; each round's medians give one ratio, and the median ratio is reported
+  med: dict[str, list[float]] = {k: [] for k in runs}
+  for _ in range(a.rounds):
+    for name, (run, _) in runs.items(): med[name].append(statistics.median([run() for _ in range(a.steps)]))
+  fl = flops_per_step(a.bs, a.hidden)
+  torch_names = [k for k in runs if k.startswith("pytorch")]
+  for name in runs:
+    t = statistics.median(med[name])
+    print(f"{name:14s} {t * 1e3:8.2f} ms/step  ({fl / t / 1e9:6.2f} GFLOP/s)" + (f"; first step {first:.2f} s" if name == "baregrad" else ""))
+  if torch_names:
+    ref = [min(med[k][r] for k in torch_names) for r in range(a.rounds)]   # the faster PyTorch setting, per round
+    for name in (k for k in runs if not k.startswith("pytorch")):
+      rs = sorted(m / t for m, t in zip(med[name], ref))
+      print(f"ratio {name}/pytorch: {statistics.median(rs):.2f}x (rounds: {', '.join(f'{r:.2f}' for r in rs)})")
+    lb, lt = runs["baregrad"][1], runs[torch_names[0]][1]
     print(f"max |loss difference| over the run: {max(abs(x - y) for x, y in zip(lb, lt)):.2e}")
   else: print("pytorch: not installed")
   t_real, t_build = bench_eager_op()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import weakref
 from collections import OrderedDict
-from baregrad.ir.ops import UOp, Ops, GroupOp, _argkey
+from baregrad.ir.ops import UOp, Ops, GroupOp, _argkey, _KEYED
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
@@ -98,7 +98,7 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
         if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
         first = storage_of.setdefault(id(ref.storage), k)
         key.append((op, u.dtype, k, first, ref.device, ref.size))
-      else: key.append((op, u.dtype, _argkey(u.arg), tuple([pos[s] for s in u.src])))
+      else: key.append((op, u.dtype, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple([pos[s] for s in u.src])))
       pos[u] = len(nodes)
       nodes.append(u)
   return (tuple(key), tuple([pos[t] for t in srcs]), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots

@@ -58,7 +58,7 @@ class UOpMeta(type):
   def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
     # sources by id: a live node holds its sources, so the ids in a live entry's key name live nodes (no Python
     # __hash__ call per source)
-    key = (op, dtype, tuple(map(id, src)), _argkey(arg))
+    key = (op, dtype, tuple(map(id, src)), _argkey(arg) if isinstance(arg, _KEYED) else arg)
     try: r = _ucache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {type(arg).__name__} for {op}") from e
     if r is not None and (hit := r()) is not None: return hit
@@ -70,13 +70,20 @@ class UOpMeta(type):
     _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
     return ret
 
+_KEYED = (float, tuple)   # the args _argkey may change; any other arg is its own key
+
 def _argkey(arg: Any) -> Any:
   # 0.0 == -0.0 and nan != nan: key those floats by their bits so equal nodes really are equal (any other float equals
   # only itself: tagged, so it never equals an int)
   if isinstance(arg, float): return ("f", arg) if arg == arg and arg != 0.0 else ("f", struct.pack("<d", arg))
   if isinstance(arg, tuple):
-    for a in arg:   # (a loop, not any(...): no generator made for every shape-tuple arg)
-      if isinstance(a, (float, tuple)): return tuple(_argkey(x) for x in arg)
+    # (loops, not any(...): no generator made for every shape-tuple arg; two levels cover pads, shrinks and a
+    # reduction's (op, axes) without a recursive call)
+    for a in arg:
+      if isinstance(a, float): return tuple(_argkey(x) for x in arg)
+      if isinstance(a, tuple):
+        for b in a:
+          if isinstance(b, _KEYED): return tuple(_argkey(x) for x in arg)
   return arg
 
 def _srcs_ok(src: tuple) -> tuple:
