@@ -7,7 +7,7 @@ from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.hal import Device, Buffer
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, device_of, base_of, stale_error, broadcast_const, permute_uop
+from baregrad.engine.graph import BufRef, buffer_uop, shape_of, set_shape, device_of, base_of, stale_error, broadcast_const, permute_uop
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled
@@ -51,8 +51,11 @@ ALL_NAMES = [torch_name(x) for x in ALL]
 def _shape_arg(shape: tuple) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
   for s in shape:
-    if isinstance(s, bool) or not isinstance(s, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(s).__name__} in {tuple(shape)}")
-  return tuple(int(s) for s in shape)
+    if type(s) is not int:   # (plain ints, the common case, need no conversion)
+      for v in shape:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(v).__name__} in {tuple(shape)}")
+      return tuple(int(v) for v in shape)
+  return shape if type(shape) is tuple else tuple(shape)
 
 def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
   """A shape to create a tensor of: PyTorch's error for a negative size."""
@@ -478,7 +481,9 @@ class Tensor:
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
     if shape == self.shape: return self
-    return self._new(UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape))
+    u = UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape)
+    set_shape(u, shape)   # (checked above: no inference needed)
+    return self._new(u)
   view = reshape
   def permute(self, *order: Any) -> Tensor:
     """The axes reordered (a view): out.shape[i] == self.shape[order[i]]."""
@@ -503,7 +508,9 @@ class Tensor:
     for a, b in zip(x.shape, new):
       if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
-    return x._new(UOp(Ops.EXPAND, x.dtype, (x.uop,), new))
+    u = UOp(Ops.EXPAND, x.dtype, (x.uop,), new)
+    set_shape(u, new)   # (checked above)
+    return x._new(u)
   def expand_as(self, other: Tensor) -> Tensor:
     """expand() to other's shape."""
     return self.expand(other.shape)
