@@ -86,8 +86,17 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
   found: list[tuple[UOp, UOp, str]] = []
   registry = checks.registry
   todo = list(srcs)
+  get = pos.__getitem__
   while todo:
-    for u in _post_order(todo.pop(0), pos):
+    # children first: a node stays on the stack until its sources have positions (a DAG: each is taken once)
+    stack = [todo.pop(0)]
+    while stack:
+      u = stack[-1]
+      if u in pos: stack.pop(); continue
+      if (pending := [s for s in u.src if s not in pos]):
+        stack += pending[::-1]
+        continue
+      stack.pop()
       op = u.op
       if op not in _CACHEABLE: return None
       if registry and (e := registry.get(id(u))) is not None and e[0]() is u:
@@ -98,26 +107,10 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
         if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
         first = storage_of.setdefault(id(ref.storage), k)
         key.append((op, u.dtype, k, first, ref.device, ref.size))
-      else: key.append((op, u.dtype, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple([pos[s] for s in u.src])))
+      else: key.append((op, u.dtype, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple(map(get, u.src))))
       pos[u] = len(nodes)
       nodes.append(u)
   return (tuple(key), tuple([pos[t] for t in srcs]), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots
-
-def _post_order(root: UOp, done: dict) -> list[UOp]:
-  """The nodes under root not in `done`, children first (a walk that stops at what an earlier target already took)."""
-  if root in done: return []
-  if not root.src: return [root]
-  out: list[UOp] = []
-  seen: set[UOp] = set()
-  stack: list[tuple[UOp, bool]] = [(root, False)]
-  while stack:
-    u, expanded = stack.pop()
-    if expanded: out.append(u); continue
-    if u in seen or u in done: continue
-    seen.add(u)
-    stack.append((u, True))
-    stack.extend([(x, False) for x in reversed(u.src) if x not in seen and x not in done])
-  return out
 
 def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], slots: list[BufRef]) -> tuple | None:
   ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
