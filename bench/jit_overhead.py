@@ -50,9 +50,40 @@ measured in the same run):
   substituted in one shared walk, host copies as a memmove while the device is idle (a 400 KB batch in: 370 -> ~100
   us; loss.item(): 200-300 -> 30-50 us), a linear layer's weight gradient stored by its reduction (two cancelling
   permutes no longer force a copy kernel). The jit MLP step was seen at 0.92x PyTorch in one run (1.76 ms).
-Not reached: eager <= 20 us per op (~120-170 us: about 350 Python calls per op remain, spread over graph building,
-scheduling and launching), jit <= 3 us per kernel (3.4-5.8), MLP jit <= 1.0x (1.1-1.2x typical) and eager <= 3x, every matmul shape
->= 0.5x wall (128^3 0.08x and 257^3 0.29x are per-call overhead; 512^3 0.36-0.45x), conv2d >= 0.5x wall.
+Kernels on the submitting thread, the optimizer's update built once, multi-output kernels (main at 3c2ff4b -> this
+round, DEV=CPU, same box; before and after alternated in the same minutes; bench/train_mlp.py now interleaves eager,
+jit and PyTorch in 5 rounds of 10 steps and reports the median per-round ratio, every round's in brackets):
+
+  | run                                  | before                                  | after                                    |
+  |--------------------------------------|-----------------------------------------|------------------------------------------|
+  | train_mlp.py: eager vs PyTorch       | 7.66x (4.81-9.04), 4.71x (3.61-7.20)    | 4.38x (3.12-4.88), 4.19x (3.45-5.13)     |
+  | train_mlp.py: jit vs PyTorch         | 1.37x (1.10-1.50), 0.98x (0.83-1.61)    | 0.87x (0.56-0.91), 0.87x (0.67-0.99)     |
+  | jit_overhead.py: eager us/op         | 138, 141                                | 140, 125                                 |
+  | jit_overhead.py: jit us/kernel       | 3.62, 3.93 (21 kernels)                 | 3.78, 3.61 (20 kernels)                  |
+  | compiler_core.py: conv1 wall/kern    | 0.16x/0.87x, 0.17x/0.66x                | 0.49x/1.69x, 0.32x/1.52x                 |
+  | compiler_core.py: conv2 wall/kern    | 0.15x/0.33x, 0.14x/0.44x                | 0.24x/0.79x, 0.24x/0.69x                 |
+  | compiler_core.py: matmul 512^3 wall  | 0.29x, 0.38x                            | 0.39x, 0.59x                             |
+  | compiler_core.py: matmul 1x4096x4096 | 0.48x, 0.32x                            | 0.61x, 0.62x                             |
+  | compiler_core.py: matmul 128^3 wall  | 0.05x, 0.05x                            | 0.10x, 0.07x                             |
+  | compiler_core.py: 1024^3, 1000^3     | 0.62x/0.67x, 0.63x/0.74x                | 0.59x/0.63x, 0.64x/0.64x (unchanged)     |
+
+- the eager MLP step's kernels took 4-5 ms instead of ~1.7: the worker thread ran them split over the native pool
+  while the host thread went on building the next graph, three busy threads on two cores, and a pool thread preempted
+  holding a chunk stalled each kernel for a scheduler time slice (a 0.6 ms matmul measured 2.5-9 ms). An idle queue
+  now runs a kernel of known cost (up to 20 ms) on the submitting thread, split over the pool with it, and a jit
+  replay's chain there too; the pool's caller sleeps on a futex for the last chunk instead of spinning;
+- optimizers build their update graph with tensor ops once per structure and substitute each step's parameters,
+  gradients and state into it (4.3 ms of Python per Adam step -> ~0.5);
+- an elementwise kernel whose output the next kernel reads element for element is merged into it: Adam's m, v and
+  parameter updates are one kernel per parameter (three reads of the gradient and moments fewer);
+- an awkward-width conv row over a long reduction takes 8 output channels per tile (conv2 1.4x);
+- fewer Python calls per node and op: UOps filled in a mutable layout before becoming immutable, reshape/expand record
+  the shape they checked, op results made without Tensor.__init__'s checks, the schedule key in one walk.
+Not reached: eager <= 20 us per op (~120-140 us: about 320 Python calls per op remain, spread over graph building,
+scheduling and launching), jit <= 3 us per kernel (3.6-3.8: ~75 us of Python per replay call), MLP eager <= 3x
+(~4.2-4.4x), every matmul shape >= 0.5x wall (128^3 0.07-0.10x and 257^3 ~0.3x are the ~0.3 ms of Python around one
+matmul; 64x4096x64 ~0.3x), conv2d >= 0.5x wall (~0.25-0.5x: building and scheduling a conv is ~0.5 ms of Python).
+The jit MLP step is now at or under PyTorch's time in every round measured (0.56-0.99x).
 
 What made the difference (profiled with cProfile and pyinstrument on `(x + 1).realize()` and a 20-kernel replay):
 - the schedule cache's key is a tuple of plain tuples: building placeholder UOps (hash-consed: a weak-dictionary
