@@ -33,16 +33,16 @@ def merge_producers(items: list[ScheduleItem]) -> list[ScheduleItem]:
   if len(items) < 2: return items
   out: list[ScheduleItem | None] = list(items)
   shapes = [_shape(it) for it in items]
+  writer: dict[int, int] = {}   # id(BufRef) -> the item that writes it
   for c, cit in enumerate(items):
-    if shapes[c] is None: continue
-    for k in range(1, len(cit.bufs)):
-      ref = cit.bufs[k]
-      a = next((a for a in range(c - 1, -1, -1) if out[a] is not None and ref in [out[a].bufs[i] for i in _outputs(out[a])]), None)
-      if a is None or shapes[a] != shapes[c] or out[a].also or out[a].bufs[0] is not ref: continue
-      cur = out[c]
-      assert cur is not None
-      merged = _merge(out[a], cur, k, shapes[c], out[a + 1:c])
-      if merged is not None: out[a], out[c] = None, merged
+    if shapes[c] is not None:
+      # (a merged item's buffers start with cit's: k stays valid across merges into it)
+      for k in range(1, len(cit.bufs)):
+        ref = cit.bufs[k]
+        if (a := writer.get(id(ref))) is None or (ait := out[a]) is None or shapes[a] != shapes[c] or ait.also or ait.bufs[0] is not ref: continue
+        if (merged := _merge(ait, out[c], k, shapes[c], out[a + 1:c])) is not None:
+          out[a], out[c] = None, merged
+    for _, i in out[c].outputs(): writer[id(out[c].bufs[i])] = c
   return [it for it in out if it is not None]
 
 def _merge(ait: ScheduleItem, cit: ScheduleItem, k: int, shape: tuple[int, ...], between: list) -> ScheduleItem | None:

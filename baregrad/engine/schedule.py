@@ -18,6 +18,9 @@ from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
 from baregrad.engine.merge import merge_producers
 
+# elementwise kernels whose output the next kernel reads element for element become extra outputs of that kernel
+MERGE_OUTPUTS = True
+
 @dataclass
 class ScheduleItem:
   ast: UOp | None          # kernel AST; None for a copy between devices
@@ -205,9 +208,6 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
                            f"earlier kernel of the same schedule wrote version {w}")
     for n, i in outs:
       if n is not None and n.op is Ops.ASSIGN: written[it.bufs[i].storage] = it.bufs[i].version
-
-# elementwise kernels whose output the next kernel reads element for element become extra outputs of that kernel
-MERGE_OUTPUTS = True
 
 def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[UOp, str] | None) -> list[ScheduleItem]:
   """One kernel, or several where the device spreads a long reduction over its compute units (codegen/gridreduce).
