@@ -106,7 +106,7 @@ def test_tile_rows_are_vector_runs(device):
 
 def test_register_split_renders_chunks():
   # an 8x32 accumulator tile is 256 lanes: the LLVM IR holds 16-lane registers only, one FMA per register
-  spec = get_program(matmul(64, 64, 64), Device["CPU"].renderer, [Opt(U, 1, 32), Opt(U, 0, 8)])
+  spec = get_program(matmul(64, 64, 64), Device["CPU:LLVM"].renderer, [Opt(U, 1, 32), Opt(U, 0, 8)])
   assert "<256 x" not in spec.src and "<32 x" not in spec.src
   assert spec.src.count("call <16 x float> @llvm.fma.v16f32") == 16
 
@@ -117,8 +117,9 @@ def test_padto_rules():
   with pytest.raises(OptError, match="before splitting"): k.apply_opt(Opt(PAD, 0, 8))
 
 def _host_like(simd_lanes: int, registers: int):
+  # the LLVM renderer's vector tiles, whichever CPU variant DEV names (under DEV=CPU:C the default renderer is C)
   import copy
-  ren = copy.copy(Device["CPU"].renderer)
+  ren = copy.copy(Device["CPU:LLVM"].renderer)
   ren.simd_lanes, ren.vector_registers = simd_lanes, registers
   return ren
 
@@ -150,7 +151,7 @@ def test_short_awkward_rows_take_a_divisor_not_padding():
   rng = np.random.default_rng(0)
   x, w = rng.standard_normal((2, 1, 28, 28), dtype=np.float32), rng.standard_normal((8, 1, 3, 3), dtype=np.float32)
   out = F.conv2d(Tensor(x), Tensor(w))
-  opts = get_program(out.schedule()[-1].ast, Device["CPU"].renderer).opts
+  opts = get_program(out.schedule()[-1].ast, Device["CPU:LLVM"].renderer).opts
   assert not any(o.op is PAD for o in opts) and any(o.op is U and o.amt == 13 for o in opts), opts
   import torch
   np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
