@@ -556,3 +556,27 @@ def test_cpu_known_parallel_kernel_runs_on_the_submitting_thread():
   finally: del q.pool.run
   assert calls and all(name == threading.main_thread().name for name, _ in calls), calls
   assert max(n for _, n in calls) > 1 and q.inlined == inlined + 1, (calls, q.inlined - inlined)
+
+def test_cpu_inline_work_per_submission_is_bounded():
+  # the submitting thread runs at most INLINE_POOL_NS of expected parallel work per submission (a jit replay's
+  # chain included); the worker thread takes the rest, so a long replay does not hold the host for all of it
+  from baregrad import Tensor, jit
+  dev = Device["CPU"]
+  q = dev.engines["compute"]
+  if dev.threads == 1 or q.pool.native is None: pytest.skip("one thread or no native pool: nothing runs split inline")
+  w = Tensor.rand(128, 128, device="CPU").realize()
+  @jit
+  def f(x): return ((x @ w).relu() @ w).relu() @ w
+  def inlined_replay() -> bool:
+    x = Tensor.rand(128, 128, device="CPU").realize()
+    dev.synchronize()
+    n = q.inlined
+    y = f(x)
+    dev.synchronize()
+    np.testing.assert_allclose(y.numpy(), np.maximum(np.maximum(x.numpy() @ w.numpy(), 0) @ w.numpy(), 0) @ w.numpy(), rtol=1e-4, atol=1e-4)
+    return q.inlined > n
+  for _ in range(4): inlined_replay()   # capture, learn the kernels' costs
+  assert inlined_replay()
+  q.INLINE_POOL_NS = 0                    # no budget: the replay goes to the worker (and gives the same numbers)
+  try: assert not inlined_replay()
+  finally: del q.INLINE_POOL_NS

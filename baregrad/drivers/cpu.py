@@ -381,6 +381,7 @@ class QueueEngine:
     self.chains += 1
     self.pooled_chains += 1
     self._rescale(ws, p, q, time.perf_counter_ns() - st, expect, plans, key)
+    self.chain_expect = expect
     return q
 
   # a replay submits the same chain every time: its verdict is kept, keyed by its first launch (kernel, args) and
@@ -410,7 +411,8 @@ class QueueEngine:
     plans.pop(key, None)
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
-  INLINE_POOL_NS = 20_000_000   # up to this much (one thread's ns), a kernel runs there split over the native pool
+  INLINE_POOL_NS = 20_000_000   # up to this much work (one thread's ns) per submission runs there over the native pool
+  chain_expect = 0.0            # the expected ns of the last pooled chain run
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
 
   def unmap(self) -> None:
@@ -457,6 +459,7 @@ class QueueEngine:
     # a view of the ring, not a copy: the words stay put until this submission is finished (see _place)
     ws = memoryview((ctypes.c_uint32 * nwords).from_address(addr)).cast("B").cast("I")
     p = 0
+    budget = self.INLINE_POOL_NS   # (inline) the expected ns of parallel kernels this thread may still run for this buffer
     while p < nwords and not self.stopped:
       h = ws[p]
       op = h >> 16
@@ -487,10 +490,10 @@ class QueueEngine:
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
           cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
           if self.chain is not None and self.pool.native is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON \
-             and (q := self._pooled_chain(addr, ws, p, nwords, self.INLINE_POOL_NS)) > p:
+             and (q := self._pooled_chain(addr, ws, p, nwords, budget)) > p:
             # a run of kernels of known cost (a jit replay) in one native call, here rather than on the worker
             # thread for the reason big single kernels run here (below); the same call the worker makes
-            p = q
+            p, budget = q, budget - self.chain_expect
             if self.stopped or p >= nwords: break
             continue
           if self.chain is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
@@ -521,9 +524,10 @@ class QueueEngine:
               continue
           while True:
             if (est := cost.get(fa)) is None or est * gx > limit:
-              if est is None or est * gx > self.INLINE_POOL_NS or self.pool.native is None:
+              if est is None or est * gx > budget or self.pool.native is None:
                 self.cur = (addr, nwords, p)
                 return p
+              budget -= est * gx
               # a bigger kernel of known cost runs here too, split over the native pool (this thread working with it):
               # the pool spans every core, so handing the kernel to the worker while this thread goes on in Python
               # only puts three threads on the cores, and a pool thread preempted holding a chunk stalls the kernel
