@@ -351,13 +351,13 @@ class QueueEngine:
       self.wptr += 1
       self.doorbell.notify_all()
 
-  def _pooled_chain(self, addr: int, ws: Any, p: int, nwords: int, limit: float = float("inf")) -> int:
-    """On the worker thread: run the leading EXEC/BARRIER commands from word p whose kernels all have known costs in one
-    trampoline call (GIL released throughout), each kernel split over the native pool as pool.run would split it.
-    Returns the word offset after them (p: fewer than two such kernels, nothing ran). `limit`: the most expected ns
-    the chain may take (the host thread's inline path bounds what it runs)."""
+  def _pooled_chain(self, addr: int, ws: Any, p: int, nwords: int, limit: float = float("inf")) -> tuple[int, float]:
+    """Run the leading EXEC/BARRIER commands from word p whose kernels all have known costs in one trampoline call
+    (GIL released throughout), each kernel split over the native pool as pool.run would split it (on the worker
+    thread, or on the submitting one for an idle queue). Returns the word offset after them (p: fewer than two such
+    kernels, nothing ran) and their expected ns. `limit`: the most expected ns the chain may take."""
     pool, plans, key = self.pool, self._pool_plans, (ws[p + 1] | ws[p + 2] << 32, ws[p + 3] | ws[p + 4] << 32)
-    if (plan := self._kept_plan(plans, key, addr, p, nwords)) is not None and plan[3] > limit: return p
+    if (plan := self._kept_plan(plans, key, addr, p, nwords)) is not None and plan[3] > limit: return p, 0.0
     if plan is None:
       q, chunks, expect = p, [], 0.0
       while q + _EXEC_WORDS <= nwords and ws[q] == _EXEC_HDR:
@@ -369,10 +369,10 @@ class QueueEngine:
         expect += est * gx / nt
         q += _EXEC_WORDS
         while q < nwords and ws[q] == _BARRIER_HDR: q += 1
-      if len(chunks) < 2: return p
+      if len(chunks) < 2: return p, 0.0
       plan = self._keep_plan(plans, key, addr, p, q, (ctypes.c_int64 * len(chunks))(*chunks), expect)
     if self.chain is True: self.chain = _chain_runner()
-    if self.chain is None: return p
+    if self.chain is None: return p, 0.0
     q, arr, expect = p + plan[0], plan[2], plan[3]
     self.state, self.last_pooled = ("chain", key[0], len(arr)), arr
     st = time.perf_counter_ns()
@@ -381,8 +381,7 @@ class QueueEngine:
     self.chains += 1
     self.pooled_chains += 1
     self._rescale(ws, p, q, time.perf_counter_ns() - st, expect, plans, key)
-    self.chain_expect = expect
-    return q
+    return q, expect
 
   # a replay submits the same chain every time: its verdict is kept, keyed by its first launch (kernel, args) and
   # checked against the words byte for byte (a C compare instead of a Python pass over every kernel's cost).
@@ -412,7 +411,6 @@ class QueueEngine:
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
   INLINE_POOL_NS = 20_000_000   # up to this much work (one thread's ns) per submission runs there over the native pool
-  chain_expect = 0.0            # the expected ns of the last pooled chain run
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
 
   def unmap(self) -> None:
@@ -490,10 +488,10 @@ class QueueEngine:
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
           cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
           if self.chain is not None and self.pool.native is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON \
-             and (q := self._pooled_chain(addr, ws, p, nwords, budget)) > p:
+             and (ran := self._pooled_chain(addr, ws, p, nwords, budget))[0] > p:
             # a run of kernels of known cost (a jit replay) in one native call, here rather than on the worker
             # thread for the reason big single kernels run here (below); the same call the worker makes
-            p, budget = q, budget - self.chain_expect
+            p, budget = ran[0], budget - ran[1]
             if self.stopped or p >= nwords: break
             continue
           if self.chain is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
@@ -523,27 +521,25 @@ class QueueEngine:
               if self.stopped or p >= nwords: break
               continue
           while True:
-            if (est := cost.get(fa)) is None or est * gx > limit:
+            # a bigger kernel of known cost runs here too, split over the native pool (this thread working with it):
+            # the pool spans every core, so handing the kernel to the worker while this thread goes on in Python
+            # only puts three threads on the cores, and a pool thread preempted holding a chunk stalls the kernel
+            # for a scheduler time slice (a 0.6 ms matmul took 2.5-6 ms while the host built the next graph)
+            if (big := (est := cost.get(fa)) is None or est * gx > limit):
               if est is None or est * gx > budget or self.pool.native is None:
                 self.cur = (addr, nwords, p)
                 return p
               budget -= est * gx
-              # a bigger kernel of known cost runs here too, split over the native pool (this thread working with it):
-              # the pool spans every core, so handing the kernel to the worker while this thread goes on in Python
-              # only puts three threads on the cores, and a pool thread preempted holding a chunk stalls the kernel
-              # for a scheduler time slice (a 0.6 ms matmul took 2.5-6 ms while the host built the next graph)
-              self.state = ("exec", fa, gx)
-              self.pool.run(fa, fxns.get(fa) or fxns.setdefault(fa, _KFN(fa)), ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
-            else:
-              self.state = ("exec", fa, gx)
-              fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
-              if gx:
-                st = clock()
-                fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
-                # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
-                # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
-                t = (clock() - st) / gx
-                cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
+            self.state = ("exec", fa, gx)
+            fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
+            if big: self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
+            elif gx:
+              st = clock()
+              fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
+              # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
+              # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
+              t = (clock() - st) / gx
+              cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
             p += _EXEC_WORDS
             while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
             if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
@@ -552,7 +548,7 @@ class QueueEngine:
         self.state = ("exec", fa, gx)
         if self.chain is not None and self.pool.native is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON:
           # a run of kernels of known cost (a jit replay) in one native call, big ones split over the native pool
-          if (q := self._pooled_chain(addr, ws, p, nwords)) > p:
+          if (q := self._pooled_chain(addr, ws, p, nwords)[0]) > p:
             p = q
             if self.stopped or p >= nwords: break
             continue

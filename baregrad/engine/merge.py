@@ -71,9 +71,10 @@ def _merge(ait: ScheduleItem, cit: ScheduleItem, k: int, shape: tuple[int, ...],
   outs = [(st.src[0].arg, st) for st in stores]
   if len({o for o, _ in outs}) != len(outs): return None
   # every load of an output's memory feeds that output's store, at the element it stores
+  all_loads = [u for u in ast.toposort() if u.op is Ops.LOAD]
   for o, st in outs:
+    mine = [u for u in all_loads if u.src[0].arg == o]
+    if not mine: continue
     feeds = st.toposort()
-    for u in ast.toposort():
-      if u.op is Ops.LOAD and u.src[0].arg == o and (u not in feeds or u.src[1].arg.shape != shape or not u.src[1].arg.contiguous):
-        return None
+    if any(u not in feeds or u.src[1].arg.shape != shape or not u.src[1].arg.contiguous for u in mine): return None
   return dataclasses.replace(cit, ast=ast, bufs=bufs, also=cit.also + [(ait.srcnode, idx[0])])

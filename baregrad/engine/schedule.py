@@ -202,8 +202,9 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
   written: dict = {}
   for it in items:
     outs = it.outputs()
-    for b in it.bufs[1:] if not it.also else [b for i, b in enumerate(it.bufs) if i not in {j for _, j in outs}]:
-      if (w := written.get(b.storage)) is not None and w > b.version:
+    written_idx = {i for _, i in outs}
+    for i, b in enumerate(it.bufs):
+      if i not in written_idx and (w := written.get(b.storage)) is not None and w > b.version:
         raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "
                            f"earlier kernel of the same schedule wrote version {w}")
     for n, i in outs:

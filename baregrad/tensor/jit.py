@@ -98,10 +98,11 @@ class _Captured:
       for j, g in enumerate(l.runner.spec.bufs): slots.setdefault(l.refs[g.arg].storage, []).append((k, j))
     self.input_slots = [slots.get(s, []) for s in inputs]
     self.check_slots = [(slots.get(r.storage, []), r.device, msg) for r, msg in checks_]  # a new flag on every call
-    self.output_slots = [slots.get(kind[1], []) if kind[0] == "fresh" else [] for kind in out_kinds]
     # each fresh output storage once, with its slots (an output returned twice is one buffer)
-    seen: set[Storage] = set()
-    self.fresh_outs = [(k, sl) for k, sl in zip(out_kinds, self.output_slots) if k[0] == "fresh" and not (k[1] in seen or seen.add(k[1]))]
+    fresh: dict[Storage, tuple] = {}
+    for kind in out_kinds:
+      if kind[0] == "fresh" and kind[1] not in fresh: fresh[kind[1]] = (kind, slots.get(kind[1], []))
+    self.fresh_outs = list(fresh.values())
     self.graph = None
     devs = {l.runner.device for l in launches}
     if len(devs) == 1 and not getenv("JIT_NOGRAPH", 0):

@@ -10,6 +10,7 @@ step 1 and step 1000 are the same and compile once. The update graph is built wi
 (shapes and dtypes of what it reads, the hyperparameters that are constants in it) and later steps substitute the
 current parameters, gradients and state into it (Optimizer._cached_updates)."""
 from __future__ import annotations
+import functools
 from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.tensor.tensor import Tensor
@@ -62,10 +63,11 @@ class Optimizer:
     """One update of every parameter that has a gradient. Tensors passed in `also` (the loss, metrics) are
     realized in the same schedule, before the parameters change."""
     with_grad = [p for p in self.params if p.grad is not None]
+    leaves = self._leaves(with_grad) if with_grad and _templated(type(self)) else None
     # what the update reads (the gradients among it) is built before the new values, so none of it reads them: write
     # need not search the backward graph for them
-    before = [t.uop for t in self._leaves(with_grad) or ()] if with_grad else []
-    pairs = self._cached_updates(with_grad) if with_grad else []
+    before = [t.uop for t in leaves] if leaves else []
+    pairs = self._cached_updates(with_grad, leaves) if with_grad else []
     grads = [p.grad for p in with_grad]
     assign_all(pairs, also=[*also, *grads], before=before)  # gradients realized first, kept on p.grad
 
@@ -85,12 +87,8 @@ class Optimizer:
   def _replayed(self, params: list[Tensor]) -> None:
     """The host-side effects of _updates, for a step that substitutes into a template instead of calling it."""
 
-  def _cached_updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
-    # a subclass that writes its own _updates (and no _structure beside it) may read tensors and hyperparameters
-    # that _leaves and _structure do not name: built every step
-    owner = lambda name: next(c for c in type(self).__mro__ if name in c.__dict__)
-    if not issubclass(owner("_structure"), owner("_updates")): return self._updates(params)
-    leaves = self._leaves(params)
+  def _cached_updates(self, params: list[Tensor], leaves: list[Tensor] | None) -> list[tuple[Tensor, Tensor]]:
+    """The update's pairs; `leaves`: self._leaves(params), None where the update is not templated (_templated)."""
     # each leaf gets its own placeholder: the same tensor in two roles would make one
     if leaves is None or len({id(t) for t in leaves}) != len(leaves): return self._updates(params)
     key = (len(params), tuple((t.shape, t.dtype) for t in leaves), self._structure())
@@ -115,6 +113,13 @@ class Optimizer:
     else: self._templates[key] = None   # a target that is not a leaf: built by tensor ops every step
     memo = dict(zip(holders, real))
     return [(t, Tensor(v.uop.substitute(memo, memo), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs]
+
+@functools.lru_cache(maxsize=None)
+def _templated(cls: type) -> bool:
+  """Whether cls's update may be built once per structure: a subclass that writes its own _updates (and no
+  _structure beside it) may read tensors and hyperparameters that _leaves and _structure do not name."""
+  owner = lambda name: next(c for c in cls.__mro__ if name in c.__dict__)
+  return issubclass(owner("_structure"), owner("_updates"))
 
 class SGD(Optimizer):
   def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0, weight_decay: float = 0.0,
