@@ -568,6 +568,29 @@ def test_matmul_int_and_empty():
   check(lambda x, y: x @ y, rnd((3, 0)), rnd((0, 2)), grad=False)
   check(lambda x, y: x @ y, rnd((0, 4)), rnd((4, 2)), grad=False)
 
+@pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 6)),
+                                   ((7, 8), (8, 1)), ((1, 8), (8, 3)), ((2, 3, 4), (2, 4, 5))])
+def test_matmul_fast_path_builds_the_general_graph(sa, sb, monkeypatch):
+  """Float matmuls of 2+ axes build their graph from UOps directly (tensor._matmul_fast): the nodes must be the
+  general path's (hash-consed, so the same objects), with its gradients."""
+  import baregrad.tensor.tensor as T
+  x, w = Tensor(rnd(sa, seed=3), requires_grad=True), Tensor(rnd(sb, seed=4), requires_grad=True)
+  assert T._matmul_fast(x, w) is not None
+  fast = x @ w
+  monkeypatch.setattr(T, "_matmul_fast", lambda a, b: None)
+  general = x @ w
+  assert fast.uop is general.uop and fast.requires_grad and fast.shape == general.shape
+  fast.sum().backward()
+  gx, gw = x.grad.numpy(), w.grad.numpy()
+  x.grad = w.grad = None
+  general.sum().backward()
+  np.testing.assert_array_equal(gx, x.grad.numpy())
+  np.testing.assert_array_equal(gw, w.grad.numpy())
+
+def test_matmul_fast_path_errors():
+  with pytest.raises(RuntimeError, match="do not broadcast"): Tensor.ones(2, 3, 4) @ Tensor.ones(3, 4, 5)
+  with pytest.raises(RuntimeError, match="inner dimensions"): Tensor.ones(3, 4) @ Tensor.ones(5, 4)
+
 # ---------------------------------------------------------------- creation
 def test_creation():
   pairs = [

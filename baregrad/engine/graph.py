@@ -101,29 +101,36 @@ class ShapeError(RuntimeError): pass  # a shape mismatch: RuntimeError, as in Py
 def shape_of(u: UOp) -> tuple[int, ...]:
   """u's shape, inferred once per node and kept in its `_shape` slot (a UOp is immutable: so is its shape)."""
   if (s := u._shape) is not None: return s
-  # post-order over the nodes whose shape is not known yet (stop at known ones: building a chain stays O(n))
-  stack: list[tuple[UOp, bool]] = [(u, False)]
+  # post-order over the nodes whose shape is not known yet (stop at known ones: building a chain stays O(n)); the
+  # graphs autograd and the scheduler build are inferred here node by node, so this loop is kept tight
+  stack: list[UOp] = [u]
   while stack:
-    n, ready = stack.pop()
-    if n._shape is not None: continue
-    if ready: object.__setattr__(n, "_shape", _shape(n)); continue
-    stack.append((n, True))
-    stack.extend((x, False) for x in n.src if x._shape is None)
+    n = stack[-1]
+    if n._shape is not None: stack.pop(); continue
+    if (pending := [x for x in n.src if x._shape is None]): stack += pending; continue
+    stack.pop()
+    object.__setattr__(n, "_shape", _shape(n))
   return u._shape
 
+_SAME_SHAPE = frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH})
+_MOVES = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad", Ops.SHRINK: "shrink", Ops.FLIP: "flip"}
+
 def _shape(u: UOp) -> tuple[int, ...]:
-  if u.op is Ops.BUFFER: return (u.arg.size,)
-  if u.op in GroupOp.Movement: return moved_shape(u.src[0]._shape, u.op.name.lower(), u.arg)   # (no view built)
-  if u.op is Ops.CONST or u.op is Ops.DEFINE_VAR: return ()
-  if u.op is Ops.REDUCE_AXIS:
-    s = u.src[0]._shape
-    return tuple(1 if i in u.arg[1] else x for i, x in enumerate(s))
-  if u.op is Ops.ASSIGN: return u.src[0]._shape
-  if u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH):
-    shapes = {s._shape for s in u.src}
-    if len(shapes) != 1: raise ShapeError(f"{u.op.name} of sources with different shapes {sorted(shapes)}")
-    return shapes.pop()
-  raise ShapeError(f"no shape for {u.op}")
+  op = u.op
+  if op in _SAME_SHAPE:
+    src = u.src
+    s = src[0]._shape
+    for x in src:
+      if x._shape != s: raise ShapeError(f"{op.name} of sources with different shapes {sorted({x._shape for x in src})}")
+    return s
+  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)   # (no view built)
+  if op is Ops.BUFFER: return (u.arg.size,)
+  if op is Ops.CONST or op is Ops.DEFINE_VAR: return ()
+  if op is Ops.REDUCE_AXIS:
+    axes = u.arg[1]
+    return tuple([1 if i in axes else x for i, x in enumerate(u.src[0]._shape)])
+  if op is Ops.ASSIGN: return u.src[0]._shape
+  raise ShapeError(f"no shape for {op}")
 
 def movement_st(st: ShapeTracker, u: UOp) -> ShapeTracker:
   """st with the movement u applied."""

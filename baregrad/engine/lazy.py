@@ -86,30 +86,38 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
   found: list[tuple[UOp, UOp, str]] = []
   registry = checks.registry
   todo = list(srcs)
-  get = pos.__getitem__
-  while todo:
-    # children first: a node stays on the stack until its sources have positions (a DAG: each is taken once)
-    stack = [todo.pop(0)]
+  ti = 0
+  while ti < len(todo):
+    # children first: a node goes back on the stack under its sources that have no position yet (a DAG: each node
+    # gets one); this loop runs for every node of every eager realize, so it is kept tight
+    stack = [todo[ti]]
+    ti += 1
     while stack:
-      u = stack[-1]
-      if u in pos: stack.pop(); continue
-      if (pending := [s for s in u.src if s not in pos]):
-        stack += pending[::-1]
-        continue
-      stack.pop()
-      op = u.op
-      if op not in _CACHEABLE: return None
-      if registry and (e := registry.get(id(u))) is not None and e[0]() is u:
-        for p, m in e[1]: found.append((u, p, m)); todo.append(p)
-      if op is Ops.BUFFER:
-        ref = u.arg
-        if ref.stale: return None
-        if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
-        first = storage_of.setdefault(id(ref.storage), k)
-        key.append((op, u.dtype, k, first, ref.device, ref.size))
-      else: key.append((op, u.dtype, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple(map(get, u.src))))
-      pos[u] = len(nodes)
-      nodes.append(u)
+      u = stack.pop()
+      if u in pos: continue
+      src = u.src
+      for s in src:
+        if s not in pos:
+          stack.append(u)
+          stack += [x for x in reversed(src) if x not in pos]
+          break
+      else:
+        op = u.op
+        if op not in _CACHEABLE: return None
+        if registry and (e := registry.get(id(u))) is not None and e[0]() is u:
+          for p, m in e[1]: found.append((u, p, m)); todo.append(p)
+        if op is Ops.BUFFER:
+          ref = u.arg
+          st = ref.storage
+          if ref.version < st.version: return None   # (stale: the full path raises)
+          if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
+          first = storage_of.setdefault(id(st), k)
+          key.append((op, u.dtype, k, first, st.device, st.size))
+        else:
+          a = u.arg
+          key.append((op, u.dtype, _argkey(a) if isinstance(a, _KEYED) else a, tuple([pos[x] for x in src])))
+        pos[u] = len(nodes)
+        nodes.append(u)
   return (tuple(key), tuple([pos[t] for t in srcs]), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots
 
 def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], slots: list[BufRef]) -> tuple | None:

@@ -108,10 +108,16 @@ class HWQueue:
     if self.cmds[i].kind != kind: raise ValueError(f"command {i} is a {self.cmds[i].kind}, not a {kind}")
   def _put(self, i: int, name: str, value: int) -> None:
     c = self.cmds[i]
-    off, n, *hi_first = c.fields[name]
-    off += c.start
-    if value < 0 or value >= 1 << (32 * n): raise ValueError(f"{name}={value} does not fit in {32 * n} bits")
-    for j in range(n): self.words[off + j] = (value >> (32 * (n - 1 - j if hi_first and hi_first[0] else j))) & 0xFFFFFFFF
+    f = c.fields[name]
+    off, n, hi_first = f[0] + c.start, f[1], len(f) > 2 and f[2]
+    if value < 0 or value >> (32 * n): raise ValueError(f"{name}={value} does not fit in {32 * n} bits")
+    w = self.words
+    if n == 1: w[off] = value
+    elif n == 2:   # (every address and timeline value: a graph replay patches two of them)
+      if hi_first: w[off], w[off + 1] = value >> 32, value & 0xFFFFFFFF
+      else: w[off], w[off + 1] = value & 0xFFFFFFFF, value >> 32
+    else:
+      for j in range(n): w[off + j] = (value >> (32 * (n - 1 - j if hi_first else j))) & 0xFFFFFFFF
 
   # --- what a driver implements: return (words, {field: (offset in command, nwords)})
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]: raise NotImplementedError

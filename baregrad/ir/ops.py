@@ -70,6 +70,17 @@ class UOpMeta(type):
     _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
     return ret
 
+def make_keyed(op: Ops, dtype: DType, src: tuple, arg: Any, argkey: Any) -> UOp:
+  """UOp(op, dtype, src, arg) for a builder that kept the node's `_argkey(arg)` (or arg itself) and knows src is a
+  tuple of UOps (tensor/recipe.py replays recorded nodes): the hash-consed node, without recomputing either."""
+  key = (op, dtype, tuple(map(id, src)), argkey)
+  if (r := _ucache.get(key)) is not None and (hit := r()) is not None: return hit
+  ret = _new(_UOpSlots)
+  ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape = op, dtype, src, arg, None, None
+  ret.__class__ = UOp
+  _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))
+  return ret
+
 _KEYED = (float, tuple)   # the args _argkey may change; any other arg is its own key
 
 def _argkey(arg: Any) -> Any:

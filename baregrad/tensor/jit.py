@@ -26,6 +26,9 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
 from baregrad.ir.ops import Ops
+from baregrad.tensor.tensor import Tensor, _all_grad_tensors, _tensor_of
+from baregrad.tensor import live
+from baregrad.tensor.inplace import realize_all_lazy, prepare_write
 
 class JitError(RuntimeError): pass
 
@@ -49,7 +52,6 @@ class _Capture:
 
 def _leaves(x: Any) -> list:
   """The tensors in x (nested tuples, lists and dicts), in order."""
-  from baregrad.tensor.tensor import Tensor
   if isinstance(x, Tensor): return [x]
   if isinstance(x, (tuple, list)): return [t for v in x for t in _leaves(v)]
   if isinstance(x, dict): return [t for _, v in sorted(x.items(), key=lambda kv: repr(kv[0])) for t in _leaves(v)]
@@ -57,7 +59,6 @@ def _leaves(x: Any) -> list:
 
 def _rebuild(x: Any, it: Any) -> Any:
   """x with each tensor replaced by next(it), in _leaves order."""
-  from baregrad.tensor.tensor import Tensor
   if isinstance(x, Tensor): return next(it)
   if isinstance(x, (tuple, list)): return type(x)(_rebuild(v, it) for v in x)
   if isinstance(x, dict):
@@ -68,7 +69,6 @@ def _rebuild(x: Any, it: Any) -> Any:
 def _tensor_sig(t: Any) -> tuple: return ("T", t.shape, t.dtype, t.device, bool(t.requires_grad))
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
-  from baregrad.tensor.tensor import Tensor
   def sig(a: Any) -> Any:
     if isinstance(a, Tensor): return _tensor_sig(a)
     if isinstance(a, (tuple, list)): return (type(a).__name__, tuple(sig(v) for v in a))
@@ -146,7 +146,6 @@ class jit:
   def reset(self) -> None: self.calls.clear(); self.captured.clear(); self.eager_only.clear()
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
-    from baregrad.tensor.tensor import Tensor
     if getenv("JIT", 1) == 0: return self.fn(*args, **kwargs)
     if not kwargs and all(type(a) is Tensor for a in args):
       # the common call, f(x, y): the same key and inputs _signature and _leaves make, without their recursion
@@ -173,9 +172,6 @@ class jit:
   def _name(self) -> str: return getattr(self.fn, "__name__", "fn")
 
   def _capture(self, key: tuple, args: tuple, kwargs: dict, ins: list) -> Any:
-    from baregrad.tensor.tensor import Tensor, _all_grad_tensors
-    from baregrad.tensor import live
-    from baregrad.tensor.inplace import realize_all_lazy
     # the recording must start from buffers: an outside value it reads is never recomputed from state it changes
     realize_all_lazy()
     for t in ins: t._realized()
@@ -232,8 +228,6 @@ class jit:
     return out
 
   def _replay(self, cap: _Captured, ins: list) -> Any:
-    from baregrad.tensor.tensor import Tensor
-    from baregrad.tensor.inplace import prepare_write
     in_bufs = [t._realized() for t in ins]
     written_in = [_storage(ins[i]) for i in cap.written_inputs]
     if cap.state or written_in:   # (a replay that updates nothing in place has no reader to compute first)
@@ -263,15 +257,14 @@ class jit:
       else:
         if (t := made.get(k[1])) is None:
           r = fresh[k[1]]
-          made[k[1]] = t = Tensor(lazy.buffer_view(r, k[2]), device=k[4])
+          made[k[1]] = t = _tensor_of(lazy.buffer_view(r, k[2]), k[4])
           r.storage.owner = weakref.ref(t)
         outs.append(t)
-    return _rebuild(cap.out_template, iter(outs))
+    return outs[0] if type(cap.out_template) is Tensor else _rebuild(cap.out_template, iter(outs))
 
 def _adopt_owners(orphans: set[Storage]) -> None:
   """A storage whose owner is gone but that a live tensor still names whole (`Tensor.ones(1).reshape(())` keeps the
   reshape, not the tensor realized into it) belongs to that tensor now."""
-  from baregrad.tensor import live
   for st in orphans:
     if (ts := [t for t in live.viewers(st) if not base_of(t.uop).arg.stale]): st.owner = weakref.ref(ts[0])
 

@@ -76,6 +76,47 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     out.append(big.pop() if big else 1)
   return tuple(out)
 
+def _tensor_of(u: UOp, device: str) -> Tensor:
+  """Tensor(u, device=device) for a node the caller built on that (canonical) device: without the argument checks."""
+  t = _object_new(Tensor)
+  t.uop, t.device, t.grad, t.requires_grad = u, device, None, None
+  live.track(t)
+  return t
+
+def _node(op: Ops, dtype: DType, srcs: tuple, arg: Any, shape: tuple[int, ...]) -> UOp:
+  u = UOp(op, dtype, srcs, arg)
+  set_shape(u, shape)
+  return u
+
+def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
+  """x @ w for two float tensors of one dtype with at least 2 axes: the graph the general path builds (the same
+  hash-consed nodes), made from UOps directly instead of through eight intermediate tensors and their checks (a
+  matmul's graph cost ~125 us of Python that way). None where the general path must decide (1-D promotion, casts,
+  an empty or length-1 reduction, a one-element result)."""
+  xs, ws = x.shape, w.shape
+  dt = x.uop.dtype
+  if len(xs) < 2 or len(ws) < 2 or w.uop.dtype is not dt or (dt is not dtypes.float32 and dt is not dtypes.float64): return None
+  n, k, m = xs[-2], xs[-1], ws[-1]
+  if k < 2 or w.device != x.device: return None
+  bx, bw = xs[:-2], ws[:-2]
+  batch = bx if bx == bw else broadcast_shape(bx, bw)   # (raises for batch axes that do not broadcast, as the general path)
+  full = batch + (n, m, k)
+  if prod(full) // k <= 1: return None
+  # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> its transpose (..., m, k) -> (..., 1, m, k); both to `full`
+  xu = _node(Ops.RESHAPE, dt, (x.uop,), bx + (n, 1, k), bx + (n, 1, k))
+  wt = permute_uop(w.uop, tuple(range(len(bw))) + (len(bw) + 1, len(bw)))
+  if wt._shape is None: set_shape(wt, bw + (m, k))
+  wu = _node(Ops.RESHAPE, dt, (wt,), bw + (1, m, k), bw + (1, m, k))
+  def to_full(u: UOp) -> UOp:   # (what _bcast does: leading ones, then the expand)
+    if len(s := u._shape) < len(full): u = _node(Ops.RESHAPE, dt, (u,), (1,) * (len(full) - len(s)) + s, (1,) * (len(full) - len(s)) + s)
+    return u if u._shape == full else _node(Ops.EXPAND, dt, (u,), full, full)
+  nd = len(full)
+  xu, wu = to_full(xu), to_full(wu)
+  prodn = _node(Ops.MUL, dt, (xu, wu), None, full)
+  red = _node(Ops.REDUCE_AXIS, dt, (prodn,), (Ops.ADD, (nd - 1,)), full[:-1] + (1,))
+  out = _node(Ops.RESHAPE, dt, (red,), full[:-1], full[:-1])
+  return x._new(out, requires_grad=True if (x.requires_grad or w.requires_grad) else None)
+
 class ValuesIndices(NamedTuple):
   """(values, indices) as PyTorch's torch.return_types (max, min, cummax, ...): unpacks like a tuple, or by name."""
   values: Tensor
@@ -241,7 +282,12 @@ class Tensor:
     return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def _realized(self) -> Buffer:
     """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
-    u = lazy.substitute_realized(self.uop)
+    u = self.uop
+    if u.op is Ops.RESHAPE and (b := u.src[0]).op is Ops.BUFFER or (b := u).op is Ops.BUFFER:
+      # a whole buffer (a jit's input, a realized tensor): nothing to substitute or compute
+      if b.arg.stale: raise stale_error(b.arg)
+      return b.arg.ensure()
+    u = lazy.substitute_realized(u)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
       from baregrad.tensor.inplace import bind
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
@@ -1230,6 +1276,7 @@ class Tensor:
     if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape} (both arguments need at least 1 dimension)")
     if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
       raise RuntimeError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
+    if (fast := _matmul_fast(x, w)) is not None: return fast
     xv = x.unsqueeze(0) if x.ndim == 1 else x
     wv = w.unsqueeze(-1) if w.ndim == 1 else w
     d = promote(x.dtype, w.dtype)

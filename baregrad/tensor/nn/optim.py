@@ -7,16 +7,16 @@ kernels and parameters keep their identity and their buffers (what a captured ji
 
 Hyperparameters that change per step (Adam's bias corrections) live in small device tensors, so the kernels of
 step 1 and step 1000 are the same and compile once. The update graph is built with tensor ops once per structure
-(shapes and dtypes of what it reads, the hyperparameters that are constants in it) and later steps substitute the
-current parameters, gradients and state into it (Optimizer._cached_updates)."""
+(shapes and dtypes of what it reads, the hyperparameters that are constants in it) and later steps rebuild it over the
+current parameters, gradients and state (Optimizer._cached_updates)."""
 from __future__ import annotations
 import functools
 from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.inplace import write, buffer_ref
-from baregrad.engine.graph import BufRef
-from baregrad.engine.lazy import buffer_view
+from baregrad.tensor.tensor import _tensor_of
+from baregrad.tensor.recipe import Recipe, placeholder
 from baregrad.tensor.nn.module import is_frozen
 
 def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), before: Sequence[Any] = ()) -> None:
@@ -77,7 +77,7 @@ class Optimizer:
   # per parameter every step (a third of an eager training step's host time); its structure depends only on the
   # shapes and dtypes of what it reads and on the hyperparameters below. So it is built once over placeholders (the
   # tensors it reads, their values swapped for unallocated buffers of the same shape and dtype) and each later step
-  # substitutes the current values for the placeholders: the same graph, a few hundred nodes rebuilt.
+  # rebuilds it over the current values (tensor/recipe.py): the same graph, a few hundred nodes built from a list.
   def _leaves(self, params: list[Tensor]) -> list[Tensor] | None:
     """Every tensor _updates reads (shared ones first, then per parameter), in a fixed order; None: not cached."""
     return None
@@ -85,7 +85,7 @@ class Optimizer:
     """The hyperparameters (and host state) that change the update graph's structure, not only values in it."""
     return ()
   def _replayed(self, params: list[Tensor]) -> None:
-    """The host-side effects of _updates, for a step that substitutes into a template instead of calling it."""
+    """The host-side effects of _updates, for a step that rebuilds a template instead of calling it."""
 
   def _cached_updates(self, params: list[Tensor], leaves: list[Tensor] | None) -> list[tuple[Tensor, Tensor]]:
     """The update's pairs; `leaves`: self._leaves(params), None where the update is not templated (_templated)."""
@@ -95,13 +95,13 @@ class Optimizer:
     if key not in self._templates: return self._build_template(key, params, leaves)
     if (tmpl := self._templates[key]) is None: return self._updates(params)
     self._replayed(params)
-    holders, targets, values = tmpl
-    memo = {h: t.uop for h, t in zip(holders, leaves)}
-    return [(leaves[i], Tensor(v.substitute(memo, memo), device=leaves[i].device)) for i, v in zip(targets, values)]
+    recipe, targets = tmpl
+    values = recipe.build([t.uop for t in leaves])
+    return [(leaves[i], _tensor_of(v, leaves[i].device)) for i, v in zip(targets, values)]
 
   def _build_template(self, key: tuple, params: list[Tensor], leaves: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
     real = [t.uop for t in leaves]
-    holders = [buffer_view(BufRef(t.device, t.numel(), t.dtype), t.shape) for t in leaves]
+    holders = [placeholder(t) for t in leaves]
     try:
       for t, h in zip(leaves, holders): t.uop = h
       pairs = self._updates(params)   # (its host-side effects happen here, once, for this step)
@@ -109,8 +109,12 @@ class Optimizer:
       for t, u in zip(leaves, real): t.uop = u
     index = {id(t): i for i, t in enumerate(leaves)}
     if all(id(t) in index for t, _ in pairs) and all(isinstance(v, Tensor) for _, v in pairs):
-      self._templates[key] = (holders, [index[id(t)] for t, _ in pairs], [v.uop for _, v in pairs])
-    else: self._templates[key] = None   # a target that is not a leaf: built by tensor ops every step
+      # (a buffer the update reads that is not a leaf stays in the recipe as it is)
+      recipe = Recipe.record([v.uop for _, v in pairs], holders, keep_buffers=True)
+      assert recipe is not None
+      self._templates[key] = (recipe, [index[id(t)] for t, _ in pairs])
+      return [(t, _tensor_of(v, t.device)) for (t, _), v in zip(pairs, recipe.build(real))]
+    self._templates[key] = None   # a target that is not a leaf: built by tensor ops every step
     memo = dict(zip(holders, real))
     return [(t, Tensor(v.uop.substitute(memo, memo), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs]
 

@@ -1,0 +1,101 @@
+"""Graph recipes: code whose graph depends only on what it reads' shapes, dtypes, devices and gradient flags and on
+its other arguments (a convolution, a loss, an optimizer's update) records the nodes it builds once, over placeholder
+inputs; later calls build those nodes over the real inputs directly, without the code's intermediate tensors,
+argument checks and shape arithmetic (a convolution's graph: ~1500 Python calls through tensor methods, ~20 node
+builds here), and with each node's shape known (no inference later).
+
+The rebuilt graph is the code's graph: nodes are hash-consed, so a replay returns the very nodes the code would
+build, with one case taken care of: a permute of an input that is itself a permute folds into one node
+(engine.graph.permute_uop), which the placeholders (buffers) could not show. A graph that reads a buffer besides the
+inputs (the code realized or loaded something) is not recorded by `recorded` (such calls run the function every
+time); the optimizer's template keeps such a node as it is. Bounds checks registered on the graph's nodes
+(engine/checks.py) are registered again on the rebuilt nodes."""
+from __future__ import annotations
+from typing import Any, Callable, Sequence
+from baregrad.helpers import getenv
+from baregrad.ir.ops import UOp, Ops, make_keyed, _argkey, _KEYED
+from baregrad.engine import checks
+from baregrad.engine.graph import BufRef, shape_of, set_shape, permute_uop
+from baregrad.engine.lazy import buffer_view
+from baregrad.tensor.grad_mode import is_grad_enabled
+
+class Recipe:
+  """The nodes between some leaves and some roots, in build order: (op, dtype, arg, its hash-consing key, sources,
+  shape), a source >= 0 being a node's index and -1 - i leaf i; or (None, node) for a node kept as it is."""
+  __slots__ = ("nodes", "roots", "found")
+  def __init__(self, nodes: list[tuple], roots: list[int], found: list[tuple[int, int, str]]) -> None:
+    self.nodes, self.roots, self.found = nodes, roots, found
+
+  @staticmethod
+  def record(roots: Sequence[UOp], leaves: Sequence[UOp], keep_buffers: bool = False) -> Recipe | None:
+    """The recipe of roots over leaves (distinct nodes). A BUFFER that is not a leaf: kept as it is with keep_buffers,
+    else None (not recordable)."""
+    idx: dict[UOp, int] = {u: -1 - i for i, u in enumerate(leaves)}
+    nodes: list[tuple] = []
+    found: list[tuple[UOp, UOp, str]] = []
+    todo = list(roots)
+    while todo:
+      stack = [todo.pop()]
+      while stack:   # post-order: a node after its sources
+        u = stack[-1]
+        if u in idx: stack.pop(); continue
+        if u.op is Ops.BUFFER:
+          if not keep_buffers: return None   # reads memory besides its inputs
+          stack.pop()
+          nodes.append((None, u))
+          idx[u] = len(nodes) - 1
+          continue
+        if (pending := [s for s in u.src if s not in idx]): stack += pending; continue
+        stack.pop()
+        nodes.append((u.op, u.dtype, u.arg, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple([idx[s] for s in u.src]), shape_of(u)))
+        idx[u] = len(nodes) - 1
+        if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
+          for p, m in e[1]: found.append((u, p, m)); todo.append(p)
+    return Recipe(nodes, [idx[r] for r in roots], [(idx[n], idx[p], m) for n, p, m in found])
+
+  def build(self, leaves: Sequence[UOp]) -> list[UOp]:
+    """The roots' nodes over these leaves (same shapes and dtypes as the recorded ones), checks registered."""
+    made: list[UOp] = []
+    for op, dt, *rest in self.nodes:
+      if op is None: made.append(dt); continue   # (a kept node)
+      arg, akey, srcs, shape = rest
+      ss = tuple([made[i] if i >= 0 else leaves[-1 - i] for i in srcs])
+      u = permute_uop(ss[0], arg) if op is Ops.PERMUTE else make_keyed(op, dt, ss, arg, akey)
+      if u._shape is None: set_shape(u, shape)
+      made.append(u)
+    for n, p, m in self.found: checks.add(made[n], made[p], m)
+    return [made[r] if r >= 0 else leaves[-1 - r] for r in self.roots]
+
+def placeholder(t: Any) -> UOp:
+  """A node of t's shape, dtype and device over memory of its own (never allocated): what recipes are recorded over."""
+  return buffer_view(BufRef(t.device, t.numel(), t.dtype), t.shape)
+
+RECIPES_MAX = 1024
+# key -> (recipe, the output's requires_grad), or None where the function's graph cannot be recorded
+_recipes: dict[tuple, tuple | None] = {}
+
+def _record(fn: Callable[..., Any], tensors: Sequence[Any]) -> tuple | None:
+  from baregrad.tensor.tensor import Tensor
+  ph = [None if t is None else Tensor(placeholder(t), device=t.device, requires_grad=bool(t.requires_grad) or None) for t in tensors]
+  out = fn(*ph)
+  leaves = [p.uop for p in ph if p is not None]
+  if not isinstance(out, Tensor) or out.uop in leaves: return None
+  r = Recipe.record([out.uop], leaves)
+  return None if r is None else (r, out.requires_grad)
+
+def recorded(name: str, fn: Callable[..., Any], tensors: Sequence[Any], params: tuple) -> Any:
+  """fn(*tensors), a Tensor, with its graph built from the recipe kept for (name, each tensor's shape, dtype, device
+  and gradient flag (None stays None), params, the grad mode, BOUNDS). `params` must hold every other argument fn's
+  graph and its errors depend on; fn must read its tensors only through tensor ops (not their values)."""
+  key = (name, tuple(None if t is None else (t.shape, t.dtype, t.device, bool(t.requires_grad)) for t in tensors), params,
+         is_grad_enabled(), getenv("BOUNDS", 1))
+  if (r := _recipes.get(key, False)) is False:
+    r = _record(fn, tensors)
+    if len(_recipes) >= RECIPES_MAX: _recipes.clear()
+    _recipes[key] = r
+  if r is None: return fn(*tensors)
+  rec, rg = r
+  out = rec.build([t.uop for t in tensors if t is not None])[0]
+  t = next(t for t in tensors if t is not None)._new(out)
+  t.requires_grad = rg   # (the flag the function's output had: the key holds the inputs' flags and the grad mode)
+  return t

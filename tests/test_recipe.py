@@ -1,0 +1,80 @@
+"""Graph recipes (tensor/recipe.py): a recorded function's replay builds the nodes the function builds."""
+import numpy as np
+import pytest
+from baregrad import Tensor, dtypes, no_grad
+import baregrad.tensor.functional as F
+from baregrad.tensor import recipe
+from baregrad.engine import checks
+
+def _direct(monkeypatch):
+  """recorded() that always runs the function (the graph a call builds without recipes)."""
+  monkeypatch.setattr(F, "recorded", lambda name, fn, tensors, params: fn(*tensors))
+
+def _inputs(kind: str, shape: tuple, seed: int) -> Tensor:
+  a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+  if kind == "buffer": return Tensor(a).realize()
+  if kind == "permuted": return Tensor(np.ascontiguousarray(np.swapaxes(a, -1, -2))).realize().transpose(-1, -2)
+  return Tensor(a) * 2 + 1   # a graph
+
+@pytest.mark.parametrize("kind", ["buffer", "permuted", "graph"])
+@pytest.mark.parametrize("stride,padding,groups", [(1, 0, 1), (2, 1, 1), (1, "same", 2)])
+def test_conv_replay_builds_the_functions_nodes(kind, stride, padding, groups, monkeypatch):
+  x, w, b = _inputs(kind, (2, 4, 9, 9), 1), _inputs("buffer", (6, 4 // groups, 3, 3), 2), _inputs("buffer", (6,), 3)
+  outs = [F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups) for _ in range(2)]  # (record, then replay)
+  assert any(k[0] == "convnd" and k[1][0][0] == (2, 4, 9, 9) and v is not None for k, v in recipe._recipes.items())
+  _direct(monkeypatch)
+  ref = F.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+  assert outs[0].uop is ref.uop and outs[1].uop is ref.uop
+
+def test_conv_replay_gradients_and_flags(monkeypatch):
+  xs = [Tensor(np.random.default_rng(i).standard_normal((2, 3, 8, 8)).astype(np.float32), requires_grad=True) for i in range(3)]
+  w = Tensor(np.random.default_rng(9).standard_normal((5, 3, 3, 3)).astype(np.float32), requires_grad=True)
+  grads = []
+  for x in xs:
+    out = F.conv2d(x, w, padding=1)
+    assert out.requires_grad
+    out.square().sum().backward()
+    grads.append((x.grad.numpy(), w.grad.numpy()))
+    w.grad = None
+  with no_grad(): assert not F.conv2d(xs[0], w).requires_grad
+  _direct(monkeypatch)
+  for x, (gx, gw) in zip(xs[1:], grads[1:]):
+    x.grad = None
+    F.conv2d(x, w, padding=1).square().sum().backward()
+    np.testing.assert_array_equal(gx, x.grad.numpy())
+    np.testing.assert_array_equal(gw, w.grad.numpy())
+    w.grad = None
+
+def test_permute_of_a_permuted_input_folds_as_the_function_would():
+  y = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3)).realize()
+  fn = lambda a: a.permute(1, 0) * 2
+  recipe.recorded("test-permute", fn, (y.T,), ())
+  out = recipe.recorded("test-permute", fn, (y.T,), ())
+  assert out.uop is fn(y.T).uop and out.uop.src[0].op is not recipe.Ops.PERMUTE   # the two permutes cancel
+  np.testing.assert_array_equal(out.numpy(), np.arange(6, dtype=np.float32).reshape(2, 3) * 2)
+
+def test_recipe_keyed_by_arguments_and_shapes():
+  x, w = Tensor.ones(1, 1, 6, 6), Tensor.ones(1, 1, 3, 3)
+  assert F.conv2d(x, w).shape == (1, 1, 4, 4) and F.conv2d(x, w, stride=2).shape == (1, 1, 2, 2)
+  assert F.conv2d(x, w, padding=1).shape == (1, 1, 6, 6) and F.conv2d(Tensor.ones(1, 1, 8, 8), w).shape == (1, 1, 6, 6)
+  np.testing.assert_array_equal(F.conv2d(x, w, stride=2).numpy(), np.full((1, 1, 2, 2), 9, np.float32))
+  with pytest.raises(RuntimeError, match="channels"): F.conv2d(Tensor.ones(1, 2, 6, 6), w)   # errors still raised
+
+def test_graph_reading_another_buffer_is_not_recorded():
+  side = Tensor([1.0, 2.0]).realize()
+  fn = lambda a: a + side
+  key_name = "test-side-buffer"
+  assert recipe.recorded(key_name, fn, (Tensor([1.0, 1.0]),), ()).tolist() == [2.0, 3.0]
+  side = Tensor([10.0, 20.0]).realize()   # fn reads the new one: nothing recorded the old buffer
+  assert recipe.recorded(key_name, fn, (Tensor([1.0, 1.0]),), ()).tolist() == [11.0, 21.0]
+  assert [v for k, v in recipe._recipes.items() if k[0] == key_name] == [None]
+
+def test_cross_entropy_replay_keeps_its_bounds_check(monkeypatch):
+  logits = Tensor(np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32))
+  ok = Tensor(np.array([0, 1, 4, 2]))
+  a, b = F.cross_entropy(logits, ok), F.cross_entropy(logits, ok)   # record, replay
+  assert a.uop is b.uop
+  with pytest.raises(checks.IndexOutOfBounds, match="out of bounds"):
+    F.cross_entropy(logits, Tensor(np.array([0, 7, 1, 2]))).item()   # replayed: the check is registered again
+  _direct(monkeypatch)
+  assert F.cross_entropy(logits, ok).uop is a.uop
