@@ -78,3 +78,68 @@ def test_cross_entropy_replay_keeps_its_bounds_check(monkeypatch):
     F.cross_entropy(logits, Tensor(np.array([0, 7, 1, 2]))).item()   # replayed: the check is registered again
   _direct(monkeypatch)
   assert F.cross_entropy(logits, ok).uop is a.uop
+
+def _mlp_loss(seed: int, w1: Tensor, w2: Tensor) -> Tensor:
+  rng = np.random.default_rng(seed)
+  x, y = Tensor(rng.standard_normal((8, 6)).astype(np.float32)), Tensor(rng.integers(0, 4, 8))
+  return F.cross_entropy((x @ w1.T).relu().softmax(-1) @ w2.T * 2 - 1, y)
+
+def test_backward_replays_the_gradient_graph_of_a_loss_structure(monkeypatch):
+  """loss.backward() rebuilds the gradient graph recorded for the loss graph's structure (tensor/autograd.py
+  _recipe_gradient): the nodes compute_gradient derives, for every step's new input buffers."""
+  from baregrad.tensor import autograd
+  w1, w2 = Tensor(np.ones((5, 6), np.float32) * 0.1, requires_grad=True), Tensor(np.ones((4, 5), np.float32) * 0.2, requires_grad=True)
+  calls = []
+  orig = autograd.compute_gradient
+  monkeypatch.setattr(autograd, "compute_gradient", lambda *a: calls.append(1) or orig(*a))
+  got = []
+  for seed in range(3):
+    w1.grad = w2.grad = None
+    loss = _mlp_loss(seed, w1, w2)
+    loss.backward()
+    got.append((w1.grad.uop, w2.grad.uop, w1.grad.numpy(), w2.grad.numpy()))
+    want = orig(loss.uop, Tensor.full((), 1.0).uop, {w1.uop, w2.uop})
+    assert got[-1][0] is want[w1.uop] and got[-1][1] is want[w2.uop]
+  assert len(calls) == 1   # derived once (the first step); the next two rebuilt
+  assert not np.array_equal(got[0][2], got[1][2])   # (different data, different gradients)
+
+def test_backward_with_a_gradient_or_another_structure_derives_it():
+  w = Tensor(np.ones((3,), np.float32), requires_grad=True)
+  (w * Tensor([1.0, 2.0, 3.0])).sum().backward()
+  np.testing.assert_array_equal(w.grad.numpy(), [1, 2, 3])
+  w.grad = None
+  (w * Tensor([1.0, 2.0, 3.0])).backward(Tensor([1.0, 0.0, 2.0]))   # an explicit gradient: not from a recipe
+  np.testing.assert_array_equal(w.grad.numpy(), [1, 0, 6])
+  w.grad = None
+  ((w * Tensor([1.0, 2.0, 3.0])).sum() * 3).backward()   # another structure: its own recipe
+  np.testing.assert_array_equal(w.grad.numpy(), [3, 6, 9])
+
+@pytest.mark.parametrize("call", [lambda t: t.relu(), lambda t: t.silu(), lambda t: t.sigmoid(), lambda t: t.gelu(approximate="tanh"),
+                                  lambda t: t.softmax(0), lambda t: t.softmax(dim=1), lambda t: t.log_softmax(-1), lambda t: t.logsumexp(1, keepdim=True),
+                                  lambda t: t.softplus(beta=2.0), lambda t: t.leaky_relu(0.2), lambda t: t.tanh()])
+@pytest.mark.parametrize("rg", [False, True])
+def test_method_recipes_build_the_methods_nodes(call, rg, monkeypatch):
+  """Activations and softmaxes (method_recipe) rebuild the graph their code builds, gradient terms (with_grad) included."""
+  import baregrad.tensor.tensor as T
+  x = Tensor(np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32) * 3, requires_grad=rg)
+  outs = [call(x) for _ in range(2)]
+  assert outs[0].uop is outs[1].uop and outs[1].requires_grad == (rg or None)
+  if rg:
+    outs[1].square().sum().backward()
+    g, x.grad = x.grad.numpy(), None
+  monkeypatch.setattr(recipe, "recorded", lambda name, fn, tensors, params: fn(*tensors))
+  direct = call(x)
+  assert direct.uop is outs[0].uop
+  if rg:
+    direct.square().sum().backward()
+    np.testing.assert_array_equal(g, x.grad.numpy())
+
+def test_method_recipe_keyed_by_arguments():
+  x = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+  a, b = x.softmax(0).numpy(), x.softmax(1).numpy()
+  assert not np.allclose(a, b)
+  np.testing.assert_allclose(a.sum(0), 1, rtol=1e-6)
+  np.testing.assert_allclose(b.sum(1), 1, rtol=1e-6)
+  np.testing.assert_allclose(x.leaky_relu(0.5).numpy(), x.leaky_relu(0.5).numpy())
+  with pytest.raises(RuntimeError, match="approximate"): x.gelu(approximate="bad")
+  with pytest.raises(IndexError): x.softmax(3)

@@ -281,6 +281,9 @@ class QueueEngine:
   def __init__(self, dev: CPUDevice, name: str, ring_bytes: int = 1 << 20, nentries: int = 4096) -> None:
     self.dev, self.name, self.ring_bytes, self.nentries = dev, name, ring_bytes, nentries
     self.ring = host_map(ring_bytes)
+    # the ring as bytes: a submission is copied in by a slice assignment, which holds the GIL (ctypes.memmove gives it
+    # up and takes it back, a wait of its own when another thread wants it)
+    self._ring_mv = memoryview((ctypes.c_char * ring_bytes).from_address(self.ring)).cast("B")
     self.entries = (ctypes.c_uint64 * (2 * nentries)).from_address(host_map(_pages(16 * nentries)))
     self.wptr = self.rptr = 0             # submissions written by the host / finished by the worker
     self.inlined = 0                      # submissions run whole on the submitting thread (see _submit)
@@ -324,8 +327,8 @@ class QueueEngine:
         if self.fault or time.perf_counter() > deadline:
           raise RuntimeError(f"{self.dev.device} {self.name} queue: no ring space for {nbytes} bytes\n{self.dev.queue_state()}")
         self.doorbell.wait(0.05)
-    addr, buf_addr = self.ring + off, words.buffer_info()[0]
-    ctypes.memmove(addr, buf_addr, nbytes)
+    addr = self.ring + off
+    self._ring_mv[off:off + nbytes] = memoryview(words).cast("B")
     done, reserved = 0, False
     if self.rptr == self.wptr and self.inline:
       # an idle queue: this thread plays the hardware, reading the same words from the ring in order (nothing is queued

@@ -40,7 +40,7 @@ def substitute_realized(u: UOp) -> UOp:
   if not realized_map: return u
   if (v := realized(u)) is not None: return v
   hits = {n: v for n in u.toposort() if n in realized_map and (v := realized(n)) is not None}
-  return u.substitute(hits) if hits else u
+  return u.substitute(hits, same_shapes=True) if hits else u   # (a buffer view has the shape of what it holds)
 
 def _substitute_all(uops: list[UOp]) -> list[UOp]:
   """substitute_realized of each, with one walk over the graphs they share."""
@@ -55,7 +55,7 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
       seen.add(n)
       if n in realized_map and (v := realized(n)) is not None: hits[n] = v
       else: stack.extend(n.src)
-  return [u.substitute(hits) for u in uops] if hits else list(uops)
+  return [u.substitute(hits, same_shapes=True) for u in uops] if hits else list(uops)
 
 # ---- schedules cached by graph structure: eager code builds the same small graph over new buffers again and again
 # (x + 1 on each new x, every op of a training step), and cutting it into kernels costs far more than running them.

@@ -33,9 +33,24 @@ class CompiledRunner:
     self._scalar: CompiledRunner | None = None
     # per argument: (buffer number, element type, elements it may touch, its dtype for errors), read on every launch
     self._args = [(g.arg, g.dtype.base.scalar, self.need.get(g.arg, 0), g.dtype.base) for g in spec.bufs]
+    # a launch that needs no per-call alignment or variable handling, and the buffers it needs
+    self._plain, self._nbufs = not spec.align and not spec.vars, max((g.arg for g in spec.bufs), default=-1) + 1
+    self._gs, self._ls = spec.global_size, spec.local_size
 
   def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
     """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
+    if self._plain and not wait and len(bufs) >= self._nbufs:
+      # the common launch: each argument checked in one expression, the program called directly (the general path
+      # below names what is wrong)
+      raw = []
+      dev = self.device
+      for arg, dt, need, _ in self._args:
+        b = bufs[arg]
+        if b.device != dev or (b.dtype is not dt and b.dtype.scalar != dt) or b.size < need: break
+        if b._buf is None: b.allocate()
+        raw.append(b._buf)
+      else:
+        if DEBUG() < 1: return self.prg(*raw, global_size=self._gs, local_size=self._ls)
     raw = []
     for arg, dt, need, want in self._args:
       if arg >= len(bufs): raise ValueError(f"kernel {self.spec.name} uses buffer {arg} but only {len(bufs)} were given")

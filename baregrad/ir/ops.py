@@ -132,21 +132,24 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
       for s in reversed(u.src):
         if s not in out: stack.append((s, False))
     return out
-  def substitute(self, mapping: dict[UOp, UOp], memo: dict[UOp, UOp] | None = None) -> UOp:
+  def substitute(self, mapping: dict[UOp, UOp], memo: dict[UOp, UOp] | None = None, same_shapes: bool = False) -> UOp:
     """self with the nodes of `mapping` replaced. `memo` (node -> its substitution, mapping's entries included) may be
-    kept by a caller substituting several roots: each walk stops at the nodes an earlier one did."""
+    kept by a caller substituting several roots: each walk stops at the nodes an earlier one did. `same_shapes`: each
+    replacement has the tensor shape of what it replaces (a buffer read for the expression it computed), so a rebuilt
+    node keeps its old node's shape (engine.graph.shape_of's slot) instead of having it inferred again."""
     if not mapping: return self
     if memo is None: memo = dict(mapping)
-    stack: list[tuple[UOp, bool]] = [(self, False)]
-    while stack:
-      u, ready = stack.pop()
-      if u in memo: continue
-      if ready:
-        nsrc = tuple(memo[x] for x in u.src)
-        memo[u] = u if nsrc == u.src else u.replace(src=nsrc)
-        continue
-      stack.append((u, True))
-      stack.extend((x, False) for x in u.src if x not in memo)
+    stack: list[UOp] = [self]
+    while stack:   # post-order: a node stays on the stack until its sources are done
+      u = stack[-1]
+      if u in memo: stack.pop(); continue
+      if (pending := [x for x in u.src if x not in memo]): stack += pending; continue
+      stack.pop()
+      nsrc = tuple([memo[x] for x in u.src])
+      if nsrc == u.src: memo[u] = u
+      else:
+        memo[u] = n = UOp(u.op, u.dtype, nsrc, u.arg)
+        if same_shapes and n._shape is None and u._shape is not None: object.__setattr__(n, "_shape", u._shape)
     return memo[self]
   def sparents(self) -> set[UOp]: return set(self.toposort())
 

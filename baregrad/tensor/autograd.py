@@ -3,18 +3,19 @@ from __future__ import annotations
 import math, weakref
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.engine.graph import shape_of, device_of, stale_error, permute_uop
+from baregrad.engine.graph import shape_of, set_shape, device_of, stale_error, permute_uop, broadcast_const
+from baregrad.engine import lazy
 
 def _c(like: UOp, v: float) -> UOp:
   """A constant broadcast to like's shape."""
-  shape = shape_of(like)
-  c = UOp.const(like.dtype, v)
-  if not shape: return c
-  return UOp(Ops.EXPAND, like.dtype, (UOp(Ops.RESHAPE, like.dtype, (c,), (1,) * len(shape)),), shape)
+  return broadcast_const(UOp.const(like.dtype, v), shape_of(like))
 
 def _alu(op: Ops, *src: UOp) -> UOp:
   dt = dtypes.bool if op in GroupOp.Comparison else src[-1].dtype
-  return UOp(op, dt, src)
+  u = UOp(op, dt, src)
+  # the sources' common shape, where they agree (else shape_of raises naming them, when compute_gradient asks)
+  if u._shape is None and (s := src[0]._shape) is not None and all(x._shape == s for x in src): set_shape(u, s)
+  return u
 
 def _expand_to(g: UOp, shape: tuple[int, ...]) -> UOp: return g if shape_of(g) == shape else UOp(Ops.EXPAND, g.dtype, (g,), shape)
 
@@ -117,6 +118,30 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
       grads[src] = _alu(Ops.ADD, grads[src], g) if src in grads else g
   return {t: grads[t] for t in targets if t in grads}
 
+# the gradient graphs of loss.backward() calls, by the loss graph's structure (its schedule key: engine/lazy.py _abstract)
+# and which of its nodes are targets: an eager training loop builds the same loss graph over new buffers every step,
+# and deriving its gradient node by node costs more than rebuilding the recorded result (tensor/recipe.py). The key
+# holds every node's op, dtype, argument and sources and every buffer's place, size and device: all a gradient rule
+# reads. The root's gradient is the constant 1 of the loss's shape and dtype, which the key fixes too.
+GRAD_RECIPES_MAX = 256
+_grad_recipes: dict[tuple, tuple | None] = {}
+
+def _recipe_gradient(root: UOp, root_grad: UOp, targets: set[UOp], ab: tuple) -> dict[UOp, UOp]:
+  from baregrad.tensor.recipe import Recipe
+  key, pos, nodes, _ = ab
+  tpos = tuple(sorted(pos[t] for t in targets))
+  rkey = (key, tpos)
+  if (rec := _grad_recipes.get(rkey, False)) is False:
+    grads = compute_gradient(root, root_grad, targets)
+    have = [p for p in tpos if nodes[p] in grads]
+    r = Recipe.record([grads[nodes[p]] for p in have], nodes)   # (every node of the loss graph is a leaf)
+    if len(_grad_recipes) >= GRAD_RECIPES_MAX: _grad_recipes.clear()
+    _grad_recipes[rkey] = None if r is None else (r, have)
+    return grads
+  if rec is None: return compute_gradient(root, root_grad, targets)
+  r, have = rec
+  return dict(zip([nodes[p] for p in have], r.build(nodes)))
+
 # tensors whose graph a backward() without retain_graph went through: PyTorch frees that graph, so a second backward
 # through it raises. (Tracked per tensor, not per node: hash-consing makes a rebuilt expression the same nodes.)
 _freed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
@@ -126,6 +151,7 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
   if _freed.get(id(loss)) is loss:
     raise RuntimeError("Trying to backward through the graph a second time: the first backward() freed it. Specify "
                        "retain_graph=True in the first backward() if you need to backward through it again")
+  implicit = gradient is None
   if gradient is None:
     if loss.numel() != 1: raise RuntimeError(f"backward() without a gradient needs a scalar (one-element) tensor, got shape {loss.shape}")
     if not dtypes.is_float(loss.dtype): raise RuntimeError(f"backward() needs a float tensor, got {loss.dtype}")
@@ -134,13 +160,16 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
   if not loss.requires_grad:
     raise RuntimeError(f"backward(): this tensor (shape {loss.shape}) does not require grad: no tensor with requires_grad=True contributes to it")
   leaves = [t for t in list(_all_grad_tensors.values()) if t.requires_grad]
-  nodes = set(loss.uop.toposort())
+  # loss.backward(): the gradient graph from the recipe kept for the loss graph's structure, where it has a key
+  ab = lazy._abstract([loss.uop]) if implicit else None
+  nodes = ab[1] if ab is not None else set(loss.uop.toposort())
   targets = {t.uop for t in leaves if t.uop in nodes}
   if not targets:
     # the leaves were overwritten in place since the graph was built (their tensors read newer versions now)
     if (stale := next((u.arg for u in nodes if u.op is Ops.BUFFER and u.arg.stale), None)) is not None: raise stale_error(stale)
     raise RuntimeError("backward(): no tensor with requires_grad=True contributes to this tensor")
-  grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
+  if ab is not None: grads = _recipe_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets, ab)
+  else: grads = compute_gradient(loss.uop, gradient.cast(loss.dtype).uop, targets)
   if not retain_graph: _freed[id(loss)] = loss
   for t in leaves:
     if t.uop not in grads: continue

@@ -12,7 +12,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote
 from baregrad.tensor.tensor import Tensor, _axis
 from baregrad.tensor.bounds import checked
-from baregrad.tensor.recipe import recorded
+from baregrad.tensor.recipe import recorded, param_key
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -607,17 +607,11 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
 
 def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, nsp: int, name: str) -> Tensor:
   # (the graph is recorded once per shapes and arguments: tensor/recipe.py; arguments that cannot key it run as they are)
-  try: params = (_hashable(stride), _hashable(padding), _hashable(dilation), _hashable(groups), nsp, name)
+  try: params = (param_key(stride), param_key(padding), param_key(dilation), param_key(groups), nsp, name)
   except TypeError: params = None
   if params is None or not isinstance(x, Tensor) or not isinstance(w, Tensor) or not (bias is None or isinstance(bias, Tensor)):
     return _convnd_build(x, w, bias, stride, padding, dilation, groups, nsp, name)
   return recorded("convnd", lambda x_, w_, b_: _convnd_build(x_, w_, b_, stride, padding, dilation, groups, nsp, name), (x, w, bias), params)
-
-def _hashable(v: Any) -> Any:
-  """v as a key: lists become tuples; a type is kept beside the value (stride 2 and 2.0 may be told apart)."""
-  if isinstance(v, (list, tuple)): return (type(v).__name__,) + tuple(_hashable(e) for e in v)
-  hash(v)
-  return (type(v).__name__, v)
 
 def _convnd_build(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, nsp: int, name: str) -> Tensor:
   if w.ndim != nsp + 2: raise RuntimeError(f"{name}: weight must have {nsp + 2} dimensions (out_channels, in_channels/groups, *kernel), got shape {w.shape}")
@@ -1050,7 +1044,7 @@ def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, s
   """Cross entropy of logits (N, C, ...) or (C,) against class indices or class probabilities (PyTorch's formulas,
   label smoothing and class weights included)."""
   # (the graph is recorded once per shapes and arguments: tensor/recipe.py)
-  try: params = tuple(_hashable(v) for v in (size_average, ignore_index, reduce, reduction, label_smoothing))
+  try: params = tuple(param_key(v) for v in (size_average, ignore_index, reduce, reduction, label_smoothing))
   except TypeError: params = None
   if params is None or not isinstance(input, Tensor) or not isinstance(target, Tensor) or not (weight is None or isinstance(weight, Tensor)):
     return _cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)

@@ -141,7 +141,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), befo
     seen.add(id(ref.storage))
     new = ref.storage.next_ref()
     walked = v.uop in memo   # an earlier value's walk went through this one
-    src = v.uop.substitute(done, memo)
+    src = v.uop.substitute(done, memo, same_shapes=True)   # (an ASSIGN or its reshape has the shape of the value it writes)
     if shape_of(src) != (ref.size,): src = UOp(Ops.RESHAPE, src.dtype, (src,), (ref.size,))
     a = UOp(Ops.ASSIGN, t.dtype, (buffer_uop(new), src))
     done[v.uop] = a if shape_of(v.uop) == (ref.size,) else UOp(Ops.RESHAPE, a.dtype, (a,), v.shape)

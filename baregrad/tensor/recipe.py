@@ -11,6 +11,7 @@ inputs (the code realized or loaded something) is not recorded by `recorded` (su
 time); the optimizer's template keeps such a node as it is. Bounds checks registered on the graph's nodes
 (engine/checks.py) are registered again on the rebuilt nodes."""
 from __future__ import annotations
+import functools
 from typing import Any, Callable, Sequence
 from baregrad.helpers import getenv
 from baregrad.ir.ops import UOp, Ops, make_keyed, _argkey, _KEYED
@@ -21,16 +22,17 @@ from baregrad.tensor.grad_mode import is_grad_enabled
 
 class Recipe:
   """The nodes between some leaves and some roots, in build order: (op, dtype, arg, its hash-consing key, sources,
-  shape), a source >= 0 being a node's index and -1 - i leaf i; or (None, node) for a node kept as it is."""
-  __slots__ = ("nodes", "roots", "found")
-  def __init__(self, nodes: list[tuple], roots: list[int], found: list[tuple[int, int, str]]) -> None:
-    self.nodes, self.roots, self.found = nodes, roots, found
+  shape), a source being an index into the leaves followed by the nodes built so far; or (None, node, ...) for a node
+  kept as it is."""
+  __slots__ = ("nodes", "roots", "found", "nleaves")
+  def __init__(self, nodes: list[tuple], roots: list[int], found: list[tuple[int, int, str]], nleaves: int) -> None:
+    self.nodes, self.roots, self.found, self.nleaves = nodes, roots, found, nleaves
 
   @staticmethod
   def record(roots: Sequence[UOp], leaves: Sequence[UOp], keep_buffers: bool = False) -> Recipe | None:
     """The recipe of roots over leaves (distinct nodes). A BUFFER that is not a leaf: kept as it is with keep_buffers,
     else None (not recordable)."""
-    idx: dict[UOp, int] = {u: -1 - i for i, u in enumerate(leaves)}
+    idx: dict[UOp, int] = {u: i for i, u in enumerate(leaves)}
     nodes: list[tuple] = []
     found: list[tuple[UOp, UOp, str]] = []
     todo = list(roots)
@@ -42,29 +44,29 @@ class Recipe:
         if u.op is Ops.BUFFER:
           if not keep_buffers: return None   # reads memory besides its inputs
           stack.pop()
-          nodes.append((None, u))
-          idx[u] = len(nodes) - 1
+          idx[u] = len(leaves) + len(nodes)
+          nodes.append((None, u, None, None, None, None))
           continue
         if (pending := [s for s in u.src if s not in idx]): stack += pending; continue
         stack.pop()
+        idx[u] = len(leaves) + len(nodes)
         nodes.append((u.op, u.dtype, u.arg, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple([idx[s] for s in u.src]), shape_of(u)))
-        idx[u] = len(nodes) - 1
         if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
           for p, m in e[1]: found.append((u, p, m)); todo.append(p)
-    return Recipe(nodes, [idx[r] for r in roots], [(idx[n], idx[p], m) for n, p, m in found])
+    return Recipe(nodes, [idx[r] for r in roots], [(idx[n], idx[p], m) for n, p, m in found], len(leaves))
 
   def build(self, leaves: Sequence[UOp]) -> list[UOp]:
     """The roots' nodes over these leaves (same shapes and dtypes as the recorded ones), checks registered."""
-    made: list[UOp] = []
-    for op, dt, *rest in self.nodes:
-      if op is None: made.append(dt); continue   # (a kept node)
-      arg, akey, srcs, shape = rest
-      ss = tuple([made[i] if i >= 0 else leaves[-1 - i] for i in srcs])
-      u = permute_uop(ss[0], arg) if op is Ops.PERMUTE else make_keyed(op, dt, ss, arg, akey)
-      if u._shape is None: set_shape(u, shape)
-      made.append(u)
+    made = list(leaves)   # (the leaves, then each node built: what a recorded source index names)
+    get, add, PERMUTE, keyed, setattr_ = made.__getitem__, made.append, Ops.PERMUTE, make_keyed, object.__setattr__
+    for op, dt, arg, akey, srcs, shape in self.nodes:
+      if op is None: add(dt); continue   # (a kept node)
+      ss = tuple(map(get, srcs))
+      u = permute_uop(ss[0], arg) if op is PERMUTE else keyed(op, dt, ss, arg, akey)
+      if u._shape is None: setattr_(u, "_shape", shape)   # (engine.graph.set_shape, inline: this loop is the point)
+      add(u)
     for n, p, m in self.found: checks.add(made[n], made[p], m)
-    return [made[r] if r >= 0 else leaves[-1 - r] for r in self.roots]
+    return [made[r] for r in self.roots]
 
 def placeholder(t: Any) -> UOp:
   """A node of t's shape, dtype and device over memory of its own (never allocated): what recipes are recorded over."""
@@ -99,3 +101,22 @@ def recorded(name: str, fn: Callable[..., Any], tensors: Sequence[Any], params: 
   t = next(t for t in tensors if t is not None)._new(out)
   t.requires_grad = rg   # (the flag the function's output had: the key holds the inputs' flags and the grad mode)
   return t
+
+def param_key(v: Any) -> Any:
+  """v as part of a recipe's key: lists become tuples, and each value keeps its type beside it (2, 2.0 and True are
+  equal as keys but may build different graphs). TypeError where v cannot be a key."""
+  if isinstance(v, (list, tuple)): return (type(v).__name__,) + tuple(param_key(e) for e in v)
+  hash(v)
+  return (type(v).__name__, v)
+
+def method_recipe(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+  """Decorator for a Tensor method whose graph depends only on its tensor's shape, dtype, device and gradient flag and
+  on its other (hashable) arguments: the graph is built from a recipe after the first call (`recorded`)."""
+  def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def method(self: Any, *args: Any, **kw: Any) -> Any:
+      try: params = (tuple([param_key(a) for a in args]), tuple(sorted((k, param_key(v)) for k, v in kw.items())) if kw else ())
+      except TypeError: return fn(self, *args, **kw)
+      return recorded(name, lambda t: fn(t, *args, **kw), (self,), params)
+    return method
+  return deco

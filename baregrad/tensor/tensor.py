@@ -12,6 +12,7 @@ from baregrad.engine import lazy, checks
 from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled
 from baregrad.tensor.gradfn import with_grad
+from baregrad.tensor.recipe import method_recipe
 
 ShapeLike = int | Sequence[int]
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
@@ -942,6 +943,7 @@ class Tensor:
   def tan(self) -> Tensor:
     """Tangent: sin / cos."""
     return self.sin() / self.cos()
+  @method_recipe("sigmoid")
   def sigmoid(self) -> Tensor:
     """1 / (1 + exp(-x)), from exp(-|x|) so nothing overflows; gradient s (1 - s), finite for any x."""
     x = self._float()
@@ -950,10 +952,12 @@ class Tensor:
     r = (1 + e).reciprocal()
     s = (xd >= 0).where(r, e * r)
     return with_grad(s, (x, s * (1 - s)))
+  @method_recipe("tanh")
   def tanh(self) -> Tensor:
     """Hyperbolic tangent, accurate near 0 (through expm1); gradient 1 - tanh^2, finite for any x."""
     from baregrad.tensor.mathfn import tanh
     return tanh(self)
+  @method_recipe("relu")
   def relu(self) -> Tensor:
     """max(x, 0); as PyTorch: NaN and -0.0 stay, the gradient at 0 is 0."""
     if not dtypes.is_float(self.dtype): return (self > 0).where(self, self.zeros_like_uop())
@@ -962,9 +966,11 @@ class Tensor:
   def zeros_like_uop(self) -> Tensor:
     """A zero constant broadcast to this tensor's shape (a view of one constant: no buffer)."""
     return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
+  @method_recipe("leaky_relu")
   def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
     """x for x > 0, neg_slope * x elsewhere (gradient neg_slope at 0, as PyTorch)."""
     return (self > 0).where(self, self * neg_slope)
+  @method_recipe("elu")
   def elu(self, alpha: float = 1.0) -> Tensor:
     """x for x > 0, alpha (exp(x) - 1) elsewhere; the exponential sees only x <= 0, so no inf * 0 reaches the gradient."""
     pos = self > 0
@@ -976,6 +982,7 @@ class Tensor:
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
     pos = self > 0
     return pos.where(self, alpha * (pos.where(0.0, self) / alpha).expm1())
+  @method_recipe("erf")
   def erf(self) -> Tensor:
     """Error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); gradient 2/sqrt(pi) exp(-x^2)."""
     x = self._float()
@@ -983,6 +990,7 @@ class Tensor:
     t = 1.0 / (1.0 + 0.3275911 * xd.abs())
     y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(xd * xd)).exp()
     return with_grad(xd.sign() * y, (x, (2 / math.sqrt(math.pi)) * (-(xd * xd)).exp()))
+  @method_recipe("gelu")
   def gelu(self, approximate: str = "none") -> Tensor:
     """x * Phi(x) with the erf form, or approximate='tanh' for the tanh formula."""
     if approximate not in ("none", "tanh"): raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
@@ -991,13 +999,16 @@ class Tensor:
   def quick_gelu(self) -> Tensor:
     """x * sigmoid(1.702 x)."""
     return self * (self * 1.702).sigmoid()
+  @method_recipe("silu")
   def silu(self) -> Tensor:
     """x * sigmoid(x)."""
     return self * self.sigmoid()
   swish = silu
+  @method_recipe("mish")
   def mish(self) -> Tensor:
     """x * tanh(softplus(x))."""
     return self * self.softplus().tanh()
+  @method_recipe("softplus")
   def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta x)) / beta, x itself where beta x > threshold; gradient sigmoid(beta x) (1 past the threshold)."""
     x = self._float()
@@ -1196,6 +1207,7 @@ class Tensor:
   def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """True where every element over dim is non-zero (bool)."""
     return self.logical_not().any(dim, keepdim).logical_not()
+  @method_recipe("logsumexp")
   def logsumexp(self, dim: Any = None, keepdim: bool = False) -> Tensor:
     """log(sum(exp(x))) over dim, computed after subtracting the maximum (no overflow)."""
     x = self._float()
@@ -1206,12 +1218,14 @@ class Tensor:
   def squeeze_axes(self, axes: tuple[int, ...]) -> Tensor:
     """The given size-1 axes removed."""
     return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+  @method_recipe("softmax")
   def softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
     """exp(x) / sum(exp(x)) along dim (axis= accepted too); ints compute in the default float dtype."""
     dim = dim if axis is None else axis
     x = self.cast(dtype) if dtype else self._float()
     e = (x - x.amax(dim, keepdim=True).detach()).exp()
     return e / e.sum(dim, keepdim=True)
+  @method_recipe("log_softmax")
   def log_softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
     """x - logsumexp(x) along dim (axis= accepted too), computed after subtracting the maximum."""
     dim = dim if axis is None else axis

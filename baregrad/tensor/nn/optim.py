@@ -116,7 +116,7 @@ class Optimizer:
       return [(t, _tensor_of(v, t.device)) for (t, _), v in zip(pairs, recipe.build(real))]
     self._templates[key] = None   # a target that is not a leaf: built by tensor ops every step
     memo = dict(zip(holders, real))
-    return [(t, Tensor(v.uop.substitute(memo, memo), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs]
+    return [(t, Tensor(v.uop.substitute(memo, memo, same_shapes=True), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs]
 
 @functools.lru_cache(maxsize=None)
 def _templated(cls: type) -> bool:
