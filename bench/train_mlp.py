@@ -2,7 +2,7 @@
 """Training-step time of an MLP (784-256-10, batch 128, Adam by default) in baregrad vs PyTorch on the CPU, measured
 in one run on the same data and weights; then the eager per-op cost (build + realize one tiny elementwise op).
 
-  python bench/train_mlp.py [--rounds 5] [--steps 10] [--bs 128] [--hidden 256] [--opt adam|sgd] [--threads N]
+  python bench/train_mlp.py [--rounds 15] [--steps 10] [--bs 128] [--hidden 256] [--opt adam|sgd] [--threads N]
 
 Prints ms/step for each and the ratio baregrad/PyTorch: the workloads run in interleaved rounds (eager, jit, PyTorch
 with 1 and all threads), each round gives a ratio against the faster PyTorch setting, and the median is reported
@@ -87,7 +87,7 @@ def bench_eager_op(n: int = 200) -> tuple[float, float]:
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--steps", type=int, default=10, help="steps per round")
-  ap.add_argument("--rounds", type=int, default=5)
+  ap.add_argument("--rounds", type=int, default=15)
   ap.add_argument("--bs", type=int, default=128)
   ap.add_argument("--hidden", type=int, default=256)
   ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")

@@ -143,3 +143,16 @@ def test_method_recipe_keyed_by_arguments():
   np.testing.assert_allclose(x.leaky_relu(0.5).numpy(), x.leaky_relu(0.5).numpy())
   with pytest.raises(RuntimeError, match="approximate"): x.gelu(approximate="bad")
   with pytest.raises(IndexError): x.softmax(3)
+
+def test_small_constant_subgraphs_are_kept_large_ones_rebuilt():
+  """A node that reads no input is kept by the recipe (not rebuilt per call) when it is small: a kept node lives as
+  long as the recipe, and a realize of an equal graph maps its buffer to it."""
+  fn = lambda a: (a * Tensor.arange(4).float()).reshape(4, 1) + Tensor.arange(4 * 512).float().reshape(4, 512)
+  leaf = Tensor(recipe.placeholder(Tensor.ones(4)))
+  r = recipe.Recipe.record([fn(leaf).uop], [leaf.uop])
+  kept = [e[1] for e in r.nodes if e[0] is None]
+  assert kept and all(int(np.prod(recipe.shape_of(u))) <= recipe.Recipe.KEEP_ELEMENTS for u in kept)
+  built = [e for e in r.nodes if e[0] is not None]
+  assert any(int(np.prod(e[5])) > recipe.Recipe.KEEP_ELEMENTS for e in built)   # the 4x512 range: rebuilt each time
+  y = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
+  assert r.build([y.uop])[0] is fn(y).uop

@@ -13,7 +13,7 @@ time); the optimizer's template keeps such a node as it is. Bounds checks regist
 from __future__ import annotations
 import functools
 from typing import Any, Callable, Sequence
-from baregrad.helpers import getenv
+from baregrad.helpers import getenv, prod as helpers_prod
 from baregrad.ir.ops import UOp, Ops, make_keyed, _argkey, _KEYED
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, set_shape, permute_uop
@@ -53,7 +53,36 @@ class Recipe:
         nodes.append((u.op, u.dtype, u.arg, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple([idx[s] for s in u.src]), shape_of(u)))
         if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
           for p, m in e[1]: found.append((u, p, m)); todo.append(p)
-    return Recipe(nodes, [idx[r] for r in roots], [(idx[n], idx[p], m) for n, p, m in found], len(leaves))
+    return Recipe._compact(nodes, [idx[r] for r in roots], [(idx[n], idx[p], m) for n, p, m in found], len(leaves), idx)
+
+  # a small node that reads no leaf (a constant, an arange, a broadcast of a few elements) is kept as it is rather than
+  # rebuilt every time: most of a loss's graph is such. Small only: a kept node lives as long as the recipe, and so
+  # does what a realize of an equal graph maps to it (lazy.realized_map)
+  KEEP_ELEMENTS = 1024
+
+  @staticmethod
+  def _compact(nodes: list[tuple], roots: list[int], found: list[tuple[int, int, str]], nleaves: int, idx: dict) -> Recipe:
+    by_index = {i: u for u, i in idx.items()}
+    reads_leaf = [True] * nleaves
+    for op, _, _, _, srcs, _ in nodes: reads_leaf.append(op is None or any(reads_leaf[i] for i in srcs))
+    checked = {n for n, _, _ in found}
+    keep = [False] * nleaves + [not reads_leaf[nleaves + j] and e[0] is not None and nleaves + j not in checked and
+                                helpers_prod(e[5]) <= Recipe.KEEP_ELEMENTS for j, e in enumerate(nodes)]
+    # the nodes still built: those the roots and checks reach without passing through a kept node
+    need, todo = set(), [*roots, *(n for n, _, _ in found), *(p for _, p, _ in found)]
+    while todo:
+      i = todo.pop()
+      if i < nleaves or i in need: continue
+      need.add(i)
+      if not keep[i]: todo.extend(nodes[i - nleaves][4])
+    remap = list(range(nleaves))
+    out: list[tuple] = []
+    for j, e in enumerate(nodes):
+      i = nleaves + j
+      remap.append(nleaves + len(out))
+      if i not in need: continue
+      out.append((None, by_index[i], None, None, None, None) if keep[i] else (*e[:4], tuple([remap[k] for k in e[4]]), e[5]))
+    return Recipe(out, [remap[r] for r in roots], [(remap[n], remap[p], m) for n, p, m in found], nleaves)
 
   def build(self, leaves: Sequence[UOp]) -> list[UOp]:
     """The roots' nodes over these leaves (same shapes and dtypes as the recorded ones), checks registered."""
