@@ -24,9 +24,14 @@ def _np_dtype(d: DType) -> Any:
   if d == dtypes.bfloat16: return np.uint16
   return np.dtype(torch_name(d) if d != dtypes.bool else "bool")
 
+_NP_DTYPES: dict[Any, DType] = {}   # NumPy dtype -> DType (a dtype's .name is computed in Python on every read)
+
 def _from_np_dtype(d: np.dtype) -> DType:
-  try: return dtypes.from_name(np.dtype(d).name)
+  if (r := _NP_DTYPES.get(d)) is not None: return r
+  try: r = dtypes.from_name(np.dtype(d).name)
   except ValueError: raise TypeError(f"NumPy dtype {d} has no baregrad dtype") from None
+  if isinstance(d, np.dtype): _NP_DTYPES[d] = r
+  return r
 
 _PY_TYPES: dict[type, DType] = {bool: dtypes.bool, int: dtypes.int64, float: dtypes.float64}
 
