@@ -255,3 +255,34 @@ def test_subclass_with_its_own_update_is_built_every_step():
     opt.zero_grad(); (a * 1).sum().backward(); opt.step()
   np.testing.assert_allclose(a.numpy(), -2.0)
   assert not opt._templates
+
+@pytest.mark.parametrize("make", [lambda p: optim.Adam(p, lr=0.01), lambda p: optim.SGD(p, lr=0.1, momentum=0.9), lambda p: optim.LAMB(p, lr=0.01)])
+def test_templated_step_writes_what_assign_nodes_builds(make, monkeypatch):
+  """A templated step hands write() the ASSIGNs rebuilt from its recipe: they must be the nodes inplace.assign_nodes
+  makes of the pairs _updates builds for the same step (with the same versions written)."""
+  import baregrad.tensor.nn.optim as O
+  from baregrad.tensor.inplace import assign_nodes
+  from baregrad.engine.graph import buffer_uop
+  net = Net()
+  params = nn.get_parameters(net)
+  opt = make(params)
+  checked, calls = [], []
+  orig = O.write
+  def spy(pairs, also=(), before=(), prepared=None):
+    calls.append(1)
+    # (from the third step: _updates has host state that its first call changes, SGD's started momentum)
+    if prepared is not None and len(calls) > 2:
+      steps = getattr(opt, "steps", None)
+      ref_assigns, ref_news, _ = assign_nodes(opt._updates([p for p in params if p.grad is not None]), before)
+      if steps is not None: opt.steps = steps
+      sub = {buffer_uop(a): buffer_uop(b) for a, b in zip(ref_news, prepared[1])}
+      assert [a.substitute(sub) for a in ref_assigns] == prepared[0]
+      checked.append(1)
+    return orig(pairs, also, before, prepared)
+  monkeypatch.setattr(O, "write", spy)
+  for _ in range(4):
+    opt.zero_grad()
+    loss = (net(Tensor(X)) ** 2).mean()
+    loss.backward()
+    opt.step(loss)
+  assert checked

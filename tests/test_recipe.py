@@ -156,3 +156,8 @@ def test_small_constant_subgraphs_are_kept_large_ones_rebuilt():
   assert any(int(np.prod(e[5])) > recipe.Recipe.KEEP_ELEMENTS for e in built)   # the 4x512 range: rebuilt each time
   y = Tensor([1.0, 2.0, 3.0, 4.0]).realize()
   assert r.build([y.uop])[0] is fn(y).uop
+
+def test_param_keys_tell_signed_zeros_and_nan_apart():
+  x = Tensor([-2.0, 3.0])
+  assert np.signbit(x.leaky_relu(0.0).numpy()[0]) and not np.signbit(x.leaky_relu(-0.0).numpy()[0])   # -2*0 = -0, -2*-0 = +0
+  assert recipe.param_key(float("nan")) == recipe.param_key(float("nan")) and recipe.param_key(2) != recipe.param_key(2.0)

@@ -240,3 +240,11 @@ def test_jit_host_read_inside_is_refused():
   with Context(JIT=1):  # also under CI's JIT=0 stage
     f(x)
     with pytest.raises(JitError, match="host"): f(x)
+
+def test_a_tensor_copied_before_an_in_place_write_reads_the_copy():
+  """A tensor with gradients naming a buffer whole keeps its node when the buffer is overwritten (the copy made first
+  is found through realized_map): reading it gives the old values, not a stale-buffer error."""
+  a = Tensor([1.0, 2.0]).realize()
+  b = Tensor(a, requires_grad=True)
+  a.assign(Tensor([5.0, 6.0]))
+  assert b.tolist() == [1.0, 2.0] and a.tolist() == [5.0, 6.0]

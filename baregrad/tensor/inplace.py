@@ -114,16 +114,33 @@ def realize_all_lazy() -> None:
     by_dev.setdefault(t.device, []).append(t)
   for dev, ts in by_dev.items(): realize_tensors(ts, device=dev)
 
-def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), before: Iterable[UOp] = ()) -> None:
+def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), before: Iterable[UOp] = (),
+          prepared: tuple[list[UOp], list[BufRef]] | None = None) -> None:
   """Write each value into its target's buffer in place, all in one schedule. Tensors in `also` and the live tensors
   that read a target's current value are computed in the same schedule before any write. A target must be a whole
   buffer (a parameter, a state tensor; a graph is made one); each value may read its own target only elementwise.
   `before`: nodes built before every value (an optimizer's gradients), so none of them reads one: the search for
-  values read by later values does not walk their graphs."""
+  values read by later values does not walk their graphs. `prepared`: the ASSIGNs and the versions they write, as
+  assign_nodes made them for these targets (an optimizer rebuilds them from a recipe); the values are then unused."""
   if not pairs and not also: return
   devices = {t.device for t, _ in pairs} | {t.device for t in also}
   if len(devices) != 1: raise RuntimeError(f"in-place write of tensors on several devices {sorted(devices)}")
   device = devices.pop()
+  values: list[Tensor] | None = None
+  if prepared is None: assigns, news, values = assign_nodes(pairs, before)
+  else: assigns, news = prepared
+  written = {r.storage for r in news}
+  exclude = {id(t) for t, _ in pairs} | {id(a) for a in also} | ({id(v) for v in values} if values else set())
+  rs = readers(written, exclude)
+  realize_tensors(also, assigns, device, copies=rs)
+  for (t, _), new in zip(pairs, news): bind(t, lazy.buffer_view(new, t.shape), own=True)
+  # a value still held elsewhere (`new = p - 1; p.assign(new)`) is read from the written buffer from now on
+  for (t, _), v, new in zip(pairs, values or (), news):
+    if v is not t and not is_buffer(v.uop) and v.uop.op is not Ops.CONST: lazy.realized_map[v.uop] = lazy.buffer_view(new, v.shape)
+
+def assign_nodes(pairs: Sequence[tuple[Tensor, Any]], before: Iterable[UOp] = ()) -> tuple[list[UOp], list[BufRef], list[Tensor]]:
+  """For write: the ASSIGN of each value into its target's next version, those versions, and the values as tensors
+  of the targets' dtypes. Checks shapes, devices and that no buffer is written twice."""
   assigns, news, values = [], [], []
   # a value that later values read (Adam's new moments, read by the parameter's update) is read from its ASSIGN,
   # not recomputed from the target's memory, which the ASSIGN may already have overwritten
@@ -149,11 +166,4 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), befo
     if walked: memo = {**known, **done}
     else: memo[v.uop] = done[v.uop]
     assigns.append(a); news.append(new); values.append(v)
-  written = {r.storage for r in news}
-  exclude = {id(t) for t, _ in pairs} | {id(v) for v in values} | {id(a) for a in also}
-  rs = readers(written, exclude)
-  realize_tensors(also, assigns, device, copies=rs)
-  for (t, _), v, new in zip(pairs, values, news):
-    bind(t, lazy.buffer_view(new, t.shape), own=True)
-    # a value still held elsewhere (`new = p - 1; p.assign(new)`) is read from the written buffer from now on
-    if v is not t and not is_buffer(v.uop) and v.uop.op is not Ops.CONST: lazy.realized_map[v.uop] = lazy.buffer_view(new, v.shape)
+  return assigns, news, values

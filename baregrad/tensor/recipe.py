@@ -11,7 +11,7 @@ inputs (the code realized or loaded something) is not recorded by `recorded` (su
 time); the optimizer's template keeps such a node as it is. Bounds checks registered on the graph's nodes
 (engine/checks.py) are registered again on the rebuilt nodes."""
 from __future__ import annotations
-import functools
+import functools, struct
 from typing import Any, Callable, Sequence
 from baregrad.helpers import getenv, prod as helpers_prod
 from baregrad.ir.ops import UOp, Ops, make_keyed, _argkey, _KEYED
@@ -135,6 +135,7 @@ def param_key(v: Any) -> Any:
   """v as part of a recipe's key: lists become tuples, and each value keeps its type beside it (2, 2.0 and True are
   equal as keys but may build different graphs). TypeError where v cannot be a key."""
   if isinstance(v, (list, tuple)): return (type(v).__name__,) + tuple(param_key(e) for e in v)
+  if isinstance(v, float) and not (v == v and v != 0.0): return ("float", struct.pack("<d", v))   # (-0.0 == 0.0; nan != nan)
   hash(v)
   return (type(v).__name__, v)
 

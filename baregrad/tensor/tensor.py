@@ -289,9 +289,9 @@ class Tensor:
   def _realized(self) -> Buffer:
     """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
     u = self.uop
-    if u.op is Ops.RESHAPE and (b := u.src[0]).op is Ops.BUFFER or (b := u).op is Ops.BUFFER:
-      # a whole buffer (a jit's input, a realized tensor): nothing to substitute or compute
-      if b.arg.stale: raise stale_error(b.arg)
+    if (u.op is Ops.RESHAPE and (b := u.src[0]).op is Ops.BUFFER or (b := u).op is Ops.BUFFER) and not b.arg.stale:
+      # the current version of a whole buffer (a jit's input, a realized tensor): nothing to substitute or compute. (A
+      # stale one may have been copied before the write: realized_map knows, below.)
       return b.arg.ensure()
     u = lazy.substitute_realized(u)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):

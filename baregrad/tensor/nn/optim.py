@@ -14,8 +14,8 @@ import functools
 from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.tensor.tensor import Tensor
-from baregrad.tensor.inplace import write, buffer_ref
-from baregrad.tensor.tensor import _tensor_of
+from baregrad.tensor.inplace import write, buffer_ref, assign_nodes
+from baregrad.engine.graph import buffer_uop
 from baregrad.tensor.recipe import Recipe, placeholder
 from baregrad.tensor.nn.module import is_frozen
 
@@ -67,9 +67,9 @@ class Optimizer:
     # what the update reads (the gradients among it) is built before the new values, so none of it reads them: write
     # need not search the backward graph for them
     before = [t.uop for t in leaves] if leaves else []
-    pairs = self._cached_updates(with_grad, leaves) if with_grad else []
+    pairs, prepared = self._cached_updates(with_grad, leaves) if with_grad else ([], None)
     grads = [p.grad for p in with_grad]
-    assign_all(pairs, also=[*also, *grads], before=before)  # gradients realized first, kept on p.grad
+    write(pairs, also=[*also, *grads], before=before, prepared=prepared)  # gradients realized first, kept on p.grad
 
   def _updates(self, params: list[Tensor]) -> list[tuple[Tensor, Tensor]]: raise NotImplementedError
 
@@ -87,36 +87,44 @@ class Optimizer:
   def _replayed(self, params: list[Tensor]) -> None:
     """The host-side effects of _updates, for a step that rebuilds a template instead of calling it."""
 
-  def _cached_updates(self, params: list[Tensor], leaves: list[Tensor] | None) -> list[tuple[Tensor, Tensor]]:
-    """The update's pairs; `leaves`: self._leaves(params), None where the update is not templated (_templated)."""
+  def _cached_updates(self, params: list[Tensor], leaves: list[Tensor] | None) -> tuple[list[tuple[Tensor, Any]], tuple | None]:
+    """The update's pairs, and where the update is templated the ASSIGNs that write them (inplace.assign_nodes's
+    result for them, rebuilt from the template's recipe) with the versions they write; `leaves`: self._leaves(params),
+    None where the update is not templated (_templated)."""
     # each leaf gets its own placeholder: the same tensor in two roles would make one
-    if leaves is None or len({id(t) for t in leaves}) != len(leaves): return self._updates(params)
+    if leaves is None or len({id(t) for t in leaves}) != len(leaves): return self._updates(params), None
     key = (len(params), tuple((t.shape, t.dtype) for t in leaves), self._structure())
     if key not in self._templates: return self._build_template(key, params, leaves)
-    if (tmpl := self._templates[key]) is None: return self._updates(params)
+    if (tmpl := self._templates[key]) is None: return self._updates(params), None
     self._replayed(params)
-    recipe, targets = tmpl
-    values = recipe.build([t.uop for t in leaves])
-    return [(leaves[i], _tensor_of(v, leaves[i].device)) for i, v in zip(targets, values)]
+    return self._rebuild(tmpl, leaves)
 
-  def _build_template(self, key: tuple, params: list[Tensor], leaves: list[Tensor]) -> list[tuple[Tensor, Tensor]]:
+  def _rebuild(self, tmpl: tuple, leaves: list[Tensor]) -> tuple[list[tuple[Tensor, Any]], tuple]:
+    recipe, targets = tmpl
+    news = [buffer_ref(leaves[i]).storage.next_ref() for i in targets]   # (before the leaves' nodes are read: a graph leaf becomes a buffer)
+    assigns = recipe.build([t.uop for t in leaves] + [buffer_uop(n) for n in news])
+    return [(leaves[i], None) for i in targets], (assigns, news)
+
+  def _build_template(self, key: tuple, params: list[Tensor], leaves: list[Tensor]) -> tuple[list[tuple[Tensor, Any]], tuple | None]:
     real = [t.uop for t in leaves]
     holders = [placeholder(t) for t in leaves]
     try:
       for t, h in zip(leaves, holders): t.uop = h
       pairs = self._updates(params)   # (its host-side effects happen here, once, for this step)
+      index = {id(t): i for i, t in enumerate(leaves)}
+      if all(id(t) in index for t, _ in pairs) and all(isinstance(v, Tensor) for _, v in pairs):
+        # what write makes of the pairs, over the placeholders and a placeholder for each version written (a buffer the
+        # update reads that is not a leaf stays in the recipe as it is)
+        assigns, news, _ = assign_nodes(pairs, holders)
+        recipe = Recipe.record(assigns, holders + [buffer_uop(n) for n in news], keep_buffers=True)
+        assert recipe is not None
+        self._templates[key] = tmpl = (recipe, [index[id(t)] for t, _ in pairs])
+      else: self._templates[key] = tmpl = None   # a target that is not a leaf: built by tensor ops every step
     finally:
       for t, u in zip(leaves, real): t.uop = u
-    index = {id(t): i for i, t in enumerate(leaves)}
-    if all(id(t) in index for t, _ in pairs) and all(isinstance(v, Tensor) for _, v in pairs):
-      # (a buffer the update reads that is not a leaf stays in the recipe as it is)
-      recipe = Recipe.record([v.uop for _, v in pairs], holders, keep_buffers=True)
-      assert recipe is not None
-      self._templates[key] = (recipe, [index[id(t)] for t, _ in pairs])
-      return [(t, _tensor_of(v, t.device)) for (t, _), v in zip(pairs, recipe.build(real))]
-    self._templates[key] = None   # a target that is not a leaf: built by tensor ops every step
+    if tmpl is not None: return self._rebuild(tmpl, leaves)
     memo = dict(zip(holders, real))
-    return [(t, Tensor(v.uop.substitute(memo, memo, same_shapes=True), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs]
+    return [(t, Tensor(v.uop.substitute(memo, memo, same_shapes=True), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs], None
 
 @functools.lru_cache(maxsize=None)
 def _templated(cls: type) -> bool:
