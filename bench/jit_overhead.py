@@ -85,6 +85,34 @@ scheduling and launching), jit <= 3 us per kernel (3.6-3.8: ~75 us of Python per
 matmul; 64x4096x64 ~0.3x), conv2d >= 0.5x wall (~0.25-0.5x: building and scheduling a conv is ~0.5 ms of Python).
 The jit MLP step is now at or under PyTorch's time in every round measured (0.56-0.99x).
 
+Graph recipes (main at 71e9c85 -> this round, DEV=CPU, same box; before and after alternated in the same minutes, the
+before side run with this round's scripts; this script now reports the best of 9 alternating rounds of 200 calls and
+the calling thread's CPU time beside wall, which on an idle round are equal):
+
+  | run                                       | before                      | after                        |
+  |-------------------------------------------|-----------------------------|------------------------------|
+  | jit_overhead.py: jit us/kernel (20)       | 4.46, 3.58, 3.61 (72-89/call)| 2.86, 2.97, 2.98 (57-60/call)|
+  | jit_overhead.py: eager us/op              | 131, 114, 125               | 107, 107, 114                |
+  | train_mlp.py (15 rounds): eager vs PyTorch| 5.03x, 3.82x                | 2.62x, 2.83x                 |
+  | train_mlp.py (15 rounds): jit vs PyTorch  | 0.89x, 0.82x                | 0.75x, 0.75x                 |
+  | eager MLP step, main thread CPU (fwd/bwd/step) | ~2.9 / 1.8 / 7.4 ms   | ~0.8 / 0.75 / 6.0 ms         |
+  | conv2d build (conv1, conv2), thread CPU   | 354, 410 us                 | 79, 108 us                   |
+  | a @ b build (128x128 floats)              | 125 us                      | 45 us                        |
+
+- tensor/recipe.py: a function whose graph depends only on its inputs' shapes, dtypes and flags and its arguments is
+  run once over placeholders and its nodes recorded; later calls rebuild them node by node (hash-consing: the very
+  nodes the function builds). Used by conv, cross_entropy, activations and softmaxes (method_recipe), the optimizer's
+  update together with the ASSIGNs write() makes of it (inplace.assign_nodes), and loss.backward(), whose gradient
+  graph is kept per loss-graph structure (the schedule cache's key). Small subgraphs that read no input are kept.
+- a float matmul builds its UOps directly; shapes are set as nodes are built (autograd, substitutions that keep
+  shapes), so nothing is inferred again; shape inference, the schedule key's walk and substitute are tighter loops;
+- jit replay: no imports or Tensor.__init__ per call, a whole-buffer input taken without substitution; the CPU queue
+  copies a submission by slice assignment (no GIL release) and patches two-word fields without a loop.
+Not reached: eager <= 20 us per op (~107-114: graph building ~25, schedule key and instantiation ~25, launch ~20 (of
+which the queue ~9), the rest bookkeeping), conv2d >= 0.5x wall (build is now ~80-110 us; the VM's kernel times for
+these small convolutions swing 4x between runs: conv1 0.12-0.77 ms), matmul 128^3 >= 0.5x wall (~0.35-0.44 ms against
+NumPy's ~0.05-0.08: ~0.25 ms of host work per eager matmul remains).
+
 What made the difference (profiled with cProfile and pyinstrument on `(x + 1).realize()` and a 20-kernel replay):
 - the schedule cache's key is a tuple of plain tuples: building placeholder UOps (hash-consed: a weak-dictionary
   lookup and insert per node) cost more than the rest of scheduling a cached op;
