@@ -161,3 +161,28 @@ def test_param_keys_tell_signed_zeros_and_nan_apart():
   x = Tensor([-2.0, 3.0])
   assert np.signbit(x.leaky_relu(0.0).numpy()[0]) and not np.signbit(x.leaky_relu(-0.0).numpy()[0])   # -2*0 = -0, -2*-0 = +0
   assert recipe.param_key(float("nan")) == recipe.param_key(float("nan")) and recipe.param_key(2) != recipe.param_key(2.0)
+
+_TARGET = Tensor(np.zeros((2, 20), np.int64)).realize()
+_FUNCS = [lambda x, w, t: F.max_pool2d(x, 2), lambda x, w, t: F.max_pool2d(x, (3, 2), stride=1, padding=1), lambda x, w, t: F.avg_pool2d(x, 3, 2),
+          lambda x, w, t: F.layer_norm(x, (5,), weight=w, bias=w * 2), lambda x, w, t: F.rms_norm(x, [5], w), lambda x, w, t: F.mse_loss(x, t),
+          lambda x, w, t: F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=None), lambda x, w, t: F.nll_loss(x.reshape(2, 3, 20).log_softmax(1), _TARGET)]
+
+@pytest.mark.parametrize("f", _FUNCS)
+def test_function_recipes_build_the_functions_nodes(f, monkeypatch):
+  """Pooling, norms and losses (function_recipe) rebuild the graph their code builds, tensors given by position or name."""
+  rng = np.random.default_rng(3)
+  x = Tensor(rng.standard_normal((2, 3, 4, 5)).astype(np.float32), requires_grad=True)
+  w, t = Tensor(rng.standard_normal((5,)).astype(np.float32)), Tensor(rng.standard_normal((2, 3, 4, 5)).astype(np.float32))
+  outs = [f(x, w, t) for _ in range(2)]
+  assert outs[0].uop is outs[1].uop and outs[1].requires_grad
+  monkeypatch.setattr(recipe, "recorded", lambda name, fn, tensors, params: fn(*tensors))
+  assert f(x, w, t).uop is outs[0].uop
+
+def test_function_recipe_keys_and_fallbacks():
+  x = Tensor(np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4))
+  assert F.max_pool2d(x, 2).tolist() == [[[[5.0, 7.0], [13.0, 15.0]]]]
+  assert F.max_pool2d(x, 2, stride=1).shape == (1, 1, 3, 3)                       # another argument: another recipe
+  vals, idx = F.max_pool2d(x, 2, return_indices=True)                             # a tuple result: run as it is
+  assert idx.tolist() == [[[[5, 7], [13, 15]]]]
+  with pytest.raises(RuntimeError, match="normalized_shape"): F.layer_norm(x, (3,))   # errors still raised
+  with pytest.raises(TypeError): recipe.param_key(x)                             # a tensor is never a key

@@ -12,7 +12,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote
 from baregrad.tensor.tensor import Tensor, _axis
 from baregrad.tensor.bounds import checked
-from baregrad.tensor.recipe import recorded, param_key
+from baregrad.tensor.recipe import recorded, param_key, function_recipe
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -718,10 +718,12 @@ def _pool_args(x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation:
   extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (i + 2 * p)) for o, i, k, s, p, d in zip(o_, i_, k_, s_, p_, d_)]
   return k_, s_, p_, d_, tuple(o_), extra
 
+@function_recipe("max_pool2d")
 def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
   """Max over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W'); return_indices gives PyTorch's flat indices too."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
 
+@function_recipe("max_pool1d")
 def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
   """Max over sliding windows of the last axis: (N, C, L) -> (N, C, L'); return_indices gives PyTorch's flat indices too."""
   return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
@@ -751,11 +753,13 @@ def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, retu
   idx = _onehot(am, K).where(posw, 0).sum(-1)
   return out, idx.cast(dtypes.int64)
 
+@function_recipe("avg_pool2d")
 def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
   """Mean over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2, "avg_pool2d")
 
+@function_recipe("avg_pool1d")
 def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
   """Mean over sliding windows of the last axis: (N, C, L) -> (N, C, L')."""
   return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, "avg_pool1d")
@@ -906,6 +910,7 @@ def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[
   if bias is not None: x = x + bias.reshape(shape)
   return x
 
+@function_recipe("layer_norm")
 def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
   """Normalize over the trailing normalized_shape axes (mean 0, variance 1, biased), then scale by weight and shift by bias."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -920,6 +925,7 @@ def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = Non
   var = (xc * xc).mean(axes, keepdim=True)
   return _affine(xc * (var + eps).rsqrt(), weight, bias, ns)
 
+@function_recipe("rms_norm")
 def rms_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None, eps: float | None = None) -> Tensor:
   """x / sqrt(mean(x^2) + eps) over the trailing normalized_shape axes, times weight; eps defaults to the dtype's epsilon."""
   ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
@@ -1019,6 +1025,7 @@ def _class_shape(input: Tensor, target: Tensor, name: str) -> None:
     exc = ValueError if target.ndim >= 1 and want and target.shape[0] != want[0] else RuntimeError
     raise exc(f"{name}: target of shape {target.shape} does not match input of shape {input.shape} (expected target shape {want})")
 
+@function_recipe("nll_loss")
 def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
   """Negative log-likelihood of class-index targets; input is (N, C, ...) or (C,) of log-probabilities."""
   if input.ndim == 1: return nll_loss(input.unsqueeze(0), target.reshape(1), weight, ignore_index, reduction).reshape(()) if reduction == "none" else \
@@ -1098,6 +1105,7 @@ def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = 
   if weight is not None: loss = loss * weight
   return _reduction(loss, reduction)
 
+@function_recipe("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None, reduce: Any = None,
                                      reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
   """binary_cross_entropy(sigmoid(x), t) computed stably from the logits; pos_weight scales the positive term."""
@@ -1110,6 +1118,7 @@ def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tens
   if weight is not None: loss = loss * weight
   return _reduction(loss, reduction)
 
+@function_recipe("mse_loss")
 def mse_loss(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None, reduction: str = "mean") -> Tensor:
   """(input - target)^2, reduced by reduction ('mean', 'sum' or 'none')."""
   d = input - target

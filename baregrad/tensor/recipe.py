@@ -135,6 +135,7 @@ def param_key(v: Any) -> Any:
   """v as part of a recipe's key: lists become tuples, and each value keeps its type beside it (2, 2.0 and True are
   equal as keys but may build different graphs). TypeError where v cannot be a key."""
   if isinstance(v, (list, tuple)): return (type(v).__name__,) + tuple(param_key(e) for e in v)
+  if hasattr(v, "uop"): raise TypeError("a tensor is not a parameter")   # (hashable by identity: it would key one call)
   if isinstance(v, float) and not (v == v and v != 0.0): return ("float", struct.pack("<d", v))   # (-0.0 == 0.0; nan != nan)
   hash(v)
   return (type(v).__name__, v)
@@ -149,4 +150,27 @@ def method_recipe(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any
       except TypeError: return fn(self, *args, **kw)
       return recorded(name, lambda t: fn(t, *args, **kw), (self,), params)
     return method
+  return deco
+
+def function_recipe(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+  """Decorator for a function of tensors (top-level arguments) and hashable other arguments whose graph depends only on
+  the tensors' shapes, dtypes, devices and gradient flags and on the other arguments: built from a recipe after the
+  first call (`recorded`). A call with a tensor inside a list, or an argument that cannot be a key, runs as it is."""
+  def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def function(*args: Any, **kw: Any) -> Any:
+      tensors: list[Any] = []   # the tensor arguments: positional ones in order, then keyword ones by name
+      kitems = sorted(kw.items(), key=lambda kv: kv[0])
+      try:
+        pos = tuple([("T",) if hasattr(a, "uop") and not tensors.append(a) else param_key(a) for a in args])
+        kws = tuple([(k, ("T",) if hasattr(v, "uop") and not tensors.append(v) else param_key(v)) for k, v in kitems])
+      except TypeError: return fn(*args, **kw)
+      if not tensors: return fn(*args, **kw)
+      def rebuilt(*ts: Any) -> Any:
+        it = iter(ts)
+        a2 = [next(it) if hasattr(a, "uop") else a for a in args]
+        k2 = {k: next(it) if hasattr(v, "uop") else v for k, v in kitems}
+        return fn(*a2, **k2)
+      return recorded(name, rebuilt, tensors, (pos, kws))
+    return function
   return deco
