@@ -101,7 +101,8 @@ the calling thread's CPU time beside wall, which on an idle round are equal):
 
 - tensor/recipe.py: a function whose graph depends only on its inputs' shapes, dtypes and flags and its arguments is
   run once over placeholders and its nodes recorded; later calls rebuild them node by node (hash-consing: the very
-  nodes the function builds). Used by conv, cross_entropy, activations and softmaxes (method_recipe), the optimizer's
+  nodes the function builds). Used by conv, cross_entropy, pooling, norms and losses (function_recipe), activations
+  and softmaxes (method_recipe), the optimizer's
   update together with the ASSIGNs write() makes of it (inplace.assign_nodes), and loss.backward(), whose gradient
   graph is kept per loss-graph structure (the schedule cache's key). Small subgraphs that read no input are kept.
 - a float matmul builds its UOps directly; shapes are set as nodes are built (autograd, substitutions that keep
