@@ -8,7 +8,7 @@ from baregrad.engine import checks
 
 def _direct(monkeypatch):
   """recorded() that always runs the function (the graph a call builds without recipes)."""
-  monkeypatch.setattr(F, "recorded", lambda name, fn, tensors, params: fn(*tensors))
+  monkeypatch.setattr(recipe, "recorded", lambda name, fn, tensors, params: fn(*tensors))
 
 def _inputs(kind: str, shape: tuple, seed: int) -> Tensor:
   a = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)

@@ -62,23 +62,22 @@ class UOpMeta(type):
     try: r = _ucache.get(key)
     except TypeError as e: raise TypeError(f"UOp arg must be hashable, got {type(arg).__name__} for {op}") from e
     if r is not None and (hit := r()) is not None: return hit
-    # built in the mutable layout, then made a UOp (same slots): plain slot stores instead of six object.__setattr__
-    # calls past UOp's immutability guard (a third of the cost of a new node)
-    ret = _new(_UOpSlots)
-    ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape = op, dtype, _srcs_ok(tuple(src)), arg, None, None
-    ret.__class__ = cls
-    _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
-    return ret
+    return _create(key, op, dtype, _srcs_ok(tuple(src)), arg)
 
 def make_keyed(op: Ops, dtype: DType, src: tuple, arg: Any, argkey: Any) -> UOp:
   """UOp(op, dtype, src, arg) for a builder that kept the node's `_argkey(arg)` (or arg itself) and knows src is a
   tuple of UOps (tensor/recipe.py replays recorded nodes): the hash-consed node, without recomputing either."""
   key = (op, dtype, tuple(map(id, src)), argkey)
   if (r := _ucache.get(key)) is not None and (hit := r()) is not None: return hit
+  return _create(key, op, dtype, src, arg)
+
+def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
+  # built in the mutable layout, then made a UOp (same slots): plain slot stores instead of six object.__setattr__
+  # calls past UOp's immutability guard (a third of the cost of a new node)
   ret = _new(_UOpSlots)
   ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape = op, dtype, src, arg, None, None
   ret.__class__ = UOp
-  _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))
+  _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
   return ret
 
 _KEYED = (float, tuple)   # the args _argkey may change; any other arg is its own key

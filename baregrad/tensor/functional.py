@@ -12,7 +12,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote
 from baregrad.tensor.tensor import Tensor, _axis
 from baregrad.tensor.bounds import checked
-from baregrad.tensor.recipe import recorded, param_key, function_recipe
+from baregrad.tensor.recipe import function_recipe
 
 __all__ = ["cat", "concat", "concatenate", "stack", "split", "chunk", "repeat", "roll", "tril", "triu", "gather", "scatter",
            "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
@@ -605,15 +605,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
   weight and sum over (in-channels, kh, kw): one fused kernel (bias included) when the result is what is realized."""
   return _convnd(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
+@function_recipe("convnd")   # (also the convolution inside a transposed one)
 def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, nsp: int, name: str) -> Tensor:
-  # (the graph is recorded once per shapes and arguments: tensor/recipe.py; arguments that cannot key it run as they are)
-  try: params = (param_key(stride), param_key(padding), param_key(dilation), param_key(groups), nsp, name)
-  except TypeError: params = None
-  if params is None or not isinstance(x, Tensor) or not isinstance(w, Tensor) or not (bias is None or isinstance(bias, Tensor)):
-    return _convnd_build(x, w, bias, stride, padding, dilation, groups, nsp, name)
-  return recorded("convnd", lambda x_, w_, b_: _convnd_build(x_, w_, b_, stride, padding, dilation, groups, nsp, name), (x, w, bias), params)
-
-def _convnd_build(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, nsp: int, name: str) -> Tensor:
   if w.ndim != nsp + 2: raise RuntimeError(f"{name}: weight must have {nsp + 2} dimensions (out_channels, in_channels/groups, *kernel), got shape {w.shape}")
   unbatched = x.ndim == nsp + 1
   if unbatched: x = x.unsqueeze(0)
@@ -1046,20 +1039,11 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
   if reduction == "mean": return loss.sum() / w._bcast(loss.shape).sum()
   raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
+@function_recipe("cross_entropy")
 def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, size_average: Any = None, ignore_index: int = -100,
                   reduce: Any = None, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
   """Cross entropy of logits (N, C, ...) or (C,) against class indices or class probabilities (PyTorch's formulas,
   label smoothing and class weights included)."""
-  # (the graph is recorded once per shapes and arguments: tensor/recipe.py)
-  try: params = tuple(param_key(v) for v in (size_average, ignore_index, reduce, reduction, label_smoothing))
-  except TypeError: params = None
-  if params is None or not isinstance(input, Tensor) or not isinstance(target, Tensor) or not (weight is None or isinstance(weight, Tensor)):
-    return _cross_entropy(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
-  return recorded("cross_entropy", lambda i, t, w: _cross_entropy(i, t, w, size_average, ignore_index, reduce, reduction, label_smoothing),
-                  (input, target, weight), params)
-
-def _cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None, size_average: Any, ignore_index: int, reduce: Any,
-                   reduction: str, label_smoothing: float) -> Tensor:
   if size_average is not None or reduce is not None: raise TypeError("cross_entropy: size_average and reduce are deprecated; use reduction")
   if not 0.0 <= label_smoothing <= 1.0: raise RuntimeError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
   cdim = 0 if input.ndim == 1 else 1

@@ -114,12 +114,10 @@ def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
   if wt._shape is None: set_shape(wt, bw + (m, k))
   wu = _node(Ops.RESHAPE, dt, (wt,), bw + (1, m, k), bw + (1, m, k))
   def to_full(u: UOp) -> UOp:   # (what _bcast does: leading ones, then the expand)
-    if len(s := u._shape) < len(full): u = _node(Ops.RESHAPE, dt, (u,), (1,) * (len(full) - len(s)) + s, (1,) * (len(full) - len(s)) + s)
+    if len(s := u._shape) < len(full): u = _node(Ops.RESHAPE, dt, (u,), ones := (1,) * (len(full) - len(s)) + s, ones)
     return u if u._shape == full else _node(Ops.EXPAND, dt, (u,), full, full)
-  nd = len(full)
-  xu, wu = to_full(xu), to_full(wu)
-  prodn = _node(Ops.MUL, dt, (xu, wu), None, full)
-  red = _node(Ops.REDUCE_AXIS, dt, (prodn,), (Ops.ADD, (nd - 1,)), full[:-1] + (1,))
+  prodn = _node(Ops.MUL, dt, (to_full(xu), to_full(wu)), None, full)
+  red = _node(Ops.REDUCE_AXIS, dt, (prodn,), (Ops.ADD, (len(full) - 1,)), full[:-1] + (1,))
   out = _node(Ops.RESHAPE, dt, (red,), full[:-1], full[:-1])
   return x._new(out, requires_grad=True if (x.requires_grad or w.requires_grad) else None)
 
@@ -288,12 +286,11 @@ class Tensor:
     return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
   def _realized(self) -> Buffer:
     """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
-    u = self.uop
-    if (u.op is Ops.RESHAPE and (b := u.src[0]).op is Ops.BUFFER or (b := u).op is Ops.BUFFER) and not b.arg.stale:
+    if (ref := live.whole_buffer(self.uop)) is not None and not ref.stale:
       # the current version of a whole buffer (a jit's input, a realized tensor): nothing to substitute or compute. (A
       # stale one may have been copied before the write: realized_map knows, below.)
-      return b.arg.ensure()
-    u = lazy.substitute_realized(u)
+      return ref.ensure()
+    u = lazy.substitute_realized(self.uop)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
       from baregrad.tensor.inplace import bind
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
@@ -533,9 +530,7 @@ class Tensor:
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
     if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
     if shape == self.shape: return self
-    u = UOp(Ops.RESHAPE, self.dtype, (self.uop,), shape)
-    set_shape(u, shape)   # (checked above: no inference needed)
-    return self._new(u)
+    return self._new(_node(Ops.RESHAPE, self.dtype, (self.uop,), shape, shape))   # (shape checked above: none inferred)
   view = reshape
   def permute(self, *order: Any) -> Tensor:
     """The axes reordered (a view): out.shape[i] == self.shape[order[i]]."""
@@ -560,9 +555,7 @@ class Tensor:
     for a, b in zip(x.shape, new):
       if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
-    u = UOp(Ops.EXPAND, x.dtype, (x.uop,), new)
-    set_shape(u, new)   # (checked above)
-    return x._new(u)
+    return x._new(_node(Ops.EXPAND, x.dtype, (x.uop,), new, new))   # (checked above)
   def expand_as(self, other: Tensor) -> Tensor:
     """expand() to other's shape."""
     return self.expand(other.shape)
