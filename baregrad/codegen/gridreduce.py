@@ -71,11 +71,13 @@ def _split_cached(ast: UOp, cu: int) -> SplitPlan | None:
   _split(ast, tuple(range(nb)), plan, cu)
   return plan
 
-def _temp(plan: SplitPlan, n: int, dt: DType) -> int:
+def new_temp(plan: SplitPlan, n: int, dt: DType) -> int:
+  """A temporary buffer of n elements for the plan's kernels: its plan-wide id."""
   plan.temps.append((n, dt))
   return plan.n_orig + len(plan.temps) - 1
 
-def _emit(plan: SplitPlan, ast: UOp, ids: tuple[int, ...]) -> None:
+def emit(plan: SplitPlan, ast: UOp, ids: tuple[int, ...]) -> None:
+  """Append a kernel whose buffer i is plan-wide id ids[i] (its buffers renumbered densely, the written one first)."""
   local, order = _renumber(ast)
   plan.kernels.append((local, tuple(ids[o] for o in order)))
 
@@ -84,14 +86,14 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int) -> None:
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   full = verify_ast(ast)
   if not red or (pa := _partials(full, red[0].arg[1], cu)) is None:
-    _emit(plan, ast, ids)
+    emit(plan, ast, ids)
     return
   nloc = len(ids)
   if len(red) > 1:
     # the innermost reduction (it contains no other) is realized first, then read by the rest
     r0 = red[0]
     shp = tuple(1 if i in r0.arg[1] else s for i, s in enumerate(_shape_of(r0, len(full))))
-    t = _temp(plan, prod(shp), r0.dtype)
+    t = new_temp(plan, prod(shp), r0.dtype)
     _split(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r0.dtype), view(shp), r0)),)), ids + (t,), plan, cu)
     rest = ast.substitute({r0: UOp(Ops.LOAD, r0.dtype, (gbuf(nloc, r0.dtype), view(shp)))})
     _split(rest, ids + (t,), plan, cu)
@@ -113,9 +115,9 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int) -> None:
     src = valid.where(src, UOp.const(src.dtype, identity_element(r.arg[0], src.dtype.scalar)))
   axes1 = tuple(sorted({a + 1} | {x + (x > a) for x in r.arg[1] if x != a}))
   shape1 = tuple(1 if i in axes1 else s for i, s in enumerate(full[:a] + (p, inner) + full[a + 1:]))
-  t = _temp(plan, prod(shape1), r.dtype)
+  t = new_temp(plan, prod(shape1), r.dtype)
   stage1 = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r.dtype), view(shape1), UOp(Ops.REDUCE_AXIS, r.dtype, (src,), (r.arg[0], axes1)))),))
-  _emit(plan, stage1, ids + (t,))
+  emit(plan, stage1, ids + (t,))
   shape2 = tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
   part = UOp(Ops.REDUCE_AXIS, r.dtype, (UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2))),), r.arg)
-  _emit(plan, ast.substitute({r: part}), ids + (t,))
+  emit(plan, ast.substitute({r: part}), ids + (t,))

@@ -13,6 +13,7 @@ from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import split_reduce
+from baregrad.codegen.pack import pack_operand
 from baregrad.hal import Device
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
@@ -211,11 +212,12 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
       if n is not None and n.op is Ops.ASSIGN: written[it.bufs[i].storage] = it.bufs[i].version
 
 def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[UOp, str] | None) -> list[ScheduleItem]:
-  """One kernel, or several where the device spreads a long reduction over its compute units (codegen/gridreduce).
+  """One kernel, or several where the device spreads a long reduction over its compute units (codegen/gridreduce) or
+  a CPU reads a matmul operand from packed panels (codegen/pack).
   A bounds check's flag is the last kernel's output (the one that writes bufs[0])."""
   try: ren = Device[dev].renderer
   except Exception: ren = None   # a device that cannot open here: its kernels are cut when they run
-  if (plan := split_reduce(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u, check)]
+  if (plan := split_reduce(ast, ren) or pack_operand(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u, check)]
   refs = list(bufs) + [BufRef(dev, n, dt) for n, dt in plan.temps]
   items = [ScheduleItem(a, [refs[i] for i in ids], "kernel", u) for a, ids in plan.kernels]
   assert items[-1].bufs[0] is bufs[0], "a split reduction's last kernel writes the output"
