@@ -99,7 +99,7 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       # the tiles of j outermost when there are enough (one panel of the contiguous operand stays in cache per core);
       # where j is one tile (a packed operand's 16 lanes, codegen/pack), the panels are the operand's other output axis
       panels = [o for o in outs if o not in (j, *iis) and any(moves(x, o) for x in b)]
-      par_first = panels[-1] if jl == nj and panels else j
+      par_first = panels[0] if jl == nj and panels else j
     elif any(contig(x, r) for x in loads for r in reds):
       r = max((r for r in reds if any(contig(x, r) for x in loads)), key=lambda r: k.full_shape[r])
       reuse = [o for o in outs if any(not moves(x, o) for x in loads) and any(moves(x, o) for x in loads)]
