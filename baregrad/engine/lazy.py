@@ -2,7 +2,7 @@
 from __future__ import annotations
 import weakref
 from collections import OrderedDict
-from baregrad.ir.ops import UOp, Ops, GroupOp, _argkey, _KEYED
+from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule
@@ -114,8 +114,7 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
           first = storage_of.setdefault(id(st), k)
           key.append((op, u.dtype, k, first, st.device, st.size))
         else:
-          a = u.arg
-          key.append((op, u.dtype, _argkey(a) if isinstance(a, _KEYED) else a, tuple([pos[x] for x in src])))
+          key.append((op, u.dtype, u.argkey, tuple([pos[x] for x in src])))
         pos[u] = len(nodes)
         nodes.append(u)
   return (tuple(key), tuple([pos[t] for t in srcs]), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots

@@ -75,7 +75,7 @@ def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   # built in the mutable layout, then made a UOp (same slots): plain slot stores instead of six object.__setattr__
   # calls past UOp's immutability guard (a third of the cost of a new node)
   ret = _new(_UOpSlots)
-  ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape = op, dtype, src, arg, None, None
+  ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape, ret.argkey = op, dtype, src, arg, None, None, key[3]
   ret.__class__ = UOp
   _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
   return ret
@@ -103,7 +103,9 @@ def _srcs_ok(src: tuple) -> tuple:
 
 class _UOpSlots:
   """UOp's storage, without its immutability guard: what UOpMeta fills in before the object becomes a UOp."""
-  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_bounds", "_shape")   # _shape: engine.graph.shape_of's cache
+  # _shape: engine.graph.shape_of's cache; argkey: the arg as the hash-consing key holds it (_argkey), for keys built
+  # from nodes (the schedule cache's, recipes') without recomputing it
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_bounds", "_shape", "argkey")
 _new = object.__new__
 
 class UOp(_UOpSlots, metaclass=UOpMeta):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools, struct
 from typing import Any, Callable, Sequence
 from baregrad.helpers import getenv, prod as helpers_prod
-from baregrad.ir.ops import UOp, Ops, make_keyed, _argkey, _KEYED
+from baregrad.ir.ops import UOp, Ops, make_keyed
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, set_shape, permute_uop
 from baregrad.engine.lazy import buffer_view
@@ -50,7 +50,7 @@ class Recipe:
         if (pending := [s for s in u.src if s not in idx]): stack += pending; continue
         stack.pop()
         idx[u] = len(leaves) + len(nodes)
-        nodes.append((u.op, u.dtype, u.arg, _argkey(u.arg) if isinstance(u.arg, _KEYED) else u.arg, tuple([idx[s] for s in u.src]), shape_of(u)))
+        nodes.append((u.op, u.dtype, u.arg, u.argkey, tuple([idx[s] for s in u.src]), shape_of(u)))
         if (e := checks.registry.get(id(u))) is not None and e[0]() is u:
           for p, m in e[1]: found.append((u, p, m)); todo.append(p)
     return Recipe._compact(nodes, [idx[r] for r in roots], [(idx[n], idx[p], m) for n, p, m in found], len(leaves), idx)
