@@ -47,6 +47,7 @@ class KernelClock:
 def measure(dev: str, make, op, reps: int) -> tuple[float, float]:
   """(median wall seconds, median kernel seconds) of op(*tensors) on fresh inputs from make() (numpy arrays)."""
   walls, kerns = [], []
+  settle()
   for i in range(2 * reps + 1):
     ts = [Tensor(a, device=dev).realize() for a in make()]
     sync(dev)
@@ -77,16 +78,24 @@ def _blas_threads():
       return f
   return None
 
+def settle() -> None:
+  """Let thread pools that spin after their last call (OpenBLAS's, PyTorch's OpenMP threads, ours) go to sleep before
+  the next timed run: a 2-core box has no core to spare for them (a 512^3 matmul timed right after NumPy's took 4.7 ms
+  instead of 2.6)."""
+  time.sleep(0.25)
+
 def best_threads(setter, make, run, reps: int, name: str) -> tuple[float, str]:
-  """The reference with one thread and with every core: on a loaded machine a library's spinning threads can be far
-  slower than one, so the faster of the two is the reference."""
+  """The reference with every core and with one thread: on a loaded machine a library's spinning threads can be far
+  slower than one, so the faster of the two is the reference. One thread runs last and stays set: the library's other
+  threads are idle by the time the next workload is timed."""
+  settle()
   if setter is None: return median_time(make, run, reps), name
   res = []
-  for n in sorted({1, os.cpu_count() or 1}):
+  for n in sorted({1, os.cpu_count() or 1}, reverse=True):
     setter(n)
     res.append((median_time(make, run, reps), n))
-  setter(os.cpu_count() or 1)
   t, n = min(res)
+  settle()
   return t, f"{name}({n}t)"
 
 def line(name: str, wall: float, kern: float, ref: float | None, refname: str, note: str = "") -> None:
