@@ -79,7 +79,7 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       if iis and ren.vectorized and nj < 2 * lanes and nj & (nj - 1) and (m := _loop_index(k, j)) is not None:
         # a short row under other rows of the tile: padded to a power of two, so registers hold whole rows (11 lanes
         # per row would make every register straddle two rows: shuffles around every FMA; mnist_cnn's conv2, 11-wide
-        # rows: 16 padded lanes x 4 rows 1.15-1.3x faster than 11 lanes x 8 rows)
+        # rows: 16 padded lanes x 4 rows 2.3x faster on one core than 11 lanes x 8 rows)
         if _try(k, Opt(OptOps.PADTO, m, 1 << nj.bit_length())): nj = 1 << nj.bit_length()
       # no row to reuse the vector across (a vector-matrix product): more lanes instead, for independent accumulators
       # and longer runs of each row of the matrix per step (8 registers: 1x1024x4096 0.54 -> 0.37 ms, 4 registers'
@@ -94,9 +94,10 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
         # ones unless a long reduction (>= 128) of a row-strided operand amortizes the edge
         nred = prod(k.full_shape[r] for r in reds)
         if ni % rows and ni % 4 == 0 and (nred < 128 or any(contig(x, i) for x in loads)): rows = 4
-        # a row of awkward width (a conv's 11 outputs: its registers partly filled) leaves the loads and index
-        # arithmetic of each step to fewer FMAs; more rows share them where the reduction is long enough to matter
-        # (mnist_cnn's conv2, 72 terms: 8 rows 1.4x faster than 4; its conv1, 9 terms, no better)
+        # a row of awkward width (13 lanes of a conv's 26 outputs: its registers partly filled) leaves the loads and
+        # index arithmetic of each step to fewer FMAs; more rows share them where the reduction is long enough to
+        # matter (measured when mnist_cnn's conv2 took 11-lane rows, 72 terms: 8 rows 1.4x faster than 4; its conv1,
+        # 9 terms, no better)
         if ren.vectorized and jl % lanes and nred >= 64 and ni % 8 == 0: rows = 8
         _tile(k, i, rows, OptOps.UPCAST)
       # the tiles of j outermost when there are enough (one panel of the contiguous operand stays in cache per core);

@@ -13,7 +13,7 @@ follows runs within a page) does not fetch them ahead. Packed, the same loads ar
 Kernel 2 is the original kernel over its iteration space with the output axis j split into (jb, c); only the load of
 B changes. Its panel axis jb runs over the cores (one 16-column panel of P stays in the core's L2 while every row tile
 of A streams past it). Packing costs one pass over B; it pays where B is large and read by many row tiles.
-Measured on a 2-core Zen 2 (AVX2): 1024^3 ~100 -> ~150 GFLOPS in kernels, 512^3 ~120 -> ~155."""
+Measured on a 2-core Zen 2 (AVX2): 1024^3 ~100 -> ~150 GFLOPS in kernels, 512^3 ~120 -> ~150."""
 from __future__ import annotations
 import functools
 from baregrad.helpers import prod, getenv
@@ -56,8 +56,7 @@ def _find(ast: UOp) -> tuple[UOp, int, int] | None:
     for j in outs:
       if j not in mv or v.strides[j] != 1 or len(rk) != 1: continue
       # a row axis: another load moves along it, B does not (each element of B feeds a row of outputs)
-      rows = [o for o in outs if o not in mv and any(o < len(x.src[1].arg.shape) and x.src[1].arg.shape[o] > 1 and
-                                                       x.src[1].arg.real_strides()[o] not in (0, None) for x in loads if x is not b)]
+      rows = [o for o in outs if o not in mv and any(x.src[1].arg.real_strides()[o] not in (0, None) for x in loads if x is not b)]
       if not rows: continue
       # cpu_heuristic's choice of the lane axis: where the store is contiguous too, the last such
       cands.append(((sst[j] in (1, -1), j), b, j, rk[0], rows))
