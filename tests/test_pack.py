@@ -38,6 +38,7 @@ def test_plan_of_a_big_matmul():
 @pytest.mark.parametrize("ast,why", [
   (matmul(256, 256, 256), "B of 256 KiB stays in the L2 unpacked"),
   (matmul(128, 256, 1024), "128 rows read B too few times"),
+  (matmul(256, 8192, 8200), "a copy of a 256 MiB B is not made"),
   (matmul(256, 1024, 1024, transposed_b=True), "dot form: no operand is contiguous along an output axis"),
   (matmul(256, 1024, 1024, op=Ops.MAX), "not a sum of products"),
   (sink(store(0, (1024, 1024), load(1, f32, (1024, 1024)) * 2)), "no reduction"),

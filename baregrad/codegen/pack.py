@@ -30,6 +30,7 @@ PANEL = 16                 # lanes of a panel: two AVX2 registers, one AVX-512 r
 # short kernel)
 MIN_BYTES = 512 << 10      # a smaller B stays in the L2 unpacked (257^3: no gain)
 MIN_ROWS = 256             # rows of outputs (row tiles of A) that read each panel of B
+MAX_BYTES = 256 << 20      # P is a second copy of B while the matmul runs: a huge B (an embedding) is read in place
 
 def pack_operand(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels that compute `ast` with its matmul operand packed into panels, or None to keep it as it is.
@@ -59,10 +60,12 @@ def _find(ast: UOp) -> tuple[UOp, int, int] | None:
       rows = [o for o in outs if o not in mv and any(x.src[1].arg.real_strides()[o] not in (0, None) for x in loads if x is not b)]
       if not rows: continue
       # cpu_heuristic's choice of the lane axis: where the store is contiguous too, the last such
-      cands.append(((sst[j] in (1, -1), j), b, j, rk[0], rows))
+      cands.append(((sst[j] in (1, -1), j), b, j, rk[0], rows, prod(full[o] for o in mv)))
   if not cands: return None
-  _, b, j, k, rows = max(cands, key=lambda c: c[0])
-  if b.dtype.itemsize * full[k] * full[j] < MIN_BYTES or prod(full[o] for o in rows) < MIN_ROWS or full[j] < PANEL: return None
+  _, b, j, k, rows, moved = max(cands, key=lambda c: c[0])
+  # B's bytes per batch decide the cache behaviour, all of them (P's size) the memory
+  if b.dtype.itemsize * full[k] * full[j] < MIN_BYTES or b.dtype.itemsize * moved > MAX_BYTES: return None
+  if prod(full[o] for o in rows) < MIN_ROWS or full[j] < PANEL: return None
   return b, j, k
 
 def _affine(st: ShapeTracker) -> View | None:
