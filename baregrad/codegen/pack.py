@@ -38,8 +38,9 @@ def pack_operand(ast: UOp, ren: object) -> SplitPlan | None:
   if getattr(ren, "has_local", False) or not getattr(ren, "has_threads", False) or not getenv("PACK", 1): return None
   return _pack_cached(ast)
 
-def _find(ast: UOp) -> tuple[UOp, int, int] | None:
-  """(the load of B, its lane axis j, its reduce axis k) of a matmul-shaped kernel with one reduction, else None."""
+def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
+  """(the load of B, its view as one, its lane axis j, its reduce axis k, the kernel's full shape) of a matmul-shaped
+  kernel with one reduction, else None."""
   if len(ast.src) != 1: return None
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   if len(red) != 1 or red[0].arg[0] is not Ops.ADD or not dtypes.is_float(red[0].dtype): return None
@@ -60,13 +61,13 @@ def _find(ast: UOp) -> tuple[UOp, int, int] | None:
       rows = [o for o in outs if o not in mv and any(x.src[1].arg.real_strides()[o] not in (0, None) for x in loads if x is not b)]
       if not rows: continue
       # cpu_heuristic's choice of the lane axis: where the store is contiguous too, the last such
-      cands.append(((sst[j] in (1, -1), j), b, j, rk[0], rows, prod(full[o] for o in mv)))
+      cands.append(((sst[j] in (1, -1), j), b, v, j, rk[0], rows, prod(full[o] for o in mv)))
   if not cands: return None
-  _, b, j, k, rows, moved = max(cands, key=lambda c: c[0])
+  _, b, v, j, k, rows, moved = max(cands, key=lambda c: c[0])
   # B's bytes per batch decide the cache behaviour, all of them (P's size) the memory
   if b.dtype.itemsize * full[k] * full[j] < MIN_BYTES or b.dtype.itemsize * moved > MAX_BYTES: return None
   if prod(full[o] for o in rows) < MIN_ROWS or full[j] < PANEL: return None
-  return b, j, k
+  return b, v, j, k, full
 
 def _affine(st: ShapeTracker) -> View | None:
   """st as one unmasked view where its index is affine in every axis (a window of a buffer read through a reshape is
@@ -94,12 +95,10 @@ def _split_view(st: ShapeTracker, j: int, n: int, npad: int) -> ShapeTracker:
 def _pack_cached(ast: UOp) -> SplitPlan | None:
   # asked for every kernel of every schedule (ASTs are hash-consed: the same kernel is the same key)
   if (found := _find(ast)) is None: return None
-  b, j, k = found
-  full = verify_ast(ast)
+  b, v, j, k, full = found
   n, kk = full[j], full[k]
   npad = -(-n // PANEL) * PANEL
   jb = npad // PANEL
-  v = _affine(b.src[1].arg)
   # P's axes: the other axes B moves along (a batch), in order, then (jb, k, c); contiguous
   batch = [o for o, (s, st) in enumerate(zip(v.shape, v.strides)) if s > 1 and st != 0 and o not in (j, k)]
   pshape = tuple(full[o] for o in batch) + (jb, kk, PANEL)

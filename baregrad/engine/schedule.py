@@ -220,7 +220,7 @@ def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[U
   if (plan := split_reduce(ast, ren) or pack_operand(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u, check)]
   refs = list(bufs) + [BufRef(dev, n, dt) for n, dt in plan.temps]
   items = [ScheduleItem(a, [refs[i] for i in ids], "kernel", u) for a, ids in plan.kernels]
-  assert items[-1].bufs[0] is bufs[0], "a split reduction's last kernel writes the output"
+  assert items[-1].bufs[0] is bufs[0], "a plan's last kernel writes the output"
   items[-1].check = check
   return items
 

@@ -149,7 +149,7 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
       nsrc = tuple([memo[x] for x in u.src])
       if nsrc == u.src: memo[u] = u
       else:
-        memo[u] = n = UOp(u.op, u.dtype, nsrc, u.arg)
+        memo[u] = n = make_keyed(u.op, u.dtype, nsrc, u.arg, u.argkey)   # (sources are nodes; the arg's key is kept)
         if same_shapes and n._shape is None and u._shape is not None: object.__setattr__(n, "_shape", u._shape)
     return memo[self]
   def sparents(self) -> set[UOp]: return set(self.toposort())
