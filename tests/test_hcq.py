@@ -514,6 +514,43 @@ def test_cpu_concurrent_raw_submits():
   for t in ts: t.join(timeout=20)
   for s in sigs: s.wait(100, timeout_ms=5000)
 
+def test_cpu_direct_launch_keeps_the_queue_order(cpu_object):
+  # a launch of known cost on an idle queue whose timeline is reached runs at once without writing its words into the
+  # ring (CPUProgram.direct); behind an unsatisfied timeline (a copy still pending) or a busy queue it goes through the
+  # ring and runs after what it waits for, as the words would
+  from baregrad.drivers.cpu import CPUProgram
+  dev = Device["CPU"]
+  eng = dev.engines["compute"]
+  a = Buffer("CPU", 4, dtypes.int32).copyin(memoryview(np.zeros(4, np.int32)))
+  inc = dev.runtime(dev, "inc", cpu_object)
+  inc(a._buf, global_size=(4, 1, 1), wait=True)
+  eng.pool.cost[inc.fxn_addr] = 1.0
+  vals = lambda: np.frombuffer(a.as_memoryview(), np.int32).tolist()
+  w, n = eng.wptr, eng.inlined
+  for _ in range(3): inc(a._buf, global_size=(4, 1, 1))
+  assert eng.wptr == w and eng.inlined == n + 3 and dev.timeline_signal.value == dev.timeline_value - 1 and vals() == [4] * 4
+  CPUProgram.direct = False
+  try:
+    inc(a._buf, global_size=(4, 1, 1))
+    assert eng.wptr == w + 1 and eng.inlined == n + 4 and vals() == [5] * 4   # the same work through the ring
+  finally: CPUProgram.direct = True
+  # the timeline held by a copy that waits for a gate: the launch must wait for it too
+  gate = dev.signal_t(dev, 0)
+  dev.copy_queue_t().wait(gate, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+  inc(a._buf, global_size=(4, 1, 1))
+  assert eng.wptr == w + 2 and dev.timeline_signal.value < dev.timeline_value - 1   # (a read now would wait for the gate too)
+  gate.value = 1
+  dev._signal_written()
+  dev.synchronize(timeout_ms=5000)
+  assert vals() == [6] * 4
+  # behind a kernel still running on the worker (unknown cost) the next launch is queued and runs after it
+  slow = dev.runtime(dev, "slow_fill", cpu_object)
+  slow(a._buf, global_size=(4, 1, 1))   # writes 7s after a busy loop
+  inc(a._buf, global_size=(4, 1, 1))
+  assert eng.wptr == w + 4
+  dev.synchronize(timeout_ms=5000)
+  assert vals() == [8] * 4
+
 def test_cpu_copies_are_direct_when_idle_and_ordered_when_busy(cpu_object):
   # an idle device copies by memmove (no command on the copy queue); behind a running kernel that writes the buffer,
   # a copy in goes through the queue and lands after the kernel, and a read waits for it

@@ -412,6 +412,17 @@ class QueueEngine:
       else: j += 1
     plans.pop(key, None)
 
+  def run_tiny(self, fa: int, args: int, gx: int, est: float) -> None:
+    """Run a kernel of known small cost whole on this thread, timed as pool.run times kernels."""
+    fxns = self._fxns
+    fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
+    st = time.perf_counter_ns()
+    fxn(args, 0, gx)
+    # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a tiny kernel
+    # past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
+    t = (time.perf_counter_ns() - st) / gx
+    self.pool.cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
+
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
   INLINE_POOL_NS = 20_000_000   # up to this much work (one thread's ns) per submission runs there over the native pool
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
@@ -534,15 +545,8 @@ class QueueEngine:
                 return p
               budget -= est * gx
             self.state = ("exec", fa, gx)
-            fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
-            if big: self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
-            elif gx:
-              st = clock()
-              fxn(ws[p + 3] | ws[p + 4] << 32, 0, gx)
-              # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a
-              # tiny kernel past INLINE_NS, and every launch behind it (a replay's, an eager loop's) to the worker thread
-              t = (clock() - st) / gx
-              cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
+            if big: self.pool.run(fa, fxns.get(fa) or fxns.setdefault(fa, _KFN(fa)), ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
+            elif gx: self.run_tiny(fa, ws[p + 3] | ws[p + 4] << 32, gx, est)
             p += _EXEC_WORDS
             while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
             if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
@@ -579,6 +583,7 @@ class QueueEngine:
 # ---------------------------------------------------------------- program and device
 class CPUProgram(HCQProgram):
   args_state_t = CPUArgsState
+  direct = True   # run a tiny launch on an idle queue without writing its words (see __call__); tests compare both paths
   def __init__(self, dev: CPUDevice, name: str, lib: bytes, min_chunk: int = 0) -> None:
     super().__init__(dev, name, lib)
     from baregrad.drivers.elf_loader import load_elf, disassemble
@@ -611,7 +616,24 @@ class CPUProgram(HCQProgram):
                   q.cmds[1].start + q.cmds[1].fields["gx"][0], q.cmds[1].start + q.cmds[1].fields["lx"][0],
                   q.cmds[2].start + q.cmds[2].fields["value"][0])
     wv, ar, gx, lx, sv = self._at
+    eng = dev.engines["compute"]
     with dev.submit_lock:  # (the words are shared by this program's launches from every host thread)
+      if self.direct and eng.rptr == eng.wptr and eng.inline and not eng.stopped and not eng.fault and (n_items := global_size[0]) \
+         and (est := eng.pool.cost.get(fa := self.fxn_addr)) is not None \
+         and (est * n_items <= eng.INLINE_NS or (est * n_items <= eng.INLINE_POOL_NS and eng.pool.native is not None)) \
+         and dev.timeline_signal._v.value >= dev.timeline_value - 1:
+        # what submitting these words would do on an idle queue whose wait is met (QueueEngine._submit runs them on
+        # this thread: the wait passes, the kernel of known cost runs, whole or over the native pool, the signal is
+        # written), without writing the words into the ring and reading them back: half of an eager op's launch
+        with eng._host_lock:
+          eng.state = ("exec", fa, n_items)
+          if est * n_items <= eng.INLINE_NS: eng.run_tiny(fa, va, n_items, est)
+          else: eng.pool.run(fa, eng._fxns.get(fa) or eng._fxns.setdefault(fa, _KFN(fa)), va, n_items, self.min_chunk, addr=fa)
+          eng.state = "idle"
+          dev.timeline_signal._v.value = dev.next_timeline()
+          dev._signal_written()
+          eng.inlined += 1
+        return None
       ws[ar], ws[ar + 1] = va & _M32, va >> 32
       ws[gx], ws[lx], ws[lx + 1], ws[lx + 2] = global_size[0], local_size[0], local_size[1], local_size[2]
       w = dev.timeline_value - 1
