@@ -677,6 +677,7 @@ def _toolchain(variant: str) -> tuple[Any, Compiler]:
     r, c = importlib.import_module(rmod), importlib.import_module("baregrad.drivers.cpu_compile")
     ren = getattr(r, rname)()
     ren.simd_lanes, ren.vector_registers = c.host_simd()   # register tiles sized for this CPU
+    if variant == "LLVM": ren.stream_bytes, ren.stream_fence = c.host_stream()
     return ren, getattr(c, cname)()
   except (ImportError, CompileError, OSError) as e:  # e.g. llvmlite or a C compiler missing on this machine
     return None, MissingCompiler(f"CPU:{variant} toolchain unavailable: {type(e).__name__}: {e}")

@@ -1,7 +1,7 @@
 """Compilers for the CPU: LLVM IR through llvmlite (in-process, no system compiler) and C through the system C
 compiler. Both produce an ELF relocatable object that drivers/elf_loader.py maps in-process."""
 from __future__ import annotations
-import functools, os, shutil, subprocess, tempfile, threading
+import functools, glob, os, shutil, subprocess, tempfile, threading
 from baregrad.hal import Compiler, CompileError
 
 _llvm_lock = threading.Lock()
@@ -29,6 +29,23 @@ def host_simd() -> tuple[int, int]:
   if feats.get("avx512f"): return 16, 32
   if feats.get("avx"): return 8, 16
   return 4, 16
+
+def host_stream() -> tuple[int, str]:
+  """(bytes, fence) for non-temporal stores on this CPU: outputs spanning at least the last-level cache (sysfs; 32 MiB
+  where it does not say), and the LLVM IR that orders them before a kernel returns (x86: SFENCE, the fence Intel's and
+  AMD's manuals name for streaming stores; elsewhere a full fence). (0, "") where llvmlite is missing."""
+  try:
+    import llvmlite.binding as llvm
+    triple = llvm.get_default_triple()
+  except Exception: return 0, ""
+  llc = 0
+  for d in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*")):
+    try:
+      with open(os.path.join(d, "size")) as f: sz = f.read().strip()
+      llc = max(llc, int(sz[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[sz[-1]] if sz[-1].isalpha() else int(sz))
+    except (OSError, ValueError, KeyError, IndexError): continue
+  fence = "call void @llvm.x86.sse.sfence()" if triple.startswith(("x86_64", "i386", "i686")) else "fence seq_cst"
+  return llc or 32 << 20, fence
 
 class LLVMCompiler(Compiler):
   """LLVM IR -> optimized for the host CPU -> ELF object.

@@ -17,6 +17,8 @@ class Renderer:
   # ---- what a CPU target declares (the CPU device sets them from the host: drivers/cpu_compile.host_simd)
   simd_lanes: int = 16             # float32 lanes in one vector register (AVX-512: 16, AVX2: 8, NEON/SSE: 4)
   vector_registers: int = 32       # vector registers (x86 without AVX-512: 16): a register tile must fit in them
+  stream_bytes: int = 0            # vector stores spanning at least this many bytes bypass the caches (0: never)
+  stream_fence: str = ""           # what orders such stores before the kernel returns (LLVM IR)
   # ---- what a GPU target declares (the heuristic and the opts read these; 0 or () where there is nothing)
   warp_size: int = 0               # threads that execute in lockstep (a tensor-core fragment is spread over one)
   shared_max: int = 0              # bytes of workgroup (shared) memory one kernel may declare statically
