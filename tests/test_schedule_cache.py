@@ -59,3 +59,29 @@ def test_bounds_checks_run_from_the_cache(schedules):
   n = len(schedules)
   with pytest.raises(IndexError, match="class value 7"): one_hot(Tensor([0, 7, 2]), 3).numpy()
   assert len(schedules) == n   # the same structure, its check included: served by the cache, and the check still ran
+
+def test_a_cached_single_kernel_runs_without_schedule_items(schedules, monkeypatch):
+  # most eager ops are one kernel computing one result: from the cache it is launched directly (lazy._run_single), each
+  # call on its own fresh output; in-place writes, bounds checks and jit captures keep the item path (they need
+  # its commit, flag and recording)
+  from baregrad.engine import realize as engine_realize
+  items: list[int] = []
+  real = lazy.run_schedule
+  monkeypatch.setattr(lazy, "run_schedule", lambda its, *a: (items.append(len(its)), real(its, *a))[1])
+  rng = np.random.default_rng(1)
+  xs = [rng.standard_normal(7).astype(np.float32) for _ in range(3)]
+  ts = [Tensor(x) for x in xs]
+  outs = [(t * 3 - 1).realize() for t in ts]
+  assert len(schedules) == 1 and items == [1]   # the first call cut and ran it; the others went direct
+  bufs = {lazy.base_of(o.uop).arg.storage.id for o in outs}
+  assert len(bufs) == 3
+  for x, o in zip(xs, outs): np.testing.assert_array_equal(o.numpy(), x * 3 - 1)
+  w = Tensor(np.zeros(7, np.float32)).realize()
+  for k in range(3): w.assign(w + 1).realize()
+  assert w.numpy().tolist() == [3.0] * 7 and len(items) >= 4   # each in-place write took the item path
+  n = len(items)
+  rec = []
+  engine_realize.capturing.append(type("Rec", (), {"add_kernel": lambda self, r, it: rec.append(it), "add_copy": lambda self, it: None})())
+  try: (ts[0] * 3 - 1).realize()
+  finally: engine_realize.capturing.pop()
+  assert len(items) == n + 1 and len(rec) == 1   # a capture sees the item

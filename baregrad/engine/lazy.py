@@ -1,11 +1,13 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
 import weakref
+from typing import Any
 from collections import OrderedDict
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
-from baregrad.engine.realize import run_schedule
+from baregrad.engine.realize import run_schedule, capturing
+from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
 from baregrad.hal import profile
 
@@ -135,23 +137,32 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
     titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, pos.get(it.srcnode) if it.srcnode is not None else None,
                    (pos[it.check[0]], it.check[1]) if it.check is not None else None, [(pos[n], i) for n, i in it.also]))
   if any(u not in pos for u in realized_): return None
-  return titems, [(pos[u], tref(r)) for u, r in realized_.items()], made
+  treal = [(pos[u], tref(r)) for u, r in realized_.items()]
+  # one kernel computing the one result, nothing else to do around it (no bounds flag, no second output, no in-place
+  # write to commit): what most eager ops are. realize() runs it without ScheduleItems (see _run_single)
+  (ast, tb, kind, sn, ck, also), = titems if len(titems) == 1 else ((None,) * 6,)
+  single = (ast, tb) if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN \
+    and treal == [(sn, tb[0])] else None
+  return titems, treal, made, single
 
 def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
-  titems, treal, made = tmpl
+  titems, treal, made, _ = tmpl
   new = [BufRef(d, n, dt) for d, n, dt in made]
   def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
   items = [ScheduleItem(ast, [get(t) for t in tb], kind, nodes[sn] if sn is not None else None, (nodes[ck[0]], ck[1]) if ck else None,
                         [(nodes[n], i) for n, i in also]) for ast, tb, kind, sn, ck, also in titems]
   return items, {nodes[k]: get(t) for k, t in treal}
 
-def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
+def _schedule(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
+  """(items, srcs, realized) as schedule_for; with single_ok, (None, srcs, (template, nodes, slots)) for a cached
+  single-kernel schedule (see _run_single)."""
   srcs = _substitute_all(uops)
   with profile.span("schedule", device=device):
     ab = _abstract(srcs)
     key = (ab[0], device) if ab is not None else None
     if key is not None and (tmpl := _sched_cache.get(key)) is not None:
       _sched_cache.move_to_end(key)
+      if single_ok and tmpl[3] is not None and not capturing: return None, srcs, (tmpl, ab[2], ab[3])   # (a jit capture records items)
       items, realized_ = _instantiate(tmpl, ab[2], ab[3])
       return items, srcs, realized_
     items, realized_ = create_schedule(srcs, device)
@@ -160,9 +171,31 @@ def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list
       if len(_sched_cache) > SCHEDULE_CACHE_SIZE: _sched_cache.popitem(last=False)
   return items, srcs, realized_
 
+def _run_single(tmpl: tuple, slots: list[BufRef]) -> BufRef | None:
+  """Launch a cached single-kernel schedule over this graph's buffers (what _instantiate and run_schedule do for it,
+  without building their items); returns its output, or None where its kernel is not compiled yet (the item path
+  compiles it, with its progress bar)."""
+  ast, tb = tmpl[3]
+  new = [BufRef(d, n, dt) for d, n, dt in tmpl[2]]
+  refs = [slots[i] if k == "in" else new[i] for k, i in tb]
+  out = refs[0]
+  if out.size == 0: return out   # nothing to compute (run_schedule skips it too)
+  if (runner := cached_runner(ast, out.device)) is None: return None
+  runner([r.ensure() for r in refs])
+  return out
+
+def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:
+  items, srcs, realized_ = _schedule(uops, device, False)
+  assert items is not None
+  return items, srcs, realized_
+
 def realize(uops: list[UOp], device: str) -> list[UOp]:
   """Compute uops (on `device` where a graph reads no buffer); returns, for each, a node reading its buffer."""
-  items, srcs, realized_ = schedule_for(uops, device)
+  items, srcs, realized_ = _schedule(uops, device, True)
+  if items is None:
+    tmpl, nodes, slots = realized_
+    if (r := _run_single(tmpl, slots)) is not None: return _outputs(uops, srcs, {nodes[tmpl[1][0][0]]: r})
+    items, realized_ = _instantiate(tmpl, nodes, slots)
   keep = {realized_[s].id for s in srcs if s in realized_}
   for it in items:  # a bounds check writes a flag the host reads at the next sync (engine/checks.py)
     if it.check is not None: it.bufs[0].buf = checks.new_flag(it.bufs[0].device)
@@ -174,6 +207,9 @@ def realize(uops: list[UOp], device: str) -> list[UOp]:
         if n is not None and n.op is Ops.ASSIGN: it.bufs[i].commit()
   for it in items:
     if it.check is not None: checks.submitted(it.bufs[0].buf, it.check[1], it.check[0])
+  return _outputs(uops, srcs, realized_)
+
+def _outputs(uops: list[UOp], srcs: list[UOp], realized_: dict) -> list[UOp]:
   out = []
   for u, s in zip(uops, srcs):
     if s in realized_:
