@@ -627,8 +627,12 @@ class CPUProgram(HCQProgram):
         # written), without writing the words into the ring and reading them back: half of an eager op's launch
         with eng._host_lock:
           eng.state = ("exec", fa, n_items)
-          if est * n_items <= eng.INLINE_NS: eng.run_tiny(fa, va, n_items, est)
-          else: eng.pool.run(fa, eng._fxns.get(fa) or eng._fxns.setdefault(fa, _KFN(fa)), va, n_items, self.min_chunk, addr=fa)
+          try:
+            if est * n_items <= eng.INLINE_NS: eng.run_tiny(fa, va, n_items, est)
+            else: eng.pool.run(fa, eng._fxns.get(fa) or eng._fxns.setdefault(fa, _KFN(fa)), va, n_items, self.min_chunk, addr=fa)
+          except Exception as ex:   # as a fault while running the words: the queue takes nothing more
+            eng.fault, eng.state = f"{type(ex).__name__}: {ex}", f"FAULTED: {type(ex).__name__}: {ex}"
+            raise
           eng.state = "idle"
           dev.timeline_signal._v.value = dev.next_timeline()
           dev._signal_written()

@@ -140,9 +140,11 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
   treal = [(pos[u], tref(r)) for u, r in realized_.items()]
   # one kernel computing the one result, nothing else to do around it (no bounds flag, no second output, no in-place
   # write to commit): what most eager ops are. realize() runs it without ScheduleItems (see _run_single)
-  (ast, tb, kind, sn, ck, also), = titems if len(titems) == 1 else ((None,) * 6,)
-  single = (ast, tb) if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN \
-    and treal == [(sn, tb[0])] else None
+  single = None
+  if len(titems) == 1:
+    ast, tb, kind, sn, ck, also = titems[0]
+    if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN and treal == [(sn, tb[0])]:
+      single = (ast, tb)
   return titems, treal, made, single
 
 def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
