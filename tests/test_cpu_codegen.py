@@ -202,7 +202,7 @@ def test_outputs_past_the_cache_are_stored_non_temporally(monkeypatch):
   # a vector store whose indices span more than the last-level cache bypasses it: a plain store reads each line it
   # writes first (relu(x*y+z) over 16M floats: kernel 11.4-13.3 -> 7.7-9.7 ms). Weakly ordered, so the kernel fences
   # before it returns (the pool then reports the chunk done). Smaller outputs, and renderers without a threshold, keep
-  # plain stores; results are equal either way, the masked edge included.
+  # plain stores, as do kernels with a reduction loop; results are equal either way, the masked edge included.
   import re
   from baregrad.drivers.cpu_compile import host_stream, _llvm_target
   from baregrad.drivers.elf_loader import disassemble
@@ -227,3 +227,6 @@ def test_outputs_past_the_cache_are_stored_non_temporally(monkeypatch):
   assert "!nontemporal" not in get_program(ast, ren, opts).src and fence not in get_program(ast, ren, opts).src
   monkeypatch.setattr(ren, "stream_bytes", 0)
   assert "!nontemporal" not in get_program(ast, ren, opts).src
+  # a kernel with a reduction loop keeps plain stores, however big its output (its tiles are written after their K loop)
+  monkeypatch.setattr(ren, "stream_bytes", 64)
+  assert "!nontemporal" not in get_program(matmul(64, 32, 64), ren, [Opt(U, 1, 16), Opt(U, 0, 4)]).src

@@ -79,6 +79,8 @@ class LLVMRenderer(Renderer):
     allocas: list[str] = []
     decls: set[str] = set()
     nbufs = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
+    # non-temporal stores in streaming kernels only (see _nt)
+    stream = 0 if any(u.op is Ops.RANGE and u.arg[1] == "reduce" for u in uops) else self.stream_bytes
     cnt = [0]
     def tmp() -> str:
       cnt[0] += 1
@@ -146,7 +148,7 @@ class LLVMRenderer(Renderer):
         r[u] = nm
       elif u.op is Ops.INDEX: r[u] = self._index(u, r, lines, nm)
       elif u.op is Ops.LOAD and d.count > 1 and len(u.src[0].src) > 2:
-        r[u] = self._masked(u, nm, r, lines, decls, splat)
+        r[u] = self._masked(u, nm, r, lines, decls, splat, stream)
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
@@ -159,7 +161,7 @@ class LLVMRenderer(Renderer):
         else:
           lines.append(f"  {nm} = select i1 {valid}, {ltype(d)} {nm}.l, {ltype(d)} {c(d, 0)}")
           r[u] = nm
-      elif u.op is Ops.STORE and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count > 1: self._masked(u, nm, r, lines, decls, splat)
+      elif u.op is Ops.STORE and len(u.src[0].src) > 2 and u.src[0].src[2].dtype.count > 1: self._masked(u, nm, r, lines, decls, splat, stream)
       elif u.op is Ops.STORE:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
@@ -167,7 +169,7 @@ class LLVMRenderer(Renderer):
         if vd.scalar == dtypes.bool:
           lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {_mem_type(vd)}")
           val = f"{nm}.z"
-        st = f"  store {_mem_type(vd)} {val}, {self._ptr(idx.src[0].dtype)} {ptr}, align {vd.scalar.itemsize}{self._nt(u, vd)}"
+        st = f"  store {_mem_type(vd)} {val}, {self._ptr(idx.src[0].dtype)} {ptr}, align {vd.scalar.itemsize}{self._nt(u, vd, stream)}"
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
@@ -207,7 +209,7 @@ class LLVMRenderer(Renderer):
       elif u.op in (Ops.SINK, Ops.NOOP): pass
       elif not self._render_other(u, nm, r, lines, decls): raise RenderError(f"{self.name} renderer: cannot render {u.op}")
     # non-temporal stores are weakly ordered: they must be visible before the caller signals the kernel done
-    fence = [f"  {self.stream_fence}"] if self.stream_bytes and any("!nontemporal" in ln for ln in lines) else []
+    fence = [f"  {self.stream_fence}"] if stream and any("!nontemporal" in ln for ln in lines) else []
     if fence and self.stream_fence.startswith("call"): decls.add("declare " + self.stream_fence.split("call ", 1)[1])
     body = "\n".join(allocas + ["  br label %start0", "start0:"] + lines + fence + ["  ret void"])
     return self._module(name, body, decls, uops)
@@ -248,16 +250,18 @@ class LLVMRenderer(Renderer):
                                        f"#0 {{\nentry:\n{body}\n}}\nattributes #0 = {{ nounwind \"no-trapping-math\"=\"true\" }}\n"
                                        + ("!1 = !{i32 1}\n" if "!nontemporal" in body else ""))
 
-  def _nt(self, u: UOp, vd: DType) -> str:
-    """The non-temporal hint for a vector store whose indices span at least stream_bytes (more than the last-level
+  def _nt(self, u: UOp, vd: DType, stream: int) -> str:
+    """The non-temporal hint for a vector store whose indices span at least `stream` bytes (more than the last-level
     cache holds: what it writes is evicted before anyone reads it). A plain store first reads each line it writes
     into the cache (read for ownership): relu(x*y+z) over 16M floats moved 5 arrays' worth of memory for 4 (kernel
-    11.4-13.3 -> 7.7-9.7 ms on a 32 MiB L3)."""
-    if not self.stream_bytes or vd.count < 4: return ""
+    11.4-13.3 -> 7.7-9.7 ms on a 32 MiB L3). Streaming (elementwise) kernels only: a kernel with a reduction loop
+    writes rarely (a matmul's tiles after their K loop), and a tile row that does not fill whole lines would leave
+    partial lines in the write-combining buffers for the length of the loop."""
+    if not stream or vd.count < 4: return ""
     ix = u.src[0].src[1]
-    return ", !nontemporal !1" if (ix.vmax - ix.vmin + vd.count) * vd.scalar.itemsize >= self.stream_bytes else ""
+    return ", !nontemporal !1" if (ix.vmax - ix.vmin + vd.count) * vd.scalar.itemsize >= stream else ""
 
-  def _masked(self, u: UOp, nm: str, r: dict[UOp, str], lines: list[str], decls: set[str], splat) -> str:
+  def _masked(self, u: UOp, nm: str, r: dict[UOp, str], lines: list[str], decls: set[str], splat, stream: int = 0) -> str:
     """A vector load or store under a mask (one bool per lane, or one for all): lanes masked off touch no memory and
     load 0. In memory bools are bytes."""
     idx = u.src[0]
@@ -292,7 +296,7 @@ class LLVMRenderer(Renderer):
       return nm
     val = f"{nm}.z" if vd.scalar == dtypes.bool or bits16 else r[u.src[1]]
     decls.add(f"declare void @llvm.masked.store.{sfx}.p0({mt}, ptr, i32 immarg, <{n} x i1>)")
-    lines += [f"  store {mt} {val}, ptr {r[idx]}, align {al}{self._nt(u, vd)}", f"  br label %{b}.join", f"{b}.part:",
+    lines += [f"  store {mt} {val}, ptr {r[idx]}, align {al}{self._nt(u, vd, stream)}", f"  br label %{b}.join", f"{b}.part:",
               f"  call void @llvm.masked.store.{sfx}.p0({mt} {val}, ptr {r[idx]}, i32 {al}, <{n} x i1> {m})",
               f"  br label %{b}.join", f"{b}.join:"]
     return ""
