@@ -30,6 +30,16 @@ each, before and after alternated, this script on both sides; ratios: reference 
   | matmul 1x4096x4096    | 0.47, 0.62 (0.54, 0.64)    | 0.78, 0.67 (0.86, 0.81)    |
   | conv2d mnist conv2    | 0.33, 0.37 (0.62, 0.81)    | 0.76, 0.36 (1.82, 1.06)    |
 
+Non-temporal stores for outputs past the last-level cache (main at 9363596 -> this round, same VM; before and after
+alternated, this script on both sides, `--only ew,sum`; an in-process A/B of the kernel alone, 12 alternated rounds of
+fresh inputs each side: plain stores min 8.4 ms, median 13.2; non-temporal min 6.9, median 8.9):
+
+  | workload              | before (wall, kernel in brackets)        | after                                    |
+  |-----------------------|------------------------------------------|------------------------------------------|
+  | relu(x*y+z) 16M+3     | 0.92, 0.95, 1.07 (1.40, 1.12, 1.18)      | 1.97, 1.33, 1.73 (2.02, 2.06, 1.91)      |
+  | same, 40 min later    | 1.10, 1.48, 1.24 (1.47, 2.18, 1.26)      | 1.20, 2.02, 1.59 (1.34, 2.17, 2.60)      |
+  | sum 16M+3 (unchanged) | 1.04, 0.90, 1.02; 0.95, 0.85, 0.99       | 0.74, 0.97, 0.97; 0.95, 0.94, 1.03       |
+
 The VM's timings swing 2-4x between minutes and between processes (a 2-thread kernel's worker thread is sometimes late
 by most of a kernel: mnist_cnn's conv1 kernel ran 0.17 or 0.7-0.8 ms in phases of several launches, in both columns);
 compare within a row and repeat a run before trusting one number."""

@@ -154,7 +154,25 @@ keeps single launches off the chain path.)
   verdict (which kernels may run natively) per recording, checked against the words byte for byte.
 Still short of the goal: the driver part of a 21-kernel replay is now about 2 us per kernel on this box (graph alone);
 the rest is the jit front end per call (tensor/jit.py _replay: input signature, fresh output buffers, state versions,
-HCQGraph.replay's patching), spread over the kernels. An eager op still builds ~6 UOps and 2 tensors."""
+HCQGraph.replay's patching), spread over the kernels. An eager op still builds ~6 UOps and 2 tensors.
+
+Direct launches (main at 9363596 -> this round, DEV=CPU, same VM; before and after alternated, each side's own copy of
+this script, which did not change):
+
+  | run                                        | before                | after                 |
+  |--------------------------------------------|-----------------------|-----------------------|
+  | jit_overhead.py: eager us/op               | 105, 104, 128         | 92, 89, 89            |
+  | jit_overhead.py: eager us/op, 30 min later | 135, 104, 157         | 84, 105, 82           |
+  | jit_overhead.py: jit us/kernel             | 3.68, 3.23, 3.13      | 2.94, 2.95, 3.31      |
+  | train_mlp.py: eager vs PyTorch (15 rounds) | 2.71x, 2.60x          | 2.27x, 2.25x          |
+  | an eager op's launch (phase, min of 25)    | 39.8 us               | 20.9 us               |
+
+- drivers/cpu.py: a launch of known cost on an idle queue whose timeline wait is already met runs at once on the
+  calling thread (whole, or over the native pool) and writes the timeline signal, instead of patching its words,
+  copying them into the ring and interpreting them back: the same wait, run and signal (CPUProgram.direct);
+- engine/lazy.py: a cached schedule of one kernel computing the one result (most eager ops) is launched without
+  ScheduleItems and run_schedule's loop (~6 us: 89-90 -> 82-84 us min in an in-process A/B).
+The jit replay did not change (its kernels go through the chain path); its spread is the machine's."""
 import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from baregrad import Tensor, jit, Device
