@@ -62,8 +62,8 @@ def test_bounds_checks_run_from_the_cache(schedules):
 
 def test_a_cached_single_kernel_runs_without_schedule_items(schedules, monkeypatch):
   # most eager ops are one kernel computing one result: from the cache it is launched directly (lazy._run_single), each
-  # call on its own fresh output; in-place writes, bounds checks and jit captures keep the item path (they need
-  # its commit, flag and recording)
+  # call on its own fresh output; in-place writes and jit captures keep the item path (they need its commit and its
+  # recording), as do bounds checks (their flag: test_bounds_checks_run_from_the_cache)
   from baregrad.engine import realize as engine_realize
   items: list[int] = []
   real = lazy.run_schedule
