@@ -515,9 +515,10 @@ def test_cpu_concurrent_raw_submits():
   for s in sigs: s.wait(100, timeout_ms=5000)
 
 def test_cpu_direct_launch_keeps_the_queue_order(cpu_object):
-  # a launch of known cost on an idle queue whose timeline is reached runs at once without writing its words into the
-  # ring (CPUProgram.direct); behind an unsatisfied timeline (a copy still pending) or a busy queue it goes through the
-  # ring and runs after what it waits for, as the words would
+  # a launch of known cost on an idle queue whose timeline is reached runs at once without writing its words
+  # (CPUProgram.direct); any submission to an idle queue runs where its words are, not copied into the ring
+  # (QueueEngine.direct); behind an unsatisfied timeline (a copy still pending) or a busy queue a launch goes through
+  # the ring and runs after what it waits for, as the words would
   from baregrad.drivers.cpu import CPUProgram
   dev = Device["CPU"]
   eng = dev.engines["compute"]
@@ -531,9 +532,12 @@ def test_cpu_direct_launch_keeps_the_queue_order(cpu_object):
   assert eng.wptr == w and eng.inlined == n + 3 and dev.timeline_signal.value == dev.timeline_value - 1 and vals() == [4] * 4
   CPUProgram.direct = False
   try:
+    inc(a._buf, global_size=(4, 1, 1))   # the launch's words, run by the idle queue where they are (QueueEngine.direct)
+    assert eng.wptr == w and eng.inlined == n + 4 and vals() == [5] * 4
+    eng.direct = False
     inc(a._buf, global_size=(4, 1, 1))
-    assert eng.wptr == w + 1 and eng.inlined == n + 4 and vals() == [5] * 4   # the same work through the ring
-  finally: CPUProgram.direct = True
+    assert eng.wptr == w + 1 and eng.inlined == n + 5 and vals() == [6] * 4   # the same work through the ring
+  finally: CPUProgram.direct = True; del eng.direct
   # the timeline held by a copy that waits for a gate: the launch must wait for it too
   gate = dev.signal_t(dev, 0)
   dev.copy_queue_t().wait(gate, 1).signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
@@ -542,7 +546,7 @@ def test_cpu_direct_launch_keeps_the_queue_order(cpu_object):
   gate.value = 1
   dev._signal_written()
   dev.synchronize(timeout_ms=5000)
-  assert vals() == [6] * 4
+  assert vals() == [7] * 4
   # behind a kernel still running on the worker (unknown cost) the next launch is queued and runs after it
   slow = dev.runtime(dev, "slow_fill", cpu_object)
   slow(a._buf, global_size=(4, 1, 1))   # writes 7s after a busy loop
