@@ -314,36 +314,37 @@ class QueueEngine:
     self.thread.start()
 
   # --- host side
-  direct = True   # an idle queue runs a submission's words where they are (see submit); tests compare both paths
+  direct = True   # an idle queue runs a submission's words where they are (see _submit); tests compare both paths
 
   def submit(self, words: Any) -> None:
-    with self._host_lock:  # host threads must not claim the same ring space
-      if self.direct and type(words) is array and self.rptr == self.wptr and self.inline and not self.stopped and not self.fault \
-         and len(words) * 4 <= self.ring_bytes:   # (a bigger buffer is refused by _submit, as the ring would)
-        # an idle queue: what _submit does (this thread plays the hardware up to the first command that would block
-        # or take long) on the words where they are, without placing them in the ring and reading them back from it:
-        # a jit replay's 20-kernel chain spent a third of its time there. The rest, if any, is queued as before.
-        n = len(words)
-        try: done = self._execute(words.buffer_info()[0], n, inline=True)
-        except Exception as ex:
-          self.fault, self.state = f"{type(ex).__name__}: {ex}", f"FAULTED: {type(ex).__name__}: {ex}"
-          self.dev._signal_written()
-          return
-        finally: self.cur = None
-        self.state = "idle"
-        if done == n:
-          self.inlined += 1
-          return
-        words = words[done:]   # (from a command the inline path does not run: the worker's, not tried again here)
-        self._submit(words, inline=False)
-        return
-      self._submit(words)
+    with self._host_lock: self._submit(words)  # host threads must not claim the same ring space
 
-  def _submit(self, words: Any, inline: bool = True) -> None:
+  def _fault(self, ex: Exception) -> None:
+    """The queue stops taking work (a malformed buffer, a failed launch); host waits raise with the reason."""
+    self.fault = f"{type(ex).__name__}: {ex}"
+    self.state = f"FAULTED: {self.fault}"
+    self.dev._signal_written()
+
+  def _submit(self, words: Any) -> None:
     if self.stopped: raise RuntimeError(f"{self.dev.device} {self.name} queue is closed")
     if self.fault: raise RuntimeError(f"{self.dev.device} {self.name} queue faulted: {self.fault}")
     nbytes = len(words) * 4
     if nbytes > self.ring_bytes: raise ValueError(f"command buffer of {nbytes} bytes exceeds the {self.name} ring ({self.ring_bytes} bytes)")
+    inline = self.rptr == self.wptr and self.inline
+    if inline and self.direct and type(words) is array:
+      # an idle queue: this thread plays the hardware (below) on the words where they are, without placing them in the
+      # ring and reading them back from it (a jit replay's 20-kernel chain spent a third of its time there); what it
+      # stops at goes to the worker, not tried here again
+      try: done = self._execute(words.buffer_info()[0], len(words), inline=True)
+      except Exception as ex:
+        self._fault(ex)
+        return
+      finally: self.cur = None
+      self.state = "idle"
+      if done == len(words):
+        self.inlined += 1
+        return
+      words, nbytes, inline = words[done:], nbytes - 4 * done, False
     deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
     with self._bell:  # wait for ring space and a free entry: the worker must have finished what we overwrite
       while (off := self._place(nbytes)) is None or self.wptr - self.rptr >= self.nentries:
@@ -353,7 +354,7 @@ class QueueEngine:
     addr = self.ring + off
     self._ring_mv[off:off + nbytes] = memoryview(words).cast("B")
     done, reserved = 0, False
-    if inline and self.rptr == self.wptr and self.inline:
+    if inline:
       # an idle queue: this thread plays the hardware, reading the same words from the ring in order (nothing is queued
       # before them), up to the first command that would block or take long (a wait not yet satisfied, a kernel of
       # unknown or large cost, a large copy); the worker thread takes the rest. Handing a tiny launch to the worker
@@ -362,8 +363,7 @@ class QueueEngine:
       reserved = True
       try: done = self._execute(addr, nbytes // 4, inline=True)
       except Exception as ex:
-        self.fault, self.state = f"{type(ex).__name__}: {ex}", f"FAULTED: {type(ex).__name__}: {ex}"
-        self.dev._signal_written()
+        self._fault(ex)
         done = nbytes // 4
       self.cur, self.state = None, "idle"
       if done == nbytes // 4:
@@ -435,10 +435,18 @@ class QueueEngine:
       else: j += 1
     plans.pop(key, None)
 
-  def run_tiny(self, fa: int, args: int, gx: int, est: float) -> None:
-    """Run a kernel of known small cost whole on this thread, timed as pool.run times kernels."""
-    fxns = self._fxns
-    fxn = fxns.get(fa) or fxns.setdefault(fa, _KFN(fa))
+  def _fxn(self, fa: int) -> Any:
+    """The kernel at address fa as a callable (made once per address)."""
+    return self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
+
+  def run_known(self, fa: int, args: int, gx: int, min_chunk: int, est: float) -> None:
+    """Run a kernel of known cost (`est` ns per item) on this thread: a tiny one whole, a bigger one split over the pool
+    with it."""
+    if est * gx > self.INLINE_NS:
+      self.pool.run(fa, self._fxn(fa), args, gx, min_chunk, addr=fa)
+      return
+    if not gx: return
+    fxn = self._fxn(fa)
     st = time.perf_counter_ns()
     fxn(args, 0, gx)
     # a sample counts at most 4x the estimate: on a loaded machine one preempted run would otherwise push a tiny kernel
@@ -479,9 +487,7 @@ class QueueEngine:
       addr, nbytes = self.entries[2 * e], self.entries[2 * e + 1]
       try: self._execute(addr, nbytes // 4)
       except Exception as ex:  # a malformed buffer: stop this queue, host waits raise with the reason
-        self.fault = f"{type(ex).__name__}: {ex}"
-        self.state = f"FAULTED: {self.fault}"
-        self.dev._signal_written()
+        self._fault(ex)
         return
       self.cur, self.state = None, "idle"
       with self.doorbell:
@@ -523,7 +529,7 @@ class QueueEngine:
           # tiny kernels of known cost run whole on this thread (what pool.run decides for them too), timed as pool.run
           # times them, without the pool's bookkeeping; a run of them (a jit replay: exec, barrier, exec, ...) in one
           # tight loop. This is most of an eager op's or a jit replay's launch cost.
-          cost, fxns, limit, clock = self.pool.cost, self._fxns, self.INLINE_NS, time.perf_counter_ns
+          cost, limit, clock = self.pool.cost, self.INLINE_NS, time.perf_counter_ns
           if self.chain is not None and self.pool.native is not None and p + 2 * _EXEC_WORDS <= nwords and not profile.ON \
              and (ran := self._pooled_chain(addr, ws, p, nwords, budget))[0] > p:
             # a run of kernels of known cost (a jit replay) in one native call, here rather than on the worker
@@ -562,14 +568,13 @@ class QueueEngine:
             # the pool spans every core, so handing the kernel to the worker while this thread goes on in Python
             # only puts three threads on the cores, and a pool thread preempted holding a chunk stalls the kernel
             # for a scheduler time slice (a 0.6 ms matmul took 2.5-6 ms while the host built the next graph)
-            if (big := (est := cost.get(fa)) is None or est * gx > limit):
+            if (est := cost.get(fa)) is None or est * gx > limit:
               if est is None or est * gx > budget or self.pool.native is None:
                 self.cur = (addr, nwords, p)
                 return p
               budget -= est * gx
             self.state = ("exec", fa, gx)
-            if big: self.pool.run(fa, fxns.get(fa) or fxns.setdefault(fa, _KFN(fa)), ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
-            elif gx: self.run_tiny(fa, ws[p + 3] | ws[p + 4] << 32, gx, est)
+            self.run_known(fa, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], est)
             p += _EXEC_WORDS
             while p < nwords and ws[p] == _BARRIER_HDR: p += 1  # commands run in order here: a barrier is a no-op
             if p + _EXEC_WORDS > nwords or ws[p] != _EXEC_HDR or self.stopped: break
@@ -582,8 +587,7 @@ class QueueEngine:
             p = q
             if self.stopped or p >= nwords: break
             continue
-        fxn = self._fxns.get(fa) or self._fxns.setdefault(fa, _KFN(fa))
-        self.pool.run(fa, fxn, ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
+        self.pool.run(fa, self._fxn(fa), ws[p + 3] | ws[p + 4] << 32, gx, ws[p + 11], addr=fa)
       elif op == OP_TIMESTAMP: ctypes.c_uint64.from_address(ws[p + 1] | ws[p + 2] << 32).value = time.perf_counter_ns()
       elif op == OP_COPY:
         if inline and (ws[p + 5] | ws[p + 6] << 32) > 10 * self.INLINE_NS: return p   # ~10 bytes per ns
@@ -650,11 +654,9 @@ class CPUProgram(HCQProgram):
         # written), without writing the words into the ring and reading them back: half of an eager op's launch
         with eng._host_lock:
           eng.state = ("exec", fa, n_items)
-          try:
-            if est * n_items <= eng.INLINE_NS: eng.run_tiny(fa, va, n_items, est)
-            else: eng.pool.run(fa, eng._fxns.get(fa) or eng._fxns.setdefault(fa, _KFN(fa)), va, n_items, self.min_chunk, addr=fa)
+          try: eng.run_known(fa, va, n_items, self.min_chunk, est)
           except Exception as ex:   # as a fault while running the words: the queue takes nothing more
-            eng.fault, eng.state = f"{type(ex).__name__}: {ex}", f"FAULTED: {type(ex).__name__}: {ex}"
+            eng._fault(ex)
             raise
           eng.state = "idle"
           dev.timeline_signal._v.value = dev.next_timeline()

@@ -144,7 +144,7 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
   if len(titems) == 1:
     ast, tb, kind, sn, ck, also = titems[0]
     if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN and treal == [(sn, tb[0])]:
-      single = (ast, tb)
+      single = (ast, tb, sn)
   return titems, treal, made, single
 
 def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
@@ -177,7 +177,7 @@ def _run_single(tmpl: tuple, slots: list[BufRef]) -> BufRef | None:
   """Launch a cached single-kernel schedule over this graph's buffers (what _instantiate and run_schedule do for it,
   without building their items); returns its output, or None where its kernel is not compiled yet (the item path
   compiles it, with its progress bar)."""
-  ast, tb = tmpl[3]
+  ast, tb, _ = tmpl[3]
   new = [BufRef(d, n, dt) for d, n, dt in tmpl[2]]
   refs = [slots[i] if k == "in" else new[i] for k, i in tb]
   out = refs[0]
@@ -196,7 +196,7 @@ def realize(uops: list[UOp], device: str) -> list[UOp]:
   items, srcs, realized_ = _schedule(uops, device, True)
   if items is None:
     tmpl, nodes, slots = realized_
-    if (r := _run_single(tmpl, slots)) is not None: return _outputs(uops, srcs, {nodes[tmpl[1][0][0]]: r})
+    if (r := _run_single(tmpl, slots)) is not None: return _outputs(uops, srcs, {nodes[tmpl[3][2]]: r})
     items, realized_ = _instantiate(tmpl, nodes, slots)
   keep = {realized_[s].id for s in srcs if s in realized_}
   for it in items:  # a bounds check writes a flag the host reads at the next sync (engine/checks.py)
