@@ -9,7 +9,7 @@
 t10k-labels-idx1-ubyte, each optionally .gz) through baregrad.datasets; a URL downloads them from that mirror.
 Shows a progress bar on a terminal, then held-out accuracy and steps per second."""
 from __future__ import annotations
-import argparse, pathlib, sys, time
+import argparse, os, pathlib, sys, time
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import baregrad.nn as nn
@@ -114,7 +114,8 @@ def main() -> None:
   Tensor.manual_seed(a.seed)
   model = MLP(a.hidden)
   r = train(model, data, a.steps, a.bs, a.lr, a.seed, a.opt, use_jit=not a.no_jit)
-  print(f"jit: {'on' if jit is not None and not a.no_jit else 'off (not available)' if jit is None else 'off'}")
+  # JIT=0 in the environment makes every jitted function run eagerly
+  print("jit:", "off (not available)" if jit is None else "off" if a.no_jit else "off (JIT=0)" if os.environ.get("JIT") == "0" else "on")
   print(f"final loss {r['loss']:.4f}  test accuracy {100 * r['test_acc']:.2f}%  {r['steps_per_s']:.1f} steps/s "
         f"(first step, with compiles: {r['first_step_s']:.2f} s)")
   if a.save:

@@ -621,7 +621,9 @@ def test_cpu_inline_work_per_submission_is_bounded():
   assert inlined_replay()
   cap = next(iter(f.captured.values()))
   assert len({l.runner.prg.fxn_addr for l in cap.launches}) == 1 and len(cap.launches) == 3
-  one = q.pool.cost[cap.launches[0].runner.prg.fxn_addr] * cap.launches[0].runner.spec.global_size[0]
+  prg, gx = cap.launches[0].runner.prg, cap.launches[0].runner.spec.global_size[0]
+  # the budget counts each kernel's expected time on the pool: one thread's ns over the threads it is split across
+  one = q.pool.cost[prg.fxn_addr] * gx / q.pool.chunks(prg.fxn_addr, gx, getattr(prg, "min_chunk", 0))
   # a budget above one kernel's work but under three's: each kernel alone would fit, the submission does not, and
   # the worker takes what is left (same numbers)
   q.INLINE_POOL_NS = 1.2 * one

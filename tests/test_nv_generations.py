@@ -133,7 +133,7 @@ def test_driver_picks_from_classlist():
        st.integers(16, 255), st.integers(0, 2**36).map(lambda x: x * 256), st.integers(0, 2**36).map(lambda x: x * 64),
        st.none() | st.tuples(st.integers(0, 2**37 - 1).map(lambda x: x * 8), st.integers(0, 2**64 - 1)))
 def test_qmd_roundtrip_all_versions(ver, grid, block, shared, regs, prog, cb, release):
-  w = hw.build_qmd(prog, cb, 0x380 + 64, grid, block, shared, regs, release, version=ver)
+  w = hw.build_qmd(prog, cb, 0x380 + 64, grid, block, shared, regs, release, version=ver, max_shared=227 << 10)
   assert len(w) * 4 == hw.QMD_LAYOUTS[ver].nbytes
   q = hw.read_qmd(w, ver)
   assert (q["grid"], q["block"], q["shared"], q["regs"], q["program"], q["cbank0"], q["major"]) == (grid, block, shared, regs, prog, cb, ver)
@@ -150,7 +150,7 @@ def test_nv_decode_tool_per_arch(tmp_path, capsys):
   spec = importlib.util.spec_from_file_location("nv_decode", os.path.join(os.path.dirname(__file__), "..", "tools", "nv_decode.py"))
   tool = importlib.util.module_from_spec(spec); spec.loader.exec_module(tool)  # type: ignore[union-attr]
   for arch, ver in (("sm_89", 3), ("sm_120", 5)):
-    w = hw.build_qmd(0x2000001100, 0x2000002040, 0x300, (5, 2, 1), (32, 4, 1), 1024, 24, version=ver)
+    w = hw.build_qmd(0x2000001100, 0x2000002040, 0x300, (5, 2, 1), (32, 4, 1), 1024, 24, version=ver, max_shared=hw.ARCHS[arch].max_shared)
     p = tmp_path / f"q{ver}.bin"
     p.write_bytes(b"".join(x.to_bytes(4, "little") for x in w))
     assert tool.main(["qmd", str(p), "--arch", arch]) == 0

@@ -388,7 +388,7 @@ def test_nv_decode_tool(tmp_path, capsys):
   (tmp_path / "pb.bin").write_bytes(struct.pack(f"<{len(w)}I", *w))
   (tmp_path / "pb.txt").write_text(" ".join(f"{x:#010x}" for x in w))
   (tmp_path / "ring.bin").write_bytes(struct.pack("<2Q", hw.gp_entry(0x2000117000, len(w)), 0))
-  q = hw.build_qmd(0x2000001100, 0x2000002040, 0x300, (5, 2, 1), (32, 4, 1), 1024, 24)
+  q = hw.build_qmd(0x2000001100, 0x2000002040, 0x300, (5, 2, 1), (32, 4, 1), 1024, 24, max_shared=227 << 10)
   (tmp_path / "q.bin").write_bytes(struct.pack(f"<{len(q)}I", *q))
   t = _tool("nv_decode")
   for f in ("pb.bin", "pb.txt"):
@@ -430,9 +430,9 @@ def test_nv_doctor_reports_a_failing_stage_and_goes_on(capsys):
 
 @settings(max_examples=60, deadline=None)
 @given(st.tuples(st.integers(1, 2**31 - 1), st.integers(1, 65535), st.integers(1, 65535)), st.tuples(st.integers(1, 1024), st.integers(1, 1024), st.integers(1, 64)),
-       st.integers(0, 227 << 10).map(lambda s: s // 16 * 16), st.integers(0, 255), _addr.map(lambda a: a & ~255), _addr.map(lambda a: a & ~63))
+       st.integers(0, 227 << 10).map(lambda s: s // 128 * 128), st.integers(0, 255), _addr.map(lambda a: a & ~255), _addr.map(lambda a: a & ~63))
 def test_qmd_roundtrip(grid, block, shared, regs, prog, cb):
-  q = hw.read_qmd(hw.build_qmd(prog, cb, 0x220, grid, block, shared, regs, (0x1000, 9)))
+  q = hw.read_qmd(hw.build_qmd(prog, cb, 0x220, grid, block, shared, regs, (0x1000, 9), max_shared=227 << 10))
   assert (q["grid"], q["block"], q["shared"], q["regs"], q["program"], q["cbank0"], q["release0"]) == (grid, block, shared, regs, prog, cb, (0x1000, 9, 1))
 
 # ---------------------------------------------------------------- the whole stack on the mock: Tensor -> PTX -> QMD -> interpreter

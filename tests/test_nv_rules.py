@@ -424,6 +424,54 @@ def test_shared_memory_size_includes_reserved(dev):
   with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
   assert "Out Of Range Address" in str(e.value)
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_89", "sm_90", "sm_100"])
+def test_sm_config_names_a_carveout_of_the_sm(arch):
+  """The SM_CONFIG fields name the SM's shared-memory carveout (KiB / 4 + 1): the smallest one that holds the launch's
+  shared memory, which SHARED_MEMORY_SIZE asks for in 128-byte units; on the H100 the old rounding to 4 KiB (a 4, 24 or
+  48 KiB carveout) and a size of 0x6c0 failed with Xid 13 SKEDCHECK14_SHARED_MEMORY_SIZE (docs/hw/h100-580.159.04-2026-11-28.md)."""
+  mx = hw.ARCHS[arch].max_shared
+  ks = hw.sm_carveouts(mx)
+  assert ks[-1] == (mx >> 10) + 1 and {8, 16, 32, 64, 100} <= set(ks)
+  for shared in (1, 1024, 1536, 6208, 8192, 8193, 9216, 21504, 49152, 99 << 10, mx):
+    q = hw.read_qmd(hw.build_qmd(0x1000, 0x2000, 0x300, (1, 1, 1), (32, 1, 1), shared, 32, version=hw.QMD_VERSION[hw.ARCHS[arch].compute], max_shared=mx),
+                    hw.QMD_VERSION[hw.ARCHS[arch].compute])
+    mn, top, tg = q["smcfg"]
+    assert q["shared"] % 128 == 0 and shared <= q["shared"] < shared + 128
+    assert mn == tg and (tg - 1) * 4 in ks and ((tg - 1) * 4) << 10 >= q["shared"] and top == ks[-1] // 4 + 1
+    assert ks.index((tg - 1) * 4) == 0 or ks[ks.index((tg - 1) * 4) - 1] << 10 < q["shared"]   # the smallest that holds it
+  with pytest.raises(ValueError, match="no carveout"): hw.build_qmd(0x1000, 0x2000, 0x300, (1, 1, 1), (32, 1, 1), mx + 2048, 32, max_shared=mx)
+
+def test_sm_config_off_the_carveouts_is_skedcheck14(dev, monkeypatch):
+  """What the driver wrote before (MIN/TARGET = shared memory rounded up to 4 KiB, MAX = max_shared rounded down):
+  the mock refuses it as the H100 did, Xid 13 with SKEDCHECK14_SHARED_MEMORY_SIZE in the kernel log; the device
+  recovers and the driver's own QMD runs."""
+  prg = dev.runtime(dev, "smem", LOCAL_PTX.encode())
+  assert prg.shared_total == 2048
+  out = dev.allocator.alloc(4 * 64)
+  build = hw.build_qmd
+  def old(*a, **kw):
+    w = build(*a, **kw)
+    need, top = (-(-a[5] // 4096)) + 1, (kw["max_shared"] >> 12) + 1
+    for f, v in zip(hw.QMD_LAYOUTS[kw["version"]].smcfg, (need, top, need)): hw.set_bits(w, *f, v)
+    return w
+  monkeypatch.setattr(hw, "build_qmd", old)
+  prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
+  with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
+  assert "SKEDCHECK14_SHARED_MEMORY_SIZE failed" in str(e.value) and "not carveouts" in dev.port.mock.log[-1]
+  assert "last launched with kernel smem" in str(e.value)   # the ESR's QMD address, back to the kernel
+  def unaligned(*a, **kw):   # the 16-byte rounding the driver used for SHARED_MEMORY_SIZE: 0x6c0 failed on the H100
+    w = build(*a, **kw)
+    hw.set_bits(w, *hw.QMD_LAYOUTS[kw["version"]].shared, a[5] + 0x40)
+    return w
+  monkeypatch.setattr(hw, "build_qmd", unaligned)
+  prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
+  with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
+  assert "SKEDCHECK14_SHARED_MEMORY_SIZE failed" in str(e.value) and "multiple of 128" in dev.port.mock.log[-1]
+  monkeypatch.setattr(hw, "build_qmd", build)
+  prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
+  dev.synchronize()
+  assert (_u32(dev, out, 64) == np.arange(64)).all()
+
 # ---------------------------------------------------------------- faults: recovery, the kernel log
 def test_recovery_keeps_buffers_and_timeline(dev):
   """After a channel error the device has new channels, its buffers hold what they held, the timeline is usable."""
@@ -437,6 +485,24 @@ def test_recovery_keeps_buffers_and_timeline(dev):
   assert all(dev.channels[n].handle != h for n, h in old.items())
   assert (_u32(dev, buf, 1000) == x).all()
   dev.synchronize()
+
+def test_kernel_log_lines_go_to_the_channel_they_precede():
+  """Kernel-log lines of two processes' Xid 13s as the H100 printed them (docs/hw/h100-580.159.04-2026-11-28.md): only
+  the last line of each error names the channel, and the pid= of the lines before it can be another process's."""
+  from baregrad.drivers.nv.faults import attribute, decode
+  x = "NVRM: Xid (PCI:0000:00:06): 13, "
+  lines = [x + "pid=645, name=python3, Graphics Exception: SKEDCHECK14_SHARED_MEMORY_SIZE failed",
+           x + "pid=645, name=python3, Graphics Exception: ESR 0x407020=0x200000 0x407028=0x3f 0x40702c=0x20000106 0x407030=0x0",
+           x + "pid=754, name=python3, Graphics Exception: channel 0x00000022, Class 0000cbc0, Offset 00000000, Data 00000000",
+           "NVRM: GPU at PCI:0000:00:06: GPU-38860c91-4408-a1ba-e8c9-e3b79c39ecdd",
+           x + "Graphics Exception: SKEDCHECK14_SHARED_MEMORY_SIZE failed",
+           x + "Graphics Exception: ESR 0x407020=0x200000 0x407028=0x3f 0x40702c=0x2000015a 0x407030=0x0",
+           x + "pid=708, name=python3, Graphics Exception: channel 0x00000024, Class 0000cbc0, Offset 00000000, Data 00000000"]
+  mine, other = attribute(lines, {0x24})
+  assert [r.line for r in mine] == lines[4:] and other == [lines[3]] and mine[-1].channel == 0x24
+  assert "QMD 0x2000015a00, last launched with kernel r_4_4" in decode(mine[1], (), {0x2000015a00: "r_4_4"})
+  assert [r.line for r in attribute(lines, {0x22})[0]] == lines[:3]
+  assert attribute(lines, {0x10})[0] == [] and [r.line for r in attribute(lines[4:6], {0x10})[0]] == lines[4:6]  # no channel yet: kept
 
 def test_unreadable_kernel_log_is_reported():
   mock = MockNVGPU()

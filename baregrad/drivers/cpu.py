@@ -455,7 +455,8 @@ class QueueEngine:
     self.pool.cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
-  INLINE_POOL_NS = 20_000_000   # up to this much work (one thread's ns) per submission runs there over the native pool
+  INLINE_POOL_NS = 20_000_000   # up to this much expected pool time per submission runs there over the native pool
+                                # (each kernel's one-thread ns over the threads it is split across)
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
 
   def unmap(self) -> None:

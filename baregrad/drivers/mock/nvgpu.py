@@ -877,7 +877,8 @@ class MockNVGPU:
     gpu = 0
     try: gpu = self.clients[ch.client][self.clients[ch.client][ch.group].parent].data["gpu"]
     except (KeyError, TypeError): pass
-    self._klog(f"NVRM: Xid (PCI:0000:{gpu + 1:02x}:00): {err.xid}, name={self.process_name}, {err.detail}")
+    for detail in err.detail.split("\n"):   # one error can be several lines (SKEDCHECK: what failed, ESR, channel)
+      self._klog(f"NVRM: Xid (PCI:0000:{gpu + 1:02x}:00): {err.xid}, name={self.process_name}, {detail}")
     self.log.append(f"mock GPU: {err.why}")
     for c in self.channels.values():
       if c.client != ch.client or c.group != ch.group: continue
@@ -1065,6 +1066,7 @@ class MockNVGPU:
     # generic <-> shared: sm_80/89 SASS adds c[0x0][0x18]; sm_90+ takes the window's upper half from SR_SWINHI
     cvta_shared = u64(L.shared_window) if self.arch_info.sm_version < 0x900 else sw & ~0xFFFFFFFF
     win = Windows(shared=sw, local=lw, size=hw.SHADER_WINDOW_BYTES, cvta_shared=cvta_shared, cvta_local=u64(L.local_window))
+    if q["shared"]: self._check_sm_config(ch, ch.subc_class[subc], qmd_addr, name, q)
     # shared memory: the kernel's data starts at L.shared_base in the CTA's allocation (0x400 on sm_90+)
     dyn = 0
     if k.static_shared or q["shared"]:
@@ -1084,6 +1086,24 @@ class MockNVGPU:
     params = cb[L.params:L.params + k.param_size]
     ch.inflight.append(Work("launch", f"kernel {name}", qmd=qmd_addr, release=q["release0"],
                             run=(k, params, q["grid"], q["block"], max(dyn, 0), specials, win)))
+
+  def _check_sm_config(self, ch: Channel, cls: int, qmd: int, name: str, q: dict[str, Any]) -> None:
+    """SHARED_MEMORY_SIZE and the SM_CONFIG fields of a launch with shared memory (docs/hw/h100-580.159.04-2026-11-28.md,
+    finding 8): on the H100, a size of 0x6c0 bytes, and MIN/TARGET naming 4, 24 or 48 KiB, failed with Xid 13
+    SKEDCHECK14_SHARED_MEMORY_SIZE; 0x680, and carveouts the SM has (8..64 KiB), ran. The carveouts per generation, and
+    that a block's shared memory fits the carveout it runs in, are the CUDA C Programming Guide's (hw.sm_carveouts);
+    MIN <= TARGET <= MAX is what the clcbc0qmd.h field names say."""
+    mn, mx, tg = q["smcfg"]
+    ok = {k // 4 + 1: k for k in hw.sm_carveouts(self.arch_info.max_shared)}
+    why = None
+    if q["shared"] % 128: why = f"SHARED_MEMORY_SIZE {q['shared']:#x} is not a multiple of 128 bytes"
+    elif mn not in ok or tg not in ok: why = f"MIN/TARGET_SM_CONFIG_SHARED_MEM_SIZE {mn}/{tg} are not carveouts of this SM (KiB / 4 + 1 of {sorted(ok.values())})"
+    elif ok[tg] << 10 < q["shared"]: why = f"SHARED_MEMORY_SIZE {q['shared']} does not fit the {ok[tg]} KiB carveout TARGET_SM_CONFIG_SHARED_MEM_SIZE {tg} names"
+    elif not mn <= tg <= mx: why = f"SM_CONFIG_SHARED_MEM_SIZE MIN {mn} TARGET {tg} MAX {mx} out of order"
+    if why is not None:   # the three lines the H100 printed for it; ESR 0x40702c held the QMD's address >> 8
+      raise GPUError(13, "Graphics Exception: SKEDCHECK14_SHARED_MEMORY_SIZE failed\n"
+                     f"Graphics Exception: ESR 0x407020=0x200000 0x407028=0x3f 0x40702c={qmd >> 8:#x} 0x407030=0x0\n"
+                     f"Graphics Exception: channel 0x{ch.token:08x}, Class {cls:08x}, Offset 00000000, Data 00000000", f"kernel {name}: {why}")
 
   def _check_local_memory(self, ch: Channel, subc: int, per_thread: int, name: str) -> None:
     """SET_SHADER_LOCAL_MEMORY_A/B (base) and _NON_THROTTLED_A/B (bytes per TPC) must cover every thread of every TPC."""

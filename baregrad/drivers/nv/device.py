@@ -48,7 +48,7 @@ from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllo
 from baregrad.drivers.port import IoctlError, make_port, register_ioctl, describe
 from baregrad.ctypes_autogen.nv import pick_nv_module, UnsupportedDriverVersion, nv_580
 from baregrad.drivers.nv import hw
-from baregrad.drivers.nv.faults import KernelLog, NVChannelError, parse_xid, decode as decode_xid
+from baregrad.drivers.nv.faults import KernelLog, NVChannelError, attribute, decode as decode_xid
 
 O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
 PROT_NONE, PROT_RW = 0, 3
@@ -300,11 +300,11 @@ class NVArgsState(HCQArgsState):
     hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
     if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
-    uses_shared = prg.shared_total > dev.cb_layout.shared_base
     w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
-                     version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem if uses_shared else 0)
+                     version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
     w += [0] * (hw.QMD_BYTES // 4 - len(w))
     (ctypes.c_uint32 * len(w)).from_address(self.qmd_cpu)[:] = w
+    dev.qmd_kernels[self.qmd_va] = prg.name   # for a fault that names the QMD (the SKED's ESR)
 
 def _put_u32(b: bytes, off: int, v: int) -> bytes: return b[:off] + v.to_bytes(4, "little") + b[off + 4:]
 
@@ -401,6 +401,7 @@ class NVDevice(HCQDevice):
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
     self.memories: list[NVMemory] = []
+    self.qmd_kernels: dict[int, str] = {}   # QMD address -> the kernel last launched with it
     self.channels: dict[str, NVChannel] = {}
     self._fds: list[int] = []
     try: self.fd_ctl = self._open("/dev/nvidiactl")
@@ -771,13 +772,13 @@ class NVDevice(HCQDevice):
     reports, others = [], []
     if self.klog is not None and self.klog.fd is not None:
       deadline = time.perf_counter() + 0.5  # RM prints the line as it posts the notifier; give the log a moment
+      lines: list[str] = []
       while True:
-        for line in self.klog.new_lines(lambda s: "NVRM" in s):
-          r = parse_xid(line)
-          if r is None: others.append(line)
-          elif r.channel is None or r.channel in tokens: reports.append(decode_xid(r, self.memories))
-        if reports or time.perf_counter() > deadline: break
+        lines += self.klog.new_lines(lambda s: "NVRM" in s)
+        mine, others = attribute(lines, tokens)
+        if any(r.channel is not None for r in mine) or time.perf_counter() > deadline: break
         time.sleep(0.01)
+      reports = [decode_xid(r, self.memories, self.qmd_kernels) for r in mine]
     note = (self.klog.unreadable if self.klog is not None and self.klog.unreadable else "no Xid line for this device's channels")
     self._recover()
     raise NVChannelError(self.device, xid, reports + others, f"unreadable: {note}" if self.klog is None or self.klog.unreadable else note, state)

@@ -23,6 +23,9 @@ _MMU = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+).*MMU Fault: ENGINE (?P<engine
                   r"0x(?P<hi>[0-9a-fA-F]+)_(?P<lo>[0-9a-fA-F]+)\. Fault is of type (?P<type>\S+) (?P<access>\S+)")
 _ERRSTR = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+), errorString (?P<what>[^,]+)(?:, Info (?P<info>\S+))?")
 
+_CHANNEL = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+)")
+_ESR_QMD = re.compile(r"ESR .*0x40702c=0x(?P<q>[0-9a-fA-F]+)")
+
 @dataclass
 class XidReport:
   """One Xid line of the kernel log, parsed."""
@@ -46,10 +49,33 @@ def parse_xid(line: str) -> XidReport | None:
   elif (c := _ERRSTR.search(rest)) is not None:
     r.channel = int(c.group("ch"), 16)
     r.fields = {"error": c.group("what").strip(), "info": c.group("info")}
+  elif (c := _CHANNEL.search(rest)) is not None:   # "Graphics Exception: channel 0x.., Class .., Offset 0, Data 0"
+    r.channel = int(c.group("ch"), 16)
+  elif (c := _ESR_QMD.search(rest)) is not None:    # the SKED's ESR: 0x40702c held the failing QMD's address >> 8
+    r.fields = {"esr_qmd": int(c.group("q"), 16) << 8}
   return r
 
-def decode(r: XidReport, memories: Sequence[Any] = ()) -> str:
-  """An Xid line in words: the class method by name, the fault address against the device's allocations."""
+def attribute(lines: Sequence[str], channels: set[int]) -> tuple[list[XidReport], list[str]]:
+  """The Xid reports of `lines` that belong to `channels`, and the lines that are no Xid report. RM prints an error as
+  several lines of which only the last names the channel (the H100, docs/hw/h100-580.159.04-2026-11-28.md: "Graphics
+  Exception: SKEDCHECK14_SHARED_MEMORY_SIZE failed", "Graphics Exception: ESR ...", then "Graphics Exception: channel
+  0x00000012, Class ..."); their pid= is the process RM interrupted, not always the channel's owner. So lines without a
+  channel go with the next line that names one; those still waiting for one at the end are kept."""
+  mine: list[XidReport] = []
+  other: list[str] = []
+  waiting: list[XidReport] = []
+  for line in lines:
+    r = parse_xid(line)
+    if r is None: other.append(line)
+    elif r.channel is None: waiting.append(r)
+    else:
+      if r.channel in channels: mine += waiting + [r]
+      waiting = []
+  return mine + waiting, other
+
+def decode(r: XidReport, memories: Sequence[Any] = (), qmds: dict[int, str] | None = None) -> str:
+  """An Xid line in words: the class method by name, the fault address against the device's allocations, a QMD
+  address against the kernels last launched with it (`qmds`)."""
   name = hw.XID_NAMES.get(r.xid, "unknown Xid")
   head = f"Xid {r.xid} ({name})" + (f" on channel {r.channel:#x}" if r.channel is not None else "")
   f = r.fields
@@ -60,6 +86,9 @@ def decode(r: XidReport, memories: Sequence[Any] = ()) -> str:
     return (f"{head}: MMU fault, {f['engine']} {f['unit']} {f['access']} ({f['type']}) at {f['address']:#x}: "
             f"{where_is(f['address'], memories)}")
   if "error" in f: return f"{head}: {f['error']}" + (f" (info {f['info']})" if f.get("info") else "")
+  if "esr_qmd" in f:
+    k = (qmds or {}).get(f["esr_qmd"])
+    return f"{head}: {r.line}: QMD {f['esr_qmd']:#x}" + (f", last launched with kernel {k}" if k else "") + " (0x40702c read as the QMD address >> 8)"
   return f"{head}: {r.line}"
 
 class KernelLog:

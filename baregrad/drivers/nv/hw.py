@@ -465,13 +465,34 @@ def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
   v = (v & ~(((1 << n) - 1) << sh)) | (value << sh)
   for i in range(lo // 32, hi // 32 + 1): words[i] = (v >> (32 * (i - lo // 32))) & M32
 
+# A launch's shared memory (SHARED_MEMORY_SIZE) is a multiple of 128 bytes, and the SM_CONFIG fields name the SM's
+# L1/shared split ("carveout") in KiB / 4 + 1, only carveouts the SM has. Both from the H100 (docs/hw/
+# h100-580.159.04-2026-11-28.md, finding 8): SHARED_MEMORY_SIZE 0x6c0 and MIN/TARGET naming 4, 24 or 48 KiB (the old
+# rounding to 4 KiB) failed with Xid 13 "SKEDCHECK14_SHARED_MEMORY_SIZE failed"; 0x680, and 8, 16, 32 or 64 KiB ran.
+# Blackwell's QMD v05 keeps the size in 128-byte units (SHARED_MEMORY_SIZE_SHIFTED7). The carveouts per compute
+# capability are the CUDA C Programming Guide's (shared memory capacity per SM: 0, 8, 16, 32, 64, 100, 132, 164, 196
+# or 228 KB on 9.0/10.0, up to 164 on 8.0, up to 100 on 8.6/8.9/12.0); a block may use 1 KiB less than the largest.
+SHARED_GRANULE = 128
+SM_CARVEOUTS_KIB = (8, 16, 32, 64, 100, 132, 164, 196, 228)
+
+def sm_carveouts(max_shared: int) -> tuple[int, ...]:
+  """The shared-memory carveouts (KiB) of an SM whose blocks may use up to `max_shared` bytes."""
+  return tuple(k for k in SM_CARVEOUTS_KIB if k <= (max_shared >> 10) + 1)
+
+def sm_shared_config(shared: int, max_shared: int) -> tuple[int, int]:
+  """(MIN/TARGET, MAX) SM_CONFIG_SHARED_MEM_SIZE values for a launch of `shared` bytes: the smallest carveout that holds
+  it, and the largest the SM has, each as KiB / 4 + 1."""
+  ks = sm_carveouts(max_shared)
+  need = next((k for k in ks if k << 10 >= shared), None)
+  if need is None: raise ValueError(f"{shared} bytes of shared memory: no carveout of this SM holds them (largest {ks[-1]} KiB)")
+  return need // 4 + 1, ks[-1] // 4 + 1
+
 def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], block: Sequence[int], shared: int, regs: int,
               release: tuple[int, int] | None = None, version: int = 4, local: int = 0, max_shared: int = 0) -> list[int]:
   """A compute QMD of `version` (3: Ampere/Ada, 4: Hopper, 5: Blackwell) for one grid launch, as 96 words (v03 uses 64).
-  `local`: per-thread local memory (stack) bytes the code needs (SHADER_LOCAL_MEMORY_HIGH_SIZE); `max_shared`: the SM's
-  largest shared-memory carveout, for the SM_CONFIG fields, set only when the launch uses shared memory (launches without
-  shared memory ran 1794 suite tests on the H100 with them 0; the encoding, carveout KiB / 4 + 1, is the one tinygrad's
-  Ampere/Ada launches use, not confirmed on Hopper or Blackwell hardware)."""
+  `local`: per-thread local memory (stack) bytes the code needs (SHADER_LOCAL_MEMORY_HIGH_SIZE); `max_shared`: the most
+  shared memory a block may use on this GPU (GPUArch.max_shared), which gives the SM's carveouts for the SM_CONFIG
+  fields (sm_shared_config); a launch with shared memory needs it."""
   L = QMD_LAYOUTS.get(version)
   if L is None: raise ValueError(f"QMD version {version}: known versions are {sorted(QMD_LAYOUTS)}")
   w = [0] * (QMD_BYTES // 4)
@@ -479,12 +500,12 @@ def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], 
   set_bits(w, *L.major, version)
   for f, v in zip(L.grid, grid): set_bits(w, *f, v)
   for f, v in zip(L.block, block): set_bits(w, *f, v)
-  sh = _rup16(shared)
-  if L.shared_shift: sh = (sh + (1 << L.shared_shift) - 1) >> L.shared_shift
-  set_bits(w, *L.shared, sh)
-  if shared and max_shared and L.smcfg:
-    need, top = (_rup(shared, 4096) >> 12) + 1, (max_shared >> 12) + 1
-    for f, v in zip(L.smcfg, (need, top, need)): set_bits(w, *f, min(v, top))
+  sh = _rup(shared, SHARED_GRANULE)
+  set_bits(w, *L.shared, sh >> L.shared_shift)
+  if shared:
+    if not max_shared: raise ValueError(f"a launch with {shared} bytes of shared memory needs the GPU's max_shared for its SM_CONFIG fields")
+    need, top = sm_shared_config(sh, max_shared)
+    for f, v in zip(L.smcfg, (need, top, need)): set_bits(w, *f, v)
   if local:
     set_bits(w, *L.local_high, _rup(local, 16) >> L.local_shift)
   set_bits(w, *L.regs, regs)
@@ -521,7 +542,7 @@ def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
           "program": (b(L.prog_lo) | (b(L.prog_hi) << 32)) << L.prog_shift,
           "cbank0": ((b(L.cb0_lo) | (b(L.cb0_hi) << 32)) << L.cb0_shift) if b(L.cb0_valid) else None,
           "cbank0_size": b(L.cb0_size4) << 4, "type": b(L.qmd_type) if L.qmd_type is not None else QMD_TYPE_GRID_CTA,
-          "local": b(L.local_high) << L.local_shift,
+          "local": b(L.local_high) << L.local_shift, "smcfg": tuple(b(f) for f in L.smcfg),
           "major": b(L.major), "version": version,
           "release0": (b(L.rel0_addr_lo) | (b(L.rel0_addr_hi) << 32), b(L.rel0_payload_lo) | (b(L.rel0_payload_hi) << 32),
                        b(L.rel0_payload64)) if b(L.rel0_enable) else None}
