@@ -1100,7 +1100,7 @@ class MockNVGPU:
     elif mn not in ok or tg not in ok: why = f"MIN/TARGET_SM_CONFIG_SHARED_MEM_SIZE {mn}/{tg} are not carveouts of this SM (KiB / 4 + 1 of {sorted(ok.values())})"
     elif ok[tg] << 10 < q["shared"]: why = f"SHARED_MEMORY_SIZE {q['shared']} does not fit the {ok[tg]} KiB carveout TARGET_SM_CONFIG_SHARED_MEM_SIZE {tg} names"
     elif not mn <= tg <= mx: why = f"SM_CONFIG_SHARED_MEM_SIZE MIN {mn} TARGET {tg} MAX {mx} out of order"
-    if why is not None:   # the three lines the H100 printed for it; ESR 0x40702c held the QMD's address >> 8
+    if why is not None:   # the three lines the H100 prints for it; ESR 0x40702c holds the QMD's address >> 8
       raise GPUError(13, "Graphics Exception: SKEDCHECK14_SHARED_MEMORY_SIZE failed\n"
                      f"Graphics Exception: ESR 0x407020=0x200000 0x407028=0x3f 0x40702c={qmd >> 8:#x} 0x407030=0x0\n"
                      f"Graphics Exception: channel 0x{ch.token:08x}, Class {cls:08x}, Offset 00000000, Data 00000000", f"kernel {name}: {why}")

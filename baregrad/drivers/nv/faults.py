@@ -51,7 +51,7 @@ def parse_xid(line: str) -> XidReport | None:
     r.fields = {"error": c.group("what").strip(), "info": c.group("info")}
   elif (c := _CHANNEL.search(rest)) is not None:   # "Graphics Exception: channel 0x.., Class .., Offset 0, Data 0"
     r.channel = int(c.group("ch"), 16)
-  elif (c := _ESR_QMD.search(rest)) is not None:    # the SKED's ESR: 0x40702c held the failing QMD's address >> 8
+  elif (c := _ESR_QMD.search(rest)) is not None:    # the SKED's ESR: 0x40702c holds the failing QMD's address >> 8
     r.fields = {"esr_qmd": int(c.group("q"), 16) << 8}
   return r
 
@@ -88,7 +88,7 @@ def decode(r: XidReport, memories: Sequence[Any] = (), qmds: dict[int, str] | No
   if "error" in f: return f"{head}: {f['error']}" + (f" (info {f['info']})" if f.get("info") else "")
   if "esr_qmd" in f:
     k = (qmds or {}).get(f["esr_qmd"])
-    return f"{head}: {r.line}: QMD {f['esr_qmd']:#x}" + (f", last launched with kernel {k}" if k else "") + " (0x40702c read as the QMD address >> 8)"
+    return f"{head}: {r.line}: QMD {f['esr_qmd']:#x}" + (f", last launched with kernel {k}" if k else "")
   return f"{head}: {r.line}"
 
 class KernelLog:
