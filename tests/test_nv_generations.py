@@ -140,6 +140,18 @@ def test_qmd_roundtrip_all_versions(ver, grid, block, shared, regs, prog, cb, re
   assert q["release0"] == (None if release is None else (release[0], release[1], 1))
   assert hw.decode_qmd(w, ver)["QMD_MAJOR_VERSION"] == ver
 
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([3, 4, 5]), st.integers(0, 2**36).map(lambda x: x * 64), st.integers(0, 200 << 10))
+def test_qmd_template_patched_with_the_bank_address_is_the_built_qmd(ver, cb, shared):
+  """The driver makes a kernel's QMD once per geometry and patches only constant bank 0's address per launch
+  (NVArgsState.write_qmd): the patched words must be exactly what build_qmd makes for that address."""
+  args = (0x2000001100, (2**42 - 64) ^ cb, 0x300, (5, 2, 1), (32, 4, 1), shared, 24)   # another bank: every bit patched
+  t = hw.build_qmd(*args, version=ver, max_shared=227 << 10)
+  lo, lo_v, hi, hi_v, hi_mask = hw.qmd_cbank0_words(ver, cb)
+  t[lo], t[hi] = lo_v, (t[hi] & ~hi_mask) | hi_v
+  want = hw.build_qmd(args[0], cb, *args[2:], version=ver, max_shared=227 << 10)
+  assert t == want and hw.read_qmd(t, ver)["cbank0"] == cb
+
 def test_qmd_field_overflow_is_an_error():
   """QMD v03 holds 40-bit release addresses (RELEASE0_ADDRESS_UPPER is 8 bits): a wider one is refused, not truncated."""
   with pytest.raises(ValueError, match="does not fit QMD bits 807:800"): hw.build_qmd(0, 0, 0x200, (1, 1, 1), (1, 1, 1), 0, 16, (1 << 40, 0), version=3)

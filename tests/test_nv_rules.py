@@ -455,6 +455,7 @@ def test_sm_config_off_the_carveouts_is_skedcheck14(dev, monkeypatch):
     for f, v in zip(hw.QMD_LAYOUTS[kw["version"]].smcfg, (need, top, need)): hw.set_bits(w, *f, v)
     return w
   monkeypatch.setattr(hw, "build_qmd", old)
+  prg.launch_templates.clear()   # (QMDs are made once per geometry: make them again with the patched build_qmd)
   prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
   with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
   assert "SKEDCHECK14_SHARED_MEMORY_SIZE failed" in str(e.value) and "not carveouts" in dev.port.mock.log[-1]
@@ -464,10 +465,12 @@ def test_sm_config_off_the_carveouts_is_skedcheck14(dev, monkeypatch):
     hw.set_bits(w, *hw.QMD_LAYOUTS[kw["version"]].shared, a[5] + 0x40)
     return w
   monkeypatch.setattr(hw, "build_qmd", unaligned)
+  prg.launch_templates.clear()
   prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
   with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
   assert "SKEDCHECK14_SHARED_MEMORY_SIZE failed" in str(e.value) and "multiple of 128" in dev.port.mock.log[-1]
   monkeypatch.setattr(hw, "build_qmd", build)
+  prg.launch_templates.clear()
   prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
   dev.synchronize()
   assert (_u32(dev, out, 64) == np.arange(64)).all()

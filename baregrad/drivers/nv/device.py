@@ -41,10 +41,12 @@ MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (M
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call."""
 from __future__ import annotations
 import ctypes, errno, os, re, threading, time
+from array import array
 from collections import deque
 from typing import Any, Hashable, Sequence
-from baregrad.hal import OutOfMemory, DeviceUnavailable, Compiler
+from baregrad.hal import OutOfMemory, DeviceUnavailable, Compiler, profile
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
+from baregrad.hcq.queue import _dims
 from baregrad.drivers.port import IoctlError, make_port, register_ioctl, describe
 from baregrad.ctypes_autogen.nv import pick_nv_module, UnsupportedDriverVersion, nv_580
 from baregrad.drivers.nv import hw
@@ -140,7 +142,6 @@ class NVComputeQueue(HWQueue):
   def update_exec(self, i: int, global_size: Sequence[int] | None = None, local_size: Sequence[int] | None = None) -> HWQueue:
     self._check(i, "exec")
     args: NVArgsState = self._refs[(i % len(self.cmds), "args")]
-    from baregrad.hcq.queue import _dims
     gs = args.grid if global_size is None else _dims(global_size, "global_size")
     ls = args.block if local_size is None else _dims(local_size, "local_size")
     args.write_qmd(gs, ls)
@@ -175,6 +176,16 @@ class NVChannel:
     get = self.gp_get_p.value
     return (idx - get) % self.entries >= (self.put - get) % self.entries
 
+  def _place(self, nbytes: int) -> int | None:
+    """Command ring offset for nbytes, or None while unfinished pushbuffers occupy it. They were placed in order, so
+    they lie between the oldest one's offset (head) and cmd_off (tail), possibly wrapped: one comparison, not one per
+    pushbuffer in flight (a long queue behind a slow kernel made every submission walk all of them)."""
+    tail, size = self.cmd_off, self.cmd.size
+    if not self.inflight: return tail if tail + nbytes <= size else 0
+    head = self.inflight[0][1]
+    if tail > head: return tail if tail + nbytes <= size else (0 if nbytes <= head else None)
+    return tail if tail + nbytes <= head else None
+
   def submit(self, words: Any) -> None:
     n = len(words)
     nbytes = 4 * n
@@ -183,9 +194,7 @@ class NVChannel:
       deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
       while True:
         while self.inflight and self._done(self.inflight[0][0]): self.inflight.popleft()
-        off = self.cmd_off if self.cmd_off + nbytes <= self.cmd.size else 0
-        busy = any(o < off + nbytes and off < o + 4 * w for _, o, w in self.inflight)
-        if not busy and (self.put + 1 - self.gp_get_p.value) % self.entries != 0: break
+        if (off := self._place(nbytes)) is not None and (self.put + 1 - self.gp_get_p.value) % self.entries != 0: break
         self.dev._check_fault()
         if time.perf_counter() > deadline:
           raise RuntimeError(f"{self.dev.device} {self.name} channel: no room in the command ring or GPFIFO\n{self.dev.queue_state()}")
@@ -294,16 +303,26 @@ class NVArgsState(HCQArgsState):
     self._put(len(self.bufs) + i, value)
   def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
     prg, dev = self.prg, self.prg.dev
-    if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
-    if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
     self.grid, self.block = gs, ls
-    hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
-    if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
+    # a kernel's launches of one geometry share their QMD and constant bank header but for the bank's address: both
+    # are made once per geometry (build_qmd is ~30 us of Python), copied, and the address patched
+    key = (gs, ls, prg.code_va, prg.shared_total, prg.local_bytes, prg.regs)   # (everything the QMD is made of)
+    if (t := prg.launch_templates.get(key)) is None:
+      if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
+      if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
+      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
+      if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
+      w = hw.build_qmd(prg.code_va, 0, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
+                       version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
+      w += [0] * (hw.QMD_BYTES // 4 - len(w))
+      if len(prg.launch_templates) >= 64: prg.launch_templates.clear()
+      t = prg.launch_templates[key] = (hdr, bytes(array("I", w)))
+    hdr, qmd = t
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
-    w = hw.build_qmd(prg.code_va, self.cb_va, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
-                     version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
-    w += [0] * (hw.QMD_BYTES // 4 - len(w))
-    (ctypes.c_uint32 * len(w)).from_address(self.qmd_cpu)[:] = w
+    ctypes.memmove(self.qmd_cpu, qmd, len(qmd))
+    lo, lo_v, hi, hi_v, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, self.cb_va)
+    q = (ctypes.c_uint32 * (hw.QMD_BYTES // 4)).from_address(self.qmd_cpu)
+    q[lo], q[hi] = lo_v, (q[hi] & ~hi_mask) | hi_v
     dev.qmd_kernels[self.qmd_va] = prg.name   # for a fault that names the QMD (the SKED's ESR)
 
 def _put_u32(b: bytes, off: int, v: int) -> bytes: return b[:off] + v.to_bytes(4, "little") + b[off + 4:]
@@ -323,6 +342,7 @@ class NVProgram(HCQProgram):
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
     self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
+    self.launch_templates: dict[tuple, tuple[bytes, bytes]] = {}   # geometry, sizes -> (cbank0 header, QMD): write_qmd
     code = b""
     self.params = ptx_params(ptx, name)
     # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
@@ -355,6 +375,23 @@ class NVProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, image, len(image))
     self.code_va = self.image.va + code_off
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    """A launch as HCQProgram makes it (wait for the timeline, exec, signal the next value), its pushbuffer written
+    straight into one array instead of recorded in a queue object first; a timed launch (wait=True, PROFILE=1) takes
+    the queue path with its timestamps."""
+    if wait or profile.ON: return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    dev = self.dev
+    gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
+    args = self.fill_kernargs(bufs, vals)
+    tl = dev.timeline_signal.va_addr
+    with dev.submit_lock:
+      args.write_qmd(gs, ls)
+      words = array("I", hw.sem_words(tl, dev.timeline_value - 1, hw.SEM_EXEC_ACQUIRE_GEQ))
+      words += array("I", hw.launch_words(dev.compute_class, args.qmd_va))
+      words += array("I", hw.sem_words(tl, dev.next_timeline(), hw.SEM_EXEC_RELEASE))
+      dev.channels["compute"].submit(words)
+    return None
   def __del__(self) -> None:
     try:
       if not self.dev.closed:
@@ -783,8 +820,16 @@ class NVDevice(HCQDevice):
     self._recover()
     raise NVChannelError(self.device, xid, reports + others, f"unreadable: {note}" if self.klog is None or self.klog.unreadable else note, state)
 
+  SPIN_S = 200e-6   # a host wait polls this long before it sleeps
   def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
-    deadline, delay = time.perf_counter() + timeout_s, 1e-5
+    # a tiny kernel finishes within microseconds of its launch, and the shortest sleep lasts ~60 us (the kernel's timer
+    # slack): poll first, sleep with growing pauses after (a fault is seen there, at most SPIN_S late)
+    now, v = time.perf_counter, sig._v
+    if v.value < value:
+      self._kick()   # (the GPU re-reads what it waits on; a mock GPU runs what was rung)
+      spin = now() + self.SPIN_S
+      while v.value < value and now() < spin: pass
+    deadline, delay = now() + timeout_s, 1e-5
     while sig._v.value < value:
       self._check_fault()
       if time.perf_counter() > deadline: return False

@@ -160,7 +160,8 @@ SEM_EXEC_TIMESTAMP = (F_SEM_OP.encode(nv.NVC56F_SEM_EXECUTE_OPERATION_REDUCTION)
 
 def sem_words(addr: int, payload: int, execute: int) -> list[int]:
   """SEM_ADDR_LO..SEM_EXECUTE as one 5-method incrementing burst: addr lo/hi, payload lo/hi, execute."""
-  return [mthd(0, SEM_ADDR_LO, 5), addr & M32, addr >> 32, payload & M32, payload >> 32, execute]
+  return [_SEM_HDR, addr & M32, addr >> 32, payload & M32, payload >> 32, execute]
+_SEM_HDR = mthd(0, SEM_ADDR_LO, 5)
 
 MEM_OP_A, WFI, NOP, SET_OBJECT = nv.NVC86F_MEM_OP_A, nv.NVC56F_WFI, nv.NVC56F_NOP, nv.NVC56F_SET_OBJECT
 def wfi_words() -> list[int]:
@@ -547,13 +548,25 @@ def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
           "release0": (b(L.rel0_addr_lo) | (b(L.rel0_addr_hi) << 32), b(L.rel0_payload_lo) | (b(L.rel0_payload_hi) << 32),
                        b(L.rel0_payload64)) if b(L.rel0_enable) else None}
 
+_INVALIDATE = (nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION.encode(1) | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA.encode(1)
+               | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT.encode(1))
+_EXEC_HEAD = (mthd(SUBC_COMPUTE, INVALIDATE_SHADER_CACHES_NO_WFI, 1), _INVALIDATE, mthd(SUBC_COMPUTE, SEND_PCAS_A, 1))
+_EXEC_TAIL = (mthd(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION_PREFETCH_SCHEDULE)
+
 def exec_words(qmd_addr: int) -> list[int]:
   """Invalidate the shader caches, then SEND_PCAS_A (QMD address >> 8) + SEND_SIGNALING_PCAS2_B (prefetch and schedule)."""
   if qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} must be 256-byte aligned")
-  inv = (nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION.encode(1) | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA.encode(1)
-         | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT.encode(1))
-  return [mthd(SUBC_COMPUTE, INVALIDATE_SHADER_CACHES_NO_WFI, 1), inv, mthd(SUBC_COMPUTE, SEND_PCAS_A, 1), qmd_addr >> 8,
-          mthd(SUBC_COMPUTE, SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION_PREFETCH_SCHEDULE]
+  return [*_EXEC_HEAD, qmd_addr >> 8, *_EXEC_TAIL]
+
+def qmd_cbank0_words(version: int, cbank0: int) -> tuple[int, int, int, int, int]:
+  """Where constant bank 0's address goes in a QMD of `version`: (low word's index, its value, high word's index, the
+  high part, its mask). The low part fills a word; the high part starts at bit 0 of the next one, which it shares with
+  other fields (keep the bits outside the mask). Launches of one kernel differ only there (NVArgsState.write_qmd)."""
+  L = QMD_LAYOUTS[version]
+  if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
+  c = cbank0 >> L.cb0_shift
+  assert L.cb0_lo[1] % 32 == 0 and L.cb0_lo[0] - L.cb0_lo[1] == 31 and L.cb0_hi[1] % 32 == 0
+  return L.cb0_lo[1] // 32, c & M32, L.cb0_hi[1] // 32, c >> 32, (1 << (L.cb0_hi[0] - L.cb0_hi[1] + 1)) - 1
 
 # ---------------------------------------------------------------- program images
 # The image the QMD's program address points into: [PTX text \0 entry name \0, padded][trailer 32 bytes][code...]
