@@ -468,6 +468,23 @@ def test_rings_wrap():
     assert "7 entries pending" in str(e.value)
     never.value = 1
     dev.synchronize(timeout_ms=5000)
+    # the command ring fills before the GPFIFO: 724-byte pushbuffers behind a wait not met yet; one that no longer fits
+    # waits for room (here: times out) instead of overwriting one the GPU has not read, and the rest then run
+    never = HCQSignal(dev)
+    def big_wait():
+      q = dev.copy_queue_t().wait(never, 1)
+      for _ in range(25): q.memory_barrier()
+      return q
+    assert 4 * len(big_wait().words) == 724
+    n = 0
+    with pytest.raises(RuntimeError, match="no room in the command ring") as e:
+      for _ in range(7): big_wait().submit(dev); n += 1
+    assert n in (4, 5) and f"{n} entries pending" in str(e.value)
+    never.value = 1
+    dev.synchronize(timeout_ms=5000)
+    assert not dev.port.mock.violations
+    with dev.submit_lock: dev.copy_queue_t().signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    dev.synchronize(timeout_ms=5000)
   finally: dev.close()
 
 def test_concurrent_host_threads(nvdev):
