@@ -17,7 +17,20 @@ inputs, as a training step would). Kernel times are the device's (timestamps wri
 latency rows are host wall time. PyTorch rows time CUDA events around the same work on the same data.
 
 Usage: python bench/gpu.py [--dev NV] [--quick] [--reps 5] [--tf32] [--profile]
---quick: small sizes (runs on the mock GPU too: MOCKGPU=1 python bench/gpu.py --quick; tests/test_bench_gpu.py)."""
+--quick: small sizes (runs on the mock GPU too: MOCKGPU=1 python bench/gpu.py --quick; tests/test_bench_gpu.py).
+
+First figures on hardware (an H100 80GB HBM3, driver 580.159.04, 2026-11-28; docs/hw/h100-580.159.04-2026-11-28.md):
+the full run at 96d1aa4 is in that file. The launch host path (c47131c: QMD made once per geometry, pushbuffer
+written straight, a host wait polling before it sleeps), `--only latency --reps 300`, before (0c8d868) and after
+alternated twice on the same machine, PyTorch's time in brackets (same run):
+
+  | row                               | before            | after            |
+  |-----------------------------------|-------------------|------------------|
+  | tiny op, eager                    | 209, 251 us (127, 97) | 133, 150 us (68, 77) |
+  | launch + wait, 32 threads         | 210, 251 us (26, 29)  | 71, 84 us (25, 26)   |
+  | back-to-back launches, per kernel | 102, 117 us (14, 15)  | 27, 33 us (13, 14)   |
+  | jit replay, 20 kernels, per kernel| 4.03, 4.12 us (1.09)  | 3.81, 3.77 us (1.09) |
+  | nv_doctor graph replay (3 launches)| 53-58 us         | 37 us            |"""
 from __future__ import annotations
 import argparse, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
