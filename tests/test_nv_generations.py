@@ -151,6 +151,7 @@ def test_qmd_template_patched_with_the_bank_address_is_the_built_qmd(ver, cb, sh
   t[lo], t[hi] = lo_v, (t[hi] & ~hi_mask) | hi_v
   want = hw.build_qmd(args[0], cb, *args[2:], version=ver, max_shared=227 << 10)
   assert t == want and hw.read_qmd(t, ver)["cbank0"] == cb
+  with pytest.raises(ValueError, match="does not fit"): hw.qmd_cbank0_words(ver, 1 << 60)
 
 def test_qmd_field_overflow_is_an_error():
   """QMD v03 holds 40-bit release addresses (RELEASE0_ADDRESS_UPPER is 8 bits): a wider one is refused, not truncated."""

@@ -566,7 +566,9 @@ def qmd_cbank0_words(version: int, cbank0: int) -> tuple[int, int, int, int, int
   if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
   c = cbank0 >> L.cb0_shift
   assert L.cb0_lo[1] % 32 == 0 and L.cb0_lo[0] - L.cb0_lo[1] == 31 and L.cb0_hi[1] % 32 == 0
-  return L.cb0_lo[1] // 32, c & M32, L.cb0_hi[1] // 32, c >> 32, (1 << (L.cb0_hi[0] - L.cb0_hi[1] + 1)) - 1
+  mask = (1 << (L.cb0_hi[0] - L.cb0_hi[1] + 1)) - 1
+  if c >> 32 > mask: raise ValueError(f"constant bank 0 at {cbank0:#x} does not fit QMD bits {L.cb0_hi[0]}:{L.cb0_lo[1]}")
+  return L.cb0_lo[1] // 32, c & M32, L.cb0_hi[1] // 32, c >> 32, mask
 
 # ---------------------------------------------------------------- program images
 # The image the QMD's program address points into: [PTX text \0 entry name \0, padded][trailer 32 bytes][code...]
