@@ -830,9 +830,9 @@ class NVDevice(HCQDevice):
       spin = now() + self.SPIN_S
       while v.value < value and now() < spin: pass
     deadline, delay = now() + timeout_s, 1e-5
-    while sig._v.value < value:
+    while v.value < value:
       self._check_fault()
-      if time.perf_counter() > deadline: return False
+      if now() > deadline: return False
       time.sleep(delay)
       delay = min(delay * 2, 2e-3)
       self._kick()

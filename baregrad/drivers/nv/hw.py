@@ -158,10 +158,10 @@ SEM_EXEC_RELEASE = (F_SEM_OP.encode(nv.NVC56F_SEM_EXECUTE_OPERATION_RELEASE) | F
 SEM_EXEC_TIMESTAMP = (F_SEM_OP.encode(nv.NVC56F_SEM_EXECUTE_OPERATION_REDUCTION) | F_SEM_RED.encode(nv.NVC56F_SEM_EXECUTE_REDUCTION_IADD)
                       | F_SEM_FMT.encode(1) | F_SEM_WFI.encode(1) | F_SEM_SIZE.encode(1) | F_SEM_TS.encode(1))
 
+_SEM_HDR = mthd(0, SEM_ADDR_LO, 5)
 def sem_words(addr: int, payload: int, execute: int) -> list[int]:
   """SEM_ADDR_LO..SEM_EXECUTE as one 5-method incrementing burst: addr lo/hi, payload lo/hi, execute."""
   return [_SEM_HDR, addr & M32, addr >> 32, payload & M32, payload >> 32, execute]
-_SEM_HDR = mthd(0, SEM_ADDR_LO, 5)
 
 MEM_OP_A, WFI, NOP, SET_OBJECT = nv.NVC86F_MEM_OP_A, nv.NVC56F_WFI, nv.NVC56F_NOP, nv.NVC56F_SET_OBJECT
 def wfi_words() -> list[int]:
