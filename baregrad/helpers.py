@@ -40,6 +40,13 @@ def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
 def argsort(xs: list) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 def is_pow2(x: int) -> bool: return x > 0 and (x & (x - 1)) == 0
 
+@functools.lru_cache(maxsize=1024)
+def c_array(ctype: Any, n: int) -> Any:
+  """`ctype * n`, kept alive. ctypes holds array types only weakly: once the collector has freed the last one of a
+  size, `ctype * n` makes a new class (~13 us, and cyclic garbage for the next collection), which a launch or copy
+  that wrote its arguments through it paid on most calls."""
+  return ctype * n
+
 def cache_dir() -> str:
   """Where compiled binaries are cached on disk (BAREGRAD_CACHE overrides)."""
   return os.environ.get("BAREGRAD_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "baregrad")

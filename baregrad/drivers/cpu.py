@@ -8,7 +8,7 @@ import atexit, ctypes, errno, itertools, mmap, os, threading, time
 from array import array
 from collections import deque
 from typing import Any, Hashable, Sequence
-from baregrad.helpers import DEBUG
+from baregrad.helpers import DEBUG, c_array
 from baregrad.hal import Device, OutOfMemory, Compiler, CompileError, profile
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 
@@ -82,14 +82,14 @@ class CPUAllocator(HCQAllocator):
   def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
     with self._copy_lock:
       if self._idle():
-        ctypes.memmove(dest.va_addr, (ctypes.c_char * src.nbytes).from_buffer_copy(src) if src.readonly else
-                       (ctypes.c_char * src.nbytes).from_buffer(src), src.nbytes)
+        ctypes.memmove(dest.va_addr, c_array(ctypes.c_char, src.nbytes).from_buffer_copy(src) if src.readonly else
+                       c_array(ctypes.c_char, src.nbytes).from_buffer(src), src.nbytes)
         return
       self._copyin_locked(dest, src)
   def _copyout(self, dest: memoryview, src: HCQBuffer) -> None:
     with self._copy_lock:
       if dest.nbytes <= self.DIRECT_READ and self._idle():
-        if dest.nbytes: ctypes.memmove((ctypes.c_char * dest.nbytes).from_buffer(dest), src.va_addr, dest.nbytes)
+        if dest.nbytes: ctypes.memmove(c_array(ctypes.c_char, dest.nbytes).from_buffer(dest), src.va_addr, dest.nbytes)
         return
       self._copyout_locked(dest, src)
   DIRECT_READ = 1 << 20   # bytes; larger reads go through the copy queue (staged, overlapped)
@@ -147,7 +147,7 @@ def decode_words(ws: Sequence[int], mark: int | None = None) -> str:
 class CPUArgsState(HCQArgsState):
   def __init__(self, cpu_addr: int, va_addr: int, prg: Any, bufs: Sequence[Any], vals: Sequence[int]) -> None:
     super().__init__(cpu_addr, va_addr, prg, bufs, vals)
-    self.slots = (ctypes.c_uint64 * (len(self.bufs) + len(self.vals))).from_address(cpu_addr)
+    self.slots = c_array(ctypes.c_uint64, len(self.bufs) + len(self.vals)).from_address(cpu_addr)
     for i, b in enumerate(self.bufs): self.slots[i] = b.va_addr
     for i, v in enumerate(self.vals): self.slots[len(self.bufs) + i] = v & 0xFFFFFFFFFFFFFFFF  # int64, two's complement
   def update_buffer(self, i: int, addr: int) -> None:
@@ -396,7 +396,7 @@ class QueueEngine:
         q += _EXEC_WORDS
         while q < nwords and ws[q] == _BARRIER_HDR: q += 1
       if len(chunks) < 2: return p, 0.0
-      plan = self._keep_plan(plans, key, addr, p, q, (ctypes.c_int64 * len(chunks))(*chunks), expect)
+      plan = self._keep_plan(plans, key, addr, p, q, c_array(ctypes.c_int64, len(chunks))(*chunks), expect)
     if self.chain is True: self.chain = _chain_runner()
     if self.chain is None: return p, 0.0
     q, arr, expect = p + plan[0], plan[2], plan[3]
@@ -499,7 +499,7 @@ class QueueEngine:
     """Run the buffer's commands; inline (on the submitting thread): stop before one that would block or take long
     and return its word offset (nwords when all ran)."""
     # a view of the ring, not a copy: the words stay put until this submission is finished (see _place)
-    ws = memoryview((ctypes.c_uint32 * nwords).from_address(addr)).cast("B").cast("I")
+    ws = memoryview(c_array(ctypes.c_uint32, nwords).from_address(addr)).cast("B").cast("I")
     p = 0
     budget = self.INLINE_POOL_NS   # (inline) the expected ns of parallel kernels this thread may still run for this buffer
     while p < nwords and not self.stopped:
@@ -633,7 +633,7 @@ class CPUProgram(HCQProgram):
       raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {global_size}")
     n = len(bufs) + len(vals)
     cpu, va = dev.alloc_kernargs(8 * n)
-    slots = (ctypes.c_uint64 * n).from_address(cpu)
+    slots = c_array(ctypes.c_uint64, n).from_address(cpu)
     for i, b in enumerate(bufs): slots[i] = (b._buf if hasattr(b, "_buf") else b).va_addr
     for i, v in enumerate(vals): slots[len(bufs) + i] = v & 0xFFFFFFFFFFFFFFFF
     if (ws := self._launch_words) is None:

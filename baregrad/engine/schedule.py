@@ -230,33 +230,34 @@ def _reshape_to_reduce(val: UOp, realized: dict[UOp, BufRef]) -> UOp:
   """An elementwise root over a reshaped reduction (x.sum(-1) + 1: the reduction's size-1 axes dropped) runs in the
   reduction's own shape: every leaf is reshaped to it instead, and the output, contiguous, is the same bytes."""
   if not _is_elementwise(val): return val
+  # (loops, not recursive closures: a closure that calls itself is a reference cycle, which kept every graph scheduled
+  # here, and the buffers it reads, alive until the next collection)
   leaves: dict[UOp, None] = {}
+  inner: list[UOp] = []   # the elementwise nodes, each after its sources
   seen: set[UOp] = set()
-  def walk(u: UOp) -> None:
-    if u in seen: return
+  stack: list[tuple[UOp, bool]] = [(val, False)]
+  while stack:
+    u, expanded = stack.pop()
+    if expanded: inner.append(u); continue
+    if u in seen: continue
     seen.add(u)
     if u in realized or not _is_elementwise(u): leaves[u] = None
-    else:
-      for x in u.src: walk(x)
-  walk(val)
-  def unreshaped(u: UOp) -> UOp:
-    while u.op is Ops.RESHAPE and u not in realized: u = u.src[0]
-    return u
+    else: stack += [(u, True)] + [(x, False) for x in reversed(u.src)]
   n = numel(val)
-  rshape = next((shape_of(b) for l in leaves if l.op is Ops.RESHAPE and (b := unreshaped(l)).op is Ops.REDUCE_AXIS and b not in realized
-                 and numel(b) == n), None)
+  rshape = next((shape_of(b) for l in leaves if l.op is Ops.RESHAPE and (b := _unreshaped(l, realized)).op is Ops.REDUCE_AXIS
+                 and b not in realized and numel(b) == n), None)
   if rshape is None or rshape == shape_of(val): return val
   memo: dict[UOp, UOp] = {}
-  def rebuild(u: UOp) -> UOp:
-    if u in memo: return memo[u]
-    if u in leaves:
-      if shape_of(u) == (): out = u
-      elif u.op is Ops.RESHAPE and shape_of(unreshaped(u)) == rshape: out = unreshaped(u)
-      else: out = UOp(Ops.RESHAPE, u.dtype, (u,), rshape)
-    else: out = u.replace(src=tuple(rebuild(x) for x in u.src))
-    memo[u] = out
-    return out
-  return rebuild(val)
+  for u in leaves:
+    if shape_of(u) == (): memo[u] = u
+    elif u.op is Ops.RESHAPE and shape_of(b := _unreshaped(u, realized)) == rshape: memo[u] = b
+    else: memo[u] = UOp(Ops.RESHAPE, u.dtype, (u,), rshape)
+  for u in inner: memo[u] = u.replace(src=tuple(memo[x] for x in u.src))
+  return memo[val]
+
+def _unreshaped(u: UOp, realized: dict[UOp, BufRef]) -> UOp:
+  while u.op is Ops.RESHAPE and u not in realized: u = u.src[0]
+  return u
 
 def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> None:
   # reading the buffer being written is fine only where every element reads its own position (x += y)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes, os, threading, time
 from dataclasses import dataclass
 from typing import Any, Sequence
+from baregrad.helpers import c_array
 from baregrad.hal import Compiled, LRUAllocator, Program, profile
 from baregrad.hcq.signal import HCQSignal, SignalPool
 from baregrad.hcq.queue import HWQueue, HCQArgsState
@@ -152,7 +153,7 @@ class HCQAllocator(LRUAllocator):
     if not self._staging: self._staging = [self.dev._alloc_shared(self.staging_size) for _ in range(2)]
     s = self._staging[i]
     assert s.cpu_addr is not None
-    return s, memoryview((ctypes.c_char * s.size).from_address(s.cpu_addr)).cast("B")
+    return s, memoryview(c_array(ctypes.c_char, s.size).from_address(s.cpu_addr)).cast("B")
 
   def _queue(self) -> HWQueue: return (self.dev.copy_queue_t or self.dev.compute_queue_t)()
 

@@ -140,9 +140,13 @@ def promote_with_scalar(t: DType, x: object) -> DType:
   if _category(sd) > _category(t.scalar): return dtypes.default_float if _category(sd) == 2 else dtypes.int64
   return t.scalar
 
+_F32: dict = {}   # float32 roundings of Python numbers met before (an eager `x + 1` truncates its constant every time)
+
 def truncate(d: DType, x: int | float | bool) -> int | float | bool:
   """Wrap or round a Python value to what dtype d holds (two's complement, IEEE rounding)."""
-  d = d.scalar
+  # (a float zero is never filed: -0.0 == 0.0 would find the other's entry)
+  if d is dtypes.float32 and (r := _F32.get((type(x), x))) is not None: return r
+  d, x0 = d.scalar, x
   if d == dtypes.bool: return bool(x)
   if dtypes.is_int(d):
     if isinstance(x, float):
@@ -158,8 +162,11 @@ def truncate(d: DType, x: int | float | bool) -> int | float | bool:
   x = float(x)
   if d == dtypes.float64: return x
   if d == dtypes.float32:
-    try: return struct.unpack("f", struct.pack("f", x))[0]
-    except OverflowError: return math.copysign(math.inf, x)
+    try: r = struct.unpack("f", struct.pack("f", x))[0]
+    except OverflowError: r = math.copysign(math.inf, x)
+    if len(_F32) >= 4096: _F32.clear()
+    if x0 == x0 and (x0 != 0 or type(x0) is not float): _F32[(type(x0), x0)] = r   # (not -0.0 == 0.0, nor nan)
+    return r
   if d == dtypes.float16:
     try: return struct.unpack("e", struct.pack("e", x))[0]
     except OverflowError: return math.copysign(math.inf, x)

@@ -272,13 +272,18 @@ class Tensor:
     return items
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute this tensor (and others given) now; returns self. Tensors in autograd keep their graph."""
-    from baregrad.tensor.inplace import bind
+    if not others:   # (one tensor: no lists to build)
+      u = lazy.realize([self.uop], self.device)[0]
+      if not self.requires_grad:
+        if base_of(u).op is Ops.BUFFER: _bind(self, u)
+        else: self.uop = u; live.track(self)
+      return self
     ts = [self, *others]
     outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
     for t, u in zip(ts, outs):
       if not t.requires_grad:
-        if base_of(u).op is Ops.BUFFER: bind(t, u)
+        if base_of(u).op is Ops.BUFFER: _bind(t, u)
         else: t.uop = u; live.track(t)
     return self
   def contiguous(self) -> Tensor:
@@ -292,10 +297,9 @@ class Tensor:
       return ref.ensure()
     u = lazy.substitute_realized(self.uop)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
-      from baregrad.tensor.inplace import bind
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
       if self.requires_grad: lazy.realized_map[self.uop] = u
-      else: bind(self, u)
+      else: _bind(self, u)
     elif base_of(u).arg.stale: raise stale_error(base_of(u).arg)
     return base_of(u).arg.ensure()
   def _buffer(self) -> Buffer:
@@ -661,8 +665,10 @@ class Tensor:
     if out_float and not dtypes.is_float(d): d = dtypes.default_float
     x = self.cast(d)
     if not isinstance(y, Tensor):  # a Python scalar: the broadcast constant _bcast would build, in one step
-      y = Tensor(broadcast_const(UOp.const(d, y), x.shape), device=self.device)
-      return (y, x) if reverse else (x, y)
+      c = _object_new(Tensor)
+      # (not filed in live: it reads no buffer, so no in-place write ever needs it computed first)
+      c.uop, c.device, c.grad, c.requires_grad = broadcast_const(UOp.const(d, y), x.shape), self.device, None, None
+      return (c, x) if reverse else (x, c)
     y = y.cast(d)
     shape = broadcast_shape(x.shape, y.shape)
     x, y = x._bcast(shape), y._bcast(shape)
@@ -1392,3 +1398,6 @@ def _f32_to_bf16_np(a: np.ndarray) -> np.ndarray:
 
 def _bf16_to_f32_np(a: np.ndarray) -> np.ndarray:
   return (a.astype(np.uint32) << 16).view(np.float32)
+
+# (last: inplace imports Tensor from this module; an import inside realize() cost ~4 us of every eager op)
+from baregrad.tensor.inplace import bind as _bind  # noqa: E402

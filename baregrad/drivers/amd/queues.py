@@ -39,6 +39,7 @@ from __future__ import annotations
 import ctypes, threading, time
 from collections import deque
 from typing import Any, Sequence
+from baregrad.helpers import c_array
 from baregrad.hcq import HCQArgsState, HWQueue
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.amd import hw
@@ -205,7 +206,7 @@ class AQLRing:
       nonlocal run, barrier
       if not run: return
       cpu, va = self._ib_alloc(4 * len(run))
-      (ctypes.c_uint32 * len(run)).from_address(cpu)[:] = run
+      c_array(ctypes.c_uint32, len(run)).from_address(cpu)[:] = run
       self.ib_inflight.append((start_index + len(out), va - self.ib.va, (4 * len(run) + 63) & ~63))
       out.append(hw.aql_pm4_ib(fam, va, len(run), barrier))
       run, barrier = [], False
@@ -234,7 +235,7 @@ class AQLRing:
       self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
       for p in pk:
         slot = self.ring.cpu + 64 * (self.put % self.nslots)
-        (ctypes.c_uint32 * 15).from_address(slot + 4)[:] = p[1:]
+        c_array(ctypes.c_uint32, 15).from_address(slot + 4)[:] = p[1:]
         ctypes.c_uint32.from_address(slot).value = p[0]   # the header last: the packet becomes valid in one store
         self.put += 1
       self.wptr_p.value = self.put

@@ -44,6 +44,7 @@ import ctypes, errno, os, re, threading, time
 from array import array
 from collections import deque
 from typing import Any, Hashable, Sequence
+from baregrad.helpers import c_array
 from baregrad.hal import OutOfMemory, DeviceUnavailable, Compiler, profile
 from baregrad.hcq import HCQArgsState, HCQBuffer, HCQDevice, HCQProgram, HCQAllocator, HWQueue, HCQSignal
 from baregrad.hcq.queue import _dims
@@ -321,7 +322,7 @@ class NVArgsState(HCQArgsState):
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
     ctypes.memmove(self.qmd_cpu, qmd, len(qmd))
     lo, lo_v, hi, hi_v, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, self.cb_va)
-    q = (ctypes.c_uint32 * (hw.QMD_BYTES // 4)).from_address(self.qmd_cpu)
+    q = c_array(ctypes.c_uint32, hw.QMD_BYTES // 4).from_address(self.qmd_cpu)
     q[lo], q[hi] = lo_v, (q[hi] & ~hi_mask) | hi_v
     dev.qmd_kernels[self.qmd_va] = prg.name   # for a fault that names the QMD (the SKED's ESR)
 
