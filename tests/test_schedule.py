@@ -162,3 +162,37 @@ def test_producer_is_not_moved_past_a_kernel_that_reads_its_output():
   items = z.schedule()
   assert all(len(it.ast.src) == 1 for it in items), [len(it.ast.src) for it in items]
   np.testing.assert_allclose(z.numpy(), a.numpy() * 2 + (a.numpy() * 2).sum(1, keepdims=True), rtol=1e-5)
+
+# ---- a long reduction with few outputs on a CPU of several threads: partials over a prefix, the tail in stage 2
+def _cpu_threads() -> int:
+  from baregrad import Device
+  return Device["CPU"].threads
+
+@pytest.mark.parametrize("shape,axis", [(((1 << 22) + 3,), None), ((1 << 22,), None), ((2, (1 << 21) + 1001), 1),
+                                        (((1 << 21) + 5, 3), 0), ((1, (1 << 21) + 7, 2), 1)])
+def test_long_cpu_reductions_split_over_the_threads(shape, axis):
+  rng = np.random.default_rng(3)
+  x = rng.standard_normal(shape).astype(np.float32)
+  t = Tensor(x, device="CPU")
+  items = t.sum(axis).schedule()
+  if _cpu_threads() > 1:
+    assert len(items) == 2
+    # stage 1 reads whole aligned chunks (no view of it is masked: a padded stage 1 masked every element, ~10x slower)
+    views = [u.arg for u in items[0].ast.toposort() if u.op is Ops.VIEW]
+    assert all(v.mask is None for st in views for v in st.views), "stage 1 reads through a masked (padded) view"
+  x64 = x.astype(np.float64)
+  tol = 1e-6 * np.abs(x64).sum(axis) + 1e-5
+  np.testing.assert_array_less(np.abs(t.sum(axis).numpy() - x64.sum(axis)), tol)
+  # (squares all add up: float32 partials along a strided axis drift by ~1e-4 of the total, as the unsplit kernel's
+  # one accumulator does by more)
+  np.testing.assert_allclose((t * t).sum(axis).add(1).numpy(), (x64 * x64).sum(axis) + 1, rtol=1e-3)
+  np.testing.assert_array_equal(t.amax(axis).numpy() if axis is not None else t.max().numpy(), x.max(axis))
+  np.testing.assert_array_equal(t.amin(axis).numpy() if axis is not None else t.min().numpy(), x.min(axis))
+  np.testing.assert_allclose(t.mean(axis).numpy(), x64.mean(axis), rtol=1e-4, atol=1e-6)
+
+def test_long_cpu_integer_sum_is_exact_and_short_ones_stay_one_kernel():
+  xi = np.random.default_rng(4).integers(-7, 8, (1 << 21) + 11).astype(np.int32)
+  assert Tensor(xi, device="CPU").sum().numpy() == xi.astype(np.int64).sum()
+  assert Tensor(np.ones((1 << 21) + 3, np.float32), device="CPU").prod().numpy() == 1.0
+  assert kernels(Tensor(np.ones((1 << 21) - 1, np.float32), device="CPU").sum()) == 1   # under the CPU's threshold
+  assert kernels(Tensor(np.ones((8, 1 << 20), np.float32), device="CPU").sum(1)) == 1     # outputs enough for the threads

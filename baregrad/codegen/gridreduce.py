@@ -1,5 +1,5 @@
 """Grid-wide reductions: a long reduction with few outputs is split into two kernels so it spreads over every
-multiprocessor of the device.
+multiprocessor of the device (a GPU's SMs or CUs, a CPU's threads).
 
     stage 1: out_partial[o, p] = reduce(x[o, p*inner : (p+1)*inner])        P partials per output, P*outputs workgroups
     stage 2: out[o] = post(reduce(out_partial[o, :]))                          the AST's elementwise tail stays here
@@ -9,7 +9,11 @@ The reduced axis is padded up to a multiple of P where it does not divide; the p
 norm's mean then variance) first gets its inner reductions realized into their own (split) kernels, so each one is
 spread the same way. Results are exact for integers and reassociated (like any parallel reduction) for floats.
 
-Only targets that declare workgroups and a number of compute units (Renderer.has_local, compute_units) are split."""
+Split: targets that declare workgroups and a number of compute units (Renderer.has_local, compute_units), and CPUs
+that run a parallel axis over more than one thread (has_threads, compute_units = the threads). A CPU's partials are
+longer: each is a chunk of the pool's work (a handoff costs a few us, the second kernel an eager launch), and one core
+streams only part of the memory bandwidth the cores do together (a 16M-float sum: one kernel on one thread ran at
+NumPy's speed)."""
 from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
@@ -22,6 +26,8 @@ from baregrad.codegen.astbuild import gbuf, view
 
 MIN_REDUCE = 1 << 14      # shorter reductions run in one workgroup (a GROUP of 256 threads takes them in a few steps)
 MIN_PER_PARTIAL = 2048    # elements each stage-1 output reduces at least
+CPU_MIN_REDUCE = 1 << 21        # a CPU sums 2M floats in ~0.5 ms on one core; at 1M a second launch ate the gain
+CPU_MIN_PER_PARTIAL = 1 << 17   # elements per CPU partial (~40 us of one core's streaming)
 
 @dataclass
 class SplitPlan:
@@ -31,14 +37,16 @@ class SplitPlan:
   kernels: list[tuple[UOp, tuple[int, ...]]] = field(default_factory=list)
   temps: list[tuple[int, DType]] = field(default_factory=list)
 
-def _partials(full: tuple[int, ...], axes: tuple[int, ...], compute_units: int) -> tuple[int, int] | None:
-  """(reduced axis to split, partial count P), or None when one workgroup per output already fills the device."""
+def _partials(full: tuple[int, ...], axes: tuple[int, ...], compute_units: int, cpu: bool) -> tuple[int, int] | None:
+  """(reduced axis to split, partial count P), or None when one workgroup (a CPU: one thread) per output already fills
+  the device."""
   n_out = prod(s for i, s in enumerate(full) if i not in axes)
   a = max(axes, key=lambda i: full[i])
   n = full[a]
-  if n < MIN_REDUCE or n_out >= 2 * compute_units: return None
+  min_reduce, min_part = (CPU_MIN_REDUCE, CPU_MIN_PER_PARTIAL) if cpu else (MIN_REDUCE, MIN_PER_PARTIAL)
+  if n < min_reduce or n_out >= 2 * compute_units: return None
   p = 1
-  while p * 2 * n_out <= 4 * compute_units and p * 2 * MIN_PER_PARTIAL <= n: p *= 2
+  while p * 2 * n_out <= 4 * compute_units and p * 2 * min_part <= n: p *= 2
   return (a, p) if p >= 2 else None
 
 def _renumber(ast: UOp) -> tuple[UOp, tuple[int, ...]]:
@@ -56,19 +64,20 @@ def _shape_of(u: UOp, ndim: int) -> tuple[int, ...]:
 def split_reduce(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels that compute `ast` with its long reductions spread over the device, or None to keep it whole."""
   cu = int(getattr(ren, "compute_units", 0) or 0)
-  if not getattr(ren, "has_local", False) or cu <= 0: return None
-  return _split_cached(ast, cu)
+  if getattr(ren, "has_local", False) and cu > 0: return _split_cached(ast, cu, False)
+  if getattr(ren, "has_threads", False) and cu > 1: return _split_cached(ast, cu, True)
+  return None
 
 @functools.lru_cache(maxsize=4096)
-def _split_cached(ast: UOp, cu: int) -> SplitPlan | None:
+def _split_cached(ast: UOp, cu: int, cpu: bool) -> SplitPlan | None:
   # every eager op asks (UOps are hash-consed: the same kernel is the same key), and a walk of the AST costs tens of us
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   if not red: return None
   full = verify_ast(ast)
-  if _partials(full, red[0].arg[1], cu) is None: return None
+  if _partials(full, red[0].arg[1], cu, cpu) is None: return None
   nb = max(u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL) + 1
   plan = SplitPlan(nb)
-  _split(ast, tuple(range(nb)), plan, cu)
+  _split(ast, tuple(range(nb)), plan, cu, cpu)
   return plan
 
 def new_temp(plan: SplitPlan, n: int, dt: DType) -> int:
@@ -81,11 +90,11 @@ def emit(plan: SplitPlan, ast: UOp, ids: tuple[int, ...]) -> None:
   local, order = _renumber(ast)
   plan.kernels.append((local, tuple(ids[o] for o in order)))
 
-def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int) -> None:
+def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int, cpu: bool) -> None:
   """ast numbers its buffers into `ids` (plan-wide); append its kernels to the plan."""
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   full = verify_ast(ast)
-  if not red or (pa := _partials(full, red[0].arg[1], cu)) is None:
+  if not red or (pa := _partials(full, red[0].arg[1], cu, cpu)) is None:
     emit(plan, ast, ids)
     return
   nloc = len(ids)
@@ -94,13 +103,16 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int) -> None:
     r0 = red[0]
     shp = tuple(1 if i in r0.arg[1] else s for i, s in enumerate(_shape_of(r0, len(full))))
     t = new_temp(plan, prod(shp), r0.dtype)
-    _split(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r0.dtype), view(shp), r0)),)), ids + (t,), plan, cu)
+    _split(UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r0.dtype), view(shp), r0)),)), ids + (t,), plan, cu, cpu)
     rest = ast.substitute({r0: UOp(Ops.LOAD, r0.dtype, (gbuf(nloc, r0.dtype), view(shp)))})
-    _split(rest, ids + (t,), plan, cu)
+    _split(rest, ids + (t,), plan, cu, cpu)
     return
   r = red[0]
   a, p = pa
   n = full[a]
+  if cpu:
+    _split_prefix(ast, ids, plan, r, full, a, p, nloc)
+    return
   inner = -(-n // p)
   pad = inner * p - n
   def reshape(st: ShapeTracker) -> ShapeTracker:
@@ -121,3 +133,35 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int) -> None:
   shape2 = tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
   part = UOp(Ops.REDUCE_AXIS, r.dtype, (UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2))),), r.arg)
   emit(plan, ast.substitute({r: part}), ids + (t,))
+
+CPU_PARTIAL_ALIGN = 1024   # a CPU partial's length is a multiple of this: its loop vectorizes without edge masks
+
+def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full: tuple[int, ...], a: int, p: int, nloc: int) -> None:
+  """The CPU's split: P partials over a prefix of whole aligned chunks (no padding: a padded stage 1 masks every
+  element, ~10x slower on a CPU), and the few elements past it reduced in stage 2 together with the partials (their
+  axis there is P partials followed by the tail: each region reads its own source, the other is masked off)."""
+  n = full[a]
+  inner = n // p // CPU_PARTIAL_ALIGN * CPU_PARTIAL_ALIGN
+  pre, rem = p * inner, n - p * inner
+  def on_axis(st: ShapeTracker, f) -> ShapeTracker: return st if st.shape[a] == 1 else f(st, st.shape)
+  def ax(sh: tuple[int, ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]: return tuple((lo, hi) if i == a else (0, s) for i, s in enumerate(sh))
+  def prefix(st: ShapeTracker, sh: tuple[int, ...]) -> ShapeTracker: return st.shrink(ax(sh, 0, pre)).reshape(sh[:a] + (p, inner) + sh[a + 1:])
+  def tail(st: ShapeTracker, sh: tuple[int, ...]) -> ShapeTracker:
+    return st.shrink(ax(sh, pre, n)).pad(tuple((p, 0) if i == a else (0, 0) for i in range(len(sh))))
+  def moved(u: UOp, f) -> UOp:
+    return u.substitute({v: UOp(Ops.VIEW, src=(), arg=on_axis(v.arg, f)) for v in u.toposort() if v.op is Ops.VIEW})
+  axes1 = tuple(sorted({a + 1} | {x + (x > a) for x in r.arg[1] if x != a}))
+  shape1 = tuple(1 if i in axes1 else s for i, s in enumerate(full[:a] + (p, inner) + full[a + 1:]))
+  t = new_temp(plan, prod(shape1), r.dtype)
+  stage1 = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r.dtype), view(shape1), UOp(Ops.REDUCE_AXIS, r.dtype, (moved(r.src[0], prefix),), (r.arg[0], axes1)))),))
+  emit(plan, stage1, ids + (t,))
+  shape2 = tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
+  val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2)))
+  if rem:
+    # axis a of stage 2: the P partials, then the tail of the source (a view that is valid only past the partials)
+    shape2t = tuple(p + rem if i == a else s for i, s in enumerate(shape2))
+    after = tuple((0, rem) if i == a else (0, 0) for i in range(len(full)))
+    val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(ShapeTracker.from_shape(shape2).pad(after))))
+    in_partials = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(tuple(p if i == a else 1 for i in range(len(full)))).pad(after).expand(shape2t)),), True)
+    val = in_partials.where(val, moved(r.src[0], tail))
+  emit(plan, ast.substitute({r: UOp(Ops.REDUCE_AXIS, r.dtype, (val,), r.arg)}), ids + (t,))

@@ -727,6 +727,9 @@ class CPUDevice(HCQDevice):
     self.engines: dict[str, QueueEngine] = {}
     self._shared: list[tuple[int, int]] = []
     self._zombies: list[Any] = []  # images of programs freed on a device thread, closed at the next synchronize
+    # (the threads a parallel axis is split over: long reductions with few outputs are split into that many partials
+    # and more, codegen/gridreduce.py)
+    if renderer is not None: renderer.compute_units = self.threads
     super().__init__(device, None, renderer, compiler, CPUProgram, CPUComputeQueue, CPUCopyQueue)
     self.allocator = CPUAllocator(self)
     self.engines = {n: QueueEngine(self, n, self.ring_bytes) for n in ("compute", "copy")}
