@@ -40,6 +40,15 @@ fresh inputs each side: plain stores min 8.4 ms, median 13.2; non-temporal min 6
   | same, 40 min later    | 1.10, 1.48, 1.24 (1.47, 2.18, 1.26)      | 1.20, 2.02, 1.59 (1.34, 2.17, 2.60)      |
   | sum 16M+3 (unchanged) | 1.04, 0.90, 1.02; 0.95, 0.85, 0.99       | 0.74, 0.97, 0.97; 0.95, 0.94, 1.03       |
 
+Long reductions split over the threads (main at b2895d8 -> this round, same VM; `--only sum`, this script on both
+sides, before and after alternated; codegen/gridreduce.py now splits a CPU reduction of >= 2M elements with few
+outputs into partials over aligned chunks, the tail reduced with them in stage 2):
+
+  | workload              | before (wall, kernel in brackets)        | after                                    |
+  |-----------------------|------------------------------------------|------------------------------------------|
+  | sum 16M+3             | 0.94x (1.20x), 15.0 GB/s in kernels      | 1.66x, 1.86x, 1.65x (1.96x-2.10x), 26-27 GB/s |
+  | sum 4M+3 (--n)        | 0.99x (1.28x), 13.7 GB/s                 | 1.44x (2.40x), 23.4 GB/s                 |
+
 The VM's timings swing 2-4x between minutes and between processes (a 2-thread kernel's worker thread is sometimes late
 by most of a kernel: mnist_cnn's conv1 kernel ran 0.17 or 0.7-0.8 ms in phases of several launches, in both columns);
 compare within a row and repeat a run before trusting one number."""

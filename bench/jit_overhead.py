@@ -175,7 +175,30 @@ this script, which did not change):
 - drivers/cpu.py: an idle queue runs any submission (a jit replay's recorded chain) where its words are, instead of
   copying them into the ring first; what would block goes to the worker as before. Against the commit before it
   (4a801fe), alternated three times: jit 2.99, 3.05, 2.99 -> 2.85, 2.78, 2.68 us per kernel (60-61 -> 54-57 us per
-  20-kernel call); the queue's submit path for a replay, min of 20 rounds: 26.2 -> 20.2 us."""
+  20-kernel call); the queue's submit path for a replay, min of 20 rounds: 26.2 -> 20.2 us.
+
+Reference cycles and per-op imports (main at b2895d8 -> this round, DEV=CPU, same VM; before and after alternated,
+each side's own copy of this script, which did not change; "paired" is a separate process per run, 10 pairs, each
+timing 1000 fresh `(x + 1).realize()`, 150 fresh 128^3 matmuls and 500 fresh `(x.sum(1) * 2)` of 64x64, best of 5
+rounds each, the median of the per-pair ratios):
+
+  | run                                        | before                | after                 |
+  |--------------------------------------------|-----------------------|-----------------------|
+  | jit_overhead.py: eager us/op               | 84.3, 86.3, 83.6      | 70.3, 72.2, 87.2      |
+  | jit_overhead.py: jit us/kernel             | 2.97, 3.59, 2.62      | 2.54, 2.68, 2.64      |
+  | paired: x + 1, median us (ratio)           | 91.1                  | 74.0 (0.83)           |
+  | paired: 128^3 matmul, median us (ratio)    | 170.7                 | 163.1 (0.94)          |
+  | paired: (x.sum(1) * 2) 64x64 (ratio)       | 151.6                 | 119.6 (0.86)          |
+  | train_mlp.py: eager vs PyTorch (15 rounds) | 2.49x, 2.31x          | 2.33x, 2.57x          |
+
+- a launch wrote its arguments through `ctypes.c_uint64 * n`: ctypes keeps array types only weakly, so after each
+  collection the next launch made the class again (~13 us) and left it as cyclic garbage (helpers.c_array keeps them);
+- the scheduler's reshape-to-reduce walk was a recursive closure (a reference cycle holding every graph it walked, and
+  the buffers they read, until the next collection); Tensor.realize imported inplace.bind on every call (~4 us);
+  float32 roundings of Python constants are remembered; the scalar operand of `x + 1` is not filed among live tensors
+  (it reads no buffer); an idle profiler span is not entered per schedule.
+Eager is still ~4x the 20 us goal: what remains is spread over ~250 Python calls per op (building 4-5 hash-consed
+nodes, the schedule key's walk, the launch, the result's buffer and bookkeeping), none above ~10% of it."""
 import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from baregrad import Tensor, jit, Device
