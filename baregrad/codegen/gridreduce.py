@@ -5,7 +5,8 @@ multiprocessor of the device (a GPU's SMs or CUs, a CPU's threads).
     stage 2: out[o] = post(reduce(out_partial[o, :]))                          the AST's elementwise tail stays here
 
 The reduced axis is padded up to a multiple of P where it does not divide; the padding feeds the reduction its identity
-(0 for sums, 1 for products, the lowest value for max). A kernel with several reductions (softmax's max then sum, a
+(0 for sums, 1 for products, the lowest value for max). (A CPU splits a prefix of whole chunks instead, and reduces
+the tail in stage 2: _split_prefix.) A kernel with several reductions (softmax's max then sum, a
 norm's mean then variance) first gets its inner reductions realized into their own (split) kernels, so each one is
 spread the same way. Results are exact for integers and reassociated (like any parallel reduction) for floats.
 
@@ -158,10 +159,17 @@ def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full:
   shape2 = tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
   val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2)))
   if rem:
-    # axis a of stage 2: the P partials, then the tail of the source (a view that is valid only past the partials)
-    shape2t = tuple(p + rem if i == a else s for i, s in enumerate(shape2))
-    after = tuple((0, rem) if i == a else (0, 0) for i in range(len(full)))
-    val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(ShapeTracker.from_shape(shape2).pad(after))))
-    in_partials = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(tuple(p if i == a else 1 for i in range(len(full)))).pad(after).expand(shape2t)),), True)
-    val = in_partials.where(val, moved(r.src[0], tail))
+    # axis a of stage 2: the P partials, then the tail of the source. The tail keeps the extent of the other reduced
+    # axes, where the partials have one element: they are read at index 0 of those axes only, and every element
+    # that is in neither region is the reduction's identity
+    shape2t = tuple(p + rem if i == a else full[i] if i in r.arg[1] else s for i, s in enumerate(shape2))
+    grow = tuple((0, rem) if i == a else (0, full[i] - 1) if i in r.arg[1] else (0, 0) for i in range(len(full)))
+    part = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(ShapeTracker.from_shape(shape2).pad(grow))))
+    ones = tuple(p if i == a else 1 for i in range(len(full)))
+    in_partials = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(ones).pad(grow).expand(shape2t)),), True)
+    tshape = tuple(rem if i == a else full[i] if i in r.arg[1] else 1 for i in range(len(full)))
+    in_tail = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(tshape).pad(tuple((p, 0) if i == a else (0, 0) for i in range(len(full))))
+                                                 .expand(shape2t)),), True)
+    ident = UOp.const(r.dtype, identity_element(r.arg[0], r.dtype.scalar))
+    val = in_partials.where(part, in_tail.where(moved(r.src[0], tail), ident))
   emit(plan, ast.substitute({r: UOp(Ops.REDUCE_AXIS, r.dtype, (val,), r.arg)}), ids + (t,))
