@@ -144,13 +144,16 @@ def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full:
   n = full[a]
   inner = n // p // CPU_PARTIAL_ALIGN * CPU_PARTIAL_ALIGN
   pre, rem = p * inner, n - p * inner
-  def on_axis(st: ShapeTracker, f) -> ShapeTracker: return st if st.shape[a] == 1 else f(st, st.shape)
   def ax(sh: tuple[int, ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]: return tuple((lo, hi) if i == a else (0, s) for i, s in enumerate(sh))
-  def prefix(st: ShapeTracker, sh: tuple[int, ...]) -> ShapeTracker: return st.shrink(ax(sh, 0, pre)).reshape(sh[:a] + (p, inner) + sh[a + 1:])
-  def tail(st: ShapeTracker, sh: tuple[int, ...]) -> ShapeTracker:
-    return st.shrink(ax(sh, pre, n)).pad(tuple((p, 0) if i == a else (0, 0) for i in range(len(sh))))
+  def prefix(st: ShapeTracker) -> ShapeTracker:
+    sh = st.shape
+    if sh[a] == 1: return st.reshape(sh[:a] + (1, 1) + sh[a + 1:])   # (broadcast along the axis: stays so)
+    return st.shrink(ax(sh, 0, pre)).reshape(sh[:a] + (p, inner) + sh[a + 1:])
+  def tail(st: ShapeTracker) -> ShapeTracker:
+    sh = st.shape
+    return st if sh[a] == 1 else st.shrink(ax(sh, pre, n)).pad(tuple((p, 0) if i == a else (0, 0) for i in range(len(sh))))
   def moved(u: UOp, f) -> UOp:
-    return u.substitute({v: UOp(Ops.VIEW, src=(), arg=on_axis(v.arg, f)) for v in u.toposort() if v.op is Ops.VIEW})
+    return u.substitute({v: UOp(Ops.VIEW, src=(), arg=f(v.arg)) for v in u.toposort() if v.op is Ops.VIEW})
   axes1 = tuple(sorted({a + 1} | {x + (x > a) for x in r.arg[1] if x != a}))
   shape1 = tuple(1 if i in axes1 else s for i, s in enumerate(full[:a] + (p, inner) + full[a + 1:]))
   t = new_temp(plan, prod(shape1), r.dtype)
