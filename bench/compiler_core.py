@@ -51,7 +51,7 @@ outputs into partials over aligned chunks, the tail reduced with them in stage 2
   | sum 16M+3, at 52e1b2e | 0.98x, 1.11x (1.18x, 1.12x), err 6.9e-2  | 1.49x, 1.58x (1.68x, 2.18x), err 1.5e-3  |
 
 (52e1b2e: the split after the review's fixes, several reduced axes and broadcast views; |err| against a float64 sum:
-the one-thread kernel's 64 accumulators each add 262K values, a partial's 128K.)
+the one-thread kernel's 64 accumulators each add 262K values, a partial's 32K.)
 
 The VM's timings swing 2-4x between minutes and between processes (a 2-thread kernel's worker thread is sometimes late
 by most of a kernel: mnist_cnn's conv1 kernel ran 0.17 or 0.7-0.8 ms in phases of several launches, in both columns);
