@@ -119,21 +119,37 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int, cpu: bool) 
   def reshape(st: ShapeTracker) -> ShapeTracker:
     sh = st.shape
     if sh[a] == 1: return st.reshape(sh[:a] + (1, 1) + sh[a + 1:])
-    if pad: st = st.pad(tuple((0, pad) if i == a else (0, 0) for i in range(len(sh))))
+    if pad: st = st.pad(_at(len(sh), a, (0, pad)))
     return st.reshape(sh[:a] + (p, inner) + sh[a + 1:])
-  src = r.src[0].substitute({v: UOp(Ops.VIEW, src=(), arg=reshape(v.arg)) for v in r.src[0].toposort() if v.op is Ops.VIEW})
+  src = _moved(r.src[0], reshape)
   if pad:  # the padding must not change the result: the reduction sees its identity there
     vshape = tuple(n if i == a else 1 for i in range(len(full)))
     valid = UOp(Ops.CONST, dtypes.bool, (view(reshape(ShapeTracker.from_shape(vshape))),), True)
-    src = valid.where(src, UOp.const(src.dtype, identity_element(r.arg[0], src.dtype.scalar)))
+    src = valid.where(src, _identity(r))
+  t, shape2 = _emit_partials(plan, ids, r, src, full, a, p, inner, nloc)
+  part = UOp(Ops.REDUCE_AXIS, r.dtype, (UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2))),), r.arg)
+  emit(plan, ast.substitute({r: part}), ids + (t,))
+
+def _at(ndim: int, a: int, pair: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+  """Pad arguments: `pair` on axis a, nothing elsewhere."""
+  return tuple(pair if i == a else (0, 0) for i in range(ndim))
+
+def _moved(u: UOp, f) -> UOp:
+  """u with every view of it replaced by f(view)."""
+  return u.substitute({v: UOp(Ops.VIEW, src=(), arg=f(v.arg)) for v in u.toposort() if v.op is Ops.VIEW})
+
+def _identity(r: UOp) -> UOp: return UOp.const(r.dtype, identity_element(r.arg[0], r.dtype.scalar))
+
+def _emit_partials(plan: SplitPlan, ids: tuple[int, ...], r: UOp, src: UOp, full: tuple[int, ...], a: int, p: int, inner: int,
+                   nloc: int) -> tuple[int, tuple[int, ...]]:
+  """Stage 1: reduce `src` (axis a already cut into (p, inner)) into a temporary of P partials per output. Returns the
+  temporary's id and the shape stage 2 reads it in (axis a: the P partials)."""
   axes1 = tuple(sorted({a + 1} | {x + (x > a) for x in r.arg[1] if x != a}))
   shape1 = tuple(1 if i in axes1 else s for i, s in enumerate(full[:a] + (p, inner) + full[a + 1:]))
   t = new_temp(plan, prod(shape1), r.dtype)
   stage1 = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r.dtype), view(shape1), UOp(Ops.REDUCE_AXIS, r.dtype, (src,), (r.arg[0], axes1)))),))
   emit(plan, stage1, ids + (t,))
-  shape2 = tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
-  part = UOp(Ops.REDUCE_AXIS, r.dtype, (UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2))),), r.arg)
-  emit(plan, ast.substitute({r: part}), ids + (t,))
+  return t, tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
 
 CPU_PARTIAL_ALIGN = 1024   # a CPU partial's length is a multiple of this: its loop vectorizes without edge masks
 
@@ -144,35 +160,26 @@ def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full:
   n = full[a]
   inner = n // p // CPU_PARTIAL_ALIGN * CPU_PARTIAL_ALIGN
   pre, rem = p * inner, n - p * inner
-  def ax(sh: tuple[int, ...], lo: int, hi: int) -> tuple[tuple[int, int], ...]: return tuple((lo, hi) if i == a else (0, s) for i, s in enumerate(sh))
+  nd = len(full)
   def prefix(st: ShapeTracker) -> ShapeTracker:
     sh = st.shape
     if sh[a] == 1: return st.reshape(sh[:a] + (1, 1) + sh[a + 1:])   # (broadcast along the axis: stays so)
-    return st.shrink(ax(sh, 0, pre)).reshape(sh[:a] + (p, inner) + sh[a + 1:])
+    return st.shrink(tuple((0, pre) if i == a else (0, s) for i, s in enumerate(sh))).reshape(sh[:a] + (p, inner) + sh[a + 1:])
   def tail(st: ShapeTracker) -> ShapeTracker:
     sh = st.shape
-    return st if sh[a] == 1 else st.shrink(ax(sh, pre, n)).pad(tuple((p, 0) if i == a else (0, 0) for i in range(len(sh))))
-  def moved(u: UOp, f) -> UOp:
-    return u.substitute({v: UOp(Ops.VIEW, src=(), arg=f(v.arg)) for v in u.toposort() if v.op is Ops.VIEW})
-  axes1 = tuple(sorted({a + 1} | {x + (x > a) for x in r.arg[1] if x != a}))
-  shape1 = tuple(1 if i in axes1 else s for i, s in enumerate(full[:a] + (p, inner) + full[a + 1:]))
-  t = new_temp(plan, prod(shape1), r.dtype)
-  stage1 = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nloc, r.dtype), view(shape1), UOp(Ops.REDUCE_AXIS, r.dtype, (moved(r.src[0], prefix),), (r.arg[0], axes1)))),))
-  emit(plan, stage1, ids + (t,))
-  shape2 = tuple(p if i == a else 1 if i in r.arg[1] else s for i, s in enumerate(full))
+    return st if sh[a] == 1 else st.shrink(tuple((pre, n) if i == a else (0, s) for i, s in enumerate(sh))).pad(_at(nd, a, (p, 0)))
+  t, shape2 = _emit_partials(plan, ids, r, _moved(r.src[0], prefix), full, a, p, inner, nloc)
   val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2)))
   if rem:
     # axis a of stage 2: the P partials, then the tail of the source. The tail keeps the extent of the other reduced
     # axes, where the partials have one element: they are read at index 0 of those axes only, and every element
     # that is in neither region is the reduction's identity
     shape2t = tuple(p + rem if i == a else full[i] if i in r.arg[1] else s for i, s in enumerate(shape2))
-    grow = tuple((0, rem) if i == a else (0, full[i] - 1) if i in r.arg[1] else (0, 0) for i in range(len(full)))
+    grow = tuple((0, rem) if i == a else (0, full[i] - 1) if i in r.arg[1] else (0, 0) for i in range(nd))
     part = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(ShapeTracker.from_shape(shape2).pad(grow))))
-    ones = tuple(p if i == a else 1 for i in range(len(full)))
+    ones = tuple(p if i == a else 1 for i in range(nd))
     in_partials = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(ones).pad(grow).expand(shape2t)),), True)
-    tshape = tuple(rem if i == a else full[i] if i in r.arg[1] else 1 for i in range(len(full)))
-    in_tail = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(tshape).pad(tuple((p, 0) if i == a else (0, 0) for i in range(len(full))))
-                                                 .expand(shape2t)),), True)
-    ident = UOp.const(r.dtype, identity_element(r.arg[0], r.dtype.scalar))
-    val = in_partials.where(part, in_tail.where(moved(r.src[0], tail), ident))
+    tshape = tuple(rem if i == a else full[i] if i in r.arg[1] else 1 for i in range(nd))
+    in_tail = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(tshape).pad(_at(nd, a, (p, 0))).expand(shape2t)),), True)
+    val = in_partials.where(part, in_tail.where(_moved(r.src[0], tail), _identity(r)))
   emit(plan, ast.substitute({r: UOp(Ops.REDUCE_AXIS, r.dtype, (val,), r.arg)}), ids + (t,))

@@ -272,13 +272,7 @@ class Tensor:
     return items
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute this tensor (and others given) now; returns self. Tensors in autograd keep their graph."""
-    if not others:   # (one tensor: no lists to build)
-      u = lazy.realize([self.uop], self.device)[0]
-      if not self.requires_grad:
-        if base_of(u).op is Ops.BUFFER: _bind(self, u)
-        else: self.uop = u; live.track(self)
-      return self
-    ts = [self, *others]
+    ts = (self, *others)
     outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
     for t, u in zip(ts, outs):
