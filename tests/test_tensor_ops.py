@@ -660,6 +660,63 @@ def test_rng_shapes_and_like():
   a, b = Tensor.rand(1000).numpy(), Tensor.rand(1000).numpy()
   assert abs(np.corrcoef(a, b)[0, 1]) < 0.1
 
+# Random123's known-answer vectors for Threefry-2x32-20 (kat_vectors): counter, key -> the first output word
+THREEFRY_KAT = [((0, 0), (0, 0), 0x6b200159), ((0xffffffff, 0xffffffff), (0xffffffff, 0xffffffff), 0x1cb996fc),
+                ((0x243f6a88, 0x85a308d3), (0x13198a2e, 0x03707344), 0xc4923a9c)]
+
+def test_threefry_matches_the_reference_vectors_in_python_and_in_kernels():
+  from baregrad.ir.alu import threefry2x32, exec_alu
+  from baregrad.ir.ops import Ops
+  from baregrad.tensor.tensor import _threefry
+  for (x0, x1), (k0, k1), want in THREEFRY_KAT:
+    assert threefry2x32(x0, x1, k0, k1, wrap=lambda v: v & 0xFFFFFFFF) == want
+    assert exec_alu(Ops.THREEFRY, dtypes.uint32, (x0, x1, k0, k1)) == want
+  # the node the tensor graph holds, expanded where its kernel is built, gives the same words, keys broadcast
+  r = np.random.default_rng(5)
+  x0, x1 = r.integers(0, 1 << 32, 257, dtype=np.uint32), r.integers(0, 1 << 32, 257, dtype=np.uint32)
+  for (k0, k1) in [(0, 0), (0xffffffff, 0xffffffff), (0x13198a2e, 0x03707344), (12345, 0x9E3779B9)]:
+    got = _threefry(Tensor(x0), Tensor(x1), Tensor(np.uint32(k0)), Tensor(np.uint32(k1))).numpy()
+    want = [exec_alu(Ops.THREEFRY, dtypes.uint32, (int(a), int(b), k0, k1)) for a, b in zip(x0, x1)]
+    np.testing.assert_array_equal(got, np.array(want, np.uint32))
+  kat = _threefry(Tensor(np.array([c[0][0] for c in THREEFRY_KAT], np.uint32)), Tensor(np.array([c[0][1] for c in THREEFRY_KAT], np.uint32)),
+                  Tensor(np.array([c[1][0] for c in THREEFRY_KAT], np.uint32)), Tensor(np.array([c[1][1] for c in THREEFRY_KAT], np.uint32)))
+  np.testing.assert_array_equal(kat.numpy(), np.array([c[2] for c in THREEFRY_KAT], np.uint32))
+
+def test_a_draw_builds_a_small_graph_and_a_seed_keeps_its_stream():
+  # Threefry as one node and arange as one leaf: a draw used to build ~200 nodes of tensor ops (20 rounds of adds,
+  # rotations and xors) and a window sum for its counter, ~5 ms of Python per Tensor.rand on this machine
+  from baregrad.tensor.tensor import _threefry
+  st = Tensor._rng_state(None)
+  bits = _threefry(Tensor.arange(1000, dtype=dtypes.uint32), Tensor.full((1000,), 0, dtype=dtypes.uint32),
+                   st[0], (st[1] + 1) * 0x9E3779B9)
+  assert len(bits.uop.toposort()) <= 24, len(bits.uop.toposort())   # (19 today; ~200 before)
+  assert len(Tensor.arange(1000).uop.toposort()) <= 2
+  # the stream a seed gives is the one it gave before Threefry became one node (bits of the first draws)
+  Tensor.manual_seed(42)
+  np.testing.assert_array_equal(Tensor.rand(1000).numpy()[:4].view(np.uint32), [0x3e80af72, 0x3eea4334, 0x3df13320, 0x3ea447fa])
+  Tensor.randn(7, 5).realize()
+  np.testing.assert_array_equal(Tensor.randint(0, 100, (33,)).numpy()[:6], [98, 79, 23, 62, 70, 16])
+
+def test_arange_is_computed_from_the_index_without_loads_or_sums():
+  from baregrad.ir.ops import Ops
+  for n in (1, 5, 1024, 1025, 100_003):
+    (k,) = Tensor.arange(n).schedule()
+    ops = {u.op for u in k.ast.toposort()}
+    assert Ops.LOAD not in ops and Ops.REDUCE_AXIS not in ops and len(k.bufs) == 1, (n, ops)
+    np.testing.assert_array_equal(Tensor.arange(n).numpy(), np.arange(n))
+  np.testing.assert_array_equal(Tensor.arange(3, 20, 4).numpy(), np.arange(3, 20, 4))
+  np.testing.assert_array_equal(Tensor.arange(10.0, 0, -2.5).numpy(), np.arange(10.0, 0, -2.5, dtype=np.float32))
+  # every view of it is its indices moved: reshape, flip, shrink, pad (masked off: 0), permute, expand
+  a, t = np.arange(24).reshape(2, 3, 4), Tensor.arange(24).reshape(2, 3, 4)
+  np.testing.assert_array_equal(t.flip(2)[:, 1:].numpy(), a[:, :, ::-1][:, 1:])
+  np.testing.assert_array_equal(t.permute(2, 0, 1).pad(((1, 2), (0, 0), (3, 0))).numpy(), np.pad(a.transpose(2, 0, 1), ((1, 2), (0, 0), (3, 0))))
+  np.testing.assert_array_equal(Tensor.arange(5).reshape(5, 1).expand(5, 3).numpy(), np.broadcast_to(np.arange(5)[:, None], (5, 3)))
+  # reduced, and in int64 arithmetic past int32's range
+  assert Tensor.arange(100_003).sum().item() == 100_002 * 100_003 // 2
+  assert (Tensor.arange(100_003) * 100_000).sum().item() == 100_000 * 100_002 * 100_003 // 2
+  np.testing.assert_array_equal(t.sum(1).numpy(), a.sum(1))
+  assert Tensor.arange(0).shape == (0,)
+
 # ---------------------------------------------------------------- autograd behaviour
 def test_broadcast_gradients_reduce():
   check(lambda a, b, c: (a * b + c).exp().sum(0) * 0.1, rnd((3, 1)), rnd((1, 4), seed=2), rnd((), seed=3), rtol=1e-5)
@@ -768,12 +825,18 @@ def test_clone_contiguous_realize_keep_values():
   np.testing.assert_allclose((u * 2).numpy(), (a + 1) * 2)
 
 # ---------------------------------------------------------------- engine bugs this suite found (worked around in the frontend)
+def _windows(x: Tensor, n: int) -> Tensor:
+  """(n, n) view whose row i is x[i : i + n], for x of length 2n-1: n copies laid end to end, each row shifted by one
+  more element through padding, then cropped. Only movement ops."""
+  m = x.shape[0]
+  rows = x.reshape(1, m).expand(n, m).reshape(n * m)
+  return rows._pad(((0, n),)).reshape(n, m + 1)._shrink(((0, n), (0, n)))
+
 def test_engine_view_past_int32_indexing():
   # a view of more than 2**31 elements: its kernel indexes in int64 (the (n, n) window view over 2n-1 elements)
   if Device.DEFAULT.startswith("AMD") and __import__("os").environ.get("MOCKGPU"):
     pytest.skip("1.6e9 adds take the RDNA3 interpreter over 10 minutes; the AMD renderer's int64 index math is the "
                 "LLVM renderer's (tests/test_index64.py)")
-  from baregrad.tensor.tensor import _windows
   n = 40000
   x = Tensor.full((n,), 1, dtype=dtypes.int32).pad((n - 1, 0))
   np.testing.assert_array_equal(_windows(x, n).sum(-1).numpy()[:5], np.arange(1, 6))

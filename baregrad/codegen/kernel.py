@@ -434,6 +434,10 @@ class Kernel:
         _, valid = access(u.src[0].arg)
         c = UOp.const(u.dtype, u.arg)
         new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
+      elif u.op is Ops.IOTA:   # the index a load through this view would read: arange's value (0 where masked off)
+        idx, valid = access(u.src[0].arg)
+        c = idx.cast(u.dtype)
+        new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
         idx, valid = access(u.src[1].arg, store_guard, store=True)
         new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))

@@ -126,6 +126,7 @@ def _shape(u: UOp) -> tuple[int, ...]:
   if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)   # (no view built)
   if op is Ops.BUFFER: return (u.arg.size,)
   if op is Ops.CONST or op is Ops.DEFINE_VAR: return ()
+  if op is Ops.IOTA: return (u.arg,)
   if op is Ops.REDUCE_AXIS:
     axes = u.arg[1]
     return tuple([1 if i in axes else x for i, x in enumerate(u.src[0]._shape)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.alu import threefry2x32
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import split_reduce
@@ -76,9 +77,9 @@ class _KernelBuilder:
       out = self.load(u.arg, st)
     elif u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
-      if any(v.mask is not None for v in vst.views) and not (inner.op in (Ops.BUFFER, Ops.CONST) or inner in self.realized):
+      if any(v.mask is not None for v in vst.views) and not (inner.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or inner in self.realized):
         raise _NeedRealize(inner)
-      if in_reduce and inner.op not in (Ops.BUFFER, Ops.CONST) and inner not in self.realized and _expanded(vst) and self._costly(inner):
+      if in_reduce and inner.op not in (Ops.BUFFER, Ops.CONST, Ops.IOTA) and inner not in self.realized and _expanded(vst) and self._costly(inner):
         # an expensive value broadcast into a reduction (softmax's gradient into the next matmul) would be recomputed
         # for every output it is broadcast to: computed once into a buffer instead
         raise _NeedRealize(inner)
@@ -87,6 +88,7 @@ class _KernelBuilder:
       masked = any(v.mask is not None for v in st.views)
       # under a reduce the view stays: it carries the reduced axes' sizes (else sum of a constant lost its count)
       out = UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked or in_reduce else UOp.const(u.dtype, u.arg)
+    elif u.op is Ops.IOTA: out = UOp(Ops.IOTA, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),))   # (a load without memory)
     elif u.op is Ops.REDUCE_AXIS:
       if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
       ishape = shape_of(u.src[0])
@@ -94,6 +96,8 @@ class _KernelBuilder:
       if len({s for s, _ in self.reduce_shapes}) > 1: raise _NeedRealize(u)
       out = UOp(Ops.REDUCE_AXIS, u.dtype, (self.lower(u.src[0], ShapeTracker.from_shape(ishape), True),), u.arg)
     elif u.op is Ops.DETACH: out = self.lower(u.src[0], st, in_reduce)
+    elif u.op is Ops.THREEFRY:   # its rounds: no renderer has an instruction for it
+      out = threefry2x32(*(self.lower(s, st, in_reduce) for s in u.src))
     elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
       out = u.replace(src=tuple(self.lower(s, st, in_reduce) for s in u.src))
     elif u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): raise _NeedRealize(u)
@@ -107,7 +111,7 @@ class _KernelBuilder:
     stack, seen, found = [u], set(), False
     while stack and not found:
       x = stack.pop()
-      if x in seen or x in self.realized or x.op in (Ops.BUFFER, Ops.CONST): continue
+      if x in seen or x in self.realized or x.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA): continue
       seen.add(x)
       found = x.op in _EXPENSIVE
       stack.extend(x.src)

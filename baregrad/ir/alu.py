@@ -58,6 +58,25 @@ def cast_value(x: Any, dt: DType) -> Any:
   if dtypes.is_float(dt): return truncate(dt, x if isinstance(x, int) and not isinstance(x, bool) else float(x))
   return truncate(dt, x)
 
+_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+
+def _u32(v: int) -> int: return v & 0xFFFFFFFF
+
+def threefry2x32(x0: Any, x1: Any, k0: Any, k1: Any, wrap: Any = lambda v: v) -> Any:
+  """The first output word of Threefry-2x32 with 20 rounds (Salmon et al., SC'11) of the counter (x0, x1) under the
+  key (k0, k1). One definition for both users: uint32 UOps, whose arithmetic wraps (the kernels), and Python ints
+  with wrap masking to 32 bits (constant folding, tests)."""
+  ks = (k0, k1, k0 ^ k1 ^ 0x1BD11BDA)   # the third key word: the key's parity with Threefry's constant
+  x0, x1 = wrap(x0 + k0), wrap(x1 + k1)
+  for i in range(5):   # 5 groups of 4 rounds, a key injection after each group
+    for j in range(4):
+      r = _ROTATIONS[(i % 2) * 4 + j]
+      x0 = wrap(x0 + x1)
+      x1 = wrap((x1 << r) | (x1 >> (32 - r))) ^ x0
+    x0 = wrap(x0 + ks[(i + 1) % 3])
+    x1 = wrap(x1 + ks[(i + 2) % 3] + (i + 1))
+  return x0
+
 def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
   """Evaluate one ALU op on Python scalars; dtype is the result's."""
   dt = dtype.scalar
@@ -89,5 +108,6 @@ def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
   elif op is Ops.SHR: r = _shr(src[0], src[1], dt)
   elif op is Ops.WHERE: r = src[1] if src[0] else src[2]
   elif op is Ops.MULACC: r = src[0] * src[1] + src[2]
+  elif op is Ops.THREEFRY: r = threefry2x32(*src, wrap=_u32)
   else: raise ValueError(f"exec_alu: {op} is not an ALU op")
   return truncate(dt, r)

@@ -14,6 +14,8 @@ class Ops(Enum):
   IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto(); NOOP = auto()
   # tensor graph
   BUFFER = auto(); COPY = auto(); CONTIGUOUS = auto(); DETACH = auto()
+  # 0, 1, ..., n-1 (arange): in the tensor graph a leaf, arg n; in a kernel AST IOTA(VIEW), the view's index into those n
+  IOTA = auto()
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
   # vectors
   VECTORIZE = auto(); GEP = auto()
@@ -26,6 +28,9 @@ class Ops(Enum):
   CMPLT = auto(); CMPNE = auto(); CMPEQ = auto(); AND = auto(); OR = auto(); XOR = auto(); SHL = auto(); SHR = auto()
   # ternary ALU
   WHERE = auto(); MULACC = auto()
+  # Threefry-2x32-20 (counter x0, x1; key k0, k1) -> the first output word: random bits as one node of the tensor graph
+  # (ir/alu.py threefry2x32); the scheduler expands it into its rounds where it builds a kernel
+  THREEFRY = auto()
   # a warp-wide matrix multiply-accumulate (tensor cores): WMMA(a, b, c), arg = (TensorCore, lanes of a, b, c fragments)
   WMMA = auto()
   def __repr__(self) -> str: return f"Ops.{self.name}"
@@ -38,7 +43,8 @@ class GroupOp:
   Binary = {Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ,
             Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR}
   Ternary = {Ops.WHERE, Ops.MULACC}
-  ALU = Unary | Binary | Ternary
+  Quaternary = {Ops.THREEFRY}
+  ALU = Unary | Binary | Ternary | Quaternary
   Comparison = {Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ}
   Commutative = {Ops.ADD, Ops.MUL, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.AND, Ops.OR, Ops.XOR}
   Associative = {Ops.ADD, Ops.MUL, Ops.AND, Ops.OR, Ops.XOR, Ops.MAX}

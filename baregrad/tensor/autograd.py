@@ -110,7 +110,7 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
   for u in reversed(topo):
     if u not in grads or u in targets and not u.src: continue
     if u not in on_path or u.op is Ops.DETACH: continue
-    if u.op in (Ops.BUFFER, Ops.CONST, Ops.DEFINE_VAR): continue
+    if u.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.DEFINE_VAR): continue
     sg = grad_rule(u, grads[u])
     for src, g in zip(u.src, sg):
       if g is None or src not in on_path: continue

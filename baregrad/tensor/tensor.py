@@ -419,20 +419,15 @@ class Tensor:
     n = max(0, math.ceil((stop - start) / step))
     d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
     if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
-    idx = Tensor._index_range(n, device)
-    return (idx.cast(d) * step + start).cast(d)._leaf(requires_grad) if requires_grad else (idx.cast(d) * step + start).cast(d)
+    idx = Tensor._index_range(n, device).cast(d)
+    out = idx if step == 1 and start == 0 else (idx * step + start).cast(d)
+    return out._leaf(requires_grad) if requires_grad else out
   @staticmethod
   def _index_range(n: int, device: str | None) -> Tensor:
-    """0..n-1 as int32 without loading anything. The window trick costs n*n work (and a view of ~2n*n elements,
-    past int32 indexing at n ~ 32k), so long ranges are built as a*i + j from two short ones."""
-    if n <= 1024: return Tensor.full((n,), 1, dtype=dtypes.int32, device=device)._cumsum_ones() - 1
-    a = math.isqrt(n - 1) + 1
-    r = Tensor._index_range(a, device)
-    return (r.reshape(a, 1) * a + r.reshape(1, a)).reshape(a * a)._shrink(((0, n),))
-  def _cumsum_ones(self) -> Tensor:
-    # 1..n without loading anything: row i of a sliding window over [0]*(n-1) + [1]*n sums to i+1
-    n = self.shape[0]
-    return _windows(self.pad((n - 1, 0)), n).sum(-1)
+    """0..n-1 as int32, computed where it is read (an IOTA node: each element is the index the kernel would load it
+    from), no buffer and no memory traffic."""
+    if n > dtypes.max(dtypes.int32) + 1: raise ValueError(f"arange of {n} elements: int32 indices reach {dtypes.max(dtypes.int32) + 1}")
+    return Tensor(UOp(Ops.IOTA, dtypes.int32, (), n), device=device)
   @staticmethod
   def linspace(start: float, end: float, steps: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
     """1-D float tensor of steps values from start to end inclusive, evenly spaced."""
@@ -1363,26 +1358,12 @@ def _is_whole_buffer(u: UOp) -> bool:
   RESHAPE of a SHRINK of the buffer)."""
   return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
-def _windows(x: Tensor, n: int) -> Tensor:
-  """(n, n) view whose row i is x[i : i + n], for x of length 2n-1: n copies laid end to end, each row shifted
-  by one more element through padding, then cropped. Only movement ops: no copy."""
-  m = x.shape[0]
-  rows = x.reshape(1, m).expand(n, m).reshape(n * m)
-  return rows._pad(((0, n),)).reshape(n, m + 1)._shrink(((0, n), (0, n)))
-
-def _threefry(x0: Tensor, x1: Tensor, k0: int, k1: int) -> Tensor:
-  """Threefry-2x32 with 20 rounds (Salmon et al., 2011): x0 is the counter, returns the first output word."""
-  rot = [13, 15, 26, 6, 17, 29, 16, 24]
-  ks = [k0, k1, (k0 ^ k1 ^ 0x1BD11BDA) & 0xffffffff]
-  x0, x1 = x0 + ks[0], x1 + ks[1]
-  for i in range(5):
-    for j in range(4):
-      r = rot[(i % 2) * 4 + j]
-      x0 = x0 + x1
-      x1 = ((x1 << r) | (x1 >> (32 - r))) ^ x0
-    x0 = x0 + ks[(i + 1) % 3]
-    x1 = x1 + ((ks[(i + 2) % 3] + i + 1) & 0xffffffff)
-  return x0
+def _threefry(x0: Tensor, x1: Tensor, k0: Tensor, k1: Tensor) -> Tensor:
+  """Threefry-2x32 with 20 rounds of the counter (x0, x1) under the key (k0, k1), broadcast to x0's shape: the first
+  output word. One THREEFRY node (ir/alu.py threefry2x32): its ~130 operations are expanded where the kernel is built,
+  so a draw costs the graph a handful of nodes, not a tensor op per operation."""
+  shape = x0.shape
+  return x0._alu(Ops.THREEFRY, x1._bcast(shape), k0._bcast(shape), k1._bcast(shape))
 
 def _f32_to_bf16_np(a: np.ndarray) -> np.ndarray:
   u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
