@@ -159,6 +159,8 @@ def test_open_reads_topology_and_acquires_vm(amd, mock):
   assert mock.pdd[amd.gpu_id]["drm"] == amd.fd_drm  # AMDKFD_IOC_ACQUIRE_VM with the render node's fd
   assert amd.kfd_version == (1, 17)
   assert amd.max_shared_mem == 64 * 1024
+  # the renderer knows the CUs (SIMDs over SIMDs per CU), so a long reduction is spread over them, not one workgroup
+  assert amd.renderer.compute_units == 96   # the mock's gfx1100 is a 7900 XTX: 192 SIMDs, 2 per CU
   lo, hi = amd.window
   assert amd.apertures["gpuvm_base"] <= lo and lo + hi - 1 <= amd.apertures["gpuvm_limit"]
 

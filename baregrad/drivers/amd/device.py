@@ -121,6 +121,8 @@ class AMDDevice(HCQDevice):
       raise
     self.is_mock = hasattr(getattr(port, "inner", port), "mock")
     renderer, compiler = _toolchain(self.target.name)
+    # the optimizer spreads long reductions over every CU (KFD's node properties count SIMDs over all XCCs)
+    if renderer is not None: renderer.compute_units = self.node.props["simd_count"] // self.node.props["simd_per_cu"]
     self.max_shared_mem = self.node.props.get("lds_size_in_kb", 64) * 1024
     try:
       super().__init__(device, None, renderer, compiler, AMDProgram, *QUEUES[self.family], kernargs_size=1 << 20, signal_pool_size=64 << 10)
