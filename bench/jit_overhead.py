@@ -236,6 +236,18 @@ def main(n_kernels: int = 20, reps: int = 200, rounds: int = 9) -> None:
     # the recorded graph alone (HCQ devices): the driver's share of a replay, the input patched to a fresh buffer
     if cap.graph is not None:
       graph.append(_timed(lambda x: cap.graph.replay([(kk, j, x._realized()._buf.va_addr) for kk, j in cap.input_slots[0]]), fresh()))
+  # a random draw and a range: graphs that read no input (each draw advances the RNG state, so no two are alike), with
+  # PyTorch's same calls timed in the same rounds where it is installed
+  try: import torch
+  except ImportError: torch = None
+  nd = reps // 4
+  draws, ranges, tdraws, tranges = [], [], [], []
+  for _ in range(rounds):
+    draws.append(_timed(lambda _: Tensor.rand(1024).realize(), [None] * nd))
+    ranges.append(_timed(lambda _: Tensor.arange(1024).realize(), [None] * nd))
+    if torch is not None:
+      tdraws.append(_timed(lambda _: torch.rand(1024), [None] * nd))
+      tranges.append(_timed(lambda _: torch.arange(1024), [None] * nd))
   best = lambda ts: (min(t[0] for t in ts) / reps, min(t[1] for t in ts) / reps)
   (ew, ec), (jw, jc) = best(eager), best(replay)
   print(f"device {dev}, best of {rounds} rounds of {reps} calls; wall (thread CPU)")
@@ -246,6 +258,10 @@ def main(n_kernels: int = 20, reps: int = 200, rounds: int = 9) -> None:
     gw, gc = best(graph)
     print(f"graph replay alone (HCQGraph.replay): {gw * 1e6:8.1f} us per call ({gc * 1e6:.1f}) = {gw / k * 1e6:6.2f} us per kernel ({gc / k * 1e6:.2f})")
   print(f"ratio eager/jit per kernel: {ew / (jw / k):.1f}x")
+  for name, ours, ref in (("Tensor.rand(1024)", draws, tdraws), ("Tensor.arange(1024)", ranges, tranges)):
+    ow = min(t[0] for t in ours) / nd
+    rs = f", PyTorch {min(t[0] for t in ref) / nd * 1e6:.1f} us ({ow / (min(t[0] for t in ref) / nd):.1f}x its time)" if ref else ""
+    print(f"{name + '.realize():':28s} {ow * 1e6:8.1f} us per call{rs}")
 
 if __name__ == "__main__":
   main()

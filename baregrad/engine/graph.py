@@ -3,7 +3,8 @@
   BUFFER(arg=BufRef)            a flat device buffer, shape (size,)
   RESHAPE/PERMUTE/EXPAND/PAD/SHRINK/FLIP(x, arg)   movements (kept apart for autograd; the scheduler folds them)
   CONST(arg=value)              a scalar, shape (); broadcast with VIEW
-  ALU / CAST / BITCAST          elementwise, the shape of their sources
+  IOTA(arg=n)                   0, 1, ..., n-1, shape (n,) (arange; computed from the index where it is read)
+  ALU / CAST / BITCAST          elementwise, the shape of their sources (THREEFRY, random bits, is one ALU node here)
   REDUCE_AXIS(x, arg=(op, axes)) keepdim reduction
   COPY(x, arg=device), CONTIGUOUS(x), ASSIGN(target, value), DETACH(x)
 """

@@ -87,6 +87,7 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
   storage_of: dict[int, int] = {}  # id(storage) -> its first slot
   found: list[tuple[UOp, UOp, str]] = []
   registry = checks.registry
+  getpos = pos.__getitem__
   todo = list(srcs)
   ti = 0
   while ti < len(todo):
@@ -101,7 +102,8 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
       for s in src:
         if s not in pos:
           stack.append(u)
-          stack += [x for x in reversed(src) if x not in pos]
+          for x in reversed(src):   # (a loop, not a comprehension: that is a function call of its own in 3.11)
+            if x not in pos: stack.append(x)
           break
       else:
         op = u.op
@@ -116,10 +118,10 @@ def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[B
           first = storage_of.setdefault(id(st), k)
           key.append((op, u.dtype, k, first, st.device, st.size))
         else:
-          key.append((op, u.dtype, u.argkey, tuple([pos[x] for x in src])))
+          key.append((op, u.dtype, u.argkey, tuple(map(getpos, src))))
         pos[u] = len(nodes)
         nodes.append(u)
-  return (tuple(key), tuple([pos[t] for t in srcs]), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots
+  return (tuple(key), tuple(map(getpos, srcs)), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots
 
 def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], slots: list[BufRef]) -> tuple | None:
   ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
