@@ -477,22 +477,27 @@ class Tensor:
     shape = _new_shape(_shape_arg(shape))
     n = prod(shape)
     if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
-    def finish(bits: Tensor) -> Tensor:
-      return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape).cast(dtype or dtypes.default_float).contiguous()
-    return Tensor._random(n, device, finish)._leaf(requires_grad)
+    return Tensor._random(n, device, lambda bits: _unit(bits, shape).cast(dtype or dtypes.default_float).contiguous())._leaf(requires_grad)
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Uniform [low, high) tensor of the given shape, generated on the device."""
-    return ((high - low) * Tensor.rand(*shape, device=device) + low).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+    shape = _new_shape(_shape_arg(shape))
+    if prod(shape) == 0: return Tensor.zeros(*shape, dtype=dtype or dtypes.default_float, device=device)._leaf(requires_grad)
+    # the scaling is computed in the draw's kernel (the values are those of (high - low) * rand() + low)
+    def finish(bits: Tensor) -> Tensor:
+      return ((high - low) * _unit(bits, shape).cast(dtypes.default_float) + low).cast(dtype or dtypes.default_float).contiguous()
+    return Tensor._random(prod(shape), device, finish)._leaf(requires_grad)
   @staticmethod
   def randn(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Standard normal tensor of the given shape (Box-Muller on the device)."""
-    shape = _shape_arg(shape)
-    # Box-Muller over two uniform streams
+    shape = _new_shape(_shape_arg(shape))
+    if prod(shape) == 0: return Tensor.zeros(*shape, dtype=dtype or dtypes.default_float, device=device)._leaf(requires_grad)
+    # Box-Muller over two uniform streams; the second draw's kernel computes the normals
     u1 = Tensor.rand(*shape, device=device)
-    u2 = Tensor.rand(*shape, device=device)
-    z = (-2.0 * (1.0 - u1).log()).sqrt() * (2 * math.pi * u2).cos()
-    return z.cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
+    def finish(bits: Tensor) -> Tensor:
+      u2 = _unit(bits, shape).cast(dtypes.default_float)
+      return ((-2.0 * (1.0 - u1).log()).sqrt() * (2 * math.pi * u2).cos()).cast(dtype or dtypes.default_float).contiguous()
+    return Tensor._random(prod(shape), device, finish)._leaf(requires_grad)
   @staticmethod
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Normal(mean, std^2) tensor of the given shape, generated on the device."""
@@ -1357,6 +1362,10 @@ def _is_whole_buffer(u: UOp) -> bool:
   """u is a buffer, or a reshape of one (all of its elements in order), not a view into part of it (x[0] is a
   RESHAPE of a SHRINK of the buffer)."""
   return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+def _unit(bits: Tensor, shape: tuple[int, ...]) -> Tensor:
+  """float32 in [0, 1) of the given shape from random uint32 bits: their top 24 bits over 2^24."""
+  return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape)
 
 def _threefry(x0: Tensor, x1: Tensor, k0: Tensor, k1: Tensor) -> Tensor:
   """Threefry-2x32 with 20 rounds of the counter (x0, x1) under the key (k0, k1), broadcast to x0's shape: the first
