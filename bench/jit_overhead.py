@@ -200,27 +200,33 @@ rounds each, the median of the per-pair ratios):
 Eager is still ~4x the 20 us goal: what remains is spread over ~250 Python calls per op (building 4-5 hash-consed
 nodes, the schedule key's walk, the launch, the result's buffer and bookkeeping), none above ~10% of it.
 
-Random draws and ranges (main at 5576cb2 -> this round, DEV=CPU, same VM; both sides ran this script, alternated twice;
-PyTorch's same calls timed in the same rounds):
+Random draws, ranges and a reduction that loads nothing (main at 5576cb2 -> this round, DEV=CPU, same VM; both sides
+ran this script, alternated twice; PyTorch's same calls timed in the same rounds):
 
-  | run                                        | before                | after                 |
+  | run (us per call)                          | before                | after                 |
   |--------------------------------------------|-----------------------|-----------------------|
-  | Tensor.rand(1024).realize(), us            | 5246, 4597            | 659, 450              |
-  |   ... against torch.rand(1024)             | 494x, 437x its time   | 60x, 65x its time     |
-  | Tensor.arange(1024).realize(), us          | 583, 519              | 83, 58                |
-  | eager us/op (unchanged)                    | 74.4, 99.5            | 75.7, 76.7            |
-  | jit us/kernel (unchanged)                  | 2.64, 2.98            | 2.83, 2.88            |
+  | Tensor.rand(1024)                          | 4927, 3410            | 503, 580              |
+  | Tensor.uniform(1024)                       | 4895, 4069            | 524, 527              |
+  | Tensor.randn(1024)                         | 10182, 7790           | 1302, 1481            |
+  |   ... against torch's same call            | 495-1430x its time    | 63-212x its time      |
+  | Tensor.arange(1024)                        | 467, 390              | 60, 61                |
+  | (arange(16M) * 1e-6).sum() (PyTorch ~70 ms)| 9190, 7541            | 733, 835              |
+  | eager us/op (the VM's spread: no claim)   | 93.6, 101.1           | 77.6, 79.5            |
+  | jit us/kernel (the VM's spread: no claim) | 3.46, 2.82            | 2.72, 2.72            |
 
 - Threefry was ~130 tensor ops per draw (a graph of ~200 nodes built, keyed and lowered on every Tensor.rand, ~5 ms of
   Python); it is one THREEFRY node now, expanded into the same integer ops where the scheduler builds the kernel (the
   kernel and the stream per seed are the ones before);
 - arange was a window sum of ones (n^2 adds up to n = 1024, a*i + j from two such ranges above): it is one IOTA leaf,
-  the index a load through its view would read, computed in the kernel that reads it.
+  the index a load through its view would read, computed in the kernel that reads it;
+- uniform's scaling and randn's Box-Muller are computed in the draw's own kernel (one kernel and realize fewer, the
+  same values); a reduction that loads nothing takes lanes along its axis and its partials over the threads
+  (codegen/cpu_heuristic.py), as a row sum does.
 A draw is still ~8 eager ops of Python (the counter, the key read from the RNG state, the state's in-place update).
 """
 import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from baregrad import Tensor, jit, Device
+from baregrad import Tensor, jit, Device, dtypes
 
 def _timed(run, xs: list) -> tuple[float, float]:
   """(wall, this thread's CPU) seconds of run(x) over xs, the device drained after. The thread's CPU time leaves out
@@ -260,13 +266,19 @@ def main(n_kernels: int = 20, reps: int = 200, rounds: int = 9) -> None:
   try: import torch
   except ImportError: torch = None
   nd = reps // 4
-  draws, ranges, tdraws, tranges = [], [], [], []
+  big = 1 << 24
+  no_input = [("Tensor.rand(1024)", lambda: Tensor.rand(1024).realize(), lambda: torch.rand(1024), nd),
+              ("Tensor.uniform(1024)", lambda: Tensor.uniform(1024, low=-1.0, high=1.0).realize(), lambda: torch.empty(1024).uniform_(-1.0, 1.0), nd),
+              ("Tensor.randn(1024)", lambda: Tensor.randn(1024).realize(), lambda: torch.randn(1024), nd),
+              ("Tensor.arange(1024)", lambda: Tensor.arange(1024).realize(), lambda: torch.arange(1024), nd),
+              # a reduction that loads nothing (codegen/cpu_heuristic.py): waited for, it is the kernel that counts
+              ("(arange(16M) * 1e-6).sum()", lambda: (Tensor.arange(big, dtype=dtypes.float32) * 1e-6).sum().item(),
+               lambda: (torch.arange(big, dtype=torch.float32) * 1e-6).sum().item(), 4)]
+  times: dict[str, tuple[list, list]] = {name: ([], []) for name, *_ in no_input}
   for _ in range(rounds):
-    draws.append(_timed(lambda _: Tensor.rand(1024).realize(), [None] * nd))
-    ranges.append(_timed(lambda _: Tensor.arange(1024).realize(), [None] * nd))
-    if torch is not None:
-      tdraws.append(_timed(lambda _: torch.rand(1024), [None] * nd))
-      tranges.append(_timed(lambda _: torch.arange(1024), [None] * nd))
+    for name, ours, ref, m in no_input:
+      times[name][0].append(_timed(lambda _: ours(), [None] * m)[0] / m)
+      if torch is not None: times[name][1].append(_timed(lambda _: ref(), [None] * m)[0] / m)
   best = lambda ts: (min(t[0] for t in ts) / reps, min(t[1] for t in ts) / reps)
   (ew, ec), (jw, jc) = best(eager), best(replay)
   print(f"device {dev}, best of {rounds} rounds of {reps} calls; wall (thread CPU)")
@@ -277,10 +289,10 @@ def main(n_kernels: int = 20, reps: int = 200, rounds: int = 9) -> None:
     gw, gc = best(graph)
     print(f"graph replay alone (HCQGraph.replay): {gw * 1e6:8.1f} us per call ({gc * 1e6:.1f}) = {gw / k * 1e6:6.2f} us per kernel ({gc / k * 1e6:.2f})")
   print(f"ratio eager/jit per kernel: {ew / (jw / k):.1f}x")
-  for name, ours, ref in (("Tensor.rand(1024)", draws, tdraws), ("Tensor.arange(1024)", ranges, tranges)):
-    ow = min(t[0] for t in ours) / nd
-    rs = f", PyTorch {min(t[0] for t in ref) / nd * 1e6:.1f} us ({ow / (min(t[0] for t in ref) / nd):.1f}x its time)" if ref else ""
-    print(f"{name + '.realize():':28s} {ow * 1e6:8.1f} us per call{rs}")
+  for name, (ours, ref) in times.items():
+    ow = min(ours)
+    rs = f", PyTorch {min(ref) * 1e6:.1f} us ({ow / min(ref):.3g}x its time)" if ref else ""
+    print(f"{name + ':':28s} {ow * 1e6:8.1f} us per call{rs}")
 
 if __name__ == "__main__":
   main()
