@@ -106,7 +106,7 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       par_first = panels[0] if jl == nj and panels else j
     elif any(contig(x, r) for x in loads for r in reds) or not any(moves(x, r) for x in loads for r in reds):
       # (a reduction that reads nothing along its axis, sum(arange(n)), takes lanes along that axis as a contiguous one)
-      r = max((r for r in reds if any(contig(x, r) for x in loads)), default=max(reds, key=lambda r: k.full_shape[r]), key=lambda r: k.full_shape[r])
+      r = max([r for r in reds if any(contig(x, r) for x in loads)] or reds, key=lambda r: k.full_shape[r])
       reuse = [o for o in outs if any(not moves(x, o) for x in loads) and any(moves(x, o) for x in loads)]
       if reuse:
         # dot form: lanes along the reduce axis, a small tile of outputs (one accumulator register each: 4x4 where there

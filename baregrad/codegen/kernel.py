@@ -430,13 +430,10 @@ class Kernel:
       elif u.op is Ops.LOAD:
         idx, valid = access(u.src[1].arg)
         new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
-      elif u.op is Ops.CONST and u.src:
-        _, valid = access(u.src[0].arg)
-        c = UOp.const(u.dtype, u.arg)
-        new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
-      elif u.op is Ops.IOTA:   # the index a load through this view would read: arange's value (0 where masked off)
+      elif (u.op is Ops.CONST and u.src) or u.op is Ops.IOTA:
+        # a constant, or IOTA's value: the index a load through this view would read (arange); 0 where masked off
         idx, valid = access(u.src[0].arg)
-        c = idx.cast(u.dtype)
+        c = UOp.const(u.dtype, u.arg) if u.op is Ops.CONST else idx.cast(u.dtype)
         new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
       elif u.op is Ops.STORE:
         idx, valid = access(u.src[1].arg, store_guard, store=True)

@@ -36,6 +36,8 @@ class ScheduleItem:
     """(node, buffer number) of every buffer the item writes: bufs[0] first."""
     return [(self.srcnode, 0)] + self.also
 
+_LEAVES = (Ops.BUFFER, Ops.CONST, Ops.IOTA)   # tensor-graph nodes without sources
+
 class _NeedRealize(Exception):
   def __init__(self, u: UOp): self.u = u
 
@@ -77,9 +79,9 @@ class _KernelBuilder:
       out = self.load(u.arg, st)
     elif u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
-      if any(v.mask is not None for v in vst.views) and not (inner.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or inner in self.realized):
+      if any(v.mask is not None for v in vst.views) and not (inner.op in _LEAVES or inner in self.realized):
         raise _NeedRealize(inner)
-      if in_reduce and inner.op not in (Ops.BUFFER, Ops.CONST, Ops.IOTA) and inner not in self.realized and _expanded(vst) and self._costly(inner):
+      if in_reduce and inner.op not in _LEAVES and inner not in self.realized and _expanded(vst) and self._costly(inner):
         # an expensive value broadcast into a reduction (softmax's gradient into the next matmul) would be recomputed
         # for every output it is broadcast to: computed once into a buffer instead
         raise _NeedRealize(inner)
@@ -111,7 +113,7 @@ class _KernelBuilder:
     stack, seen, found = [u], set(), False
     while stack and not found:
       x = stack.pop()
-      if x in seen or x in self.realized or x.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA): continue
+      if x in seen or x in self.realized or x.op in _LEAVES: continue
       seen.add(x)
       found = x.op in _EXPENSIVE
       stack.extend(x.src)
