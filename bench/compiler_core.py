@@ -6,6 +6,8 @@ line per workload, comparable with the table of issue 10.
   sum N                 full sum of N float32 (N = 16M+3 by default); reference np.sum
   relu(x*y+z) N         fused elementwise; bandwidth (4 arrays) against NumPy's copy bandwidth (np.copyto, 2 arrays)
   conv2d mnist_cnn      the two convolutions of examples/mnist_cnn.py (forward); reference torch conv2d (faster of 1/all threads)
+  math N                exp, log, sin, sigmoid, tanh and GELU of 4M float32 (transcendental functions); reference PyTorch's
+                        same function (faster of 1/all threads), NumPy's (libm, one thread) on the line
   README job            python3 examples/mnist_mlp.py on an empty compile cache: first step and whole job, with the CPU
                         time the job's process spent compiling (codegen + LLVM)
 
@@ -15,7 +17,7 @@ launch, wait); "kernel" sums the device time of the kernels the same operation l
 launch waiting for its timestamps), so codegen quality and Python overhead can be told apart. Ratios: reference time /
 ours (> 1: we are faster). Usage:
 
-  python bench/compiler_core.py [--dev CPU|CPU:C] [--reps 5] [--only matmul,sum,ew,conv,job] [--shapes 512x512x512,...]
+  python bench/compiler_core.py [--dev CPU|CPU:C] [--reps 5] [--only matmul,sum,ew,conv,math,job] [--shapes 512x512x512,...]
 Not a timed test: numbers depend on the machine and its load (the load average is printed at the start and the end).
 
 Packed operands, chunk ranges, whole-register rows (main at f2a08a0 -> 78dcb8e, DEV=CPU, the 2-core Zen 2 VM; two rounds
@@ -55,7 +57,20 @@ the one-thread kernel's 64 accumulators each add 262K values, a partial's 32K.)
 
 The VM's timings swing 2-4x between minutes and between processes (a 2-thread kernel's worker thread is sometimes late
 by most of a kernel: mnist_cnn's conv1 kernel ran 0.17 or 0.7-0.8 ms in phases of several launches, in both columns);
-compare within a row and repeat a run before trusting one number."""
+compare within a row and repeat a run before trusting one number.
+float32 exp2, log2 and sin as vector code (codegen/renderer/cpumath.py) instead of a libm call per element (main at
+5dcd773 -> this round, DEV=CPU, same VM; `--only math`, this script on both sides, before and after alternated twice;
+ratios: PyTorch's time / ours, wall and kernel in brackets; PyTorch's time is measured in the same run):
+
+  | workload (4M float32) | before                      | after                       | speedup of the wall |
+  |-----------------------|-----------------------------|-----------------------------|---------------------|
+  | exp                   | 0.43, 0.27 (0.41, 0.31)     | 3.11, 1.98 (3.29, 2.28)     | 6.0x, 6.3x          |
+  | log                   | 0.33, 0.34 (0.28, 0.47)     | 1.44, 1.42 (1.56, 1.86)     | 4.2x, 2.9x          |
+  | sin                   | 0.14, 0.16 (0.19, 0.20)     | 2.03, 2.49 (2.58, 3.37)     | 13.7x, 11.4x        |
+  | sigmoid               | 0.22, 0.39 (0.25, 0.35)     | 0.81, 0.91 (1.11, 1.23)     | 3.4x, 2.9x          |
+  | tanh                  | 0.43, 0.64 (0.47, 0.65)     | 1.69, 1.62 (1.86, 1.94)     | 3.8x, 3.2x          |
+  | gelu (erf form)       | 0.46, 0.19 (0.33, 0.24)     | 0.65, 0.81 (0.80, 0.99)     | 2.4x, 4.4x          |
+"""
 from __future__ import annotations
 import argparse, os, re, statistics, subprocess, sys, tempfile, time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -185,6 +200,24 @@ def bench_conv(dev: str, rng, reps: int, bs: int) -> None:
                                     lambda a: torch.nn.functional.conv2d(*a), reps, "PyTorch")
     line(f"{name}", wall, kern, t_ref, refname, f"{bs}x{cin}x{hw}x{hw} * {cout}x{cin}x3x3")
 
+MATH = [("exp", lambda t: t.exp(), "exp", np.exp), ("log", lambda t: t.log(), "log", np.log), ("sin", lambda t: t.sin(), "sin", np.sin),
+        ("sigmoid", lambda t: t.sigmoid(), "sigmoid", lambda a: 1 / (1 + np.exp(-a))), ("tanh", lambda t: t.tanh(), "tanh", np.tanh),
+        ("gelu", lambda t: t.gelu(), None, None)]
+
+def bench_math(dev: str, rng, reps: int, n: int = 1 << 22) -> None:
+  """Transcendental functions: inputs in (0.5, 4.5) (log's domain; sin's and tanh's curved part)."""
+  try: import torch
+  except ImportError: torch = None
+  for name, ours, tname, npf in MATH:
+    def make(): return (rng.uniform(0.5, 4.5, n).astype(np.float32),)
+    wall, kern = measure(dev, make, ours, reps)
+    t_ref, refname = None, "PyTorch"
+    if torch is not None:
+      tf = getattr(torch, tname) if tname is not None else torch.nn.functional.gelu
+      t_ref, refname = best_threads(torch.set_num_threads, lambda: torch.from_numpy(make()[0]), tf, reps, "PyTorch")
+    note = f"NumPy {median_time(make, lambda a: npf(a[0]), reps) * 1e3:.1f} ms" if npf is not None else ""
+    line(f"{name} {n}", wall, kern, t_ref, refname, note)
+
 def bench_job(dev: str) -> None:
   """The README job on an empty compile cache, in a fresh process."""
   with tempfile.TemporaryDirectory(prefix="baregrad_bench_cache_") as cache:
@@ -202,7 +235,7 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--dev", default="CPU")
   ap.add_argument("--reps", type=int, default=5)
-  ap.add_argument("--only", default="matmul,sum,ew,conv,job")
+  ap.add_argument("--only", default="matmul,sum,ew,conv,math,job")
   ap.add_argument("--n", type=int, default=16 * 1024 * 1024 + 3, help="elements for sum and relu(x*y+z)")
   ap.add_argument("--shapes", default="", help="matmul shapes MxKxN (or BxMxKxN), comma separated")
   a = ap.parse_args()
@@ -217,6 +250,7 @@ def main() -> None:
   if "sum" in only: bench_sum(dev, rng, a.reps, a.n)
   if "ew" in only: bench_ew(dev, rng, a.reps, a.n)
   if "conv" in only: bench_conv(dev, rng, a.reps, 32)
+  if "math" in only: bench_math(dev, rng, a.reps)
   if "job" in only: bench_job(dev)
   print(f"load average at the end {os.getloadavg()[0]:.2f}")
 

@@ -133,6 +133,7 @@ class AMDGPURenderer(LLVMRenderer):
   global_max = (2 ** 22 - 1, 65535, 65535)
   local_max = 1024
   vectorized = False     # scalar IR, as PTX: LLVM's load/store vectorizer still merges neighbouring accesses
+  own_math = False    # (the GPU has instructions for them: v_exp_f32, v_log_f32, v_sin_f32)
   alloca_suffix = f", addrspace({ADDRSPACE_PRIVATE})"
 
   def __init__(self, arch: str = "gfx1100") -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math, struct
 from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.renderer import Renderer, RenderError, cpumath
 from baregrad.codegen.rewrites import cpu_float_matcher
 
 CTYPE = {dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
@@ -73,6 +73,9 @@ class CRenderer(Renderer):
   int_limits = _IT                  # integer dtype -> (helper type name, min, max) for the division and saturation helpers
   acc_round: dict[DType, tuple[str, str]] = {dtypes.bfloat16: ("bf2f", "f2bf")}  # accumulate in float32, round each step
   gpu_index: dict[str, str] = {}    # GPU dialects: SPECIAL gidx/lidx -> how index {n} (axis {xyz}) is read
+  # float32 EXP2/LOG2/SIN by the CPU's own functions (cpumath.py: the LLVM renderer's, so both agree bit for bit)
+  # rather than libm; a GPU dialect has its own
+  own_math = True
 
   def _ct(self, d: DType) -> str:
     if isinstance(d, PtrDType): return self.types[d.base.scalar] + "*"
@@ -110,6 +113,7 @@ class CRenderer(Renderer):
     depth = 1
     nbufs = sum(1 for u in uops if u.op is Ops.DEFINE_GLOBAL)
     self._bufslots = sorted({u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL})
+    self._need_math: set[str] = set()
     varnames = sorted(x.arg[0] for x in uops if x.op is Ops.DEFINE_VAR)
     def emit(s: str) -> None: body.append("  " * depth + s)
     for i, u in enumerate(uops):
@@ -156,6 +160,7 @@ class CRenderer(Renderer):
       else: raise RenderError(f"{self.name} renderer: cannot render {u.op}")
     lim = self.int_limits
     sats = "\n".join(f"BG_SAT({f}, {lim[t][0]}, {lim[t][1]}, {lim[t][2]})" for f, t in sorted(need_sat, key=str))
+    if self._need_math: sats += "\n" + cpumath.c_source(sorted(self._need_math))
     return self._wrap(name, body, sats, uops)
 
   def _binop(self, op: Ops, d: DType, a: str, b: str) -> str:
@@ -197,6 +202,9 @@ class CRenderer(Renderer):
     if op is Ops.MULACC: return self._math("fma", d, *s) if f is not None else f"({s[0]} * {s[1]} + {s[2]})"
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
       if f is None: raise RenderError(f"{op.name} on {d}: only float32/float64 reach the {self.name} renderer")
+      if self.own_math and op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and d.scalar == dtypes.float32:
+        self._need_math.add(op.name.lower())
+        return f"bg_{op.name.lower()}f({s[0]})"
       return self._math(op.name.lower(), d, s[0])
     raise RenderError(f"{self.name} renderer: cannot render {op} for {d}")
 

@@ -21,6 +21,7 @@ PRELUDE_END = "// ---- end of prelude\n"
 
 class CUDARenderer(CRenderer):
   name = "CUDA"
+  own_math = False   # (exp2f, log2f, sinf: the device's own)
   has_threads = False
   has_local = True
   global_max = (2 ** 31 - 1, 65535, 65535)

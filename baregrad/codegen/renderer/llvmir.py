@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools, math, struct
 from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.renderer import Renderer, RenderError, cpumath
 from baregrad.codegen.rewrites import cpu_float_matcher
 
 _LBASE = {dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
@@ -72,6 +72,9 @@ class LLVMRenderer(Renderer):
   name = "LLVM"
   has_threads = True
   extra_matcher = cpu_float_matcher
+  # float32 EXP2/LOG2/SIN by the CPU's own vector code (cpumath.py) instead of llvm.exp2 etc., which LLVM lowers to a
+  # libm call per lane
+  own_math = True
 
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, str] = {}
@@ -86,6 +89,10 @@ class LLVMRenderer(Renderer):
       cnt[0] += 1
       return f"%t{cnt[0]}"
     def intr(nm: str, d: DType, nargs: int) -> str:
+      if nm.startswith("bg."):   # one of cpumath's helpers (float32 exp2, log2, sin): its definition goes in the module
+        name, defs = cpumath.helper(nm[3:], d.count)
+        decls.update(defs)
+        return name
       t = ltype(d)
       full = f"llvm.{nm}.{_suffix(d)}"
       decls.add(f"declare {t} @{full}({', '.join([t] * nargs)})")
@@ -401,6 +408,8 @@ class LLVMRenderer(Renderer):
       return f"add {t} {m}, {s[2]}"
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
       if not isf: raise RenderError(f"{op.name} needs a float dtype, got {d}")
+      if self.own_math and op is not Ops.SQRT and op is not Ops.TRUNC and d.scalar == dtypes.float32:
+        return f"call {t} {intr('bg.' + op.name.lower(), d, 1)}({t} {s[0]})"
       return f"call {t} {intr(op.name.lower(), d, 1)}({t} {s[0]})"
     raise RenderError(f"LLVM renderer: cannot render {op} for {d}")
 

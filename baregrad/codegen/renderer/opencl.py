@@ -43,6 +43,7 @@ def cl_prelude(fp64: bool) -> str:
 
 class OpenCLRenderer(CRenderer):
   name = "OpenCL"
+  own_math = False   # (exp2, log2, sin: the device's own)
   has_threads = False
   has_local = True
   global_max = (2 ** 31 - 1, 2 ** 31 - 1, 2 ** 31 - 1)
