@@ -215,6 +215,34 @@ def test_int_and_bool_and_float_consts_with_equal_values_differ():
   assert UOp.const(dtypes.bool, True) is not UOp.const(dtypes.int32, 1)
   assert UOp.const(dtypes.float32, 1.0) is not UOp.const(dtypes.int32, 1)
 
+def test_the_node_table_lets_go_of_dead_nodes():
+  """A BUFFER's entry leaves with its node (its key holds the BufRef and so device memory); the others are swept
+  once the table has doubled since the last sweep, and a node built again after its death is a new, live one."""
+  import gc, weakref
+  from baregrad.ir import ops
+  from baregrad.engine.graph import BufRef, buffer_uop
+  ref = BufRef("CPU", 4, dtypes.float32)
+  b = buffer_uop(ref)
+  key = next(k for k, r in ops._ucache.items() if r() is b)
+  wref = weakref.ref(ref)
+  del b, ref
+  assert key not in ops._ucache
+  del key
+  gc.collect()
+  assert wref() is None
+  c = UOp.const(dtypes.int32, 123456789)
+  del c
+  assert UOp.const(dtypes.int32, 123456789).arg == 123456789   # built again over the dead entry
+  d = UOp.const(dtypes.int32, 987654321)
+  dkey = next(k for k, r in ops._ucache.items() if r() is d)
+  del d
+  assert dkey in ops._ucache   # (no callback: still there, dead)
+  # building new nodes sweeps the table once it has doubled since the last sweep (the new nodes kept alive: they stay)
+  keep, cap = [], 4 * ops._swept[0] + 16
+  while dkey in ops._ucache and len(keep) < cap: keep.append(UOp.const(dtypes.int64, 10 ** 12 + len(keep)))
+  assert dkey not in ops._ucache and len(ops._ucache) <= 2 * ops._swept[0]
+  assert keep[0] is UOp.const(dtypes.int64, 10 ** 12)
+
 def test_uops_are_immutable():
   a = var("a")
   with pytest.raises(AttributeError): a.arg = ("b", 0, 1)  # type: ignore[misc]

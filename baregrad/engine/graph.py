@@ -23,7 +23,9 @@ class Storage:
   current one; `owner` (weak) is the tensor it belongs to, rebound to each new version."""
   __slots__ = ("device", "size", "dtype", "buf", "version", "owner", "id", "__weakref__")
   def __init__(self, device: str, size: int, dtype: DType, buf: Buffer | None = None):
-    self.device, self.size, self.dtype, self.buf, self.id = Device.canonicalize(device), size, dtype, buf, next(_ids)
+    # (a name met before is looked up inline: a Storage is made for every result)
+    self.device = (type(device) is str and Device.canonical_names.get(device)) or Device.canonicalize(device)
+    self.size, self.dtype, self.buf, self.id = size, dtype, buf, next(_ids)
     self.version, self.owner = 0, None
   def ensure(self) -> Buffer:
     if self.buf is None: self.buf = Buffer(self.device, self.size, self.dtype)

@@ -9,7 +9,7 @@ from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule, capturing
 from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
-from baregrad.hal import profile
+from baregrad.hal import Device, profile
 
 # computed node -> the node that reads its buffer (RESHAPE(BUFFER)); weak so dead graphs free their buffers. Keys are
 # graphs over buffer versions, so a hit is the same expression over the same versions; an entry whose buffer was
@@ -146,7 +146,8 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
   if len(titems) == 1:
     ast, tb, kind, sn, ck, also = titems[0]
     if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN and treal == [(sn, tb[0])]:
-      single = (ast, tb, sn)
+      # (the last two: the compiled runner and the device instance it was compiled for, kept by the first launch)
+      single = [ast, tb, sn, None, None]
   return titems, treal, made, single
 
 def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
@@ -182,12 +183,16 @@ def _run_single(tmpl: tuple, slots: list[BufRef]) -> BufRef | None:
   """Launch a cached single-kernel schedule over this graph's buffers (what _instantiate and run_schedule do for it,
   without building their items); returns its output, or None where its kernel is not compiled yet (the item path
   compiles it, with its progress bar)."""
-  ast, tb, _ = tmpl[3]
+  single = tmpl[3]
   new = [BufRef(d, n, dt) for d, n, dt in tmpl[2]]
-  refs = [slots[i] if k == "in" else new[i] for k, i in tb]
+  refs = [slots[i] if k == "in" else new[i] for k, i in single[1]]
   out = refs[0]
   if out.size == 0: return out   # nothing to compute (run_schedule skips it too)
-  if (runner := cached_runner(ast, out.device)) is None: return None
+  # the runner this template launched last, while its device is the one open under that name (a closed and reopened
+  # device compiles again: cached_runner is keyed by the instance)
+  if (runner := single[3]) is None or Device.open_devices.get(out.device) is not single[4]:
+    if (runner := cached_runner(single[0], out.device)) is None: return None
+    single[3], single[4] = runner, Device.open_devices.get(out.device)
   runner([r.ensure() for r in refs])
   return out
 

@@ -8,7 +8,8 @@ class Buffer:
   def __init__(self, device: str, size: int, dtype: DType, base: Buffer | None = None, offset: int = 0,
                options: Hashable | None = None) -> None:
     if size < 0: raise ValueError(f"Buffer size must be >= 0 elements, got {size}")
-    self.device, self.size, self.dtype, self.options = Device.canonicalize(device), size, dtype, options
+    self.device = (type(device) is str and Device.canonical_names.get(device)) or Device.canonicalize(device)   # (inline for a name met before)
+    self.size, self.dtype, self.options = size, dtype, options
     self._buf: Any = None
     self._views = 0  # allocated views into this buffer: it must not be freed under them
     if base is not None:

@@ -53,6 +53,9 @@ class _DeviceRegistry:
   """`Device["CPU"]` opens (once) and returns the device; `Device.DEFAULT` is the default device's name."""
   def __init__(self) -> None:
     self._open: dict[str, Compiled] = {}
+    # read-only views for hot paths that look a name up without a call: canonical names met so far (a miss is not an
+    # answer: canonicalize() then), and the open devices by canonical name
+    self.canonical_names, self.open_devices = _canonical, self._open
     self._default: str | None = None
     self._lock = threading.RLock()  # two threads asking for the same device must get one instance
 

@@ -53,11 +53,20 @@ class GroupOp:
   Movement = {Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.PAD, Ops.SHRINK, Ops.FLIP}
 
 # key -> weak reference to the live node: a plain dict of weak references read inline (a WeakValueDictionary's get and set are
-# Python calls of their own, on the path of every node built)
+# Python calls of their own, on the path of every node built). Only a BUFFER's entry leaves with its node (its key holds
+# the BufRef, and so device memory); the others carry no callback (a Python call per node freed, 4 of an eager op's) and
+# are swept when the table has doubled since the last sweep: a dead entry is small, and a node built again replaces it
 _ucache: dict = {}
+_UCACHE_MIN = 4096
+_swept = [_UCACHE_MIN]   # entries left by the last sweep
 
 def _uop_gone(key: tuple, wr: weakref.ref, _cache: dict = _ucache) -> None:
   if _cache.get(key) is wr: del _cache[key]   # (a newer node under the same key stays)
+
+def _sweep_ucache() -> None:
+  """Drop the entries of nodes that are gone."""
+  for k in [k for k, r in _ucache.items() if r() is None]: del _ucache[k]
+  _swept[0] = max(_UCACHE_MIN, len(_ucache))
 
 class UOpMeta(type):
   """Hash-consing: constructing a node equal to a live one returns that very object."""
@@ -83,7 +92,10 @@ def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   ret = _new(_UOpSlots)
   ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape, ret.argkey = op, dtype, src, arg, None, None, key[3]
   ret.__class__ = UOp
-  _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C: no Python call here)
+  if op is Ops.BUFFER: _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C)
+  else:
+    _ucache[key] = weakref.ref(ret)
+    if len(_ucache) > 2 * _swept[0]: _sweep_ucache()
   return ret
 
 _KEYED = (float, tuple)   # the args _argkey may change; any other arg is its own key
