@@ -8,6 +8,8 @@ line per workload, comparable with the table of issue 10.
   conv2d mnist_cnn      the two convolutions of examples/mnist_cnn.py (forward); reference torch conv2d (faster of 1/all threads)
   math N                exp, log, sin, sigmoid, tanh and GELU of 4M float32 (transcendental functions); reference PyTorch's
                         same function (faster of 1/all threads), NumPy's (libm, one thread) on the line
+  gather                an embedding lookup (4096 rows of a 50000x256 table, w[i]) and torch.gather along each axis of
+                        a 256x512x64 tensor; reference PyTorch's same call (faster of 1/all threads)
   README job            python3 examples/mnist_mlp.py on an empty compile cache: first step and whole job, with the CPU
                         time the job's process spent compiling (codegen + LLVM)
 
@@ -17,7 +19,7 @@ launch, wait); "kernel" sums the device time of the kernels the same operation l
 launch waiting for its timestamps), so codegen quality and Python overhead can be told apart. Ratios: reference time /
 ours (> 1: we are faster). Usage:
 
-  python bench/compiler_core.py [--dev CPU|CPU:C] [--reps 5] [--only matmul,sum,ew,conv,math,job] [--shapes 512x512x512,...]
+  python bench/compiler_core.py [--dev CPU|CPU:C] [--reps 5] [--only matmul,sum,ew,conv,math,gather,job] [--shapes 512x512x512,...]
 Not a timed test: numbers depend on the machine and its load (the load average is printed at the start and the end).
 
 Packed operands, chunk ranges, whole-register rows (main at f2a08a0 -> 78dcb8e, DEV=CPU, the 2-core Zen 2 VM; two rounds
@@ -70,6 +72,17 @@ ratios: PyTorch's time / ours, wall and kernel in brackets; PyTorch's time is me
   | sigmoid               | 0.22, 0.39 (0.25, 0.35)     | 0.81, 0.91 (1.11, 1.23)     | 3.4x, 2.9x          |
   | tanh                  | 0.43, 0.64 (0.47, 0.65)     | 1.69, 1.62 (1.86, 1.94)     | 3.8x, 3.2x          |
   | gelu (erf form)       | 0.46, 0.19 (0.33, 0.24)     | 0.65, 0.81 (0.80, 0.99)     | 2.4x, 4.4x          |
+
+Gathers as loads at each index (a GATHER node: a LOAD whose index along one axis is a value) instead of a one-hot
+compare and a sum over the source's whole extent (main at bdba7a8 -> this round, DEV=CPU, same VM; `--only gather
+--reps 2`, this script on both sides, before once between two afters; ratios: PyTorch's time / ours, wall):
+
+  | workload                             | before: wall ms (ratio) | after: wall ms (ratio)             |
+  |--------------------------------------|-------------------------|------------------------------------|
+  | embedding 4096 rows of 50000x256     | 2018 (0.001x)           | 1.87, 1.68 (2.24x, 2.00x)          |
+  | gather dim 0 of 256x512x64 (8M)      | 191 (1.02x)             | 121, 119 (1.41x, 1.58x)            |
+  | gather dim 1                         | 170 (0.30x)             | 29.5, 31.3 (1.64x, 2.70x)          |
+  | gather dim 2                         | 30.4 (0.85x)            | 20.3, 33.2 (1.84x, 0.72x)          |
 """
 from __future__ import annotations
 import argparse, os, re, statistics, subprocess, sys, tempfile, time
@@ -218,6 +231,24 @@ def bench_math(dev: str, rng, reps: int, n: int = 1 << 22) -> None:
     note = f"NumPy {median_time(make, lambda a: npf(a[0]), reps) * 1e3:.1f} ms" if npf is not None else ""
     line(f"{name} {n}", wall, kern, t_ref, refname, note)
 
+def bench_gather(dev: str, rng, reps: int) -> None:
+  """Gathers: an embedding lookup and torch.gather along each axis (fresh indices and tables every run)."""
+  try: import torch
+  except ImportError: torch = None
+  V, D, N = 50000, 256, 4096
+  def make_emb(): return rng.standard_normal((V, D), dtype=np.float32), rng.integers(0, V, N)
+  cases = [(f"embedding {N} of {V}x{D}", make_emb, lambda w, i: w[i], lambda a: a[0][a[1]])]
+  shape = (256, 512, 64)
+  for d in range(3):
+    def make(d=d): return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, shape[d], shape)
+    cases.append((f"gather dim {d} {'x'.join(map(str, shape))}", make, lambda x, i, d=d: x.gather(d, i), lambda a, d=d: torch.gather(a[0], d, a[1])))
+  for name, make, ours, ref in cases:
+    wall, kern = measure(dev, make, ours, reps)
+    t_ref, refname = None, "PyTorch"
+    if torch is not None:
+      t_ref, refname = best_threads(torch.set_num_threads, lambda: tuple(torch.from_numpy(a) for a in make()), ref, reps, "PyTorch")
+    line(name, wall, kern, t_ref, refname)
+
 def bench_job(dev: str) -> None:
   """The README job on an empty compile cache, in a fresh process."""
   with tempfile.TemporaryDirectory(prefix="baregrad_bench_cache_") as cache:
@@ -235,7 +266,7 @@ def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--dev", default="CPU")
   ap.add_argument("--reps", type=int, default=5)
-  ap.add_argument("--only", default="matmul,sum,ew,conv,math,job")
+  ap.add_argument("--only", default="matmul,sum,ew,conv,math,gather,job")
   ap.add_argument("--n", type=int, default=16 * 1024 * 1024 + 3, help="elements for sum and relu(x*y+z)")
   ap.add_argument("--shapes", default="", help="matmul shapes MxKxN (or BxMxKxN), comma separated")
   a = ap.parse_args()
@@ -251,6 +282,7 @@ def main() -> None:
   if "ew" in only: bench_ew(dev, rng, a.reps, a.n)
   if "conv" in only: bench_conv(dev, rng, a.reps, 32)
   if "math" in only: bench_math(dev, rng, a.reps)
+  if "gather" in only: bench_gather(dev, rng, a.reps)
   if "job" in only: bench_job(dev)
   print(f"load average at the end {os.getloadavg()[0]:.2f}")
 

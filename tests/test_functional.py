@@ -87,6 +87,74 @@ def test_tril_triu_diag():
   i = np.arange(9).reshape(3, 3)
   np.testing.assert_array_equal(F.tril(Tensor(i)).numpy(), np.tril(i))
 
+def _gather_loads(t):
+  """The gather LOADs (a third source: the index value) and the reductions of the kernels computing t."""
+  from baregrad.ir.ops import Ops
+  nodes = [u for it in t.schedule() for u in it.ast.toposort()]
+  return [u for u in nodes if u.op is Ops.LOAD and len(u.src) == 3], [u for u in nodes if u.op is Ops.REDUCE_AXIS]
+
+def test_gather_is_a_load_at_each_index_not_a_one_hot_reduction():
+  """gather, embedding and single-tensor indexing read the source at each index (a LOAD whose index is a value), so
+  their cost is the output's size, not output x source extent (a 50000-row embedding of 4096 tokens took 4.5 s as a
+  one-hot matmul). Values, dtypes, duplicates, every axis, sources that are computed, permuted or padded, and the
+  gradient (a scatter-add, duplicates adding up) against PyTorch."""
+  torch = _t()
+  x = rnd(4, 6, 5)
+  for d in range(3):
+    ishape = list(x.shape); ishape[d] = 7
+    idx = rng.integers(0, x.shape[d], ishape)   # (more indices than the extent: duplicates)
+    check(lambda t, i: t.gather(d, i), lambda t, i: t.gather(d, i), x, idx)
+    loads, reds = _gather_loads(Tensor(x).gather(d, Tensor(idx)))
+    assert len(loads) == 1 and not [r for r in reds if r.dtype != dtypes.int64], (d, loads, reds)   # (the bounds check's max)
+  # sources that are not plain buffers: computed, permuted, padded; a consumer fused after it
+  check(lambda t, i: (t * 2 + 1).gather(1, i), lambda t, i: (t * 2 + 1).gather(1, i), x, rng.integers(0, 6, (4, 3, 5)))
+  # (a computed source of the index's own shape: its kernel must not be merged into the gather's as if read in order)
+  check(lambda t, i: (t * 2 + 1).gather(1, i), lambda t, i: (t * 2 + 1).gather(1, i), x, rng.integers(0, 6, (4, 6, 5)))
+  check(lambda t, i: t.permute(2, 0, 1).gather(2, i), lambda t, i: t.permute(2, 0, 1).gather(2, i), x, rng.integers(0, 6, (5, 4, 2)))
+  check(lambda t, i: F.pad(t, (1, 1)).gather(2, i) * 3, lambda t, i: torch.nn.functional.pad(t, (1, 1)).gather(2, i) * 3, x, rng.integers(0, 7, (4, 6, 9)))
+  check(lambda t, i: t.gather(0, i).sum(1), lambda t, i: t.gather(0, i).sum(1), x, rng.integers(0, 4, (3, 6, 5)))
+  # integer and bool sources keep their dtype; int32 indices
+  xi = rng.integers(-50, 50, (5, 8)).astype(np.int32)
+  ii = rng.integers(0, 8, (5, 3)).astype(np.int32)
+  got = Tensor(xi).gather(1, Tensor(ii))
+  assert got.dtype == dtypes.int32
+  np.testing.assert_array_equal(got.numpy(), np.take_along_axis(xi, ii, 1))
+  np.testing.assert_array_equal(Tensor(xi > 0).gather(1, Tensor(ii)).numpy(), np.take_along_axis(xi > 0, ii, 1))
+  # an index out of range: its bounds check raises at the read
+  with pytest.raises(IndexError, match="out of bounds"): Tensor(x).gather(1, Tensor(np.full((4, 2, 5), 6))).numpy()
+  # gathering into the tensor gathered from: computed before the write, as PyTorch's t.copy_(t.gather(...))
+  t = Tensor(x[0]).realize()
+  i2 = rng.integers(0, 6, (6, 5))
+  t.assign(t.gather(0, Tensor(i2)))
+  np.testing.assert_array_equal(t.numpy(), np.take_along_axis(x[0], i2, 0))
+
+def test_embedding_and_single_tensor_indexing_gather_rows():
+  torch = _t()
+  from baregrad import nn
+  emb = nn.Embedding(300, 12)
+  ids = rng.integers(0, 300, (3, 5))
+  out = emb(Tensor(ids))
+  loads, reds = _gather_loads(out)
+  assert len(loads) == 1 and all(r.dtype == dtypes.int64 for r in reds)   # (no one-hot matmul: only the bounds check)
+  w = emb.weight.numpy()
+  np.testing.assert_array_equal(out.numpy(), w[ids])
+  (out * out).sum().backward()
+  tw = torch.tensor(w, requires_grad=True)
+  (torch.nn.functional.embedding(torch.tensor(ids), tw) ** 2).sum().backward()
+  np.testing.assert_allclose(emb.weight.grad.numpy(), tw.grad.numpy(), rtol=1e-5, atol=1e-5)
+  with pytest.raises(IndexError): emb(Tensor(np.array([[1, 300]]))).numpy()
+  # inside a jit: each replay reads the rows its new indices name
+  f = baregrad.jit(lambda i: (emb(i) * 2).sum(1))
+  for _ in range(4):
+    ids = rng.integers(0, 300, (2, 6))
+    np.testing.assert_allclose(f(Tensor(ids)).numpy(), (w[ids] * 2).sum(1), rtol=1e-5, atol=1e-5)
+  x = rnd(6, 5, 4)
+  for ax in range(3):
+    n = x.shape[ax]
+    for idx in (np.array([0, n - 1, -1, 2, 0]), rng.integers(-n, n, (2, 3)), np.array(1)):
+      check(lambda t: t[(slice(None),) * ax + (Tensor(idx),)], lambda t: t[(slice(None),) * ax + (torch.tensor(idx),)], x)
+  with pytest.raises(IndexError, match="out of bounds"): Tensor(x)[Tensor(np.array([6]))].numpy()
+
 def test_gather_scatter():
   torch = _t()
   x = rnd(3, 5, 4)

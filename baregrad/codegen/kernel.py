@@ -75,8 +75,13 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
     if u.op is Ops.VIEW:
       if not isinstance(u.arg, ShapeTracker): raise KernelError(f"VIEW arg must be a ShapeTracker, got {type(u.arg).__name__}")
       shapes.append(u.arg.shape)
-    if u.op is Ops.LOAD and (len(u.src) != 2 or u.src[0].op is not Ops.DEFINE_GLOBAL or u.src[1].op is not Ops.VIEW):
-      raise KernelError(f"LOAD must be LOAD(DEFINE_GLOBAL, VIEW), got sources {[s.op.name for s in u.src]}")
+    if u.op is Ops.LOAD and (len(u.src) not in (2, 3) or u.src[0].op is not Ops.DEFINE_GLOBAL or u.src[1].op is not Ops.VIEW):
+      raise KernelError(f"LOAD must be LOAD(DEFINE_GLOBAL, VIEW) or LOAD(DEFINE_GLOBAL, VIEW, index), got sources {[s.op.name for s in u.src]}")
+    if u.op is Ops.LOAD and len(u.src) == 3:   # a gather (engine/schedule.py _gather)
+      if not (dtypes.is_int(u.src[2].dtype) and u.src[2].dtype.count == 1):
+        raise KernelError(f"a gather LOAD's index must be an integer scalar, got {u.src[2].dtype}")
+      if not (isinstance(u.arg, tuple) and len(u.arg) == 2 and 0 <= u.arg[0] < len(u.src[1].arg.shape) and u.arg[1] >= 1):
+        raise KernelError(f"a gather LOAD's arg must be (axis, extent >= 1) of its view of shape {u.src[1].arg.shape}, got {u.arg!r}")
     if u.op is Ops.LOAD and isinstance(u.src[0].dtype, PtrDType) and u.dtype.scalar != u.src[0].dtype.base.scalar:
       raise KernelError(f"LOAD of {u.dtype} from buffer {u.src[0].arg} of {u.src[0].dtype.base}: load the buffer's dtype and cast")
     if u.op is Ops.DEFINE_GLOBAL and not isinstance(u.dtype, PtrDType): raise KernelError(f"DEFINE_GLOBAL {u.arg} must have a pointer dtype, got {u.dtype}")
@@ -110,6 +115,11 @@ def index_dtype(ast: UOp) -> DType:
   """int32 index arithmetic, unless a view of the kernel can reach an index past it (a buffer or an iteration space of
   more than 2^31 elements): then int64 everywhere in the kernel's index math."""
   for u in ast.toposort():
+    if u.op is Ops.LOAD and len(u.src) == 3:   # a gather reaches its source's extent along its axis
+      dim, extent = u.arg
+      v = u.src[1].arg.views[0]
+      if abs(v.offset) + sum(abs(st) * max((extent if i == dim else s) - 1, 0) for i, (s, st) in enumerate(zip(v.shape, v.strides))) > INT32_MAX:
+        return dtypes.int64
     if u.op is not Ops.VIEW: continue
     for v in u.arg.views:
       if prod(v.shape) > INT32_MAX or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
@@ -392,10 +402,24 @@ class Kernel:
     n_reduce = 0
     def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
       return [idx_of[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(shape)]
-    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None, store: bool = False) -> tuple[UOp, UOp | None]:
+    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None, store: bool = False,
+               gather: tuple[int, UOp] | None = None) -> tuple[UOp, UOp | None]:
       io = idx_of if vals is None else index_of(vals)
       strides = st.real_strides() if self.pads else ()
       idxs = [io[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(st.shape)]
+      if gather is not None:
+        # a gather's view (one, unmasked, its strides uncanonicalized): the index along dim is the given value
+        dim, g = gather
+        v = st.views[0]
+        idx = UOp.const(it, v.offset)
+        for o, (x, stv) in enumerate(zip(idxs, v.strides)):
+          if stv != 0: idx = idx + (g if o == dim else x) * stv
+        valid = UOp.const(dtypes.bool, True)
+        for o in self.pads:   # (a padded position's value is never stored; along dim the index there reads 0)
+          if st.shape[o] != 1 and o != dim: valid = valid & pad_valid[o] if valid.op is not Ops.CONST else pad_valid[o]
+        if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
+        valid = valid.simplify()
+        return idx.simplify(), (None if valid.op is Ops.CONST and valid.arg else valid)
       # CPUs: a load not contiguous along a padded axis reads the last real element past its end (a clamped index: no
       # mask, so the broadcast rows of a padded register tile stay plain loads hoisted out of the reduce loop; its value
       # there is never stored, and a reduction replaces it by its identity); a store is masked on every padded axis
@@ -424,6 +448,18 @@ class Kernel:
       src = tuple(memo.get(s, s) for s in u.src)
       if u.op is Ops.VIEW: new = u
       elif u.op is Ops.LOAD and u in staged: new = staged[u]
+      elif u.op is Ops.LOAD and len(u.src) == 3:
+        # a gather: the view's index along dim is the index value. One outside [0, extent) reads 0 (what a one-hot
+        # selection gives; its bounds check reports it at the next host read), and its address is clamped into the
+        # source too: a renderer may load before it selects
+        dim, extent = u.arg
+        g0 = src[2]
+        inside = ((g0 < 0).logical_not() & (g0 < extent)).simplify()
+        g = (g0 < 0).where(UOp.const(g0.dtype, 0), g0)
+        g = (g < extent - 1).where(g, UOp.const(g0.dtype, extent - 1))
+        if g.dtype != it: g = g.cast(it)
+        idx, valid = access(u.src[1].arg, inside, gather=(dim, g.simplify()))
+        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.LOAD and u in opvals:
         idx, valid = access(u.src[1].arg, vals=opvals[u])
         new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))

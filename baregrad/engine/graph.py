@@ -4,6 +4,7 @@
   RESHAPE/PERMUTE/EXPAND/PAD/SHRINK/FLIP(x, arg)   movements (kept apart for autograd; the scheduler folds them)
   CONST(arg=value)              a scalar, shape (); broadcast with VIEW
   IOTA(arg=n)                   0, 1, ..., n-1, shape (n,) (arange; computed from the index where it is read)
+  GATHER(src, index, arg=(dim,)) src at index along dim (torch.gather), the shape of index: a load from src's memory
   ALU / CAST / BITCAST          elementwise, the shape of their sources (THREEFRY, random bits, is one ALU node here)
   REDUCE_AXIS(x, arg=(op, axes)) keepdim reduction
   COPY(x, arg=device), CONTIGUOUS(x), ASSIGN(target, value), DETACH(x)
@@ -130,6 +131,7 @@ def _shape(u: UOp) -> tuple[int, ...]:
   if op is Ops.BUFFER: return (u.arg.size,)
   if op is Ops.CONST or op is Ops.DEFINE_VAR: return ()
   if op is Ops.IOTA: return (u.arg,)
+  if op is Ops.GATHER: return u.src[1]._shape
   if op is Ops.REDUCE_AXIS:
     axes = u.arg[1]
     return tuple([1 if i in axes else x for i, x in enumerate(u.src[0]._shape)])

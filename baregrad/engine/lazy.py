@@ -67,7 +67,7 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
 # reads: the schedule passes one argument per storage); the bounds checks registered on its nodes are part of the key.
 # Not cached: COPY and stale reads (those take the full path, which also raises their errors).
 _CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS,
-                                               Ops.DETACH, Ops.ASSIGN}
+                                               Ops.DETACH, Ops.ASSIGN, Ops.GATHER}
 SCHEDULE_CACHE_SIZE = 2048
 _sched_cache: OrderedDict = OrderedDict()
 

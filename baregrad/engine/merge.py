@@ -28,6 +28,11 @@ def _shape(it: ScheduleItem) -> tuple[int, ...] | None:
 
 def _outputs(it: ScheduleItem) -> list[int]: return [0] + [i for _, i in it.also]
 
+def _in_order(load: UOp, shape: tuple[int, ...]) -> bool:
+  """The load reads the element the kernel's index names (a contiguous view of the iteration shape). A gather's view
+  (a third source: the index along one axis is a value) reads elsewhere, whatever its view looks like."""
+  return len(load.src) == 2 and load.src[1].arg.shape == shape and load.src[1].arg.contiguous
+
 def merge_producers(items: list[ScheduleItem]) -> list[ScheduleItem]:
   """items with producers merged into their consumers (see the module docstring); the order of the rest is kept."""
   if len(items) < 2: return items
@@ -55,7 +60,7 @@ def _merge(ait: ScheduleItem, cit: ScheduleItem, k: int, shape: tuple[int, ...],
   store_a = ait.ast.src[0]
   # C reads A's output only where it stores (the loads to replace by A's value)
   loads = [u for u in cit.ast.toposort() if u.op is Ops.LOAD and u.src[0].arg == k]
-  if not loads or any(u.dtype != store_a.src[2].dtype or u.src[1].arg.shape != shape or not u.src[1].arg.contiguous for u in loads): return None
+  if not loads or any(u.dtype != store_a.src[2].dtype or not _in_order(u, shape) for u in loads): return None
   # A's buffers in C's numbering: one argument per storage, new ones appended
   bufs = list(cit.bufs)
   idx: dict[int, int] = {}
@@ -76,5 +81,5 @@ def _merge(ait: ScheduleItem, cit: ScheduleItem, k: int, shape: tuple[int, ...],
     mine = [u for u in all_loads if u.src[0].arg == o]
     if not mine: continue
     feeds = st.toposort()
-    if any(u not in feeds or u.src[1].arg.shape != shape or not u.src[1].arg.contiguous for u in mine): return None
+    if any(u not in feeds or not _in_order(u, shape) for u in mine): return None
   return dataclasses.replace(cit, ast=ast, bufs=bufs, also=cit.also + [(ait.srcnode, idx[0])])

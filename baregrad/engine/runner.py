@@ -15,6 +15,8 @@ def needed_elements(ast: UOp | None) -> dict[int, int]:
     if u.op not in (Ops.LOAD, Ops.STORE): continue
     v = u.src[1].arg.views[0]  # the view that addresses the buffer
     rng = v.mask or tuple((0, s) for s in v.shape)
+    if u.op is Ops.LOAD and len(u.src) == 3:   # a gather reads anywhere in its source's extent along its axis
+      rng = tuple((0, u.arg[1]) if i == u.arg[0] else r for i, r in enumerate(rng))
     if any(lo >= hi for lo, hi in rng): continue  # nothing is valid: nothing is touched
     hi_idx = v.offset + sum(st * (hi - 1 if st > 0 else lo) for st, (lo, hi) in zip(v.strides, rng))
     need[u.src[0].arg] = max(need.get(u.src[0].arg, 0), hi_idx + 1)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.alu import threefry2x32
-from baregrad.ir.view import ShapeTracker
+from baregrad.ir.view import ShapeTracker, View
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import split_reduce
 from baregrad.codegen.pack import pack_operand
@@ -97,6 +97,7 @@ class _KernelBuilder:
       self.reduce_shapes.add((ishape, tuple(sorted(u.arg[1]))))
       if len({s for s, _ in self.reduce_shapes}) > 1: raise _NeedRealize(u)
       out = UOp(Ops.REDUCE_AXIS, u.dtype, (self.lower(u.src[0], ShapeTracker.from_shape(ishape), True),), u.arg)
+    elif u.op is Ops.GATHER: out = self._gather(u, st, in_reduce)
     elif u.op is Ops.DETACH: out = self.lower(u.src[0], st, in_reduce)
     elif u.op is Ops.THREEFRY:   # its rounds: no renderer has an instruction for it
       out = threefry2x32(*(self.lower(s, st, in_reduce) for s in u.src))
@@ -106,6 +107,33 @@ class _KernelBuilder:
     else: raise NotImplementedError(f"schedule: cannot lower {u.op}")
     self.memo[key] = out
     return out
+
+  def _gather(self, u: UOp, st: ShapeTracker, in_reduce: bool) -> UOp:
+    """A load from the source's memory whose index along dim is the index's value (LOAD with a third source). Only
+    where the kernel's index is the gather's own (its output, or elementwise code over it in the same shape): a view
+    between the two, or a reduction over it, would need the index replaced inside the view (and the CPU's operand
+    packing and the GPUs' staging rebuild loads from their views), so those get the gather's buffer instead."""
+    if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
+    src, dim = u.src[0], u.arg[0]
+    inner, vst = (src, ShapeTracker.from_shape(shape_of(src))) if src in self.realized else fold_movements(src)
+    if inner in self.realized: ref = self.realized[inner]
+    elif inner.op is Ops.BUFFER:
+      if inner.arg.stale: raise stale_error(inner.arg)
+      ref = inner.arg
+    else: raise _NeedRealize(inner)
+    # a padded or twice-reshaped source gets its own buffer, read through one plain view (a buffer's own view is one)
+    if len(vst.views) != 1 or vst.views[0].mask is not None: raise _NeedRealize(src)
+    # gathering from the memory this kernel writes (x.assign(x.gather(...))): the gather gets its own buffer first
+    if ref.storage is self.bufs[0].storage: raise _NeedRealize(u)
+    v = vst.views[0]
+    val = self.lower(u.src[1], st, False)
+    if any(x.op is Ops.REDUCE_AXIS for x in val.toposort()): raise _NeedRealize(u.src[1])   # (a reduction computes the index)
+    # the source's view in the kernel's iteration space (the output's shape) with the source's strides: along dim the
+    # kernel's index is replaced by the value (not canonicalized: where the output's extent is 1, dim's stride stays)
+    gv = ShapeTracker((View(shape_of(u), v.strides, v.offset, None),))
+    i = self.buf_index(ref)
+    if i == 0: self.loads_output = True
+    return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=gv), val), (dim, v.shape[dim]))
 
   def _costly(self, u: UOp) -> bool:
     """u's own computation (down to buffers and realized nodes) has a transcendental, a reciprocal or a division."""
@@ -268,7 +296,7 @@ def _unreshaped(u: UOp, realized: dict[UOp, BufRef]) -> UOp:
 def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> None:
   # reading the buffer being written is fine only where every element reads its own position (x += y)
   for u in ast.toposort():
-    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg].storage is ref.storage and not u.src[1].arg.contiguous:
+    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg].storage is ref.storage and (not u.src[1].arg.contiguous or len(u.src) == 3):
       raise ValueError("ASSIGN reads its own target through a view: the result would depend on the order of writes")
 
 def _src_ref(src: UOp, realized: dict[UOp, BufRef]) -> BufRef:

@@ -16,6 +16,10 @@ class Ops(Enum):
   BUFFER = auto(); COPY = auto(); CONTIGUOUS = auto(); DETACH = auto()
   # 0, 1, ..., n-1 (arange): in the tensor graph a leaf, arg n; in a kernel AST IOTA(VIEW), the view's index into those n
   IOTA = auto()
+  # GATHER(src, index), arg (dim,): out[..., j, ...] = src[..., index[..., j, ...], ...] along dim (torch.gather; src
+  # has index's shape on every other axis). In a kernel AST it becomes a LOAD(DEFINE_GLOBAL, VIEW, index value) with
+  # arg (dim, src's extent along dim): the view's index along dim is that value, clamped into [0, extent)
+  GATHER = auto()
   RESHAPE = auto(); PERMUTE = auto(); EXPAND = auto(); PAD = auto(); SHRINK = auto(); FLIP = auto()
   # vectors
   VECTORIZE = auto(); GEP = auto()

@@ -33,6 +33,25 @@ def _inv_perm(order: tuple[int, ...]) -> tuple[int, ...]:
   for i, o in enumerate(order): out[o] = i
   return tuple(out)
 
+def _gather_grad(u: UOp, g: UOp) -> UOp:
+  """GATHER's source gradient: each output's gradient added where it was read (scatter-add): a one-hot compare of the
+  index against the source's positions along dim, summed over the index's own axis there (an index out of range
+  matches nothing, as its forward read 0)."""
+  src, idx = u.src
+  d = u.arg[0]
+  ishape, n = shape_of(idx), shape_of(src)[d]
+  one, big = ishape + (1,), ishape + (n,)
+  ie = UOp(Ops.EXPAND, idx.dtype, (UOp(Ops.RESHAPE, idx.dtype, (idx,), one),), big)
+  ar = UOp(Ops.IOTA, dtypes.int32, (), n)
+  if idx.dtype != dtypes.int32: ar = UOp(Ops.CAST, idx.dtype, (ar,))
+  ar = UOp(Ops.EXPAND, idx.dtype, (UOp(Ops.RESHAPE, idx.dtype, (ar,), (1,) * len(ishape) + (n,)),), big)
+  ge = UOp(Ops.EXPAND, g.dtype, (UOp(Ops.RESHAPE, g.dtype, (g,), one),), big)
+  w = _alu(Ops.WHERE, _alu(Ops.CMPEQ, ie, ar), ge, broadcast_const(UOp.const(g.dtype, 0), big))
+  r = UOp(Ops.RESHAPE, g.dtype, (UOp(Ops.REDUCE_AXIS, g.dtype, (w,), (Ops.ADD, (d,))),), ishape[:d] + ishape[d + 1:] + (n,))
+  order = list(range(len(ishape) - 1))
+  order.insert(d, len(ishape) - 1)
+  return permute_uop(r, tuple(order))
+
 def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
   """Gradients of u's sources given the gradient g of u."""
   s = u.src
@@ -97,6 +116,7 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
   if u.op in (Ops.CONTIGUOUS,): return (g,)
   if u.op is Ops.COPY: return (UOp(Ops.COPY, g.dtype, (g,), device_of(s[0])),)
   if u.op is Ops.DETACH: return (None,)
+  if u.op is Ops.GATHER: return (_gather_grad(u, g), None)
   raise NotImplementedError(f"no gradient rule for {u.op}")
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:

@@ -10,6 +10,7 @@ from functools import reduce as _fold
 from typing import Any, Sequence
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote
+from baregrad.ir.ops import UOp, Ops
 from baregrad.tensor.tensor import Tensor, _axis
 from baregrad.tensor.bounds import checked
 from baregrad.tensor.recipe import function_recipe
@@ -189,14 +190,28 @@ def _check_index(name: str, x: Tensor, d: int, index: Tensor, src: Tensor | None
     if src is not None and index.shape[k] > src.shape[k]:
       raise RuntimeError(f"{name}: index shape {index.shape} is larger than the src shape {src.shape} in dimension {k}")
 
+def take_along(src: Tensor, index: Tensor, dim: int) -> Tensor:
+  """out[..., j, ...] = src[..., index[..., j, ...], ...] along dim, where src has index's shape on every other axis:
+  one GATHER node, a load from src's memory at each index (an index outside [0, src.shape[dim]) reads 0, negative
+  ones too). Its gradient adds each output's gradient where it was read."""
+  if index.device != src.device: raise RuntimeError(f"take_along: index on {index.device}, source on {src.device}")
+  if dtypes.is_float(index.dtype) or index.dtype == dtypes.bool: raise TypeError(f"take_along: index must be an integer tensor, got {index.dtype}")
+  if index.ndim != src.ndim or any(a != b for k, (a, b) in enumerate(zip(index.shape, src.shape)) if k != dim):
+    raise RuntimeError(f"take_along: index of shape {index.shape} must have the source's shape {src.shape} on every axis but {dim}")
+  if src.shape[dim] == 0: raise RuntimeError(f"take_along: nothing to take along axis {dim} of shape {src.shape}")
+  return src._new(UOp(Ops.GATHER, src.dtype, (src.uop, index.uop), (dim,)))
+
 def gather(input: Tensor, dim: int, index: Tensor) -> Tensor:
-  """out[i][j][k] = input[i][index[i][j][k]][k] (for dim=1): a one-hot compare against the indices, then a sum."""
+  """out[i][j][k] = input[i][index[i][j][k]][k] (for dim=1): a load at each index (take_along)."""
   x = input
   d = _axis(dim, x.ndim)
   _check_index("gather", x, d, index)
   n = x.shape[d]
   nd = x.ndim
   xs = x._shrink(tuple((0, n) if k == d else (0, index.shape[k]) for k in range(nd)))
+  if n > 0 and index.numel() > 0:
+    i = (index < 0).where(index + n, index)   # (as the one-hot form counted them; its bounds check still reports them)
+    return checked(take_along(xs, i, d), index, 0, n, f"gather: index {{index}} is out of bounds for dimension {d} with size {n}")
   # the gathered axis goes last; the index's own axis d broadcasts over it
   xt = xs.permute(*[k for k in range(nd) if k != d], d).unsqueeze(d)
   oh = checked(_onehot(index, n), index, 0, n, f"gather: index {{index}} is out of bounds for dimension {d} with size {n}")

@@ -7,6 +7,7 @@ sync) before the result is built. A mask that is the only tensor index selects w
 through the one-hot gather of integer indices."""
 from __future__ import annotations
 from typing import Any
+from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
 
 def _seq_index(it: Any, device: str) -> Any:
@@ -116,7 +117,8 @@ def getitem(t, idx: Any):
 
 def _advanced(x, tensor_idx: list, device: str, dtype):
   """PyTorch's advanced indexing: the index tensors broadcast together to a shape B; the result has B in place of the
-  indexed axes when they are adjacent, else in front. A one-hot compare per index, ANDed, then a masked sum."""
+  indexed axes when they are adjacent, else in front. One index tensor is a gather (functional.take_along); several
+  are a one-hot compare per index, ANDed, then a masked sum."""
   from baregrad.tensor.tensor import Tensor, broadcast_shape
   from baregrad.tensor.bounds import checked
   axes = [ax for ax, _ in tensor_idx]
@@ -125,6 +127,21 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   rest = [a for a in range(x.ndim) if a not in axes]
   xp = x.permute(*axes, *rest)  # (n_1..n_k, R...)
   k, nb = len(axes), len(B)
+  if k == 1 and x.shape[axes[0]] and prod(B) and prod(xp.shape[1:]):
+    # one index tensor: a gather of the rows it names (a load per element; the one-hot form below costs rows x
+    # indices x row length)
+    from baregrad.tensor.functional import take_along
+    (ax, ti), n, nrow, row = tensor_idx[0], x.shape[axes[0]], prod(B), prod(xp.shape[1:])
+    i = ti.cast(dtypes.int32)
+    i = (i < 0).where(i + n, i)._bcast(B).reshape(nrow, 1).expand(nrow, row)
+    out = take_along(xp.reshape(n, row), i, 0)
+    out = checked(out, ti, -n, n, f"index {{index}} is out of bounds for dimension {ax} with size {n} (tensor indexing)")
+    out = out.reshape(B + xp.shape[1:])
+    if out.dtype != dtype: out = out.cast(dtype)
+    if axes[0] > 0:   # (the indexed axis was not first: B goes where it was)
+      order = list(range(nb, nb + axes[0])) + list(range(nb)) + list(range(nb + axes[0], out.ndim))
+      out = out.permute(*order)
+    return out
   mask = None
   for j, (ax, ti) in enumerate(tensor_idx):
     n = x.shape[ax]

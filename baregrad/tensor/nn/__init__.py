@@ -226,8 +226,8 @@ def _finfo_eps(d: Any) -> float:
   return {dtypes.float16: 2.0 ** -10, dtypes.bfloat16: 2.0 ** -7, dtypes.float64: 2.0 ** -52}.get(d, 2.0 ** -23)
 
 class Embedding(Module):
-  """Rows of weight by index: int (*) -> (*, embedding_dim). The lookup is a one-hot compare with arange and a
-  matmul, all on the device; out-of-range indices give zero rows (PyTorch raises)."""
+  """Rows of weight by index: int (*) -> (*, embedding_dim). The lookup is a gather on the device (a load per element);
+  an out-of-range index reads a zero row and raises IndexOutOfBounds at the next host read (PyTorch raises at once)."""
   def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None):
     self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
     w = Tensor.normal(num_embeddings, embedding_dim)
@@ -240,6 +240,13 @@ class Embedding(Module):
     if not isinstance(idx, Tensor): idx = Tensor(idx, dtype=dtypes.int32)
     if dtypes.is_float(idx.dtype): raise TypeError(f"Embedding expects integer indices, got {idx.dtype}")
     v = self.num_embeddings
+    if idx.numel() and v:
+      # each index's row read from the weight (a gather: one load per element, where a one-hot matmul took
+      # indices x rows x dim multiply-adds); its gradient adds each row's gradient where it was read
+      from baregrad.tensor.functional import take_along
+      n, dim = idx.numel(), self.embedding_dim
+      rows = take_along(self.weight, idx.reshape(n, 1).expand(n, dim), 0)
+      return checked(rows, idx, 0, v, f"embedding: index {{index}} is out of range for {v} embeddings").reshape(*idx.shape, dim)
     onehot = idx.reshape(*idx.shape, 1).eq(Tensor.arange(v, device=idx.device, dtype=idx.dtype).reshape(*(1,) * idx.ndim, v))
     onehot = checked(onehot, idx, 0, v, f"embedding: index {{index}} is out of range for {v} embeddings")
     return onehot.cast(self.weight.dtype) @ self.weight
