@@ -154,6 +154,15 @@ def test_embedding_and_single_tensor_indexing_gather_rows():
     for idx in (np.array([0, n - 1, -1, 2, 0]), rng.integers(-n, n, (2, 3)), np.array(1)):
       check(lambda t: t[(slice(None),) * ax + (Tensor(idx),)], lambda t: t[(slice(None),) * ax + (torch.tensor(idx),)], x)
   with pytest.raises(IndexError, match="out of bounds"): Tensor(x)[Tensor(np.array([6]))].numpy()
+  # several index tensors: one gather of the flattened indexed axes (adjacent ones keep B in place, others put it first)
+  i0, i1, i2 = rng.integers(-6, 6, (2, 3)), rng.integers(-5, 5, (3,)), rng.integers(-4, 4, (2, 1))
+  for key in ((i0, i1), (slice(None), i1, i2), (i0, slice(None), i2), (i0, i1, i2)):
+    check(lambda t: t[tuple(Tensor(k) if isinstance(k, np.ndarray) else k for k in key)],
+          lambda t: t[tuple(torch.tensor(k) if isinstance(k, np.ndarray) else k for k in key)], x)
+    got = Tensor(x)[tuple(Tensor(k) if isinstance(k, np.ndarray) else k for k in key)]
+    assert len(_gather_loads(got)[0]) == 1
+  np.testing.assert_array_equal(Tensor(x > 0)[Tensor(i0), Tensor(i1)].numpy(), (x > 0)[i0, i1])
+  with pytest.raises(IndexError, match="out of bounds"): Tensor(x)[Tensor(np.array([1])), Tensor(np.array([5]))].numpy()
 
 def test_gather_scatter():
   torch = _t()

@@ -117,9 +117,9 @@ def getitem(t, idx: Any):
 
 def _advanced(x, tensor_idx: list, device: str, dtype):
   """PyTorch's advanced indexing: the index tensors broadcast together to a shape B; the result has B in place of the
-  indexed axes when they are adjacent, else in front. One index tensor is a gather (functional.take_along); several
-  are a one-hot compare per index, ANDed, then a masked sum."""
-  from baregrad.tensor.tensor import Tensor, broadcast_shape
+  indexed axes when they are adjacent, else in front. A gather (functional.take_along) of the rows the index tuples
+  name in the indexed axes flattened."""
+  from baregrad.tensor.tensor import broadcast_shape
   from baregrad.tensor.bounds import checked
   axes = [ax for ax, _ in tensor_idx]
   try: B = broadcast_shape(*(ti.shape for _, ti in tensor_idx))
@@ -127,21 +127,44 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   rest = [a for a in range(x.ndim) if a not in axes]
   xp = x.permute(*axes, *rest)  # (n_1..n_k, R...)
   k, nb = len(axes), len(B)
-  if k == 1 and x.shape[axes[0]] and prod(B) and prod(xp.shape[1:]):
-    # one index tensor: a gather of the rows it names (a load per element; the one-hot form below costs rows x
-    # indices x row length)
+  nsel, nrow, row = prod(xp.shape[:k]), prod(B), prod(xp.shape[k:])
+  if nsel and nrow and row and nsel <= 2 ** 31 - 1:
+    # a gather of the rows the indices name, each index tuple made one row number of the indexed axes flattened (a
+    # load per element; the one-hot form below costs rows x indices x row length). A tuple with an index out of range
+    # reads 0, as the one-hot form gives, and each index's bounds check reports it
     from baregrad.tensor.functional import take_along
-    (ax, ti), n, nrow, row = tensor_idx[0], x.shape[axes[0]], prod(B), prod(xp.shape[1:])
-    i = ti.cast(dtypes.int32)
-    i = (i < 0).where(i + n, i)._bcast(B).reshape(nrow, 1).expand(nrow, row)
-    out = take_along(xp.reshape(n, row), i, 0)
-    out = checked(out, ti, -n, n, f"index {{index}} is out of bounds for dimension {ax} with size {n} (tensor indexing)")
-    out = out.reshape(B + xp.shape[1:])
-    if out.dtype != dtype: out = out.cast(dtype)
-    if axes[0] > 0:   # (the indexed axis was not first: B goes where it was)
-      order = list(range(nb, nb + axes[0])) + list(range(nb)) + list(range(nb + axes[0], out.ndim))
-      out = out.permute(*order)
-    return out
+    lin, inside = None, None
+    for ax, ti in tensor_idx:
+      n = x.shape[ax]
+      i = ti.cast(dtypes.int32)
+      i = (i < 0).where(i + n, i)._bcast(B)
+      lin = i if lin is None else lin * n + i
+      if k > 1:
+        ok = (i >= 0) & (i < n)
+        inside = ok if inside is None else inside & ok
+    if inside is not None: lin = inside.where(lin, -1)
+    out = take_along(xp.reshape(nsel, row), lin.reshape(nrow, 1).expand(nrow, row), 0)
+    for ax, ti in tensor_idx:
+      n = x.shape[ax]
+      out = checked(out, ti, -n, n, f"index {{index}} is out of bounds for dimension {ax} with size {n} (tensor indexing)")
+    out = out.reshape(B + xp.shape[k:])
+  else:
+    out = _one_hot_rows(x, xp, tensor_idx, B, device)
+  if out.dtype != dtype: out = out.cast(dtype)
+  # out is (B..., R...): adjacent indexed axes put B where they were
+  if axes == list(range(axes[0], axes[0] + k)) and axes[0] > 0:
+    p0 = axes[0]
+    order = list(range(nb, nb + p0)) + list(range(nb)) + list(range(nb + p0, out.ndim))
+    out = out.permute(*order)
+  return out
+
+def _one_hot_rows(x, xp, tensor_idx: list, B: tuple[int, ...], device: str):
+  """The rows of xp (the indexed axes first) the index tensors name, as a one-hot compare per index, ANDed, then a
+  masked sum: for the cases a gather cannot take (nothing to read, or more rows than an int32 counts)."""
+  from baregrad.tensor.tensor import Tensor
+  from baregrad.tensor.bounds import checked
+  k, nb = len(tensor_idx), len(B)
+  rest = xp.ndim - k
   mask = None
   for j, (ax, ti) in enumerate(tensor_idx):
     n = x.shape[ax]
@@ -152,17 +175,10 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
     oh = checked(oh, ti, -n, n, f"index {{index}} is out of bounds for dimension {ax} with size {n} (tensor indexing)")
     mask = oh if mask is None else mask & oh
   shp = mask.shape
-  mask = mask.reshape(shp + (1,) * len(rest))
+  mask = mask.reshape(shp + (1,) * rest)
   xm = xp.reshape((1,) * nb + xp.shape)
   red = tuple(range(nb, nb + k))
-  out = mask.where(xm, 0).sum(red) if x.dtype != dtypes.bool else mask.where(xm, False).any(red)
-  if out.dtype != dtype: out = out.cast(dtype)
-  # out is (B..., R...): adjacent indexed axes put B where they were
-  if axes == list(range(axes[0], axes[0] + k)) and axes[0] > 0:
-    p0 = axes[0]
-    order = list(range(nb, nb + p0)) + list(range(nb)) + list(range(nb + p0, out.ndim))
-    out = out.permute(*order)
-  return out
+  return mask.where(xm, 0).sum(red) if x.dtype != dtypes.bool else mask.where(xm, False).any(red)
 
 def setitem(t, idx: Any, v: Any) -> None:
   from baregrad.tensor.tensor import Tensor
