@@ -144,6 +144,21 @@ def test_small_kernels_stay_on_one_core():
   big = get_program(sink(store(0, (512, 512), load(1, f32, (512, 512)) * 2)), ren).opts
   assert not any(o.op is P for o in small) and any(o.op is P for o in big), (small, big)
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(96, 64), (61, 37), (5, 40, 24)], ids=str)
+def test_a_transpose_takes_a_square_tile(device, shape):
+  """A load contiguous along another axis than the store's (x.T.contiguous()): lanes along the store's axis alone
+  read each lane from another cache line and page (2048x1024: 16 ms); a tile of one register's lanes along both axes
+  (0.8 ms). Awkward sizes keep it (a divisor or padding), and the values are the transpose."""
+  from baregrad import Tensor
+  a = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+  y = Tensor(a, device=device).transpose(-1, -2).contiguous()
+  ren = Device[device].renderer
+  opts = get_program(y.schedule()[-1].ast, ren).opts
+  ups = {o.axis: o.amt for o in opts if o.op is U}
+  if ren.vectorized: assert len(ups) == 2 and max(ups.values()) <= ren.simd_lanes, opts
+  np.testing.assert_array_equal(y.numpy(), np.swapaxes(a, -1, -2))
+
 def test_short_awkward_rows_take_a_divisor_not_padding():
   # a 3x3 convolution's 26-wide output rows: 16 padded lanes mask every access of both tiles of a row (4x slower than
   # 13 lanes); a divisor at least half as wide is taken instead, and the result is right

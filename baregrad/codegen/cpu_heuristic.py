@@ -9,7 +9,8 @@ Shapes, by the strides of the kernel's loads along its axes:
       two output axes take 4x2 (16 registers) or 4x4 (32) outputs, reduced across lanes once after the loop; an
       output axis of at most 12 (24) is taken whole, so the other operand is loaded (and computed) once.
   plain reductions unroll a contiguous reduce axis into several accumulators; a strided one (column sums) takes lanes
-      along a contiguous output axis instead. Elementwise kernels take lanes along the axis the stores walk.
+      along a contiguous output axis instead. Elementwise kernels take lanes along the axis the stores walk, and where a
+      load walks another axis contiguously (a transpose), a square tile of one register's lanes along both.
 Awkward sizes take a divisor of the lanes or are padded (PADTO) to the tile (_tile): the edges are masked, the inner loop
 stays vectorized. The outermost output loop with enough iterations runs over the cores; kernels of fewer than
 PARALLEL_MIN_WORK iterations stay on one core."""
@@ -137,7 +138,16 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
     # elementwise: lanes along the innermost axis the stores walk contiguously
     # one register per value (LLVM unrolls the loop where the body is short; threefry's long bodies stay compact)
     cont = [o for o in outs if any(contig(x, o) for x in stores)] or outs[-1:]
-    _tile(k, cont[-1], vec, OptOps.UPCAST)
+    s = cont[-1]
+    # a transpose: a load contiguous along another output axis t, strided along s. Lanes along s alone read each of
+    # them from another cache line and page (x.T.contiguous() of 2048x1024: 16 ms); a square tile of one register's
+    # lanes along both reads whole vectors along t and writes them along s (0.8 ms; 16x16 tiles spill: 3.6 ms)
+    ts = [o for o in outs if o != s and any(contig(x, o) and moves(x, s) and not contig(x, s) for x in loads)]
+    if ts and ren.vectorized:
+      lanes = ren.simd_lanes
+      _tile(k, s, lanes, OptOps.UPCAST)
+      _tile(k, ts[-1], lanes, OptOps.UPCAST)
+    else: _tile(k, s, vec, OptOps.UPCAST)
   # a kernel of a few thousand operations takes a µs or two on one core; handing part of it to a pool thread costs a
   # wake-up and GIL handoffs (tens to hundreds of µs on a busy machine), so small kernels stay on one core
   if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK: _parallel(k, par_first)
