@@ -5,6 +5,7 @@ line per workload, comparable with the table of issue 10.
   matmul MxKxN          A(M,K) @ B(K,N) float32 (bmm: batched); reference NumPy's BLAS (the faster of 1 thread and all)
   sum N                 full sum of N float32 (N = 16M+3 by default); reference np.sum
   relu(x*y+z) N         fused elementwise; bandwidth (4 arrays) against NumPy's copy bandwidth (np.copyto, 2 arrays)
+  transpose             x.T.contiguous() of 2048x1024 and 256x4096 float32 (with ew); reference PyTorch's same call
   conv2d mnist_cnn      the two convolutions of examples/mnist_cnn.py (forward); reference torch conv2d (faster of 1/all threads)
   math N                exp, log, sin, sigmoid, tanh and GELU of 4M float32 (transcendental functions); reference PyTorch's
                         same function (faster of 1/all threads), NumPy's (libm, one thread) on the line
@@ -83,6 +84,15 @@ compare and a sum over the source's whole extent (main at bdba7a8 -> this round,
   | gather dim 0 of 256x512x64 (8M)      | 191 (1.02x)             | 121, 119 (1.41x, 1.58x)            |
   | gather dim 1                         | 170 (0.30x)             | 29.5, 31.3 (1.64x, 2.70x)          |
   | gather dim 2                         | 30.4 (0.85x)            | 20.3, 33.2 (1.84x, 0.72x)          |
+
+A transpose takes a square tile of one register's lanes along both axes (codegen/cpu_heuristic.py; main at 5dcd773 ->
+this round, DEV=CPU, same VM; `--only ew --n 4194304`, this script on both sides, alternated twice; ratios: PyTorch's
+time / ours, kernel in brackets):
+
+  | workload               | before                        | after                         |
+  |------------------------|-------------------------------|-------------------------------|
+  | transpose 2048x1024    | 11.9, 9.5 ms (0.38x, 0.33x)   | 1.78, 2.29 ms (1.57x, 1.86x)  |
+  | transpose 256x4096     | 2.7, 4.9 ms (0.80x, 0.31x)    | 1.10, 1.09 ms (1.73x, 2.17x)  |
 """
 from __future__ import annotations
 import argparse, os, re, statistics, subprocess, sys, tempfile, time
@@ -90,6 +100,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 import numpy as np
 from baregrad import Tensor, Device, functional as F
+from baregrad.helpers import prod
 
 MATMULS = [(1024, 1024, 1024), (512, 512, 512), (1000, 1000, 1000), (64, 4096, 64), (511, 511, 511), (257, 257, 257),
            (1023, 1025, 1027), (1, 4096, 4096), (4096, 4096, 1), (128, 128, 128)]
@@ -200,6 +211,15 @@ def bench_ew(dev: str, rng, reps: int, n: int) -> None:
   # bandwidth ratio: ours moves 4 arrays, the copy 2; as a time ratio: (copy time * 2) / our time
   line(f"relu(x*y+z) {n}", wall, kern, 2 * t_cp, "copy bw", f"{16 * n / kern / 1e9:5.1f} GB/s in kernels, copy {8 * n / t_cp / 1e9:.1f} GB/s; "
        f"NumPy's own relu(x*y+z) {t_npew * 1e3:.1f} ms")
+  try: import torch
+  except ImportError: torch = None
+  for shape in ((2048, 1024), (256, 4096)):
+    def maket(shape=shape): return (rng.standard_normal(shape, dtype=np.float32),)
+    wall, kern = measure(dev, maket, lambda x: x.T.contiguous(), reps)
+    t_ref, refname = None, "PyTorch"
+    if torch is not None:
+      t_ref, refname = best_threads(torch.set_num_threads, lambda: torch.from_numpy(maket()[0]), lambda a: a.T.contiguous(), reps, "PyTorch")
+    line(f"transpose {shape[0]}x{shape[1]}", wall, kern, t_ref, refname, f"{8 * prod(shape) / kern / 1e9:5.1f} GB/s in kernels")
 
 def bench_conv(dev: str, rng, reps: int, bs: int) -> None:
   try: import torch
