@@ -9,8 +9,8 @@ line per workload, comparable with the table of issue 10.
   conv2d mnist_cnn      the two convolutions of examples/mnist_cnn.py (forward); reference torch conv2d (faster of 1/all threads)
   math N                exp, log, sin, sigmoid, tanh and GELU of 4M float32 (transcendental functions); reference PyTorch's
                         same function (faster of 1/all threads), NumPy's (libm, one thread) on the line
-  gather                an embedding lookup (4096 rows of a 50000x256 table, w[i]) and torch.gather along each axis of
-                        a 256x512x64 tensor; reference PyTorch's same call (faster of 1/all threads)
+  gather                an embedding lookup (4096 rows of a 50000x256 table, w[i]), torch.gather along each axis of a
+                        256x512x64 tensor and topk(8) of 2048x1024 rows; reference PyTorch's same call (faster of 1/all threads)
   README job            python3 examples/mnist_mlp.py on an empty compile cache: first step and whole job, with the CPU
                         time the job's process spent compiling (codegen + LLVM)
 
@@ -84,6 +84,7 @@ compare and a sum over the source's whole extent (main at bdba7a8 -> this round,
   | gather dim 0 of 256x512x64 (8M)      | 191 (1.02x)             | 121, 119 (1.41x, 1.58x)            |
   | gather dim 1                         | 170 (0.30x)             | 29.5, 31.3 (1.64x, 2.70x)          |
   | gather dim 2                         | 30.4 (0.85x)            | 20.3, 33.2 (1.84x, 0.72x)          |
+  | topk 8 of 2048x1024 (selection passes; a later round, before = 5dcd773) | 269 (0.02x) | 19.8, 33.4 (0.21x, 0.19x) |
 
 A transpose takes a square tile of one register's lanes along both axes (codegen/cpu_heuristic.py; main at 5dcd773 ->
 this round, DEV=CPU, same VM; `--only ew --n 4194304`, this script on both sides, alternated twice; ratios: PyTorch's
@@ -262,6 +263,8 @@ def bench_gather(dev: str, rng, reps: int) -> None:
   for d in range(3):
     def make(d=d): return rng.standard_normal(shape, dtype=np.float32), rng.integers(0, shape[d], shape)
     cases.append((f"gather dim {d} {'x'.join(map(str, shape))}", make, lambda x, i, d=d: x.gather(d, i), lambda a, d=d: torch.gather(a[0], d, a[1])))
+  cases.append(("topk 8 of 2048x1024", lambda: (rng.standard_normal((2048, 1024), dtype=np.float32),), lambda x: x.topk(8, 1).values,
+                lambda a: torch.topk(a[0], 8, 1).values))
   for name, make, ours, ref in cases:
     wall, kern = measure(dev, make, ours, reps)
     t_ref, refname = None, "PyTorch"
