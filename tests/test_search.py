@@ -23,6 +23,21 @@ def test_beam_search_finds_applicable_opts_and_same_result(tmp_path, monkeypatch
   out = np.empty(16, np.float32); bo.copyout(memoryview(out).cast("B"))
   np.testing.assert_allclose(out, (x * 2).sum(1), rtol=1e-5)
 
+def test_beam_sizes_a_gather_source_by_its_extent(tmp_path, monkeypatch):
+  """A gather's view has the output's extent along its axis, but its index reaches the source's: the test buffers a
+  search times candidates on are that large (a smaller one would be read past its end)."""
+  monkeypatch.setenv("BAREGRAD_CACHE", str(tmp_path))
+  from baregrad import Tensor
+  from baregrad.engine.search import _buffer_sizes
+  w = Tensor(np.random.rand(500, 8).astype(np.float32))
+  for idx in (np.array([3, 499, 0], dtype=np.int32), np.array([7], dtype=np.int32)):   # (one index: the view's extent is 1)
+    ast = next(it.ast for it in w[Tensor(idx)].schedule() if any(u.op is Ops.LOAD and len(u.src) == 3 for u in it.ast.toposort()))
+    loads = [u for u in ast.toposort() if u.op is Ops.LOAD and len(u.src) == 3]
+    assert len(loads) == 1 and _buffer_sizes(ast)[loads[0].src[0].arg][0] == 500 * 8
+    opts = beam_search(ast, "CPU", width=2, rounds=1)
+    k = Kernel(ast)
+    for o in opts: k.apply_opt(o)
+
 def _matmul_ast(n: int):
   from baregrad.ir.view import ShapeTracker
   sa = ShapeTracker.from_shape((n, n)).reshape((n, 1, n)).expand((n, n, n))

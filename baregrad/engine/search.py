@@ -77,9 +77,14 @@ def _buffer_sizes(ast: UOp) -> dict[int, tuple[int, object]]:
   for u in ast.toposort():
     if u.op in (Ops.LOAD, Ops.STORE):
       g, st = u.src[0], u.src[1].arg
-      idxs = [UOp.range(s, i) for i, s in enumerate(st.shape)]
-      idx, _ = st.to_index(idxs)
-      n = int(idx.vmax) + 1 if st.size else 0
+      if u.op is Ops.LOAD and len(u.src) == 3:
+        # a gather reaches its source's extent along its axis (u.arg = (axis, extent)), whatever its view's extent there
+        v = st.views[0]
+        ext = [u.arg[1] if i == u.arg[0] else s for i, s in enumerate(v.shape)]
+        n = v.offset + sum((e - 1) * abs(sd) for e, sd in zip(ext, v.strides)) + 1 if st.size else 0
+      else:
+        idx, _ = st.to_index([UOp.range(s, i) for i, s in enumerate(st.shape)])
+        n = int(idx.vmax) + 1 if st.size else 0
       prev = out.get(g.arg, (0, g.dtype.base))[0]
       out[g.arg] = (max(prev, n), g.dtype.base)
   return out
