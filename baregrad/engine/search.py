@@ -23,6 +23,7 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
 from baregrad.codegen.program import ProgramSpec, get_program
+from baregrad.engine.runner import needed_elements
 
 AMOUNTS = (2, 4, 8, 16, 32)
 SLOW = 3.0   # a candidate whose first run takes this many times the best so far is not run again
@@ -72,22 +73,10 @@ def _applies(ast: UOp, opts: list[Opt], ren: Any) -> bool:
   return True
 
 def _buffer_sizes(ast: UOp) -> dict[int, tuple[int, object]]:
-  """Elements each buffer needs: one past the largest index any view reaches."""
-  out: dict[int, tuple[int, object]] = {}
-  for u in ast.toposort():
-    if u.op in (Ops.LOAD, Ops.STORE):
-      g, st = u.src[0], u.src[1].arg
-      if u.op is Ops.LOAD and len(u.src) == 3:
-        # a gather reaches its source's extent along its axis (u.arg = (axis, extent)), whatever its view's extent there
-        v = st.views[0]
-        ext = [u.arg[1] if i == u.arg[0] else s for i, s in enumerate(v.shape)]
-        n = v.offset + sum((e - 1) * abs(sd) for e, sd in zip(ext, v.strides)) + 1 if st.size else 0
-      else:
-        idx, _ = st.to_index([UOp.range(s, i) for i, s in enumerate(st.shape)])
-        n = int(idx.vmax) + 1 if st.size else 0
-      prev = out.get(g.arg, (0, g.dtype.base))[0]
-      out[g.arg] = (max(prev, n), g.dtype.base)
-  return out
+  """Elements each buffer needs (runner.needed_elements: one past the largest index any view, or gather, reaches) and
+  its dtype."""
+  need = needed_elements(ast)
+  return {g.arg: (need.get(g.arg, 0), g.dtype.base) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL}
 
 def _fill(b: Buffer) -> None:
   """Ordinary values (fresh device memory is zero pages on a CPU, which no real input is; no NaNs or denormals)."""

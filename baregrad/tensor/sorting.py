@@ -15,7 +15,6 @@ Data-dependent shapes (nonzero, masked_select, boolean-mask indexing, unique, re
 the result's size is a count that must be read back from the device first (one .item(), a host-device sync) before
 the rest is built lazily; the selection itself is a stable sort of (not selected, index) keys carrying the values."""
 from __future__ import annotations
-import math
 from typing import Any, NamedTuple
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor, _axis
@@ -131,18 +130,12 @@ def msort(input: Tensor) -> Tensor:
   """input sorted along its first axis."""
   return sort(input, 0).values
 
-def _extremes(d: Any) -> tuple[Any, Any]:
-  """(lowest, highest) value of dtype d (infinities for floats)."""
-  if dtypes.is_float(d): return -math.inf, math.inf
-  bits = 8 * d.itemsize
-  return (0, 2 ** bits - 1) if dtypes.is_unsigned(d) else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
-
 def _select_last(x: Tensor, k: int, largest: bool) -> Tensor:
   """int32 indices (*P, k) of the k largest (smallest) elements along the last axis of x (*P, n), in the order a
   stable sort gives (ties by index; NaN above every number): k passes, each taking the best element left."""
   n = x.shape[-1]
   v = x.cast(dtypes.int32) if x.dtype == dtypes.bool else x
-  lo, hi = _extremes(v.dtype)
+  lo, hi = dtypes.min(v.dtype), dtypes.max(v.dtype)
   score = Tensor.arange(n, 0, -1, device=x.device, dtype=dtypes.int32)._bcast(x.shape)   # n - index: the first wins
   nan = v.isnan() if dtypes.is_float(v.dtype) else None
   left = score > 0   # (all True)

@@ -19,13 +19,18 @@ Each keeps NaN, infinities, signed zeros and subnormals as libm does, and a lane
 vector width (a loop's scalar tail agrees with its vector body). Against float64 (tests/test_cpumath.py): exp2 within
 1 ulp, log2 within 1.5, sin within 2 (measured 0.91, 1.08 and 1.45; numpy's float32 sin, libm's sinf, 1.37)."""
 from __future__ import annotations
-import math, struct
+import functools, math, struct
 from decimal import Decimal
 from fractions import Fraction
 
 # 2^f on [-1/2, 1/2]: the coefficients of f^1 ... f^6 (the constant term is 1)
 EXP2_COEFFS = (0.6931471824645996, 0.24022647738456726, 0.05550329014658928, 0.009618373587727547,
                0.0013399848248809576, 0.00015370704932138324)
+# 2/3, 2/5, 2/7, 2/9: R / s^2 in log2's ln(1 + f) = f - s (f - R) (the atanh series after its first term)
+LOG_SERIES = tuple(2.0 / (2 * j + 3) for j in range(4))
+# Taylor coefficients: sin(r) = r + r^3 (SIN_COEFFS in r^2), cos(r) = COS_COEFFS in r^2
+SIN_COEFFS = tuple((-1) ** (j + 1) / math.factorial(2 * j + 3) for j in range(4))
+COS_COEFFS = tuple((-1) ** j / math.factorial(2 * j) for j in range(6))
 SIN_LIMIT = 65536.0   # |x| from which sin reduces with libm (three float32 parts of pi/2 keep r exact below it)
 
 def _f32(v: float) -> float: return struct.unpack("<f", struct.pack("<f", v))[0]
@@ -102,7 +107,7 @@ def _log2(ir: _IR) -> str:
   f = ir(f"fsub {T} {m}, {ir.f(1.0)}")
   s = ir(f"fdiv {T} {f}, {ir(f'fadd {T} {f}, {ir.f(2.0)}')}")
   s2 = ir(f"fmul {T} {s}, {s}")
-  rr = ir(f"fmul {T} {s2}, {ir.horner(s2, tuple(2.0 / (2 * j + 3) for j in range(4)))}")
+  rr = ir(f"fmul {T} {s2}, {ir.horner(s2, LOG_SERIES)}")
   c = ir(f"fmul {T} {s}, {ir(f'fsub {T} {f}, {rr}')}")
   # log2(1 + f) = (f - c) / ln 2 with 1/ln 2 = LH + LL: f * LH kept to double width by an fma
   hi = ir(f"fmul {T} {f}, {ir.f(_LH)}")
@@ -120,8 +125,8 @@ def _sin(ir: _IR) -> str:
   nq = ir(f"fneg {T} {q}")
   r = ir.call("fma", nq, ir.f(_P3), ir.call("fma", nq, ir.f(_P2), ir.call("fma", nq, ir.f(_P1), "%x")))
   r2 = ir(f"fmul {T} {r}, {r}")
-  sp = ir.call("fma", ir(f"fmul {T} {r}, {r2}"), ir.horner(r2, tuple((-1) ** (j + 1) / math.factorial(2 * j + 3) for j in range(4))), r)
-  cp = ir.horner(r2, tuple((-1) ** j / math.factorial(2 * j) for j in range(6)))
+  sp = ir.call("fma", ir(f"fmul {T} {r}, {r2}"), ir.horner(r2, SIN_COEFFS), r)
+  cp = ir.horner(r2, COS_COEFFS)
   k = ir(f"fptosi {T} {q} to {I}")
   v = ir.select(ir(f"icmp ne {I} {ir(f'and {I} {k}, {ir.i(1)}')}, {ir.i(0)}"), cp, sp)
   v = ir.select(ir(f"icmp ne {I} {ir(f'and {I} {k}, {ir.i(2)}')}, {ir.i(0)}"), ir(f"fneg {T} {v}"), v)
@@ -129,7 +134,8 @@ def _sin(ir: _IR) -> str:
 
 _BODIES = {"exp2": _exp2, "log2": _log2, "sin": _sin}
 
-def helper(fn: str, n: int) -> tuple[str, list[str]]:
+@functools.cache
+def helper(fn: str, n: int) -> tuple[str, tuple[str, ...]]:
   """(the name of the internal function computing fn ("exp2", "log2" or "sin") of float32 x n lanes, the module-level
   lines it needs: its definition and declarations)."""
   ir = _IR(n)
@@ -137,7 +143,7 @@ def helper(fn: str, n: int) -> tuple[str, list[str]]:
   out = _BODIES[fn](ir)
   if fn != "sin":
     body = "\n".join(ir.lines) + f"\n  ret {ir.T} {out}"
-    return name, [*sorted(ir.decls), f"define internal {ir.T} {name}({ir.T} %x) alwaysinline {{\nentry:\n{body}\n}}"]
+    return name, (*sorted(ir.decls), f"define internal {ir.T} {name}({ir.T} %x) alwaysinline {{\nentry:\n{body}\n}}")
   # sin: lanes past SIN_LIMIT (or not finite) take libm's sinf, each lane on its own (the others keep the value
   # above, as the C helper computes them): a branch, so only a vector holding such a lane pays for the calls
   ok = ir.fcmp("olt", ir.call("fabs", "%x"), ir.f(SIN_LIMIT))   # (false for NaN and infinities)
@@ -154,7 +160,7 @@ def helper(fn: str, n: int) -> tuple[str, list[str]]:
       acc = f"%s.v{j}"
   slow += [f"  %s.r = select {ir.B} {ok}, {ir.T} {out}, {ir.T} {acc}", f"  ret {ir.T} %s.r"]
   body = "\n".join(ir.lines) + f"\n  br i1 {allok}, label %fast, label %slow\nfast:\n  ret {ir.T} {out}\nslow:\n" + "\n".join(slow)
-  return name, [*sorted(ir.decls | {"declare float @sinf(float)"}), f"define internal {ir.T} {name}({ir.T} %x) {{\nentry:\n{body}\n}}"]
+  return name, (*sorted(ir.decls | {"declare float @sinf(float)"}), f"define internal {ir.T} {name}({ir.T} %x) {{\nentry:\n{body}\n}}")
 
 # ---- the same functions in C, operation for operation (the CPU's C renderer): each lane bit-identical to the LLVM IR
 def _c(v: float) -> str:
@@ -168,11 +174,12 @@ def _c_horner(x: str, coeffs: tuple[float, ...]) -> str:
   for c in reversed(coeffs[:-1]): acc = f"__builtin_fmaf({x}, {acc}, {_c(c)})"
   return acc
 
+_C_BITS = ("static inline float bg_f_of(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }\n"
+           "static inline unsigned int bg_bits_of(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }\n")
+
 def _c_source(fn: str) -> str:
-  bits = ("static inline float bg_f_of(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }\n"
-          "static inline unsigned int bg_bits_of(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }\n")
   if fn == "exp2":
-    return bits + f"""static inline float bg_exp2f(float x) {{
+    return f"""static inline float bg_exp2f(float x) {{
   float c = __builtin_fminf(__builtin_fmaxf(x, {_c(-151.0)}), {_c(129.0)});
   float n = __builtin_rintf(c);
   float p = {_c_horner("(c - n)", (1.0, *EXP2_COEFFS))};
@@ -182,8 +189,7 @@ def _c_source(fn: str) -> str:
 }}
 """
   if fn == "log2":
-    k = tuple(2.0 / (2 * j + 3) for j in range(4))
-    return bits + f"""static inline float bg_log2f(float x) {{
+    return f"""static inline float bg_log2f(float x) {{
   int sub = x < {_c(2.0 ** -126)};
   float y = sub ? x * {_c(2.0 ** 23)} : x;
   unsigned int b = bg_bits_of(y);
@@ -192,7 +198,7 @@ def _c_source(fn: str) -> str:
   m = big ? m * {_c(0.5)} : m;
   int e = (int)(b >> 23) - (big ? 126 : 127) - (sub ? 23 : 0);
   float f = m - {_c(1.0)}, s = f / (f + {_c(2.0)}), s2 = s * s;
-  float rr = s2 * {_c_horner("s2", k)};
+  float rr = s2 * {_c_horner("s2", LOG_SERIES)};
   float c = s * (f - rr);
   float hi = f * {_c(_LH)}, lo = __builtin_fmaf(f, {_c(_LH)}, -hi);
   float tail = __builtin_fmaf(-c, {_c(_LH)}, __builtin_fmaf(f, {_c(_LL)}, lo));
@@ -204,15 +210,13 @@ def _c_source(fn: str) -> str:
 }}
 """
   assert fn == "sin", fn
-  sk = tuple((-1) ** (j + 1) / math.factorial(2 * j + 3) for j in range(4))
-  ck = tuple((-1) ** j / math.factorial(2 * j) for j in range(6))
   return f"""static inline float bg_sinf(float x) {{
   if (!(__builtin_fabsf(x) < {_c(SIN_LIMIT)})) return __builtin_sinf(x);
   float q = __builtin_rintf(x * {_c(2.0 / math.pi)}), nq = -q;
   float r = __builtin_fmaf(nq, {_c(_P3)}, __builtin_fmaf(nq, {_c(_P2)}, __builtin_fmaf(nq, {_c(_P1)}, x)));
   float r2 = r * r;
-  float sp = __builtin_fmaf(r * r2, {_c_horner("r2", sk)}, r);
-  float cp = {_c_horner("r2", ck)};
+  float sp = __builtin_fmaf(r * r2, {_c_horner("r2", SIN_COEFFS)}, r);
+  float cp = {_c_horner("r2", COS_COEFFS)};
   int k = (int)q;
   float v = (k & 1) ? cp : sp;
   v = (k & 2) ? -v : v;
@@ -222,8 +226,4 @@ def _c_source(fn: str) -> str:
 
 def c_source(fns: list[str]) -> str:
   """C definitions of bg_exp2f, bg_log2f and bg_sinf (those named in fns: "exp2", "log2", "sin")."""
-  out, seen = [], set()
-  for fn in fns:
-    for block in _c_source(fn).split("static inline ")[1:]:
-      if block not in seen: seen.add(block); out.append("static inline " + block)
-  return "".join(out)
+  return (_C_BITS if {"exp2", "log2"} & set(fns) else "") + "".join(_c_source(fn) for fn in fns)
