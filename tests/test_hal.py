@@ -185,3 +185,23 @@ def test_compile_error_shows_source(tmp_path, monkeypatch):
   with pytest.raises(CompileError) as e: CountingCompiler().compile_cached("void f() {\n  syntax error\n}")
   s = str(e.value)
   assert "expected ';'" in s and "2 |   syntax error" in s and e.value.src.startswith("void f()")
+
+def test_cpu_without_its_toolchain_names_what_is_missing(monkeypatch):
+  """A CPU variant whose toolchain cannot be imported (llvmlite absent) still opens, to load objects; compiling a kernel
+  on it raises a CompileError naming the import that failed and the way out, not an AttributeError on a None renderer."""
+  import importlib
+  from baregrad.drivers import cpu
+  from baregrad.engine.runner import compile_ast
+  from baregrad import Tensor
+  from tests.helpers import registered
+  real = importlib.import_module
+  def no_llvmlite(name, *a, **k):
+    if name == "baregrad.codegen.renderer.llvmir": raise ModuleNotFoundError("No module named 'llvmlite'")
+    return real(name, *a, **k)
+  ast = Tensor([1.0, 2.0]).add(1).schedule()[-1].ast
+  monkeypatch.setattr(importlib, "import_module", no_llvmlite)
+  dev = cpu.CPUDevice("CPU:7")
+  monkeypatch.setattr(importlib, "import_module", real)
+  assert dev.renderer is None
+  with registered("CPU:7", dev), pytest.raises(CompileError, match=r"(?s)CPU:7 cannot compile.*llvmlite.*DEV=CPU:C"):
+    compile_ast(ast, "CPU:7")

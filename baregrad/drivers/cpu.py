@@ -710,7 +710,8 @@ def _toolchain(variant: str) -> tuple[Any, Compiler]:
     if variant == "LLVM": ren.stream_bytes, ren.stream_fence = c.host_stream()
     return ren, getattr(c, cname)()
   except (ImportError, CompileError, OSError) as e:  # e.g. llvmlite or a C compiler missing on this machine
-    return None, MissingCompiler(f"CPU:{variant} toolchain unavailable: {type(e).__name__}: {e}")
+    hint = "install llvmlite (python3 -m pip install -e .) or use DEV=CPU:C" if variant == "LLVM" else "install gcc or clang, or use DEV=CPU"
+    return None, MissingCompiler(f"CPU:{variant} toolchain unavailable ({type(e).__name__}: {e}); {hint}")
 
 class CPUDevice(HCQDevice):
   has_local, has_threads, max_local_size, max_shared_mem = False, True, (1, 1, 1), 0

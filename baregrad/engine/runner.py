@@ -5,6 +5,7 @@ from typing import Sequence
 from baregrad.helpers import DEBUG, getenv
 from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer, profile
+from baregrad.hal.errors import CompileError
 from baregrad.codegen.kernel import Opt
 from baregrad.codegen.program import ProgramSpec, get_program
 
@@ -97,8 +98,10 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
     if opts is None and (width := int(getenv("BEAM", 0))) > 0:
       from baregrad.engine.search import beam_search
       with profile.span("beam", width=width): opts = beam_search(ast, dname, width)
+    if (ren := Device[dname].renderer) is None:  # the device loads programs but cannot generate them (drivers/cpu.py)
+      raise CompileError("", f"{dname} cannot compile kernels here: {getattr(Device[dname].compiler, 'reason', 'it has no renderer')}")
     st = time.perf_counter()
-    with profile.span("codegen", device=dname): spec = get_program(ast, Device[dname].renderer, opts, name)
+    with profile.span("codegen", device=dname): spec = get_program(ast, ren, opts, name)
     mid = time.perf_counter()
     with profile.span("compile", kernel=spec.name, device=dname): _cache[key] = r = CompiledRunner(spec, dname)
     if DEBUG() >= 2: print(f"kernel {spec.name}: codegen {(mid - st) * 1e3:.1f} ms, compile {(time.perf_counter() - mid) * 1e3:.1f} ms"
