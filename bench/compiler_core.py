@@ -3,7 +3,7 @@
 line per workload, comparable with the table of issue 10.
 
   matmul MxKxN          A(M,K) @ B(K,N) float32 (bmm: batched); reference NumPy's BLAS (the faster of 1 thread and all)
-  sum N                 full sum of N float32 (N = 16M+3 by default); reference np.sum
+  sum N                 full sum of N float32 (N = 16M+3 by default); reference np.sum; and column sums x.sum(0)
   relu(x*y+z) N         fused elementwise; bandwidth (4 arrays) against NumPy's copy bandwidth (np.copyto, 2 arrays)
   transpose             x.T.contiguous() of 2048x1024 and 256x4096 float32 (with ew); reference PyTorch's same call
   conv2d mnist_cnn      the two convolutions of examples/mnist_cnn.py (forward); reference torch conv2d (faster of 1/all threads)
@@ -202,6 +202,12 @@ def bench_sum(dev: str, rng, reps: int, n: int) -> None:
   a = make()[0]
   got, want = float(Tensor(a, device=dev).sum().numpy()), float(a.astype(np.float64).sum())
   line(f"sum {n}", wall, kern, t_np, "np.sum", f"{4 * n / kern / 1e9:5.1f} GB/s in kernels  |err| {abs(got - want):.1e}")
+  # column sums (a bias gradient's sum over the batch): a reduction down the rows into contiguous outputs
+  for shape in ((4096, 4096), (16384, 1024), (65536, 64)):
+    def makec(shape=shape): return (rng.standard_normal(shape, dtype=np.float32),)
+    wall, kern = measure(dev, makec, lambda x: x.sum(0), reps)
+    t_np = median_time(makec, lambda a: a[0].sum(0), reps)
+    line(f"sum(0) {shape[0]}x{shape[1]}", wall, kern, t_np, "np.sum", f"{4 * shape[0] * shape[1] / kern / 1e9:5.1f} GB/s in kernels")
 
 def bench_ew(dev: str, rng, reps: int, n: int) -> None:
   def make(): return tuple(rng.standard_normal(n, dtype=np.float32) for _ in range(3))

@@ -61,7 +61,11 @@ def run(ast, outs: list[tuple[int, DType]], ins: list[tuple[np.ndarray, DType]],
         vals=None) -> list[np.ndarray]:
   """Run ast with output buffers 0..len(outs)-1 (sizes, dtypes) and input buffers after them; returns the outputs
   as flat arrays in their reference dtypes (bfloat16 as float32)."""
+  # outputs start zeroed: a buffer the allocator hands out again holds what its last user left (a kernel storing through
+  # a shrunk view leaves the rest as it was)
   bufs = [make_buffer(device, None, dt, size) for size, dt in outs] + [make_buffer(device, x, dt) for x, dt in ins]
+  for b in bufs[:len(outs)]:
+    if b.size: b.copyin(memoryview(bytearray(b.size * b.dtype.itemsize)))
   run_ast(ast, bufs, device=device, opts=opts, vals=vals)
   return [read_buffer(b) for b in bufs[:len(outs)]]
 

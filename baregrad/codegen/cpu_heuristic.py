@@ -64,6 +64,7 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   def moves(x: tuple, o: int) -> bool: return x[1][o] != 1 and x[0][o] != 0
   def contig(x: tuple, o: int) -> bool: return x[1][o] != 1 and x[0][o] in (1, -1)
   par_first: int | None = None   # the output axis whose tiles run over the cores
+  if k.acc_axes: return _accumulating(k, ren, stores)
   if reds and outs:
     # a load contiguous along an output axis that also moves along a reduce axis: a matmul operand
     vj = [o for o in outs if any(contig(x, o) and any(moves(x, r) for r in reds) for x in loads)]
@@ -151,6 +152,20 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   # a kernel of a few thousand operations takes a µs or two on one core; handing part of it to a pool thread costs a
   # wake-up and GIL handoffs (tens to hundreds of µs on a busy machine), so small kernels stay on one core
   if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK: _parallel(k, par_first)
+  return list(k.applied)
+
+def _accumulating(k: Kernel, ren: Renderer, stores: list) -> list[Opt]:
+  """A kernel adding to its stored values pass by pass (codegen/rowstream): vector lanes along the axis the store
+  walks contiguously, the outermost other loop over the cores. The (short) reduction stays a loop of vector FMAs into one
+  accumulator (unrolled into lanes it would interleave the rows' lanes), and the passes a serial loop inside the cores'
+  loop (Kernel.acc_axes), so the chunk a core adds to stays in its cache."""
+  cont = [a.orig for a in k.axes if a.kind == "loop" and a.orig not in k.acc_axes and any(x[1][a.orig] != 1 and x[0][a.orig] == 1 for x in stores)]
+  if cont: _tile(k, cont[-1], ren.simd_lanes if ren.vectorized else 4, OptOps.UPCAST)
+  if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK:
+    loops = k.loop_axes()
+    for n, i in enumerate(loops):
+      if k.axes[i].kind == "loop" and k.axes[i].size >= 2 and k.axes[i].orig not in k.acc_axes:
+        if _try(k, Opt(OptOps.PARALLEL, n)): break
   return list(k.applied)
 
 def _parallel(k: Kernel, first: int | None) -> None:

@@ -168,6 +168,10 @@ class Kernel:
       for a in red:
         if st.src[1].arg.shape[a] != 1: raise KernelError(f"reduced axis {a} must have size 1 in the stored VIEW, got shape {st.src[1].arg.shape}")
     self.reduce_axes = red
+    # accumulating axes: output loops the store does not move along (codegen/rowstream: a pass over rows adds to what
+    # the passes before it stored). Their iterations must run in order on one thread: no threads, lanes or padding
+    self.acc_axes: set[int] = {o for st in ast.src for o, (n, s) in enumerate(zip(st.src[1].arg.shape, st.src[1].arg.real_strides()))
+                               if o not in red and self.full_shape[o] > 1 and (n == 1 or s == 0)}
     self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
     self.applied: list[Opt] = []
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
@@ -272,6 +276,8 @@ class Kernel:
     ax = self.axes[i]
     amt = opt.amt or ax.size
     if ax.tc is not None: raise OptError(f"{opt}: axis {opt.axis} is part of a tensor-core tile")
+    if ax.orig in self.acc_axes and opt.op is not OptOps.SPLIT:
+      raise OptError(f"{opt}: axis {opt.axis} accumulates into the stored values (the store does not move along it): it stays a serial loop")
     if opt.op is OptOps.PARALLEL:
       if ax.kind != "loop": raise OptError(f"{opt}: only an output loop axis can run over threads, axis is {ax.kind}")
       if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:

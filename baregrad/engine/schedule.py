@@ -15,6 +15,7 @@ from baregrad.ir.view import ShapeTracker, View
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import split_reduce
 from baregrad.codegen.pack import pack_operand
+from baregrad.codegen.rowstream import row_stream
 from baregrad.hal import Device
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
@@ -251,7 +252,7 @@ def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[U
   A bounds check's flag is the last kernel's output (the one that writes bufs[0])."""
   try: ren = Device[dev].renderer
   except Exception: ren = None   # a device that cannot open here: its kernels are cut when they run
-  if (plan := split_reduce(ast, ren) or pack_operand(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u, check)]
+  if (plan := split_reduce(ast, ren) or row_stream(ast, ren) or pack_operand(ast, ren)) is None: return [ScheduleItem(ast, bufs, "kernel", u, check)]
   refs = list(bufs) + [BufRef(dev, n, dt) for n, dt in plan.temps]
   items = [ScheduleItem(a, [refs[i] for i in ids], "kernel", u) for a, ids in plan.kernels]
   assert items[-1].bufs[0] is bufs[0], "a plan's last kernel writes the output"
