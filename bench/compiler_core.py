@@ -94,6 +94,24 @@ time / ours, kernel in brackets):
   |------------------------|-------------------------------|-------------------------------|
   | transpose 2048x1024    | 11.9, 9.5 ms (0.38x, 0.33x)   | 1.78, 2.29 ms (1.57x, 1.86x)  |
   | transpose 256x4096     | 2.7, 4.9 ms (0.80x, 0.31x)    | 1.10, 1.09 ms (1.73x, 2.17x)  |
+
+Row-streamed reductions: a vector-matrix product with a row-major matrix and a column sum add 4 rows per pass into a
+chunk of columns per core (codegen/rowstream.py) instead of walking every row for each 128-column strip (main at 3279fd3
+-> this round, DEV=CPU, a 2-core Zen 4 VM (AVX-512, a different machine from the rounds above); `--only matmul,sum
+--shapes ...`, this script on both sides, before and after alternated twice; ratios: reference time / ours, wall and
+kernel in brackets; the VM swings up to 2x between minutes, compare within a row):
+
+  | workload              | before                                | after                                 |
+  |-----------------------|---------------------------------------|---------------------------------------|
+  | matmul 1x4096x4096    | 0.55, 0.52 (0.61, 0.61)               | 0.80, 0.84 (0.91, 0.93)               |
+  | matmul 2x2048x4096    | 1.40, 1.62 (1.62, 1.59)               | 1.84, 2.02 (2.10, 2.44)               |
+  | matmul 1x2048x2048    | 0.72, 0.73 (1.01, 0.69)               | 0.85, 0.61 (1.11, 0.87)               |
+  | sum(0) 4096x4096      | 0.93, 0.40 (1.10, 0.72) 22, 12 GB/s   | 1.64, 1.41 (1.79, 1.53) 32, 27 GB/s   |
+  | sum(0) 16384x1024     | 1.06, 0.54 (1.14, 0.58)               | 1.33, 1.09 (1.45, 1.30)               |
+  | sum(0) 65536x64       | 1.36, 0.98 (1.64, 1.20)               | 1.21, 1.26 (1.79, 1.55)               |
+
+(A 4 MiB matrix, 1x1024x1024, was no faster streamed, and its split into row partials added a launch: matrices under
+8 MiB keep the strips.)
 """
 from __future__ import annotations
 import argparse, os, re, statistics, subprocess, sys, tempfile, time

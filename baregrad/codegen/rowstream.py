@@ -14,7 +14,8 @@ accumulated in memory (it stays in the L1/L2 cache) while the rows stream past i
 
 Columns split over the cores (C) while each chunk keeps >= MIN_CHUNK columns, else rows (S partial sums). Measured in C
 on a 2-core Zen 4 (4096x4096 float32, a chunk per thread): chunks of 2048 columns 44 GB/s, 1024 39, 512 31, 128 28;
-U = 4 rows per pass 44 GB/s, 1 row 25 (the chunk's load and store per row). ROWSTREAM=0 turns it off."""
+U = 4 rows per pass 44 GB/s, 1 row 25 (the chunk's load and store per row). This kernel there: 1x4096x4096 2.6-2.8 ->
+1.6-1.7 ms, a 4096x4096 column sum 22 -> 32 GB/s (bench/compiler_core.py). ROWSTREAM=0 turns it off."""
 from __future__ import annotations
 import functools
 from baregrad.helpers import prod, getenv
@@ -27,7 +28,8 @@ from baregrad.codegen.gridreduce import SplitPlan, emit, new_temp, _moved
 from baregrad.codegen.pack import _affine
 
 U = 4                  # rows per pass (the chunk is loaded and stored once per pass)
-MIN_BYTES = 2 << 20    # a smaller matrix stays in the L2 cache, where strips cost nothing
+MIN_BYTES = 8 << 20    # under this the strips cost about as much (a 4 MiB matrix is read from the L3 cache), and a
+                       # split into row partials adds a launch
 MAX_ROWS = 4           # outputs per column (x's rows): each pass reads the U rows of W once per output row from cache
 MIN_CHUNK = 1024       # columns per thread's chunk (4 KiB of float32 per row visit) before rows are split instead
 LANES = 16             # the chunk's width must be whole vectors (64 bytes: a cache line)
