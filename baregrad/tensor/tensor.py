@@ -89,6 +89,21 @@ def _tensor_of(u: UOp, device: str) -> Tensor:
   live.track(t)
   return t
 
+# (dtype, shape, type, value) -> the scalar broadcast to the shape: eager code adds the same constants to tensors of the
+# same shapes over and over (x + 1, a learning rate, an epsilon), and three hash-consed nodes cost ~3 us to build. A
+# hit is the node building would give (equal nodes are one object), kept alive here; -0.0 and NaN are not cached (a
+# key equal to 0.0, or to nothing)
+_SCALARS: dict[tuple, UOp] = {}
+
+def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
+  key = (d, shape, type(y), y)
+  if (u := _SCALARS.get(key)) is not None: return u
+  u = broadcast_const(UOp.const(d, y), shape)
+  if y == y and (y != 0 or type(y) is not float or math.copysign(1.0, y) > 0):
+    if len(_SCALARS) >= 4096: _SCALARS.clear()
+    _SCALARS[key] = u
+  return u
+
 def _node(op: Ops, dtype: DType, srcs: tuple, arg: Any, shape: tuple[int, ...]) -> UOp:
   u = UOp(op, dtype, srcs, arg)
   set_shape(u, shape)
@@ -661,7 +676,7 @@ class Tensor:
     if not isinstance(y, Tensor):  # a Python scalar: the broadcast constant _bcast would build, in one step
       c = _object_new(Tensor)
       # (not filed in live: it reads no buffer, so no in-place write ever needs it computed first)
-      c.uop, c.device, c.grad, c.requires_grad = broadcast_const(UOp.const(d, y), x.shape), self.device, None, None
+      c.uop, c.device, c.grad, c.requires_grad = _scalar_node(d, y, x.shape), self.device, None, None
       return (c, x) if reverse else (x, c)
     y = y.cast(d)
     shape = broadcast_shape(x.shape, y.shape)
