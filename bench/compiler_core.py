@@ -7,8 +7,9 @@ line per workload, comparable with the table of issue 10.
   relu(x*y+z) N         fused elementwise; bandwidth (4 arrays) against NumPy's copy bandwidth (np.copyto, 2 arrays)
   transpose             x.T.contiguous() of 2048x1024 and 256x4096 float32 (with ew); reference PyTorch's same call
   conv2d mnist_cnn      the two convolutions of examples/mnist_cnn.py (forward); reference torch conv2d (faster of 1/all threads)
-  math N                exp, log, sin, sigmoid, tanh and GELU of 4M float32 (transcendental functions); reference PyTorch's
-                        same function (faster of 1/all threads), NumPy's (libm, one thread) on the line
+  math N                exp, log, sin, sigmoid, tanh and GELU of 4M float32 (transcendental functions), exp and log of
+                        float64, float32 pow; reference PyTorch's same function (faster of 1/all threads), NumPy's
+                        (libm, one thread) on the line
   gather                an embedding lookup (4096 rows of a 50000x256 table, w[i]), torch.gather along each axis of a
                         256x512x64 tensor and topk(8) of 2048x1024 rows; reference PyTorch's same call (faster of 1/all threads)
   README job            python3 examples/mnist_mlp.py on an empty compile cache: first step and whole job, with the CPU
@@ -112,6 +113,17 @@ kernel in brackets; the VM swings up to 2x between minutes, compare within a row
 
 (A 4 MiB matrix, 1x1024x1024, was no faster streamed, and its split into row partials added a launch: matrices under
 8 MiB keep the strips.)
+
+float64 EXP2 and LOG2 as vector code too (codegen/renderer/cpumath.py; float32 pow computes exp2(y log2|x|) in float64)
+instead of a libm call per lane (main at 3279fd3 -> this round, same Zen 4 VM; `--only math`, this script on both
+sides, alternated twice; ms, wall; PyTorch's time in the same run swung 3.6-13 ms between runs, so the ratio column is
+ours before/after in the same minutes):
+
+  | workload (4M)         | before          | after           | speedup of the wall |
+  |-----------------------|-----------------|-----------------|---------------------|
+  | exp float64           | 7.7, 10.1       | 2.3, 2.6        | 3.4x, 3.9x          |
+  | log float64           | 12.0, 8.1       | 3.9, 3.9        | 3.1x, 2.1x          |
+  | pow float32 (x ** y)  | 19.9, 20.3      | 10.3, 10.0      | 1.9x, 2.0x          |
 """
 from __future__ import annotations
 import argparse, os, re, statistics, subprocess, sys, tempfile, time
@@ -275,6 +287,17 @@ def bench_math(dev: str, rng, reps: int, n: int = 1 << 22) -> None:
       t_ref, refname = best_threads(torch.set_num_threads, lambda: torch.from_numpy(make()[0]), tf, reps, "PyTorch")
     note = f"NumPy {median_time(make, lambda a: npf(a[0]), reps) * 1e3:.1f} ms" if npf is not None else ""
     line(f"{name} {n}", wall, kern, t_ref, refname, note)
+  # float64 exp and log (vector code, cpumath's float64 helpers) and float32 pow (exp2(y log2|x|) computed in float64)
+  for name, ours, tf, npf, dt in (("exp float64", lambda t: t.exp(), "exp", np.exp, np.float64),
+                                  ("log float64", lambda t: t.log(), "log", np.log, np.float64),
+                                  ("pow float32", lambda t: t ** (t * 0.5), None, lambda a: a ** (a * np.float32(0.5)), np.float32)):
+    def make(dt=dt): return (rng.uniform(0.5, 4.5, n).astype(dt),)
+    wall, kern = measure(dev, make, ours, reps)
+    t_ref, refname = None, "PyTorch"
+    if torch is not None:
+      f = getattr(torch, tf) if tf is not None else (lambda a: a ** (a * 0.5))
+      t_ref, refname = best_threads(torch.set_num_threads, lambda dt=dt: torch.from_numpy(make(dt)[0]), f, reps, "PyTorch")
+    line(f"{name} {n}", wall, kern, t_ref, refname, f"NumPy {median_time(make, lambda a: npf(a[0]), reps) * 1e3:.1f} ms")
 
 def bench_gather(dev: str, rng, reps: int) -> None:
   """Gathers: an embedding lookup and torch.gather along each axis (fresh indices and tables every run)."""

@@ -87,8 +87,8 @@ def test_a_lane_gives_the_same_result_in_a_vector_and_alone(fn):
   assert np.array_equal(whole[picks], alone)
 
 def test_helpers_are_used_only_where_asked():
-  """The CPU renderers (LLVM IR and C) call the helpers for float32 only; float64 keeps libm, and the GPU dialects
-  built on them (AMDGPU's LLVM IR, CUDA C, OpenCL C) keep their own functions."""
+  """The CPU renderers (LLVM IR and C) call the helpers for float32, and for float64 exp2 and log2; float64 sin keeps
+  libm, and the GPU dialects built on them (AMDGPU's LLVM IR, CUDA C, OpenCL C) keep their own functions."""
   from baregrad.codegen.renderer.llvmir import LLVMRenderer
   from baregrad.codegen.renderer.amdgpu import AMDGPURenderer
   from baregrad.codegen.renderer.cstyle import CRenderer
@@ -96,11 +96,53 @@ def test_helpers_are_used_only_where_asked():
   from baregrad.codegen.renderer.opencl import OpenCLRenderer
   assert LLVMRenderer.own_math and CRenderer.own_math
   assert not AMDGPURenderer.own_math and not CUDARenderer.own_math and not OpenCLRenderer.own_math
-  for dev, f32_call, f64_call in ((DEV, "@bg_exp2_", "llvm.exp2."), ("CPU:C", "bg_exp2f(", "__builtin_exp2(")):
+  for dev, f32_call, f64_call, libm_exp2, libm_sin in ((DEV, "@bg_exp2_v", "f64(", "llvm.exp2.", "llvm.sin."),
+                                                       ("CPU:C", "bg_exp2f(", "bg_exp2(", "__builtin_exp2(", "__builtin_sin(")):
     x32, x64 = Tensor(np.ones(64, np.float32), device=dev), Tensor(np.ones(64, np.float64), device=dev)
     src32 = compile_ast(x32.exp2().schedule()[-1].ast, dev).spec.src
     src64 = compile_ast(x64.exp2().schedule()[-1].ast, dev).spec.src
-    assert f32_call in src32 and f64_call not in src32, dev
-    assert f32_call not in src64 and f64_call in src64, dev
+    sin64 = compile_ast(x64.sin().schedule()[-1].ast, dev).spec.src
+    assert f32_call in src32 and libm_exp2 not in src32, dev
+    assert f64_call in src64 and libm_exp2 not in src64, dev
+    assert libm_sin in sin64, dev
   name, defs = cpumath.helper("sin", 8)
   assert name == "@bg_sin_v8f32" and any("@sinf" in d for d in defs)
+
+# ---- float64 exp2 and log2 (float32 pow computes in them): against mpmath's exact values, in float64 ulps
+def _ulps64(got: np.ndarray, x: np.ndarray, fn) -> float:
+  import mpmath
+  mpmath.mp.prec = 120
+  worst = 0.0
+  for g, v in zip(got, x):
+    want = float(fn(mpmath.mpf(float(v))))
+    if g == want or (np.isnan(g) and np.isnan(want)): continue
+    if not np.isfinite(want) or want == 0: return float("inf")   # (a finite result where libm overflows, or the converse)
+    worst = max(worst, abs(float(mpmath.mpf(float(g)) - fn(mpmath.mpf(float(v))))) / float(np.spacing(abs(want))))
+  return worst
+
+@devices
+def test_float64_exp2_and_log2_within_1_ulp(dev):
+  pytest.importorskip("mpmath")
+  import mpmath
+  r = np.random.default_rng(11)
+  x = np.concatenate([r.uniform(-1080, 1030, 1500), r.uniform(-2, 2, 1500), [-1074.0, -1075.0, -1022.5, 1023.99, 0.5, -0.5]])
+  assert _ulps64(Tensor(x, device=dev).exp2().numpy(), x, lambda v: mpmath.power(2, v)) <= 1.0
+  y = np.concatenate([np.abs(r.standard_normal(1500)) * np.exp2(r.uniform(-1074, 1023, 1500)), r.uniform(0.5, 2.0, 1500),
+                      [5e-324, 2.2e-308, 1.0 - 2 ** -53, 1.0 + 2 ** -52, 0.7071067811865476, 1.4142135623730951]])
+  assert _ulps64(Tensor(y, device=dev).log2().numpy(), y, lambda v: mpmath.log(v, 2)) <= 1.0
+
+@devices
+def test_float64_special_values_are_libms(dev):
+  with np.errstate(all="ignore"):
+    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1024.0, 2000.0, -1075.0, -1100.0, 3.0])
+    np.testing.assert_array_equal(Tensor(x, device=dev).exp2().numpy(), np.exp2(x))
+    y = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 1.0, 5e-324, 8.0, 2.0 ** 1023])
+    np.testing.assert_array_equal(Tensor(y, device=dev).log2().numpy(), np.log2(y))
+
+def test_float64_lane_alone_equals_lane_in_a_vector():
+  x = rng.uniform(-60, 60, 1027)
+  whole, picks = Tensor(x).exp2().numpy(), [0, 1, 2, 500, 1026]
+  assert np.array_equal(whole[picks], np.concatenate([Tensor(x[i:i + 1]).exp2().numpy() for i in picks]))
+  y = np.abs(x) + 1e-3
+  whole = Tensor(y).log2().numpy()
+  assert np.array_equal(whole[picks], np.concatenate([Tensor(y[i:i + 1]).log2().numpy() for i in picks]))

@@ -91,17 +91,17 @@ def _tensor_of(u: UOp, device: str) -> Tensor:
 
 # (dtype, shape, type, value) -> the scalar broadcast to the shape: eager code adds the same constants to tensors of the
 # same shapes over and over (x + 1, a learning rate, an epsilon), and three hash-consed nodes cost ~3 us to build. A
-# hit is the node building would give (equal nodes are one object), kept alive here; -0.0 and NaN are not cached (a
-# key equal to 0.0, or to nothing)
+# hit is the node building would give (equal nodes are one object), kept alive here. Float zeros and NaN are not
+# looked up (-0.0 would find 0.0's node; NaN finds nothing)
 _SCALARS: dict[tuple, UOp] = {}
 
 def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
+  if type(y) is float and (y == 0 or y != y): return broadcast_const(UOp.const(d, y), shape)   # (-0.0 == 0.0)
   key = (d, shape, type(y), y)
   if (u := _SCALARS.get(key)) is not None: return u
   u = broadcast_const(UOp.const(d, y), shape)
-  if y == y and (y != 0 or type(y) is not float or math.copysign(1.0, y) > 0):
-    if len(_SCALARS) >= 4096: _SCALARS.clear()
-    _SCALARS[key] = u
+  if len(_SCALARS) >= 4096: _SCALARS.clear()
+  _SCALARS[key] = u
   return u
 
 def _node(op: Ops, dtype: DType, srcs: tuple, arg: Any, shape: tuple[int, ...]) -> UOp:

@@ -1,4 +1,4 @@
-"""float32 EXP2, LOG2 and SIN for the CPU's LLVM IR, computed in vector registers.
+"""float32 EXP2, LOG2 and SIN, and float64 EXP2 and LOG2, for the CPU's LLVM IR, computed in vector registers.
 
 LLVM lowers llvm.exp2/log2/sin of a vector to one libm call per lane: about 2 ns an element, 3-4x PyTorch's
 vectorized functions on the same machine (bench/compiler_core.py --only math). These helpers compute the same
@@ -14,6 +14,10 @@ functions as straight-line vector code that LLVM inlines into the kernel:
 - sin: x = q * pi/2 + r, q = roundeven(x * 2/pi), r by three fused multiply-adds with pi/2 split into three float32
   parts (|r| <= pi/4); Taylor polynomials of sin (to r^9) and cos (to r^10) of r, chosen and signed by q mod 4.
   Where a lane has |x| >= 2^16 (r would lose bits) or is not finite, libm's sinf computes every lane of that vector.
+
+float64 EXP2 and LOG2 (float32 pow computes exp2(y log2|x|) in float64) are the same code with double constants: 2^f
+by its Taylor polynomial to f^13 (the next term is below 5e-18 of the value), the atanh series of log2 to s^21, 1/ln 2
+split into two doubles. Against exact values (tests/test_cpumath.py, mpmath): exp2 within 1 ulp, log2 within 1.5.
 
 Each keeps NaN, infinities, signed zeros and subnormals as libm does, and a lane's result does not depend on the
 vector width (a loop's scalar tail agrees with its vector body). Against float64 (tests/test_cpumath.py): exp2 within
@@ -35,11 +39,18 @@ SIN_LIMIT = 65536.0   # |x| from which sin reduces with libm (three float32 part
 
 def _f32(v: float) -> float: return struct.unpack("<f", struct.pack("<f", v))[0]
 
-def _hex(v: float) -> str:
-  """v rounded to float32, written as LLVM IR writes a float constant (the bits of a double)."""
+# float64: 2^f = sum (f ln 2)^k / k!, k = 1..13, with ln 2 to 50 digits (a double has only 53 bits)
+_LN2 = Fraction(Decimal("0.69314718055994530941723212145817656807550013436026"))
+EXP2_COEFFS64 = tuple(float(_LN2 ** k / math.factorial(k)) for k in range(1, 14))
+LOG_SERIES64 = tuple(2.0 / (2 * j + 3) for j in range(10))   # 2/3 ... 2/21
+_LH64 = float(1 / _LN2)
+_LL64 = float(1 / _LN2 - Fraction(_LH64))
+
+def _hex(v: float, f64: bool = False) -> str:
+  """v rounded to float32 (or kept a double), written as LLVM IR writes a float constant (the bits of a double)."""
   if math.isnan(v): return "0x7FF8000000000000"
   if math.isinf(v): return "0x7FF0000000000000" if v > 0 else "0xFFF0000000000000"
-  return f"0x{struct.unpack('<Q', struct.pack('<d', _f32(v)))[0]:016X}"
+  return f"0x{struct.unpack('<Q', struct.pack('<d', v if f64 else _f32(v)))[0]:016X}"
 
 # 1 / ln 2 = LH + LL, each a float32
 _LH = _f32(1 / math.log(2))
@@ -51,15 +62,17 @@ _P2 = _f32(float(_PI / 2 - Fraction(_P1)))
 _P3 = _f32(float(_PI / 2 - Fraction(_P1) - Fraction(_P2)))
 
 class _IR:
-  """The instructions of one helper over n lanes (n == 1: scalars), each a new value %vK."""
-  def __init__(self, n: int) -> None:
-    self.n, self.lines, self.k, self.decls = n, [], 0, set()
-    self.T = f"<{n} x float>" if n > 1 else "float"
-    self.I = f"<{n} x i32>" if n > 1 else "i32"
+  """The instructions of one helper over n lanes (n == 1: scalars) of float32 (or float64), each a new value %vK."""
+  def __init__(self, n: int, f64: bool = False) -> None:
+    self.n, self.f64, self.lines, self.k, self.decls = n, f64, [], 0, set()
+    ft, it = ("double", "i64") if f64 else ("float", "i32")
+    self.ft, self.it = ft, it
+    self.T = f"<{n} x {ft}>" if n > 1 else ft
+    self.I = f"<{n} x {it}>" if n > 1 else it
     self.B = f"<{n} x i1>" if n > 1 else "i1"
-    self.sfx = f"v{n}f32" if n > 1 else "f32"
-  def f(self, v: float) -> str: return f"splat (float {_hex(v)})" if self.n > 1 else _hex(v)
-  def i(self, v: int) -> str: return f"splat (i32 {v})" if self.n > 1 else str(v)
+    self.sfx = (f"v{n}" if n > 1 else "") + ("f64" if f64 else "f32")
+  def f(self, v: float) -> str: return f"splat ({self.ft} {_hex(v, self.f64)})" if self.n > 1 else _hex(v, self.f64)
+  def i(self, v: int) -> str: return f"splat ({self.it} {v})" if self.n > 1 else str(v)
   def __call__(self, expr: str) -> str:
     self.k += 1
     self.lines.append(f"  %v{self.k} = {expr}")
@@ -77,42 +90,48 @@ class _IR:
     return self(f"select {self.B} {cond}, {t or self.T} {a}, {t or self.T} {b}")
   def fcmp(self, pred: str, a: str, b: str) -> str: return self(f"fcmp {pred} {self.T} {a}, {b}")
 
+# per width: exp2's clamp (past it the result is 0 or inf either way), exponent bias, mantissa bits, smallest normal
+_W = {False: (-151.0, 129.0, 127, 23, 2.0 ** -126), True: (-1076.0, 1025.0, 1023, 52, 2.0 ** -1022)}
+
 def _exp2(ir: _IR) -> str:
   T, I = ir.T, ir.I
-  c = ir.call("minnum", ir.call("maxnum", "%x", ir.f(-151.0)), ir.f(129.0))   # (a NaN lane is put back at the end)
+  lo, hi, bias, mbits, _ = _W[ir.f64]
+  c = ir.call("minnum", ir.call("maxnum", "%x", ir.f(lo)), ir.f(hi))   # (a NaN lane is put back at the end)
   n = ir.call("roundeven", c)
-  p = ir.horner(ir(f"fsub {T} {c}, {n}"), (1.0, *EXP2_COEFFS))
+  p = ir.horner(ir(f"fsub {T} {c}, {n}"), (1.0, *(EXP2_COEFFS64 if ir.f64 else EXP2_COEFFS)))
   ni = ir(f"fptosi {T} {n} to {I}")
   n1 = ir(f"ashr {I} {ni}, {ir.i(1)}")
   n2 = ir(f"sub {I} {ni}, {n1}")
   def pow2(e: str) -> str:   # 2^e for a normal exponent e: its bits
-    biased = ir(f"add {I} {e}, {ir.i(127)}")
-    return ir(f"bitcast {I} {ir(f'shl {I} {biased}, {ir.i(23)}')} to {T}")
+    biased = ir(f"add {I} {e}, {ir.i(bias)}")
+    return ir(f"bitcast {I} {ir(f'shl {I} {biased}, {ir.i(mbits)}')} to {T}")
   r = ir(f"fmul {T} {ir(f'fmul {T} {p}, {pow2(n1)}')}, {pow2(n2)}")
   return ir.select(ir.fcmp("uno", "%x", "%x"), "%x", r)
 
 def _log2(ir: _IR) -> str:
   T, I = ir.T, ir.I
-  sub = ir.fcmp("olt", "%x", ir.f(2.0 ** -126))   # subnormal (zero and negative lanes are set at the end)
-  y = ir.select(sub, ir(f"fmul {T} %x, {ir.f(2.0 ** 23)}"), "%x")
+  _, _, bias, mbits, tiny = _W[ir.f64]
+  sub = ir.fcmp("olt", "%x", ir.f(tiny))   # subnormal (zero and negative lanes are set at the end)
+  y = ir.select(sub, ir(f"fmul {T} %x, {ir.f(2.0 ** mbits)}"), "%x")
   b = ir(f"bitcast {T} {y} to {I}")
-  mant = ir(f"and {I} {b}, {ir.i(0x7FFFFF)}")
-  m = ir(f"bitcast {I} {ir(f'or {I} {mant}, {ir.i(0x3F800000)}')} to {T}")   # in [1, 2)
+  mant = ir(f"and {I} {b}, {ir.i((1 << mbits) - 1)}")
+  m = ir(f"bitcast {I} {ir(f'or {I} {mant}, {ir.i(bias << mbits)}')} to {T}")   # in [1, 2)
   big = ir.fcmp("ogt", m, ir.f(math.sqrt(2.0)))
   m = ir.select(big, ir(f"fmul {T} {m}, {ir.f(0.5)}"), m)
-  e = ir(f"sub {I} {ir(f'lshr {I} {b}, {ir.i(23)}')}, {ir.select(big, ir.i(126), ir.i(127), I)}")
-  e = ir(f"sub {I} {e}, {ir.select(sub, ir.i(23), ir.i(0), I)}")
+  e = ir(f"sub {I} {ir(f'lshr {I} {b}, {ir.i(mbits)}')}, {ir.select(big, ir.i(bias - 1), ir.i(bias), I)}")
+  e = ir(f"sub {I} {e}, {ir.select(sub, ir.i(mbits), ir.i(0), I)}")
   # ln(1 + f) = 2 atanh(s) = f - s * (f - R), R = s^2 (2/3 + 2/5 s^2 + 2/7 s^4 + 2/9 s^6): f is exact and the
   # correction s * (f - R) is below f^2 / 2, so its rounding costs a fraction of an ulp
   f = ir(f"fsub {T} {m}, {ir.f(1.0)}")
   s = ir(f"fdiv {T} {f}, {ir(f'fadd {T} {f}, {ir.f(2.0)}')}")
   s2 = ir(f"fmul {T} {s}, {s}")
-  rr = ir(f"fmul {T} {s2}, {ir.horner(s2, LOG_SERIES)}")
+  rr = ir(f"fmul {T} {s2}, {ir.horner(s2, LOG_SERIES64 if ir.f64 else LOG_SERIES)}")
   c = ir(f"fmul {T} {s}, {ir(f'fsub {T} {f}, {rr}')}")
   # log2(1 + f) = (f - c) / ln 2 with 1/ln 2 = LH + LL: f * LH kept to double width by an fma
-  hi = ir(f"fmul {T} {f}, {ir.f(_LH)}")
-  lo = ir.call("fma", f, ir.f(_LH), ir(f"fneg {T} {hi}"))
-  tail = ir.call("fma", ir(f"fneg {T} {c}"), ir.f(_LH), ir.call("fma", f, ir.f(_LL), lo))
+  lh, ll = (_LH64, _LL64) if ir.f64 else (_LH, _LL)
+  hi = ir(f"fmul {T} {f}, {ir.f(lh)}")
+  lo = ir.call("fma", f, ir.f(lh), ir(f"fneg {T} {hi}"))
+  tail = ir.call("fma", ir(f"fneg {T} {c}"), ir.f(lh), ir.call("fma", f, ir.f(ll), lo))
   r = ir(f"fadd {T} {ir(f'sitofp {I} {e} to {T}')}, {ir(f'fadd {T} {hi}, {tail}')}")
   r = ir.select(ir.fcmp("oeq", "%x", ir.f(0.0)), ir.f(-math.inf), r)
   r = ir.select(ir.fcmp("olt", "%x", ir.f(0.0)), ir.f(math.nan), r)
@@ -135,10 +154,11 @@ def _sin(ir: _IR) -> str:
 _BODIES = {"exp2": _exp2, "log2": _log2, "sin": _sin}
 
 @functools.cache
-def helper(fn: str, n: int) -> tuple[str, tuple[str, ...]]:
-  """(the name of the internal function computing fn ("exp2", "log2" or "sin") of float32 x n lanes, the module-level
-  lines it needs: its definition and declarations)."""
-  ir = _IR(n)
+def helper(fn: str, n: int, f64: bool = False) -> tuple[str, tuple[str, ...]]:
+  """(the name of the internal function computing fn ("exp2", "log2" or "sin"; float64: "exp2" and "log2") of n
+  lanes of float32 (or float64), the module-level lines it needs: its definition and declarations)."""
+  if f64 and fn == "sin": raise ValueError("float64 sin is libm's: no helper")
+  ir = _IR(n, f64)
   name = f"@bg_{fn}_{ir.sfx}"
   out = _BODIES[fn](ir)
   if fn != "sin":
@@ -169,13 +189,57 @@ def _c(v: float) -> str:
   if math.isnan(v): return "(0.0f / 0.0f)"
   return f"{_f32(v).hex()}f"
 
-def _c_horner(x: str, coeffs: tuple[float, ...]) -> str:
-  acc = _c(coeffs[-1])
-  for c in reversed(coeffs[:-1]): acc = f"__builtin_fmaf({x}, {acc}, {_c(c)})"
+def _c64(v: float) -> str:
+  """v as an exact C hexadecimal double literal."""
+  if math.isinf(v): return "(1.0 / 0.0)" if v > 0 else "(-1.0 / 0.0)"
+  if math.isnan(v): return "(0.0 / 0.0)"
+  return v.hex()
+
+def _c_horner(x: str, coeffs: tuple[float, ...], f64: bool = False) -> str:
+  lit, fma = (_c64, "__builtin_fma") if f64 else (_c, "__builtin_fmaf")
+  acc = lit(coeffs[-1])
+  for c in reversed(coeffs[:-1]): acc = f"{fma}({x}, {acc}, {lit(c)})"
   return acc
 
 _C_BITS = ("static inline float bg_f_of(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }\n"
            "static inline unsigned int bg_bits_of(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }\n")
+_C_BITS64 = ("static inline double bg_d_of(unsigned long long u) { double f; __builtin_memcpy(&f, &u, 8); return f; }\n"
+             "static inline unsigned long long bg_bits64_of(double f) { unsigned long long u; __builtin_memcpy(&u, &f, 8); return u; }\n")
+
+def _c_source64(fn: str) -> str:
+  """float64 exp2 and log2 in C, operation for operation as _exp2/_log2 with f64."""
+  lo, hi, bias, mbits, tiny = _W[True]
+  if fn == "exp2":
+    return f"""static inline double bg_exp2(double x) {{
+  double c = __builtin_fmin(__builtin_fmax(x, {_c64(lo)}), {_c64(hi)});
+  double n = __builtin_rint(c);
+  double p = {_c_horner("(c - n)", (1.0, *EXP2_COEFFS64), True)};
+  long long ni = (long long)n, n1 = ni >> 1, n2 = ni - n1;
+  double r = (p * bg_d_of((unsigned long long)(n1 + {bias}) << {mbits})) * bg_d_of((unsigned long long)(n2 + {bias}) << {mbits});
+  return x != x ? x : r;
+}}
+"""
+  assert fn == "log2", fn
+  return f"""static inline double bg_log2(double x) {{
+  int sub = x < {_c64(tiny)};
+  double y = sub ? x * {_c64(2.0 ** mbits)} : x;
+  unsigned long long b = bg_bits64_of(y);
+  double m = bg_d_of((b & {(1 << mbits) - 1}ull) | {bias << mbits}ull);
+  int big = m > {_c64(math.sqrt(2.0))};
+  m = big ? m * 0.5 : m;
+  long long e = (long long)(b >> {mbits}) - (big ? {bias - 1} : {bias}) - (sub ? {mbits} : 0);
+  double f = m - 1.0, s = f / (f + 2.0), s2 = s * s;
+  double rr = s2 * {_c_horner("s2", LOG_SERIES64, True)};
+  double c = s * (f - rr);
+  double hi = f * {_c64(_LH64)}, lo = __builtin_fma(f, {_c64(_LH64)}, -hi);
+  double tail = __builtin_fma(-c, {_c64(_LH64)}, __builtin_fma(f, {_c64(_LL64)}, lo));
+  double r = (double)e + (hi + tail);
+  r = x == 0.0 ? {_c64(-math.inf)} : r;
+  r = x < 0.0 ? {_c64(math.nan)} : r;
+  r = x == {_c64(math.inf)} ? {_c64(math.inf)} : r;
+  return x != x ? x : r;
+}}
+"""
 
 def _c_source(fn: str) -> str:
   if fn == "exp2":
@@ -225,5 +289,9 @@ def _c_source(fn: str) -> str:
 """
 
 def c_source(fns: list[str]) -> str:
-  """C definitions of bg_exp2f, bg_log2f and bg_sinf (those named in fns: "exp2", "log2", "sin")."""
-  return (_C_BITS if {"exp2", "log2"} & set(fns) else "") + "".join(_c_source(fn) for fn in fns)
+  """C definitions of bg_exp2f, bg_log2f, bg_sinf, bg_exp2 and bg_log2 (those named in fns: "exp2", "log2", "sin",
+  and "exp2_64", "log2_64" for the float64 ones)."""
+  f32 = [fn for fn in fns if not fn.endswith("_64")]
+  f64 = [fn[:-3] for fn in fns if fn.endswith("_64")]
+  return ((_C_BITS if {"exp2", "log2"} & set(f32) else "") + "".join(_c_source(fn) for fn in f32) +
+          (_C_BITS64 if f64 else "") + "".join(_c_source64(fn) for fn in f64))

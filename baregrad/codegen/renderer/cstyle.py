@@ -205,6 +205,9 @@ class CRenderer(Renderer):
       if self.own_math and op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and d.scalar == dtypes.float32:
         self._need_math.add(op.name.lower())
         return f"bg_{op.name.lower()}f({s[0]})"
+      if self.own_math and op in (Ops.EXP2, Ops.LOG2) and d.scalar == dtypes.float64:
+        self._need_math.add(op.name.lower() + "_64")
+        return f"bg_{op.name.lower()}({s[0]})"
       return self._math(op.name.lower(), d, s[0])
     raise RenderError(f"{self.name} renderer: cannot render {op} for {d}")
 

@@ -89,8 +89,8 @@ class LLVMRenderer(Renderer):
       cnt[0] += 1
       return f"%t{cnt[0]}"
     def intr(nm: str, d: DType, nargs: int) -> str:
-      if nm.startswith("bg."):   # one of cpumath's helpers (float32 exp2, log2, sin): its definition goes in the module
-        name, defs = cpumath.helper(nm[3:], d.count)
+      if nm.startswith("bg."):   # one of cpumath's helpers (exp2, log2, float32 sin): its definition goes in the module
+        name, defs = cpumath.helper(nm[3:], d.count, d.scalar == dtypes.float64)
         decls.update(defs)
         return name
       t = ltype(d)
@@ -408,7 +408,7 @@ class LLVMRenderer(Renderer):
       return f"add {t} {m}, {s[2]}"
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
       if not isf: raise RenderError(f"{op.name} needs a float dtype, got {d}")
-      if self.own_math and op is not Ops.SQRT and op is not Ops.TRUNC and d.scalar == dtypes.float32:
+      if self.own_math and (op is Ops.EXP2 or op is Ops.LOG2 or op is Ops.SIN) and (d.scalar == dtypes.float32 or (d.scalar == dtypes.float64 and op is not Ops.SIN)):
         return f"call {t} {intr('bg.' + op.name.lower(), d, 1)}({t} {s[0]})"
       return f"call {t} {intr(op.name.lower(), d, 1)}({t} {s[0]})"
     raise RenderError(f"LLVM renderer: cannot render {op} for {d}")
