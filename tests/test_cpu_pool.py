@@ -143,3 +143,31 @@ def test_caller_sleeps_while_a_worker_finishes_the_last_chunk():
     assert wall >= 0.055, f"returned after {wall * 1e3:.1f} ms, before the worker's chunk ended"
     assert cpu < 0.03, f"the caller used {cpu * 1e3:.1f} ms of CPU over a {wall * 1e3:.1f} ms wait: it spun instead of sleeping"
   finally: pool.stop()
+
+def _sleepers(p) -> int:
+  from baregrad.drivers.cpu_pool import SLEEPERS
+  return ctypes.c_int32.from_address(p.ctx + SLEEPERS).value
+
+def _until_asleep(p, n: int, limit: float) -> float:
+  st = time.perf_counter()
+  while _sleepers(p) < n:
+    if time.perf_counter() - st > limit: break
+    time.sleep(0.0005)
+  return time.perf_counter() - st
+
+def test_workers_spin_for_a_time_then_sleep(mark, monkeypatch):
+  """A worker spins about CPU_SPIN_US after its last launch (the pauses it takes are measured per machine: a pause is
+  ~1 ns on some cores, ~40 on others), then sleeps on the futex; CPU_SPIN_US=0 sleeps at once."""
+  from baregrad.drivers.cpu_pool import NativePool
+  for us, lo, hi in ((200_000, 0.1, 2.0), (0, 0.0, 0.05)):
+    monkeypatch.setenv("CPU_SPIN_US", str(us))
+    p = native_pool(2)
+    if p is None: pytest.skip(f"no native pool here: {pool_unavailable()}")
+    try:
+      _launch(p, mark, 64, 4)
+      took = _until_asleep(p, 1, 5.0)
+      assert _sleepers(p) == 1 and lo <= took <= hi, (us, took)
+      np.testing.assert_array_equal(_launch(p, mark, 64, 4), _expected(64, 4))   # (and it wakes for the next)
+    finally: p.stop()
+  a, b = NativePool.spin_pauses(p.image, 2000), NativePool.spin_pauses(p.image, 8000)
+  assert NativePool.spin_pauses(p.image, 0) == 1 and 2 <= b / a <= 8, (a, b)

@@ -4,7 +4,8 @@ The Python pool (drivers/cpu.py ThreadPool) hands a launch to its threads throug
 wakes a Python thread, which then needs the GIL before and after its chunk. On a 2-core machine that is 100-200 µs per
 parallel launch (a 128x256x10 matmul ran in 24 µs on one thread and 190 µs split over two). Here the workers are
 native threads (pthread_create) running LLVM IR compiled once per process, like the chain trampoline
-(drivers/cpu_chain.py): they spin briefly on a generation word, then sleep on it with futex(2); a launch publishes the
+(drivers/cpu_chain.py): they spin on a generation word for SPIN_US after their last launch (yielding the core now and
+then), then sleep on it with futex(2); a launch publishes the
 kernel in a shared context, wakes sleepers, runs chunks itself and spins until every chunk is done, all inside one
 ctypes call (the GIL released).
 
@@ -19,13 +20,14 @@ holding an older launch's fields claims nothing of a newer one, and no chunk run
 its chunks are done, so its fields stay put while any claimed chunk runs. Sleeping and
 waking use the Dekker pattern on (`sleepers`, generation), both sides sequentially consistent, so no wake-up is lost."""
 from __future__ import annotations
-import ctypes, os, threading
+import ctypes, os, threading, time
 from typing import Any
 
-RUN_SYMBOL, WORKER_SYMBOL = "baregrad_pool_run", "baregrad_pool_worker"
+RUN_SYMBOL, WORKER_SYMBOL, PAUSES_SYMBOL = "baregrad_pool_run", "baregrad_pool_worker", "baregrad_pool_pauses"
 # context layout (bytes): hot fields on their own cache lines
 GEN, FN, ARGS, TOTAL, N, NEXT, LEFT, SLEEPERS, STOP, SYSCALL, FUTEX_NR, SPIN = 0, 64, 72, 80, 88, 128, 192, 256, 260, 264, 272, 280
 WAITER, TIMEOUT = 288, 296   # the caller sleeps on LEFT's low word (i32 flag); its wait's timespec (sec, nsec)
+YIELD_NR = 312               # sched_yield's syscall number (a spinning worker yields now and then)
 CTX_BYTES = 320   # (within the one page the context gets)
 # a caller whose chunks are done spins this many pauses for the others' (~20-100 µs), then sleeps until the last one
 # ends: on a machine with more runnable threads than cores (the host thread building the next graph while kernels
@@ -35,6 +37,14 @@ FINISH_TIMEOUT_NS = 1_000_000   # a sleeping caller looks again after this long,
 # futex(2) operations (include/uapi/linux/futex.h): FUTEX_WAIT | FUTEX_PRIVATE_FLAG, FUTEX_WAKE | FUTEX_PRIVATE_FLAG
 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
 SYS_FUTEX = {"x86_64": 202, "aarch64": 98}   # arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h
+SYS_SCHED_YIELD = {"x86_64": 24, "aarch64": 124}   # (same tables)
+# a worker whose launch is done spins this long for the next one before it sleeps (CPU_SPIN_US overrides; 0: sleep at
+# once). Waking a sleeping worker costs a futex wake and the scheduler's latency: ~10-50 us on bare metal, 100-500 us
+# in a VM whose idle vCPU the host has parked (a 70 us conv ran 0.6 ms after each idle gap of a few ms). BLAS and OpenMP
+# runtimes spin likewise (OpenBLAS ~0.1 s, Intel's OpenMP 200 ms). The spin yields the core every YIELD_EVERY pauses,
+# so on a machine with more runnable threads than cores it gives way instead of taking a time slice from them.
+SPIN_US = 10_000
+YIELD_EVERY = 1024
 
 def pool_ir(arch: str) -> str:
   """The pool's LLVM IR for a host architecture ("x86_64" or "aarch64": the spin-wait hint differs)."""
@@ -94,6 +104,30 @@ out:
 define private void @futex(ptr %c, i32 %op, i32 %val) {{
 entry:
   call void @futex_at(ptr %c, ptr %c, i32 %op, i32 %val, ptr null)
+  ret void
+}}
+
+define private void @sched_yield(ptr %c) {{
+entry:
+  %sysp = getelementptr inbounds i8, ptr %c, i64 {SYSCALL}
+  %nrp = getelementptr inbounds i8, ptr %c, i64 {YIELD_NR}
+  %sys = load ptr, ptr %sysp, align 8
+  %nr = load i64, ptr %nrp, align 8
+  %r = call i64 (i64, ...) %sys(i64 %nr)
+  ret void
+}}
+
+; n pauses: how many a microsecond holds is measured once per pool (a pause is ~1 ns on some cores, ~40 on others)
+define void @{PAUSES_SYMBOL}(i64 %n) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+  {pause}
+  %i1 = add i64 %i, 1
+  %more = icmp slt i64 %i1, %n
+  br i1 %more, label %loop, label %done
+done:
   ret void
 }}
 
@@ -172,7 +206,7 @@ wait:
   %seen = phi i32 [ %g.start, %entry ], [ %seen, %sleep.done ], [ %g1, %worked ], [ %seen, %retry ]
   br label %spinloop
 spinloop:
-  %k = phi i64 [ 0, %wait ], [ %k1, %spin.next ]
+  %k = phi i64 [ 0, %wait ], [ %k1, %spin.more ]
   %st = load atomic i32, ptr %stopp seq_cst, align 4
   %stop = icmp ne i32 %st, 0
   br i1 %stop, label %exit, label %spin.check
@@ -186,6 +220,13 @@ spin.check:
 spin.next:
   {pause}
   %k1 = add i64 %k, 1
+  %kk = and i64 %k1, {YIELD_EVERY - 1}
+  %yieldnow = icmp eq i64 %kk, 0
+  br i1 %yieldnow, label %spin.yield, label %spin.more
+spin.yield:
+  call void @sched_yield(ptr %c)
+  br label %spin.more
+spin.more:
   %more = icmp slt i64 %k1, %spin
   br i1 %more, label %spinloop, label %sleep
 sleep:
@@ -226,7 +267,6 @@ _RUN_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void
 
 class NativePool:
   """`threads - 1` native workers plus the calling thread. run() is one ctypes call per launch."""
-  SPIN = 20_000   # pause instructions a worker spins before it sleeps (~0.1-1 ms: back-to-back launches find it awake)
 
   def __init__(self, threads: int, image: Any, arch: str) -> None:
     self.image, self.threads, self.pid = image, max(1, threads), os.getpid()
@@ -237,7 +277,9 @@ class NativePool:
     self._libc = libc = ctypes.CDLL(None, use_errno=True)
     ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
-    ctypes.c_int64.from_address(self.ctx + SPIN).value = self.SPIN
+    ctypes.c_int64.from_address(self.ctx + YIELD_NR).value = SYS_SCHED_YIELD[arch]
+    self.spin = self.spin_pauses(image, int(float(os.environ.get("CPU_SPIN_US", SPIN_US))))
+    ctypes.c_int64.from_address(self.ctx + SPIN).value = self.spin
     ctypes.c_int64.from_address(self.ctx + TIMEOUT + 8).value = FINISH_TIMEOUT_NS   # (tv_sec stays 0)
     self.run_addr = image.symbol(RUN_SYMBOL)   # what native callers (the chain trampoline) call
     self._run = _RUN_FN(self.run_addr)
@@ -253,6 +295,14 @@ class NativePool:
         raise OSError(err, f"pthread_create for a CPU pool worker failed: {os.strerror(err)}")
       detach(tid.value)   # nobody joins them: a worker's resources go back when it exits (stop)
 
+  @staticmethod
+  def spin_pauses(image: Any, us: int) -> int:
+    """The pauses a worker spins for `us` microseconds on this core (timed once: the fastest of three runs)."""
+    if us <= 0: return 1
+    pauses, n = ctypes.CFUNCTYPE(None, ctypes.c_int64)(image.symbol(PAUSES_SYMBOL)), 4096
+    best = min(_timed(pauses, n) for _ in range(3))
+    return max(1, min(int(us * n / max(best * 1e6, 1e-3)), 1 << 40))
+
   def run(self, fn_addr: int, args: int, total: int, nchunks: int) -> None:
     """Run fn(args, s, e) over [0, total) in `nchunks` chunks on the pool; returns when all are done."""
     self._run(self.ctx, fn_addr, args, total, nchunks)
@@ -267,6 +317,11 @@ class NativePool:
   @staticmethod
   def arch() -> str:
     return os.uname().machine
+
+def _timed(f: Any, n: int) -> float:
+  st = time.perf_counter()
+  f(n)
+  return time.perf_counter() - st
 
 _lock = threading.Lock()
 _image: list[Any] = []   # [image] once built, [None, reason] where it cannot be
