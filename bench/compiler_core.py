@@ -124,6 +124,21 @@ ours before/after in the same minutes):
   | exp float64           | 7.7, 10.1       | 2.3, 2.6        | 3.4x, 3.9x          |
   | log float64           | 12.0, 8.1       | 3.9, 3.9        | 3.1x, 2.1x          |
   | pow float32 (x ** y)  | 19.9, 20.3      | 10.3, 10.0      | 1.9x, 2.0x          |
+
+Pool workers spin ~10 ms after a launch (drivers/cpu_pool.py SPIN_US) instead of 20000 pauses (~0.5 ms here): each
+timed run here follows an idle gap (new inputs made and copied), after which a sleeping worker woke 0.1-0.5 ms late in
+this VM (main at f6cfac9 with the old spin -> the new one, same VM, `--only matmul,conv --shapes 128x128x128,257x257x257,
+16x128x128x128 --reps 7`, alternated; ratios: reference time / ours, wall, kernel in brackets):
+
+  | workload              | before                               | after                                |
+  |-----------------------|--------------------------------------|--------------------------------------|
+  | matmul 128x128x128    | 0.20, 0.26 (0.64, 0.63)              | 0.23, 0.35 (1.05, 1.04)              |
+  | matmul 257x257x257    | 0.16, 0.38 (0.70, 0.24)              | 0.61, 1.06 (0.91, 1.36)              |
+  | bmm 16x128x128x128    | 0.80, 0.43 (1.13, 0.92)              | 1.35, 0.87 (1.56, 1.42)              |
+  | conv2d mnist conv1    | 0.22, 2.03 (0.35, 9.79)              | 1.73, 0.92 (7.17, 5.27)              |
+  | conv2d mnist conv2    | 0.20, 0.26 (0.25, 0.31)              | 0.96, 0.71 (2.13, 1.92)              |
+
+(128^3 stays short of 0.5x: its ~30 us kernel is NumPy's time, the ~90 us of Python around one eager matmul is not.)
 """
 from __future__ import annotations
 import argparse, os, re, statistics, subprocess, sys, tempfile, time
