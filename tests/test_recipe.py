@@ -186,3 +186,18 @@ def test_function_recipe_keys_and_fallbacks():
   assert idx.tolist() == [[[[5, 7], [13, 15]]]]
   with pytest.raises(RuntimeError, match="normalized_shape"): F.layer_norm(x, (3,))   # errors still raised
   with pytest.raises(TypeError): recipe.param_key(x)                             # a tensor is never a key
+
+def test_random_draws_are_built_from_recipes_and_keep_their_streams():
+  # a draw's ~30 tensor ops (the counter, Threefry, the finishing) and the state's step come from recipes after the
+  # first draw of a kind; the numbers are the stream's next ones either way (a replayed graph reads the current state)
+  from baregrad.tensor import recipe
+  Tensor.manual_seed(3)
+  first = [Tensor.rand(7).numpy(), Tensor.randn(2, 3).numpy(), Tensor.uniform(5, low=-2.0, high=3.0).numpy()]
+  names = {k[0] for k in recipe._recipes}
+  assert {"random", "rng_step"} <= names
+  Tensor.manual_seed(3)
+  again = [Tensor.rand(7).numpy(), Tensor.randn(2, 3).numpy(), Tensor.uniform(5, low=-2.0, high=3.0).numpy()]
+  for a, b in zip(first, again): np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(Tensor.rand(7).numpy(), first[0])   # the state moved on
+  u = Tensor.uniform(5, low=-2.0, high=3.0).numpy()
+  assert u.min() >= -2.0 and u.max() < 3.0

@@ -12,7 +12,7 @@ from baregrad.engine import lazy, checks
 from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled
 from baregrad.tensor.gradfn import with_grad
-from baregrad.tensor.recipe import method_recipe
+from baregrad.tensor.recipe import method_recipe, param_key
 
 ShapeLike = int | Sequence[int]
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
@@ -475,16 +475,21 @@ class Tensor:
       _rng_states[dev] = e = (Device[dev], Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
     return e[1]
   @staticmethod
-  def _random(n: int, device: str | None, finish: Any) -> Tensor:
-    """finish(n random uint32 bits) realized, with the RNG state advanced in the same schedule."""
+  def _random(n: int, device: str | None, finish: Any, key: tuple, extra: tuple = ()) -> Tensor:
+    """finish(n random uint32 bits, *extra) realized, with the RNG state advanced in the same schedule. `key` names
+    what finish computes (with n, the recipes' key: both graphs are built from recipes after the first draw of a kind,
+    ~30 tensor ops that cost more than the kernel)."""
     from baregrad.tensor.inplace import write
+    from baregrad.tensor.recipe import recorded
     st = Tensor._rng_state(device)
-    ctr = st._shrink(((1, 2),)).reshape(()) + 1
-    bits = _threefry(Tensor.arange(n, device=device, dtype=dtypes.uint32), Tensor.full((n,), 0, dtype=dtypes.uint32, device=device),
-                     st._shrink(((0, 1),)).reshape(()), ctr * 0x9E3779B9)
-    out = finish(bits)
-    del bits, ctr  # not readers of the state to keep: only `out` is
-    write([(st, st + Tensor.full((1,), 1, dtype=dtypes.uint32, device=st.device)._pad(((1, 0),)))], also=[out])
+    def draw(s: Tensor, *ex: Tensor) -> Tensor:
+      ctr = s._shrink(((1, 2),)).reshape(()) + 1
+      bits = _threefry(Tensor.arange(n, device=s.device, dtype=dtypes.uint32), Tensor.full((n,), 0, dtype=dtypes.uint32, device=s.device),
+                       s._shrink(((0, 1),)).reshape(()), ctr * 0x9E3779B9)
+      return finish(bits, *ex)   # (bits and ctr go with this frame: not readers of the state to keep, only the result is)
+    out = recorded("random", draw, [st, *extra], (n, key))
+    step = recorded("rng_step", lambda s: s + Tensor.full((1,), 1, dtype=dtypes.uint32, device=s.device)._pad(((1, 0),)), [st], ())
+    write([(st, step)], also=[out])
     return out
   @staticmethod
   def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
@@ -492,7 +497,8 @@ class Tensor:
     shape = _new_shape(_shape_arg(shape))
     n = prod(shape)
     if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
-    return Tensor._random(n, device, lambda bits: _unit(bits, shape).cast(dtype or dtypes.default_float).contiguous())._leaf(requires_grad)
+    return Tensor._random(n, device, lambda bits: _unit(bits, shape).cast(dtype or dtypes.default_float).contiguous(),
+                          ("rand", shape, dtype))._leaf(requires_grad)
   @staticmethod
   def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Uniform [low, high) tensor of the given shape, generated on the device."""
@@ -501,7 +507,7 @@ class Tensor:
     # the scaling is computed in the draw's kernel (the values are those of (high - low) * rand() + low)
     def finish(bits: Tensor) -> Tensor:
       return ((high - low) * _unit(bits, shape).cast(dtypes.default_float) + low).cast(dtype or dtypes.default_float).contiguous()
-    return Tensor._random(prod(shape), device, finish)._leaf(requires_grad)
+    return Tensor._random(prod(shape), device, finish, ("uniform", shape, param_key(low), param_key(high), dtype))._leaf(requires_grad)
   @staticmethod
   def randn(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Standard normal tensor of the given shape (Box-Muller on the device)."""
@@ -509,10 +515,10 @@ class Tensor:
     if prod(shape) == 0: return Tensor.zeros(*shape, dtype=dtype or dtypes.default_float, device=device)._leaf(requires_grad)
     # Box-Muller over two uniform streams; the second draw's kernel computes the normals
     u1 = Tensor.rand(*shape, device=device)
-    def finish(bits: Tensor) -> Tensor:
+    def finish(bits: Tensor, u1: Tensor) -> Tensor:
       u2 = _unit(bits, shape).cast(dtypes.default_float)
       return ((-2.0 * (1.0 - u1).log()).sqrt() * (2 * math.pi * u2).cos()).cast(dtype or dtypes.default_float).contiguous()
-    return Tensor._random(prod(shape), device, finish)._leaf(requires_grad)
+    return Tensor._random(prod(shape), device, finish, ("randn", shape, dtype), (u1,))._leaf(requires_grad)
   @staticmethod
   def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """Normal(mean, std^2) tensor of the given shape, generated on the device."""
