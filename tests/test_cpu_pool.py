@@ -171,3 +171,8 @@ def test_workers_spin_for_a_time_then_sleep(mark, monkeypatch):
     finally: p.stop()
   a, b = NativePool.spin_pauses(p.image, 2000), NativePool.spin_pauses(p.image, 8000)
   assert NativePool.spin_pauses(p.image, 0) == 1 and 2 <= b / a <= 8, (a, b)
+
+def test_a_bad_spin_setting_is_named(monkeypatch):
+  monkeypatch.setenv("CPU_SPIN_US", "abc")
+  if pool_unavailable() is not None: pytest.skip(f"no native pool here: {pool_unavailable()}")
+  with pytest.raises(ValueError, match="CPU_SPIN_US must be a number of microseconds, got 'abc'"): native_pool(2)

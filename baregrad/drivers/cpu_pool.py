@@ -278,7 +278,9 @@ class NativePool:
     ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
     ctypes.c_int64.from_address(self.ctx + YIELD_NR).value = SYS_SCHED_YIELD[arch]
-    self.spin = self.spin_pauses(image, int(float(os.environ.get("CPU_SPIN_US", SPIN_US))))
+    try: us = int(float(os.environ.get("CPU_SPIN_US", SPIN_US)))
+    except ValueError: raise ValueError(f"CPU_SPIN_US must be a number of microseconds, got {os.environ['CPU_SPIN_US']!r}") from None
+    self.spin = self.spin_pauses(image, us)
     ctypes.c_int64.from_address(self.ctx + SPIN).value = self.spin
     ctypes.c_int64.from_address(self.ctx + TIMEOUT + 8).value = FINISH_TIMEOUT_NS   # (tv_sec stays 0)
     self.run_addr = image.symbol(RUN_SYMBOL)   # what native callers (the chain trampoline) call
