@@ -605,11 +605,14 @@ def test_cpu_inline_work_per_submission_is_bounded():
   dev = Device["CPU"]
   q = dev.engines["compute"]
   if dev.threads == 1 or q.pool.native is None: pytest.skip("one thread or no native pool: nothing runs split inline")
-  w = Tensor.rand(128, 128, device="CPU").realize()
+  # 256-wide: each kernel's expected work (~0.3 ms on one thread) is far above INLINE_NS, so the chain of tiny kernels
+  # (not held to this budget) never takes it. At 128 a warm pool ran one in ~15 us on two threads, whose learned cost
+  # could dip under INLINE_NS
+  w = Tensor.rand(256, 256, device="CPU").realize()
   @jit
   def f(x): return ((x @ w) @ w) @ w     # three launches of one kernel (same cost)
   def inlined_replay() -> bool:
-    x = Tensor.rand(128, 128, device="CPU").realize()
+    x = Tensor.rand(256, 256, device="CPU").realize()
     dev.synchronize()
     n = q.inlined
     y = f(x)
