@@ -18,6 +18,7 @@ NumPy's speed)."""
 from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
+from typing import Callable
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops, identity_element
@@ -121,7 +122,7 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int, cpu: bool) 
     if sh[a] == 1: return st.reshape(sh[:a] + (1, 1) + sh[a + 1:])
     if pad: st = st.pad(_at(len(sh), a, (0, pad)))
     return st.reshape(sh[:a] + (p, inner) + sh[a + 1:])
-  src = _moved(r.src[0], reshape)
+  src = moved_views(r.src[0], reshape)
   if pad:  # the padding must not change the result: the reduction sees its identity there
     vshape = tuple(n if i == a else 1 for i in range(len(full)))
     valid = UOp(Ops.CONST, dtypes.bool, (view(reshape(ShapeTracker.from_shape(vshape))),), True)
@@ -134,8 +135,8 @@ def _at(ndim: int, a: int, pair: tuple[int, int]) -> tuple[tuple[int, int], ...]
   """Pad arguments: `pair` on axis a, nothing elsewhere."""
   return tuple(pair if i == a else (0, 0) for i in range(ndim))
 
-def _moved(u: UOp, f) -> UOp:
-  """u with every view of it replaced by f(view)."""
+def moved_views(u: UOp, f: Callable[[ShapeTracker], ShapeTracker]) -> UOp:
+  """u with every view in it replaced by f(view) (public: codegen/rowstream moves views the same way)."""
   return u.substitute({v: UOp(Ops.VIEW, src=(), arg=f(v.arg)) for v in u.toposort() if v.op is Ops.VIEW})
 
 def _identity(r: UOp) -> UOp: return UOp.const(r.dtype, identity_element(r.arg[0], r.dtype.scalar))
@@ -168,7 +169,7 @@ def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full:
   def tail(st: ShapeTracker) -> ShapeTracker:
     sh = st.shape
     return st if sh[a] == 1 else st.shrink(tuple((pre, n) if i == a else (0, s) for i, s in enumerate(sh))).pad(_at(nd, a, (p, 0)))
-  t, shape2 = _emit_partials(plan, ids, r, _moved(r.src[0], prefix), full, a, p, inner, nloc)
+  t, shape2 = _emit_partials(plan, ids, r, moved_views(r.src[0], prefix), full, a, p, inner, nloc)
   val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2)))
   if rem:
     # axis a of stage 2: the P partials, then the tail of the source. The tail keeps the extent of the other reduced
@@ -181,5 +182,5 @@ def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full:
     in_partials = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(ones).pad(grow).expand(shape2t)),), True)
     tshape = tuple(rem if i == a else full[i] if i in r.arg[1] else 1 for i in range(nd))
     in_tail = UOp(Ops.CONST, dtypes.bool, (view(ShapeTracker.from_shape(tshape).pad(_at(nd, a, (p, 0))).expand(shape2t)),), True)
-    val = in_partials.where(part, in_tail.where(_moved(r.src[0], tail), _identity(r)))
+    val = in_partials.where(part, in_tail.where(moved_views(r.src[0], tail), _identity(r)))
   emit(plan, ast.substitute({r: UOp(Ops.REDUCE_AXIS, r.dtype, (val,), r.arg)}), ids + (t,))

@@ -52,7 +52,7 @@ def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
   loads = [u for u in red[0].src[0].toposort() if u.op is Ops.LOAD]
   cands = []
   for b in loads:
-    if (v := _affine(b.src[1].arg)) is None: continue
+    if (v := affine_view(b.src[1].arg)) is None: continue
     mv = [o for o, (n, s) in enumerate(zip(v.shape, v.strides)) if n > 1 and s != 0]
     rk = [o for o in mv if o in reds]
     for j in outs:
@@ -69,7 +69,7 @@ def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
   if prod(full[o] for o in rows) < MIN_ROWS or full[j] < PANEL: return None
   return b, v, j, k, full
 
-def _affine(st: ShapeTracker) -> View | None:
+def affine_view(st: ShapeTracker) -> View | None:
   """st as one unmasked view where its index is affine in every axis (a window of a buffer read through a reshape is
   two views but one stride per axis), else None."""
   if len(st.views) == 1: return st.views[0] if st.views[0].mask is None else None

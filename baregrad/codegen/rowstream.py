@@ -24,8 +24,8 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker, View, strides_for_shape
 from baregrad.codegen.kernel import verify_ast
 from baregrad.codegen.astbuild import gbuf
-from baregrad.codegen.gridreduce import SplitPlan, emit, new_temp, _moved
-from baregrad.codegen.pack import _affine
+from baregrad.codegen.gridreduce import SplitPlan, emit, new_temp, moved_views
+from baregrad.codegen.pack import affine_view
 
 U = 4                  # rows per pass (the chunk is loaded and stored once per pass)
 MIN_BYTES = 8 << 20    # under this the strips cost about as much (a 4 MiB matrix is read from the L3 cache), and a
@@ -62,7 +62,7 @@ def _find(ast: UOp) -> tuple[UOp, int, int, list[int], tuple[int, ...]] | None:
   loads = [u for u in r.src[0].toposort() if u.op is Ops.LOAD]
   if any(len(u.src) != 2 for u in loads): return None   # (a gather's arg names an axis of its view)
   def big(b: UOp) -> bool:
-    v = _affine(b.src[1].arg)
+    v = affine_view(b.src[1].arg)
     if v is None or v.strides[j] != 1 or abs(v.strides[k]) < full[j]: return False
     if any(s != 0 and n > 1 for o, (n, s) in enumerate(zip(v.shape, v.strides)) if o not in (j, k)): return False
     return b.dtype.itemsize * full[k] * full[j] >= MIN_BYTES
@@ -96,7 +96,7 @@ def _plan_cached(ast: UOp, threads: int) -> SplitPlan | None:
     ks = (s_, kb, U) if sh[0] != 1 else (1, 1, 1)
     js = (c_, jc) if sh[1 + nr] != 1 else (1, 1)
     return st.reshape(ks + sh[1:1 + nr] + js + sh[2 + nr:]).permute(order)
-  src = _moved(r.src[0], reshape)
+  src = moved_views(r.src[0], reshape)
   shape1 = (s_, c_, kb, *(full[o] for o in rows), jc, 1, *(1 for _ in ones))
   # T as (S, rows..., N), contiguous
   rstrides = strides_for_shape(tuple(full[o] for o in rows) + (n,))
