@@ -161,11 +161,8 @@ def _accumulating(k: Kernel, ren: Renderer, stores: list) -> list[Opt]:
   loop (Kernel.acc_axes), so the chunk a core adds to stays in its cache."""
   cont = [a.orig for a in k.axes if a.kind == "loop" and a.orig not in k.acc_axes and any(x[1][a.orig] != 1 and x[0][a.orig] == 1 for x in stores)]
   if cont: _tile(k, cont[-1], ren.simd_lanes if ren.vectorized else 4, OptOps.UPCAST)
-  if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK:
-    loops = k.loop_axes()
-    for n, i in enumerate(loops):
-      if k.axes[i].kind == "loop" and k.axes[i].size >= 2 and k.axes[i].orig not in k.acc_axes:
-        if _try(k, Opt(OptOps.PARALLEL, n)): break
+  # (the outermost loop that takes the cores: Kernel.apply_opt refuses the accumulating axes)
+  if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK: _parallel(k, None)
   return list(k.applied)
 
 def _parallel(k: Kernel, first: int | None) -> None:

@@ -299,11 +299,12 @@ class NativePool:
 
   @staticmethod
   def spin_pauses(image: Any, us: int) -> int:
-    """The pauses a worker spins for `us` microseconds on this core (timed once: the fastest of three runs)."""
+    """The pauses a worker spins for `us` microseconds on this machine (the pause rate is timed once per process)."""
     if us <= 0: return 1
-    pauses, n = ctypes.CFUNCTYPE(None, ctypes.c_int64)(image.symbol(PAUSES_SYMBOL)), 4096
-    best = min(_timed(pauses, n) for _ in range(3))
-    return max(1, min(int(us * n / max(best * 1e6, 1e-3)), 1 << 40))
+    if not _pauses_per_us:
+      pauses, n = ctypes.CFUNCTYPE(None, ctypes.c_int64)(image.symbol(PAUSES_SYMBOL)), 4096
+      _pauses_per_us.append(n / max(min(_timed(pauses, n) for _ in range(3)) * 1e6, 1e-3))   # (the fastest of three runs)
+    return max(1, min(int(us * _pauses_per_us[0]), 1 << 40))
 
   def run(self, fn_addr: int, args: int, total: int, nchunks: int) -> None:
     """Run fn(args, s, e) over [0, total) in `nchunks` chunks on the pool; returns when all are done."""
@@ -319,6 +320,8 @@ class NativePool:
   @staticmethod
   def arch() -> str:
     return os.uname().machine
+
+_pauses_per_us: list[float] = []   # (measured on first use)
 
 def _timed(f: Any, n: int) -> float:
   st = time.perf_counter()

@@ -201,79 +201,54 @@ def _c_horner(x: str, coeffs: tuple[float, ...], f64: bool = False) -> str:
   for c in reversed(coeffs[:-1]): acc = f"{fma}({x}, {acc}, {lit(c)})"
   return acc
 
-_C_BITS = ("static inline float bg_f_of(unsigned int u) { float f; __builtin_memcpy(&f, &u, 4); return f; }\n"
-           "static inline unsigned int bg_bits_of(float f) { unsigned int u; __builtin_memcpy(&u, &f, 4); return u; }\n")
-_C_BITS64 = ("static inline double bg_d_of(unsigned long long u) { double f; __builtin_memcpy(&f, &u, 8); return f; }\n"
-             "static inline unsigned long long bg_bits64_of(double f) { unsigned long long u; __builtin_memcpy(&u, &f, 8); return u; }\n")
+def _c_bits(f64: bool) -> str:
+  """The C helpers that move a float's bits to its unsigned integer and back (float32, or float64)."""
+  t, u, n, of, bits = ("double", "unsigned long long", 8, "bg_d_of", "bg_bits64_of") if f64 else ("float", "unsigned int", 4, "bg_f_of", "bg_bits_of")
+  return (f"static inline {t} {of}({u} u) {{ {t} f; __builtin_memcpy(&f, &u, {n}); return f; }}\n"
+          f"static inline {u} {bits}({t} f) {{ {u} u; __builtin_memcpy(&u, &f, {n}); return u; }}\n")
 
-def _c_source64(fn: str) -> str:
-  """float64 exp2 and log2 in C, operation for operation as _exp2/_log2 with f64."""
-  lo, hi, bias, mbits, tiny = _W[True]
+def _c_exp2_log2(fn: str, f64: bool) -> str:
+  """exp2 or log2 in C for float32 (bg_exp2f, bg_log2f) or float64 (bg_exp2, bg_log2), operation for operation as
+  _exp2/_log2 build them in LLVM IR."""
+  lo, hi, bias, mbits, tiny = _W[f64]
+  L = _c64 if f64 else _c
+  T, I, U, us, sf, of, bits = (("double", "long long", "unsigned long long", "ull", "", "bg_d_of", "bg_bits64_of") if f64 else
+                               ("float", "int", "unsigned int", "u", "f", "bg_f_of", "bg_bits_of"))
+  fma = f"__builtin_fma{sf}"
   if fn == "exp2":
-    return f"""static inline double bg_exp2(double x) {{
-  double c = __builtin_fmin(__builtin_fmax(x, {_c64(lo)}), {_c64(hi)});
-  double n = __builtin_rint(c);
-  double p = {_c_horner("(c - n)", (1.0, *EXP2_COEFFS64), True)};
-  long long ni = (long long)n, n1 = ni >> 1, n2 = ni - n1;
-  double r = (p * bg_d_of((unsigned long long)(n1 + {bias}) << {mbits})) * bg_d_of((unsigned long long)(n2 + {bias}) << {mbits});
+    return f"""static inline {T} bg_exp2{sf}({T} x) {{
+  {T} c = __builtin_fmin{sf}(__builtin_fmax{sf}(x, {L(lo)}), {L(hi)});
+  {T} n = __builtin_rint{sf}(c);
+  {T} p = {_c_horner("(c - n)", (1.0, *(EXP2_COEFFS64 if f64 else EXP2_COEFFS)), f64)};
+  {I} ni = ({I})n, n1 = ni >> 1, n2 = ni - n1;
+  {T} r = (p * {of}(({U})(n1 + {bias}) << {mbits})) * {of}(({U})(n2 + {bias}) << {mbits});
   return x != x ? x : r;
 }}
 """
   assert fn == "log2", fn
-  return f"""static inline double bg_log2(double x) {{
-  int sub = x < {_c64(tiny)};
-  double y = sub ? x * {_c64(2.0 ** mbits)} : x;
-  unsigned long long b = bg_bits64_of(y);
-  double m = bg_d_of((b & {(1 << mbits) - 1}ull) | {bias << mbits}ull);
-  int big = m > {_c64(math.sqrt(2.0))};
-  m = big ? m * 0.5 : m;
-  long long e = (long long)(b >> {mbits}) - (big ? {bias - 1} : {bias}) - (sub ? {mbits} : 0);
-  double f = m - 1.0, s = f / (f + 2.0), s2 = s * s;
-  double rr = s2 * {_c_horner("s2", LOG_SERIES64, True)};
-  double c = s * (f - rr);
-  double hi = f * {_c64(_LH64)}, lo = __builtin_fma(f, {_c64(_LH64)}, -hi);
-  double tail = __builtin_fma(-c, {_c64(_LH64)}, __builtin_fma(f, {_c64(_LL64)}, lo));
-  double r = (double)e + (hi + tail);
-  r = x == 0.0 ? {_c64(-math.inf)} : r;
-  r = x < 0.0 ? {_c64(math.nan)} : r;
-  r = x == {_c64(math.inf)} ? {_c64(math.inf)} : r;
+  lh, ll = (_LH64, _LL64) if f64 else (_LH, _LL)
+  return f"""static inline {T} bg_log2{sf}({T} x) {{
+  int sub = x < {L(tiny)};
+  {T} y = sub ? x * {L(2.0 ** mbits)} : x;
+  {U} b = {bits}(y);
+  {T} m = {of}((b & {hex((1 << mbits) - 1)}{us}) | {hex(bias << mbits)}{us});
+  int big = m > {L(math.sqrt(2.0))};
+  m = big ? m * {L(0.5)} : m;
+  {I} e = ({I})(b >> {mbits}) - (big ? {bias - 1} : {bias}) - (sub ? {mbits} : 0);
+  {T} f = m - {L(1.0)}, s = f / (f + {L(2.0)}), s2 = s * s;
+  {T} rr = s2 * {_c_horner("s2", LOG_SERIES64 if f64 else LOG_SERIES, f64)};
+  {T} c = s * (f - rr);
+  {T} hi = f * {L(lh)}, lo = {fma}(f, {L(lh)}, -hi);
+  {T} tail = {fma}(-c, {L(lh)}, {fma}(f, {L(ll)}, lo));
+  {T} r = ({T})e + (hi + tail);
+  r = x == {L(0.0)} ? {L(-math.inf)} : r;
+  r = x < {L(0.0)} ? {L(math.nan)} : r;
+  r = x == {L(math.inf)} ? {L(math.inf)} : r;
   return x != x ? x : r;
 }}
 """
 
-def _c_source(fn: str) -> str:
-  if fn == "exp2":
-    return f"""static inline float bg_exp2f(float x) {{
-  float c = __builtin_fminf(__builtin_fmaxf(x, {_c(-151.0)}), {_c(129.0)});
-  float n = __builtin_rintf(c);
-  float p = {_c_horner("(c - n)", (1.0, *EXP2_COEFFS))};
-  int ni = (int)n, n1 = ni >> 1, n2 = ni - n1;
-  float r = (p * bg_f_of((unsigned int)(n1 + 127) << 23)) * bg_f_of((unsigned int)(n2 + 127) << 23);
-  return x != x ? x : r;
-}}
-"""
-  if fn == "log2":
-    return f"""static inline float bg_log2f(float x) {{
-  int sub = x < {_c(2.0 ** -126)};
-  float y = sub ? x * {_c(2.0 ** 23)} : x;
-  unsigned int b = bg_bits_of(y);
-  float m = bg_f_of((b & 0x7FFFFFu) | 0x3F800000u);
-  int big = m > {_c(math.sqrt(2.0))};
-  m = big ? m * {_c(0.5)} : m;
-  int e = (int)(b >> 23) - (big ? 126 : 127) - (sub ? 23 : 0);
-  float f = m - {_c(1.0)}, s = f / (f + {_c(2.0)}), s2 = s * s;
-  float rr = s2 * {_c_horner("s2", LOG_SERIES)};
-  float c = s * (f - rr);
-  float hi = f * {_c(_LH)}, lo = __builtin_fmaf(f, {_c(_LH)}, -hi);
-  float tail = __builtin_fmaf(-c, {_c(_LH)}, __builtin_fmaf(f, {_c(_LL)}, lo));
-  float r = (float)e + (hi + tail);
-  r = x == {_c(0.0)} ? {_c(-math.inf)} : r;
-  r = x < {_c(0.0)} ? {_c(math.nan)} : r;
-  r = x == {_c(math.inf)} ? {_c(math.inf)} : r;
-  return x != x ? x : r;
-}}
-"""
-  assert fn == "sin", fn
+def _c_sin() -> str:
   return f"""static inline float bg_sinf(float x) {{
   if (!(__builtin_fabsf(x) < {_c(SIN_LIMIT)})) return __builtin_sinf(x);
   float q = __builtin_rintf(x * {_c(2.0 / math.pi)}), nq = -q;
@@ -288,10 +263,11 @@ def _c_source(fn: str) -> str:
 }}
 """
 
+
 def c_source(fns: list[str]) -> str:
   """C definitions of bg_exp2f, bg_log2f, bg_sinf, bg_exp2 and bg_log2 (those named in fns: "exp2", "log2", "sin",
   and "exp2_64", "log2_64" for the float64 ones)."""
   f32 = [fn for fn in fns if not fn.endswith("_64")]
   f64 = [fn[:-3] for fn in fns if fn.endswith("_64")]
-  return ((_C_BITS if {"exp2", "log2"} & set(f32) else "") + "".join(_c_source(fn) for fn in f32) +
-          (_C_BITS64 if f64 else "") + "".join(_c_source64(fn) for fn in f64))
+  return ((_c_bits(False) if {"exp2", "log2"} & set(f32) else "") + "".join(_c_sin() if fn == "sin" else _c_exp2_log2(fn, False) for fn in f32) +
+          (_c_bits(True) if f64 else "") + "".join(_c_exp2_log2(fn, True) for fn in f64))
