@@ -25,7 +25,7 @@ class Context:
       else: os.environ[k] = v
     getenv.cache_clear()
 
-def DEBUG() -> int: return int(getenv("DEBUG", 0))
+def DEBUG() -> int: return getenv("DEBUG", 0)  # type: ignore[return-value]  # (typed like its default: an int)
 
 def prod(xs: Iterable[T], start: int = 1) -> int:
   out = start

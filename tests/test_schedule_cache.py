@@ -139,7 +139,7 @@ def test_float32_constants_met_again_keep_their_bits():
   for _ in range(2): assert (1 / (x * 0.0)).numpy().tolist() == [np.inf, np.inf] and (1 / (x * -0.0)).numpy().tolist() == [-np.inf, -np.inf]
 
 def test_a_realized_value_lives_as_long_as_its_graph_node():
-  """realized_map's entry is kept on the node: an equal graph built while the node lives reads its buffer; once the
+  """The realized value is kept on the node (its _realized slot): an equal graph built while the node lives reads its buffer; once the
   node and the tensors reading the buffer are gone, so is the buffer."""
   import gc, weakref
   from baregrad.engine.graph import base_of
@@ -147,8 +147,8 @@ def test_a_realized_value_lives_as_long_as_its_graph_node():
   y = x + 1
   u = y.uop
   y.realize()
-  v = lazy.realized_map.get(u)
-  assert u in lazy.realized_map and v is not None and base_of(y.uop) is base_of(v)
+  v = lazy.realized(u)
+  assert v is not None and u._realized is v and base_of(y.uop) is base_of(v)
   z = x + 1                     # the same node (hash-consed): computed already
   assert z.uop is u and base_of(lazy.substitute_realized(z.uop)) is base_of(v)
   assert z.numpy().tolist() == [1.0, 2.0, 3.0, 4.0]

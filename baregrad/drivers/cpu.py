@@ -609,6 +609,8 @@ class QueueEngine:
     return s
 
 # ---------------------------------------------------------------- program and device
+_perf_ns = time.perf_counter_ns
+
 class CPUProgram(HCQProgram):
   args_state_t = CPUArgsState
   direct = True   # run a tiny launch on an idle queue without writing its words (see __call__); tests compare both paths
@@ -620,6 +622,7 @@ class CPUProgram(HCQProgram):
     # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
     self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
     self._launch_words = None  # the commands of a plain launch, encoded once (see __call__)
+    self._direct_args: Any = None   # the arguments of a direct launch (see __call__)
 
   def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
@@ -631,6 +634,7 @@ class CPUProgram(HCQProgram):
     dev = self.dev
     if global_size[1] != 1 or global_size[2] != 1:
       raise ValueError(f"the CPU runs one parallel axis: global_size must be (n, 1, 1), got {global_size}")
+    if global_size[0] and self.run_direct(bufs, global_size[0], vals): return None
     n = len(bufs) + len(vals)
     cpu, va = dev.alloc_kernargs(8 * n)
     slots = c_array(ctypes.c_uint64, n).from_address(cpu)
@@ -644,26 +648,7 @@ class CPUProgram(HCQProgram):
                   q.cmds[1].start + q.cmds[1].fields["gx"][0], q.cmds[1].start + q.cmds[1].fields["lx"][0],
                   q.cmds[2].start + q.cmds[2].fields["value"][0])
     wv, ar, gx, lx, sv = self._at
-    eng = dev.engines["compute"]
-    with dev.submit_lock:  # (the words are shared by this program's launches from every host thread)
-      if self.direct and eng.rptr == eng.wptr and eng.inline and not eng.stopped and not eng.fault and (n_items := global_size[0]) \
-         and (est := eng.pool.cost.get(fa := self.fxn_addr)) is not None \
-         and (est * n_items <= eng.INLINE_NS or (est * n_items <= eng.INLINE_POOL_NS and eng.pool.native is not None)) \
-         and dev.timeline_signal._v.value >= dev.timeline_value - 1:
-        # what submitting these words would do on an idle queue whose wait is met (QueueEngine._submit runs them on
-        # this thread: the wait passes, the kernel of known cost runs, whole or over the native pool, the signal is
-        # written), without writing the words into the ring and reading them back: half of an eager op's launch
-        with eng._host_lock:
-          eng.state = ("exec", fa, n_items)
-          try: eng.run_known(fa, va, n_items, self.min_chunk, est)
-          except Exception as ex:   # as a fault while running the words: the queue takes nothing more
-            eng._fault(ex)
-            raise
-          eng.state = "idle"
-          dev.timeline_signal._v.value = dev.next_timeline()
-          dev._signal_written()
-          eng.inlined += 1
-        return None
+    with dev.submit_lock:
       ws[ar], ws[ar + 1] = va & _M32, va >> 32
       ws[gx], ws[lx], ws[lx + 1], ws[lx + 2] = global_size[0], local_size[0], local_size[1], local_size[2]
       w = dev.timeline_value - 1
@@ -672,6 +657,46 @@ class CPUProgram(HCQProgram):
       ws[sv], ws[sv + 1] = tv & _M32, tv >> 32
       dev.engines["compute"].submit(ws)  # (the ring takes a copy of the words)
     return None
+  def run_direct(self, bufs: Sequence[Any], n_items: int, vals: Sequence[int] = ()) -> bool:
+    """Run a launch of n_items (> 0) on this thread now, if the queue is idle, its wait met and the kernel's cost known
+    and small (what submitting its words would do: QueueEngine._submit runs them on this thread, the wait passes, the
+    kernel runs, whole or over the native pool, the signal is written), without writing the words into the ring and
+    reading them back: half of an eager op's launch. False where it cannot (nothing ran: submit the words). The
+    arguments go in this program's own block, not the kernel-args ring: the run is over before the lock is released,
+    so nothing reads them later. CompiledRunner calls this first, then __call__."""
+    if not self.direct or profile.ON: return False
+    dev = self.dev
+    eng = dev.engines["compute"]
+    with dev.submit_lock:  # (the direct arguments are shared by this program's launches from every host thread)
+      if not (eng.rptr == eng.wptr and eng.inline and not eng.stopped and not eng.fault
+              and (est := eng.pool.cost.get(fa := self.fxn_addr)) is not None
+              and (est * n_items <= eng.INLINE_NS or (est * n_items <= eng.INLINE_POOL_NS and eng.pool.native is not None))
+              and dev.timeline_signal._v.value >= dev.timeline_value - 1): return False
+      n = len(bufs) + len(vals)
+      if (da := self._direct_args) is None or len(da) != n: self._direct_args = da = c_array(ctypes.c_uint64, n)()
+      for i, b in enumerate(bufs): da[i] = (b._buf if hasattr(b, "_buf") else b).va_addr
+      for i, v in enumerate(vals): da[len(bufs) + i] = v & 0xFFFFFFFFFFFFFFFF
+      with eng._host_lock:
+        eng.state = ("exec", fa, n_items)
+        try:
+          if est * n_items <= eng.INLINE_NS and (fxn := eng._fxns.get(fa)) is not None:
+            # run_known's tiny case inline (a call fewer on every eager op): the kernel whole, its cost learned
+            st = _perf_ns()
+            fxn(ctypes.addressof(da), 0, n_items)
+            t = (_perf_ns() - st) / n_items
+            eng.pool.cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
+          else: eng.run_known(fa, ctypes.addressof(da), n_items, self.min_chunk, est)
+        except Exception as ex:   # as a fault while running the words: the queue takes nothing more
+          eng._fault(ex)
+          raise
+        eng.state = "idle"
+        tv = dev.timeline_value   # (next_timeline and _signal_written inline)
+        dev.timeline_value = tv + 1
+        dev.timeline_signal._v.value = tv
+        if dev.sig_sleepers: dev._signal_written()
+        eng.inlined += 1
+    return True
+
   def __del__(self) -> None:
     # unmapping code a queued exec may still run would crash the process: drain first. The GC may run
     # this on a queue or pool thread, which must not wait for itself: then the host closes it later.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType
-from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.ops import UOp, Ops, GroupOp, fresh_node
 from baregrad.ir.view import ShapeTracker, moved_shape
 from baregrad.hal import Buffer, Device
 
@@ -21,17 +21,19 @@ _ids = itertools.count()
 
 class Storage:
   """Device memory that successive versions of one buffer live in (docs/value_semantics.md). `version` is the
-  current one; `owner` (weak) is the tensor it belongs to, rebound to each new version."""
-  __slots__ = ("device", "size", "dtype", "buf", "version", "owner", "id", "__weakref__")
+  current one; `owner` (weak) is the tensor it belongs to, rebound to each new version; `viewers` is where the tensor
+  layer files the live tensors naming it whole (tensor/live.py: a slot, not a weak dictionary keyed by storage, whose
+  get, set and callback cost more than the rest of filing an eager op's result)."""
+  __slots__ = ("device", "size", "dtype", "buf", "version", "owner", "id", "viewers", "__weakref__")
   def __init__(self, device: str, size: int, dtype: DType, buf: Buffer | None = None):
     # (a name met before is looked up inline: a Storage is made for every result)
     self.device = (type(device) is str and Device.canonical_names.get(device)) or Device.canonicalize(device)
     self.size, self.dtype, self.buf, self.id = size, dtype, buf, next(_ids)
-    self.version, self.owner = 0, None
+    self.version, self.owner, self.viewers = 0, None, None
   def ensure(self) -> Buffer:
-    if self.buf is None: self.buf = Buffer(self.device, self.size, self.dtype)
-    if not self.buf.is_allocated(): self.buf.allocate()
-    return self.buf
+    if (b := self.buf) is None: self.buf = b = Buffer(self.device, self.size, self.dtype)
+    if b._buf is None: b.allocate()
+    return b
   def next_ref(self) -> BufRef:
     """The version an in-place write produces (current once the schedule writing it has run: commit())."""
     return BufRef(storage=self, version=self.version + 1)
@@ -71,7 +73,12 @@ def stale_error(ref: BufRef) -> RuntimeError:
                       f"the graph needs version {ref.version}. PyTorch raises here too (\"one of the variables needed for gradient computation "
                       f"has been modified by an inplace operation\"): compute what needs the old value before the update")
 
-def buffer_uop(ref: BufRef) -> UOp: return UOp(Ops.BUFFER, ref.dtype, (), ref)
+def buffer_uop(ref: BufRef, fresh: bool = False) -> UOp:
+  """The BUFFER node reading ref; `fresh`: no node has named ref yet (a result's buffer just made)."""
+  st = ref.storage
+  u = fresh_node(Ops.BUFFER, st.dtype, (), ref) if fresh else UOp(Ops.BUFFER, st.dtype, (), ref)
+  if u._shape is None: object.__setattr__(u, "_shape", (st.size,))   # (known: no inference when it is read)
+  return u
 
 def set_shape(u: UOp, shape: tuple[int, ...]) -> None:
   """Record u's shape where it is known without inference (a node just built from a known shape)."""

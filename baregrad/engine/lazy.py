@@ -1,6 +1,5 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
-import weakref
 from typing import Any
 from collections import OrderedDict
 from baregrad.ir.ops import UOp, Ops, GroupOp
@@ -11,13 +10,16 @@ from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
 from baregrad.hal import Device, profile
 
-# computed node -> the node that reads its buffer (RESHAPE(BUFFER)); weak so dead graphs free their buffers. Keys are
-# graphs over buffer versions, so a hit is the same expression over the same versions; an entry whose buffer was
-# overwritten since is ignored (docs/value_semantics.md)
-realized_map: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# A computed node keeps the node that reads its buffer (RESHAPE(BUFFER)) in its `_realized` slot, for as long as the
+# node lives: dead graphs free their buffers. Nodes are graphs over buffer versions, so a hit is the same expression
+# over the same versions; an entry whose buffer was overwritten since is ignored (docs/value_semantics.md)
+def set_realized(u: UOp, v: UOp) -> None:
+  """Record that v (a buffer view) holds u's value."""
+  if v is not u: object.__setattr__(u, "_realized", v)   # (a buffer is its own value: no self-reference)
 
-def buffer_view(ref: BufRef, shape: tuple[int, ...]) -> UOp:
-  b = buffer_uop(ref)
+def buffer_view(ref: BufRef, shape: tuple[int, ...], fresh: bool = False) -> UOp:
+  """The node reading ref's buffer as `shape` (`fresh`: no node has named ref yet)."""
+  b = buffer_uop(ref, fresh)
   if shape == (ref.size,): return b
   u = UOp(Ops.RESHAPE, ref.dtype, (b,), tuple(shape))
   set_shape(u, tuple(shape))  # known: no need to walk the view machinery for it
@@ -29,24 +31,21 @@ reuse_from_id = 0
 
 def realized(u: UOp) -> UOp | None:
   """The buffer view holding u's value, if it was computed and that buffer still holds it."""
-  v = realized_map.get(u)
-  if v is None: return None
+  if (v := u._realized) is None: return None
   ref = base_of(v).arg
   if ref.stale:
-    del realized_map[u]
+    object.__setattr__(u, "_realized", None)
     return None
   return v if ref.storage.id >= reuse_from_id else None
 
 def substitute_realized(u: UOp) -> UOp:
   """u with every already-computed subgraph replaced by a read of its buffer."""
-  if not realized_map: return u
   if (v := realized(u)) is not None: return v
-  hits = {n: v for n in u.toposort() if n in realized_map and (v := realized(n)) is not None}
+  hits = {n: v for n in u.toposort() if n._realized is not None and (v := realized(n)) is not None}
   return u.substitute(hits, same_shapes=True) if hits else u   # (a buffer view has the shape of what it holds)
 
 def _substitute_all(uops: list[UOp]) -> list[UOp]:
   """substitute_realized of each, with one walk over the graphs they share."""
-  if not realized_map: return list(uops)
   hits: dict[UOp, UOp] = {}
   seen: set[UOp] = set()
   for u in uops:
@@ -55,7 +54,7 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
       n = stack.pop()
       if n in seen: continue
       seen.add(n)
-      if n in realized_map and (v := realized(n)) is not None: hits[n] = v
+      if n._realized is not None and (v := realized(n)) is not None: hits[n] = v
       else: stack.extend(n.src)
   return [u.substitute(hits, same_shapes=True) for u in uops] if hits else list(uops)
 
@@ -71,57 +70,59 @@ _CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.IOTA, 
 SCHEDULE_CACHE_SIZE = 2048
 _sched_cache: OrderedDict = OrderedDict()
 
-def _abstract(srcs: list[UOp]) -> tuple[tuple, dict[UOp, int], list[UOp], list[BufRef]] | None:
-  """The graph as a key of plain tuples (each node as (op, dtype, arg, source positions), each buffer as a placeholder:
-  its slot, the first slot over its storage, device and size) with the bounds checks registered on its nodes (checked
-  node, payload graph, message); the position of each node in that key; the nodes by position; the buffers by slot.
+_SUBSTITUTE = ("substitute",)   # _abstract's answer where a node's value was computed already
+
+def _abstract(srcs: list[UOp], realized_hits: bool = False) -> Any:
+  """The graph as a key of plain tuples (each node as (op, dtype, arg, source positions; a lone source's position
+  alone), each buffer as a placeholder: its slot, the first slot over its storage, device and size) with the bounds
+  checks registered on its nodes (checked node, payload graph, message); the position of each node in that key; the
+  nodes by position; the buffers by slot.
   None where the graph is not cacheable. Plain tuples, not placeholder UOps: building a UOp hash-conses it (a weak
   dictionary lookup and insert per node), which cost more than the rest of an eager op's scheduling. The key keeps no
   node alive (a graph reading no buffer, e.g. zeros(), would otherwise hash-cons to a cached node and find its old
-  result in realized_map: two tensors, one buffer)."""
+  result (set_realized): two tensors, one buffer). With realized_hits, _SUBSTITUTE where a node's value was computed
+  already (the graph is substituted first: _substitute_all; one walk, not two, for the graphs that have none)."""
   pos: dict[UOp, int] = {}
   nodes: list[UOp] = []
   key: list[tuple] = []
   slots: list[BufRef] = []
   slot_of: dict[int, int] = {}     # id(BufRef) -> slot
   storage_of: dict[int, int] = {}  # id(storage) -> its first slot
-  found: list[tuple[UOp, UOp, str]] = []
+  found: list[tuple[UOp, UOp, str]] | None = None
   registry = checks.registry
-  getpos = pos.__getitem__
   todo = list(srcs)
-  ti = 0
-  while ti < len(todo):
-    # children first: a node goes back on the stack under its sources that have no position yet (a DAG: each node
-    # gets one); this loop runs for every node of every eager realize, so it is kept tight
-    stack = [todo[ti]]
-    ti += 1
+  for root in todo:   # (a bounds check's payload graph is appended to todo as its node is met)
+    # children first: a node stays on the stack until its sources have positions (a DAG: each node gets one). This
+    # loop runs for every node of every eager realize, so it is kept tight: no calls but the containers' own
+    stack = [root]
     while stack:
-      u = stack.pop()
-      if u in pos: continue
+      u = stack[-1]
       src = u.src
+      pending = False
       for s in src:
-        if s not in pos:
-          stack.append(u)
-          for x in reversed(src):   # (a loop, not a comprehension: that is a function call of its own in 3.11)
-            if x not in pos: stack.append(x)
-          break
-      else:
-        op = u.op
-        if op not in _CACHEABLE: return None
-        if registry and (e := registry.get(id(u))) is not None and e[0]() is u:
-          for p, m in e[1]: found.append((u, p, m)); todo.append(p)
-        if op is Ops.BUFFER:
-          ref = u.arg
-          st = ref.storage
-          if ref.version < st.version: return None   # (stale: the full path raises)
-          if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
-          first = storage_of.setdefault(id(st), k)
-          key.append((op, u.dtype, k, first, st.device, st.size))
-        else:
-          key.append((op, u.dtype, u.argkey, tuple(map(getpos, src))))
-        pos[u] = len(nodes)
-        nodes.append(u)
-  return (tuple(key), tuple(map(getpos, srcs)), tuple([(pos[n], pos[p], m) for n, p, m in found])), pos, nodes, slots
+        if s not in pos: stack.append(s); pending = True
+      if pending: continue
+      stack.pop()
+      if u in pos: continue   # (pushed twice, by two parents)
+      if realized_hits and u._realized is not None and realized(u) is not None: return _SUBSTITUTE
+      op = u.op
+      if op not in _CACHEABLE: return None
+      if registry and (e := registry.get(id(u))) is not None and e[0]() is u:
+        if found is None: found = []
+        for p, m in e[1]: found.append((u, p, m)); todo.append(p)
+      if op is Ops.BUFFER:
+        ref = u.arg
+        st = ref.storage
+        if ref.version < st.version: return None   # (stale: the full path raises)
+        if (k := slot_of.get(id(ref))) is None: k = slot_of[id(ref)] = len(slots); slots.append(ref)
+        first = storage_of.setdefault(id(st), k)
+        key.append((op, u.dtype, k, first, st.device, st.size))
+      elif len(src) == 1: key.append((op, u.dtype, u.argkey, pos[src[0]]))
+      else: key.append((op, u.dtype, u.argkey, tuple([pos[x] for x in src])))
+      pos[u] = len(nodes)
+      nodes.append(u)
+  checked = tuple([(pos[n], pos[p], m) for n, p, m in found]) if found else ()
+  return (tuple(key), tuple([pos[x] for x in srcs]), checked), pos, nodes, slots
 
 def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], slots: list[BufRef]) -> tuple | None:
   ref_of: dict[int, tuple[str, int]] = {id(r): ("in", k) for k, r in enumerate(slots)}
@@ -161,12 +162,16 @@ def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[li
 def _schedule(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
   """(items, srcs, realized) as schedule_for; with single_ok, (None, srcs, (template, nodes, slots)) for a cached
   single-kernel schedule (see _run_single)."""
-  srcs = _substitute_all(uops)
-  if not profile.ON: return _schedule_srcs(srcs, device, single_ok)   # (an idle span costs ~0.4 us of an eager op)
-  with profile.span("schedule", device=device): return _schedule_srcs(srcs, device, single_ok)
+  if not profile.ON: return _schedule_srcs(uops, device, single_ok)   # (an idle span costs ~0.4 us of an eager op)
+  with profile.span("schedule", device=device): return _schedule_srcs(uops, device, single_ok)
 
-def _schedule_srcs(srcs: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
-  ab = _abstract(srcs)
+def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
+  ab = _abstract(uops, True)
+  if ab is _SUBSTITUTE:   # computed values in the graph: read their buffers instead
+    srcs = _substitute_all(uops)
+    ab = _abstract(srcs)
+  elif ab is None: srcs = _substitute_all(uops)   # (not cacheable: the walk may have stopped before a computed node)
+  else: srcs = uops
   key = (ab[0], device) if ab is not None else None
   if key is not None and (tmpl := _sched_cache.get(key)) is not None:
     _sched_cache.move_to_end(key)
@@ -206,7 +211,17 @@ def realize(uops: list[UOp], device: str) -> list[UOp]:
   items, srcs, realized_ = _schedule(uops, device, True)
   if items is None:
     tmpl, nodes, slots = realized_
-    if (r := _run_single(tmpl, slots)) is not None: return _outputs(uops, srcs, {nodes[tmpl[3][2]]: r})
+    if (r := _run_single(tmpl, slots)) is not None:
+      sn = nodes[tmpl[3][2]]
+      if len(uops) == 1 and srcs[0] is sn:
+        # the one result (most eager ops): _outputs' work for it, its BUFFER node made without a lookup where the
+        # template made its buffer
+        u = uops[0]
+        v = buffer_view(r, shape_of(u), tmpl[3][1][0][0] == "new")
+        set_realized(u, v)
+        if sn is not u: set_realized(sn, v)
+        return [v]
+      return _outputs(uops, srcs, {sn: r})
     items, realized_ = _instantiate(tmpl, nodes, slots)
   keep = {realized_[s].id for s in srcs if s in realized_}
   for it in items:  # a bounds check writes a flag the host reads at the next sync (engine/checks.py)
@@ -226,8 +241,8 @@ def _outputs(uops: list[UOp], srcs: list[UOp], realized_: dict) -> list[UOp]:
   for u, s in zip(uops, srcs):
     if s in realized_:
       v = buffer_view(realized_[s], shape_of(u))
-      realized_map[u] = v
-      if s is not u: realized_map[s] = v
+      set_realized(u, v)
+      if s is not u: set_realized(s, v)
       out.append(v)
     else: out.append(s)
   return out

@@ -39,6 +39,9 @@ class CompiledRunner:
     # a launch that needs no per-call alignment or variable handling, and the buffers it needs
     self._plain, self._nbufs = not spec.align and not spec.vars, max((g.arg for g in spec.bufs), default=-1) + 1
     self._gs, self._ls = spec.global_size, spec.local_size
+    # a program that can run a plain launch on the calling thread at once (drivers/cpu.py CPUProgram.run_direct:
+    # True where it did), tried before the general call
+    self._direct = getattr(self.prg, "run_direct", None) if self._gs[0] > 0 and tuple(self._gs[1:]) == (1, 1) else None
 
   def __call__(self, bufs: Sequence[Buffer], vals: dict[str, int] | None = None, wait: bool = False) -> float | None:
     """bufs indexed by the kernel's buffer numbers (DEFINE_GLOBAL args)."""
@@ -53,7 +56,9 @@ class CompiledRunner:
         if b._buf is None: b.allocate()
         raw.append(b._buf)
       else:
-        if DEBUG() < 1: return self.prg(*raw, global_size=self._gs, local_size=self._ls)
+        if DEBUG() < 1:
+          if self._direct is not None and self._direct(raw, self._gs[0]): return None
+          return self.prg(*raw, global_size=self._gs, local_size=self._ls)
     raw = []
     for arg, dt, need, want in self._args:
       if arg >= len(bufs): raise ValueError(f"kernel {self.spec.name} uses buffer {arg} but only {len(bufs)} were given")

@@ -43,7 +43,7 @@ class LRUAllocator(Allocator):
     if (c := self.cache.get((size, options))):
       self.mem_cached -= size
       self.mem_used += size
-      self.peak_used = max(self.peak_used, self.mem_used)
+      if self.mem_used > self.peak_used: self.peak_used = self.mem_used
       return c.pop()
     try: return super().alloc(size, options)
     except OutOfMemory:

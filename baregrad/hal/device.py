@@ -80,6 +80,7 @@ class _DeviceRegistry:
     return None
 
   def __getitem__(self, name: str) -> Compiled:
+    if (d := self._open.get(name)) is not None: return d   # (an open device by its canonical name: most lookups)
     cname = self.canonicalize(name)
     if (d := self._open.get(cname)) is not None: return d
     with self._lock:

@@ -1,11 +1,35 @@
 """The UOp: one immutable, hash-consed IR node for the tensor graph, the kernel AST and the linear program."""
 from __future__ import annotations
-from enum import Enum, auto
-from typing import Any
+import itertools
+from typing import Any, Iterator
 import functools, math, struct, weakref
 from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
 
-class Ops(Enum):
+_next_op = itertools.count(1)
+def auto() -> int: return next(_next_op)
+
+class Op:
+  """One kind of operation (Ops.ADD): a singleton, equal only to itself and hashed by identity in C, with a name and a
+  number as an Enum member has."""
+  __slots__ = ("name", "value")
+  def __init__(self, name: str, value: int) -> None: self.name, self.value = name, value
+  def __repr__(self) -> str: return f"Ops.{self.name}"
+  def __reduce__(self) -> tuple: return (getattr, (Ops, self.name))   # (unpickled as the same singleton)
+
+class _OpsType(type):
+  """The enumeration's class protocol (iteration, lookup by name, isinstance) without Enum's metaclass: EnumType
+  defines __getattr__, which makes every class attribute read (`Ops.BUFFER`) a Python-level hook, ~4x a plain one, on
+  the path of every node built and matched."""
+  _members: list[Op]
+  def __iter__(cls) -> Iterator[Op]: return iter(cls._members)
+  def __len__(cls) -> int: return len(cls._members)
+  def __getitem__(cls, name: str) -> Op:
+    op = cls.__dict__.get(name)
+    if not isinstance(op, Op): raise KeyError(name)
+    return op
+  def __instancecheck__(cls, x: Any) -> bool: return isinstance(x, Op)
+
+class Ops(metaclass=_OpsType):
   # kernel structure
   SINK = auto(); STORE = auto(); LOAD = auto(); INDEX = auto(); VIEW = auto()
   DEFINE_GLOBAL = auto(); DEFINE_VAR = auto(); DEFINE_ACC = auto(); DEFINE_LOCAL = auto()
@@ -37,10 +61,12 @@ class Ops(Enum):
   THREEFRY = auto()
   # a warp-wide matrix multiply-accumulate (tensor cores): WMMA(a, b, c), arg = (TensorCore, lanes of a, b, c fragments)
   WMMA = auto()
-  def __repr__(self) -> str: return f"Ops.{self.name}"
-  # members are singletons: hash by identity, in C (Enum's own hashes the name in Python, and every UOp built, every
-  # `op in GroupOp...` test and every dict keyed by an op hashes one)
-  __hash__ = object.__hash__
+
+Ops._members = []
+for _name, _v in list(vars(Ops).items()):
+  if isinstance(_v, int) and _name.isupper():
+    setattr(Ops, _name, _m := Op(_name, _v))
+    Ops._members.append(_m)
 
 class GroupOp:
   Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
@@ -90,11 +116,16 @@ def make_keyed(op: Ops, dtype: DType, src: tuple, arg: Any, argkey: Any) -> UOp:
   if (r := _ucache.get(key)) is not None and (hit := r()) is not None: return hit
   return _create(key, op, dtype, src, arg)
 
+def fresh_node(op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
+  """UOp(op, dtype, src, arg) where no node can equal it yet (its arg is an object just made, e.g. the BufRef of a
+  result): hash-consed without the lookup that cannot hit. arg must be its own key (not a float or tuple)."""
+  return _create((op, dtype, tuple(map(id, src)), arg), op, dtype, src, arg)
+
 def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   # built in the mutable layout, then made a UOp (same slots): plain slot stores instead of six object.__setattr__
   # calls past UOp's immutability guard (a third of the cost of a new node)
   ret = _new(_UOpSlots)
-  ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape, ret.argkey = op, dtype, src, arg, None, None, key[3]
+  ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape, ret.argkey, ret._realized = op, dtype, src, arg, None, None, key[3], None
   ret.__class__ = UOp
   if op is Ops.BUFFER: _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C)
   else:
@@ -126,8 +157,10 @@ def _srcs_ok(src: tuple) -> tuple:
 class _UOpSlots:
   """UOp's storage, without its immutability guard: what UOpMeta fills in before the object becomes a UOp."""
   # _shape: engine.graph.shape_of's cache; argkey: the arg as the hash-consing key holds it (_argkey), for keys built
-  # from nodes (the schedule cache's, recipes') without recomputing it
-  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_bounds", "_shape", "argkey")
+  # from nodes (the schedule cache's, recipes') without recomputing it; _realized: the buffer view holding the node's
+  # computed value (engine/lazy.py: kept as long as the node lives, as a weak dictionary keyed by nodes would, without
+  # its Python-level get, set and removal callback on the path of every eager op)
+  __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_bounds", "_shape", "argkey", "_realized")
 _new = object.__new__
 
 class UOp(_UOpSlots, metaclass=UOpMeta):

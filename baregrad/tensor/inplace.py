@@ -17,9 +17,11 @@ def is_buffer(u: UOp) -> bool:
 
 def bind(t: Tensor, view: UOp, own: bool = False) -> None:
   """t's value is the buffer `view` reads; t becomes the storage's owner when asked, or when it has none alive."""
-  old = live.whole_buffer(t.uop)
+  u = t.uop
+  # (whole_buffer and base_of inline: every eager result is bound here)
+  old = u.arg if u.op is Ops.BUFFER else u.src[0].arg if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else None
   t.uop = view
-  st = base_of(view).arg.storage
+  st = (view if view.op is Ops.BUFFER else base_of(view)).arg.storage
   if old is None or old.storage is not st: live.track(t)
   if own or st.owner is None or st.owner() is None: st.owner = weakref.ref(t)
 
@@ -54,7 +56,7 @@ def _flags(u: UOp, written: set[Storage] | None, memo: dict[UOp, int]) -> int:
       r = n.arg
       memo[n] = STALE if r.stale else READS if written is None or r.storage in written else 0
       continue
-    if lazy.realized_map and (v := lazy.realized(n)) is not None:
+    if n._realized is not None and (v := lazy.realized(n)) is not None:
       r = base_of(v).arg
       memo[n] = READS if written is not None and r.storage in written else 0
       continue
@@ -70,7 +72,7 @@ def readers(written: set[Storage] | None, exclude: set[int]) -> list[Tensor]:
   for t in live.lazy():  # graphs, and views of part of a buffer: walked
     if id(t) in exclude: continue
     if written is None:
-      if t.uop.op is Ops.CONST or (lazy.realized_map and lazy.realized(t.uop) is not None): continue
+      if t.uop.op is Ops.CONST or (t.uop._realized is not None and lazy.realized(t.uop) is not None): continue
       out.append(t)
     elif _flags(t.uop, written, memo) == READS: out.append(t)
   for st in written or ():  # tensors naming a written buffer whole: filed under it
@@ -86,13 +88,13 @@ def _target(t: Tensor) -> UOp:
 def realize_tensors(ts: Sequence[Tensor], extra: Sequence[UOp] = (), device: str | None = None, copies: Sequence[Tensor] = ()) -> list[UOp]:
   """Realize tensors, then `copies` (readers of buffers about to be overwritten: those that only name a buffer get a
   copy), then the extra UOps, in one schedule; tensors without gradients are bound to their buffers, the others keep
-  their graph (read through realized_map). Returns the buffer views of `extra`."""
+  their graph (read through lazy.set_realized's record). Returns the buffer views of `extra`."""
   if not ts and not copies and not extra: return []
   ts = [*ts, *copies]
   targets = [t.uop for t in ts[:len(ts) - len(copies)]] + [_target(t) for t in copies]
   outs = lazy.realize(targets + list(extra), device or (ts[0].device if ts else Device.DEFAULT))
   for t, o in zip(ts, outs):
-    if t.uop is not o: lazy.realized_map[t.uop] = o
+    if t.uop is not o: lazy.set_realized(t.uop, o)
     if not t.requires_grad and live.whole_buffer(o) is not None: bind(t, o)
   return outs[len(ts):]
 
@@ -136,7 +138,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), befo
   for (t, _), new in zip(pairs, news): bind(t, lazy.buffer_view(new, t.shape), own=True)
   # a value still held elsewhere (`new = p - 1; p.assign(new)`) is read from the written buffer from now on
   for (t, _), v, new in zip(pairs, values or (), news):
-    if v is not t and not is_buffer(v.uop) and v.uop.op is not Ops.CONST: lazy.realized_map[v.uop] = lazy.buffer_view(new, v.shape)
+    if v is not t and not is_buffer(v.uop) and v.uop.op is not Ops.CONST: lazy.set_realized(v.uop, lazy.buffer_view(new, v.shape))
 
 def assign_nodes(pairs: Sequence[tuple[Tensor, Any]], before: Iterable[UOp] = ()) -> tuple[list[UOp], list[BufRef], list[Tensor]]:
   """For write: the ASSIGN of each value into its target's next version, those versions, and the values as tensors

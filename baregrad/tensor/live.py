@@ -28,8 +28,8 @@ class _Table:
       else: out.append(t)
     return out
 
-graphs = _Table()                                                  # tensors whose value may still be a graph
-_viewers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Storage -> _Table of tensors naming it whole
+graphs = _Table()     # tensors whose value may still be a graph
+_storages = _Table()  # storages with a table of tensors naming them whole (Storage.viewers), for all_tensors()
 
 def whole_buffer(u: UOp) -> Any:
   """The BufRef u names whole (a BUFFER or a reshape of one), else None."""
@@ -39,14 +39,18 @@ def whole_buffer(u: UOp) -> Any:
 
 def track(t: Any) -> None:
   """File t by what its uop reads (at creation, and after its uop names another storage)."""
-  if (ref := whole_buffer(t.uop)) is None: graphs.add(t)
+  u = t.uop   # (whole_buffer inline)
+  if (ref := u.arg if u.op is Ops.BUFFER else u.src[0].arg if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else None) is None: graphs.add(t)
   else:
-    if (s := _viewers.get(ref.storage)) is None: _viewers[ref.storage] = s = _Table()
+    st = ref.storage
+    if (s := st.viewers) is None:
+      st.viewers = s = _Table()
+      _storages.add(st)
     s.add(t)
 
 def viewers(storage: Any) -> list:
   """The live tensors naming `storage` whole (any version)."""
-  s = _viewers.get(storage)
+  s = storage.viewers
   if s is None: return []
   out = []
   for t in s.members():
@@ -70,5 +74,5 @@ def lazy() -> list:
 def all_tensors() -> weakref.WeakValueDictionary:
   """Every live tensor, by id."""
   out = weakref.WeakValueDictionary({id(t): t for t in graphs.members()})
-  for s in list(_viewers.values()): out.update({id(t): t for t in s.members()})
+  for st in _storages.members(): out.update({id(t): t for t in st.viewers.members()})
   return out

@@ -57,7 +57,7 @@ class Recipe:
 
   # a small node that reads no leaf (a constant, an arange, a broadcast of a few elements) is kept as it is rather than
   # rebuilt every time: most of a loss's graph is such. Small only: a kept node lives as long as the recipe, and so
-  # does what a realize of an equal graph maps to it (lazy.realized_map)
+  # does what a realize of an equal graph maps to it (lazy.set_realized)
   KEEP_ELEMENTS = 1024
 
   @staticmethod

@@ -10,7 +10,7 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, set_shape, device_of, base_of, stale_error, broadcast_const, permute_uop
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
-from baregrad.tensor.grad_mode import is_grad_enabled
+from baregrad.tensor.grad_mode import is_grad_enabled, _state as _grad_state
 from baregrad.tensor.gradfn import with_grad
 from baregrad.tensor.recipe import method_recipe, param_key
 
@@ -94,6 +94,8 @@ def _tensor_of(u: UOp, device: str) -> Tensor:
 # hit is the node building would give (equal nodes are one object), kept alive here. Float zeros and NaN are not
 # looked up (-0.0 would find 0.0's node; NaN finds nothing)
 _SCALARS: dict[tuple, UOp] = {}
+_SCALAR_PROMOTION: dict[tuple, DType] = {}   # (tensor dtype, scalar type, default float) -> the op's dtype
+_FLOAT_DTYPES = frozenset(d for d in ALL if dtypes.is_float(d))
 
 def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
   if type(y) is float and (y == 0 or y != y): return broadcast_const(UOp.const(d, y), shape)   # (-0.0 == 0.0)
@@ -276,8 +278,9 @@ class Tensor:
     t = _object_new(Tensor)
     t.uop, t.device, t.grad = u, self.device, None
     rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
-    t.requires_grad = rg if is_grad_enabled() else None
-    live.track(t)
+    t.requires_grad = rg if _grad_state.enabled else None
+    if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER): live.track(t)
+    else: live.graphs.add(t)   # (what track files a graph under, without its call)
     return t
 
   # ---- realization
@@ -287,6 +290,12 @@ class Tensor:
     return items
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute this tensor (and others given) now; returns self. Tensors in autograd keep their graph."""
+    if not others:   # (the common call, without the tuples and loops for several)
+      u = lazy.realize([self.uop], self.device)[0]
+      if not self.requires_grad:
+        if u.op is Ops.BUFFER or base_of(u).op is Ops.BUFFER: _bind(self, u)
+        else: self.uop = u; live.track(self)
+      return self
     ts = (self, *others)
     outs = lazy.realize([t.uop for t in ts], self.device)
     # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
@@ -302,12 +311,12 @@ class Tensor:
     """A contiguous buffer holding exactly this tensor's elements, computed now if it is not yet (no wait for it)."""
     if (ref := live.whole_buffer(self.uop)) is not None and not ref.stale:
       # the current version of a whole buffer (a jit's input, a realized tensor): nothing to substitute or compute. (A
-      # stale one may have been copied before the write: realized_map knows, below.)
+      # stale one may have been copied before the write: lazy.realized knows, below.)
       return ref.ensure()
     u = lazy.substitute_realized(self.uop)
     if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
-      if self.requires_grad: lazy.realized_map[self.uop] = u
+      if self.requires_grad: lazy.set_realized(self.uop, u)
       else: _bind(self, u)
     elif base_of(u).arg.stale: raise stale_error(base_of(u).arg)
     return base_of(u).arg.ensure()
@@ -672,6 +681,16 @@ class Tensor:
     return self.cast(dtypes.bfloat16)
 
   def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
+    ty = type(y)
+    if (ty is float or ty is int or ty is bool) and not out_float:
+      # a Python scalar (the commonest operand of an eager op): its promotion looked up, its broadcast constant cached
+      dt = self.uop.dtype
+      if (d := _SCALAR_PROMOTION.get(pk := (dt, ty, dtypes.default_float))) is None: d = _SCALAR_PROMOTION[pk] = promote_with_scalar(dt, y)
+      x = self if d is dt else self.cast(d)
+      c = _object_new(Tensor)
+      # (not filed in live: it reads no buffer, so no in-place write ever needs it computed first)
+      c.uop, c.device, c.grad, c.requires_grad = _scalar_node(d, y, shape_of(x.uop)), self.device, None, None
+      return (c, x) if reverse else (x, c)
     if isinstance(y, Tensor):
       if y.device != self.device: raise RuntimeError(f"Expected all tensors to be on the same device, got {self.device} and {y.device}")
       d = promote(self.dtype, y.dtype)
@@ -693,9 +712,22 @@ class Tensor:
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if self.ndim < len(shape) else self
     return x.expand(shape)
   def _alu(self, op: Ops, *srcs: Tensor) -> Tensor:
-    dt = dtypes.bool if op in GroupOp.Comparison else (srcs[-1].dtype if op is Ops.WHERE else self.dtype)
-    rg = (self.requires_grad or any(s.requires_grad for s in srcs)) and op not in GroupOp.Comparison and dtypes.is_float(dt)
-    return self._new(UOp(op, dt, (self.uop,) + tuple(s.uop for s in srcs)), requires_grad=True if rg else None)
+    # (loops, no generators: this builds the node of every elementwise op)
+    cmp = op in GroupOp.Comparison
+    dt = dtypes.bool if cmp else (srcs[-1].uop.dtype if op is Ops.WHERE else self.uop.dtype)
+    rg = self.requires_grad
+    uops = [self.uop]
+    for s in srcs:
+      uops.append(s.uop)
+      if s.requires_grad: rg = True
+    u = UOp(op, dt, tuple(uops))
+    # the operands are broadcast already: where their shapes are known and equal, so is the result's (shape_of would
+    # find the same, one inference per op later)
+    if u._shape is None and (sh := uops[0]._shape) is not None:
+      for x in uops:
+        if x._shape != sh: break
+      else: set_shape(u, sh)
+    return self._new(u, requires_grad=True if rg and not cmp and dt.scalar in _FLOAT_DTYPES else None)
 
   def add(self, y: Any, alpha: Any = 1) -> Tensor:
     """self + alpha * y, broadcast, with PyTorch's type promotion."""
