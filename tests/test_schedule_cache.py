@@ -156,3 +156,21 @@ def test_a_realized_value_lives_as_long_as_its_graph_node():
   del y, z, u, v
   gc.collect()
   assert storage() is None, "the buffer of a dead graph's value is still held"
+
+def test_eviction_keeps_a_schedule_in_use(monkeypatch):
+  """The cache evicts by the clock algorithm: an entry hit since the hand last passed it survives a sweep of new
+  graphs, one never hit again leaves first, and the cache stays at its size."""
+  monkeypatch.setattr(lazy, "SCHEDULE_CACHE_SIZE", 4)
+  monkeypatch.setattr(lazy, "_sched_cache", {})
+  x = Tensor(np.arange(8, dtype=np.float32)).realize()
+  def key_of(t: Tensor) -> tuple: return (lazy._abstract([t.uop])[0], t.device)
+  hot, cold = x + 1, x * 3
+  hot_key, cold_key = key_of(hot), key_of(cold)
+  hot.realize(); cold.realize()
+  for c in range(2, 8):
+    (x + 1).realize()   # a hit: the hot entry is marked used
+    (x - c).realize()   # a new graph each time: something must go
+    assert len(lazy._sched_cache) <= 4
+    assert hot_key in lazy._sched_cache, f"the entry in use was evicted after {c - 1} new graphs"
+  assert cold_key not in lazy._sched_cache
+  assert (x + 1).numpy().tolist() == list(range(1, 9))

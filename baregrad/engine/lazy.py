@@ -1,7 +1,6 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
 from typing import Any
-from collections import OrderedDict
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
@@ -68,7 +67,19 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
 _CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS,
                                                Ops.DETACH, Ops.ASSIGN, Ops.GATHER}
 SCHEDULE_CACHE_SIZE = 2048
-_sched_cache: OrderedDict = OrderedDict()
+# evicted by the clock algorithm (LRU's approximation): a hit sets the template's used flag, which is cheaper than
+# moving its key to the end of an ordered dict (hashing the whole nested key once more on every eager op); eviction
+# takes the oldest entry not used since it was last passed over, moving the used ones to the end with their flags reset
+_sched_cache: dict = {}
+
+def _cache_put(key: tuple, tmpl: tuple) -> None:
+  _sched_cache[key] = tmpl
+  while len(_sched_cache) > SCHEDULE_CACHE_SIZE:
+    k = next(iter(_sched_cache))
+    t = _sched_cache.pop(k)
+    if t[4][0]:
+      t[4][0] = False
+      _sched_cache[k] = t
 
 _SUBSTITUTE = ("substitute",)   # _abstract's answer where a node's value was computed already
 
@@ -149,10 +160,10 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
     if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN and treal == [(sn, tb[0])]:
       # (the last two: the compiled runner and the device instance it was compiled for, kept by the first launch)
       single = [ast, tb, sn, None, None]
-  return titems, treal, made, single
+  return titems, treal, made, single, [False]   # (the last: used since the clock hand last passed, see _cache_put)
 
 def _instantiate(tmpl: tuple, nodes: list[UOp], slots: list[BufRef]) -> tuple[list[ScheduleItem], dict]:
-  titems, treal, made, _ = tmpl
+  titems, treal, made = tmpl[0], tmpl[1], tmpl[2]
   new = [BufRef(d, n, dt) for d, n, dt in made]
   def get(t: tuple[str, int]) -> BufRef: return slots[t[1]] if t[0] == "in" else new[t[1]]
   items = [ScheduleItem(ast, [get(t) for t in tb], kind, nodes[sn] if sn is not None else None, (nodes[ck[0]], ck[1]) if ck else None,
@@ -174,14 +185,13 @@ def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[
   else: srcs = uops
   key = (ab[0], device) if ab is not None else None
   if key is not None and (tmpl := _sched_cache.get(key)) is not None:
-    _sched_cache.move_to_end(key)
+    tmpl[4][0] = True
     if single_ok and tmpl[3] is not None and not capturing: return None, srcs, (tmpl, ab[2], ab[3])   # (a jit capture records items)
     items, realized_ = _instantiate(tmpl, ab[2], ab[3])
     return items, srcs, realized_
   items, realized_ = create_schedule(srcs, device)
   if key is not None and (tmpl := _template(items, realized_, ab[1], ab[3])) is not None:
-    _sched_cache[key] = tmpl
-    if len(_sched_cache) > SCHEDULE_CACHE_SIZE: _sched_cache.popitem(last=False)
+    _cache_put(key, tmpl)
   return items, srcs, realized_
 
 def _run_single(tmpl: tuple, slots: list[BufRef]) -> BufRef | None:
@@ -189,16 +199,17 @@ def _run_single(tmpl: tuple, slots: list[BufRef]) -> BufRef | None:
   without building their items); returns its output, or None where its kernel is not compiled yet (the item path
   compiles it, with its progress bar)."""
   single = tmpl[3]
-  new = [BufRef(d, n, dt) for d, n, dt in tmpl[2]]
+  fresh = BufRef.fresh   # (the template's devices are canonical names)
+  new = [fresh(d, n, dt) for d, n, dt in tmpl[2]]
   refs = [slots[i] if k == "in" else new[i] for k, i in single[1]]
   out = refs[0]
-  if out.size == 0: return out   # nothing to compute (run_schedule skips it too)
+  if out.storage.size == 0: return out   # nothing to compute (run_schedule skips it too)
   # the runner this template launched last, while its device is the one open under that name (a closed and reopened
   # device compiles again: cached_runner is keyed by the instance)
   if (runner := single[3]) is None or Device.open_devices.get(out.device) is not single[4]:
     if (runner := cached_runner(single[0], out.device)) is None: return None
     single[3], single[4] = runner, Device.open_devices.get(out.device)
-  runner([r.ensure() for r in refs])
+  runner([r.storage.ensure() for r in refs])
   return out
 
 def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list[UOp], dict]:

@@ -19,6 +19,7 @@ class Buffer:
         raise ValueError(f"view of {self.nbytes} bytes at offset {offset} is outside its base of {base.nbytes} bytes")
       self.options = base.options
     self._base, self.offset = base, offset
+    self._owned = False
 
   @property
   def nbytes(self) -> int: return self.size * self.dtype.itemsize
@@ -38,8 +39,8 @@ class Buffer:
       self._base._views += 1
     elif opaque is not None: self._buf, self._owned = opaque, False
     else:
-      self._allocator = self.allocator  # free into the allocator we came from, even if the device is reopened
-      self._buf, self._owned = self._allocator.alloc(self.nbytes, self.options), True
+      self._allocator = a = self.allocator  # free into the allocator we came from, even if the device is reopened
+      self._buf, self._owned = a.alloc(self.size * self.dtype.itemsize, self.options), True
     return self
 
   def deallocate(self) -> None:
@@ -51,10 +52,11 @@ class Buffer:
 
   def __del__(self) -> None:
     try:
-      if self._buf is not None and self._base is not None: self._base._views -= 1
-      if self._buf is not None and self._base is None and getattr(self, "_owned", False):
-        self._buf, buf = None, self._buf
-        self._allocator.free(buf, self.nbytes, self.options)
+      if (buf := self._buf) is None: return
+      if self._base is not None: self._base._views -= 1
+      elif self._owned:
+        self._buf = None
+        self._allocator.free(buf, self.size * self.dtype.itemsize, self.options)
     except Exception: pass  # at interpreter exit the device may already be gone
 
   def _check_mv(self, mv: memoryview, what: str) -> memoryview:

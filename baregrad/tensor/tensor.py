@@ -5,7 +5,7 @@ from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
-from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed
 from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, set_shape, device_of, base_of, stale_error, broadcast_const, permute_uop
 from baregrad.engine import lazy, checks
@@ -107,8 +107,9 @@ def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
   return u
 
 def _node(op: Ops, dtype: DType, srcs: tuple, arg: Any, shape: tuple[int, ...]) -> UOp:
-  u = UOp(op, dtype, srcs, arg)
-  set_shape(u, shape)
+  # (args here are shapes, axes and None, their own hash-consing keys: UOp() without its argument checks)
+  u = make_keyed(op, dtype, srcs, arg, arg)
+  if u._shape is None: object.__setattr__(u, "_shape", shape)
   return u
 
 def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
@@ -148,6 +149,7 @@ class ValuesIndices(NamedTuple):
                          f"use .values, or amax(dim)/amin(dim) for the values alone")
 
 _object_new = object.__new__
+_weakref = weakref.ref
 
 class Tensor:
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
@@ -280,7 +282,10 @@ class Tensor:
     rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
     t.requires_grad = rg if _grad_state.enabled else None
     if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER): live.track(t)
-    else: live.graphs.add(t)   # (what track files a graph under, without its call)
+    else:   # (what track files a graph under, without its calls)
+      g = live.graphs
+      g.refs[id(t)] = _weakref(t)
+      if len(g.refs) > 2 * g.swept: g.sweep()
     return t
 
   # ---- realization
@@ -720,7 +725,7 @@ class Tensor:
     for s in srcs:
       uops.append(s.uop)
       if s.requires_grad: rg = True
-    u = UOp(op, dt, tuple(uops))
+    u = make_keyed(op, dt, tuple(uops), None, None)   # (UOp(op, dt, srcs) without its argument checks)
     # the operands are broadcast already: where their shapes are known and equal, so is the result's (shape_of would
     # find the same, one inference per op later)
     if u._shape is None and (sh := uops[0]._shape) is not None:
@@ -835,11 +840,15 @@ class Tensor:
     unit = self.eq(1).where(1, self.eq(-1).where(odd.where(-1, 1), 0)).cast(self.dtype)
     edge = (e >= 64) | (e < 0) if not dtypes.is_unsigned(e.dtype) else e >= 64
     return edge.where(unit, out)
-  def __add__(self, y: Any) -> Tensor: return self.add(y)
+  def __add__(self, y: Any) -> Tensor:
+    x, y2 = self._operands(y)
+    return x._alu(Ops.ADD, y2)
   def __radd__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.ADD, y2)
   def __sub__(self, y: Any) -> Tensor: return self.sub(y)
   def __rsub__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.SUB, y2)
-  def __mul__(self, y: Any) -> Tensor: return self.mul(y)
+  def __mul__(self, y: Any) -> Tensor:
+    x, y2 = self._operands(y)
+    return x._alu(Ops.MUL, y2)
   def __rmul__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True); return x._alu(Ops.MUL, y2)
   def __truediv__(self, y: Any) -> Tensor: return self.div(y)
   def __rtruediv__(self, y: Any) -> Tensor: x, y2 = self._operands(y, reverse=True, out_float=True); return x._alu(Ops.FDIV, y2)
