@@ -239,6 +239,33 @@ different machine from the rounds above; this script on both sides, alternated):
   ops fewer per draw; the streams per seed are unchanged (tests/test_recipe.py);
 - a Python scalar operand (x + 1) takes its broadcast constant's nodes from a cache per (dtype, shape, value): the graph
   of x + 1 builds in ~6 us instead of ~11 (float zeros and NaN are built each time: -0.0 would find 0.0's node).
+
+Less Python per eager op (main at 904e523 -> this round, DEV=CPU, the same 2-core Zen 4 VM; each side ran its own copy
+of this script and bench/train_mlp.py, alternated twice):
+
+  | run                                   | before                  | after                   |
+  |---------------------------------------|-------------------------|-------------------------|
+  | eager us/op                           | 29.4, 29.0              | 18.2, 18.4              |
+  | jit us/kernel                         | 1.19, 1.18              | 1.06, 1.07              |
+  | Tensor.rand(1024) / randn(1024) us    | 153 / 341, 151 / 328    | 126 / 268, 124 / 271    |
+  | Tensor.arange(1024) us                | 27.0, 27.0              | 19.8, 19.7              |
+  | train_mlp.py: eager step vs PyTorch   | 1.71x, 1.72x            | 1.50x, 1.49x            |
+  | train_mlp.py: its tiny-op line        | 32 us                   | 19 us                   |
+
+- ir/ops.py: Ops is a plain class of Op singletons, not an Enum. Python 3.11's EnumType defines __getattr__, so every
+  `Ops.X` read went through a Python-level attribute hook: 76 ns against 19 for a class attribute, and an eager op
+  (and the compiler, everywhere) reads dozens. (.ci/run on a clean clone: 8 min 0 s at 904e523, 6 min 55 s after;
+  one run each.)
+- engine/lazy.py: one walk makes the schedule key and finds nodes computed already (the substitution walk ran first on
+  every realize); a computed node keeps its buffer view in a slot (`_realized`) instead of a WeakKeyDictionary (a
+  Python-level get, set and removal callback per op); the schedule cache evicts by the clock algorithm (a hit sets a
+  flag; move_to_end hashed the whole nested key again); a single kernel's result gets its BufRef and BUFFER node
+  without the constructor's keyword handling and a hash-consing lookup that cannot hit.
+- drivers/cpu.py, engine/runner.py: CompiledRunner tries CPUProgram.run_direct first (no *args/**kwargs launch call,
+  the arguments in the program's own block instead of the kernel-args ring, the tiny kernel called inline).
+- tensor/: a Python scalar's promotion looked up per (dtype, type), x + y and x @ w build their nodes without UOp()'s
+  argument checks and with their shapes set, realize() of one tensor without tuples and zips, the live tables filed
+  without their function calls; Device[name] answers an open device by its canonical name first.
 """
 import os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))

@@ -256,3 +256,20 @@ def test_bool_neg_bounds_and_folding():
     assert evaluate(s, {"x": xv}) == evaluate(e, {"x": xv}) == xv
   n = -x
   assert (n.vmin, n.vmax) == (False, True)
+
+def test_ops_is_an_enumeration_of_singletons():
+  """Ops is a plain class of Op singletons (not an Enum, whose metaclass __getattr__ slows every Ops.X read): members
+  iterate in definition order, are found by name, pickle and copy to themselves, and hash by identity."""
+  import copy, pickle
+  from baregrad.ir.ops import Op
+  members = list(Ops)
+  assert len(members) == len(Ops) == len({id(m) for m in members}) and members[0] is Ops.SINK
+  assert [m.value for m in members] == sorted(m.value for m in members)
+  assert all(Ops[m.name] is m and getattr(Ops, m.name) is m and repr(m) == f"Ops.{m.name}" for m in members)
+  assert isinstance(Ops.ADD, Ops) and isinstance(Ops.ADD, Op) and not isinstance("ADD", Ops)
+  with pytest.raises(KeyError): Ops["NOT_AN_OP"]
+  with pytest.raises(KeyError): Ops["_members"]
+  assert all(pickle.loads(pickle.dumps(m)) is m and copy.deepcopy(m) is m for m in members)
+  u = UOp(Ops.ADD, dtypes.int32, (UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)))
+  assert pickle.loads(pickle.dumps(u)) is u   # (a UOp pickles through its op: hash-consed back to the live node)
+  assert {Ops.ADD: 1}[Ops.ADD] == 1 and Ops.ADD != Ops.MUL and hash(Ops.ADD) == object.__hash__(Ops.ADD)
