@@ -174,3 +174,23 @@ def test_eviction_keeps_a_schedule_in_use(monkeypatch):
     assert hot_key in lazy._sched_cache, f"the entry in use was evicted after {c - 1} new graphs"
   assert cold_key not in lazy._sched_cache
   assert (x + 1).numpy().tolist() == list(range(1, 9))
+
+def test_a_computed_subgraph_is_read_not_recomputed(schedules):
+  """A graph holding a node computed since it was built reads that node's buffer: the walk that makes the schedule
+  key finds the computed node, the graph is substituted, and the key is the substituted graph's (one kernel, no
+  multiply in it). The same structure over new buffers is then served by the cache."""
+  from baregrad.ir.ops import Ops
+  rng = np.random.default_rng(3)
+  for i in range(3):
+    xv = rng.standard_normal(8).astype(np.float32)
+    x = Tensor(xv).realize()
+    y = x * 2
+    z = y + 1
+    mul = y.uop
+    y.realize()
+    assert lazy.realized(mul) is not None and lazy._abstract([z.uop], True) is lazy._SUBSTITUTE
+    items = z.schedule()
+    assert len(items) == 1 and not any(u.op is Ops.MUL for u in items[0].ast.toposort())
+    np.testing.assert_allclose(z.numpy(), xv * 2 + 1, rtol=1e-6)
+    if i == 0: first = len(schedules)
+  assert len(schedules) == first, "the later rounds' graphs (the same structures) were cut again"

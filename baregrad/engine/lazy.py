@@ -108,6 +108,7 @@ def _abstract(srcs: list[UOp], realized_hits: bool = False) -> Any:
     stack = [root]
     while stack:
       u = stack[-1]
+      if realized_hits and u._realized is not None and realized(u) is not None: return _SUBSTITUTE   # (before its subgraph)
       src = u.src
       pending = False
       for s in src:
@@ -115,7 +116,6 @@ def _abstract(srcs: list[UOp], realized_hits: bool = False) -> Any:
       if pending: continue
       stack.pop()
       if u in pos: continue   # (pushed twice, by two parents)
-      if realized_hits and u._realized is not None and realized(u) is not None: return _SUBSTITUTE
       op = u.op
       if op not in _CACHEABLE: return None
       if registry and (e := registry.get(id(u))) is not None and e[0]() is u:

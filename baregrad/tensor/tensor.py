@@ -1153,8 +1153,9 @@ class Tensor:
   def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
     axes = self._axes(dim)
     whole = dim is None
-    out_shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-    if any(self.shape[a] == 0 for a in axes):
+    sh = shape_of(self.uop)
+    out_shape = tuple([1 if i in axes else s for i, s in enumerate(sh)])
+    if 0 in sh and any(sh[a] == 0 for a in axes):
       from baregrad.ir.ops import identity_element
       if op is Ops.MAX and not (dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool):
         # PyTorch: IndexError naming the empty dim, RuntimeError when no dim was given
@@ -1172,8 +1173,12 @@ class Tensor:
       # a big full reduction runs as partial results over k rows (in parallel), then a small one over those
       part = self.reshape(k, self.numel() // k)._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.reshape(k, self.numel() // k).uop,), (op, (1,))))
       r = part._new(UOp(Ops.REDUCE_AXIS, self.dtype, (part.uop,), (op, (0,)))).reshape(out_shape)
-    else: r = self._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.uop,), (op, axes)))
-    return r if keepdim else r.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+    else:   # (the node built with its shape: (op, axes) holds no float, so it is its own hash-consing key)
+      r = self._new(_node(Ops.REDUCE_AXIS, self.uop.dtype, (self.uop,), (op, axes), out_shape))
+    if keepdim: return r
+    new = tuple([s for i, s in enumerate(sh) if i not in axes])
+    if shape_of(r.uop) == new: return r
+    return r._new(_node(Ops.RESHAPE, r.uop.dtype, (r.uop,), new, new))   # (the same elements: reshape's checks hold)
   def sum(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
     """Sum over dim (all axes when None); ints and bools sum in int64, half/bfloat16 accumulate in float32, as PyTorch."""
     dim = axis if dim is None else dim
