@@ -613,7 +613,7 @@ _perf_ns = time.perf_counter_ns
 
 class CPUProgram(HCQProgram):
   args_state_t = CPUArgsState
-  direct = True   # run a tiny launch on an idle queue without writing its words (see __call__); tests compare both paths
+  direct = True   # run a tiny launch on an idle queue without writing its words (see run_direct); tests compare both paths
   def __init__(self, dev: CPUDevice, name: str, lib: bytes, min_chunk: int = 0) -> None:
     super().__init__(dev, name, lib)
     from baregrad.drivers.elf_loader import load_elf, disassemble
@@ -622,7 +622,7 @@ class CPUProgram(HCQProgram):
     # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
     self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
     self._launch_words = None  # the commands of a plain launch, encoded once (see __call__)
-    self._direct_args: Any = None   # the arguments of a direct launch (see __call__)
+    self._direct_args: Any = None   # the arguments of a direct launch (see run_direct)
 
   def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:

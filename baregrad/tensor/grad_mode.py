@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 class _State(threading.local):
   enabled: bool = True
-_state = _State()
+_state = _State()   # (read directly by Tensor._new, on the path of every op's result)
 
 def is_grad_enabled() -> bool:
   """Whether ops record what backward() needs (False inside no_grad / inference_mode)."""
