@@ -1,7 +1,7 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
 from typing import Any
-from baregrad.ir.ops import UOp, Ops, GroupOp
+from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed, fresh_node
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
 from baregrad.engine.realize import run_schedule, capturing
@@ -19,9 +19,11 @@ def set_realized(u: UOp, v: UOp) -> None:
 def buffer_view(ref: BufRef, shape: tuple[int, ...], fresh: bool = False) -> UOp:
   """The node reading ref's buffer as `shape` (`fresh`: no node has named ref yet)."""
   b = buffer_uop(ref, fresh)
-  if shape == (ref.size,): return b
-  u = UOp(Ops.RESHAPE, ref.dtype, (b,), tuple(shape))
-  set_shape(u, tuple(shape))  # known: no need to walk the view machinery for it
+  if shape == b._shape: return b
+  shape = tuple(shape)
+  # (a shape is its own hash-consing key; over a fresh BUFFER node the RESHAPE is new too: no lookup)
+  u = fresh_node(Ops.RESHAPE, b.dtype, (b,), shape) if fresh else make_keyed(Ops.RESHAPE, b.dtype, (b,), shape, shape)
+  if u._shape is None: set_shape(u, shape)  # known: no need to walk the view machinery for it
   return u
 
 # results in storages older than this are not reused (the jit sets it while capturing: a recording must compute what
