@@ -67,6 +67,7 @@ for _name, _v in list(vars(Ops).items()):
   if isinstance(_v, int) and _name.isupper():
     setattr(Ops, _name, _m := Op(_name, _v))
     Ops._members.append(_m)
+del _name, _v, _m
 
 class GroupOp:
   Unary = {Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC}
