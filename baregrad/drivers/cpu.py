@@ -609,8 +609,6 @@ class QueueEngine:
     return s
 
 # ---------------------------------------------------------------- program and device
-_perf_ns = time.perf_counter_ns
-
 class CPUProgram(HCQProgram):
   args_state_t = CPUArgsState
   direct = True   # run a tiny launch on an idle queue without writing its words (see run_direct); tests compare both paths
@@ -678,14 +676,7 @@ class CPUProgram(HCQProgram):
       for i, v in enumerate(vals): da[len(bufs) + i] = v & 0xFFFFFFFFFFFFFFFF
       with eng._host_lock:
         eng.state = ("exec", fa, n_items)
-        try:
-          if est * n_items <= eng.INLINE_NS and (fxn := eng._fxns.get(fa)) is not None:
-            # run_known's tiny case inline (a call fewer on every eager op): the kernel whole, its cost learned
-            st = _perf_ns()
-            fxn(ctypes.addressof(da), 0, n_items)
-            t = (_perf_ns() - st) / n_items
-            eng.pool.cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
-          else: eng.run_known(fa, ctypes.addressof(da), n_items, self.min_chunk, est)
+        try: eng.run_known(fa, ctypes.addressof(da), n_items, self.min_chunk, est)
         except Exception as ex:   # as a fault while running the words: the queue takes nothing more
           eng._fault(ex)
           raise

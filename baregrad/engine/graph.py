@@ -18,7 +18,6 @@ from baregrad.ir.view import ShapeTracker, moved_shape
 from baregrad.hal import Buffer, Device
 
 _ids = itertools.count()
-_object_new = object.__new__
 
 class Storage:
   """Device memory that successive versions of one buffer live in (docs/value_semantics.md). `version` is the
@@ -48,15 +47,6 @@ class BufRef:
                storage: Storage | None = None, version: int = 0):
     self.storage = storage if storage is not None else Storage(device, size, dtype, buf)  # type: ignore[arg-type]
     self.version, self.id = version, next(_ids)
-  @staticmethod
-  def fresh(device: str, size: int, dtype: DType) -> BufRef:
-    """BufRef(device, size, dtype) for a canonical device name, a result's new buffer (what the constructors do,
-    without their keyword handling and name lookup: a cached schedule makes one for every eager op)."""
-    st = _object_new(Storage)
-    st.device, st.size, st.dtype, st.buf, st.id, st.version, st.owner, st.viewers = device, size, dtype, None, next(_ids), 0, None, None
-    r = _object_new(BufRef)
-    r.storage, r.version, r.id = st, 0, next(_ids)
-    return r
   @property
   def device(self) -> str: return self.storage.device
   @property

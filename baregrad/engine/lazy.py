@@ -201,8 +201,7 @@ def _run_single(tmpl: tuple, slots: list[BufRef]) -> BufRef | None:
   without building their items); returns its output, or None where its kernel is not compiled yet (the item path
   compiles it, with its progress bar)."""
   single = tmpl[3]
-  fresh = BufRef.fresh   # (the template's devices are canonical names)
-  new = [fresh(d, n, dt) for d, n, dt in tmpl[2]]
+  new = [BufRef(d, n, dt) for d, n, dt in tmpl[2]]
   refs = [slots[i] if k == "in" else new[i] for k, i in single[1]]
   out = refs[0]
   if out.storage.size == 0: return out   # nothing to compute (run_schedule skips it too)

@@ -40,7 +40,7 @@ class Buffer:
     elif opaque is not None: self._buf, self._owned = opaque, False
     else:
       self._allocator = a = self.allocator  # free into the allocator we came from, even if the device is reopened
-      self._buf, self._owned = a.alloc(self.size * self.dtype.itemsize, self.options), True
+      self._buf, self._owned = a.alloc(self.nbytes, self.options), True
     return self
 
   def deallocate(self) -> None:
@@ -56,7 +56,7 @@ class Buffer:
       if self._base is not None: self._base._views -= 1
       elif self._owned:
         self._buf = None
-        self._allocator.free(buf, self.size * self.dtype.itemsize, self.options)
+        self._allocator.free(buf, self.nbytes, self.options)
     except Exception: pass  # at interpreter exit the device may already be gone
 
   def _check_mv(self, mv: memoryview, what: str) -> memoryview:

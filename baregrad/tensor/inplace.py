@@ -17,11 +17,9 @@ def is_buffer(u: UOp) -> bool:
 
 def bind(t: Tensor, view: UOp, own: bool = False) -> None:
   """t's value is the buffer `view` reads; t becomes the storage's owner when asked, or when it has none alive."""
-  u = t.uop
-  # (whole_buffer and base_of inline: every eager result is bound here)
-  old = u.arg if u.op is Ops.BUFFER else u.src[0].arg if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else None
+  old = live.whole_buffer(t.uop)
   t.uop = view
-  st = (view if view.op is Ops.BUFFER else base_of(view)).arg.storage
+  st = base_of(view).arg.storage
   if old is None or old.storage is not st: live.track(t)
   if own or st.owner is None or st.owner() is None: st.owner = weakref.ref(t)
 

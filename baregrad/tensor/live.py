@@ -39,8 +39,7 @@ def whole_buffer(u: UOp) -> Any:
 
 def track(t: Any) -> None:
   """File t by what its uop reads (at creation, and after its uop names another storage)."""
-  u = t.uop   # (whole_buffer inline)
-  if (ref := u.arg if u.op is Ops.BUFFER else u.src[0].arg if u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER else None) is None: graphs.add(t)
+  if (ref := whole_buffer(t.uop)) is None: graphs.add(t)
   else:
     st = ref.storage
     if (s := st.viewers) is None:

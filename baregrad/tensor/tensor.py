@@ -95,7 +95,6 @@ def _tensor_of(u: UOp, device: str) -> Tensor:
 # looked up (-0.0 would find 0.0's node; NaN finds nothing)
 _SCALARS: dict[tuple, UOp] = {}
 _SCALAR_PROMOTION: dict[tuple, DType] = {}   # (tensor dtype, scalar type, default float) -> the op's dtype
-_FLOAT_DTYPES = frozenset(d for d in ALL if dtypes.is_float(d))
 
 def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
   if type(y) is float and (y == 0 or y != y): return broadcast_const(UOp.const(d, y), shape)   # (-0.0 == 0.0)
@@ -149,7 +148,6 @@ class ValuesIndices(NamedTuple):
                          f"use .values, or amax(dim)/amin(dim) for the values alone")
 
 _object_new = object.__new__
-_weakref = weakref.ref
 
 class Tensor:
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
@@ -281,11 +279,7 @@ class Tensor:
     t.uop, t.device, t.grad = u, self.device, None
     rg = requires_grad if requires_grad is not None else (True if self.requires_grad else None)
     t.requires_grad = rg if _grad_state.enabled else None
-    if u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER): live.track(t)
-    else:   # (what track files a graph under, without its calls)
-      g = live.graphs
-      g.refs[id(t)] = _weakref(t)
-      if len(g.refs) > 2 * g.swept: g.sweep()
+    live.track(t)
     return t
 
   # ---- realization
@@ -295,20 +289,18 @@ class Tensor:
     return items
   def realize(self, *others: Tensor) -> Tensor:
     """Run the kernels that compute this tensor (and others given) now; returns self. Tensors in autograd keep their graph."""
-    if not others:   # (the common call, without the tuples and loops for several)
-      u = lazy.realize([self.uop], self.device)[0]
-      if not self.requires_grad:
-        if u.op is Ops.BUFFER or base_of(u).op is Ops.BUFFER: _bind(self, u)
-        else: self.uop = u; live.track(self)
+    if not others:   # (the common call: no tuples and loops for several)
+      self._computed(lazy.realize([self.uop], self.device)[0])
       return self
     ts = (self, *others)
-    outs = lazy.realize([t.uop for t in ts], self.device)
-    # a tensor that takes part in autograd keeps its graph (the scheduler reads the buffer in its place)
-    for t, u in zip(ts, outs):
-      if not t.requires_grad:
-        if base_of(u).op is Ops.BUFFER: _bind(t, u)
-        else: t.uop = u; live.track(t)
+    for t, u in zip(ts, lazy.realize([t.uop for t in ts], self.device)): t._computed(u)
     return self
+  def _computed(self, u: UOp) -> None:
+    # u reads this tensor's computed value. A tensor that takes part in autograd keeps its graph (the scheduler reads
+    # the buffer in its place)
+    if not self.requires_grad:
+      if base_of(u).op is Ops.BUFFER: _bind(self, u)
+      else: self.uop = u; live.track(self)
   def contiguous(self) -> Tensor:
     """A tensor whose value the scheduler materializes in its own buffer (forces a kernel boundary)."""
     return self._new(UOp(Ops.CONTIGUOUS, self.dtype, (self.uop,)))
@@ -686,27 +678,20 @@ class Tensor:
     return self.cast(dtypes.bfloat16)
 
   def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
-    ty = type(y)
-    if (ty is float or ty is int or ty is bool) and not out_float:
-      # a Python scalar (the commonest operand of an eager op): its promotion looked up, its broadcast constant cached
-      dt = self.uop.dtype
+    dt, ty = self.uop.dtype, type(y)
+    if ty is float or ty is int or ty is bool:   # (the commonest operand of an eager op: its promotion looked up)
       if (d := _SCALAR_PROMOTION.get(pk := (dt, ty, dtypes.default_float))) is None: d = _SCALAR_PROMOTION[pk] = promote_with_scalar(dt, y)
-      x = self if d is dt else self.cast(d)
+    elif isinstance(y, Tensor):
+      if y.device != self.device: raise RuntimeError(f"Expected all tensors to be on the same device, got {self.device} and {y.device}")
+      d = promote(dt, y.dtype)
+    elif isinstance(y, (bool, int, float)): d = promote_with_scalar(dt, y)
+    else: raise TypeError(f"unsupported operand type {type(y).__name__}")
+    if out_float and not dtypes.is_float(d): d = dtypes.default_float
+    x = self if d is dt else self.cast(d)
+    if not isinstance(y, Tensor):  # a Python scalar: the broadcast constant _bcast would build, cached, in one step
       c = _object_new(Tensor)
       # (not filed in live: it reads no buffer, so no in-place write ever needs it computed first)
       c.uop, c.device, c.grad, c.requires_grad = _scalar_node(d, y, shape_of(x.uop)), self.device, None, None
-      return (c, x) if reverse else (x, c)
-    if isinstance(y, Tensor):
-      if y.device != self.device: raise RuntimeError(f"Expected all tensors to be on the same device, got {self.device} and {y.device}")
-      d = promote(self.dtype, y.dtype)
-    elif isinstance(y, (bool, int, float)): d = promote_with_scalar(self.dtype, y)
-    else: raise TypeError(f"unsupported operand type {type(y).__name__}")
-    if out_float and not dtypes.is_float(d): d = dtypes.default_float
-    x = self.cast(d)
-    if not isinstance(y, Tensor):  # a Python scalar: the broadcast constant _bcast would build, in one step
-      c = _object_new(Tensor)
-      # (not filed in live: it reads no buffer, so no in-place write ever needs it computed first)
-      c.uop, c.device, c.grad, c.requires_grad = _scalar_node(d, y, x.shape), self.device, None, None
       return (c, x) if reverse else (x, c)
     y = y.cast(d)
     shape = broadcast_shape(x.shape, y.shape)
@@ -732,7 +717,7 @@ class Tensor:
       for x in uops:
         if x._shape != sh: break
       else: set_shape(u, sh)
-    return self._new(u, requires_grad=True if rg and not cmp and dt.scalar in _FLOAT_DTYPES else None)
+    return self._new(u, requires_grad=True if rg and not cmp and dtypes.is_float(dt) else None)
 
   def add(self, y: Any, alpha: Any = 1) -> Tensor:
     """self + alpha * y, broadcast, with PyTorch's type promotion."""
