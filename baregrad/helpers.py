@@ -34,11 +34,8 @@ def prod(xs: Iterable[T], start: int = 1) -> int:
 
 def ceildiv(a: int, b: int) -> int: return -(-a // b)
 def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
-def all_same(xs: list) -> bool: return all(x == xs[0] for x in xs)
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
-def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))
 def argsort(xs: list) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
-def is_pow2(x: int) -> bool: return x > 0 and (x & (x - 1)) == 0
 
 @functools.lru_cache(maxsize=1024)
 def c_array(ctype: Any, n: int) -> Any:

@@ -121,8 +121,6 @@ def _canon_commutative(x: UOp) -> UOp | None:
     return x.replace(src=(x.src[1], x.src[0]))
   return None
 
-def _is0(u: UOp) -> bool: return u.op is Ops.CONST and u.arg == 0 and not (isinstance(u.arg, float) and math.copysign(1, u.arg) < 0)
-
 symbolic_simple = PatternMatcher([
   (UPat(GroupOp.ALU, name="x"), _fold_alu),
   (UPat(GroupOp.Commutative, name="x"), _canon_commutative),
