@@ -52,10 +52,15 @@ class Knob:
     if self.kind == "list": return "comma-separated words"
     if self.kind in ("int", "float"):
       what = ("an integer" if self.kind == "int" else "a number") + (f" of {self.unit}" if self.unit else "")
-      if self.lo is not None and self.hi is not None: return f"{what} from {_num(self.lo)} to {_num(self.hi)}"
-      if self.lo is not None: return f"{what} of at least {_num(self.lo)}"
-      return what
+      return what + (f" ({self.range()})" if self.range() else "")
     return "text"
+
+  def range(self) -> str:
+    """An int's or float's range in words ("" when unbounded)."""
+    if self.lo is not None and self.hi is not None: return f"from {_num(self.lo)} to {_num(self.hi)}"
+    if self.lo is not None: return f"at least {_num(self.lo)}"
+    if self.hi is not None: return f"at most {_num(self.hi)}"
+    return ""
 
   def show_default(self) -> str:
     if self.default_text: return self.default_text
@@ -68,23 +73,25 @@ class Knob:
     """The typed value of `text` (as set in the environment); KnobError when it is not one."""
     s = text.strip()
     if s == "": return self.default
-    def bad(what: str) -> KnobError:
-      return KnobError(f"{self.name} must be {what}, got {text!r} ({self.name}: {self.meaning}; python3 -m baregrad --knobs lists every knob)")
-    if self.kind in ("bool", "int"):
-      try: v: Any = int(s, 10)
+    def bad(what: str, also: str = "") -> KnobError:
+      return KnobError(f"{self.name} must be {what}, got {text!r} ({also}{self.name}: {self.meaning}; "
+                       "python3 -m baregrad --knobs lists every knob)")
+    if self.kind in ("int", "float"):
+      number = ("an integer" if self.kind == "int" else "a number") + (f" of {self.unit}" if self.unit else "")
+      also = f"{self.range()}; " if self.range() else ""
+      try: v: Any = int(s, 10) if self.kind == "int" else float(s)
+      except ValueError: raise bad(number, also) from None
+      if not math.isfinite(v): raise bad("a finite number", also)
+      if (self.lo is not None and v < self.lo) or (self.hi is not None and v > self.hi): raise bad(self.range())
+      return v
+    if self.kind == "bool":
+      try: return int(s, 10) != 0
       except ValueError: raise bad(self.expected()) from None
-      if self.kind == "bool": return v != 0
-    elif self.kind == "float":
-      try: v = float(s)
-      except ValueError: raise bad(self.expected()) from None
-      if not math.isfinite(v): raise bad(self.expected())
-    elif self.kind == "choice":
+    if self.kind == "choice":
       if s not in self.choices: raise bad(self.expected())
       return s
-    elif self.kind == "list": return tuple(w.strip() for w in s.split(",") if w.strip())
-    else: return text
-    if (self.lo is not None and v < self.lo) or (self.hi is not None and v > self.hi): raise bad(self.expected())
-    return v
+    if self.kind == "list": return tuple(w.strip() for w in s.split(",") if w.strip())
+    return text
 
 def _num(x: float) -> str: return str(int(x)) if float(x).is_integer() else str(x)
 
@@ -92,7 +99,7 @@ _G, _C, _D, _CPU, _GPU, _T = "general", "compiler", "debugging", "CPU device", "
 _DECLARED = [
   # general
   Knob("DEV", "str", "CPU", "the default device: CPU, CPU:C, NV, NV:1, AMD, CL:n, CUDA:n (unavailable: falls back to the CPU)", _G),
-  Knob("JIT", "bool", True, "TinyJit captures and replays; 0 runs every jitted function eagerly", _G),
+  Knob("JIT", "bool", True, "@jit functions capture their kernels once and replay them; 0 runs them eagerly", _G),
   Knob("JIT_NOGRAPH", "bool", False, "a jit replay launches its kernels one by one instead of resubmitting a recorded HCQ graph", _G),
   Knob("BOUNDS", "bool", True, "index bounds checks on the device (gather, scatter, indexing); 0 turns them off", _G),
   Knob("BAREGRAD_CACHE", "path", None, "directory of the compile and BEAM caches", _G, default_text="$XDG_CACHE_HOME/baregrad"),
@@ -262,7 +269,7 @@ def rows() -> list[tuple[Knob, str | None, str]]:
   out = []
   for k in _DECLARED:
     if k.name.endswith("*"):
-      for var in sorted(v for v in os.environ if fnmatch.fnmatchcase(v, k.name)): out.append((k, os.environ[var], ""))
+      for var in sorted(v for v in os.environ if fnmatch.fnmatchcase(v, k.name)): out.append((k, f"{var}={os.environ[var]}", ""))
       if not any(fnmatch.fnmatchcase(v, k.name) for v in os.environ): out.append((k, None, ""))
       continue
     text, why = os.environ.get(k.name), ""
@@ -293,9 +300,13 @@ def listing() -> str:
 def markdown() -> str:
   """docs/knobs.md: the declared knobs as tables, one per group (tests/test_knobs.py checks the file is current)."""
   out = ["# Environment knobs", "",
-         "Generated from `baregrad/knobs.py` by `python3 -m baregrad --knobs --markdown`; do not edit by hand. An unset",
-         "or empty variable means the default; an ill-typed value is an error naming the knob (see the module's docstring",
-         "for the rules, and for which unknown names are caught).", ""]
+         "Generated from `baregrad/knobs.py` by `python3 -m baregrad --knobs --markdown` (tests/test_knobs.py checks it is",
+         "current); `python3 -m baregrad --knobs` lists the same with the values set in your environment.", "",
+         "An unset or empty variable means the default. `bool` takes an integer (0 off, anything else on); `int` and",
+         "`float` a number within the range shown; `choice` one of its words; `list` comma-separated words; `str` and",
+         "`path` any text. Any other value is an error naming the knob, the value and what was expected. A set variable",
+         f"starting with {' or '.join(OURS)} that no knob declares is an error too (a misspelt knob); other misspellings",
+         "cannot be told from the environment's foreign variables and are not caught.", ""]
   group = None
   for k in _DECLARED:
     if k.group != group:
