@@ -1,21 +1,22 @@
 """Every environment knob baregrad reads, declared once: name, type, default, one-line meaning.
 
 All reads go through here (tests/test_knobs.py checks the tree for stray `os.environ` reads):
-- `get(name)`: the typed value, cached until `reset()` or a `Context` block: for knobs read on hot paths (the eager
-  path reads BOUNDS, JIT, DEBUG per op). The first `get` after a reset parses and checks every declared knob that is
-  set, so an ill-typed value fails at once, naming the knob, whichever knob the code asked for.
+- `get(name)`: the typed value, cached from its first read until `reset()` or a `Context` block: for knobs read on
+  hot paths (the eager path reads BOUNDS, JIT, DEBUG per op).
 - `read(name)`: the typed value parsed from the environment now: for knobs read once when a device, compiler or
   process starts (DEV, CPU_THREADS, MOCKGPU_ARCH...), which tests change between devices with `monkeypatch.setenv`.
 - `Context(JIT=0, ...)`: override knobs for a block (checked on entry), restored on exit; both caches see it.
 
 Values: an unset or empty variable means the default. `bool` takes an integer (0 off, anything else on), `int` and
 `float` a number within the knob's range, `choice` one of its words, `list` comma-separated words, `str`/`path` any
-text. Anything else raises `KnobError` (a ValueError) naming the knob, the value and what was expected.
+text. Anything else raises `KnobError` (a ValueError) naming the knob, the value and what was expected, where the
+knob is read (so the reader's own handling applies: a mock GPU's bad setting makes its device unavailable);
+`check()` and `python3 -m baregrad --knobs` check every knob at once.
 
 Unknown names: the environment holds many variables that are not ours, so only the prefixes that are ours alone are
-checked: a set variable starting with BAREGRAD_ or MOCKGPU_ that no knob declares is an error (a misspelt
-BAREGRAD_NOCAHCE would otherwise be ignored silently). Other misspellings (JTI=0) cannot be told from foreign
-variables and are not caught. `python3 -m baregrad --knobs` lists every knob with its current value.
+checked: a set variable starting with BAREGRAD_ or MOCKGPU_ that no knob declares is an error at the first get() (a
+misspelt BAREGRAD_NOCAHCE would otherwise be ignored silently). Other misspellings (JTI=0) cannot be told from
+foreign variables and are not caught. `python3 -m baregrad --knobs` lists every knob with its current value.
 
 Imports nothing from baregrad (rank 1, beside helpers): every layer may read knobs."""
 from __future__ import annotations
@@ -176,21 +177,27 @@ def raw(name: str) -> str | None:
   return os.environ.get(name)
 
 _values: dict[str, Any] = {}
+_checked = False   # whether the names under our prefixes were checked since the last reset()
 
 def get(name: str) -> Any:
-  """The typed value of knob `name`, cached until reset() (a dict lookup: hot paths read knobs per op)."""
+  """The typed value of knob `name`, cached from its first get() until reset() (a dict lookup: hot paths read knobs
+  per op). The first get() after a reset also checks the names under our prefixes (unknown())."""
   try: return _values[name]
   except KeyError: pass
-  _knob(name)
-  _load()
-  return _values[name]
+  global _checked
+  if not _checked:   # (not every set knob: an ill-typed one raises where it is read, as the code there expects)
+    _knob(name)
+    if (bad := unknown()): raise KnobError(bad[0])
+    _checked = True
+  v = _values[name] = read(name)
+  return v
 
-def _load() -> None:
-  """Parse every declared knob (checking each one that is set) and the names under our prefixes, then cache them."""
-  vals = {name: read(name) for name in KNOBS if not name.endswith("*")}
+def check() -> None:
+  """Raise KnobError for the first ill-typed setting of a declared knob, or undeclared name under our prefixes (the
+  whole environment at once, as --knobs does; get() and read() check only the knob they read)."""
+  for name in KNOBS:
+    if not name.endswith("*"): read(name)
   if (bad := unknown()): raise KnobError(bad[0])
-  _values.clear()
-  _values.update(vals)
 
 def unknown() -> list[str]:
   """Why each set variable under our prefixes (OURS) that no knob declares is an error (a typo of a knob, most likely)."""
@@ -203,12 +210,10 @@ def unknown() -> list[str]:
   return out
 
 def reset() -> None:
-  """Forget the cached values: the next get() reads the environment again."""
+  """Forget the cached values: the next get() of each knob reads the environment again (and checks it)."""
+  global _checked
   _values.clear()
-
-def check() -> None:
-  """Raise KnobError for the first ill-typed or unknown setting in the environment (what the first get() does)."""
-  _load()
+  _checked = False
 
 def _text(v: Any) -> str:
   if isinstance(v, bool): return "1" if v else "0"
