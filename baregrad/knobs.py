@@ -96,66 +96,92 @@ class Knob:
 
 def _num(x: float) -> str: return str(int(x)) if float(x).is_integer() else str(x)
 
-_G, _C, _D, _CPU, _GPU, _T = "general", "compiler", "debugging", "CPU device", "GPU devices and mocks", "tests and tools"
+_G, _C, _D, _CPU = "general", "compiler", "debugging", "CPU device"
+_GPU, _T = "GPU devices and mocks", "tests and tools"
 _DECLARED = [
   # general
-  Knob("DEV", "str", "CPU", "the default device: CPU, CPU:C, NV, NV:1, AMD, CL:n, CUDA:n (unavailable: falls back to the CPU)", _G),
+  Knob("DEV", "str", "CPU",
+       "the default device: CPU, CPU:C, NV, NV:1, AMD, CL:n, CUDA:n (unavailable: falls back to the CPU)", _G),
   Knob("JIT", "bool", True, "@jit functions capture their kernels once and replay them; 0 runs them eagerly", _G),
-  Knob("JIT_NOGRAPH", "bool", False, "a jit replay launches its kernels one by one instead of resubmitting a recorded HCQ graph", _G),
+  Knob("JIT_NOGRAPH", "bool", False,
+       "a jit replay launches its kernels one by one instead of resubmitting a recorded HCQ graph", _G),
   Knob("BOUNDS", "bool", True, "index bounds checks on the device (gather, scatter, indexing); 0 turns them off", _G),
-  Knob("BAREGRAD_CACHE", "path", None, "directory of the compile and BEAM caches", _G, default_text="$XDG_CACHE_HOME/baregrad"),
-  Knob("XDG_CACHE_HOME", "path", None, "the user's cache directory (XDG standard), under which the compile cache lives", _G, default_text="~/.cache"),
+  Knob("BAREGRAD_CACHE", "path", None,
+       "directory of the compile and BEAM caches", _G, default_text="$XDG_CACHE_HOME/baregrad"),
+  Knob("XDG_CACHE_HOME", "path", None,
+       "the user's cache directory (XDG standard), under which the compile cache lives", _G, default_text="~/.cache"),
   Knob("BAREGRAD_NOCACHE", "bool", False, "compile every kernel again instead of reading the compile cache", _G),
-  Knob("PROGRESS", "choice", None, "progress bars: 1 forces them on, 0 off", _G, choices=("0", "1"), default_text="on a terminal only"),
+  Knob("PROGRESS", "choice", None,
+       "progress bars: 1 forces them on, 0 off", _G, choices=("0", "1"), default_text="on a terminal only"),
   # compiler
   Knob("NOOPT", "bool", False, "no kernel optimizations (no upcast, unroll, local or thread split)", _C),
-  Knob("BEAM", "int", 0, "search this many candidate opts per kernel (0: the heuristic's); results cached on disk", _C, lo=0),
+  Knob("BEAM", "int", 0,
+       "search this many candidate opts per kernel (0: the heuristic's); results cached on disk", _C, lo=0),
   Knob("BEAM_WORKERS", "int", None, "processes that build BEAM candidates", _C, lo=1, default_text="one per core"),
-  Knob("BEAM_BUILD_S", "float", 20.0, "build budget of one BEAM candidate; one over it is dropped", _C, lo=0, unit="seconds"),
+  Knob("BEAM_BUILD_S", "float", 20.0,
+       "build budget of one BEAM candidate; one over it is dropped", _C, lo=0, unit="seconds"),
   Knob("PACK", "bool", True, "CPU matmuls pack an operand into a contiguous panel first; 0 reads it in place", _C),
   Knob("ROWSTREAM", "bool", True, "CPU vector-matrix products and column sums stream rows; 0 keeps column strips", _C),
   Knob("NO_MEMPLAN", "bool", False, "every intermediate buffer of a schedule gets its own memory (no reuse)", _C),
-  Knob("ALLOW_TF32", "bool", False, "float32 matmuls may use tf32 tensor cores (PyTorch's allow_tf32; codegen.tc.set_allow_tf32)", _C),
+  Knob("ALLOW_TF32", "bool", False,
+       "float32 matmuls may use tf32 tensor cores (PyTorch's allow_tf32; codegen.tc.set_allow_tf32)", _C),
   Knob("CC", "path", None, "the C compiler of DEV=CPU:C", _C, default_text="clang, gcc or cc on PATH"),
-  Knob("PTXAS", "path", None, "the ptxas that assembles NV kernels", _C, default_text="PATH, /usr/local/cuda*/bin, the pip wheel"),
-  Knob("NVCC", "path", None, "nvcc (tools and tests only)", _C, default_text="PATH, /usr/local/cuda*/bin, the pip wheel"),
+  Knob("PTXAS", "path", None,
+       "the ptxas that assembles NV kernels", _C, default_text="PATH, /usr/local/cuda*/bin, the pip wheel"),
+  Knob("NVCC", "path", None,
+       "nvcc (tools and tests only)", _C, default_text="PATH, /usr/local/cuda*/bin, the pip wheel"),
   Knob("PTX_CHECK_ARCHS", "list", (), "also assemble every PTX kernel for these sm_ targets (validation only)", _C),
   Knob("AMD_CHECK_ARCHS", "list", (), "also compile every AMD kernel for these gfx targets (validation only)", _C),
   # debugging
-  Knob("DEBUG", "int", 0, "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 7 disassembly", _D, lo=0),
-  Knob("PROFILE", "bool", False, "write a Perfetto trace of every kernel, copy and compile (the path is printed at exit)", _D),
+  Knob("DEBUG", "int", 0,
+       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 7 disassembly", _D, lo=0),
+  Knob("PROFILE", "bool", False,
+       "write a Perfetto trace of every kernel, copy and compile (the path is printed at exit)", _D),
   Knob("PROFILE_PATH", "path", None, "the PROFILE trace file", _D, default_text="$TMPDIR/baregrad-trace-<pid>.json"),
-  Knob("_BAREGRAD_PROFILE_OWNER", "str", None, "internal: pid of the process that owns PROFILE_PATH (children write beside it)", _D),
+  Knob("_BAREGRAD_PROFILE_OWNER", "str", None,
+       "internal: pid of the process that owns PROFILE_PATH (children write beside it)", _D),
   Knob("VIZ", "bool", False, "not supported (says so and points to DEBUG=4 and PROFILE=1)", _D),
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
   Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submitted command buffer", _D),
   # CPU device
   Knob("CPU_THREADS", "int", 0, "threads a CPU kernel is split over (0: one per core)", _CPU, lo=0),
   Knob("CPU_NATIVE_POOL", "bool", True, "split kernels over the native thread pool; 0 uses Python threads", _CPU),
-  Knob("CPU_SPIN_US", "float", 10000.0, "how long a pool worker spins for the next kernel before it sleeps", _CPU, lo=0, unit="microseconds"),
-  Knob("CPU_SPLIT_US", "float", 50.0, "the least work a CPU kernel gives each thread: it is split over at most (its time / this) threads", _CPU, lo=0, unit="microseconds"),
-  Knob("CPU_INLINE", "bool", True, "an idle queue runs known-cheap work on the submitting thread; 0 always hands it to the worker", _CPU),
+  Knob("CPU_SPIN_US", "float", 10000.0,
+       "how long a pool worker spins for the next kernel before it sleeps", _CPU, lo=0, unit="microseconds"),
+  Knob("CPU_SPLIT_US", "float", 50.0,
+       "the least work a CPU kernel gives each thread: it is split over at most (its time / this) threads",
+       _CPU, lo=0, unit="microseconds"),
+  Knob("CPU_INLINE", "bool", True,
+       "an idle queue runs known-cheap work on the submitting thread; 0 always hands it to the worker", _CPU),
   Knob("CPU_CHAIN", "bool", True, "chains of tiny kernels run in one native call (drivers/cpu_chain.py)", _CPU),
   # GPU devices and mocks
   Knob("MOCKGPU", "bool", False, "NV and AMD talk to the mock GPUs instead of the kernel drivers", _GPU),
-  Knob("MOCKGPU_ARCH", "str", "sm_90", "the mock NVIDIA GPU's generation: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120", _GPU),
+  Knob("MOCKGPU_ARCH", "str", "sm_90",
+       "the mock NVIDIA GPU's generation: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120", _GPU),
   Knob("MOCKGPU_AMD_ARCH", "str", "gfx1100", "the mock AMD GPU's target: gfx1100, gfx942", _GPU),
   Knob("MOCKGPU_COUNT", "int", 1, "how many mock GPUs the mock driver lists (up to 32 NV, 16 AMD)", _GPU, lo=1),
-  Knob("HCQ_TIMEOUT_MS", "int", None, "how long an HCQ device waits for a signal before it raises", _GPU, lo=1, unit="milliseconds",
+  Knob("HCQ_TIMEOUT_MS", "int", None,
+       "how long an HCQ device waits for a signal before it raises", _GPU, lo=1, unit="milliseconds",
        default_text="the device's own"),
-  Knob("CL_TIMEOUT_MS", "int", 30000, "how long DEV=CL waits for an event before it raises", _GPU, lo=1, unit="milliseconds"),
-  Knob("CUDA_TIMEOUT_MS", "int", 30000, "how long DEV=CUDA waits for work before it raises", _GPU, lo=1, unit="milliseconds"),
+  Knob("CL_TIMEOUT_MS", "int", 30000,
+       "how long DEV=CL waits for an event before it raises", _GPU, lo=1, unit="milliseconds"),
+  Knob("CUDA_TIMEOUT_MS", "int", 30000,
+       "how long DEV=CUDA waits for work before it raises", _GPU, lo=1, unit="milliseconds"),
   # tests and tools (read outside baregrad/, declared here so --knobs and the docs list them)
-  Knob("ONNX_NODE_TESTS", "choice", "all", "tests: core skips the _expanded onnx node tests (about a third of their time)", _T,
+  Knob("ONNX_NODE_TESTS", "choice", "all",
+       "tests: core skips the _expanded onnx node tests (about a third of their time)", _T,
        choices=("all", "core")),
   Knob("HCQ_TEST_DEVICES", "list", ("CPU",), "tests: the devices tests/test_hcq.py runs on", _T),
   Knob("RDNA3_XCHECK_ALL", "bool", False, "tests: cross-check every RDNA3 encoding instead of every sixth", _T),
   Knob("DOCTOR_TRACEBACK", "bool", False, "tools/amd_doctor.py prints the traceback of a failing step", _T),
-  Knob("BAREGRAD_AUTOGEN_CACHE", "path", "/tmp/baregrad-autogen-src", "tools/autogen: where downloaded sources are kept", _T),
-  Knob("BAREGRAD_SRC_*", "path", None, "tools/autogen: a local checkout of the named source (e.g. BAREGRAD_SRC_NVRTC)", _T),
+  Knob("BAREGRAD_AUTOGEN_CACHE", "path", "/tmp/baregrad-autogen-src",
+       "tools/autogen: where downloaded sources are kept", _T),
+  Knob("BAREGRAD_SRC_*", "path", None,
+       "tools/autogen: a local checkout of the named source (e.g. BAREGRAD_SRC_NVRTC)", _T),
 ]
 KNOBS: dict[str, Knob] = {k.name: k for k in _DECLARED}
-assert len(KNOBS) == len(_DECLARED) and all(k.kind in KINDS for k in _DECLARED), "knobs: a duplicate name or an unknown kind"
+_FAMILIES = [k.name for k in _DECLARED if k.name.endswith("*")]
+assert len(KNOBS) == len(_DECLARED) and all(k.kind in KINDS for k in _DECLARED), "a knob twice or a bad kind"
 
 def _knob(name: str) -> Knob:
   k = KNOBS.get(name)
@@ -200,10 +226,10 @@ def check() -> None:
   if (bad := unknown()): raise KnobError(bad[0])
 
 def unknown() -> list[str]:
-  """Why each set variable under our prefixes (OURS) that no knob declares is an error (a typo of a knob, most likely)."""
+  """Why each set variable under our prefixes (OURS) that no knob declares is an error (a misspelt knob)."""
   out = []
   for var in sorted(os.environ):
-    if var.startswith(OURS) and var not in KNOBS and not any(fnmatch.fnmatchcase(var, p) for p in KNOBS if p.endswith("*")):
+    if var.startswith(OURS) and var not in KNOBS and not any(fnmatch.fnmatchcase(var, p) for p in _FAMILIES):
       near = difflib.get_close_matches(var, list(KNOBS), n=1)
       out.append(f"{var} is set but is not a baregrad knob" + (f" (did you mean {near[0]}?)" if near else "") +
                  f": the prefixes {', '.join(OURS)} are baregrad's; python3 -m baregrad --knobs lists every knob")
@@ -274,7 +300,8 @@ def rows() -> list[tuple[Knob, str | None, str]]:
   out = []
   for k in _DECLARED:
     if k.name.endswith("*"):
-      for var in sorted(v for v in os.environ if fnmatch.fnmatchcase(v, k.name)): out.append((k, f"{var}={os.environ[var]}", ""))
+      for var in sorted(v for v in os.environ if fnmatch.fnmatchcase(v, k.name)):
+        out.append((k, f"{var}={os.environ[var]}", ""))
       if not any(fnmatch.fnmatchcase(v, k.name) for v in os.environ): out.append((k, None, ""))
       continue
     text, why = os.environ.get(k.name), ""
@@ -298,24 +325,26 @@ def listing() -> str:
       group = k.group
       lines.append(("" if not lines else "\n") + f"{group}:")
     lines.append(f"  {k.name:<{w}}  {_kind(k)}, default {k.show_default()}")
-    if text is not None: lines.append(f"  {'':<{w}}  set to {text!r}" + (f": INVALID, {k.name} must be {k.expected()}" if why else ""))
+    if text is not None:
+      lines.append(f"  {'':<{w}}  set to {text!r}" + (f": INVALID, {k.name} must be {k.expected()}" if why else ""))
     lines.append(f"  {'':<{w}}  {k.meaning}")
   return "\n".join(lines)
 
 def markdown() -> str:
   """docs/knobs.md: the declared knobs as tables, one per group (tests/test_knobs.py checks the file is current)."""
   out = ["# Environment knobs", "",
-         "Generated from `baregrad/knobs.py` by `python3 -m baregrad --knobs --markdown` (tests/test_knobs.py checks it is",
-         "current); `python3 -m baregrad --knobs` lists the same with the values set in your environment.", "",
+         "Generated from `baregrad/knobs.py` by `python3 -m baregrad --knobs --markdown` (tests/test_knobs.py checks",
+         "it is current); `python3 -m baregrad --knobs` lists the same with the values set in your environment.", "",
          "An unset or empty variable means the default. `bool` takes an integer (0 off, anything else on); `int` and",
          "`float` a number within the range shown; `choice` one of its words; `list` comma-separated words; `str` and",
-         "`path` any text. Any other value is an error naming the knob, the value and what was expected. A set variable",
-         f"starting with {' or '.join(OURS)} that no knob declares is an error too (a misspelt knob); other misspellings",
-         "cannot be told from the environment's foreign variables and are not caught.", ""]
+         "`path` any text. Any other value is an error naming the knob, the value and what was expected. A set",
+         f"variable starting with {' or '.join(OURS)} that no knob declares is an error too (a misspelt knob); other",
+         "misspellings cannot be told from the environment's foreign variables and are not caught.", ""]
   group = None
   for k in _DECLARED:
     if k.group != group:
       group = k.group
-      out += ([""] if out[-1] != "" else []) + [f"## {group[0].upper() + group[1:]}", "", "| name | type | default | meaning |", "|---|---|---|---|"]
+      out += ([""] if out[-1] != "" else []) + [f"## {group[0].upper() + group[1:]}", ""]
+      out += ["| name | type | default | meaning |", "|---|---|---|---|"]
     out.append(f"| `{k.name}` | {_kind(k)} | {k.show_default().replace('|', '/')} | {k.meaning.replace('|', '/')} |")
   return "\n".join(out) + "\n"

@@ -14,7 +14,8 @@ NOT_YET = {  # converted after the drivers split
   "drivers/cpu.py", "drivers/port.py", "drivers/nv/device.py", "drivers/amd/device.py",
   "drivers/mock/nvgpu.py", "drivers/mock/amdgpu.py",
 }
-ENV_READ = re.compile(r"\bos\s*\.\s*(environ|getenv|putenv|unsetenv)\b|\bgetenv\s*\(|\benviron\s*[\[.]|from\s+os\s+import[^\n]*\b(environ|getenv)\b")
+ENV_READ = re.compile(r"\bos\s*\.\s*(environ|getenv|putenv|unsetenv)\b|\bgetenv\s*\(|\benviron\s*[\[.]"
+                      r"|from\s+os\s+import[^\n]*\b(environ|getenv)\b")
 
 def _code(path: pathlib.Path) -> list[tuple[int, str]]:
   """(line, text) of a file's code with its comments and strings (docstrings too) blanked out."""
@@ -102,7 +103,7 @@ def test_values_are_typed(monkeypatch):
 def test_an_unknown_name_under_our_prefixes_is_an_error(monkeypatch):
   monkeypatch.setenv("BAREGRAD_NOCAHCE", "1")
   knobs.reset()
-  with pytest.raises(KnobError, match="BAREGRAD_NOCAHCE is set but is not a baregrad knob \\(did you mean BAREGRAD_NOCACHE\\?\\)"):
+  with pytest.raises(KnobError, match=r"BAREGRAD_NOCAHCE is set but is not a baregrad knob \(did you mean BAREGRAD_NOCACHE\?\)"):
     knobs.get("JIT")
   monkeypatch.delenv("BAREGRAD_NOCAHCE")
   monkeypatch.setenv("BAREGRAD_SRC_NVRTC", "/somewhere")   # a declared family (tools/autogen)
@@ -150,7 +151,8 @@ def test_the_old_getenv_still_answers():
 def test_child_env_and_set_env(monkeypatch):
   monkeypatch.setenv("PYTHONPATH", "/a")
   env = knobs.child_env(prepend={"PYTHONPATH": "/root"}, DEV="CPU:C")
-  assert env["PYTHONPATH"] == os.pathsep.join(["/root", "/a"]) and env["DEV"] == "CPU:C" and os.environ.get("DEV") != "CPU:C"
+  assert env["PYTHONPATH"] == os.pathsep.join(["/root", "/a"]) and env["DEV"] == "CPU:C"
+  assert os.environ.get("DEV") != "CPU:C"
   monkeypatch.delenv("PYTHONPATH")
   assert knobs.child_env(prepend={"PYTHONPATH": "/root"})["PYTHONPATH"] == "/root"
   monkeypatch.delenv("_BAREGRAD_PROFILE_OWNER", raising=False)
@@ -164,8 +166,8 @@ def test_the_knobs_command_lists_every_knob(monkeypatch, capsys):
   assert main(["--knobs"]) == 0
   out = capsys.readouterr().out
   for k in KNOBS.values():
-    assert re.search(rf"^  {re.escape(k.name)} +{re.escape(k.kind)}\b.*default {re.escape(k.show_default())}\n(?: +set to .*\n)* +{re.escape(k.meaning)}$",
-                     out, re.M), k.name
+    head = rf"^  {re.escape(k.name)} +{re.escape(k.kind)}\b.*default {re.escape(k.show_default())}\n"
+    assert re.search(head + rf"(?: +set to .*\n)* +{re.escape(k.meaning)}$", out, re.M), k.name
   assert re.search(r"^  CPU_THREADS +int from 0, default 0\n +set to '3'\n", out, re.M)
   monkeypatch.setenv("JIT", "abc")
   assert main(["--knobs"]) == 1
