@@ -103,8 +103,8 @@ def test_values_are_typed(monkeypatch):
 def test_an_unknown_name_under_our_prefixes_is_an_error(monkeypatch):
   monkeypatch.setenv("BAREGRAD_NOCAHCE", "1")
   knobs.reset()
-  with pytest.raises(KnobError, match=r"BAREGRAD_NOCAHCE is set but is not a baregrad knob \(did you mean BAREGRAD_NOCACHE\?\)"):
-    knobs.get("JIT")
+  want = r"BAREGRAD_NOCAHCE is set but is not a baregrad knob \(did you mean BAREGRAD_NOCACHE\?\)"
+  with pytest.raises(KnobError, match=want): knobs.get("JIT")
   monkeypatch.delenv("BAREGRAD_NOCAHCE")
   monkeypatch.setenv("BAREGRAD_SRC_NVRTC", "/somewhere")   # a declared family (tools/autogen)
   monkeypatch.setenv("JTI", "0")                           # not our prefix: cannot be told from foreign variables
