@@ -253,7 +253,7 @@ class Context:
     for k, v in kw.items():
       if v is not None: _knob(k).parse(_text(v))
       else: _knob(k)
-    self.kw, self.old = kw, {}
+    self.kw, self.old = kw, dict[str, str | None]()
   def __enter__(self) -> Context:
     for k, v in self.kw.items():
       self.old[k] = os.environ.get(k)
@@ -297,7 +297,7 @@ getenv = _GetenvShim()
 # ---------------------------------------------------------------- listing (python3 -m baregrad --knobs, docs/knobs.md)
 def rows() -> list[tuple[Knob, str | None, str]]:
   """(knob, the text it is set to or None, "" or why that text is invalid) for every declared knob, in order."""
-  out = []
+  out: list[tuple[Knob, str | None, str]] = []
   for k in _DECLARED:
     if k.name.endswith("*"):
       for var in sorted(v for v in os.environ if fnmatch.fnmatchcase(v, k.name)):
@@ -318,7 +318,8 @@ def _kind(k: Knob) -> str:
 
 def listing() -> str:
   """Every knob: name, type, default, the value set here (if any) and its meaning, grouped; invalid settings flagged."""
-  lines, group = [], None
+  lines: list[str] = []
+  group: str | None = None
   w = max(len(k.name) for k in _DECLARED)
   for k, text, why in rows():
     if k.group != group:
