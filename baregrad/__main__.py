@@ -3,9 +3,12 @@
 Prints the version, Python and the dependencies' versions, every known device and whether it works here (each
 driver's own answer: the registry opens it and reports its DeviceUnavailable reason), the compilers found and the
 compile cache. `--check` runs a small computation on every device that works (with MOCKGPU=1 that includes the mock
-GPUs) and reports each result and its time; the exit status is 1 if any check fails."""
+GPUs) and reports each result and its time; the exit status is 1 if any check fails. `--knobs` lists every environment
+knob (baregrad/knobs.py) with its type, default, the value set here and its meaning; the exit status is 1 if a set
+value is invalid (`--knobs --markdown` prints docs/knobs.md)."""
 from __future__ import annotations
 import argparse, importlib, importlib.metadata, os, platform, re, sys, time
+from baregrad import knobs
 from typing import Any
 
 def _metadata_requirements() -> list[tuple[str, str | None]]:
@@ -136,11 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 1
 
+def _knobs(markdown: bool) -> int:
+  """--knobs: the declared knobs and this environment's settings; exit status 1 if one of them is invalid."""
+  if markdown:
+    print(knobs.markdown(), end="")
+    return 0
+  print(knobs.listing())
+  bad = [why for _, _, why in knobs.rows() if why] + knobs.unknown()
+  for why in bad: print(f"baregrad: {why}", file=sys.stderr)
+  return 1 if bad else 0
+
 def _main(argv: list[str] | None) -> int:
   ap = argparse.ArgumentParser(prog="baregrad", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--check", action="store_true", help="run a small computation on every device that works here")
+  ap.add_argument("--knobs", action="store_true", help="list every environment knob: type, default, value set here, meaning")
+  ap.add_argument("--markdown", action="store_true", help="with --knobs: print docs/knobs.md instead")
   ap.add_argument("devices", nargs="*", help="devices to report (default: every known device), e.g. CPU CPU:C NV:1")
   a = ap.parse_args(argv)
+  if a.knobs: return _knobs(a.markdown)
+  if a.markdown: ap.error("--markdown goes with --knobs")
   import baregrad
   from baregrad.hal import KNOWN_DEVICES
   print(f"baregrad {baregrad.__version__} ({os.path.dirname(os.path.abspath(baregrad.__file__))})")
@@ -150,7 +167,7 @@ def _main(argv: list[str] | None) -> int:
   if opt := [(n, x) for n, x in reqs if x is not None]:
     print("optional: " + ", ".join(f"{n} {_dist_version(n)} [{x}]" for n, x in opt))
   names = a.devices or list(KNOWN_DEVICES)
-  env = {k: os.environ[k] for k in ("DEV", "MOCKGPU", "MOCKGPU_ARCH", "MOCKGPU_COUNT") if k in os.environ}
+  env = {k: v for k in ("DEV", "MOCKGPU", "MOCKGPU_ARCH", "MOCKGPU_COUNT") if (v := knobs.raw(k)) is not None}
   print("devices" + (f" ({' '.join(f'{k}={v}' for k, v in env.items())})" if env else "") + ":")
   probed = probe_devices(names)
   w = max(len(n) for n, _, _ in probed)

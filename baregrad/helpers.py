@@ -1,31 +1,11 @@
-"""Small shared utilities: environment knobs, math helpers. Imports nothing from baregrad."""
+"""Small shared utilities: math helpers, the cache directory, the progress bar. Imports only baregrad.knobs (rank 1)."""
 from __future__ import annotations
 import contextlib, functools, math, os, shutil, sys, time
 from typing import Any, Iterable, Iterator, TypeVar
+from baregrad import knobs
+from baregrad.knobs import Context, DEBUG, getenv  # noqa: F401  (re-exported: the knobs live in baregrad/knobs.py)
 
 T = TypeVar("T")
-
-@functools.cache
-def getenv(key: str, default: int | str = 0) -> int | str:
-  """An environment knob, typed like its default. Cached: knobs are read once per process."""
-  v = os.environ.get(key)
-  if v is None: return default
-  return type(default)(v) if not isinstance(default, str) else v
-
-class Context:
-  """Override knobs for a block: `with Context(DEBUG=4): ...` (tests use it)."""
-  def __init__(self, **kw: int | str): self.kw, self.old = kw, {}
-  def __enter__(self) -> Context:
-    for k, v in self.kw.items(): self.old[k] = os.environ.get(k); os.environ[k] = str(v)
-    getenv.cache_clear()
-    return self
-  def __exit__(self, *exc: object) -> None:
-    for k, v in self.old.items():
-      if v is None: os.environ.pop(k, None)
-      else: os.environ[k] = v
-    getenv.cache_clear()
-
-def DEBUG() -> int: return getenv("DEBUG", 0)  # type: ignore[return-value]  # (typed like its default: an int)
 
 def prod(xs: Iterable[T], start: int = 1) -> int:
   out = start
@@ -46,7 +26,7 @@ def c_array(ctype: Any, n: int) -> Any:
 
 def cache_dir() -> str:
   """Where compiled binaries are cached on disk (BAREGRAD_CACHE overrides)."""
-  return os.environ.get("BAREGRAD_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "baregrad")
+  return knobs.read("BAREGRAD_CACHE") or os.path.join(knobs.read("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "baregrad")
 
 class Timer:
   def __init__(self) -> None: self.st = time.perf_counter()
@@ -80,7 +60,7 @@ class Progress:
     if total is None and iterable is not None and hasattr(iterable, "__len__"): total = len(iterable)  # type: ignore[arg-type]
     self.total, self.n, self.note = total, 0, ""
     self.stream = stream if stream is not None else sys.stderr
-    force = os.environ.get("PROGRESS", "")
+    force = knobs.read("PROGRESS") or ""
     self.enabled = force == "1" or (force != "0" and _isatty(self.stream))
     self.t0 = self._last = time.perf_counter()
     self.busy, self._stepped, self.drawn = 0.0, False, False

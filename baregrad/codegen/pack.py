@@ -16,7 +16,8 @@ of A streams past it). Packing costs one pass over B; it pays where B is large a
 Measured on a 2-core Zen 2 (AVX2): 1024^3 ~100 -> ~150 GFLOPS in kernels, 512^3 ~120 -> ~150."""
 from __future__ import annotations
 import functools
-from baregrad.helpers import prod, getenv
+from baregrad import knobs
+from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker, View
@@ -35,7 +36,7 @@ MAX_BYTES = 256 << 20      # P is a second copy of B while the matmul runs: a hu
 def pack_operand(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels that compute `ast` with its matmul operand packed into panels, or None to keep it as it is.
   Only CPU targets (threads, no workgroups) are packed; PACK=0 turns it off."""
-  if getattr(ren, "has_local", False) or not getattr(ren, "has_threads", False) or not getenv("PACK", 1): return None
+  if getattr(ren, "has_local", False) or not getattr(ren, "has_threads", False) or not knobs.get("PACK"): return None
   return _pack_cached(ast)
 
 def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:

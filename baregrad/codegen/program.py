@@ -2,7 +2,8 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 import math, sys
-from baregrad.helpers import getenv, DEBUG
+from baregrad import knobs
+from baregrad.helpers import DEBUG
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp, pretty
 from baregrad.ir.pattern import UPat, PatternMatcher, graph_rewrite
@@ -131,7 +132,7 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
     if d != dtypes.void and not ren.supports_dtype(d):
       raise KernelError(f"dtype {d} is not supported by the {ren.name} renderer (used by {u.op.name})")
   k = Kernel(ast, name, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local, ren=ren)
-  if opts is None: opts = [] if getenv("NOOPT", 0) else heuristic_opts(k, ren)
+  if opts is None: opts = [] if knobs.get("NOOPT") else heuristic_opts(k, ren)
   else:
     for o in opts: k.apply_opt(o)
   fname = k.function_name()

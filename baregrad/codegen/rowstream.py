@@ -18,7 +18,8 @@ U = 4 rows per pass 44 GB/s, 1 row 25 (the chunk's load and store per row). This
 1.6-1.7 ms, a 4096x4096 column sum 22 -> 32 GB/s (bench/compiler_core.py). ROWSTREAM=0 turns it off."""
 from __future__ import annotations
 import functools
-from baregrad.helpers import prod, getenv
+from baregrad import knobs
+from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker, View, strides_for_shape
@@ -37,7 +38,7 @@ LANES = 16             # the chunk's width must be whole vectors (64 bytes: a ca
 def row_stream(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels computing `ast` with its strided reduction streamed by rows, or None to keep it as it is. Only CPU
   targets (threads, no workgroups) take it."""
-  if getattr(ren, "has_local", False) or not getattr(ren, "has_threads", False) or not getenv("ROWSTREAM", 1): return None
+  if getattr(ren, "has_local", False) or not getattr(ren, "has_threads", False) or not knobs.get("ROWSTREAM"): return None
   return _plan_cached(ast, max(1, int(getattr(ren, "compute_units", 0) or 1)))
 
 def _find(ast: UOp) -> tuple[UOp, int, int, list[int], tuple[int, ...]] | None:

@@ -19,7 +19,7 @@ TF32 (10-bit mantissa inputs) changes float32 results, so it is off by default, 
 torch.backends.cuda.matmul.allow_tf32: turn it on with the environment variable ALLOW_TF32=1 or set_allow_tf32(True)
 (read when a kernel is compiled; kernels already compiled keep their choice)."""
 from __future__ import annotations
-import os
+from baregrad import knobs
 from dataclasses import dataclass
 from baregrad.ir.dtype import DType, dtypes
 
@@ -57,7 +57,7 @@ def set_allow_tf32(flag: bool | None) -> None:
   _allow_tf32 = flag
 def allow_tf32() -> bool:
   """Whether float32 matmuls may run on tf32 tensor cores (default: no)."""
-  return _allow_tf32 if _allow_tf32 is not None else os.environ.get("ALLOW_TF32", "0") not in ("", "0")
+  return _allow_tf32 if _allow_tf32 is not None else bool(knobs.read("ALLOW_TF32"))
 
 def usable(tc: TensorCore) -> bool:
   """A tensor core the optimizer may pick: tf32 ones only when allowed."""

@@ -21,7 +21,8 @@ Instruction prefetch: LLVM pads .text with s_code_end past the last kernel (gfx1
 and that padding is part of the image.
 """
 from __future__ import annotations
-import ctypes, functools, io, os, struct
+import ctypes, functools, io, struct
+from baregrad import knobs
 from dataclasses import dataclass, field
 from baregrad.hal import Compiler, CompileError
 from baregrad.ctypes_autogen.amdgpu import hsa
@@ -54,7 +55,7 @@ class AMDCompiler(Compiler):
     if arch not in AMDGPU_ARCHS: raise CompileError("", f"AMD compiler: gfx target {arch!r} is not supported (supported: {', '.join(AMDGPU_ARCHS)})")
     self.arch = arch
     # AMD_CHECK_ARCHS=gfx942: also compile every kernel for these targets (validation only; part of the cache key)
-    self.check_archs = [a for a in os.environ.get("AMD_CHECK_ARCHS", "").split(",") if a and a != arch]
+    self.check_archs = [a for a in knobs.read("AMD_CHECK_ARCHS") if a != arch]
     for a in self.check_archs:
       if a not in AMDGPU_ARCHS: raise CompileError("", f"AMD_CHECK_ARCHS: gfx target {a!r} is not supported (supported: {', '.join(AMDGPU_ARCHS)})")
     super().__init__(f"amdgpu_{arch}" + "".join(f"+{a}" for a in self.check_archs))

@@ -7,7 +7,8 @@ allocator's cache and handed out again is only written after every kernel queued
 the last command's event with a timeout (CL_TIMEOUT_MS, default 30000): clFinish and clWaitForEvents cannot time out.
 Kernel ABI: the present DEFINE_GLOBALs as `__global T*` in buffer order, then each variable as a `long`."""
 from __future__ import annotations
-import ctypes, os, threading, time
+import ctypes, threading, time
+from baregrad import knobs
 from dataclasses import dataclass
 from typing import Any, Hashable
 from baregrad.ir.dtype import ALL, dtypes
@@ -112,7 +113,7 @@ def query_caps(dev: Any) -> CLCaps:
                 image=gi(cl.CL_DEVICE_IMAGE_SUPPORT) != 0)
 
 # ---------------------------------------------------------------- events: every wait has a timeout
-def timeout_s() -> float: return int(os.environ.get("CL_TIMEOUT_MS", "30000")) / 1000
+def timeout_s() -> float: return knobs.read("CL_TIMEOUT_MS") / 1000
 
 def event_status(ev: Any) -> int:
   st = cl.cl_int(0)

@@ -2,6 +2,7 @@
 compiler. Both produce an ELF relocatable object that drivers/elf_loader.py maps in-process."""
 from __future__ import annotations
 import functools, glob, os, shutil, subprocess, tempfile, threading
+from baregrad import knobs
 from baregrad.hal import Compiler, CompileError
 
 _llvm_lock = threading.Lock()
@@ -91,7 +92,7 @@ class LLVMCompiler(Compiler):
 
 @functools.cache
 def _cc() -> str | None:
-  return os.environ.get("CC") or shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")
+  return knobs.read("CC") or shutil.which("clang") or shutil.which("gcc") or shutil.which("cc")
 
 class ClangCompiler(Compiler):
   """C -> ELF object with the system C compiler (clang if present, else gcc), for the host CPU."""

@@ -21,6 +21,7 @@ its chunks are done, so its fields stay put while any claimed chunk runs. Sleepi
 waking use the Dekker pattern on (`sleepers`, generation), both sides sequentially consistent, so no wake-up is lost."""
 from __future__ import annotations
 import ctypes, os, threading, time
+from baregrad import knobs
 from typing import Any
 
 RUN_SYMBOL, WORKER_SYMBOL, PAUSES_SYMBOL = "baregrad_pool_run", "baregrad_pool_worker", "baregrad_pool_pauses"
@@ -278,8 +279,7 @@ class NativePool:
     ctypes.c_void_p.from_address(self.ctx + SYSCALL).value = ctypes.cast(libc.syscall, ctypes.c_void_p).value
     ctypes.c_int64.from_address(self.ctx + FUTEX_NR).value = SYS_FUTEX[arch]
     ctypes.c_int64.from_address(self.ctx + YIELD_NR).value = SYS_SCHED_YIELD[arch]
-    try: us = int(float(os.environ.get("CPU_SPIN_US", SPIN_US)))
-    except ValueError: raise ValueError(f"CPU_SPIN_US must be a number of microseconds, got {os.environ['CPU_SPIN_US']!r}") from None
+    us = int(knobs.read("CPU_SPIN_US"))   # (KnobError, a ValueError, names an ill-typed setting)
     self.spin = self.spin_pauses(image, us)
     ctypes.c_int64.from_address(self.ctx + SPIN).value = self.spin
     ctypes.c_int64.from_address(self.ctx + TIMEOUT + 8).value = FINISH_TIMEOUT_NS   # (tv_sec stays 0)

@@ -9,7 +9,8 @@ timeout (CUDA_TIMEOUT_MS, default 30000): cuStreamSynchronize and cuEventSynchro
 arguments are packed into one parameter buffer at the offsets the cubin declares (EIATTR_KPARAM_INFO) and passed with
 CU_LAUNCH_PARAM_BUFFER_POINTER. Errors name the call and the CUresult (cuGetErrorName, cuGetErrorString)."""
 from __future__ import annotations
-import ctypes, os, threading, time
+import ctypes, threading, time
+from baregrad import knobs
 from dataclasses import dataclass
 from typing import Any, Hashable, Sequence
 from baregrad.hal import Compiled, LRUAllocator, Program, CompileError, DeviceUnavailable, OutOfMemory
@@ -45,7 +46,7 @@ class CUDAError(RuntimeError):
 def check(status: int, call: str, what: str = "", api: Any = cu) -> None:
   if status != cu.CUDA_SUCCESS: raise CUDAError(call, status, what, api)
 
-def timeout_s() -> float: return int(os.environ.get("CUDA_TIMEOUT_MS", "30000")) / 1000
+def timeout_s() -> float: return knobs.read("CUDA_TIMEOUT_MS") / 1000
 
 def poll(query: Any, obj: Any, what: str, timeout: float | None = None, api: Any = cu) -> None:
   """Wait for an event or stream (cuEventQuery / cuStreamQuery) with a timeout; a failed kernel before it raises."""

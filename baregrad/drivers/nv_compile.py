@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 import functools, glob, os, re, shutil, struct, subprocess, tempfile
+from baregrad import knobs
 from baregrad.hal import Compiler, CompileError
 
 def _wheel_tool(tool: str) -> str | None:
@@ -25,7 +26,7 @@ def _wheel_tool(tool: str) -> str | None:
 @functools.cache
 def find_tool(tool: str) -> str | None:
   """$PTXAS/$NVCC, then PATH, then /usr/local/cuda*/bin, then the nvidia-cuda-nvcc wheel."""
-  env = os.environ.get(tool.upper())
+  env = knobs.read(tool.upper())
   if env: return env
   if (p := shutil.which(tool)) is not None: return p
   for d in sorted(glob.glob("/usr/local/cuda*/bin"), reverse=True):
@@ -53,7 +54,7 @@ class PTXCompiler(Compiler):
       raise CompileError("", "ptxas not found (looked at $PTXAS, PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc wheel): "
                              "install the CUDA toolkit or `pip install nvidia-cuda-nvcc-cu12`")
     # PTX_CHECK_ARCHS=sm_80,sm_89: also assemble every kernel for these targets (validation only; part of the cache key)
-    self.check_archs = [a for a in os.environ.get("PTX_CHECK_ARCHS", "").split(",") if a and a != arch]
+    self.check_archs = [a for a in knobs.read("PTX_CHECK_ARCHS") if a != arch]
     super().__init__(f"ptxas_{arch}" + "".join(f"+{a}" for a in self.check_archs))
   def version(self) -> str: return _tool_version(self.ptxas or "")
   def compile(self, src: str) -> bytes:

@@ -1,7 +1,8 @@
 """Run a schedule: allocate buffers (reusing intermediates' memory once they are dead), compile, launch."""
 from __future__ import annotations
 import sys
-from baregrad.helpers import DEBUG, getenv, Progress
+from baregrad import knobs
+from baregrad.helpers import DEBUG, Progress
 from baregrad.hal import Buffer, Device
 from baregrad.engine.schedule import ScheduleItem
 from baregrad.engine.graph import BufRef
@@ -34,7 +35,7 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
 
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
   # one item has no intermediate whose memory another could take
-  assign = plan_memory(items, keep or set()) if len(items) > 1 and not getenv("NO_MEMPLAN", 0) else {}
+  assign = plan_memory(items, keep or set()) if len(items) > 1 and not knobs.get("NO_MEMPLAN") else {}
   bar: Progress | None = None  # made at the first kernel that is not compiled yet: shows if compiles take > 1 s
   ready = 0
   for it in items:

@@ -2,7 +2,8 @@
 from __future__ import annotations
 import sys, time
 from typing import Sequence
-from baregrad.helpers import DEBUG, getenv
+from baregrad import knobs
+from baregrad.helpers import DEBUG
 from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer, profile
 from baregrad.hal.errors import CompileError
@@ -100,7 +101,7 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
   # keyed by the device instance: programs of a closed and reopened device must not be handed out again
   key = (ast, Device[dname], tuple(opts) if opts is not None else None, name)
   if (r := _cache.get(key)) is None:
-    if opts is None and (width := int(getenv("BEAM", 0))) > 0:
+    if opts is None and (width := knobs.get("BEAM")) > 0:
       from baregrad.engine.search import beam_search
       with profile.span("beam", width=width): opts = beam_search(ast, dname, width)
     if (ren := Device[dname].renderer) is None:  # the device loads programs but cannot generate them (drivers/cpu.py)

@@ -17,7 +17,8 @@ every kernel; a progress bar shows candidates tried and the best time."""
 from __future__ import annotations
 import atexit, hashlib, json, os, pickle, struct, sys, time
 from typing import Any
-from baregrad.helpers import cache_dir, DEBUG, Progress, getenv
+from baregrad import knobs
+from baregrad.helpers import cache_dir, DEBUG, Progress
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer
@@ -128,7 +129,7 @@ class _Workers:
   def _start(self) -> Any:
     import subprocess
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+    env = knobs.child_env(prepend={"PYTHONPATH": root})
     p = subprocess.Popen([sys.executable, "-m", "baregrad.engine.search", "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     p.stdin.write(struct.pack("<Q", len(self.payload)) + self.payload); p.stdin.flush()
     return p
@@ -174,8 +175,8 @@ def _shutdown() -> None:
 def _build_all(ast: UOp, cands: list[list[Opt]], ren: Any, compiler: Any) -> list[tuple[list[Opt], ProgramSpec, bytes]]:
   """Build every candidate (in worker processes where the renderer and compiler can be sent to one); those that fail or
   exceed the build budget (BEAM_BUILD_S seconds each) are left out."""
-  budget = float(getenv("BEAM_BUILD_S", 20.0))
-  n = int(getenv("BEAM_WORKERS", os.cpu_count() or 1))
+  budget = float(knobs.get("BEAM_BUILD_S"))
+  n = knobs.get("BEAM_WORKERS") or os.cpu_count() or 1
   payload = None
   if n > 1 and len(cands) > 1 and not ren.has_local:   # (GPU candidates are built here, one at a time)
     try: payload, _ = pickle.dumps((ren, compiler)), pickle.dumps(ast)   # (a very deep AST may not pickle)

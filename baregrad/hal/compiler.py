@@ -1,6 +1,7 @@
 """Compiler base: source text -> binary bytes, with an on-disk cache."""
 from __future__ import annotations
 import hashlib, os, tempfile
+from baregrad import knobs
 from baregrad.helpers import cache_dir
 
 class Compiler:
@@ -23,7 +24,7 @@ class Compiler:
     return os.path.join(cache_dir(), "compile", h.hexdigest())
 
   def compile_cached(self, src: str) -> bytes:
-    if self.cachekey is None or os.environ.get("BAREGRAD_NOCACHE", "0") not in ("", "0"): return self.compile(src)
+    if self.cachekey is None or knobs.read("BAREGRAD_NOCACHE"): return self.compile(src)
     path = self.cache_path(src)
     try:
       with open(path, "rb") as f: lib = f.read()

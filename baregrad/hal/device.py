@@ -3,7 +3,8 @@
 Drivers are loaded by name (importlib) the first time their device is asked for, so importing
 baregrad never touches a GPU and the HAL never names a driver module in an import statement."""
 from __future__ import annotations
-import importlib, os, sys, threading
+import importlib, sys, threading
+from baregrad import knobs
 from typing import Any
 from baregrad.ir.dtype import DType, ALL
 from baregrad.hal.errors import DeviceUnavailable
@@ -72,7 +73,7 @@ class _DeviceRegistry:
     """The variant a device should use: the one in its name, else DEV's when DEV names the same base."""
     base, _, variant = parse_device(name)
     if variant is not None: return variant
-    dev_env = os.environ.get("DEV")
+    dev_env = knobs.read("DEV")
     if dev_env:
       try: eb, _, ev = parse_device(dev_env)
       except ValueError: return None
@@ -110,7 +111,7 @@ class _DeviceRegistry:
   @property
   def DEFAULT(self) -> str:
     if self._default is None:
-      want = os.environ.get("DEV", "CPU")
+      want = knobs.read("DEV")
       try:
         self[want]
         self._default = self.canonicalize(want)

@@ -19,10 +19,11 @@ inherits it writes file-<pid>.json; a forked child writes nothing); the path is 
 Hooks in hcq/ and engine/ test the one attribute `ON` first, so a run without PROFILE pays nothing else."""
 from __future__ import annotations
 import atexit, contextlib, json, os, sys, tempfile, threading, time
+from baregrad import knobs
 from collections import deque
 from typing import Any, Iterator
 
-ON: bool = os.environ.get("PROFILE", "") not in ("", "0")
+ON: bool = bool(knobs.read("PROFILE"))
 MAX_PENDING = 256  # per device; beyond it the oldest event is waited for (each holds two signals from the device's pool)
 
 def _now_us() -> float: return time.perf_counter_ns() / 1e3
@@ -173,12 +174,12 @@ def start(path: str | None = None) -> Profiler:
   """Begin writing a trace (PROFILE=1 does this at import); closes the previous one. Returns the profiler."""
   global _prof, ON
   if _prof is not None: _prof.close()
-  if path is None and (path := os.environ.get("PROFILE_PATH")):
+  if path is None and (path := knobs.read("PROFILE_PATH")):
     # a child process inherits PROFILE_PATH: it writes beside its parent's file (name-<pid>.json), never over it
-    if os.environ.get("_BAREGRAD_PROFILE_OWNER", str(os.getpid())) != str(os.getpid()):
+    if (knobs.read("_BAREGRAD_PROFILE_OWNER") or str(os.getpid())) != str(os.getpid()):
       stem, ext = os.path.splitext(path)
       path = f"{stem}-{os.getpid()}{ext or '.json'}"
-    os.environ["_BAREGRAD_PROFILE_OWNER"] = str(os.getpid())
+    knobs.set_env("_BAREGRAD_PROFILE_OWNER", os.getpid())
   _prof = Profiler(path or os.path.join(tempfile.gettempdir(), f"baregrad-trace-{os.getpid()}.json"))
   ON = True
   return _prof
@@ -238,5 +239,5 @@ def _at_exit() -> None:
   print(f"baregrad: PROFILE trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
 
 if ON: start()
-if os.environ.get("VIZ", "") not in ("", "0"):
+if knobs.read("VIZ"):
   print("baregrad: VIZ=1 is not supported; DEBUG=4 prints each kernel's UOp graph, PROFILE=1 writes a timeline", file=sys.stderr)

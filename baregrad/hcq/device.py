@@ -1,8 +1,9 @@
 """HCQDevice: the generic part of a hardware-command-queue device (timeline, kernel args, programs, copies)."""
 from __future__ import annotations
-import ctypes, os, threading, time
+import ctypes, threading, time
 from dataclasses import dataclass
 from typing import Any, Sequence
+from baregrad import knobs
 from baregrad.helpers import c_array
 from baregrad.hal import Compiled, LRUAllocator, Program, profile
 from baregrad.hcq.signal import HCQSignal, SignalPool
@@ -41,7 +42,7 @@ class HCQDevice(Compiled):
                kernargs_size: int = 16 << 20, signal_pool_size: int = 64 << 10) -> None:
     super().__init__(device, allocator, renderer, compiler, runtime)
     self.compute_queue_t, self.copy_queue_t = compute_queue_t, copy_queue_t
-    self.default_timeout_ms = int(os.environ.get("HCQ_TIMEOUT_MS", self.default_timeout_ms))
+    self.default_timeout_ms = knobs.read("HCQ_TIMEOUT_MS") or self.default_timeout_ms
     pool_mem = self._alloc_shared(signal_pool_size)
     assert pool_mem.cpu_addr is not None
     self.signal_pool = SignalPool(pool_mem.cpu_addr, pool_mem.va_addr, signal_pool_size)

@@ -21,7 +21,8 @@ import functools, sys, weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
-from baregrad.helpers import getenv, DEBUG
+from baregrad import knobs
+from baregrad.helpers import DEBUG
 from baregrad.hal import Device, Buffer
 from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
@@ -105,7 +106,7 @@ class _Captured:
     self.fresh_outs = list(fresh.values())
     self.graph = None
     devs = {l.runner.device for l in launches}
-    if len(devs) == 1 and not getenv("JIT_NOGRAPH", 0):
+    if len(devs) == 1 and not knobs.get("JIT_NOGRAPH"):
       dev = Device[devs.pop()]
       if hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory"):
         from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph
@@ -146,7 +147,7 @@ class jit:
   def reset(self) -> None: self.calls.clear(); self.captured.clear(); self.eager_only.clear()
 
   def __call__(self, *args: Any, **kwargs: Any) -> Any:
-    if getenv("JIT", 1) == 0: return self.fn(*args, **kwargs)
+    if not knobs.get("JIT"): return self.fn(*args, **kwargs)
     if not kwargs and all(type(a) is Tensor for a in args):
       # the common call, f(x, y): the same key and inputs _signature and _leaves make, without their recursion
       key = (tuple(map(_tensor_sig, args)), (), Tensor.training)

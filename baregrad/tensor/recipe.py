@@ -13,7 +13,8 @@ time); the optimizer's template keeps such a node as it is. Bounds checks regist
 from __future__ import annotations
 import functools, struct
 from typing import Any, Callable, Sequence
-from baregrad.helpers import getenv, prod as helpers_prod
+from baregrad import knobs
+from baregrad.helpers import prod as helpers_prod
 from baregrad.ir.ops import UOp, Ops, make_keyed
 from baregrad.engine import checks
 from baregrad.engine.graph import BufRef, shape_of, set_shape, permute_uop
@@ -119,7 +120,7 @@ def recorded(name: str, fn: Callable[..., Any], tensors: Sequence[Any], params: 
   and gradient flag (None stays None), params, the grad mode, BOUNDS). `params` must hold every other argument fn's
   graph and its errors depend on; fn must read its tensors only through tensor ops (not their values)."""
   key = (name, tuple(None if t is None else (t.shape, t.dtype, t.device, bool(t.requires_grad)) for t in tensors), params,
-         is_grad_enabled(), getenv("BOUNDS", 1))
+         is_grad_enabled(), knobs.get("BOUNDS"))
   if (r := _recipes.get(key, False)) is False:
     r = _record(fn, tensors)
     if len(_recipes) >= RECIPES_MAX: _recipes.clear()
