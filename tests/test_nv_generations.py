@@ -77,7 +77,7 @@ def test_generation_end_to_end(mockenv, arch):
   from baregrad.codegen.renderer.ptx import ptx_version
   for r in runners: assert r.prg.param_off == poff and f".target {arch}\n" in r.spec.src and f".version {ptx_version(arch)}\n" in r.spec.src
   if not dev.compiler_ok: pytest.skip("ptxas not installed: the mock ran the PTX, nothing was assembled")
-  from baregrad.drivers.nv.device import unpack_lib
+  from baregrad.drivers.nv_compile import unpack_lib
   from baregrad.drivers.nv_compile import parse_cubin
   for r in runners:
     ptx, cubin = unpack_lib(r.lib)

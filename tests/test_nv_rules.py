@@ -9,7 +9,7 @@ import pytest
 from baregrad.drivers.port import IoctlError, TracingPort, MockPort, make_port
 from baregrad.drivers.mock.nvgpu import MockNVGPU
 from baregrad.drivers.nv import NVDevice, RMError, hw
-from baregrad.drivers.nv.device import CHANNEL_VA_BYTES
+from baregrad.drivers.nv.queues import CHANNEL_VA_BYTES
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 
 @pytest.fixture(autouse=True)

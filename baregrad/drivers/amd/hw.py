@@ -16,8 +16,7 @@ The sources of each format:
   then TRAP; copies of at most copy_max_bytes = 0x400000)."""
 from __future__ import annotations
 import struct
-from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 from baregrad.ctypes_autogen.amdgpu import hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
 
 M32 = 0xFFFFFFFF
@@ -204,7 +203,7 @@ def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
     if ds in (1, 2): s += f" value={b[4] | ((b[5] << 32) if ds == 2 else 0)}"
     if ints: s += f" int_sel={ints} int_ctxid={b[6] if len(b) > 6 else 0}"
     return s
-  if op == p.PACKET3_ACQUIRE_MEM: return f"ACQUIRE_MEM " + " ".join(f"{x:#x}" for x in b)
+  if op == p.PACKET3_ACQUIRE_MEM: return "ACQUIRE_MEM " + " ".join(f"{x:#x}" for x in b)
   if op == p.PACKET3_INDIRECT_BUFFER and len(b) >= 3: return f"INDIRECT_BUFFER ib={b[0] | (b[1] << 32):#x} dwords={b[2] & 0xFFFFF} valid={(b[2] >> 23) & 1}"
   if op == p.PACKET3_DMA_DATA and len(b) >= 6:
     return f"DMA_DATA src={b[1] | (b[2] << 32):#x} dest={b[3] | (b[4] << 32):#x} nbytes={b[5] & ((1 << 26) - 1)}"
