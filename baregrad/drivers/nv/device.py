@@ -30,9 +30,10 @@ Channel errors (an Xid in the error notifier) raise NVChannelError naming the Xi
 
 Generations: what the kernel reports decides everything arch-specific. MC_GET_ARCH_INFO names the family (Ampere,
 Ada, Hopper, Blackwell; anything else is refused by name), GR_GET_INFO's SM version the PTX target and ptxas arch
-(sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) and so the constant-bank offset of kernel parameters (0x160 / 0x210 /
-0x380), the classlist the GPFIFO, compute and copy classes (newest known first), and the compute class the QMD
-version (v03 Ampere/Ada, v04 Hopper, v05 Blackwell: hw.QMD_VERSION).
+(sm_80, sm_86, sm_89, sm_90, sm_100, sm_120) and so the generation's record (hw.GENERATIONS: constant bank 0 with the
+parameter offset 0x160 / 0x210 / 0x380, shared-memory limits), the classlist the GPFIFO, compute and copy classes
+(newest known first), and the compute class the QMD version (v03 Ampere/Ada, v04 Hopper, v05 Blackwell) and shader
+windows (hw.QMD_VERSION, hw.SHADER_WINDOWS: tables derived from the records).
 
 Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
 with its own RM client, VA space, channels and a device-only VA window of its own.
@@ -174,10 +175,9 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
       self.windows = hw.shader_windows(self.compute_class)       # 32-bit windows on Ampere/Ada, 64-bit on Hopper+
       self.cb_layout = hw.cbank0_layout(self.arch)               # what the SASS reads from constant bank 0
     except ValueError as e: _unavail(device, str(e))
-    self.param_off = hw.param_offset(self.arch)                  # constant-bank offset of kernel parameters
-    if self.param_off != self.cb_layout.params:
-      _unavail(device, f"{self.arch}: the PTX renderer puts parameters at {self.param_off:#x}, the constant bank 0 layout at {self.cb_layout.params:#x}")
-    self.max_shared_mem = hw.ARCHS[self.arch].max_shared
+    self.param_off = self.cb_layout.params                       # constant-bank offset of kernel parameters
+    self.generation = hw.ARCHS[self.arch]
+    self.max_shared_mem = self.generation.max_shared
     self.max_warps_per_sm, self.sm_per_tpc, self.tpc_count = max(info[4].data, 1), max(info[3].data, 1), info[1].data * info[2].data
     self.usermode = self.rm_alloc(self.subdevice, hw.HOPPER_USERMODE_A if hw.HOPPER_USERMODE_A in classes else hw.TURING_USERMODE_A)
     self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE, aperture=True)
