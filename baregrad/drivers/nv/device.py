@@ -11,7 +11,8 @@ the channel's work-submit token.
 Each channel is registered with UVM (UVM_REGISTER_CHANNEL, with a free VA range for RM's context buffers) before the
 group is scheduled and unregistered before it is freed: in an externally owned VA space RM refuses to schedule a GR
 channel whose buffers UVM has not bound (finding 2). Shader shared/local memory windows, constant bank 0 and program
-images follow what each generation's hardware and compiled code expect (hw.py: SHADER_WINDOWS, CBANK0, PROGRAM_GUARD).
+images follow what each generation's hardware and compiled code expect (hw.py: the generation records, PROGRAM_GUARD).
+"Finding N" is section #finding-N of docs/hw/h100-580.159.04-findings.md (what the H100 showed the driver).
 
 Memory: device memory is NV01_MEMORY_LOCAL_USER mapped into the GPU VA space through UVM external ranges; host-visible
 memory is NV01_MEMORY_SYSTEM mapped for the CPU (NV_ESC_RM_MAP_MEMORY naming a fresh /dev/nvidiactl fd, then mmap of

@@ -414,7 +414,7 @@ def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
 
 # A launch's shared memory (SHARED_MEMORY_SIZE) is a multiple of 128 bytes, and the SM_CONFIG fields name the SM's
 # L1/shared split ("carveout") in KiB / 4 + 1, only carveouts the SM has. Both from the H100 (docs/hw/
-# h100-580.159.04-2026-11-28.md, finding 8): SHARED_MEMORY_SIZE 0x6c0 and MIN/TARGET naming 4, 24 or 48 KiB (the old
+# h100-580.159.04-findings.md#finding-8): SHARED_MEMORY_SIZE 0x6c0 and MIN/TARGET naming 4, 24 or 48 KiB (the old
 # rounding to 4 KiB) failed with Xid 13 "SKEDCHECK14_SHARED_MEMORY_SIZE failed"; 0x680, and 8, 16, 32 or 64 KiB ran.
 # Blackwell's QMD v05 keeps the size in 128-byte units (SHARED_MEMORY_SIZE_SHIFTED7). The carveouts per compute
 # capability are the CUDA C Programming Guide's (shared memory capacity per SM: 0, 8, 16, 32, 64, 100, 132, 164, 196
@@ -568,8 +568,8 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
 # class we drive (open-gpu-doc classes/compute/clc6c0.h, clc9c0.h, clcbc0.h, clcdc0.h, clcec0.h: a 17-bit
 # BASE_ADDRESS_UPPER and a 32-bit BASE_ADDRESS at the same offsets); what differs is what the GPU accepts:
 # - Ampere/Ada take 32-bit windows (shared 0xFE000000, local 0xFF000000: what Mesa's nvk/nouveau use on Volta..Ada).
-# - Hopper refuses the 32-bit shared window: finding 3 (hw/h100-580.159.04), Xid 69 GR class error at offset 0x2a4,
-#   data 0xfe000000. The SASS ptxas emits for sm_90 and sm_100/sm_120 builds generic shared addresses from the special
+# - Hopper refuses the 32-bit shared window (docs/hw/h100-580.159.04-findings.md#finding-3): Xid 69 GR class error at
+#   offset 0x2a4, data 0xfe000000. The SASS ptxas emits for sm_90 and sm_100/sm_120 builds generic shared addresses from the special
 #   register SR_SWINHI (the window's upper 32 bits: sass `S2R R5, SR_SWINHI` then a 64-bit pair (SWINHI, offset)), so
 #   the shared window must be 4 GiB aligned. Mesa nvk (src/nouveau/vulkan/nvk_cmd_dispatch.c: "shared memory window
 #   needs 4GB alignment on hopper+", applied for cls_compute >= HOPPER_COMPUTE_A, i.e. to BLACKWELL_COMPUTE_A/B too) and
@@ -598,7 +598,7 @@ def shader_windows(compute_class: int) -> ShaderWindows:
 # 13.5 wheel): a kernel reading %ntid/%nctaid in x, y, z; one with a 4 KiB .local array indexed at run time; generic
 # pointers into .local (cvta.local) and into .shared (cvta.shared); extern dynamic .shared with %dynamic_smem_size and
 # %total_smem_size; and ld/st with an L2::cache_hint policy (for the descriptor slot). The H100 findings agree for
-# sm_90 (hw/h100-580.159.04/sass-cbank0-slots.txt: 0x0..0x14, 0x20/0x24, 0x28, 0x208). Slots:
+# sm_90 (docs/hw/h100-580.159.04-findings.md#cbank0-sm90: 0x0..0x14, 0x20/0x24, 0x28, 0x208). Slots:
 #   ntid.x/y/z      u32 x3   LDC R, c[0x0][RZ]/[0x4]/[0x8] (sm_80..90), c[0x0][0x360]/[0x364]/[0x368] (sm_100/120)
 #   nctaid.x/y/z    u32 x3   c[0x0][0xc]/[0x10]/[0x14] (sm_80..90), c[0x0][0x370]/[0x374]/[0x378] (sm_100/120)
 #   shared window   u64      IMAD.WIDE.U32 ..., c[0x0][0x18] for cvta.shared (sm_80/89). sm_90+ read SR_SWINHI instead;
@@ -622,8 +622,8 @@ def shader_windows(compute_class: int) -> ShaderWindows:
 #                            then LDG/STG desc[UR4][...]: the default memory-access descriptor of global loads and
 #                            stores. With ld.global.L2::cache_hint the same desc[] pair is built from the createpolicy
 #                            value instead (UMOV UR4, URZ; UR5 = policy bits << 20), so it is the default L2 cache
-#                            policy. NVIDIA documents neither; finding 5's runs had 0 there and every global access of
-#                            the suite worked, so 0 is what we write. What CUDA itself writes there needs a CUDA launch
+#                            policy. NVIDIA documents neither; the runs of finding 5 (docs/hw/h100-580.159.04-
+#                            findings.md#finding-5) had 0 there and every global access of the suite worked, so 0 is what we write. What CUDA itself writes there needs a CUDA launch
 #                            on a GPU to read back (not done: no GPU in this work).
 @dataclass(frozen=True)
 class CBank0Layout:
@@ -669,9 +669,9 @@ def cbank0_header(arch: str, grid: Sequence[int], block: Sequence[int], windows:
   return bytes(b)
 
 # ---------------------------------------------------------------- program images: instruction prefetch
-# The GPC's instruction/constant cache (GPCCLIENT_GCC in the MMU fault) fetches ahead of the code it runs. Finding 4:
-# Xid 31 FAULT_PTE ACCESS_TYPE_VIRT_READ at the page right after program images that ended exactly at their code;
-# 0x2000 more bytes per image and no such fault in the next suite run. How far ahead the fetch reaches is not public:
+# The GPC's instruction/constant cache (GPCCLIENT_GCC in the MMU fault) fetches ahead of the code it runs. Finding 4
+# (docs/hw/h100-580.159.04-findings.md#finding-4): Xid 31 FAULT_PTE ACCESS_TYPE_VIRT_READ at the page right after
+# program images that ended exactly at their code; 0x2000 more bytes per image and no such fault in the next suite run. How far ahead the fetch reaches is not public:
 # it is below 0x2000 (the padding fixed it) and the faults needed an unmapped page right after the image (most images
 # were followed by another allocation). The driver keeps PROGRAM_GUARD after every image; the mock GPU models the fetch
 # as reaching INSTRUCTION_PREFETCH past the last instruction and faults when that leaves the image's allocation (any
@@ -680,7 +680,6 @@ PROGRAM_GUARD = 0x2000
 INSTRUCTION_PREFETCH = 0x1000
 
 # ---------------------------------------------------------------- class methods by name
-
 def class_method_name(cls: int, offset: int) -> str:
   """A method offset of class `cls` by name (the host class below 0x100; compute, copy from the class headers)."""
   if offset < 0x100 or cls in GPFIFO_CLASSES: return HOST_METHODS.get(offset, f"HOST_{offset:#x}")

@@ -99,7 +99,7 @@ def prod3(t: Sequence[int]) -> int: return t[0] * t[1] * t[2]
 
 class NVProgram(HCQProgram):
   """A kernel: its code uploaded to GPU memory in an image that also holds the PTX (the mock GPU runs that), followed by
-  hw.PROGRAM_GUARD bytes for the instruction prefetch (finding 4)."""
+  hw.PROGRAM_GUARD bytes for the instruction prefetch (docs/hw/h100-580.159.04-findings.md#finding-4)."""
   args_state_t = NVArgsState
   def __init__(self, dev: NVDevice, name: str, lib: bytes) -> None:
     super().__init__(dev, name, lib)

@@ -23,7 +23,8 @@ class NVComputeQueue(HWQueue):
   """Launches of one queue run concurrently on the GPU unless a wait-for-idle separates them (finding 6b): signals and
   timestamps release after WFI, memory_barrier() is WFI + MEMBAR; put one between launches that depend on each other.
   A QMD launched again while its previous launch may still run took the H100's channel down (finding 6a, Xid 109), so
-  exec() of args already launched since the last WFI in this queue puts a WFI before it."""
+  exec() of args already launched since the last WFI in this queue puts a WFI before it. (Finding N: section
+  #finding-N of docs/hw/h100-580.159.04-findings.md.)"""
   engine = "compute"
   def __init__(self) -> None:
     super().__init__()

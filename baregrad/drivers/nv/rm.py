@@ -75,7 +75,8 @@ class RMClient:
   def _map_to_cpu(self, handle: int, size: int, target: int = 0, aperture: bool = False) -> int:
     """NV_ESC_RM_MAP_MEMORY naming a fresh fd, then mmap of that fd (at `target` when given). System memory goes through
     /dev/nvidiactl, a BAR aperture (`aperture`: the usermode page) through this GPU's /dev/nvidiaN: see the module doc
-    (finding 1). A fresh fd each time: an fd holds one mapping context (nv-usermap.c: NV_ERR_STATE_IN_USE otherwise)."""
+    (docs/hw/h100-580.159.04-findings.md#finding-1). A fresh fd each time: an fd holds one mapping context (nv-usermap.c:
+    NV_ERR_STATE_IN_USE otherwise)."""
     nv = self.nv
     fd = self._open(self.dev_path if aperture else "/dev/nvidiactl")
     try:
