@@ -16,8 +16,34 @@ The sources of each format:
   then TRAP; copies of at most copy_max_bytes = 0x400000)."""
 from __future__ import annotations
 import struct
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Sequence
 from baregrad.ctypes_autogen.amdgpu import hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
+
+# ---------------------------------------------------------------- gfx targets: one record each
+@dataclass(frozen=True)
+class Target:
+  """A GPU target this driver knows: its gfx name, the gfx_target_version KFD reports for it, its command-format family
+  (PM4 and SDMA packet headers, register layouts), its wave size, the scratch (private segment) granule of its
+  COMPUTE_TMPRING_SIZE register, and whether the mock GPU can run its machine code."""
+  name: str
+  version: int      # KFD node property gfx_target_version: major*10000 + minor*100 + stepping
+  family: str       # "gfx11" (RDNA3, PM4 per amdgpu/nvd.h, SDMA v6) or "gfx9" (CDNA3 gfx9.4.3, soc15d.h, SDMA v4.4.2)
+  wave_size: int
+  pm4: ModuleType   # the PM4 bindings of its family
+  sdma: ModuleType  # the SDMA packet bindings of its family
+  scratch_unit: int           # bytes per COMPUTE_TMPRING_SIZE.WAVESIZE unit (ROCr mem_alignment_size)
+  scratch_wavesize_bits: int  # width of that field (ROCr inc/registers.h; the bindings' gfx11.py/gfx9_4_3.py masks)
+  executes: bool    # whether the mock GPU can run its machine code (only RDNA3 wave32 for now)
+
+GFX_TARGETS: tuple[Target, ...] = (
+  Target(name="gfx1100", version=110000, family="gfx11", wave_size=32, pm4=pm4_gfx11, sdma=sdma_gfx11, scratch_unit=256,
+         scratch_wavesize_bits=15, executes=True),     # Navi 31 (Radeon RX 7900 XT/XTX, PRO W7900)
+  Target(name="gfx942", version=90402, family="gfx9", wave_size=64, pm4=pm4_gfx9_4_3, sdma=sdma_gfx9_4_3, scratch_unit=1024,
+         scratch_wavesize_bits=13, executes=False),    # Aqua Vanjaram (Instinct MI300X/MI300A/MI325X)
+)
+TARGETS: dict[int, Target] = {t.version: t for t in GFX_TARGETS}   # gfx_target_version -> target
 
 M32 = 0xFFFFFFFF
 def lo32(x: int) -> int: return x & M32
@@ -100,7 +126,7 @@ def format_aql(w: Sequence[int]) -> str:
   return head
 
 # ---------------------------------------------------------------- PM4
-PM4 = {"gfx11": pm4_gfx11, "gfx9": pm4_gfx9_4_3}
+PM4: dict[str, ModuleType] = {t.family: t.pm4 for t in GFX_TARGETS}   # family -> PM4 bindings
 # VGT event types (amd/include/soc21_enum.h and vega10_enum.h agree on these values)
 CS_PARTIAL_FLUSH, CACHE_FLUSH_AND_INV_TS_EVENT, BOTTOM_OF_PIPE_TS = 0x07, 0x14, 0x28
 WAIT_FUNCS = {0: "always", 1: "<", 2: "<=", 3: "==", 4: "!=", 5: ">=", 6: ">"}
@@ -222,7 +248,7 @@ def format_pm4(family: str, words: Sequence[int], base: int = 0, mark: int | Non
   return "\n".join(lines)
 
 # ---------------------------------------------------------------- SDMA
-SDMA = {"gfx11": sdma_gfx11, "gfx9": sdma_gfx9_4_3}
+SDMA: dict[str, ModuleType] = {t.family: t.sdma for t in GFX_TARGETS}   # family -> SDMA bindings
 SDMA_COPY_MAX = 0x400000  # bytes per COPY_LINEAR: amdgpu's copy_max_bytes (sdma_v6_0.c, sdma_v4_4_2.c)
 _SDMA_DWORDS = {"COPY_LINEAR": ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI"),
                 "FENCE": ("HEADER", "ADDR_LO", "ADDR_HI", "DATA"), "TRAP": ("HEADER", "INT_CONTEXT"),

@@ -43,6 +43,7 @@ import ctypes
 from dataclasses import dataclass
 from typing import Any
 from baregrad.drivers.vmem import round_up
+from baregrad.drivers.amd.hw import GFX_TARGETS
 
 # amd_queue_t field offsets (ROCr inc/amd_hsa_queue.h)
 Q_GROUP_APERTURE_HI, Q_PRIVATE_APERTURE_HI, Q_MAX_CU_ID, Q_MAX_WAVE_ID = 0x40, 0x44, 0x48, 0x4C
@@ -50,8 +51,8 @@ Q_TMPRING, Q_SRD, Q_SCRATCH_BASE, Q_SCRATCH_SIZE, Q_LANE64_SIZE, Q_PROPERTIES, Q
 AMD_QUEUE_PROPERTIES_IS_PTR64 = 1 << 1
 # COMPUTE_TMPRING_SIZE (ROCr inc/registers.h; the bindings' gfx11.py/gfx9_4_3.py masks agree): WAVES 11:0, WAVESIZE 12+
 TMPRING_WAVES_MASK = 0xFFF
-UNIT = {"gfx11": 256, "gfx9": 1024}           # bytes per WAVESIZE unit (ROCr mem_alignment_size)
-WAVESIZE_BITS = {"gfx11": 15, "gfx9": 13}
+UNIT = {t.family: t.scratch_unit for t in GFX_TARGETS}                    # bytes per WAVESIZE unit, per family
+WAVESIZE_BITS = {t.family: t.scratch_wavesize_bits for t in GFX_TARGETS}  # (the target records, hw.py)
 MAX_PRIVATE_SEGMENT = 262128                  # ROCr amd_gpu_agent.cpp: the largest per-work-item private segment
 
 

@@ -1,26 +1,14 @@
-"""KFD topology: the node properties sysfs publishes, the GPU targets this driver knows, and the queue buffer sizes
+"""KFD topology: the node properties sysfs publishes, the GPU target a node is, and the queue buffer sizes
 the kernel derives from them (amdkfd/kfd_queue.c: kfd_queue_ctx_save_restore_size, Linux 6.12)."""
 from __future__ import annotations
 import errno, os
 from dataclasses import dataclass
 from typing import Any
 from baregrad.drivers.vmem import PAGE, round_up
+# the targets this driver knows (one record each in hw.py), named here too: a node's gfx_target_version picks one
+from baregrad.drivers.amd.hw import TARGETS as TARGETS, Target as Target
 
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology"
-
-@dataclass(frozen=True)
-class Target:
-  """A GPU target: its gfx name, the gfx_target_version KFD reports, the PM4/SDMA/register family, its wave size."""
-  name: str
-  version: int
-  family: str       # "gfx11" (RDNA3, PM4 per amdgpu/nvd.h, SDMA v6) or "gfx9" (CDNA3 gfx9.4.3, soc15d.h, SDMA v4.4.2)
-  wave_size: int
-  executes: bool    # whether the mock GPU can run its machine code (only RDNA3 wave32 for now)
-
-TARGETS: dict[int, Target] = {
-  110000: Target("gfx1100", 110000, "gfx11", 32, True),   # Navi 31 (Radeon RX 7900 XT/XTX, PRO W7900)
-  90402: Target("gfx942", 90402, "gfx9", 64, False),      # Aqua Vanjaram (Instinct MI300X/MI300A/MI325X)
-}
 
 def target_name(version: int) -> str:
   """gfx_target_version (major*10000 + minor*100 + stepping) in LLVM's spelling: 110000 -> gfx1100, 90010 -> gfx90a."""
