@@ -33,7 +33,6 @@ def prod(xs: Iterable[T], start: int = 1) -> int:
   return out
 
 def ceildiv(a: int, b: int) -> int: return -(-a // b)
-def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 def all_same(xs: list) -> bool: return all(x == xs[0] for x in xs)
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
 def dedup(xs: Iterable[T]) -> list[T]: return list(dict.fromkeys(xs))

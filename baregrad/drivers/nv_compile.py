@@ -97,7 +97,6 @@ EIATTR = {0x01: "CTAIDZ_USED", 0x05: "MAX_THREADS", 0x0a: "PARAM_CBANK", 0x0f: "
           0x11: "FRAME_SIZE", 0x12: "MIN_STACK_SIZE", 0x17: "KPARAM_INFO", 0x19: "CBANK_PARAM_SIZE", 0x1b: "MAXREG_COUNT",
           0x1c: "EXIT_INSTR_OFFSETS", 0x1d: "S2RCTAID_INSTR_OFFSETS", 0x1e: "CRS_STACK_SIZE", 0x23: "MAX_STACK_SIZE",
           0x2f: "REGCOUNT", 0x36: "SW_WAR", 0x37: "CUDA_API_VERSION"}
-EIATTR_NUM = {v: k for k, v in EIATTR.items()}
 
 class CubinError(ValueError): pass
 

@@ -76,9 +76,6 @@ def aql_dispatch(kernel_object: int, kernarg: int, grid: Sequence[int], workgrou
        lo32(kernarg), hi32(kernarg), 0, 0, lo32(completion_signal), hi32(completion_signal)]
   return w
 
-# word offsets of the patchable dispatch fields
-DISPATCH_FIELDS = {"grid": (3, 3), "kernel_object": (8, 2), "args": (10, 2)}
-
 def aql_barrier_and(deps: Sequence[int] = (), barrier: bool = True, acquire: int = SCOPE_SYSTEM, release: int = SCOPE_SYSTEM,
                     completion_signal: int = 0) -> list[int]:
   if len(deps) > 5: raise ValueError(f"a barrier-AND packet holds 5 dependent signals, got {len(deps)}")
@@ -137,8 +134,6 @@ PM4_COPY_MAX = 1 << 20  # bytes per DMA_DATA (byte count is 21 bits on gfx9, 26 
 def pm4_hdr(op: int, ndw: int) -> int:
   """Type-3 header for a packet of `ndw` dwords after the header."""
   return (3 << 30) | (((ndw - 1) & 0x3FFF) << 16) | ((op & 0xFF) << 8)
-
-def pm4_nop(ndw: int) -> list[int]: return [pm4_hdr(pm4_gfx11.PACKET3_NOP, ndw - 1)] + [0] * (ndw - 1) if ndw > 1 else [0xFFFF1000]
 
 def pm4_indirect_buffer(family: str, va: int, ndw: int) -> list[int]:
   p = PM4[family]
@@ -310,7 +305,6 @@ def sdma_timestamp(family: str, addr: int) -> list[int]:
   return sdma_pack(family, "TIMESTAMP_GET_GLOBAL", op=mod.SDMA_OP_TIMESTAMP, sub_op=mod.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
                    write_addr_31_3=lo32(addr) >> 3, write_addr_63_32=hi32(addr))
 
-def sdma_nop(family: str) -> int: return sdma_pack(family, "NOP", op=_sdma_op(family, "NOP"))[0]
 
 def sdma_packet_len(family: str, w: Sequence[int], i: int) -> int:
   """Dwords of the SDMA packet at w[i]; ValueError for an opcode this decoder does not know."""

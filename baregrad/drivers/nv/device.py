@@ -180,7 +180,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     self.generation = hw.ARCHS[self.arch]
     self.max_shared_mem = self.generation.max_shared
     self.max_warps_per_sm, self.sm_per_tpc, self.tpc_count = max(info[4].data, 1), max(info[3].data, 1), info[1].data * info[2].data
-    self.usermode = self.rm_alloc(self.subdevice, hw.HOPPER_USERMODE_A if hw.HOPPER_USERMODE_A in classes else hw.TURING_USERMODE_A)
+    self.usermode = self.rm_alloc(self.subdevice, next((c for c in hw.USERMODE_CLASSES if c in classes), hw.TURING_USERMODE_A))
     self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE, aperture=True)
     self.doorbell_addr = self.usermode_cpu + hw.NVC361_NOTIFY_CHANNEL_PENDING
     self.vaspace = self.rm_alloc(self.nvdevice, nv.FERMI_VASPACE_A, nv.NV_VASPACE_ALLOCATION_PARAMETERS(

@@ -134,7 +134,6 @@ def copy_words(dest: int, src: int, nbytes: int) -> list[int]:
 
 # ---------------------------------------------------------------- compute class (NVC6C0 family) launch methods
 SEND_PCAS_A, SEND_SIGNALING_PCAS2_B, INVALIDATE_SHADER_CACHES_NO_WFI = nv.NVC6C0_SEND_PCAS_A, 0x2c0, nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI
-SET_INLINE_QMD_ADDRESS_A = nv.NVC6C0_SET_INLINE_QMD_ADDRESS_A
 
 # ---------------------------------------------------------------- method names (per class kind)
 def _names(prefix: str, keep: Iterable[str] = ()) -> dict[int, str]:
