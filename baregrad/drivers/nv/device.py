@@ -63,6 +63,8 @@ from baregrad.drivers.nv_compile import NVCompiler
 __all__ = ["NVDevice", "RMError"]
 
 class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
+  """One NVIDIA GPU (NV, NV:n) as an HCQ device: RM calls (RMClient), memory (DeviceMemory) and channels (ChannelSet)
+  from the modules beside this one; opening, recovery after a channel error and host waits here."""
   has_local, has_threads = True, True
   max_local_size, max_shared_mem = (1024, 1024, 64), 227 << 10
   ticks_per_us = 1000.0  # the GPU's global timer counts nanoseconds

@@ -73,6 +73,7 @@ class DeviceMemory:
   def _alloc_shared(self, size: int) -> HCQBuffer:
     m = self._gpu_alloc(size, host=True, what="host-visible memory")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
+
   def _local_bytes_per_tpc(self, per_thread: int) -> int:
     """SET_SHADER_LOCAL_MEMORY_NON_THROTTLED takes the local memory of one TPC (nvk and nouveau size it per TPC):
     every thread an SM can hold, times the SMs of a TPC, each warp's slice 512-byte aligned."""
@@ -92,8 +93,8 @@ class DeviceMemory:
       self._drain_channels()
     if old is not None: self._gpu_free(old)
 
-
 class NVAllocator(HCQAllocator):
+  """HCQ buffers as RM memory objects: video memory, or host-visible memory for options "host"."""
   def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
     host = bool(getattr(options, "host", False)) or options == "host"
     m = self.dev._gpu_alloc(size, host=host)
