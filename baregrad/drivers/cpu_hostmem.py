@@ -2,6 +2,7 @@
 taken straight from libc so an address is a plain integer the queues and kernels can use."""
 from __future__ import annotations
 import ctypes, mmap, os
+from baregrad.drivers.vmem import round_up
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype, _libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
@@ -32,7 +33,7 @@ def host_map_huge(size: int) -> int:
   NumPy does for its large arrays): a matmul walking rows of a large matrix then misses the TLB once per 2 MiB, not
   once per 4 KiB page. `size` must be a multiple of HUGE; free with host_unmap(addr, size)."""
   raw = host_map(size + HUGE)
-  addr = (raw + HUGE - 1) // HUGE * HUGE
+  addr = round_up(raw, HUGE)
   if addr > raw: host_unmap(raw, addr - raw)
   if (tail := raw + size + HUGE - (addr + size)) > 0: host_unmap(addr + size, tail)
   _libc.madvise(addr, size, MADV_HUGEPAGE)  # advice only: an error (THP off) leaves ordinary pages
@@ -41,6 +42,6 @@ def host_map_huge(size: int) -> int:
 def sig_addr(c: ctypes.c_uint64) -> int: return ctypes.addressof(c)
 
 def _pages(size: int) -> int:
-  if size >= HUGE: return (size + HUGE - 1) // HUGE * HUGE
-  return max(PAGE, (size + PAGE - 1) // PAGE * PAGE)
+  if size >= HUGE: return round_up(size, HUGE)
+  return max(PAGE, round_up(size, PAGE))
 

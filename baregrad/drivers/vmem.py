@@ -1,5 +1,6 @@
-"""Virtual memory shared by the GPU drivers (NV, AMD): the open/mmap flag values they pass through the port, rounding,
-a first-fit allocator of address ranges, and the reservation of a host address window for GPU-visible memory.
+"""Virtual memory shared by the drivers: rounding (every driver), and for the GPU drivers (NV, AMD) the open/mmap flag
+values they pass through the port, a first-fit allocator of address ranges, and the reservation of a host address
+window for GPU-visible memory.
 
 The flag values are Linux's (x86-64 and arm64 share them: include/uapi/asm-generic/mman-common.h, mman.h, fcntl.h);
 they are spelled out rather than read from `mmap`/`os` because a mock port receives them as numbers and Python's
