@@ -58,7 +58,7 @@ def test_describe_nested():
   assert describe(Outer()) == "{a={handle=0, size=0, status=0}, v=[0, 0, 0]}"
 
 def test_real_port_reports_errno_by_name():
-  libc = pytest.importorskip("baregrad.ctypes_autogen.libc")
+  pytest.importorskip("baregrad.ctypes_autogen.libc")
   p = make_port()
   with pytest.raises(OSError, match="ENOENT"): p.open("/dev/does-not-exist-baregrad", os.O_RDWR)
   fd = p.open("/dev/null", os.O_RDWR)
@@ -79,7 +79,8 @@ def test_driver_port_builds_the_drivers_mock(monkeypatch):
   try:
     env(MOCKGPU="1", IOCTL_TRACE="0")
     assert isinstance(driver_port("NV").mock, MockNVGPU) and isinstance(driver_port("AMD").mock, MockAMDGPU)
-    with pytest.raises(ValueError, match="no mock GPU for the QCOM driver; mocks exist for NV, AMD"): driver_port("QCOM")
+    with pytest.raises(ValueError, match="no mock GPU for the QCOM driver; mocks exist for NV, AMD"):
+      driver_port("QCOM")
     env(MOCKGPU_ARCH="sm_75")
     with pytest.raises(ValueError, match="MOCKGPU_ARCH='sm_75'"): driver_port("NV")
     env(MOCKGPU="0")
@@ -120,7 +121,8 @@ def test_reserve_window_skips_taken_and_hinted_windows():
   assert reserve_window(p, 0x1000_0000, 0x1000_0000, 0x3000_0000) is None and not any(c[0] == "munmap" for c in p.calls)
   p = WindowPort()
   release_to_window(p, 0x1000_0000, 0x2000)
-  assert p.calls[0] == ("munmap", 0x1000_0000, 0x2000) and p.calls[1][1:3] == (0x1000_0000, 0x2000) and p.calls[1][3] & MAP_FIXED
+  assert p.calls[0] == ("munmap", 0x1000_0000, 0x2000)
+  assert p.calls[1][1:3] == (0x1000_0000, 0x2000) and p.calls[1][3] & MAP_FIXED
   assert PROT_NONE == 0
 
 def test_va_allocator_aligns_and_merges():

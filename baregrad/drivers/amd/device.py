@@ -41,8 +41,8 @@ from typing import Any, Hashable
 from baregrad.hal import OutOfMemory, DeviceUnavailable
 from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
 from baregrad.drivers.port import IoctlError, driver_port, register_ioctl
-from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE, VAAllocator,
-                                   release_to_window, reserve_window, round_up)
+from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
+                                   VAAllocator, release_to_window, reserve_window, round_up)
 from baregrad.ctypes_autogen import kfd
 from baregrad.drivers.amd import hw
 from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes, read_topology, target_name

@@ -75,7 +75,8 @@ def status_name(s: int) -> str: return STATUS_NAMES.get(s, f"NV status {s:#x}")
 
 # robust-channel (Xid) codes written into a channel's error notifier (nverror.h)
 XID_NAMES = {13: "ROBUST_CHANNEL_GR_EXCEPTION", 31: "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", 32: "ROBUST_CHANNEL_PBDMA_ERROR",
-             43: "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", 45: "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", 69: "ROBUST_CHANNEL_GR_CLASS_ERROR",
+             43: "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", 45: "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+             69: "ROBUST_CHANNEL_GR_CLASS_ERROR",
              109: "CTX SWITCH TIMEOUT"}  # 109: not in nverror.h; the name is the errorString of the kernel log's line
 
 # ---------------------------------------------------------------- pushbuffer method headers (clc56f.h NVC56F_DMA_*)
@@ -359,30 +360,31 @@ class QMDLayout:
 def _smcfg(f: Any) -> tuple[tuple[int, int], ...]:
   return tuple(f(f"{k}_SM_CONFIG_SHARED_MEM_SIZE") for k in ("MIN", "MAX", "TARGET"))
 
-def _layout(version: int, prefix: str, grid: tuple[str, str, str], shared: str, shared_shift: int, regs: str, prog: tuple[str, str],
-            prog_shift: int, cb0: tuple[str, str], cb0_shift: int, release: tuple[str, str, str, str, str, str], minor: str,
-            qmd_type: str | None, local: str, local_shift: int) -> QMDLayout:
+def _layout(version: int, prefix: str, grid: tuple[str, str, str], shared: str, shared_shift: int, regs: str,
+            prog: tuple[str, str], prog_shift: int, cb0: tuple[str, str], cb0_shift: int,
+            release: tuple[str, str, str, str, str, str], minor: str, qmd_type: str | None, local: str,
+            local_shift: int) -> QMDLayout:
   """One version's layout from its field names in qmd.py (`prefix` names the header and version)."""
   f = lambda n, i=None: _qmd_field(prefix, n, i)
-  return QMDLayout(version=version, nbytes=0x100 if version == 3 else 0x180, grid=tuple(f(n) for n in grid),
-                   block=tuple(f(f"CTA_THREAD_DIMENSION{i}") for i in range(3)), shared=f(shared), shared_shift=shared_shift,
-                   regs=f(regs), barriers=f("BARRIER_COUNT"), prog_lo=f(prog[0]), prog_hi=f(prog[1]), prog_shift=prog_shift,
-                   cb0_valid=f("CONSTANT_BUFFER_VALID", 0), cb0_lo=f(cb0[0], 0), cb0_hi=f(cb0[1], 0), cb0_shift=cb0_shift,
-                   cb0_size4=f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0),
-                   rel0_enable=f(release[0]) if version == 3 else f(release[0], 0),
-                   rel0_payload64=f(release[1]) if version == 3 else f(release[1], 0),
-                   rel0_addr_lo=f(release[2]), rel0_addr_hi=f(release[3]), rel0_payload_lo=f(release[4]), rel0_payload_hi=f(release[5]),
-                   major=f("QMD_MAJOR_VERSION"), minor=f(minor), qmd_type=f(qmd_type) if qmd_type else None,
-                   local_high=f(local), local_shift=local_shift, smcfg=_smcfg(f))
+  rel = lambda n: f(n) if version == 3 else f(n, 0)   # v04+ index their release enables (RELEASE_ENABLE(i))
+  return QMDLayout(
+    version=version, nbytes=0x100 if version == 3 else 0x180, grid=tuple(f(n) for n in grid),
+    block=tuple(f(f"CTA_THREAD_DIMENSION{i}") for i in range(3)), shared=f(shared), shared_shift=shared_shift,
+    regs=f(regs), barriers=f("BARRIER_COUNT"), prog_lo=f(prog[0]), prog_hi=f(prog[1]), prog_shift=prog_shift,
+    cb0_valid=f("CONSTANT_BUFFER_VALID", 0), cb0_lo=f(cb0[0], 0), cb0_hi=f(cb0[1], 0), cb0_shift=cb0_shift,
+    cb0_size4=f("CONSTANT_BUFFER_SIZE_SHIFTED4", 0), rel0_enable=rel(release[0]), rel0_payload64=rel(release[1]),
+    rel0_addr_lo=f(release[2]), rel0_addr_hi=f(release[3]), rel0_payload_lo=f(release[4]),
+    rel0_payload_hi=f(release[5]), major=f("QMD_MAJOR_VERSION"), minor=f(minor),
+    qmd_type=f(qmd_type) if qmd_type else None, local_high=f(local), local_shift=local_shift, smcfg=_smcfg(f))
 
-_RELEASE_V04 = ("RELEASE_ENABLE", "RELEASE_PAYLOAD64B", "RELEASE_SEMAPHORE0_ADDR_LOWER", "RELEASE_SEMAPHORE0_ADDR_UPPER",
-                "RELEASE_SEMAPHORE0_PAYLOAD_LOWER", "RELEASE_SEMAPHORE0_PAYLOAD_UPPER")
+_RELEASE_V04 = ("RELEASE_ENABLE", "RELEASE_PAYLOAD64B", "RELEASE_SEMAPHORE0_ADDR_LOWER",
+                "RELEASE_SEMAPHORE0_ADDR_UPPER", "RELEASE_SEMAPHORE0_PAYLOAD_LOWER", "RELEASE_SEMAPHORE0_PAYLOAD_UPPER")
 _LAYOUT_V03 = _layout(3, "NVC6C0_QMDV03_00_", grid=("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH"),
                       shared="SHARED_MEMORY_SIZE", shared_shift=0, regs="REGISTER_COUNT_V",
                       prog=("PROGRAM_ADDRESS_LOWER", "PROGRAM_ADDRESS_UPPER"), prog_shift=0,
                       cb0=("CONSTANT_BUFFER_ADDR_LOWER", "CONSTANT_BUFFER_ADDR_UPPER"), cb0_shift=0,
-                      release=("RELEASE0_ENABLE", "RELEASE0_PAYLOAD64B", "RELEASE0_ADDRESS_LOWER", "RELEASE0_ADDRESS_UPPER",
-                               "RELEASE0_PAYLOAD_LOWER", "RELEASE0_PAYLOAD_UPPER"),
+                      release=("RELEASE0_ENABLE", "RELEASE0_PAYLOAD64B", "RELEASE0_ADDRESS_LOWER",
+                               "RELEASE0_ADDRESS_UPPER", "RELEASE0_PAYLOAD_LOWER", "RELEASE0_PAYLOAD_UPPER"),
                       minor="QMD_VERSION", qmd_type=None, local="SHADER_LOCAL_MEMORY_HIGH_SIZE", local_shift=0)
 _LAYOUT_V04 = _layout(4, "NVCBC0_QMDV04_00_", grid=("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH"),
                       shared="SHARED_MEMORY_SIZE", shared_shift=0, regs="REGISTER_COUNT",
@@ -568,13 +570,14 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
 # BASE_ADDRESS_UPPER and a 32-bit BASE_ADDRESS at the same offsets); what differs is what the GPU accepts:
 # - Ampere/Ada take 32-bit windows (shared 0xFE000000, local 0xFF000000: what Mesa's nvk/nouveau use on Volta..Ada).
 # - Hopper refuses the 32-bit shared window (docs/hw/h100-580.159.04-findings.md#finding-3): Xid 69 GR class error at
-#   offset 0x2a4, data 0xfe000000. The SASS ptxas emits for sm_90 and sm_100/sm_120 builds generic shared addresses from the special
-#   register SR_SWINHI (the window's upper 32 bits: sass `S2R R5, SR_SWINHI` then a 64-bit pair (SWINHI, offset)), so
-#   the shared window must be 4 GiB aligned. Mesa nvk (src/nouveau/vulkan/nvk_cmd_dispatch.c: "shared memory window
-#   needs 4GB alignment on hopper+", applied for cls_compute >= HOPPER_COMPUTE_A, i.e. to BLACKWELL_COMPUTE_A/B too) and
-#   nak's hw_runner.rs say the same. Neither NVIDIA's open kernel modules (580.x: no window value anywhere under src/ or
-#   kernel-open/) nor open-gpu-doc state the alignment; for Blackwell it rests on nvk and on SR_SWINHI in sm_100/sm_120
-#   SASS, unconfirmed on Blackwell hardware. The 64-bit pair below is the one that ran the H100 suite (finding 3).
+#   offset 0x2a4, data 0xfe000000. The SASS ptxas emits for sm_90 and sm_100/sm_120 builds generic shared addresses from
+#   the special register SR_SWINHI (the window's upper 32 bits: sass `S2R R5, SR_SWINHI` then a 64-bit pair (SWINHI,
+#   offset)), so the shared window must be 4 GiB aligned. Mesa nvk (src/nouveau/vulkan/nvk_cmd_dispatch.c: "shared
+#   memory window needs 4GB alignment on hopper+", applied for cls_compute >= HOPPER_COMPUTE_A, i.e. to
+#   BLACKWELL_COMPUTE_A/B too) and nak's hw_runner.rs say the same. Neither NVIDIA's open kernel modules (580.x: no
+#   window value anywhere under src/ or kernel-open/) nor open-gpu-doc state the alignment; for Blackwell it rests on
+#   nvk and on SR_SWINHI in sm_100/sm_120 SASS, unconfirmed on Blackwell hardware. The 64-bit pair below is the one that
+#   ran the H100 suite (finding 3).
 SHADER_WINDOW_BYTES = 16 << 20   # each aperture; the 32-bit layout puts them 16 MiB apart (nvk's layout)
 
 @dataclass(frozen=True)
@@ -617,13 +620,14 @@ def shader_windows(compute_class: int) -> ShaderWindows:
 #                            cubin's .nv.shared.<kernel> size (0x400 for a kernel without shared memory, 0x800 for one
 #                            with a 1 KiB array; sm_80/89: 0 and 0x400), which is what the QMD gets (the H100 suite ran
 #                            with it); so the slot holds 0x400 on sm_90+ and 0 on sm_80/89
-#   memory desc     u64      ULDC.64 UR4, c[0x0][0x118] (sm_80/89) / [0x208] (sm_90) / LDCU.64 [0x358] (sm_100/120),
-#                            then LDG/STG desc[UR4][...]: the default memory-access descriptor of global loads and
-#                            stores. With ld.global.L2::cache_hint the same desc[] pair is built from the createpolicy
-#                            value instead (UMOV UR4, URZ; UR5 = policy bits << 20), so it is the default L2 cache
-#                            policy. NVIDIA documents neither; the runs of finding 5 (docs/hw/h100-580.159.04-
-#                            findings.md#finding-5) had 0 there and every global access of the suite worked, so 0 is what we write. What CUDA itself writes there needs a CUDA launch
-#                            on a GPU to read back (not done: no GPU in this work).
+#   memory desc     u64      ULDC.64 UR4, c[0x0][0x118] (sm_80/89) / [0x208] (sm_90) / LDCU.64
+#                            [0x358] (sm_100/120), then LDG/STG desc[UR4][...]: the default memory-access descriptor of
+#                            global loads and stores. With ld.global.L2::cache_hint the same desc[] pair is built from
+#                            the createpolicy value instead (UMOV UR4, URZ; UR5 = policy bits << 20), so it is the
+#                            default L2 cache policy. NVIDIA documents neither; the runs of finding 5
+#                            (docs/hw/h100-580.159.04-findings.md#finding-5) had 0 there and every global access of the
+#                            suite worked, so 0 is what we write. What CUDA itself writes there needs a CUDA launch on a
+#                            GPU to read back (not done: no GPU in this work).
 @dataclass(frozen=True)
 class CBank0Layout:
   ntid: int
@@ -639,14 +643,14 @@ class CBank0Layout:
 
 STACK_TOP_RESERVE = 0x240           # bytes above the initial stack pointer at the top of the local window
 INITIAL_STACK = SHADER_WINDOW_BYTES - STACK_TOP_RESERVE   # 0xfffdc0
-# params: where the parameters start, what ptxas states per kernel in the cubin (EIATTR_PARAM_CBANK: 0x160 for sm_75..89,
-# 0x210 for sm_90, 0x380 for sm_100/120) and what NVProgram checks a cubin against
+# params: where the parameters start, what ptxas states per kernel in the cubin (EIATTR_PARAM_CBANK: 0x160 for
+# sm_75..89, 0x210 for sm_90, 0x380 for sm_100/120) and what NVProgram checks a cubin against
 CB_AMPERE = CBank0Layout(ntid=0x0, nctaid=0xc, shared_window=0x18, local_window=0x20, stack=0x28, dyn_shared=0x2c,
                          reserved_shared=0x114, mem_desc=0x118, params=0x160, shared_base=0)
 CB_HOPPER = CBank0Layout(ntid=0x0, nctaid=0xc, shared_window=0x18, local_window=0x20, stack=0x28, dyn_shared=0x2c,
                          reserved_shared=0x114, mem_desc=0x208, params=0x210, shared_base=0x400)
-CB_BLACKWELL = CBank0Layout(ntid=0x360, nctaid=0x370, shared_window=0x2f0, local_window=0x2f8, stack=0x37c, dyn_shared=0x20c,
-                            reserved_shared=0x16c, mem_desc=0x358, params=0x380, shared_base=0x400)
+CB_BLACKWELL = CBank0Layout(ntid=0x360, nctaid=0x370, shared_window=0x2f0, local_window=0x2f8, stack=0x37c,
+                            dyn_shared=0x20c, reserved_shared=0x16c, mem_desc=0x358, params=0x380, shared_base=0x400)
 
 def cbank0_layout(arch: str) -> CBank0Layout:
   L = CBANK0.get(arch)
@@ -670,11 +674,12 @@ def cbank0_header(arch: str, grid: Sequence[int], block: Sequence[int], windows:
 # ---------------------------------------------------------------- program images: instruction prefetch
 # The GPC's instruction/constant cache (GPCCLIENT_GCC in the MMU fault) fetches ahead of the code it runs. Finding 4
 # (docs/hw/h100-580.159.04-findings.md#finding-4): Xid 31 FAULT_PTE ACCESS_TYPE_VIRT_READ at the page right after
-# program images that ended exactly at their code; 0x2000 more bytes per image and no such fault in the next suite run. How far ahead the fetch reaches is not public:
-# it is below 0x2000 (the padding fixed it) and the faults needed an unmapped page right after the image (most images
-# were followed by another allocation). The driver keeps PROGRAM_GUARD after every image; the mock GPU models the fetch
-# as reaching INSTRUCTION_PREFETCH past the last instruction and faults when that leaves the image's allocation (any
-# allocation, not only an unmapped page: stricter than the GPU, so the mistake shows on every run).
+# program images that ended exactly at their code; 0x2000 more bytes per image and no such fault in the next suite run.
+# How far ahead the fetch reaches is not public: it is below 0x2000 (the padding fixed it) and the faults needed an
+# unmapped page right after the image (most images were followed by another allocation). The driver keeps PROGRAM_GUARD
+# after every image; the mock GPU models the fetch as reaching INSTRUCTION_PREFETCH past the last instruction and faults
+# when that leaves the image's allocation (any allocation, not only an unmapped page: stricter than the GPU, so the
+# mistake shows on every run).
 PROGRAM_GUARD = 0x2000
 INSTRUCTION_PREFETCH = 0x1000
 
@@ -690,12 +695,12 @@ def class_method_name(cls: int, offset: int) -> str:
 @dataclass(frozen=True)
 class GPUArch:
   """One GPU generation: how RM names it, the classes its classlist offers, and what its hardware and ptxas's code
-  expect. RM's side: the SM version (GR_GET_INFO SM_VERSION), the MC architecture and an implementation
-  (MC_GET_ARCH_INFO, ctrl2080mc.h), the host/compute/copy/usermode classes (the engine classes RM's class tables register
-  per chip, open-gpu-kernel-modules src/nvidia/generated/g_*_hal/g_engines_pb.c; the same pairing CUDA's and tinygrad's
-  NV backends use). The hardware's side: the QMD version its compute class launches with (the QMD section), the shader
-  windows it accepts, constant bank 0 as its SASS reads it (with the parameter offset), the shared memory a block may use
-  and so the SM's carveouts."""
+  expect. RM's side: the SM version (GR_GET_INFO SM_VERSION), the MC architecture and an implementation (MC_GET_ARCH_INFO,
+  ctrl2080mc.h), the host/compute/copy/usermode classes (the engine classes RM's class tables register per chip,
+  open-gpu-kernel-modules src/nvidia/generated/g_*_hal/g_engines_pb.c; the same pairing CUDA's and tinygrad's NV
+  backends use). The hardware's side: the QMD version its compute class launches with (the QMD section), the shader
+  windows it accepts, constant bank 0 as its SASS reads it (with the parameter offset), the shared memory a block may
+  use and so the SM's carveouts."""
   sm: str              # the PTX target and ptxas arch
   family: str          # generation name (MC architecture), for the driver's check and messages
   name: str            # chip, for messages
@@ -723,37 +728,41 @@ class GPUArch:
     """The SM's shared-memory carveouts in KiB (sm_shared_config)."""
     return sm_carveouts(self.max_shared)
 
-_AMPERE_UM, _HOPPER_UM = (TURING_USERMODE_A, AMPERE_USERMODE_A), (TURING_USERMODE_A, AMPERE_USERMODE_A, HOPPER_USERMODE_A)
+_AMPERE_UM = (TURING_USERMODE_A, AMPERE_USERMODE_A)
+_HOPPER_UM = _AMPERE_UM + (HOPPER_USERMODE_A,)
+_BLACKWELL_UM = _HOPPER_UM + (BLACKWELL_USERMODE_A,)
 _MC = lambda k: getattr(nv, f"NV2080_CTRL_MC_ARCH_INFO_{k}")
+_SMV = lambda k: getattr(nv, f"NV2080_CTRL_GR_INFO_SM_VERSION_{k}")
 GENERATIONS: tuple[GPUArch, ...] = (
   GPUArch(sm="sm_80", family="Ampere", name="GA100", sm_version=0x800, architecture=_MC("ARCHITECTURE_GA100"),
-          implementation=_MC("IMPLEMENTATION_GA100"), gpfifo=nv.AMPERE_CHANNEL_GPFIFO_A, compute=nv.AMPERE_COMPUTE_A,
-          dma=nv.AMPERE_DMA_COPY_A, usermode=_AMPERE_UM, qmd_version=3, windows=WINDOWS_32BIT, cbank0=CB_AMPERE,
-          max_shared=163 << 10, device_id=0x20b0),
-  GPUArch(sm="sm_86", family="Ampere", name="GA102", sm_version=nv.NV2080_CTRL_GR_INFO_SM_VERSION_8_6,
-          architecture=_MC("ARCHITECTURE_GA100"), implementation=_MC("IMPLEMENTATION_GA102"), gpfifo=nv.AMPERE_CHANNEL_GPFIFO_A,
-          compute=nv.AMPERE_COMPUTE_B, dma=nv.AMPERE_DMA_COPY_B, usermode=_AMPERE_UM, qmd_version=3, windows=WINDOWS_32BIT,
-          cbank0=CB_AMPERE, max_shared=99 << 10, device_id=0x2204),
-  GPUArch(sm="sm_89", family="Ada", name="AD102", sm_version=nv.NV2080_CTRL_GR_INFO_SM_VERSION_8_9,
-          architecture=_MC("ARCHITECTURE_AD100"), implementation=_MC("IMPLEMENTATION_AD102"), gpfifo=nv.AMPERE_CHANNEL_GPFIFO_A,
-          compute=nv.ADA_COMPUTE_A, dma=nv.AMPERE_DMA_COPY_B, usermode=_AMPERE_UM, qmd_version=3, windows=WINDOWS_32BIT,
-          cbank0=CB_AMPERE, max_shared=99 << 10, device_id=0x2684),
-  GPUArch(sm="sm_90", family="Hopper", name="GH100", sm_version=nv.NV2080_CTRL_GR_INFO_SM_VERSION_9_0,
-          architecture=_MC("ARCHITECTURE_GH100"), implementation=_MC("IMPLEMENTATION_GH100"), gpfifo=nv.HOPPER_CHANNEL_GPFIFO_A,
-          compute=nv.HOPPER_COMPUTE_A, dma=nv.HOPPER_DMA_COPY_A, usermode=_HOPPER_UM, qmd_version=4, windows=WINDOWS_64BIT,
-          cbank0=CB_HOPPER, max_shared=227 << 10, device_id=0x2330),
-  GPUArch(sm="sm_100", family="Blackwell", name="GB100", sm_version=nv.NV2080_CTRL_GR_INFO_SM_VERSION_10_0,
+          implementation=_MC("IMPLEMENTATION_GA100"), gpfifo=nv.AMPERE_CHANNEL_GPFIFO_A,
+          compute=nv.AMPERE_COMPUTE_A, dma=nv.AMPERE_DMA_COPY_A, usermode=_AMPERE_UM, qmd_version=3,
+          windows=WINDOWS_32BIT, cbank0=CB_AMPERE, max_shared=163 << 10, device_id=0x20b0),
+  GPUArch(sm="sm_86", family="Ampere", name="GA102", sm_version=_SMV("8_6"), architecture=_MC("ARCHITECTURE_GA100"),
+          implementation=_MC("IMPLEMENTATION_GA102"), gpfifo=nv.AMPERE_CHANNEL_GPFIFO_A,
+          compute=nv.AMPERE_COMPUTE_B, dma=nv.AMPERE_DMA_COPY_B, usermode=_AMPERE_UM, qmd_version=3,
+          windows=WINDOWS_32BIT, cbank0=CB_AMPERE, max_shared=99 << 10, device_id=0x2204),
+  GPUArch(sm="sm_89", family="Ada", name="AD102", sm_version=_SMV("8_9"), architecture=_MC("ARCHITECTURE_AD100"),
+          implementation=_MC("IMPLEMENTATION_AD102"), gpfifo=nv.AMPERE_CHANNEL_GPFIFO_A,
+          compute=nv.ADA_COMPUTE_A, dma=nv.AMPERE_DMA_COPY_B, usermode=_AMPERE_UM, qmd_version=3,
+          windows=WINDOWS_32BIT, cbank0=CB_AMPERE, max_shared=99 << 10, device_id=0x2684),
+  GPUArch(sm="sm_90", family="Hopper", name="GH100", sm_version=_SMV("9_0"), architecture=_MC("ARCHITECTURE_GH100"),
+          implementation=_MC("IMPLEMENTATION_GH100"), gpfifo=nv.HOPPER_CHANNEL_GPFIFO_A,
+          compute=nv.HOPPER_COMPUTE_A, dma=nv.HOPPER_DMA_COPY_A, usermode=_HOPPER_UM, qmd_version=4,
+          windows=WINDOWS_64BIT, cbank0=CB_HOPPER, max_shared=227 << 10, device_id=0x2330),
+  GPUArch(sm="sm_100", family="Blackwell", name="GB100", sm_version=_SMV("10_0"),
           architecture=_MC("ARCHITECTURE_GB100"), implementation=_MC("IMPLEMENTATION_GB100"), gpfifo=nv.BLACKWELL_CHANNEL_GPFIFO_A,
-          compute=nv.BLACKWELL_COMPUTE_A, dma=nv.BLACKWELL_DMA_COPY_A, usermode=_HOPPER_UM + (BLACKWELL_USERMODE_A,),
-          qmd_version=5, windows=WINDOWS_64BIT, cbank0=CB_BLACKWELL, max_shared=227 << 10, device_id=0x2901),
-  GPUArch(sm="sm_120", family="Blackwell", name="GB202", sm_version=nv.NV2080_CTRL_GR_INFO_SM_VERSION_12_00,
+          compute=nv.BLACKWELL_COMPUTE_A, dma=nv.BLACKWELL_DMA_COPY_A, usermode=_BLACKWELL_UM, qmd_version=5,
+          windows=WINDOWS_64BIT, cbank0=CB_BLACKWELL, max_shared=227 << 10, device_id=0x2901),
+  GPUArch(sm="sm_120", family="Blackwell", name="GB202", sm_version=_SMV("12_00"),
           architecture=_MC("ARCHITECTURE_GB200"), implementation=_MC("IMPLEMENTATION_GB202"), gpfifo=nv.BLACKWELL_CHANNEL_GPFIFO_B,
-          compute=nv.BLACKWELL_COMPUTE_B, dma=nv.BLACKWELL_DMA_COPY_B, usermode=_HOPPER_UM + (BLACKWELL_USERMODE_A,),
-          qmd_version=5, windows=WINDOWS_64BIT, cbank0=CB_BLACKWELL, max_shared=99 << 10, device_id=0x2b85),
+          compute=nv.BLACKWELL_COMPUTE_B, dma=nv.BLACKWELL_DMA_COPY_B, usermode=_BLACKWELL_UM, qmd_version=5,
+          windows=WINDOWS_64BIT, cbank0=CB_BLACKWELL, max_shared=99 << 10, device_id=0x2b85),
 )
 
 # ---------------------------------------------------------------- tables derived from the records
-def _newest_first(field: str) -> tuple[int, ...]: return tuple(dict.fromkeys(getattr(g, field) for g in reversed(GENERATIONS)))
+def _newest_first(field: str) -> tuple[int, ...]:
+  return tuple(dict.fromkeys(getattr(g, field) for g in reversed(GENERATIONS)))
 
 ARCHS: dict[str, GPUArch] = {g.sm: g for g in GENERATIONS}
 ARCH_FAMILIES: dict[int, str] = {g.architecture: g.family for g in GENERATIONS}   # MC architecture -> generation name

@@ -75,12 +75,13 @@ class RMClient:
   def _map_to_cpu(self, handle: int, size: int, target: int = 0, aperture: bool = False) -> int:
     """NV_ESC_RM_MAP_MEMORY naming a fresh fd, then mmap of that fd (at `target` when given). System memory goes through
     /dev/nvidiactl, a BAR aperture (`aperture`: the usermode page) through this GPU's /dev/nvidiaN: see the module doc
-    (docs/hw/h100-580.159.04-findings.md#finding-1). A fresh fd each time: an fd holds one mapping context (nv-usermap.c:
-    NV_ERR_STATE_IN_USE otherwise)."""
+    (docs/hw/h100-580.159.04-findings.md#finding-1). A fresh fd each time: an fd holds one mapping context
+    (nv-usermap.c: NV_ERR_STATE_IN_USE otherwise)."""
     nv = self.nv
     fd = self._open(self.dev_path if aperture else "/dev/nvidiactl")
     try:
-      w = hw.nv_ioctl_nvos33_parameters_with_fd(params=nv.NVOS33_PARAMETERS(hClient=self.root, hDevice=self.nvdevice, hMemory=handle, length=size), fd=fd)
+      p = nv.NVOS33_PARAMETERS(hClient=self.root, hDevice=self.nvdevice, hMemory=handle, length=size)
+      w = hw.nv_ioctl_nvos33_parameters_with_fd(params=p, fd=fd)
       self._rm_call(nv.NV_ESC_RM_MAP_MEMORY, w.params, "NV_ESC_RM_MAP_MEMORY", wrapper=w,
                     detail=f"mapping {size:#x} bytes of {handle:#x} through {'/dev/nvidiactl' if not aperture else self.dev_path}")
       return self.port.mmap(target, size, PROT_RW, MAP_SHARED | (MAP_FIXED if target else 0), fd, 0)
