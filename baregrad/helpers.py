@@ -13,7 +13,6 @@ def prod(xs: Iterable[T], start: int = 1) -> int:
   return out
 
 def ceildiv(a: int, b: int) -> int: return -(-a // b)
-def round_up(a: int, b: int) -> int: return ceildiv(a, b) * b
 def flatten(xss: Iterable[Iterable[T]]) -> list[T]: return [x for xs in xss for x in xs]
 def argsort(xs: list) -> list[int]: return sorted(range(len(xs)), key=xs.__getitem__)
 

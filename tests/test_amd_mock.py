@@ -198,6 +198,17 @@ def test_no_kfd_is_unavailable_and_default_falls_back(monkeypatch, capsys):
 class _NoKFD:
   def open(self, path, flags): raise FileNotFoundError(errno.ENOENT, f"open {path} failed", path)
 
+def test_tables_are_derived_from_the_target_records():
+  """One record per gfx target (hw.GFX_TARGETS): the topology's TARGETS, the PM4/SDMA bindings per family and the
+  scratch granules are that record's, and the record's name is the gfx name its KFD version spells."""
+  from baregrad.drivers.amd import scratch, topology
+  assert topology.TARGETS is hw.TARGETS and [t.name for t in hw.TARGETS.values()] == ["gfx1100", "gfx942"]
+  for t in hw.GFX_TARGETS:
+    assert hw.TARGETS[t.version] is t and target_name(t.version) == t.name
+    assert hw.PM4[t.family] is t.pm4 and hw.SDMA[t.family] is t.sdma
+    assert scratch.UNIT[t.family] == t.scratch_unit and scratch.WAVESIZE_BITS[t.family] == t.scratch_wavesize_bits
+  assert (hw.TARGETS[110000].wave_size, hw.TARGETS[90402].wave_size) == (32, 64)
+
 def test_unknown_kfd_major_refused_by_name():
   with pytest.raises(DeviceUnavailable, match=r"KFD ioctl interface 2\.0; this driver speaks major version 1"): open_mock(ioctl_version=(2, 0))
 

@@ -234,7 +234,7 @@ def test_cpu_range_split_over_threads(cpu_object):
   dev.runtime(dev, "chunk", cpu_object, min_chunk=1)(out._buf, global_size=(n, 1, 1))  # force a split
   dev.synchronize()
   starts = np.frombuffer(out.as_memoryview(), np.int64)
-  from baregrad.drivers.cpu import ThreadPool
+  from baregrad.drivers.cpu_engine import ThreadPool
   m = ThreadPool.CHUNKS_PER_THREAD * dev.threads  # contiguous chunks, a few per thread, taken by whichever thread is free
   assert sorted(set(starts.tolist())) == [n * i // m for i in range(m)]
   dev.runtime(dev, "chunk", cpu_object, min_chunk=600)(out._buf, global_size=(n, 1, 1))  # hint: >= 600 items per thread
@@ -246,7 +246,7 @@ def test_cpu_range_split_over_threads(cpu_object):
   assert np.frombuffer(out2.as_memoryview(), np.int64).tolist() == [0]
 
 def test_cpu_pool_learns_cost():
-  from baregrad.drivers.cpu import ThreadPool
+  from baregrad.drivers.cpu_engine import ThreadPool
   p = ThreadPool(4, split_ns=50_000)
   try:
     assert p.chunks(1, 1000, 0) == 4            # unknown cost: split
@@ -258,7 +258,7 @@ def test_cpu_pool_learns_cost():
 
 def test_cpu_pool_late_thread_does_not_hold_up_a_launch():
   # chunks are taken by whichever thread is free: with a helper the OS never wakes, the caller runs them all and returns
-  from baregrad.drivers.cpu import ThreadPool
+  from baregrad.drivers.cpu_engine import ThreadPool
   p = ThreadPool(2)
   class Asleep:
     def release(self) -> None: pass
@@ -340,7 +340,7 @@ def test_cpu_replay_of_a_chain_is_one_native_call(cpu_object, monkeypatch):
 def test_cpu_chain_trampoline_stops_at_other_commands(cpu_object):
   # the trampoline runs EXECs (gx=0 calls nothing) and skips BARRIERs; it stops at any other command or at `end`
   from array import array
-  from baregrad.drivers.cpu import CPUComputeQueue, _chain_runner, _EXEC_WORDS
+  from baregrad.drivers.cpu_encoding import CPUComputeQueue, _chain_runner, _EXEC_WORDS
   from baregrad.drivers.cpu_chain import chain_unavailable
   dev = Device["CPU"]
   if (run := _chain_runner()) is None: pytest.skip(f"the trampoline cannot be built here: {chain_unavailable()}")
@@ -463,7 +463,7 @@ class _Args:
 @given(st.lists(_cmd, max_size=12), st.data())
 def test_cpu_encode_decode_roundtrip(cmds, data):
   """Every command encodes to words that the device-side decoder reads back; patches land in the words."""
-  from baregrad.drivers.cpu import CPUComputeQueue, decode_one, OP_NAMES
+  from baregrad.drivers.cpu_encoding import CPUComputeQueue, decode_one, OP_NAMES
   q = CPUComputeQueue()
   for c in cmds:
     if c[0] == "wait": q.wait(_Sig(c[1]), c[2])
@@ -519,7 +519,7 @@ def test_cpu_direct_launch_keeps_the_queue_order(cpu_object):
   # (CPUProgram.direct); any submission to an idle queue runs where its words are, not copied into the ring
   # (QueueEngine.direct); behind an unsatisfied timeline (a copy still pending) or a busy queue a launch goes through
   # the ring and runs after what it waits for, as the words would
-  from baregrad.drivers.cpu import CPUProgram
+  from baregrad.drivers.cpu_program import CPUProgram
   dev = Device["CPU"]
   eng = dev.engines["compute"]
   a = Buffer("CPU", 4, dtypes.int32).copyin(memoryview(np.zeros(4, np.int32)))

@@ -77,7 +77,7 @@ def test_generation_end_to_end(mockenv, arch):
   from baregrad.codegen.renderer.ptx import ptx_version
   for r in runners: assert r.prg.param_off == poff and f".target {arch}\n" in r.spec.src and f".version {ptx_version(arch)}\n" in r.spec.src
   if not dev.compiler_ok: pytest.skip("ptxas not installed: the mock ran the PTX, nothing was assembled")
-  from baregrad.drivers.nv.device import unpack_lib
+  from baregrad.drivers.nv_compile import unpack_lib
   from baregrad.drivers.nv_compile import parse_cubin
   for r in runners:
     ptx, cubin = unpack_lib(r.lib)
@@ -235,3 +235,22 @@ def test_video_memory_not_mapped_for_another_gpu():
 def test_bad_count_refused(mockenv):
   mockenv.setenv("MOCKGPU_COUNT", "zero")
   with pytest.raises(DeviceUnavailable, match="MOCKGPU_COUNT='zero'"): Device["NV"]
+
+def test_tables_are_derived_from_the_generation_records():
+  """One record per generation: every per-class and per-arch table agrees with it, the class tuples list each record's
+  classes newest generation first, and a record's QMD layout, parameter offset and carveouts are its own."""
+  gens = hw.GENERATIONS
+  assert list(hw.ARCHS) == [g.sm for g in gens] and set(EXPECT) == set(hw.ARCHS)
+  for g in gens:
+    assert (g.gpfifo, g.compute, g.dma, g.qmd_version, g.param_off) == EXPECT[g.sm]
+    assert hw.QMD_VERSION[g.compute] == g.qmd_version and g.qmd is hw.QMD_LAYOUTS[g.qmd_version]
+    assert hw.SHADER_WINDOWS[g.compute] is g.windows and hw.CBANK0[g.sm] is g.cbank0
+    assert hw.ARCH_FAMILIES[g.architecture] == g.family
+    assert g.carveouts == hw.sm_carveouts(g.max_shared) and g.carveouts[-1] << 10 > g.max_shared
+  for tup, field in ((hw.GPFIFO_CLASSES, "gpfifo"), (hw.COMPUTE_CLASSES, "compute"), (hw.DMA_CLASSES, "dma")):
+    assert set(tup) == {getattr(g, field) for g in gens} and len(tup) == len(set(tup))
+    newest = [max(i for i, g in enumerate(gens) if getattr(g, field) == c) for c in tup]
+    assert newest == sorted(newest, reverse=True), field
+  assert hw.COMPUTE_CLASSES[0] == nv.BLACKWELL_COMPUTE_B and hw.GPFIFO_CLASSES[-1] == nv.AMPERE_CHANNEL_GPFIFO_A
+  assert {3: 0x100, 4: 0x180, 5: 0x180} == {v: L.nbytes for v, L in hw.QMD_LAYOUTS.items()}
+  assert hw.XID_NAMES[109] == "CTX SWITCH TIMEOUT" and hw.XID_NAMES[13] == "ROBUST_CHANNEL_GR_EXCEPTION"

@@ -1,5 +1,5 @@
 """The mock NVIDIA GPU as a conformance model: each rule the real kernel driver or hardware enforces (and the H100 run
-found, ../shared/hw/h100-580.159.04/FINDINGS.md), exercised the way the driver got it wrong before, with the answer
+found, docs/hw/h100-580.159.04-findings.md), exercised the way the driver got it wrong before, with the answer
 the real thing gives. The driver's own calls must pass every one of them (the other NV tests open devices on this mock).
 Runs on the mock only: these tests build wrong calls on purpose."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from baregrad.drivers.port import IoctlError, TracingPort, MockPort, make_port
 from baregrad.drivers.mock.nvgpu import MockNVGPU
 from baregrad.drivers.nv import NVDevice, RMError, hw
-from baregrad.drivers.nv.device import CHANNEL_VA_BYTES
+from baregrad.drivers.nv.queues import CHANNEL_VA_BYTES
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 
 @pytest.fixture(autouse=True)

@@ -58,10 +58,80 @@ def test_describe_nested():
   assert describe(Outer()) == "{a={handle=0, size=0, status=0}, v=[0, 0, 0]}"
 
 def test_real_port_reports_errno_by_name():
-  libc = pytest.importorskip("baregrad.ctypes_autogen.libc")
+  pytest.importorskip("baregrad.ctypes_autogen.libc")
   p = make_port()
   with pytest.raises(OSError, match="ENOENT"): p.open("/dev/does-not-exist-baregrad", os.O_RDWR)
   fd = p.open("/dev/null", os.O_RDWR)
   try:
     with pytest.raises(IoctlError, match=r"TOY_ALLOC.*ENOTTY"): p.ioctl(fd, REQ_ALLOC, Args())
   finally: p.close(fd)
+
+def test_driver_port_builds_the_drivers_mock(monkeypatch):
+  """MOCKGPU=1: the port builds the mock of the driver that asks (drivers never import their mock); unknown names and
+  a mock refusing its variables raise ValueError naming them; without MOCKGPU it is the kernel's port."""
+  from baregrad.helpers import getenv
+  from baregrad.drivers.port import driver_port, RealPort
+  from baregrad.drivers.mock.nvgpu import MockNVGPU
+  from baregrad.drivers.mock.amdgpu import MockAMDGPU
+  def env(**kw):
+    for k, v in kw.items(): monkeypatch.setenv(k, v)
+    getenv.cache_clear()   # knobs are cached per process
+  try:
+    env(MOCKGPU="1", IOCTL_TRACE="0")
+    assert isinstance(driver_port("NV").mock, MockNVGPU) and isinstance(driver_port("AMD").mock, MockAMDGPU)
+    with pytest.raises(ValueError, match="no mock GPU for the QCOM driver; mocks exist for NV, AMD"):
+      driver_port("QCOM")
+    env(MOCKGPU_ARCH="sm_75")
+    with pytest.raises(ValueError, match="MOCKGPU_ARCH='sm_75'"): driver_port("NV")
+    env(MOCKGPU="0")
+    pytest.importorskip("baregrad.ctypes_autogen.libc")
+    assert isinstance(driver_port("NV"), RealPort)
+  finally:
+    monkeypatch.undo()
+    getenv.cache_clear()
+
+def test_no_driver_module_imports_a_mock():
+  """Each driver's mock is chosen by the port: no module of drivers/nv, drivers/amd or the CPU driver names one."""
+  import pathlib, re
+  root = pathlib.Path(__file__).resolve().parents[1] / "baregrad" / "drivers"
+  files = [*root.glob("nv/*.py"), *root.glob("amd/*.py"), *root.glob("cpu*.py")]
+  assert len(files) > 10
+  bad = [f"{f.relative_to(root)}: {line.strip()}" for f in files for line in f.read_text().splitlines()
+         if re.match(r"\s*(from|import)\s+baregrad\.drivers\.mock\b", line)]
+  assert not bad, bad
+
+class WindowPort:
+  """Records mmap/munmap: `taken` bases answer EEXIST (something lives there); `hint` bases map elsewhere (a kernel
+  that takes MAP_FIXED_NOREPLACE as a hint)."""
+  def __init__(self, taken=(), hint=()): self.taken, self.hint, self.calls = set(taken), set(hint), []
+  def mmap(self, addr, length, prot, flags, fd, offset):
+    self.calls.append(("mmap", addr, length, flags))
+    if addr in self.taken: raise OSError(errno.EEXIST, "taken")
+    return addr + 0x1000 if addr in self.hint else addr
+  def munmap(self, addr, length): self.calls.append(("munmap", addr, length))
+
+def test_reserve_window_skips_taken_and_hinted_windows():
+  from baregrad.drivers.vmem import reserve_window, release_to_window, MAP_FIXED_NOREPLACE, MAP_FIXED, PROT_NONE
+  p = WindowPort(taken={0x1000_0000}, hint={0x2000_0000})
+  assert reserve_window(p, 0x1000_0000, 0x1000_0000, 0x4000_0000) == 0x3000_0000
+  assert ("munmap", 0x2000_1000, 0x1000_0000) in p.calls   # the hint's mapping is undone
+  assert all(c[3] & MAP_FIXED_NOREPLACE for c in p.calls if c[0] == "mmap")
+  # no window fits below the limit: None, nothing left mapped
+  p = WindowPort(taken={0x1000_0000, 0x2000_0000})
+  assert reserve_window(p, 0x1000_0000, 0x1000_0000, 0x3000_0000) is None and not any(c[0] == "munmap" for c in p.calls)
+  p = WindowPort()
+  release_to_window(p, 0x1000_0000, 0x2000)
+  assert p.calls[0] == ("munmap", 0x1000_0000, 0x2000)
+  assert p.calls[1][1:3] == (0x1000_0000, 0x2000) and p.calls[1][3] & MAP_FIXED
+  assert PROT_NONE == 0
+
+def test_va_allocator_aligns_and_merges():
+  from baregrad.drivers.vmem import VAAllocator, round_up
+  assert round_up(5, 4) == 8 and round_up(8, 4) == 8 and round_up(7, 3) == 9
+  va = VAAllocator(0x1000, 0x10000)
+  a = va.alloc(0x1000, 0x4000)
+  b = va.alloc(0x2000)
+  assert a == 0x4000 and b == 0x1000
+  va.release(a, 0x1000); va.release(b, 0x2000)
+  assert va.free == [(0x1000, 0x10000)]
+  with pytest.raises(MemoryError, match="0x20000 bytes"): va.alloc(0x20000)

@@ -11,7 +11,8 @@ from baregrad.codegen.astbuild import load, store, const, reduce, sink
 from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer import RenderError
-from baregrad.codegen.renderer.ptx import PTXRenderer, param_layout, param_cbuf_offset, PARAM_CBUF_OFFSET_SM70, PARAM_CBUF_OFFSET_SM90
+from baregrad.codegen.renderer.ptx import PTXRenderer, param_layout
+from baregrad.drivers.nv.hw import ARCHS as NV_ARCHS
 from baregrad.drivers.nv_compile import PTXCompiler, CUDACompiler, find_ptxas, find_nvcc, parse_cubin, parse_nv_info, CubinError
 from baregrad.hal import CompileError
 
@@ -156,7 +157,7 @@ def test_every_kernel_assembles(arch):
   assert info["arch"] == arch
   names = {nm for nm, _, _ in rendered()}
   assert names <= set(info["kernels"]), names - set(info["kernels"])
-  off = param_cbuf_offset(arch)
+  off = NV_ARCHS[arch].param_off
   for nm, _, p in rendered():
     k = info["kernels"][nm]
     lay = param_layout(p.bufs, p.vars)
@@ -169,7 +170,7 @@ def test_every_kernel_assembles(arch):
 @need_ptxas
 def test_single_kernel_cubin_metadata():
   nm, s, p = [x for x in rendered() if x[0] == "opt_mm_2"][0]
-  for arch, off in (("sm_80", PARAM_CBUF_OFFSET_SM70), ("sm_90", PARAM_CBUF_OFFSET_SM90)):
+  for arch, off in (("sm_80", NV_ARCHS["sm_80"].param_off), ("sm_90", NV_ARCHS["sm_90"].param_off)):
     info = parse_cubin(PTXCompiler(arch).compile(s))
     k = info["kernels"][nm]
     assert 0 < k["regs"] <= 255 and k["shared"] == 0 and k["param_cbank"] == (off, 24)
@@ -221,7 +222,7 @@ def test_cuda_renders_compile_with_nvcc():
     raise
   info = parse_cubin(lib)
   assert {nm for nm, _ in srcs} <= set(info["kernels"])
-  assert info["kernels"]["var"]["param_cbank"] == (PARAM_CBUF_OFFSET_SM70, 32)
+  assert info["kernels"]["var"]["param_cbank"] == (NV_ARCHS["sm_80"].param_off, 32)
 
 def _dedup_sats(body: str) -> str:
   seen: set[str] = set()
@@ -252,7 +253,7 @@ def test_loop_with_a_variable_end():
   assert ".param .s32 var_n" in src and "bra $L6_head;" in src
   if find_ptxas() is not None:
     k = parse_cubin(PTXCompiler("sm_80").compile(src))["kernels"]["varloop"]
-    assert k["param_cbank"] == (PARAM_CBUF_OFFSET_SM70, 20) and [s for _, _, s in k["params"]] == [8, 8, 4]
+    assert k["param_cbank"] == (NV_ARCHS["sm_80"].param_off, 20) and [s for _, _, s in k["params"]] == [8, 8, 4]
 
 @need_ptxas
 def test_newer_target_bumps_the_ptx_version():
@@ -262,7 +263,7 @@ def test_newer_target_bumps_the_ptx_version():
     if "not defined" in str(e) or "Unknown" in str(e) or "unsupported" in str(e).lower(): pytest.skip(f"this ptxas has no sm_100: {e.msg[:200]}")
     raise
   k = parse_cubin(lib)
-  assert k["arch"] == "sm_100" and k["kernels"][next(iter(k["kernels"]))]["param_cbank"][0] == param_cbuf_offset("sm_100") == 0x380
+  assert k["arch"] == "sm_100" and k["kernels"][next(iter(k["kernels"]))]["param_cbank"][0] == NV_ARCHS["sm_100"].param_off == 0x380
 
 from hypothesis import given, settings, strategies as st
 
@@ -302,4 +303,4 @@ def test_param_layout_aligns_each_var():
   if find_ptxas() is not None:
     k = parse_cubin(PTXCompiler("sm_90").compile(src))["kernels"]["mixed"]
     assert [(o, s) for _, o, s in k["params"]] == [(o, s) for _, o, s in lay]
-    assert k["param_cbank"] == (PARAM_CBUF_OFFSET_SM90, 36)
+    assert k["param_cbank"] == (NV_ARCHS["sm_90"].param_off, 36)

@@ -28,6 +28,7 @@ from baregrad.hal import Compiler, CompileError
 from baregrad.ctypes_autogen.amdgpu import hsa
 from baregrad.codegen.renderer.amdgpu import AMDGPU_ARCHS
 from baregrad.drivers.cpu_compile import _llvm_lock
+from baregrad.drivers.vmem import round_up
 
 TRIPLE = "amdgcn-amd-amdhsa"
 # ELF e_flags EF_AMDGPU_MACH (LLVM's BinaryFormat/ELF.h; AMDGPUUsage "AMDGPU ELF Header"): the gfx target, bits 0..7
@@ -230,7 +231,7 @@ def load_code_object(lib: bytes) -> CodeObject:
   for i, s in sorted(alloc, key=lambda x: (not x[1]["sh_flags"] & 0x4, x[0])):
     a = max(1, s["sh_addralign"])
     if s["sh_flags"] & 0x4: a = max(a, 256)
-    off = (off + a - 1) // a * a
+    off = round_up(off, a)
     place[i] = off
     sections.append((s.name, off, b"" if s["sh_type"] == "SHT_NOBITS" else s.data(), s["sh_type"] == "SHT_NOBITS"))
     off += s["sh_size"]

@@ -1,8 +1,8 @@
 """A native trampoline that runs a chain of tiny CPU kernels in one call.
 
-A jit replay on the CPU is a command buffer of EXEC commands separated by BARRIERs (drivers/cpu.py). Run from Python,
-every kernel costs one ctypes call (argument conversion, a GIL release and reacquire) plus the loop around it: a few
-µs, more than a tiny kernel. The trampoline reads the same encoded commands straight from the ring and calls each
+A jit replay on the CPU is a command buffer of EXEC commands separated by BARRIERs (drivers/cpu_encoding.py). Run from
+Python, every kernel costs one ctypes call (argument conversion, a GIL release and reacquire) plus the loop around
+it: a few µs, more than a tiny kernel. The trampoline reads the same encoded commands straight from the ring and calls each
 kernel the way the queue does (`fxn(args, 0, global_size[0])`, the whole parallel axis on this thread), so a chain of
 N kernels is one ctypes call.
 

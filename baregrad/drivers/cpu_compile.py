@@ -2,6 +2,7 @@
 compiler. Both produce an ELF relocatable object that drivers/elf_loader.py maps in-process."""
 from __future__ import annotations
 import functools, glob, os, shutil, subprocess, tempfile, threading
+from typing import Any
 from baregrad import knobs
 from baregrad.hal import Compiler, CompileError
 
@@ -112,3 +113,30 @@ class ClangCompiler(Compiler):
       p = subprocess.run(cmd, input=src, capture_output=True, text=True)
       if p.returncode != 0: raise CompileError(src, f"{' '.join(cmd)} failed:\n{p.stderr.strip()}")
       with open(out, "rb") as f: return f.read()
+
+
+# ---------------------------------------------------------------- the CPU device's toolchain per variant
+class MissingCompiler(Compiler):
+  """Stands in when a variant's toolchain cannot be set up here; the device still runs loaded objects."""
+  def __init__(self, reason: str) -> None:
+    super().__init__(None)
+    self.reason = reason
+  def compile(self, src: str) -> bytes: raise CompileError(src, f"no compiler for this CPU variant: {self.reason}")
+
+def toolchain(variant: str) -> tuple[Any, Compiler]:
+  """Renderer and compiler for a CPU variant (imported on first use: codegen is heavy)."""
+  import importlib
+  mods = {"LLVM": ("baregrad.codegen.renderer.llvmir", "LLVMRenderer", "LLVMCompiler"),
+          "C": ("baregrad.codegen.renderer.cstyle", "CRenderer", "ClangCompiler")}
+  if variant not in mods: raise ValueError(f"unknown CPU variant {variant!r}; expected one of {', '.join(mods)} (e.g. DEV=CPU:C)")
+  rmod, rname, cname = mods[variant]
+  try:
+    r, c = importlib.import_module(rmod), importlib.import_module(__name__)
+    ren = getattr(r, rname)()
+    ren.simd_lanes, ren.vector_registers = c.host_simd()   # register tiles sized for this CPU
+    if variant == "LLVM": ren.stream_bytes, ren.stream_fence = c.host_stream()
+    return ren, getattr(c, cname)()
+  except (ImportError, CompileError, OSError) as e:  # e.g. llvmlite or a C compiler missing on this machine
+    hint = "install llvmlite (python3 -m pip install -e .) or use DEV=CPU:C" if variant == "LLVM" else "install gcc or clang, or use DEV=CPU"
+    return None, MissingCompiler(f"CPU:{variant} toolchain unavailable ({type(e).__name__}: {e}); {hint}")
+

@@ -1,6 +1,6 @@
 """A native thread pool for the CPU device: a parallel kernel's chunks run on threads that never touch Python.
 
-The Python pool (drivers/cpu.py ThreadPool) hands a launch to its threads through semaphores and events: every handoff
+The Python pool (drivers/cpu_engine.py ThreadPool) hands a launch to its threads through semaphores and events: every handoff
 wakes a Python thread, which then needs the GIL before and after its chunk. On a 2-core machine that is 100-200 µs per
 parallel launch (a 128x256x10 matmul ran in 24 µs on one thread and 190 µs split over two). Here the workers are
 native threads (pthread_create) running LLVM IR compiled once per process, like the chain trampoline
@@ -271,7 +271,7 @@ class NativePool:
 
   def __init__(self, threads: int, image: Any, arch: str) -> None:
     self.image, self.threads, self.pid = image, max(1, threads), os.getpid()
-    from baregrad.drivers.cpu import host_map
+    from baregrad.drivers.cpu_hostmem import host_map
     # its own page, never unmapped: a worker may still read it while the interpreter tears Python objects down at exit
     self.ctx = host_map(4096)
     self.arch_name = arch

@@ -31,6 +31,8 @@ import platform
 import struct
 from typing import Callable
 
+from baregrad.drivers.vmem import round_up
+
 __all__ = ["ElfLoadError", "ElfSymbolError", "LoadedImage", "load_elf", "link_image", "disassemble"]
 
 
@@ -85,10 +87,6 @@ _MAX_IMAGE = 1 << 30   # a kernel object this large is a corrupt header, not a k
 
 def _page_size() -> int:
     return mmap.PAGESIZE
-
-
-def _align(x: int, a: int) -> int:
-    return (x + a - 1) // a * a if a > 1 else x
 
 
 def _reloc_name(machine: int, rtype: int) -> str:
@@ -318,7 +316,7 @@ def _layout(elf, obj: bytes) -> _Layout:
             if kind(s) != k:
                 continue
             _check_align(s["sh_addralign"], f"section {s.name}")
-            off = _align(off, max(1, s["sh_addralign"]))
+            off = round_up(off, max(1, s["sh_addralign"]))
             lay.max_align = max(lay.max_align, s["sh_addralign"])
             lay.sec_off[i] = off
             lay.sec_names[i] = s.name
@@ -327,13 +325,13 @@ def _layout(elf, obj: bytes) -> _Layout:
                 lay.init_size = off + s["sh_size"]
             off += s["sh_size"]
         if k == 0:
-            off = _align(off, _STUB_SIZE)
+            off = round_up(off, _STUB_SIZE)
             for si in stub_syms:
                 lay.stub_off[si] = off
                 off += _STUB_SIZE
             lay.init_size = off
         elif k == 1:
-            off = _align(off, _GOT_SLOT)
+            off = round_up(off, _GOT_SLOT)
             for si in got_syms:
                 lay.got_off[si] = off
                 off += _GOT_SLOT
@@ -343,11 +341,11 @@ def _layout(elf, obj: bytes) -> _Layout:
                 if s.shndx == SHN_COMMON:
                     # for SHN_COMMON st_value holds the alignment
                     _check_align(s.value, f"COMMON symbol {s.name!r}")
-                    off = _align(off, max(1, s.value))
+                    off = round_up(off, max(1, s.value))
                     lay.max_align = max(lay.max_align, s.value)
                     lay.common_off[idx] = off
                     off += s.size
-        off = _align(off, page)
+        off = round_up(off, page)
         if off > start:
             prot = (mmap.PROT_READ | mmap.PROT_EXEC, mmap.PROT_READ, mmap.PROT_READ | mmap.PROT_WRITE)[k]
             lay.regions.append((start, off, prot))
@@ -692,7 +690,7 @@ def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hin
     if lay.needs_low and address_hint is None:
         flags |= _MAP_32BIT
     # mmap only guarantees page alignment: over-allocate for larger alignments and trim
-    slack = _align(lay.max_align, _page_size()) - _page_size() if lay.max_align > _page_size() else 0
+    slack = round_up(lay.max_align, _page_size()) - _page_size() if lay.max_align > _page_size() else 0
     raw = lc.mmap(address_hint, lay.size + slack, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
     if raw in (None, _MAP_FAILED) and flags & _MAP_32BIT:
         # low 2 GiB exhausted: map anywhere; relocation then names the field that cannot reach
@@ -700,7 +698,7 @@ def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hin
         raw = lc.mmap(address_hint, lay.size + slack, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
     if raw in (None, _MAP_FAILED):
         raise _oserror(f"mmap({lay.size + slack})")
-    base = _align(raw, lay.max_align) if slack else raw
+    base = round_up(raw, lay.max_align) if slack else raw
     if slack:
         if base > raw:
             lc.munmap(raw, base - raw)

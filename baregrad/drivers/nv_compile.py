@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 import functools, glob, os, re, shutil, struct, subprocess, tempfile
+from typing import Any
 from baregrad import knobs
 from baregrad.hal import Compiler, CompileError
 
@@ -97,7 +98,6 @@ EIATTR = {0x01: "CTAIDZ_USED", 0x05: "MAX_THREADS", 0x0a: "PARAM_CBANK", 0x0f: "
           0x11: "FRAME_SIZE", 0x12: "MIN_STACK_SIZE", 0x17: "KPARAM_INFO", 0x19: "CBANK_PARAM_SIZE", 0x1b: "MAXREG_COUNT",
           0x1c: "EXIT_INSTR_OFFSETS", 0x1d: "S2RCTAID_INSTR_OFFSETS", 0x1e: "CRS_STACK_SIZE", 0x23: "MAX_STACK_SIZE",
           0x2f: "REGCOUNT", 0x36: "SW_WAR", 0x37: "CUDA_API_VERSION"}
-EIATTR_NUM = {v: k for k, v in EIATTR.items()}
 
 class CubinError(ValueError): pass
 
@@ -175,3 +175,31 @@ def parse_cubin(lib: bytes) -> dict:
         elif attr == 0x1c and isinstance(val, bytes): k["exit_offsets"] = list(struct.unpack(f"<{len(val) // 4}I", val))
   for k in kernels.values(): k["params"].sort()
   return res
+
+# ---------------------------------------------------------------- what the NV driver loads
+LIB_MAGIC = b"BGNVLIB1"
+
+def pack_lib(ptx: str, cubin: bytes) -> bytes:
+  """What NVCompiler produces: the cubin (the GPU's code) and the PTX it came from (what the mock GPU runs)."""
+  t = ptx.encode()
+  return LIB_MAGIC + struct.pack("<II", len(cubin), len(t)) + cubin + t
+
+def unpack_lib(lib: bytes) -> tuple[str, bytes]:
+  """(PTX text, cubin or b"") from NVCompiler output, or from plain PTX text."""
+  if lib.startswith(LIB_MAGIC):
+    nc, nt = struct.unpack_from("<II", lib, len(LIB_MAGIC))
+    o = len(LIB_MAGIC) + 8
+    return lib[o + nc:o + nc + nt].decode(), lib[o:o + nc]
+  text = lib.decode(errors="replace")
+  if ".entry" not in text: raise ValueError("NV program: expected NVCompiler output or PTX text (no .entry found)")
+  return text, b""
+
+class NVCompiler(Compiler):
+  """PTX -> NVCompiler output (cubin from ptxas + the PTX); PTX alone when ptxas is missing (the mock runs it)."""
+  def __init__(self, arch: str) -> None:
+    try: self.ptxas: Any = PTXCompiler(arch)
+    except CompileError as e: self.ptxas, self.reason = None, str(e)
+    self.arch = arch
+    super().__init__(f"nv_{arch}_{'ptxas' if self.ptxas is not None else 'ptxonly'}")
+  def version(self) -> str: return self.ptxas.version() if self.ptxas is not None else "ptx-only"
+  def compile(self, src: str) -> bytes: return pack_lib(src, self.ptxas.compile(src) if self.ptxas is not None else b"")

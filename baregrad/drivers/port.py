@@ -167,3 +167,18 @@ def make_port(mock: MockDevice | None = None) -> Any:
   from baregrad.helpers import getenv
   p: Any = MockPort(mock) if mock is not None else RealPort()
   return TracingPort(p) if getenv("IOCTL_TRACE", 0) else p
+
+# each GPU driver's mock GPU (module, class): the port builds it, so a driver never imports its mock
+MOCKS: dict[str, tuple[str, str]] = {"NV": ("baregrad.drivers.mock.nvgpu", "MockNVGPU"),
+                                     "AMD": ("baregrad.drivers.mock.amdgpu", "MockAMDGPU")}
+
+def driver_port(driver: str) -> Any:
+  """The port driver `driver` ("NV", "AMD") opens its device through: with MOCKGPU=1 a new mock GPU of that driver's
+  kind (its own variables, e.g. MOCKGPU_ARCH, MOCKGPU_COUNT, pick what it models), else the kernel. A mock that refuses
+  its variables raises ValueError naming them."""
+  from baregrad.helpers import getenv
+  if not getenv("MOCKGPU", 0): return make_port()
+  if driver not in MOCKS: raise ValueError(f"no mock GPU for the {driver} driver; mocks exist for {', '.join(MOCKS)}")
+  import importlib
+  modname, clsname = MOCKS[driver]
+  return make_port(getattr(importlib.import_module(modname), clsname)())

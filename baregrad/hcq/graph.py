@@ -1,7 +1,7 @@
 """HCQGraph: a list of kernels recorded once into a queue; a replay patches buffer addresses and the timeline values
 in the encoded commands and submits once.
 
-Two rules make a replay correct on a GPU (hw/h100-580.159.04 FINDINGS.md, 6a and 6b):
+Two rules make a replay correct on a GPU (docs/hw/h100-580.159.04-findings.md#finding-6a, #finding-6b):
 - Launches of one submission run concurrently unless a barrier separates them. Kernels that may depend on each
   other get memory_barrier() between them: every pair of consecutive kernels by default (the graph does not know
   what a kernel reads or writes); with `writes` (per kernel, the indices of the buffers it writes) only where a

@@ -203,7 +203,7 @@ class LLVMRenderer(Renderer):
         if dtypes.is_float(fr) and fr.itemsize == 2 and not dtypes.is_float(d) and d.scalar != dtypes.bool:
           # 16-bit float -> int through float32 (exact). On CPUs with native fp16 conversions (AVX512-FP16,
           # -mcpu=sapphirerapids) LLVM lowers fptosi.sat.i16.f16 to vcvttsh2si and two clamping compares with no
-          # NaN test, so NaN became -32768 instead of 0 (hw/h100-580.159.04/FINDINGS.md, finding 7)
+          # NaN test, so NaN became -32768 instead of 0 (docs/hw/h100-580.159.04-findings.md#finding-7)
           f32 = dtypes.float32.vec(fr.count)
           lines.append(f"  {nm}.f = {self._cast(fr, f32, v, decls.add)}")
           fr, v = f32, f"{nm}.f"

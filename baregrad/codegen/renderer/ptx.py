@@ -4,8 +4,8 @@ Scalar code (vectorized=False: vectors are split into lanes before rendering). O
 
   .visible .entry NAME(.param .u64 data0, ..., .param .u64 dataN, .param .s32 var_a, ...)
 
-Parameter layout (the NV driver fills constant bank 0 from it at param_cbuf_offset(arch): 0x160 for sm_75..sm_89,
-0x210 for sm_90, 0x380 for sm_100+; the cubin says it too, in EIATTR_PARAM_CBANK):
+Parameter layout (the driver fills constant bank 0 from it at its GPU generation's parameter offset, which the cubin
+states too, in EIATTR_PARAM_CBANK; the PTX itself does not depend on it):
 - one `.param .u64 data{i}` per buffer slot i = DEFINE_GLOBAL arg 0..max (a slot no uop uses is still declared, so
   the layout depends only on the arg numbers), each 8 bytes, 8-aligned;
 - then one param per DEFINE_VAR, sorted by name (the same order the CPU ABI uses, see llvmir.py), named
@@ -48,19 +48,6 @@ from baregrad.ir.dtype import DType, PtrDType, dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.rewrites import cpu_float_matcher
-
-# Kernel parameters sit in constant bank 0 after the driver's own words. The offset differs by architecture: the
-# SASS of sm_70..sm_89 kernels reads the first parameter at c[0x0][0x160] (tinygrad's ops_nv.py writes kernel args at
-# kernargs_args_offset=0x160 after a 0x160-byte driver constant buffer), Hopper (sm_90) at c[0x0][0x210] and
-# Blackwell (sm_100, sm_120) at c[0x0][0x380]. The cubin states it per kernel in EIATTR_PARAM_CBANK (drivers/nv_compile.py parse_cubin reads it;
-# tests/test_ptx_renderer.py checks these constants against ptxas's output), and the driver should prefer that.
-# ptxas 13.0 reports (EIATTR_PARAM_CBANK) 0x160 for sm_75..sm_89, 0x210 for sm_90 and 0x380 for sm_100 and sm_120.
-PARAM_CBUF_OFFSET_SM70 = 0x160
-PARAM_CBUF_OFFSET_SM90 = 0x210
-PARAM_CBUF_OFFSET_SM100 = 0x380
-def param_cbuf_offset(arch: str) -> int:
-  sm = _sm(arch)
-  return PARAM_CBUF_OFFSET_SM100 if sm >= 100 else PARAM_CBUF_OFFSET_SM90 if sm >= 90 else PARAM_CBUF_OFFSET_SM70
 
 def _sm(arch: str) -> int:
   m = re.fullmatch(r"sm_(\d+)[af]?", arch)

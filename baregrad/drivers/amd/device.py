@@ -40,8 +40,9 @@ import ctypes, errno, os, threading, time
 from typing import Any, Hashable
 from baregrad.hal import OutOfMemory, DeviceUnavailable
 from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
-from baregrad.drivers.port import IoctlError, make_port, register_ioctl
-from baregrad.drivers.nv.device import VAAllocator
+from baregrad.drivers.port import IoctlError, driver_port, register_ioctl
+from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
+                                   VAAllocator, release_to_window, reserve_window, round_up)
 from baregrad.ctypes_autogen import kfd
 from baregrad.drivers.amd import hw
 from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes, read_topology, target_name
@@ -50,10 +51,6 @@ from baregrad.drivers.amd import scratch
 from baregrad.drivers.amd.program import AMDProgram
 from baregrad.drivers.amd.faults import AMDFault, AMDDeviceLost, AMDQueueTimeout, describe_hw_exception, describe_memory_exception
 
-O_RDWR, O_CLOEXEC = os.O_RDWR, getattr(os, "O_CLOEXEC", 0o2000000)
-PROT_NONE, PROT_RW = 0, 3
-MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, MAP_NORESERVE, MAP_FIXED_NOREPLACE = 0x01, 0x02, 0x10, 0x20, 0x4000, 0x100000
-PAGE = 4096
 WINDOW = (0x400_0000_0000, 0x80_0000_0000)     # (first base tried, size): 512 GiB of GPU/CPU addresses per device
 DOORBELL_SLICE = 8 * 1024                      # 8-byte doorbells x KFD_MAX_NUM_OF_QUEUES_PER_PROCESS (kfd_doorbell_process_slice)
 KFD_MAJOR = 1
@@ -62,8 +59,6 @@ AQL_RING, SDMA_RING, IB_AREA = 1 << 20, 1 << 20, 1 << 20
 AMD_QUEUE_WRITE_DISPATCH_ID, AMD_QUEUE_READ_DISPATCH_ID, AMD_QUEUE_READ_ID_BASE = 0x38, 0x80, 0x88
 EV = {"signal": kfd.KFD_IOC_EVENT_SIGNAL, "memory": kfd.KFD_IOC_EVENT_MEMORY, "hw_exception": kfd.KFD_IOC_EVENT_HW_EXCEPTION}
 F = kfd
-
-def _rup(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 class AMDMemory:
   """What the driver keeps per KFD BO."""
@@ -90,12 +85,8 @@ class AMDDevice(HCQDevice):
 
   def __init__(self, device: str, port: Any = None) -> None:
     if port is None:
-      from baregrad.helpers import getenv
-      if getenv("MOCKGPU", 0):
-        from baregrad.drivers.mock.amdgpu import MockAMDGPU
-        try: port = make_port(MockAMDGPU())
-        except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
-      else: port = make_port()
+      try: port = driver_port("AMD")   # MOCKGPU=1: the mock GPU (MOCKGPU_AMD_ARCH, MOCKGPU_COUNT)
+      except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
     self.memories: list[AMDMemory] = []
@@ -174,17 +165,10 @@ class AMDDevice(HCQDevice):
     self.kfd_ioctl(kfd.AMDKFD_IOC_ACQUIRE_VM, kfd.struct_kfd_ioctl_acquire_vm_args(drm_fd=self.fd_drm, gpu_id=self.gpu_id), "AMDKFD_IOC_ACQUIRE_VM")
     self.apertures = self._apertures()
     # a host window for every GPU VA: inside the GPUVM aperture, fails cleanly where something already lives
-    base, size = WINDOW
-    while True:
-      if base + size - 1 > self.apertures["gpuvm_limit"]:
-        raise DeviceUnavailable(f"{device}: no free {size:#x}-byte address window inside the GPUVM aperture (up to {self.apertures['gpuvm_limit']:#x})")
-      try: r = self.port.mmap(base, size, PROT_NONE, MAP_PRIVATE | MAP_ANON | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0)
-      except OSError as e:
-        if e.errno == errno.EEXIST: base += size; continue
-        raise
-      if r == base: break
-      self.port.munmap(r, size)  # an old kernel took the flag as a hint
-      base += size
+    size = WINDOW[1]
+    base = reserve_window(self.port, WINDOW[0], size, self.apertures["gpuvm_limit"] + 1)
+    if base is None:
+      raise DeviceUnavailable(f"{device}: no free {size:#x}-byte address window inside the GPUVM aperture (up to {self.apertures['gpuvm_limit']:#x})")
     self.window = (base, size)
     self.va = VAAllocator(base, size)
     # the process's special pages
@@ -285,7 +269,7 @@ class AMDDevice(HCQDevice):
   def _gpu_alloc(self, size: int, domain: str, cpu_access: bool = False) -> AMDMemory:
     """A BO of `domain` (vram, gtt, userptr, doorbell, mmio) mapped for this GPU at a VA of the window (and for the CPU at
     the same address where it has a CPU side). OutOfMemory when KFD says -ENOMEM."""
-    size = _rup(max(size, 1), PAGE)
+    size = round_up(max(size, 1), PAGE)
     # big VRAM buffers start on 2 MiB (huge-page) boundaries; sizes stay page-rounded: KFD wants queue buffers to be
     # mappings of exactly the size it expects (kfd_queue.c: kfd_queue_buffer_get)
     align = (2 << 20) if domain == "vram" and size >= (2 << 20) else PAGE
@@ -339,8 +323,7 @@ class AMDDevice(HCQDevice):
     self.kfd_ioctl(kfd.AMDKFD_IOC_FREE_MEMORY_OF_GPU, kfd.struct_kfd_ioctl_free_memory_of_gpu_args(handle=handle), "AMDKFD_IOC_FREE_MEMORY_OF_GPU")
 
   def _unmap_cpu(self, va: int, size: int) -> None:
-    self.port.munmap(va, size)  # give the range back to the reservation
-    self.port.mmap(va, size, PROT_NONE, MAP_PRIVATE | MAP_ANON | MAP_NORESERVE | MAP_FIXED, -1, 0)
+    release_to_window(self.port, va, size)
 
   def _gpu_free(self, m: AMDMemory) -> None:
     self._release_bo(m.handle, mapped=True)

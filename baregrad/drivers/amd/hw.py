@@ -16,9 +16,34 @@ The sources of each format:
   then TRAP; copies of at most copy_max_bytes = 0x400000)."""
 from __future__ import annotations
 import struct
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 from baregrad.ctypes_autogen.amdgpu import hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
+
+# ---------------------------------------------------------------- gfx targets: one record each
+@dataclass(frozen=True)
+class Target:
+  """A GPU target this driver knows: its gfx name, the gfx_target_version KFD reports for it, its command-format family
+  (PM4 and SDMA packet headers, register layouts), its wave size, the scratch (private segment) granule of its
+  COMPUTE_TMPRING_SIZE register, and whether the mock GPU can run its machine code."""
+  name: str
+  version: int      # KFD node property gfx_target_version: major*10000 + minor*100 + stepping
+  family: str       # "gfx11" (RDNA3, PM4 per amdgpu/nvd.h, SDMA v6) or "gfx9" (CDNA3 gfx9.4.3, soc15d.h, SDMA v4.4.2)
+  wave_size: int
+  pm4: ModuleType   # the PM4 bindings of its family
+  sdma: ModuleType  # the SDMA packet bindings of its family
+  scratch_unit: int           # bytes per COMPUTE_TMPRING_SIZE.WAVESIZE unit (ROCr mem_alignment_size)
+  scratch_wavesize_bits: int  # width of that field (ROCr inc/registers.h; the bindings' gfx11.py/gfx9_4_3.py masks)
+  executes: bool    # whether the mock GPU can run its machine code (only RDNA3 wave32 for now)
+
+GFX_TARGETS: tuple[Target, ...] = (
+  Target(name="gfx1100", version=110000, family="gfx11", wave_size=32, pm4=pm4_gfx11, sdma=sdma_gfx11, scratch_unit=256,
+         scratch_wavesize_bits=15, executes=True),     # Navi 31 (Radeon RX 7900 XT/XTX, PRO W7900)
+  Target(name="gfx942", version=90402, family="gfx9", wave_size=64, pm4=pm4_gfx9_4_3, sdma=sdma_gfx9_4_3,
+         scratch_unit=1024, scratch_wavesize_bits=13, executes=False),    # Aqua Vanjaram (Instinct MI300X/MI300A/MI325X)
+)
+TARGETS: dict[int, Target] = {t.version: t for t in GFX_TARGETS}   # gfx_target_version -> target
 
 M32 = 0xFFFFFFFF
 def lo32(x: int) -> int: return x & M32
@@ -50,9 +75,6 @@ def aql_dispatch(kernel_object: int, kernarg: int, grid: Sequence[int], workgrou
        workgroup[2], grid[0], grid[1], grid[2], private_segment, group_segment, lo32(kernel_object), hi32(kernel_object),
        lo32(kernarg), hi32(kernarg), 0, 0, lo32(completion_signal), hi32(completion_signal)]
   return w
-
-# word offsets of the patchable dispatch fields
-DISPATCH_FIELDS = {"grid": (3, 3), "kernel_object": (8, 2), "args": (10, 2)}
 
 def aql_barrier_and(deps: Sequence[int] = (), barrier: bool = True, acquire: int = SCOPE_SYSTEM, release: int = SCOPE_SYSTEM,
                     completion_signal: int = 0) -> list[int]:
@@ -101,7 +123,7 @@ def format_aql(w: Sequence[int]) -> str:
   return head
 
 # ---------------------------------------------------------------- PM4
-PM4 = {"gfx11": pm4_gfx11, "gfx9": pm4_gfx9_4_3}
+PM4: dict[str, ModuleType] = {t.family: t.pm4 for t in GFX_TARGETS}   # family -> PM4 bindings
 # VGT event types (amd/include/soc21_enum.h and vega10_enum.h agree on these values)
 CS_PARTIAL_FLUSH, CACHE_FLUSH_AND_INV_TS_EVENT, BOTTOM_OF_PIPE_TS = 0x07, 0x14, 0x28
 WAIT_FUNCS = {0: "always", 1: "<", 2: "<=", 3: "==", 4: "!=", 5: ">=", 6: ">"}
@@ -112,8 +134,6 @@ PM4_COPY_MAX = 1 << 20  # bytes per DMA_DATA (byte count is 21 bits on gfx9, 26 
 def pm4_hdr(op: int, ndw: int) -> int:
   """Type-3 header for a packet of `ndw` dwords after the header."""
   return (3 << 30) | (((ndw - 1) & 0x3FFF) << 16) | ((op & 0xFF) << 8)
-
-def pm4_nop(ndw: int) -> list[int]: return [pm4_hdr(pm4_gfx11.PACKET3_NOP, ndw - 1)] + [0] * (ndw - 1) if ndw > 1 else [0xFFFF1000]
 
 def pm4_indirect_buffer(family: str, va: int, ndw: int) -> list[int]:
   p = PM4[family]
@@ -204,7 +224,7 @@ def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
     if ds in (1, 2): s += f" value={b[4] | ((b[5] << 32) if ds == 2 else 0)}"
     if ints: s += f" int_sel={ints} int_ctxid={b[6] if len(b) > 6 else 0}"
     return s
-  if op == p.PACKET3_ACQUIRE_MEM: return f"ACQUIRE_MEM " + " ".join(f"{x:#x}" for x in b)
+  if op == p.PACKET3_ACQUIRE_MEM: return "ACQUIRE_MEM " + " ".join(f"{x:#x}" for x in b)
   if op == p.PACKET3_INDIRECT_BUFFER and len(b) >= 3: return f"INDIRECT_BUFFER ib={b[0] | (b[1] << 32):#x} dwords={b[2] & 0xFFFFF} valid={(b[2] >> 23) & 1}"
   if op == p.PACKET3_DMA_DATA and len(b) >= 6:
     return f"DMA_DATA src={b[1] | (b[2] << 32):#x} dest={b[3] | (b[4] << 32):#x} nbytes={b[5] & ((1 << 26) - 1)}"
@@ -223,7 +243,7 @@ def format_pm4(family: str, words: Sequence[int], base: int = 0, mark: int | Non
   return "\n".join(lines)
 
 # ---------------------------------------------------------------- SDMA
-SDMA = {"gfx11": sdma_gfx11, "gfx9": sdma_gfx9_4_3}
+SDMA: dict[str, ModuleType] = {t.family: t.sdma for t in GFX_TARGETS}   # family -> SDMA bindings
 SDMA_COPY_MAX = 0x400000  # bytes per COPY_LINEAR: amdgpu's copy_max_bytes (sdma_v6_0.c, sdma_v4_4_2.c)
 _SDMA_DWORDS = {"COPY_LINEAR": ("HEADER", "COUNT", "PARAMETER", "SRC_ADDR_LO", "SRC_ADDR_HI", "DST_ADDR_LO", "DST_ADDR_HI"),
                 "FENCE": ("HEADER", "ADDR_LO", "ADDR_HI", "DATA"), "TRAP": ("HEADER", "INT_CONTEXT"),
@@ -285,7 +305,6 @@ def sdma_timestamp(family: str, addr: int) -> list[int]:
   return sdma_pack(family, "TIMESTAMP_GET_GLOBAL", op=mod.SDMA_OP_TIMESTAMP, sub_op=mod.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL,
                    write_addr_31_3=lo32(addr) >> 3, write_addr_63_32=hi32(addr))
 
-def sdma_nop(family: str) -> int: return sdma_pack(family, "NOP", op=_sdma_op(family, "NOP"))[0]
 
 def sdma_packet_len(family: str, w: Sequence[int], i: int) -> int:
   """Dwords of the SDMA packet at w[i]; ValueError for an opcode this decoder does not know."""

@@ -42,6 +42,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from typing import Any
+from baregrad.drivers.vmem import round_up
+from baregrad.drivers.amd.hw import GFX_TARGETS
 
 # amd_queue_t field offsets (ROCr inc/amd_hsa_queue.h)
 Q_GROUP_APERTURE_HI, Q_PRIVATE_APERTURE_HI, Q_MAX_CU_ID, Q_MAX_WAVE_ID = 0x40, 0x44, 0x48, 0x4C
@@ -49,11 +51,10 @@ Q_TMPRING, Q_SRD, Q_SCRATCH_BASE, Q_SCRATCH_SIZE, Q_LANE64_SIZE, Q_PROPERTIES, Q
 AMD_QUEUE_PROPERTIES_IS_PTR64 = 1 << 1
 # COMPUTE_TMPRING_SIZE (ROCr inc/registers.h; the bindings' gfx11.py/gfx9_4_3.py masks agree): WAVES 11:0, WAVESIZE 12+
 TMPRING_WAVES_MASK = 0xFFF
-UNIT = {"gfx11": 256, "gfx9": 1024}           # bytes per WAVESIZE unit (ROCr mem_alignment_size)
-WAVESIZE_BITS = {"gfx11": 15, "gfx9": 13}
+UNIT = {t.family: t.scratch_unit for t in GFX_TARGETS}                    # bytes per WAVESIZE unit, per family
+WAVESIZE_BITS = {t.family: t.scratch_wavesize_bits for t in GFX_TARGETS}  # (the target records, hw.py)
 MAX_PRIVATE_SEGMENT = 262128                  # ROCr amd_gpu_agent.cpp: the largest per-work-item private segment
 
-def _rup(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 @dataclass(frozen=True)
 class Topology:
@@ -96,7 +97,7 @@ def layout(family: str, lanes: int, topo: Topology, private_segment_size: int, o
   if not 0 < private_segment_size <= MAX_PRIVATE_SEGMENT:
     raise ValueError(f"private segment of {private_segment_size} bytes per work-item: 1..{MAX_PRIVATE_SEGMENT} (ROCr's limit)")
   unit = UNIT[family]
-  per_lane = _rup(private_segment_size, unit // lanes)
+  per_lane = round_up(private_segment_size, unit // lanes)
   wavesize = -(-lanes * per_lane // unit)
   if wavesize >= 1 << WAVESIZE_BITS[family]:
     raise ValueError(f"private segment of {private_segment_size} bytes per work-item needs {wavesize * unit} bytes per wave: more than "
@@ -108,7 +109,7 @@ def layout(family: str, lanes: int, topo: Topology, private_segment_size: int, o
   waves = min(int(topo.cus * topo.slots_per_cu * occupancy) // per, cap)
   waves = max(waves // se_per_group * se_per_group, se_per_group)
   slots = waves * per
-  return ScratchLayout(family, lanes, per_lane, wavesize, waves, slots, _rup(slots * wavesize * unit, 4096), topo.xccs)
+  return ScratchLayout(family, lanes, per_lane, wavesize, waves, slots, round_up(slots * wavesize * unit, 4096), topo.xccs)
 
 def resource_descriptor(family: str, base: int, size_per_xcc: int) -> list[int]:
   """The scratch buffer descriptor ROCr puts in amd_queue_t (InitScratchSRD: swizzled, ADD_TID, 32-bit uint format).

@@ -1,28 +1,14 @@
-"""KFD topology: the node properties sysfs publishes, the GPU targets this driver knows, and the queue buffer sizes
+"""KFD topology: the node properties sysfs publishes, the GPU target a node is, and the queue buffer sizes
 the kernel derives from them (amdkfd/kfd_queue.c: kfd_queue_ctx_save_restore_size, Linux 6.12)."""
 from __future__ import annotations
 import errno, os
 from dataclasses import dataclass
 from typing import Any
+from baregrad.drivers.vmem import PAGE, round_up
+# the targets this driver knows (one record each in hw.py), named here too: a node's gfx_target_version picks one
+from baregrad.drivers.amd.hw import TARGETS as TARGETS, Target as Target
 
 TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology"
-PAGE = 4096
-
-def _align(x: int, a: int) -> int: return (x + a - 1) // a * a
-
-@dataclass(frozen=True)
-class Target:
-  """A GPU target: its gfx name, the gfx_target_version KFD reports, the PM4/SDMA/register family, its wave size."""
-  name: str
-  version: int
-  family: str       # "gfx11" (RDNA3, PM4 per amdgpu/nvd.h, SDMA v6) or "gfx9" (CDNA3 gfx9.4.3, soc15d.h, SDMA v4.4.2)
-  wave_size: int
-  executes: bool    # whether the mock GPU can run its machine code (only RDNA3 wave32 for now)
-
-TARGETS: dict[int, Target] = {
-  110000: Target("gfx1100", 110000, "gfx11", 32, True),   # Navi 31 (Radeon RX 7900 XT/XTX, PRO W7900)
-  90402: Target("gfx942", 90402, "gfx9", 64, False),      # Aqua Vanjaram (Instinct MI300X/MI300A/MI325X)
-}
 
 def target_name(version: int) -> str:
   """gfx_target_version (major*10000 + minor*100 + stepping) in LLVM's spelling: 110000 -> gfx1100, 90010 -> gfx90a."""
@@ -84,7 +70,7 @@ class QueueSizes:
   @property
   def cwsr_total(self) -> int:
     """Bytes of the context-save allocation: (save area + debugger memory) for each XCC, page aligned."""
-    return _align((self.cwsr_size + self.debug_memory_size) * self.num_xcc, PAGE)
+    return round_up((self.cwsr_size + self.debug_memory_size) * self.num_xcc, PAGE)
 
 def queue_sizes(props: dict[str, int]) -> QueueSizes:
   """The kernel's computation (kfd_queue.c: kfd_queue_ctx_save_restore_size) from the sysfs properties. sysfs prints
@@ -98,11 +84,11 @@ def queue_sizes(props: dict[str, int]) -> QueueSizes:
   vgpr = 0x40000
   if gfxv // 100 * 100 == 90400 or gfxv in (90010, 90008): vgpr = 0x80000
   elif gfxv in (110000, 110001, 110501, 120000, 120001): vgpr = 0x60000
-  wg_data = _align(cu_num * (vgpr + 0x4000 + 0x10000 + 0x1000), PAGE)   # VGPRs + SGPR 0x4000 + LDS 0x10000 + HWREG 0x1000
-  ctl = _align(40 + wave_num * (12 if gfxv >= 100100 else 8) + 8, PAGE)  # 40: the save-area header
+  wg_data = round_up(cu_num * (vgpr + 0x4000 + 0x10000 + 0x1000), PAGE)   # VGPRs + SGPR 0x4000 + LDS 0x10000 + HWREG 0x1000
+  ctl = round_up(40 + wave_num * (12 if gfxv >= 100100 else 8) + 8, PAGE)  # 40: the save-area header
   if gfxv // 10000 * 10000 == 100000: ctl = min(ctl, 0x7000)
   eop = 0x8000 if gfxv == 80002 else 4096
-  sizes = QueueSizes(ctl, ctl + wg_data, _align(wave_num * 32, 64), eop, num_xcc)
+  sizes = QueueSizes(ctl, ctl + wg_data, round_up(wave_num * 32, 64), eop, num_xcc)
   # kernels since 6.12 publish the first two; theirs win (a newer kernel may size differently)
   if props.get("ctl_stack_size") and props.get("cwsr_size"):
     sizes = QueueSizes(props["ctl_stack_size"], props["cwsr_size"], sizes.debug_memory_size, eop, num_xcc)

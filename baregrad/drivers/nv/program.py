@@ -1,0 +1,168 @@
+"""Programs of the NV driver: a kernel's image in GPU memory, its parameters and storage read from the cubin or the PTX,
+and the per-launch args memory (QMD and constant bank 0) its launches are written into."""
+from __future__ import annotations
+import ctypes, re
+from array import array
+from typing import TYPE_CHECKING, Any, Sequence
+from baregrad.helpers import c_array
+from baregrad.hal import profile
+from baregrad.hcq import HCQArgsState, HCQProgram
+from baregrad.hcq.queue import _dims
+from baregrad.drivers.vmem import round_up
+from baregrad.drivers.nv import hw
+from baregrad.drivers.nv_compile import unpack_lib
+if TYPE_CHECKING: from baregrad.drivers.nv.device import NVDevice
+
+_PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "bf16": 2, "u32": 4, "s32": 4, "b32": 4, "f32": 4,
+              "u64": 8, "s64": 8, "b64": 8, "f64": 8}
+
+def ptx_params(ptx: str, name: str) -> list[tuple[int, int]]:
+  """(offset, size) of each .param of entry `name`, naturally aligned, from the PTX declaration."""
+  m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\(([^)]*)\)", ptx)
+  if m is None: raise ValueError(f"no .entry {name} in the PTX")
+  out, off = [], 0
+  for t in re.findall(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)", m.group(1)):
+    sz = _PTX_SIZES.get(t, 8)
+    off = round_up(off, sz)
+    out.append((off, sz))
+    off += sz
+  return out
+
+_PTX_DECL = re.compile(r"\.(shared|local)\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+[\w$]+\s*(?:\[(\d*)\])?")
+
+def ptx_storage(ptx: str, name: str) -> tuple[int, int]:
+  """(static .shared bytes, .local bytes) an entry of `ptx` declares (module-scope .shared counts for every entry):
+  the sizes to launch with when there is no cubin to read them from."""
+  m = re.search(r"\.entry\s+" + re.escape(name) + r"\b", ptx)
+  if m is None: return 0, 0
+  end = ptx.find(".entry", m.end())
+  body, head = ptx[m.end():end if end >= 0 else len(ptx)], ptx[:ptx.find(".entry")]
+  size = {"shared": 0, "local": 0}
+  for scope, src in ((("shared",), head), (("shared", "local"), body)):
+    for d in _PTX_DECL.finditer(src):
+      if d.group(1) not in scope or d.group(4) == "": continue
+      sz = _PTX_SIZES.get(d.group(3), 1) * (int(d.group(4)) if d.group(4) else 1)
+      size[d.group(1)] = round_up(size[d.group(1)], int(d.group(2) or 1)) + sz
+  return size["shared"], size["local"]
+
+class NVArgsState(HCQArgsState):
+  """Args memory of one launch: [pad to 256][QMD 0x180, pad to 0x200][constant bank 0: the launch header below the
+  parameters (hw.cbank0_header: block and grid dimensions, windows, stack pointer, ...), then the parameters]. Each
+  launch in flight owns its QMD and constant bank: never rewrite them while a launch that reads them may be queued."""
+  def __init__(self, cpu_addr: int, va_addr: int, prg: NVProgram, bufs: Sequence[Any], vals: Sequence[int]) -> None:
+    super().__init__(cpu_addr, va_addr, prg, bufs, vals)
+    pad = -va_addr % 256
+    self.qmd_va, self.qmd_cpu = va_addr + pad, cpu_addr + pad
+    self.cb_va, self.cb_cpu = self.qmd_va + 0x200, self.qmd_cpu + 0x200
+    self.grid, self.block = (1, 1, 1), (1, 1, 1)
+    if len(self.bufs) + len(self.vals) != len(prg.params):
+      raise ValueError(f"{prg.name} takes {len(prg.params)} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
+    ctypes.memset(self.cb_cpu, 0, prg.param_off)
+    for i, b in enumerate(self.bufs): self._put(i, b.va_addr)
+    for i, v in enumerate(self.vals): self._put(len(self.bufs) + i, v)
+  def _put(self, i: int, v: int) -> None:
+    off, sz = self.prg.params[i]
+    ctypes.memmove(self.cb_cpu + self.prg.param_off + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
+  def update_buffer(self, i: int, addr: int) -> None:
+    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
+    self._put(i, addr)
+  def update_var(self, i: int, value: int) -> None:
+    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
+    self._put(len(self.bufs) + i, value)
+  def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
+    prg, dev = self.prg, self.prg.dev
+    self.grid, self.block = gs, ls
+    # a kernel's launches of one geometry share their QMD and constant bank header but for the bank's address: both
+    # are made once per geometry (build_qmd is ~30 us of Python), copied, and the address patched
+    key = (gs, ls, prg.code_va, prg.shared_total, prg.local_bytes, prg.regs)   # (everything the QMD is made of)
+    if (t := prg.launch_templates.get(key)) is None:
+      if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
+      if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
+      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
+      if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
+      w = hw.build_qmd(prg.code_va, 0, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
+                       version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
+      w += [0] * (hw.QMD_BYTES // 4 - len(w))
+      if len(prg.launch_templates) >= 64: prg.launch_templates.clear()
+      t = prg.launch_templates[key] = (hdr, bytes(array("I", w)))
+    hdr, qmd = t
+    ctypes.memmove(self.cb_cpu, hdr, len(hdr))
+    ctypes.memmove(self.qmd_cpu, qmd, len(qmd))
+    lo, lo_v, hi, hi_v, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, self.cb_va)
+    q = c_array(ctypes.c_uint32, hw.QMD_BYTES // 4).from_address(self.qmd_cpu)
+    q[lo], q[hi] = lo_v, (q[hi] & ~hi_mask) | hi_v
+    dev.qmd_kernels[self.qmd_va] = prg.name   # for a fault that names the QMD (the SKED's ESR)
+
+def _put_u32(b: bytes, off: int, v: int) -> bytes: return b[:off] + v.to_bytes(4, "little") + b[off + 4:]
+
+def prod3(t: Sequence[int]) -> int: return t[0] * t[1] * t[2]
+
+class NVProgram(HCQProgram):
+  """A kernel: its code uploaded to GPU memory in an image that also holds the PTX (the mock GPU runs that), followed by
+  hw.PROGRAM_GUARD bytes for the instruction prefetch (docs/hw/h100-580.159.04-findings.md#finding-4)."""
+  args_state_t = NVArgsState
+  def __init__(self, dev: NVDevice, name: str, lib: bytes) -> None:
+    super().__init__(dev, name, lib)
+    ptx, cubin = unpack_lib(lib)
+    if not cubin and dev.compiler_ok:  # plain PTX: assemble it for the real GPU's sake when ptxas is here
+      try: cubin = unpack_lib(dev.compiler.compile(ptx))[1]
+      except Exception: cubin = b""
+    if not cubin and not dev.is_mock:
+      raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
+    self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
+    self.launch_templates: dict[tuple, tuple[bytes, bytes]] = {}   # geometry, sizes -> (cbank0 header, QMD): write_qmd
+    code = b""
+    self.params = ptx_params(ptx, name)
+    # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
+    static, frame = ptx_storage(ptx, name)
+    shared = dev.cb_layout.shared_base + static if static else 0
+    if frame: self.local_bytes = round_up(frame + hw.STACK_TOP_RESERVE, 16)
+    if cubin:
+      from baregrad.drivers.nv_compile import parse_cubin
+      info = parse_cubin(cubin)["kernels"].get(name)
+      if info is None: raise ValueError(f"NV program: the cubin has no kernel {name}")
+      code, self.regs, shared = info["code"], max(info["regs"], 16), info["shared"]
+      if info["param_cbank"] is not None and info["param_cbank"][0] != dev.param_off:
+        raise ValueError(f"NV program {name}: the cubin reads its parameters at c[0x0][{info['param_cbank'][0]:#x}], the "
+                         f"{dev.arch} constant bank layout puts them at {dev.param_off:#x} (compiled for another arch?)")
+      if info["params"]: self.params = [(o, sz) for _, o, sz in info["params"]]
+      # the stack frame (local arrays, spills) sits below the initial stack pointer, hw.STACK_TOP_RESERVE under the top
+      frame = max(info["frame"], info["min_stack"])
+      self.local_bytes = round_up(frame + hw.STACK_TOP_RESERVE, 16) if frame else 0
+    # the launch's shared memory is the cubin's .nv.shared size, which on sm_90+ counts the 1 KiB before the kernel's
+    # own data (hw.CBank0Layout.shared_base)
+    self.shared_total = shared
+    if self.shared_total > dev.max_shared_mem:
+      raise ValueError(f"NV program {name}: {shared} bytes of shared memory exceed the {dev.max_shared_mem} a block may use on {dev.arch}")
+    self.param_size = max((o + s for o, s in self.params), default=0)
+    image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
+    if self.local_bytes: dev._ensure_local_memory(self.local_bytes)
+    # host-visible, written by the CPU: a copy-queue upload would not be ordered before a raw compute-queue launch
+    self.image = dev._gpu_alloc(len(image) + hw.PROGRAM_GUARD, host=True, what=f"program image {name}")
+    assert self.image.cpu is not None
+    ctypes.memmove(self.image.cpu, image, len(image))
+    self.code_va = self.image.va + code_off
+  def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    """A launch as HCQProgram makes it (wait for the timeline, exec, signal the next value), its pushbuffer written
+    straight into one array instead of recorded in a queue object first; a timed launch (wait=True, PROFILE=1) takes
+    the queue path with its timestamps."""
+    if wait or profile.ON: return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    dev = self.dev
+    gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
+    args = self.fill_kernargs(bufs, vals)
+    tl = dev.timeline_signal.va_addr
+    with dev.submit_lock:
+      args.write_qmd(gs, ls)
+      words = array("I", hw.sem_words(tl, dev.timeline_value - 1, hw.SEM_EXEC_ACQUIRE_GEQ))
+      words += array("I", hw.launch_words(dev.compute_class, args.qmd_va))
+      words += array("I", hw.sem_words(tl, dev.next_timeline(), hw.SEM_EXEC_RELEASE))
+      dev.channels["compute"].submit(words)
+    return None
+  def __del__(self) -> None:
+    try:
+      if not self.dev.closed:
+        self.dev.synchronize()
+        self.dev._gpu_free(self.image)
+    except Exception: pass
