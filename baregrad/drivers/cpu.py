@@ -10,6 +10,7 @@ engine and thread pool that run them (cpu_engine.py, native pool cpu_pool.py, na
 from __future__ import annotations
 import ctypes, errno, os, threading, time
 from typing import Any, Hashable
+from baregrad import knobs
 from baregrad.helpers import c_array
 from baregrad.hal import Device, OutOfMemory, profile
 from baregrad.hcq import HCQBuffer, HCQDevice, HCQAllocator, HCQSignal
@@ -61,7 +62,7 @@ class CPUDevice(HCQDevice):
   def __init__(self, device: str) -> None:
     self.variant = Device.variant(device) or "LLVM"
     renderer, compiler = toolchain(self.variant)
-    self.threads = int(os.environ.get("CPU_THREADS", "0")) or os.cpu_count() or 1
+    self.threads = knobs.read("CPU_THREADS") or os.cpu_count() or 1
     self.sig_cv = threading.Condition()
     self.sig_sleepers = 0  # threads waiting on sig_cv (see _signal_written)
     self.closed = False

@@ -2,10 +2,11 @@
 thread) that executes the words of cpu_encoding.py, and the thread pool an EXEC's parallel axis is split over (Python
 threads, or the native pool of cpu_pool.py)."""
 from __future__ import annotations
-import ctypes, itertools, os, threading, time
+import ctypes, itertools, threading, time
 from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any
+from baregrad import knobs
 from baregrad.helpers import c_array
 from baregrad.hal import profile
 from baregrad.drivers.cpu_hostmem import host_map, host_unmap, sig_addr, _pages
@@ -132,13 +133,13 @@ class QueueEngine:
     self.state = "idle"
     self.cur: tuple[int, int, int] | None = None  # (addr, nwords, word offset) of the command being executed
     self._fxns: dict[int, Any] = {}
-    self.pool = ThreadPool(dev.threads, int(float(os.environ.get("CPU_SPLIT_US", "50")) * 1000),
-                           native=os.environ.get("CPU_NATIVE_POOL", "1") != "0") if name == "compute" else None
+    self.pool = ThreadPool(dev.threads, int(knobs.read("CPU_SPLIT_US") * 1000),
+                           native=knobs.read("CPU_NATIVE_POOL")) if name == "compute" else None
     # see _submit; the copy queue too: reading a loss after a step would otherwise wake its worker and wait to be woken
     # back, hundreds of µs on a busy machine for a 4-byte copy
-    self.inline = os.environ.get("CPU_INLINE", "1") != "0"
+    self.inline = knobs.read("CPU_INLINE")
     # the native runner of chains of tiny kernels (cpu_chain.py), built on first use; CPU_CHAIN=0 turns it off
-    self.chain: Any = True if self.inline and self.pool is not None and os.environ.get("CPU_CHAIN", "1") != "0" else None   # True: not built yet
+    self.chain: Any = True if self.inline and self.pool is not None and knobs.read("CPU_CHAIN") else None   # True: not built yet
     self.chains = 0                       # chains run by it (one native call each)
     self.pooled_chains = 0                # of which run by the worker with big kernels on the native pool
     self.last_pooled: Any = None          # the chunk counts of the last one (per kernel)

@@ -7,6 +7,7 @@ name with their struct fields and the returned status (IOCTL_TRACE=1 turns it on
 from __future__ import annotations
 import ctypes, errno, os, sys
 from typing import Any, Callable, Protocol
+from baregrad import knobs
 
 class IoctlError(OSError):
   """A failed ioctl: names the ioctl, the errno (or a driver status) and the parameters."""
@@ -164,9 +165,8 @@ class TracingPort:
 
 def make_port(mock: MockDevice | None = None) -> Any:
   """The port a driver should use: the mock's when given (MOCKGPU=1), else the kernel's; traced with IOCTL_TRACE=1."""
-  from baregrad.helpers import getenv
   p: Any = MockPort(mock) if mock is not None else RealPort()
-  return TracingPort(p) if getenv("IOCTL_TRACE", 0) else p
+  return TracingPort(p) if knobs.get("IOCTL_TRACE") else p
 
 # each GPU driver's mock GPU (module, class): the port builds it, so a driver never imports its mock
 MOCKS: dict[str, tuple[str, str]] = {"NV": ("baregrad.drivers.mock.nvgpu", "MockNVGPU"),
@@ -176,8 +176,7 @@ def driver_port(driver: str) -> Any:
   """The port driver `driver` ("NV", "AMD") opens its device through: with MOCKGPU=1 a new mock GPU of that driver's
   kind (its own variables, e.g. MOCKGPU_ARCH, MOCKGPU_COUNT, pick what it models), else the kernel. A mock that refuses
   its variables raises ValueError naming them."""
-  from baregrad.helpers import getenv
-  if not getenv("MOCKGPU", 0): return make_port()
+  if not knobs.get("MOCKGPU"): return make_port()
   if driver not in MOCKS: raise ValueError(f"no mock GPU for the {driver} driver; mocks exist for {', '.join(MOCKS)}")
   import importlib
   modname, clsname = MOCKS[driver]

@@ -38,6 +38,7 @@ packets and their PM4 IBs, the SDMA packets) for tools/amd_decode.py."""
 from __future__ import annotations
 import ctypes, errno, os, threading, time
 from typing import Any, Hashable
+from baregrad import knobs
 from baregrad.hal import OutOfMemory, DeviceUnavailable
 from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
 from baregrad.drivers.port import IoctlError, driver_port, register_ioctl
@@ -100,7 +101,7 @@ class AMDDevice(HCQDevice):
     self._lost: str | None = None        # why the device cannot run work any more (AMDDeviceLost)
     self._recovering = False
     self.kernel_names: dict[int, str] = {}   # kernel descriptor address -> kernel name (AMDProgram registers), for messages
-    self.capture_dir, self._captures = os.environ.get("AMD_CAPTURE") or None, 0
+    self.capture_dir, self._captures = knobs.read("AMD_CAPTURE") or None, 0
     try: self.fd_kfd = self._open("/dev/kfd")
     except FileNotFoundError:
       raise DeviceUnavailable(f"{device}: /dev/kfd not found (no amdgpu/amdkfd kernel driver here); set MOCKGPU=1 for the mock GPU") from None
