@@ -249,3 +249,9 @@ def test_cifar10_damaged_files_are_named(tmp_path):
   tgz = make_tar(batches)
   (t / "cifar-10-python.tar.gz").write_bytes(tgz[:len(tgz) // 2])
   with pytest.raises(DatasetFormatError, match=r"cifar-10-python.tar.gz.*not a readable"): datasets.cifar10(str(t))
+
+def test_a_bad_download_names_its_url(server):
+  x, y, xt, yt = mnist_arrays()
+  for n, a in zip(datasets.IDX_FILES, (x, x, xt, yt)): server.files[f"/m/{n}.gz"] = idx_bytes(a, gz=True)
+  with pytest.raises(DatasetFormatError, match=rf"train-labels-idx1-ubyte.gz holds 3-dimensional .*downloaded from {server.url}/m/: delete the file"):
+    datasets.mnist(server.url + "/m")

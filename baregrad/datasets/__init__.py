@@ -80,6 +80,13 @@ def _idx_dataset(what: str, source: Any, device: str | None) -> Data:
       if p is None: missing.append(" or ".join(cands))
       paths.append(p)
     if missing: raise FileNotFoundError(_missing(what, d, missing))
+  try: return _read_idx_set(what, paths, device)
+  except DatasetFormatError as e:
+    if not is_url(source): raise
+    raise DatasetFormatError(f"{e} (downloaded from {base}: delete the file to download it again)") from None
+
+def _read_idx_set(what: str, paths: list[str], device: str | None) -> Data:
+  """The four idx files checked as a set: images and labels where each belongs, counts that match, labels 0..9."""
   # the headers first: a labels file given as images (or the reverse) is refused before megabytes are read
   heads = [read_idx_header(p) for p in paths]
   for i, (p, h) in enumerate(zip(paths, heads)):
