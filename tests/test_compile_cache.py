@@ -44,7 +44,7 @@ def rewrite(path: str, f) -> None:
   ("header only", lambda d: d[:20], "cut short"),
   ("empty", lambda d: b"", "cut short"),
   ("overlong", lambda d: d + b"\0", "overlong"),
-  ("old format (the bare payload)", lambda d: d[hc._HEAD.size:], "format"),
+  ("not an entry (a bare payload)", lambda d: d[hc._HEAD.size:], "format"),
 ])
 def test_bad_entry_is_reported_deleted_and_rebuilt(cache, what, mangle, says):
   c, w, path = compiled_twice("int f(void);", lambda p: rewrite(p, mangle))
@@ -183,3 +183,17 @@ def test_damaged_kernel_in_the_cache_is_rebuilt_not_run(tmp_path):
     assert "CompileCacheWarning" in r.stderr and all(str(p) in r.stderr for p in entries), r.stderr
     again = run()   # healed: no warning the next time
     assert again.returncode == 0 and "CompileCacheWarning" not in again.stderr, again.stderr
+
+def test_entries_of_the_earlier_format_are_not_read(cache):
+  """Before the checked format an entry was the bare code at sha256(key, version, source): such files are never looked
+  at (the format is part of the key), so an upgrade brings no warnings, and they cannot be loaded unchecked."""
+  import hashlib
+  h = hashlib.sha256()
+  for part in ("toy", "", "int g;"): h.update(part.encode()); h.update(b"\0")
+  os.makedirs(cache / "compile")
+  (cache / "compile" / h.hexdigest()).write_bytes(b"stale code")
+  c = Toy()
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert c.compile_cached("int g;") == b";g tni" * 50 and c.n == 1
+  assert Toy().cache_key("int g;") != h.hexdigest()

@@ -5,8 +5,10 @@ source). Its bytes:
 
     magic "BGCC\\x01\\0\\0\\0" (8) | the entry's key, raw SHA-256 (32) | payload length, <Q (8) | SHA-256 of the payload (32) | payload
 
-A file that fails any of these checks (damaged bytes, cut short, written for another key, an older format) is
-reported once with a CompileCacheWarning naming it, deleted and compiled again: nothing unchecked reaches a loader.
+A file that fails any of these checks (damaged bytes, cut short, written for another key, not an entry) is reported
+once with a CompileCacheWarning naming it, deleted and compiled again: nothing unchecked reaches a loader. The format
+(MAGIC) is part of the key, so the bare entries of earlier versions are never read (nor warned about): they are left
+for the user to delete.
 Writes go to a uniquely named temporary file in the same folder, renamed over the entry (atomic), so concurrent
 processes never see a half-written entry. A cache folder that cannot be written means compiling without caching
 (one warning per folder and process); entries already there are still read."""
@@ -64,7 +66,7 @@ class Compiler:
 
   def cache_key(self, src: str) -> str:
     """The hex SHA-256 naming `src`'s entry: target key, toolchain version and source."""
-    h = hashlib.sha256()
+    h = hashlib.sha256(MAGIC)   # the entry format is part of the key: entries of an earlier format are never looked at
     for part in (self.cachekey or "", self.version(), src): h.update(part.encode()); h.update(b"\0")
     return h.hexdigest()
 
