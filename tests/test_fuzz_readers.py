@@ -7,7 +7,7 @@ TypeError, an EOFError, a NumPy error, a crash) fails. Valid files still load eq
 Normal suite: derandomized, few examples (a few seconds). A fuzz run: BAREGRAD_FUZZ=<examples per test> draws new
 random examples each run (e.g. BAREGRAD_FUZZ=2000 python3 -m pytest tests/test_fuzz_readers.py)."""
 from __future__ import annotations
-import gzip, json, os, pickle, struct, tempfile
+import atexit, gzip, json, os, pickle, shutil, struct, tempfile
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
@@ -18,7 +18,8 @@ from baregrad.datasets import cifar10
 
 N = int(os.environ.get("BAREGRAD_FUZZ", "0") or 0)
 FUZZ = settings(max_examples=N or 200, deadline=None, derandomize=not N, database=None, suppress_health_check=list(HealthCheck))
-DIR = tempfile.mkdtemp(prefix="bg-fuzz-")
+DIR = tempfile.mkdtemp(prefix="bg-fuzz-")   # one folder for the module (hypothesis runs many examples per test)
+atexit.register(shutil.rmtree, DIR, ignore_errors=True)
 
 # ---- mutations of bytes
 @st.composite
