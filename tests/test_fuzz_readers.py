@@ -7,7 +7,7 @@ TypeError, an EOFError, a NumPy error, a crash) fails. Valid files still load eq
 Normal suite: derandomized, few examples (a few seconds). A fuzz run: BAREGRAD_FUZZ=<examples per test> draws new
 random examples each run (e.g. BAREGRAD_FUZZ=2000 python3 -m pytest tests/test_fuzz_readers.py)."""
 from __future__ import annotations
-import atexit, gzip, json, os, pickle, shutil, struct, tempfile
+import atexit, functools, gc, gzip, json, os, pickle, shutil, struct, tempfile
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
@@ -59,8 +59,14 @@ def st_tensors() -> dict[str, Tensor]:
           "u": Tensor(np.arange(5, dtype=np.uint8))}
 
 ST_PATH = os.path.join(DIR, "base.safetensors")
-safe_save(st_tensors(), ST_PATH, metadata={"k": "v"})
-with open(ST_PATH, "rb") as _f: ST_BASE = _f.read()
+
+@functools.cache
+def st_base() -> bytes:
+  """The valid file every safetensors mutation starts from; made on first use, not at import (collecting the tests
+  must not create tensors: their buffers would be freed during other modules' tests, which count memory)."""
+  safe_save(st_tensors(), ST_PATH, metadata={"k": "v"})
+  gc.collect()
+  with open(ST_PATH, "rb") as f: return f.read()
 
 def split(data: bytes) -> tuple[dict, bytes]:
   n = struct.unpack("<Q", data[:8])[0]
@@ -76,7 +82,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70
 
 @st.composite
 def st_header_mutation(draw) -> bytes:
-  header, body = split(ST_BASE)
+  header, body = split(st_base())
   names = [k for k in header if k != "__metadata__"]
   for _ in range(draw(st.integers(1, 3))):
     kind = draw(st.sampled_from(["field", "field", "offsets", "shape", "drop", "add", "entry", "meta", "body", "lenprefix"]))
@@ -112,7 +118,7 @@ def check_safetensors(data: bytes) -> None:
 @FUZZ
 @given(st.data())
 def test_safetensors_byte_mutations(data):
-  check_safetensors(data.draw(mutated(ST_BASE)))
+  check_safetensors(data.draw(mutated(st_base())))
 
 @FUZZ
 @given(st_header_mutation())
@@ -140,6 +146,7 @@ def test_safetensors_valid_files_load_equal(specs, meta):
     np.testing.assert_array_equal(out[k].numpy(), a)
 
 def test_the_base_file_loads():
+  st_base()
   out, ref = safe_load(ST_PATH), st_tensors()
   for k, t in ref.items(): np.testing.assert_array_equal(out[k].numpy() if k != "b" else out[k].float().numpy(), t.numpy() if k != "b" else t.float().numpy())
 
