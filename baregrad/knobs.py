@@ -172,6 +172,7 @@ _DECLARED = [
        "tests: core skips the _expanded onnx node tests (about a third of their time)", _T,
        choices=("all", "core")),
   Knob("HCQ_TEST_DEVICES", "list", ("CPU",), "tests: the devices tests/test_hcq.py runs on", _T),
+  Knob("BAREGRAD_FUZZ", "int", 0, "tests: examples per fuzz test, drawn anew each run (0: the fixed quick set)", _T, lo=0),
   Knob("RDNA3_XCHECK_ALL", "bool", False, "tests: cross-check every RDNA3 encoding instead of every sixth", _T),
   Knob("DOCTOR_TRACEBACK", "bool", False, "tools/amd_doctor.py prints the traceback of a failing step", _T),
   Knob("BAREGRAD_AUTOGEN_CACHE", "path", "/tmp/baregrad-autogen-src",

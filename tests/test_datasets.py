@@ -170,3 +170,88 @@ def test_download_shows_progress_on_a_terminal(server, monkeypatch, capfd):
   datasets.fetch(server.url + "/big.bin")
   err = capfd.readouterr().err
   assert "download big.bin:" in err and "100%" in err
+
+# ---- issue 31: strict readers; every error a DatasetFormatError (a ValueError) naming the file and what was expected
+from baregrad.datasets import DatasetFormatError, read_idx_header
+import struct, pickle as _pickle
+
+def test_truncated_or_corrupt_gz_is_named(tmp_path):
+  a = rng.integers(0, 256, (50, 28, 28), dtype=np.uint8)
+  good = idx_bytes(a, gz=True)
+  p = tmp_path / "x-idx3-ubyte.gz"
+  for data, pat in ((good[:len(good) // 2], "cut short"), (good[:-4], "cut short or corrupt"), (good[:12], "cut short"),
+                    (good[:20] + bytes(b ^ 0x55 for b in good[20:200]) + good[200:], "corrupt"),
+                    (b"not gzip at all", "corrupt")):
+    p.write_bytes(data)
+    with pytest.raises(DatasetFormatError, match=pat) as e: read_idx(str(p))
+    assert str(p) in str(e.value)
+  p.write_bytes(good)
+  np.testing.assert_array_equal(read_idx(str(p)), a)
+
+def test_idx_sizes_are_checked_before_reading(tmp_path):
+  p = tmp_path / "a-idx"
+  p.write_bytes(struct.pack(">HBB3I", 0, 8, 3, 60000, 28, 28) + b"\0" * 100)
+  with pytest.raises(DatasetFormatError, match=rf"{p}: header says 3-dimensional unsigned byte .* shape \(60000, 28, 28\) \(47040000 bytes of data\) but the file has 100"):
+    read_idx(str(p))
+  p.write_bytes(struct.pack(">HBB3I", 0, 8, 3, 2, 2, 2) + b"\0" * 9)
+  with pytest.raises(DatasetFormatError, match="8 bytes of data.*has 9"): read_idx(str(p))
+  g = tmp_path / "b.gz"
+  g.write_bytes(gzip.compress(struct.pack(">HBB2I", 0, 0x0E, 2, 2**31, 4) + b"\0" * 64))   # claims 64 GiB: not allocated
+  with pytest.raises(DatasetFormatError, match=rf"{g}: cut short: the data of .* needs 68719476736 bytes, the file has 64"): read_idx(str(g))
+  g.write_bytes(gzip.compress(struct.pack(">HBB2I", 0, 8, 2, 1, 2) + b"\1\2\3"))
+  with pytest.raises(DatasetFormatError, match="more bytes follow"): read_idx(str(g))
+  g.write_bytes(gzip.compress(struct.pack(">HBB4I", 0, 0x0E, 4, 0, 2**32 - 1, 2**32 - 1, 2**32 - 1)))
+  with pytest.raises(DatasetFormatError, match=r"fewer than 2\*\*63 bytes"): read_idx(str(g))
+  g.write_bytes(gzip.compress(struct.pack(">HBB", 0, 8, 70) + struct.pack(">70I", *[0] * 70)))
+  with pytest.raises(DatasetFormatError, match="at most 64 dimensions"): read_idx(str(g))
+  g.write_bytes(gzip.compress(struct.pack(">HBB", 0, 0x0C, 2)))
+  with pytest.raises(DatasetFormatError, match="the sizes of 2 dimensions needs 8 bytes, the file has 0"): read_idx(str(g))
+  g.write_bytes(gzip.compress(b"\x1f\x8b\x08\x00"))
+  with pytest.raises(DatasetFormatError, match="not an idx file"): read_idx(str(g))
+  assert issubclass(DatasetFormatError, ValueError)
+
+def _mnist_folder(d, arrays):
+  d.mkdir(exist_ok=True)
+  for n, a in zip(datasets.IDX_FILES, arrays): write_idx(str(d / n), a)
+
+def test_mnist_refuses_the_wrong_kind_of_file(tmp_path):
+  """An images file given as the labels file (or the reverse), labels of another type, counts that differ, labels
+  out of 0..9: each refused, naming the file and what was expected."""
+  x, y, xt, yt = mnist_arrays()
+  cases = [((x, x, xt, yt), "train-labels-idx1-ubyte holds 3-dimensional unsigned byte .*; expected labels: a 1-dimensional idx file of unsigned bytes"),
+           ((y, y, xt, yt), "train-images-idx3-ubyte holds 1-dimensional unsigned byte .*; expected images: a 3-dimensional"),
+           ((x, y.astype(np.int32), xt, yt), r"train-labels-idx1-ubyte holds 1-dimensional int32 \(type 0x0c\)"),
+           ((x, y, xt, y), r"t10k-images-idx3-ubyte has 3 images but .*t10k-labels-idx1-ubyte has 6 labels"),
+           ((x, y, xt[:, :20], yt), r"has images of \(28, 28\) but .*t10k-images-idx3-ubyte of \(20, 28\)"),
+           ((x, np.where(y == y[2], 10, y).astype(np.uint8), xt, yt), r"train-labels-idx1-ubyte holds label 10 at index 2; expected labels 0..9")]
+  for i, (arrays, pat) in enumerate(cases):
+    _mnist_folder(tmp_path / str(i), arrays)
+    with pytest.raises(DatasetFormatError, match=pat) as e: datasets.mnist(str(tmp_path / str(i)))
+    assert str(tmp_path / str(i)) in str(e.value)
+  assert read_idx_header(str(tmp_path / "0" / datasets.IDX_FILES[0])).shape == (6, 28, 28)
+
+def test_cifar10_damaged_files_are_named(tmp_path):
+  batches = cifar_batches()
+  d = tmp_path / "c"; d.mkdir()
+  for n, b in batches.items(): (d / n).write_bytes(_pickle.dumps(b))
+  full = (d / "data_batch_3").read_bytes()
+  for data, pat in ((full[:len(full) // 2], "not a readable CIFAR-10 batch pickle"), (b"garbage", "not a readable"),
+                    (_pickle.dumps([1, 2]), "holds a list; expected a dict"),
+                    (_pickle.dumps({b"data": np.zeros((4, 3072), np.uint8), b"labels": [1, 2, 300, 4]}), r"labels is int64 \(4,\) with values 1..300"),
+                    (_pickle.dumps({b"data": np.zeros((4, 3072), np.uint8), b"labels": [1, 2, 11, 4]}), "label 11; expected labels 0..9"),
+                    (_pickle.dumps({b"data": np.zeros((4, 3071), np.uint8), b"labels": [1, 2, 3, 4]}), r"data \(4, 3071\).*expected \(N, 3072\)")):
+    (d / "data_batch_3").write_bytes(data)
+    with pytest.raises(DatasetFormatError, match=pat) as e: datasets.cifar10(str(d))
+    assert "data_batch_3" in str(e.value)
+  (d / "data_batch_3").write_bytes(full)
+  check_cifar(datasets.cifar10(str(d)), batches)
+  t = tmp_path / "t"; t.mkdir()
+  tgz = make_tar(batches)
+  (t / "cifar-10-python.tar.gz").write_bytes(tgz[:len(tgz) // 2])
+  with pytest.raises(DatasetFormatError, match=r"cifar-10-python.tar.gz.*not a readable"): datasets.cifar10(str(t))
+
+def test_a_bad_download_names_its_url(server):
+  x, y, xt, yt = mnist_arrays()
+  for n, a in zip(datasets.IDX_FILES, (x, x, xt, yt)): server.files[f"/m/{n}.gz"] = idx_bytes(a, gz=True)
+  with pytest.raises(DatasetFormatError, match=rf"train-labels-idx1-ubyte.gz holds 3-dimensional .*downloaded from {server.url}/m/: delete the file"):
+    datasets.mnist(server.url + "/m")

@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from baregrad.drivers.elf_loader import ElfLoadError, LoadedImage, disassemble, link_image, load_elf
+from baregrad.drivers.elf_loader import ElfLoadError, ElfSymbolError, LoadedImage, disassemble, link_image, load_elf
 
 HOST_X86 = platform.machine().lower() in ("x86_64", "amd64")
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None or not HOST_X86, reason="needs gcc on x86-64")
@@ -512,6 +512,25 @@ def test_bad_input(tmp_path_factory):
         assert "1 symbols" in repr(img)
     assert "closed" in repr(img)
     with pytest.raises(ElfLoadError, match="closed"):
+        img.symbol("add")
+
+
+@needs_gcc
+def test_errors_name_what_was_loaded(tmp_path_factory):
+    """Issue 31: an ElfLoadError names the file or kernel it was loading (given as name=), with its size, from every
+    entry point and from the image's lookups; the message after the name is unchanged."""
+    good = gcc("int add(int a, int b) { return a + b; }\n", ["-O2", "-fPIC"], tmp_path_factory)
+    for data, pat in ((good[:len(good) // 2], "truncated|past the end"), (b"garbage" * 20, "not an ELF file"), (b"", "not an ELF")):
+        for call in (lambda: load_elf(data, name="kernel E_4"), lambda: link_image(data, 0x10000, name="kernel E_4"),
+                     lambda: disassemble(data, name="kernel E_4")):
+            with pytest.raises(ElfLoadError, match=rf"^kernel E_4 \({len(data)} bytes\): .*({pat})"):
+                call()
+    with pytest.raises(ElfLoadError, match=r"^/cache/x \(9 bytes\): not an ELF"):
+        load_elf(b"123456789", name="/cache/x")
+    with load_elf(good, name="kernel add") as img:
+        with pytest.raises(ElfSymbolError, match="'nope' in the image of kernel add; available: add$"):
+            img.symbol("nope")
+    with pytest.raises(ElfLoadError, match="image of kernel add at .* is closed"):
         img.symbol("add")
 
 

@@ -138,3 +138,106 @@ def test_corrupt_files_are_named(tmp_path):
   h = json.dumps({"x": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}).encode()
   p.write_bytes(struct.pack("<Q", len(h)) + h + b"\0" * 8)
   with pytest.raises(SafetensorsError, match="unsupported dtype 'C64'"): safe_load(p)
+
+# ---- issue 31: every header field checked, errors name the file and the tensor; failed saves leave nothing behind
+def _raw_file(p, header, data: bytes = b"") -> None:
+  h = header if isinstance(header, bytes) else json.dumps(header).encode()
+  p.write_bytes(struct.pack("<Q", len(h)) + h + data)
+
+def _one(**kw):
+  return {"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8], **kw}}
+
+@pytest.mark.parametrize("header,data,pat", [
+  (_one(shape=[-2]), b"\0" * 8, r"tensor 'x' has shape \[-2\]; expected a list of non-negative integers"),
+  (_one(shape=[2**40, 2**40]), b"\0" * 8, r"tensor 'x' has shape .*fewer than 2\*\*63 bytes"),
+  (_one(shape=[0, 2**70], data_offsets=[0, 0]), b"", r"tensor 'x' has shape .*fewer than 2\*\*63 bytes"),
+  (_one(shape=[0] * 65, data_offsets=[0, 0]), b"", r"tensor 'x' has shape .*at most 64 dimensions"),
+  (_one(shape=[True, 1]), b"\0" * 8, r"tensor 'x' has shape \[true, 1\]; expected a list of non-negative integers"),
+  (_one(shape=2), b"\0" * 8, r"tensor 'x' has shape 2; expected a list"),
+  (_one(shape=[2.0]), b"\0" * 8, r"tensor 'x' has shape \[2.0\]"),
+  (_one(dtype=["F32"]), b"\0" * 8, r"tensor 'x' has unsupported dtype \[\"F32\"\]; expected one of BOOL, U8"),
+  (_one(dtype=None), b"\0" * 8, r"tensor 'x' has unsupported dtype null"),
+  (_one(data_offsets=["0", "8"]), b"\0" * 8, r"tensor 'x' has data_offsets \[\"0\", \"8\"\]; expected \[begin, end\], two integers"),
+  (_one(data_offsets=[0, 4, 8]), b"\0" * 8, r"tensor 'x' has data_offsets \[0, 4, 8\]"),
+  (_one(data_offsets=[8, 0]), b"\0" * 8, r"tensor 'x' .*data_offsets \[8, 0\]; expected an end - begin of 8"),
+  (_one(data_offsets=[-8, 0]), b"\0" * 8, r"tensor 'x' .*data_offsets \[-8, 0\]"),
+  (_one(data_offsets=[0, 2**64 + 8]), b"\0" * 8, r"tensor 'x' .*data_offsets \[0, 18446744073709551624\]"),
+  ({"x": [1, 2]}, b"", r"tensor 'x' is \[1, 2\]; expected an object with dtype, shape and data_offsets"),
+  ({"x": {"dtype": "F32", "shape": [1]}}, b"", r"tensor 'x' is .*expected an object with dtype, shape and data_offsets"),
+  ({"__metadata__": {"a": 1}}, b"", r"__metadata__ is \{\"a\": 1\}; expected an object of strings"),
+  ({"__metadata__": "a"}, b"", r"__metadata__ is 'a'"),
+  ([1, 2], b"", r"header is a JSON list; expected an object"),
+  (b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "x": {"dtype": "U8", "shape": [8], "data_offsets": [0, 8]}}',
+   b"\0" * 8, r"the name 'x' appears twice"),
+  (b"\xff\xfe{}", b"", r"not valid UTF-8 JSON"),
+  (b"[" * 50000, b"", r"not valid UTF-8 JSON"),
+  (b'{"x": 1' + b"1" * 5000 + b"}", b"", r"not valid UTF-8 JSON"),
+  ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}},
+   b"\0" * 8, r"tensors 'a' and 'b' overlap \(bytes \[4, 8\) of the data section\)"),
+  ({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}, b"\0" * 8, r"bytes \[0, 4\) of the data section belong to no tensor \(before 'a'\)"),
+  (_one(), b"\0" * 12, r"the data section has 12 bytes but the tensors end at 8"),
+])
+def test_malformed_header_names_file_tensor_and_expectation(tmp_path, header, data, pat):
+  p = tmp_path / "bad.safetensors"
+  _raw_file(p, header, data)
+  for read in (safe_header, safe_load, safe_load_metadata):
+    with pytest.raises(SafetensorsError, match=pat) as e: read(p)
+    assert str(e.value).startswith(str(p)), str(e.value)
+
+def test_header_size_is_bounded(tmp_path, monkeypatch):
+  from baregrad.tensor.nn import state
+  p = tmp_path / "big.safetensors"
+  _raw_file(p, b"{}" + b" " * 98)
+  safe_header(p)
+  monkeypatch.setattr(state, "MAX_HEADER", 64)
+  with pytest.raises(SafetensorsError, match=rf"{p}: header length 100 exceeds the format's limit of 64 bytes"): safe_header(p)
+
+def test_bool_bytes_are_zero_or_one(tmp_path):
+  p = tmp_path / "b.safetensors"
+  _raw_file(p, {"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}}, b"\x01\x00\x07")
+  with pytest.raises(SafetensorsError, match=r"tensor 'm' \(BOOL\) holds byte 7 at element 2; expected 0 or 1"): safe_load(p)
+  _raw_file(p, {"m": {"dtype": "BOOL", "shape": [3], "data_offsets": [0, 3]}}, b"\x01\x00\x01")
+  assert safe_load(p)["m"].numpy().tolist() == [True, False, True]
+
+def test_zero_sized_and_out_of_order_tensors_still_load(tmp_path):
+  """What the format allows stays allowed: empty tensors (any offset inside the section), tensors stored in another
+  order than the header lists them."""
+  p = tmp_path / "ok.safetensors"
+  _raw_file(p, {"b": {"dtype": "I16", "shape": [2], "data_offsets": [4, 8]}, "e": {"dtype": "F32", "shape": [0, 3], "data_offsets": [4, 4]},
+                "a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}, bytes([1, 2, 3, 4, 5, 0, 6, 0]))
+  out = safe_load(p)
+  assert out["a"].numpy().tolist() == [1, 2, 3, 4] and out["b"].numpy().tolist() == [5, 6] and out["e"].shape == (0, 3)
+
+def test_failed_save_keeps_old_file_and_leaves_no_temporary(tmp_path, monkeypatch):
+  """A full disk (the write raises ENOSPC, as it would on a full file system) or an interrupt mid-save: the old file
+  is intact, no temporary file remains, and the error names the file."""
+  import errno, os
+  from baregrad.tensor.nn import state
+  p = tmp_path / "m.safetensors"
+  safe_save({"w": Tensor(np.arange(4, dtype=np.float32))}, p)
+  old = p.read_bytes()
+  real = os.fdopen
+  class Full:
+    def __init__(self, f): self.f, self.n = f, 0
+    def __enter__(self): return self
+    def __exit__(self, *a): self.f.close()
+    def write(self, b):
+      self.n += 1
+      if self.n > 2: raise OSError(errno.ENOSPC, "No space left on device")
+      return self.f.write(b)
+    def __getattr__(self, k): return getattr(self.f, k)
+  monkeypatch.setattr(state.os, "fdopen", lambda fd, *a, **k: Full(real(fd, *a, **k)))
+  with pytest.raises(OSError, match=rf"No space left on device: '{p}'") as e:
+    safe_save({"w": Tensor(np.arange(1000, dtype=np.float32))}, p)
+  assert e.value.errno == errno.ENOSPC
+  monkeypatch.undo()
+  assert p.read_bytes() == old and os.listdir(tmp_path) == ["m.safetensors"]
+  monkeypatch.setattr(state.os, "fsync", lambda fd: (_ for _ in ()).throw(KeyboardInterrupt()))
+  with pytest.raises(KeyboardInterrupt): safe_save({"w": Tensor(np.arange(1000, dtype=np.float32))}, p)
+  assert p.read_bytes() == old and os.listdir(tmp_path) == ["m.safetensors"]
+
+def test_saved_file_gets_ordinary_permissions(tmp_path):
+  import os
+  um = os.umask(0o022); os.umask(um)
+  safe_save({"w": Tensor(np.arange(4, dtype=np.float32))}, tmp_path / "m.safetensors")
+  assert os.stat(tmp_path / "m.safetensors").st_mode & 0o777 == 0o666 & ~um

@@ -10,16 +10,17 @@ Each returns Data(x_train, y_train, x_test, y_test), Tensors holding the files' 
 and labels). To draw random minibatches, index the host copy (`x = d.x_train.numpy(); x[idx]`): indexing a Tensor
 with an integer Tensor is a one-hot compare and sum whose work grows with the dataset (see README)."""
 from __future__ import annotations
-import os, pickle, tarfile
+import gzip, os, pickle, tarfile, zlib
 from typing import Any, NamedTuple
 import numpy as np
 from baregrad.tensor import Tensor
 from baregrad.datasets.download import fetch, is_url, cache_path, DownloadError
-from baregrad.datasets.idx import read_idx, write_idx
+from baregrad.datasets.idx import read_idx, read_idx_header, write_idx, DatasetFormatError
 
 MNIST_URL = "https://storage.googleapis.com/cvdf-datasets/mnist/"
 FASHION_MNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CLASSES = 10   # MNIST's digits, Fashion-MNIST's and CIFAR-10's classes
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 class Data(NamedTuple):
@@ -47,19 +48,21 @@ def cifar10(source: str | os.PathLike | None = None, device: str | None = None) 
   else:
     d = os.path.expanduser(os.fspath(source))
     found = next((b for b in (d, os.path.join(d, "cifar-10-batches-py")) if all(os.path.isfile(os.path.join(b, n)) for n in names)), None)
-    if found is not None: batches = {n: _unpickle(open(os.path.join(found, n), "rb")) for n in names}
+    if found is not None: batches = {n: _unpickle_file(os.path.join(found, n)) for n in names}
     elif os.path.isfile(tgz := os.path.join(d, "cifar-10-python.tar.gz")): batches = _tar_batches(tgz, names)
     else: raise FileNotFoundError(_missing("CIFAR-10", d, [f"{n} (in the folder or in cifar-10-batches-py/)" for n in names] + ["or cifar-10-python.tar.gz"]))
   def split(ns: list[str]) -> tuple[np.ndarray, np.ndarray]:
     xs, ys = [], []
     for n in ns:
       b = batches[n]
+      if not isinstance(b, dict): raise DatasetFormatError(f"CIFAR-10 batch {n} holds a {type(b).__name__}; expected a dict with 'data' and 'labels'")
       x, y = b.get(b"data", b.get("data")), b.get(b"labels", b.get("labels"))
-      if x is None or y is None: raise ValueError(f"CIFAR-10 batch {n}: expected the keys 'data' and 'labels', found {sorted(map(str, b))}")
-      x = np.asarray(x, np.uint8)
-      if x.ndim != 2 or x.shape[1] != 3 * 32 * 32 or len(y) != len(x):
-        raise ValueError(f"CIFAR-10 batch {n}: data {x.shape} and {len(y)} labels; expected (N, 3072) and N labels")
-      xs.append(x.reshape(-1, 3, 32, 32)); ys.append(np.asarray(y, np.uint8))
+      if x is None or y is None: raise DatasetFormatError(f"CIFAR-10 batch {n}: expected the keys 'data' and 'labels', found {sorted(map(str, b))}")
+      x, y = _uint8s(x, n, "data"), _uint8s(y, n, "labels")
+      if x.ndim != 2 or x.shape[1] != 3 * 32 * 32 or y.ndim != 1 or len(y) != len(x):
+        raise DatasetFormatError(f"CIFAR-10 batch {n}: data {x.shape} and labels {y.shape}; expected (N, 3072) and (N,)")
+      if y.size and (m := int(y.max())) >= CLASSES: raise DatasetFormatError(f"CIFAR-10 batch {n} holds label {m}; expected labels 0..{CLASSES - 1}")
+      xs.append(x.reshape(-1, 3, 32, 32)); ys.append(y)
     return np.concatenate(xs), np.concatenate(ys)
   return _tensors(*split(names[:5]), *split(names[5:]), device=device)
 
@@ -77,9 +80,28 @@ def _idx_dataset(what: str, source: Any, device: str | None) -> Data:
       if p is None: missing.append(" or ".join(cands))
       paths.append(p)
     if missing: raise FileNotFoundError(_missing(what, d, missing))
+  try: return _read_idx_set(what, paths, device)
+  except DatasetFormatError as e:
+    if not is_url(source): raise
+    raise DatasetFormatError(f"{e} (downloaded from {base}: delete the file to download it again)") from None
+
+def _read_idx_set(what: str, paths: list[str], device: str | None) -> Data:
+  """The four idx files checked as a set: images and labels where each belongs, counts that match, labels 0..9."""
+  # the headers first: a labels file given as images (or the reverse) is refused before megabytes are read
+  heads = [read_idx_header(p) for p in paths]
+  for i, (p, h) in enumerate(zip(paths, heads)):
+    images = i % 2 == 0
+    want = "images: a 3-dimensional idx file (count, rows, columns)" if images else "labels: a 1-dimensional idx file"
+    if h.code != 0x08 or len(h.shape) != (3 if images else 1):
+      raise DatasetFormatError(f"{what}: {p} holds {h.describe()}; expected {want} of unsigned bytes (type 0x08)")
+  for (x, y), (px, py) in ((heads[:2], paths[:2]), (heads[2:], paths[2:])):
+    if x.shape[0] != y.shape[0]: raise DatasetFormatError(f"{what}: {px} has {x.shape[0]} images but {py} has {y.shape[0]} labels; expected as many of each")
+  if heads[0].shape[1:] != heads[2].shape[1:]:
+    raise DatasetFormatError(f"{what}: {paths[0]} has images of {heads[0].shape[1:]} but {paths[2]} of {heads[2].shape[1:]}; expected one size")
   arrays = [read_idx(p) for p in paths]
-  for (x, y), split in ((arrays[:2], "train"), (arrays[2:], "t10k")):
-    if len(x) != len(y): raise ValueError(f"{what}: {split} has {len(x)} images but {len(y)} labels")
+  for p, y in zip(paths[1::2], arrays[1::2]):
+    if y.size and (m := int(y.max())) >= CLASSES:
+      raise DatasetFormatError(f"{what}: {p} holds label {m} at index {int(y.argmax())}; expected labels 0..{CLASSES - 1}")
   return _tensors(*arrays, device=device)
 
 def _fetch_first(urls: list[str]) -> str:
@@ -97,22 +119,48 @@ def _missing(what: str, folder: str, looked_for: list[str]) -> str:
 def _tensors(*arrays: np.ndarray, device: str | None) -> Data:
   return Data(*(Tensor(np.ascontiguousarray(a), device=device) for a in arrays))
 
+def _uint8s(v: Any, batch: str, key: str) -> np.ndarray:
+  """v (an array or a list of ints) as uint8, each value checked to fit."""
+  try: a = np.asarray(v)
+  except (ValueError, TypeError, OverflowError) as e: raise DatasetFormatError(f"CIFAR-10 batch {batch}: {key} is not an array ({e})") from None
+  if a.dtype == np.uint8: return a
+  if a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() > 255)):
+    raise DatasetFormatError(f"CIFAR-10 batch {batch}: {key} is {a.dtype} {a.shape}" + (f" with values {a.min()}..{a.max()}" if a.size and a.dtype.kind in "iu" else "")
+                             + "; expected integers 0..255")
+  return a.astype(np.uint8)
+
+class UnsafePickleError(DatasetFormatError, pickle.UnpicklingError):
+  """A dataset pickle that asks to build something other than NumPy arrays (a pickle can run code): refused."""
+
 class _NumpyOnly(pickle.Unpickler):
   """CIFAR's pickles hold dicts, lists, bytes and NumPy arrays: nothing else may be built (a pickle can run code)."""
   ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy", "ndarray"),
              ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar")}
   def find_class(self, module: str, name: str) -> Any:
     if (module, name) in self.ALLOWED: return super().find_class(module, name)
-    raise pickle.UnpicklingError(f"CIFAR-10 batch refers to {module}.{name}: only NumPy arrays are accepted in a dataset pickle")
+    raise UnsafePickleError(f"CIFAR-10 batch refers to {module}.{name}: only NumPy arrays are accepted in a dataset pickle")
 
-def _unpickle(f: Any) -> dict:
-  with f: return _NumpyOnly(f, encoding="bytes").load()
+def _unpickle(f: Any, where: str) -> dict:
+  """The pickled batch in f; a damaged or unsafe pickle raises DatasetFormatError naming `where`."""
+  try:
+    with f: return _NumpyOnly(f, encoding="bytes").load()
+  except UnsafePickleError as e: raise UnsafePickleError(f"{where}: {e}") from None
+  except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+          MemoryError, RecursionError, UnicodeDecodeError, zlib.error, tarfile.TarError) as e:
+    # what the restricted unpickler (and NumPy's array rebuilding) raise on damaged bytes
+    raise DatasetFormatError(f"{where}: not a readable CIFAR-10 batch pickle ({type(e).__name__}: {str(e)[:200]})") from None
+
+def _unpickle_file(path: str) -> dict: return _unpickle(open(path, "rb"), path)
 
 def _tar_batches(path: str, names: list[str]) -> dict[str, dict]:
-  with tarfile.open(path, "r:gz") as t:
-    members = {os.path.basename(m.name): m for m in t.getmembers() if m.isfile()}
-    if missing := [n for n in names if n not in members]: raise FileNotFoundError(f"CIFAR-10: {path} lacks {', '.join(missing)}")
-    return {n: _unpickle(t.extractfile(members[n])) for n in names}
+  try:
+    with tarfile.open(path, "r:gz") as t:
+      members = {os.path.basename(m.name): m for m in t.getmembers() if m.isfile()}
+      if missing := [n for n in names if n not in members]: raise FileNotFoundError(f"CIFAR-10: {path} lacks {', '.join(missing)}")
+      return {n: _unpickle(t.extractfile(members[n]), f"{path} ({members[n].name})") for n in names}
+  except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as e:
+    raise DatasetFormatError(f"{path}: not a readable .tar.gz archive ({type(e).__name__}: {e})") from None
 
-__all__ = ["Data", "mnist", "fashion_mnist", "cifar10", "fetch", "cache_path", "DownloadError", "read_idx", "write_idx",
+__all__ = ["Data", "mnist", "fashion_mnist", "cifar10", "fetch", "cache_path", "DownloadError", "read_idx", "read_idx_header",
+           "write_idx", "DatasetFormatError", "UnsafePickleError",
            "MNIST_URL", "FASHION_MNIST_URL", "CIFAR10_URL"]

@@ -23,6 +23,7 @@ Objects with R_X86_64_32/32S (gcc -fno-pic) are mapped with MAP_32BIT so absolut
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import mmap
@@ -43,6 +44,19 @@ class ElfLoadError(Exception):
 class ElfSymbolError(ElfLoadError, KeyError):
     """A symbol asked of a LoadedImage is not defined there (also a KeyError, for dict-like use)."""
     __str__ = Exception.__str__   # KeyError would repr() the message
+
+
+@contextlib.contextmanager
+def _naming(name: str | None, obj: object):
+    """ElfLoadErrors raised inside start with what was being loaded: `name` (a file, a kernel) and its size."""
+    try:
+        yield
+    except ElfLoadError as e:
+        size = f"{len(obj)} bytes" if isinstance(obj, (bytes, bytearray, memoryview)) else type(obj).__name__
+        what = f"{name} ({size})"
+        if name and e.args and isinstance(e.args[0], str) and not e.args[0].startswith(what):
+            e.args = (f"{what}: {e.args[0]}",) + e.args[1:]
+        raise
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,14 +400,16 @@ def _fits(v: int, bits: int, signed: bool) -> bool:
 
 
 def link_image(obj: bytes, base_address: int, externals: dict[str, int] | None = None, *,
-               symbols_out: dict[str, int] | None = None) -> bytes:
+               symbols_out: dict[str, int] | None = None, name: str | None = None) -> bytes:
     """Lay out and relocate `obj` as if mapped at `base_address`; return the image bytes.
 
     Works for any supported machine regardless of the host, which is how AArch64 objects are
     checked on an x86-64 machine. Undefined symbols come from `externals`, then the process.
-    `symbols_out`, if given, receives the addresses of the defined global symbols."""
-    lay = _parse(obj)
-    img = _link(lay, base_address, externals)
+    `symbols_out`, if given, receives the addresses of the defined global symbols. `name` (the
+    file or kernel the object came from) starts every ElfLoadError's message."""
+    with _naming(name, obj):
+        lay = _parse(obj)
+        img = _link(lay, base_address, externals)
     if symbols_out is not None:
         symbols_out.update(_exported(lay, base_address))
     return bytes(img) + bytes(lay.size - len(img))
@@ -622,11 +638,12 @@ def _flush_icache(start: int, size: int) -> None:
 class LoadedImage:
     """A relocated object mapped in this process. Call `close()` when no code from it can run."""
 
-    def __init__(self, base: int, size: int, symbols: dict[str, int], machine: int) -> None:
+    def __init__(self, base: int, size: int, symbols: dict[str, int], machine: int, name: str | None = None) -> None:
         self.base = base
         self.size = size
         self._symbols = symbols
         self.machine = machine
+        self.name = name   # what it was loaded from (a file, a kernel), for messages
         self._closed = False
 
     @property
@@ -634,12 +651,13 @@ class LoadedImage:
         return dict(self._symbols)
 
     def symbol(self, name: str) -> int:
+        what = f"image of {self.name}" if self.name else "image"
         if self._closed:
-            raise ElfLoadError(f"image at {self.base:#x} is closed; cannot look up {name!r}")
+            raise ElfLoadError(f"{what} at {self.base:#x} is closed; cannot look up {name!r}")
         try:
             return self._symbols[name]
         except KeyError:
-            raise ElfSymbolError(f"no defined global symbol {name!r} in the image; available: "
+            raise ElfSymbolError(f"no defined global symbol {name!r} in the {what}; available: "
                                f"{', '.join(sorted(self._symbols)) or '(none)'}") from None
 
     def close(self) -> None:
@@ -674,12 +692,20 @@ def _exported(lay: _Layout, base: int) -> dict[str, int]:
     return out
 
 
-def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hint: int | None = None) -> LoadedImage:
+def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hint: int | None = None,
+             name: str | None = None) -> LoadedImage:
     """Map, relocate and protect an ET_REL object for execution in this process.
 
     Static constructors (.init_array) are laid out but not run: kernels have none.
     `externals` maps undefined symbol names to addresses and wins over libc/libm.
-    `address_hint` asks mmap for a placement (no MAP_FIXED); tests use it to force far calls."""
+    `address_hint` asks mmap for a placement (no MAP_FIXED); tests use it to force far calls.
+    `name` (the file or kernel the object came from) starts every ElfLoadError's message and is
+    named by the image's symbol lookups."""
+    with _naming(name, obj):
+        return _load(obj, externals, address_hint, name)
+
+
+def _load(obj: bytes, externals: dict[str, int] | None, address_hint: int | None, name: str | None) -> LoadedImage:
     lay = _parse(obj)
     host = _host_machine()
     if lay.machine != host:
@@ -715,15 +741,21 @@ def load_elf(obj: bytes, externals: dict[str, int] | None = None, *, address_hin
     except BaseException:
         lc.munmap(base, lay.size)
         raise
-    return LoadedImage(base, lay.size, _exported(lay, base), lay.machine)
+    return LoadedImage(base, lay.size, _exported(lay, base), lay.machine, name)
 
 
 # ---------------------------------------------------------------------------------------------
 # Disassembly for DEBUG=7
 
-def disassemble(obj: bytes, symbol: str | None = None) -> str:
+def disassemble(obj: bytes, symbol: str | None = None, *, name: str | None = None) -> str:
     """Capstone listing of the object's executable sections, one block per function symbol,
-    with relocations noted where they patch an instruction (addresses are section offsets)."""
+    with relocations noted where they patch an instruction (addresses are section offsets).
+    `name` (the file or kernel) starts every ElfLoadError's message."""
+    with _naming(name, obj):
+        return _disassemble(obj, symbol)
+
+
+def _disassemble(obj: bytes, symbol: str | None) -> str:
     lay = _parse(obj)
     import capstone
     if lay.machine == EM_X86_64:
