@@ -37,7 +37,8 @@ class ParamGroup(dict):
     for k, v in items.items(): self[k] = v
   def __setitem__(self, key: Any, value: Any) -> None:
     if key == "lr":
-      if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0: raise ValueError(f"invalid learning rate: {value!r} (expected a number >= 0)")
+      # (the sign is checked by the optimizer's constructor, as PyTorch's: a schedule may go past its end, below 0)
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value: raise ValueError(f"invalid learning rate: {value!r} (expected a number)")
       value = float(value)
       self._lr_t.assign(Tensor(np.array(value, np.float32), device=self._lr_t.device))
     super().__setitem__(key, value)
@@ -82,6 +83,8 @@ class Optimizer:
       lr_t = Tensor(np.array([0.0], np.float32), device=dev).reshape(())
       self.param_groups.append(ParamGroup(lr_t, {**self.defaults, **{k: v for k, v in g.items() if k != "params"}, "params": mine}))
     if not self.params: raise ValueError("optimizer got an empty parameter list")
+    for g in self.param_groups:
+      if g["lr"] < 0: raise ValueError(f"invalid learning rate: {g['lr']} (expected >= 0)")
     self.device = self.params[0].device
     self._templates: dict[tuple, tuple | None] = {}   # see _cached_updates
 
@@ -420,3 +423,5 @@ def _copy_into(t: Tensor, v: Any, name: str) -> None:
   t.assign(v.cast(t.dtype) if v.dtype != t.dtype else v)
 
 __all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "LAMB", "assign_all"]
+
+from baregrad.tensor.nn import lr_scheduler  # noqa: E402,F401  (optim.lr_scheduler, as torch.optim.lr_scheduler)
