@@ -161,3 +161,26 @@ def test_optimizer_state_dict_round_trip():
     step(w1, o1); step(w2, o2)
     np.testing.assert_array_equal(w1.numpy(), w2.numpy())
     assert math.isfinite(float(w1.numpy().sum()))
+
+def test_schedule_seen_by_jit_replays():
+  """A jitted training step replays its recorded kernels: the scheduled lr (a device value) still changes each step,
+  with the same parameters as the eager loop."""
+  from baregrad import jit
+  def run(use_jit):
+    w = Tensor(np.ones(3, np.float32)).requires_grad_()
+    opt = optim.SGD([w], lr=0.5, momentum=0.5)
+    sched = lr_scheduler.ExponentialLR(opt, gamma=0.5)
+    def step(x):
+      opt.zero_grad()
+      loss = (w * x).square().sum()
+      loss.backward()
+      opt.step(loss)
+      return loss
+    if use_jit: step = jit(step)
+    out = []
+    for i in range(6):
+      step(Tensor(np.full(3, 1.0 + i, np.float32)))
+      sched.step()
+      out.append(w.numpy().copy())
+    return np.array(out)
+  np.testing.assert_allclose(run(True), run(False), rtol=1e-6)
