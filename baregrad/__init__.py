@@ -28,8 +28,6 @@ class _TensorPackage(type(functools)):
 import sys as _sys  # noqa: E402
 _sys.modules["baregrad.tensor"].__class__ = _TensorPackage
 
-def __dir__() -> list[str]: return sorted(set(globals()) | {"nn", "optim", "data", "datasets", "onnx"})
-
 __all__ = ["Tensor", "dtypes", "Device", "jit", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "is_grad_enabled", "functional", "cat", "concat", "concatenate", "stack", "split", "chunk", "roll", "tril", "triu",
            "gather", "scatter", "scatter_add", "masked_fill", "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d",
            "conv_transpose2d", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout", "layer_norm", "rms_norm",
