@@ -184,3 +184,14 @@ def test_schedule_seen_by_jit_replays():
       out.append(w.numpy().copy())
     return np.array(out)
   np.testing.assert_allclose(run(True), run(False), rtol=1e-6)
+
+def test_onecycle_momentum_keeps_few_update_templates():
+  """OneCycleLR moves SGD's momentum (a constant of the update graph) every step: the optimizer keeps a bounded number
+  of update templates, not one per value forever."""
+  from baregrad.tensor.nn.optim import _MAX_TEMPLATES
+  w = Tensor.zeros(2, requires_grad=True)
+  opt = optim.SGD([w], lr=0.1, momentum=0.9)
+  s = lr_scheduler.OneCycleLR(opt, max_lr=1.0, total_steps=_MAX_TEMPLATES + 8)
+  for _ in range(_MAX_TEMPLATES + 6):
+    opt.zero_grad(); w.sum().backward(); opt.step(); s.step()
+  assert len(opt._templates) <= _MAX_TEMPLATES

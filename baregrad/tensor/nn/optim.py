@@ -199,7 +199,10 @@ class Optimizer:
     # each leaf gets its own placeholder: the same tensor in two roles would make one
     if leaves is None or len({id(t) for t in leaves}) != len(leaves): return self._updates(params), None
     key = (len(params), tuple((t.shape, t.dtype) for t in leaves), tuple(self._group_of[id(p)] for p in params), self._structure())
-    if key not in self._templates: return self._build_template(key, params, leaves)
+    if key not in self._templates:
+      # a hyperparameter that changes every step (OneCycleLR's momentum) makes a template per value: keep the newest few
+      if len(self._templates) >= _MAX_TEMPLATES: del self._templates[next(iter(self._templates))]
+      return self._build_template(key, params, leaves)
     if (tmpl := self._templates[key]) is None: return self._updates(params), None
     self._replayed(params)
     return self._rebuild(tmpl, leaves)
@@ -230,6 +233,8 @@ class Optimizer:
     if tmpl is not None: return self._rebuild(tmpl, leaves)
     memo = dict(zip(holders, real))
     return [(t, Tensor(v.uop.substitute(memo, memo, same_shapes=True), device=t.device) if isinstance(v, Tensor) else v) for t, v in pairs], None
+
+_MAX_TEMPLATES = 32   # update templates kept per optimizer (oldest dropped first)
 
 @functools.lru_cache(maxsize=None)
 def _templated(cls: type) -> bool:
