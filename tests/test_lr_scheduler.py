@@ -4,7 +4,6 @@ field a scheduler needs."""
 import math
 import numpy as np
 import pytest
-import baregrad.nn as nn
 from baregrad import Tensor
 from baregrad.nn import optim
 from baregrad.nn.optim import lr_scheduler
