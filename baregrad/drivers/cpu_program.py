@@ -35,8 +35,8 @@ class CPUProgram(HCQProgram):
   def __init__(self, dev: CPUDevice, name: str, lib: bytes, min_chunk: int = 0) -> None:
     super().__init__(dev, name, lib)
     from baregrad.drivers.elf_loader import load_elf, disassemble
-    if DEBUG() >= 7: print(disassemble(lib, name))
-    self.image = load_elf(lib)
+    if DEBUG() >= 7: print(disassemble(lib, name, name=f"kernel {name}"))
+    self.image = load_elf(lib, name=f"kernel {name}")
     # min_chunk: cost hint, at least this many items per thread; 0 lets the pool learn the kernel's cost
     self.fxn_addr, self.min_chunk = self.image.symbol(name), min_chunk
     self._launch_words = None  # the commands of a plain launch, encoded once (see __call__)
