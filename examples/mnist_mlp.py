@@ -13,19 +13,17 @@ import argparse, os, pathlib, sys, time
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import baregrad.nn as nn
-from baregrad import Tensor, datasets
+from baregrad import Tensor, datasets, knobs
 from baregrad.helpers import Progress
 from baregrad.nn import optim
-try: from baregrad import jit  # noqa: F401  (another branch builds the jit; used only where it exists)
-except ImportError: jit = None
+from baregrad import jit
 
 # ---- data -------------------------------------------------------------------------------------------------------
 def load_mnist(source: str) -> tuple:
   """((x_train, y_train), (x_test, y_test)) as NumPy arrays from a folder, a URL or "download" (the default mirror).
 
   The dataset comes as Tensors; training draws random minibatches on the host (NumPy fancy indexing, one copy of
-  the batch to the device per step): indexing a Tensor with an integer Tensor is a one-hot compare and sum whose
-  work grows with the 60000 rows."""
+  the batch to the device per step), which keeps the whole set out of the jitted step's arguments."""
   d = datasets.mnist(None if source == "download" else source)
   return (d.x_train.numpy(), d.y_train.numpy()), (d.x_test.numpy(), d.y_test.numpy())
 
@@ -81,7 +79,7 @@ def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt
     opt.step(loss)  # the loss is realized in the step's schedule, before the weights change
     return loss
   # with the jit (where baregrad has one), calls after the second replay the captured kernels
-  if jit is not None and use_jit: step = jit(step)
+  if use_jit: step = jit(step)
 
   loss_v, t0, t_first = float("nan"), time.perf_counter(), None
   bar = Progress(total=steps, desc="train", unit="steps", delay=float("inf") if quiet else 0.0)  # on a terminal only
@@ -115,7 +113,7 @@ def main() -> None:
   model = MLP(a.hidden)
   r = train(model, data, a.steps, a.bs, a.lr, a.seed, a.opt, use_jit=not a.no_jit)
   # JIT=0 in the environment makes every jitted function run eagerly
-  print("jit:", "off (not available)" if jit is None else "off" if a.no_jit else "off (JIT=0)" if os.environ.get("JIT") == "0" else "on")
+  print("jit:", "off" if a.no_jit else "off (JIT=0)" if not knobs.get("JIT") else "on")
   print(f"final loss {r['loss']:.4f}  test accuracy {100 * r['test_acc']:.2f}%  {r['steps_per_s']:.1f} steps/s "
         f"(first step, with compiles: {r['first_step_s']:.2f} s)")
   if a.save:
