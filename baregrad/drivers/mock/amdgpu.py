@@ -1177,7 +1177,7 @@ class MockAMDGPU:
     try: from baregrad.drivers.mock.rdna3.machine import RDNA3Machine  # type: ignore[import-not-found]
     except ImportError as e:
       raise QueueStop(f"mock limitation: this build has no RDNA3 interpreter (baregrad/drivers/mock/rdna3): {e}") from None
-    from baregrad.drivers.mock.ptx_interp import GPUFault
+    from baregrad.drivers.mock.ptx import GPUFault
     try:
       yield from RDNA3Machine(mem).dispatch_steps(disp.kernel_object, disp.grid, disp.workgroup, disp.kernarg, disp.group_segment,
                                                   disp.private_segment, dispatch_packet_va=disp.packet_va, queue_va=disp.queue_va,
@@ -1347,14 +1347,14 @@ MockAMDGPU._ioctls = {
 _TRACKING: type | None = None
 
 def _tracking_memory() -> Any:
-  """A fresh TrackingMemory (the class is built on first use: ptx_interp is imported lazily)."""
+  """A fresh TrackingMemory (the class is built on first use: the PTX interpreter is imported lazily)."""
   global _TRACKING
   if _TRACKING is None: _TRACKING = _make_tracking()
   return _TRACKING()
 
 def _make_tracking() -> type:
   import numpy as np
-  from baregrad.drivers.mock.ptx_interp import Memory
+  from baregrad.drivers.mock.ptx import Memory
   class TrackingMemory(Memory):
     """The interpreter's memory, recording the addresses each access touches while `tracking` is set (except inside the
     `ignore` ranges: the scratch backing memory, private to each wave)."""

@@ -1014,7 +1014,7 @@ class MockNVGPU:
     takes from where: geometry, shared/local sizes and the program from the QMD; %ntid, %nctaid, the windows compiled
     code converts with, the stack pointer and %dynamic_smem_size from constant bank 0 at the offsets the SASS of this
     generation reads (hw.CBANK0, finding 5); the code from the program address (the PTX before it: this mock runs PTX)."""
-    from baregrad.drivers.mock.ptx_interp import PTXModule, PTXError, Windows
+    from baregrad.drivers.mock.ptx import PTXModule, PTXError, Windows
     # finding 6a: one QMD launched again while its previous launch was still in flight (three times in one GPFIFO
     # entry) took the H100's channel down with Xid 109 CTX SWITCH TIMEOUT
     if any(w.qmd == qmd_addr for w in ch.inflight):
@@ -1126,7 +1126,7 @@ class MockNVGPU:
     the allocations it reads and writes, and a read or write of what an earlier concurrent item writes (or a write
     of what it reads) is reported as a hazard."""
     if not ch.inflight: return
-    from baregrad.drivers.mock.ptx_interp import PTXError, GPUFault
+    from baregrad.drivers.mock.ptx import PTXError, GPUFault
     work, ch.inflight = ch.inflight, []
     mem = self._ptx_memory()
     concurrent = len(work) > 1
@@ -1184,7 +1184,7 @@ class MockNVGPU:
 
   def _ptx_memory(self) -> Any:
     """The interpreter's view of the GPU VA space: every mapping, backed by the same host pages (no copies)."""
-    from baregrad.drivers.mock.ptx_interp import Memory as PTXMemory
+    from baregrad.drivers.mock.ptx import Memory as PTXMemory
     import numpy as np
     key = tuple((va, n, id(m), off) for va, n, m, off in self.va_map)
     if self._ptx_mem is None or self._ptx_mem[0] != key:
