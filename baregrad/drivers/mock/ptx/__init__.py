@@ -73,8 +73,8 @@ registers, labels and local names get a per-site prefix, its formal .param names
 to the call site's .param variables (per-thread storage), `ret` jumps to the return point.
 
 Not supported (PTXError naming the instruction): calls to external functions (vprintf,
-malloc, __assertfail), indirect calls and recursion, texture/surface instructions, carry chains (add.cc/addc/mad.cc), bar.arrive
-and barriers with a thread count, wmma and the mma/ldmatrix/cp.async forms matrix.py does not list, TMA and
+malloc, __assertfail), indirect calls and recursion, texture/surface instructions, carry chains (add.cc/addc/mad.cc),
+bar.arrive and barriers with a thread count, wmma and the mma/ldmatrix/cp.async forms matrix.py does not list, TMA and
 wgmma (sm_90 asynchronous matrix instructions), vector registers (.reg .v4), prmt modes other than the default.
 
 Modules: errors (PTXError, GPUFault), dtypes (PTX types as NumPy dtypes), memory (Memory, Windows, shared/local
@@ -84,8 +84,8 @@ compares), convert (cvt, rounding helpers), memops (ld/st/atom/red/cvta), matrix
 (parameters, geometry, the scheduler).
 """
 from baregrad.drivers.mock.ptx.errors import PTXError, GPUFault
-from baregrad.drivers.mock.ptx.memory import Memory, Windows, SHARED_WINDOW, LOCAL_WINDOW
 from baregrad.drivers.mock.ptx.kernel import PTXKernel
+from baregrad.drivers.mock.ptx.memory import Memory, Windows, SHARED_WINDOW, LOCAL_WINDOW
 from baregrad.drivers.mock.ptx.module import PTXModule
 
 __all__ = ["PTXError", "GPUFault", "PTXModule", "PTXKernel", "Memory", "Windows", "SHARED_WINDOW", "LOCAL_WINDOW"]

@@ -1,11 +1,12 @@
 """Arithmetic and logic instructions of PTXKernel (`ArithOps`): mov, integer and float arithmetic (add..fma, div/rem,
 min/max, packed f16x2/bf16x2), the math functions (sqrt, rcp, ex2, sin...), logic and shifts, bit operations (popc,
-clz, brev, bfind, bfe, bfi, prmt), comparisons and selects (setp, set, selp, slct); with the integer helpers they use."""
+clz, brev, bfind, bfe, bfi, prmt), comparisons and selects (setp, set, selp, slct);
+with the integer helpers they use."""
 from __future__ import annotations
 import numpy as np
 from baregrad.drivers.mock.ptx.convert import _bf16_to_f32, _f32_to_bf16, _ftz, _round_f32
 from baregrad.drivers.mock.ptx.dtypes import _DT, _UINT, _bits, _is_float
-from baregrad.drivers.mock.ptx.parser import _literal, _split_operands
+from baregrad.drivers.mock.ptx.parser import _literal, _split_operands, _Ins
 
 def _int_wide(a):
   """An integer array widened to int64 (or uint64 for u64) exactly."""
@@ -26,21 +27,22 @@ def _mulhi_u64(a, b):
   return ah * bh + (m1 >> s) + (m2 >> s)
 
 
-def _mulhi(a, b, dt):
+def _mulhi(a, b, dt: np.dtype):
   if dt.itemsize == 8:
     if dt.kind == "u":
       return _mulhi_u64(a, b)
     hu = _mulhi_u64(a.view(np.uint64) if a.ndim else np.uint64(a.view(np.uint64)),
                     b.view(np.uint64) if b.ndim else np.uint64(b.view(np.uint64)))
-    hu = hu - np.where(a < 0, b.astype(np.int64).view(np.uint64) if b.ndim else np.uint64(np.int64(b).view(np.uint64)), np.uint64(0)) \
-        - np.where(b < 0, a.astype(np.int64).view(np.uint64) if a.ndim else np.uint64(np.int64(a).view(np.uint64)), np.uint64(0))
+    bu = b.astype(np.int64).view(np.uint64) if b.ndim else np.uint64(np.int64(b).view(np.uint64))
+    au = a.astype(np.int64).view(np.uint64) if a.ndim else np.uint64(np.int64(a).view(np.uint64))
+    hu = hu - np.where(a < 0, bu, np.uint64(0)) - np.where(b < 0, au, np.uint64(0))
     return hu.astype(np.uint64).view(np.int64)
   w = np.int64 if dt.kind == "i" else np.uint64
   p = np.asarray(a).astype(w) * np.asarray(b).astype(w)
   return (p >> (8 * dt.itemsize)).astype(dt)
 
 
-def _divmod_trunc(a, b, dt):
+def _divmod_trunc(a, b, dt: np.dtype):
   """C-style (truncating) integer division and remainder; x/0 gives all-ones / x."""
   a = np.asarray(a)
   b = np.asarray(b)
@@ -65,7 +67,7 @@ def _divmod_trunc(a, b, dt):
   return q, r
 
 
-def _clz(a, width):
+def _clz(a, width: int):
   u = np.asarray(a).view(_UINT[width // 8]).astype(np.uint64)
   n = np.zeros(u.shape, np.uint32)
   s = width // 2
@@ -79,7 +81,7 @@ def _clz(a, width):
   return n
 
 
-def _brev(a, width):
+def _brev(a, width: int):
   u = np.asarray(a).view(_UINT[width // 8]).astype(np.uint64)
   r = np.zeros(u.shape, np.uint64)
   for i in range(width):
@@ -91,7 +93,7 @@ class ArithOps:
   """Instruction compilers for moves, arithmetic, math functions, logic, bit operations, comparisons and selects."""
 
   # moves
-  def _c_mov(self, ins):
+  def _c_mov(self, ins: _Ins) -> None:
     self._need(ins, 2)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -101,7 +103,7 @@ class ArithOps:
       srcs = []
       pw = dt.itemsize // len(parts)
       for p in parts:
-        rdt = self._reg_dtype(ins, p) if p.startswith("%") else _UINT[pw]
+        if p.startswith("%"): self._reg_dtype(ins, p)  # an undeclared register is an error
         srcs.append(self._src(ins, p, _UINT[pw]))
       W = _UINT[dt.itemsize]
       wd = self._dst(ins, d)
@@ -132,7 +134,7 @@ class ArithOps:
     ins.fn = lambda c, m: wd(c, src(c), sg, m)
 
   # arithmetic
-  def _arith(self, ins, nsrc, f, res_t=None, src_t=None):
+  def _arith(self, ins: _Ins, nsrc: int, f, res_t=None, src_t=None):
     t = self._one_type(ins) if src_t is None else src_t
     dt = _DT[t]
     self._need(ins, nsrc + 1)
@@ -174,7 +176,7 @@ class ArithOps:
     ins.fn = fn
     return dt
 
-  def _float_round_op(self, ins, t, op2):
+  def _float_round_op(self, ins: _Ins, t, op2):
     """f32 add/sub/mul/div with a directed rounding mode: compute in f64, round."""
     mode = next((m for m in ins.mods if m in ("rz", "rm", "rp")), None)
     if t == "f32" and mode:
@@ -182,7 +184,7 @@ class ArithOps:
                                          np.float64(b) if np.ndim(b) == 0 else b.astype(np.float64)), mode)
     return None
 
-  def _c_add(self, ins):
+  def _c_add(self, ins: _Ins):
     t = self._one_type(ins)
     if t == "pred" or "cc" in ins.mods:
       raise self._err(ins, "add.cc / addc carry chains are not supported")
@@ -193,11 +195,12 @@ class ArithOps:
       return self._bf16(ins, lambda a, b: a + b)
     if "sat" in ins.mods and dt.kind == "i":
       info = np.iinfo(dt)
-      return self._arith(ins, 2, lambda a, b: np.clip(np.asarray(a).astype(np.int64) + b, info.min, info.max).astype(dt))
+      return self._arith(ins, 2,
+                         lambda a, b: np.clip(np.asarray(a).astype(np.int64) + b, info.min, info.max).astype(dt))
     f = self._float_round_op(ins, t, np.add) or (lambda a, b: a + b)
     self._arith(ins, 2, f)
 
-  def _c_sub(self, ins):
+  def _c_sub(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     if "cc" in ins.mods:
@@ -208,11 +211,12 @@ class ArithOps:
       return self._bf16(ins, lambda a, b: a - b)
     if "sat" in ins.mods and dt.kind == "i":
       info = np.iinfo(dt)
-      return self._arith(ins, 2, lambda a, b: np.clip(np.asarray(a).astype(np.int64) - b, info.min, info.max).astype(dt))
+      return self._arith(ins, 2,
+                         lambda a, b: np.clip(np.asarray(a).astype(np.int64) - b, info.min, info.max).astype(dt))
     f = self._float_round_op(ins, t, np.subtract) or (lambda a, b: a - b)
     self._arith(ins, 2, f)
 
-  def _c_mul(self, ins):
+  def _c_mul(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     if t in ("f16x2", "bf16x2"):
@@ -234,7 +238,7 @@ class ArithOps:
       raise self._err(ins, "integer mul needs .lo, .hi or .wide")
     self._arith(ins, 2, lambda a, b: a * b)
 
-  def _c_mul24(self, ins):
+  def _c_mul24(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     dt = _DT[t]
     def f(a, b):
@@ -250,7 +254,7 @@ class ArithOps:
       return (p >> 16) if "hi" in ins.mods else p
     self._arith(ins, 2, lambda a, b: _bits(f(a, b), dt))
 
-  def _c_mad(self, ins):
+  def _c_mad(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     if _is_float(dt) or t in ("f16x2", "bf16x2"):
@@ -265,7 +269,8 @@ class ArithOps:
       sc = self._src(ins, ins.ops[3], wdt)
       wd = self._dst(ins, ins.ops[0])
       sg = wdt.kind == "i"
-      ins.fn = lambda c, m: wd(c, (np.asarray(sa(c)).astype(wdt) * np.asarray(sb(c)).astype(wdt) + sc(c)).astype(wdt), sg, m)
+      ins.fn = lambda c, m: wd(c, (np.asarray(sa(c)).astype(wdt) * np.asarray(sb(c)).astype(wdt) + sc(c)).astype(wdt),
+                               sg, m)
       return
     if "hi" in ins.mods:
       return self._arith(ins, 3, lambda a, b, cc: (_mulhi(np.asarray(a), np.asarray(b), dt) + cc).astype(dt))
@@ -273,7 +278,7 @@ class ArithOps:
       raise self._err(ins, "integer mad needs .lo, .hi or .wide")
     self._arith(ins, 3, lambda a, b, cc: a * b + cc)
 
-  def _c_fma(self, ins):
+  def _c_fma(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     mode = next((m for m in ins.mods if m in ("rn", "rz", "rm", "rp")), "rn")
@@ -294,7 +299,7 @@ class ArithOps:
       raise self._err(ins, f"fma needs a float type, got .{t}")
     self._arith(ins, 3, f)
 
-  def _c_div(self, ins):
+  def _c_div(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     if _is_float(dt):
@@ -302,14 +307,14 @@ class ArithOps:
       return self._arith(ins, 2, f)
     self._arith(ins, 2, lambda a, b: _divmod_trunc(a, b, dt)[0])
 
-  def _c_rem(self, ins):
+  def _c_rem(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     dt = _DT[t]
     if _is_float(dt):
       raise self._err(ins, "rem is integer-only")
     self._arith(ins, 2, lambda a, b: _divmod_trunc(a, b, dt)[1])
 
-  def _c_min(self, ins):
+  def _c_min(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     if t in ("f16x2", "bf16x2"):
@@ -318,7 +323,7 @@ class ArithOps:
       return self._arith(ins, 2, np.minimum if "NaN" in ins.mods else np.fmin)
     self._arith(ins, 2, np.minimum)
 
-  def _c_max(self, ins):
+  def _c_max(self, ins: _Ins):
     t = self._one_type(ins)
     dt = _DT[t]
     if t in ("f16x2", "bf16x2"):
@@ -327,24 +332,24 @@ class ArithOps:
       return self._arith(ins, 2, np.maximum if "NaN" in ins.mods else np.fmax)
     self._arith(ins, 2, np.maximum)
 
-  def _c_neg(self, ins):
+  def _c_neg(self, ins: _Ins):
     t = self._one_type(ins)
     if t in ("f16x2", "bf16x2"):
       return self._packed(ins, t, lambda a: -a, nargs=1)
     self._arith(ins, 1, lambda a: -a)
 
-  def _c_abs(self, ins):
+  def _c_abs(self, ins: _Ins):
     t = self._one_type(ins)
     if t in ("f16x2", "bf16x2"):
       return self._packed(ins, t, np.abs, nargs=1)
     self._arith(ins, 1, np.abs)
 
-  def _c_sad(self, ins):
+  def _c_sad(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     dt = _DT[t]
     self._arith(ins, 3, lambda a, b, c: (np.where(a > b, a - b, b - a) + c).astype(dt))
 
-  def _packed(self, ins, t, f, nargs=2):
+  def _packed(self, ins: _Ins, t, f, nargs=2) -> None:
     """f16x2 / bf16x2 ops: two halves of a 32-bit register, computed in f32 and rounded."""
     self._need(ins, nargs + 1)
     u32 = np.dtype(np.uint32)
@@ -368,15 +373,16 @@ class ArithOps:
       wd(c, np.ascontiguousarray(h).view(np.uint32), False, m)
     ins.fn = fn
 
-  def _bf16(self, ins, f, nargs=2):
+  def _bf16(self, ins: _Ins, f, nargs=2) -> None:
     self._need(ins, nargs + 1)
     u16 = np.dtype(np.uint16)
     srcs = [self._src(ins, o, u16) for o in ins.ops[1:]]
     wd = self._dst(ins, ins.ops[0])
-    ins.fn = lambda c, m: wd(c, _f32_to_bf16(np.asarray(f(*[_bf16_to_f32(s(c)) for s in srcs])).astype(np.float32)), False, m)
+    ins.fn = lambda c, m: wd(c, _f32_to_bf16(np.asarray(f(*[_bf16_to_f32(s(c)) for s in srcs])).astype(np.float32)),
+                             False, m)
 
   # float math
-  def _math(self, ins, f):
+  def _math(self, ins: _Ins, f):
     t = self._one_type(ins)
     if t in ("f16x2", "bf16x2"):
       return self._packed(ins, t, lambda a: f(a.astype(np.float32)), nargs=1)
@@ -385,39 +391,39 @@ class ArithOps:
       raise self._err(ins, f"{ins.op} needs a float type, got .{t}")
     self._arith(ins, 1, lambda a: np.asarray(f(a)).astype(dt))
 
-  def _c_sqrt(self, ins):
+  def _c_sqrt(self, ins: _Ins) -> None:
     self._math(ins, np.sqrt)
 
-  def _c_rsqrt(self, ins):
+  def _c_rsqrt(self, ins: _Ins) -> None:
     self._math(ins, lambda a: 1 / np.sqrt(a))
 
-  def _c_rcp(self, ins):
+  def _c_rcp(self, ins: _Ins):
     t = self._one_type(ins)
     mode = next((m for m in ins.mods if m in ("rz", "rm", "rp")), None)
     if mode and t == "f32":
       return self._math(ins, lambda a: _round_f32(1.0 / np.asarray(a, np.float64), mode))
     self._math(ins, lambda a: np.asarray(1, a.dtype) / a)
 
-  def _c_ex2(self, ins):
+  def _c_ex2(self, ins: _Ins) -> None:
     self._math(ins, np.exp2)
 
-  def _c_lg2(self, ins):
+  def _c_lg2(self, ins: _Ins) -> None:
     self._math(ins, np.log2)
 
-  def _c_sin(self, ins):
+  def _c_sin(self, ins: _Ins) -> None:
     self._math(ins, np.sin)
 
-  def _c_cos(self, ins):
+  def _c_cos(self, ins: _Ins) -> None:
     self._math(ins, np.cos)
 
-  def _c_tanh(self, ins):
+  def _c_tanh(self, ins: _Ins) -> None:
     self._math(ins, np.tanh)
 
   def _c_copysign(self, ins):
     # copysign.f32 d, a, b: d = |b| with the sign of a
     self._arith(ins, 2, lambda a, b: np.copysign(b, a))
 
-  def _c_testp(self, ins):
+  def _c_testp(self, ins: _Ins) -> None:
     self._need(ins, 2)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -434,7 +440,7 @@ class ArithOps:
     ins.fn = lambda c, m: wd(c, np.asarray(f(np.asarray(src(c)))), False, m)
 
   # logic
-  def _logic(self, ins, f):
+  def _logic(self, ins: _Ins, f) -> None:
     t = self._one_type(ins)
     dt = _DT[t]
     if _is_float(dt) and t not in ("f16x2", "bf16x2"):
@@ -443,24 +449,24 @@ class ArithOps:
       ins.mods = [m if m != t else "b32" for m in ins.mods]
     self._arith(ins, len(ins.ops) - 1, f)
 
-  def _c_and(self, ins):
+  def _c_and(self, ins: _Ins) -> None:
     self._logic(ins, lambda a, b: a & b)
 
-  def _c_or(self, ins):
+  def _c_or(self, ins: _Ins) -> None:
     self._logic(ins, lambda a, b: a | b)
 
-  def _c_xor(self, ins):
+  def _c_xor(self, ins: _Ins) -> None:
     self._logic(ins, lambda a, b: a ^ b)
 
-  def _c_not(self, ins):
+  def _c_not(self, ins: _Ins) -> None:
     self._logic(ins, lambda a: ~a)
 
-  def _c_cnot(self, ins):
+  def _c_cnot(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     dt = _DT[t]
     self._logic(ins, lambda a: (np.asarray(a) == 0).astype(dt))
 
-  def _c_lop3(self, ins):
+  def _c_lop3(self, ins: _Ins) -> None:
     self._need(ins, 5)
     u32 = np.dtype(np.uint32)
     srcs = [self._src(ins, o, u32) for o in ins.ops[1:4]]
@@ -482,7 +488,7 @@ class ArithOps:
       wd(c, r, False, m)
     ins.fn = fn
 
-  def _shift(self, ins, left):
+  def _shift(self, ins: _Ins, left: bool) -> None:
     self._need(ins, 3)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -508,27 +514,27 @@ class ArithOps:
       wd(c, np.asarray(r).astype(dt), sg, m)
     ins.fn = fn
 
-  def _c_shl(self, ins):
+  def _c_shl(self, ins: _Ins) -> None:
     self._shift(ins, True)
 
-  def _c_shr(self, ins):
+  def _c_shr(self, ins: _Ins) -> None:
     self._shift(ins, False)
 
-  def _c_popc(self, ins):
-    t = self._one_type(ins)
+  def _c_popc(self, ins: _Ins) -> None:
+    self._one_type(ins)  # exactly one type modifier
     self._arith(ins, 1, lambda a: np.bitwise_count(np.asarray(a)).astype(np.uint32), res_t="u32")
 
-  def _c_clz(self, ins):
+  def _c_clz(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     w = _DT[t].itemsize * 8
     self._arith(ins, 1, lambda a: _clz(a, w), res_t="u32")
 
-  def _c_brev(self, ins):
+  def _c_brev(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     w = _DT[t].itemsize * 8
     self._arith(ins, 1, lambda a: _brev(a, w))
 
-  def _c_bfind(self, ins):
+  def _c_bfind(self, ins: _Ins) -> None:
     t = self._one_type(ins)
     dt = _DT[t]
     w = dt.itemsize * 8
@@ -544,7 +550,7 @@ class ArithOps:
       return np.where(z == w, 0xFFFFFFFF, pos).astype(np.uint32)
     self._arith(ins, 1, f, res_t="u32")
 
-  def _c_bfe(self, ins):
+  def _c_bfe(self, ins: _Ins) -> None:
     self._need(ins, 4)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -575,7 +581,7 @@ class ArithOps:
       wd(c, r, sg, m)
     ins.fn = fn
 
-  def _c_bfi(self, ins):
+  def _c_bfi(self, ins: _Ins) -> None:
     self._need(ins, 5)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -601,7 +607,7 @@ class ArithOps:
       wd(c, r.astype(_UINT[dt.itemsize]).view(dt), False, m)
     ins.fn = fn
 
-  def _c_prmt(self, ins):
+  def _c_prmt(self, ins: _Ins) -> None:
     self._need(ins, 4)
     if any(m in ins.mods for m in ("f4e", "b4e", "rc8", "ecl", "ecr", "rc16")):
       raise self._err(ins, "prmt modes other than the default are not supported")
@@ -626,7 +632,7 @@ class ArithOps:
   _CMP = {"eq", "ne", "lt", "le", "gt", "ge", "lo", "ls", "hi", "hs",
           "equ", "neu", "ltu", "leu", "gtu", "geu", "num", "nan"}
 
-  def _cmp_fn(self, ins, cmp, dt):
+  def _cmp_fn(self, ins: _Ins, cmp, dt: np.dtype):
     fl = _is_float(dt)
     base = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
             "gt": np.greater, "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal,
@@ -647,7 +653,7 @@ class ArithOps:
     f = base[cmp[:-1]]
     return lambda a, b: f(a, b) | np.isnan(a) | np.isnan(b)
 
-  def _c_setp(self, ins):
+  def _c_setp(self, ins: _Ins) -> None:
     mods = ins.mods
     cmp = next((m for m in mods if m in self._CMP), None)
     if cmp is None:
@@ -684,7 +690,7 @@ class ArithOps:
         wq(c, np.asarray(q), False, m)
     ins.fn = fn
 
-  def _c_set(self, ins):
+  def _c_set(self, ins: _Ins) -> None:
     mods = ins.mods
     cmp = next((m for m in mods if m in self._CMP), None)
     ts = self._types(ins)
@@ -706,7 +712,7 @@ class ArithOps:
       wd(c, np.where(r, true, ddt.type(0)).astype(ddt), False, m)
     ins.fn = fn
 
-  def _c_selp(self, ins):
+  def _c_selp(self, ins: _Ins) -> None:
     self._need(ins, 4)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -716,7 +722,7 @@ class ArithOps:
     sg = dt.kind == "i"
     ins.fn = lambda c, m: wd(c, np.where(p(c), a(c), b(c)).astype(dt), sg, m)
 
-  def _c_slct(self, ins):
+  def _c_slct(self, ins: _Ins) -> None:
     self._need(ins, 4)
     ts = self._types(ins)
     dt, ct = _DT[ts[0]], _DT[ts[1]]

@@ -3,34 +3,35 @@
 The scheduling of these (divergence, reconvergence, barrier release) is launch.py's."""
 from __future__ import annotations
 import numpy as np
-from baregrad.drivers.mock.ptx.parser import _literal
+from baregrad.drivers.mock.ptx.launch import _Ctx
+from baregrad.drivers.mock.ptx.parser import _literal, _Ins
 
 class ControlOps:
   """Instruction compilers for branches, exits, barriers, hints and warp-wide instructions."""
 
   # control flow
-  def _c_bra(self, ins):
+  def _c_bra(self, ins: _Ins) -> None:
     self._need(ins, 1)
     tgt = ins.ops[0]
     if tgt not in self.labels:
       raise self._err(ins, f"unknown branch target {tgt}")
     ins.kind, ins.target = "bra", self.labels[tgt]
 
-  def _c_ret(self, ins):
+  def _c_ret(self, ins: _Ins) -> None:
     ins.kind = "exit"
 
   _c_exit = _c_ret
 
-  def _c_trap(self, ins):
+  def _c_trap(self, ins: _Ins) -> None:
     ins.kind = "trap"
 
-  def _c_brkpt(self, ins):
+  def _c_brkpt(self, ins: _Ins) -> None:
     ins.kind = "trap"
 
-  def _c_call(self, ins):
+  def _c_call(self, ins: _Ins) -> None:
     raise self._err(ins, "`call` is not supported (call-free code only)")
 
-  def _c_bar(self, ins):
+  def _c_bar(self, ins: _Ins) -> None:
     mods = ins.mods
     if "warp" in mods:  # bar.warp.sync: all threads of the warp converge -> no-op here
       ins.fn = lambda c, m: None
@@ -46,7 +47,7 @@ class ControlOps:
 
   _c_barrier = _c_bar
 
-  def _nop(self, ins):
+  def _nop(self, ins: _Ins) -> None:
     ins.fn = lambda c, m: None
 
   _c_membar = _nop
@@ -66,7 +67,7 @@ class ControlOps:
   _c_griddepcontrol = _nop
 
   # warp-level
-  def _c_shfl(self, ins):
+  def _c_shfl(self, ins: _Ins) -> None:
     if "sync" not in ins.mods:
       raise self._err(ins, "shfl without .sync is not supported")
     mode = next((m for m in ins.mods if m in ("up", "down", "bfly", "idx")), None)
@@ -110,7 +111,7 @@ class ControlOps:
         wp(c, ok, False, m)
     ins.fn = fn
 
-  def _c_vote(self, ins):
+  def _c_vote(self, ins: _Ins) -> None:
     if "sync" not in ins.mods:
       raise self._err(ins, "vote without .sync is not supported")
     mode = next((m for m in ins.mods if m in ("all", "any", "uni", "ballot")), None)
@@ -138,7 +139,7 @@ class ControlOps:
       wd(c, r, False, m)
     ins.fn = fn
 
-  def _check_full_warps(self, c, m, ins):
+  def _check_full_warps(self, c: _Ctx, m: np.ndarray | None, ins: _Ins) -> None:
     if m is None:
       return
     nact = np.bincount(c.warp_gid, weights=m, minlength=c.nwarp_groups)
@@ -146,7 +147,7 @@ class ControlOps:
       raise self._err(ins, "warp-level instruction executed by a partial warp (divergent lanes) "
                            "is not supported by the mock")
 
-  def _c_activemask(self, ins):
+  def _c_activemask(self, ins: _Ins) -> None:
     self._need(ins, 1)
     wd = self._dst(ins, ins.ops[0])
 

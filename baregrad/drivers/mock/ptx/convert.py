@@ -3,12 +3,13 @@ a directed mode, float -> int with saturation, bf16 and f16 with rounding modes,
 from __future__ import annotations
 import numpy as np
 from baregrad.drivers.mock.ptx.dtypes import _DT, _ROUND, _bits, _kind
+from baregrad.drivers.mock.ptx.parser import _Ins
 
 def _bf16_to_f32(u16):
   return (np.asarray(u16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-def _f32_to_bf16(f, mode="rn"):
+def _f32_to_bf16(f, mode: str = "rn"):
   f = np.asarray(f, np.float32)
   u = f.view(np.uint32).astype(np.uint64)
   nan = np.isnan(f)
@@ -20,7 +21,7 @@ def _f32_to_bf16(f, mode="rn"):
   return r.astype(np.uint16)
 
 
-def _round_f32(x64, mode):
+def _round_f32(x64, mode: str):
   """Round float64 values to float32 with a PTX rounding mode."""
   r = x64.astype(np.float32)
   if mode in ("rn", None, "rni"):
@@ -39,7 +40,7 @@ def _round_f32(x64, mode):
   return r
 
 
-def _round_int(x, mode):
+def _round_int(x, mode: str):
   if mode in ("rni", "rn"):
     return np.rint(x)
   if mode in ("rzi", "rz"):
@@ -58,7 +59,7 @@ def _ftz(x):
   return np.where(np.abs(x) < tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
-def _float_to_int(x, dt, mode):
+def _float_to_int(x, dt: np.dtype, mode: str):
   """cvt float -> int: round (default rzi), saturate to the destination range, NaN -> 0."""
   x = _round_int(np.asarray(x, np.float64) if x.dtype != np.float64 else x, mode or "rzi")
   info = np.iinfo(dt)
@@ -76,7 +77,7 @@ def _float_to_int(x, dt, mode):
   return np.clip(x, info.min, info.max).astype(dt)
 
 
-def _to_f16(x, mode):
+def _to_f16(x, mode: str):
   x = np.asarray(x)
   if mode in ("rz", "rm", "rp"):
     x64 = x.astype(np.float64)
@@ -101,7 +102,7 @@ class ConvertOps:
   """Instruction compilers for cvt (every type pair, rounding, .sat, .ftz) and cvt.pack."""
 
   # conversions
-  def _c_cvt(self, ins):
+  def _c_cvt(self, ins: _Ins):
     if "tf32" in ins.mods:
       return self._cvt_tf32(ins)
     ts = self._types(ins)
@@ -218,5 +219,5 @@ class ConvertOps:
 
     ins.fn = lambda c, m: wd(c, (h(a(c)) << np.uint32(16)) | h(b(c)), False, m)
 
-  def _c_cvt_pack(self, ins):
+  def _c_cvt_pack(self, ins: _Ins) -> None:
     raise self._err(ins, "cvt.pack is not supported")

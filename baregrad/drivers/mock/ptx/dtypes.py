@@ -38,7 +38,7 @@ _SPECIAL = {"tid", "ntid", "ctaid", "nctaid", "laneid", "warpid", "nwarpid", "sm
             "cluster_nctarank", "envreg"}
 
 
-def _is_float(dt):
+def _is_float(dt: np.dtype):
   return dt.kind == "f"
 
 
@@ -51,7 +51,7 @@ def _kind(tname):
   return tname[0] if tname[0] in "su" else "u"
 
 
-def _bits(arr, dt, signed=False):
+def _bits(arr, dt: np.dtype, signed=False):
   """Re-interpret / resize the bits of `arr` to dtype `dt` (register <-> instruction type).
 
   Same size: a bit view.  Narrower destination: truncation.  Wider destination: sign

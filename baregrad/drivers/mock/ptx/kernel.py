@@ -2,6 +2,7 @@
 mixins, one module each (parser, operands, control, alu, convert, memops, matrix, launch); this class holds the state
 they share and the dispatch from an opcode to its compiler (`_c_<op>`)."""
 from __future__ import annotations
+from typing import TYPE_CHECKING
 import numpy as np
 from baregrad.drivers.mock.ptx.dtypes import _DT, _TYPES
 from baregrad.drivers.mock.ptx.errors import PTXError
@@ -14,21 +15,18 @@ from baregrad.drivers.mock.ptx.convert import ConvertOps
 from baregrad.drivers.mock.ptx.memops import MemoryOps
 from baregrad.drivers.mock.ptx.launch import Launcher
 from baregrad.drivers.mock.ptx.matrix import MatrixOps
+if TYPE_CHECKING: from baregrad.drivers.mock.ptx.module import PTXModule
 
 class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOps, MatrixOps, Launcher):
   """One `.entry` of a module: parsed and compiled to per-instruction closures by the instruction-family mixins."""
 
   strict_barriers = False  # True: a barrier that some threads exited before reaching raises
-
   max_batch_lanes = 8192  # blocks are run together in batches of up to this many threads
-
   max_steps = 20_000_000  # instructions issued per batch of blocks before we call it a hang
-
   livelock_steps = 4096  # divergent steps without reconvergence before leading threads get turns
-
   trace = None  # a callable(line, text, active_threads, threads): called per issued instruction
 
-  def __init__(self, module, name, params, body, body_off, line):
+  def __init__(self, module: PTXModule, name: str, params: list[_Var], body: str, body_off: int, line: int) -> None:
     self.module, self.name = module, name
     self._pvars = params
     self.params: list[tuple[str, str]] = [(p.name, p.tname if p.size == _DT[p.tname].itemsize
@@ -56,14 +54,14 @@ class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOp
       self._compile(ins)
 
   # -- operands
-  def _err(self, ins, msg):
+  def _err(self, ins: _Ins, msg: str) -> PTXError:
     return PTXError(msg, ins.line, ins.text)
 
   # -- compile instructions
-  def _types(self, ins):
+  def _types(self, ins: _Ins) -> list[str]:
     return [m for m in ins.mods if m in _TYPES]
 
-  def _compile(self, ins):
+  def _compile(self, ins: _Ins) -> None:
     op = ins.op
     try:
       h = getattr(self, "_c_" + op, None)
@@ -78,11 +76,11 @@ class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOp
       if ins.pred not in self.reg_types or self.reg_types[ins.pred] != np.bool_:
         raise self._err(ins, f"guard {ins.pred} is not a declared .pred register")
 
-  def _need(self, ins, n):
+  def _need(self, ins: _Ins, n: int) -> None:
     if len(ins.ops) != n:
       raise self._err(ins, f"expected {n} operands, got {len(ins.ops)}")
 
-  def _one_type(self, ins):
+  def _one_type(self, ins: _Ins) -> str:
     ts = self._types(ins)
     if len(ts) != 1:
       raise self._err(ins, f"expected exactly one type modifier, got {ts or 'none'}")

@@ -2,10 +2,11 @@
 scheduler that runs batches of blocks as one vector with per-thread PCs (minimum-PC-first, livelock turns, barriers;
 see the package docstring)."""
 from __future__ import annotations
+from typing import Iterator
 import numpy as np
 from baregrad.drivers.mock.ptx.dtypes import _DT, _UINT, _is_float
 from baregrad.drivers.mock.ptx.errors import PTXError
-from baregrad.drivers.mock.ptx.memory import Memory, _DEFAULT_WINDOWS, _Local, _Shared
+from baregrad.drivers.mock.ptx.memory import Memory, Windows, _DEFAULT_WINDOWS, _Local, _Shared
 
 class _Ctx:
   __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
@@ -13,14 +14,14 @@ class _Ctx:
                "cp_async")
 
 
-def _mixed_blocks(c, act, g):
+def _mixed_blocks(c: _Ctx, act, g):
   """Whether some block has active threads on both sides of the guard g."""
   yes = np.bincount(c.bidx, weights=act & g, minlength=c.nblocks)
   no = np.bincount(c.bidx, weights=act & ~g, minlength=c.nblocks)
   return bool(((yes > 0) & (no > 0)).any())
 
 
-def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn, over):
+def _special_fn(c: _Ctx, tid, block, ctaid, grid, shared_size, dyn, over):
   n = c.n
   cache = {}
   axis = {"x": 0, "y": 1, "z": 2}
@@ -87,7 +88,7 @@ def _special_fn(c, tid, block, ctaid, grid, shared_size, dyn, over):
 class Launcher:
   """pack_params, launch and launch_steps (the scheduler) of PTXKernel."""
 
-  def pack_params(self, params) -> bytes:
+  def pack_params(self, params: list[int | float | bytes]) -> bytes:
     """Lay out a list of values (ints, floats, or bytes per param) as the param buffer."""
     if len(params) != len(self._pvars):
       raise PTXError(f"kernel {self.name} takes {len(self._pvars)} params, got {len(params)}")
@@ -107,12 +108,16 @@ class Launcher:
       buf[p.offset:p.offset + p.size] = b
     return bytes(buf)
 
-  def launch(self, memory: Memory, params, grid, block, shared_bytes: int = 0, specials=None, windows=None) -> None:
+  def launch(self, memory: Memory, params: list[int | float | bytes] | bytes, grid: tuple[int, ...],
+             block: tuple[int, ...], shared_bytes: int = 0, specials: dict[str, int] | None = None,
+             windows: Windows | None = None) -> None:
+    """Run the grid to completion (launch_steps without stepping)."""
     for _ in self.launch_steps(memory, params, grid, block, shared_bytes, specials, windows, step=False):
       pass
 
-  def launch_steps(self, memory: Memory, params, grid, block, shared_bytes: int = 0, specials=None, windows=None,
-                   step: bool = True):
+  def launch_steps(self, memory: Memory, params: list[int | float | bytes] | bytes, grid: tuple[int, ...],
+                   block: tuple[int, ...], shared_bytes: int = 0, specials: dict[str, int] | None = None,
+                   windows: Windows | None = None, step: bool = True) -> Iterator[None]:
     """launch() as a generator: yields before each instruction issue (`step`) and between batches of blocks."""
     grid = tuple(int(x) for x in (tuple(grid) + (1, 1, 1))[:3])
     block = tuple(int(x) for x in (tuple(block) + (1, 1, 1))[:3])
@@ -174,7 +179,7 @@ class Launcher:
         yield from self._run_block(c, first)
         yield
 
-  def _run_block(self, c, ctaid):
+  def _run_block(self, c: _Ctx, ctaid):
     code = self.code
     ncode = len(code)
     n = c.n

@@ -24,6 +24,8 @@ Each is modelled from the PTX ISA, independently of the code generator's own des
 from __future__ import annotations
 import numpy as np
 from baregrad.drivers.mock.ptx.errors import GPUFault
+from baregrad.drivers.mock.ptx.launch import _Ctx
+from baregrad.drivers.mock.ptx.parser import _Ins
 
 def _frag_m16n8k16(g, t):
   """(A, B, C) element -> (row, col) for mma.m16n8k16 .f16/.bf16 (PTX ISA 9.7.14.5.8)."""
@@ -46,7 +48,7 @@ def _frag_m16n8k8(g, t, tf32):
 _SHAPES = {"m16n8k16": (16, 8, 16), "m16n8k8": (16, 8, 8)}
 
 
-def _elements(words, kind):
+def _elements(words, kind: str):
   """Registers (list of uint32 arrays) -> list of float64 element arrays in element order."""
   out = []
   for w in words:
@@ -69,12 +71,12 @@ def _elements(words, kind):
 class MatrixOps:
   """Instruction compilers for mma.sync, ldmatrix and cp.async (see the module docstring)."""
 
-  def _warp_check(self, c, m, ins):
+  def _warp_check(self, c: _Ctx, m: np.ndarray | None, ins: _Ins) -> None:
     if c.nthreads % 32:
       raise self._err(ins, f"{ins.op}: warp-wide instruction in a block of {c.nthreads} threads (not whole warps)")
     self._check_full_warps(c, m, ins)
 
-  def _regs(self, ins, s, n):
+  def _regs(self, ins: _Ins, s, n):
     s = s.strip()
     if not (s.startswith("{") and s.endswith("}")):
       if n == 1:
@@ -85,7 +87,7 @@ class MatrixOps:
       raise self._err(ins, f"expected {n} registers, got {len(parts)}")
     return parts
 
-  def _c_mma(self, ins):
+  def _c_mma(self, ins: _Ins) -> None:
     mods = ins.mods
     if "sync" not in mods or "aligned" not in mods:
       raise self._err(ins, "mma needs .sync.aligned")
@@ -143,7 +145,7 @@ class MatrixOps:
           wd(c, h[2 * j] | (h[2 * j + 1] << np.uint32(16)), False, m)
     ins.fn = fn
 
-  def _c_ldmatrix(self, ins):
+  def _c_ldmatrix(self, ins: _Ins) -> None:
     mods = ins.mods
     if "sync" not in mods or "aligned" not in mods or "m8n8" not in mods or "b16" not in mods:
       raise self._err(ins, "only ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 is supported")
@@ -176,7 +178,7 @@ class MatrixOps:
         wd(c, (lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16))).reshape(-1), False, m)
     ins.fn = fn
 
-  def _c_cp(self, ins):
+  def _c_cp(self, ins: _Ins) -> None:
     mods = ins.mods
     if not mods or mods[0] != "async":
       raise self._err(ins, f"cp.{'.'.join(mods)} is not supported (only cp.async)")
@@ -230,7 +232,7 @@ class MatrixOps:
       st["pending"].append((sel, d, data, st["count"][sel].copy()))
     ins.fn = fn
 
-  def _cvt_tf32(self, ins):
+  def _cvt_tf32(self, ins: _Ins) -> None:
     """cvt.rna.tf32.f32 d, a: the .b32 result keeps 19 bits (round to nearest, ties away from zero)."""
     if "rna" not in ins.mods:
       raise self._err(ins, "cvt to .tf32 is supported with .rna only")
@@ -247,14 +249,14 @@ class MatrixOps:
     ins.fn = fn
 
 
-def _cp_state(c):
+def _cp_state(c: _Ctx):
   st = getattr(c, "cp_async", None)
   if st is None:
     st = c.cp_async = {"count": np.zeros(c.n, np.int64), "pending": []}
   return st
 
 
-def _cp_complete(c, m, keep):
+def _cp_complete(c: _Ctx, m: np.ndarray | None, keep) -> None:
   """Finish the copies of the active threads: all (keep None), or all but their `keep` most recent groups."""
   st = _cp_state(c)
   act = np.ones(c.n, bool) if m is None else np.asarray(m, bool)

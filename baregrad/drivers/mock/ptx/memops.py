@@ -5,10 +5,11 @@ import re
 import numpy as np
 from baregrad.drivers.mock.ptx.dtypes import _DT, _SPACES, _is_float
 from baregrad.drivers.mock.ptx.errors import GPUFault, PTXError
+from baregrad.drivers.mock.ptx.launch import _Ctx
 from baregrad.drivers.mock.ptx.memory import _gather, _scatter
-from baregrad.drivers.mock.ptx.parser import _split_operands
+from baregrad.drivers.mock.ptx.parser import _split_operands, _Ins
 
-def _fault_thread(c, e, a, m, span):
+def _fault_thread(c: _Ctx, e, a, m: np.ndarray | None, span):
   """Name the first faulting thread (and its block) in a GPUFault's message."""
   if getattr(e, "thread", None) is not None or e.address is None:
     return e
@@ -28,7 +29,7 @@ def _fault_thread(c, e, a, m, span):
   return e
 
 
-def _atomic(aop, off, vals, dt, ld, st):
+def _atomic(aop, off, vals, dt: np.dtype, ld, st: str):
   """Apply an atomic op for the active lanes in lane order; returns the old values."""
   uniq, inv = np.unique(off, return_inverse=True)
   inv = inv.reshape(-1)
@@ -66,7 +67,7 @@ def _atomic(aop, off, vals, dt, ld, st):
   return old
 
 
-def _atom_apply(aop, old, b, c, dt):
+def _atom_apply(aop, old, b, c: _Ctx, dt: np.dtype):
   if aop == "add":
     return (old + b).astype(dt)
   if aop == "min":
@@ -93,7 +94,7 @@ def _atom_apply(aop, old, b, c, dt):
 class MemoryOps:
   """Instruction compilers for address conversion, loads, stores and atomics."""
 
-  def _c_cvta(self, ins):
+  def _c_cvta(self, ins: _Ins) -> None:
     self._need(ins, 2)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -116,7 +117,7 @@ class MemoryOps:
     ins.fn = fn
 
   # memory
-  def _space(self, ins):
+  def _space(self, ins: _Ins):
     sp = next((m for m in ins.mods if m in _SPACES), "generic")
     if sp == "param" and self.call_params:
       a = ins.ops[1] if ins.op in ("ld", "ldu") else ins.ops[0]
@@ -125,11 +126,11 @@ class MemoryOps:
         return "local"
     return sp
 
-  def _vec(self, ins):
+  def _vec(self, ins: _Ins):
     v = next((m for m in ins.mods if m in ("v2", "v4", "v8")), None)
     return int(v[1:]) if v else 1
 
-  def _c_ld(self, ins):
+  def _c_ld(self, ins: _Ins) -> None:
     self._need(ins, 2)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -163,7 +164,7 @@ class MemoryOps:
 
   _c_ldu = _c_ld
 
-  def _c_st(self, ins):
+  def _c_st(self, ins: _Ins) -> None:
     self._need(ins, 2)
     t = self._one_type(ins)
     dt = _DT[t]
@@ -197,7 +198,7 @@ class MemoryOps:
         raise _fault_thread(c, e, a, m, nv * dt.itemsize)
     ins.fn = fn
 
-  def _mem_access(self, ins, space, dt, nv, kind):
+  def _mem_access(self, ins: _Ins, space: str, dt: np.dtype, nv, kind: str):
     """fn(c, addrs, mask[, vals]) for a state space; loads return a list of nv arrays."""
     w = dt.itemsize
     what = f"{space} {kind}"
@@ -270,7 +271,7 @@ class MemoryOps:
             backend(c, sp).store(ak, ll, v, dt, what)
     return store
 
-  def _param_load(self, c, a, dt, nv, m):
+  def _param_load(self, c: _Ctx, a, dt: np.dtype, nv, m: np.ndarray | None):
     outs = []
     w = dt.itemsize
     for k in range(nv):
@@ -287,7 +288,7 @@ class MemoryOps:
     return outs
 
   # atomics
-  def _c_atom(self, ins, red=False):
+  def _c_atom(self, ins: _Ins, red: bool = False) -> None:
     ts = self._types(ins)
     if len(ts) != 1:
       raise self._err(ins, "atom needs exactly one type")
@@ -353,5 +354,5 @@ class MemoryOps:
         wd(c, old, sg, m)
     ins.fn = fn
 
-  def _c_red(self, ins):
+  def _c_red(self, ins: _Ins) -> None:
     self._c_atom(ins, red=True)

@@ -3,6 +3,7 @@ access outside them or misaligned raises GPUFault), the generic-address windows 
 and the per-block shared and per-thread local stores a launch allocates."""
 from __future__ import annotations
 import numpy as np
+import numpy.typing as npt
 from baregrad.drivers.mock.ptx.errors import GPUFault
 
 SHARED_WINDOW = 0x0000_7F00_0000_0000
@@ -19,12 +20,13 @@ class Windows:
   converts with (default: the apertures)."""
   __slots__ = ("shared", "local", "size", "cvta_shared", "cvta_local")
 
-  def __init__(self, shared=SHARED_WINDOW, local=LOCAL_WINDOW, size=WINDOW_SIZE, cvta_shared=None, cvta_local=None):
+  def __init__(self, shared: int = SHARED_WINDOW, local: int = LOCAL_WINDOW, size: int = WINDOW_SIZE,
+               cvta_shared: int | None = None, cvta_local: int | None = None) -> None:
     self.shared, self.local, self.size = int(shared), int(local), int(size)
     self.cvta_shared = self.shared if cvta_shared is None else int(cvta_shared)
     self.cvta_local = self.local if cvta_local is None else int(cvta_local)
 
-  def route(self, a):
+  def route(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(shared mask, local mask) of generic addresses `a` (uint64 array)."""
     sh = (a >= np.uint64(self.shared)) & (a < np.uint64(self.shared + self.size))
     lo = (a >= np.uint64(self.local)) & (a < np.uint64(self.local + self.size))
@@ -37,7 +39,7 @@ _DEFAULT_WINDOWS = Windows()
 class _Region:
   __slots__ = ("va", "size", "data", "name")
 
-  def __init__(self, va, size, data, name):
+  def __init__(self, va, size, data, name) -> None:
     self.va, self.size, self.data, self.name = va, size, data, name
 
 
@@ -46,7 +48,7 @@ class Memory:
 
   Any access that is not entirely inside one mapped region raises `GPUFault`."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._regions: list[_Region] = []
     self._starts = np.zeros(0, np.uint64)
     self._next = 0x0000_0001_0000_0000
@@ -54,7 +56,7 @@ class Memory:
     self.recorder = None      # a set: device loads/stores add (region va, "r" | "w") to it
 
   # -- mapping
-  def map(self, va: int, size: int, data=None, name: str = "") -> np.ndarray:
+  def map(self, va: int, size: int, data: np.ndarray | bytes | None = None, name: str = "") -> np.ndarray:
     """Map [va, va+size) backed by a new zeroed byte array (or `data`, a uint8 array)."""
     va, size = int(va), int(size)
     if size <= 0:
@@ -91,7 +93,7 @@ class Memory:
     self.map(va, max(int(size), 1), name=name)
     return va
 
-  def regions(self):
+  def regions(self) -> list[tuple[int, int, str]]:
     return [(r.va, r.size, r.name) for r in self._regions]
 
   # -- host access
@@ -105,21 +107,21 @@ class Memory:
     r = self._find(va, size)
     return r.data[va - r.va: va - r.va + size].tobytes()
 
-  def write_bytes(self, va: int, data) -> None:
+  def write_bytes(self, va: int, data: bytes | bytearray | memoryview | np.ndarray) -> None:
     b = np.frombuffer(bytes(data), np.uint8)
     r = self._find(va, b.size)
     r.data[va - r.va: va - r.va + b.size] = b
 
-  def read(self, va: int, dtype, count: int = 1) -> np.ndarray:
+  def read(self, va: int, dtype: npt.DTypeLike, count: int = 1) -> np.ndarray:
     dt = np.dtype(dtype)
     return np.frombuffer(self.read_bytes(va, dt.itemsize * count), dt).copy()
 
-  def write(self, va: int, values, dtype=None) -> None:
+  def write(self, va: int, values: npt.ArrayLike, dtype: npt.DTypeLike = None) -> None:
     a = np.ascontiguousarray(values if dtype is None else np.asarray(values, dtype))
     self.write_bytes(va, a.tobytes())
 
   # -- device access (vectorized)
-  def _locate(self, addrs, size, what):
+  def _locate(self, addrs, size, what: str):
     """Region index for each address; raises GPUFault for the first unmapped one."""
     if not self._regions:
       if addrs.size:
@@ -137,7 +139,7 @@ class Memory:
       raise GPUFault(f"GPU page fault: {what} of {size} bytes at {bad:#x}: address not mapped", bad)
     return idx
 
-  def _check_align(self, addrs, size, what):
+  def _check_align(self, addrs, size, what: str) -> None:
     if size > 1:
       mis = (addrs % np.uint64(size)) != 0
       if mis.any():
@@ -152,7 +154,7 @@ class Memory:
       return [(self._regions[first], None)]
     return [(self._regions[i], idx == i) for i in np.unique(idx)]
 
-  def load(self, addrs, dtype, what="load") -> np.ndarray:
+  def load(self, addrs: np.ndarray, dtype: npt.DTypeLike, what: str = "load") -> np.ndarray:
     dt = np.dtype(dtype)
     addrs = np.asarray(addrs, np.uint64)
     self._check_align(addrs, dt.itemsize, what)
@@ -171,7 +173,7 @@ class Memory:
         out[sel] = v
     return out
 
-  def store(self, addrs, values, dtype, what="store") -> None:
+  def store(self, addrs: np.ndarray, values: np.ndarray, dtype: npt.DTypeLike, what: str = "store") -> None:
     dt = np.dtype(dtype)
     addrs = np.asarray(addrs, np.uint64)
     values = np.asarray(values).astype(dt, copy=False)
@@ -186,7 +188,7 @@ class Memory:
       _scatter(r.data, (a - np.uint64(r.va)).astype(np.int64), v, dt)
 
 
-def _gather(data, off, dt):
+def _gather(data, off, dt: np.dtype):
   w = dt.itemsize
   if w == 1:
     return data[off].view(dt)
@@ -195,7 +197,7 @@ def _gather(data, off, dt):
   return data[off[:, None] + np.arange(w)].reshape(-1).view(dt)
 
 
-def _scatter(data, off, v, dt):
+def _scatter(data, off, v, dt: np.dtype) -> None:
   w = dt.itemsize
   if w == 1:
     data[off] = v.view(np.uint8)
@@ -209,11 +211,11 @@ def _scatter(data, off, v, dt):
 class _Local:
   """Per-thread memory (.local): `n` rows of `size` bytes; addresses are offsets."""
 
-  def __init__(self, n, size, space):
+  def __init__(self, n, size, space: str) -> None:
     self.n, self.size, self.space = n, size, space
     self.data = np.zeros(max(n * size, 1), np.uint8)
 
-  def _flat(self, offs, lanes, w, what):
+  def _flat(self, offs, lanes, w, what: str):
     offs = np.asarray(offs, np.uint64)
     bad = offs + np.uint64(w) > np.uint64(self.size)
     if bad.any():
@@ -225,19 +227,19 @@ class _Local:
       raise GPUFault(f"GPU fault: misaligned {what} of {w} bytes at {self.space} offset {b:#x}", b)
     return offs.astype(np.int64) + lanes * self.size
 
-  def load(self, offs, lanes, dt, what):
+  def load(self, offs, lanes, dt: np.dtype, what: str):
     return _gather(self.data, self._flat(offs, lanes, dt.itemsize, what), dt)
 
-  def store(self, offs, lanes, v, dt, what):
+  def store(self, offs, lanes, v, dt: np.dtype, what: str) -> None:
     _scatter(self.data, self._flat(offs, lanes, dt.itemsize, what), np.asarray(v).astype(dt, copy=False), dt)
 
 
 class _Shared(_Local):
   """Per-CTA memory: one row per block of the batch, shared by that block's threads."""
 
-  def __init__(self, nblocks, size, nthreads):
+  def __init__(self, nblocks, size, nthreads) -> None:
     super().__init__(nblocks, size, "shared")
     self.nthreads = nthreads
 
-  def _flat(self, offs, lanes, w, what):
+  def _flat(self, offs, lanes, w, what: str):
     return super()._flat(offs, np.asarray(lanes) // self.nthreads, w, what)

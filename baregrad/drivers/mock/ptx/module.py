@@ -4,14 +4,15 @@ from __future__ import annotations
 import re
 import numpy as np
 from baregrad.drivers.mock.ptx.errors import PTXError
-from baregrad.drivers.mock.ptx.parser import _Var, _init_bytes, _line_directives, _parse_var, _split_operands, _strip_comments
 from baregrad.drivers.mock.ptx.kernel import PTXKernel
 from baregrad.drivers.mock.ptx.memory import Memory
+from baregrad.drivers.mock.ptx.parser import _Var, _init_bytes, _line_directives, _parse_var, _split_operands
+from baregrad.drivers.mock.ptx.parser import _strip_comments
 
 class PTXModule:
   """A parsed PTX module: its kernels (.entry) and module-scope variables."""
 
-  def __init__(self, ptx_text: str):
+  def __init__(self, ptx_text: str) -> None:
     self.text = ptx_text
     self.version = None
     self.target = None
@@ -36,7 +37,7 @@ class PTXModule:
       raise PTXError(f"no kernel named {name!r} in module (have: {', '.join(self.kernels) or 'none'})") from None
 
   # -- parsing
-  def _parse(self, src):
+  def _parse(self, src) -> None:
     lines_at = np.cumsum([0] + [1 if c == "\n" else 0 for c in src])  # char index -> line-1
     self._lines_at = lines_at
     self._src = src
@@ -97,7 +98,7 @@ class PTXModule:
           return k
     raise PTXError("unbalanced '{'", int(self._lines_at[j]) + 1, src[j:j + 40].strip())
 
-  def _directive(self, stmt, line):
+  def _directive(self, stmt: str, line) -> None:
     text = " ".join(stmt.split())
     toks = stmt.split()
     head = toks[0]
@@ -127,7 +128,7 @@ class PTXModule:
     else:
       raise PTXError(f"unsupported module-level directive `{head}`", line, text)
 
-  def _parse_function(self, head, body, body_off, line):
+  def _parse_function(self, head: str, body: str, body_off: int, line) -> None:
     text = " ".join(head.split())
     m = re.search(r"\.(entry|func)\s+(?:\(([^)]*)\)\s*)?([\w$]+)\s*(\(([^)]*)\))?", head, re.S)
     if not m:

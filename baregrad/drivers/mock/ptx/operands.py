@@ -5,12 +5,13 @@ import re
 import numpy as np
 from baregrad.drivers.mock.ptx.dtypes import _DT, _SPECIAL, _bits, _is_float, _kind
 from baregrad.drivers.mock.ptx.errors import PTXError
-from baregrad.drivers.mock.ptx.parser import _lit_value, _literal, _parse_int
+from baregrad.drivers.mock.ptx.parser import _lit_value, _literal, _parse_int, _Ins
 
 class Operands:
-  """Compiles operands into closures fn(ctx): registers (bit-reinterpreted to the instruction type), literals, symbols, special registers, addresses."""
+  """Compiles operands into closures fn(ctx): registers (bit-reinterpreted to the instruction type), literals,
+  symbols, special registers, addresses."""
 
-  def _reg_dtype(self, ins, name):
+  def _reg_dtype(self, ins: _Ins, name):
     try:
       return self.reg_types[name]
     except KeyError:
@@ -18,7 +19,7 @@ class Operands:
 
   _RELAXED = {"ld", "ldu", "st", "cvt"}  # a register wider than the instruction type is allowed
 
-  def _check_type(self, ins, reg, tname):
+  def _check_type(self, ins: _Ins, reg, tname) -> None:
     """PTX operand type rules: same type; or the same size where either is a bit type (.bNN)
     or both are integers; ld/st/cvt also take a register wider than the instruction type."""
     rt = self.reg_tnames.get(reg)
@@ -40,7 +41,7 @@ class Operands:
       raise self._err(ins, f"wrong operand type: register {reg} is .{rt}, the instruction "
                            f"type is .{tname}")
 
-  def _src(self, ins, s, dt, signed=None, tname=None):
+  def _src(self, ins: _Ins, s, dt: np.dtype, signed=None, tname=None):
     """Compile a source operand into fn(ctx) -> array or scalar of dtype dt."""
     s = s.strip()
     if s.startswith("%") and tname is not None:
@@ -77,7 +78,7 @@ class Operands:
       return self._symbol(ins, m.group(1), int(m.group(2) or 0), dt)
     raise self._err(ins, f"cannot understand operand `{s}`")
 
-  def _symbol(self, ins, name, add, dt):
+  def _symbol(self, ins: _Ins, name, add, dt: np.dtype):
     if name in self.shared_offsets:
       v = dt.type(self.shared_offsets[name] + add)
       return lambda c: v
@@ -89,7 +90,7 @@ class Operands:
       return lambda c: v
     return lambda c: dt.type(c.gaddr[name] + add)
 
-  def _special(self, ins, s, dt):
+  def _special(self, ins: _Ins, s, dt: np.dtype):
     name = s[1:]
     if name.split(".")[0] not in ("tid", "ntid", "ctaid", "nctaid", "laneid", "warpid", "nwarpid",
                                   "smid", "nsmid", "gridid", "clock", "clock64", "lanemask_eq",
@@ -98,7 +99,7 @@ class Operands:
       raise self._err(ins, f"special register {s} is not supported")
     return lambda c: _bits(c.special(name), dt, False)
 
-  def _dst(self, ins, s, tname=None):
+  def _dst(self, ins: _Ins, s, tname=None):
     """Compile a destination register into fn(ctx, value, value_dtype_signed, mask)."""
     s = s.strip()
     if s == "_":
@@ -119,7 +120,7 @@ class Operands:
         c.regs[s] = np.where(m, v, c.regs[s])
     return w
 
-  def _addr(self, ins, s, space):
+  def _addr(self, ins: _Ins, s, space: str):
     """[reg+off] / [sym+off] / [imm] -> fn(ctx) -> uint64 address (in `space`)."""
     s = s.strip()
     if not (s.startswith("[") and s.endswith("]")):

@@ -29,13 +29,13 @@ class _Renamer:
   _IDENT = re.compile(r"(?<![\w$%.])([A-Za-z_$][\w$]*)")
   _REG = re.compile(r"%([A-Za-z_$][\w$]*)")
 
-  def __init__(self, reg_prefix=None, names=None, ret_label=None):
+  def __init__(self, reg_prefix=None, names=None, ret_label=None) -> None:
     self.reg_prefix, self.names, self.ret_label = reg_prefix, names or {}, ret_label
 
   def label(self, name):
     return self.names.get(name, name)
 
-  def __call__(self, st):
+  def __call__(self, st: str):
     if self.reg_prefix is None:
       return st
     pre = self.reg_prefix
@@ -119,7 +119,7 @@ def _literal(s):
   return None
 
 
-def _lit_value(lit, dt):
+def _lit_value(lit, dt: np.dtype):
   kind, v = lit
   if dt == np.bool_:
     return np.bool_(bool(v))
@@ -141,12 +141,12 @@ def _lit_value(lit, dt):
 class _Var:
   """A variable declared with a state space (.global/.const/.shared/.local) or a param."""
 
-  def __init__(self, space, tname, name, size, align, init=None, extern=False):
+  def __init__(self, space: str, tname, name, size, align, init=None, extern=False) -> None:
     self.space, self.tname, self.name, self.size, self.align = space, tname, name, size, align
     self.init, self.extern, self.offset = init, extern, 0
 
 
-def _parse_var(decl, line, text):
+def _parse_var(decl: str, line, text):
   """`.shared .align 4 .b8 name[1024] = {...}` (without the trailing ';')."""
   init = None
   if "=" in decl:
@@ -230,7 +230,7 @@ class BodyParser:
   """Kernel-body parsing of PTXKernel: statements -> `_Ins` records, declarations, inlined calls, layout."""
 
   # -- parsing the body
-  def _parse_body(self, body, body_off, rename=None, depth=0):
+  def _parse_body(self, body: str, body_off: int, rename=None, depth: int = 0) -> None:
     mod = self.module
     lines_at = mod._lines_at
     pos = 0
@@ -275,7 +275,7 @@ class BodyParser:
         ins.op, ins.mods, ins.ops = "bra", ["uni"], [rename.ret_label]
       self.code.append(ins)
 
-  def _inline_call(self, ins, depth):
+  def _inline_call(self, ins: _Ins, depth: int) -> None:
     """`call (ret), f, (args)`: inline f's body here, its registers, labels and local
     names prefixed, its formal params bound to the call site's .param variables."""
     ops = ins.ops
@@ -319,7 +319,7 @@ class BodyParser:
     self._parse_body(body, body_off, _Renamer(f"%__f{k}_", names, done), depth + 1)
     self.labels[done] = len(self.code)
 
-  def _body_directive(self, st, line, text):
+  def _body_directive(self, st: str, line, text) -> None:
     toks = st.split()
     head = toks[0]
     if head == ".reg":
@@ -377,7 +377,7 @@ class BodyParser:
     else:
       raise PTXError(f"unsupported directive `{head}` in kernel body", line, text)
 
-  def _parse_ins(self, st, line, text):
+  def _parse_ins(self, st: str, line, text):
     ins = _Ins()
     ins.line, ins.text = line, text
     ins.pred, ins.pneg = None, False
@@ -398,7 +398,7 @@ class BodyParser:
     ins.fn, ins.kind, ins.target, ins.barid = None, "op", None, 0
     return ins
 
-  def _layout(self):
+  def _layout(self) -> None:
     off = 0
     self.shared_offsets = {}
     allshared = list(self.module.shared.values()) + list(self.shared_vars.values())
