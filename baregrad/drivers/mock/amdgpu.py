@@ -35,7 +35,8 @@ barrier bit, an end-of-pipe RELEASE_MEM, the queue going idle or blocking), inte
 step (each step a batch of waves at one PC), the most recently launched first, as the NV mock interleaves launches; their
 memory accesses are recorded: a read or write of bytes another dispatch of the group wrote (or a write of bytes it
 read) is a hazard, logged in `hazards` and the dmesg-like `log` (the H100 showed what an unordered consumer reads:
-stale data, hw/h100-580.159.04/FINDINGS.md finding 6b). Scratch is left out: every wave has its own slot, and
+stale data, docs/hw/h100-580.159.04-findings.md finding 6b, launches in one submission overlap). Scratch is left out:
+every wave has its own slot, and
 concurrent dispatches get disjoint shares of the queue's slots.
 
 Scratch: a dispatch whose kernel descriptor enables the private segment gets the backing memory, slot size and slot
@@ -63,8 +64,7 @@ from baregrad.ctypes_autogen.amdgpu import hsa
 from baregrad.drivers.amd import hw
 from baregrad.drivers.amd.topology import TARGETS, TOPOLOGY, Target, queue_sizes
 
-from baregrad.drivers.mock.nvgpu import _libc, _mmap, Memory as _MemFD, PROT_RW, MAP_SHARED  # memfd pages, libc mmap
-PAGE = 4096
+from baregrad.drivers.mock.common import MemFD, MAP_SHARED, PAGE, host_mmap, host_munmap, rup, GPUFaultErr
 TASK_SIZE_MAX = (1 << 47) - PAGE                 # x86-64 user address limit: access_ok() refuses anything above
 AMDGPU_VA_RESERVED_BOTTOM = 1 << 16              # amdgpu_vm.h
 GPUVM_SIZE = 1 << 47                             # amdgpu_amdkfd.c: min(max_pfn << 12, AMDGPU_GMC_HOLE_START)
@@ -81,7 +81,6 @@ DRM_FILE_PAGE_OFFSET_START = 0x100000000        # drm_gem.c: (0xFFFFFFFFUL >> PA
 F = kfd  # flag names
 GPU_TIMESTAMP_HZ = 100_000_000                   # the GPU's global timestamp counter runs at 100 MHz
 
-def _align(x: int, a: int) -> int: return (x + a - 1) // a * a
 def _ts() -> int: return time.perf_counter_ns() // (1_000_000_000 // GPU_TIMESTAMP_HZ)
 
 class KFDErr(Exception):
@@ -89,12 +88,6 @@ class KFDErr(Exception):
   def __init__(self, err: int, where: str, why: str = "") -> None:
     super().__init__(f"{where}: {why}")
     self.err = err
-
-class GPUFaultErr(Exception):
-  """A GPU access to an address the page tables do not map (becomes a VM fault)."""
-  def __init__(self, va: int, write: bool, client: str, why: str = "") -> None:
-    super().__init__(why or f"{client} {'write' if write else 'read'} of unmapped VA {va:#x}")
-    self.va, self.write, self.client = va, write, client
 
 class QueueStop(Exception):
   """The command processor or the SDMA engine stops this queue (bad opcode, illegal packet, the mock's own limit)."""
@@ -136,7 +129,7 @@ class Backing:
   process's own pages."""
   def __init__(self, size: int, kind: str, user_addr: int = 0) -> None:
     self.size, self.kind = size, kind
-    self._m = None if kind == "userptr" else _MemFD(size, kind)
+    self._m = None if kind == "userptr" else MemFD(size, kind)
     self.fd, self.view = (-1, user_addr) if self._m is None else (self._m.fd, self._m.view)
   def release(self) -> None:
     if self._m is not None: self._m.release()
@@ -420,7 +413,7 @@ class MockAMDGPU:
     elif flags & F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP: domain = "mmio"
     else: raise KFDErr(errno.EINVAL, w2, f"flags {flags:#x} name no domain (VRAM, GTT, USERPTR, DOORBELL, MMIO_REMAP)")
     size = a.size >> 1 if flags & F.KFD_IOC_ALLOC_MEM_FLAGS_AQL_QUEUE_MEM else a.size
-    size = _align(size, PAGE)
+    size = rup(size, PAGE)
     if size == 0: raise KFDErr(errno.EINVAL, w2, "AQL queue memory of less than 2 bytes")
     # amdgpu_amdkfd_reserve_mem_limit: VRAM against the GPU's VRAM, GTT/userptr against the system limit -> -ENOMEM
     if domain == "vram" and g.vram_used + size > g.vram_size:
@@ -568,7 +561,7 @@ class MockAMDGPU:
         pdd["sdma"].add(sid)
         engine, qn = sid % n_eng, sid // n_eng
         base = SDMA_DOORBELL_BASE + SDMA_DOORBELL_STRIDE * engine
-        if g.target.version // 100 == 904: base = _align(base, 4)  # KFD_SDMA_SHADER_DOORBELL_GRANULARITY on 9.4.3
+        if g.target.version // 100 == 904: base = rup(base, 4)  # KFD_SDMA_SHADER_DOORBELL_GRANULARITY on 9.4.3
         db_id = base + (qn & 1) * KFD_QUEUE_DOORBELL_MIRROR_OFFSET + (qn >> 1)
       else:  # CP queues: the first free id outside the SDMA/IH/VCN range (init_doorbell_bitmap)
         db_id = next((i for i in range(KFD_MAX_NUM_OF_QUEUES_PER_PROCESS) if i not in pdd["db_ids"] and
@@ -620,10 +613,10 @@ class MockAMDGPU:
       raise KFDErr(errno.EINVAL, w, why)
     if a.eop_buffer_address:
       if a.eop_buffer_size < sz.eop_buffer_size: fail(f"EOP buffer of {a.eop_buffer_size:#x} bytes is less than the node's {sz.eop_buffer_size:#x}")
-      get(a.eop_buffer_address, _align(a.eop_buffer_size, PAGE), "EOP buffer")
+      get(a.eop_buffer_address, rup(a.eop_buffer_size, PAGE), "EOP buffer")
     if a.ctl_stack_size != sz.ctl_stack_size: fail(f"ctl_stack_size {a.ctl_stack_size:#x} is not the node's {sz.ctl_stack_size:#x}")
     if a.ctx_save_restore_size < sz.cwsr_size: fail(f"ctx_save_restore_size {a.ctx_save_restore_size:#x} is less than the node's cwsr_size {sz.cwsr_size:#x}")
-    total = _align((a.ctx_save_restore_size + sz.debug_memory_size) * sz.num_xcc, PAGE)
+    total = rup((a.ctx_save_restore_size + sz.debug_memory_size) * sz.num_xcc, PAGE)
     get(a.ctx_save_restore_address, total, "context save area ((ctx_save_restore_size + debug memory) x XCCs)")
     return refs
 
@@ -779,7 +772,7 @@ class MockAMDGPU:
   def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
     with self._lock:
       if fd == -1:  # anonymous memory: the kernel's ordinary behaviour
-        r = _mmap(addr, length, prot, flags, -1, offset)
+        r = host_mmap(addr, length, prot, flags, -1, offset)
         self.maps[r] = (length, None)
         return r
       f = self.files.get(fd)
@@ -804,28 +797,26 @@ class MockAMDGPU:
         if length != PAGE: raise OSError(errno.EINVAL, f"mmap of {length:#x} bytes of MMIO remap: one page only (kfd_mmio_mmap)")
         b, what = g.mmio, ("mmio", g)
       else: raise OSError(errno.EINVAL, f"mmap of /dev/kfd at offset {offset:#x}: reserved memory is not modelled")
-      r = _mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, b.fd, 0)
+      r = host_mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, b.fd, 0)
       self.maps[r] = (length, what)
       return r
 
   def _mmap_bo(self, f: dict, fd: int, addr: int, length: int, prot: int, flags: int, offset: int) -> int:
     # drm_gem.c: drm_gem_mmap: the offset must start a BO's range and the length fit in it -> -EINVAL
     bo = next((b for b in self.bos.values() if b.mmap_offset == offset and b.domain != "mmio"), None)
-    if bo is None or _align(length, PAGE) > _align(bo.size, PAGE) or bo.gpu is not f["gpu"]:
+    if bo is None or rup(length, PAGE) > rup(bo.size, PAGE) or bo.gpu is not f["gpu"]:
       raise OSError(errno.EINVAL, f"mmap of {f['path']} at offset {offset:#x}+{length:#x}: no BO there (drm_gem_mmap)")
     # drm_vma_node_is_allowed: only the DRM file the KFD VM was acquired from may map the BO -> -EACCES
     if self.pdd[bo.gpu.gpu_id]["drm"] != fd: raise OSError(errno.EACCES, f"mmap of a KFD BO through fd {fd}, not the DRM file the VM was acquired from (drm_gem_mmap)")
     if bo.domain == "userptr": raise OSError(errno.EPERM, "mmap of a userptr BO (amdgpu_gem_object_mmap)")
     assert bo.backing is not None
-    r = _mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, bo.backing.fd, 0)
+    r = host_mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, bo.backing.fd, 0)
     self.maps[r] = (length, ("bo", bo))
     return r
 
   def munmap(self, addr: int, length: int) -> None:
     with self._lock:
-      if _libc.munmap(addr, length) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, f"munmap({addr:#x}, {length:#x}) failed: {os.strerror(e)}")
+      host_munmap(addr, length)
       self.maps.pop(addr, None)
 
   # ---------------------------------------------------------------- doorbells and MMIO writes

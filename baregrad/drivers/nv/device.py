@@ -37,7 +37,7 @@ version (v03 Ampere/Ada, v04 Hopper, v05 Blackwell: hw.QMD_VERSION).
 Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
 with its own RM client, VA space, channels and a device-only VA window of its own.
 
-MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
+MOCKGPU=1 runs against baregrad.drivers.mock.nv.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call."""
 from __future__ import annotations
 import ctypes, errno, os, re, threading, time
@@ -432,7 +432,7 @@ class NVDevice(HCQDevice):
     if port is None:
       from baregrad.helpers import getenv
       if getenv("MOCKGPU", 0):
-        from baregrad.drivers.mock.nvgpu import MockNVGPU
+        from baregrad.drivers.mock.nv import MockNVGPU
         try: port = make_port(MockNVGPU())   # MOCKGPU_ARCH, MOCKGPU_COUNT pick the generation and the number of GPUs
         except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
       else: port = make_port()
