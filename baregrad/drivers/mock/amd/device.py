@@ -26,8 +26,8 @@ create_queue_args = _struct(kfd.struct_kfd_ioctl_create_queue_args, [("sdma_engi
 
 class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, SDMAEngine):
   """AMD GPUs behind a mock amdkfd/amdgpu. `arch` (MOCKGPU_AMD_ARCH: gfx1100 or gfx942, default gfx1100) and `count`
-(MOCKGPU_COUNT) pick the GPUs; `vram` their memory; `large_bar` whether all VRAM is CPU-visible; `deny` paths whose
-open fails with EACCES; `sysmem_limit` KFD's system-memory limit (userptr and GTT)."""
+  (MOCKGPU_COUNT) pick the GPUs; `vram` their memory; `large_bar` whether all VRAM is CPU-visible; `deny` paths whose
+  open fails with EACCES; `sysmem_limit` KFD's system-memory limit (userptr and GTT)."""
 
   def __init__(self, arch: str | None = None, count: int | None = None, vram: int = 24 << 30, large_bar: bool = True,
                deny: tuple[str, ...] = (), sysmem_limit: int = 48 << 30, skip_unexecutable: bool = False,

@@ -1,5 +1,6 @@
-"""amdkfd's queue ioctls: CREATE_QUEUE (AQL, PM4 and SDMA rings: the buffers it acquires, the doorbell it assigns) and
-DESTROY_QUEUE; each check beside the kernel function that makes it."""
+"""amdkfd's queue ioctls (kfd_chardev.c: kfd_ioctl_create_queue, kfd_ioctl_destroy_queue): CREATE_QUEUE (AQL, PM4
+and SDMA rings: the buffers it acquires, the doorbell it assigns) and DESTROY_QUEUE; each check beside the kernel
+function that makes it."""
 from __future__ import annotations
 import bisect, errno
 from typing import Any

@@ -7,7 +7,8 @@ Blackwell, QMD v05): RM reports its MC architecture, SM version and classlist, a
 
 A conformance model, not a friend: it refuses what the real kernel driver and GPU refuse, with the codes they give,
 each check beside the source it comes from (a file and function of NVIDIA's open kernel modules 580.x, or a finding of
-docs/hw/h100-580.159.04-findings.md: the findings of the first run on an H100, numbered as there). Among them: system memory mapped only through /dev/nvidiactl (finding 1), GR channels
+docs/hw/h100-580.159.04-findings.md: the findings of the first run on an H100, numbered as
+there). Among them: system memory mapped only through /dev/nvidiactl (finding 1), GR channels
 scheduled only once UVM_REGISTER_CHANNEL bound them (finding 2), a Hopper/Blackwell shared window that is not 4 GiB
 aligned refused with Xid 69 (finding 3), instruction prefetch past a program's allocation faulting with Xid 31
 (finding 4), %ntid/%nctaid and the other launch values read from constant bank 0 where the SASS reads them (finding 5),

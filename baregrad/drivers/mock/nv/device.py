@@ -22,10 +22,10 @@ def _comm() -> str:
 
 class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeEngine):
   """NVIDIA GPUs of one generation behind a mock NVIDIA kernel driver: `arch` (MOCKGPU_ARCH: sm_80, sm_86, sm_89,
-sm_90, sm_100, sm_120; default sm_90) picks what RM reports (MC architecture, SM version, classlist) and which
-classes it accepts; `count` (MOCKGPU_COUNT, default 1) how many GPUs NV_ESC_CARD_INFO lists. GPU i answers at
-/dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens each GPU through
-its own port (its own mock instance), so every GPU's memory, page tables and channels are its own."""
+  sm_90, sm_100, sm_120; default sm_90) picks what RM reports (MC architecture, SM version, classlist) and which
+  classes it accepts; `count` (MOCKGPU_COUNT, default 1) how many GPUs NV_ESC_CARD_INFO lists. GPU i answers at
+  /dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens each GPU through
+  its own port (its own mock instance), so every GPU's memory, page tables and channels are its own."""
 
   def __init__(self, driver_version: str = "580.95.05", vram_bytes: int = 80 << 30, sysmem_bytes: int = 64 << 30,
                gpcs: int = 8, tpc_per_gpc: int = 9, sm_per_tpc: int = 2, uuid: bytes = bytes(range(0x10, 0x20)),

@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from baregrad.drivers.mock.ptx.dtypes import _DT, _TYPES
 from baregrad.drivers.mock.ptx.errors import PTXError
-from baregrad.drivers.mock.ptx.parser import _Ins, _Var
-from baregrad.drivers.mock.ptx.parser import BodyParser
+from baregrad.drivers.mock.ptx.parser import BodyParser, _Ins, _Var
 from baregrad.drivers.mock.ptx.operands import Operands
 from baregrad.drivers.mock.ptx.control import ControlOps
 from baregrad.drivers.mock.ptx.alu import ArithOps
