@@ -158,7 +158,7 @@ def mock_nv_device():
   import os
   from baregrad.hal import Device
   from baregrad.drivers.port import make_port
-  from baregrad.drivers.mock.nvgpu import MockNVGPU
+  from baregrad.drivers.mock.nv import MockNVGPU
   from baregrad.drivers.nv import NVDevice
   saved = {v: os.environ.pop(v) for v in ("MOCKGPU_ARCH", "MOCKGPU_COUNT", "ALLOW_TF32") if v in os.environ}
   dev = NVDevice("NV", port=make_port(MockNVGPU()))

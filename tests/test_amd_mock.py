@@ -10,7 +10,7 @@ from baregrad.hal import Device, Buffer, DeviceUnavailable, OutOfMemory
 from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
 from baregrad.drivers.port import IoctlError, MockPort, make_port
-from baregrad.drivers.mock.amdgpu import MockAMDGPU, DOORBELL_SLICE, KFD_MMAP_TYPE_DOORBELL, KFD_MMAP_GPU_ID_SHIFT
+from baregrad.drivers.mock.amd import MockAMDGPU, DOORBELL_SLICE, KFD_MMAP_TYPE_DOORBELL, KFD_MMAP_GPU_ID_SHIFT
 from baregrad.drivers.amd import AMDDevice, AMDFault, hw
 from baregrad.drivers.amd.topology import queue_sizes, target_name, parse_properties
 from baregrad.ctypes_autogen import kfd

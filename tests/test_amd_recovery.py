@@ -12,7 +12,7 @@ from baregrad.hal import Buffer
 from baregrad.hcq import HCQSignal
 from baregrad.ir.dtype import dtypes
 from baregrad.drivers.port import make_port
-from baregrad.drivers.mock.amdgpu import MockAMDGPU
+from baregrad.drivers.mock.amd import MockAMDGPU
 from baregrad.drivers.amd import AMDDevice, AMDFault, AMDDeviceLost, AMDQueueTimeout, hw
 
 KERNELS_LL = AMDGCN_FILL_LL + r"""

@@ -47,7 +47,7 @@ def test_every_renderer_renders_64_bit_index_math(ren):
 
 @pytest.mark.skipif(subprocess.run(["which", "nvcc"], capture_output=True).returncode != 0, reason="nvcc not found")
 def test_cuda_c_64_bit_index_runs_in_the_ptx_interpreter():
-  from baregrad.drivers.mock.ptx_interp import PTXModule, Memory
+  from baregrad.drivers.mock.ptx import PTXModule, Memory
   spec = get_program(tail_ast(), CUDARenderer())
   with tempfile.TemporaryDirectory() as d:
     with open(os.path.join(d, "k.cu"), "w") as f: f.write(spec.src)

@@ -10,7 +10,7 @@ from baregrad import Tensor
 from baregrad.hal import Device, DeviceUnavailable
 from baregrad.helpers import getenv
 from baregrad.drivers.port import make_port
-from baregrad.drivers.mock.nvgpu import MockNVGPU
+from baregrad.drivers.mock.nv import MockNVGPU
 from baregrad.drivers.nv import NVDevice, RMError, hw
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 

@@ -24,7 +24,7 @@ def dev():
     yield d
     return
   from baregrad.drivers.port import make_port
-  from baregrad.drivers.mock.nvgpu import MockNVGPU
+  from baregrad.drivers.mock.nv import MockNVGPU
   with pytest.MonkeyPatch.context() as mp:
     mp.delenv("MOCKGPU_ARCH", raising=False)
     mp.delenv("MOCKGPU_COUNT", raising=False)

@@ -10,7 +10,7 @@ from baregrad.hal import Device, Buffer, DeviceUnavailable, OutOfMemory
 from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
 from baregrad.drivers.port import IoctlError, TracingPort, make_port, MockPort
-from baregrad.drivers.mock.nvgpu import MockNVGPU
+from baregrad.drivers.mock.nv import MockNVGPU
 from baregrad.drivers.nv import NVDevice, NVComputeQueue, NVCopyQueue, RMError
 from baregrad.drivers.nv import hw
 from baregrad.ctypes_autogen.nv import nv_580 as nv
@@ -413,7 +413,7 @@ def test_nv_doctor_on_mock(capsys):
 def test_nv_doctor_reports_a_failing_stage_and_goes_on(capsys):
   """A GPU that refuses the multi-block launch: the stage fails naming the Xid, the kernel log's line is decoded, the
   device recovers and the later stages pass; an unreadable kernel log is reported as such."""
-  from baregrad.drivers.mock.nvgpu import GPUError
+  from baregrad.drivers.mock.nv import GPUError
   class Refuses(MockNVGPU):
     def _launch(self, ch, subc, qmd):
       super()._launch(ch, subc, qmd)

@@ -7,7 +7,7 @@ import ctypes, errno, os, re
 import numpy as np
 import pytest
 from baregrad.drivers.port import IoctlError, TracingPort, MockPort, make_port
-from baregrad.drivers.mock.nvgpu import MockNVGPU
+from baregrad.drivers.mock.nv import MockNVGPU
 from baregrad.drivers.nv import NVDevice, RMError, hw
 from baregrad.drivers.nv.queues import CHANNEL_VA_BYTES
 from baregrad.ctypes_autogen.nv import nv_580 as nv

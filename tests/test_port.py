@@ -71,8 +71,8 @@ def test_driver_port_builds_the_drivers_mock(monkeypatch):
   a mock refusing its variables raise ValueError naming them; without MOCKGPU it is the kernel's port."""
   from baregrad.helpers import getenv
   from baregrad.drivers.port import driver_port, RealPort
-  from baregrad.drivers.mock.nvgpu import MockNVGPU
-  from baregrad.drivers.mock.amdgpu import MockAMDGPU
+  from baregrad.drivers.mock.nv import MockNVGPU
+  from baregrad.drivers.mock.amd import MockAMDGPU
   def env(**kw):
     for k, v in kw.items(): monkeypatch.setenv(k, v)
     getenv.cache_clear()   # knobs are cached per process

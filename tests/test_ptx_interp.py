@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from baregrad.drivers.mock.ptx_interp import GPUFault, Memory, PTXError, PTXModule
+from baregrad.drivers.mock.ptx import GPUFault, Memory, PTXError, PTXModule
 
 HDR = """
 .version 8.0
@@ -1529,7 +1529,7 @@ def test_specials_come_from_the_caller():
 def test_windows_place_generic_shared_and_local():
     """Generic addresses reach shared/local memory through the apertures; cvta converts with its own bases, and a
     pointer converted with a base outside the aperture goes to global memory (a fault when nothing is mapped there)."""
-    from baregrad.drivers.mock.ptx_interp import Windows
+    from baregrad.drivers.mock.ptx import Windows
     mod = PTXModule(SPECIALS)
     mem = Memory()
     out = mem.alloc(32)

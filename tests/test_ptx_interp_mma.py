@@ -2,12 +2,12 @@
 
 Fragments are packed here from the PTX ISA's own formulas (9.7.14.5.7 mma.m16n8k8, 9.7.14.5.8 mma.m16n8k16 with
 floating point type; groupID = laneid >> 2, threadID_in_group = laneid % 4), written out independently of the
-interpreter (drivers/mock/ptx_matrix.py) and of the code generator (codegen/tc.py), so a layout wrong in either fails
+interpreter (drivers/mock/ptx/matrix.py) and of the code generator (codegen/tc.py), so a layout wrong in either fails
 here. Every kernel also assembles with ptxas for sm_80, sm_89 and sm_90 where ptxas is installed."""
 from __future__ import annotations
 import numpy as np
 import pytest
-from baregrad.drivers.mock.ptx_interp import PTXModule, Memory, PTXError, GPUFault
+from baregrad.drivers.mock.ptx import PTXModule, Memory, PTXError, GPUFault
 from baregrad.drivers.nv_compile import find_ptxas
 
 HDR = ".version 8.0\n.target sm_80\n.address_size 64\n"

@@ -11,7 +11,7 @@ from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer.ptx import PTXRenderer
 from baregrad.codegen.renderer.cuda import CUDARenderer
 from baregrad.drivers.nv_compile import find_nvcc
-from baregrad.drivers.mock.ptx_interp import PTXModule, Memory
+from baregrad.drivers.mock.ptx import PTXModule, Memory
 
 nvcc = find_nvcc()
 pytestmark = pytest.mark.skipif(nvcc is None, reason="nvcc not found: CUDA C cannot be turned into PTX here")

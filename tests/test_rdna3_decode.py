@@ -16,7 +16,7 @@ from baregrad.drivers.amd_compile import AMDCompiler, load_code_object
 from baregrad.drivers.mock.rdna3 import opcodes
 from baregrad.drivers.mock.rdna3.decode import Inst, decode, disassemble, DecodeError, inline_value, vop_sig
 from baregrad.drivers.mock.rdna3.machine import compile_inst
-from baregrad.drivers.mock.ptx_interp import Memory
+from baregrad.drivers.mock.ptx import Memory
 from tests.test_ptx_renderer import kernel_set
 from tests.test_amdgpu_renderer import tensor_corpus, lds_kernel
 

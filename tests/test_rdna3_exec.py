@@ -16,7 +16,7 @@ from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import ProgramSpec, get_program
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer, kernarg_layout
 from baregrad.drivers.amd_compile import AMDCompiler, load_code_object
-from baregrad.drivers.mock.ptx_interp import Memory, GPUFault
+from baregrad.drivers.mock.ptx import Memory, GPUFault
 from baregrad.drivers.mock.rdna3.machine import RDNA3Machine, RDNA3Error, DispatchResult, Scratch
 from baregrad.engine.runner import needed_elements, run_ast
 from baregrad.hal import Buffer

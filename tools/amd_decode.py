@@ -89,7 +89,7 @@ def format_capture(d: str, family: str) -> str:
 def demo(arch: str) -> None:
   import ctypes
   from baregrad.drivers.port import make_port
-  from baregrad.drivers.mock.amdgpu import MockAMDGPU
+  from baregrad.drivers.mock.amd import MockAMDGPU
   from baregrad.drivers.amd import AMDDevice
   from baregrad.hcq import HCQSignal
   mock = MockAMDGPU(arch=arch)

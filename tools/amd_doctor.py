@@ -6,7 +6,7 @@ in AMDKFD_IOC_WAIT_EVENTS woken by the GPU, a kernel dispatch, and a graph of de
 says what it saw; a failing stage prints the error and the last ioctls, and the later stages that can still run do.
 
 Runs on a machine with an AMD GPU (amdgpu + amdkfd loaded, the user in the 'render' group), or with --mock on the mock
-GPU (baregrad.drivers.mock.amdgpu; --arch gfx1100|gfx942). IOCTL_TRACE=1 prints every call as it happens.
+GPU (baregrad.drivers.mock.amd; --arch gfx1100|gfx942). IOCTL_TRACE=1 prints every call as it happens.
 
   python tools/amd_doctor.py [--mock] [--arch gfx1100] [--device AMD:0] [--n 65536]"""
 from __future__ import annotations
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
   rec = Recorder(bool(getenv("IOCTL_TRACE", 0)))
   mock = None
   if a.mock:
-    from baregrad.drivers.mock.amdgpu import MockAMDGPU
+    from baregrad.drivers.mock.amd import MockAMDGPU
     mock = MockAMDGPU(arch=a.arch)
   port = TracingPort(MockPort(mock) if mock is not None else RealPort(), out=rec)
   results: list[tuple[str, bool, str]] = []

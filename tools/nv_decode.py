@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if ver in hw.QMD_LAYOUTS: print("launch: " + ", ".join(f"{k}={v if not isinstance(v, int) else hex(v)}" for k, v in hw.read_qmd(w, ver).items()))
   else:
     from baregrad.drivers.port import make_port
-    from baregrad.drivers.mock.nvgpu import MockNVGPU
+    from baregrad.drivers.mock.nv import MockNVGPU
     from baregrad.drivers.nv import NVDevice
     from baregrad.hcq import HCQSignal
     mock = MockNVGPU(arch=a.arch)

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None, mock: Any = None) -> int:
   from baregrad.hcq.graph import HCQGraph
   t0 = time.perf_counter()
   if a.mock and mock is None:
-    from baregrad.drivers.mock.nvgpu import MockNVGPU
+    from baregrad.drivers.mock.nv import MockNVGPU
     mock = MockNVGPU(arch=a.arch)
   port = make_port(mock)
   log = KernelLog(port)   # our own reader: what the kernel says while we go

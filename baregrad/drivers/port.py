@@ -169,8 +169,8 @@ def make_port(mock: MockDevice | None = None) -> Any:
   return TracingPort(p) if knobs.get("IOCTL_TRACE") else p
 
 # each GPU driver's mock GPU (module, class): the port builds it, so a driver never imports its mock
-MOCKS: dict[str, tuple[str, str]] = {"NV": ("baregrad.drivers.mock.nvgpu", "MockNVGPU"),
-                                     "AMD": ("baregrad.drivers.mock.amdgpu", "MockAMDGPU")}
+MOCKS: dict[str, tuple[str, str]] = {"NV": ("baregrad.drivers.mock.nv", "MockNVGPU"),
+                                     "AMD": ("baregrad.drivers.mock.amd", "MockAMDGPU")}
 
 def driver_port(driver: str) -> Any:
   """The port driver `driver` ("NV", "AMD") opens its device through: with MOCKGPU=1 a new mock GPU of that driver's

@@ -32,7 +32,7 @@ VM fault or a whole-GPU reset), the device is lost for this process: AMDDeviceLo
 timeout on a signal of the caller's own (not the timeline) only raises: the caller may still release what the queue
 waits for.
 
-MOCKGPU=1 runs against baregrad.drivers.mock.amdgpu.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
+MOCKGPU=1 runs against baregrad.drivers.mock.amd.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
 MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
 packets and their PM4 IBs, the SDMA packets) for tools/amd_decode.py."""
 from __future__ import annotations

@@ -39,7 +39,7 @@ windows (hw.QMD_VERSION, hw.SHADER_WINDOWS: tables derived from the records).
 Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
 with its own RM client, VA space, channels and a device-only VA window of its own.
 
-MOCKGPU=1 runs against baregrad.drivers.mock.nvgpu.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
+MOCKGPU=1 runs against baregrad.drivers.mock.nv.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call.
 
 The device is assembled from the modules beside it: RM and UVM calls (rm.py), memory (memory.py), channels and queues

@@ -5,7 +5,7 @@
 - machine.py: RDNA3Machine(memory).dispatch(kernel_object_va, grid_size, workgroup_size, kernarg_va,
   group_segment_size, private_segment_size, scratch=Scratch(base, wave_bytes, slots)): runs an AQL dispatch from the bytes in GPU memory (the kernel descriptor
   and the code), with salu.py / valu.py / fp.py the instruction semantics after the ISA guide's pseudocode.
-Errors: RDNA3Error (a kernel or dispatch it cannot run, naming the instruction), ptx_interp.GPUFault (an access to
+Errors: RDNA3Error (a kernel or dispatch it cannot run, naming the instruction), ptx.GPUFault (an access to
 unmapped GPU memory, naming the instruction and the address)."""
 from baregrad.drivers.mock.rdna3.decode import Inst, Operand, DecodeError, decode, disassemble
 from baregrad.drivers.mock.rdna3.machine import RDNA3Machine, RDNA3Error, DispatchResult, Scratch

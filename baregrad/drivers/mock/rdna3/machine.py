@@ -18,7 +18,7 @@ Initial state (LLVM AMDGPUUsage, "Initial Kernel Execution State" and "Kernel De
   fewer); the wave's work-items are consecutive in the workgroup's flattened order, X fastest.
 - Modes from COMPUTE_PGM_RSRC1: IEEE mode (min/max NaN rules) is honoured; float round mode must be round-to-nearest-
   even and float denorm modes must be "preserve" (what LLVM sets), else the dispatch is refused by name.
-Memory: global/flat accesses go to `memory` (ptx_interp.Memory: an unmapped byte raises its GPUFault); unaligned
+Memory: global/flat accesses go to `memory` (ptx.Memory: an unmapped byte raises its GPUFault); unaligned
 global accesses are allowed (KFD programs SH_MEM_CONFIG.ALIGNMENT_MODE = unaligned on gfx9+:
 amdkfd/kfd_device_queue_manager_v11.c, set_cache_memory_policy_v11); LDS is per workgroup, group_segment_size bytes, and an
 LDS access past that allocation is range-checked, not a fault: it reads 0 and writes nothing (the same rule as the
@@ -48,7 +48,7 @@ import time
 from dataclasses import dataclass
 import numpy as np
 from baregrad.ctypes_autogen.amdgpu import hsa
-from baregrad.drivers.mock.ptx_interp import Memory, GPUFault
+from baregrad.drivers.mock.ptx import Memory, GPUFault
 from baregrad.drivers.mock.rdna3.decode import Inst, Operand, decode, DecodeError, inline_value, vop_sig, _w
 from baregrad.drivers.mock.rdna3 import fp, salu, valu
 
@@ -731,7 +731,7 @@ def _c_ds(i: Inst):
 
 # ---- the machine
 class RDNA3Machine:
-  """Runs dispatches of RDNA3 wave32 code from a GPU virtual address space (a ptx_interp.Memory)."""
+  """Runs dispatches of RDNA3 wave32 code from a GPU virtual address space (a ptx.Memory)."""
   def __init__(self, memory: Memory, *, max_steps: int = 20_000_000, timeout: float = 600.0, batch_lanes: int = 1 << 16) -> None:
     self.mem = memory
     self.max_steps, self.timeout, self.batch_lanes = max_steps, timeout, batch_lanes

@@ -1,0 +1,53 @@
+"""What both mock GPUs share: host memory through libc (mmap/munmap of memfds), the memfd-backed memory object (its
+pages are the object's "physical" memory, mapped by the driver and seen by the mock alike), round-up, and the fault
+types their GPU engines raise on an unmapped virtual address (each with the fields its vendor's fault report names)."""
+from __future__ import annotations
+import ctypes, os
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                                          ctypes.c_int, ctypes.c_long]
+libc.munmap.restype, libc.munmap.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+# the Linux constants and round-up are the drivers' own (drivers/vmem.py): the mock sees the same numbers
+from baregrad.drivers.vmem import PROT_RW, MAP_SHARED, MAP_FIXED, PAGE, round_up as rup  # noqa: F401  (re-exported)
+
+def host_mmap(addr: int, size: int, prot: int, flags: int, fd: int, off: int) -> int:
+  """libc mmap; OSError naming the call when it fails."""
+  r = libc.mmap(addr or None, size, prot, flags, fd, off)
+  if r in (None, _MAP_FAILED):
+    e = ctypes.get_errno()
+    raise OSError(e, f"mmap({addr:#x}, {size:#x}, fd={fd}) failed: {os.strerror(e)}")
+  return r
+
+def host_munmap(addr: int, length: int) -> None:
+  """libc munmap; OSError naming the call when it fails."""
+  if libc.munmap(addr, length) != 0:
+    e = ctypes.get_errno()
+    raise OSError(e, f"munmap({addr:#x}, {length:#x}) failed: {os.strerror(e)}")
+
+class MemFD:
+  """A memory object: a memfd (its pages are the object's "physical" memory) and the mock's own mapping of it."""
+  def __init__(self, size: int, kind: str) -> None:
+    self.size, self.kind, self.gpu = size, kind, 0
+    self.fd = os.memfd_create(f"mockgpu-{kind}", os.MFD_CLOEXEC)
+    os.ftruncate(self.fd, max(size, PAGE))
+    self.view = host_mmap(0, max(size, PAGE), PROT_RW, MAP_SHARED, self.fd, 0)
+  def release(self) -> None:
+    """Unmap the mock's view and close the memfd (the driver's own mappings keep the pages until unmapped)."""
+    if self.fd >= 0:
+      libc.munmap(self.view, max(self.size, PAGE))
+      os.close(self.fd)
+      self.fd = -1
+
+class MMUFault(ValueError):
+  """NV: a GPU access to an unmapped virtual address (`address`: the first one; `access`: the MMU's access type)."""
+  def __init__(self, address: int, msg: str, access: str = "ACCESS_TYPE_VIRT_READ") -> None:
+    super().__init__(msg or f"MMU fault at {address:#x}")
+    self.address, self.access = address, access
+
+class GPUFaultErr(Exception):
+  """AMD: a GPU access to an address the page tables do not map (becomes a VM fault naming the client and direction)."""
+  def __init__(self, va: int, write: bool, client: str, why: str = "") -> None:
+    super().__init__(why or f"{client} {'write' if write else 'read'} of unmapped VA {va:#x}")
+    self.va, self.write, self.client = va, write, client
