@@ -265,17 +265,25 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
 # The deepest chain of ops one kernel computes. A lazy chain of 100,000 ops (x = x + 1 in a loop) fused whole would be
 # one kernel of 100,000 dependent ops: LLVM takes minutes over it, and its AST is deeper than any walk should recurse.
 # Every this many ops a node gets its own buffer instead; the kernels between cuts are alike (the same AST over other
-# buffers), so they compile once. Real models' fused chains stay far below it (an attention block's longest is ~60).
+# buffers), so they compile once. A movement counts MOVE_WEIGHT ops (a reshape 1): each one that cannot merge into
+# the view below adds a view, and a kernel's loads carry the whole stack (hashed and unravelled per access). A
+# reduction starts the count again (a kernel holds at most one level of reduction, so at most twice this depth).
+# Real models' fused chains stay far below it (an attention block's longest is a few dozen ops).
 MAX_FUSE_DEPTH = 256
+MOVE_WEIGHT = 8
 
 def _cut_deep_chains(nodes: list[UOp], must: set[UOp]) -> None:
-  """Add to `must` a node every MAX_FUSE_DEPTH ops along any chain that would otherwise fuse (nodes: topological)."""
+  """Add to `must` a node wherever a chain that would fuse reaches MAX_FUSE_DEPTH (nodes: topological order)."""
   depth: dict[UOp, int] = {}
   for u in nodes:
-    if u in must or u.op in _LEAVES or not u.src: depth[u] = 0; continue
+    if u in must or not u.src or u.op is Ops.REDUCE_AXIS: depth[u] = 0; continue
     d = max([depth[s] for s in u.src])
-    if u.op not in GroupOp.Movement: d += 1   # (a movement is folded into the loads: no op of its own)
-    if d >= MAX_FUSE_DEPTH and u.op not in GroupOp.Movement: must.add(u); d = 0
+    op = u.op
+    if op in GroupOp.Movement:   # (folded into the loads: never cut here, the next op is)
+      depth[u] = d + (1 if op is Ops.RESHAPE else MOVE_WEIGHT)
+      continue
+    d += 1
+    if d >= MAX_FUSE_DEPTH: must.add(u); d = 0
     depth[u] = d
 
 def _devices(nodes: list[UOp]) -> dict[UOp, str | None]:
