@@ -130,14 +130,20 @@ def scalar_ast(off: int):
   """out[()] = in[off]: the single-element read of the issue, one view of shape ()."""
   return sink(store(0, (), load(1, dtypes.uint8, ShapeTracker.from_shape((M,)).reshape((M,)).shrink(((off, off + 1),)).reshape(()))))
 
-@pytest.mark.parametrize("ren", [LLVMRenderer(), CRenderer(), PTXRenderer(), CUDARenderer()], ids=lambda r: r.name)
+def _all_renderers() -> list:
+  from baregrad.codegen.renderer.opencl import OpenCLRenderer
+  from baregrad.codegen.renderer.amdgpu import AMDGPURenderer
+  return [LLVMRenderer(), CRenderer(), PTXRenderer(), CUDARenderer(), OpenCLRenderer(), AMDGPURenderer()]
+
+@pytest.mark.parametrize("ren", _all_renderers(), ids=lambda r: r.name)
 def test_single_element_offset_is_64_bit_in_every_renderer(ren):
   src = get_program(scalar_ast(2 ** 31 + 1), ren).src
   assert str(2 ** 31 + 1) in src or f"{2 ** 31 + 1:#018x}" in src.lower(), f"{ren.name}: no 64-bit offset {2 ** 31 + 1} in\n{src}"
   assert str(-(2 ** 31) + 1) not in src, f"{ren.name}: the offset wrapped to int32 in\n{src}"
   assert "-2147483647" not in src
   small = get_program(scalar_ast(12345), ren).src   # a small offset keeps int32 math
-  assert {"LLVM": "i64 12345", "C": "12345LL", "PTX": "0x0000000000003039", "CUDA": "12345LL"}[ren.name] not in small
+  assert {"LLVM": "i64 12345", "C": "12345LL", "PTX": "0x0000000000003039", "CUDA": "12345LL", "OpenCL": "12345L",
+          "AMDGPU": "i64 12345"}[ren.name] not in small
 
 def test_views_of_views_and_gathers_choose_64_bit():
   # a reshape the view cannot merge (two views) of a window past 2^31
@@ -146,5 +152,12 @@ def test_views_of_views_and_gathers_choose_64_bit():
   ast = sink(store(0, (12,), load(1, dtypes.uint8, st)))
   assert index_dtype(ast) == dtypes.int64
   assert "i64" in get_program(ast, LLVMRenderer()).src
+
+def test_an_index_that_may_wrap_is_widened():
+  # bounds past int32 (a sum or product that may overflow) make the kernel lower again in int64
+  from baregrad.codegen.kernel import _may_wrap
+  from baregrad.ir.ops import UOp
+  r = UOp.range(1 << 20, 0)
+  assert _may_wrap(r * 4096 + 7) and not _may_wrap(r * 2047 + 7)
   st_small = ShapeTracker.from_shape((1 << 20,)).shrink(((100, 112),)).reshape((3, 4)).permute((1, 0)).reshape((12,))
   assert index_dtype(sink(store(0, (12,), load(1, dtypes.uint8, st_small)))) == dtypes.int32
