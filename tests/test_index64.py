@@ -131,8 +131,8 @@ def scalar_ast(off: int):
   return sink(store(0, (), load(1, dtypes.uint8, ShapeTracker.from_shape((M,)).reshape((M,)).shrink(((off, off + 1),)).reshape(()))))
 
 def _all_renderers() -> list:
-  from baregrad.codegen.renderer.opencl import OpenCLRenderer
   from baregrad.codegen.renderer.amdgpu import AMDGPURenderer
+  from baregrad.codegen.renderer.opencl import OpenCLRenderer
   return [LLVMRenderer(), CRenderer(), PTXRenderer(), CUDARenderer(), OpenCLRenderer(), AMDGPURenderer()]
 
 @pytest.mark.parametrize("ren", _all_renderers(), ids=lambda r: r.name)

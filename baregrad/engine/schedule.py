@@ -7,8 +7,9 @@ a buffer and its own kernel) only at true boundaries:
   - a second reduction in one kernel over a different iteration space.
 """
 from __future__ import annotations
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.alu import threefry2x32
