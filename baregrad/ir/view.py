@@ -151,6 +151,13 @@ class View:
 class ShapeTracker:
   views: tuple[View, ...]
 
+  def __hash__(self) -> int:
+    # kept once computed: the scheduler keys its memo by (node, ShapeTracker) and asks several times per node, and a
+    # long chain of movements stacks many views (hashing them all again each time was most of scheduling it)
+    if (h := self.__dict__.get("_hash")) is None: object.__setattr__(self, "_hash", h := hash(self.views))
+    return h
+  def __reduce__(self) -> tuple: return (ShapeTracker, (self.views,))   # (not the kept hash: None's differs per process)
+
   @staticmethod
   def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(tuple(shape)),))
   @property
