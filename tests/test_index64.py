@@ -96,13 +96,14 @@ def test_single_element_past_2_31_does_not_crash():
   assert r.returncode == 0, f"exit status {r.returncode}: {r.stderr[-2000:]}"
   assert r.stdout.split() == ["2", "8"]
 
-@pytest.fixture(scope="module")
-def big():
-  """One 2^31 + 8 uint8 tensor whose last 8 elements are 1..8 (the rest is untouched, reads as zeros), freed after."""
+@pytest.fixture(scope="module", params=sorted({Device.DEFAULT, "CPU:C"}))
+def big(request):
+  """One 2^31 + 8 uint8 tensor whose last 8 elements are 1..8 (the rest is untouched, reads as zeros), freed after;
+  on the default device and on the CPU's C renderer (one at a time)."""
   if _mem_available() < 4 << 30: pytest.skip("less than 4 GiB of memory available for a 2 GiB mapping")
-  ref = BufRef(Device.DEFAULT, M, dtypes.uint8)
+  ref = BufRef(request.param, M, dtypes.uint8)
   ref.ensure().view(8, dtypes.uint8, M - 8).copyin(memoryview(np.arange(1, 9, dtype=np.uint8)))
-  t = Tensor(lazy.buffer_view(ref, (M,)))
+  t = Tensor(lazy.buffer_view(ref, (M,)), device=request.param)
   yield t
   del t, ref
   import gc; gc.collect()
@@ -114,7 +115,7 @@ def test_elements_and_slices_past_2_31(big):
   assert (big[-4:].cast(dtypes.int32) * 10).tolist() == [50, 60, 70, 80]
 
 def test_gather_past_2_31(big):
-  idx = Tensor([M - 1, 2 ** 31 - 1, M - 7, 5], dtype=dtypes.int64)
+  idx = Tensor([M - 1, 2 ** 31 - 1, M - 7, 5], dtype=dtypes.int64, device=big.device)
   assert big[idx].tolist() == [8, 0, 2, 0]
   assert big.gather(0, idx).tolist() == [8, 0, 2, 0]
 
