@@ -110,6 +110,7 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   return full
 
 INT32_MAX = 2 ** 31 - 1
+_NARROW_INDEX = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.bool)
 
 def index_dtype(ast: UOp) -> DType:
   """int32 index arithmetic, unless a view of the kernel can reach an index past it (a buffer or an iteration space of
@@ -125,6 +126,15 @@ def index_dtype(ast: UOp) -> DType:
       if prod(v.shape) > INT32_MAX or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
         return dtypes.int64
   return dtypes.int32
+
+def _may_wrap(e: UOp) -> bool:
+  """Some int32 node of the index expression e may leave int32: its interval bounds are the whole range, which is what
+  the bounds of a sum or product that can overflow are (ir/ops.py _clip); an index computed from RANGEs, SPECIALs and
+  constants has narrower bounds wherever it cannot."""
+  for u in e.toposort():
+    if u.dtype == dtypes.int32 and u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG) and u.vmin == -INT32_MAX - 1 and u.vmax == INT32_MAX:
+      return True
+  return False
 
 def _swizzler(rowlen: int):
   """idx -> idx with its 16-byte chunk (8 16-bit values) XORed by its row's position within 8 rows' worth of 128-byte
@@ -365,7 +375,17 @@ class Kernel:
 
   # ---- lowering: AST -> graph of INDEX/LOAD/STORE/ALU/REDUCE over RANGE uops
   def lower(self) -> UOp:
-    it = self.idx_dtype = index_dtype(self.ast)
+    """The AST over RANGE/SPECIAL indices, its index math in int32 where every index expression provably stays in
+    int32 (index_dtype, then the interval bounds of each address computed: a padded axis or a stack of views can reach
+    past what the AST's views say), else in int64."""
+    if index_dtype(self.ast) == dtypes.int32:
+      self._index_wraps = False
+      out = self._lower(dtypes.int32)
+      if not self._index_wraps: return out
+    return self._lower(dtypes.int64)
+
+  def _lower(self, it: DType) -> UOp:
+    self.idx_dtype = it
     order = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5, "tc": 6}
     # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
     ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
@@ -431,7 +451,8 @@ class Kernel:
       # there is never stored, and a reduction replaces it by its identity); a store is masked on every padded axis
       clamp = [] if self.gpu or store else [o for o in self.pads if st.shape[o] != 1 and strides[o] not in (0, 1, -1)]
       for o in clamp: idxs[o] = (idxs[o] < self.pads[o]).where(idxs[o], UOp.const(it, self.pads[o] - 1)).simplify()
-      idx, valid = st.to_index(idxs)
+      idx, valid = st.to_index(idxs, it)
+      if it == dtypes.int32 and not self._index_wraps: self._index_wraps = _may_wrap(idx) or _may_wrap(valid)
       for o, real in self.pads.items():
         # past the end of a padded axis the address would be out of range (no matter on an axis the view does not move
         # along: that value is never used, and a shared tile filled from it must not depend on the thread)
@@ -459,11 +480,14 @@ class Kernel:
         # selection gives; its bounds check reports it at the next host read), and its address is clamped into the
         # source too: a renderer may load before it selects
         dim, extent = u.arg
-        g0 = src[2]
+        # compared and clamped in a dtype holding every index value and the extent: int32 for the narrow signed and
+        # unsigned ones (an int8 index compared with a constant 1000 in int8 would wrap), else int64
+        ct = it if it == dtypes.int64 or src[2].dtype.scalar in _NARROW_INDEX else dtypes.int64
+        g0 = src[2].cast(ct)
         inside = ((g0 < 0).logical_not() & (g0 < extent)).simplify()
-        g = (g0 < 0).where(UOp.const(g0.dtype, 0), g0)
-        g = (g < extent - 1).where(g, UOp.const(g0.dtype, extent - 1))
-        if g.dtype != it: g = g.cast(it)
+        g = (g0 < 0).where(UOp.const(ct, 0), g0)
+        g = (g < extent - 1).where(g, UOp.const(ct, extent - 1))
+        if g.dtype != it: g = g.cast(it)   # (clamped into [0, extent): fits the kernel's index dtype, index_dtype saw to it)
         idx, valid = access(u.src[1].arg, inside, gather=(dim, g.simplify()))
         new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
       elif u.op is Ops.LOAD and u in opvals:

@@ -7,7 +7,9 @@ a buffer and its own kernel) only at true boundaries:
   - a second reduction in one kernel over a different iteration space.
 """
 from __future__ import annotations
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.alu import threefry2x32
@@ -18,7 +20,7 @@ from baregrad.codegen.pack import pack_operand
 from baregrad.codegen.rowstream import row_stream
 from baregrad.hal import Device
 from baregrad.engine import checks
-from baregrad.engine.graph import BufRef, shape_of, numel, device_of, base_of, fold_movements, stale_error
+from baregrad.engine.graph import BufRef, shape_of, numel, base_of, fold_movements, stale_error
 from baregrad.engine.merge import merge_producers
 
 # elementwise kernels whose output the next kernel reads element for element become extra outputs of that kernel
@@ -72,13 +74,32 @@ class _KernelBuilder:
     return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
 
   def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
-    key = (u, st, in_reduce)
-    if key in self.memo: return self.memo[key]
-    if not root and u in self.realized: out = self.load(self.realized[u], st)
-    elif u.op is Ops.BUFFER:
+    """u's value read through st, as a kernel AST (raises _NeedRealize where u's graph needs a buffer first).
+    Iterative (an explicit stack of pending nodes, not recursion): a fused chain can be as deep as MAX_FUSE_DEPTH."""
+    memo = self.memo
+    # entries: (key, root, finish): finish is None until the node's sources were asked for; then the function that
+    # builds its value from theirs (memo entries by then)
+    stack: list[tuple[tuple, bool, Any]] = [((u, st, in_reduce), root, None)]
+    while stack:
+      key, is_root, finish = stack.pop()
+      if finish is not None: memo[key] = finish(); continue
+      if key in memo: continue
+      step = self._step(key[0], key[1], key[2], is_root)
+      if not isinstance(step, tuple): memo[key] = step; continue
+      needs, fin = step
+      stack.append((key, is_root, fin))
+      stack += [(k, False, None) for k in reversed(needs) if k not in memo]
+    return memo[(u, st, in_reduce)]
+
+  def _step(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool) -> UOp | tuple[list[tuple], Callable[[], UOp]]:
+    """u's kernel value, or (the (node, view, in_reduce) keys it is built from, the function building it from their
+    values in self.memo)."""
+    memo = self.memo
+    if not root and u in self.realized: return self.load(self.realized[u], st)
+    if u.op is Ops.BUFFER:
       if u.arg.stale: raise stale_error(u.arg)
-      out = self.load(u.arg, st)
-    elif u.op in GroupOp.Movement:
+      return self.load(u.arg, st)
+    if u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
       if any(v.mask is not None for v in vst.views) and not (inner.op in _LEAVES or inner in self.realized):
         raise _NeedRealize(inner)
@@ -86,34 +107,38 @@ class _KernelBuilder:
         # an expensive value broadcast into a reduction (softmax's gradient into the next matmul) would be recomputed
         # for every output it is broadcast to: computed once into a buffer instead
         raise _NeedRealize(inner)
-      out = self.lower(inner, compose(vst, st), in_reduce)
-    elif u.op is Ops.CONST:
+      k = (inner, compose(vst, st), in_reduce)
+      return [k], lambda: memo[k]
+    if u.op is Ops.CONST:
       masked = any(v.mask is not None for v in st.views)
       # under a reduce the view stays: it carries the reduced axes' sizes (else sum of a constant lost its count)
-      out = UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked or in_reduce else UOp.const(u.dtype, u.arg)
-    elif u.op is Ops.IOTA: out = UOp(Ops.IOTA, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),))   # (a load without memory)
-    elif u.op is Ops.REDUCE_AXIS:
+      return UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked or in_reduce else UOp.const(u.dtype, u.arg)
+    if u.op is Ops.IOTA: return UOp(Ops.IOTA, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),))   # (a load without memory)
+    if u.op is Ops.REDUCE_AXIS:
       if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
       ishape = shape_of(u.src[0])
       self.reduce_shapes.add((ishape, tuple(sorted(u.arg[1]))))
       if len({s for s, _ in self.reduce_shapes}) > 1: raise _NeedRealize(u)
-      out = UOp(Ops.REDUCE_AXIS, u.dtype, (self.lower(u.src[0], ShapeTracker.from_shape(ishape), True),), u.arg)
-    elif u.op is Ops.GATHER: out = self._gather(u, st, in_reduce)
-    elif u.op is Ops.DETACH: out = self.lower(u.src[0], st, in_reduce)
-    elif u.op is Ops.THREEFRY:   # its rounds: no renderer has an instruction for it
-      out = threefry2x32(*(self.lower(s, st, in_reduce) for s in u.src))
-    elif u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
-      out = u.replace(src=tuple(self.lower(s, st, in_reduce) for s in u.src))
-    elif u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): raise _NeedRealize(u)
-    else: raise NotImplementedError(f"schedule: cannot lower {u.op}")
-    self.memo[key] = out
-    return out
+      k = (u.src[0], ShapeTracker.from_shape(ishape), True)
+      return [k], lambda: UOp(Ops.REDUCE_AXIS, u.dtype, (memo[k],), u.arg)
+    if u.op is Ops.GATHER: return self._gather(u, st, in_reduce)
+    if u.op is Ops.DETACH:
+      k = (u.src[0], st, in_reduce)
+      return [k], lambda: memo[k]
+    if u.op is Ops.THREEFRY or u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST):
+      ks = [(s, st, in_reduce) for s in u.src]
+      # THREEFRY: its rounds (no renderer has an instruction for it)
+      if u.op is Ops.THREEFRY: return ks, lambda: threefry2x32(*(memo[k] for k in ks))
+      return ks, lambda: u.replace(src=tuple([memo[k] for k in ks]))
+    if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): raise _NeedRealize(u)
+    raise NotImplementedError(f"schedule: cannot lower {u.op}")
 
-  def _gather(self, u: UOp, st: ShapeTracker, in_reduce: bool) -> UOp:
+  def _gather(self, u: UOp, st: ShapeTracker, in_reduce: bool) -> tuple[list[tuple], Callable[[], UOp]]:
     """A load from the source's memory whose index along dim is the index's value (LOAD with a third source). Only
     where the kernel's index is the gather's own (its output, or elementwise code over it in the same shape): a view
     between the two, or a reduction over it, would need the index replaced inside the view (and the CPU's operand
-    packing and the GPUs' staging rebuild loads from their views), so those get the gather's buffer instead."""
+    packing and the GPUs' staging rebuild loads from their views), so those get the gather's buffer instead.
+    Returns the index's key and the function building the load (see _step)."""
     if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
     src, dim = u.src[0], u.arg[0]
     inner, vst = (src, ShapeTracker.from_shape(shape_of(src))) if src in self.realized else fold_movements(src)
@@ -127,14 +152,17 @@ class _KernelBuilder:
     # gathering from the memory this kernel writes (x.assign(x.gather(...))): the gather gets its own buffer first
     if ref.storage is self.bufs[0].storage: raise _NeedRealize(u)
     v = vst.views[0]
-    val = self.lower(u.src[1], st, False)
-    if any(x.op is Ops.REDUCE_AXIS for x in val.toposort()): raise _NeedRealize(u.src[1])   # (a reduction computes the index)
-    # the source's view in the kernel's iteration space (the output's shape) with the source's strides: along dim the
-    # kernel's index is replaced by the value (not canonicalized: where the output's extent is 1, dim's stride stays)
-    gv = ShapeTracker((View(shape_of(u), v.strides, v.offset, None),))
-    i = self.buf_index(ref)
-    if i == 0: self.loads_output = True
-    return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=gv), val), (dim, v.shape[dim]))
+    k = (u.src[1], st, False)
+    def finish() -> UOp:
+      val = self.memo[k]
+      if any(x.op is Ops.REDUCE_AXIS for x in val.toposort()): raise _NeedRealize(u.src[1])   # (a reduction computes the index)
+      # the source's view in the kernel's iteration space (the output's shape) with the source's strides: along dim the
+      # kernel's index is replaced by the value (not canonicalized: where the output's extent is 1, dim's stride stays)
+      gv = ShapeTracker((View(shape_of(u), v.strides, v.offset, None),))
+      i = self.buf_index(ref)
+      if i == 0: self.loads_output = True
+      return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=gv), val), (dim, v.shape[dim]))
+    return [k], finish
 
   def _costly(self, u: UOp) -> bool:
     """u's own computation (down to buffers and realized nodes) has a transcendental, a reciprocal or a division."""
@@ -182,6 +210,8 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
     # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
     if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+  _cut_deep_chains(nodes, must)
+  devices = _devices(nodes)
   # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
   # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
   after_write: set[UOp] = set()
@@ -201,7 +231,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
           realized[u] = ref
           items.append(ScheduleItem(None, [ref, sref], "copy", u))
           continue
-        dev = device_of(u) or default_device
+        dev = devices.get(u) or default_device
         if dev is None: raise ValueError("cannot tell which device computes this tensor (it has no buffers): give it a device")
         ref = u.src[0].arg if u.op is Ops.ASSIGN else BufRef(dev, numel(u), u.dtype)
         kb = _KernelBuilder(realized)
@@ -232,6 +262,40 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
       k = next((i for i, it in enumerate(items) if pos[it.srcnode] >= cut or it.srcnode.op is Ops.ASSIGN), len(items))
       items = items[:k]
       realized = {it.srcnode: it.bufs[0] for it in items}
+
+# The deepest chain of ops one kernel computes. A lazy chain of 100,000 ops (x = x + 1 in a loop) fused whole would be
+# one kernel of 100,000 dependent ops: LLVM takes minutes over it, and its AST is deeper than any walk should recurse.
+# Every this many ops a node gets its own buffer instead; the kernels between cuts are alike (the same AST over other
+# buffers), so they compile once. A movement counts MOVE_WEIGHT ops (a reshape 1): each one that cannot merge into
+# the view below adds a view, and a kernel's loads carry the whole stack (hashed and unravelled per access). A
+# reduction starts the count again (a kernel holds at most one level of reduction, so at most twice this depth).
+# Real models' fused chains stay far below it (an attention block's longest is a few dozen ops).
+MAX_FUSE_DEPTH = 256
+MOVE_WEIGHT = 8
+
+def _cut_deep_chains(nodes: list[UOp], must: set[UOp]) -> None:
+  """Add to `must` a node wherever a chain that would fuse reaches MAX_FUSE_DEPTH (nodes: topological order)."""
+  depth: dict[UOp, int] = {}
+  for u in nodes:
+    if u in must or not u.src or u.op is Ops.REDUCE_AXIS: depth[u] = 0; continue
+    d = max([depth[s] for s in u.src])
+    op = u.op
+    if op in GroupOp.Movement:   # (folded into the loads: never cut here, the next op is)
+      depth[u] = d + (1 if op is Ops.RESHAPE else MOVE_WEIGHT)
+      continue
+    d += 1
+    if d >= MAX_FUSE_DEPTH: must.add(u); d = 0
+    depth[u] = d
+
+def _devices(nodes: list[UOp]) -> dict[UOp, str | None]:
+  """graph.device_of of every node (topological order) in one pass: asked node by node, each walk would go down to a
+  buffer through every kernel before it (quadratic in a long chain's length)."""
+  dev: dict[UOp, str | None] = {}
+  for u in nodes:
+    if u.op is Ops.BUFFER: dev[u] = u.arg.device
+    elif u.op is Ops.COPY: dev[u] = u.arg
+    else: dev[u] = next((d for s in reversed(u.src) if (d := dev[s]) is not None), None)
+  return dev
 
 def _check_write_order(items: list[ScheduleItem]) -> None:
   """No kernel reads a version of a storage that an earlier kernel of the schedule has already overwritten."""

@@ -286,8 +286,21 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
   @property
   def vmax(self) -> int | float: return self._bounds_get()[1]
   def _bounds_get(self) -> tuple:
-    if self._bounds is None: object.__setattr__(self, "_bounds", _bounds(self))
-    return self._bounds
+    if (b := self._bounds) is not None: return b
+    if not _reads_src_bounds(self) or all(s._bounds is not None for s in self.src): b = _bounds(self)
+    else:
+      # sources first, by an explicit stack: _bounds asks for its sources' bounds, which would recurse once per level
+      # of a deep expression (a fused chain of integer ops)
+      stack = [self]
+      while stack:
+        n = stack[-1]
+        if n._bounds is not None: stack.pop(); continue
+        if _reads_src_bounds(n) and (pending := [x for x in n.src if x._bounds is None]): stack += pending; continue
+        stack.pop()
+        object.__setattr__(n, "_bounds", _bounds(n))
+      return self._bounds
+    object.__setattr__(self, "_bounds", b)
+    return b
   def const_factor(self) -> int:
     """The largest integer known to divide this expression (for div/mod folding)."""
     if self.op is Ops.CONST and isinstance(self.arg, int): return abs(self.arg) or 1
@@ -321,6 +334,11 @@ def _const_arg(dtype: DType, b: Any) -> Any:
   if isinstance(b, tuple): return tuple(_const_arg(dtype, x) for x in b)
   if dtype == dtypes.void: return None
   return truncate(dtype, b)
+
+def _reads_src_bounds(u: UOp) -> bool:
+  """_bounds(u) asks for its sources' bounds (a scalar integer or bool expression with sources)."""
+  d = u.dtype
+  return bool(u.src) and d.count == 1 and (dtypes.is_int(d) or dtypes.is_bool(d)) and u.op not in (Ops.RANGE, Ops.SPECIAL)
 
 def _bounds(u: UOp) -> tuple:
   """Interval bounds of an integer/bool expression (floats: -inf..inf)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 import functools
 from baregrad.helpers import prod
-from baregrad.ir.dtype import dtypes
+from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
 
 def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -132,9 +132,10 @@ class View:
 
   def _with_offset(self, off: int) -> View: return View(self.shape, self.strides, off, self.mask)
 
-  def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
-    """(flat index, validity) of this view at index tuple idxs."""
-    it = idxs[0].dtype if idxs else dtypes.int32  # the kernel's index dtype (int64 for views past 2^31 elements)
+  def to_index(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
+    """(flat index, validity) of this view at index tuple idxs, in their dtype (`dtype` where there are none: a view
+    of shape () still has an offset, which may be past 2^31)."""
+    it = idxs[0].dtype if idxs else dtype  # the kernel's index dtype (int64 for views past 2^31 elements)
     idx: UOp = UOp.const(it, self.offset)
     valid: UOp = UOp.const(dtypes.bool, True)
     for i, (s, st) in enumerate(zip(self.shape, self.strides)):
@@ -149,6 +150,13 @@ class View:
 @dataclass(frozen=True)
 class ShapeTracker:
   views: tuple[View, ...]
+
+  def __hash__(self) -> int:
+    # kept once computed: the scheduler keys its memo by (node, ShapeTracker) and asks several times per node, and a
+    # long chain of movements stacks many views (hashing them all again each time was most of scheduling it)
+    if (h := self.__dict__.get("_hash")) is None: object.__setattr__(self, "_hash", h := hash(self.views))
+    return h
+  def __reduce__(self) -> tuple: return (ShapeTracker, (self.views,))   # (not the kept hash: None's differs per process)
 
   @staticmethod
   def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(tuple(shape)),))
@@ -170,16 +178,17 @@ class ShapeTracker:
     v = self.views[-1].reshape(shape)
     return self._top(v) if v is not None else ShapeTracker(self.views + (View.contiguous(shape),))
 
-  def to_index(self, idxs: list[UOp]) -> tuple[UOp, UOp]:
-    """Flat buffer index and validity for the visible index tuple idxs (simplified)."""
-    idx, valid = self.views[-1].to_index(idxs)
+  def to_index(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
+    """Flat buffer index and validity for the visible index tuple idxs (simplified), in the dtype of idxs (`dtype`
+    where the shape is ())."""
+    idx, valid = self.views[-1].to_index(idxs, dtype)
     for v in reversed(self.views[:-1]):
       # unravel the flat index of the view above into this view's shape
       parts, acc = [], idx
       for s in reversed(v.shape):
         parts.append(acc % s if s != 1 else UOp.const(acc.dtype, 0))
         acc = acc // s
-      nidx, nvalid = v.to_index(list(reversed(parts)))
+      nidx, nvalid = v.to_index(list(reversed(parts)), idx.dtype)
       idx, valid = nidx, (valid & nvalid) if nvalid.op is not Ops.CONST or not nvalid.arg else valid
     return idx.simplify(), valid.simplify()
 
@@ -189,8 +198,9 @@ class ShapeTracker:
     Read off the simplified index expression, so stacks of views (reshapes of moved views) work too."""
     if len(self.views) == 1 and self.views[0].mask is None: return tuple(st for st in self.views[0].strides)
     from baregrad.ir.symbolic import linear
-    rs = [UOp.range(s, i) for i, s in enumerate(self.shape)]
-    idx, _ = self.to_index(rs)
+    # (in int64: an analysis, and a view's offset may be past 2^31, which int32 constants would wrap)
+    rs = [UOp.range(s, i, dtype=dtypes.int64) for i, s in enumerate(self.shape)]
+    idx, _ = self.to_index(rs, dtypes.int64)
     terms, _ = linear(idx)
     out: list[int | None] = []
     for i, r in enumerate(rs):

@@ -128,15 +128,17 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   xp = x.permute(*axes, *rest)  # (n_1..n_k, R...)
   k, nb = len(axes), len(B)
   nsel, nrow, row = prod(xp.shape[:k]), prod(B), prod(xp.shape[k:])
-  if nsel and nrow and row and nsel <= 2 ** 31 - 1:
+  if nsel and nrow and row:
     # a gather of the rows the indices name, each index tuple made one row number of the indexed axes flattened (a
     # load per element; the one-hot form below costs rows x indices x row length). A tuple with an index out of range
     # reads 0, as the one-hot form gives, and each index's bounds check reports it
     from baregrad.tensor.functional import take_along
     lin, inside = None, None
+    # row numbers in int32 where they fit, else int64 (the gather's kernel then indexes in int64: codegen index_dtype)
+    idt = dtypes.int32 if nsel <= 2 ** 31 - 1 else dtypes.int64
     for ax, ti in tensor_idx:
       n = x.shape[ax]
-      i = ti.cast(dtypes.int32)
+      i = ti.cast(idt)
       i = (i < 0).where(i + n, i)._bcast(B)
       lin = i if lin is None else lin * n + i
       if k > 1:
@@ -160,7 +162,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
 
 def _one_hot_rows(x, xp, tensor_idx: list, B: tuple[int, ...], device: str):
   """The rows of xp (the indexed axes first) the index tensors name, as a one-hot compare per index, ANDed, then a
-  masked sum: for the cases a gather cannot take (nothing to read, or more rows than an int32 counts)."""
+  masked sum: for the cases a gather cannot take (nothing to read)."""
   from baregrad.tensor.tensor import Tensor
   from baregrad.tensor.bounds import checked
   k, nb = len(tensor_idx), len(B)
