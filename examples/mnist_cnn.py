@@ -11,12 +11,12 @@ import argparse, pathlib, sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from mnist_mlp import load_mnist, synthetic_mnist, train, nn, Tensor, jit  # noqa: E402
 
-class CNN:
+class CNN(nn.Module):
   def __init__(self, c1: int = 8, c2: int = 16):
     self.conv1, self.conv2 = nn.Conv2d(1, c1, 3), nn.Conv2d(c1, c2, 3)
     self.bn = nn.BatchNorm2d(c2)
     self.fc = nn.Linear(c2 * 5 * 5, 10)
-  def __call__(self, x: Tensor) -> Tensor:
+  def forward(self, x: Tensor) -> Tensor:
     x = x.reshape(x.shape[0], 1, 28, 28)
     x = (self.conv1(x).relu()).max_pool2d(2)            # 8x13x13
     x = (self.bn(self.conv2(x)).relu()).max_pool2d(2)   # 16x5x5

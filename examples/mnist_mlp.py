@@ -53,16 +53,16 @@ def synthetic_mnist(n_train: int = 8192, n_test: int = 1024, seed: int = 0) -> t
 def normalize(x: np.ndarray) -> np.ndarray: return ((x.astype(np.float32) / 255.0) - 0.1307) / 0.3081
 
 # ---- model ------------------------------------------------------------------------------------------------------
-class MLP:
+class MLP(nn.Module):
   def __init__(self, hidden: int = 128):
     self.l1, self.l2 = nn.Linear(784, hidden), nn.Linear(hidden, 10)
-  def __call__(self, x: Tensor) -> Tensor: return self.l2(self.l1(x.reshape(x.shape[0], 784)).relu())
+  def forward(self, x: Tensor) -> Tensor: return self.l2(self.l1(x.reshape(x.shape[0], 784)).relu())
 
 def evaluate(model, x: np.ndarray, y: np.ndarray, bs: int = 512) -> float:
   correct = 0
-  with nn.train(False):
-    for i in range(0, len(x), bs):
-      correct += int((model(Tensor(normalize(x[i:i + bs]))).argmax(-1).numpy() == y[i:i + bs]).sum())
+  model.eval()   # batch norm on running statistics, dropout off (modules start in training mode, as in PyTorch)
+  for i in range(0, len(x), bs):
+    correct += int((model(Tensor(normalize(x[i:i + bs]))).argmax(-1).numpy() == y[i:i + bs]).sum())
   return correct / len(x)
 
 def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt_name: str = "adam", quiet: bool = False,
@@ -83,7 +83,8 @@ def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt
 
   loss_v, t0, t_first = float("nan"), time.perf_counter(), None
   bar = Progress(total=steps, desc="train", unit="steps", delay=float("inf") if quiet else 0.0)  # on a terminal only
-  with nn.train(True), bar:
+  model.train()
+  with bar:
     for s in range(steps):
       idx = rng.integers(0, len(xtr), bs)
       loss = step(Tensor(normalize(xtr[idx])), Tensor(ytr[idx].astype(np.int32)))

@@ -327,7 +327,10 @@ def test_interpolate_linear():
 
 def test_dropout():
   x = Tensor(np.ones((64, 64), np.float32))
-  assert F.dropout(x, 0.5) is x                                   # Tensor.training is False: identity
+  assert x.dropout(0.5) is x                                      # the method follows Tensor.training (False)
+  assert F.dropout(x, 0.5, training=None) is x
+  assert F.dropout(x, 0.5, training=False) is x
+  assert (F.dropout(x, 0.5).numpy() == 0).any()                   # training=True by default, as PyTorch's
   Tensor.training = True
   try:
     assert F.dropout(x, 0.5, training=False) is x

@@ -76,14 +76,14 @@ def test_safetensors_with_module(tmp_path):
 def test_train_eval_switches():
   m = nn.Sequential(nn.Dropout(0.5), nn.Linear(3, 3))
   x = Tensor(np.ones((64, 3), np.float32))
-  assert m[0].training is None
-  assert (m[0](x).numpy() == 1).all()                      # follows Tensor.training (off)
-  with Tensor.train(): assert (m[0](x).numpy() == 0).any()
-  assert m.train() is m and m[0].training is True and m[1].training is True
-  assert (m[0](x).numpy() == 0).any()                      # pinned on, whatever Tensor.training is
-  m.eval()
-  assert m[0].training is False
+  assert m.training is True and m[0].training is True      # training mode from construction, as in PyTorch
+  assert (m[0](x).numpy() == 0).any()                      # whatever Tensor.training is (off)
+  assert m.eval() is m and m[0].training is False and m[1].training is False
   with Tensor.train(): assert (m[0](x).numpy() == 1).all()  # pinned off
+  assert m.train() is m and m[0].training is True and m[1].training is True
+  m[0].training = None                                      # None: follows the global switch (tinygrad's way)
+  assert (m[0](x).numpy() == 1).all()
+  with Tensor.train(): assert (m[0](x).numpy() == 0).any()
   with pytest.raises(ValueError, match="mode"): m.train("yes")
 
 def test_zero_grad_apply_requires_grad():

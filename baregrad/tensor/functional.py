@@ -901,12 +901,21 @@ def _cubic_rows(i: int, o: int, sc: float, align_corners: bool) -> list[list[tup
 
 # ---------------------------------------------------------------- regularization and normalization
 
-def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
-  """Zero each element with probability p and scale the rest by 1/(1-p). Identity unless both `training` and
-  Tensor.training are true (Tensor.training is the global train-mode switch)."""
+def dropout(input: Tensor, p: float = 0.5, training: bool | None = True, inplace: bool = False) -> Tensor:
+  """Zero each element with probability p and scale the rest by 1/(1-p) when `training` is true (the default, as
+  torch.nn.functional.dropout); identity when it is false. training=None follows the global Tensor.training switch,
+  which is what the tinygrad-style method x.dropout(p) does by default. inplace=True writes the result into input
+  (Tensor.copy_'s rules)."""
   if not 0.0 <= p <= 1.0: raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-  if not training or not Tensor.training or p == 0.0: return input
-  return _dropout(input, p)
+  if training is None: training = Tensor.training
+  if not training or p == 0.0: return input
+  out = _dropout(input, p)
+  return input.copy_(out) if inplace else out
+
+def _dropout_method(self: Tensor, p: float = 0.5, training: bool | None = None) -> Tensor:
+  """Zero each element with probability p and scale the rest by 1/(1-p) while training; `training` defaults to the
+  global Tensor.training switch (tinygrad's x.dropout(p)); pass it to decide per call (F.dropout defaults to True)."""
+  return dropout(self, p, training)
 
 def _dropout(x: Tensor, p: float) -> Tensor:
   if p == 1.0: return x * 0
@@ -1184,4 +1193,5 @@ for _name in ("split", "chunk", "repeat", "roll", "tril", "triu", "gather", "sca
               "avg_pool2d", "avg_pool3d", "interpolate", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "dropout", "layer_norm", "rms_norm", "batch_norm", "group_norm", "scaled_dot_product_attention", "cross_entropy", "nll_loss",
               "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "one_hot"):
   setattr(Tensor, _name, globals()[_name])
+Tensor.dropout = _dropout_method  # type: ignore[attr-defined]   # (follows Tensor.training unless told)
 del _name

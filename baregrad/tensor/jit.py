@@ -3,7 +3,8 @@
 Call 1 runs the function normally (kernels compile); call 2 runs it again while recording every kernel; later calls
 only replay the recording. On an HCQ device the whole capture is one recorded queue (HCQGraph) with patched
 arguments, submitted once. Captures are keyed by the tensor arguments' shapes, dtypes, devices and requires_grad, by
-the values of the other arguments and by Tensor.training; nothing is replayed on inputs it was not captured for.
+the values of the other arguments, by Tensor.training and by the nn modules' training modes (Tensor._modes); nothing
+is replayed on inputs it was not captured for.
 
 What makes a replay equal to the eager call (docs/value_semantics.md):
 - inputs are bound by buffer: every kernel argument that reads or writes an input is patched to the new input;
@@ -76,7 +77,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
     if isinstance(a, dict): return ("dict", tuple((repr(k), sig(v)) for k, v in sorted(a.items(), key=lambda kv: repr(kv[0]))))
     try: hash(a); return ("V", type(a).__name__, a)  # True and 1 are equal, but make different graphs
     except TypeError: return ("O", id(a))
-  return (tuple(sig(a) for a in args), tuple((k, sig(v)) for k, v in sorted(kwargs.items())), Tensor.training)
+  return (tuple(sig(a) for a in args), tuple((k, sig(v)) for k, v in sorted(kwargs.items())), Tensor.training, Tensor._modes)
 
 def _storage(t: Any) -> Storage:
   u = t.uop
@@ -150,7 +151,7 @@ class jit:
     if not knobs.get("JIT"): return self.fn(*args, **kwargs)
     if not kwargs and all(type(a) is Tensor for a in args):
       # the common call, f(x, y): the same key and inputs _signature and _leaves make, without their recursion
-      key = (tuple(map(_tensor_sig, args)), (), Tensor.training)
+      key = (tuple(map(_tensor_sig, args)), (), Tensor.training, Tensor._modes)
       ins = list(args)
     else:
       key = _signature(args, kwargs)

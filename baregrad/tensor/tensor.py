@@ -153,6 +153,7 @@ class Tensor:
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
+  _modes: frozenset = frozenset()   # the nn modules' training flags that differ from True (nn/module.py): a jit key
   _seed: int = 0
 
   class train(contextlib.ContextDecorator):
@@ -256,7 +257,12 @@ class Tensor:
     return a if dtype is None else a.astype(dtype, copy=False)
   @staticmethod
   def from_numpy(a: np.ndarray, device: str | None = None) -> Tensor:
-    """A tensor with the array's shape, dtype and values. Unlike torch.from_numpy the memory is copied, not shared."""
+    """A tensor with the array's shape, dtype and values, in memory of its own: a COPY, taken now, unlike
+    torch.from_numpy, which shares the array's memory. A later write to `a` is not seen by the tensor, and a write to
+    the tensor (assign, `t += 1`, an optimizer step) is not seen in `a`: read it back with t.numpy(), or write into
+    the tensor with t.assign(Tensor(a)) / t.copy_(...). Sharing is refused because a tensor's value is fixed when it
+    is built (docs/value_semantics.md): results computed from it are reused while its buffer version is unchanged, and
+    NumPy writes would change the memory without a new version (docs/value_semantics.md, "NumPy arrays")."""
     if not isinstance(a, np.ndarray): raise TypeError(f"from_numpy: expected np.ndarray, got {type(a).__name__}")
     return Tensor(a, device=device).reshape(a.shape)
   def _one(self, what: str) -> Any:
@@ -324,7 +330,9 @@ class Tensor:
     checks.check(self.device)
     return buf
   def numpy(self) -> np.ndarray:
-    """The values as a NumPy array (synchronizes with the device; bfloat16 comes back as float32)."""
+    """The values as a new NumPy array, a COPY (synchronizes with the device; bfloat16 comes back as float32): unlike
+    torch's Tensor.numpy() on the CPU it shares no memory with the tensor, so writing into the array does not change
+    the tensor and a later in-place write to the tensor does not change the array."""
     from baregrad.engine.realize import capturing
     if any(getattr(c, "forbid_host_reads", False) for c in capturing):
       from baregrad.tensor.jit import JitError

@@ -2,9 +2,9 @@
 forward semantics. Every layer is an nn.Module (module.py): parameters are Tensors with requires_grad=True found by
 walking attributes, lists and dicts (see baregrad.tensor.nn.state), so state-dict keys match PyTorch's.
 
-Layers call the functional Tensor methods (conv2d, layer_norm, batch_norm, dropout, max_pool2d, ...). Differences
-from torch.nn: a module's `training` is None until train()/eval() set it, and None follows the global
-Tensor.training switch (`with Tensor.train(): ...`)."""
+Layers call the functional Tensor methods (conv2d, layer_norm, batch_norm, dropout, max_pool2d, ...). A module
+starts in training mode, as in torch.nn; train()/eval() switch the module tree. A module whose `training` is set to
+None follows the global Tensor.training switch (`with Tensor.train(): ...`, tinygrad's way) instead."""
 from __future__ import annotations
 import math
 from typing import Any, Sequence
@@ -125,7 +125,8 @@ class ConvTranspose2d(_ConvNd):
 
 class BatchNorm(Module):
   """Batch normalization over the channel axis 1 (any rank >= 2): (N, C, *) -> same shape. Training mode (batch
-  statistics, running statistics updated in place) follows `self.training` when set, else Tensor.training.
+  statistics, running statistics updated in place) follows `self.training` (True from construction; None: the global
+Tensor.training).
   BatchNorm1d/2d/3d are this one class (it does not check the rank, unlike PyTorch)."""
   def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                track_running_stats: bool = True, *, bias: bool = True):
@@ -258,9 +259,9 @@ class Dropout(Module):
     self.p = p
   def extra_repr(self) -> str: return f"p={self.p}, inplace=False"
   def forward(self, x: Tensor) -> Tensor:
-    # the functional form also checks Tensor.training: a module pinned to training mode sets it for the call
     if not _training(self.training): return x
-    with Tensor.train(True): return x.dropout(self.p, True)
+    from baregrad.tensor.functional import dropout
+    return dropout(x, self.p, training=True)
 
 class Sequential(Module, list):
   """Layers (any callables) applied in order; a list, so state-dict keys are `0.weight`, `1.bias`, ..."""

@@ -5,14 +5,16 @@ lists, tuples and dicts in them) hold, found the way baregrad.tensor.nn.state wa
 call super().__init__() and plain Python classes keep working with get_parameters/get_state_dict. A parameter is a
 tensor with requires_grad=True; any other tensor (running statistics, counters) is a buffer.
 
-`training` is None until train()/eval() set it: None follows the global Tensor.training switch (tinygrad's way,
-`with Tensor.train(): ...`), True or False pins the module (PyTorch's way).
+`training` is True from construction, as in PyTorch (a class attribute, so subclasses that skip super().__init__()
+get it too); train()/eval() set it on the whole module tree. Setting a module's `training` to None makes it follow
+the global Tensor.training switch instead (tinygrad's way, `with Tensor.train(): ...`); the global switch is
+otherwise only the default of the tinygrad-style Tensor methods (x.dropout(p)).
 
 requires_grad_(False) freezes parameters: they stay parameters (parameters(), state_dict, optimizers leave them
 alone) until requires_grad_(True), as in PyTorch. to()/half()/float() replace each tensor attribute by a converted
 copy (value semantics: tensors never change device or dtype in place) and return the module."""
 from __future__ import annotations
-import weakref
+import itertools, weakref
 from typing import Any, Callable, Iterator, NamedTuple
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor, _is_dtype_arg, to_dtype
@@ -60,9 +62,37 @@ def _items(o: Any) -> list[tuple[str, Any]]:
   if isinstance(o, dict): return [(str(k), v) for k, v in o.items() if isinstance(k, str) and not k.startswith("_")]
   return []
 
+# modules whose training flag is not the default True (id -> module). Their flags are published as Tensor._modes, a
+# hashable value the jit keys its captures on (with Tensor.training): a captured step does not replay its training
+# graph after model.eval(). Modules are named by a serial number too, not only id(): an id is reused after its
+# module dies, and a new module at that id must not match a key published for the old one
+_NONDEFAULT_MODE: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_serials = itertools.count()
+
+def _publish_modes() -> None:
+  # (id and serial: a copy of a module, which has its serial, is told apart by its id)
+  Tensor._modes = frozenset((i, m.__dict__["_mode_serial"], m.__dict__.get("_training")) for i, m in list(_NONDEFAULT_MODE.items()))  # type: ignore[attr-defined]
+
 class Module:
   """Base class of layers: subclass it, set tensors and submodules as attributes, define forward()."""
-  training: bool | None = None
+  @property
+  def training(self) -> bool | None:
+    """True (from construction, as PyTorch's) in training mode, False in evaluation mode; None follows the global
+    Tensor.training switch (tinygrad's way). Set by train()/eval() for the module tree, or directly for one module."""
+    return self.__dict__.get("_training", True)
+  @training.setter
+  def training(self, mode: bool | None) -> None:
+    self._set_training(mode)
+    _publish_modes()
+  def _set_training(self, mode: bool | None) -> None:
+    if mode is not None and not isinstance(mode, bool): raise ValueError(f"training must be a bool or None, got {type(mode).__name__} {mode!r}")
+    if mode is True:
+      self.__dict__.pop("_training", None)
+      _NONDEFAULT_MODE.pop(id(self), None)
+    else:
+      self.__dict__["_training"] = mode
+      if "_mode_serial" not in self.__dict__: self.__dict__["_mode_serial"] = next(_serials)
+      _NONDEFAULT_MODE[id(self)] = self
 
   def forward(self, *args: Any, **kwargs: Any) -> Any:
     raise NotImplementedError(f"{type(self).__name__} has no forward(): define forward(self, ...) in the subclass")
@@ -134,9 +164,11 @@ class Module:
 
   # ---- switches
   def train(self, mode: bool = True) -> Module:
-    """Set training mode on this module and every submodule (dropout active, batch statistics used); returns self."""
+    """Set training mode on this module and every submodule (dropout active, batch statistics used and running
+    statistics updated; mode=False: dropout off, running statistics used); returns self."""
     if not isinstance(mode, bool): raise ValueError(f"train(): mode must be a bool, got {type(mode).__name__} {mode!r}")
-    for m in self.modules(): m.training = mode
+    for m in self.modules(): m._set_training(mode)
+    _publish_modes()
     return self
   def eval(self) -> Module:
     """train(False): evaluation mode for this module and every submodule; returns self."""

@@ -27,6 +27,20 @@ def assign_all(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (),
   every value, which therefore read none of them (write's `before`)."""
   write(pairs, also, before)
 
+def check_param(i: int, p: Any) -> None:
+  """Refuse what an optimizer cannot update, at construction, naming the parameter (its index in the list, shape and
+  dtype), as PyTorch's "can't optimize a non-leaf Tensor": a non-Tensor, a result computed from a tensor that
+  requires grad (w * 2: the update would go to a temporary and w would never move), or a tensor that is not floating
+  point (it cannot have gradients)."""
+  from baregrad.ir.dtype import dtypes
+  from baregrad.tensor.inplace_ops import is_grad_leaf
+  if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__} at index {i}")
+  if not dtypes.is_float(p.dtype):
+    raise ValueError(f"optimizer parameter {i} (shape {p.shape}) has dtype {p.dtype}: only floating-point tensors can be optimized")
+  if p.requires_grad and not is_grad_leaf(p):
+    raise ValueError(f"can't optimize a non-leaf Tensor: optimizer parameter {i} (shape {p.shape}, {p.dtype}) is the result of an op on "
+                     "tensors that require grad; pass the tensor made with requires_grad=True itself (w, not w * 2)")
+
 class ParamGroup(dict):
   """One parameter group: a dict with "params", "lr" and the optimizer's other hyperparameters, as PyTorch's. The
   learning rate is a device value the update kernel reads: writing group["lr"] (a scheduler does) writes that value
@@ -65,7 +79,7 @@ class Optimizer:
       ps = [g["params"]] if isinstance(g["params"], Tensor) else list(g["params"])
       mine: list[Tensor] = []
       for p in ps:
-        if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
+        check_param(len(seen), p)
         if id(p) in seen:
           if id(p) not in {id(q) for q in mine}: raise ValueError("some parameters appear in more than one parameter group")
           continue
@@ -114,7 +128,7 @@ class Optimizer:
     if any(id(p) in self._group_of for p in ps): raise ValueError("some parameters appear in more than one parameter group")
     gi = len(self.param_groups)
     for p in ps:
-      if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__}")
+      check_param(len(self.params), p)
       if not p.requires_grad and not is_frozen(p): p.requires_grad_(True)
       buffer_ref(p)
       self.params.append(p)
