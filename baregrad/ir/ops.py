@@ -250,7 +250,7 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
     if x is None: raise TypeError("where needs at least one UOp branch to know the dtype")
     y = b if isinstance(b, UOp) else x.const_like(b)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
-  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)
+  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)  # type: ignore[attr-defined]  # (a pointer's)
   def store(self, *src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self,) + src)
   def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
     return UOp(Ops.INDEX, self.dtype, (self, idx) + ((valid,) if valid is not None else ()))
@@ -295,8 +295,8 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
   @property
   def vmax(self) -> int | float: return self._bounds_get()[1]
   def _bounds_get(self) -> tuple:
-    if self._bounds is None: object.__setattr__(self, "_bounds", _bounds(self))
-    return self._bounds
+    if (b := self._bounds) is None: object.__setattr__(self, "_bounds", b := _bounds(self))
+    return b
   def const_factor(self) -> int:
     """The largest integer known to divide this expression (for div/mod folding)."""
     if self.op is Ops.CONST and isinstance(self.arg, int): return abs(self.arg) or 1
@@ -358,7 +358,7 @@ def _bounds(u: UOp) -> tuple:
     if a0 >= 0: return (0, min(a1, b1 - 1)) if a1 >= b1 or a0 < b0 else (0, b1 - 1)
     return (-(b1 - 1), b1 - 1) if a1 > 0 else (-(b1 - 1), 0)
   if u.op is Ops.IDIV and b0 > 0:
-    def tdiv(x: int, y: int) -> int: return abs(x) // y * (1 if x >= 0 else -1)
+    def tdiv(x: int | float, y: int | float) -> int | float: return abs(x) // y * (1 if x >= 0 else -1)
     vals = (tdiv(a0, b0), tdiv(a0, b1), tdiv(a1, b0), tdiv(a1, b1))
     return (min(vals), max(vals))
   if u.op is Ops.CMPLT: return (bool(a1 < b0), bool(a0 < b1))
