@@ -44,6 +44,7 @@ Precision (differs from the CPU, whose libm is correctly rounded or close):
 """
 from __future__ import annotations
 import re, struct
+from typing import Any
 from baregrad.ir.dtype import DType, PtrDType, dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
@@ -172,7 +173,7 @@ class PTXRenderer(Renderer):
     self.tensor_cores = MMA_SM80  # mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32: sm_80+
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    r: dict[UOp, str] = {}
+    r: dict[UOp, Any] = {}   # a node's register, or a vector's or a WMMA's list of them
     cnt: dict[str, int] = {}
     lines: list[str] = []
     shared: list[str] = []   # .shared declarations (workgroup memory)
@@ -196,11 +197,11 @@ class PTXRenderer(Renderer):
     nbuf = max((u.arg for u in bufs), default=-1) + 1
     params = [f"  .param .u64 data{i}" for i in range(nbuf)]
     seen_vars: set[str] = set()
-    for v in vars_:
-      if v.arg[0] in seen_vars: continue
-      seen_vars.add(v.arg[0])
-      if v.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {v.arg[0]} of dtype {v.dtype} cannot be a parameter")
-      params.append(f"  .param .{_PARAM_T[v.dtype.scalar]} {param_name(v)}")
+    for dv in vars_:
+      if dv.arg[0] in seen_vars: continue
+      seen_vars.add(dv.arg[0])
+      if dv.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {dv.arg[0]} of dtype {dv.dtype} cannot be a parameter")
+      params.append(f"  .param .{_PARAM_T[dv.dtype.scalar]} {param_name(dv)}")
     pos = {u: i for i, u in enumerate(uops)}
     fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
     copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
@@ -249,7 +250,7 @@ class PTXRenderer(Renderer):
         x = reg(d)
         emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
       elif u.op is Ops.ASSIGN and u in fused: r[u] = r[u.src[0]]
-      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)  # type: ignore[assignment]
+      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         s = d.scalar
@@ -266,7 +267,7 @@ class PTXRenderer(Renderer):
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
       elif u.op is Ops.DEFINE_LOCAL:
-        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")
+        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]  # (a pointer: PtrDType)
         x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
@@ -279,7 +280,7 @@ class PTXRenderer(Renderer):
         it = idx.dtype.scalar
         i32 = r[idx] if it.itemsize == 4 else self._cast(it, dtypes.int32, r[idx], reg, emit, norm8)
         off, x = reg(dtypes.uint32), reg(dtypes.uint32)
-        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")
+        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")  # type: ignore[attr-defined]  # (a pointer: PtrDType)
         r[u] = x
       elif u.op is Ops.INDEX:
         buf, idx = u.src[0], u.src[1]
@@ -350,7 +351,7 @@ class PTXRenderer(Renderer):
           t = reg(dtypes.uint16); emit(f"selp.u16 {t}, 1, 0, {v};"); v = t
         emit(f"{pred}st.{sp}.{_MT[val.dtype.scalar]} [{r[idx]}], {v};")
       elif u.op is Ops.GEP: r[u] = r[u.src[0]][u.arg[0]]
-      elif u.op is Ops.VECTORIZE: r[u] = [r[x] for x in u.src]  # type: ignore[assignment]
+      elif u.op is Ops.VECTORIZE: r[u] = [r[x] for x in u.src]
       elif u.op is Ops.CAST: r[u] = self._cast(u.src[0].dtype, d, r[u.src[0]], reg, emit, norm8)
       elif u.op is Ops.BITCAST:
         fr = u.src[0].dtype
@@ -441,7 +442,7 @@ class PTXRenderer(Renderer):
       emit(f"sub{'.rn' if isf else ''}.{at} {x}, {s[0]}, {s[1]};"); norm8(d, x); return x
     if op is Ops.NEG:
       if sd == dtypes.bool: emit(f"not.pred {x}, {s[0]};")
-      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)
+      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)  # type: ignore[union-attr]  # (at: every non-bool dtype is in _AT)
       return x
     if op is Ops.FDIV: emit(f"div.rn.{at} {x}, {s[0]}, {s[1]};"); return x
     if op is Ops.RECIP:
