@@ -132,7 +132,7 @@ def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   # calls past UOp's immutability guard (a third of the cost of a new node)
   ret = _new(_UOpSlots)
   ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape, ret.argkey, ret._realized = op, dtype, src, arg, None, None, key[3], None
-  ret.__class__ = UOp  # type: ignore[assignment]  # (same slots: see above)
+  ret.__class__ = UOp
   if op is Ops.BUFFER: _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C)
   else:
     _ucache[key] = weakref.ref(ret)

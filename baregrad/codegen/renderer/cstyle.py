@@ -30,7 +30,7 @@ def cconst(d: DType, v: int | float, types: dict[DType, str] = CTYPE) -> str:
     if s == dtypes.int32 and iv == -(2 ** 31): return "(-2147483647-1)"
     suf = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "U"}.get(s, "")
     return f"(({CTYPE[s]}){iv}{suf})"
-  x = float(v)  # type: ignore[arg-type]
+  x = float(v)
   if s == dtypes.bfloat16: return f"((unsigned short){float_to_bf16(x):#06x})"  # bfloat16 values are their bits here
   if math.isnan(x): return f"(({CTYPE[s]})__builtin_nan(\"\"))"
   if math.isinf(x): return f"(({CTYPE[s]})({'-' if x < 0 else ''}__builtin_inf()))"

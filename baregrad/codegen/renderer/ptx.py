@@ -82,14 +82,14 @@ _UT = {1: "u16", 2: "u16", 4: "u32", 8: "u64"}
 _PARAM_T = {dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.int16: "s16",
             dtypes.uint16: "u16", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.float32: "f32", dtypes.float64: "f64"}
 
-def ptx_imm(d: DType, v: object) -> str:
+def ptx_imm(d: DType, v: int | float) -> str:
   """An immediate of dtype d as PTX writes it (floats as raw bits: 0f/0d)."""
   s = d.scalar
   if s == dtypes.bool: return "1" if v else "0"
   if dtypes.is_int(s):
     bits = 8 * (2 if s.itemsize == 1 else s.itemsize)  # 8-bit values live sign/zero-extended in 16 bits
-    return f"0x{int(v) & ((1 << bits) - 1):0{bits // 4}X}"  # type: ignore[call-overload]
-  x = float(v)  # type: ignore[arg-type]
+    return f"0x{int(v) & ((1 << bits) - 1):0{bits // 4}X}"
+  x = float(v)
   if s == dtypes.float32: return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
   if s == dtypes.float64: return f"0d{struct.unpack('<Q', struct.pack('<d', x))[0]:016X}"
   if s == dtypes.float16: return f"0x{struct.unpack('<H', struct.pack('<e', x))[0]:04X}"
@@ -185,7 +185,7 @@ class PTXRenderer(Renderer):
       cnt[pre] = cnt.get(pre, 0) + 1
       return f"{pre}{cnt[pre]}"
     def emit(s: str) -> None: lines.append("  " + s)
-    def cst(d: DType, v: object) -> str:
+    def cst(d: DType, v: int | float) -> str:
       x = reg(d)
       emit(f"mov.{'pred' if d.scalar == dtypes.bool else _BITS[d.scalar.itemsize] if not dtypes.is_float(d) or d.itemsize == 2 else _AT[d.scalar]} {x}, {ptx_imm(d, v)};")
       return x
@@ -298,7 +298,7 @@ class PTXRenderer(Renderer):
       elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
         xs = [reg(dtypes.uint32) for _ in range(u.arg[1])]
         emit(f"ldmatrix.sync.aligned.m8n8.x{u.arg[1]}{'.trans' if u.arg[2] else ''}.shared.b16 {{{', '.join(xs)}}}, [{r[u.src[0]]}];")
-        r[u] = xs  # type: ignore[assignment]
+        r[u] = xs
       elif u.op is Ops.STORE and u in copies:
         idx, ld = u.src[0], u.src[1] if u.src[1].op is Ops.LOAD else u.src[1].src[0].src[0]
         nb, gidx = ld.dtype.nbytes, ld.src[0]
@@ -320,12 +320,12 @@ class PTXRenderer(Renderer):
               for w in ws: emit(f"mov.b32 {w}, 0;")
             emit(f"{pred}ld.{sp}.v4.b32 {{{', '.join(ws)}}}, [{r[idx]}];")
             for j, w in enumerate(ws): emit(f"mov.b32 {{{xs[2 * j]}, {xs[2 * j + 1]}}}, {w};")
-            r[u] = xs  # type: ignore[assignment]
+            r[u] = xs
             continue
           if pred:
             for x in xs: emit(f"mov.{self._movt(s)} {x}, {ptx_imm(s, 0)};")
           emit(f"{pred}ld.{sp}.v{d.count}.{_MT[s]} {{{', '.join(xs)}}}, [{r[idx]}];")
-          r[u] = xs  # type: ignore[assignment]
+          r[u] = xs
           continue
         if s == dtypes.bool:
           t = reg(dtypes.uint16)
