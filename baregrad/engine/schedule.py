@@ -242,7 +242,8 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
     written_idx = {i for _, i in outs}
     for i, b in enumerate(it.bufs):
       if i not in written_idx and (w := written.get(b.storage)) is not None and w > b.version:
-        raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "  # type: ignore[union-attr]  # (items built here have their node)
+        # (type: ignore: items built here have their node)
+        raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "  # type: ignore[union-attr]
                            f"earlier kernel of the same schedule wrote version {w}")
     for n, i in outs:
       if n is not None and n.op is Ops.ASSIGN: written[it.bufs[i].storage] = it.bufs[i].version

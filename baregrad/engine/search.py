@@ -77,7 +77,8 @@ def _buffer_sizes(ast: UOp) -> dict[int, tuple[int, DType]]:
   """Elements each buffer needs (runner.needed_elements: one past the largest index any view, or gather, reaches) and
   its dtype."""
   need = needed_elements(ast)
-  return {g.arg: (need.get(g.arg, 0), g.dtype.base) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL}  # type: ignore[attr-defined]  # (a pointer: PtrDType)
+  # (type: ignore: a buffer's dtype is a PtrDType)
+  return {g.arg: (need.get(g.arg, 0), g.dtype.base) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL}  # type: ignore[attr-defined]
 
 def _fill(b: Buffer) -> None:
   """Ordinary values (fresh device memory is zero pages on a CPU, which no real input is; no NaNs or denormals)."""

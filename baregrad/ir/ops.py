@@ -250,7 +250,8 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
     if x is None: raise TypeError("where needs at least one UOp branch to know the dtype")
     y = b if isinstance(b, UOp) else x.const_like(b)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
-  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)  # type: ignore[attr-defined]  # (a pointer's)
+  # (type: ignore: self is a pointer: its dtype is a PtrDType)
+  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)  # type: ignore[attr-defined]
   def store(self, *src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self,) + src)
   def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
     return UOp(Ops.INDEX, self.dtype, (self, idx) + ((valid,) if valid is not None else ()))

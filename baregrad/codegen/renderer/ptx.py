@@ -267,7 +267,8 @@ class PTXRenderer(Renderer):
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
       elif u.op is Ops.DEFINE_LOCAL:
-        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]  # (a pointer: PtrDType)
+        # (type: ignore: a buffer's dtype is a PtrDType)
+        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
         x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
@@ -280,7 +281,8 @@ class PTXRenderer(Renderer):
         it = idx.dtype.scalar
         i32 = r[idx] if it.itemsize == 4 else self._cast(it, dtypes.int32, r[idx], reg, emit, norm8)
         off, x = reg(dtypes.uint32), reg(dtypes.uint32)
-        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")  # type: ignore[attr-defined]  # (a pointer: PtrDType)
+        # (type: ignore: a buffer's dtype is a PtrDType)
+        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")  # type: ignore[attr-defined]
         r[u] = x
       elif u.op is Ops.INDEX:
         buf, idx = u.src[0], u.src[1]
@@ -441,8 +443,9 @@ class PTXRenderer(Renderer):
       if sd == dtypes.bool: raise RenderError("PTX: SUB on bool")
       emit(f"sub{'.rn' if isf else ''}.{at} {x}, {s[0]}, {s[1]};"); norm8(d, x); return x
     if op is Ops.NEG:
+      # (type: ignore below: `at` is set, every non-bool dtype is in _AT)
       if sd == dtypes.bool: emit(f"not.pred {x}, {s[0]};")
-      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)  # type: ignore[union-attr]  # (at: every non-bool dtype is in _AT)
+      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)  # type: ignore[union-attr]
       return x
     if op is Ops.FDIV: emit(f"div.rn.{at} {x}, {s[0]}, {s[1]};"); return x
     if op is Ops.RECIP:
