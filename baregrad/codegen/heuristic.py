@@ -39,7 +39,7 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
     from baregrad.codegen.gpu_heuristic import gpu_opts
     return gpu_opts(k, ren)
   acc = _strides(k)
-  itemsize = max((u.src[0].dtype.base.itemsize for u, _ in acc), default=4)
+  itemsize = max((u.src[0].dtype.base.itemsize for u, _ in acc), default=4)  # type: ignore[attr-defined]  # (a pointer: PtrDType)
   vec = max(1, 64 // itemsize)   # one 512-bit register of elements
   if not ren.vectorized: vec = min(vec, 4)  # scalar code: lanes become separate registers
   out_axes = [a.orig for a in k.axes if a.kind == "loop"]
@@ -80,11 +80,11 @@ def heuristic_opts(k: Kernel, ren: Renderer) -> list[Opt]:
     # become the grid (x innermost), the innermost one also split into a workgroup
     outs = [n for n, i in enumerate(k.loop_axes()) if k.axes[i].kind == "loop"]
     if outs:
-      inner = outs[-1]
-      sz = k.axes[k.loop_axes()[inner]].size
+      last = outs[-1]
+      sz = k.axes[k.loop_axes()[last]].size
       lsz = _largest_divisor(sz, min(ren.local_max or 128, 128))
-      if lsz > 1 and lsz < sz: _try(k, Opt(OptOps.LOCAL, inner, lsz))
-      elif lsz == sz and sz > 1: _try(k, Opt(OptOps.LOCAL, inner, sz))
+      if lsz > 1 and lsz < sz: _try(k, Opt(OptOps.LOCAL, last, lsz))
+      elif lsz == sz and sz > 1: _try(k, Opt(OptOps.LOCAL, last, sz))
     loops = k.loop_axes()
     cand = [n for n, i in enumerate(loops) if k.axes[i].kind == "loop"]
     for dim, n in enumerate(reversed(cand[-len(ren.global_max):] if ren.global_max else [])):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from enum import Enum, auto
+from typing import Any
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp, identity_element
@@ -367,7 +368,7 @@ class Kernel:
     """Workgroup axes, outermost first; the last one varies fastest between neighbouring threads."""
     th = [i for i, a in enumerate(self.axes) if a.kind in THREAD_KINDS]
     # the lanes of a tensor-core tile must be a warp's lane id: innermost, the high lane bits outermost
-    return sorted(th, key=lambda i: (self.axes[i].tc is not None, -self.axes[i].tc[2] if self.axes[i].tc else 0))
+    return sorted(th, key=lambda i: (self.axes[i].tc is not None, -tc[2] if (tc := self.axes[i].tc) else 0))
   def threads_flat(self) -> bool:
     """More than three workgroup axes (or a tensor-core tile and two more): one flat thread index (x) is split into
     them by division."""
@@ -506,6 +507,7 @@ class Kernel:
         new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
       elif u.op is Ops.REDUCE_AXIS and tcl is not None:
         # acc += A_frag @ B_frag over the reduce loops; a padded k feeds zeros from both (masked) loads
+        assert self.tc is not None   # (tcl is made only with it)
         tc = self.tc[0]
         rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
         wm = UOp(Ops.WMMA, tc.dtype_acc, (memo[self.tc[4]], memo[self.tc[5]], UOp.const(tc.dtype_acc, 0.0)), (tc, tcl["ea"], tcl["eb"], tcl["ec"]))
@@ -584,7 +586,7 @@ class Kernel:
           out[i] = (c // stride % self.axes[i].size).simplify()
           stride *= self.axes[i].size
       return out
-    res = {"a": vals("a", "mk"), "b": vals("b", "kn")}
+    res: dict[str, Any] = {"a": vals("a", "mk"), "b": vals("b", "kn")}
     for x in "abc": res["e" + x] = tuple(elem(e[0], int(e[1:])) for e in getattr(tc, f"{x}_elem"))
     return res
 

@@ -138,7 +138,7 @@ class Expander:
     offs = [sum(coef[r] * v for r, v in zip(mov, vals)) for vals in _lane_values(mov)]
     if len(set(offs)) != len(offs): return None
     mask = None
-    if vl:
+    if vl and valid is not None:   # (vl is empty without valid)
       mv, ml = self.memo[valid]
       mask = broadcast(mv, ml, mov)
     return base, mov, offs, mask
@@ -256,8 +256,8 @@ class Expander:
         if is_fragment(x):   # one fragment load per value of its lanes (the ordering sources are not lanes)
           idx = self.per_lane(x.src[0], l, tuple(env[r] for r in l))
           args.append(UOp(Ops.LOAD, x.dtype, (idx,) + tuple(self.memo[d][0] for d in x.src[1:]), x.arg)); continue
-        idx = tuple(pos(l, {**env, **{r: (fi >> j) & 1 for j, r in enumerate(f)}}) for fi in range(1 << len(f)))
-        args.append(v.gep(idx))
+        gi = tuple(pos(l, {**env, **{r: (fi >> j) & 1 for j, r in enumerate(f)}}) for fi in range(1 << len(f)))
+        args.append(v.gep(gi))
       res[ev] = UOp(Ops.WMMA, u.dtype.vec(1 << len(frags[2])), tuple(args), tc)
     elems = []
     for vals in _lane_values(out):

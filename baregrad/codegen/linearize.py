@@ -81,7 +81,7 @@ def linearize(sink: UOp) -> list[UOp]:
   lost = [x for u in sink.toposort() if u.op is Ops.RANGE for x in u.toposort()]
   everything = list(dict.fromkeys(lost + list(root.toposort())))
   nodes = [u for u in everything if u.op is not Ops.RANGE]
-  topo = {u: i for i, u in enumerate(everything)}
+  order = {u: i for i, u in enumerate(everything)}
   deps = {u: [s for s in u.src if s.op is not Ops.RANGE] for u in nodes}
   rng_deps = {u: list(u.src) for u in everything if u.op is Ops.RANGE}
   # an accumulator must exist before the loops it accumulates over open
@@ -93,7 +93,7 @@ def linearize(sink: UOp) -> list[UOp]:
   stack: list[UOp] = []
   out: list[UOp] = []
   by_ctx: dict[frozenset, list[UOp]] = {}
-  for u in sorted(nodes, key=topo.__getitem__): by_ctx.setdefault(ctx[u], []).append(u)
+  for u in sorted(nodes, key=order.__getitem__): by_ctx.setdefault(ctx[u], []).append(u)
 
   def ready(u: UOp) -> bool: return all(d in emitted for d in deps[u])
   def block(s: frozenset) -> list[UOp]: return [u for c, us in by_ctx.items() if c >= s for u in us if u in pending]
@@ -127,7 +127,7 @@ def linearize(sink: UOp) -> list[UOp]:
       r = stack.pop()
       out.append(UOp(Ops.ENDRANGE, src=(r,)))
       continue
-    waiting = sorted(pending, key=topo.__getitem__)[:5]
+    waiting = sorted(pending, key=order.__getitem__)[:5]
     raise LinearizeError(f"cannot place {len(pending)} nodes with loops {[f'r{r.arg[0]}' for r in stack]} open; "
                          f"waiting: {[(u.op.name, sorted(f'r{r.arg[0]}' for r in ctx[u])) for u in waiting]}")
   while stack: out.append(UOp(Ops.ENDRANGE, src=(stack.pop(),)))

@@ -76,7 +76,7 @@ def affine_view(st: ShapeTracker) -> View | None:
   if len(st.views) == 1: return st.views[0] if st.views[0].mask is None else None
   if any(v.mask is not None for v in st.views) or None in (rs := st.real_strides()): return None
   off, _ = st.to_index([UOp.const(dtypes.int64, 0)] * len(st.shape), dtypes.int64)   # (an offset may pass 2^31)
-  return View(st.shape, rs, off.arg) if off.op is Ops.CONST else None
+  return View(st.shape, rs, off.arg) if off.op is Ops.CONST else None  # type: ignore[arg-type]  # (rs: no None, above)
 
 def _split_view(st: ShapeTracker, j: int, n: int, npad: int) -> ShapeTracker:
   """st over the full shape with axis j (size n, or 1) split into (npad // PANEL, PANEL); past n (padding) masked."""

@@ -107,7 +107,7 @@ def _plan_cached(ast: UOp, threads: int) -> SplitPlan | None:
   plan = SplitPlan(nb)
   store = ast.src[0]
   out = store.src[0]
-  direct = (s_ == 1 and store.src[2] is r and out.dtype.base == r.dtype
+  direct = (s_ == 1 and store.src[2] is r and out.dtype.base == r.dtype  # type: ignore[attr-defined]  # (a pointer: PtrDType)
             and not any(u.op is Ops.LOAD and u.src[0].arg == out.arg for u in ast.toposort()))
   tb = out if direct else gbuf(nb, r.dtype)
   part = UOp(Ops.REDUCE_AXIS, r.dtype, (src,), (Ops.ADD, (4 + nr,)))

@@ -21,6 +21,7 @@ torch.backends.cuda.matmul.allow_tf32: turn it on with the environment variable 
 from __future__ import annotations
 from baregrad import knobs
 from dataclasses import dataclass
+from typing import Any
 from baregrad.ir.dtype import DType, dtypes
 
 @dataclass(frozen=True)
@@ -40,9 +41,9 @@ class TensorCore:
     bits.update({int(x[1:]): ("elem", j) for j, x in enumerate(elem) if x[0] == coord})
     return [bits[b] for b in range(len(bits))]
 
-_A16 = dict(a_lane=("k1", "k2", "m0", "m1", "m2"), a_elem=("k0", "m3", "k3"), b_lane=("k1", "k2", "n0", "n1", "n2"), b_elem=("k0", "k3"))
-_A8 = dict(a_lane=("k0", "k1", "m0", "m1", "m2"), a_elem=("m3", "k2"), b_lane=("k0", "k1", "n0", "n1", "n2"), b_elem=("k2",))
-_C = dict(c_lane=("n1", "n2", "m0", "m1", "m2"), c_elem=("n0", "m3"))
+_A16: dict[str, Any] = dict(a_lane=("k1", "k2", "m0", "m1", "m2"), a_elem=("k0", "m3", "k3"), b_lane=("k1", "k2", "n0", "n1", "n2"), b_elem=("k0", "k3"))
+_A8: dict[str, Any] = dict(a_lane=("k0", "k1", "m0", "m1", "m2"), a_elem=("m3", "k2"), b_lane=("k0", "k1", "n0", "n1", "n2"), b_elem=("k2",))
+_C: dict[str, Any] = dict(c_lane=("n1", "n2", "m0", "m1", "m2"), c_elem=("n0", "m3"))
 
 MMA_SM80 = (
   TensorCore("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", (16, 8, 16), dtypes.float16, dtypes.float32, **_A16, **_C),

@@ -56,7 +56,7 @@ def new_flag(device: str) -> Buffer:
 
 def add(node: UOp, payload: UOp, message: str) -> None:
   if (e := registry.get(id(node))) is None or e[0]() is not node:
-    registry[id(node)] = e = (weakref.ref(node, lambda _, k=id(node): registry.pop(k, None)), [])
+    registry[id(node)] = e = (weakref.ref(node, lambda _, k=id(node): registry.pop(k, None)), [])  # type: ignore[misc]  # (k binds the key)
   e[1].append((payload, message))
 
 def found(nodes: list[UOp]) -> list[tuple[UOp, UOp, str]]:

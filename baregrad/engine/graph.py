@@ -121,28 +121,29 @@ def shape_of(u: UOp) -> tuple[int, ...]:
     if (pending := [x for x in n.src if x._shape is None]): stack += pending; continue
     stack.pop()
     object.__setattr__(n, "_shape", _shape(n))
-  return u._shape
+  return u._shape  # type: ignore[return-value]  # (set by the loop)
 
 _SAME_SHAPE = frozenset(GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.COPY, Ops.CONTIGUOUS, Ops.DETACH})
 _MOVES = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad", Ops.SHRINK: "shrink", Ops.FLIP: "flip"}
 
 def _shape(u: UOp) -> tuple[int, ...]:
+  # (type: ignore below: the sources' `_shape` slots are set, shape_of infers in post-order)
   op = u.op
   if op in _SAME_SHAPE:
     src = u.src
     s = src[0]._shape
     for x in src:
-      if x._shape != s: raise ShapeError(f"{op.name} of sources with different shapes {sorted({x._shape for x in src})}")
-    return s
-  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)   # (no view built)
+      if x._shape != s: raise ShapeError(f"{op.name} of sources with different shapes {sorted({x._shape for x in src})}")  # type: ignore[type-var]
+    return s  # type: ignore[return-value]
+  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)  # type: ignore[arg-type]  # (no view built)
   if op is Ops.BUFFER: return (u.arg.size,)
   if op is Ops.CONST or op is Ops.DEFINE_VAR: return ()
   if op is Ops.IOTA: return (u.arg,)
-  if op is Ops.GATHER: return u.src[1]._shape
+  if op is Ops.GATHER: return u.src[1]._shape  # type: ignore[return-value]
   if op is Ops.REDUCE_AXIS:
     axes = u.arg[1]
-    return tuple([1 if i in axes else x for i, x in enumerate(u.src[0]._shape)])
-  if op is Ops.ASSIGN: return u.src[0]._shape
+    return tuple([1 if i in axes else x for i, x in enumerate(u.src[0]._shape)])  # type: ignore[arg-type]
+  if op is Ops.ASSIGN: return u.src[0]._shape  # type: ignore[return-value]
   raise ShapeError(f"no shape for {op}")
 
 def movement_st(st: ShapeTracker, u: UOp) -> ShapeTracker:

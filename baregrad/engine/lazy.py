@@ -159,7 +159,8 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
   single = None
   if len(titems) == 1:
     ast, tb, kind, sn, ck, also = titems[0]
-    if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN and treal == [(sn, tb[0])]:
+    # (type: ignore: sn is not None: the item has its node)
+    if kind == "kernel" and ck is None and not also and sn is not None and items[0].srcnode.op is not Ops.ASSIGN and treal == [(sn, tb[0])]:  # type: ignore[union-attr]
       # (the last two: the compiled runner and the device instance it was compiled for, kept by the first launch)
       single = [ast, tb, sn, None, None]
   return titems, treal, made, single, [False]   # (the last: used since the clock hand last passed, see _cache_put)
@@ -245,7 +246,7 @@ def realize(uops: list[UOp], device: str) -> list[UOp]:
       for n, i in it.outputs():
         if n is not None and n.op is Ops.ASSIGN: it.bufs[i].commit()
   for it in items:
-    if it.check is not None: checks.submitted(it.bufs[0].buf, it.check[1], it.check[0])
+    if it.check is not None: checks.submitted(it.bufs[0].buf, it.check[1], it.check[0])  # type: ignore[arg-type]  # (it ran)
   return _outputs(uops, srcs, realized_)
 
 def _outputs(uops: list[UOp], srcs: list[UOp], realized_: dict) -> list[UOp]:

@@ -40,17 +40,20 @@ def merge_producers(items: list[ScheduleItem]) -> list[ScheduleItem]:
   shapes = [_shape(it) for it in items]
   writer: dict[int, int] = {}   # id(BufRef) -> the item that writes it
   for c, cit in enumerate(items):
-    if shapes[c] is not None:
+    cur = cit   # item c, with what has been merged into it (only earlier items are merged away)
+    if (shape := shapes[c]) is not None:
       # (a merged item's buffers start with cit's: k stays valid across merges into it)
       for k in range(1, len(cit.bufs)):
         ref = cit.bufs[k]
         if (a := writer.get(id(ref))) is None or (ait := out[a]) is None or shapes[a] != shapes[c] or ait.also or ait.bufs[0] is not ref: continue
-        if (merged := _merge(ait, out[c], k, shapes[c], out[a + 1:c])) is not None:
-          out[a], out[c] = None, merged
-    for _, i in out[c].outputs(): writer[id(out[c].bufs[i])] = c
+        if (merged := _merge(ait, cur, k, shape, out[a + 1:c])) is not None:
+          out[a], out[c] = None, merged; cur = merged
+    for _, i in cur.outputs(): writer[id(cur.bufs[i])] = c
   return [it for it in out if it is not None]
 
 def _merge(ait: ScheduleItem, cit: ScheduleItem, k: int, shape: tuple[int, ...], between: list) -> ScheduleItem | None:
+  # (kernels, built with their node: _shape is None for a copy)
+  assert ait.ast is not None and cit.ast is not None and ait.srcnode is not None
   a_out = ait.bufs[0].storage
   a_in = {b.storage for b in ait.bufs[1:]}
   for it in between:

@@ -46,6 +46,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
     for b in it.bufs: b.ensure()
     if it.kind == "copy":
       dst, src = it.bufs[0].buf, it.bufs[1].buf
+      assert dst is not None and src is not None   # (ensured above)
       Device[src.device].synchronize()
       data = src.copyout(memoryview(bytearray(src.nbytes)))
       dst.copyin(data)
@@ -53,13 +54,14 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
       for c in capturing: c.add_copy(it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)
-    if (runner := cached_runner(it.ast, out.device)) is None:
+    # (type: ignore: a kernel item has its AST, and its buffers are ensured above)
+    if (runner := cached_runner(it.ast, out.device)) is None:  # type: ignore[arg-type]
       if bar is None:
         bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)
         bar.n = ready  # the kernels before it were compiled already
-      with bar.step(): runner = compile_ast(it.ast, out.device)
+      with bar.step(): runner = compile_ast(it.ast, out.device)  # type: ignore[arg-type]
     elif bar is not None: bar.update(1)
     else: ready += 1
-    runner([b.buf for b in it.bufs])
+    runner([b.buf for b in it.bufs])  # type: ignore[misc]
     for c in capturing: c.add_kernel(runner, it)
   if bar is not None: bar.close()

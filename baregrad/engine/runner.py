@@ -33,10 +33,11 @@ class CompiledRunner:
     hits = dev.compiler.cache_hits
     self.lib = dev.compiler.compile_cached(spec.src)
     self.cached = dev.compiler.cache_hits > hits
-    self.prg = dev.runtime(dev, spec.name, self.lib)
+    self.prg = dev.runtime(dev, spec.name, self.lib)  # type: ignore[misc]  # (a device that compiles has a runtime)
     self._scalar: CompiledRunner | None = None
     # per argument: (buffer number, element type, elements it may touch, its dtype for errors), read on every launch
-    self._args = [(g.arg, g.dtype.base.scalar, self.need.get(g.arg, 0), g.dtype.base) for g in spec.bufs]
+    # (type: ignore: a buffer's dtype is a PtrDType)
+    self._args = [(g.arg, g.dtype.base.scalar, self.need.get(g.arg, 0), g.dtype.base) for g in spec.bufs]  # type: ignore[attr-defined]
     # a launch that needs no per-call alignment or variable handling, and the buffers it needs
     self._plain, self._nbufs = not spec.align and not spec.vars, max((g.arg for g in spec.bufs), default=-1) + 1
     self._gs, self._ls = spec.global_size, spec.local_size
@@ -74,7 +75,8 @@ class CompiledRunner:
     if self.spec.align and any(bufs[i].offset % a for i, a in self.spec.align.items()):
       # a view at an offset the vector accesses cannot take: the same kernel with scalar accesses
       if self._scalar is None:
-        self._scalar = CompiledRunner(get_program(self.spec.ast, Device[self.device].renderer, self.spec.opts, self.spec.name, vector_mem=False), self.device)
+        # (type: ignore: get_program's specs hold their AST)
+        self._scalar = CompiledRunner(get_program(self.spec.ast, Device[self.device].renderer, self.spec.opts, self.spec.name, vector_mem=False), self.device)  # type: ignore[arg-type]
       return self._scalar(bufs, vals, wait)
     if self.spec.vars:
       vals = vals or {}

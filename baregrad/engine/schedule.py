@@ -259,9 +259,10 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
       cut = pos[e.u]
       # keep the longest prefix that cannot contain e.u and writes nothing: a kernel added now may read what a kept
       # ASSIGN would already have overwritten
-      k = next((i for i, it in enumerate(items) if pos[it.srcnode] >= cut or it.srcnode.op is Ops.ASSIGN), len(items))
+      # (type: ignore: every item built here has its node)
+      k = next((i for i, it in enumerate(items) if pos[it.srcnode] >= cut or it.srcnode.op is Ops.ASSIGN), len(items))  # type: ignore[index, union-attr]
       items = items[:k]
-      realized = {it.srcnode: it.bufs[0] for it in items}
+      realized = {it.srcnode: it.bufs[0] for it in items}  # type: ignore[misc]
 
 # The deepest chain of ops one kernel computes. A lazy chain of 100,000 ops (x = x + 1 in a loop) fused whole would be
 # one kernel of 100,000 dependent ops: LLVM takes minutes over it, and its AST is deeper than any walk should recurse.
@@ -305,7 +306,8 @@ def _check_write_order(items: list[ScheduleItem]) -> None:
     written_idx = {i for _, i in outs}
     for i, b in enumerate(it.bufs):
       if i not in written_idx and (w := written.get(b.storage)) is not None and w > b.version:
-        raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "
+        # (type: ignore: items built here have their node)
+        raise RuntimeError(f"schedule: {it.srcnode.op.name} reads version {b.version} of a buffer ({b.size} x {b.dtype.name}) after an "  # type: ignore[union-attr]
                            f"earlier kernel of the same schedule wrote version {w}")
     for n, i in outs:
       if n is not None and n.op is Ops.ASSIGN: written[it.bufs[i].storage] = it.bufs[i].version

@@ -19,7 +19,7 @@ import atexit, hashlib, json, os, pickle, struct, sys, time
 from typing import Any
 from baregrad import knobs
 from baregrad.helpers import cache_dir, DEBUG, Progress
-from baregrad.ir.dtype import dtypes
+from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.hal import Device, Buffer
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
@@ -73,11 +73,12 @@ def _applies(ast: UOp, opts: list[Opt], ren: Any) -> bool:
   except OptError: return False
   return True
 
-def _buffer_sizes(ast: UOp) -> dict[int, tuple[int, object]]:
+def _buffer_sizes(ast: UOp) -> dict[int, tuple[int, DType]]:
   """Elements each buffer needs (runner.needed_elements: one past the largest index any view, or gather, reaches) and
   its dtype."""
   need = needed_elements(ast)
-  return {g.arg: (need.get(g.arg, 0), g.dtype.base) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL}
+  # (type: ignore: a buffer's dtype is a PtrDType)
+  return {g.arg: (need.get(g.arg, 0), g.dtype.base) for g in ast.toposort() if g.op is Ops.DEFINE_GLOBAL}  # type: ignore[attr-defined]
 
 def _fill(b: Buffer) -> None:
   """Ordinary values (fresh device memory is zero pages on a CPU, which no real input is; no NaNs or denormals)."""
@@ -124,6 +125,7 @@ def _serve() -> None:
 class _Workers:
   """Processes that build candidates, one per core. Started as `python -m` (not multiprocessing: a spawned child would
   import the user's main script again); a build over its budget has its process killed."""
+  procs: list[Any]   # subprocess.Popen
   def __init__(self, n: int, payload: bytes) -> None:
     self.n, self.payload, self.procs = n, payload, []
   def _start(self) -> Any:
@@ -131,6 +133,7 @@ class _Workers:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = knobs.child_env(prepend={"PYTHONPATH": root})
     p = subprocess.Popen([sys.executable, "-m", "baregrad.engine.search", "--worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert p.stdin is not None   # (stdin=PIPE)
     p.stdin.write(struct.pack("<Q", len(self.payload)) + self.payload); p.stdin.flush()
     return p
   def close(self) -> None:
@@ -141,6 +144,7 @@ class _Workers:
   def build(self, ast: UOp, cands: list[list[Opt]], budget: float) -> dict[int, tuple[ProgramSpec, bytes]]:
     import select
     while len(self.procs) < min(self.n, len(cands)): self.procs.append(self._start())
+    busy: dict[Any, tuple[int, float]]
     todo, busy, res = list(range(len(cands))), {}, {}   # busy: proc -> (candidate, deadline)
     while todo or busy:
       for p in self.procs:
@@ -197,7 +201,7 @@ class _Timed:
   """A built candidate, loaded on the device."""
   def __init__(self, device: str, spec: ProgramSpec, lib: bytes):
     self.spec, self.dev = spec, Device[device]
-    self.prg = self.dev.runtime(self.dev, spec.name, lib)
+    self.prg = self.dev.runtime(self.dev, spec.name, lib)  # type: ignore[misc]  # (a device that compiles has a runtime)
   def run(self, bufs: list[Buffer]) -> float:
     t = self.prg(*[bufs[g.arg]._buf for g in self.spec.bufs], global_size=self.spec.global_size, local_size=self.spec.local_size, wait=True)
     return t if t is not None else float("inf")
@@ -228,7 +232,7 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
   sizes = _buffer_sizes(ast)
   bufs = [Buffer(device, max(1, sizes[i][0]) if i in sizes else 1, sizes[i][1] if i in sizes else dtypes.uint8).allocate()
           for i in range(max(sizes) + 1)] if sizes else []
-  for b in bufs: _fill(b)
+  for buf in bufs: _fill(buf)
   heur = get_program(ast, ren).opts
   timed: dict[tuple[Opt, ...], float] = {}
   built: dict[tuple[Opt, ...], _Timed] = {}
@@ -253,7 +257,7 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
   # seeds: the heuristic's choice and its prefixes, so each of its decisions gets alternatives. On a CPU no opts at all is
   # a scalar single-core kernel: for a large one, a second per run spent on a candidate that cannot win; on a GPU no opts
   # is one thread per output and the GPU actions start from it
-  beam = ([[]] if ren.has_local else []) + [heur[:i] for i in range(1 if heur else 0, len(heur) + 1)]
+  beam: list[list[Opt]] = ([[]] if ren.has_local else []) + [heur[:i] for i in range(1 if heur else 0, len(heur) + 1)]
   try_all(beam)   # the first round extends every seed
   if tuple(heur) not in timed:   # the baseline is always timed (its build here, if a worker's was dropped)
     try:
@@ -274,7 +278,7 @@ def beam_search(ast: UOp, device: str, width: int, rounds: int = 3) -> list[Opt]
     try_all(cands)
     beam = [list(c) for c, _ in sorted(timed.items(), key=lambda x: x[1])[:width]]
   bar.close()
-  chosen = min(timed, key=timed.get) if timed else tuple(heur)
+  chosen = min(timed, key=timed.__getitem__) if timed else tuple(heur)
   if chosen != tuple(heur) and tuple(heur) in timed:
     # the search's best must beat the heuristic when both are timed again, alternately (a noisy first timing is not enough)
     a, b = built[chosen], built[tuple(heur)]

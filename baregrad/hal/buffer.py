@@ -5,6 +5,7 @@ from baregrad.ir.dtype import DType
 from baregrad.hal.device import Device
 
 class Buffer:
+  _base: Buffer | None; offset: int
   def __init__(self, device: str, size: int, dtype: DType, base: Buffer | None = None, offset: int = 0,
                options: Hashable | None = None) -> None:
     if size < 0: raise ValueError(f"Buffer size must be >= 0 elements, got {size}")

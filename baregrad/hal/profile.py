@@ -177,7 +177,7 @@ def start(path: str | None = None) -> Profiler:
   if path is None and (path := knobs.read("PROFILE_PATH")):
     # a child process inherits PROFILE_PATH: it writes beside its parent's file (name-<pid>.json), never over it
     if (knobs.read("_BAREGRAD_PROFILE_OWNER") or str(os.getpid())) != str(os.getpid()):
-      stem, ext = os.path.splitext(path)
+      stem, ext = os.path.splitext(path)  # type: ignore[call-overload]  # (the knob's str: mypy keeps path None)
       path = f"{stem}-{os.getpid()}{ext or '.json'}"
     knobs.set_env("_BAREGRAD_PROFILE_OWNER", os.getpid())
   _prof = Profiler(path or os.path.join(tempfile.gettempdir(), f"baregrad-trace-{os.getpid()}.json"))

@@ -131,7 +131,7 @@ class HWQueue:
   def _submit(self, dev: Any) -> None: raise NotImplementedError
 
 def _dims(x: Sequence[int], what: str) -> tuple[int, int, int]:
-  if type(x) is tuple and len(x) == 3: return x  # type: ignore[return-value]  # the common case, kept cheap
+  if type(x) is tuple and len(x) == 3: return x  # the common case, kept cheap
   t = tuple(int(v) for v in x) + (1,) * (3 - len(x))
   if len(t) != 3 or any(v < 0 for v in t): raise ValueError(f"{what} must be up to 3 non-negative ints, got {tuple(x)}")
-  return t  # type: ignore[return-value]
+  return t

@@ -81,6 +81,7 @@ def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
   """Evaluate one ALU op on Python scalars; dtype is the result's."""
   dt = dtype.scalar
   isint = dtypes.is_int(dt) or dtypes.is_bool(dt)
+  r: Any
   if op is Ops.NEG: r = (not src[0]) if dtypes.is_bool(dt) else -src[0]
   elif op is Ops.EXP2: r = _exp2(src[0])
   elif op is Ops.LOG2: r = _log2(src[0])
@@ -108,6 +109,6 @@ def exec_alu(op: Ops, dtype: DType, src: tuple) -> Any:
   elif op is Ops.SHR: r = _shr(src[0], src[1], dt)
   elif op is Ops.WHERE: r = src[1] if src[0] else src[2]
   elif op is Ops.MULACC: r = src[0] * src[1] + src[2]
-  elif op is Ops.THREEFRY: r = threefry2x32(*src, wrap=_u32)
+  elif op is Ops.THREEFRY: r = threefry2x32(*src, wrap=_u32)  # type: ignore[misc]  # (src is 4 words, never wrap)
   else: raise ValueError(f"exec_alu: {op} is not an ALU op")
   return truncate(dt, r)

@@ -1,11 +1,12 @@
 """Scalar and vector dtypes, with PyTorch's type promotion rules."""
 from __future__ import annotations
 from dataclasses import dataclass
-import math, struct
+import builtins, math, struct
+from typing import Any
 
 _INTERNED: dict[tuple, "DType"] = {}
 
-def _make(cls: type, *fields: object) -> DType:
+def _make(cls: type[DType], *fields: Any) -> DType:
   """The one instance of a dtype: every dtype is interned, so equality and hashing are identity (C-level: dtypes key
   every UOp, and hash-consing hashes and compares them for each node built)."""
   fs = cls.__dataclass_fields__
@@ -65,25 +66,25 @@ class dtypes:
   default_int = int32
 
   @staticmethod
-  def is_float(d: DType) -> bool: return d.scalar in _FLOAT_SET
+  def is_float(d: DType) -> builtins.bool: return d.scalar in _FLOAT_SET
   @staticmethod
-  def is_int(d: DType) -> bool: return d.scalar in _INT_SET
+  def is_int(d: DType) -> builtins.bool: return d.scalar in _INT_SET
   @staticmethod
-  def is_unsigned(d: DType) -> bool: return d.scalar in _UNSIGNED_SET
+  def is_unsigned(d: DType) -> builtins.bool: return d.scalar in _UNSIGNED_SET
   @staticmethod
-  def is_bool(d: DType) -> bool: return d.scalar == dtypes.bool
+  def is_bool(d: DType) -> builtins.bool: return d.scalar == dtypes.bool
   @staticmethod
   def from_name(name: str) -> DType:
     if name in _BY_NAME: return _BY_NAME[name]
     if name in _TORCH_NAMES: return _TORCH_NAMES[name]
     raise ValueError(f"unknown dtype {name!r}; expected one of {sorted(_TORCH_NAMES)}")
   @staticmethod
-  def min(d: DType) -> int | float:
+  def min(d: DType) -> builtins.int | builtins.float:
     if dtypes.is_int(d): return 0 if dtypes.is_unsigned(d) else -(2 ** (8 * d.itemsize - 1))
     if d.scalar == dtypes.bool: return False
     return -math.inf
   @staticmethod
-  def max(d: DType) -> int | float:
+  def max(d: DType) -> builtins.int | builtins.float:
     if dtypes.is_int(d): return 2 ** (8 * d.itemsize - (0 if dtypes.is_unsigned(d) else 1)) - 1
     if d.scalar == dtypes.bool: return True
     return math.inf

@@ -1,12 +1,14 @@
 """The UOp: one immutable, hash-consed IR node for the tensor graph, the kernel AST and the linear program."""
 from __future__ import annotations
 import itertools
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 import functools, math, struct, weakref
 from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
 
 _next_op = itertools.count(1)
-def auto() -> int: return next(_next_op)
+def auto() -> Ops:
+  # an int in Ops' body, replaced by its Op below: typed as the member it becomes (an Op counts as an Ops, see _OpsType)
+  return next(_next_op)  # type: ignore[return-value]
 
 class Op:
   """One kind of operation (Ops.ADD): a singleton, equal only to itself and hashed by identity in C, with a name and a
@@ -20,16 +22,19 @@ class _OpsType(type):
   """The enumeration's class protocol (iteration, lookup by name, isinstance) without Enum's metaclass: EnumType
   defines __getattr__, which makes every class attribute read (`Ops.BUFFER`) a Python-level hook, ~4x a plain one, on
   the path of every node built and matched."""
-  _members: list[Op]
-  def __iter__(cls) -> Iterator[Op]: return iter(cls._members)
+  _members: list[Ops]
+  def __iter__(cls) -> Iterator[Ops]: return iter(cls._members)
   def __len__(cls) -> int: return len(cls._members)
-  def __getitem__(cls, name: str) -> Op:
+  def __getitem__(cls, name: str) -> Ops:
     op = cls.__dict__.get(name)
     if not isinstance(op, Op): raise KeyError(name)
-    return op
+    return op  # type: ignore[return-value]  # (an Op is an Ops: __instancecheck__)
   def __instancecheck__(cls, x: Any) -> bool: return isinstance(x, Op)
 
 class Ops(metaclass=_OpsType):
+  # each member is an Op (set below), which isinstance counts as an Ops: annotations say `op: Ops` as for an Enum
+  if TYPE_CHECKING:
+    name: str; value: int
   # kernel structure
   SINK = auto(); STORE = auto(); LOAD = auto(); INDEX = auto(); VIEW = auto()
   DEFINE_GLOBAL = auto(); DEFINE_VAR = auto(); DEFINE_ACC = auto(); DEFINE_LOCAL = auto()
@@ -66,7 +71,7 @@ Ops._members = []
 for _name, _v in list(vars(Ops).items()):
   if isinstance(_v, int) and _name.isupper():
     setattr(Ops, _name, _m := Op(_name, _v))
-    Ops._members.append(_m)
+    Ops._members.append(_m)  # type: ignore[arg-type]  # (an Op is an Ops: __instancecheck__)
 del _name, _v, _m
 
 class GroupOp:
@@ -132,7 +137,7 @@ def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   else:
     _ucache[key] = weakref.ref(ret)
     if len(_ucache) > 2 * _swept[0]: _sweep_ucache()
-  return ret
+  return ret  # type: ignore[return-value]  # (its class is UOp now)
 
 _KEYED = (float, tuple)   # the args _argkey may change; any other arg is its own key
 
@@ -162,13 +167,17 @@ class _UOpSlots:
   # computed value (engine/lazy.py: kept as long as the node lives, as a weak dictionary keyed by nodes would, without
   # its Python-level get, set and removal callback on the path of every eager op)
   __slots__ = ("op", "dtype", "src", "arg", "__weakref__", "_bounds", "_shape", "argkey", "_realized")
+  op: Ops; dtype: DType; src: tuple[UOp, ...]; arg: Any
+  _bounds: tuple | None; _shape: tuple | None; argkey: Any; _realized: Any
 _new = object.__new__
 
 class UOp(_UOpSlots, metaclass=UOpMeta):
   __slots__ = ()
   op: Ops; dtype: DType; src: tuple[UOp, ...]; arg: Any
 
-  # (built by UOpMeta.__call__(op, dtype, src, arg): no __init__)
+  # (built by UOpMeta.__call__(op, dtype, src, arg): no __init__; this one declares that signature to type checkers)
+  if TYPE_CHECKING:
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> None: ...
   def __setattr__(self, *a: object) -> None: raise AttributeError("UOp is immutable")
   # identity is equality, and the hash is the identity's (object's, computed in C): hash-consing makes structurally
   # equal nodes the same object, so nothing structural is left to compare
@@ -241,7 +250,8 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
     if x is None: raise TypeError("where needs at least one UOp branch to know the dtype")
     y = b if isinstance(b, UOp) else x.const_like(b)
     return UOp(Ops.WHERE, x.dtype, (self, x, y))
-  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)
+  # (type: ignore: self is a pointer: its dtype is a PtrDType)
+  def load(self, *src: UOp, dtype: DType | None = None) -> UOp: return UOp(Ops.LOAD, dtype or self.dtype.base, (self,) + src)  # type: ignore[attr-defined]
   def store(self, *src: UOp) -> UOp: return UOp(Ops.STORE, dtypes.void, (self,) + src)
   def index(self, idx: UOp, valid: UOp | None = None) -> UOp:
     return UOp(Ops.INDEX, self.dtype, (self, idx) + ((valid,) if valid is not None else ()))
@@ -298,7 +308,9 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
         if _reads_src_bounds(n) and (pending := [x for x in n.src if x._bounds is None]): stack += pending; continue
         stack.pop()
         object.__setattr__(n, "_bounds", _bounds(n))
-      return self._bounds
+      b = self._bounds
+      assert b is not None   # (the stack ends with self's bounds set)
+      return b
     object.__setattr__(self, "_bounds", b)
     return b
   def const_factor(self) -> int:
@@ -367,7 +379,7 @@ def _bounds(u: UOp) -> tuple:
     if a0 >= 0: return (0, min(a1, b1 - 1)) if a1 >= b1 or a0 < b0 else (0, b1 - 1)
     return (-(b1 - 1), b1 - 1) if a1 > 0 else (-(b1 - 1), 0)
   if u.op is Ops.IDIV and b0 > 0:
-    def tdiv(x: int, y: int) -> int: return abs(x) // y * (1 if x >= 0 else -1)
+    def tdiv(x: int | float, y: int | float) -> int | float: return abs(x) // y * (1 if x >= 0 else -1)
     vals = (tdiv(a0, b0), tdiv(a0, b1), tdiv(a1, b0), tdiv(a1, b1))
     return (min(vals), max(vals))
   if u.op is Ops.CMPLT: return (bool(a1 < b0), bool(a0 < b1))

@@ -75,7 +75,7 @@ def _divmod_fold(x: UOp, c: int, want_div: bool) -> UOp | None:
   lo, hi = rem.vmin, rem.vmax
   if lo // c == hi // c:  # the remainder stays in one period: exact fold
     m = lo // c
-    return build_linear(q, qk + m, dt) if want_div else build_linear(r, rk - m * c, dt)
+    return build_linear(q, qk + m, dt) if want_div else build_linear(r, rk - m * c, dt)  # type: ignore[arg-type]  # (int bounds)
   if all(t.vmin >= 0 for t in terms):
     # every coefficient taken modulo c (x = sum((v//c)*c*t) + reduced, all parts >= 0): when the reduced part stays below
     # c it is x % c, e.g. (ox + 14*kx) % 13 == ox + kx for ox + kx < 13 (a convolution's window read through a reshape)

@@ -63,6 +63,7 @@ _P3 = _f32(float(_PI / 2 - Fraction(_P1) - Fraction(_P2)))
 
 class _IR:
   """The instructions of one helper over n lanes (n == 1: scalars) of float32 (or float64), each a new value %vK."""
+  lines: list[str]; decls: set[str]
   def __init__(self, n: int, f64: bool = False) -> None:
     self.n, self.f64, self.lines, self.k, self.decls = n, f64, [], 0, set()
     ft, it = ("double", "i64") if f64 else ("float", "i32")

@@ -20,17 +20,17 @@ def ctype(d: DType) -> str:
   if d.count > 1: raise RenderError(f"C renderer got a vector {d}: vectors are split before rendering")
   return CTYPE[d.scalar]
 
-def cconst(d: DType, v: object, types: dict[DType, str] = CTYPE) -> str:
+def cconst(d: DType, v: int | float, types: dict[DType, str] = CTYPE) -> str:
   s = d.scalar
   CTYPE = types  # noqa: N806  (a renderer with other type names, e.g. CUDA's __half, passes its own table)
   if s == dtypes.bool: return "1" if v else "0"
   if dtypes.is_int(s):
-    iv = int(v)  # type: ignore[arg-type]
+    iv = int(v)
     if s == dtypes.int64 and iv == -(2 ** 63): return "(-9223372036854775807LL-1)"
     if s == dtypes.int32 and iv == -(2 ** 31): return "(-2147483647-1)"
     suf = {dtypes.int64: "LL", dtypes.uint64: "ULL", dtypes.uint32: "U"}.get(s, "")
     return f"(({CTYPE[s]}){iv}{suf})"
-  x = float(v)  # type: ignore[arg-type]
+  x = float(v)
   if s == dtypes.bfloat16: return f"((unsigned short){float_to_bf16(x):#06x})"  # bfloat16 values are their bits here
   if math.isnan(x): return f"(({CTYPE[s]})__builtin_nan(\"\"))"
   if math.isinf(x): return f"(({CTYPE[s]})({'-' if x < 0 else ''}__builtin_inf()))"
@@ -81,7 +81,7 @@ class CRenderer(Renderer):
     if isinstance(d, PtrDType): return self.types[d.base.scalar] + "*"
     if d.count > 1: raise RenderError(f"{self.name} renderer got a vector {d}: vectors are split before rendering")
     return self.types[d.scalar]
-  def _cc(self, d: DType, v: object) -> str: return cconst(d, v, self.types)
+  def _cc(self, d: DType, v: int | float) -> str: return cconst(d, v, self.types)
   def _load(self, d: DType, ptr: str) -> str: return f"*{ptr}"
   def _store(self, d: DType, ptr: str, v: str) -> str: return f"*{ptr} = {v};"
   def _bitcast(self, fr: DType, to: DType, v: str, nm: str) -> str:
@@ -138,9 +138,9 @@ class CRenderer(Renderer):
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
       elif u.op is Ops.INDEX:
-        idx = r[u.src[1]]
-        if len(u.src) > 2: idx = f"({r[u.src[2]]} ? {idx} : 0)"  # never form an out-of-range address
-        r[u] = f"({r[u.src[0]]} + {idx})"
+        ix = r[u.src[1]]
+        if len(u.src) > 2: ix = f"({r[u.src[2]]} ? {ix} : 0)"  # never form an out-of-range address
+        r[u] = f"({r[u.src[0]]} + {ix})"
       elif u.op is Ops.LOAD:
         idx = u.src[0]
         load = self._load(d, r[idx])

@@ -33,7 +33,8 @@ class CUDARenderer(CRenderer):
     if u.op is Ops.DEFINE_GLOBAL: return f"data{u.arg}"
     if u.op is Ops.DEFINE_VAR: return u.arg[0]
     if u.op is Ops.DEFINE_LOCAL:  # workgroup memory; bools are bytes there as in global memory
-      emit(f"__shared__ __align__(16) {self.types[u.dtype.base.scalar]} {u.arg[0]}[{max(1, u.arg[1])}];"); return u.arg[0]
+      # (type: ignore: a buffer's dtype is a PtrDType)
+      emit(f"__shared__ __align__(16) {self.types[u.dtype.base.scalar]} {u.arg[0]}[{max(1, u.arg[1])}];"); return u.arg[0]  # type: ignore[attr-defined]
     return super()._define(u, nbufs, varnames, emit)
 
   def _barrier(self) -> str: return "__syncthreads();"

@@ -52,11 +52,11 @@ def _f32_to_bf16(v: str, d: DType, lines: list[str], tmp) -> str:
             f"  {sel} = select {_ivec(d, 1)} {nan}, {i32} {nb}, {i32} {rnd}", f"  {t16} = trunc {i32} {sel} to {_ivec(d, 16)}"]
   return f"bitcast {_ivec(d, 16)} {t16} to {ltype(d)}"
 
-def lconst(d: DType, v: object) -> str:
+def lconst(d: DType, v: int | float) -> str:
   s = d.scalar
   if s == dtypes.bool: return "1" if v else "0"
   if dtypes.is_int(s): return str(int(v))  # two's complement literal works for unsigned too
-  x = float(v)  # type: ignore[arg-type]
+  x = float(v)
   if s == dtypes.float16: return f"0xH{struct.unpack('<H', struct.pack('<e', x))[0]:04X}"
   if s == dtypes.bfloat16: return str(float_to_bf16(x))  # its bits, as an i16 (see _LBASE)
   if s == dtypes.float32 and not math.isnan(x):
@@ -103,7 +103,7 @@ class LLVMRenderer(Renderer):
       lines.append(f"  {t0} = insertelement {ltype(d)} poison, {ltype(d.scalar)} {val}, i32 0")
       lines.append(f"  {t1} = shufflevector {ltype(d)} {t0}, {ltype(d)} poison, <{d.count} x i32> zeroinitializer")
       return t1
-    def c(d: DType, v: object) -> str:
+    def c(d: DType, v: int | float) -> str:
       return lconst(d, v) if d.count == 1 else splat(d, lconst(d.scalar, v))
     pp = self._ptr(None)
     for i, u in enumerate(uops):
@@ -172,11 +172,11 @@ class LLVMRenderer(Renderer):
       elif u.op is Ops.STORE:
         idx = u.src[0]
         ptr, valid = r[idx], (r[idx.src[2]] if len(idx.src) > 2 else None)
-        vd, val = u.src[1].dtype, r[u.src[1]]
+        vd, sv = u.src[1].dtype, r[u.src[1]]
         if vd.scalar == dtypes.bool:
-          lines.append(f"  {nm}.z = zext {ltype(vd)} {val} to {_mem_type(vd)}")
-          val = f"{nm}.z"
-        st = f"  store {_mem_type(vd)} {val}, {self._ptr(idx.src[0].dtype)} {ptr}, align {vd.scalar.itemsize}{self._nt(u, vd, stream)}"
+          lines.append(f"  {nm}.z = zext {ltype(vd)} {sv} to {_mem_type(vd)}")
+          sv = f"{nm}.z"
+        st = f"  store {_mem_type(vd)} {sv}, {self._ptr(idx.src[0].dtype)} {ptr}, align {vd.scalar.itemsize}{self._nt(u, vd, stream)}"
         if valid is None: lines.append(st)
         else: lines += [f"  br i1 {valid}, label %{nm[1:]}.st, label %{nm[1:]}.sk", f"{nm[1:]}.st:", st,
                         f"  br label %{nm[1:]}.sk", f"{nm[1:]}.sk:"]
@@ -335,15 +335,16 @@ class LLVMRenderer(Renderer):
 
   def _index(self, u: UOp, r: dict[UOp, str], lines: list[str], nm: str) -> str:
     buf, idx = u.src[0], u.src[1]
+    assert isinstance(bd := buf.dtype, PtrDType), f"INDEX into a non-pointer {bd}"
     it = ltype(idx.dtype)
     iv = r[idx]
     if len(u.src) > 2 and u.src[2].dtype.count > 1:  # a mask per lane: the masked access touches no lane past the end
-      lines.append(f"  {nm} = getelementptr {ltype(buf.dtype.base)}, ptr {r[buf]}, {it} {iv}")
+      lines.append(f"  {nm} = getelementptr {ltype(bd.base)}, ptr {r[buf]}, {it} {iv}")
       return nm
     if len(u.src) > 2:  # masked: never form an address from an index that may be out of range
       lines.append(f"  {nm}.i = select i1 {r[u.src[2]]}, {it} {iv}, {it} 0")
       iv = f"{nm}.i"
-    lines.append(f"  {nm} = getelementptr inbounds {ltype(buf.dtype.base)}, {self._ptr(buf.dtype)} {r[buf]}, {it} {iv}")
+    lines.append(f"  {nm} = getelementptr inbounds {ltype(bd.base)}, {self._ptr(bd)} {r[buf]}, {it} {iv}")
     return nm
 
   def _binop(self, op: Ops, d: DType, a: str, b: str, intr, tmp, lines: list[str]) -> str:

@@ -58,13 +58,13 @@ class OpenCLRenderer(CRenderer):
     self.fp64, self.local_max = fp64, local_max
     self.supported_dtypes = ALL if fp64 else tuple(d for d in ALL if d != dtypes.float64)
 
-  def _cc(self, d: DType, v: object) -> str:
+  def _cc(self, d: DType, v: int | float) -> str:
     s = d.scalar
     if s == dtypes.int64:
-      return "(-9223372036854775807L-1)" if int(v) == -(2 ** 63) else f"((long){int(v)}L)"  # type: ignore[call-overload]
-    if s == dtypes.uint64: return f"((ulong){int(v)}UL)"  # type: ignore[call-overload]
+      return "(-9223372036854775807L-1)" if int(v) == -(2 ** 63) else f"((long){int(v)}L)"
+    if s == dtypes.uint64: return f"((ulong){int(v)}UL)"
     if s not in (dtypes.float16, dtypes.float32, dtypes.float64): return cconst(d, v, self.types)
-    x = float(v)  # type: ignore[arg-type]
+    x = float(v)
     t = "double" if s == dtypes.float64 else "float"
     if math.isnan(x): return f"(({t})NAN)"
     if math.isinf(x): return f"(({t})({'-' if x < 0 else ''}INFINITY))"

@@ -44,6 +44,7 @@ Precision (differs from the CPU, whose libm is correctly rounded or close):
 """
 from __future__ import annotations
 import re, struct
+from typing import Any
 from baregrad.ir.dtype import DType, PtrDType, dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
@@ -81,14 +82,14 @@ _UT = {1: "u16", 2: "u16", 4: "u32", 8: "u64"}
 _PARAM_T = {dtypes.int32: "s32", dtypes.uint32: "u32", dtypes.int64: "s64", dtypes.uint64: "u64", dtypes.int16: "s16",
             dtypes.uint16: "u16", dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.float32: "f32", dtypes.float64: "f64"}
 
-def ptx_imm(d: DType, v: object) -> str:
+def ptx_imm(d: DType, v: int | float) -> str:
   """An immediate of dtype d as PTX writes it (floats as raw bits: 0f/0d)."""
   s = d.scalar
   if s == dtypes.bool: return "1" if v else "0"
   if dtypes.is_int(s):
     bits = 8 * (2 if s.itemsize == 1 else s.itemsize)  # 8-bit values live sign/zero-extended in 16 bits
-    return f"0x{int(v) & ((1 << bits) - 1):0{bits // 4}X}"  # type: ignore[call-overload]
-  x = float(v)  # type: ignore[arg-type]
+    return f"0x{int(v) & ((1 << bits) - 1):0{bits // 4}X}"
+  x = float(v)
   if s == dtypes.float32: return f"0f{struct.unpack('<I', struct.pack('<f', x))[0]:08X}"
   if s == dtypes.float64: return f"0d{struct.unpack('<Q', struct.pack('<d', x))[0]:016X}"
   if s == dtypes.float16: return f"0x{struct.unpack('<H', struct.pack('<e', x))[0]:04X}"
@@ -172,7 +173,7 @@ class PTXRenderer(Renderer):
     self.tensor_cores = MMA_SM80  # mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32: sm_80+
 
   def render(self, name: str, uops: list[UOp]) -> str:
-    r: dict[UOp, str] = {}
+    r: dict[UOp, Any] = {}   # a node's register, or a vector's or a WMMA's list of them
     cnt: dict[str, int] = {}
     lines: list[str] = []
     shared: list[str] = []   # .shared declarations (workgroup memory)
@@ -184,7 +185,7 @@ class PTXRenderer(Renderer):
       cnt[pre] = cnt.get(pre, 0) + 1
       return f"{pre}{cnt[pre]}"
     def emit(s: str) -> None: lines.append("  " + s)
-    def cst(d: DType, v: object) -> str:
+    def cst(d: DType, v: int | float) -> str:
       x = reg(d)
       emit(f"mov.{'pred' if d.scalar == dtypes.bool else _BITS[d.scalar.itemsize] if not dtypes.is_float(d) or d.itemsize == 2 else _AT[d.scalar]} {x}, {ptx_imm(d, v)};")
       return x
@@ -196,11 +197,11 @@ class PTXRenderer(Renderer):
     nbuf = max((u.arg for u in bufs), default=-1) + 1
     params = [f"  .param .u64 data{i}" for i in range(nbuf)]
     seen_vars: set[str] = set()
-    for v in vars_:
-      if v.arg[0] in seen_vars: continue
-      seen_vars.add(v.arg[0])
-      if v.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {v.arg[0]} of dtype {v.dtype} cannot be a parameter")
-      params.append(f"  .param .{_PARAM_T[v.dtype.scalar]} {param_name(v)}")
+    for dv in vars_:
+      if dv.arg[0] in seen_vars: continue
+      seen_vars.add(dv.arg[0])
+      if dv.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {dv.arg[0]} of dtype {dv.dtype} cannot be a parameter")
+      params.append(f"  .param .{_PARAM_T[dv.dtype.scalar]} {param_name(dv)}")
     pos = {u: i for i, u in enumerate(uops)}
     fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
     copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
@@ -249,7 +250,7 @@ class PTXRenderer(Renderer):
         x = reg(d)
         emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
       elif u.op is Ops.ASSIGN and u in fused: r[u] = r[u.src[0]]
-      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)  # type: ignore[assignment]
+      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         s = d.scalar
@@ -266,7 +267,8 @@ class PTXRenderer(Renderer):
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
       elif u.op is Ops.DEFINE_LOCAL:
-        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")
+        # (type: ignore: a buffer's dtype is a PtrDType)
+        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
         x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
@@ -279,7 +281,8 @@ class PTXRenderer(Renderer):
         it = idx.dtype.scalar
         i32 = r[idx] if it.itemsize == 4 else self._cast(it, dtypes.int32, r[idx], reg, emit, norm8)
         off, x = reg(dtypes.uint32), reg(dtypes.uint32)
-        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")
+        # (type: ignore: a buffer's dtype is a PtrDType)
+        emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")  # type: ignore[attr-defined]
         r[u] = x
       elif u.op is Ops.INDEX:
         buf, idx = u.src[0], u.src[1]
@@ -297,7 +300,7 @@ class PTXRenderer(Renderer):
       elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
         xs = [reg(dtypes.uint32) for _ in range(u.arg[1])]
         emit(f"ldmatrix.sync.aligned.m8n8.x{u.arg[1]}{'.trans' if u.arg[2] else ''}.shared.b16 {{{', '.join(xs)}}}, [{r[u.src[0]]}];")
-        r[u] = xs  # type: ignore[assignment]
+        r[u] = xs
       elif u.op is Ops.STORE and u in copies:
         idx, ld = u.src[0], u.src[1] if u.src[1].op is Ops.LOAD else u.src[1].src[0].src[0]
         nb, gidx = ld.dtype.nbytes, ld.src[0]
@@ -319,12 +322,12 @@ class PTXRenderer(Renderer):
               for w in ws: emit(f"mov.b32 {w}, 0;")
             emit(f"{pred}ld.{sp}.v4.b32 {{{', '.join(ws)}}}, [{r[idx]}];")
             for j, w in enumerate(ws): emit(f"mov.b32 {{{xs[2 * j]}, {xs[2 * j + 1]}}}, {w};")
-            r[u] = xs  # type: ignore[assignment]
+            r[u] = xs
             continue
           if pred:
             for x in xs: emit(f"mov.{self._movt(s)} {x}, {ptx_imm(s, 0)};")
           emit(f"{pred}ld.{sp}.v{d.count}.{_MT[s]} {{{', '.join(xs)}}}, [{r[idx]}];")
-          r[u] = xs  # type: ignore[assignment]
+          r[u] = xs
           continue
         if s == dtypes.bool:
           t = reg(dtypes.uint16)
@@ -350,7 +353,7 @@ class PTXRenderer(Renderer):
           t = reg(dtypes.uint16); emit(f"selp.u16 {t}, 1, 0, {v};"); v = t
         emit(f"{pred}st.{sp}.{_MT[val.dtype.scalar]} [{r[idx]}], {v};")
       elif u.op is Ops.GEP: r[u] = r[u.src[0]][u.arg[0]]
-      elif u.op is Ops.VECTORIZE: r[u] = [r[x] for x in u.src]  # type: ignore[assignment]
+      elif u.op is Ops.VECTORIZE: r[u] = [r[x] for x in u.src]
       elif u.op is Ops.CAST: r[u] = self._cast(u.src[0].dtype, d, r[u.src[0]], reg, emit, norm8)
       elif u.op is Ops.BITCAST:
         fr = u.src[0].dtype
@@ -440,8 +443,9 @@ class PTXRenderer(Renderer):
       if sd == dtypes.bool: raise RenderError("PTX: SUB on bool")
       emit(f"sub{'.rn' if isf else ''}.{at} {x}, {s[0]}, {s[1]};"); norm8(d, x); return x
     if op is Ops.NEG:
+      # (type: ignore below: `at` is set, every non-bool dtype is in _AT)
       if sd == dtypes.bool: emit(f"not.pred {x}, {s[0]};")
-      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)
+      else: emit(f"neg.{at if isf or not dtypes.is_unsigned(sd) else at.replace('u', 's')} {x}, {s[0]};"); norm8(d, x)  # type: ignore[union-attr]
       return x
     if op is Ops.FDIV: emit(f"div.rn.{at} {x}, {s[0]}, {s[1]};"); return x
     if op is Ops.RECIP:
