@@ -1,6 +1,6 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
-import contextlib, functools, math, weakref
+import contextlib, functools, math, threading, weakref
 from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
@@ -17,6 +17,9 @@ from baregrad.tensor.recipe import method_recipe, param_key
 ShapeLike = int | Sequence[int]
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
 _all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# threads: a draw reads the state and writes its next value under _rng_lock (two draws at once would give the same
+# numbers); reentrant, as a draw builds tensors
+_rng_lock = threading.RLock()
 _rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
 
 @functools.cache
@@ -470,10 +473,11 @@ class Tensor:
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
     """Seed baregrad's random streams (Threefry-2x32 on the device: the numbers differ from PyTorch's for the same seed)."""
-    Tensor._seed = int(seed)
-    for dev, (inst, st) in list(_rng_states.items()):
-      if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
-      else: del _rng_states[dev]
+    with _rng_lock:
+      Tensor._seed = int(seed)
+      for dev, (inst, st) in list(_rng_states.items()):
+        if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+        else: del _rng_states[dev]
   @staticmethod
   def _rng_state(device: str | None) -> Tensor:
     dev = Device.canonicalize(device or Device.DEFAULT)
@@ -485,6 +489,9 @@ class Tensor:
     """finish(n random uint32 bits, *extra) realized, with the RNG state advanced in the same schedule. `key` names
     what finish computes (with n, the recipes' key: both graphs are built from recipes after the first draw of a kind,
     ~30 tensor ops that cost more than the kernel)."""
+    with _rng_lock: return Tensor._random_locked(n, device, finish, key, extra)
+  @staticmethod
+  def _random_locked(n: int, device: str | None, finish: Any, key: tuple, extra: tuple) -> Tensor:
     from baregrad.tensor.inplace import write
     from baregrad.tensor.recipe import recorded
     st = Tensor._rng_state(device)
