@@ -26,9 +26,9 @@ def int_range(d: DType) -> tuple[int, int]:
 
 def _where(path: tuple) -> str: return "".join(f"[{i}]" for i in path) or "the value"
 
-def scan(data: Any) -> str:
+def scan(data: Any, any_int: bool = False) -> str:
   """Check every element of a nested list/tuple (iteratively: nesting can be deep) is a bool, int or float (or a NumPy
-  number) and every int fits a 64-bit integer; returns the kind PyTorch infers: "f" if any is a float, else "i" if any
+  number) and every int fits a 64-bit integer (any_int: any int, for a float dtype); returns the kind PyTorch infers: "f" if any is a float, else "i" if any
   is an int, else "b" if any is a bool, else "" (no elements)."""
   kinds: set[str] = set()
   stack: list[tuple[Any, tuple]] = [(data, ())]
@@ -38,7 +38,7 @@ def scan(data: Any) -> str:
       stack.extend((x, path + (i,)) for i, x in enumerate(v))
     elif isinstance(v, (bool, np.bool_)): kinds.add("b")
     elif isinstance(v, (int, np.integer)):
-      if not _I64[0] <= int(v) < (1 << 64): raise OverflowError(f"Tensor: {v} at {_where(path)} does not fit a 64-bit integer")
+      if not any_int and not _I64[0] <= int(v) < (1 << 64): raise OverflowError(f"Tensor: {v} at {_where(path)} does not fit a 64-bit integer")
       kinds.add("i")
     elif isinstance(v, (float, np.floating)): kinds.add("f")
     else: raise TypeError(f"Tensor: cannot make a tensor element from {type(v).__name__} {v!r} at {_where(path)}; expected bool, int or float")
@@ -75,7 +75,7 @@ def check_floats(vals: np.ndarray, d: DType) -> None:
 def python_values(data: Any, dtype: DType | None, default_float: DType) -> tuple[np.ndarray, DType]:
   """A nested list/tuple (or a Python number) as a NumPy array of dtype's values (bfloat16: float32 values), and the
   dtype (inferred when None)."""
-  kind = scan(data)
+  kind = scan(data, dtype is not None and dtypes.is_float(dtype))
   try:
     try: arr = np.array(data, dtype={"f": np.float64, "i": np.int64, "b": np.bool_}.get(kind, np.float64))
     except OverflowError: arr = np.array(data, dtype=object)   # (ints past int64: for a uint64 tensor)
@@ -85,6 +85,8 @@ def python_values(data: Any, dtype: DType | None, default_float: DType) -> tuple
     raise ValueError("ragged nested sequences cannot make a Tensor: every row needs the same length")
   if dtype is None: dtype = dtypes.int64 if kind == "i" else dtypes.bool if kind == "b" else default_float   # ([]: float, as torch)
   if arr.dtype.kind in "iuO" or arr.dtype == np.bool_:
+    if dtypes.is_float(dtype):   # (an int past a float's range: OverflowError from float(), naming nothing better)
+      with np.errstate(over="ignore"): return arr.astype(np.float64).astype(np_dtype(dtype)), dtype
     if arr.dtype == object or arr.dtype.kind == "u":
       # ints past int64 (NumPy keeps them as uint64 or Python objects): only a uint64 tensor takes them
       arr = arr.astype(object)
@@ -112,6 +114,9 @@ def scalar_value(v: bool | int | float, dtype: DType | None, default_float: DTyp
   if isinstance(v, bool): d = dtype or dtypes.bool
   elif isinstance(v, int):
     d = dtype or dtypes.int64
+    if dtypes.is_float(d):
+      try: return float(v), d
+      except OverflowError: raise OverflowError(f"Tensor: value {v} is too large for {torch_name(d)}") from None
     if not _I64[0] <= v < (1 << 64) or (v > _I64[1] and d != dtypes.uint64 and not dtypes.is_float(d) and d != dtypes.bool):
       raise OverflowError(f"Tensor: value {v} does not fit {torch_name(d) if v >= 0 and d != dtypes.uint64 and dtypes.is_int(d) else 'a 64-bit integer'}")
     if dtypes.is_int(d):
