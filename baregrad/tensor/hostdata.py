@@ -31,6 +31,7 @@ def scan(data: Any, any_int: bool = False) -> str:
   number) and every int fits a 64-bit integer (any_int: any int, for a float dtype); returns the kind PyTorch infers: "f" if any is a float, else "i" if any
   is an int, else "b" if any is a bool, else "" (no elements)."""
   kinds: set[str] = set()
+  big: tuple | None = None   # the first int past 64 bits
   stack: list[tuple[Any, tuple]] = [(data, ())]
   while stack:
     v, path = stack.pop()
@@ -38,11 +39,14 @@ def scan(data: Any, any_int: bool = False) -> str:
       stack.extend((x, path + (i,)) for i, x in enumerate(v))
     elif isinstance(v, (bool, np.bool_)): kinds.add("b")
     elif isinstance(v, (int, np.integer)):
-      if not any_int and not _I64[0] <= int(v) < (1 << 64): raise OverflowError(f"Tensor: {v} at {_where(path)} does not fit a 64-bit integer")
+      if big is None and not _I64[0] <= int(v) < (1 << 64): big = (v, path)
       kinds.add("i")
     elif isinstance(v, (float, np.floating)): kinds.add("f")
     else: raise TypeError(f"Tensor: cannot make a tensor element from {type(v).__name__} {v!r} at {_where(path)}; expected bool, int or float")
-  return "f" if "f" in kinds else "i" if "i" in kinds else "b" if kinds else ""
+  kind = "f" if "f" in kinds else "i" if "i" in kinds else "b" if kinds else ""
+  # (beside a float, or for a float dtype, any int is a float's value, as in torch)
+  if big is not None and kind != "f" and not any_int: raise OverflowError(f"Tensor: {big[0]} at {_where(big[1])} does not fit a 64-bit integer")
+  return kind
 
 def np_dtype(d: DType) -> Any:
   """The NumPy dtype holding d's values (bfloat16: float32, rounded to bfloat16 by the caller)."""
@@ -106,8 +110,18 @@ def python_values(data: Any, dtype: DType | None, default_float: DType) -> tuple
   if dtypes.is_float(dtype):
     with np.errstate(over="ignore"): return arr.astype(np_dtype(dtype)), dtype   # (too large: inf, as torch)
   if dtype == dtypes.bool: return arr != 0, dtype
-  check_floats(arr, dtype)
-  return np.trunc(arr).astype(np_dtype(dtype)), dtype
+  # to an integer dtype: each element by its own type, as torch converts them ([-1, 0.0] to uint8 is [255, 0]; an int
+  # past 2**53 beside a float keeps its exact value)
+  lo, hi = int_range(dtype)
+  out = []
+  for v in np.array(data, dtype=object).reshape(-1):
+    if isinstance(v, (float, np.floating)):
+      check_floats(np.array(v, dtype=np.float64), dtype)
+      out.append(int(v))
+    else:
+      check_ints(np.array([int(v)], dtype=object), dtype)
+      out.append(int(v) & hi if dtypes.is_unsigned(dtype) else int(v))
+  return np.array(out, dtype=object).reshape(arr.shape).astype(np_dtype(dtype)), dtype
 
 def scalar_value(v: bool | int | float, dtype: DType | None, default_float: DType) -> tuple[Any, DType]:
   """A Python number as the value a constant of dtype holds (inferred when None), by python_values' rules."""
