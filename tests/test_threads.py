@@ -112,3 +112,20 @@ def test_stress_compute_compile_collect():
   errs = _run([lambda k=k: worker(k) for k in range(4)] + [collector])
   assert errs == []
   np.testing.assert_array_equal(shared.numpy(), shared_np)
+
+def test_allocator_free_lists_and_counters(fast_switch):
+  # the counters balance and no thread pops a free list another emptied (a thread switch may come after the
+  # lookup's call returns and before the pop). CPython 3.11's GIL makes that window rare: this did not fail on the
+  # unlocked code here; it guards the locked regions (and an interpreter without a GIL)
+  from baregrad.hal.allocator import LRUAllocator
+  class _Fake(LRUAllocator):
+    def _alloc(self, size, options): return bytearray(size)
+  a = _Fake("FAKE")
+  def churn():
+    for i in range(20000):
+      b = a.alloc(64)
+      a.free(b, 64)
+      if i % 5000 == 0: a.free_cache()
+  assert _run([churn] * 6) == []
+  assert a.mem_used == 0, f"mem_used {a.mem_used} after every allocation was freed"
+  assert a.mem_cached == sum(len(b) for bs in a.cache.values() for b in bs)
