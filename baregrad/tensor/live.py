@@ -55,11 +55,13 @@ def track(t: Any) -> None:
   if (ref := whole_buffer(t.uop)) is None: graphs.add(t)
   else:
     st = ref.storage
-    if (s := st.viewers) is None:
-      with _lock:   # (two threads filing the first tensors of one storage make one table)
-        if (s := st.viewers) is None:
-          st.viewers = s = _Table()
-          _storages.add(st)
+    if (s := st.viewers) is None:   # (every new result's storage: acquire/release, half of a `with`'s cost)
+      new, filed = _Table(), False   # (made outside the lock)
+      _lock.acquire()
+      try:   # two threads filing the first tensors of one storage make one table
+        if (s := st.viewers) is None: st.viewers = s = new; filed = True
+      finally: _lock.release()
+      if filed: _storages.add(st)
     s.add(t)
 
 def viewers(storage: Any) -> list:
