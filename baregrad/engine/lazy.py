@@ -1,5 +1,6 @@
 """Realizing tensor graphs: which nodes already have buffers, and turning targets into buffers."""
 from __future__ import annotations
+import threading
 from typing import Any
 from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed, fresh_node
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
@@ -72,16 +73,20 @@ SCHEDULE_CACHE_SIZE = 2048
 # evicted by the clock algorithm (LRU's approximation): a hit sets the template's used flag, which is cheaper than
 # moving its key to the end of an ordered dict (hashing the whole nested key once more on every eager op); eviction
 # takes the oldest entry not used since it was last passed over, moving the used ones to the end with their flags reset
+# Threads: a hit is one dict.get (atomic under the GIL); an insertion and its eviction hold _sched_lock (two evictions
+# at once would pop the same oldest key, and one would raise KeyError)
 _sched_cache: dict = {}
+_sched_lock = threading.Lock()
 
 def _cache_put(key: tuple, tmpl: tuple) -> None:
-  _sched_cache[key] = tmpl
-  while len(_sched_cache) > SCHEDULE_CACHE_SIZE:
-    k = next(iter(_sched_cache))
-    t = _sched_cache.pop(k)
-    if t[4][0]:
-      t[4][0] = False
-      _sched_cache[k] = t
+  with _sched_lock:
+    _sched_cache[key] = tmpl
+    while len(_sched_cache) > SCHEDULE_CACHE_SIZE:
+      k = next(iter(_sched_cache))
+      t = _sched_cache.pop(k)
+      if t[4][0]:
+        t[4][0] = False
+        _sched_cache[k] = t
 
 _SUBSTITUTE = ("substitute",)   # _abstract's answer where a node's value was computed already
 

@@ -1,6 +1,6 @@
 """Run kernel ASTs on a device: compile (cached by AST, device and opts), bind buffers, launch."""
 from __future__ import annotations
-import sys, time
+import sys, threading, time
 from typing import Sequence
 from baregrad import knobs
 from baregrad.helpers import DEBUG
@@ -93,6 +93,10 @@ class CompiledRunner:
     return t
 
 _cache: dict[tuple, CompiledRunner] = {}
+# Threads: a compiled kernel is found by one dict.get; building one holds _compile_lock, so two threads asking for the
+# same new kernel compile it once (and code generation, with its own caches, runs on one thread at a time). Reentrant:
+# a BEAM search compiles candidates through compile_ast.
+_compile_lock = threading.RLock()
 
 def cached_runner(ast: UOp, device: str) -> CompiledRunner | None:
   """compile_ast(ast, device) if it is compiled already, else None (a lookup only)."""
@@ -102,7 +106,9 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
   dname = Device.canonicalize(device or Device.DEFAULT)
   # keyed by the device instance: programs of a closed and reopened device must not be handed out again
   key = (ast, Device[dname], tuple(opts) if opts is not None else None, name)
-  if (r := _cache.get(key)) is None:
+  if (r := _cache.get(key)) is not None: return r
+  with _compile_lock:
+    if (r := _cache.get(key)) is not None: return r   # (compiled by another thread while this one waited)
     if opts is None and (width := knobs.get("BEAM")) > 0:
       from baregrad.engine.search import beam_search
       with profile.span("beam", width=width): opts = beam_search(ast, dname, width)

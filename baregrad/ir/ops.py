@@ -2,7 +2,7 @@
 from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Iterator
-import functools, math, struct, weakref
+import functools, math, struct, threading, weakref
 from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
 
 _next_op = itertools.count(1)
@@ -96,12 +96,22 @@ _ucache: dict = {}
 _UCACHE_MIN = 4096
 _swept = [_UCACHE_MIN]   # entries left by the last sweep
 
+# Threads: a lookup is one dict.get and an insertion one dict.setdefault, each atomic under the GIL, so two threads
+# building the same node at once get one object (the second finds the first's entry) without a lock on the eager path.
+# Replacing a dead entry and sweeping hold _ulock (reentrant: the collector may run a Buffer's __del__, which builds
+# nothing but may free, on a thread that holds it). A BUFFER's callback takes no lock (it may run on any thread, in the
+# middle of anything) and only ever removes its own dead reference.
+_ulock = threading.RLock()
+
 def _uop_gone(key: tuple, wr: weakref.ref, _cache: dict = _ucache) -> None:
-  if _cache.get(key) is wr: del _cache[key]   # (a newer node under the same key stays)
+  if _cache.get(key) is wr: _cache.pop(key, None)   # (a newer node under the same key stays; pop: a sweep may be first)
 
 def _sweep_ucache() -> None:
-  """Drop the entries of nodes that are gone."""
-  for k in [k for k, r in _ucache.items() if r() is None]: del _ucache[k]
+  """Drop the entries of nodes that are gone (called with _ulock held)."""
+  # over a copy (dict.copy is one C call: no callback or other thread changes the table while it is walked)
+  for k, r in _ucache.copy().items():
+    if r() is None and _ucache.get(k) is r and (v := _ucache.pop(k, None)) is not None and v is not r:
+      _ucache.setdefault(k, v)   # (a thread's setdefault came between the get and the pop: its live entry goes back)
   _swept[0] = max(_UCACHE_MIN, len(_ucache))
 
 class UOpMeta(type):
@@ -133,10 +143,17 @@ def _create(key: tuple, op: Ops, dtype: DType, src: tuple, arg: Any) -> UOp:
   ret = _new(_UOpSlots)
   ret.op, ret.dtype, ret.src, ret.arg, ret._bounds, ret._shape, ret.argkey, ret._realized = op, dtype, src, arg, None, None, key[3], None
   ret.__class__ = UOp
-  if op is Ops.BUFFER: _ucache[key] = weakref.ref(ret, functools.partial(_uop_gone, key))   # (partial and ref are C)
-  else:
-    _ucache[key] = weakref.ref(ret)
-    if len(_ucache) > 2 * _swept[0]: _sweep_ucache()
+  wr = weakref.ref(ret, functools.partial(_uop_gone, key)) if op is Ops.BUFFER else weakref.ref(ret)   # (partial and ref are C)
+  if (r := _ucache.setdefault(key, wr)) is not wr:
+    # an entry is there: another thread's node built since this one looked (that one is the node), or a dead one
+    if (hit := r()) is not None: return hit
+    with _ulock:
+      if (r := _ucache.setdefault(key, wr)) is not wr:
+        if (hit := r()) is not None: return hit
+        _ucache[key] = wr
+  if len(_ucache) > 2 * _swept[0]:
+    with _ulock:
+      if len(_ucache) > 2 * _swept[0]: _sweep_ucache()
   return ret  # type: ignore[return-value]  # (its class is UOp now)
 
 _KEYED = (float, tuple)   # the args _argkey may change; any other arg is its own key

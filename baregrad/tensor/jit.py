@@ -3,8 +3,12 @@
 Call 1 runs the function normally (kernels compile); call 2 runs it again while recording every kernel; later calls
 only replay the recording. On an HCQ device the whole capture is one recorded queue (HCQGraph) with patched
 arguments, submitted once. Captures are keyed by the tensor arguments' shapes, dtypes, devices and requires_grad, by
-the values of the other arguments, by Tensor.training and by the nn modules' training modes (Tensor._modes); nothing
-is replayed on inputs it was not captured for.
+the values of the other arguments, by Tensor.training and by the nn modules' training modes (Tensor._modes); nothing is replayed on inputs it was not captured for.
+NumPy arrays are keyed by shape and dtype (byte order included) and are inputs like tensors: each replay copies the
+new array's contents in (the function must make its tensors with Tensor(arr) or Tensor.from_numpy; if its kernels read
+other host data made in the call, which could be derived from an array, the function runs eagerly instead). Floats
+are keyed by their bits (0.0 and -0.0 make different graphs); an argument that is neither a tensor, an array, a
+container of them nor hashable has no key, and such a call runs eagerly (never a replay of another object's capture).
 
 What makes a replay equal to the eager call (docs/value_semantics.md):
 - inputs are bound by buffer: every kernel argument that reads or writes an input is patched to the new input;
@@ -18,7 +22,8 @@ What makes a replay equal to the eager call (docs/value_semantics.md):
 What it cannot see: Python values read from outside the arguments (globals, plain-number attributes) are baked into
 the recording; pass them as arguments, or call reset()."""
 from __future__ import annotations
-import functools, sys, weakref
+import functools, struct, sys, weakref
+import numpy as np
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -28,6 +33,7 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
 from baregrad.ir.ops import Ops
+from baregrad.tensor import tensor as _tensor_mod
 from baregrad.tensor.tensor import Tensor, _all_grad_tensors, _tensor_of
 from baregrad.tensor import live
 from baregrad.tensor.inplace import realize_all_lazy, prepare_write
@@ -59,6 +65,16 @@ def _leaves(x: Any) -> list:
   if isinstance(x, dict): return [t for _, v in sorted(x.items(), key=lambda kv: repr(kv[0])) for t in _leaves(v)]
   return []
 
+def _arrays(x: Any) -> list:
+  """The NumPy arrays in x (nested tuples, lists and dicts), in order."""
+  if isinstance(x, np.ndarray): return [x]
+  if isinstance(x, (tuple, list)): return [a for v in x for a in _arrays(v)]
+  if isinstance(x, dict): return [a for _, v in sorted(x.items(), key=lambda kv: repr(kv[0])) for a in _arrays(v)]
+  return []
+
+class _NoKey(Exception):
+  """An argument that cannot be part of a capture's key (unhashable, not a container): the call runs eagerly."""
+
 def _rebuild(x: Any, it: Any) -> Any:
   """x with each tensor replaced by next(it), in _leaves order."""
   if isinstance(x, Tensor): return next(it)
@@ -75,8 +91,12 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
     if isinstance(a, Tensor): return _tensor_sig(a)
     if isinstance(a, (tuple, list)): return (type(a).__name__, tuple(sig(v) for v in a))
     if isinstance(a, dict): return ("dict", tuple((repr(k), sig(v)) for k, v in sorted(a.items(), key=lambda kv: repr(kv[0]))))
+    if isinstance(a, np.ndarray): return ("A", a.shape, a.dtype.str)   # (its contents are an input of the replay)
+    # floats by their bits: 0.0 == -0.0, and both would find one capture
+    if isinstance(a, float): return ("F", type(a).__name__, struct.pack("<d", a))
+    if isinstance(a, np.generic): return ("N", a.dtype.str, a.tobytes())
     try: hash(a); return ("V", type(a).__name__, a)  # True and 1 are equal, but make different graphs
-    except TypeError: return ("O", id(a))
+    except TypeError: raise _NoKey(type(a).__name__) from None   # (an id() would be reused by a later object)
   return (tuple(sig(a) for a in args), tuple((k, sig(v)) for k, v in sorted(kwargs.items())), Tensor.training, Tensor._modes)
 
 def _storage(t: Any) -> Storage:
@@ -91,7 +111,7 @@ def _owner(st: Storage) -> Any:
 class _Captured:
   def __init__(self, launches: list[_Launch], inputs: list[Storage], out_kinds: list[tuple], out_template: Any,
                state: list[Storage], guarded: list[tuple[Storage, Any]], grads: list[tuple[Any, Any]], written_inputs: list[int],
-               checks_: list[tuple[BufRef, str]]):
+               checks_: list[tuple[BufRef, str]], array_ins: list[tuple[int, Any, str, Storage]]):
     self.launches, self.out_kinds, self.out_template, self.checks = launches, out_kinds, out_template, checks_
     self.state, self.guarded, self.grads, self.written_inputs = state, guarded, grads, written_inputs
     # every kernel argument bound to a storage: (launch index, argument index in spec.bufs)
@@ -99,6 +119,8 @@ class _Captured:
     for k, l in enumerate(launches):
       for j, g in enumerate(l.runner.spec.bufs): slots.setdefault(l.refs[g.arg].storage, []).append((k, j))
     self.input_slots = [slots.get(s, []) for s in inputs]
+    # (array argument number, the dtype asked of Tensor(), device, the slots of the tensor made from it)
+    self.array_slots = [(i, dt, dev, slots.get(st, [])) for i, dt, dev, st in array_ins]
     self.check_slots = [(slots.get(r.storage, []), r.device, msg) for r, msg in checks_]  # a new flag on every call
     # each fresh output storage once, with its slots (an output returned twice is one buffer)
     fresh: dict[Storage, tuple] = {}
@@ -153,13 +175,18 @@ class jit:
       # the common call, f(x, y): the same key and inputs _signature and _leaves make, without their recursion
       key = (tuple(map(_tensor_sig, args)), (), Tensor.training, Tensor._modes)
       ins = list(args)
+      arrays: list = []
     else:
-      key = _signature(args, kwargs)
+      try: key = _signature(args, kwargs)
+      except _NoKey as e:
+        if DEBUG() >= 1: print(f"jit {self._name()}: an argument of type {e} has no key: runs eagerly", file=sys.stderr)
+        return self.fn(*args, **kwargs)
       ins = _leaves((args, kwargs))
+      arrays = _arrays((args, kwargs))
     if (cap := self.captured.get(key)) is not None:
       if cap.valid():
         self.captured.move_to_end(key)
-        return self._replay(cap, ins)
+        return self._replay(cap, ins, arrays)
       if DEBUG() >= 1: print(f"jit {self._name()}: the state a capture reads was replaced: capturing again", file=sys.stderr)
       del self.captured[key]
       self.calls[key] = 1
@@ -169,11 +196,11 @@ class jit:
       out = self.fn(*args, **kwargs)
       for t in _leaves(out): t._realized()
       return out
-    return self._capture(key, args, kwargs, ins)
+    return self._capture(key, args, kwargs, ins, arrays)
 
   def _name(self) -> str: return getattr(self.fn, "__name__", "fn")
 
-  def _capture(self, key: tuple, args: tuple, kwargs: dict, ins: list) -> Any:
+  def _capture(self, key: tuple, args: tuple, kwargs: dict, ins: list, arrays: list) -> Any:
     # the recording must start from buffers: an outside value it reads is never recomputed from state it changes
     realize_all_lazy()
     for t in ins: t._realized()
@@ -182,6 +209,7 @@ class jit:
     rec = _Capture()
     _realize.capturing.append(rec)
     lazy.reuse_from_id = first_storage
+    _tensor_mod.host_watch = hosts = []
     try:
       out = self.fn(*args, **kwargs)
       out_ts = _leaves(out)
@@ -189,6 +217,7 @@ class jit:
     finally:
       _realize.capturing.remove(rec)
       lazy.reuse_from_id = 0
+      _tensor_mod.host_watch = None
     if not rec.launches: return self._give_up(key, out, "it launched no kernels")
     in_storages = [_storage(t) for t in ins]
     in_pos = {id(t): i for i, t in enumerate(ins)}
@@ -207,6 +236,16 @@ class jit:
     written = {l.refs[i].storage for l in rec.launches for i in l.outs}
     if fresh - written: return self._give_up(key, out, "an output is host data made inside the function, not computed by a kernel")
     referenced = {r.storage for l in rec.launches for r in l.refs}
+    # the tensors made from the array arguments: inputs of the replay, filled from the new arrays on every call
+    array_ins: list[tuple[int, Any, str, Storage]] = []
+    apos = {id(a): i for i, a in enumerate(arrays)}
+    for src, dt, dev, u in hosts:
+      st = base_of(u).arg.storage
+      if src is not None and (i := apos.get(id(src))) is not None and arrays[i] is src:
+        if st in written: return self._give_up(key, out, "it writes into a tensor made from an array argument")
+        array_ins.append((i, dt, dev, st))
+      elif arrays and st in referenced:
+        return self._give_up(key, out, "its kernels read host data made in the call that may come from an array argument")
     state, guarded = [], []
     _adopt_owners({st for st in referenced if _owner(st) is None})
     for st in referenced - fresh - set(in_storages):
@@ -219,7 +258,7 @@ class jit:
       elif st in written and o is not None: state.append(st)  # made in the call and kept (p.grad): updated in place
     grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors.values()) if p.grad is not None and before.get(id(p.grad)) is not p.grad]
     written_inputs = [i for i, s in enumerate(in_storages) if s in written]
-    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks)
+    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks, array_ins)
     self.captured[key] = cap
     while len(self.captured) > MAX_CAPTURES: self.captured.popitem(last=False)
     return out
@@ -229,13 +268,15 @@ class jit:
     self.eager_only.add(key)
     return out
 
-  def _replay(self, cap: _Captured, ins: list) -> Any:
+  def _replay(self, cap: _Captured, ins: list, arrays: list) -> Any:
     in_bufs = [t._realized() for t in ins]
+    # each array argument copied in as the capture's Tensor(arr) did (kept until the replay is submitted)
+    from_arrays = [(slots, Tensor(arrays[i], device=dev, dtype=dt)) for i, dt, dev, slots in cap.array_slots]
     written_in = [_storage(ins[i]) for i in cap.written_inputs]
     if cap.state or written_in:   # (a replay that updates nothing in place has no reader to compute first)
       owners = [o for st in cap.state if (o := _owner(st)) is not None] + [ins[i] for i in cap.written_inputs]
       prepare_write(set(cap.state) | set(written_in), exclude=owners)
-    bindings = list(zip(cap.input_slots, in_bufs))
+    bindings = list(zip(cap.input_slots, in_bufs)) + [(slots, t._realized()) for slots, t in from_arrays]
     fresh: dict[Storage, BufRef] = {}  # outputs made in the function: new memory on every call
     for k, slots in cap.fresh_outs:
       fresh[k[1]] = r = BufRef(k[4], k[1].size, k[1].dtype)

@@ -4,9 +4,14 @@ storage, so finding the readers of a storage costs its readers, not every tensor
 part of a buffer) are few at any time, and are walked.
 
 Entries are id -> weakref.ref(tensor) in plain dicts (filing a tensor is on the path of every op: a plain weak ref is
-the cheapest kind); dead entries are dropped when met, and swept when a table has doubled since its last sweep."""
+the cheapest kind); dead entries are dropped when met, and swept when a table has doubled since its last sweep.
+
+Threads: filing and dropping an entry are one dict store or pop each (atomic under the GIL, no lock on the path of
+every op); walks and sweeps hold _lock, go over a copy (dict.copy is one C call) and change the table in place, putting
+back an entry a concurrent add stored between their look and their pop: a tensor filed while another thread sweeps is
+never lost (an in-place write would then not compute it first)."""
 from __future__ import annotations
-import weakref
+import threading, weakref
 from typing import Any
 from baregrad.ir.ops import UOp, Ops
 
@@ -18,15 +23,23 @@ class _Table:
     self.refs[id(t)] = weakref.ref(t)
     if len(self.refs) > 2 * self.swept: self.sweep()
   def discard(self, t: Any) -> None: self.refs.pop(id(t), None)
+  def _drop(self, k: int, r: weakref.ref) -> None:
+    # remove k's entry if it is still r (dead): an add between the look and the pop stored a live one, put back
+    if self.refs.get(k) is r and (v := self.refs.pop(k, None)) is not None and v is not r: self.refs.setdefault(k, v)
   def sweep(self) -> None:
-    self.refs = {k: r for k, r in self.refs.items() if r() is not None}
-    self.swept = max(64, len(self.refs))
+    with _lock:
+      for k, r in self.refs.copy().items():
+        if r() is None: self._drop(k, r)
+      self.swept = max(64, len(self.refs))
   def members(self) -> list:
     out = []
-    for k, r in list(self.refs.items()):
-      if (t := r()) is None or id(t) != k: self.refs.pop(k, None)
-      else: out.append(t)
+    with _lock:
+      for k, r in self.refs.copy().items():
+        if (t := r()) is None or id(t) != k: self._drop(k, r)
+        else: out.append(t)
     return out
+
+_lock = threading.RLock()
 
 graphs = _Table()     # tensors whose value may still be a graph
 _storages = _Table()  # storages with a table of tensors naming them whole (Storage.viewers), for all_tensors()
@@ -42,9 +55,13 @@ def track(t: Any) -> None:
   if (ref := whole_buffer(t.uop)) is None: graphs.add(t)
   else:
     st = ref.storage
-    if (s := st.viewers) is None:
-      st.viewers = s = _Table()
-      _storages.add(st)
+    if (s := st.viewers) is None:   # (every new result's storage: acquire/release, half of a `with`'s cost)
+      new, filed = _Table(), False   # (made outside the lock)
+      _lock.acquire()
+      try:   # two threads filing the first tensors of one storage make one table
+        if (s := st.viewers) is None: st.viewers = s = new; filed = True
+      finally: _lock.release()
+      if filed: _storages.add(st)
     s.add(t)
 
 def viewers(storage: Any) -> list:

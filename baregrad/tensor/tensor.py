@@ -1,6 +1,6 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
-import contextlib, functools, math, weakref
+import contextlib, functools, math, threading, weakref
 from typing import Any, Iterable, NamedTuple, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
@@ -9,7 +9,7 @@ from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed
 from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, set_shape, device_of, base_of, stale_error, broadcast_const, permute_uop
 from baregrad.engine import lazy, checks
-from baregrad.tensor import live
+from baregrad.tensor import live, hostdata
 from baregrad.tensor.grad_mode import is_grad_enabled, _state as _grad_state
 from baregrad.tensor.gradfn import with_grad
 from baregrad.tensor.recipe import method_recipe, param_key
@@ -17,6 +17,12 @@ from baregrad.tensor.recipe import method_recipe, param_key
 ShapeLike = int | Sequence[int]
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
 _all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# threads: a draw reads the state and writes its next value under _rng_lock (two draws at once would give the same
+# numbers); reentrant, as a draw builds tensors
+_rng_lock = threading.RLock()
+# while a jit captures (tensor/jit.py): (the array or None for a list, the dtype asked for, device, uop) of every
+# tensor made from host data, so arrays passed to the function become inputs of the replay, not baked-in values
+host_watch: list | None = None
 _rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
 
 @functools.cache
@@ -63,9 +69,12 @@ def _shape_arg(shape: tuple) -> tuple[int, ...]:
       return tuple(int(v) for v in shape)
   return shape if type(shape) is tuple else tuple(shape)
 
+MAX_NUMEL = (1 << 62) - 1   # elements of one tensor: a byte offset of the largest (8-byte) elements still fits an int64
+
 def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-  """A shape to create a tensor of: PyTorch's error for a negative size."""
+  """A shape to create a tensor of: PyTorch's error for a negative size, and for sizes whose product overflows."""
   if any(s < 0 for s in shape): raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+  if prod(shape) > MAX_NUMEL: raise RuntimeError(f"sizes {list(shape)} overflow: {prod(shape)} elements, at most {MAX_NUMEL}")
   return shape
 
 def _axis(axis: int, ndim: int) -> int:
@@ -182,20 +191,20 @@ class Tensor:
     if isinstance(data, UOp): self.uop = data
     elif isinstance(data, Tensor): self.uop = data.uop if dtype is None else data.cast(dtype).uop
     elif isinstance(data, (bool, int, float)):
-      d = dtype or (dtypes.bool if isinstance(data, bool) else dtypes.int64 if isinstance(data, int) else dtypes.default_float)
-      self.uop = UOp.const(d, data)
+      # (checked against the dtype as torch.tensor checks it: tensor/hostdata.py)
+      v, d = hostdata.scalar_value(data, dtype, dtypes.default_float)
+      self.uop = UOp.const(d, v)
     elif isinstance(data, (list, tuple)):
-      try: arr = np.array(data)
-      except ValueError: arr = np.empty(0, object)  # NumPy >= 1.24 raises on ragged input
-      if arr.dtype == object: raise ValueError("ragged nested sequences cannot make a Tensor: every row needs the same length")
-      if dtype is None:
-        dtype = dtypes.bool if arr.dtype == np.bool_ else dtypes.default_float if arr.dtype.kind == "f" else dtypes.int64 if arr.dtype.kind in "iu" else None
-        if dtype is None: raise TypeError(f"cannot make a Tensor from elements of NumPy kind {arr.dtype}")
-      self.uop = self._from_numpy(arr.astype(_np_dtype(dtype)) if dtype != dtypes.bfloat16 else _f32_to_bf16_np(arr), dtype)
+      arr, dtype = hostdata.python_values(data, dtype, dtypes.default_float)
+      self.uop = self._from_numpy(arr if dtype != dtypes.bfloat16 else _f32_to_bf16_np(arr), dtype)
+      if host_watch is not None: host_watch.append((None, dtype, self.device, self.uop))
     elif isinstance(data, (np.ndarray, np.generic)):
+      src = data
       data = np.asarray(data)
       d = dtype or _from_np_dtype(data.dtype)
-      self.uop = self._from_numpy(data if dtype is None else (data.astype(_np_dtype(d)) if d != dtypes.bfloat16 else _f32_to_bf16_np(data)), d)
+      if dtype is not None: data = hostdata.array_values(data, d)   # (as .cast() converts)
+      self.uop = self._from_numpy(data if d != dtypes.bfloat16 or dtype is None else _f32_to_bf16_np(data), d)
+      if host_watch is not None: host_watch.append((src, dtype, self.device, self.uop))
     else: raise TypeError(f"cannot make a Tensor from {type(data).__name__}")
     live.track(self)  # an in-place write first computes the live tensors that read what it overwrites
     if requires_grad:
@@ -204,7 +213,8 @@ class Tensor:
 
   def _from_numpy(self, arr: np.ndarray, dtype: DType) -> UOp:
     if not Device[self.device].supports_dtype(dtype): raise TypeError(f"dtype {dtype} is not supported on device {self.device}")
-    arr = np.ascontiguousarray(arr).reshape(arr.shape)  # ascontiguousarray makes a 0-d array 1-d
+    # any strides (negative, zero, gaps) and byte order in: C-contiguous in the machine's byte order out
+    arr = hostdata.native(np.ascontiguousarray(arr)).reshape(arr.shape)  # ascontiguousarray makes a 0-d array 1-d
     ref = BufRef(self.device, arr.size, dtype)
     if arr.size: ref.ensure().copyin(memoryview(arr.reshape(-1)).cast("B"))
     else: ref.ensure()
@@ -478,10 +488,11 @@ class Tensor:
   @staticmethod
   def manual_seed(seed: int = 0) -> None:
     """Seed baregrad's random streams (Threefry-2x32 on the device: the numbers differ from PyTorch's for the same seed)."""
-    Tensor._seed = int(seed)
-    for dev, (inst, st) in list(_rng_states.items()):
-      if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
-      else: del _rng_states[dev]
+    with _rng_lock:
+      Tensor._seed = int(seed)
+      for dev, (inst, st) in list(_rng_states.items()):
+        if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
+        else: del _rng_states[dev]
   @staticmethod
   def _rng_state(device: str | None) -> Tensor:
     dev = Device.canonicalize(device or Device.DEFAULT)
@@ -493,6 +504,9 @@ class Tensor:
     """finish(n random uint32 bits, *extra) realized, with the RNG state advanced in the same schedule. `key` names
     what finish computes (with n, the recipes' key: both graphs are built from recipes after the first draw of a kind,
     ~30 tensor ops that cost more than the kernel)."""
+    with _rng_lock: return Tensor._random_locked(n, device, finish, key, extra)
+  @staticmethod
+  def _random_locked(n: int, device: str | None, finish: Any, key: tuple, extra: tuple) -> Tensor:
     from baregrad.tensor.inplace import write
     from baregrad.tensor.recipe import recorded
     st = Tensor._rng_state(device)
@@ -584,7 +598,11 @@ class Tensor:
     shape = _shape_arg(shape)
     if len(shape) < self.ndim: raise RuntimeError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
+    lead = len(shape) - self.ndim
+    for i, s in enumerate(shape):   # (-1 keeps an existing size; a new axis has none to keep)
+      if s < -1 or (s == -1 and i < lead): raise RuntimeError(f"expand to {shape}: invalid size {s} at axis {i} (sizes are >= 0; -1 only for an existing axis)")
     new = tuple(x.shape[i] if s == -1 else s for i, s in enumerate(shape))
+    if prod(new) > MAX_NUMEL: raise RuntimeError(f"expand to {shape}: {prod(new)} elements overflow (at most {MAX_NUMEL})")
     for a, b in zip(x.shape, new):
       if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
@@ -688,6 +706,7 @@ class Tensor:
   def _operands(self, y: Any, reverse: bool = False, out_float: bool = False) -> tuple[Tensor, Tensor]:
     dt, ty = self.uop.dtype, type(y)
     if ty is float or ty is int or ty is bool:   # (the commonest operand of an eager op: its promotion looked up)
+      if ty is int and not -0x8000000000000000 <= y <= 0x7fffffffffffffff: hostdata.check_operand(y, dt)
       if (d := _SCALAR_PROMOTION.get(pk := (dt, ty, dtypes.default_float))) is None: d = _SCALAR_PROMOTION[pk] = promote_with_scalar(dt, y)
     elif isinstance(y, Tensor):
       if y.device != self.device: raise RuntimeError(f"Expected all tensors to be on the same device, got {self.device} and {y.device}")
