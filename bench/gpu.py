@@ -36,7 +36,7 @@ import argparse, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np
 from baregrad.ir.dtype import dtypes, DType
-from baregrad.hal import Device, Buffer
+from baregrad.hal import Device
 from baregrad.engine.runner import compile_ast
 
 def _torch():
@@ -205,7 +205,7 @@ def bench_latency(dev: str, reps: int, rng: np.random.Generator, profile: bool) 
   for x in xs[3:]: (x + 1).realize()
   Device[dev].synchronize()
   eager = (time.perf_counter() - st) / reps
-  theirs = ratio = None
+  theirs = None
   if torch is not None:
     tx = [torch.randn(16, device="cuda") for _ in range(reps)]
     torch.cuda.synchronize(); st = time.perf_counter()

@@ -687,7 +687,7 @@ def test_dependent_dispatches_need_a_barrier(amd, mock):
     amd.synchronize()
     assert i32(b) == want, (producer.name, consumer.name)
     if barrier: assert len(mock.hazards) == n
-    else: assert "read-after-write hazard" in mock.hazards[-1] and f"dispatch" in mock.hazards[-1]
+    else: assert "read-after-write hazard" in mock.hazards[-1] and "dispatch" in mock.hazards[-1]
 
 @needs_rdna3
 def test_the_same_args_dispatched_again_are_ordered(amd, mock):

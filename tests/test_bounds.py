@@ -6,7 +6,6 @@ import pytest
 import baregrad.nn as nn
 from baregrad import Tensor, Device, jit, gather, scatter, scatter_add, one_hot, cross_entropy, nll_loss
 from baregrad.helpers import Context
-from baregrad.engine.checks import IndexOutOfBounds
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
 

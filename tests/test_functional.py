@@ -1,5 +1,5 @@
 """baregrad.tensor.functional against PyTorch on the CPU (forward and autograd), plus errors and kernel counts."""
-import gc, math
+import gc
 import numpy as np
 import pytest
 import baregrad

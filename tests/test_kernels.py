@@ -3,7 +3,7 @@ pad, shrink, flip, reshape of a permuted view), explicit opts lists (UPCAST, UNR
 shapes (1 element, primes, sizes no vector width divides, zero-size), integer dtypes, and matmul via expand+reduce.
 Every kernel runs on both CPU renderers."""
 from __future__ import annotations
-import functools, itertools
+import functools
 import numpy as np
 import pytest
 from baregrad.ir.dtype import dtypes

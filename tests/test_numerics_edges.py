@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from baregrad import Tensor, dtypes
 import baregrad.tensor.functional as F
-from tests.torch_helpers import torch, check, rnd
+from tests.torch_helpers import torch, check
 
 TF = torch.nn.functional
 

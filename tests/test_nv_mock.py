@@ -11,7 +11,7 @@ from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
 from baregrad.drivers.port import IoctlError, TracingPort, make_port, MockPort
 from baregrad.drivers.mock.nv import MockNVGPU
-from baregrad.drivers.nv import NVDevice, NVComputeQueue, NVCopyQueue, RMError
+from baregrad.drivers.nv import NVDevice, NVComputeQueue, RMError
 from baregrad.drivers.nv import hw
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 
@@ -311,7 +311,7 @@ def test_exec_fault_in_kernel_reported():
   dev, mock = open_mock()
   try:
     prg = dev.runtime(dev, "inc", NV_KERNELS_PTX.encode())
-    args = prg.fill_kernargs([], [])  # wrong: inc takes one buffer
+    prg.fill_kernargs([], [])  # wrong: inc takes one buffer
   except ValueError as e: assert "takes 1 parameters" in str(e)
   try:
     from baregrad.hcq import HCQBuffer

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, re
 import pytest
 
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx")
 import onnx.backend.test  # noqa: E402
 from baregrad import Tensor  # noqa: E402
 from baregrad.onnx.backend import BaregradBackend  # noqa: E402

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 import baregrad
-from baregrad import Tensor, dtypes
+from baregrad import Tensor
 import baregrad.tensor.functional as F
 from tests.torch_helpers import torch, check, assert_same, rnd
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.astbuild import load, store, reduce, sink
+from baregrad.codegen.astbuild import load, store, sink
 from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import ProgramSpec, get_program
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer, kernarg_layout
@@ -78,7 +78,7 @@ def renumber(ast: UOp) -> UOp:
   return ast.substitute({g: g.replace(arg=i) for i, g in enumerate(gs)})
 
 def inputs_for(spec: ProgramSpec, ast: UOp, rng: np.random.Generator, special: bool = False) -> dict[int, np.ndarray]:
-  need, outs = needed_elements(ast), set(spec.outs)
+  outs = set(spec.outs)
   bufs = {}
   for g in spec.bufs:
     dt, n = g.dtype.base, max(needed_elements(ast).get(g.arg, 1), 1)

@@ -1,7 +1,7 @@
 """Graph recipes (tensor/recipe.py): a recorded function's replay builds the nodes the function builds."""
 import numpy as np
 import pytest
-from baregrad import Tensor, dtypes, no_grad
+from baregrad import Tensor, no_grad
 import baregrad.tensor.functional as F
 from baregrad.tensor import recipe
 from baregrad.engine import checks
@@ -120,7 +120,6 @@ def test_backward_with_a_gradient_or_another_structure_derives_it():
 @pytest.mark.parametrize("rg", [False, True])
 def test_method_recipes_build_the_methods_nodes(call, rg, monkeypatch):
   """Activations and softmaxes (method_recipe) rebuild the graph their code builds, gradient terms (with_grad) included."""
-  import baregrad.tensor.tensor as T
   x = Tensor(np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32) * 3, requires_grad=rg)
   outs = [call(x) for _ in range(2)]
   assert outs[0].uop is outs[1].uop and outs[1].requires_grad == (rg or None)

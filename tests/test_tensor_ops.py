@@ -3,7 +3,7 @@ zero-size, 1-element and non-contiguous inputs. Each test builds few distinct ke
 import inspect, math
 import numpy as np
 import pytest
-from tests.torch_helpers import torch, check, assert_same, rnd, tdtype, bdtype
+from tests.torch_helpers import torch, check, assert_same, rnd, bdtype
 from baregrad import Device, Tensor, dtypes
 
 F = torch.nn.functional

@@ -8,7 +8,7 @@ axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXI
 """
 from __future__ import annotations
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 from baregrad.helpers import prod

@@ -13,7 +13,7 @@ from baregrad.codegen.heuristic import heuristic_opts
 from baregrad.codegen.lanes import expand_lanes, is_fragment
 from baregrad.codegen.registers import split_wide
 from baregrad.codegen.linearize import linearize
-from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.renderer import Renderer
 
 @dataclass
 class ProgramSpec:

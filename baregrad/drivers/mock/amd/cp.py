@@ -153,7 +153,8 @@ class CommandProcessor:
     f = self.gpu_read(g, disp.queue_va, 0xC8)
     u32 = lambda o: int.from_bytes(f[o:o + 4], "little")   # noqa: E731
     u64 = lambda o: int.from_bytes(f[o:o + 8], "little")   # noqa: E731
-    tmpring, base, size, lane64, inactive = u32(0x8C), u64(0xA0), u64(0xA8), u32(0xB0), u64(0xC0)
+    # amd_queue_t's scratch_backing_memory_size (0xA8) is not read: the limits come from TMPRING and the per-lane size
+    tmpring, base, lane64, inactive = u32(0x8C), u64(0xA0), u32(0xB0), u64(0xC0)
     lanes, fam = g.target.wave_size, g.family
     unit, wbits = (256, 15) if fam == "gfx11" else (1024, 13)
     waves, wavesize = tmpring & 0xFFF, (tmpring >> 12) & ((1 << wbits) - 1)
