@@ -167,7 +167,8 @@ class CommandProcessor:
       return None
     short = [why for bad, why in ((not base, "scratch_backing_memory_location is 0"), (not waves, "COMPUTE_TMPRING_SIZE.WAVES is 0"),
                                   (need > have, f"{need} bytes per work-item needed, scratch_wave64_lane_byte_size {lane64} gives {have}"),
-                                  (need * lanes > wavesize * unit, f"a wave needs {need * lanes} bytes, COMPUTE_TMPRING_SIZE.WAVESIZE {wavesize} gives {wavesize * unit}"))
+                                  (need * lanes > wavesize * unit,
+                                   f"a wave needs {need * lanes} bytes, COMPUTE_TMPRING_SIZE.WAVESIZE {wavesize} gives {wavesize * unit}"))
              if bad]
     if short:
       code = 0x401 if lanes == 32 else 0x1
