@@ -30,7 +30,8 @@ from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, SCRATCHY, spill_ll, lo
 def _compiler() -> AMDCompiler: return AMDCompiler("gfx1100")
 
 def dispatch_src(src: str, name: str, bufs: dict[int, np.ndarray], global_size, local_size, vals: dict[str, tuple[int, object]] | None = None,
-                 group_segment_size: int | None = None, layout: list | None = None, machine_kw: dict | None = None) -> tuple[dict[int, np.ndarray], DispatchResult]:
+                 group_segment_size: int | None = None, layout: list | None = None,
+                 machine_kw: dict | None = None) -> tuple[dict[int, np.ndarray], DispatchResult]:
   """Compile `src` (AMDGPU LLVM IR), map `bufs` (buffer number -> array, contents copied in), fill the kernarg
   segment by `layout` ([(name, offset, size)], names data<i> / var_<name>), run global_size x local_size workgroups;
   returns the buffers read back (same dtypes and shapes) and the dispatch result."""

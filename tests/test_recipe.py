@@ -164,7 +164,8 @@ def test_param_keys_tell_signed_zeros_and_nan_apart():
 _TARGET = Tensor(np.zeros((2, 20), np.int64)).realize()
 _FUNCS = [lambda x, w, t: F.max_pool2d(x, 2), lambda x, w, t: F.max_pool2d(x, (3, 2), stride=1, padding=1), lambda x, w, t: F.avg_pool2d(x, 3, 2),
           lambda x, w, t: F.layer_norm(x, (5,), weight=w, bias=w * 2), lambda x, w, t: F.rms_norm(x, [5], w), lambda x, w, t: F.mse_loss(x, t),
-          lambda x, w, t: F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=None), lambda x, w, t: F.nll_loss(x.reshape(2, 3, 20).log_softmax(1), _TARGET)]
+          lambda x, w, t: F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=None),
+          lambda x, w, t: F.nll_loss(x.reshape(2, 3, 20).log_softmax(1), _TARGET)]
 
 @pytest.mark.parametrize("f", _FUNCS)
 def test_function_recipes_build_the_functions_nodes(f, monkeypatch):
