@@ -78,7 +78,8 @@ def compilers() -> list[tuple[str, str]]:
   try:
     from baregrad.drivers.nv_compile import find_ptxas, find_nvcc
     for tool, path in (("ptxas", find_ptxas()), ("nvcc", find_nvcc())):
-      out.append((tool, f"{path} ({_tool_version(path)})" if path else "not found ($" + tool.upper() + ", PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc wheel)"))
+      out.append((tool, f"{path} ({_tool_version(path)})" if path
+                  else "not found ($" + tool.upper() + ", PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc wheel)"))
   except Exception as e: out.append(("ptxas", f"cannot look: {type(e).__name__}: {e}"))
   try:
     from baregrad.drivers.cpu_compile import _cc

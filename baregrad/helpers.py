@@ -1,6 +1,6 @@
 """Small shared utilities: math helpers, the cache directory, the progress bar. Imports only baregrad.knobs (rank 1)."""
 from __future__ import annotations
-import contextlib, functools, math, os, shutil, sys, time
+import contextlib, functools, os, shutil, sys, time
 from typing import Any, Iterable, Iterator, TypeVar
 from baregrad import knobs
 from baregrad.knobs import Context, DEBUG, getenv  # noqa: F401  (re-exported: the knobs live in baregrad/knobs.py)

@@ -36,7 +36,7 @@ import argparse, os, sys, time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import numpy as np
 from baregrad.ir.dtype import dtypes, DType
-from baregrad.hal import Device, Buffer
+from baregrad.hal import Device
 from baregrad.engine.runner import compile_ast
 
 def _torch():
@@ -205,13 +205,14 @@ def bench_latency(dev: str, reps: int, rng: np.random.Generator, profile: bool) 
   for x in xs[3:]: (x + 1).realize()
   Device[dev].synchronize()
   eager = (time.perf_counter() - st) / reps
-  theirs = ratio = None
+  theirs = None
   if torch is not None:
     tx = [torch.randn(16, device="cuda") for _ in range(reps)]
     torch.cuda.synchronize(); st = time.perf_counter()
     for x in tx: x + 1
     torch.cuda.synchronize(); theirs = (time.perf_counter() - st) / reps
-  row("tiny op, eager (x + 1, 16 elems)", f"{eager * 1e6:8.1f} us/op", f"{theirs * 1e6:8.1f} us/op" if theirs else "-", theirs / eager if theirs else None, "target <= 20 us")
+  row("tiny op, eager (x + 1, 16 elems)", f"{eager * 1e6:8.1f} us/op", f"{theirs * 1e6:8.1f} us/op" if theirs else "-",
+      theirs / eager if theirs else None, "target <= 20 us")
   # one 32-thread kernel: launch + host wait
   k = Kernels(lambda x: x + 1, [((32,), dtypes.float32)], dev)
   k.refill(rng)
@@ -234,7 +235,8 @@ def bench_latency(dev: str, reps: int, rng: np.random.Generator, profile: bool) 
     torch.cuda.synchronize(); st = time.perf_counter()
     for _ in range(reps): t32 + 1
     torch.cuda.synchronize(); theirs = (time.perf_counter() - st) / reps
-  row("back-to-back launches", f"{b2b * 1e6:8.1f} us/kernel", f"{theirs * 1e6:8.1f} us/kernel" if theirs else "-", theirs / b2b if theirs else None, "target <= 5 us")
+  row("back-to-back launches", f"{b2b * 1e6:8.1f} us/kernel", f"{theirs * 1e6:8.1f} us/kernel" if theirs else "-",
+      theirs / b2b if theirs else None, "target <= 5 us")
   # jit replay of 20 tiny kernels, each call on a fresh input
   nk = 20
   @jit
@@ -260,7 +262,8 @@ def bench_latency(dev: str, reps: int, rng: np.random.Generator, profile: bool) 
     torch.cuda.synchronize(); st = time.perf_counter()
     for _ in range(reps): g.replay()
     torch.cuda.synchronize(); theirs = (time.perf_counter() - st) / reps / nk
-  row(f"jit replay ({nk} kernels a call)", f"{per * 1e6:8.2f} us/kernel", f"{theirs * 1e6:8.2f} us/kernel" if theirs else "-", theirs / per if theirs else None, "target <= 1 us; PyTorch: CUDA graph")
+  row(f"jit replay ({nk} kernels a call)", f"{per * 1e6:8.2f} us/kernel", f"{theirs * 1e6:8.2f} us/kernel" if theirs else "-",
+      theirs / per if theirs else None, "target <= 1 us; PyTorch: CUDA graph")
   if profile:
     import cProfile, pstats
     pr = cProfile.Profile()

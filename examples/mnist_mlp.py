@@ -9,7 +9,7 @@
 t10k-labels-idx1-ubyte, each optionally .gz) through baregrad.datasets; a URL downloads them from that mirror.
 Shows a progress bar on a terminal, then held-out accuracy and steps per second."""
 from __future__ import annotations
-import argparse, os, pathlib, sys, time
+import argparse, pathlib, sys, time
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 import baregrad.nn as nn

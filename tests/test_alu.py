@@ -15,7 +15,7 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.codegen.astbuild import load, store, sink
 from baregrad.codegen.kernel import Opt, OptOps
 from tests.helpers import (DEVICES, INTS, FLOATS, ALL, np_dtype, ref_dtype, special_values, random_values, pairs, run,
-                           round_bf16, assert_equal, assert_float_equal, bits, bf16_bits_to_f32, f32_to_bf16_bits)
+                           round_bf16, assert_equal, assert_float_equal, bits, f32_to_bf16_bits)
 
 SMALL = (dtypes.float16, dtypes.bfloat16)
 UNARY_F = [Ops.NEG, Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIP, Ops.TRUNC]

@@ -621,7 +621,8 @@ def test_gfx942_pm4_writes_run_on_one_xcc(monkeypatch):
     dev.synchronize()
     assert not mock.xcc_writes and ts.timestamp > 0
     ib = [p for p in dev.aql.packets(q, dev.aql.put) if hw.decode_aql(p)["type"] == hw.AQL_VENDOR]
-    text = "\n".join(hw.format_pm4("gfx9", list((ctypes.c_uint32 * (p[4] & 0xFFFFF)).from_address(dev.aql.ib.cpu + (p[2] | (p[3] << 32)) - dev.aql.ib.va)), 0) for p in ib)
+    text = "\n".join(hw.format_pm4("gfx9", list((ctypes.c_uint32 * (p[4] & 0xFFFFF)).from_address(dev.aql.ib.cpu + (p[2] | (p[3] << 32)) - dev.aql.ib.va)), 0)
+                     for p in ib)
     assert text.count("PRED_EXEC xcc_mask=0x1") == 4 and text.index("WAIT_REG_MEM") < text.index("PRED_EXEC")   # the wait is not predicated
     monkeypatch.setattr(hw, "pm4_pred_exec", lambda fam, mask, n: [])     # a driver that forgets it
     dev.compute_queue_t().signal(s, 4).submit(dev)
@@ -687,7 +688,7 @@ def test_dependent_dispatches_need_a_barrier(amd, mock):
     amd.synchronize()
     assert i32(b) == want, (producer.name, consumer.name)
     if barrier: assert len(mock.hazards) == n
-    else: assert "read-after-write hazard" in mock.hazards[-1] and f"dispatch" in mock.hazards[-1]
+    else: assert "read-after-write hazard" in mock.hazards[-1] and "dispatch" in mock.hazards[-1]
 
 @needs_rdna3
 def test_the_same_args_dispatched_again_are_ordered(amd, mock):
@@ -794,7 +795,9 @@ def test_concurrent_host_threads(amd):
         b = Buffer("AMD", n, dtypes.int32).copyin(memoryview(a))
         assert (np.frombuffer(b.as_memoryview(), np.int32) == a).all()
         s = HCQSignal(amd)
-        with amd.submit_lock: amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1).signal(s, seed).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+        with amd.submit_lock:
+          amd.compute_queue_t().wait(amd.timeline_signal, amd.timeline_value - 1).signal(s, seed) \
+            .signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
         s.wait(seed, timeout_ms=5000)
     except Exception as e: errors.append(e)
   ts = [threading.Thread(target=work, args=(i + 1,)) for i in range(4)]

@@ -10,7 +10,6 @@ from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import load, store, reduce, sink, gbuf, view
 from baregrad.codegen.kernel import Opt, OptOps, OptError, KernelError
 from baregrad.codegen.program import get_program
-from baregrad.codegen.renderer import RenderError
 from baregrad.codegen.renderer.cstyle import CRenderer
 from baregrad.engine.runner import run_ast, compile_ast
 from baregrad.hal import Device, Buffer, CompileError, OutOfMemory

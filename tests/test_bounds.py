@@ -6,7 +6,6 @@ import pytest
 import baregrad.nn as nn
 from baregrad import Tensor, Device, jit, gather, scatter, scatter_add, one_hot, cross_entropy, nll_loss
 from baregrad.helpers import Context
-from baregrad.engine.checks import IndexOutOfBounds
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
 
@@ -23,7 +22,8 @@ BAD = {  # op -> (what to compute, text the error names)
   "fancy_indexing_negative": (lambda: Tensor(X)[:, Tensor([-4])], "index -4 is out of bounds for dimension 1 with size 3"),
   "setitem": (_setitem, "index 2 is out of bounds for dimension 0 with size 2"),
   "scatter": (lambda: scatter(Tensor.zeros(2, 3), 1, Tensor([[4]]), Tensor.ones(1, 1)), "scatter: index 4 is out of bounds for dimension 1 with size 3"),
-  "scatter_add": (lambda: scatter_add(Tensor.zeros(2, 3), 0, Tensor([[3]]), Tensor.ones(1, 1)), "scatter_add: index 3 is out of bounds for dimension 0 with size 2"),
+  "scatter_add": (lambda: scatter_add(Tensor.zeros(2, 3), 0, Tensor([[3]]), Tensor.ones(1, 1)),
+                  "scatter_add: index 3 is out of bounds for dimension 0 with size 2"),
   "one_hot": (lambda: one_hot(Tensor([0, 5]), 3), "one_hot: class value 5 is out of range for num_classes=3"),
   "cross_entropy": (lambda: cross_entropy(Tensor(X), Tensor([0, 3])), "target 3 is out of bounds for 3 classes"),
   "nll_loss": (lambda: nll_loss(Tensor(X), Tensor([-2, 0])), "target -2 is out of bounds for 3 classes"),

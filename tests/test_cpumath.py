@@ -3,7 +3,7 @@ the float32 result, over ranges that cover each function's special cases: subnor
 signed zeros, infinities, NaN, arguments near multiples of pi/2 and past the fast reduction's limit."""
 import numpy as np
 import pytest
-from baregrad import Tensor, dtypes
+from baregrad import Tensor
 from baregrad.codegen.renderer import cpumath
 from baregrad.engine.runner import compile_ast
 

@@ -112,7 +112,8 @@ def test_without_libcuda_the_translation_still_names_the_error():
 def test_poll_raises_the_failure_of_the_waited_work_and_times_out():
   fake = FakeLibcudaForTranslationTests()
   answers = iter([cu.CUDA_ERROR_NOT_READY, 700])
-  with pytest.raises(C.CUDAError, match=r"query failed with CUDA_ERROR_ILLEGAL_ADDRESS .* \(kernel k\)"): C.poll(lambda _: next(answers), None, "kernel k", api=fake)
+  with pytest.raises(C.CUDAError, match=r"query failed with CUDA_ERROR_ILLEGAL_ADDRESS .* \(kernel k\)"):
+    C.poll(lambda _: next(answers), None, "kernel k", api=fake)
   with pytest.raises(TimeoutError, match="kernel k did not finish within 0.0 s .*CUDA_TIMEOUT_MS"):
     C.poll(lambda _: cu.CUDA_ERROR_NOT_READY, None, "kernel k", timeout=0.0, api=fake)
 

@@ -63,8 +63,9 @@ def test_default_collate_matches_torch_dtypes():
   batch = [(np.ones(2, np.float32), 1, 2.5, True), (np.zeros(2, np.float32), 2, 3.5, False)]
   ours, theirs = default_collate(batch), torch.utils.data.default_collate(batch)
   for a, b in zip(ours, theirs):
-    assert str(b.dtype).removeprefix("torch.") in (a.dtype.name if hasattr(a.dtype, "name") else "", str(a.dtype).removeprefix("dtypes."),
-                                                   {"float": "float32", "long": "int64", "double": "float64", "bool": "bool"}[str(a.dtype).removeprefix("dtypes.")])
+    short = str(a.dtype).removeprefix("dtypes.")
+    assert str(b.dtype).removeprefix("torch.") in (a.dtype.name if hasattr(a.dtype, "name") else "", short,
+                                                   {"float": "float32", "long": "int64", "double": "float64", "bool": "bool"}[short])
     np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 def test_workers_prefetch_in_parallel():

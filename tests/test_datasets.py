@@ -191,7 +191,8 @@ def test_truncated_or_corrupt_gz_is_named(tmp_path):
 def test_idx_sizes_are_checked_before_reading(tmp_path):
   p = tmp_path / "a-idx"
   p.write_bytes(struct.pack(">HBB3I", 0, 8, 3, 60000, 28, 28) + b"\0" * 100)
-  with pytest.raises(DatasetFormatError, match=rf"{p}: header says 3-dimensional unsigned byte .* shape \(60000, 28, 28\) \(47040000 bytes of data\) but the file has 100"):
+  with pytest.raises(DatasetFormatError,
+                     match=rf"{p}: header says 3-dimensional unsigned byte .* shape \(60000, 28, 28\) \(47040000 bytes of data\) but the file has 100"):
     read_idx(str(p))
   p.write_bytes(struct.pack(">HBB3I", 0, 8, 3, 2, 2, 2) + b"\0" * 9)
   with pytest.raises(DatasetFormatError, match="8 bytes of data.*has 9"): read_idx(str(p))

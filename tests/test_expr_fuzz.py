@@ -9,9 +9,10 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.symbolic import evaluate
 from baregrad.codegen.astbuild import load, store, sink
-from tests.helpers import run, special_values, random_values, bits
+from tests.helpers import run, special_values, random_values
 
-DTS = [dtypes.bfloat16, dtypes.int16, dtypes.uint64, dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.uint32, dtypes.float16, dtypes.float32, dtypes.float64]
+DTS = [dtypes.bfloat16, dtypes.int16, dtypes.uint64, dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64, dtypes.uint32,
+       dtypes.float16, dtypes.float32, dtypes.float64]
 FUZZ = settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 N = 48
 

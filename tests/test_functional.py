@@ -1,5 +1,5 @@
 """baregrad.tensor.functional against PyTorch on the CPU (forward and autograd), plus errors and kernel counts."""
-import gc, math
+import gc
 import numpy as np
 import pytest
 import baregrad
@@ -186,8 +186,10 @@ def test_gather_scatter():
   np.testing.assert_allclose(Tensor(base).scatter(1, Tensor(perm), value=2.5).numpy(), torch.tensor(base).scatter(1, torch.tensor(perm), 2.5).numpy())
   # repeated indices: the last value along dim wins, as PyTorch's CPU kernel leaves it
   ri, rs = np.array([[1, 1, 0], [2, 0, 2]]), rnd(2, 3)
-  np.testing.assert_allclose(F.scatter(Tensor(base[:2]), 1, Tensor(ri), Tensor(rs)).numpy(), torch.tensor(base[:2]).scatter(1, torch.tensor(ri), torch.tensor(rs)).numpy())
-  np.testing.assert_allclose(F.scatter(Tensor(base[:2]), 1, Tensor(ri), Tensor(rs), reduce="add").numpy(), torch.tensor(base[:2]).scatter(1, torch.tensor(ri), torch.tensor(rs), reduce="add").numpy())
+  np.testing.assert_allclose(F.scatter(Tensor(base[:2]), 1, Tensor(ri), Tensor(rs)).numpy(),
+                             torch.tensor(base[:2]).scatter(1, torch.tensor(ri), torch.tensor(rs)).numpy())
+  np.testing.assert_allclose(F.scatter(Tensor(base[:2]), 1, Tensor(ri), Tensor(rs), reduce="add").numpy(),
+                             torch.tensor(base[:2]).scatter(1, torch.tensor(ri), torch.tensor(rs), reduce="add").numpy())
 
 def test_masked_fill_where_one_hot():
   torch = _t()
@@ -321,7 +323,8 @@ def test_adaptive_avg_pool_and_area():
 
 def test_interpolate_linear():
   torch = _t()
-  check(lambda t: F.interpolate(t, size=9, mode="linear", align_corners=True), lambda t: torch.nn.functional.interpolate(t, size=9, mode="linear", align_corners=True), rnd(1, 2, 5))
+  check(lambda t: F.interpolate(t, size=9, mode="linear", align_corners=True),
+        lambda t: torch.nn.functional.interpolate(t, size=9, mode="linear", align_corners=True), rnd(1, 2, 5))
 
 # ---------------------------------------------------------------- dropout and normalization
 
@@ -354,10 +357,12 @@ def test_batch_norm():
   tf = torch.nn.functional
   x, w, b = rnd(4, 3, 2, 5), rnd(3), rnd(3)
   rm, rv = rnd(3), np.abs(rnd(3)) + 0.5
-  check(lambda t, ww, bb: F.batch_norm(t, Tensor(rm), Tensor(rv), ww, bb, training=False), lambda t, ww, bb: tf.batch_norm(t, torch.tensor(rm), torch.tensor(rv), ww, bb, training=False), x, w, b)
+  check(lambda t, ww, bb: F.batch_norm(t, Tensor(rm), Tensor(rv), ww, bb, training=False),
+        lambda t, ww, bb: tf.batch_norm(t, torch.tensor(rm), torch.tensor(rv), ww, bb, training=False), x, w, b)
   brm, brv = Tensor(rm.copy()), Tensor(rv.copy())
   trm, trv = torch.tensor(rm.copy()), torch.tensor(rv.copy())
-  check(lambda t, ww, bb: F.batch_norm(t, brm, brv, ww, bb, training=True, momentum=0.3), lambda t, ww, bb: tf.batch_norm(t, trm, trv, ww, bb, training=True, momentum=0.3), x, w, b)
+  check(lambda t, ww, bb: F.batch_norm(t, brm, brv, ww, bb, training=True, momentum=0.3),
+        lambda t, ww, bb: tf.batch_norm(t, trm, trv, ww, bb, training=True, momentum=0.3), x, w, b)
   np.testing.assert_allclose(brm.numpy(), trm.numpy(), atol=1e-5)
   np.testing.assert_allclose(brv.numpy(), trv.numpy(), atol=1e-5)
   check(lambda t: F.batch_norm(t, None, None, training=True), lambda t: tf.batch_norm(t, None, None, training=True), rnd(5, 2))
@@ -380,8 +385,8 @@ def test_sdpa(mask, causal, scale):
 
 def test_sdpa_gqa():
   torch = _t()
-  check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True), lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True),
-        rnd(1, 4, 3, 2), rnd(1, 2, 5, 2), rnd(1, 2, 5, 3))
+  check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),
+        lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True), rnd(1, 4, 3, 2), rnd(1, 2, 5, 2), rnd(1, 2, 5, 3))
 
 # ---------------------------------------------------------------- losses
 
@@ -394,7 +399,8 @@ def test_cross_entropy_indices(reduction, weighted, smoothing):
   t[0, 1] = t[3, 2] = -100                # ignored
   arrs = [x, t] + ([np.abs(rnd(4)) + 0.1] if weighted else [])
   kw = dict(reduction=reduction, label_smoothing=smoothing)
-  check(lambda *a: F.cross_entropy(a[0], a[1], a[2] if weighted else None, **kw), lambda *a: torch.nn.functional.cross_entropy(a[0], a[1], a[2] if weighted else None, **kw), *arrs, nograd=(2,))
+  check(lambda *a: F.cross_entropy(a[0], a[1], a[2] if weighted else None, **kw),
+        lambda *a: torch.nn.functional.cross_entropy(a[0], a[1], a[2] if weighted else None, **kw), *arrs, nograd=(2,))
 
 def test_cross_entropy_probs_and_1d():
   torch = _t()
@@ -402,23 +408,28 @@ def test_cross_entropy_probs_and_1d():
   x, p = rnd(3, 5), np.abs(rnd(3, 5))
   p = p / p.sum(1, keepdims=True)
   check(lambda a, b: F.cross_entropy(a, b), lambda a, b: tf.cross_entropy(a, b), x, p, nograd=(1,))
-  check(lambda a, b, w: F.cross_entropy(a, b, w, reduction="none", label_smoothing=0.3), lambda a, b, w: tf.cross_entropy(a, b, w, reduction="none", label_smoothing=0.3), x, p, rnd(5), nograd=(1, 2))
+  check(lambda a, b, w: F.cross_entropy(a, b, w, reduction="none", label_smoothing=0.3),
+        lambda a, b, w: tf.cross_entropy(a, b, w, reduction="none", label_smoothing=0.3), x, p, rnd(5), nograd=(1, 2))
   check(lambda a, b: a.cross_entropy(b), lambda a, b: tf.cross_entropy(a, b), rnd(4), np.array(2))
 
 def test_nll_loss():
   torch = _t()
   x = rnd(4, 3)
   t = np.array([0, 2, 1, 2])
-  check(lambda a, b, w: F.nll_loss(a.log_softmax(1), b, w, ignore_index=1), lambda a, b, w: torch.nn.functional.nll_loss(a.log_softmax(1), b, w, ignore_index=1), x, t, np.abs(rnd(3)), nograd=(2,))
+  check(lambda a, b, w: F.nll_loss(a.log_softmax(1), b, w, ignore_index=1),
+        lambda a, b, w: torch.nn.functional.nll_loss(a.log_softmax(1), b, w, ignore_index=1), x, t, np.abs(rnd(3)), nograd=(2,))
 
 def test_bce_and_regression_losses():
   torch = _t()
   tf = torch.nn.functional
   x, y = rnd(3, 4), (rng.random((3, 4)) > 0.5).astype(np.float32)
   p = 1 / (1 + np.exp(-x))
-  check(lambda a, b, w: F.binary_cross_entropy(a, b, w), lambda a, b, w: tf.binary_cross_entropy(a, b, w), p, y, rng.random((3, 4)).astype(np.float32), nograd=(1, 2))
-  check(lambda a, b: F.binary_cross_entropy_with_logits(a * 20, b, reduction="sum"), lambda a, b: tf.binary_cross_entropy_with_logits(a * 20, b, reduction="sum"), x, y, nograd=(1,))
-  check(lambda a, b, pw: F.binary_cross_entropy_with_logits(a, b, pos_weight=pw), lambda a, b, pw: tf.binary_cross_entropy_with_logits(a, b, pos_weight=pw), x, y, np.abs(rnd(4)), nograd=(1, 2))
+  check(lambda a, b, w: F.binary_cross_entropy(a, b, w), lambda a, b, w: tf.binary_cross_entropy(a, b, w),
+        p, y, rng.random((3, 4)).astype(np.float32), nograd=(1, 2))
+  check(lambda a, b: F.binary_cross_entropy_with_logits(a * 20, b, reduction="sum"),
+        lambda a, b: tf.binary_cross_entropy_with_logits(a * 20, b, reduction="sum"), x, y, nograd=(1,))
+  check(lambda a, b, pw: F.binary_cross_entropy_with_logits(a, b, pos_weight=pw),
+        lambda a, b, pw: tf.binary_cross_entropy_with_logits(a, b, pos_weight=pw), x, y, np.abs(rnd(4)), nograd=(1, 2))
   for name in ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"):
     for red in ("mean", "none"):
       check(lambda a, b: getattr(F, name)(a, b, reduction=red), lambda a, b: getattr(tf, name)(a, b, reduction=red), x, rnd(3, 4))
@@ -435,7 +446,8 @@ def test_errors_name_shapes():
   with pytest.raises(RuntimeError, match=r"except in dimension 1.*\(2, 3\).*\(3, 3\)"): F.cat([Tensor(rnd(2, 3)), Tensor(rnd(3, 3))], 1)
   with pytest.raises(IndexError, match=r"dimension 3 is out of range"): F.cat([Tensor(rnd(2, 3))], 3)
   with pytest.raises(RuntimeError, match=r"same shape"): F.stack([Tensor(rnd(2, 3)), Tensor(rnd(3, 2))])
-  with pytest.raises(RuntimeError, match=r"index shape \(2, 4\) is larger than the input shape \(3, 3\) in dimension 1"): F.gather(Tensor(rnd(3, 3)), 0, Tensor(np.zeros((2, 4), np.int64)))
+  with pytest.raises(RuntimeError, match=r"index shape \(2, 4\) is larger than the input shape \(3, 3\) in dimension 1"):
+    F.gather(Tensor(rnd(3, 3)), 0, Tensor(np.zeros((2, 4), np.int64)))
   with pytest.raises(RuntimeError, match=r"index has 1 dimensions"): F.gather(Tensor(rnd(3, 3)), 0, Tensor(np.zeros(2, np.int64)))
   with pytest.raises(IndexError): F.gather(Tensor(rnd(3, 3)), 2, Tensor(np.zeros((3, 3), np.int64)))
   with pytest.raises(RuntimeError, match=r"subscript 'j' has size 3 in one operand and 4"): F.einsum("ij,jk", Tensor(rnd(2, 3)), Tensor(rnd(4, 2)))

@@ -8,7 +8,6 @@ kind), OverflowError (a number out of the dtype's range), each with a message. A
 AttributeError, a NumPy error, RuntimeError from deep inside) is a bug this test finds."""
 import math
 import numpy as np
-import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from baregrad import Tensor, dtypes

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import numpy as np
 import pytest
-from baregrad.hal import Device, Buffer
+from baregrad.hal import Buffer
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import Ops
 from baregrad.ir.view import ShapeTracker

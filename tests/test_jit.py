@@ -1,7 +1,6 @@
 """jit: capture on the second call, replay on later calls with new inputs; one submit on HCQ devices."""
 import numpy as np
-import pytest
-from baregrad import Tensor, jit, Device
+from baregrad import Tensor, jit
 from baregrad.helpers import getenv
 
 JIT_ON = getenv("JIT", 1) != 0   # CI runs this file with JIT=0 too: then only the results are checked

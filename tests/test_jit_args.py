@@ -2,7 +2,6 @@
 copied in on every call (never by its id(), which Python reuses for the next array); a float by its bits; an argument
 with no key (unhashable) runs the function eagerly. A replay never gives the values or shape of an earlier call."""
 import numpy as np
-import pytest
 from baregrad import Tensor, jit
 from baregrad.helpers import getenv
 

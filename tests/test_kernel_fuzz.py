@@ -2,8 +2,7 @@
 lists compile and match NumPy on both renderers. Few examples per run (each one compiles kernels); derandomized."""
 from __future__ import annotations
 import numpy as np
-import pytest
-from hypothesis import given, settings, strategies as st, assume, HealthCheck
+from hypothesis import given, settings, strategies as st, HealthCheck
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import Ops
 from baregrad.ir.view import ShapeTracker

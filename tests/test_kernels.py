@@ -3,7 +3,7 @@ pad, shrink, flip, reshape of a permuted view), explicit opts lists (UPCAST, UNR
 shapes (1 element, primes, sizes no vector width divides, zero-size), integer dtypes, and matmul via expand+reduce.
 Every kernel runs on both CPU renderers."""
 from __future__ import annotations
-import functools, itertools
+import functools
 import numpy as np
 import pytest
 from baregrad.ir.dtype import dtypes
@@ -59,7 +59,8 @@ SINGLE = {((7, 13), (1,)), ((3, 5, 4), (0, 2)), ((1000,), (0,))}  # also compile
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", [Ops.ADD, Ops.MUL, Ops.MAX], ids=lambda o: o.name)
 @pytest.mark.parametrize("shape,axes,combined", [(s, a, True) for s, a in RED_CASES] + [(s, a, False) for s, a in RED_CASES if (s, a) in SINGLE],
-                         ids=[f"{s}-{a}".replace(" ", "") for s, a in RED_CASES] + [f"{s}-{a}-alone".replace(" ", "") for s, a in RED_CASES if (s, a) in SINGLE])
+                         ids=[f"{s}-{a}".replace(" ", "") for s, a in RED_CASES] +
+                             [f"{s}-{a}-alone".replace(" ", "") for s, a in RED_CASES if (s, a) in SINGLE])
 def test_float32_reduction_over_axes_keepdim_shape(device, op, shape, axes, combined):
   xs, res = reduction_results(shape, axes, device, combined)
   x, got = xs[op], res[op]
@@ -366,7 +367,8 @@ def test_padded_and_flipped_view_with_lanes(device, opts):
   want[1:6, 1:13] = np.pad(x[:, ::-1], ((0, 0), (2, 3))) + 1
   np.testing.assert_array_equal(got.reshape(7, 14), want, err_msg=f"opts={opts}")
 
-PAD_RED_OPTS = [None, [], [Opt(R, 1, 4)], [Opt(R, 1, 12)], [Opt(U, 0, 5), Opt(R, 0, 3)], [Opt(S, 1, 4), Opt(R, 1, 3)], [Opt(S, 1, 4), Opt(R, 2, 4)], [Opt(P, 0), Opt(R, 1, 6)]]
+PAD_RED_OPTS = [None, [], [Opt(R, 1, 4)], [Opt(R, 1, 12)], [Opt(U, 0, 5), Opt(R, 0, 3)], [Opt(S, 1, 4), Opt(R, 1, 3)], [Opt(S, 1, 4), Opt(R, 2, 4)],
+                [Opt(P, 0), Opt(R, 1, 6)]]
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("opts", PAD_RED_OPTS, ids=[str(o) for o in PAD_RED_OPTS])

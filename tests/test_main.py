@@ -1,6 +1,5 @@
 """`python -m baregrad`: versions, devices and why they do or do not work, compilers, cache; `--check`; __version__."""
 import os, subprocess, sys, tomllib
-import pytest
 import baregrad
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -383,6 +383,7 @@ def test_public_api_has_docstrings():
     f = v.fget if isinstance(v, property) else v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
     if (callable(f) or isinstance(v, property)) and not (getattr(f, "__doc__", None) or "").strip(): missing.append(f"Tensor.{k}")
   missing += [f"F.{k}" for k in F.__all__ if not (getattr(F, k).__doc__ or "").strip()]
-  missing += [f"nn.{k}" for k in nn.__all__ if (inspect.isclass(getattr(nn, k)) or inspect.isfunction(getattr(nn, k))) and not (getattr(nn, k).__doc__ or "").strip()]
+  missing += [f"nn.{k}" for k in nn.__all__
+              if (inspect.isclass(getattr(nn, k)) or inspect.isfunction(getattr(nn, k))) and not (getattr(nn, k).__doc__ or "").strip()]
   missing += [f"nn.init.{k}" for k in nn.init.__all__ if not (getattr(nn.init, k).__doc__ or "").strip()]
   assert not missing, f"public API without a docstring: {missing}"

@@ -98,7 +98,8 @@ def test_loss_module_bad_reduction():
 def test_factories_match_torch_dtypes_and_values():
   pairs = [
     (baregrad.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0])), (baregrad.tensor([[1, 2]]), torch.tensor([[1, 2]])),
-    (baregrad.tensor(True), torch.tensor(True)), (baregrad.zeros(2, 3), torch.zeros(2, 3)), (baregrad.ones((2,), dtype=dtypes.int32), torch.ones((2,), dtype=torch.int32)),
+    (baregrad.tensor(True), torch.tensor(True)), (baregrad.zeros(2, 3), torch.zeros(2, 3)),
+    (baregrad.ones((2,), dtype=dtypes.int32), torch.ones((2,), dtype=torch.int32)),
     (baregrad.full((2, 2), 7), torch.full((2, 2), 7)), (baregrad.full((2,), 1.5), torch.full((2,), 1.5)), (baregrad.empty(3), torch.zeros(3)),
     (baregrad.arange(5), torch.arange(5)), (baregrad.arange(0, 1, 0.25), torch.arange(0, 1, 0.25)), (baregrad.linspace(0, 1, 5), torch.linspace(0, 1, 5)),
     (baregrad.eye(2, 3), torch.eye(2, 3)), (baregrad.zeros_like(baregrad.tensor([1, 2])), torch.zeros_like(torch.tensor([1, 2]))),
@@ -106,7 +107,8 @@ def test_factories_match_torch_dtypes_and_values():
     (baregrad.full_like(baregrad.zeros(2), 3), torch.full_like(torch.zeros(2), 3)),
   ]
   for b, t in pairs:
-    assert str(b.dtype).split(".")[-1] in (str(t.dtype).split(".")[-1], {"float32": "float", "int64": "long", "float64": "double", "int32": "int"}.get(str(t.dtype).split(".")[-1]))
+    theirs = str(t.dtype).split(".")[-1]
+    assert str(b.dtype).split(".")[-1] in (theirs, {"float32": "float", "int64": "long", "float64": "double", "int32": "int"}.get(theirs))
     np.testing.assert_array_equal(b.numpy(), t.numpy())
   assert baregrad.tensor([1.0], requires_grad=True).requires_grad and baregrad.zeros(2, requires_grad=True).requires_grad
   assert baregrad.rand(2, 3).shape == (2, 3) and baregrad.randn((4,)).shape == (4,)

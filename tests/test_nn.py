@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 import baregrad.nn as nn
-from baregrad import Tensor, dtypes
+from baregrad import Tensor
 
 try: import torch
 except ImportError: torch = None

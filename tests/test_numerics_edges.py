@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from baregrad import Tensor, dtypes
 import baregrad.tensor.functional as F
-from tests.torch_helpers import torch, check, rnd
+from tests.torch_helpers import torch, check
 
 TF = torch.nn.functional
 
@@ -44,7 +44,8 @@ FAR = np.array([-400.0, -100.0, -88.0, -20.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 20.0,
 ACTS = {
   "sigmoid": (lambda t: t.sigmoid(), torch.sigmoid), "tanh": (lambda t: t.tanh(), torch.tanh),
   "gelu": (lambda t: t.gelu(), TF.gelu), "gelu_tanh": (lambda t: t.gelu(approximate="tanh"), lambda t: TF.gelu(t, approximate="tanh")),
-  "softplus": (lambda t: t.softplus(), TF.softplus), "softplus_b": (lambda t: t.softplus(beta=3.0, threshold=5.0), lambda t: TF.softplus(t, beta=3.0, threshold=5.0)),
+  "softplus": (lambda t: t.softplus(), TF.softplus),
+  "softplus_b": (lambda t: t.softplus(beta=3.0, threshold=5.0), lambda t: TF.softplus(t, beta=3.0, threshold=5.0)),
   "logsigmoid": (lambda t: t.logsigmoid(), TF.logsigmoid), "silu": (lambda t: t.silu(), TF.silu), "erf": (lambda t: t.erf(), torch.erf),
   "mish": (lambda t: t.mish(), TF.mish), "elu": (lambda t: t.elu(0.7), lambda t: TF.elu(t, 0.7)), "selu": (lambda t: t.selu(), TF.selu),
   "celu": (lambda t: t.celu(1.5), lambda t: TF.celu(t, 1.5)),

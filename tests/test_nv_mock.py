@@ -11,7 +11,7 @@ from baregrad.hcq import HCQSignal, HCQTimeout
 from baregrad.ir.dtype import dtypes
 from baregrad.drivers.port import IoctlError, TracingPort, make_port, MockPort
 from baregrad.drivers.mock.nv import MockNVGPU
-from baregrad.drivers.nv import NVDevice, NVComputeQueue, NVCopyQueue, RMError
+from baregrad.drivers.nv import NVDevice, NVComputeQueue, RMError
 from baregrad.drivers.nv import hw
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 
@@ -174,13 +174,15 @@ def test_bad_sizes(nvdev):
   class Short(ctypes.Structure): _fields_ = [("x", ctypes.c_uint32)]
   with pytest.raises(RMError, match="NV_ERR_INVALID_PARAM_STRUCT"): nvdev.rm_alloc(nvdev.nvdevice, nv.FERMI_VASPACE_A, Short())
   # and a control's parameters its struct
-  with pytest.raises(RMError, match="NV_ERR_INVALID_PARAM_STRUCT"): nvdev.rm_control(nvdev.subdevice, nv.NV2080_CTRL_CMD_MC_GET_ARCH_INFO, Short(), "MC_GET_ARCH_INFO")
+  with pytest.raises(RMError, match="NV_ERR_INVALID_PARAM_STRUCT"):
+    nvdev.rm_control(nvdev.subdevice, nv.NV2080_CTRL_CMD_MC_GET_ARCH_INFO, Short(), "MC_GET_ARCH_INFO")
 
 def test_controls_and_handles(nvdev):
   with pytest.raises(RMError, match="NV_ERR_NOT_SUPPORTED"):  # a subdevice control on the device object
     nvdev.rm_control(nvdev.nvdevice, nv.NV2080_CTRL_CMD_MC_GET_ARCH_INFO, nv.NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS(), "MC_GET_ARCH_INFO")
   with pytest.raises(RMError, match="NV_ERR_INVALID_OBJECT_HANDLE"): nvdev.rm_free(0x5eed)
-  with pytest.raises(RMError, match="NV_ERR_INSERT_DUPLICATE_NAME"): nvdev.rm_alloc(nvdev.nvdevice, nv.NV20_SUBDEVICE_0, nv.NV2080_ALLOC_PARAMETERS(), handle=nvdev.subdevice)
+  with pytest.raises(RMError, match="NV_ERR_INSERT_DUPLICATE_NAME"):
+    nvdev.rm_alloc(nvdev.nvdevice, nv.NV20_SUBDEVICE_0, nv.NV2080_ALLOC_PARAMETERS(), handle=nvdev.subdevice)
 
 def test_free_frees_children(nvdev, mock):
   g = nvdev.rm_alloc(nvdev.nvdevice, nv.KEPLER_CHANNEL_GROUP_A, nv.NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS(engineType=hw.NV2080_ENGINE_TYPE_GRAPHICS))
@@ -311,7 +313,7 @@ def test_exec_fault_in_kernel_reported():
   dev, mock = open_mock()
   try:
     prg = dev.runtime(dev, "inc", NV_KERNELS_PTX.encode())
-    args = prg.fill_kernargs([], [])  # wrong: inc takes one buffer
+    prg.fill_kernargs([], [])  # wrong: inc takes one buffer
   except ValueError as e: assert "takes 1 parameters" in str(e)
   try:
     from baregrad.hcq import HCQBuffer
@@ -429,7 +431,8 @@ def test_nv_doctor_reports_a_failing_stage_and_goes_on(capsys):
   assert "kernel log: unreadable (/dev/kmsg: EPERM" in capsys.readouterr().out
 
 @settings(max_examples=60, deadline=None)
-@given(st.tuples(st.integers(1, 2**31 - 1), st.integers(1, 65535), st.integers(1, 65535)), st.tuples(st.integers(1, 1024), st.integers(1, 1024), st.integers(1, 64)),
+@given(st.tuples(st.integers(1, 2**31 - 1), st.integers(1, 65535), st.integers(1, 65535)),
+       st.tuples(st.integers(1, 1024), st.integers(1, 1024), st.integers(1, 64)),
        st.integers(0, 227 << 10).map(lambda s: s // 128 * 128), st.integers(0, 255), _addr.map(lambda a: a & ~255), _addr.map(lambda a: a & ~63))
 def test_qmd_roundtrip(grid, block, shared, regs, prog, cb):
   q = hw.read_qmd(hw.build_qmd(prog, cb, 0x220, grid, block, shared, regs, (0x1000, 9), max_shared=227 << 10))

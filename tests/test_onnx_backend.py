@@ -9,7 +9,7 @@ from __future__ import annotations
 import os, re
 import pytest
 
-onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnx")
 import onnx.backend.test  # noqa: E402
 from baregrad import Tensor  # noqa: E402
 from baregrad.onnx.backend import BaregradBackend  # noqa: E402
@@ -21,12 +21,15 @@ FP16 = ("float16: differs from the reference by 1-2 ulp at rtol 1e-3, below floa
 # (pattern searched in the test name without its _cpu suffix, reason, applies)
 XFAIL: list[tuple[str, str, bool]] = [
   # types baregrad has no kernels for
-  (r"^test_(equal_string|string_concat|string_split|strnormalizer|regex_full_match|ai_onnx_ml_label_encoder)", "strings: baregrad tensors hold numbers only", True),
+  (r"^test_(equal_string|string_concat|string_split|strnormalizer|regex_full_match|ai_onnx_ml_label_encoder)",
+   "strings: baregrad tensors hold numbers only", True),
   # operators outside inference on tensors
-  (r"^test_ai_onnx_ml_(tree_ensemble|array_feature_extractor)", "classical-ML operators (ai.onnx.ml TreeEnsemble, ArrayFeatureExtractor): not implemented", True),
+  (r"^test_ai_onnx_ml_(tree_ensemble|array_feature_extractor)",
+   "classical-ML operators (ai.onnx.ml TreeEnsemble, ArrayFeatureExtractor): not implemented", True),
   (r"^test_tfidfvectorizer", "TfIdfVectorizer (n-gram counting for text pipelines): not implemented", True),
   (r"^test_image_decoder", "ImageDecoder: decoding JPEG/PNG/... files is not a tensor computation", True),
-  (r"^test_bernoulli|^test_training_dropout(_default)?(_mask)?$", "random numbers: the expected values come from NumPy's generator, baregrad draws from its own threefry stream on the device", True),
+  (r"^test_bernoulli|^test_training_dropout(_default)?(_mask)?$",
+   "random numbers: the expected values come from NumPy's generator, baregrad draws from its own threefry stream on the device", True),
   # operators not implemented yet
   (r"^test_flexattention(?!.*_expanded)", "FlexAttention (ai.onnx.preview, score/prob modifier subgraphs): not implemented", True),
   # numerics and the harness
@@ -45,9 +48,11 @@ XFAIL: list[tuple[str, str, bool]] = [
   (r"^test_softsign(_example)?$", "needs Tensor.softsign (issue 9)", _needs("softsign")),
   (r"^test_top_k", "needs Tensor.topk (issue 9)", _needs("topk")),
   (r"^test_nonzero_example$", "needs Tensor.nonzero (issue 9)", _needs("nonzero")),
-  (r"^test_unique_(sorted|not_sorted)_without_axis$|^test_unique_length_1$|^test_unique_bfloat16", "needs Tensor.unique, argsort (issue 9)", _needs("unique", "argsort")),
+  (r"^test_unique_(sorted|not_sorted)_without_axis$|^test_unique_length_1$|^test_unique_bfloat16", "needs Tensor.unique, argsort (issue 9)",
+   _needs("unique", "argsort")),
   (r"^test_(scatter_elements_with_reduction_(mul|max|min)|scatternd_(multiply|max|min))", "needs Tensor.scatter_reduce (issue 9)", _needs("scatter_reduce")),
-  (r"^test_(convtranspose_3d|col2im_5d)$", "needs conv_transpose3d (issue 9)", not hasattr(__import__("baregrad").tensor.functional, "conv_transpose3d") and _needs("conv_transpose3d")),
+  (r"^test_(convtranspose_3d|col2im_5d)$", "needs conv_transpose3d (issue 9)",
+   not hasattr(__import__("baregrad").tensor.functional, "conv_transpose3d") and _needs("conv_transpose3d")),
 ]
 
 def expected_failure(name: str) -> str | None:

@@ -27,7 +27,8 @@ def _values() -> np.ndarray:
   near = np.concatenate([np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, np.float32(-np.inf))])
   rnd = np.random.default_rng(0)
   wide = (rnd.standard_normal(2000) * np.exp2(rnd.integers(-30, 30, 2000))).astype(np.float32)
-  special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1e-39, 3e38, -3e38, 61440.0, 57344.0, 448.0, 464.0, 240.0, 6.0, 7.0], np.float32)
+  special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e-45, -1e-45, 1e-39, 3e38, -3e38,
+                      61440.0, 57344.0, 448.0, 464.0, 240.0, 6.0, 7.0], np.float32)
   return np.concatenate([special, grid, mids, near, wide, -mids]).astype(np.float32)
 
 def _same(got: np.ndarray, want: np.ndarray, what: str) -> None:

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 import baregrad
-from baregrad import Tensor, dtypes
+from baregrad import Tensor
 import baregrad.tensor.functional as F
 from tests.torch_helpers import torch, check, assert_same, rnd
 
@@ -352,7 +352,8 @@ def test_scatter_multiply_and_errors():
   x, src = rnd((3, 5), seed=21), rnd((2, 5), seed=22)
   idx = np.array([[0, 1, 2, 0, 0], [2, 0, 0, 1, 2]])
   # PyTorch has no gradient for scatter with reduce: forward only
-  check(lambda a, b: a.scatter(0, Tensor(idx), b, reduce="multiply"), x, src, tfn=lambda a, b: a.scatter(0, torch.tensor(idx), b, reduce="multiply"), grad=False)
+  check(lambda a, b: a.scatter(0, Tensor(idx), b, reduce="multiply"), x, src,
+        tfn=lambda a, b: a.scatter(0, torch.tensor(idx), b, reduce="multiply"), grad=False)
   check(lambda a: a.scatter(0, Tensor(idx), 2.0, reduce="multiply"), x, tfn=lambda a: a.scatter(0, torch.tensor(idx), 2.0, reduce="multiply"), grad=False)
   with pytest.raises(RuntimeError, match="reduce must be one of .* got 'max'"): Tensor(x).scatter_reduce(0, Tensor(idx), Tensor(src), "max")
   with pytest.raises(RuntimeError, match="reduce must be 'add' or 'multiply', got 'mul'"): Tensor(x).scatter(0, Tensor(idx), Tensor(src), reduce="mul")
@@ -421,7 +422,8 @@ def test_bad_input(name, fn, exc, msg):
   with pytest.raises(Exception) as te: fn(torch, torch.tensor(x))
   with pytest.raises(exc, match=msg) as be: fn(_B, Tensor(x))
   # the same exception class PyTorch raises (or one of its bases)
-  assert isinstance(be.value, type(te.value)) or isinstance(te.value, type(be.value)), f"{name}: torch raises {type(te.value).__name__}, we raise {type(be.value).__name__}"
+  assert isinstance(be.value, type(te.value)) or isinstance(te.value, type(be.value)), \
+    f"{name}: torch raises {type(te.value).__name__}, we raise {type(be.value).__name__}"
 
 def test_mask_setitem_and_scatter_reduce_bounds():
   a, t = Tensor(np.arange(6, dtype=np.float32).reshape(2, 3) - 2), torch.arange(6, dtype=torch.float32).reshape(2, 3) - 2

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.astbuild import load, store, reduce, sink
+from baregrad.codegen.astbuild import load, store, sink
 from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import ProgramSpec, get_program
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer, kernarg_layout
@@ -30,7 +30,8 @@ from baregrad.drivers.amd.testkernels import LOCAL_ARRAY, SCRATCHY, spill_ll, lo
 def _compiler() -> AMDCompiler: return AMDCompiler("gfx1100")
 
 def dispatch_src(src: str, name: str, bufs: dict[int, np.ndarray], global_size, local_size, vals: dict[str, tuple[int, object]] | None = None,
-                 group_segment_size: int | None = None, layout: list | None = None, machine_kw: dict | None = None) -> tuple[dict[int, np.ndarray], DispatchResult]:
+                 group_segment_size: int | None = None, layout: list | None = None,
+                 machine_kw: dict | None = None) -> tuple[dict[int, np.ndarray], DispatchResult]:
   """Compile `src` (AMDGPU LLVM IR), map `bufs` (buffer number -> array, contents copied in), fill the kernarg
   segment by `layout` ([(name, offset, size)], names data<i> / var_<name>), run global_size x local_size workgroups;
   returns the buffers read back (same dtypes and shapes) and the dispatch result."""
@@ -78,7 +79,7 @@ def renumber(ast: UOp) -> UOp:
   return ast.substitute({g: g.replace(arg=i) for i, g in enumerate(gs)})
 
 def inputs_for(spec: ProgramSpec, ast: UOp, rng: np.random.Generator, special: bool = False) -> dict[int, np.ndarray]:
-  need, outs = needed_elements(ast), set(spec.outs)
+  outs = set(spec.outs)
   bufs = {}
   for g in spec.bufs:
     dt, n = g.dtype.base, max(needed_elements(ast).get(g.arg, 1), 1)

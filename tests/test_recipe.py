@@ -1,7 +1,7 @@
 """Graph recipes (tensor/recipe.py): a recorded function's replay builds the nodes the function builds."""
 import numpy as np
 import pytest
-from baregrad import Tensor, dtypes, no_grad
+from baregrad import Tensor, no_grad
 import baregrad.tensor.functional as F
 from baregrad.tensor import recipe
 from baregrad.engine import checks
@@ -120,7 +120,6 @@ def test_backward_with_a_gradient_or_another_structure_derives_it():
 @pytest.mark.parametrize("rg", [False, True])
 def test_method_recipes_build_the_methods_nodes(call, rg, monkeypatch):
   """Activations and softmaxes (method_recipe) rebuild the graph their code builds, gradient terms (with_grad) included."""
-  import baregrad.tensor.tensor as T
   x = Tensor(np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32) * 3, requires_grad=rg)
   outs = [call(x) for _ in range(2)]
   assert outs[0].uop is outs[1].uop and outs[1].requires_grad == (rg or None)
@@ -165,7 +164,8 @@ def test_param_keys_tell_signed_zeros_and_nan_apart():
 _TARGET = Tensor(np.zeros((2, 20), np.int64)).realize()
 _FUNCS = [lambda x, w, t: F.max_pool2d(x, 2), lambda x, w, t: F.max_pool2d(x, (3, 2), stride=1, padding=1), lambda x, w, t: F.avg_pool2d(x, 3, 2),
           lambda x, w, t: F.layer_norm(x, (5,), weight=w, bias=w * 2), lambda x, w, t: F.rms_norm(x, [5], w), lambda x, w, t: F.mse_loss(x, t),
-          lambda x, w, t: F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=None), lambda x, w, t: F.nll_loss(x.reshape(2, 3, 20).log_softmax(1), _TARGET)]
+          lambda x, w, t: F.binary_cross_entropy_with_logits(x, t.sigmoid(), pos_weight=None),
+          lambda x, w, t: F.nll_loss(x.reshape(2, 3, 20).log_softmax(1), _TARGET)]
 
 @pytest.mark.parametrize("f", _FUNCS)
 def test_function_recipes_build_the_functions_nodes(f, monkeypatch):

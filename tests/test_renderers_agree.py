@@ -8,7 +8,7 @@ from baregrad.ir.ops import Ops
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import load, store, reduce, sink
 from baregrad.codegen.kernel import Opt, OptOps
-from tests.helpers import run, random_values, special_values, bits, FLOATS, INTS, ALL
+from tests.helpers import run, random_values, special_values, bits, INTS, ALL
 
 f32 = dtypes.float32
 

@@ -59,7 +59,6 @@ def _fake_times(monkeypatch, times):
   return heur, seen
 
 def test_beam_keeps_the_heuristic_unless_beaten(tmp_path, monkeypatch):
-  from baregrad.codegen.kernel import Opt, OptOps
   monkeypatch.setenv("BAREGRAD_CACHE", str(tmp_path))
   heur, seen = _fake_times(monkeypatch, {None: 1e-4})
   assert beam_search(_matmul_ast(64), "CPU", 2, rounds=2) == list(heur)   # every other candidate is slower

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
-from baregrad.ir.symbolic import evaluate, simplify
+from baregrad.ir.symbolic import evaluate
 from baregrad.ir.pattern import UPat, PatternMatcher, graph_rewrite
 
 VARS = {"a": (0, 9), "b": (-5, 12), "c": (3, 40), "d": (0, 1)}

@@ -5,7 +5,7 @@ Results against NumPy in float64; the generated PTX assembles with ptxas for sm_
 from __future__ import annotations
 import numpy as np
 import pytest
-from baregrad.hal import Device, Buffer
+from baregrad.hal import Buffer
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import Ops
 from baregrad.ir.view import ShapeTracker

@@ -3,7 +3,7 @@ zero-size, 1-element and non-contiguous inputs. Each test builds few distinct ke
 import inspect, math
 import numpy as np
 import pytest
-from tests.torch_helpers import torch, check, assert_same, rnd, tdtype, bdtype
+from tests.torch_helpers import torch, check, assert_same, rnd, bdtype
 from baregrad import Device, Tensor, dtypes
 
 F = torch.nn.functional
@@ -98,7 +98,8 @@ def test_int_extremes(dt):
 @pytest.mark.parametrize("dt", ["int32", "int64", "uint8", "bool"])
 def test_unary_int(dt):
   x = rnd((3, 5), dt, -5, 5) if dt != "uint8" else rnd((3, 5), dt, 0, 200)
-  fns = [lambda t: t.abs() if dt != "bool" else t, lambda t: t.sign(), lambda t: t.float(), lambda t: t.exp(), lambda t: t.sqrt() if dt != "bool" else t.float(),
+  fns = [lambda t: t.abs() if dt != "bool" else t, lambda t: t.sign(), lambda t: t.float(), lambda t: t.exp(),
+         lambda t: t.sqrt() if dt != "bool" else t.float(),
          lambda t: t.floor() if dt != "bool" else t, lambda t: t.clamp(1, 3) if dt != "bool" else t]
   if dt != "bool": fns += [lambda t: -t if dt != "uint8" else t, lambda t: t * t]
   for i, fn in enumerate(fns): check(fn, x, grad=False, rtol=1e-5, what=f"fn {i}")
@@ -294,7 +295,8 @@ RED = {
   "var0": (lambda x, **k: x.var(correction=0, **k), None, 1e-4),
   "std": (lambda x, **k: x.std(**k), None, 1e-4),
   "std0": (lambda x, **k: x.std(correction=0, **k), None, 1e-4),
-  "logsumexp": (lambda x, **k: x.logsumexp(**k), lambda x, dim=None, keepdim=False: x.logsumexp(dim=tuple(range(x.ndim)) if dim is None else dim, keepdim=keepdim), 1e-5),
+  "logsumexp": (lambda x, **k: x.logsumexp(**k),
+                lambda x, dim=None, keepdim=False: x.logsumexp(dim=tuple(range(x.ndim)) if dim is None else dim, keepdim=keepdim), 1e-5),
 }
 
 # sum/mean/amax over every dim form; the others over a few (each case compiles a kernel or two)
@@ -339,7 +341,8 @@ def test_reduce_over_broadcast_axes_and_constants():
   for k, (bf, tf) in enumerate((
       (lambda x: x.expand(2, 4, 3).sum(1), None), (lambda x: x.expand(2, 4, 3).exp().sum((1, 2)), None),
       (lambda x: x.expand(2, 4, 3).amax(1), None), (lambda x: x.expand(2, 4, 3).prod(1), None), (lambda x: x.expand(2, 4, 3).mean(), None),
-      (lambda x: x.expand(2, 4, 3).sum(), None), (lambda x: x * Tensor.full((2, 5, 3), 2.0).sum(1, keepdim=True), lambda x: x * torch.full((2, 5, 3), 2.0).sum(1, keepdim=True)))):
+      (lambda x: x.expand(2, 4, 3).sum(), None),
+      (lambda x: x * Tensor.full((2, 5, 3), 2.0).sum(1, keepdim=True), lambda x: x * torch.full((2, 5, 3), 2.0).sum(1, keepdim=True)))):
     check(bf, a, tfn=tf, rtol=1e-5, atol=1e-5, what=f"fn {k}")
   for b, t in ((Tensor.full((4, 2), 1.0).sum(0), torch.full((4, 2), 1.0).sum(0)), (Tensor.full((4, 2), 2.0).prod(), torch.full((4, 2), 2.0).prod()),
                (Tensor.full((5,), 3).sum(), torch.full((5,), 3).sum()), (Tensor.full((2, 3), 2.0).mean(), torch.full((2, 3), 2.0).mean()),

@@ -1,7 +1,7 @@
 """The default choice of optimization actions for a kernel (a search can replace it: actions are data)."""
 from __future__ import annotations
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, LOOP_KINDS
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
 from baregrad.codegen.renderer import Renderer
 
 def _strides(k: Kernel) -> list[tuple[UOp, tuple[int | None, ...]]]:

@@ -8,7 +8,7 @@ axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXI
 """
 from __future__ import annotations
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 from baregrad.helpers import prod
@@ -787,7 +787,8 @@ class Kernel:
     for k, i in enumerate(group):
       sz = self.axes[i].size
       if sz % 4 == 0 and sz >= 8:
-        outer, inner = UOp.range(sz // 4, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype), UOp.range(4, 100_000 + 100 * n + 2 * k + 1, "unroll", self.idx_dtype)
+        outer = UOp.range(sz // 4, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype)
+        inner = UOp.range(4, 100_000 + 100 * n + 2 * k + 1, "unroll", self.idx_dtype)
         cr[i], rs = outer * 4 + inner, rs + [outer, inner]
       else: cr[i] = UOp.range(sz, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype); rs.append(cr[i])
     return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (smem.index(slot(cr)), bar)),) + tuple(rs), u.arg[0])

@@ -13,7 +13,7 @@ from baregrad.codegen.heuristic import heuristic_opts
 from baregrad.codegen.lanes import expand_lanes, is_fragment
 from baregrad.codegen.registers import split_wide
 from baregrad.codegen.linearize import linearize
-from baregrad.codegen.renderer import Renderer, RenderError
+from baregrad.codegen.renderer import Renderer
 
 @dataclass
 class ProgramSpec:
@@ -149,7 +149,8 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   if DEBUG() >= 4: print(pretty(sink, limit=10_000), file=sys.stderr)
   uops = linearize(sink)
   if DEBUG() >= 5:
-    for i, u in enumerate(uops): print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[uops.index(s) if s in uops else '-' for s in u.src]} {u.arg!r}", file=sys.stderr)
+    for i, u in enumerate(uops):
+      print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[uops.index(s) if s in uops else '-' for s in u.src]} {u.arg!r}", file=sys.stderr)
   src = ren.render(fname, uops)
   if DEBUG() >= 3: print(src, file=sys.stderr)
   align: dict[int, int] = {}

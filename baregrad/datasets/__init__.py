@@ -125,7 +125,8 @@ def _uint8s(v: Any, batch: str, key: str) -> np.ndarray:
   except (ValueError, TypeError, OverflowError) as e: raise DatasetFormatError(f"CIFAR-10 batch {batch}: {key} is not an array ({e})") from None
   if a.dtype == np.uint8: return a
   if a.dtype.kind not in "iu" or (a.size and (a.min() < 0 or a.max() > 255)):
-    raise DatasetFormatError(f"CIFAR-10 batch {batch}: {key} is {a.dtype} {a.shape}" + (f" with values {a.min()}..{a.max()}" if a.size and a.dtype.kind in "iu" else "")
+    raise DatasetFormatError(f"CIFAR-10 batch {batch}: {key} is {a.dtype} {a.shape}"
+                             + (f" with values {a.min()}..{a.max()}" if a.size and a.dtype.kind in "iu" else "")
                              + "; expected integers 0..255")
   return a.astype(np.uint8)
 

@@ -209,7 +209,8 @@ def code_object_arch(lib: bytes) -> str:
   """The gfx target in the ELF header's e_flags (EF_AMDGPU_MACH)."""
   elf, _ = _elf(lib)
   mach = elf["e_flags"] & EF_AMDGPU_MACH_MASK
-  if mach not in EF_AMDGPU_MACH: raise CodeObjectError(f"code object for EF_AMDGPU_MACH {mach:#x}: not a supported gfx target ({', '.join(EF_AMDGPU_MACH.values())})")
+  if mach not in EF_AMDGPU_MACH:
+    raise CodeObjectError(f"code object for EF_AMDGPU_MACH {mach:#x}: not a supported gfx target ({', '.join(EF_AMDGPU_MACH.values())})")
   return EF_AMDGPU_MACH[mach]
 
 def read_kernel_descriptors(lib: bytes) -> dict[str, KernelDescriptor]:

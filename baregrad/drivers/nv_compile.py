@@ -117,7 +117,8 @@ def parse_nv_info(data: bytes) -> list[tuple[int, int, bytes | int | None]]:
 def parse_cubin(lib: bytes) -> dict:
   """The facts a launch needs from a cubin, per kernel:
     {name: {"code": bytes of .text.<name>, "code_offset": its file offset, "regs": EIATTR_REGCOUNT (without it, the
-     count in .text's sh_info >> 24, kept as "text_regs": ptxas 13 fills that for sm_80/89 and leaves 0 for sm_90), "shared": static shared memory (.nv.shared.<name> size), "frame": EIATTR_FRAME_SIZE,
+     count in .text's sh_info >> 24, kept as "text_regs": ptxas 13 fills that for sm_80/89 and leaves 0 for sm_90),
+     "shared": static shared memory (.nv.shared.<name> size), "frame": EIATTR_FRAME_SIZE,
      "min_stack": EIATTR_MIN_STACK_SIZE, "param_cbank": (offset, size) of the parameters in constant bank 0,
      "params": [(ordinal, offset, size)], "max_threads": (x, y, z) or None, "reqntid": ..., "cbank0_size": size of
      .nv.constant0.<name>, "attrs": raw attribute list}} plus "arch": "sm_XX" from e_flags."""

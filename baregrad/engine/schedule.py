@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.alu import threefry2x32
 from baregrad.ir.view import ShapeTracker, View

@@ -3,7 +3,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Any, Iterator
 import functools, math, struct, threading, weakref
-from baregrad.ir.dtype import DType, PtrDType, dtypes, truncate
+from baregrad.ir.dtype import DType, dtypes, truncate
 
 _next_op = itertools.count(1)
 def auto() -> Ops:

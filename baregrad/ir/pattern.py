@@ -2,7 +2,7 @@
 from __future__ import annotations
 from itertools import permutations
 from typing import Any, Callable, Iterable
-from baregrad.ir.dtype import DType, dtypes
+from baregrad.ir.dtype import DType
 from baregrad.ir.ops import UOp, Ops, GroupOp
 
 class UPat:

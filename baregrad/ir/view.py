@@ -115,7 +115,7 @@ class View:
       if groups and groups[-1][1] == st * s and groups[-1][3] is None and m == (0, s) and groups[-1][2] == (0, groups[-1][0]):
         g = groups[-1]; g[0] *= s; g[1] = st; g[2] = (0, g[0])
       else: groups.append([s, st, m, None])
-    new_strides, new_mask, gi, acc = [], [], 0, 1
+    new_strides, new_mask, gi = [], [], 0
     rem = [g[0] for g in groups]
     for n in shape:
       if n == 1: new_strides.append(0); new_mask.append((0, 1)); continue

@@ -75,12 +75,15 @@ def deform_conv(ctx, n, x, w, offset, b=None, mask=None):
   oh, ow = offset.shape[2:]
   if C != w.shape[1] * G or oC % G or C % OG:
     raise OnnxError(f"DeformConv: X {x.shape}, W {w.shape}, group {G}, offset_group {OG} do not fit together")
-  if offset.shape[:2] != (N, OG * 2 * K): raise OnnxError(f"DeformConv: offset of shape {offset.shape} must be (N, offset_group*2*kH*kW, oH, oW) = ({N}, {OG * 2 * K}, ...)")
+  if offset.shape[:2] != (N, OG * 2 * K):
+    raise OnnxError(f"DeformConv: offset of shape {offset.shape} must be (N, offset_group*2*kH*kW, oH, oW) = ({N}, {OG * 2 * K}, ...)")
   dev, L = ctx.device, oh * ow
   off = offset.cast(dtypes.float32).reshape(N, OG, K, 2, oh, ow)
   ki = Tensor.arange(K, device=dev, dtype=dtypes.int32)
-  base_y = ((ki // kw) * dh).cast(dtypes.float32).reshape(1, 1, K, 1, 1) + (Tensor.arange(oh, device=dev, dtype=dtypes.float32) * sh - pt).reshape(1, 1, 1, oh, 1)
-  base_x = ((ki % kw) * dw).cast(dtypes.float32).reshape(1, 1, K, 1, 1) + (Tensor.arange(ow, device=dev, dtype=dtypes.float32) * sw - pl).reshape(1, 1, 1, 1, ow)
+  base_y = ((ki // kw) * dh).cast(dtypes.float32).reshape(1, 1, K, 1, 1) + \
+    (Tensor.arange(oh, device=dev, dtype=dtypes.float32) * sh - pt).reshape(1, 1, 1, oh, 1)
+  base_x = ((ki % kw) * dw).cast(dtypes.float32).reshape(1, 1, K, 1, 1) + \
+    (Tensor.arange(ow, device=dev, dtype=dtypes.float32) * sw - pl).reshape(1, 1, 1, 1, ow)
   y, xx = base_y + off[:, :, :, 0], base_x + off[:, :, :, 1]                 # (N, OG, K, oh, ow)
   y0, x0 = y.floor(), xx.floor()
   fy, fx = y - y0, xx - x0

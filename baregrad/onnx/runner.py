@@ -107,7 +107,8 @@ class OnnxRunner:
     self.opsets = proto.model_opsets(m)
     for dom, v in self.opsets.items():
       if dom == "ai.onnx" and v > onnx.defs.onnx_opset_version():
-        raise UnsupportedOperator(f"the model imports opset {v} of the default domain; the installed onnx {onnx.__version__} knows up to {onnx.defs.onnx_opset_version()}")
+        raise UnsupportedOperator(f"the model imports opset {v} of the default domain; "
+                                  f"the installed onnx {onnx.__version__} knows up to {onnx.defs.onnx_opset_version()}")
     self.ir_version, self.producer = m.ir_version, f"{m.producer_name} {m.producer_version}".strip()
     self.functions = proto.parse_functions(m, self.opsets)
     self.graph = proto.parse_graph(m.graph, self.opsets)
@@ -120,7 +121,8 @@ class OnnxRunner:
     self.input_names = [v.name for v in self.inputs]
     self.output_names = [v.name for v in self.graph.outputs]
     self._consts: dict[int, Tensor] = {}
-    self._persistent = {id(a) for a in _arrays(self.graph)} | {id(a) for f in self.functions.values() for n in f.nodes for a in n.attrs.values() if isinstance(a, np.ndarray)}
+    self._persistent = {id(a) for a in _arrays(self.graph)} | \
+      {id(a) for f in self.functions.values() for n in f.nodes for a in n.attrs.values() if isinstance(a, np.ndarray)}
     self.data_dependent: str | bool = False
     self.use_jit = jit
     self._jitted: Any = None
@@ -141,7 +143,8 @@ class OnnxRunner:
         for g in (a if isinstance(a, list) else [a]):
           if isinstance(g, Graph): self._check_ops(g.nodes, seen_fn)
     if missing:
-      what = "; ".join(f"{n.op} (domain {n.domain or 'ai.onnx'}, opset {n.opset}) at {'node ' + repr(n.name) if n.name else f'node #{n.index}'}" for n in missing[:8])
+      what = "; ".join(f"{n.op} (domain {n.domain or 'ai.onnx'}, opset {n.opset}) at {'node ' + repr(n.name) if n.name else f'node #{n.index}'}"
+                       for n in missing[:8])
       raise UnsupportedOperator(f"unsupported operator{'s' if len(missing) > 1 else ''}: {what}{f' and {len(missing) - 8} more' if len(missing) > 8 else ''}")
 
   def _to_half(self, g: Graph) -> None:
@@ -269,7 +272,8 @@ class OnnxRunner:
   def _node(self, ctx: Ctx, n: Node, ins: list[Any], scope: Any) -> Any:
     key = (n.domain, n.op)
     if key in self.functions: return self._call_function(ctx, n, self.functions[key], ins, scope)
-    if n.op in FOLD and n.domain in ("", "ai.onnx") and ins and all(v is None or (isinstance(v, np.ndarray) and lowp.onnx_type_of_np(v) is None) for v in ins) and \
+    if n.op in FOLD and n.domain in ("", "ai.onnx") and ins and \
+       all(v is None or (isinstance(v, np.ndarray) and lowp.onnx_type_of_np(v) is None) for v in ins) and \
        sum(v.size for v in ins if v is not None) <= FOLD_MAX:
       r = FOLD[n.op](ctx, n, *ins)
       if r is not NotImplemented:

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # autogen_testli
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from autogen_testlib import records_of, ROOT, cffi_layouts, ctypes_layout, ctypes_leaves
+from autogen_testlib import records_of, cffi_layouts, ctypes_layout
 from autogen.cparse import AutogenError
 from autogen.gen import CModule, Source, generate
 from baregrad.ctypes_autogen import _support

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # autogen_testlib, also under --import-mode=importlib
 
-from autogen_testlib import records_of, sources_matching, cffi_layouts, ctypes_layout, ctypes_leaves, include_lines
+from autogen_testlib import records_of, sources_matching, cffi_layouts, ctypes_layout, include_lines
 from autogen.gen import CModule
 from autogen.modules import MODULES
 

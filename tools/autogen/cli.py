@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 from .cparse import AutogenError
-from .gen import CModule, generate
+from .gen import generate
 from .modules import LINUX_SRC, MODULES, linux_source
 from .rnn import XmlModule, generate_xml
 

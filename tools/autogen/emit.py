@@ -11,7 +11,7 @@ import ctypes
 import keyword
 from typing import Any, Optional
 
-from .cparse import AutogenError, CType, Enum, Model, Record
+from .cparse import AutogenError, CType, Model, Record
 from .probe import Layout
 
 BASE: dict[str, tuple[Any, str]] = {

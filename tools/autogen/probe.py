@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import tempfile
-from typing import Iterable, Optional
 
 from .cparse import AutogenError
 

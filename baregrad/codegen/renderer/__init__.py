@@ -1,6 +1,6 @@
 """Renderer: a linear program -> source text for one language. Each renderer declares what it supports."""
 from __future__ import annotations
-from baregrad.ir.dtype import DType, dtypes, ALL
+from baregrad.ir.dtype import DType, ALL
 from baregrad.ir.ops import UOp
 from baregrad.ir.pattern import PatternMatcher
 

@@ -3,7 +3,7 @@
 Compiled with -fwrapv so signed overflow wraps; division, shifts and float->int casts go through helpers that
 define every input (see ir/alu.py)."""
 from __future__ import annotations
-import math, struct
+import math
 from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError, cpumath
@@ -177,7 +177,6 @@ class CRenderer(Renderer):
 
   def _alu(self, u: UOp, s: list[str]) -> str:
     op, d = u.op, u.dtype
-    sd = u.src[-1].dtype if op is Ops.WHERE else u.src[0].dtype
     f = {dtypes.float32: "f", dtypes.float64: ""}.get(d.scalar)
     if op in (Ops.ADD, Ops.MUL, Ops.MAX): return self._binop(op, d, s[0], s[1])
     if op is Ops.SUB: return f"({s[0]} - {s[1]})"

@@ -409,7 +409,8 @@ class LLVMRenderer(Renderer):
       return f"add {t} {m}, {s[2]}"
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
       if not isf: raise RenderError(f"{op.name} needs a float dtype, got {d}")
-      if self.own_math and (op is Ops.EXP2 or op is Ops.LOG2 or op is Ops.SIN) and (d.scalar == dtypes.float32 or (d.scalar == dtypes.float64 and op is not Ops.SIN)):
+      if self.own_math and (op is Ops.EXP2 or op is Ops.LOG2 or op is Ops.SIN) and \
+         (d.scalar == dtypes.float32 or (d.scalar == dtypes.float64 and op is not Ops.SIN)):
         return f"call {t} {intr('bg.' + op.name.lower(), d, 1)}({t} {s[0]})"
       return f"call {t} {intr(op.name.lower(), d, 1)}({t} {s[0]})"
     raise RenderError(f"LLVM renderer: cannot render {op} for {d}")

@@ -33,7 +33,8 @@ HALF_HELPERS = """static inline float h_rnd(float x) { ushort b; vstore_half_rte
 static inline ushort h_bits(float x) { ushort b; vstore_half_rte(x, 0, (__private half*)&b); return b; }
 static inline float h_of_bits(ushort b) { return vload_half(0, (__private half*)&b); }
 """
-HALF_HELPERS_FP64 = "static inline float h_rnd_d(double x) { ushort b; vstore_half_rte(x, 0, (__private half*)&b); return vload_half(0, (__private half*)&b); }\n"
+HALF_HELPERS_FP64 = ("static inline float h_rnd_d(double x) { ushort b; vstore_half_rte(x, 0, (__private half*)&b); "
+                     "return vload_half(0, (__private half*)&b); }\n")
 
 def cl_prelude(fp64: bool) -> str:
   return ("#pragma OPENCL FP_CONTRACT OFF\n" + ("#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" if fp64 else "") +

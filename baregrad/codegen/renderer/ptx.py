@@ -187,7 +187,8 @@ class PTXRenderer(Renderer):
     def emit(s: str) -> None: lines.append("  " + s)
     def cst(d: DType, v: int | float) -> str:
       x = reg(d)
-      emit(f"mov.{'pred' if d.scalar == dtypes.bool else _BITS[d.scalar.itemsize] if not dtypes.is_float(d) or d.itemsize == 2 else _AT[d.scalar]} {x}, {ptx_imm(d, v)};")
+      ty = "pred" if d.scalar == dtypes.bool else _BITS[d.scalar.itemsize] if not dtypes.is_float(d) or d.itemsize == 2 else _AT[d.scalar]
+      emit(f"mov.{ty} {x}, {ptx_imm(d, v)};")
       return x
     def norm8(d: DType, x: str) -> None:
       if d.scalar == dtypes.int8: emit(f"cvt.s16.s8 {x}, {x};")

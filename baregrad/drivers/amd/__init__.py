@@ -5,5 +5,5 @@ from baregrad.drivers.amd.faults import AMDFault, AMDDeviceLost, AMDQueueTimeout
 from baregrad.drivers.amd.program import AMDProgram, AMDArgsState, CodeObjectError, code_object_metadata
 from baregrad.drivers.amd.queues import AMDComputeQueue, AMDCopyQueue
 
-__all__ = ["AMDDevice", "AMDAllocator", "AMDFault", "AMDDeviceLost", "AMDQueueTimeout", "AMDMemory", "AMDProgram", "AMDArgsState", "CodeObjectError", "code_object_metadata",
-           "AMDComputeQueue", "AMDCopyQueue"]
+__all__ = ["AMDDevice", "AMDAllocator", "AMDFault", "AMDDeviceLost", "AMDQueueTimeout", "AMDMemory", "AMDProgram", "AMDArgsState",
+           "CodeObjectError", "code_object_metadata", "AMDComputeQueue", "AMDCopyQueue"]

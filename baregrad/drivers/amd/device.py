@@ -208,7 +208,8 @@ class AMDDevice(HCQDevice):
     ctypes.c_uint32.from_address(ptrs.cpu + AMD_QUEUE_READ_ID_BASE).value = AMD_QUEUE_READ_DISPATCH_ID
     # what ROCr fills besides (amd_aql_queue.cpp AqlQueue::AqlQueue): CU and wave limits, 64-bit pointers, the apertures
     p = self.node.props
-    for off, v in ((scratch.Q_MAX_CU_ID, p["simd_count"] // p["simd_per_cu"] - 1), (scratch.Q_MAX_WAVE_ID, p.get("max_waves_per_simd", 16) * p["simd_per_cu"] - 1),
+    for off, v in ((scratch.Q_MAX_CU_ID, p["simd_count"] // p["simd_per_cu"] - 1),
+                   (scratch.Q_MAX_WAVE_ID, p.get("max_waves_per_simd", 16) * p["simd_per_cu"] - 1),
                    (scratch.Q_PROPERTIES, scratch.AMD_QUEUE_PROPERTIES_IS_PTR64), (scratch.Q_GROUP_APERTURE_HI, self.apertures["lds_base"] >> 32),
                    (scratch.Q_PRIVATE_APERTURE_HI, self.apertures["scratch_base"] >> 32)):
       ctypes.c_uint32.from_address(ptrs.cpu + off).value = v
@@ -236,7 +237,8 @@ class AMDDevice(HCQDevice):
     self.queue_ids.append(q.queue_id)
     if getattr(self, "doorbells", None) is None: self.doorbells = self._map_doorbells(q.doorbell_offset)
     elif (q.doorbell_offset & ~(DOORBELL_SLICE - 1)) != self.doorbell_mmap_offset:
-      raise RuntimeError(f"{self.device}: the new compute queue's doorbell offset {q.doorbell_offset:#x} is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
+      raise RuntimeError(f"{self.device}: the new compute queue's doorbell offset {q.doorbell_offset:#x} "
+                         f"is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
     self.aql = AQLRing(self, ring, ptrs, AMD_QUEUE_WRITE_DISPATCH_ID, AMD_QUEUE_READ_DISPATCH_ID,
                        self.doorbells + (q.doorbell_offset & (DOORBELL_SLICE - 1)), ib)
     # the SDMA copy queue
@@ -246,7 +248,8 @@ class AMDDevice(HCQDevice):
       "AMDKFD_IOC_CREATE_QUEUE")
     self.queue_ids.append(s.queue_id)
     if (s.doorbell_offset & ~(DOORBELL_SLICE - 1)) != self.doorbell_mmap_offset:
-      raise RuntimeError(f"{self.device}: the SDMA queue's doorbell offset {s.doorbell_offset:#x} is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
+      raise RuntimeError(f"{self.device}: the SDMA queue's doorbell offset {s.doorbell_offset:#x} "
+                         f"is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
     self.sdma = SDMARing(self, sring, sptrs, 0, 8, self.doorbells + (s.doorbell_offset & (DOORBELL_SLICE - 1)))
 
   def _map_doorbells(self, doorbell_offset: int) -> int:
@@ -281,7 +284,8 @@ class AMDDevice(HCQDevice):
       flags = F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE & 0xFFFFFFFF
       if domain == "userptr":
         cpu = self.port.mmap(va, size, PROT_RW, MAP_PRIVATE | MAP_ANON | MAP_FIXED, -1, 0)
-        flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED
+        flags |= (F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_EXECUTABLE |
+                  F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED)
         off = va
       elif domain == "gtt": flags |= F.KFD_IOC_ALLOC_MEM_FLAGS_GTT | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT | F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED; off = 0
       elif domain == "vram":

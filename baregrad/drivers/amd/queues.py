@@ -254,7 +254,8 @@ class AQLRing:
 
   def state(self) -> str:
     rd, wr = self.rptr_p.value, self.wptr_p.value
-    s = f"  compute queue (AQL, {self.nslots} slots): read_dispatch_id {rd} write_dispatch_id {wr}" + (" (idle)" if rd == wr else f" ({wr - rd} packets pending)")
+    s = (f"  compute queue (AQL, {self.nslots} slots): read_dispatch_id {rd} write_dispatch_id {wr}" +
+         (" (idle)" if rd == wr else f" ({wr - rd} packets pending)"))
     for idx in range(max(rd - 1, wr - 8, 0), wr):
       w = list((ctypes.c_uint32 * 16).from_address(self.ring.cpu + 64 * (idx % self.nslots)))
       mark = " <== the CP is here" if idx == rd else ""

@@ -4,7 +4,8 @@ RM reports a channel error twice: the Xid number in the channel's error notifier
 the driver polls, and a line in the kernel log with what the GPU said (docs/hw/h100-580.159.04-findings.md#xid-lines):
 
   NVRM: Xid (PCI:0000:00:06): 69, name=python3, Class Error: channel 0x0000000a, Class 0000cbc0, Offset 000002a4, Data fe000000, ErrorCode 00000004
-  NVRM: Xid (PCI:0000:00:06): 31, name=python3, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_GCC faulted @ 0x20_00326000. Fault is of type FAULT_PTE ACCESS_TYPE_VIRT_READ
+  NVRM: Xid (PCI:0000:00:06): 31, name=python3, channel 0x0000000a, intr 00000000. MMU Fault: ENGINE GRAPHICS GPC1 GPCCLIENT_GCC
+        faulted @ 0x20_00326000. Fault is of type FAULT_PTE ACCESS_TYPE_VIRT_READ     (one line in the log, wrapped here)
   NVRM: Xid (PCI:0000:00:06): 109, name=python3, channel 0x0000000b, errorString CTX SWITCH TIMEOUT, Info 0xdc008
 
 KernelLog reads /dev/kmsg through the driver's port (the mock GPU serves its own), from the position it had when the

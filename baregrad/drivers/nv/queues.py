@@ -124,7 +124,8 @@ class NVChannel:
 
   def state(self) -> str:
     get, put = self.gp_get_p.value, self.gp_put_p.value
-    s = f"  {self.name} channel (token {self.token}): GP_GET {get} GP_PUT {put}" + (" (idle)" if get == put else f" ({(put - get) % self.entries} entries pending)")
+    s = (f"  {self.name} channel (token {self.token}): GP_GET {get} GP_PUT {put}" +
+         (" (idle)" if get == put else f" ({(put - get) % self.entries} entries pending)"))
     classes = {hw.SUBC_COMPUTE: self.dev.compute_class, hw.SUBC_COPY: self.dev.dma_class}
     shown = [e for e in self.inflight if not self._done(e[0])][:2] or list(self.inflight)[-1:]
     userd = ctypes.addressof(self.gp_get_p) - hw.USERD_GP_GET

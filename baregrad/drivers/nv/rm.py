@@ -103,7 +103,8 @@ def register_ioctls(nv: Any) -> None:
                       (nv.NV_ESC_REGISTER_FD, nv.nv_ioctl_register_fd_t, "NV_ESC_REGISTER_FD"),
                       (nv.NV_ESC_CHECK_VERSION_STR, nv.nv_ioctl_rm_api_version_t, "NV_ESC_CHECK_VERSION_STR")):
     register_ioctl(ioctl_request(nr, t), name, t)
-  for req, t, name in ((nv.UVM_INITIALIZE, nv.UVM_INITIALIZE_PARAMS, "UVM_INITIALIZE"), (nv.UVM_MM_INITIALIZE, nv.UVM_MM_INITIALIZE_PARAMS, "UVM_MM_INITIALIZE"),
+  for req, t, name in ((nv.UVM_INITIALIZE, nv.UVM_INITIALIZE_PARAMS, "UVM_INITIALIZE"),
+                       (nv.UVM_MM_INITIALIZE, nv.UVM_MM_INITIALIZE_PARAMS, "UVM_MM_INITIALIZE"),
                        (nv.UVM_REGISTER_GPU, nv.UVM_REGISTER_GPU_PARAMS, "UVM_REGISTER_GPU"),
                        (nv.UVM_REGISTER_GPU_VASPACE, nv.UVM_REGISTER_GPU_VASPACE_PARAMS, "UVM_REGISTER_GPU_VASPACE"),
                        (nv.UVM_CREATE_EXTERNAL_RANGE, nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS, "UVM_CREATE_EXTERNAL_RANGE"),

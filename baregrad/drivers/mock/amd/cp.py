@@ -153,7 +153,8 @@ class CommandProcessor:
     f = self.gpu_read(g, disp.queue_va, 0xC8)
     u32 = lambda o: int.from_bytes(f[o:o + 4], "little")   # noqa: E731
     u64 = lambda o: int.from_bytes(f[o:o + 8], "little")   # noqa: E731
-    tmpring, base, size, lane64, inactive = u32(0x8C), u64(0xA0), u64(0xA8), u32(0xB0), u64(0xC0)
+    # amd_queue_t's scratch_backing_memory_size (0xA8) is not read: the limits come from TMPRING and the per-lane size
+    tmpring, base, lane64, inactive = u32(0x8C), u64(0xA0), u32(0xB0), u64(0xC0)
     lanes, fam = g.target.wave_size, g.family
     unit, wbits = (256, 15) if fam == "gfx11" else (1024, 13)
     waves, wavesize = tmpring & 0xFFF, (tmpring >> 12) & ((1 << wbits) - 1)
@@ -166,7 +167,8 @@ class CommandProcessor:
       return None
     short = [why for bad, why in ((not base, "scratch_backing_memory_location is 0"), (not waves, "COMPUTE_TMPRING_SIZE.WAVES is 0"),
                                   (need > have, f"{need} bytes per work-item needed, scratch_wave64_lane_byte_size {lane64} gives {have}"),
-                                  (need * lanes > wavesize * unit, f"a wave needs {need * lanes} bytes, COMPUTE_TMPRING_SIZE.WAVESIZE {wavesize} gives {wavesize * unit}"))
+                                  (need * lanes > wavesize * unit,
+                                   f"a wave needs {need * lanes} bytes, COMPUTE_TMPRING_SIZE.WAVESIZE {wavesize} gives {wavesize * unit}"))
              if bad]
     if short:
       code = 0x401 if lanes == 32 else 0x1

@@ -30,7 +30,8 @@ class KFD:
     if a.num_of_nodes == 0:
       a.num_of_nodes = len(self.pdd)
       return 0
-    if a.num_of_nodes > len(self.gpus): raise KFDErr(errno.EINVAL, "kfd_ioctl_get_process_apertures_new", f"num_of_nodes {a.num_of_nodes} > {len(self.gpus)} GPUs")
+    if a.num_of_nodes > len(self.gpus):
+      raise KFDErr(errno.EINVAL, "kfd_ioctl_get_process_apertures_new", f"num_of_nodes {a.num_of_nodes} > {len(self.gpus)} GPUs")
     n = min(len(self.gpus), a.num_of_nodes)
     arr = (kfd.struct_kfd_process_device_apertures * n).from_address(a.kfd_process_device_apertures_ptr)
     for i, g in enumerate(self.gpus[:n]):  # kfd_flat_memory.c: kfd_init_apertures_v9
@@ -48,7 +49,8 @@ class KFD:
     if pdd["drm"] is not None:  # the same file again is fine, another is -EBUSY
       if pdd["drm"] == a.drm_fd: return 0
       raise KFDErr(errno.EBUSY, w, f"GPU {a.gpu_id:#x} already uses the VM of drm fd {pdd['drm']}")
-    if f["kind"] != "render": raise KFDErr(errno.EINVAL, "kfd_process_device_init_vm", f"fd {a.drm_fd} ({f['path']}) is not an amdgpu DRM file (amdgpu_file_to_fpriv)")
+    if f["kind"] != "render":
+      raise KFDErr(errno.EINVAL, "kfd_process_device_init_vm", f"fd {a.drm_fd} ({f['path']}) is not an amdgpu DRM file (amdgpu_file_to_fpriv)")
     if any(p["drm"] == a.drm_fd for p in self.pdd.values()):  # amdgpu_amdkfd_gpuvm_acquire_process_vm: already a compute VM
       raise KFDErr(errno.EINVAL, "amdgpu_amdkfd_gpuvm_acquire_process_vm", f"the VM of drm fd {a.drm_fd} is already a compute VM")
     pdd["drm"] = a.drm_fd
@@ -76,7 +78,8 @@ class KFD:
       typ = offset & (3 << KFD_MMAP_TYPE_SHIFT)
       if typ == KFD_MMAP_TYPE_DOORBELL:
         if g is None: raise OSError(errno.ENODEV, f"mmap of doorbells: no GPU with gpu_id {gpu_id:#x} (kfd_mmap)")
-        if length != DOORBELL_SLICE: raise OSError(errno.EINVAL, f"mmap of {length:#x} bytes of doorbells: the process slice is {DOORBELL_SLICE:#x} (kfd_doorbell_mmap)")
+        if length != DOORBELL_SLICE:
+          raise OSError(errno.EINVAL, f"mmap of {length:#x} bytes of doorbells: the process slice is {DOORBELL_SLICE:#x} (kfd_doorbell_mmap)")
         b, what = self._doorbells(self.pdd[gpu_id]), ("doorbell", g)
       elif typ == KFD_MMAP_TYPE_EVENTS:
         if self.signal_page is None or self.signal_page[2]: raise OSError(errno.EINVAL, "mmap of the event page: none allocated by the kernel (kfd_event_mmap)")
@@ -98,7 +101,8 @@ class KFD:
     if bo is None or rup(length, PAGE) > rup(bo.size, PAGE) or bo.gpu is not f["gpu"]:
       raise OSError(errno.EINVAL, f"mmap of {f['path']} at offset {offset:#x}+{length:#x}: no BO there (drm_gem_mmap)")
     # drm_vma_node_is_allowed: only the DRM file the KFD VM was acquired from may map the BO -> -EACCES
-    if self.pdd[bo.gpu.gpu_id]["drm"] != fd: raise OSError(errno.EACCES, f"mmap of a KFD BO through fd {fd}, not the DRM file the VM was acquired from (drm_gem_mmap)")
+    if self.pdd[bo.gpu.gpu_id]["drm"] != fd:
+      raise OSError(errno.EACCES, f"mmap of a KFD BO through fd {fd}, not the DRM file the VM was acquired from (drm_gem_mmap)")
     if bo.domain == "userptr": raise OSError(errno.EPERM, "mmap of a userptr BO (amdgpu_gem_object_mmap)")
     assert bo.backing is not None
     r = host_mmap(addr, length, prot, (flags & ~0x0F) | MAP_SHARED, bo.backing.fd, 0)

@@ -18,7 +18,8 @@ class KFDEvents:
       self._bind(pdd, w)
       if bo.domain == "userptr": raise KFDErr(errno.EINVAL, "amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel", "a userptr BO cannot be the event page")
       if bo.domain != "gtt": raise KFDErr(errno.EINVAL, "amdgpu_amdkfd_gpuvm_map_gtt_bo_to_kernel", f"the event page must be a GTT BO, not {bo.domain}")
-      if bo.size < KFD_SIGNAL_EVENT_LIMIT * 8: raise KFDErr(errno.EINVAL, "kfd_event_page_set", f"event page of {bo.size:#x} bytes; at least {KFD_SIGNAL_EVENT_LIMIT * 8:#x}")
+      if bo.size < KFD_SIGNAL_EVENT_LIMIT * 8:
+        raise KFDErr(errno.EINVAL, "kfd_event_page_set", f"event page of {bo.size:#x} bytes; at least {KFD_SIGNAL_EVENT_LIMIT * 8:#x}")
       assert bo.backing is not None
       ctypes.memset(bo.backing.view, 0xFF, KFD_SIGNAL_EVENT_LIMIT * 8)
       self.signal_page = (bo.backing.view, bo.size, a.event_page_offset)

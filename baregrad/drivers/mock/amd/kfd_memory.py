@@ -34,7 +34,8 @@ class KFDMemory:
     self._bind(pdd, w)
     offset = a.mmap_offset
     if flags & F.KFD_IOC_ALLOC_MEM_FLAGS_DOORBELL:
-      if a.size != DOORBELL_SLICE: raise KFDErr(errno.EINVAL, w, f"a doorbell BO is the process doorbell slice, {DOORBELL_SLICE:#x} bytes, not {a.size:#x} (kfd_doorbell_process_slice)")
+      if a.size != DOORBELL_SLICE:
+        raise KFDErr(errno.EINVAL, w, f"a doorbell BO is the process doorbell slice, {DOORBELL_SLICE:#x} bytes, not {a.size:#x} (kfd_doorbell_process_slice)")
       self._doorbells(pdd)
     elif flags & F.KFD_IOC_ALLOC_MEM_FLAGS_MMIO_REMAP:
       if a.size != PAGE: raise KFDErr(errno.EINVAL, w, f"an MMIO remap BO is one page, not {a.size:#x}")
@@ -58,7 +59,8 @@ class KFDMemory:
       raise KFDErr(errno.ENOMEM, "amdgpu_amdkfd_reserve_mem_limit", f"system memory: {size:#x} bytes requested, {self.sysmem_limit - self.sysmem_used:#x} free")
     if domain == "userptr":
       # amdgpu_ttm.c: amdgpu_ttm_tt_get_user_pages: the pages must belong to mappings of this process -> -EFAULT
-      if not _user_range_mapped(offset, size): raise KFDErr(errno.EFAULT, "amdgpu_ttm_tt_get_user_pages", f"user range {offset:#x}+{size:#x} is not mapped memory")
+      if not _user_range_mapped(offset, size):
+        raise KFDErr(errno.EFAULT, "amdgpu_ttm_tt_get_user_pages", f"user range {offset:#x}+{size:#x} is not mapped memory")
       backing = Backing(size, "userptr", offset)
     elif domain == "doorbell": backing = pdd["doorbells"]
     elif domain == "mmio": backing = g.mmio

@@ -25,17 +25,22 @@ class KFDQueues:
     w = "kfd_ioctl_create_queue -> set_queue_properties_from_user"
     if (a.queue_percentage & 0xFF) > kfd.KFD_MAX_QUEUE_PERCENTAGE: raise KFDErr(errno.EINVAL, w, f"queue_percentage {a.queue_percentage & 0xFF} > 100")
     if a.queue_priority > kfd.KFD_MAX_QUEUE_PRIORITY: raise KFDErr(errno.EINVAL, w, f"queue_priority {a.queue_priority} > {kfd.KFD_MAX_QUEUE_PRIORITY}")
-    if a.ring_base_address and not _access_ok(a.ring_base_address, 8): raise KFDErr(errno.EFAULT, w, f"ring {a.ring_base_address:#x} is not a user address (access_ok)")
+    if a.ring_base_address and not _access_ok(a.ring_base_address, 8):
+      raise KFDErr(errno.EFAULT, w, f"ring {a.ring_base_address:#x} is not a user address (access_ok)")
     if a.ring_size and a.ring_size & (a.ring_size - 1): raise KFDErr(errno.EINVAL, w, f"ring_size {a.ring_size:#x} is not a power of 2")
     ring_size = max(a.ring_size, kfd.KFD_MIN_QUEUE_RING_SIZE)   # clamped, not refused
     a.ring_size = ring_size
     if not _access_ok(a.read_pointer_address, 4): raise KFDErr(errno.EFAULT, w, f"read pointer {a.read_pointer_address:#x} is not a user address (access_ok)")
-    if not _access_ok(a.write_pointer_address, 4): raise KFDErr(errno.EFAULT, w, f"write pointer {a.write_pointer_address:#x} is not a user address (access_ok)")
-    if a.eop_buffer_address and not _access_ok(a.eop_buffer_address, 4): raise KFDErr(errno.EFAULT, w, f"EOP buffer {a.eop_buffer_address:#x} is not a user address")
-    if a.ctx_save_restore_address and not _access_ok(a.ctx_save_restore_address, 4): raise KFDErr(errno.EFAULT, w, f"ctx save area {a.ctx_save_restore_address:#x} is not a user address")
+    if not _access_ok(a.write_pointer_address, 4):
+      raise KFDErr(errno.EFAULT, w, f"write pointer {a.write_pointer_address:#x} is not a user address (access_ok)")
+    if a.eop_buffer_address and not _access_ok(a.eop_buffer_address, 4):
+      raise KFDErr(errno.EFAULT, w, f"EOP buffer {a.eop_buffer_address:#x} is not a user address")
+    if a.ctx_save_restore_address and not _access_ok(a.ctx_save_restore_address, 4):
+      raise KFDErr(errno.EFAULT, w, f"ctx save area {a.ctx_save_restore_address:#x} is not a user address")
     kinds = {kfd.KFD_IOC_QUEUE_TYPE_COMPUTE: "pm4", kfd.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL: "aql", kfd.KFD_IOC_QUEUE_TYPE_SDMA: "sdma"}
     if a.queue_type not in kinds:
-      if a.queue_type in (kfd.KFD_IOC_QUEUE_TYPE_SDMA_XGMI, 4): raise KFDErr(errno.EINVAL, w, f"queue_type {a.queue_type}: XGMI/by-engine SDMA queues are not modelled")
+      if a.queue_type in (kfd.KFD_IOC_QUEUE_TYPE_SDMA_XGMI, 4):
+        raise KFDErr(errno.EINVAL, w, f"queue_type {a.queue_type}: XGMI/by-engine SDMA queues are not modelled")
       raise KFDErr(524, w, f"queue_type {a.queue_type} is not a queue type (-ENOTSUPP)")
     kind = kinds[a.queue_type]
     g, pdd = self._pdd(a.gpu_id, "kfd_ioctl_create_queue")
@@ -93,7 +98,8 @@ class KFDQueues:
       if bo is None or (addr >> 12) != (bo.va >> 12) or (pages and (addr >> 12) + pages - 1 != (bo.va + bo.size - 1) >> 12):
         for b in refs: b.queue_refs -= 1
         have = f"the mapping there is {bo.va:#x}+{bo.size:#x}" if bo else "nothing is mapped there"
-        raise KFDErr(errno.EINVAL, f"{w} -> kfd_queue_buffer_get", f"{what} at {addr:#x} must be the start of a GPU mapping of exactly {expected:#x} bytes; {have}")
+        raise KFDErr(errno.EINVAL, f"{w} -> kfd_queue_buffer_get",
+                     f"{what} at {addr:#x} must be the start of a GPU mapping of exactly {expected:#x} bytes; {have}")
       bo.queue_refs += 1
       refs.append(bo)
     get(a.write_pointer_address, PAGE, "write pointer")

@@ -32,7 +32,8 @@ class SDMAEngine:
         if not f["mem_poll"]: raise QueueStop("SDMA POLL_REGMEM on a register is not modelled")
         addr = (f["addr_31_0"] & ~3) | (f["addr_63_32"] << 32)
         cur = self.u32(g, addr) & f["mask"]
-        ok = {0: True, 1: cur < f["value"], 2: cur <= f["value"], 3: cur == f["value"], 4: cur != f["value"], 5: cur >= f["value"], 6: cur > f["value"]}.get(f["func"])
+        ok = {0: True, 1: cur < f["value"], 2: cur <= f["value"], 3: cur == f["value"],
+              4: cur != f["value"], 5: cur >= f["value"], 6: cur > f["value"]}.get(f["func"])
         if ok is None: raise QueueStop(f"SDMA POLL_REGMEM function {f['func']} is reserved")
         if not ok:
           q.blocked = f"POLL_REGMEM mem[{addr:#x}] & {f['mask']:#x} {hw.WAIT_FUNCS[f['func']]} value={f['value']} (now {cur})"

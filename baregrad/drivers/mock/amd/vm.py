@@ -106,7 +106,8 @@ class GPUVM:
     kfd_set_dbg_ev_from_interrupt -> kfd_dqm_evict_pasid + kfd_signal_vm_fault_event)."""
     page = e.va >> 12 << 12
     self.log.append(f"amdgpu 0000:{3 + g.index:02x}:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:{0x18 if e.client == 'SDMA' else 0} vmid:8 pasid:32770)")
-    self.log.append(f"amdgpu 0000:{3 + g.index:02x}:00.0: amdgpu:   in page starting at address {page:#018x} from client {e.client} ({'write' if e.write else 'read'}: {e})")
+    self.log.append(f"amdgpu 0000:{3 + g.index:02x}:00.0: amdgpu:   in page starting at address {page:#018x} "
+                    f"from client {e.client} ({'write' if e.write else 'read'}: {e})")
     for q in self.queues.values():
       if q.gpu is g: q.evicted = True
     # evict_process_queues_cpsch: qpd->evicted++; no restore follows a VM fault (module docstring)

@@ -62,7 +62,8 @@ class ComputeEngine:
     reach = q["program"] + code_len + hw.INSTRUCTION_PREFETCH
     if span is not None and reach > span[0] + span[1]:
       raise gcc(MMUFault(span[0] + span[1], "", "ACCESS_TYPE_VIRT_READ"),
-                f"instruction prefetch of the program at {q['program']:#x} ({code_len:#x} bytes of code) reaches {reach:#x}, past the end of its allocation {span[0]:#x}+{span[1]:#x}")
+                f"instruction prefetch of the program at {q['program']:#x} ({code_len:#x} bytes of code) reaches {reach:#x}, "
+                f"past the end of its allocation {span[0]:#x}+{span[1]:#x}")
     start = q["program"] - hw.image_prefix_bytes(tlen, nlen)
     text = self.read_gpu(start, tlen).decode()
     name = self.read_gpu(start + tlen + 1, nlen).decode()
@@ -113,8 +114,10 @@ class ComputeEngine:
     ok = {k // 4 + 1: k for k in hw.sm_carveouts(self.arch_info.max_shared)}
     why = None
     if q["shared"] % 128: why = f"SHARED_MEMORY_SIZE {q['shared']:#x} is not a multiple of 128 bytes"
-    elif mn not in ok or tg not in ok: why = f"MIN/TARGET_SM_CONFIG_SHARED_MEM_SIZE {mn}/{tg} are not carveouts of this SM (KiB / 4 + 1 of {sorted(ok.values())})"
-    elif ok[tg] << 10 < q["shared"]: why = f"SHARED_MEMORY_SIZE {q['shared']} does not fit the {ok[tg]} KiB carveout TARGET_SM_CONFIG_SHARED_MEM_SIZE {tg} names"
+    elif mn not in ok or tg not in ok:
+      why = f"MIN/TARGET_SM_CONFIG_SHARED_MEM_SIZE {mn}/{tg} are not carveouts of this SM (KiB / 4 + 1 of {sorted(ok.values())})"
+    elif ok[tg] << 10 < q["shared"]:
+      why = f"SHARED_MEMORY_SIZE {q['shared']} does not fit the {ok[tg]} KiB carveout TARGET_SM_CONFIG_SHARED_MEM_SIZE {tg} names"
     elif not mn <= tg <= mx: why = f"SM_CONFIG_SHARED_MEM_SIZE MIN {mn} TARGET {tg} MAX {mx} out of order"
     if why is not None:   # the three lines the H100 prints for it; ESR 0x40702c holds the QMD's address >> 8
       raise GPUError(13, "Graphics Exception: SKEDCHECK14_SHARED_MEMORY_SIZE failed\n"

@@ -145,7 +145,8 @@ class HostChannels:
       return True
     cls = ch.subc_class.get(m.subc)
     if cls is None:
-      raise GPUError(32, f"channel 0x{ch.token:08x}, errorString PBDMA ERROR, Info 0x0", f"method {m.method:#x} on subchannel {m.subc}, which has no object bound (SET_OBJECT)")
+      raise GPUError(32, f"channel 0x{ch.token:08x}, errorString PBDMA ERROR, Info 0x0",
+                     f"method {m.method:#x} on subchannel {m.subc}, which has no object bound (SET_OBJECT)")
     ch.regs[(m.subc, m.method)] = m.value
     g = lambda meth: ch.regs.get((m.subc, meth), 0)
     if cls in hw.DMA_CLASSES and m.method == hw.LAUNCH_DMA:
@@ -160,7 +161,8 @@ class HostChannels:
     elif cls in hw.COMPUTE_CLASSES:
       if m.method in (hw.SEND_SIGNALING_PCAS2_B, hw.SEND_PCAS_A + 4): self._launch(ch, m.subc, g(hw.SEND_PCAS_A) << 8)
       elif m.method == nv.NVC6C0_WAIT_FOR_IDLE: self._drain(ch)
-      elif m.method == nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_B: self._check_shared_window(ch, cls, (g(nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A) << 32) | m.value, m)
+      elif m.method == nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_B:
+        self._check_shared_window(ch, cls, (g(nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A) << 32) | m.value, m)
     return True
 
   def _semaphore(self, ch: Channel, ex: int) -> bool:

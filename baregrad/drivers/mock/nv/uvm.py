@@ -125,7 +125,8 @@ class UVM:
     objs = self.clients.get(p.hClient)
     if objs is None: raise RMStatus(nv.NV_ERR_INVALID_CLIENT, f"no client {p.hClient:#x}")
     o = objs.get(p.hChannel)
-    if o is None or not isinstance(o.data, Channel): raise RMStatus(nv.NV_ERR_INVALID_OBJECT_HANDLE, f"{p.hChannel:#x} is not a channel of client {p.hClient:#x}")
+    if o is None or not isinstance(o.data, Channel):
+      raise RMStatus(nv.NV_ERR_INVALID_OBJECT_HANDLE, f"{p.hChannel:#x} is not a channel of client {p.hClient:#x}")
     ch: Channel = o.data
     # ...in the VA space UVM was given (pKernelChannel->pVAS != pVAS -> NV_ERR_INVALID_CHANNEL)
     if ch.vaspace is not self.registered_vaspaces[u]: raise RMStatus(nv.NV_ERR_INVALID_CHANNEL, f"channel {p.hChannel:#x} is not in the registered VA space")
@@ -148,7 +149,8 @@ class UVM:
         hit = [(b, l) for b, l in self._uvm_spans() if va < b + l and b < va + self.CHANNEL_RESOURCE_BYTES]
         if not hit: break
         va = rup(max(b + l for b, l in hit), self.CHANNEL_RESOURCE_ALIGN)
-      else: raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"no free {self.CHANNEL_RESOURCE_BYTES:#x}-byte range in {p.base:#x}+{p.length:#x} for the channel's buffers")
+      else:
+        raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"no free {self.CHANNEL_RESOURCE_BYTES:#x}-byte range in {p.base:#x}+{p.length:#x} for the channel's buffers")
     self.uvm_channels[(p.hClient, p.hChannel)] = {"va": va, "group": (p.hClient, ch.group), "channel": ch}
     ch.bound = True   # bind_channel_resources -> RM marks the channel's context bound
 
