@@ -1,6 +1,6 @@
 """Every environment knob baregrad reads, declared once: name, type, default, one-line meaning.
 
-All reads go through here (tests/test_knobs.py checks the tree for stray `os.environ` reads):
+All reads go through here (tests/unit/test_knobs.py checks the tree for stray `os.environ` reads):
 - `get(name)`: the typed value, cached from its first read until `reset()` or a `Context` block: for knobs read on
   hot paths (the eager path reads BOUNDS, JIT, DEBUG per op).
 - `read(name)`: the typed value parsed from the environment now: for knobs read once when a device, compiler or
@@ -171,7 +171,7 @@ _DECLARED = [
   Knob("ONNX_NODE_TESTS", "choice", "all",
        "tests: core skips the _expanded onnx node tests (about a third of their time)", _T,
        choices=("all", "core")),
-  Knob("HCQ_TEST_DEVICES", "list", ("CPU",), "tests: the devices tests/test_hcq.py runs on", _T),
+  Knob("HCQ_TEST_DEVICES", "list", ("CPU",), "tests: the devices tests/device/test_hcq.py runs on", _T),
   Knob("BAREGRAD_FUZZ", "int", 0, "tests: examples per fuzz test, drawn anew each run (0: the fixed quick set)", _T, lo=0),
   Knob("RDNA3_XCHECK_ALL", "bool", False, "tests: cross-check every RDNA3 encoding instead of every sixth", _T),
   Knob("DOCTOR_TRACEBACK", "bool", False, "tools/amd_doctor.py prints the traceback of a failing step", _T),
@@ -333,9 +333,9 @@ def listing() -> str:
   return "\n".join(lines)
 
 def markdown() -> str:
-  """docs/knobs.md: the declared knobs as tables, one per group (tests/test_knobs.py checks the file is current)."""
+  """docs/knobs.md: the declared knobs as tables, one per group (tests/unit/test_knobs.py checks the file is current)."""
   out = ["# Environment knobs", "",
-         "Generated from `baregrad/knobs.py` by `python3 -m baregrad --knobs --markdown` (tests/test_knobs.py checks",
+         "Generated from `baregrad/knobs.py` by `python3 -m baregrad --knobs --markdown` (tests/unit/test_knobs.py checks",
          "it is current); `python3 -m baregrad --knobs` lists the same with the values set in your environment.", "",
          "An unset or empty variable means the default. `bool` takes an integer (0 off, anything else on); `int` and",
          "`float` a number within the range shown; `choice` one of its words; `list` comma-separated words; `str` and",

@@ -17,7 +17,7 @@ inputs, as a training step would). Kernel times are the device's (timestamps wri
 latency rows are host wall time. PyTorch rows time CUDA events around the same work on the same data.
 
 Usage: python bench/gpu.py [--dev NV] [--quick] [--reps 5] [--tf32] [--profile]
---quick: small sizes (runs on the mock GPU too: MOCKGPU=1 python bench/gpu.py --quick; tests/test_bench_gpu.py).
+--quick: small sizes (runs on the mock GPU too: MOCKGPU=1 python bench/gpu.py --quick; tests/drivers/nv/test_bench_gpu.py).
 
 First figures on hardware (an H100 80GB HBM3, driver 580.159.04, 2026-11-28; docs/hw/h100-580.159.04-2026-11-28.md):
 the full run at 96d1aa4 is in that file. The launch host path (c47131c: QMD made once per geometry, pushbuffer

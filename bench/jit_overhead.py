@@ -236,7 +236,7 @@ different machine from the rounds above; this script on both sides, alternated):
 
 - a draw's graph (the counter, Threefry's inputs, the finishing ops) and the state's step are built from recipes
   (tensor/recipe.py) keyed by the kind of draw and its size, after the first draw of a kind: the same nodes, ~30 tensor
-  ops fewer per draw; the streams per seed are unchanged (tests/test_recipe.py);
+  ops fewer per draw; the streams per seed are unchanged (tests/unit/test_recipe.py);
 - a Python scalar operand (x + 1) takes its broadcast constant's nodes from a cache per (dtype, shape, value): the graph
   of x + 1 builds in ~6 us instead of ~11 (float zeros and NaN are built each time: -0.0 would find 0.0's node).
 

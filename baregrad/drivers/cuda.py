@@ -2,7 +2,7 @@
 (ctypes_autogen/cuda.py), for machines where our own NV driver cannot use the RM ioctls (a container without
 /dev/nvidiactl access, an unsupported driver branch). The code is the NV device's: the PTX renderer and ptxas
 (drivers/nv_compile.py) make a cubin for the GPU's architecture, and cuModuleLoadData loads it, so NV and CUDA run the
-very same machine code (tests/test_cuda.py cross-checks them where both are at hand).
+very same machine code (tests/drivers/nv/test_cuda.py cross-checks them where both are at hand).
 
 One context (the device's primary context) and one stream; every host wait polls an event or the stream with a
 timeout (CUDA_TIMEOUT_MS, default 30000): cuStreamSynchronize and cuEventSynchronize cannot time out. Kernel

@@ -1,6 +1,6 @@
 """Values from outside (Python numbers, nested lists, NumPy arrays) checked and converted to a dtype for Tensor(...).
 
-The rules follow PyTorch 2.x's torch.tensor (checked against torch 2.13, see tests/test_external_inputs.py):
+The rules follow PyTorch 2.x's torch.tensor (checked against torch 2.13, see tests/frontend/test_external_inputs.py):
 - a dtype is inferred from Python values as torch does (any float -> the default float, else any int -> int64, else
   bool), not as NumPy does (NumPy turns [-2**63, 2**63] into float64 and [2**63] into uint64);
 - a Python int must fit int64 (uint64 where that is the dtype asked for): OverflowError naming it;

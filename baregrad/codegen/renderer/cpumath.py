@@ -17,10 +17,10 @@ functions as straight-line vector code that LLVM inlines into the kernel:
 
 float64 EXP2 and LOG2 (float32 pow computes exp2(y log2|x|) in float64) are the same code with double constants: 2^f
 by its Taylor polynomial to f^13 (the next term is below 5e-18 of the value), the atanh series of log2 to s^21, 1/ln 2
-split into two doubles. Against exact values (tests/test_cpumath.py, mpmath): exp2 within 1 ulp, log2 within 1.5.
+split into two doubles. Against exact values (tests/unit/test_cpumath.py, mpmath): exp2 within 1 ulp, log2 within 1.5.
 
 Each keeps NaN, infinities, signed zeros and subnormals as libm does, and a lane's result does not depend on the
-vector width (a loop's scalar tail agrees with its vector body). Against float64 (tests/test_cpumath.py): exp2 within
+vector width (a loop's scalar tail agrees with its vector body). Against float64 (tests/unit/test_cpumath.py): exp2 within
 1 ulp, log2 within 1.5, sin within 2 (measured 0.91, 1.08 and 1.45; numpy's float32 sin, libm's sinf, 1.37)."""
 from __future__ import annotations
 import functools, math, struct

@@ -1,5 +1,5 @@
 """LLVM IR kernels (amdgcn) that need a launch's scratch set up right: the AMD counterparts of nv/testkernels.py's local
-memory kernels. Used by tests/test_amd_scratch.py (on the mock, or a GPU with DEV=AMD); LLVM compiles them for gfx1100
+memory kernels. Used by tests/drivers/amd/test_amd_scratch.py (on the mock, or a GPU with DEV=AMD); LLVM compiles them for gfx1100
 and gfx942, the mock runs the gfx1100 code.
 
   local_array(out, k)   a 1 KiB private array per work-item (256 x i32), filled with i * gid, read back at (k + lid) % 256

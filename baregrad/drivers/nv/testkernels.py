@@ -1,7 +1,7 @@
 """PTX kernels that exercise what a launch must set up right: many blocks (%ntid/%nctaid read from constant bank 0),
 shared memory (barriers, generic pointers through the shared window), local memory (a large private array, register
 spills, generic pointers through the local window), and a small step kernel for dependent graphs. Used by
-tools/nv_doctor.py on a GPU and by tests/test_nv_kernels.py (on a GPU with DEV=NV, else on the mock); ptxas assembles
+tools/nv_doctor.py on a GPU and by tests/drivers/nv/test_nv_kernels.py (on a GPU with DEV=NV, else on the mock); ptxas assembles
 them for the GPU, the mock runs the PTX.
 
   idx(out, n)                      out[i] = i over a 2D grid of 2D blocks (i from %ctaid, %ntid, %nctaid, %tid)

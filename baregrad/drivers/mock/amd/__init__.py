@@ -3,7 +3,7 @@ render node's BO mmaps, the sysfs topology), and AMD GPUs behind it: page tables
 reads the AQL rings (and the PM4 indirect buffers they point at) and an SDMA engine, both decoding every packet.
 
 A conformance model, not a friend: each check below cites the kernel function that makes it (amdkfd/ and amdgpu/ of
-Linux 6.12, `linux-source-6.12`) and answers with the errno that function returns; tests/test_amd_mock.py breaks each
+Linux 6.12, `linux-source-6.12`) and answers with the errno that function returns; tests/drivers/amd/test_amd_mock.py breaks each
 rule once. What the hardware does with a mistake is modelled with what the kernel reports for it: a GPU access to an
 unmapped address is a VM fault (the amdgpu "page fault" dmesg lines, the process's queues evicted, KFD memory events
 signalled with the faulting page, kfd_debug.c: kfd_set_dbg_ev_from_interrupt); a WAIT that is never satisfied leaves

@@ -1,6 +1,6 @@
 """Decoder of RDNA3 (gfx1100) machine code: bytes -> Inst (encoding, opcode, operands, size), and Inst.text() in
 LLVM's assembly syntax (what `llc`/llvm-objdump print for gfx1100, checked instruction by instruction against LLVM's
-own output for every kernel of a corpus in tests/test_rdna3_decode.py).
+own output for every kernel of a corpus in tests/drivers/amd/test_rdna3_decode.py).
 
 Encodings (AMD "RDNA3 Instruction Set Architecture", chapter "Microcode Formats"), told apart by the top bits of the
 first dword:

@@ -195,7 +195,7 @@ def div_fmas(a: np.ndarray, b: np.ndarray, c: np.ndarray, vcc: np.ndarray, bits:
   quotient would overflow, the numerator when it would be denormal): the quotient estimate S2 is then about 2**-64
   (resp. 2**64) times the true one, so the result is scaled by 2**64 when |S2| >= 2 (exponent above the bias) and by
   2**-64 otherwise (2**128 / 2**-128 for f64), and the scaled result is rounded once (a denormal quotient must not
-  round twice). tests/test_rdna3_exec.py checks fdiv bit for bit against IEEE division."""
+  round twice). tests/drivers/amd/test_rdna3_exec.py checks fdiv bit for bit against IEEE division."""
   k, bias = (64, 127) if bits == 32 else (128, 1023)
   sc = np.where(vcc, np.where(exponent(c, bits) > bias, k, -k), 0)
   if bits == 32: return u(fma32(f(a, 32), f(b, 32), f(c, 32), sc), 32)

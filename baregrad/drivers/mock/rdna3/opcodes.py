@@ -5,7 +5,7 @@ Architecture Reference Guide", chapter "Microcode Formats"): each table was read
 word per opcode value with llvm-mc -mcpu=gfx1100 (Debian's llvm-19), so the names are LLVM's spelling. VOP1, VOP2
 and VOPC names carry LLVM's `_e32` where the instruction also has a VOP3 (`_e64`) form; VOP3 opcodes 0..255 are the
 VOPC ones, 256..383 the VOP2 ones and 384..511 the VOP1 ones (promoted), the table below holds the VOP3-only ones.
-The tests check every instruction of the kernel corpus against LLVM's own printing of it (tests/test_rdna3_decode.py).
+The tests check every instruction of the kernel corpus against LLVM's own printing of it (tests/drivers/amd/test_rdna3_decode.py).
 """
 
 SOP1 = {

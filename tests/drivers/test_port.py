@@ -1,0 +1,138 @@
+"""The syscall port: real (libc), mock (a fake device), tracing (decoded calls)."""
+from tests.paths import REPO
+import ctypes, errno, mmap, os
+import pytest
+from baregrad.drivers.port import MockPort, TracingPort, IoctlError, register_ioctl, describe, make_port
+
+class Args(ctypes.Structure):
+  _fields_ = [("handle", ctypes.c_uint32), ("size", ctypes.c_uint64), ("status", ctypes.c_uint32)]
+
+REQ_ALLOC, REQ_BAD = 0xC0104601, 0xC0104602
+register_ioctl(REQ_ALLOC, "TOY_ALLOC", Args)
+
+class ToyGPU:
+  """A mock device: answers ioctls by reading and writing the caller's struct through its address."""
+  def __init__(self): self.next, self.bells, self.maps = 1, [], {}
+  def open(self, path, flags):
+    if path != "/dev/toy": return -errno.ENOENT
+    return 3
+  def close(self, fd): pass
+  def ioctl(self, fd, request, argp, argsize):
+    if request == REQ_BAD: return -errno.EINVAL
+    a = Args.from_address(argp)
+    a.handle, a.status, self.next = self.next, 0, self.next + 1
+    return 0
+  def mmap(self, addr, length, prot, flags, fd, offset):
+    buf = mmap.mmap(-1, length)
+    self.maps[id(buf)] = buf
+    return ctypes.addressof(ctypes.c_char.from_buffer(buf))
+  def munmap(self, addr, length): pass
+  def doorbell(self, addr, value): self.bells.append((addr, value))
+
+def test_mock_port_round_trips_structs():
+  p = MockPort(ToyGPU())
+  fd = p.open("/dev/toy", os.O_RDWR)
+  a = Args(size=4096)
+  p.ioctl(fd, REQ_ALLOC, a)
+  p.ioctl(fd, REQ_ALLOC, a)
+  assert a.handle == 2 and a.size == 4096
+  addr = p.mmap(0, 4096, 3, 1, fd, 0)
+  ctypes.c_uint32.from_address(addr).value = 7
+  assert ctypes.c_uint32.from_address(addr).value == 7
+
+def test_failed_ioctl_names_ioctl_errno_and_params():
+  p = MockPort(ToyGPU())
+  register_ioctl(REQ_BAD, "TOY_BAD", Args)
+  with pytest.raises(IoctlError, match=r"(?s)TOY_BAD.*EINVAL.*size=0x1000"): p.ioctl(3, REQ_BAD, Args(size=4096))
+
+def test_tracing_port_decodes_calls():
+  lines = []
+  p = TracingPort(MockPort(ToyGPU()), out=lines.append)
+  fd = p.open("/dev/toy", os.O_RDWR)
+  p.ioctl(fd, REQ_ALLOC, Args(size=64))
+  p.doorbell(0x1000, 5)
+  text = "\n".join(lines)
+  assert "TOY_ALLOC" in text and "size=0x40" in text and "handle=1" in text and "doorbell 0x1000 <- 0x5" in text
+
+def test_describe_nested():
+  class Outer(ctypes.Structure): _fields_ = [("a", Args), ("v", ctypes.c_uint8 * 3)]
+  assert describe(Outer()) == "{a={handle=0, size=0, status=0}, v=[0, 0, 0]}"
+
+def test_real_port_reports_errno_by_name():
+  pytest.importorskip("baregrad.ctypes_autogen.libc")
+  p = make_port()
+  with pytest.raises(OSError, match="ENOENT"): p.open("/dev/does-not-exist-baregrad", os.O_RDWR)
+  fd = p.open("/dev/null", os.O_RDWR)
+  try:
+    with pytest.raises(IoctlError, match=r"TOY_ALLOC.*ENOTTY"): p.ioctl(fd, REQ_ALLOC, Args())
+  finally: p.close(fd)
+
+def test_driver_port_builds_the_drivers_mock(monkeypatch):
+  """MOCKGPU=1: the port builds the mock of the driver that asks (drivers never import their mock); unknown names and
+  a mock refusing its variables raise ValueError naming them; without MOCKGPU it is the kernel's port."""
+  from baregrad.helpers import getenv
+  from baregrad.drivers.port import driver_port, RealPort
+  from baregrad.drivers.mock.nv import MockNVGPU
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  def env(**kw):
+    for k, v in kw.items(): monkeypatch.setenv(k, v)
+    getenv.cache_clear()   # knobs are cached per process
+  try:
+    env(MOCKGPU="1", IOCTL_TRACE="0")
+    assert isinstance(driver_port("NV").mock, MockNVGPU) and isinstance(driver_port("AMD").mock, MockAMDGPU)
+    with pytest.raises(ValueError, match="no mock GPU for the QCOM driver; mocks exist for NV, AMD"):
+      driver_port("QCOM")
+    env(MOCKGPU_ARCH="sm_75")
+    with pytest.raises(ValueError, match="MOCKGPU_ARCH='sm_75'"): driver_port("NV")
+    env(MOCKGPU="0")
+    pytest.importorskip("baregrad.ctypes_autogen.libc")
+    assert isinstance(driver_port("NV"), RealPort)
+  finally:
+    monkeypatch.undo()
+    getenv.cache_clear()
+
+def test_no_driver_module_imports_a_mock():
+  """Each driver's mock is chosen by the port: no module of drivers/nv, drivers/amd or the CPU driver names one."""
+  import re
+  root = REPO / "baregrad" / "drivers"
+  files = [*root.glob("nv/*.py"), *root.glob("amd/*.py"), *root.glob("cpu*.py")]
+  assert len(files) > 10
+  bad = [f"{f.relative_to(root)}: {line.strip()}" for f in files for line in f.read_text().splitlines()
+         if re.match(r"\s*(from|import)\s+baregrad\.drivers\.mock\b", line)]
+  assert not bad, bad
+
+class WindowPort:
+  """Records mmap/munmap: `taken` bases answer EEXIST (something lives there); `hint` bases map elsewhere (a kernel
+  that takes MAP_FIXED_NOREPLACE as a hint)."""
+  def __init__(self, taken=(), hint=()): self.taken, self.hint, self.calls = set(taken), set(hint), []
+  def mmap(self, addr, length, prot, flags, fd, offset):
+    self.calls.append(("mmap", addr, length, flags))
+    if addr in self.taken: raise OSError(errno.EEXIST, "taken")
+    return addr + 0x1000 if addr in self.hint else addr
+  def munmap(self, addr, length): self.calls.append(("munmap", addr, length))
+
+def test_reserve_window_skips_taken_and_hinted_windows():
+  from baregrad.drivers.vmem import reserve_window, release_to_window, MAP_FIXED_NOREPLACE, MAP_FIXED, PROT_NONE
+  p = WindowPort(taken={0x1000_0000}, hint={0x2000_0000})
+  assert reserve_window(p, 0x1000_0000, 0x1000_0000, 0x4000_0000) == 0x3000_0000
+  assert ("munmap", 0x2000_1000, 0x1000_0000) in p.calls   # the hint's mapping is undone
+  assert all(c[3] & MAP_FIXED_NOREPLACE for c in p.calls if c[0] == "mmap")
+  # no window fits below the limit: None, nothing left mapped
+  p = WindowPort(taken={0x1000_0000, 0x2000_0000})
+  assert reserve_window(p, 0x1000_0000, 0x1000_0000, 0x3000_0000) is None and not any(c[0] == "munmap" for c in p.calls)
+  p = WindowPort()
+  release_to_window(p, 0x1000_0000, 0x2000)
+  assert p.calls[0] == ("munmap", 0x1000_0000, 0x2000)
+  assert p.calls[1][1:3] == (0x1000_0000, 0x2000) and p.calls[1][3] & MAP_FIXED
+  assert PROT_NONE == 0
+
+def test_va_allocator_aligns_and_merges():
+  from baregrad.drivers.vmem import VAAllocator, round_up
+  assert round_up(5, 4) == 8 and round_up(8, 4) == 8 and round_up(7, 3) == 9
+  va = VAAllocator(0x1000, 0x10000)
+  a = va.alloc(0x1000, 0x4000)
+  b = va.alloc(0x2000)
+  assert a == 0x4000 and b == 0x1000
+  va.release(a, 0x1000); va.release(b, 0x2000)
+  assert va.free == [(0x1000, 0x10000)]
+  with pytest.raises(MemoryError, match="0x20000 bytes"): va.alloc(0x20000)
