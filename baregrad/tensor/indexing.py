@@ -98,15 +98,14 @@ def getitem(t, idx: Any):
         axis += 1
       elif n_tensors == 1: mask_only = (axis, it); axis += k
       else:
-        from baregrad.tensor.sorting import nonzero
-        for j, c in enumerate(nonzero(it, as_tuple=True)): tensor_idx.append((axis + j, c))
+        for j, c in enumerate(it.nonzero(as_tuple=True)): tensor_idx.append((axis + j, c))
         axis += k
     elif isinstance(it, Tensor):
       if dtypes.is_float(it.dtype): raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {it.dtype}")
       tensor_idx.append((axis, it)); axis += 1
     else: raise IndexError(f"unsupported index type {type(it).__name__}: expected int, slice, None, Ellipsis, bool, a sequence or a Tensor")
   if mask_only is not None:
-    from baregrad.tensor.sorting import mask_rows
+    from baregrad.tensor.ops.sorting import mask_rows
     ax, m = mask_only
     k = m.ndim
     rest = [a for a in range(x.ndim) if not ax <= a < ax + k]

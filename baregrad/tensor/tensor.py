@@ -1,7 +1,7 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
 import contextlib, functools, math, weakref
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, Sequence
 import numpy as np
 from baregrad.helpers import prod, getenv, argsort
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
@@ -13,10 +13,13 @@ from baregrad.tensor import live
 from baregrad.tensor.grad_mode import is_grad_enabled, _state as _grad_state
 from baregrad.tensor.gradfn import with_grad
 from baregrad.tensor.recipe import method_recipe, param_key
+from baregrad.tensor.ops import mathfn as _mathfn
+from baregrad.tensor.ops.mathfn import MathOps
+from baregrad.tensor.ops.scan import ScanOps
+from baregrad.tensor.ops.sorting import SortingOps
+from baregrad.tensor.common import _all_grad_tensors, _axis, broadcast_shape, ValuesIndices, _is_whole_buffer
 
 ShapeLike = int | Sequence[int]
-# id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
-_all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
 
 @functools.cache
@@ -67,20 +70,6 @@ def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
   """A shape to create a tensor of: PyTorch's error for a negative size."""
   if any(s < 0 for s in shape): raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
   return shape
-
-def _axis(axis: int, ndim: int) -> int:
-  if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} is out of range for a tensor of {ndim} dimensions (expected in [{-max(ndim, 1)}, {max(ndim, 1) - 1}])")
-  return axis % max(ndim, 1)
-
-def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
-  nd = max(len(s) for s in shapes)
-  ps = [(1,) * (nd - len(s)) + tuple(s) for s in shapes]
-  out = []
-  for dims in zip(*ps):
-    big = {d for d in dims if d != 1}
-    if len(big) > 1: raise RuntimeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast (axis sizes {sorted(big)})")
-    out.append(big.pop() if big else 1)
-  return tuple(out)
 
 def _tensor_of(u: UOp, device: str) -> Tensor:
   """Tensor(u, device=device) for a node the caller built on that (canonical) device: without the argument checks."""
@@ -138,18 +127,9 @@ def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
   out = _node(Ops.RESHAPE, dt, (red,), full[:-1], full[:-1])
   return x._new(out, requires_grad=True if (x.requires_grad or w.requires_grad) else None)
 
-class ValuesIndices(NamedTuple):
-  """(values, indices) as PyTorch's torch.return_types (max, min, cummax, ...): unpacks like a tuple, or by name."""
-  values: Tensor
-  indices: Tensor
-  def __getattr__(self, name: str) -> Any:
-    # a caller that expected a Tensor (tinygrad's max(axis) gives the values alone) is told what it got
-    raise AttributeError(f"(values, indices) has no attribute {name!r}: max(dim)/min(dim) return both, as PyTorch's do; "
-                         f"use .values, or amax(dim)/amin(dim) for the values alone")
-
 _object_new = object.__new__
 
-class Tensor:
+class Tensor(MathOps, ScanOps, SortingOps):
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
@@ -966,13 +946,11 @@ class Tensor:
     """Base-10 logarithm."""
     return self.log2() * (math.log(2) / math.log(10))
   def log1p(self) -> Tensor:
-    """log(1 + x), accurate near 0 (a series there, see mathfn.py)."""
-    from baregrad.tensor.mathfn import log1p
-    return log1p(self)
+    """log(1 + x), accurate near 0 (a series there, see ops/mathfn.py)."""
+    return _mathfn.log1p(self)
   def expm1(self) -> Tensor:
-    """exp(x) - 1, accurate near 0 (a series there, see mathfn.py)."""
-    from baregrad.tensor.mathfn import expm1
-    return expm1(self)
+    """exp(x) - 1, accurate near 0 (a series there, see ops/mathfn.py)."""
+    return _mathfn.expm1(self)
   def sqrt(self) -> Tensor:
     """Square root (NaN below 0)."""
     return self._float()._alu(Ops.SQRT)
@@ -1008,8 +986,7 @@ class Tensor:
   @method_recipe("tanh")
   def tanh(self) -> Tensor:
     """Hyperbolic tangent, accurate near 0 (through expm1); gradient 1 - tanh^2, finite for any x."""
-    from baregrad.tensor.mathfn import tanh
-    return tanh(self)
+    return _mathfn.tanh(self)
   @method_recipe("relu")
   def relu(self) -> Tensor:
     """max(x, 0); as PyTorch: NaN and -0.0 stay, the gradient at 0 is 0."""
@@ -1318,7 +1295,7 @@ class Tensor:
     n = self.shape[d]
     if n == 0: return self
     if n > 256:  # the masked sum costs n^2 per row: a log-step scan instead (scan.py)
-      from baregrad.tensor.scan import cumsum_scan
+      from baregrad.tensor.ops.scan import cumsum_scan
       x = self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self.float() if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
       return cumsum_scan(x, d).cast(self.dtype if dtypes.is_float(self.dtype) else dtypes.int64)
     x = self.transpose(d, -1) if d != self.ndim - 1 else self
@@ -1399,7 +1376,6 @@ def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   of a negative base for odd integer exponents; NaN for a finite negative base with a non-integer exponent; x ** 0,
   1 ** y and (-1) ** +-inf are 1 (NaNs included); (+-0) ** negative is inf (-inf for -0.0 and odd exponents);
   (-inf) ** y is inf, 0 or -inf by y's sign and parity."""
-  from baregrad.tensor.mathfn import signbit
   ax = x.abs()
   # exp2(y log2 |x|) multiplies the rounding error of log2 by y: float32 (and half) compute it in float64 where the
   # device has it, so results are correctly rounded in practice (3.0 ** 3.0 is 27, not 27.000002)
@@ -1408,7 +1384,7 @@ def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   else: mag = (y * ax.log2()).exp2()
   yint = y.trunc().eq(y)
   odd = yint & y.abs().fmod(2).eq(1)
-  neg = signbit(x)
+  neg = x.signbit()
   res = (neg & odd).where(-mag, mag)
   res = (neg & yint.logical_not() & ax.isfinite() & ax.ne(0)).where(math.nan, res)
   return (y.eq(0) | x.eq(1) | (x.eq(-1) & y.isinf())).where(1.0, res)
@@ -1417,11 +1393,6 @@ def _split_factor(n: int) -> int:
   for k in (256, 128, 64, 32, 16):
     if n % k == 0 and n // k >= 256: return k
   return 0
-
-def _is_whole_buffer(u: UOp) -> bool:
-  """u is a buffer, or a reshape of one (all of its elements in order), not a view into part of it (x[0] is a
-  RESHAPE of a SHRINK of the buffer)."""
-  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
 
 def _unit(bits: Tensor, shape: tuple[int, ...]) -> Tensor:
   """float32 in [0, 1) of the given shape from random uint32 bits: their top 24 bits over 2^24."""
