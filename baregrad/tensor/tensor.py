@@ -17,6 +17,8 @@ from baregrad.tensor.ops import mathfn as _mathfn
 from baregrad.tensor.ops.mathfn import MathOps
 from baregrad.tensor.ops.scan import ScanOps
 from baregrad.tensor.ops.sorting import SortingOps
+from baregrad.tensor.ops.linalg import LinalgOps
+from baregrad.tensor.ops.inplace_ops import InplaceOps
 from baregrad.tensor.common import _all_grad_tensors, _axis, broadcast_shape, ValuesIndices, _is_whole_buffer
 
 ShapeLike = int | Sequence[int]
@@ -129,7 +131,7 @@ def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
 
 _object_new = object.__new__
 
-class Tensor(MathOps, ScanOps, SortingOps):
+class Tensor(MathOps, ScanOps, SortingOps, LinalgOps, InplaceOps):
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False

@@ -1,0 +1,89 @@
+"""Linear algebra built from Tensor ops, on the device.
+
+qr: reduced QR by modified Gram-Schmidt with one re-orthogonalization pass per column ("twice is enough", Giraud
+et al. 2005), so Q is orthogonal to working precision even for ill-conditioned inputs. The column being worked on
+is picked by comparing an index held in a device buffer, so every column runs the very same kernels (compiled once)
+instead of one set of kernels per column: m columns cost m rounds of a few small kernels.
+
+det: LU factorization with partial pivoting (the row of largest magnitude in the column becomes the pivot), batched
+over the leading axes; the determinant is the product of U's diagonal times the sign of the row permutation. The
+step index lives in a device buffer too, so an n x n matrix runs n rounds of the same kernels. Every step is built
+from differentiable Tensor ops (selections, products, one division), so autograd gives the gradient
+det(A) * inv(A)^T of an invertible A."""
+from __future__ import annotations
+from baregrad.helpers import prod
+from baregrad.ir.dtype import dtypes
+from typing import TYPE_CHECKING
+if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
+
+def qr(A: Tensor, mode: str = "reduced") -> tuple[Tensor, Tensor]:
+  """Q (n, k), R (k, m) with A = Q R, k = min(n, m), Q's columns orthonormal and R upper triangular with a
+  non-negative diagonal (the unique QR of a full-rank A; LAPACK, hence torch.linalg.qr, may flip signs of Q's columns
+  and R's rows). A is 2-D float; only mode='reduced'. No gradient (the result is detached)."""
+  from baregrad.tensor.tensor import Tensor
+  if not isinstance(A, Tensor): raise TypeError(f"qr: A must be a Tensor, got {type(A).__name__}")
+  if A.ndim != 2: raise RuntimeError(f"qr: A must be 2-D (n, m), got shape {A.shape}")
+  if mode != "reduced": raise NotImplementedError(f"qr: mode={mode!r}: only 'reduced' is implemented")
+  if not dtypes.is_float(A.dtype): raise TypeError(f"qr: A must be a float tensor, got {A.dtype}")
+  n, m = A.shape
+  k = min(n, m)
+  a = A.detach().contiguous().realize()
+  Q = Tensor.zeros(n, k, dtype=A.dtype, device=A.device)
+  cols = Tensor.arange(k, device=A.device, dtype=dtypes.int32).contiguous().realize()
+  j = Tensor.zeros(1, dtype=dtypes.int32, device=A.device)
+  src = a._shrink(((0, n), (0, k)))   # the first k columns span what Q must
+  for _ in range(k):
+    e = cols.eq(j).cast(A.dtype)                          # (k,) one-hot of the column being worked on
+    v = (src * e).sum(1)                                  # column j of A
+    for _pass in range(2): v = v - Q.matmul(Q.T.matmul(v))  # Q's columns j.. are still zero
+    v = v / (v * v).sum().sqrt()
+    Q = (Q + v.reshape(n, 1) * e.reshape(1, k)).contiguous().realize()
+    j = (j + 1).contiguous().realize()
+  R = Q.T.matmul(a)
+  rows = Tensor.arange(k, device=A.device, dtype=dtypes.int32).reshape(k, 1)
+  colm = Tensor.arange(m, device=A.device, dtype=dtypes.int32).reshape(1, m)
+  return Q, (colm >= rows).where(R, 0.0).cast(A.dtype).contiguous().realize()
+
+class LinalgOps:
+  """Linear algebra on matrices: Tensor methods (A.det())."""
+  __slots__ = ()   # (Tensor has slots: a base without them would give every tensor a __dict__)
+  def det(A: Tensor) -> Tensor:
+    """The determinant of each square matrix in A (..., n, n), shape A.shape[:-2]: LU with partial pivoting on the
+    device. Floats only (float16/bfloat16 are factored in float32). A singular matrix gives 0 (a zero pivot column is
+    skipped, as LAPACK does); gradients flow through the factorization."""
+    from baregrad.tensor.tensor import Tensor
+    if not isinstance(A, Tensor): raise TypeError(f"det: A must be a Tensor, got {type(A).__name__}")
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]: raise RuntimeError(f"det: A must be a batch of square matrices (..., n, n), got shape {A.shape}")
+    if not dtypes.is_float(A.dtype): raise RuntimeError(f"det: expected a float tensor, got {A.dtype.name}")
+    batch, n = A.shape[:-2], A.shape[-1]
+    ct = A.dtype if A.dtype in (dtypes.float32, dtypes.float64) else dtypes.float32
+    B = prod(batch)
+    if n == 0 or B == 0: return (A.sum((-2, -1)) + 1).cast(A.dtype)  # det of a 0 x 0 matrix is 1 (kept in the graph: zero gradient)
+    a = A.cast(ct).reshape(B, n, n)
+    dev = A.device
+    idx = Tensor.arange(n, device=dev, dtype=dtypes.int32).contiguous().realize()
+    rows, cols = idx.reshape(1, n, 1), idx.reshape(1, 1, n)
+    k = Tensor.zeros(1, dtype=dtypes.int32, device=dev).contiguous().realize()
+    sign = Tensor.ones(B, dtype=ct, device=dev)
+    for _ in range(n):
+      ek_r, ek_c = rows.eq(k.reshape(1, 1, 1)), cols.eq(k.reshape(1, 1, 1))
+      colk = ek_c.where(a, 0.0).sum(2)                                    # (B, n): column k
+      cand = (idx.reshape(1, n) >= k.reshape(1, 1)).where(colk.detach().abs(), -1.0)
+      p = cand.argmax(1).cast(dtypes.int32)                               # (B,): the pivot row
+      ep = idx.reshape(1, n).eq(p.reshape(B, 1))                          # (B, n): its one-hot
+      rowk = ek_r.where(a, 0.0).sum(1)                                    # (B, n): row k
+      rowp = ep.reshape(B, n, 1).where(a, 0.0).sum(1)                     # (B, n): the pivot row
+      swapped = p.ne(k)
+      a = ek_r.where(rowp.reshape(B, 1, n), ep.reshape(B, n, 1).where(rowk.reshape(B, 1, n), a))
+      sign = swapped.where(-sign, sign)
+      piv = ek_c.reshape(1, n).where(rowp, 0.0).sum(1)                   # (B,)
+      below = rows > k.reshape(1, 1, 1)
+      colk = ek_c.where(a, 0.0).sum(2).reshape(B, n, 1)
+      # a zero pivot (the column is zero from row k down): nothing to eliminate, and det is 0 through the diagonal
+      nz = piv.ne(0).reshape(B, 1, 1)
+      f = (below & nz).where(colk / nz.where(piv.reshape(B, 1, 1), 1.0), 0.0)
+      a = (a - f * rowp.reshape(B, 1, n)).contiguous()
+      k = (k + 1).contiguous()
+      Tensor.realize(a, sign, k)
+    diag = rows.eq(cols).where(a, 0.0).sum(2)
+    return (sign * diag.prod(1)).reshape(batch).cast(A.dtype)
