@@ -131,7 +131,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
     # a gather of the rows the indices name, each index tuple made one row number of the indexed axes flattened (a
     # load per element; the one-hot form below costs rows x indices x row length). A tuple with an index out of range
     # reads 0, as the one-hot form gives, and each index's bounds check reports it
-    from baregrad.tensor.functional import take_along
+    from baregrad.tensor.ops.indexing import take_along
     lin, inside = None, None
     # row numbers in int32 where they fit, else int64 (the gather's kernel then indexes in int64: codegen index_dtype)
     idt = dtypes.int32 if nsel <= 2 ** 31 - 1 else dtypes.int64

@@ -10,6 +10,7 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, set_shape, device_of, base_of, stale_error, broadcast_const, permute_uop
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
+from baregrad.tensor.inplace import bind as _bind
 from baregrad.tensor.grad_mode import is_grad_enabled, _state as _grad_state
 from baregrad.tensor.gradfn import with_grad
 from baregrad.tensor.recipe import method_recipe, param_key
@@ -18,6 +19,12 @@ from baregrad.tensor.ops.mathfn import MathOps
 from baregrad.tensor.ops.scan import ScanOps
 from baregrad.tensor.ops.sorting import SortingOps
 from baregrad.tensor.ops.linalg import LinalgOps
+from baregrad.tensor.ops.shape import ShapeOps
+from baregrad.tensor.ops.indexing import IndexingOps
+from baregrad.tensor.ops.conv import ConvOps
+from baregrad.tensor.ops.norm import NormOps
+from baregrad.tensor.ops.attention import AttentionOps
+from baregrad.tensor.ops.loss import LossOps
 from baregrad.tensor.ops.inplace_ops import InplaceOps
 from baregrad.tensor.common import _all_grad_tensors, _axis, broadcast_shape, ValuesIndices, _is_whole_buffer
 
@@ -131,7 +138,7 @@ def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
 
 _object_new = object.__new__
 
-class Tensor(MathOps, ScanOps, SortingOps, LinalgOps, InplaceOps):
+class Tensor(MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, ConvOps, NormOps, AttentionOps, LossOps, InplaceOps):
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
@@ -599,7 +606,7 @@ class Tensor(MathOps, ScanOps, SortingOps, LinalgOps, InplaceOps):
     if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape {self.shape})")
     if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
     if mode != "constant":
-      from baregrad.tensor.functional import pad as fpad
+      from baregrad.tensor.ops.shape import pad as fpad
       if value is not None: raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
       return fpad(self, pad, mode)
     value = 0.0 if value is None else value
@@ -1416,5 +1423,3 @@ def _f32_to_bf16_np(a: np.ndarray) -> np.ndarray:
 def _bf16_to_f32_np(a: np.ndarray) -> np.ndarray:
   return (a.astype(np.uint32) << 16).view(np.float32)
 
-# (last: inplace imports Tensor from this module; an import inside realize() cost ~4 us of every eager op)
-from baregrad.tensor.inplace import bind as _bind  # noqa: E402

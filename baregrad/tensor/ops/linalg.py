@@ -11,9 +11,10 @@ step index lives in a device buffer too, so an n x n matrix runs n rounds of the
 from differentiable Tensor ops (selections, products, one division), so autograd gives the gradient
 det(A) * inv(A)^T of an invertible A."""
 from __future__ import annotations
+from typing import Any, TYPE_CHECKING
 from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
-from typing import TYPE_CHECKING
+from baregrad.tensor.ops.shape import ShapeOps
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
 def qr(A: Tensor, mode: str = "reduced") -> tuple[Tensor, Tensor]:
@@ -44,8 +45,74 @@ def qr(A: Tensor, mode: str = "reduced") -> tuple[Tensor, Tensor]:
   colm = Tensor.arange(m, device=A.device, dtype=dtypes.int32).reshape(1, m)
   return Q, (colm >= rows).where(R, 0.0).cast(A.dtype).contiguous().realize()
 
+def einsum(equation: str, *operands: Any) -> Tensor:
+  """General einsum: repeated indices take diagonals, then every operand is permuted to one letter order and
+  broadcast, multiplied, and the contracted letters (placed last) are summed."""
+  ops = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else list(operands)
+  eq = equation.replace(" ", "")
+  lhs, rhs = (eq.split("->") + [None])[:2] if "->" in eq else (eq, None)
+  terms = lhs.split(",")
+  if len(terms) != len(ops): raise RuntimeError(f"einsum {equation!r}: {len(terms)} operand terms but {len(ops)} tensors given")
+  used = set(c for c in eq if c.isalpha())
+  free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz" if c not in used]
+  ell_nd = 0
+  for t, x in zip(terms, ops):
+    if "..." in t: ell_nd = max(ell_nd, x.ndim - (len(t) - 3))
+  ell = "".join(free[:ell_nd])
+  norm: list[str] = []
+  for i, (t, x) in enumerate(zip(terms, ops)):
+    if "..." in t:
+      k = x.ndim - (len(t) - 3)
+      if k < 0: raise RuntimeError(f"einsum {equation!r}: operand {i} has {x.ndim} dimensions (shape {x.shape}), fewer than term {t!r} names")
+      t = t.replace("...", ell[ell_nd - k:])
+    if not all(c.isalpha() for c in t): raise RuntimeError(f"einsum {equation!r}: invalid subscript in {t!r}")
+    if len(t) != x.ndim: raise RuntimeError(f"einsum {equation!r}: term {t!r} names {len(t)} dimensions but operand {i} has shape {x.shape}")
+    norm.append(t)
+  if rhs is None:
+    counts: dict[str, int] = {}
+    for t in norm:
+      for c in t: counts[c] = counts.get(c, 0) + 1
+    rhs = ell + "".join(sorted(c for c, n in counts.items() if n == 1 and c not in ell))
+  else:
+    rhs = rhs.replace("...", ell)
+    if not all(c.isalpha() for c in rhs) or len(set(rhs)) != len(rhs): raise RuntimeError(f"einsum {equation!r}: invalid output subscripts {rhs!r}")
+  # repeated letters within one operand: take the diagonal
+  xs: list[Tensor] = []
+  for t, x in zip(norm, ops):
+    while len(set(t)) != len(t):
+      c = next(c for c in t if t.count(c) > 1)
+      p = t.index(c); q = t.index(c, p + 1)
+      if x.shape[p] != x.shape[q]: raise RuntimeError(f"einsum {equation!r}: subscript {c!r} repeated with sizes {x.shape[p]} and {x.shape[q]}")
+      x = ShapeOps.diagonal(x, 0, p, q)
+      t = "".join(ch for k, ch in enumerate(t) if k not in (p, q)) + c
+    xs.append(x); norm_t = t
+    norm[len(xs) - 1] = norm_t
+  sizes: dict[str, int] = {}
+  for t, x in zip(norm, xs):
+    for c, s in zip(t, x.shape):
+      if c in sizes and sizes[c] != s and 1 not in (sizes[c], s):
+        raise RuntimeError(f"einsum {equation!r}: subscript {c!r} has size {sizes[c]} in one operand and {s} in another")
+      sizes[c] = max(sizes.get(c, s), s) if 1 in (sizes.get(c, s), s) else s
+  for c in rhs:
+    if c not in sizes: raise RuntimeError(f"einsum {equation!r}: output subscript {c!r} appears in no input")
+  contracted = [c for t in norm for c in t if c not in rhs]
+  order = list(rhs) + list(dict.fromkeys(contracted))
+  aligned = []
+  for t, x in zip(norm, xs):
+    mine = [c for c in order if c in t]
+    x = x.permute(*[t.index(c) for c in mine]) if mine else x
+    aligned.append(x.reshape(tuple(x.shape[mine.index(c)] if c in t else 1 for c in order) if order else ()))
+  out = aligned[0]
+  for a in aligned[1:]: out = out * a
+  full = tuple(sizes[c] for c in order)
+  if out.shape != full: out = out.expand(full)
+  dt = out.dtype
+  nc = len(order) - len(rhs)
+  if nc: out = out.sum(tuple(range(len(rhs), len(order))))
+  return out.cast(dt)
+
 class LinalgOps:
-  """Linear algebra on matrices: Tensor methods (A.det())."""
+  """Linear algebra: Tensor methods (A.det(), Tensor.einsum(eq, a, b))."""
   __slots__ = ()   # (Tensor has slots: a base without them would give every tensor a __dict__)
   def det(A: Tensor) -> Tensor:
     """The determinant of each square matrix in A (..., n, n), shape A.shape[:-2]: LU with partial pivoting on the
@@ -87,3 +154,4 @@ class LinalgOps:
       Tensor.realize(a, sign, k)
     diag = rows.eq(cols).where(a, 0.0).sum(2)
     return (sign * diag.prod(1)).reshape(batch).cast(A.dtype)
+  einsum = staticmethod(einsum)   # (Tensor.einsum(eq, a, b), as torch.einsum)

@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple, TYPE_CHECKING
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.common import _axis, broadcast_shape
+from baregrad.tensor.ops.shape import stack
+from baregrad.tensor.ops.indexing import take_along
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
 class SortResult(NamedTuple):
@@ -271,7 +273,6 @@ class SortingOps:
     if not isinstance(k, int) or isinstance(k, bool): raise TypeError(f"topk: k must be an int, got {type(k).__name__} {k!r}")
     if not 0 <= k <= n: raise RuntimeError(f"topk: k={k} is out of range for dimension {d} of size {n} (expected 0 <= k <= {n})")
     if input.ndim and input.numel() and _select_wins(k, n):
-      from baregrad.tensor.functional import take_along
       x = input.transpose(d, -1) if d != input.ndim - 1 else input
       i = _select_last(x, k, bool(largest))
       vals = take_along(x, i, x.ndim - 1)   # (the gradient flows to the elements taken)
@@ -307,7 +308,6 @@ class SortingOps:
     coords = coords[::-1] if input.ndim else []
     if as_tuple: return tuple(coords) if input.ndim else (Tensor.zeros(cnt, dtype=dtypes.int64, device=input.device),)
     if not coords: return Tensor.zeros(cnt, 0, dtype=dtypes.int64, device=input.device)
-    from baregrad.tensor.functional import stack
     return stack(coords, 1)
   def argwhere(input: Tensor) -> Tensor:
     """nonzero(input): (count, ndim) int64 indices of the non-zero elements."""
