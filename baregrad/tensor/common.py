@@ -2,9 +2,13 @@
 the registry of tensors that require grad. Nothing here imports tensor.py, so the mixins can import it at load time."""
 from __future__ import annotations
 import weakref
-from typing import Any, NamedTuple, TYPE_CHECKING
-from baregrad.ir.ops import UOp, Ops
+from typing import Any, NamedTuple, Sequence, TYPE_CHECKING
+import numpy as np
+from baregrad.ir.dtype import DType
+from baregrad.ir.ops import UOp, Ops, make_keyed
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
+
+ShapeLike = int | Sequence[int]
 
 # id -> tensor (a WeakSet compares its members with ==, which is elementwise for a Tensor)
 _all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
@@ -36,3 +40,23 @@ def _is_whole_buffer(u: UOp) -> bool:
   """u is a buffer, or a reshape of one (all of its elements in order), not a view into part of it (x[0] is a
   RESHAPE of a SHRINK of the buffer)."""
   return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+
+def _shape_arg(shape: tuple) -> tuple[int, ...]:
+  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
+  for s in shape:
+    if type(s) is not int:   # (plain ints, the common case, need no conversion)
+      for v in shape:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(v).__name__} in {tuple(shape)}")
+      return tuple(int(v) for v in shape)
+  return shape if type(shape) is tuple else tuple(shape)
+
+def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+  """A shape to create a tensor of: PyTorch's error for a negative size."""
+  if any(s < 0 for s in shape): raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
+  return shape
+
+def _node(op: Ops, dtype: DType, srcs: tuple, arg: Any, shape: tuple[int, ...]) -> UOp:
+  # (args here are shapes, axes and None, their own hash-consing keys: UOp() without its argument checks)
+  u = make_keyed(op, dtype, srcs, arg, arg)
+  if u._shape is None: object.__setattr__(u, "_shape", shape)
+  return u

@@ -118,7 +118,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   """PyTorch's advanced indexing: the index tensors broadcast together to a shape B; the result has B in place of the
   indexed axes when they are adjacent, else in front. A gather (functional.take_along) of the rows the index tuples
   name in the indexed axes flattened."""
-  from baregrad.tensor.tensor import broadcast_shape
+  from baregrad.tensor.common import broadcast_shape
   from baregrad.tensor.bounds import checked
   axes = [ax for ax, _ in tensor_idx]
   try: B = broadcast_shape(*(ti.shape for _, ti in tensor_idx))

@@ -28,7 +28,8 @@ from baregrad.hal import Device, Buffer
 from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
 from baregrad.ir.ops import Ops
-from baregrad.tensor.tensor import Tensor, _all_grad_tensors, _tensor_of
+from baregrad.tensor.tensor import Tensor, _tensor_of
+from baregrad.tensor.common import _all_grad_tensors
 from baregrad.tensor import live
 from baregrad.tensor.inplace import realize_all_lazy, prepare_write
 

@@ -13,8 +13,13 @@ from baregrad.tensor import live
 from baregrad.tensor.inplace import bind as _bind
 from baregrad.tensor.grad_mode import is_grad_enabled, _state as _grad_state
 from baregrad.tensor.gradfn import with_grad
-from baregrad.tensor.recipe import method_recipe, param_key
+from baregrad.tensor.recipe import method_recipe
 from baregrad.tensor.ops import mathfn as _mathfn
+from baregrad.tensor.ops.creation import CreationOps
+from baregrad.tensor.ops.random import RandomOps
+from baregrad.tensor.ops.movement import MovementOps
+from baregrad.tensor.ops.activation import ActivationOps
+from baregrad.tensor.ops.reduction import ReductionOps
 from baregrad.tensor.ops.mathfn import MathOps
 from baregrad.tensor.ops.scan import ScanOps
 from baregrad.tensor.ops.sorting import SortingOps
@@ -26,10 +31,7 @@ from baregrad.tensor.ops.norm import NormOps
 from baregrad.tensor.ops.attention import AttentionOps
 from baregrad.tensor.ops.loss import LossOps
 from baregrad.tensor.ops.inplace_ops import InplaceOps
-from baregrad.tensor.common import _all_grad_tensors, _axis, broadcast_shape, ValuesIndices, _is_whole_buffer
-
-ShapeLike = int | Sequence[int]
-_rng_states: dict[str, tuple[Any, Tensor]] = {}  # device -> (the device instance, its RNG state [seed, counter] (uint32))
+from baregrad.tensor.common import _all_grad_tensors, _axis, broadcast_shape, _is_whole_buffer
 
 @functools.cache
 def _np_dtype(d: DType) -> Any:
@@ -66,20 +68,6 @@ def to_dtype(d: Any) -> DType:
 
 ALL_NAMES = [torch_name(x) for x in ALL]
 
-def _shape_arg(shape: tuple) -> tuple[int, ...]:
-  if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])
-  for s in shape:
-    if type(s) is not int:   # (plain ints, the common case, need no conversion)
-      for v in shape:
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(v).__name__} in {tuple(shape)}")
-      return tuple(int(v) for v in shape)
-  return shape if type(shape) is tuple else tuple(shape)
-
-def _new_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
-  """A shape to create a tensor of: PyTorch's error for a negative size."""
-  if any(s < 0 for s in shape): raise RuntimeError(f"Trying to create tensor with negative dimension {min(shape)}: {list(shape)}")
-  return shape
-
 def _tensor_of(u: UOp, device: str) -> Tensor:
   """Tensor(u, device=device) for a node the caller built on that (canonical) device: without the argument checks."""
   t = _object_new(Tensor)
@@ -103,42 +91,9 @@ def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
   _SCALARS[key] = u
   return u
 
-def _node(op: Ops, dtype: DType, srcs: tuple, arg: Any, shape: tuple[int, ...]) -> UOp:
-  # (args here are shapes, axes and None, their own hash-consing keys: UOp() without its argument checks)
-  u = make_keyed(op, dtype, srcs, arg, arg)
-  if u._shape is None: object.__setattr__(u, "_shape", shape)
-  return u
-
-def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
-  """x @ w for two float tensors of one dtype with at least 2 axes: the graph the general path builds (the same
-  hash-consed nodes), made from UOps directly instead of through eight intermediate tensors and their checks (a
-  matmul's graph cost ~125 us of Python that way). None where the general path must decide (1-D promotion, casts,
-  an empty or length-1 reduction, a one-element result)."""
-  xs, ws = x.shape, w.shape
-  dt = x.uop.dtype
-  if len(xs) < 2 or len(ws) < 2 or w.uop.dtype is not dt or (dt is not dtypes.float32 and dt is not dtypes.float64): return None
-  n, k, m = xs[-2], xs[-1], ws[-1]
-  if k < 2 or w.device != x.device: return None
-  bx, bw = xs[:-2], ws[:-2]
-  batch = bx if bx == bw else broadcast_shape(bx, bw)   # (raises for batch axes that do not broadcast, as the general path)
-  full = batch + (n, m, k)
-  if prod(full) // k <= 1: return None
-  # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> its transpose (..., m, k) -> (..., 1, m, k); both to `full`
-  xu = _node(Ops.RESHAPE, dt, (x.uop,), bx + (n, 1, k), bx + (n, 1, k))
-  wt = permute_uop(w.uop, tuple(range(len(bw))) + (len(bw) + 1, len(bw)))
-  if wt._shape is None: set_shape(wt, bw + (m, k))
-  wu = _node(Ops.RESHAPE, dt, (wt,), bw + (1, m, k), bw + (1, m, k))
-  def to_full(u: UOp) -> UOp:   # (what _bcast does: leading ones, then the expand)
-    if len(s := u._shape) < len(full): u = _node(Ops.RESHAPE, dt, (u,), ones := (1,) * (len(full) - len(s)) + s, ones)
-    return u if u._shape == full else _node(Ops.EXPAND, dt, (u,), full, full)
-  prodn = _node(Ops.MUL, dt, (to_full(xu), to_full(wu)), None, full)
-  red = _node(Ops.REDUCE_AXIS, dt, (prodn,), (Ops.ADD, (len(full) - 1,)), full[:-1] + (1,))
-  out = _node(Ops.RESHAPE, dt, (red,), full[:-1], full[:-1])
-  return x._new(out, requires_grad=True if (x.requires_grad or w.requires_grad) else None)
-
 _object_new = object.__new__
 
-class Tensor(MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, ConvOps, NormOps, AttentionOps, LossOps, InplaceOps):
+class Tensor(CreationOps, RandomOps, MovementOps, ActivationOps, ReductionOps, MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, ConvOps, NormOps, AttentionOps, LossOps, InplaceOps):
   """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
@@ -388,258 +343,6 @@ class Tensor(MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, Con
     from baregrad.tensor.inplace import write
     write([(self, x)])
     return self
-
-  # ---- creation
-  @staticmethod
-  def empty(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """A tensor of the given shape; unlike PyTorch it is filled with zeros (nothing is left uninitialized)."""
-    return Tensor.zeros(*shape, dtype=dtype, device=device, requires_grad=requires_grad)
-  @staticmethod
-  def full(shape: ShapeLike, fill_value: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """A tensor of the given shape filled with fill_value; dtype from the value (bool, int64, float32) unless given."""
-    shape = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)))
-    d = to_dtype(dtype) if dtype is not None else (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
-    c = UOp.const(d, fill_value)
-    u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
-    t = Tensor(u, device=device)
-    # a tensor that asks for gradients is a leaf: give it its own buffer, as torch.full does
-    return t.contiguous().realize()._leaf(True) if requires_grad else t
-  @staticmethod
-  def zeros(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """A float32 (or dtype) tensor of zeros, in its own buffer."""
-    return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
-  @staticmethod
-  def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """A float32 (or dtype) tensor of ones, in its own buffer."""
-    return Tensor.full(_shape_arg(shape), 1, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
-  def _leaf(self, requires_grad: bool | None) -> Tensor:
-    if requires_grad: return self.requires_grad_(True)
-    self.requires_grad = requires_grad
-    return self
-  def full_like(self, v: Any, dtype: DType | None = None, device: str | None = None) -> Tensor:
-    """A tensor of this one's shape (and dtype, device unless given) filled with v."""
-    return Tensor.full(self.shape, v, dtype=dtype or self.dtype, device=device or self.device)
-  def zeros_like(self, **kw: Any) -> Tensor:
-    """Zeros of this tensor's shape, dtype and device."""
-    return self.full_like(0, **kw)
-  def ones_like(self, **kw: Any) -> Tensor:
-    """Ones of this tensor's shape, dtype and device."""
-    return self.full_like(1, **kw)
-  def empty_like(self, **kw: Any) -> Tensor:
-    """A tensor of this one's shape, dtype and device, filled with zeros."""
-    return self.full_like(0, **kw)
-  @staticmethod
-  def arange(start: Any, stop: Any = None, step: Any = 1, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """1-D tensor start, start+step, ... below stop; int64 unless a float argument or dtype says otherwise, computed on the device."""
-    if stop is None: start, stop = 0, start
-    if step == 0: raise RuntimeError("arange: step must be nonzero")
-    if (stop - start) * step < 0: raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start {start}, end {stop}, step {step})")
-    n = max(0, math.ceil((stop - start) / step))
-    d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)
-    if n == 0: return Tensor(np.zeros(0, _np_dtype(d)), device=device)
-    idx = Tensor._index_range(n, device).cast(d)
-    out = idx if step == 1 and start == 0 else (idx * step + start).cast(d)
-    return out._leaf(requires_grad) if requires_grad else out
-  @staticmethod
-  def _index_range(n: int, device: str | None) -> Tensor:
-    """0..n-1 as int32, computed where it is read (an IOTA node: each element is the index the kernel would load it
-    from), no buffer and no memory traffic."""
-    if n > dtypes.max(dtypes.int32) + 1: raise ValueError(f"arange of {n} elements: int32 indices reach {dtypes.max(dtypes.int32) + 1}")
-    return Tensor(UOp(Ops.IOTA, dtypes.int32, (), n), device=device)
-  @staticmethod
-  def linspace(start: float, end: float, steps: int, dtype: DType | None = None, device: str | None = None) -> Tensor:
-    """1-D float tensor of steps values from start to end inclusive, evenly spaced."""
-    if not isinstance(steps, (int, np.integer)) or isinstance(steps, bool): raise TypeError(f"linspace: steps must be an int, got {type(steps).__name__}")
-    if steps < 0: raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
-    if steps == 1: return Tensor.full((1,), start, dtype=dtype or dtypes.default_float, device=device)
-    return (Tensor.arange(steps, device=device).cast(dtypes.default_float) * ((end - start) / (steps - 1)) + start).cast(dtype or dtypes.default_float)
-  @staticmethod
-  def eye(n: int, m: int | None = None, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """2-D (n, m) tensor with ones on the main diagonal, zeros elsewhere."""
-    m = n if m is None else m
-    if n < 0 or m < 0: raise RuntimeError(f"eye: n and m must be greater or equal to 0, got n={n}, m={m}")
-    r = Tensor.arange(n, device=device).reshape(n, 1)
-    c = Tensor.arange(m, device=device).reshape(1, m)
-    return r.eq(c).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
-
-  # ---- random numbers: Threefry-2x32 (20 rounds) over a counter, computed on the device. The key comes from a
-  # per-device state buffer [seed, counter] that each draw advances with a kernel, so a jit replay draws new numbers
-  @staticmethod
-  def manual_seed(seed: int = 0) -> None:
-    """Seed baregrad's random streams (Threefry-2x32 on the device: the numbers differ from PyTorch's for the same seed)."""
-    Tensor._seed = int(seed)
-    for dev, (inst, st) in list(_rng_states.items()):
-      if dev in Device.opened and Device[dev] is inst: st.assign(Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
-      else: del _rng_states[dev]
-  @staticmethod
-  def _rng_state(device: str | None) -> Tensor:
-    dev = Device.canonicalize(device or Device.DEFAULT)
-    if (e := _rng_states.get(dev)) is None or e[0] is not Device[dev]:  # (a reopened device starts a new state)
-      _rng_states[dev] = e = (Device[dev], Tensor(np.array([Tensor._seed & 0xffffffff, 0], np.uint32), device=dev))
-    return e[1]
-  @staticmethod
-  def _random(n: int, device: str | None, finish: Any, key: tuple, extra: tuple = ()) -> Tensor:
-    """finish(n random uint32 bits, *extra) realized, with the RNG state advanced in the same schedule. `key` names
-    what finish computes (with n, the recipes' key: both graphs are built from recipes after the first draw of a kind,
-    ~30 tensor ops that cost more than the kernel)."""
-    from baregrad.tensor.inplace import write
-    from baregrad.tensor.recipe import recorded
-    st = Tensor._rng_state(device)
-    def draw(s: Tensor, *ex: Tensor) -> Tensor:
-      ctr = s._shrink(((1, 2),)).reshape(()) + 1
-      bits = _threefry(Tensor.arange(n, device=s.device, dtype=dtypes.uint32), Tensor.full((n,), 0, dtype=dtypes.uint32, device=s.device),
-                       s._shrink(((0, 1),)).reshape(()), ctr * 0x9E3779B9)
-      return finish(bits, *ex)   # (bits and ctr go with this frame: not readers of the state to keep, only the result is)
-    out = recorded("random", draw, [st, *extra], (n, key))
-    step = recorded("rng_step", lambda s: s + Tensor.full((1,), 1, dtype=dtypes.uint32, device=s.device)._pad(((1, 0),)), [st], ())
-    write([(st, step)], also=[out])
-    return out
-  @staticmethod
-  def rand(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """Uniform [0, 1) float32 (or dtype) tensor of the given shape, generated on the device."""
-    shape = _new_shape(_shape_arg(shape))
-    n = prod(shape)
-    if n == 0: return Tensor.zeros(*shape, dtype=dtype, device=device)
-    return Tensor._random(n, device, lambda bits: _unit(bits, shape).cast(dtype or dtypes.default_float).contiguous(),
-                          ("rand", shape, dtype))._leaf(requires_grad)
-  @staticmethod
-  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """Uniform [low, high) tensor of the given shape, generated on the device."""
-    shape = _new_shape(_shape_arg(shape))
-    if prod(shape) == 0: return Tensor.zeros(*shape, dtype=dtype or dtypes.default_float, device=device)._leaf(requires_grad)
-    # the scaling is computed in the draw's kernel (the values are those of (high - low) * rand() + low)
-    def finish(bits: Tensor) -> Tensor:
-      return ((high - low) * _unit(bits, shape).cast(dtypes.default_float) + low).cast(dtype or dtypes.default_float).contiguous()
-    return Tensor._random(prod(shape), device, finish, ("uniform", shape, param_key(low), param_key(high), dtype))._leaf(requires_grad)
-  @staticmethod
-  def randn(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """Standard normal tensor of the given shape (Box-Muller on the device)."""
-    shape = _new_shape(_shape_arg(shape))
-    if prod(shape) == 0: return Tensor.zeros(*shape, dtype=dtype or dtypes.default_float, device=device)._leaf(requires_grad)
-    # Box-Muller over two uniform streams; the second draw's kernel computes the normals
-    u1 = Tensor.rand(*shape, device=device)
-    def finish(bits: Tensor, u1: Tensor) -> Tensor:
-      u2 = _unit(bits, shape).cast(dtypes.default_float)
-      return ((-2.0 * (1.0 - u1).log()).sqrt() * (2 * math.pi * u2).cos()).cast(dtype or dtypes.default_float).contiguous()
-    return Tensor._random(prod(shape), device, finish, ("randn", shape, dtype), (u1,))._leaf(requires_grad)
-  @staticmethod
-  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
-    """Normal(mean, std^2) tensor of the given shape, generated on the device."""
-    return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)
-  @staticmethod
-  def randint(low: int, high: int | None = None, size: ShapeLike = (), dtype: DType = dtypes.int64, device: str | None = None) -> Tensor:
-    """Integers uniform in [low, high) (int64 unless dtype), of shape size, generated on the device."""
-    if high is None: low, high = 0, low
-    shape = (size,) if isinstance(size, int) else tuple(size)
-    r = (Tensor.rand(*shape, device=device, dtype=dtypes.float64) * (high - low)).floor().cast(dtypes.int64) + low
-    return r.cast(dtype).contiguous().realize()
-  def rand_like(self) -> Tensor:
-    """Uniform [0, 1) values of this tensor's shape, dtype and device."""
-    return Tensor.rand(*self.shape, dtype=self.dtype, device=self.device)
-  def randn_like(self) -> Tensor:
-    """Standard normal values of this tensor's shape, dtype and device."""
-    return Tensor.randn(*self.shape, dtype=self.dtype, device=self.device)
-
-  # ---- movement
-  def reshape(self, *shape: Any) -> Tensor:
-    """The same elements in a new shape (one -1 is inferred); a view, never a copy (PyTorch copies when it cannot view)."""
-    shape = _shape_arg(shape)
-    if shape.count(-1) > 1: raise RuntimeError(f"reshape {shape}: only one dimension can be inferred (-1)")
-    if any(s < -1 for s in shape): raise RuntimeError(f"reshape {shape}: invalid shape dimension {min(shape)}")
-    if -1 in shape:
-      known = prod(s for s in shape if s != -1)
-      if known == 0 or self.numel() % known: raise RuntimeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
-      shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
-    if shape == self.shape: return self
-    return self._new(_node(Ops.RESHAPE, self.dtype, (self.uop,), shape, shape))   # (shape checked above: none inferred)
-  view = reshape
-  def permute(self, *order: Any) -> Tensor:
-    """The axes reordered (a view): out.shape[i] == self.shape[order[i]]."""
-    order = _shape_arg(order)
-    nd = self.ndim
-    o = tuple(_axis(a, nd) for a in order)
-    if sorted(o) != list(range(nd)): raise RuntimeError(f"permute {order} is not a permutation of {nd} axes of shape {self.shape}")
-    if o == tuple(range(nd)): return self
-    return self._new(permute_uop(self.uop, o))
-  def transpose(self, dim0: int = -2, dim1: int = -1) -> Tensor:
-    """Axes dim0 and dim1 swapped (a view); defaults to the last two."""
-    o = list(range(self.ndim))
-    a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
-    o[a], o[b] = o[b], o[a]
-    return self.permute(*o)
-  def expand(self, *shape: Any) -> Tensor:
-    """Size-1 axes broadcast to the given sizes (-1 keeps a size; new axes go in front); a view."""
-    shape = _shape_arg(shape)
-    if len(shape) < self.ndim: raise RuntimeError(f"expand to {shape}: fewer axes than the tensor's shape {self.shape}")
-    x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
-    new = tuple(x.shape[i] if s == -1 else s for i, s in enumerate(shape))
-    for a, b in zip(x.shape, new):
-      if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
-    if new == x.shape: return x
-    return x._new(_node(Ops.EXPAND, x.dtype, (x.uop,), new, new))   # (checked above)
-  def expand_as(self, other: Tensor) -> Tensor:
-    """expand() to other's shape."""
-    return self.expand(other.shape)
-  def _pad(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
-    if all(a == (0, 0) for a in arg): return self
-    return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), tuple(arg)))
-  def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
-    if all(a == (0, s) for a, s in zip(arg, self.shape)): return self
-    return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), tuple(arg)))
-  def flip(self, *dims: Any) -> Tensor:
-    """The elements in reverse order along the given axes (a view)."""
-    dims = _shape_arg(dims)
-    axl = [_axis(d, self.ndim) for d in dims]
-    if len(set(axl)) != len(axl): raise RuntimeError(f"flip: a dim appears multiple times in the list of dims {dims}")
-    ax = set(axl)
-    if not ax: return self
-    return self._new(UOp(Ops.FLIP, self.dtype, (self.uop,), tuple(i in ax for i in range(self.ndim))))
-  def pad(self, pad: Sequence[Any], mode: str = "constant", value: float | None = None) -> Tensor:
-    """Pad (negative amounts crop). PyTorch's flat form: (left, right) for the last axis, then (top, bottom) for the
-    one before, ...; or tinygrad's form: one (before, after) pair or None per axis. mode 'constant' (value, default
-    0), 'reflect', 'replicate' or 'circular' (see functional.pad)."""
-    if len(pad) and all(p is None or isinstance(p, (tuple, list)) for p in pad):  # tinygrad: ((before, after) | None, ...) per axis
-      if len(pad) != self.ndim: raise RuntimeError(f"pad: {len(pad)} (before, after) pairs for a tensor of {self.ndim} dimensions (shape {self.shape})")
-      pad = [v for p in reversed(pad) for v in (tuple(p) if p is not None else (0, 0))]
-    if len(pad) % 2: raise RuntimeError(f"pad {tuple(pad)}: padding length must be divisible by 2")
-    if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape {self.shape})")
-    if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
-    if mode != "constant":
-      from baregrad.tensor.ops.shape import pad as fpad
-      if value is not None: raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
-      return fpad(self, pad, mode)
-    value = 0.0 if value is None else value
-    arg = [(0, 0)] * self.ndim
-    for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
-    # negative padding crops
-    crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape))
-    if any(lo > hi for lo, hi in crop): raise RuntimeError(f"pad {tuple(pad)}: negative padding crops more than the size of shape {self.shape}")
-    x = self._shrink(crop)
-    arg2 = tuple((max(0, b), max(0, a)) for b, a in arg)
-    out = x._pad(arg2)
-    if value != 0:
-      ones = Tensor.full(x.shape, True, dtype=dtypes.bool, device=self.device)._pad(arg2)
-      out = ones.where(out, value)
-    return out
-  def squeeze(self, dim: int | None = None) -> Tensor:
-    """Remove axes of size 1 (all, or those named by dim, an int or a tuple)."""
-    if dim is None: return self.reshape(tuple(s for s in self.shape if s != 1))
-    ds = {_axis(d, self.ndim) for d in ((dim,) if isinstance(dim, int) else dim)}  # PyTorch >= 2.0 takes a tuple
-    return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in ds and s == 1)))
-  def unsqueeze(self, dim: int) -> Tensor:
-    """A new axis of size 1 inserted at dim."""
-    d = _axis(dim, self.ndim + 1)
-    return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
-  def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
-    """Axes start_dim..end_dim merged into one (a 0-d tensor becomes 1-D)."""
-    if self.ndim == 0: return self.reshape(1)
-    s, e = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
-    return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
-  def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
-    """Axis dim split into the given sizes."""
-    d = _axis(dim, self.ndim)
-    return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
   # ---- elementwise
   def cast(self, dtype: Any) -> Tensor:
@@ -983,44 +686,9 @@ class Tensor(MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, Con
   def tan(self) -> Tensor:
     """Tangent: sin / cos."""
     return self.sin() / self.cos()
-  @method_recipe("sigmoid")
-  def sigmoid(self) -> Tensor:
-    """1 / (1 + exp(-x)), from exp(-|x|) so nothing overflows; gradient s (1 - s), finite for any x."""
-    x = self._float()
-    xd = x.detach()
-    e = (-xd.abs()).exp()
-    r = (1 + e).reciprocal()
-    s = (xd >= 0).where(r, e * r)
-    return with_grad(s, (x, s * (1 - s)))
-  @method_recipe("tanh")
-  def tanh(self) -> Tensor:
-    """Hyperbolic tangent, accurate near 0 (through expm1); gradient 1 - tanh^2, finite for any x."""
-    return _mathfn.tanh(self)
-  @method_recipe("relu")
-  def relu(self) -> Tensor:
-    """max(x, 0); as PyTorch: NaN and -0.0 stay, the gradient at 0 is 0."""
-    if not dtypes.is_float(self.dtype): return (self > 0).where(self, self.zeros_like_uop())
-    # self * 0: a zero with x's sign and no gradient; NaN passes with gradient 1, as PyTorch's threshold_backward gives
-    return (self < 0).where(self.zeros_like_uop(), ((self > 0) | self.isnan()).where(self, self * 0))
   def zeros_like_uop(self) -> Tensor:
     """A zero constant broadcast to this tensor's shape (a view of one constant: no buffer)."""
     return Tensor(UOp.const(self.dtype, 0), device=self.device)._bcast(self.shape)
-  @method_recipe("leaky_relu")
-  def leaky_relu(self, neg_slope: float = 0.01) -> Tensor:
-    """x for x > 0, neg_slope * x elsewhere (gradient neg_slope at 0, as PyTorch)."""
-    return (self > 0).where(self, self * neg_slope)
-  @method_recipe("elu")
-  def elu(self, alpha: float = 1.0) -> Tensor:
-    """x for x > 0, alpha (exp(x) - 1) elsewhere; the exponential sees only x <= 0, so no inf * 0 reaches the gradient."""
-    pos = self > 0
-    return pos.where(self, alpha * pos.where(0.0, self).expm1())
-  def selu(self) -> Tensor:
-    """scale * elu(x, alpha) with the self-normalizing constants."""
-    return 1.0507009873554805 * self.elu(1.6732632423543772)
-  def celu(self, alpha: float = 1.0) -> Tensor:
-    """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
-    pos = self > 0
-    return pos.where(self, alpha * (pos.where(0.0, self) / alpha).expm1())
   @method_recipe("erf")
   def erf(self) -> Tensor:
     """Error function (Abramowitz & Stegun 7.1.26, |error| < 1.5e-7); gradient 2/sqrt(pi) exp(-x^2)."""
@@ -1029,49 +697,6 @@ class Tensor(MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, Con
     t = 1.0 / (1.0 + 0.3275911 * xd.abs())
     y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * (-(xd * xd)).exp()
     return with_grad(xd.sign() * y, (x, (2 / math.sqrt(math.pi)) * (-(xd * xd)).exp()))
-  @method_recipe("gelu")
-  def gelu(self, approximate: str = "none") -> Tensor:
-    """x * Phi(x) with the erf form, or approximate='tanh' for the tanh formula."""
-    if approximate not in ("none", "tanh"): raise RuntimeError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-    if approximate == "tanh": return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
-    return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
-  def quick_gelu(self) -> Tensor:
-    """x * sigmoid(1.702 x)."""
-    return self * (self * 1.702).sigmoid()
-  @method_recipe("silu")
-  def silu(self) -> Tensor:
-    """x * sigmoid(x)."""
-    return self * self.sigmoid()
-  swish = silu
-  @method_recipe("mish")
-  def mish(self) -> Tensor:
-    """x * tanh(softplus(x))."""
-    return self * self.softplus().tanh()
-  @method_recipe("softplus")
-  def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
-    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold; gradient sigmoid(beta x) (1 past the threshold)."""
-    x = self._float()
-    bx = x.detach() * beta
-    soft = (-bx.abs()).exp().log1p() + bx.maximum(0)
-    over = bx > threshold
-    return with_grad(over.where(x.detach(), soft / beta), (x, over.where(1.0, bx.sigmoid())))
-  def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Tensor:
-    """Values clipped to [min_val, max_val]."""
-    return self.clip(min_val, max_val)
-  def hardsigmoid(self) -> Tensor:
-    """clip(x / 6 + 1/2, 0, 1)."""
-    return (self / 6 + 0.5).clip(0, 1)
-  def hardswish(self) -> Tensor:
-    """x * clip(x + 3, 0, 6) / 6."""
-    return self * (self + 3).clip(0, 6) / 6
-  def relu6(self) -> Tensor:
-    """clip(x, 0, 6)."""
-    return self.clip(0, 6)
-  def logsigmoid(self) -> Tensor:
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|)), finite for any x; gradient sigmoid(-x)."""
-    x = self._float()
-    xd = x.detach()
-    return with_grad(xd.minimum(0) - (-xd.abs()).exp().log1p(), (x, (-xd).sigmoid()))
   def abs(self) -> Tensor:
     """|x|; abs(-0.0) is +0.0 and the gradient at 0 is 0 (sign(x)), as in PyTorch."""
     if dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool: return self
@@ -1122,235 +747,6 @@ class Tensor(MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, Con
     """NaNs replaced by nan (default 0); unlike PyTorch, infinities are kept."""
     return self.isnan().where(nan, self)
 
-  # ---- reductions
-  def _axes(self, dim: Any) -> tuple[int, ...]:
-    if dim is None: return tuple(range(self.ndim))
-    ds = (dim,) if isinstance(dim, int) else tuple(dim)
-    axes = [_axis(d, self.ndim) for d in ds]
-    if len(set(axes)) != len(axes): raise RuntimeError(f"dims {ds} name an axis more than once (tensor of shape {self.shape})")
-    return tuple(sorted(axes)) if self.ndim else ()
-  def _reduce(self, op: Ops, dim: Any = None, keepdim: bool = False) -> Tensor:
-    axes = self._axes(dim)
-    whole = dim is None
-    sh = shape_of(self.uop)
-    out_shape = tuple([1 if i in axes else s for i, s in enumerate(sh)])
-    if 0 in sh and any(sh[a] == 0 for a in axes):
-      from baregrad.ir.ops import identity_element
-      if op is Ops.MAX and not (dtypes.is_unsigned(self.dtype) or self.dtype == dtypes.bool):
-        # PyTorch: IndexError naming the empty dim, RuntimeError when no dim was given
-        if whole: raise RuntimeError(f"max/min of an empty tensor (shape {self.shape}) has no identity: specify the reduction dim")
-        raise IndexError(f"max/min: Expected reduction dim {next(a for a in axes if self.shape[a] == 0)} to have non-zero size "
-                         f"(shape {self.shape}, axes {axes}): an empty axis has no identity")
-      # pad each empty reduced axis to one identity element: the result stays connected to self (its gradient is empty)
-      arg = tuple((0, 1) if i in axes and s == 0 else (0, 0) for i, s in enumerate(self.shape))
-      ident = identity_element(op, self.dtype)
-      x = self._pad(arg)
-      if ident != 0: x = Tensor.full(self.shape, True, dtype=dtypes.bool, device=self.device)._pad(arg).where(x, ident)
-      r = x._reduce(op, axes, keepdim=True)
-    elif not axes or all(self.shape[a] == 1 for a in axes): r = self
-    elif prod(out_shape) == 1 and self.numel() >= 1 << 16 and (k := _split_factor(self.numel())):
-      # a big full reduction runs as partial results over k rows (in parallel), then a small one over those
-      part = self.reshape(k, self.numel() // k)._new(UOp(Ops.REDUCE_AXIS, self.dtype, (self.reshape(k, self.numel() // k).uop,), (op, (1,))))
-      r = part._new(UOp(Ops.REDUCE_AXIS, self.dtype, (part.uop,), (op, (0,)))).reshape(out_shape)
-    else:   # (the node built with its shape: (op, axes) holds no float, so it is its own hash-consing key)
-      r = self._new(_node(Ops.REDUCE_AXIS, self.uop.dtype, (self.uop,), (op, axes), out_shape))
-    if keepdim: return r
-    new = tuple([s for i, s in enumerate(sh) if i not in axes])
-    if shape_of(r.uop) == new: return r
-    return r._new(_node(Ops.RESHAPE, r.uop.dtype, (r.uop,), new, new))   # (the same elements: reshape's checks hold)
-  def sum(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
-    """Sum over dim (all axes when None); ints and bools sum in int64, half/bfloat16 accumulate in float32, as PyTorch."""
-    dim = axis if dim is None else dim
-    x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
-    if x.dtype in (dtypes.float16, dtypes.bfloat16):  # accumulate in float32, as PyTorch's CPU kernels do
-      return x.float()._reduce(Ops.ADD, dim, keepdim).cast(x.dtype)
-    return x._reduce(Ops.ADD, dim, keepdim)
-  def prod(self, dim: Any = None, keepdim: bool = False, dtype: DType | None = None, axis: Any = None) -> Tensor:
-    """Product over dim (all axes when None); ints and bools multiply in int64."""
-    dim = axis if dim is None else dim
-    x = self.cast(dtype) if dtype is not None else self.cast(dtypes.int64) if (dtypes.is_int(self.dtype) or self.dtype == dtypes.bool) else self
-    return x._reduce(Ops.MUL, dim, keepdim)
-  def amax(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Maximum over dim (an int or a tuple; all axes when None), NaN propagating; the gradient is split evenly between
-    tied maxima, as torch.amax's."""
-    dim = axis if dim is None else dim
-    if self.dtype == dtypes.bool: return self.cast(dtypes.uint8)._reduce(Ops.MAX, dim, keepdim).bool()
-    return self._reduce(Ops.MAX, dim, keepdim)
-  def amin(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Minimum over dim (an int or a tuple; all axes when None), NaN propagating; ties split the gradient, as torch.amin's."""
-    dim = axis if dim is None else dim
-    if self.dtype == dtypes.bool: return self.logical_not().amax(dim, keepdim).logical_not()
-    # ints: ~x reverses the order without overflow (-x of the most negative int is itself)
-    if not dtypes.is_float(self.dtype): return self.bitwise_not().amax(dim, keepdim).bitwise_not()
-    return -((-self).amax(dim, keepdim))
-  def _max_min(self, dim: Any, keepdim: bool, axis: Any, largest: bool) -> Any:
-    if dim is not None and axis is not None and dim is not axis and dim != axis: raise TypeError(f"got both dim={dim} and axis={axis}")
-    dim = axis if dim is None else dim
-    red = self.amax if largest else self.amin
-    if dim is None:
-      if keepdim: raise TypeError(f"{'max' if largest else 'min'}(): keepdim=True needs a dim")
-      return red()
-    if isinstance(dim, Tensor): return self.maximum(dim) if largest else self.minimum(dim)   # torch.max(input, other)
-    # several axes (tinygrad's reduction over a tuple; PyTorch refuses it): the values alone
-    if isinstance(dim, (tuple, list)): return red(tuple(dim), keepdim)
-    d = _axis(dim, self.ndim)
-    if self.ndim == 0: return ValuesIndices(red(), Tensor.zeros((), dtype=dtypes.int64, device=self.device))
-    if self.shape[d] == 0:
-      raise IndexError(f"{'max' if largest else 'min'}(): Expected reduction dim {dim} to have non-zero size (shape {self.shape})")
-    idx = self.argmax(d, keepdim=True) if largest else self.argmin(d, keepdim=True)
-    vals = red(d, keepdim=True)
-    if self.requires_grad:
-      # the gradient goes to the element the index names (PyTorch's rule), not split between ties as amax's
-      pick = Tensor.arange(self.shape[d], device=self.device, dtype=dtypes.int64).reshape((self.shape[d],) + (1,) * (self.ndim - d - 1)).eq(idx)
-      vals = with_grad(vals, (self, pick, (d,)))
-    if not keepdim: vals, idx = vals.squeeze(d), idx.squeeze(d)
-    return ValuesIndices(vals, idx)
-  def max(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Any:
-    """max(): the maximum of all elements (a 0-d tensor). max(dim, keepdim): (values, indices) along dim as
-    torch.return_types.max (the first maximum's index; NaN counts as the maximum; the gradient goes to that index);
-    axis= is accepted for dim. max(other_tensor) is maximum(); a tuple of dims gives the values alone (amax)."""
-    return self._max_min(dim, keepdim, axis, True)
-  def min(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Any:
-    """min(): the minimum of all elements (a 0-d tensor). min(dim, keepdim): (values, indices) along dim as
-    torch.return_types.min; axis= is accepted for dim; min(other_tensor) is minimum(); a tuple of dims gives amin."""
-    return self._max_min(dim, keepdim, axis, False)
-  def mean(self, dim: Any = None, keepdim: bool = False, axis: Any = None) -> Tensor:
-    """Mean over dim (all axes when None), in float (ints compute in float32); NaN for an empty reduction."""
-    dim = axis if dim is None else dim
-    x = self._float()
-    n = prod(x.shape[a] for a in x._axes(dim))
-    s = x.sum(dim, keepdim=True)
-    out = s * (1.0 / n) if n else s * math.nan
-    return out if keepdim else out.reshape(tuple(sz for i, sz in enumerate(x.shape) if i not in x._axes(dim)))
-  def var(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
-    """Variance over dim with correction (1: unbiased); divides by max(0, n - correction), so too few elements give NaN or inf, as PyTorch."""
-    dim = axis if dim is None else dim
-    if unbiased is not None: correction = int(unbiased)
-    x = self._float()
-    n = prod(x.shape[a] for a in x._axes(dim))
-    xc = x.detach() - x.detach().mean(dim, keepdim=True)
-    # PyTorch divides by max(0, n - correction): 0/0 (one element) is NaN, a positive sum over 0 is inf; its gradient
-    # 2 (x - mean) / max(0, n - correction) is given directly (a derived one would meet inf - inf there)
-    den = max(0, n - correction)
-    return with_grad(xc.square().sum(dim, keepdim=keepdim) / den, (x, 2.0 * xc / den, x._axes(dim)))
-  def std(self, dim: Any = None, keepdim: bool = False, correction: int = 1, axis: Any = None, unbiased: bool | None = None) -> Tensor:
-    """Standard deviation over dim (see var); its gradient is 0, not NaN, where the variance is 0."""
-    v = self.var(dim, keepdim, correction, axis, unbiased)
-    # where the variance is 0, sqrt's gradient is inf and 0 * inf made NaN; PyTorch's std gives 0 there
-    zero = v.eq(0)
-    return zero.where(0.0, zero.where(1.0, v).sqrt())
-  def var_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
-    """(var, mean) over dim."""
-    return self.var(dim, keepdim, correction), self.mean(dim, keepdim)
-  def std_mean(self, dim: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
-    """(std, mean) over dim."""
-    return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
-  def any(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """True where any element over dim is non-zero (bool)."""
-    return self.bool().amax(dim, keepdim)
-  def all(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """True where every element over dim is non-zero (bool)."""
-    return self.logical_not().any(dim, keepdim).logical_not()
-  @method_recipe("logsumexp")
-  def logsumexp(self, dim: Any = None, keepdim: bool = False) -> Tensor:
-    """log(sum(exp(x))) over dim, computed after subtracting the maximum (no overflow)."""
-    x = self._float()
-    m = x.amax(dim, keepdim=True).detach()
-    m = m.isinf().where(0.0, m)
-    out = (x - m).exp().sum(dim, keepdim=True).log() + m
-    return out if keepdim else out.squeeze_axes(x._axes(dim))
-  def squeeze_axes(self, axes: tuple[int, ...]) -> Tensor:
-    """The given size-1 axes removed."""
-    return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
-  @method_recipe("softmax")
-  def softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
-    """exp(x) / sum(exp(x)) along dim (axis= accepted too); ints compute in the default float dtype."""
-    dim = dim if axis is None else axis
-    x = self.cast(dtype) if dtype else self._float()
-    e = (x - x.amax(dim, keepdim=True).detach()).exp()
-    return e / e.sum(dim, keepdim=True)
-  @method_recipe("log_softmax")
-  def log_softmax(self, dim: int = -1, dtype: Any = None, axis: int | None = None) -> Tensor:
-    """x - logsumexp(x) along dim (axis= accepted too), computed after subtracting the maximum."""
-    dim = dim if axis is None else axis
-    x = self.cast(dtype) if dtype else self._float()
-    m = x - x.amax(dim, keepdim=True).detach()
-    return m - m.exp().sum(dim, keepdim=True).log()
-  def argmax(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
-    """int64 index of the first maximum along dim (axis= accepted too), of the flattened tensor when dim is None; NaN counts as the maximum."""
-    dim = dim if axis is None else axis
-    if dim is None: return self.reshape(-1).argmax(0)
-    d = _axis(dim, self.ndim)
-    n = self.shape[d]
-    m = self.amax(d, keepdim=True)
-    # the first index of the maximum: largest (n - i) where x == max
-    idx = Tensor.arange(n, 0, -1, device=self.device, dtype=dtypes.int32).reshape((n,) + (1,) * (self.ndim - d - 1))
-    hit = (self.eq(m) | self.isnan() if dtypes.is_float(self.dtype) else self.eq(m)).where(idx._bcast_to(self.shape), 0)
-    return (n - hit.amax(d, keepdim=keepdim)).cast(dtypes.int64)
-  def _bcast_to(self, shape: tuple[int, ...]) -> Tensor:
-    return self.reshape((1,) * (len(shape) - self.ndim) + self.shape).expand(shape)
-  def argmin(self, dim: int | None = None, keepdim: bool = False, axis: int | None = None) -> Tensor:
-    """int64 index of the first minimum along dim (axis= accepted too), of the flattened tensor when dim is None."""
-    dim = dim if axis is None else axis
-    if dtypes.is_float(self.dtype): return (-self).argmax(dim, keepdim)
-    return self.bitwise_not().argmax(dim, keepdim)  # ints: no overflow, unlike -x; bools: logical_not
-  def cumsum(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
-    """Running sum along dim (axis= accepted too); ints and bools sum in int64, as in PyTorch. Axes up to 256 long are
-    one masked-sum kernel (n^2 work); longer ones a log-step scan (scan.py)."""
-    dim = dim if axis is None else axis
-    if dtype is not None: return self.cast(dtype).cumsum(dim)
-    d = _axis(dim, self.ndim)
-    if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
-    n = self.shape[d]
-    if n == 0: return self
-    if n > 256:  # the masked sum costs n^2 per row: a log-step scan instead (scan.py)
-      from baregrad.tensor.ops.scan import cumsum_scan
-      x = self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self.float() if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
-      return cumsum_scan(x, d).cast(self.dtype if dtypes.is_float(self.dtype) else dtypes.int64)
-    x = self.transpose(d, -1) if d != self.ndim - 1 else self
-    # each output i sums x[0..i]: a lower-triangular mask times the rows, reduced
-    tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
-    s = (x.unsqueeze(-2) * tri.cast(x.dtype if x.dtype != dtypes.bool else dtypes.int64)).sum(-1)
-    return s.transpose(d, -1) if d != self.ndim - 1 else s
-  def cumprod(self, dim: int = 0, dtype: Any = None, axis: int | None = None) -> Tensor:
-    """Running product along dim (axis= accepted too); ints and bools multiply in int64, as in PyTorch."""
-    dim = dim if axis is None else axis
-    if dtype is not None: return self.cast(dtype).cumprod(dim)
-    d = _axis(dim, self.ndim)
-    if self.ndim == 0: return self.cast(dtypes.int64) if not dtypes.is_float(self.dtype) else self * 1
-    n = self.shape[d]
-    x = self.transpose(d, -1) if d != self.ndim - 1 else self
-    tri = Tensor.arange(n, device=self.device).reshape(n, 1) >= Tensor.arange(n, device=self.device).reshape(1, n)
-    s = tri.where(x.unsqueeze(-2), 1).prod(-1)
-    return s.transpose(d, -1) if d != self.ndim - 1 else s
-
-  # ---- matmul
-  def dot(self, w: Tensor) -> Tensor:
-    """matmul() (PyTorch's dot is 1-D only; this accepts any matmul shapes)."""
-    return self.matmul(w)
-  def matmul(self, w: Tensor) -> Tensor:
-    """Matrix product with NumPy/PyTorch broadcasting of batch axes and 1-D promotion; half/bfloat16 multiply and accumulate in float32."""
-    x = self
-    if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape} (both arguments need at least 1 dimension)")
-    if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
-      raise RuntimeError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
-    if (fast := _matmul_fast(x, w)) is not None: return fast
-    xv = x.unsqueeze(0) if x.ndim == 1 else x
-    wv = w.unsqueeze(-1) if w.ndim == 1 else w
-    d = promote(x.dtype, w.dtype)
-    xv, wv = xv.cast(d), wv.cast(d)
-    # half/bfloat16: products and sums in float32, rounded once at the end, as PyTorch's matmuls accumulate
-    if d in (dtypes.float16, dtypes.bfloat16): xv, wv = xv.float(), wv.float()
-    # (..., n, 1, k) * (..., 1, m, k) summed over k
-    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=xv.dtype).cast(d)  # int32 @ int32 stays int32, as in PyTorch
-    if x.ndim == 1: out = out.squeeze(-2)
-    if w.ndim == 1: out = out.squeeze(-1)
-    return out
-  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """self @ weight.T + bias: (*, in) with weight (out, in) -> (*, out)."""
-    out = self.matmul(weight.T if weight.ndim == 2 else weight)
-    return out + bias if bias is not None else out
-
   # ---- autograd
   def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
     """Accumulate d(self)/d(leaf) into .grad of every tensor that requires grad (a scalar self unless gradient is given)."""
@@ -1397,22 +793,6 @@ def _pow_value(x: Tensor, y: Tensor) -> Tensor:
   res = (neg & odd).where(-mag, mag)
   res = (neg & yint.logical_not() & ax.isfinite() & ax.ne(0)).where(math.nan, res)
   return (y.eq(0) | x.eq(1) | (x.eq(-1) & y.isinf())).where(1.0, res)
-
-def _split_factor(n: int) -> int:
-  for k in (256, 128, 64, 32, 16):
-    if n % k == 0 and n // k >= 256: return k
-  return 0
-
-def _unit(bits: Tensor, shape: tuple[int, ...]) -> Tensor:
-  """float32 in [0, 1) of the given shape from random uint32 bits: their top 24 bits over 2^24."""
-  return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape)
-
-def _threefry(x0: Tensor, x1: Tensor, k0: Tensor, k1: Tensor) -> Tensor:
-  """Threefry-2x32 with 20 rounds of the counter (x0, x1) under the key (k0, k1), broadcast to x0's shape: the first
-  output word. One THREEFRY node (ir/alu.py threefry2x32): its ~130 operations are expanded where the kernel is built,
-  so a draw costs the graph a handful of nodes, not a tensor op per operation."""
-  shape = x0.shape
-  return x0._alu(Ops.THREEFRY, x1._bcast(shape), k0._bcast(shape), k1._bcast(shape))
 
 def _f32_to_bf16_np(a: np.ndarray) -> np.ndarray:
   u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)

@@ -13,7 +13,10 @@ det(A) * inv(A)^T of an invertible A."""
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 from baregrad.helpers import prod
-from baregrad.ir.dtype import dtypes
+from baregrad.ir.dtype import dtypes, promote
+from baregrad.ir.ops import UOp, Ops
+from baregrad.engine.graph import set_shape, permute_uop
+from baregrad.tensor.common import broadcast_shape, _node
 from baregrad.tensor.ops.shape import ShapeOps
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
@@ -111,8 +114,35 @@ def einsum(equation: str, *operands: Any) -> Tensor:
   if nc: out = out.sum(tuple(range(len(rhs), len(order))))
   return out.cast(dt)
 
+def _matmul_fast(x: Tensor, w: Tensor) -> Tensor | None:
+  """x @ w for two float tensors of one dtype with at least 2 axes: the graph the general path builds (the same
+  hash-consed nodes), made from UOps directly instead of through eight intermediate tensors and their checks (a
+  matmul's graph cost ~125 us of Python that way). None where the general path must decide (1-D promotion, casts,
+  an empty or length-1 reduction, a one-element result)."""
+  xs, ws = x.shape, w.shape
+  dt = x.uop.dtype
+  if len(xs) < 2 or len(ws) < 2 or w.uop.dtype is not dt or (dt is not dtypes.float32 and dt is not dtypes.float64): return None
+  n, k, m = xs[-2], xs[-1], ws[-1]
+  if k < 2 or w.device != x.device: return None
+  bx, bw = xs[:-2], ws[:-2]
+  batch = bx if bx == bw else broadcast_shape(bx, bw)   # (raises for batch axes that do not broadcast, as the general path)
+  full = batch + (n, m, k)
+  if prod(full) // k <= 1: return None
+  # x (..., n, k) -> (..., n, 1, k); w (..., k, m) -> its transpose (..., m, k) -> (..., 1, m, k); both to `full`
+  xu = _node(Ops.RESHAPE, dt, (x.uop,), bx + (n, 1, k), bx + (n, 1, k))
+  wt = permute_uop(w.uop, tuple(range(len(bw))) + (len(bw) + 1, len(bw)))
+  if wt._shape is None: set_shape(wt, bw + (m, k))
+  wu = _node(Ops.RESHAPE, dt, (wt,), bw + (1, m, k), bw + (1, m, k))
+  def to_full(u: UOp) -> UOp:   # (what _bcast does: leading ones, then the expand)
+    if len(s := u._shape) < len(full): u = _node(Ops.RESHAPE, dt, (u,), ones := (1,) * (len(full) - len(s)) + s, ones)
+    return u if u._shape == full else _node(Ops.EXPAND, dt, (u,), full, full)
+  prodn = _node(Ops.MUL, dt, (to_full(xu), to_full(wu)), None, full)
+  red = _node(Ops.REDUCE_AXIS, dt, (prodn,), (Ops.ADD, (len(full) - 1,)), full[:-1] + (1,))
+  out = _node(Ops.RESHAPE, dt, (red,), full[:-1], full[:-1])
+  return x._new(out, requires_grad=True if (x.requires_grad or w.requires_grad) else None)
+
 class LinalgOps:
-  """Linear algebra: Tensor methods (A.det(), Tensor.einsum(eq, a, b))."""
+  """Linear algebra: Tensor methods (a @ b is a.matmul(b), x.linear(w, b), A.det(), Tensor.einsum(eq, a, b))."""
   __slots__ = ()   # (Tensor has slots: a base without them would give every tensor a __dict__)
   def det(A: Tensor) -> Tensor:
     """The determinant of each square matrix in A (..., n, n), shape A.shape[:-2]: LU with partial pivoting on the
@@ -154,4 +184,30 @@ class LinalgOps:
       Tensor.realize(a, sign, k)
     diag = rows.eq(cols).where(a, 0.0).sum(2)
     return (sign * diag.prod(1)).reshape(batch).cast(A.dtype)
+  # ---- matmul
+  def dot(self, w: Tensor) -> Tensor:
+    """matmul() (PyTorch's dot is 1-D only; this accepts any matmul shapes)."""
+    return self.matmul(w)
+  def matmul(self, w: Tensor) -> Tensor:
+    """Matrix product with NumPy/PyTorch broadcasting of batch axes and 1-D promotion; half/bfloat16 multiply and accumulate in float32."""
+    x = self
+    if x.ndim == 0 or w.ndim == 0: raise RuntimeError(f"matmul of a 0-d tensor: shapes {x.shape} and {w.shape} (both arguments need at least 1 dimension)")
+    if x.shape[-1] != w.shape[-2 if w.ndim > 1 else 0]:
+      raise RuntimeError(f"matmul: inner dimensions differ: {x.shape} @ {w.shape} ({x.shape[-1]} vs {w.shape[-2 if w.ndim > 1 else 0]})")
+    if (fast := _matmul_fast(x, w)) is not None: return fast
+    xv = x.unsqueeze(0) if x.ndim == 1 else x
+    wv = w.unsqueeze(-1) if w.ndim == 1 else w
+    d = promote(x.dtype, w.dtype)
+    xv, wv = xv.cast(d), wv.cast(d)
+    # half/bfloat16: products and sums in float32, rounded once at the end, as PyTorch's matmuls accumulate
+    if d in (dtypes.float16, dtypes.bfloat16): xv, wv = xv.float(), wv.float()
+    # (..., n, 1, k) * (..., 1, m, k) summed over k
+    out = (xv.unsqueeze(-2) * wv.transpose(-1, -2).unsqueeze(-3)).sum(-1, dtype=xv.dtype).cast(d)  # int32 @ int32 stays int32, as in PyTorch
+    if x.ndim == 1: out = out.squeeze(-2)
+    if w.ndim == 1: out = out.squeeze(-1)
+    return out
+  def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """self @ weight.T + bias: (*, in) with weight (out, in) -> (*, out)."""
+    out = self.matmul(weight.T if weight.ndim == 2 else weight)
+    return out + bias if bias is not None else out
   einsum = staticmethod(einsum)   # (Tensor.einsum(eq, a, b), as torch.einsum)
