@@ -107,7 +107,7 @@ def randint(low: int, high: int | None = None, size: Sequence[int] | None = None
 
 def randperm(n: int, dtype: Any = None, device: str | None = None, requires_grad: bool = False, generator: Any = None) -> Tensor:
   """A random permutation of 0..n-1 (int64 unless dtype), computed on the device: n random 32-bit keys drawn from
-  baregrad's stream, then the indices that sort them (the stable bitonic argsort of tensor/sorting.py). Ties among
+  baregrad's stream, then the indices that sort them (the stable bitonic argsort of tensor/ops/sorting.py). Ties among
   the keys (about n^2/2^33 of them) keep index order, a bias far below what a training shuffle can see."""
   _no_generator(generator, "randperm")
   if isinstance(n, bool) or not isinstance(n, int): raise TypeError(f"randperm(): n must be an int, got {type(n).__name__}")

@@ -3,7 +3,7 @@ tuples (sequence indices), Python bools and boolean masks.
 
 A boolean mask has a data-dependent result size: the number of True elements is read back from the device (one
 sync) before the result is built. A mask that is the only tensor index selects with a stable sort on the device
-(sorting.py, O(n log^2 n)); a mask mixed with other tensor indices becomes its nonzero() coordinates, which then go
+(ops/sorting.py, O(n log^2 n)); a mask mixed with other tensor indices becomes its nonzero() coordinates, which then go
 through the gather of integer indices."""
 from __future__ import annotations
 from typing import Any
