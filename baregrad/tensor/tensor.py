@@ -1,13 +1,13 @@
 """Tensor: a lazy, PyTorch-like array. Every op builds UOps; realize() schedules them into generated kernels."""
 from __future__ import annotations
 import contextlib, functools, math, weakref
-from typing import Any, Iterable, Sequence
+from typing import Any
 import numpy as np
-from baregrad.helpers import prod, getenv, argsort
+from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, promote, promote_with_scalar, least_upper, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed
 from baregrad.hal import Device, Buffer
-from baregrad.engine.graph import BufRef, buffer_uop, shape_of, set_shape, device_of, base_of, stale_error, broadcast_const, permute_uop
+from baregrad.engine.graph import BufRef, shape_of, set_shape, base_of, stale_error, broadcast_const
 from baregrad.engine import lazy, checks
 from baregrad.tensor import live
 from baregrad.tensor.inplace import bind as _bind
@@ -93,8 +93,10 @@ def _scalar_node(d: DType, y: Any, shape: tuple[int, ...]) -> UOp:
 
 _object_new = object.__new__
 
-class Tensor(CreationOps, RandomOps, MovementOps, ActivationOps, ReductionOps, MathOps, ScanOps, SortingOps, ShapeOps, IndexingOps, LinalgOps, ConvOps, NormOps, AttentionOps, LossOps, InplaceOps):
-  """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist()."""
+class Tensor(CreationOps, RandomOps, MovementOps, ActivationOps, ReductionOps, MathOps, ScanOps, SortingOps, ShapeOps,
+             IndexingOps, LinalgOps, ConvOps, NormOps, AttentionOps, LossOps, InplaceOps):
+  """A lazy tensor on a device. Ops return new tensors; nothing runs until realize(), numpy(), item() or tolist().
+  This class holds the core and the elementwise ops; the other families are the mixins above (tensor/ops/)."""
   __slots__ = ("uop", "device", "requires_grad", "grad", "_ctx_name", "__weakref__")
   training: bool = False
   _modes: frozenset = frozenset()   # the nn modules' training flags that differ from True (nn/module.py): a jit key
