@@ -21,3 +21,10 @@ def test_no_setattr_on_tensor():
   assigns = re.compile(r"^Tensor\.\w+(, *Tensor\.\w+)* *=(?!=)|setattr\(Tensor\b", re.M)
   assert [str(p) for p in ti.PKG.rglob("*.py") if assigns.search(p.read_text())] == []
   assert assigns.search("Tensor.cat = _cat") and assigns.search("for n in ns: setattr(Tensor, n, f)")
+
+def test_elementwise_ops_is_a_base_of_tensor_only():
+  # ops/elementwise.py tests operands with isinstance(y, ElementwiseOps) in place of isinstance(y, Tensor)
+  from baregrad.tensor.tensor import Tensor
+  from baregrad.tensor.ops.elementwise import ElementwiseOps
+  assert ElementwiseOps.__subclasses__() == [Tensor]
+  assert "__dict__" not in dir(Tensor.ones(1))   # every mixin keeps Tensor's slots
