@@ -6,14 +6,16 @@ from baregrad.tensor import Tensor
 from baregrad.tensor.jit import jit
 from baregrad.tensor.grad_mode import no_grad, enable_grad, inference_mode, set_grad_enabled, is_grad_enabled
 from baregrad.tensor import functional
-from baregrad.tensor.functional import (cat, concat, concatenate, stack, split, chunk, roll, tril, triu, gather, scatter, scatter_add, masked_fill,
-  diagonal, diag, einsum, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, max_pool1d, max_pool2d, max_pool3d, avg_pool1d, avg_pool2d,
-  avg_pool3d, adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate, dropout, layer_norm, rms_norm, batch_norm, group_norm,
-  scaled_dot_product_attention, cross_entropy, nll_loss, binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss, l1_loss, smooth_l1_loss,
-  huber_loss, one_hot, pad, scatter_reduce, index_select, repeat_interleave, meshgrid, conv_transpose3d)
-from baregrad.tensor.sorting import sort, argsort, msort, topk, kthvalue, nonzero, argwhere, masked_select, unique
-from baregrad.tensor.scan import cummax, cummin, logcumsumexp
-from baregrad.tensor.mathfn import atan2, copysign, logaddexp, isclose, allclose
+from baregrad.tensor.functional import (cat, concat, concatenate, stack, split, chunk, roll, tril, triu, gather, scatter, scatter_add,
+  masked_fill, diagonal, diag, einsum, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, max_pool1d, max_pool2d, max_pool3d, avg_pool1d,
+  avg_pool2d, avg_pool3d, adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate, dropout, layer_norm, rms_norm, batch_norm, group_norm,
+  scaled_dot_product_attention, cross_entropy, nll_loss, binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss, l1_loss,
+  smooth_l1_loss, huber_loss, one_hot, pad, scatter_reduce,
+  index_select, repeat_interleave, meshgrid, conv_transpose3d)
+sort, argsort, msort, topk, kthvalue = Tensor.sort, Tensor.argsort, Tensor.msort, Tensor.topk, Tensor.kthvalue
+nonzero, argwhere, masked_select, unique = Tensor.nonzero, Tensor.argwhere, Tensor.masked_select, Tensor.unique
+cummax, cummin, logcumsumexp = Tensor.cummax, Tensor.cummin, Tensor.logcumsumexp
+atan2, copysign, logaddexp, isclose, allclose = Tensor.atan2, Tensor.copysign, Tensor.logaddexp, Tensor.isclose, Tensor.allclose
 # PyTorch's top-level factories and torch.where with one argument (tensor/factories.py), save/load (tensor/nn/checkpoint.py)
 from baregrad.tensor.factories import (as_tensor, zeros, ones, empty, full, zeros_like, ones_like, empty_like, full_like, rand_like,
   randn_like, arange, linspace, eye, rand, randn, randint, randperm, manual_seed, initial_seed, where)

@@ -167,7 +167,8 @@ def _recipe_gradient(root: UOp, root_grad: UOp, targets: set[UOp], ab: tuple) ->
 _freed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
 
 def backward(loss, gradient=None, retain_graph: bool = False) -> None:
-  from baregrad.tensor.tensor import Tensor, _all_grad_tensors
+  from baregrad.tensor.tensor import Tensor
+  from baregrad.tensor.common import _all_grad_tensors
   if _freed.get(id(loss)) is loss:
     raise RuntimeError("Trying to backward through the graph a second time: the first backward() freed it. Specify "
                        "retain_graph=True in the first backward() if you need to backward through it again")

@@ -4,7 +4,8 @@ from __future__ import annotations
 from baregrad import knobs
 from baregrad.ir.dtype import dtypes
 from baregrad.engine import checks
-from baregrad.tensor.tensor import Tensor
+from typing import TYPE_CHECKING
+if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
 def checked(value: Tensor, index: Tensor, lo: int, hi: int, message: str) -> Tensor:
   """value, computed from index: whenever it is computed, an element of index outside [lo, hi) raises

@@ -107,16 +107,15 @@ def randint(low: int, high: int | None = None, size: Sequence[int] | None = None
 
 def randperm(n: int, dtype: Any = None, device: str | None = None, requires_grad: bool = False, generator: Any = None) -> Tensor:
   """A random permutation of 0..n-1 (int64 unless dtype), computed on the device: n random 32-bit keys drawn from
-  baregrad's stream, then the indices that sort them (the stable bitonic argsort of tensor/sorting.py). Ties among
+  baregrad's stream, then the indices that sort them (the stable bitonic argsort of tensor/ops/sorting.py). Ties among
   the keys (about n^2/2^33 of them) keep index order, a bias far below what a training shuffle can see."""
   _no_generator(generator, "randperm")
   if isinstance(n, bool) or not isinstance(n, int): raise TypeError(f"randperm(): n must be an int, got {type(n).__name__}")
   if n < 0: raise RuntimeError(f"randperm(): n must be non-negative, got {n}")
   d = _dt(dtype) or dtypes.int64
   if n <= 1: return Tensor.zeros(n, dtype=d, device=device)
-  from baregrad.tensor.sorting import argsort
   keys = Tensor._random(n, device, lambda bits: bits.cast(dtypes.int64).contiguous(), ("randperm_keys",))
-  return argsort(keys).cast(d).contiguous().realize()
+  return keys.argsort().cast(d).contiguous().realize()
 
 def _no_generator(generator: Any, name: str) -> None:
   if generator is not None:
@@ -137,8 +136,7 @@ def where(condition: Tensor, input: Any = None, other: Any = None) -> Any:
   back from the device)."""
   if input is None and other is None:
     if not isinstance(condition, Tensor): raise TypeError(f"where: condition must be a Tensor, got {type(condition).__name__}")
-    from baregrad.tensor.sorting import nonzero
-    return nonzero(condition, as_tuple=True)
+    return condition.nonzero(as_tuple=True)
   if input is None or other is None: raise TypeError("where() takes the condition alone, or the condition, input and other")
   from baregrad.tensor.functional import where as _where
   return _where(condition, input, other)

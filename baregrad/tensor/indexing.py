@@ -3,7 +3,7 @@ tuples (sequence indices), Python bools and boolean masks.
 
 A boolean mask has a data-dependent result size: the number of True elements is read back from the device (one
 sync) before the result is built. A mask that is the only tensor index selects with a stable sort on the device
-(sorting.py, O(n log^2 n)); a mask mixed with other tensor indices becomes its nonzero() coordinates, which then go
+(ops/sorting.py, O(n log^2 n)); a mask mixed with other tensor indices becomes its nonzero() coordinates, which then go
 through the gather of integer indices."""
 from __future__ import annotations
 from typing import Any
@@ -98,15 +98,14 @@ def getitem(t, idx: Any):
         axis += 1
       elif n_tensors == 1: mask_only = (axis, it); axis += k
       else:
-        from baregrad.tensor.sorting import nonzero
-        for j, c in enumerate(nonzero(it, as_tuple=True)): tensor_idx.append((axis + j, c))
+        for j, c in enumerate(it.nonzero(as_tuple=True)): tensor_idx.append((axis + j, c))
         axis += k
     elif isinstance(it, Tensor):
       if dtypes.is_float(it.dtype): raise IndexError(f"tensors used as indices must be long, int or bool tensors, got {it.dtype}")
       tensor_idx.append((axis, it)); axis += 1
     else: raise IndexError(f"unsupported index type {type(it).__name__}: expected int, slice, None, Ellipsis, bool, a sequence or a Tensor")
   if mask_only is not None:
-    from baregrad.tensor.sorting import mask_rows
+    from baregrad.tensor.ops.sorting import mask_rows
     ax, m = mask_only
     k = m.ndim
     rest = [a for a in range(x.ndim) if not ax <= a < ax + k]
@@ -119,7 +118,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
   """PyTorch's advanced indexing: the index tensors broadcast together to a shape B; the result has B in place of the
   indexed axes when they are adjacent, else in front. A gather (functional.take_along) of the rows the index tuples
   name in the indexed axes flattened."""
-  from baregrad.tensor.tensor import broadcast_shape
+  from baregrad.tensor.common import broadcast_shape
   from baregrad.tensor.bounds import checked
   axes = [ax for ax, _ in tensor_idx]
   try: B = broadcast_shape(*(ti.shape for _, ti in tensor_idx))
@@ -132,7 +131,7 @@ def _advanced(x, tensor_idx: list, device: str, dtype):
     # a gather of the rows the indices name, each index tuple made one row number of the indexed axes flattened (a
     # load per element; the one-hot form below costs rows x indices x row length). A tuple with an index out of range
     # reads 0, as the one-hot form gives, and each index's bounds check reports it
-    from baregrad.tensor.functional import take_along
+    from baregrad.tensor.ops.indexing import take_along
     lin, inside = None, None
     # row numbers in int32 where they fit, else int64 (the gather's kernel then indexes in int64: codegen index_dtype)
     idt = dtypes.int32 if nsel <= 2 ** 31 - 1 else dtypes.int64

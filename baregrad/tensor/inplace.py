@@ -3,13 +3,13 @@ still alive that read them are computed, in the same schedule; the written tenso
 versions. assign, setitem, optimizer steps, load_state_dict and the jit all write through here."""
 from __future__ import annotations
 import weakref
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence, TYPE_CHECKING
 from baregrad.ir.ops import UOp, Ops
 from baregrad.engine.graph import BufRef, Storage, buffer_uop, base_of, shape_of
 from baregrad.engine import lazy
 from baregrad.hal import Device
-from baregrad.tensor.tensor import Tensor
 from baregrad.tensor import live
+if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
 def is_buffer(u: UOp) -> bool:
   """u is a whole buffer (or a reshape of one), not a graph or a view into part of it."""
@@ -141,6 +141,7 @@ def write(pairs: Sequence[tuple[Tensor, Any]], also: Sequence[Tensor] = (), befo
 def assign_nodes(pairs: Sequence[tuple[Tensor, Any]], before: Iterable[UOp] = ()) -> tuple[list[UOp], list[BufRef], list[Tensor]]:
   """For write: the ASSIGN of each value into its target's next version, those versions, and the values as tensors
   of the targets' dtypes. Checks shapes, devices and that no buffer is written twice."""
+  from baregrad.tensor.tensor import Tensor
   assigns, news, values = [], [], []
   # a value that later values read (Adam's new moments, read by the parameter's update) is read from its ASSIGN,
   # not recomputed from the target's memory, which the ASSIGN may already have overwritten

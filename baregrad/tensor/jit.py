@@ -3,7 +3,8 @@
 Call 1 runs the function normally (kernels compile); call 2 runs it again while recording every kernel; later calls
 only replay the recording. On an HCQ device the whole capture is one recorded queue (HCQGraph) with patched
 arguments, submitted once. Captures are keyed by the tensor arguments' shapes, dtypes, devices and requires_grad, by
-the values of the other arguments, by Tensor.training and by the nn modules' training modes (Tensor._modes); nothing is replayed on inputs it was not captured for.
+the values of the other arguments, by Tensor.training and by the nn modules' training modes (Tensor._modes); nothing
+is replayed on inputs it was not captured for.
 NumPy arrays are keyed by shape and dtype (byte order included) and are inputs like tensors: each replay copies the
 new array's contents in (the function must make its tensors with Tensor(arr) or Tensor.from_numpy; if its kernels read
 other host data made in the call, which could be derived from an array, the function runs eagerly instead). Floats
@@ -34,7 +35,8 @@ from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
 from baregrad.ir.ops import Ops
 from baregrad.tensor import tensor as _tensor_mod
-from baregrad.tensor.tensor import Tensor, _all_grad_tensors, _tensor_of
+from baregrad.tensor.tensor import Tensor, _tensor_of
+from baregrad.tensor.common import _all_grad_tensors
 from baregrad.tensor import live
 from baregrad.tensor.inplace import realize_all_lazy, prepare_write
 

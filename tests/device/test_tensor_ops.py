@@ -574,9 +574,9 @@ def test_matmul_int_and_empty():
 @pytest.mark.parametrize("sa,sb", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 6)),
                                    ((7, 8), (8, 1)), ((1, 8), (8, 3)), ((2, 3, 4), (2, 4, 5))])
 def test_matmul_fast_path_builds_the_general_graph(sa, sb, monkeypatch):
-  """Float matmuls of 2+ axes build their graph from UOps directly (tensor._matmul_fast): the nodes must be the
+  """Float matmuls of 2+ axes build their graph from UOps directly (ops/linalg._matmul_fast): the nodes must be the
   general path's (hash-consed, so the same objects), with its gradients."""
-  import baregrad.tensor.tensor as T
+  import baregrad.tensor.ops.linalg as T
   x, w = Tensor(rnd(sa, seed=3), requires_grad=True), Tensor(rnd(sb, seed=4), requires_grad=True)
   assert T._matmul_fast(x, w) is not None
   fast = x @ w
@@ -670,7 +670,7 @@ THREEFRY_KAT = [((0, 0), (0, 0), 0x6b200159), ((0xffffffff, 0xffffffff), (0xffff
 def test_threefry_matches_the_reference_vectors_in_python_and_in_kernels():
   from baregrad.ir.alu import threefry2x32, exec_alu
   from baregrad.ir.ops import Ops
-  from baregrad.tensor.tensor import _threefry
+  from baregrad.tensor.ops.random import _threefry
   for (x0, x1), (k0, k1), want in THREEFRY_KAT:
     assert threefry2x32(x0, x1, k0, k1, wrap=lambda v: v & 0xFFFFFFFF) == want
     assert exec_alu(Ops.THREEFRY, dtypes.uint32, (x0, x1, k0, k1)) == want
@@ -688,7 +688,7 @@ def test_threefry_matches_the_reference_vectors_in_python_and_in_kernels():
 def test_a_draw_builds_a_small_graph_and_a_seed_keeps_its_stream():
   # Threefry as one node and arange as one leaf: a draw used to build ~200 nodes of tensor ops (20 rounds of adds,
   # rotations and xors) and a window sum for its counter, ~5 ms of Python per Tensor.rand on this machine
-  from baregrad.tensor.tensor import _threefry
+  from baregrad.tensor.ops.random import _threefry
   st = Tensor._rng_state(None)
   bits = _threefry(Tensor.arange(1000, dtype=dtypes.uint32), Tensor.full((1000,), 0, dtype=dtypes.uint32),
                    st[0], (st[1] + 1) * 0x9E3779B9)

@@ -191,7 +191,7 @@ def test_small_topk_selects_what_the_sort_would(largest):
   """topk with a small k takes k selection passes instead of sorting the axis (topk(8) of 2048x1024: 228 -> ~60 ms):
   the same values and indices as the sort's first k, ties by index, NaN the largest, -0.0 and 0.0 equal, for floats,
   ints and bools on any axis, and the gradient to the elements taken."""
-  from baregrad.tensor.sorting import _select_wins
+  from baregrad.tensor.ops.sorting import _select_wins
   assert _select_wins(8, 1024) and _select_wins(2, 6) and not _select_wins(200, 1024)
   r = np.random.default_rng(12)
   x = r.standard_normal((3, 37)).astype(np.float32)

@@ -244,7 +244,7 @@ class Embedding(Module):
     if idx.numel() and v:
       # each index's row read from the weight (a gather: one load per element, where a one-hot matmul took
       # indices x rows x dim multiply-adds); its gradient adds each row's gradient where it was read
-      from baregrad.tensor.functional import take_along
+      from baregrad.tensor.ops.indexing import take_along
       n, dim = idx.numel(), self.embedding_dim
       rows = take_along(self.weight, idx.reshape(n, 1).expand(n, dim), 0)
       return checked(rows, idx, 0, v, f"embedding: index {{index}} is out of range for {v} embeddings").reshape(*idx.shape, dim)
@@ -260,7 +260,7 @@ class Dropout(Module):
   def extra_repr(self) -> str: return f"p={self.p}, inplace=False"
   def forward(self, x: Tensor) -> Tensor:
     if not _training(self.training): return x
-    from baregrad.tensor.functional import dropout
+    from baregrad.tensor.ops.norm import dropout
     return dropout(x, self.p, training=True)
 
 class Sequential(Module, list):

@@ -9,6 +9,8 @@ from typing import Any
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor import functional as _fn
+from baregrad.tensor.ops.indexing import take_along
+from baregrad.tensor.ops.loss import _reduction
 from baregrad.tensor.functional import (conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d, max_pool1d, max_pool2d,  # noqa: F401
   max_pool3d, avg_pool1d, avg_pool2d, avg_pool3d, adaptive_avg_pool1d, adaptive_avg_pool2d, interpolate, layer_norm, rms_norm, batch_norm,
   group_norm, scaled_dot_product_attention, cross_entropy, nll_loss, binary_cross_entropy, binary_cross_entropy_with_logits, mse_loss, l1_loss,
@@ -102,7 +104,7 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None, max
     keep = Tensor.arange(v, device=weight.device).ne(padding_idx % v).reshape(v, 1)
     weight = keep.where(weight, weight.detach())
   if input.numel() == 0: return Tensor.zeros(*input.shape, dim, dtype=weight.dtype, device=weight.device)
-  rows = _fn.take_along(weight, input.reshape(-1, 1).expand(input.numel(), dim), 0)
+  rows = take_along(weight, input.reshape(-1, 1).expand(input.numel(), dim), 0)
   from baregrad.tensor.bounds import checked
   return checked(rows, input, 0, v, f"embedding: index {{index}} is out of range for {v} embeddings").reshape(*input.shape, dim)
 
@@ -116,7 +118,7 @@ def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any 
   target is 0; reduction 'mean' (over every element, as PyTorch), 'batchmean' (over the batch), 'sum' or 'none'."""
   loss = target.exp() * (target - input) if log_target else target.gt(0).where(target * (target.maximum(1e-45).log() - input), 0.0)
   if reduction == "batchmean": return loss.sum() / (input.shape[0] if input.ndim else 1)
-  return _fn._reduction(loss, reduction)
+  return _reduction(loss, reduction)
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
   """sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps)) along dim."""

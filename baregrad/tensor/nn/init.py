@@ -107,7 +107,7 @@ def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: Any = None) -> Ten
   _check(tensor, "orthogonal_", generator)
   if tensor.ndim < 2: raise ValueError(f"orthogonal_: only tensors with 2 or more dimensions are supported, got shape {tensor.shape}")
   if tensor.numel() == 0: return tensor
-  from baregrad.tensor.linalg import qr
+  from baregrad.tensor.ops.linalg import qr
   rows = tensor.shape[0]
   cols = tensor.numel() // rows
   flat = Tensor.randn(rows, cols, device=tensor.device)

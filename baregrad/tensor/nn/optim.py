@@ -33,7 +33,7 @@ def check_param(i: int, p: Any) -> None:
   requires grad (w * 2: the update would go to a temporary and w would never move), or a tensor that is not floating
   point (it cannot have gradients)."""
   from baregrad.ir.dtype import dtypes
-  from baregrad.tensor.inplace_ops import is_grad_leaf
+  from baregrad.tensor.ops.inplace_ops import is_grad_leaf
   if not isinstance(p, Tensor): raise TypeError(f"optimizer params must be Tensors, got {type(p).__name__} at index {i}")
   if not dtypes.is_float(p.dtype):
     raise ValueError(f"optimizer parameter {i} (shape {p.shape}) has dtype {p.dtype}: only floating-point tensors can be optimized")

@@ -15,9 +15,12 @@ Data-dependent shapes (nonzero, masked_select, boolean-mask indexing, unique, re
 the result's size is a count that must be read back from the device first (one .item(), a host-device sync) before
 the rest is built lazily; the selection itself is a stable sort of (not selected, index) keys carrying the values."""
 from __future__ import annotations
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TYPE_CHECKING
 from baregrad.ir.dtype import dtypes
-from baregrad.tensor.tensor import Tensor, _axis
+from baregrad.tensor.common import _axis, broadcast_shape
+from baregrad.tensor.ops.shape import stack
+from baregrad.tensor.ops.indexing import take_along
+if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
 class SortResult(NamedTuple):
   """(values, indices) as torch.return_types.sort / topk."""
@@ -56,6 +59,7 @@ def _network(keys: list[Tensor], desc: list[bool], payloads: list[Tensor], n_val
 
   A stage's kernel depends only on j (the pair distance, which sets the view): the block direction i & k is computed
   from the position and k read from a one-element buffer, so the L(L+1)/2 stages compile L kernels per tensor."""
+  from baregrad.tensor.tensor import Tensor
   N = keys[0].shape[-1]
   pre = keys[0].shape[:-1]
   npre = len(pre)
@@ -96,6 +100,7 @@ def _pow2(n: int) -> int: return 1 << max(0, (n - 1).bit_length())
 
 def _sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
   """(values, int32 indices) of a stable sort along the last axis."""
+  from baregrad.tensor.tensor import Tensor
   n = x.shape[-1]
   v = x.cast(dtypes.uint8) if x.dtype == dtypes.bool else x
   if n <= 1: return x, Tensor.zeros(*x.shape, dtype=dtypes.int32, device=x.device)
@@ -108,31 +113,15 @@ def _sort_last(x: Tensor, descending: bool) -> tuple[Tensor, Tensor]:
   return (sv.cast(dtypes.bool) if x.dtype == dtypes.bool else sv), si
 
 def _check_dim(x: Any, dim: Any, name: str) -> int:
+  from baregrad.tensor.tensor import Tensor
   if not isinstance(x, Tensor): raise TypeError(f"{name}: input must be a Tensor, got {type(x).__name__}")
   if not isinstance(dim, int) or isinstance(dim, bool): raise TypeError(f"{name}: dim must be an int, got {type(dim).__name__} {dim!r}")
   return _axis(dim, x.ndim)
 
-def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None) -> SortResult:
-  """(values, int64 indices) sorted along dim by a bitonic network on the device. Always stable (ties keep their
-  order); NaN sorts last (first when descending). Gradients flow to the elements each value came from."""
-  d = _check_dim(input, dim if axis is None else axis, "sort")
-  if input.ndim == 0: return SortResult(input * 1 if input.dtype != dtypes.bool else input, Tensor.zeros((), dtype=dtypes.int64, device=input.device))
-  x = input.transpose(d, -1) if d != input.ndim - 1 else input
-  v, i = _sort_last(x, bool(descending))
-  if d != input.ndim - 1: v, i = v.transpose(d, -1), i.transpose(d, -1)
-  return SortResult(v, i.cast(dtypes.int64))
-
-def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None) -> Tensor:
-  """int64 indices that sort input along dim (stable; see sort)."""
-  return sort(input, dim, descending, stable, axis=axis).indices
-
-def msort(input: Tensor) -> Tensor:
-  """input sorted along its first axis."""
-  return sort(input, 0).values
-
 def _select_last(x: Tensor, k: int, largest: bool) -> Tensor:
   """int32 indices (*P, k) of the k largest (smallest) elements along the last axis of x (*P, n), in the order a
   stable sort gives (ties by index; NaN above every number): k passes, each taking the best element left."""
+  from baregrad.tensor.tensor import Tensor
   n = x.shape[-1]
   v = x.cast(dtypes.int32) if x.dtype == dtypes.bool else x
   lo, hi = dtypes.min(v.dtype), dtypes.max(v.dtype)
@@ -158,37 +147,6 @@ def _select_wins(k: int, n: int) -> bool:
   L = max(1, (n - 1).bit_length())
   return 0 < k <= 64 and 2 * k < L * (L + 1) // 2
 
-def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, axis: int | None = None) -> SortResult:  # noqa: A002
-  """(values, int64 indices) of the k largest (or smallest) elements along dim, in order: k selection passes for a
-  small k, else a full sort on the device and its first k. Among equal values the earlier index comes first (PyTorch
-  may pick others); NaN is the largest."""
-  d = _check_dim(input, dim if axis is None else axis, "topk")
-  n = input.shape[d] if input.ndim else 1
-  if not isinstance(k, int) or isinstance(k, bool): raise TypeError(f"topk: k must be an int, got {type(k).__name__} {k!r}")
-  if not 0 <= k <= n: raise RuntimeError(f"topk: k={k} is out of range for dimension {d} of size {n} (expected 0 <= k <= {n})")
-  if input.ndim and input.numel() and _select_wins(k, n):
-    from baregrad.tensor.functional import take_along
-    x = input.transpose(d, -1) if d != input.ndim - 1 else input
-    i = _select_last(x, k, bool(largest))
-    vals = take_along(x, i, x.ndim - 1)   # (the gradient flows to the elements taken)
-    if d != input.ndim - 1: vals, i = vals.transpose(d, -1), i.transpose(d, -1)
-    return SortResult(vals, i.cast(dtypes.int64))
-  v, i = sort(input, d, descending=largest)
-  if input.ndim == 0: return SortResult(v, i)
-  keep = tuple((0, k) if a == d else (0, s) for a, s in enumerate(v.shape))
-  return SortResult(v._shrink(keep), i._shrink(keep))
-
-def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> SortResult:
-  """(value, int64 index) of the k-th smallest element (1-based) along dim."""
-  d = _check_dim(input, dim, "kthvalue")
-  n = input.shape[d] if input.ndim else 1
-  if not isinstance(k, int) or not 1 <= k <= n: raise RuntimeError(f"kthvalue: k={k!r} is out of range for dimension {d} of size {n} (expected 1 <= k <= {n})")
-  v, i = sort(input, d)
-  if input.ndim == 0: return SortResult(v, i)
-  keep = tuple((k - 1, k) if a == d else (0, s) for a, s in enumerate(v.shape))
-  v, i = v._shrink(keep), i._shrink(keep)
-  return SortResult(v, i) if keepdim else SortResult(v.squeeze(d), i.squeeze(d))
-
 # ---------------------------------------------------------------- data-dependent shapes
 
 def _count(mask: Tensor) -> int:
@@ -198,6 +156,7 @@ def _count(mask: Tensor) -> int:
 def _select(flag: Tensor, payloads: list[Tensor], count: int) -> list[Tensor]:
   """Rows of each payload (shape (n, *S)) where flag (n,) is True, in order: a stable sort of (not flag, index)
   packed in one int key, carrying the payloads; the first count rows."""
+  from baregrad.tensor.tensor import Tensor
   n = flag.shape[0]
   if count == 0 or n == 0: return [p._shrink(((0, 0),) + tuple((0, s) for s in p.shape[1:])) for p in payloads]
   N = _pow2(n)
@@ -210,40 +169,6 @@ def _select(flag: Tensor, payloads: list[Tensor], count: int) -> list[Tensor]:
   _, outs = _network([key], [False], pp, N)
   return [o._shrink(((0, count),) + tuple((0, s) for s in o.shape[1:])) for o in outs]
 
-def nonzero(input: Tensor, *, as_tuple: bool = False) -> Any:
-  """int64 indices of the non-zero elements, (count, ndim) in row-major order (or a tuple of ndim (count,) tensors
-  with as_tuple=True). The count is read back from the device (a sync) before the indices are built."""
-  if not isinstance(input, Tensor): raise TypeError(f"nonzero: input must be a Tensor, got {type(input).__name__}")
-  x = input.reshape(1) if input.ndim == 0 else input
-  flag = x.ne(0).reshape(-1) if x.dtype != dtypes.bool else x.reshape(-1)
-  cnt = _count(flag)
-  (flat,) = _select(flag, [Tensor.arange(flag.shape[0], device=x.device, dtype=dtypes.int64)], cnt)
-  coords, rest = [], flat
-  for s in reversed(x.shape):
-    coords.append(rest % s if s else rest)
-    rest = rest // s if s else rest
-  coords = coords[::-1] if input.ndim else []
-  if as_tuple: return tuple(coords) if input.ndim else (Tensor.zeros(cnt, dtype=dtypes.int64, device=input.device),)
-  if not coords: return Tensor.zeros(cnt, 0, dtype=dtypes.int64, device=input.device)
-  from baregrad.tensor.functional import stack
-  return stack(coords, 1)
-
-def argwhere(input: Tensor) -> Tensor:
-  """nonzero(input): (count, ndim) int64 indices of the non-zero elements."""
-  return nonzero(input)
-
-def masked_select(input: Tensor, mask: Tensor) -> Tensor:
-  """1-D tensor of input's elements where mask (bool, broadcast with input) is True, in row-major order. The count
-  is read back from the device (a sync); gradients flow back to the selected elements."""
-  if not isinstance(input, Tensor) or not isinstance(mask, Tensor):
-    raise TypeError(f"masked_select: input and mask must be Tensors, got {type(input).__name__} and {type(mask).__name__}")
-  if mask.dtype != dtypes.bool: raise RuntimeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
-  from baregrad.tensor.tensor import broadcast_shape
-  try: shape = broadcast_shape(input.shape, mask.shape)
-  except (ValueError, RuntimeError): raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
-  x, m = input._bcast(shape).reshape(-1), mask._bcast(shape).reshape(-1)
-  return _select(m, [x], _count(m))[0]
-
 def mask_rows(x: Tensor, mask: Tensor) -> Tensor:
   """x[mask] for a bool mask over x's first mask.ndim axes: (count, *x.shape[mask.ndim:])."""
   k = mask.ndim
@@ -253,30 +178,10 @@ def mask_rows(x: Tensor, mask: Tensor) -> Tensor:
   m = mask.reshape(-1)
   return _select(m, [rows], _count(m))[0]
 
-def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None) -> Any:  # noqa: A002
-  """The distinct elements of the flattened input, ascending (NaNs are each distinct, as in PyTorch), with
-  optionally the inverse indices (input's shape, int64) and the counts. With dim, the distinct slices along dim
-  (sorted lexicographically, first element first), the inverse indices of shape (input.shape[dim],) and the counts.
-  The number of distinct values is read back from the device (a sync)."""
-  if not isinstance(input, Tensor): raise TypeError(f"unique: input must be a Tensor, got {type(input).__name__}")
-  if dim is not None: return _unique_dim(input, _check_dim(input, dim, "unique"), return_inverse, return_counts)
-  x = input.reshape(-1)
-  n = x.shape[0]
-  dev = input.device
-  if n == 0:
-    out: list[Tensor] = [x]
-    if return_inverse: out.append(Tensor.zeros(*input.shape, dtype=dtypes.int64, device=dev))
-    if return_counts: out.append(Tensor.zeros(0, dtype=dtypes.int64, device=dev))
-    return out[0] if len(out) == 1 else tuple(out)
-  s, perm = _sort_last(x.detach(), False)
-  sk = s.cast(dtypes.uint8) if s.dtype == dtypes.bool else s
-  prev = sk._shrink(((0, n - 1),))._pad(((1, 0),))
-  first = Tensor.arange(n, device=dev, dtype=dtypes.int32).eq(0) | sk.ne(prev)
-  return _groups(s, perm, first, input.shape, return_inverse, return_counts)
-
 def _groups(s: Tensor, perm: Tensor, first: Tensor, inv_shape: tuple[int, ...], return_inverse: bool, return_counts: bool) -> Any:
   """unique's outputs from the sorted values s (n, ...), the permutation perm (n,) that sorted them and the flags
   (n,) of the first element of each group of equal values."""
+  from baregrad.tensor.tensor import Tensor
   n, dev = s.shape[0], s.device
   u = _count(first)
   pos = Tensor.arange(n, device=dev, dtype=dtypes.int64)
@@ -299,6 +204,7 @@ def _unique_dim(input: Tensor, d: int, return_inverse: bool, return_counts: bool
   """unique(dim=d): the slices along d as rows (n, m), sorted lexicographically by least-significant-digit passes of
   the stable network (a few columns per pass), then grouped where a row differs from the one before it."""
   # d to the front, the other axes in their order: the rows compare in the order PyTorch compares the slices
+  from baregrad.tensor.tensor import Tensor
   fwd = (d,) + tuple(a for a in range(input.ndim) if a != d)
   back = tuple(fwd.index(a) for a in range(input.ndim))
   x = input.detach().permute(fwd)
@@ -333,10 +239,108 @@ def _unique_dim(input: Tensor, d: int, return_inverse: bool, return_counts: bool
 
 def _perm_pad(perm: Tensor, n: int) -> Tensor:
   """A permutation of 0..n-1 padded to a power of two with n, n+1, ... (distinct keys that sort after it)."""
+  from baregrad.tensor.tensor import Tensor
   N = _pow2(n)
   if N == n: return perm
   pos = Tensor.arange(N, device=perm.device, dtype=perm.dtype)
   return pos.ge(n).where(pos, perm._pad(((0, N - n),)))
 
-for _n in ("sort", "argsort", "msort", "topk", "kthvalue", "nonzero", "argwhere", "masked_select", "unique"): setattr(Tensor, _n, globals()[_n])
-del _n
+class SortingOps:
+  """Sorting and data-dependent selections: Tensor methods (x.sort(dim), x.topk(k), x.nonzero(), x.unique())."""
+  __slots__ = ()   # (Tensor has slots: a base without them would give every tensor a __dict__)
+  def sort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None) -> SortResult:
+    """(values, int64 indices) sorted along dim by a bitonic network on the device. Always stable (ties keep their
+    order); NaN sorts last (first when descending). Gradients flow to the elements each value came from."""
+    from baregrad.tensor.tensor import Tensor
+    d = _check_dim(input, dim if axis is None else axis, "sort")
+    if input.ndim == 0: return SortResult(input * 1 if input.dtype != dtypes.bool else input, Tensor.zeros((), dtype=dtypes.int64, device=input.device))
+    x = input.transpose(d, -1) if d != input.ndim - 1 else input
+    v, i = _sort_last(x, bool(descending))
+    if d != input.ndim - 1: v, i = v.transpose(d, -1), i.transpose(d, -1)
+    return SortResult(v, i.cast(dtypes.int64))
+  def argsort(input: Tensor, dim: int = -1, descending: bool = False, stable: bool = False, *, axis: int | None = None) -> Tensor:
+    """int64 indices that sort input along dim (stable; see sort)."""
+    return SortingOps.sort(input, dim, descending, stable, axis=axis).indices
+  def msort(input: Tensor) -> Tensor:
+    """input sorted along its first axis."""
+    return SortingOps.sort(input, 0).values
+  def topk(input: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True, *, axis: int | None = None) -> SortResult:  # noqa: A002
+    """(values, int64 indices) of the k largest (or smallest) elements along dim, in order: k selection passes for a
+    small k, else a full sort on the device and its first k. Among equal values the earlier index comes first (PyTorch
+    may pick others); NaN is the largest."""
+    d = _check_dim(input, dim if axis is None else axis, "topk")
+    n = input.shape[d] if input.ndim else 1
+    if not isinstance(k, int) or isinstance(k, bool): raise TypeError(f"topk: k must be an int, got {type(k).__name__} {k!r}")
+    if not 0 <= k <= n: raise RuntimeError(f"topk: k={k} is out of range for dimension {d} of size {n} (expected 0 <= k <= {n})")
+    if input.ndim and input.numel() and _select_wins(k, n):
+      x = input.transpose(d, -1) if d != input.ndim - 1 else input
+      i = _select_last(x, k, bool(largest))
+      vals = take_along(x, i, x.ndim - 1)   # (the gradient flows to the elements taken)
+      if d != input.ndim - 1: vals, i = vals.transpose(d, -1), i.transpose(d, -1)
+      return SortResult(vals, i.cast(dtypes.int64))
+    v, i = SortingOps.sort(input, d, descending=largest)
+    if input.ndim == 0: return SortResult(v, i)
+    keep = tuple((0, k) if a == d else (0, s) for a, s in enumerate(v.shape))
+    return SortResult(v._shrink(keep), i._shrink(keep))
+  def kthvalue(input: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> SortResult:
+    """(value, int64 index) of the k-th smallest element (1-based) along dim."""
+    d = _check_dim(input, dim, "kthvalue")
+    n = input.shape[d] if input.ndim else 1
+    if not isinstance(k, int) or not 1 <= k <= n: raise RuntimeError(f"kthvalue: k={k!r} is out of range for dimension {d} of size {n} (expected 1 <= k <= {n})")
+    v, i = SortingOps.sort(input, d)
+    if input.ndim == 0: return SortResult(v, i)
+    keep = tuple((k - 1, k) if a == d else (0, s) for a, s in enumerate(v.shape))
+    v, i = v._shrink(keep), i._shrink(keep)
+    return SortResult(v, i) if keepdim else SortResult(v.squeeze(d), i.squeeze(d))
+  def nonzero(input: Tensor, *, as_tuple: bool = False) -> Any:
+    """int64 indices of the non-zero elements, (count, ndim) in row-major order (or a tuple of ndim (count,) tensors
+    with as_tuple=True). The count is read back from the device (a sync) before the indices are built."""
+    from baregrad.tensor.tensor import Tensor
+    if not isinstance(input, Tensor): raise TypeError(f"nonzero: input must be a Tensor, got {type(input).__name__}")
+    x = input.reshape(1) if input.ndim == 0 else input
+    flag = x.ne(0).reshape(-1) if x.dtype != dtypes.bool else x.reshape(-1)
+    cnt = _count(flag)
+    (flat,) = _select(flag, [Tensor.arange(flag.shape[0], device=x.device, dtype=dtypes.int64)], cnt)
+    coords, rest = [], flat
+    for s in reversed(x.shape):
+      coords.append(rest % s if s else rest)
+      rest = rest // s if s else rest
+    coords = coords[::-1] if input.ndim else []
+    if as_tuple: return tuple(coords) if input.ndim else (Tensor.zeros(cnt, dtype=dtypes.int64, device=input.device),)
+    if not coords: return Tensor.zeros(cnt, 0, dtype=dtypes.int64, device=input.device)
+    return stack(coords, 1)
+  def argwhere(input: Tensor) -> Tensor:
+    """nonzero(input): (count, ndim) int64 indices of the non-zero elements."""
+    return SortingOps.nonzero(input)
+  def masked_select(input: Tensor, mask: Tensor) -> Tensor:
+    """1-D tensor of input's elements where mask (bool, broadcast with input) is True, in row-major order. The count
+    is read back from the device (a sync); gradients flow back to the selected elements."""
+    from baregrad.tensor.tensor import Tensor
+    if not isinstance(input, Tensor) or not isinstance(mask, Tensor):
+      raise TypeError(f"masked_select: input and mask must be Tensors, got {type(input).__name__} and {type(mask).__name__}")
+    if mask.dtype != dtypes.bool: raise RuntimeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
+    try: shape = broadcast_shape(input.shape, mask.shape)
+    except (ValueError, RuntimeError): raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
+    x, m = input._bcast(shape).reshape(-1), mask._bcast(shape).reshape(-1)
+    return _select(m, [x], _count(m))[0]
+  def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None) -> Any:  # noqa: A002
+    """The distinct elements of the flattened input, ascending (NaNs are each distinct, as in PyTorch), with
+    optionally the inverse indices (input's shape, int64) and the counts. With dim, the distinct slices along dim
+    (sorted lexicographically, first element first), the inverse indices of shape (input.shape[dim],) and the counts.
+    The number of distinct values is read back from the device (a sync)."""
+    from baregrad.tensor.tensor import Tensor
+    if not isinstance(input, Tensor): raise TypeError(f"unique: input must be a Tensor, got {type(input).__name__}")
+    if dim is not None: return _unique_dim(input, _check_dim(input, dim, "unique"), return_inverse, return_counts)
+    x = input.reshape(-1)
+    n = x.shape[0]
+    dev = input.device
+    if n == 0:
+      out: list[Tensor] = [x]
+      if return_inverse: out.append(Tensor.zeros(*input.shape, dtype=dtypes.int64, device=dev))
+      if return_counts: out.append(Tensor.zeros(0, dtype=dtypes.int64, device=dev))
+      return out[0] if len(out) == 1 else tuple(out)
+    s, perm = _sort_last(x.detach(), False)
+    sk = s.cast(dtypes.uint8) if s.dtype == dtypes.bool else s
+    prev = sk._shrink(((0, n - 1),))._pad(((1, 0),))
+    first = Tensor.arange(n, device=dev, dtype=dtypes.int32).eq(0) | sk.ne(prev)
+    return _groups(s, perm, first, input.shape, return_inverse, return_counts)

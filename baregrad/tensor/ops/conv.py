@@ -1,0 +1,384 @@
+"""Convolutions, pooling, unpooling, interpolation and unfold/fold (im2col and back), built on the sliding windows of
+ops/shape.py: lazy, fused and differentiable without a hand-written backward, no im2col copy."""
+from __future__ import annotations
+import math, struct
+from typing import Any, TYPE_CHECKING
+from baregrad.helpers import prod
+from baregrad.ir.dtype import dtypes, promote
+from baregrad.tensor.recipe import function_recipe
+from baregrad.tensor.ops.indexing import IndexingOps, _onehot
+from baregrad.tensor.ops.shape import _pad_crop, _pool, _tuple
+if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
+
+def _f32(v: float) -> float:
+  """v rounded to float32 (index arithmetic the way PyTorch's float kernels do it)."""
+  return struct.unpack("f", struct.pack("f", v))[0]
+
+def unfold(input: Tensor, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+  """torch.nn.functional.unfold (im2col): sliding blocks of a (N, C, H, W) or (C, H, W) input as columns,
+  (N, C * kh * kw, L) with L the number of blocks; built from movement ops (no copy until used)."""
+  x = input
+  if x.ndim not in (3, 4): raise RuntimeError(f"unfold: input must be 3-D (C, H, W) or 4-D (N, C, H, W), got shape {x.shape}")
+  unbatched = x.ndim == 3
+  if unbatched: x = x.unsqueeze(0)
+  k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((kernel_size, "kernel_size"), (dilation, "dilation"), (padding, "padding"), (stride, "stride")))
+  if any(v <= 0 for v in k_ + d_ + s_) or any(v < 0 for v in p_):
+    raise RuntimeError(f"unfold: kernel_size {k_}, dilation {d_} and stride {s_} must be positive and padding {p_} non-negative")
+  N, C = x.shape[:2]
+  xp = x._pad(((0, 0), (0, 0)) + tuple((p, p) for p in p_))
+  win = _pool(xp, k_, s_, d_)                                              # (N, C, oh, ow, kh, kw)
+  oh, ow = win.shape[2:4]
+  out = win.permute(0, 1, 4, 5, 2, 3).reshape(N, C * k_[0] * k_[1], oh * ow)
+  return out.squeeze(0) if unbatched else out
+
+def fold(input: Tensor, output_size: Any, kernel_size: Any, dilation: Any = 1, padding: Any = 0, stride: Any = 1) -> Tensor:
+  """torch.nn.functional.fold (col2im), the adjoint of unfold: columns (N, C * kh * kw, L) summed back into a
+  (N, C, H, W) image where blocks overlap. Each kernel offset is a strided placement (pad + reshape) of its column."""
+  x = input
+  if x.ndim not in (2, 3): raise RuntimeError(f"fold: input must be 2-D or 3-D (N, C * kh * kw, L), got shape {x.shape}")
+  unbatched = x.ndim == 2
+  if unbatched: x = x.unsqueeze(0)
+  o_, k_, d_, p_, s_ = (_tuple(v, 2, nm) for v, nm in ((output_size, "output_size"), (kernel_size, "kernel_size"), (dilation, "dilation"),
+                                                      (padding, "padding"), (stride, "stride")))
+  N, CK, L = x.shape
+  K = k_[0] * k_[1]
+  if CK % K: raise RuntimeError(f"fold: expected size of input's dimension 1 ({CK}) to be divisible by the product of kernel_size {k_} ({K})")
+  H, W = o_[0] + 2 * p_[0], o_[1] + 2 * p_[1]
+  bh, bw = (H - d_[0] * (k_[0] - 1) - 1) // s_[0] + 1, (W - d_[1] * (k_[1] - 1) - 1) // s_[1] + 1
+  if bh * bw != L: raise RuntimeError(f"fold: expected L={bh * bw} blocks for output_size {o_}, kernel {k_}, dilation {d_}, padding {p_}, stride {s_}; got {L}")
+  C = CK // K
+  cols = x.reshape(N, C, k_[0], k_[1], bh, bw)
+  out = None
+  for i in range(k_[0]):
+    for j in range(k_[1]):
+      c = cols[:, :, i, j]                                                   # (N, C, bh, bw)
+      # spread by the stride: (bh, bw) -> (bh * sh, bw * sw), then shift by the kernel offset times the dilation
+      c = c.reshape(N, C, bh, 1, bw, 1)._pad(((0, 0), (0, 0), (0, 0), (0, s_[0] - 1), (0, 0), (0, s_[1] - 1))).reshape(N, C, bh * s_[0], bw * s_[1])
+      c = _pad_crop(c, [(i * d_[0], H - i * d_[0] - bh * s_[0]), (j * d_[1], W - j * d_[1] - bw * s_[1])])
+      out = c if out is None else out + c
+  assert out is not None
+  out = out._shrink(((0, N), (0, C), (p_[0], p_[0] + o_[0]), (p_[1], p_[1] + o_[1])))
+  return out.squeeze(0) if unbatched else out
+
+def _max_unpool(x: Tensor, indices: Tensor, kernel_size: Any, stride: Any, padding: Any, output_size: Any, nsp: int, name: str) -> Tensor:
+  from baregrad.tensor.tensor import Tensor
+  if not isinstance(indices, Tensor) or dtypes.is_float(indices.dtype) or indices.dtype == dtypes.bool:
+    raise TypeError(f"{name}: indices must be an integer tensor, got {indices.dtype if isinstance(indices, Tensor) else type(indices).__name__}")
+  if x.ndim not in (nsp + 1, nsp + 2): raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if indices.shape != x.shape: raise RuntimeError(f"{name}: indices of shape {indices.shape} must have the input's shape {x.shape}")
+  k_ = _tuple(kernel_size, nsp, "kernel_size")
+  s_ = k_ if stride is None else _tuple(stride, nsp, "stride")
+  p_ = _tuple(padding, nsp, "padding")
+  i_ = x.shape[-nsp:]
+  if output_size is None: o_ = tuple((i - 1) * s - 2 * p + k for i, k, s, p in zip(i_, k_, s_, p_))
+  else:
+    o_ = tuple(int(v) for v in output_size)[-nsp:]
+    if len(o_) != nsp: raise ValueError(f"{name}: output_size {tuple(output_size)} must name {nsp} spatial sizes")
+  lead = x.shape[:-nsp]
+  xf, idx = x.reshape(lead + (prod(i_),)), indices.reshape(lead + (prod(i_),))
+  base = Tensor.zeros(*lead, prod(o_), dtype=x.dtype, device=x.device)
+  out = IndexingOps.scatter(base, -1, idx, xf.detach())
+  if xf.requires_grad:
+    # PyTorch's gradient is grad_output gathered at the indices, for every input, duplicates included: the adjoint of
+    # scatter_add, added here as a term that is exactly 0 in the forward
+    xs = xf.isfinite().where(xf, 0.0)
+    out = out + (IndexingOps.scatter_add(base, -1, idx, xs) - IndexingOps.scatter_add(base, -1, idx, xs.detach()))
+  return out.reshape(lead + o_)
+
+def _conv_padding(padding: Any, k_: tuple[int, ...], d_: tuple[int, ...], s_: tuple[int, ...], name: str) -> list[tuple[int, int]]:
+  n = len(k_)
+  if isinstance(padding, str):
+    if padding == "valid": return [(0, 0)] * n
+    if padding == "same":
+      if any(s != 1 for s in s_): raise RuntimeError(f"{name}: padding='same' is not supported for strided convolutions (stride={s_})")
+      tot = [d * (k - 1) for k, d in zip(k_, d_)]
+      return [(t // 2, t - t // 2) for t in tot]
+    raise RuntimeError(f"{name}: padding must be 'valid', 'same', an int or a tuple, got {padding!r}")
+  p = _tuple(padding, n, "padding")
+  if any(v < 0 for v in p): raise RuntimeError(f"{name}: negative padding {p}")
+  return [(v, v) for v in p]
+
+@function_recipe("convnd")   # (also the convolution inside a transposed one)
+def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, dilation: Any, groups: int, nsp: int, name: str) -> Tensor:
+  if w.ndim != nsp + 2: raise RuntimeError(f"{name}: weight must have {nsp + 2} dimensions (out_channels, in_channels/groups, *kernel), got shape {w.shape}")
+  unbatched = x.ndim == nsp + 1
+  if unbatched: x = x.unsqueeze(0)
+  if x.ndim != nsp + 2: raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  if groups < 1: raise RuntimeError(f"{name}: groups must be positive, got {groups}")
+  N, C = x.shape[:2]
+  Cout, Cg = w.shape[:2]
+  k_ = w.shape[2:]
+  if C != Cg * groups:
+    raise RuntimeError(f"{name}: input of shape {x.shape} has {C} channels but weight of shape {w.shape} with groups={groups} expects {Cg * groups} (= {Cg} x {groups})")
+  if Cout % groups: raise RuntimeError(f"{name}: out_channels {Cout} (weight shape {w.shape}) is not divisible by groups={groups}")
+  if bias is not None and bias.shape != (Cout,): raise RuntimeError(f"{name}: bias must have shape ({Cout},), got {bias.shape}")
+  s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
+  if any(v <= 0 for v in s_ + d_): raise RuntimeError(f"{name}: stride {s_} and dilation {d_} must be positive")
+  pads = _conv_padding(padding, k_, d_, s_, name)
+  x = x._pad(((0, 0), (0, 0)) + tuple(pads))
+  win = _pool(x, k_, s_, d_)                                   # (N, C, *o, *k)
+  o_ = win.shape[2:2 + nsp]
+  G, Cog = groups, Cout // groups
+  # (N, G, 1, *o, Cg, *k): the channel axis moves on the input side, so the reduction's result needs no permute
+  win = win.reshape((N, G, 1, Cg) + o_ + k_).permute(0, 1, 2, *range(4, 4 + nsp), 3, *range(4 + nsp, 4 + 2 * nsp))
+  wr = w.reshape((1, G, Cog) + (1,) * nsp + (Cg,) + k_)
+  red = tuple(range(3 + nsp, 4 + 2 * nsp))
+  if promote(win.dtype, wr.dtype) in (dtypes.float16, dtypes.bfloat16):
+    # products and sums in float32, one rounding at the end, as PyTorch's half/bfloat16 convolutions accumulate
+    out = (win.float() * wr.float()).sum(red).cast(promote(win.dtype, wr.dtype)).reshape((N, Cout) + o_)
+  else: out = (win * wr).sum(red).reshape((N, Cout) + o_)
+  # elementwise work on the reshaped reduction (bias, an activation after) fuses into the same kernel
+  if bias is not None: out = out + bias.reshape((1, Cout) + (1,) * nsp)
+  return out.squeeze(0) if unbatched else out
+
+def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
+                      nsp: int, name: str) -> Tensor:
+  if w.ndim != nsp + 2: raise RuntimeError(f"{name}: weight must have {nsp + 2} dimensions (in_channels, out_channels/groups, *kernel), got shape {w.shape}")
+  unbatched = x.ndim == nsp + 1
+  if unbatched: x = x.unsqueeze(0)
+  if x.ndim != nsp + 2: raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  Cin, Cog = w.shape[:2]
+  k_ = w.shape[2:]
+  if x.shape[1] != Cin: raise RuntimeError(f"{name}: input of shape {x.shape} has {x.shape[1]} channels but weight of shape {w.shape} expects {Cin}")
+  if Cin % groups: raise RuntimeError(f"{name}: in_channels {Cin} (weight shape {w.shape}) is not divisible by groups={groups}")
+  s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
+  p_, op_ = _tuple(padding, nsp, "padding"), _tuple(output_padding, nsp, "output_padding")
+  for op, s, d in zip(op_, s_, d_):
+    if op >= max(s, d): raise RuntimeError(f"{name}: output_padding {op_} must be smaller than stride {s_} or dilation {d_}")
+  N, i_ = x.shape[0], x.shape[2:]
+  # zeros between the elements: (i) -> (i, 1) padded to (i, s) -> (i*s) cropped to (i-1)*s+1
+  if any(s > 1 for s in s_):
+    x = x.reshape((N, Cin) + tuple(v for i in i_ for v in (i, 1)))
+    x = x._pad(((0, 0), (0, 0)) + tuple(v for s in s_ for v in ((0, 0), (0, s - 1))))
+    x = x.reshape((N, Cin) + tuple(i * s for i, s in zip(i_, s_)))
+    x = x._shrink(((0, N), (0, Cin)) + tuple((0, (i - 1) * s + 1) for i, s in zip(i_, s_)))
+  x = _pad_crop(x, [(d * (k - 1) - p, d * (k - 1) - p + op) for k, d, p, op in zip(k_, d_, p_, op_)])
+  G, Cig = groups, Cin // groups
+  wt = w.reshape((G, Cig, Cog) + k_).transpose(1, 2).reshape((G * Cog, Cig) + k_).flip(*range(2, 2 + nsp))
+  out = _convnd(x, wt, bias, 1, 0, d_, groups, nsp, name)
+  return out.squeeze(0) if unbatched else out
+
+def _pool_args(x: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any, ceil_mode: bool, nsp: int, name: str):
+  if x.ndim not in (nsp + 1, nsp + 2): raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  k_ = _tuple(kernel_size, nsp, "kernel_size")
+  s_ = k_ if stride is None or (not isinstance(stride, int) and len(stride) == 0) else _tuple(stride, nsp, "stride")
+  p_, d_ = _tuple(padding, nsp, "padding"), _tuple(dilation, nsp, "dilation")
+  if any(v <= 0 for v in k_ + s_ + d_): raise RuntimeError(f"{name}: kernel_size {k_}, stride {s_} and dilation {d_} must be positive")
+  for k, p, d in zip(k_, p_, d_):
+    if p < 0 or p > (d * (k - 1) + 1) // 2: raise RuntimeError(f"{name}: padding {p_} must be non-negative and at most half the effective kernel size {k_}")
+  i_ = x.shape[-nsp:]
+  o_ = []
+  for i, k, s, p, d in zip(i_, k_, s_, p_, d_):
+    num = i + 2 * p - d * (k - 1) - 1
+    o = (-(-num // s) if ceil_mode else num // s) + 1
+    if ceil_mode and (o - 1) * s >= i + p: o -= 1
+    if o <= 0: raise RuntimeError(f"{name}: input of shape {x.shape} is too small for kernel {k_}, padding {p_}, dilation {d_}: output size {o}")
+    o_.append(o)
+  # extra right padding so the last (ceil_mode) window fits
+  extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (i + 2 * p)) for o, i, k, s, p, d in zip(o_, i_, k_, s_, p_, d_)]
+  return k_, s_, p_, d_, tuple(o_), extra
+
+def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, return_indices, nsp, name) -> Any:
+  from baregrad.tensor.tensor import Tensor
+  k_, s_, p_, d_, o_, extra = _pool_args(x, kernel_size, stride, padding, dilation, ceil_mode, nsp, name)
+  fill = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
+  flat = [v for p, e in zip(reversed(p_), reversed(extra)) for v in (p, p + e)]
+  xp = x.pad(flat, value=fill) if any(flat) else x
+  win = _pool(xp, k_, s_, d_)
+  out = win.amax(tuple(range(-nsp, 0)))
+  if not return_indices: return out
+  # the flat spatial position of each window's first maximum (PyTorch's indices, for max_unpool)
+  i_, K = x.shape[-nsp:], prod(k_)
+  pos = Tensor.arange(prod(i_), device=x.device, dtype=dtypes.int32).reshape(i_)
+  posw = _pool(pos.pad(flat, value=-1) if any(flat) else pos, k_, s_, d_).reshape(o_ + (K,))
+  am = win.reshape(win.shape[:-nsp] + (K,)).argmax(-1)
+  idx = _onehot(am, K).where(posw, 0).sum(-1)
+  return out, idx.cast(dtypes.int64)
+
+def _avg_pool(x: Tensor, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, nsp, name) -> Tensor:
+  from baregrad.tensor.tensor import Tensor
+  k_, s_, p_, d_, o_, extra = _pool_args(x, kernel_size, stride, padding, 1, ceil_mode, nsp, name)
+  x = x._float()
+  pads = tuple((p, p + e) for p, e in zip(p_, extra))
+  win = _pool(x._pad(((0, 0),) * (x.ndim - nsp) + pads), k_, s_, d_)
+  total = win.sum(tuple(range(-nsp, 0)))
+  if divisor_override is not None: return total / divisor_override
+  if not any(extra) and (count_include_pad or not any(p_)): return total / prod(k_)
+  # a window's divisor: how many of its positions lie in the input (or in the padded input, count_include_pad)
+  i_ = x.shape[-nsp:]
+  if count_include_pad: ones = Tensor.full(tuple(i + 2 * p for i, p in zip(i_, p_)), 1.0, device=x.device)._pad(tuple((0, e) for e in extra))
+  else: ones = Tensor.full(i_, 1.0, device=x.device)._pad(pads)
+  div = _pool(ones, k_, s_, d_).sum(tuple(range(-nsp, 0)))
+  return total / div
+
+def _resample(x: Tensor, ax: int, m: list[list[float]]) -> Tensor:
+  """x with axis ax replaced by m @ (that axis): a constant (out, in) matrix."""
+  from baregrad.tensor.tensor import Tensor
+  y = x.transpose(ax, -1).matmul(Tensor(m, device=x.device, dtype=x.dtype).T)
+  return y.transpose(ax, -1)
+
+def _adaptive_avg_pool(x: Tensor, output_size: Any, nsp: int, name: str) -> Tensor:
+  from baregrad.tensor.tensor import Tensor
+  if x.ndim not in (nsp + 1, nsp + 2): raise RuntimeError(f"{name}: input must have {nsp + 1} or {nsp + 2} dimensions, got shape {x.shape}")
+  i_ = x.shape[-nsp:]
+  req = (output_size,) * nsp if isinstance(output_size, int) or output_size is None else tuple(output_size)
+  if len(req) != nsp: raise RuntimeError(f"{name}: output_size {output_size} must name {nsp} sizes")
+  o_ = tuple(i if o is None else int(o) for i, o in zip(i_, req))
+  if any(o < 0 for o in o_): raise RuntimeError(f"{name}: output_size {output_size} must be non-negative")
+  x = x._float()
+  if 0 in o_: return Tensor.zeros(*x.shape[:-nsp], *o_, dtype=x.dtype, device=x.device)  # an empty result, as PyTorch
+  for j, (i, o) in enumerate(zip(i_, o_)):
+    if i == o: continue
+    ax = x.ndim - nsp + j
+    if i % o == 0:  # equal windows: a reshape and a mean
+      x = x.reshape(x.shape[:ax] + (o, i // o) + x.shape[ax + 1:]).mean(ax + 1)
+      continue
+    # bin r averages [floor(r*i/o), ceil((r+1)*i/o)), as PyTorch's adaptive pooling does
+    m = [[0.0] * i for _ in range(o)]
+    for r in range(o):
+      lo, hi = (r * i) // o, -(-((r + 1) * i) // o)
+      for c in range(lo, hi): m[r][c] = 1.0 / (hi - lo)
+    x = _resample(x, ax, m)
+  return x
+
+def _resample_rows(i: int, o: int, scale: float | None, mode: str, align_corners: bool) -> list[list[tuple[int, float]]]:
+  """For each output position: [(source index, weight), ...], computed in float32 as PyTorch's CPU kernels do."""
+  if mode.startswith("nearest"):
+    sc = _f32(1.0 / scale) if scale is not None and scale > 0 else _f32(i / o)
+    if mode == "nearest": return [[(min(int(math.floor(_f32(r * sc))), i - 1), 1.0)] for r in range(o)]
+    return [[(min(int(math.floor(_f32(_f32(r + 0.5) * sc))), i - 1), 1.0)] for r in range(o)]
+  if align_corners: sc = _f32((i - 1) / (o - 1)) if o > 1 else 0.0
+  else: sc = _f32(1.0 / scale) if scale is not None and scale > 0 else _f32(i / o)
+  if mode == "bicubic": return _cubic_rows(i, o, sc, align_corners)
+  rows = []
+  for r in range(o):
+    src = _f32(sc * r) if align_corners else max(0.0, _f32(_f32(sc * _f32(r + 0.5)) - 0.5))
+    i0 = min(int(math.floor(src)), i - 1)
+    i1 = min(i0 + 1, i - 1)
+    l1 = _f32(src - i0)
+    rows.append([(i0, _f32(1.0 - l1)), (i1, l1)])
+  return rows
+
+def _cubic_rows(i: int, o: int, sc: float, align_corners: bool) -> list[list[tuple[int, float]]]:
+  """Keys' cubic convolution (A = -0.75) over the 4 nearest sources, clamped at the borders, in float32 as
+  PyTorch's upsample_bicubic2d computes it (the source position is not clamped at 0, unlike the linear modes)."""
+  A = -0.75
+  def c1(t: float) -> float: return _f32(_f32(_f32(_f32((A + 2) * t) - (A + 3)) * t) * t + 1)
+  def c2(t: float) -> float: return _f32(_f32(_f32(_f32(_f32(A * t) - 5 * A) * t) + 8 * A) * t - 4 * A)
+  rows = []
+  for r in range(o):
+    src = _f32(sc * r) if align_corners else _f32(_f32(sc * _f32(r + 0.5)) - 0.5)
+    i0 = math.floor(src)
+    t = _f32(src - i0)
+    ws = (c2(_f32(t + 1)), c1(t), c1(_f32(1 - t)), c2(_f32(2 - t)))
+    rows.append([(min(max(i0 - 1 + k, 0), i - 1), w) for k, w in enumerate(ws)])
+  return rows
+
+class ConvOps:
+  """Convolution, pooling and resampling: Tensor methods (x.conv2d(w), x.max_pool2d(2), x.interpolate(size=...))."""
+  __slots__ = ()   # (Tensor has slots: a base without them would give every tensor a __dict__)
+  def max_unpool1d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+    """Inverse of max_pool1d(return_indices=True): each value written at its index in a zero (N, C, L_out) tensor."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 1, "max_unpool1d")
+  def max_unpool2d(input: Tensor, indices: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, output_size: Any = None) -> Tensor:
+    """Inverse of max_pool2d(return_indices=True): each value written at its flat index in a zero (N, C, H_out, W_out) tensor."""
+    return _max_unpool(input, indices, kernel_size, stride, padding, output_size, 2, "max_unpool2d")
+  def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """2-D convolution (cross-correlation, as PyTorch). Pad, take sliding windows with movement ops, multiply by the
+    weight and sum over (in-channels, kh, kw): one fused kernel (bias included) when the result is what is realized."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+  def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """1-D convolution (cross-correlation): (N, C_in, L) with weight (C_out, C_in/groups, k) -> (N, C_out, L')."""
+    if weight.ndim != 3: raise RuntimeError(f"conv1d: weight must have 3 dimensions (out_channels, in_channels/groups, k), got shape {weight.shape}")
+    if input.ndim not in (2, 3): raise RuntimeError(f"conv1d: input must have 2 or 3 dimensions, got shape {input.shape}")
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+  def conv3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """3-D convolution: (N, C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
+    return _convnd(input, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+  def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                       groups: int = 1, dilation: Any = 1) -> Tensor:
+    """Transposed convolution: spread the input with stride-1 zeros between elements, pad by dilation*(k-1)-padding,
+    and run conv2d with the flipped, in/out-swapped weight."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 2, "conv_transpose2d")
+  def conv_transpose1d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                       groups: int = 1, dilation: Any = 1) -> Tensor:
+    """1-D transposed convolution: (N, C_in, L) with weight (C_in, C_out/groups, k) -> (N, C_out, L')."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 1, "conv_transpose1d")
+  def conv_transpose3d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                       groups: int = 1, dilation: Any = 1) -> Tensor:
+    """3-D transposed convolution: (N, C_in, D, H, W) with weight (C_in, C_out/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
+    return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
+  @function_recipe("max_pool2d")
+  def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+    """Max over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W'); return_indices gives PyTorch's flat indices too."""
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
+  @function_recipe("max_pool1d")
+  def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+    """Max over sliding windows of the last axis: (N, C, L) -> (N, C, L'); return_indices gives PyTorch's flat indices too."""
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
+  def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+    """Max over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
+    return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
+  def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None) -> Tensor:
+    """Mean over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 3, "avg_pool3d")
+  @function_recipe("avg_pool2d")
+  def avg_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None) -> Tensor:
+    """Mean over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W')."""
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, 2, "avg_pool2d")
+  @function_recipe("avg_pool1d")
+  def avg_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    """Mean over sliding windows of the last axis: (N, C, L) -> (N, C, L')."""
+    return _avg_pool(input, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1, "avg_pool1d")
+  def interpolate(input: Tensor, size: Any = None, scale_factor: Any = None, mode: str = "nearest", align_corners: bool | None = None,
+                  recompute_scale_factor: bool | None = None, antialias: bool = False) -> Tensor:
+    """Resize the spatial axes (all but the first two). Each axis is resampled by a small constant matrix (its rows
+    are the nearest source position, or the two linear weights) built from the sizes; the data path is a matmul."""
+    from baregrad.tensor.tensor import Tensor
+    x = input
+    nsp = x.ndim - 2
+    # PyTorch raises NotImplementedError for an input rank or mode it has no kernel for
+    if nsp < 1: raise NotImplementedError(f"interpolate: input must have at least 3 dimensions (N, C, *spatial), got shape {x.shape}")
+    want = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
+    if mode in want and want[mode] != nsp: raise NotImplementedError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
+    if mode not in ("nearest", "nearest-exact", "area") and mode not in want:
+      raise NotImplementedError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got {mode!r}")
+    if antialias: raise NotImplementedError("interpolate: antialias=True is not implemented")
+    if mode.startswith("nearest") and align_corners is not None: raise ValueError("interpolate: align_corners only applies to the linear modes")
+    i_ = x.shape[2:]
+    if (size is None) == (scale_factor is None): raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+      o_ = (int(size),) * nsp if isinstance(size, int) else tuple(int(v) for v in size)
+      if len(o_) != nsp: raise ValueError(f"interpolate: size {tuple(size)} must name {nsp} spatial sizes (input shape {x.shape})")
+      scales: list[float | None] = [None] * nsp
+    else:
+      sf = (float(scale_factor),) * nsp if isinstance(scale_factor, (int, float)) else tuple(float(v) for v in scale_factor)
+      if len(sf) != nsp: raise ValueError(f"interpolate: scale_factor {scale_factor} for {nsp} spatial dims")
+      o_ = tuple(int(math.floor(i * s)) for i, s in zip(i_, sf))
+      scales = [None if recompute_scale_factor else s for s in sf]
+    if any(o <= 0 for o in o_): raise RuntimeError(f"interpolate: output size {o_} must be positive (input shape {x.shape})")
+    if mode == "area": return _adaptive_avg_pool(x, o_, nsp, "interpolate")
+    x = x._float() if mode in want else x
+    for j, (i, o, sc) in enumerate(zip(i_, o_, scales)):
+      if i == o and sc in (None, 1.0): continue
+      rows = _resample_rows(i, o, sc, mode, bool(align_corners))
+      ax = 2 + j
+      xt = x.transpose(ax, -1)
+      if mode.startswith("nearest"):
+        idx = Tensor([r[0][0] for r in rows], device=x.device, dtype=dtypes.int32)
+        y = xt[(Ellipsis, idx)]
+      else:
+        m = [[0.0] * i for _ in range(o)]
+        for r, row in enumerate(rows):
+          for src, wgt in row: m[r][src] += wgt
+        y = xt.matmul(Tensor(m, device=x.device, dtype=x.dtype).T)
+      x = y.transpose(ax, -1)
+    return x
+  def adaptive_avg_pool2d(input: Tensor, output_size: Any) -> Tensor:
+    """Mean pooling of the last two axes to output_size (H', W') bins (PyTorch's bin edges)."""
+    return _adaptive_avg_pool(input, output_size, 2, "adaptive_avg_pool2d")
+  def adaptive_avg_pool1d(input: Tensor, output_size: Any) -> Tensor:
+    """Mean pooling of the last axis to output_size bins (PyTorch's bin edges)."""
+    return _adaptive_avg_pool(input, output_size, 1, "adaptive_avg_pool1d")
