@@ -93,83 +93,205 @@ def _elementwise_in(value: Tensor, t: Tensor) -> bool:
     stack.extend((s, ew) for s in u.src)
   return True
 
+def _in_place(t: Any, op: str, name: str, args: tuple, kwargs: dict) -> Any:
+  """t.name(...): the leaf check first (PyTorch's message names the in-place op), then t.op(*args, **kwargs) written
+  into t (inplace_update's shape and dtype rules)."""
+  check_leaf(t, name)
+  return inplace_update(t, getattr(t, op)(*args, **kwargs), name)
+
 class InplaceOps:
   """PyTorch's in-place operators (x += y is x.add_(y)'s update through x.__add__) and methods: name_(...) computes
   self.name(...) and makes it self's value (inplace_update); zero_, fill_, copy_, uniform_, normal_ fill in place."""
   __slots__ = ()   # (Tensor has slots: a base without them would give every tensor a __dict__)
   # ---- the operators: x op= y is x.op_(y), as in PyTorch. `@=` is left out as PyTorch leaves it out (torch.Tensor has
   # no __imatmul__): `a @= b` rebinds the name a to a @ b there and here
-  def __iadd__(self, y: Any) -> Tensor: check_leaf(self, "__iadd__"); return inplace_update(self, self.__add__(y), "__iadd__")
-  def __isub__(self, y: Any) -> Tensor: check_leaf(self, "__isub__"); return inplace_update(self, self.__sub__(y), "__isub__")
-  def __imul__(self, y: Any) -> Tensor: check_leaf(self, "__imul__"); return inplace_update(self, self.__mul__(y), "__imul__")
-  def __itruediv__(self, y: Any) -> Tensor: check_leaf(self, "__itruediv__"); return inplace_update(self, self.__truediv__(y), "__itruediv__")
-  def __ifloordiv__(self, y: Any) -> Tensor: check_leaf(self, "__ifloordiv__"); return inplace_update(self, self.__floordiv__(y), "__ifloordiv__")
-  def __imod__(self, y: Any) -> Tensor: check_leaf(self, "__imod__"); return inplace_update(self, self.__mod__(y), "__imod__")
-  def __ipow__(self, y: Any) -> Tensor: check_leaf(self, "__ipow__"); return inplace_update(self, self.__pow__(y), "__ipow__")
-  def __iand__(self, y: Any) -> Tensor: check_leaf(self, "__iand__"); return inplace_update(self, self.__and__(y), "__iand__")
-  def __ior__(self, y: Any) -> Tensor: check_leaf(self, "__ior__"); return inplace_update(self, self.__or__(y), "__ior__")
-  def __ixor__(self, y: Any) -> Tensor: check_leaf(self, "__ixor__"); return inplace_update(self, self.__xor__(y), "__ixor__")
-  def __ilshift__(self, y: Any) -> Tensor: check_leaf(self, "__ilshift__"); return inplace_update(self, self.__lshift__(y), "__ilshift__")
-  def __irshift__(self, y: Any) -> Tensor: check_leaf(self, "__irshift__"); return inplace_update(self, self.__rshift__(y), "__irshift__")
+  def __iadd__(self, y: Any) -> Tensor: return _in_place(self, "__add__", "__iadd__", (y,), {})
+  def __isub__(self, y: Any) -> Tensor: return _in_place(self, "__sub__", "__isub__", (y,), {})
+  def __imul__(self, y: Any) -> Tensor: return _in_place(self, "__mul__", "__imul__", (y,), {})
+  def __itruediv__(self, y: Any) -> Tensor: return _in_place(self, "__truediv__", "__itruediv__", (y,), {})
+  def __ifloordiv__(self, y: Any) -> Tensor: return _in_place(self, "__floordiv__", "__ifloordiv__", (y,), {})
+  def __imod__(self, y: Any) -> Tensor: return _in_place(self, "__mod__", "__imod__", (y,), {})
+  def __ipow__(self, y: Any) -> Tensor: return _in_place(self, "__pow__", "__ipow__", (y,), {})
+  def __iand__(self, y: Any) -> Tensor: return _in_place(self, "__and__", "__iand__", (y,), {})
+  def __ior__(self, y: Any) -> Tensor: return _in_place(self, "__or__", "__ior__", (y,), {})
+  def __ixor__(self, y: Any) -> Tensor: return _in_place(self, "__xor__", "__ixor__", (y,), {})
+  def __ilshift__(self, y: Any) -> Tensor: return _in_place(self, "__lshift__", "__ilshift__", (y,), {})
+  def __irshift__(self, y: Any) -> Tensor: return _in_place(self, "__rshift__", "__irshift__", (y,), {})
   # ---- the methods: name_ computes name(...) and writes it into the tensor (checked first: PyTorch's message for a leaf)
-  def add_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.add(...); returns self."; check_leaf(self, "add_"); return inplace_update(self, self.add(*args, **kwargs), "add_")
-  def sub_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.sub(...); returns self."; check_leaf(self, "sub_"); return inplace_update(self, self.sub(*args, **kwargs), "sub_")
-  def mul_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.mul(...); returns self."; check_leaf(self, "mul_"); return inplace_update(self, self.mul(*args, **kwargs), "mul_")
-  def div_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.div(...); returns self."; check_leaf(self, "div_"); return inplace_update(self, self.div(*args, **kwargs), "div_")
-  def floor_divide_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.floor_divide(...); returns self."; check_leaf(self, "floor_divide_"); return inplace_update(self, self.floor_divide(*args, **kwargs), "floor_divide_")
-  def remainder_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.remainder(...); returns self."; check_leaf(self, "remainder_"); return inplace_update(self, self.remainder(*args, **kwargs), "remainder_")
-  def fmod_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.fmod(...); returns self."; check_leaf(self, "fmod_"); return inplace_update(self, self.fmod(*args, **kwargs), "fmod_")
-  def pow_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.pow(...); returns self."; check_leaf(self, "pow_"); return inplace_update(self, self.pow(*args, **kwargs), "pow_")
-  def neg_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.neg(...); returns self."; check_leaf(self, "neg_"); return inplace_update(self, self.neg(*args, **kwargs), "neg_")
-  def abs_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.abs(...); returns self."; check_leaf(self, "abs_"); return inplace_update(self, self.abs(*args, **kwargs), "abs_")
-  def sqrt_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.sqrt(...); returns self."; check_leaf(self, "sqrt_"); return inplace_update(self, self.sqrt(*args, **kwargs), "sqrt_")
-  def rsqrt_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.rsqrt(...); returns self."; check_leaf(self, "rsqrt_"); return inplace_update(self, self.rsqrt(*args, **kwargs), "rsqrt_")
-  def exp_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.exp(...); returns self."; check_leaf(self, "exp_"); return inplace_update(self, self.exp(*args, **kwargs), "exp_")
-  def exp2_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.exp2(...); returns self."; check_leaf(self, "exp2_"); return inplace_update(self, self.exp2(*args, **kwargs), "exp2_")
-  def log_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.log(...); returns self."; check_leaf(self, "log_"); return inplace_update(self, self.log(*args, **kwargs), "log_")
-  def log2_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.log2(...); returns self."; check_leaf(self, "log2_"); return inplace_update(self, self.log2(*args, **kwargs), "log2_")
-  def sin_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.sin(...); returns self."; check_leaf(self, "sin_"); return inplace_update(self, self.sin(*args, **kwargs), "sin_")
-  def cos_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.cos(...); returns self."; check_leaf(self, "cos_"); return inplace_update(self, self.cos(*args, **kwargs), "cos_")
-  def tan_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.tan(...); returns self."; check_leaf(self, "tan_"); return inplace_update(self, self.tan(*args, **kwargs), "tan_")
-  def tanh_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.tanh(...); returns self."; check_leaf(self, "tanh_"); return inplace_update(self, self.tanh(*args, **kwargs), "tanh_")
-  def sigmoid_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.sigmoid(...); returns self."; check_leaf(self, "sigmoid_"); return inplace_update(self, self.sigmoid(*args, **kwargs), "sigmoid_")
-  def relu_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.relu(...); returns self."; check_leaf(self, "relu_"); return inplace_update(self, self.relu(*args, **kwargs), "relu_")
-  def leaky_relu_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.leaky_relu(...); returns self."; check_leaf(self, "leaky_relu_"); return inplace_update(self, self.leaky_relu(*args, **kwargs), "leaky_relu_")
-  def clamp_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.clamp(...); returns self."; check_leaf(self, "clamp_"); return inplace_update(self, self.clamp(*args, **kwargs), "clamp_")
-  def clip_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.clip(...); returns self."; check_leaf(self, "clip_"); return inplace_update(self, self.clip(*args, **kwargs), "clip_")
-  def floor_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.floor(...); returns self."; check_leaf(self, "floor_"); return inplace_update(self, self.floor(*args, **kwargs), "floor_")
-  def ceil_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.ceil(...); returns self."; check_leaf(self, "ceil_"); return inplace_update(self, self.ceil(*args, **kwargs), "ceil_")
-  def round_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.round(...); returns self."; check_leaf(self, "round_"); return inplace_update(self, self.round(*args, **kwargs), "round_")
-  def trunc_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.trunc(...); returns self."; check_leaf(self, "trunc_"); return inplace_update(self, self.trunc(*args, **kwargs), "trunc_")
-  def frac_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.frac(...); returns self."; check_leaf(self, "frac_"); return inplace_update(self, self.frac(*args, **kwargs), "frac_")
-  def sign_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.sign(...); returns self."; check_leaf(self, "sign_"); return inplace_update(self, self.sign(*args, **kwargs), "sign_")
-  def reciprocal_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.reciprocal(...); returns self."; check_leaf(self, "reciprocal_"); return inplace_update(self, self.reciprocal(*args, **kwargs), "reciprocal_")
-  def square_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.square(...); returns self."; check_leaf(self, "square_"); return inplace_update(self, self.square(*args, **kwargs), "square_")
-  def lerp_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.lerp(...); returns self."; check_leaf(self, "lerp_"); return inplace_update(self, self.lerp(*args, **kwargs), "lerp_")
-  def masked_fill_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.masked_fill(...); returns self."; check_leaf(self, "masked_fill_"); return inplace_update(self, self.masked_fill(*args, **kwargs), "masked_fill_")
-  def nan_to_num_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.nan_to_num(...); returns self."; check_leaf(self, "nan_to_num_"); return inplace_update(self, self.nan_to_num(*args, **kwargs), "nan_to_num_")
-  def maximum_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.maximum(...); returns self."; check_leaf(self, "maximum_"); return inplace_update(self, self.maximum(*args, **kwargs), "maximum_")
-  def minimum_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.minimum(...); returns self."; check_leaf(self, "minimum_"); return inplace_update(self, self.minimum(*args, **kwargs), "minimum_")
-  def logical_not_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.logical_not(...); returns self."; check_leaf(self, "logical_not_"); return inplace_update(self, self.logical_not(*args, **kwargs), "logical_not_")
-  def bitwise_not_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.bitwise_not(...); returns self."; check_leaf(self, "bitwise_not_"); return inplace_update(self, self.bitwise_not(*args, **kwargs), "bitwise_not_")
-  def bitwise_and_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.bitwise_and(...); returns self."; check_leaf(self, "bitwise_and_"); return inplace_update(self, self.bitwise_and(*args, **kwargs), "bitwise_and_")
-  def bitwise_or_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.bitwise_or(...); returns self."; check_leaf(self, "bitwise_or_"); return inplace_update(self, self.bitwise_or(*args, **kwargs), "bitwise_or_")
-  def bitwise_xor_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.bitwise_xor(...); returns self."; check_leaf(self, "bitwise_xor_"); return inplace_update(self, self.bitwise_xor(*args, **kwargs), "bitwise_xor_")
-  def index_add_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.index_add(...); returns self."; check_leaf(self, "index_add_"); return inplace_update(self, self.index_add(*args, **kwargs), "index_add_")
-  def scatter_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.scatter(...); returns self."; check_leaf(self, "scatter_"); return inplace_update(self, self.scatter(*args, **kwargs), "scatter_")
-  def scatter_add_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.scatter_add(...); returns self."; check_leaf(self, "scatter_add_"); return inplace_update(self, self.scatter_add(*args, **kwargs), "scatter_add_")
-  def erf_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.erf(...); returns self."; check_leaf(self, "erf_"); return inplace_update(self, self.erf(*args, **kwargs), "erf_")
-  def sinh_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.sinh(...); returns self."; check_leaf(self, "sinh_"); return inplace_update(self, self.sinh(*args, **kwargs), "sinh_")
-  def cosh_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.cosh(...); returns self."; check_leaf(self, "cosh_"); return inplace_update(self, self.cosh(*args, **kwargs), "cosh_")
-  def atan_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.atan(...); returns self."; check_leaf(self, "atan_"); return inplace_update(self, self.atan(*args, **kwargs), "atan_")
-  def asin_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.asin(...); returns self."; check_leaf(self, "asin_"); return inplace_update(self, self.asin(*args, **kwargs), "asin_")
-  def acos_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.acos(...); returns self."; check_leaf(self, "acos_"); return inplace_update(self, self.acos(*args, **kwargs), "acos_")
-  def hardtanh_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.hardtanh(...); returns self."; check_leaf(self, "hardtanh_"); return inplace_update(self, self.hardtanh(*args, **kwargs), "hardtanh_")
-  def elu_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.elu(...); returns self."; check_leaf(self, "elu_"); return inplace_update(self, self.elu(*args, **kwargs), "elu_")
-  def silu_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.silu(...); returns self."; check_leaf(self, "silu_"); return inplace_update(self, self.silu(*args, **kwargs), "silu_")
-  def gelu_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.gelu(...); returns self."; check_leaf(self, "gelu_"); return inplace_update(self, self.gelu(*args, **kwargs), "gelu_")
-  def tril_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.tril(...); returns self."; check_leaf(self, "tril_"); return inplace_update(self, self.tril(*args, **kwargs), "tril_")
-  def triu_(self, *args: Any, **kwargs: Any) -> Tensor: "In place self.triu(...); returns self."; check_leaf(self, "triu_"); return inplace_update(self, self.triu(*args, **kwargs), "triu_")
+  def add_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.add(...); returns self."
+    return _in_place(self, "add", "add_", args, kwargs)
+  def sub_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.sub(...); returns self."
+    return _in_place(self, "sub", "sub_", args, kwargs)
+  def mul_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.mul(...); returns self."
+    return _in_place(self, "mul", "mul_", args, kwargs)
+  def div_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.div(...); returns self."
+    return _in_place(self, "div", "div_", args, kwargs)
+  def floor_divide_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.floor_divide(...); returns self."
+    return _in_place(self, "floor_divide", "floor_divide_", args, kwargs)
+  def remainder_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.remainder(...); returns self."
+    return _in_place(self, "remainder", "remainder_", args, kwargs)
+  def fmod_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.fmod(...); returns self."
+    return _in_place(self, "fmod", "fmod_", args, kwargs)
+  def pow_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.pow(...); returns self."
+    return _in_place(self, "pow", "pow_", args, kwargs)
+  def neg_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.neg(...); returns self."
+    return _in_place(self, "neg", "neg_", args, kwargs)
+  def abs_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.abs(...); returns self."
+    return _in_place(self, "abs", "abs_", args, kwargs)
+  def sqrt_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.sqrt(...); returns self."
+    return _in_place(self, "sqrt", "sqrt_", args, kwargs)
+  def rsqrt_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.rsqrt(...); returns self."
+    return _in_place(self, "rsqrt", "rsqrt_", args, kwargs)
+  def exp_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.exp(...); returns self."
+    return _in_place(self, "exp", "exp_", args, kwargs)
+  def exp2_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.exp2(...); returns self."
+    return _in_place(self, "exp2", "exp2_", args, kwargs)
+  def log_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.log(...); returns self."
+    return _in_place(self, "log", "log_", args, kwargs)
+  def log2_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.log2(...); returns self."
+    return _in_place(self, "log2", "log2_", args, kwargs)
+  def sin_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.sin(...); returns self."
+    return _in_place(self, "sin", "sin_", args, kwargs)
+  def cos_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.cos(...); returns self."
+    return _in_place(self, "cos", "cos_", args, kwargs)
+  def tan_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.tan(...); returns self."
+    return _in_place(self, "tan", "tan_", args, kwargs)
+  def tanh_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.tanh(...); returns self."
+    return _in_place(self, "tanh", "tanh_", args, kwargs)
+  def sigmoid_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.sigmoid(...); returns self."
+    return _in_place(self, "sigmoid", "sigmoid_", args, kwargs)
+  def relu_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.relu(...); returns self."
+    return _in_place(self, "relu", "relu_", args, kwargs)
+  def leaky_relu_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.leaky_relu(...); returns self."
+    return _in_place(self, "leaky_relu", "leaky_relu_", args, kwargs)
+  def clamp_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.clamp(...); returns self."
+    return _in_place(self, "clamp", "clamp_", args, kwargs)
+  def clip_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.clip(...); returns self."
+    return _in_place(self, "clip", "clip_", args, kwargs)
+  def floor_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.floor(...); returns self."
+    return _in_place(self, "floor", "floor_", args, kwargs)
+  def ceil_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.ceil(...); returns self."
+    return _in_place(self, "ceil", "ceil_", args, kwargs)
+  def round_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.round(...); returns self."
+    return _in_place(self, "round", "round_", args, kwargs)
+  def trunc_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.trunc(...); returns self."
+    return _in_place(self, "trunc", "trunc_", args, kwargs)
+  def frac_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.frac(...); returns self."
+    return _in_place(self, "frac", "frac_", args, kwargs)
+  def sign_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.sign(...); returns self."
+    return _in_place(self, "sign", "sign_", args, kwargs)
+  def reciprocal_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.reciprocal(...); returns self."
+    return _in_place(self, "reciprocal", "reciprocal_", args, kwargs)
+  def square_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.square(...); returns self."
+    return _in_place(self, "square", "square_", args, kwargs)
+  def lerp_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.lerp(...); returns self."
+    return _in_place(self, "lerp", "lerp_", args, kwargs)
+  def masked_fill_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.masked_fill(...); returns self."
+    return _in_place(self, "masked_fill", "masked_fill_", args, kwargs)
+  def nan_to_num_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.nan_to_num(...); returns self."
+    return _in_place(self, "nan_to_num", "nan_to_num_", args, kwargs)
+  def maximum_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.maximum(...); returns self."
+    return _in_place(self, "maximum", "maximum_", args, kwargs)
+  def minimum_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.minimum(...); returns self."
+    return _in_place(self, "minimum", "minimum_", args, kwargs)
+  def logical_not_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.logical_not(...); returns self."
+    return _in_place(self, "logical_not", "logical_not_", args, kwargs)
+  def bitwise_not_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.bitwise_not(...); returns self."
+    return _in_place(self, "bitwise_not", "bitwise_not_", args, kwargs)
+  def bitwise_and_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.bitwise_and(...); returns self."
+    return _in_place(self, "bitwise_and", "bitwise_and_", args, kwargs)
+  def bitwise_or_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.bitwise_or(...); returns self."
+    return _in_place(self, "bitwise_or", "bitwise_or_", args, kwargs)
+  def bitwise_xor_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.bitwise_xor(...); returns self."
+    return _in_place(self, "bitwise_xor", "bitwise_xor_", args, kwargs)
+  def index_add_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.index_add(...); returns self."
+    return _in_place(self, "index_add", "index_add_", args, kwargs)
+  def scatter_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.scatter(...); returns self."
+    return _in_place(self, "scatter", "scatter_", args, kwargs)
+  def scatter_add_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.scatter_add(...); returns self."
+    return _in_place(self, "scatter_add", "scatter_add_", args, kwargs)
+  def erf_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.erf(...); returns self."
+    return _in_place(self, "erf", "erf_", args, kwargs)
+  def sinh_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.sinh(...); returns self."
+    return _in_place(self, "sinh", "sinh_", args, kwargs)
+  def cosh_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.cosh(...); returns self."
+    return _in_place(self, "cosh", "cosh_", args, kwargs)
+  def atan_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.atan(...); returns self."
+    return _in_place(self, "atan", "atan_", args, kwargs)
+  def asin_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.asin(...); returns self."
+    return _in_place(self, "asin", "asin_", args, kwargs)
+  def acos_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.acos(...); returns self."
+    return _in_place(self, "acos", "acos_", args, kwargs)
+  def hardtanh_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.hardtanh(...); returns self."
+    return _in_place(self, "hardtanh", "hardtanh_", args, kwargs)
+  def elu_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.elu(...); returns self."
+    return _in_place(self, "elu", "elu_", args, kwargs)
+  def silu_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.silu(...); returns self."
+    return _in_place(self, "silu", "silu_", args, kwargs)
+  def gelu_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.gelu(...); returns self."
+    return _in_place(self, "gelu", "gelu_", args, kwargs)
+  def tril_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.tril(...); returns self."
+    return _in_place(self, "tril", "tril_", args, kwargs)
+  def triu_(self, *args: Any, **kwargs: Any) -> Tensor:
+    "In place self.triu(...); returns self."
+    return _in_place(self, "triu", "triu_", args, kwargs)
   def clamp_min_(self: Tensor, min: Any) -> Tensor:  # noqa: A002
     """Values below min raised to min, in place; returns self."""
     return self.clamp_(min=min)
