@@ -1,6 +1,6 @@
 """Run a schedule: allocate buffers (reusing intermediates' memory once they are dead), compile, launch."""
 from __future__ import annotations
-import sys
+import sys, threading
 from baregrad import knobs
 from baregrad.helpers import DEBUG, Progress
 from baregrad.hal import Buffer, Device
@@ -8,8 +8,17 @@ from baregrad.engine.schedule import ScheduleItem
 from baregrad.engine.graph import BufRef
 from baregrad.engine.runner import compile_ast, cached_runner
 
-# observers of executed items (the jit captures through this)
+# observers of executed items (the jit captures through this): each has `thread` (the thread recording) and
+# `interleaved` (set when another thread launched work while it recorded: the recording is not the function's alone)
 capturing: list = []
+
+def _observe(runner: object, it: ScheduleItem) -> None:
+  """Hand an executed item to the captures of this thread (runner None: a copy); tell the others it ran."""
+  me = threading.get_ident()
+  for c in capturing:
+    if c.thread != me: c.interleaved = True
+    elif runner is None: c.add_copy(it)
+    else: c.add_kernel(runner, it)
 
 def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
   """Intermediate buffers (not in keep) share memory when their lifetimes don't overlap: returns, for each
@@ -51,7 +60,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
       data = src.copyout(memoryview(bytearray(src.nbytes)))
       dst.copyin(data)
       if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes", file=sys.stderr)
-      for c in capturing: c.add_copy(it)
+      if capturing: _observe(None, it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)
     # (type: ignore: a kernel item has its AST, and its buffers are ensured above)
@@ -63,5 +72,5 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
     elif bar is not None: bar.update(1)
     else: ready += 1
     runner([b.buf for b in it.bufs])  # type: ignore[misc]
-    for c in capturing: c.add_kernel(runner, it)
+    if capturing: _observe(runner, it)
   if bar is not None: bar.close()

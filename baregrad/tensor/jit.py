@@ -23,7 +23,7 @@ What makes a replay equal to the eager call (docs/value_semantics.md):
 What it cannot see: Python values read from outside the arguments (globals, plain-number attributes) are baked into
 the recording; pass them as arguments, or call reset()."""
 from __future__ import annotations
-import functools, struct, sys, weakref
+import functools, struct, sys, threading, weakref
 import numpy as np
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -54,7 +54,9 @@ class _Launch:
 class _Capture:
   launches: list[_Launch] = field(default_factory=list)
   checks: list[tuple[BufRef, str]] = field(default_factory=list)   # bounds flags the recording computes
-  forbid_host_reads: bool = True   # Tensor.numpy() while capturing raises
+  forbid_host_reads: bool = True   # Tensor.numpy() while capturing raises (in the capturing thread)
+  thread: int = field(default_factory=threading.get_ident)   # the thread whose launches are recorded
+  interleaved: bool = False   # another thread launched work meanwhile (engine/realize.py): record again later
   def add_kernel(self, runner: Any, item: Any) -> None:
     self.launches.append(_Launch(runner, list(item.bufs), [i for _, i in item.outputs()]))
     if item.check is not None: self.checks.append((item.bufs[0], item.check[1]))
@@ -220,6 +222,12 @@ class jit:
       _realize.capturing.remove(rec)
       lazy.reuse_from_id = 0
       _tensor_mod.host_watch = None
+    if rec.interleaved:
+      # another thread's kernels ran during the recording (and may have shared its schedule): not replayable as it is,
+      # so the next call records again
+      if DEBUG() >= 1: print(f"jit {self._name()}: another thread launched kernels while it was captured: capturing again", file=sys.stderr)
+      self.calls[key] = 1
+      return out
     if not rec.launches: return self._give_up(key, out, "it launched no kernels")
     in_storages = [_storage(t) for t in ins]
     in_pos = {id(t): i for i, t in enumerate(ins)}

@@ -129,3 +129,22 @@ def test_allocator_free_lists_and_counters(fast_switch):
   assert _run([churn] * 6) == []
   assert a.mem_used == 0, f"mem_used {a.mem_used} after every allocation was freed"
   assert a.mem_cached == sum(len(b) for bs in a.cache.values() for b in bs)
+
+def test_jit_capture_records_only_its_own_thread():
+  # while f is captured (its 2nd call), another thread computes and reads its result: that thread's kernels are not
+  # recorded into f, its host read is not refused, and f records again on a later call (the recording was not f's alone)
+  from baregrad import jit
+  seen: list = []
+  def other():
+    y = Tensor(np.arange(8, dtype=np.float32)) * 3 + 1
+    seen.append(y.numpy())
+  @jit
+  def f(x: Tensor) -> Tensor:
+    t = threading.Thread(target=other)
+    t.start(); t.join(timeout=60)
+    assert not t.is_alive()
+    return (x * 2).sum()
+  for i in range(5):
+    x = np.full(16, i, np.float32)
+    assert f(Tensor(x)).item() == 2 * x.sum()
+  assert len(seen) >= 2 and all(np.array_equal(s, np.arange(8, dtype=np.float32) * 3 + 1) for s in seen)
