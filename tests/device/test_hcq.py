@@ -3,7 +3,7 @@
 Kernels follow the CPU ABI: void NAME(const uint64_t *args, int64_t start, int64_t end)."""
 from __future__ import annotations
 from tests.paths import REPO
-import os, shutil, subprocess, time
+import importlib, os, shutil, subprocess, time
 import numpy as np
 import pytest
 from baregrad.hal import Device, Buffer
@@ -64,8 +64,11 @@ def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
 # device base name -> function(request) returning the binary with the kernels fill, inc, slow_fill
 # (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
 KERNEL_PROVIDERS = {"CPU": _cpu_lib}
-KERNEL_PROVIDERS["NV"] = lambda request: __import__("test_nv_mock").NV_KERNELS_PTX.encode()  # PTX, run by the mock GPU (MOCKGPU=1)
-KERNEL_PROVIDERS["AMD"] = lambda request: __import__("test_amd_mock").amd_kernels(request.getfixturevalue("hcq_device").target.name)  # LLVM IR -> code object
+def _nv_lib(request) -> bytes:   # PTX, run by the mock GPU (MOCKGPU=1)
+  return importlib.import_module("tests.drivers.nv.test_nv_mock").NV_KERNELS_PTX.encode()
+def _amd_lib(request) -> bytes:  # LLVM IR -> code object
+  return importlib.import_module("tests.drivers.amd.test_amd_mock").amd_kernels(request.getfixturevalue("hcq_device").target.name)
+KERNEL_PROVIDERS["NV"], KERNEL_PROVIDERS["AMD"] = _nv_lib, _amd_lib
 
 @pytest.fixture
 def kernel(hcq_device, request):

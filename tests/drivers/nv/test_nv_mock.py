@@ -98,9 +98,9 @@ LOOP:
 
 def nv_test_lib(request) -> bytes: return NV_KERNELS_PTX.encode()
 
-import test_hcq  # noqa: E402
+from tests.device import test_hcq  # noqa: E402
 test_hcq.KERNEL_PROVIDERS.setdefault("NV", nv_test_lib)
-from test_hcq import (kernel, test_program_call_and_vals, test_wait_returns_kernel_time, test_timeline, test_cross_queue_ordering,  # noqa: F401,E402
+from tests.device.test_hcq import (kernel, test_program_call_and_vals, test_wait_returns_kernel_time, test_timeline, test_cross_queue_ordering,  # noqa: F401,E402
                       test_timeout_reports_queue_state, test_patch_and_resubmit, test_graph_replay, test_timestamps_monotonic,
                       test_decode_names_fields, test_graph_barriers_and_argument_ring)
 
