@@ -7,15 +7,12 @@ Every VIEW has the same number of dimensions; the iteration space (full shape) i
 axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXIS over it.
 """
 from __future__ import annotations
-import itertools
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any, TYPE_CHECKING
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
-if TYPE_CHECKING: from baregrad.codegen.lower import Lowering
 
 class KernelError(ValueError): pass
 class OptError(ValueError): pass
@@ -136,21 +133,6 @@ def _may_wrap(e: UOp) -> bool:
     if u.dtype == dtypes.int32 and u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG) and u.vmin == -INT32_MAX - 1 and u.vmax == INT32_MAX:
       return True
   return False
-
-def _swizzler(rowlen: int):
-  """idx -> idx with its 16-byte chunk (8 16-bit values) XORed by its row's position within 8 rows' worth of 128-byte
-  bank lines (rows of `rowlen` values); the identity for rowlen 0. Written as (chunk ^ f(row)) * 8 + (idx % 8) so the
-  result is still provably a multiple of 8 where idx is (vector accesses keep their width)."""
-  if not rowlen: return lambda idx: idx
-  per_line = max(1, 64 // rowlen)          # rows in one 128-byte line of banks
-  nchunk = min(8, rowlen // 8)
-  def f(idx: UOp) -> UOp:
-    chunk = (idx // 8).simplify()
-    key = ((idx // rowlen) // per_line % nchunk).simplify()
-    rest = (idx % 8).simplify()
-    out = UOp(Ops.XOR, idx.dtype, (chunk, key)) * 8
-    return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest
-  return f
 
 class Kernel:
   """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter.
@@ -377,50 +359,6 @@ class Kernel:
       if not lw.wraps: return out
     return Lowering(self, dtypes.int64).run()
 
-  def _tc_lanes(self, lw: Lowering) -> dict:
-    """TC: per operand, the values its index takes for the tile's parts (from the lane id and fragment element bits,
-    per the tensor core's layout), and the element ranges of the A, B and C fragments (bit 0 first)."""
-    tc, m, n, k, _, _ = self.tc  # type: ignore[misc]
-    rng = lw.rng
-    lane = UOp.const(lw.it, 0)
-    celem: dict[tuple[str, int], UOp] = {}
-    for i, a in enumerate(self.axes):
-      if a.tc is None or a.kind == "tc": continue
-      if a.tc[0] == "lane": lane = lane + rng[i] * (1 << a.tc[2])
-      else:
-        if a.size != 2: raise OptError(f"TC: fragment element parts must be single bits, got {a.size}")
-        celem[("m" if a.orig == m else "n", a.tc[1])] = rng[i]
-    lane = lane.simplify()
-    fresh: dict[tuple[str, int], UOp] = {}
-    def elem(coord: str, b: int) -> UOp:
-      if (coord, b) in celem: return celem[(coord, b)]
-      if (coord, b) not in fresh: fresh[(coord, b)] = UOp.range(2, 300_000 + len(fresh), "upcast", lw.it)
-      return fresh[(coord, b)]
-    def coord_expr(layout: str, coord: str) -> UOp:
-      e: UOp = UOp.const(lw.it, 0)
-      bits = tc.coord_bits(layout, coord)
-      b = 0
-      while b < len(bits):
-        src, j = bits[b]
-        if src == "elem": e, b = e + elem(coord, b) * (1 << b), b + 1; continue
-        ln = 1
-        while b + ln < len(bits) and bits[b + ln] == ("lane", j + ln): ln += 1
-        e, b = e + (lane // (1 << j)) % (1 << ln) * (1 << b), b + ln
-      return e.simplify()
-    def vals(layout: str, coords: str) -> dict[int, UOp]:
-      out = dict(rng)
-      for coord in coords:
-        o = {"m": m, "n": n, "k": k}[coord]
-        c = coord_expr(layout, coord)
-        stride = 1
-        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
-          out[i] = (c // stride % self.axes[i].size).simplify()
-          stride *= self.axes[i].size
-      return out
-    res: dict[str, Any] = {"a": vals("a", "mk"), "b": vals("b", "kn")}
-    for x in "abc": res["e" + x] = tuple(elem(e[0], int(e[1:])) for e in getattr(tc, f"{x}_elem"))
-    return res
-
   def _stage_axis(self) -> int | None:
     """SMEM: the outermost reduce loop (the first reduce part in range order); the tiles are filled once per step."""
     red = [i for i, a in enumerate(self.axes) if a.kind == "reduce" and a.size > 1]
@@ -441,159 +379,6 @@ class Kernel:
     """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
     tile = set(self._tile(self.stage_candidates()[j], self._stage_axis()))
     return any(i not in tile and self.axes[i].size > 1 for i in self.thread_axes())
-
-  def _stage(self, lw: Lowering) -> dict[UOp, UOp]:
-    """SMEM: for each staged load, a shared tile filled once per step of the outermost reduce loop (the stage loop).
-
-    Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with. Layout in shared memory: lane
-    dims fastest (a thread reads runs of its own register tile as vectors); a tensor-core operand keeps rows of its k
-    tile contiguous instead. Fill: element e of the tile, in an order whose fastest dim is the one contiguous in global
-    memory, goes to thread e // V % threads (V neighbours each, one vector access), so neighbouring threads read
-    neighbouring addresses.
-
-    Without asynchronous copies: a barrier before the fill (the previous step's readers are done) and one after it.
-    With them (Renderer.has_async_copy): two buffers; step s reads buffer s % 2 while the copies for step s + 1 fill the
-    other one. Before the loop the copies of step 0 are issued and committed; in step s: barrier (everyone is done with
-    step s - 1, whose buffer is refilled now), the copies of step s + 1 (masked off past the last step), then commit,
-    wait for all but the newest group, barrier: step s's tile is complete."""
-    rng, th, th_stride, access, opvals = lw.rng, lw.th, lw.th_stride, lw.access, lw.opvals
-    si = self._stage_axis()
-    if si is None: raise OptError("SMEM needs a reduce loop around the tile (split the reduce axis)")
-    stage_r, nstage = rng[si], self.axes[si].size
-    dbl = self.async_copy
-    nthr = prod(self.axes[i].size for i in th)
-    tid = UOp.const(lw.it, 0)
-    for i in th: tid = tid + rng[i] * th_stride[i]
-    tid = tid.simplify()
-    # a loop of outputs around the stage loop: the next iteration's first fill must wait for this one's readers
-    outer = tuple(r for i, r in rng.items() if self.axes[i].kind == "loop" and r.op is Ops.RANGE)
-    pre = UOp(Ops.BARRIER, dtypes.void, outer) if dbl and outer else None
-    before = UOp(Ops.BARRIER, dtypes.void, (stage_r,))
-    cands = self.stage_candidates()
-    fills, first, reads = [], [], {}
-    total = 0
-    for n, j in enumerate(self.staged):
-      ld = cands[j]
-      st: ShapeTracker = ld.src[1].arg
-      strides = st.real_strides()
-      tile = self._tile(ld, si)
-      if not tile: raise OptError(f"SMEM: load {j} has no tile (it moves with no workgroup, lane or inner reduce axis)")
-      T = prod(self.axes[i].size for i in tile)
-      total += T * ld.dtype.itemsize * (2 if dbl else 1)
-      if total > self.shared_max: raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {self.shared_max}")
-      if ld in opvals:   # a tensor-core operand: its fragment coordinate contiguous in global memory stays contiguous
-        tc_, m_, n_, k_ = self.tc[:4]  # type: ignore[index]
-        row = m_ if ld is self.tc[4] else n_  # type: ignore[index]
-        fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
-        lay = sorted(tile, key=lambda i: (self.axes[i].tc is not None and self.axes[i].orig == fastc, i))
-      else: lay = sorted(tile, key=lambda i: (self.axes[i].kind in LANE_KINDS, i))
-      sstride, acc = {}, 1
-      for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size
-      # a tensor-core operand kept in rows of k (ldmatrix without .trans) of 16-bit values: the 16-byte chunks of a row
-      # are XOR-swizzled by the row, so the 8 rows one ldmatrix reads lie in different banks (unswizzled, rows 128
-      # bytes apart collide); the fill and every read go through the same function
-      rowlen = 0
-      if ld in opvals and ld.dtype.itemsize == 2 and self.axes[lay[-1]].kind == "tc":
-        kparts = list(itertools.takewhile(lambda i: self.axes[i].orig == self.tc[3], reversed(lay)))  # type: ignore[index]
-        rowlen = prod(self.axes[i].size for i in kparts)
-        if rowlen % 8 or rowlen < 16: rowlen = 0
-      swz = _swizzler(rowlen)
-      # fill order: by stride in global memory, the contiguous dim fastest
-      def gstride(i: int) -> float:
-        a = self.axes[i]
-        inner = prod(b.size for k, b in enumerate(self.axes) if b.orig == a.orig and k > i)
-        s = strides[a.orig]
-        return float("inf") if s is None else abs(s) * inner
-      fo = sorted(tile, key=lambda i: (-gstride(i), i))
-      fast = fo[-1]
-      v = 1
-      for cand in (8, 4, 2):   # up to 16 bytes a thread (one cp.async / 128-bit access)
-        if cand * ld.dtype.itemsize <= 16 and gstride(fast) == 1 and self.axes[fast].size % cand == 0 and T % (nthr * cand) == 0 \
-           and nthr % (self.axes[fast].size // cand) == 0: v = cand; break
-      smem = UOp(Ops.DEFINE_LOCAL, ld.dtype.ptr(local=True), (), (f"tile{n}", T * (2 if dbl else 1)))
-      lane = UOp.range(v, 200_000 + n, "upcast", lw.it) if v > 1 else UOp.const(lw.it, 0)
-      def fill(step: UOp, buf: UOp, ok: UOp | None, dep: tuple[UOp, ...]) -> list[UOp]:
-        out = []
-        for jj in range(-(-T // (nthr * v))):
-          q = UOp.const(lw.it, jj * nthr) + tid    # which chunk of v elements
-          vals = {**rng, si: step}
-          rest = q
-          for k, i in enumerate(reversed(fo)):
-            size = self.axes[i].size
-            if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
-            else: vals[i], rest = (rest % size).simplify() if k < len(fo) - 1 else rest, (rest // size).simplify()
-          in_tile = None if T % (nthr * v) == 0 else (q < T // v).simplify()
-          gidx, gvalid = access(st, in_tile if ok is None else ok if in_tile is None else (in_tile & ok), vals)
-          val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
-          sidx: UOp = buf
-          for i in tile: sidx = sidx + vals[i] * sstride[i]
-          if rowlen:   # swizzle the chunk start (the vector lanes stay inside one 16-byte chunk: v <= 8)
-            sidx = swz(sidx.substitute({lane: UOp.const(lw.it, 0)}).simplify()) + lane if v > 1 else swz(sidx.simplify())
-          out.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val) + dep, "async" if dbl else None))
-        return out
-      zero = UOp.const(lw.it, 0)
-      if dbl:
-        nxt = (stage_r + 1).simplify()
-        first += fill(zero, zero, None, (pre,) if pre is not None else ())
-        fills += fill(nxt, ((nxt % 2) * T).simplify(), (nxt < nstage).simplify(), (before,))
-        rbuf = ((stage_r % 2) * T).simplify()
-      else:
-        fills += fill(stage_r, zero, None, (before,))
-        rbuf = zero
-      reads[ld] = (smem, rbuf, tile, sstride, swz)
-    if dbl:
-      commit = UOp(Ops.BARRIER, dtypes.void, tuple(first), "commit")
-      before = UOp(Ops.BARRIER, dtypes.void, (stage_r, commit))
-      fills = [f.substitute({f.src[2]: before}) for f in fills]
-    after = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "wait1" if dbl else None)
-    out = {}
-    for ld, (smem, rbuf, tile, sstride, swz) in reads.items():
-      rv = opvals.get(ld, rng)
-      if ld in opvals and (frag := self._ldmatrix(lw, ld, rv, smem, rbuf, tile, sstride, after, swz)) is not None: out[ld] = frag; continue
-      ridx: UOp = rbuf
-      for i in tile: ridx = ridx + rv[i] * sstride[i]
-      out[ld] = UOp(Ops.LOAD, ld.dtype, (smem.index(swz(ridx.simplify())), after))
-    return out
-
-  def _ldmatrix(self, lw: Lowering, ld: UOp, rv: dict[int, UOp], smem: UOp, rbuf: UOp, tile: list[int], sstride: dict[int, int], after: UOp,
-                swz) -> UOp | None:
-    """TC operand staged with rows of 8 16-bit k values contiguous: the whole fragment in one warp-wide ldmatrix (the
-    renderer declares it, TensorCore.ldmatrix). Lane 8j + r gives the address of row r of 8x8 matrix j, whose origin
-    is where fragment element 2j lies for lane 0; the row coordinate is the one the lane bits 2..4 give."""
-    tc, m, n, k, la, lb = self.tc  # type: ignore[misc]
-    if not self.has_ldmatrix or ld.dtype.itemsize != 2: return None
-    x, row = ("a", "m") if ld is la else ("b", "n")
-    lane_l, elem = getattr(tc, f"{x}_lane"), getattr(tc, f"{x}_elem")
-    if lane_l[:2] != ("k1", "k2") or elem[0] != "k0" or lane_l[2:] != (f"{row}0", f"{row}1", f"{row}2"): return None
-    kt = [i for i in tile if self.axes[i].kind == "tc"]
-    rorig = m if row == "m" else n
-    rparts = [i for i in tile if self.axes[i].tc is not None and self.axes[i].orig == rorig]
-    def roff(c: int) -> int:   # shared-memory offset of row coordinate c within the tile
-      off, st = 0, 1
-      for i in reversed(rparts): off, st = off + (c // st) % self.axes[i].size * sstride[i], st * self.axes[i].size
-      return off
-    if len(kt) == 1 and sstride[kt[0]] == 1: trans = False          # rows of 8 k values: the fragment's pairs as stored
-    elif all(roff(c) == c for c in range(8)): trans = True           # rows of 8 row-coordinate values: transposed on load
-    else: return None
-    nmat = (1 << len(elem)) // 2
-    lane = UOp.const(lw.it, 0)
-    for i, a in enumerate(self.axes):
-      if a.tc is not None and a.tc[0] == "lane": lane = lane + lw.rng[i] * (1 << a.tc[2])
-    mat, r = (lane // 8) % nmat, lane % 8
-    # origin of matrix j: the coordinates of fragment element 2j (its bits 1.. are elem bits 1..) at lane 0
-    org = {row: UOp.const(lw.it, 0), "k": UOp.const(lw.it, 0)}
-    for b, name in enumerate(elem[1:], 1):
-      org[name[0]] = org[name[0]] + (mat // (1 << (b - 1))) % 2 * (1 << int(name[1:]))
-    coords = {row: org[row].simplify(), "k": (org["k"] + r).simplify()} if trans else {row: (org[row] + r).simplify(), "k": org["k"].simplify()}
-    vals = dict(rv)
-    for coord, o in ((row, m if row == "m" else n), ("k", k)):
-      stride = 1
-      for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
-        vals[i] = (coords[coord] // stride % self.axes[i].size).simplify()
-        stride *= self.axes[i].size
-    addr: UOp = rbuf
-    for i in tile: addr = addr + vals[i] * sstride[i]
-    return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (smem.index(swz(addr.simplify())), after), ("ldmatrix", nmat, trans))
 
   def _dims(self, kind: str) -> tuple[int, int, int]:
     if kind == "local":

@@ -12,6 +12,8 @@ from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops, identity_element
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, _may_wrap
+from baregrad.codegen.stage import stage
+from baregrad.codegen.tc_lower import tc_lanes
 if TYPE_CHECKING: from baregrad.codegen.kernel import Kernel
 
 # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
@@ -140,9 +142,9 @@ class Lowering:
     k = self.k
     # tensor cores: the operands are read in their fragments' layouts, the reduction becomes WMMAs
     if k.tc is not None:
-      self.tcl = k._tc_lanes(self)
+      self.tcl = tc_lanes(self)
       self.opvals = {k.tc[4]: self.tcl["a"], k.tc[5]: self.tcl["b"]}
-    if k.staged: self.staged = k._stage(self)
+    if k.staged: self.staged = stage(self)
     for u in k.ast.toposort(): self.memo[u] = self.node(u)
     return self.memo[k.ast]
 
