@@ -1,4 +1,6 @@
-"""A kernel AST and its iteration space; optimization actions as data; lowering to index arithmetic over ranges.
+"""A kernel AST and its iteration space; optimization actions as data; lowering to index arithmetic over ranges
+(Kernel.lower; the steps are codegen/lower.py's, with codegen/stage.py for shared-memory tiles and codegen/tc_lower.py
+for tensor-core fragments).
 
 Kernel AST (what the scheduler hands the codegen):
   SINK(STORE(DEFINE_GLOBAL, VIEW(ShapeTracker), value), ...)
@@ -352,18 +354,18 @@ class Kernel:
     """The AST over RANGE/SPECIAL indices, its index math in int32 where every index expression provably stays in
     int32 (index_dtype, then the interval bounds of each address computed: a padded axis or a stack of views can reach
     past what the AST's views say), else in int64."""
-    from baregrad.codegen.lower import Lowering
+    from baregrad.codegen.lower import Lowering   # (here: lower.py imports this module)
     if index_dtype(self.ast) == dtypes.int32:
       lw = Lowering(self, dtypes.int32)
       out = lw.run()
       if not lw.wraps: return out
     return Lowering(self, dtypes.int64).run()
 
-  def _stage_axis(self) -> int | None:
+  def stage_axis(self) -> int | None:
     """SMEM: the outermost reduce loop (the first reduce part in range order); the tiles are filled once per step."""
     red = [i for i, a in enumerate(self.axes) if a.kind == "reduce" and a.size > 1]
     return red[0] if red else None
-  def _tile(self, ld: UOp, si: int | None) -> list[int]:
+  def stage_tile(self, ld: UOp, si: int | None) -> list[int]:
     """SMEM: the axis parts a staged load's tile spans (workgroup, lane and inner reduce parts it moves with)."""
     st: ShapeTracker = ld.src[1].arg
     strides = st.real_strides()
@@ -373,11 +375,11 @@ class Kernel:
     """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile); twice the tile where
     the target double-buffers it (asynchronous copies)."""
     ld = self.stage_candidates()[j]
-    tile = self._tile(ld, self._stage_axis())
+    tile = self.stage_tile(ld, self.stage_axis())
     return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * (2 if self.async_copy else 1) if tile else 0
   def stage_reuse(self, j: int) -> bool:
     """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
-    tile = set(self._tile(self.stage_candidates()[j], self._stage_axis()))
+    tile = set(self.stage_tile(self.stage_candidates()[j], self.stage_axis()))
     return any(i not in tile and self.axes[i].size > 1 for i in self.thread_axes())
 
   def _dims(self, kind: str) -> tuple[int, int, int]:

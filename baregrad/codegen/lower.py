@@ -48,7 +48,8 @@ class Lowering:
     self.idx_of = self.index_of(self.rng)
     # a padded axis runs past the real size: what lies there is masked off
     self.pad_valid = {o: (self.idx_of[o] < real).simplify() for o, real in k.pads.items()}
-    self.red_ranges = {o: [self.rng[i] for i, a in enumerate(self.axes) if a.orig == o and self.rng[i].op is Ops.RANGE] for o in k.reduce_axes}
+    self.red_ranges = {o: [self.rng[i] for i, a in enumerate(self.axes) if a.orig == o and self.rng[i].op is Ops.RANGE]
+                       for o in k.reduce_axes}
     self.group = [i for i in self.th if self.axes[i].kind == "group"]
     self.ups = [i for i, a in enumerate(self.axes) if a.kind == "upcast" and self.rng[i].op is Ops.RANGE]
     self.memo: dict[UOp, UOp] = {}
@@ -69,8 +70,10 @@ class Lowering:
     ids = sorted(range(len(axes)), key=lambda i: (_ORDER[axes[i].kind], i))
     # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
     # out of the index math but stay in its REDUCE, which the linearizer cannot place)
-    rng: dict[int, UOp] = {i: UOp.range(axes[i].size, rid, axes[i].kind, it) if axes[i].size != 1 and axes[i].kind != "tc"
-                           else UOp.const(it, 0) for rid, i in enumerate(ids)}
+    rng: dict[int, UOp] = {}
+    for rid, i in enumerate(ids):
+      loop = axes[i].size != 1 and axes[i].kind != "tc"
+      rng[i] = UOp.range(axes[i].size, rid, axes[i].kind, it) if loop else UOp.const(it, 0)
     if not self.k.gpu: return rng
     gs = [i for i in range(len(axes)) if axes[i].kind == "global"]
     for n, i in enumerate(reversed(gs)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"gidx{n}", axes[i].size))
@@ -98,8 +101,8 @@ class Lowering:
 
   def access(self, st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None,
              store: bool = False) -> tuple[UOp, UOp | None]:
-    """The address and validity (None: always valid) of view `st` at the ranges (or at `vals`, values of the axis parts),
-    and'ed with `extra`; a store is masked on every padded axis, a load where it moves along one."""
+    """The address and validity (None: always valid) of view `st` at the ranges (or at `vals`, values of the axis
+    parts), and'ed with `extra`; a store is masked on every padded axis, a load where it moves along one."""
     it, pads, gpu = self.it, self.k.pads, self.k.gpu
     io = self.idx_of if vals is None else self.index_of(vals)
     strides = st.real_strides() if pads else ()
@@ -132,7 +135,8 @@ class Lowering:
       if stv != 0: idx = idx + (g if o == dim else x) * stv
     valid = UOp.const(dtypes.bool, True)
     for o in self.k.pads:   # (a padded position's value is never stored; along dim the index there reads 0)
-      if st.shape[o] != 1 and o != dim: valid = valid & self.pad_valid[o] if valid.op is not Ops.CONST else self.pad_valid[o]
+      if st.shape[o] != 1 and o != dim:
+        valid = valid & self.pad_valid[o] if valid.op is not Ops.CONST else self.pad_valid[o]
     valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
     valid = valid.simplify()
     return idx.simplify(), (None if valid.op is Ops.CONST and valid.arg else valid)
@@ -182,7 +186,8 @@ class Lowering:
     inside = ((g0 < 0).logical_not() & (g0 < extent)).simplify()
     g = (g0 < 0).where(UOp.const(ct, 0), g0)
     g = (g < extent - 1).where(g, UOp.const(ct, extent - 1))
-    if g.dtype != it: g = g.cast(it)   # (clamped into [0, extent): fits the kernel's index dtype, index_dtype saw to it)
+    # (clamped into [0, extent): fits the kernel's index dtype, index_dtype saw to it)
+    if g.dtype != it: g = g.cast(it)
     idx, valid = self.gather_access(u.src[1].arg, dim, g.simplify(), inside)
     return UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
 
@@ -224,13 +229,15 @@ class Lowering:
 
   def group_combine(self, u: UOp, partial: UOp) -> UOp:
     """GROUP: each thread's partial result goes to shared memory; after a barrier every thread reduces the group's
-    partials. Slot of a thread: its workgroup-linear id times the output lanes, plus its lane (lanes store contiguously)."""
+    partials. Slot of a thread: its workgroup-linear id times the output lanes, plus its lane (lanes store
+    contiguously)."""
     axes, it, rng, n = self.axes, self.it, self.rng, self.n_reduce
     if any(axes[i].orig not in u.arg[1] for i in self.group):
       raise OptError(f"GROUP: a reduction over axes {u.arg[1]} does not reduce the grouped axis")
     if any(a.kind == "loop" for a in axes):
       # the next loop iteration would overwrite the partials while slow threads still read them
-      raise OptError("GROUP needs every output axis on the grid, the workgroup or lanes (a loop would reuse shared memory)")
+      raise OptError("GROUP needs every output axis on the grid, the workgroup or lanes "
+                     "(a loop would reuse shared memory)")
     nup = prod(axes[i].size for i in self.ups)
     lane, s = UOp.const(it, 0), 1
     for i in reversed(self.ups): lane, s = lane + rng[i] * s, s * axes[i].size

@@ -1,10 +1,10 @@
 """Shared-memory staging (OptOps.SMEM), a step of lowering (codegen/lower.py): each staged load gets a shared tile
 filled once per step of the outermost reduce loop (the stage loop), and its reads come from there.
 
-Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with (Kernel._tile). Layout in shared
-memory: lane dims fastest (a thread reads runs of its own register tile as vectors); a tensor-core operand keeps rows
-of its k tile contiguous instead. Fill: element e of the tile, in an order whose fastest dim is the one contiguous in
-global memory, goes to thread e // V % threads (V neighbours each, one vector access), so neighbouring threads read
+Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with (Kernel.stage_tile). Layout in
+shared memory: lane dims fastest (a thread reads runs of its own register tile as vectors); a tensor-core operand keeps
+rows of its k tile contiguous instead. Fill: element e of the tile, in an order whose fastest dim is the one contiguous
+in global memory, goes to thread e // V % threads (V neighbours each, one vector access), so neighbouring threads read
 neighbouring addresses.
 
 Without asynchronous copies: a barrier before the fill (the previous step's readers are done) and one after it.
@@ -62,7 +62,7 @@ class _Stager:
   double buffering (`dbl`), the workgroup's threads and linear thread id, and the barriers around the fills."""
   def __init__(self, lw: Lowering):
     k = lw.k
-    si = k._stage_axis()
+    si = k.stage_axis()
     if si is None: raise OptError("SMEM needs a reduce loop around the tile (split the reduce axis)")
     self.lw, self.k, self.axes, self.it, self.si = lw, k, k.axes, lw.it, si
     self.stage_r, self.nstage = lw.rng[si], k.axes[si].size
@@ -109,8 +109,8 @@ class _Stager:
     fo = sorted(parts, key=lambda i: (-gstride(i), i))
     fast, nthr = fo[-1], self.nthr
     for cand in (8, 4, 2):
-      if cand * ld.dtype.itemsize <= 16 and gstride(fast) == 1 and axes[fast].size % cand == 0 and size % (nthr * cand) == 0 \
-         and nthr % (axes[fast].size // cand) == 0: return fo, cand
+      if cand * ld.dtype.itemsize <= 16 and gstride(fast) == 1 and axes[fast].size % cand == 0 \
+         and size % (nthr * cand) == 0 and nthr % (axes[fast].size // cand) == 0: return fo, cand
     return fo, 1
 
   def tile(self, n: int, ld: UOp, parts: list[int], size: int) -> StagedTile:
@@ -137,7 +137,8 @@ class _Stager:
       rest = q
       for k, i in enumerate(reversed(t.order)):
         size = self.axes[i].size
-        if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
+        if k == 0 and v > 1:
+          vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
         else: vals[i], rest = (rest % size).simplify() if k < len(t.order) - 1 else rest, (rest // size).simplify()
       in_tile = None if t.size % (nthr * v) == 0 else (q < t.size // v).simplify()
       gidx, gvalid = self.lw.access(t.st, in_tile if ok is None else ok if in_tile is None else (in_tile & ok), vals)
@@ -146,7 +147,8 @@ class _Stager:
       for i in t.parts: sidx = sidx + vals[i] * t.sstride[i]
       if t.rowlen:   # swizzle the chunk start (the vector lanes stay inside one 16-byte chunk: v <= 8)
         sidx = t.swz(sidx.substitute({lane: UOp.const(it, 0)}).simplify()) + lane if v > 1 else t.swz(sidx.simplify())
-      out.append(UOp(Ops.STORE, dtypes.void, (t.smem.index(sidx.simplify(), in_tile), val) + dep, "async" if self.dbl else None))
+      out.append(UOp(Ops.STORE, dtypes.void, (t.smem.index(sidx.simplify(), in_tile), val) + dep,
+                     "async" if self.dbl else None))
     return out
 
   def fills(self, t: StagedTile) -> tuple[list[UOp], list[UOp], UOp]:
@@ -161,7 +163,8 @@ class _Stager:
 
   def complete(self, first: list[UOp], fills: list[UOp]) -> UOp:
     """The barrier after which step s's tiles are complete. Double-buffered: step 0's copies are committed before the
-    loop, each step's barrier waits for that commit, and the barrier after the copies waits for all but the newest group."""
+    loop, each step's barrier waits for that commit, and the barrier after the copies waits for all but the newest
+    group."""
     if self.dbl:
       commit = UOp(Ops.BARRIER, dtypes.void, tuple(first), "commit")
       before = UOp(Ops.BARRIER, dtypes.void, (self.stage_r, commit))
@@ -190,11 +193,12 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
   total = 0
   for n, j in enumerate(k.staged):
     ld = cands[j]
-    parts = k._tile(ld, s.si)
+    parts = k.stage_tile(ld, s.si)
     if not parts: raise OptError(f"SMEM: load {j} has no tile (it moves with no workgroup, lane or inner reduce axis)")
     size = prod(k.axes[i].size for i in parts)
     total += size * ld.dtype.itemsize * (2 if s.dbl else 1)
-    if total > k.shared_max: raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {k.shared_max}")
+    if total > k.shared_max:
+      raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {k.shared_max}")
     t = s.tile(n, ld, parts, size)
     f0, f, rbuf = s.fills(t)
     first, fills = first + f0, fills + f

@@ -17,7 +17,8 @@ def _lane_id(lw: Lowering) -> UOp:
   return lane
 
 def _split_coord(axes: list[Axis], o: int, c: UOp, out: dict[int, UOp]) -> None:
-  """Write into `out` the value of each tensor-core part of full-shape axis o for coordinate value c (inner part last)."""
+  """Write into `out` the value of each tensor-core part of full-shape axis o for coordinate value c (inner part
+  last)."""
   stride = 1
   for i in reversed([i for i, a in enumerate(axes) if a.orig == o and a.tc is not None]):
     out[i] = (c // stride % axes[i].size).simplify()
@@ -40,11 +41,13 @@ class _Fragments:
   def elem(self, coord: str, b: int) -> UOp:
     """The range of element bit b of coordinate `coord` (m, n or k)."""
     if (coord, b) in self.celem: return self.celem[(coord, b)]
-    if (coord, b) not in self.fresh: self.fresh[(coord, b)] = UOp.range(2, 300_000 + len(self.fresh), "upcast", self.lw.it)
+    if (coord, b) not in self.fresh:
+      self.fresh[(coord, b)] = UOp.range(2, 300_000 + len(self.fresh), "upcast", self.lw.it)
     return self.fresh[(coord, b)]
 
   def coord(self, layout: str, coord: str) -> UOp:
-    """Coordinate `coord` of fragment `layout` (a, b or c) in a lane: its bits from element bits and runs of lane bits."""
+    """Coordinate `coord` of fragment `layout` (a, b or c) in a lane: its bits from element bits and runs of lane
+    bits."""
     e: UOp = UOp.const(self.lw.it, 0)
     bits = self.tc.coord_bits(layout, coord)
     b = 0
@@ -64,8 +67,9 @@ class _Fragments:
     return out
 
 def tc_lanes(lw: Lowering) -> dict[str, Any]:
-  """TC: per operand ("a", "b"), the values its index takes for the tile's parts (from the lane id and fragment element
-  bits, per the tensor core's layout), and the element ranges of the A, B and C fragments ("ea", "eb", "ec", bit 0 first)."""
+  """TC: per operand ("a", "b"), the values its index takes for the tile's parts (from the lane id and fragment
+  element bits, per the tensor core's layout), and the element ranges of the A, B and C fragments ("ea", "eb", "ec",
+  bit 0 first)."""
   fr = _Fragments(lw)
   res: dict[str, Any] = {"a": fr.values("a", "mk"), "b": fr.values("b", "kn")}
   for x in "abc": res["e" + x] = tuple(fr.elem(e[0], int(e[1:])) for e in getattr(fr.tc, f"{x}_elem"))
@@ -100,9 +104,12 @@ def ldmatrix(lw: Lowering, t: StagedTile, rv: dict[int, UOp], rbuf: UOp, after: 
   org = {row: UOp.const(lw.it, 0), "k": UOp.const(lw.it, 0)}
   for b, name in enumerate(elem[1:], 1):
     org[name[0]] = org[name[0]] + (mat // (1 << (b - 1))) % 2 * (1 << int(name[1:]))
-  coords = {row: org[row].simplify(), "k": (org["k"] + r).simplify()} if trans else {row: (org[row] + r).simplify(), "k": org["k"].simplify()}
+  # lane r addresses the stored row r past the origin: along k where the rows hold row-coordinate values (trans)
+  coords = {row: org[row].simplify(), "k": (org["k"] + r).simplify()} if trans else \
+           {row: (org[row] + r).simplify(), "k": org["k"].simplify()}
   vals = dict(rv)
   for coord, o in ((row, rorig), ("k", k)): _split_coord(axes, o, coords[coord], vals)
   addr: UOp = rbuf
   for i in tile: addr = addr + vals[i] * sstride[i]
-  return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (t.smem.index(t.swz(addr.simplify())), after), ("ldmatrix", nmat, trans))
+  return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (t.smem.index(t.swz(addr.simplify())), after),
+             ("ldmatrix", nmat, trans))
