@@ -1,4 +1,6 @@
-"""A kernel AST and its iteration space; optimization actions as data; lowering to index arithmetic over ranges.
+"""A kernel AST and its iteration space; optimization actions as data; lowering to index arithmetic over ranges
+(Kernel.lower; the steps are codegen/lower.py's, with codegen/stage.py for shared-memory tiles and codegen/tc_lower.py
+for tensor-core fragments).
 
 Kernel AST (what the scheduler hands the codegen):
   SINK(STORE(DEFINE_GLOBAL, VIEW(ShapeTracker), value), ...)
@@ -7,13 +9,11 @@ Every VIEW has the same number of dimensions; the iteration space (full shape) i
 axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXIS over it.
 """
 from __future__ import annotations
-import itertools
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, PtrDType
-from baregrad.ir.ops import UOp, Ops, GroupOp, identity_element
+from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
 
 class KernelError(ValueError): pass
@@ -111,7 +111,6 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   return full
 
 INT32_MAX = 2 ** 31 - 1
-_NARROW_INDEX = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.bool)
 
 def index_dtype(ast: UOp) -> DType:
   """int32 index arithmetic, unless a view of the kernel can reach an index past it (a buffer or an iteration space of
@@ -136,30 +135,6 @@ def _may_wrap(e: UOp) -> bool:
     if u.dtype == dtypes.int32 and u.op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG) and u.vmin == -INT32_MAX - 1 and u.vmax == INT32_MAX:
       return True
   return False
-
-def _swizzler(rowlen: int):
-  """idx -> idx with its 16-byte chunk (8 16-bit values) XORed by its row's position within 8 rows' worth of 128-byte
-  bank lines (rows of `rowlen` values); the identity for rowlen 0. Written as (chunk ^ f(row)) * 8 + (idx % 8) so the
-  result is still provably a multiple of 8 where idx is (vector accesses keep their width)."""
-  if not rowlen: return lambda idx: idx
-  per_line = max(1, 64 // rowlen)          # rows in one 128-byte line of banks
-  nchunk = min(8, rowlen // 8)
-  def f(idx: UOp) -> UOp:
-    chunk = (idx // 8).simplify()
-    key = ((idx // rowlen) // per_line % nchunk).simplify()
-    rest = (idx % 8).simplify()
-    out = UOp(Ops.XOR, idx.dtype, (chunk, key)) * 8
-    return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest
-  return f
-
-def _pow_n(v: UOp, n: int) -> UOp:
-  """v ** n for a static n >= 1 by squaring."""
-  out, b = None, v
-  while n:
-    if n & 1: out = b if out is None else out * b
-    n >>= 1
-    if n: b = b * b
-  return out if out is not None else UOp.const(v.dtype, 1)
 
 class Kernel:
   """The AST plus how its iteration space is split into loops and lanes; `apply_opt` changes only the latter.
@@ -379,222 +354,18 @@ class Kernel:
     """The AST over RANGE/SPECIAL indices, its index math in int32 where every index expression provably stays in
     int32 (index_dtype, then the interval bounds of each address computed: a padded axis or a stack of views can reach
     past what the AST's views say), else in int64."""
+    from baregrad.codegen.lower import Lowering   # (here: lower.py imports this module)
     if index_dtype(self.ast) == dtypes.int32:
-      self._index_wraps = False
-      out = self._lower(dtypes.int32)
-      if not self._index_wraps: return out
-    return self._lower(dtypes.int64)
+      lw = Lowering(self, dtypes.int32)
+      out = lw.run()
+      if not lw.wraps: return out
+    return Lowering(self, dtypes.int64).run()
 
-  def _lower(self, it: DType) -> UOp:
-    self.idx_dtype = it
-    order = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5, "tc": 6}
-    # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
-    ids = sorted(range(len(self.axes)), key=lambda i: (order[self.axes[i].kind], i))
-    # an axis part of size 1 (e.g. SPLIT by the whole axis) is no loop: its index is 0 (a RANGE of 1 would be folded
-    # out of the index math but stay in its REDUCE, which the linearizer cannot place)
-    rng: dict[int, UOp] = {i: UOp.range(self.axes[i].size, rid, self.axes[i].kind, it) if self.axes[i].size != 1 and self.axes[i].kind != "tc"
-                           else UOp.const(it, 0) for rid, i in enumerate(ids)}
-    th = self.thread_axes()
-    th_stride: dict[int, int] = {}
-    st_ = 1
-    for i in reversed(th): th_stride[i], st_ = st_, st_ * self.axes[i].size
-    if self.gpu:
-      # grid and workgroup axes are hardware indices, not loops (x is the innermost, fastest-varying axis)
-      gs = [i for i in range(len(self.axes)) if self.axes[i].kind == "global"]
-      for n, i in enumerate(reversed(gs)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"gidx{n}", self.axes[i].size))
-      if not self.threads_flat():
-        for n, i in enumerate(reversed(th)): rng[i] = UOp(Ops.SPECIAL, it, (), (f"lidx{n}", self.axes[i].size))
-      else:
-        flat = UOp(Ops.SPECIAL, it, (), ("lidx0", prod(self.axes[i].size for i in th)))
-        for i in th:
-          v = flat if th_stride[i] == 1 else flat // th_stride[i]
-          rng[i] = (v if i == th[0] else v % self.axes[i].size).simplify()
-    def index_of(vals: dict[int, UOp]) -> list[UOp]:
-      out: list[UOp] = []
-      for o in range(len(self.full_shape)):
-        e: UOp = UOp.const(it, 0)
-        stride = 1
-        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o]):
-          e = e + vals[i] * stride
-          stride *= self.axes[i].size
-        out.append(e.simplify())
-      return out
-    idx_of = index_of(rng)
-    # a padded axis runs past the real size: what lies there is masked off
-    pad_valid = {o: (idx_of[o] < real).simplify() for o, real in self.pads.items()}
-    red_ranges = {o: [rng[i] for i, a in enumerate(self.axes) if a.orig == o and rng[i].op is Ops.RANGE] for o in self.reduce_axes}
-    group = [i for i in th if self.axes[i].kind == "group"]
-    ups = [i for i, a in enumerate(self.axes) if a.kind == "upcast" and rng[i].op is Ops.RANGE]
-    memo: dict[UOp, UOp] = {}
-    n_reduce = 0
-    def idxs_for(shape: tuple[int, ...]) -> list[UOp]:
-      return [idx_of[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(shape)]
-    def access(st: ShapeTracker, extra: UOp | None = None, vals: dict[int, UOp] | None = None, store: bool = False,
-               gather: tuple[int, UOp] | None = None) -> tuple[UOp, UOp | None]:
-      io = idx_of if vals is None else index_of(vals)
-      strides = st.real_strides() if self.pads else ()
-      idxs = [io[o] if s != 1 else UOp.const(it, 0) for o, s in enumerate(st.shape)]
-      if gather is not None:
-        # a gather's view (one, unmasked, its strides uncanonicalized): the index along dim is the given value
-        dim, g = gather
-        v = st.views[0]
-        idx = UOp.const(it, v.offset)
-        for o, (x, stv) in enumerate(zip(idxs, v.strides)):
-          if stv != 0: idx = idx + (g if o == dim else x) * stv
-        valid = UOp.const(dtypes.bool, True)
-        for o in self.pads:   # (a padded position's value is never stored; along dim the index there reads 0)
-          if st.shape[o] != 1 and o != dim: valid = valid & pad_valid[o] if valid.op is not Ops.CONST else pad_valid[o]
-        if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
-        valid = valid.simplify()
-        return idx.simplify(), (None if valid.op is Ops.CONST and valid.arg else valid)
-      # CPUs: a load not contiguous along a padded axis reads the last real element past its end (a clamped index: no
-      # mask, so the broadcast rows of a padded register tile stay plain loads hoisted out of the reduce loop; its value
-      # there is never stored, and a reduction replaces it by its identity); a store is masked on every padded axis
-      clamp = [] if self.gpu or store else [o for o in self.pads if st.shape[o] != 1 and strides[o] not in (0, 1, -1)]
-      for o in clamp: idxs[o] = (idxs[o] < self.pads[o]).where(idxs[o], UOp.const(it, self.pads[o] - 1)).simplify()
-      idx, valid = st.to_index(idxs, it)
-      if it == dtypes.int32 and not self._index_wraps: self._index_wraps = _may_wrap(idx) or _may_wrap(valid)
-      for o, real in self.pads.items():
-        # past the end of a padded axis the address would be out of range (no matter on an axis the view does not move
-        # along: that value is never used, and a shared tile filled from it must not depend on the thread)
-        if st.shape[o] != 1 and o not in clamp and (strides[o] != 0 or (store and not self.gpu)):
-          pv = pad_valid[o] if vals is None else (io[o] < real).simplify()
-          valid = pv if valid.op is Ops.CONST and valid.arg else valid & pv
-      if extra is not None: valid = extra if valid.op is Ops.CONST and valid.arg else valid & extra
-      valid = valid.simplify()
-      return idx, (None if valid.op is Ops.CONST and valid.arg else valid)
-    # tensor cores: the operands are read in their fragments' layouts (tc_vals), the reduction becomes WMMAs
-    tcl = self._tc_lanes(rng) if self.tc is not None else None
-    opvals = {self.tc[4]: tcl["a"], self.tc[5]: tcl["b"]} if self.tc is not None and tcl is not None else {}
-    staged = self._stage(rng, th, th_stride, access, opvals) if self.staged else {}
-    # with a GROUP, one thread of the group stores the (shared) result
-    store_guard: UOp | None = None
-    for i in group:
-      c = rng[i].eq(0)
-      store_guard = c if store_guard is None else store_guard & c
-    for u in self.ast.toposort():
-      src = tuple(memo.get(s, s) for s in u.src)
-      if u.op is Ops.VIEW: new = u
-      elif u.op is Ops.LOAD and u in staged: new = staged[u]
-      elif u.op is Ops.LOAD and len(u.src) == 3:
-        # a gather: the view's index along dim is the index value. One outside [0, extent) reads 0 (what a one-hot
-        # selection gives; its bounds check reports it at the next host read), and its address is clamped into the
-        # source too: a renderer may load before it selects
-        dim, extent = u.arg
-        # compared and clamped in a dtype holding every index value and the extent: int32 for the narrow signed and
-        # unsigned ones (an int8 index compared with a constant 1000 in int8 would wrap), else int64
-        ct = it if it == dtypes.int64 or src[2].dtype.scalar in _NARROW_INDEX else dtypes.int64
-        g0 = src[2].cast(ct)
-        inside = ((g0 < 0).logical_not() & (g0 < extent)).simplify()
-        g = (g0 < 0).where(UOp.const(ct, 0), g0)
-        g = (g < extent - 1).where(g, UOp.const(ct, extent - 1))
-        if g.dtype != it: g = g.cast(it)   # (clamped into [0, extent): fits the kernel's index dtype, index_dtype saw to it)
-        idx, valid = access(u.src[1].arg, inside, gather=(dim, g.simplify()))
-        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
-      elif u.op is Ops.LOAD and u in opvals:
-        idx, valid = access(u.src[1].arg, vals=opvals[u])
-        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
-      elif u.op is Ops.LOAD:
-        idx, valid = access(u.src[1].arg)
-        new = UOp(Ops.LOAD, u.dtype, (src[0].index(idx, valid),))
-      elif (u.op is Ops.CONST and u.src) or u.op is Ops.IOTA:
-        # a constant, or IOTA's value: the index a load through this view would read (arange); 0 where masked off
-        idx, valid = access(u.src[0].arg)
-        c = UOp.const(u.dtype, u.arg) if u.op is Ops.CONST else idx.cast(u.dtype)
-        new = c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
-      elif u.op is Ops.STORE:
-        idx, valid = access(u.src[1].arg, store_guard, store=True)
-        new = UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
-      elif u.op is Ops.REDUCE_AXIS and tcl is not None:
-        # acc += A_frag @ B_frag over the reduce loops; a padded k feeds zeros from both (masked) loads
-        assert self.tc is not None   # (tcl is made only with it)
-        tc = self.tc[0]
-        rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
-        wm = UOp(Ops.WMMA, tc.dtype_acc, (memo[self.tc[4]], memo[self.tc[5]], UOp.const(tc.dtype_acc, 0.0)), (tc, tcl["ea"], tcl["eb"], tcl["ec"]))
-        new = UOp(Ops.REDUCE, tc.dtype_acc, (wm,) + rs, Ops.ADD) if rs else wm
-        new = new.cast(u.dtype)
-        n_reduce += 1
-      elif u.op is Ops.REDUCE_AXIS:
-        rs = tuple(r for a in sorted(u.arg[1]) for r in red_ranges.get(a, []))
-        val = src[0]
-        if rs and n_reduce:
-          # a second reduction over the same axes is a separate loop: give it its own ranges
-          fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * n_reduce, r.arg[1], it) for r in rs}
-          # ...but only outside reductions nested in it: those keep their own loops
-          val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
-          rs = tuple(fresh[r] for r in rs)
-        if pv := [pad_valid[a] for a in sorted(u.arg[1]) if a in pad_valid]:
-          # past the end of a padded reduce axis the reduction sees its identity
-          ok = pv[0]
-          for x in pv[1:]: ok = ok & x
-          if n_reduce and rs: ok = ok.substitute(fresh)
-          val = ok.where(val, UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)))
-        # a value that does not vary over a reduced range (an expanded axis, a constant) would be accumulated once,
-        # not once per step: fold those ranges here (sum: times the count, prod: to the count's power, max: itself)
-        deps = set(val.toposort())
-        free = [r for r in rs if r not in deps]
-        if free:
-          rs = tuple(r for r in rs if r in deps)
-          n = prod(r.src[0].arg for r in free)
-          if n == 0: val, rs = UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)), ()  # empty: the identity
-          elif u.arg[0] is Ops.ADD: val = val * UOp.const(val.dtype, n) if val.dtype != dtypes.bool else val
-          elif u.arg[0] is Ops.MUL: val = _pow_n(val, n)
-        new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
-        if group: new = self._group_combine(u, new, n_reduce, rng, th, th_stride, group, ups)
-        n_reduce += 1
-      else: new = u if src == u.src else u.replace(src=src)
-      memo[u] = new
-    return memo[self.ast]
-
-  def _tc_lanes(self, rng: dict[int, UOp]) -> dict:
-    """TC: per operand, the values its index takes for the tile's parts (from the lane id and fragment element bits,
-    per the tensor core's layout), and the element ranges of the A, B and C fragments (bit 0 first)."""
-    tc, m, n, k, _, _ = self.tc  # type: ignore[misc]
-    self._tc_rng = rng
-    lane = UOp.const(self.idx_dtype, 0)
-    celem: dict[tuple[str, int], UOp] = {}
-    for i, a in enumerate(self.axes):
-      if a.tc is None or a.kind == "tc": continue
-      if a.tc[0] == "lane": lane = lane + rng[i] * (1 << a.tc[2])
-      else:
-        if a.size != 2: raise OptError(f"TC: fragment element parts must be single bits, got {a.size}")
-        celem[("m" if a.orig == m else "n", a.tc[1])] = rng[i]
-    lane = lane.simplify()
-    fresh: dict[tuple[str, int], UOp] = {}
-    def elem(coord: str, b: int) -> UOp:
-      if (coord, b) in celem: return celem[(coord, b)]
-      if (coord, b) not in fresh: fresh[(coord, b)] = UOp.range(2, 300_000 + len(fresh), "upcast", self.idx_dtype)
-      return fresh[(coord, b)]
-    def coord_expr(layout: str, coord: str) -> UOp:
-      e: UOp = UOp.const(self.idx_dtype, 0)
-      bits = tc.coord_bits(layout, coord)
-      b = 0
-      while b < len(bits):
-        src, j = bits[b]
-        if src == "elem": e, b = e + elem(coord, b) * (1 << b), b + 1; continue
-        ln = 1
-        while b + ln < len(bits) and bits[b + ln] == ("lane", j + ln): ln += 1
-        e, b = e + (lane // (1 << j)) % (1 << ln) * (1 << b), b + ln
-      return e.simplify()
-    def vals(layout: str, coords: str) -> dict[int, UOp]:
-      out = dict(rng)
-      for coord in coords:
-        o = {"m": m, "n": n, "k": k}[coord]
-        c = coord_expr(layout, coord)
-        stride = 1
-        for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
-          out[i] = (c // stride % self.axes[i].size).simplify()
-          stride *= self.axes[i].size
-      return out
-    res: dict[str, Any] = {"a": vals("a", "mk"), "b": vals("b", "kn")}
-    for x in "abc": res["e" + x] = tuple(elem(e[0], int(e[1:])) for e in getattr(tc, f"{x}_elem"))
-    return res
-
-  def _stage_axis(self) -> int | None:
+  def stage_axis(self) -> int | None:
     """SMEM: the outermost reduce loop (the first reduce part in range order); the tiles are filled once per step."""
     red = [i for i, a in enumerate(self.axes) if a.kind == "reduce" and a.size > 1]
     return red[0] if red else None
-  def _tile(self, ld: UOp, si: int | None) -> list[int]:
+  def stage_tile(self, ld: UOp, si: int | None) -> list[int]:
     """SMEM: the axis parts a staged load's tile spans (workgroup, lane and inner reduce parts it moves with)."""
     st: ShapeTracker = ld.src[1].arg
     strides = st.real_strides()
@@ -604,194 +375,12 @@ class Kernel:
     """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile); twice the tile where
     the target double-buffers it (asynchronous copies)."""
     ld = self.stage_candidates()[j]
-    tile = self._tile(ld, self._stage_axis())
+    tile = self.stage_tile(ld, self.stage_axis())
     return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * (2 if self.async_copy else 1) if tile else 0
   def stage_reuse(self, j: int) -> bool:
     """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
-    tile = set(self._tile(self.stage_candidates()[j], self._stage_axis()))
+    tile = set(self.stage_tile(self.stage_candidates()[j], self.stage_axis()))
     return any(i not in tile and self.axes[i].size > 1 for i in self.thread_axes())
-
-  def _stage(self, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int], access, opvals: dict) -> dict[UOp, UOp]:
-    """SMEM: for each staged load, a shared tile filled once per step of the outermost reduce loop (the stage loop).
-
-    Tile dims: the workgroup, lane and inner reduce parts of the axes the load moves with. Layout in shared memory: lane
-    dims fastest (a thread reads runs of its own register tile as vectors); a tensor-core operand keeps rows of its k
-    tile contiguous instead. Fill: element e of the tile, in an order whose fastest dim is the one contiguous in global
-    memory, goes to thread e // V % threads (V neighbours each, one vector access), so neighbouring threads read
-    neighbouring addresses.
-
-    Without asynchronous copies: a barrier before the fill (the previous step's readers are done) and one after it.
-    With them (Renderer.has_async_copy): two buffers; step s reads buffer s % 2 while the copies for step s + 1 fill the
-    other one. Before the loop the copies of step 0 are issued and committed; in step s: barrier (everyone is done with
-    step s - 1, whose buffer is refilled now), the copies of step s + 1 (masked off past the last step), then commit,
-    wait for all but the newest group, barrier: step s's tile is complete."""
-    si = self._stage_axis()
-    if si is None: raise OptError("SMEM needs a reduce loop around the tile (split the reduce axis)")
-    stage_r, nstage = rng[si], self.axes[si].size
-    dbl = self.async_copy
-    nthr = prod(self.axes[i].size for i in th)
-    tid = UOp.const(self.idx_dtype, 0)
-    for i in th: tid = tid + rng[i] * th_stride[i]
-    tid = tid.simplify()
-    # a loop of outputs around the stage loop: the next iteration's first fill must wait for this one's readers
-    outer = tuple(r for i, r in rng.items() if self.axes[i].kind == "loop" and r.op is Ops.RANGE)
-    pre = UOp(Ops.BARRIER, dtypes.void, outer) if dbl and outer else None
-    before = UOp(Ops.BARRIER, dtypes.void, (stage_r,))
-    cands = self.stage_candidates()
-    fills, first, reads = [], [], {}
-    total = 0
-    for n, j in enumerate(self.staged):
-      ld = cands[j]
-      st: ShapeTracker = ld.src[1].arg
-      strides = st.real_strides()
-      tile = self._tile(ld, si)
-      if not tile: raise OptError(f"SMEM: load {j} has no tile (it moves with no workgroup, lane or inner reduce axis)")
-      T = prod(self.axes[i].size for i in tile)
-      total += T * ld.dtype.itemsize * (2 if dbl else 1)
-      if total > self.shared_max: raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {self.shared_max}")
-      if ld in opvals:   # a tensor-core operand: its fragment coordinate contiguous in global memory stays contiguous
-        tc_, m_, n_, k_ = self.tc[:4]  # type: ignore[index]
-        row = m_ if ld is self.tc[4] else n_  # type: ignore[index]
-        fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
-        lay = sorted(tile, key=lambda i: (self.axes[i].tc is not None and self.axes[i].orig == fastc, i))
-      else: lay = sorted(tile, key=lambda i: (self.axes[i].kind in LANE_KINDS, i))
-      sstride, acc = {}, 1
-      for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size
-      # a tensor-core operand kept in rows of k (ldmatrix without .trans) of 16-bit values: the 16-byte chunks of a row
-      # are XOR-swizzled by the row, so the 8 rows one ldmatrix reads lie in different banks (unswizzled, rows 128
-      # bytes apart collide); the fill and every read go through the same function
-      rowlen = 0
-      if ld in opvals and ld.dtype.itemsize == 2 and self.axes[lay[-1]].kind == "tc":
-        kparts = list(itertools.takewhile(lambda i: self.axes[i].orig == self.tc[3], reversed(lay)))  # type: ignore[index]
-        rowlen = prod(self.axes[i].size for i in kparts)
-        if rowlen % 8 or rowlen < 16: rowlen = 0
-      swz = _swizzler(rowlen)
-      # fill order: by stride in global memory, the contiguous dim fastest
-      def gstride(i: int) -> float:
-        a = self.axes[i]
-        inner = prod(b.size for k, b in enumerate(self.axes) if b.orig == a.orig and k > i)
-        s = strides[a.orig]
-        return float("inf") if s is None else abs(s) * inner
-      fo = sorted(tile, key=lambda i: (-gstride(i), i))
-      fast = fo[-1]
-      v = 1
-      for cand in (8, 4, 2):   # up to 16 bytes a thread (one cp.async / 128-bit access)
-        if cand * ld.dtype.itemsize <= 16 and gstride(fast) == 1 and self.axes[fast].size % cand == 0 and T % (nthr * cand) == 0 \
-           and nthr % (self.axes[fast].size // cand) == 0: v = cand; break
-      smem = UOp(Ops.DEFINE_LOCAL, ld.dtype.ptr(local=True), (), (f"tile{n}", T * (2 if dbl else 1)))
-      lane = UOp.range(v, 200_000 + n, "upcast", self.idx_dtype) if v > 1 else UOp.const(self.idx_dtype, 0)
-      def fill(step: UOp, buf: UOp, ok: UOp | None, dep: tuple[UOp, ...]) -> list[UOp]:
-        out = []
-        for jj in range(-(-T // (nthr * v))):
-          q = UOp.const(self.idx_dtype, jj * nthr) + tid    # which chunk of v elements
-          vals = {**rng, si: step}
-          rest = q
-          for k, i in enumerate(reversed(fo)):
-            size = self.axes[i].size
-            if k == 0 and v > 1: vals[i], rest = ((rest % (size // v)) * v + lane).simplify(), (rest // (size // v)).simplify()
-            else: vals[i], rest = (rest % size).simplify() if k < len(fo) - 1 else rest, (rest // size).simplify()
-          in_tile = None if T % (nthr * v) == 0 else (q < T // v).simplify()
-          gidx, gvalid = access(st, in_tile if ok is None else ok if in_tile is None else (in_tile & ok), vals)
-          val = UOp(Ops.LOAD, ld.dtype, (ld.src[0].index(gidx, gvalid),))
-          sidx: UOp = buf
-          for i in tile: sidx = sidx + vals[i] * sstride[i]
-          if rowlen:   # swizzle the chunk start (the vector lanes stay inside one 16-byte chunk: v <= 8)
-            sidx = swz(sidx.substitute({lane: UOp.const(self.idx_dtype, 0)}).simplify()) + lane if v > 1 else swz(sidx.simplify())
-          out.append(UOp(Ops.STORE, dtypes.void, (smem.index(sidx.simplify(), in_tile), val) + dep, "async" if dbl else None))
-        return out
-      zero = UOp.const(self.idx_dtype, 0)
-      if dbl:
-        nxt = (stage_r + 1).simplify()
-        first += fill(zero, zero, None, (pre,) if pre is not None else ())
-        fills += fill(nxt, ((nxt % 2) * T).simplify(), (nxt < nstage).simplify(), (before,))
-        rbuf = ((stage_r % 2) * T).simplify()
-      else:
-        fills += fill(stage_r, zero, None, (before,))
-        rbuf = zero
-      reads[ld] = (smem, rbuf, tile, sstride, swz)
-    if dbl:
-      commit = UOp(Ops.BARRIER, dtypes.void, tuple(first), "commit")
-      before = UOp(Ops.BARRIER, dtypes.void, (stage_r, commit))
-      fills = [f.substitute({f.src[2]: before}) for f in fills]
-    after = UOp(Ops.BARRIER, dtypes.void, tuple(fills), "wait1" if dbl else None)
-    out = {}
-    for ld, (smem, rbuf, tile, sstride, swz) in reads.items():
-      rv = opvals.get(ld, rng)
-      if ld in opvals and (frag := self._ldmatrix(ld, rv, smem, rbuf, tile, sstride, after, swz)) is not None: out[ld] = frag; continue
-      ridx: UOp = rbuf
-      for i in tile: ridx = ridx + rv[i] * sstride[i]
-      out[ld] = UOp(Ops.LOAD, ld.dtype, (smem.index(swz(ridx.simplify())), after))
-    return out
-
-  def _ldmatrix(self, ld: UOp, rv: dict[int, UOp], smem: UOp, rbuf: UOp, tile: list[int], sstride: dict[int, int], after: UOp,
-                swz) -> UOp | None:
-    """TC operand staged with rows of 8 16-bit k values contiguous: the whole fragment in one warp-wide ldmatrix (the
-    renderer declares it, TensorCore.ldmatrix). Lane 8j + r gives the address of row r of 8x8 matrix j, whose origin
-    is where fragment element 2j lies for lane 0; the row coordinate is the one the lane bits 2..4 give."""
-    tc, m, n, k, la, lb = self.tc  # type: ignore[misc]
-    if not self.has_ldmatrix or ld.dtype.itemsize != 2: return None
-    x, row = ("a", "m") if ld is la else ("b", "n")
-    lane_l, elem = getattr(tc, f"{x}_lane"), getattr(tc, f"{x}_elem")
-    if lane_l[:2] != ("k1", "k2") or elem[0] != "k0" or lane_l[2:] != (f"{row}0", f"{row}1", f"{row}2"): return None
-    kt = [i for i in tile if self.axes[i].kind == "tc"]
-    rorig = m if row == "m" else n
-    rparts = [i for i in tile if self.axes[i].tc is not None and self.axes[i].orig == rorig]
-    def roff(c: int) -> int:   # shared-memory offset of row coordinate c within the tile
-      off, st = 0, 1
-      for i in reversed(rparts): off, st = off + (c // st) % self.axes[i].size * sstride[i], st * self.axes[i].size
-      return off
-    if len(kt) == 1 and sstride[kt[0]] == 1: trans = False          # rows of 8 k values: the fragment's pairs as stored
-    elif all(roff(c) == c for c in range(8)): trans = True           # rows of 8 row-coordinate values: transposed on load
-    else: return None
-    nmat = (1 << len(elem)) // 2
-    lane = UOp.const(self.idx_dtype, 0)
-    for i, a in enumerate(self.axes):
-      if a.tc is not None and a.tc[0] == "lane": lane = lane + self._tc_rng[i] * (1 << a.tc[2])
-    mat, r = (lane // 8) % nmat, lane % 8
-    # origin of matrix j: the coordinates of fragment element 2j (its bits 1.. are elem bits 1..) at lane 0
-    org = {row: UOp.const(self.idx_dtype, 0), "k": UOp.const(self.idx_dtype, 0)}
-    for b, name in enumerate(elem[1:], 1):
-      org[name[0]] = org[name[0]] + (mat // (1 << (b - 1))) % 2 * (1 << int(name[1:]))
-    coords = {row: org[row].simplify(), "k": (org["k"] + r).simplify()} if trans else {row: (org[row] + r).simplify(), "k": org["k"].simplify()}
-    vals = dict(rv)
-    for coord, o in ((row, m if row == "m" else n), ("k", k)):
-      stride = 1
-      for i in reversed([i for i, a in enumerate(self.axes) if a.orig == o and a.tc is not None]):
-        vals[i] = (coords[coord] // stride % self.axes[i].size).simplify()
-        stride *= self.axes[i].size
-    addr: UOp = rbuf
-    for i in tile: addr = addr + vals[i] * sstride[i]
-    return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (smem.index(swz(addr.simplify())), after), ("ldmatrix", nmat, trans))
-
-  def _group_combine(self, u: UOp, partial: UOp, n: int, rng: dict[int, UOp], th: list[int], th_stride: dict[int, int],
-                     group: list[int], ups: list[int]) -> UOp:
-    """Each thread's partial result goes to shared memory; after a barrier every thread reduces the group's partials.
-    Slot of a thread: its workgroup-linear id times the output lanes, plus its lane (so lanes store contiguously)."""
-    if any(self.axes[i].orig not in u.arg[1] for i in group):
-      raise OptError(f"GROUP: a reduction over axes {u.arg[1]} does not reduce the grouped axis")
-    if any(a.kind == "loop" for a in self.axes):
-      # the next loop iteration would overwrite the partials while slow threads still read them
-      raise OptError("GROUP needs every output axis on the grid, the workgroup or lanes (a loop would reuse shared memory)")
-    nup = prod(self.axes[i].size for i in ups)
-    lane, s = UOp.const(self.idx_dtype, 0), 1
-    for i in reversed(ups): lane, s = lane + rng[i] * s, s * self.axes[i].size
-    def slot(vals: dict[int, UOp]) -> UOp:
-      lin = UOp.const(self.idx_dtype, 0)
-      for i in th: lin = lin + vals.get(i, rng[i]) * th_stride[i]
-      return (lin * nup + lane).simplify()
-    smem = UOp(Ops.DEFINE_LOCAL, u.dtype.ptr(local=True), (), (f"smem{n}", prod(self.axes[i].size for i in th) * nup))
-    bar = UOp(Ops.BARRIER, dtypes.void, (UOp(Ops.STORE, dtypes.void, (smem.index(slot({})), partial)),))
-    # the combine reads 4 partials a step where it can (lanes: one vector load, 4 independent accumulators)
-    cr: dict[int, UOp] = {}
-    rs: list[UOp] = []
-    for k, i in enumerate(group):
-      sz = self.axes[i].size
-      if sz % 4 == 0 and sz >= 8:
-        outer = UOp.range(sz // 4, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype)
-        inner = UOp.range(4, 100_000 + 100 * n + 2 * k + 1, "unroll", self.idx_dtype)
-        cr[i], rs = outer * 4 + inner, rs + [outer, inner]
-      else: cr[i] = UOp.range(sz, 100_000 + 100 * n + 2 * k, "reduce", self.idx_dtype); rs.append(cr[i])
-    return UOp(Ops.REDUCE, u.dtype, (UOp(Ops.LOAD, u.dtype, (smem.index(slot(cr)), bar)),) + tuple(rs), u.arg[0])
 
   def _dims(self, kind: str) -> tuple[int, int, int]:
     if kind == "local":

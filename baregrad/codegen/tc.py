@@ -5,7 +5,7 @@ warp's lanes: each lane holds a few elements (its fragment). For the shapes here
 (row/column bit b) is either a bit of the lane id or a bit of the element's index in the fragment, so a layout is two
 tuples: which coordinate bit each lane-id bit is, and which each fragment-index bit is ("m0" = bit 0 of the row of A
 and C, "n2" = bit 2 of the column of B and C, "k3" = bit 3 of the reduction index). The kernel lowering builds every
-operand index from these (codegen/kernel.py), so a renderer declares its instructions and nothing else changes.
+operand index from these (codegen/tc_lower.py), so a renderer declares its instructions and nothing else changes.
 
 NVIDIA mma.sync (PTX ISA 9.7.14.5.7 "Matrix Fragments for mma.m16n8k8" and 9.7.14.5.8 "... mma.m16n8k16 with floating
 point type"; groupID = laneid >> 2, threadID_in_group = laneid % 4):

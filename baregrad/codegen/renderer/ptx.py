@@ -118,7 +118,7 @@ def _fused_mma(uops: list[UOp]) -> dict[UOp, list]:
   return out
 
 def _async_copies(uops: list[UOp]) -> set[UOp]:
-  """STOREs marked "async" (codegen/kernel.py _stage) of a global LOAD used nowhere else, of 4, 8 or 16 bytes: they
+  """STOREs marked "async" (codegen/stage.py) of a global LOAD used nowhere else, of 4, 8 or 16 bytes: they
   become one cp.async each (with the LOAD's mask as the copy's source size), and the LOAD itself is not emitted."""
   uses: dict[UOp, int] = {}
   for u in uops:
@@ -273,7 +273,7 @@ class PTXRenderer(Renderer):
         x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
-        # but the newest before the barrier (double-buffered shared tiles, codegen/kernel.py _stage)
+        # but the newest before the barrier (double-buffered shared tiles, codegen/stage.py)
         if u.arg in ("commit", "wait1"): emit("cp.async.commit_group;")
         if u.arg == "wait1": emit("cp.async.wait_group 1;")
         if u.arg != "commit": emit("bar.sync 0;")
