@@ -15,7 +15,8 @@ ShapeLike = int | Sequence[int]
 _all_grad_tensors: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 def _axis(axis: int, ndim: int) -> int:
-  if not -max(ndim, 1) <= axis < max(ndim, 1): raise IndexError(f"dimension {axis} is out of range for a tensor of {ndim} dimensions (expected in [{-max(ndim, 1)}, {max(ndim, 1) - 1}])")
+  if not -max(ndim, 1) <= axis < max(ndim,
+      1): raise IndexError(f"dimension {axis} is out of range for a tensor of {ndim} dimensions (expected in [{-max(ndim, 1)}, {max(ndim, 1) - 1}])")
   return axis % max(ndim, 1)
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:

@@ -42,7 +42,6 @@ def _normalize(t, idx: Any) -> list:
 
 def _step_slice(x, axis: int, start: int, stop: int, step: int):
   """x restricted to start:stop:step along axis (a view: shrink, flip for negative steps, reshape)."""
-  n = x.shape[axis]
   if step > 0:
     length = max(0, -(-(stop - start) // step))
     lo, hi = start, start + (length - 1) * step + 1

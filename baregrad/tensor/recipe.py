@@ -17,7 +17,7 @@ from baregrad import knobs
 from baregrad.helpers import prod as helpers_prod
 from baregrad.ir.ops import UOp, Ops, make_keyed
 from baregrad.engine import checks
-from baregrad.engine.graph import BufRef, shape_of, set_shape, permute_uop
+from baregrad.engine.graph import BufRef, shape_of, permute_uop
 from baregrad.engine.lazy import buffer_view
 from baregrad.tensor.grad_mode import is_grad_enabled
 

@@ -65,7 +65,8 @@ def to_dtype(d: Any) -> DType:
       except (TypeError, ValueError): pass
     raise ValueError(f"unknown dtype {d!r}: expected one of {sorted(set(ALL_NAMES))}") from None
   try: npd = np.dtype(d)
-  except TypeError: raise TypeError(f"dtype must be a baregrad dtype, a NumPy dtype, a Python type or a name like 'float16', got {type(d).__name__} {d!r}") from None
+  except TypeError: raise TypeError(f"dtype must be a baregrad dtype, a NumPy dtype, a Python type or a name like 'float16', got {type(d).__name__} "
+      f"{d!r}") from None
   return _from_np_dtype(npd)
 
 ALL_NAMES = [torch_name(x) for x in ALL]
@@ -282,7 +283,8 @@ class Tensor(ElementwiseOps, CreationOps, RandomOps, MovementOps, ActivationOps,
     return self.numpy().tolist()
   def item(self) -> Any:
     """The single value as a Python number (synchronizes with the device); RuntimeError unless there is one element."""
-    if self.numel() != 1: raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar: item() needs one element, got shape {self.shape}")
+    if self.numel() != 1: raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar: item() needs one element, got shape "
+        f"{self.shape}")
     return self.numpy().reshape(-1)[0].item()
   def data(self) -> memoryview:
     """The values as a read-only memoryview of a host copy (unlike PyTorch's .data, not a tensor sharing storage)."""

@@ -236,7 +236,8 @@ class Embedding(Module):
       keep = Tensor.arange(num_embeddings).ne(padding_idx % num_embeddings).reshape(num_embeddings, 1)
       w = (w * keep.cast(w.dtype)).contiguous().realize()
     self.weight = w.requires_grad_()
-  def extra_repr(self) -> str: return f"{self.num_embeddings}, {self.embedding_dim}" + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
+  def extra_repr(self) -> str:
+    return f"{self.num_embeddings}, {self.embedding_dim}" + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
   def forward(self, idx: Tensor) -> Tensor:
     if not isinstance(idx, Tensor): idx = Tensor(idx, dtype=dtypes.int32)
     if dtypes.is_float(idx.dtype): raise TypeError(f"Embedding expects integer indices, got {idx.dtype}")

@@ -71,7 +71,8 @@ _serials = itertools.count()
 
 def _publish_modes() -> None:
   # (id and serial: a copy of a module, which has its serial, is told apart by its id)
-  Tensor._modes = frozenset((i, m.__dict__["_mode_serial"], m.__dict__.get("_training")) for i, m in list(_NONDEFAULT_MODE.items()))  # type: ignore[attr-defined]
+  Tensor._modes = frozenset((i, m.__dict__["_mode_serial"], m.__dict__.get("_training")) for i,
+      m in list(_NONDEFAULT_MODE.items()))  # type: ignore[attr-defined]
 
 class Module:
   """Base class of layers: subclass it, set tensors and submodules as attributes, define forward()."""
@@ -157,7 +158,8 @@ class Module:
     return get_state_dict(self, prefix)
   def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> IncompatibleKeys:
     """Copy values (Tensors or NumPy arrays) into this module's tensors in place; strict: missing or unexpected keys
-    raise (KeyError naming them); a shape mismatch always raises ValueError. Both are RuntimeErrors too, as PyTorch's. Returns (missing_keys, unexpected_keys)."""
+    raise (KeyError naming them); a shape mismatch always raises ValueError. Both are RuntimeErrors too, as PyTorch's.
+    Returns (missing_keys, unexpected_keys)."""
     from baregrad.tensor.nn.state import load_state_dict
     r = load_state_dict(self, state_dict, strict=strict)
     return IncompatibleKeys(r["missing_keys"], r["unexpected_keys"])
@@ -176,7 +178,8 @@ class Module:
   def requires_grad_(self, requires_grad: bool = True) -> Module:
     """Set requires_grad on every parameter of this module and its submodules; returns self. Frozen parameters
     (False) stay parameters, and True unfreezes them, as in PyTorch."""
-    if not isinstance(requires_grad, bool): raise TypeError(f"requires_grad_(): requires_grad must be a bool, got {type(requires_grad).__name__} {requires_grad!r}")
+    if not isinstance(requires_grad,
+        bool): raise TypeError(f"requires_grad_(): requires_grad must be a bool, got {type(requires_grad).__name__} {requires_grad!r}")
     for t in list(self.parameters()):
       t.requires_grad_(requires_grad)
       if requires_grad: _FROZEN.pop(id(t), None)

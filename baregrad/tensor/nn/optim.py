@@ -52,7 +52,8 @@ class ParamGroup(dict):
   def __setitem__(self, key: Any, value: Any) -> None:
     if key == "lr":
       # (the sign is checked by the optimizer's constructor, as PyTorch's: a schedule may go past its end, below 0)
-      if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value: raise ValueError(f"invalid learning rate: {value!r} (expected a number)")
+      if isinstance(value, bool) or not isinstance(value, (int,
+          float)) or value != value: raise ValueError(f"invalid learning rate: {value!r} (expected a number)")
       value = float(value)
       self._lr_t.assign(Tensor(np.array(value, np.float32), device=self._lr_t.device))
     super().__setitem__(key, value)

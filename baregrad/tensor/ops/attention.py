@@ -16,7 +16,8 @@ class AttentionOps:
     applies whenever dropout_p > 0, as in PyTorch."""
     from baregrad.tensor.tensor import Tensor
     q, k, v = query, key, value
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2: raise RuntimeError(f"scaled_dot_product_attention: q, k, v need at least 2 dimensions, got {q.shape}, {k.shape}, {v.shape}")
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2: raise RuntimeError(f"scaled_dot_product_attention: q, k, v need at least 2 dimensions, got {q.shape}, "
+        f"{k.shape}, {v.shape}")
     if q.shape[-1] != k.shape[-1]: raise RuntimeError(f"scaled_dot_product_attention: query {q.shape} and key {k.shape} differ in the embedding dimension")
     if k.shape[-2] != v.shape[-2]: raise RuntimeError(f"scaled_dot_product_attention: key {k.shape} and value {v.shape} differ in the sequence dimension")
     if enable_gqa and q.ndim >= 3 and k.shape[-3] != q.shape[-3]:

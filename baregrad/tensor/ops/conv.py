@@ -109,7 +109,8 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   Cout, Cg = w.shape[:2]
   k_ = w.shape[2:]
   if C != Cg * groups:
-    raise RuntimeError(f"{name}: input of shape {x.shape} has {C} channels but weight of shape {w.shape} with groups={groups} expects {Cg * groups} (= {Cg} x {groups})")
+    raise RuntimeError(f"{name}: input of shape {x.shape} has {C} channels but weight of shape {w.shape} with groups={groups} expects {Cg * groups} (= {Cg} x "
+        f"{groups})")
   if Cout % groups: raise RuntimeError(f"{name}: out_channels {Cout} (weight shape {w.shape}) is not divisible by groups={groups}")
   if bias is not None and bias.shape != (Cout,): raise RuntimeError(f"{name}: bias must have shape ({Cout},), got {bias.shape}")
   s_, d_ = _tuple(stride, nsp, "stride"), _tuple(dilation, nsp, "dilation")
@@ -309,14 +310,17 @@ class ConvOps:
     """3-D transposed convolution: (N, C_in, D, H, W) with weight (C_in, C_out/groups, kd, kh, kw) -> (N, C_out, D', H', W')."""
     return _conv_transposend(input, weight, bias, stride, padding, output_padding, groups, dilation, 3, "conv_transpose3d")
   @function_recipe("max_pool2d")
-  def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  def max_pool2d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+      return_indices: bool = False) -> Tensor:
     """Max over sliding windows of the last two axes: (N, C, H, W) -> (N, C, H', W'); return_indices gives PyTorch's flat indices too."""
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 2, "max_pool2d")
   @function_recipe("max_pool1d")
-  def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  def max_pool1d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+      return_indices: bool = False) -> Tensor:
     """Max over sliding windows of the last axis: (N, C, L) -> (N, C, L'); return_indices gives PyTorch's flat indices too."""
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 1, "max_pool1d")
-  def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Tensor:
+  def max_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False,
+      return_indices: bool = False) -> Tensor:
     """Max over sliding windows of the last three axes: (N, C, D, H, W) -> (N, C, D', H', W')."""
     return _max_pool(input, kernel_size, stride, padding, dilation, ceil_mode, return_indices, 3, "max_pool3d")
   def avg_pool3d(input: Tensor, kernel_size: Any, stride: Any = None, padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
@@ -344,7 +348,8 @@ class ConvOps:
     want = {"linear": 1, "bilinear": 2, "bicubic": 2, "trilinear": 3}
     if mode in want and want[mode] != nsp: raise NotImplementedError(f"interpolate: mode {mode!r} needs {want[mode] + 2}-D input, got shape {x.shape}")
     if mode not in ("nearest", "nearest-exact", "area") and mode not in want:
-      raise NotImplementedError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got {mode!r}")
+      raise NotImplementedError(f"interpolate: mode must be one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'bicubic', 'trilinear', 'area', got "
+          f"{mode!r}")
     if antialias: raise NotImplementedError("interpolate: antialias=True is not implemented")
     if mode.startswith("nearest") and align_corners is not None: raise ValueError("interpolate: align_corners only applies to the linear modes")
     i_ = x.shape[2:]

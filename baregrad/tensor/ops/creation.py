@@ -22,7 +22,8 @@ class CreationOps:
     """A tensor of the given shape filled with fill_value; dtype from the value (bool, int64, float32) unless given."""
     shape = _new_shape(_shape_arg((shape,) if isinstance(shape, int) else tuple(shape)))
     from baregrad.tensor.tensor import Tensor, to_dtype
-    d = to_dtype(dtype) if dtype is not None else (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value, int) else dtypes.default_float)
+    d = to_dtype(dtype) if dtype is not None else (dtypes.bool if isinstance(fill_value, bool) else dtypes.int64 if isinstance(fill_value,
+        int) else dtypes.default_float)
     c = UOp.const(d, fill_value)
     u = UOp(Ops.EXPAND, d, (UOp(Ops.RESHAPE, d, (c,), (1,) * len(shape)),), shape) if shape else c
     t = Tensor(u, device=device)
@@ -32,7 +33,8 @@ class CreationOps:
   def zeros(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """A float32 (or dtype) tensor of zeros, in its own buffer."""
     from baregrad.tensor.tensor import Tensor
-    return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float, device=device).contiguous().realize()._leaf(requires_grad)
+    return Tensor.full(_shape_arg(shape), 0.0 if dtype is None else 0, dtype=dtype or dtypes.default_float,
+        device=device).contiguous().realize()._leaf(requires_grad)
   @staticmethod
   def ones(*shape: Any, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
     """A float32 (or dtype) tensor of ones, in its own buffer."""
@@ -60,7 +62,8 @@ class CreationOps:
     """1-D tensor start, start+step, ... below stop; int64 unless a float argument or dtype says otherwise, computed on the device."""
     if stop is None: start, stop = 0, start
     if step == 0: raise RuntimeError("arange: step must be nonzero")
-    if (stop - start) * step < 0: raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start {start}, end {stop}, step {step})")
+    if (stop - start) * step < 0: raise RuntimeError(f"arange: upper bound and lower bound inconsistent with step sign (start {start}, end {stop}, step "
+        f"{step})")
     n = max(0, math.ceil((stop - start) / step))
     from baregrad.tensor.tensor import Tensor, _np_dtype, to_dtype
     d = to_dtype(dtype) if dtype is not None else (dtypes.default_float if any(isinstance(x, float) for x in (start, stop, step)) else dtypes.int64)

@@ -90,9 +90,11 @@ class IndexingOps:
     if src is None: src = value
     if src is None: raise TypeError("scatter needs src (a tensor) or value (a number)")
     d = _axis(dim, input.ndim)
-    if reduce == "add": return IndexingOps.scatter_add(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device))
+    if reduce == "add": return IndexingOps.scatter_add(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype,
+        device=input.device))
     if reduce == "multiply":
-      return IndexingOps.scatter_reduce(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype, device=input.device), "prod")
+      return IndexingOps.scatter_reduce(input, d, index, src if isinstance(src, Tensor) else Tensor.full(index.shape, src, dtype=input.dtype,
+          device=input.device), "prod")
     if reduce is not None: raise RuntimeError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
     contrib, hit = _scatter_parts(input, d, index, src, "scatter", last=True)
     return hit.where(contrib, input)
@@ -138,7 +140,8 @@ class IndexingOps:
     """The slices of input at the positions index (1-D ints) names along dim, in that order (a one-hot gather)."""
     from baregrad.tensor.tensor import Tensor
     if not isinstance(index, Tensor) or index.ndim > 1 or dtypes.is_float(index.dtype) or index.dtype == dtypes.bool:
-      raise IndexError(f"index_select: index must be a 0-d or 1-D integer tensor, got {index if not isinstance(index, Tensor) else f'{index.dtype} of shape {index.shape}'}")
+      raise IndexError(f"index_select: index must be a 0-d or 1-D integer tensor, got "
+          f"{index if not isinstance(index, Tensor) else f'{index.dtype} of shape {index.shape}'}")
     d = _axis(dim, input.ndim)
     return input[(slice(None),) * d + (index.reshape(-1),)]
   def repeat_interleave(input: Tensor, repeats: Any, dim: int | None = None, *, output_size: int | None = None) -> Tensor:
@@ -152,7 +155,8 @@ class IndexingOps:
     if x.ndim == 0: x, d = x.reshape(1), 0
     n = x.shape[d]
     if isinstance(repeats, Tensor) and repeats.numel() == 1 and repeats.ndim <= 1 and n != 1: repeats = int(repeats.item())
-    if isinstance(repeats, bool) or not isinstance(repeats, (int, Tensor)): raise TypeError(f"repeat_interleave: repeats must be an int or a Tensor, got {type(repeats).__name__}")
+    if isinstance(repeats, bool) or not isinstance(repeats, (int,
+        Tensor)): raise TypeError(f"repeat_interleave: repeats must be an int or a Tensor, got {type(repeats).__name__}")
     if isinstance(repeats, int):
       if repeats < 0: raise RuntimeError(f"repeat_interleave: repeats must be non-negative, got {repeats}")
       s = x.shape

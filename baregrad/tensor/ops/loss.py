@@ -32,7 +32,8 @@ class LossOps:
   def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of class-index targets; input is (N, C, ...) or (C,) of log-probabilities."""
     from baregrad.tensor.tensor import Tensor
-    if input.ndim == 1: return LossOps.nll_loss(input.unsqueeze(0), target.reshape(1), weight, ignore_index, reduction).reshape(()) if reduction == "none" else \
+    if input.ndim == 1: return LossOps.nll_loss(input.unsqueeze(0), target.reshape(1), weight, ignore_index,
+        reduction).reshape(()) if reduction == "none" else \
         LossOps.nll_loss(input.unsqueeze(0), target.reshape(1), weight, ignore_index, reduction)
     _class_shape(input, target, "nll_loss")
     if dtypes.is_float(target.dtype): raise TypeError(f"nll_loss: class-index target must be an integer tensor, got {target.dtype}")

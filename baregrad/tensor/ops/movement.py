@@ -23,7 +23,8 @@ class MovementOps:
       known = prod(s for s in shape if s != -1)
       if known == 0 or self.numel() % known: raise RuntimeError(f"cannot reshape {self.shape} ({self.numel()} elements) to {shape}")
       shape = tuple(self.numel() // known if s == -1 else s for s in shape)
-    if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} elements)")
+    if prod(shape) != self.numel(): raise RuntimeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to {shape} ({prod(shape)} "
+        f"elements)")
     if shape == self.shape: return self
     return self._new(_node(Ops.RESHAPE, self.dtype, (self.uop,), shape, shape))   # (shape checked above: none inferred)
   def permute(self, *order: Any) -> Tensor:
@@ -80,7 +81,8 @@ class MovementOps:
       if len(pad) != self.ndim: raise RuntimeError(f"pad: {len(pad)} (before, after) pairs for a tensor of {self.ndim} dimensions (shape {self.shape})")
       pad = [v for p in reversed(pad) for v in (tuple(p) if p is not None else (0, 0))]
     if len(pad) % 2: raise RuntimeError(f"pad {tuple(pad)}: padding length must be divisible by 2")
-    if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape {self.shape})")
+    if len(pad) // 2 > self.ndim: raise RuntimeError(f"pad {tuple(pad)}: padding length must be at most 2*{self.ndim} (two per dimension of shape "
+        f"{self.shape})")
     if any(isinstance(p, bool) or not isinstance(p, (int, np.integer)) for p in pad): raise TypeError(f"pad {tuple(pad)}: sizes must be ints")
     if mode != "constant":
       from baregrad.tensor.ops.shape import pad as fpad

@@ -92,7 +92,8 @@ class NormOps:
     """Normalize each of num_groups channel groups over (its channels, *spatial) of a (N, C, *) input, then the per-channel affine."""
     if input.ndim < 2: raise RuntimeError(f"group_norm: input must have at least 2 dimensions (N, C, ...), got shape {input.shape}")
     N, C = input.shape[:2]
-    if num_groups <= 0 or C % num_groups: raise RuntimeError(f"group_norm: {C} channels (input shape {input.shape}) are not divisible into num_groups={num_groups}")
+    if num_groups <= 0 or C % num_groups: raise RuntimeError(f"group_norm: {C} channels (input shape {input.shape}) are not divisible into "
+        f"num_groups={num_groups}")
     for nm, t in (("weight", weight), ("bias", bias)):
       if t is not None and t.shape != (C,): raise RuntimeError(f"group_norm: {nm} of shape {t.shape}, expected ({C},)")
     x = input._float().reshape(N, num_groups, -1)

@@ -80,7 +80,8 @@ class RandomOps:
     return Tensor._random(n, device, lambda bits: _unit(bits, shape).cast(dtype or dtypes.default_float).contiguous(),
                           ("rand", shape, dtype))._leaf(requires_grad)
   @staticmethod
-  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+  def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, dtype: DType | None = None, device: str | None = None,
+      requires_grad: bool | None = None) -> Tensor:
     """Uniform [low, high) tensor of the given shape, generated on the device."""
     shape = _new_shape(_shape_arg(shape))
     from baregrad.tensor.tensor import Tensor
@@ -102,7 +103,8 @@ class RandomOps:
       return ((-2.0 * (1.0 - u1).log()).sqrt() * (2 * math.pi * u2).cos()).cast(dtype or dtypes.default_float).contiguous()
     return Tensor._random(prod(shape), device, finish, ("randn", shape, dtype), (u1,))._leaf(requires_grad)
   @staticmethod
-  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None, requires_grad: bool | None = None) -> Tensor:
+  def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, dtype: DType | None = None, device: str | None = None,
+      requires_grad: bool | None = None) -> Tensor:
     """Normal(mean, std^2) tensor of the given shape, generated on the device."""
     from baregrad.tensor.tensor import Tensor
     return (Tensor.randn(*shape, device=device) * std + mean).cast(dtype or dtypes.default_float).contiguous().realize()._leaf(requires_grad)

@@ -97,7 +97,8 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
     if not isinstance(t, Tensor): raise TypeError(f"meshgrid: element {i} is a {type(t).__name__}, not a Tensor")
     if t.ndim > 1: raise RuntimeError(f"meshgrid: expects 0-d or 1-D tensors, got tensor {i} of shape {t.shape}")
     if t.dtype != ts[0].dtype or t.device != ts[0].device:
-      raise RuntimeError(f"meshgrid: expects all tensors to have the same dtype and device: tensor {i} is {t.dtype} on {t.device}, tensor 0 {ts[0].dtype} on {ts[0].device}")
+      raise RuntimeError(f"meshgrid: expects all tensors to have the same dtype and device: tensor {i} is {t.dtype} on {t.device}, tensor 0 {ts[0].dtype} on "
+          f"{ts[0].device}")
   flat = [t.reshape(-1) for t in ts]
   swap = indexing == "xy" and len(flat) >= 2
   if swap: flat[0], flat[1] = flat[1], flat[0]
@@ -110,7 +111,8 @@ def pad(input: Tensor, pad: Sequence[int], mode: str = "constant", value: float 
   """torch.nn.functional.pad: pad is (left, right) for the last axis, then the one before, ...; mode 'constant',
   'reflect', 'replicate' or 'circular' (the last three built from slices, flips and expands joined with cat)."""
   if mode == "constant": return input.pad(pad, "constant", 0.0 if value is None else value)
-  if mode not in ("reflect", "replicate", "circular"): raise NotImplementedError(f"pad: unrecognised padding mode {mode!r}: expected 'constant', 'reflect', 'replicate' or 'circular'")
+  if mode not in ("reflect", "replicate",
+      "circular"): raise NotImplementedError(f"pad: unrecognised padding mode {mode!r}: expected 'constant', 'reflect', 'replicate' or 'circular'")
   if value is not None: raise RuntimeError(f"pad: padding mode {mode!r} doesn't take in value argument (got value={value})")
   if len(pad) % 2 or len(pad) // 2 > input.ndim: raise RuntimeError(f"pad {tuple(pad)} must have an even length of at most 2*{input.ndim}")
   x = input
@@ -177,7 +179,8 @@ class ShapeOps:
       sizes = [min(s, n - i) for i in range(0, n, s)] if n else [0]
     else:
       sizes = [int(s) for s in split_size_or_sections]
-      if sum(sizes) != n or any(s < 0 for s in sizes): raise RuntimeError(f"split sections {sizes} must be non-negative and sum to the size {n} of dimension {d} (shape {tensor.shape})")
+      if sum(sizes) != n or any(s < 0 for s in sizes): raise RuntimeError(f"split sections {sizes} must be non-negative and sum to the size {n} of dimension "
+          f"{d} (shape {tensor.shape})")
     out, off = [], 0
     for s in sizes:
       out.append(tensor._shrink(tuple((off, off + s) if k == d else (0, sz) for k, sz in enumerate(tensor.shape))))
@@ -193,7 +196,8 @@ class ShapeOps:
     """torch.Tensor.repeat: tile the tensor (expand + reshape, no copy until used)."""
     from baregrad.tensor.tensor import Tensor
     reps = tuple(int(s) for s in (sizes[0] if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)) else sizes))
-    if len(reps) < tensor.ndim: raise RuntimeError(f"repeat: {len(reps)} repeat sizes {reps} for a tensor of {tensor.ndim} dimensions (shape {tensor.shape}): need at least {tensor.ndim}")
+    if len(reps) < tensor.ndim: raise RuntimeError(f"repeat: {len(reps)} repeat sizes {reps} for a tensor of {tensor.ndim} dimensions (shape {tensor.shape}): "
+        f"need at least {tensor.ndim}")
     if any(r < 0 for r in reps): raise RuntimeError(f"repeat sizes must be non-negative, got {reps}")
     shape = (1,) * (len(reps) - tensor.ndim) + tensor.shape
     x = tensor.reshape(shape)

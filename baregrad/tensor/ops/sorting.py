@@ -286,7 +286,8 @@ class SortingOps:
     """(value, int64 index) of the k-th smallest element (1-based) along dim."""
     d = _check_dim(input, dim, "kthvalue")
     n = input.shape[d] if input.ndim else 1
-    if not isinstance(k, int) or not 1 <= k <= n: raise RuntimeError(f"kthvalue: k={k!r} is out of range for dimension {d} of size {n} (expected 1 <= k <= {n})")
+    if not isinstance(k,
+        int) or not 1 <= k <= n: raise RuntimeError(f"kthvalue: k={k!r} is out of range for dimension {d} of size {n} (expected 1 <= k <= {n})")
     v, i = SortingOps.sort(input, d)
     if input.ndim == 0: return SortResult(v, i)
     keep = tuple((k - 1, k) if a == d else (0, s) for a, s in enumerate(v.shape))
@@ -320,7 +321,8 @@ class SortingOps:
       raise TypeError(f"masked_select: input and mask must be Tensors, got {type(input).__name__} and {type(mask).__name__}")
     if mask.dtype != dtypes.bool: raise RuntimeError(f"masked_select: mask must be a bool tensor, got {mask.dtype}")
     try: shape = broadcast_shape(input.shape, mask.shape)
-    except (ValueError, RuntimeError): raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
+    except (ValueError,
+        RuntimeError): raise RuntimeError(f"masked_select: mask of shape {mask.shape} does not broadcast with input of shape {input.shape}") from None
     x, m = input._bcast(shape).reshape(-1), mask._bcast(shape).reshape(-1)
     return _select(m, [x], _count(m))[0]
   def unique(input: Tensor, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False, dim: int | None = None) -> Any:  # noqa: A002
