@@ -8,15 +8,17 @@ from baregrad.engine.schedule import ScheduleItem
 from baregrad.engine.graph import BufRef
 from baregrad.engine.runner import compile_ast, cached_runner
 
-# observers of executed items (the jit captures through this): each has `thread` (the thread recording) and
-# `interleaved` (set when another thread launched work while it recorded: the recording is not the function's alone)
+# observers of executed items (the jit captures through this): one may have `thread` (the thread recording; absent or
+# None: it sees every thread's work) and `interleaved` (set when another thread launched work while it recorded: the
+# recording is not the function's alone)
 capturing: list = []
 
 def _observe(runner: object, it: ScheduleItem) -> None:
   """Hand an executed item to the captures of this thread (runner None: a copy); tell the others it ran."""
   me = threading.get_ident()
   for c in capturing:
-    if c.thread != me: c.interleaved = True
+    t = getattr(c, "thread", None)
+    if t is not None and t != me: c.interleaved = True
     elif runner is None: c.add_copy(it)
     else: c.add_kernel(runner, it)
 

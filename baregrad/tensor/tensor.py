@@ -269,7 +269,7 @@ class Tensor(ElementwiseOps, CreationOps, RandomOps, MovementOps, ActivationOps,
     torch's Tensor.numpy() on the CPU it shares no memory with the tensor, so writing into the array does not change
     the tensor and a later in-place write to the tensor does not change the array."""
     from baregrad.engine.realize import capturing
-    if capturing and any(c.forbid_host_reads and c.thread == threading.get_ident() for c in capturing):
+    if capturing and any(getattr(c, "forbid_host_reads", False) and c.thread == threading.get_ident() for c in capturing):
       from baregrad.tensor.jit import JitError
       raise JitError(f"a jitted function reads a tensor's value on the host (item/numpy/tolist/bool, shape {self.shape}) while it is "
                      "captured: a replay could not reproduce it; return the tensor and read it after the call")
