@@ -104,10 +104,12 @@ def test_stress_compute_compile_collect():
       n = 5 + 7 * k + i % 5   # a new shape per thread: a new kernel to compile
       z = Tensor.arange(n).reshape(1, n).expand(2, n).sum()
       assert z.item() == n * (n - 1)
-      if i % 10 == 0: gc.collect()
+      if i % 10 == 0: gc.collect(1)
   def collector():
-    for _ in range(40):
-      gc.collect()
+    # young-generation sweeps (they run finalizers of cyclic garbage, as a full one does) and two full ones: a full
+    # collection walks the whole heap, seconds each in a test process that ran thousands of tests before this one
+    for j in range(40):
+      gc.collect(2 if j % 20 == 0 else 1)
       live.all_tensors()
   errs = _run([lambda k=k: worker(k) for k in range(4)] + [collector])
   assert errs == []
