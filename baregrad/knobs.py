@@ -120,6 +120,9 @@ _DECLARED = [
   Knob("BEAM_WORKERS", "int", None, "processes that build BEAM candidates", _C, lo=1, default_text="one per core"),
   Knob("BEAM_BUILD_S", "float", 20.0,
        "build budget of one BEAM candidate; one over it is dropped", _C, lo=0, unit="seconds"),
+  Knob("CPU_CONV", "choice", "gemm",
+       "CPU 2-d convolutions: gemm (implicit GEMM over the flattened padded width, tensor/ops/conv.py) or generic "
+       "(the window reduction every device runs)", _C, choices=("gemm", "generic")),
   Knob("PACK", "bool", True, "CPU matmuls pack an operand into a contiguous panel first; 0 reads it in place", _C),
   Knob("ROWSTREAM", "bool", True, "CPU vector-matrix products and column sums stream rows; 0 keeps column strips", _C),
   Knob("NO_MEMPLAN", "bool", False, "every intermediate buffer of a schedule gets its own memory (no reuse)", _C),

@@ -13,7 +13,7 @@ apart, as is its peak device memory (the allocator's high-water mark over a call
 weights' size. Outputs are checked against onnxruntime's.
 Not a timed test: numbers depend on the machine and its load."""
 from __future__ import annotations
-import argparse, io, os, pathlib, statistics, sys, time
+import argparse, io, os, pathlib, statistics, sys, time, warnings
 from typing import Callable
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -149,7 +149,9 @@ def export(model, shape: tuple[int, ...], batch: int, int_input: bool) -> bytes:
   torch = _torch()
   x = torch.randint(0, 30522, (batch,) + shape) if int_input else torch.randn((batch,) + shape)
   f = io.BytesIO()
-  torch.onnx.export(model, (x,), f, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")   # the TorchScript exporter's deprecation notice
+    torch.onnx.export(model, (x,), f, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
   return f.getvalue()
 
 def inputs(shape: tuple[int, ...], batch: int, int_input: bool, n: int, seed: int) -> list[np.ndarray]:

@@ -15,6 +15,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
+from baregrad.codegen.merge_axes import merge_axes
 
 class KernelError(ValueError): pass
 class OptError(ValueError): pass
@@ -141,12 +142,15 @@ class Kernel:
 
   `ren` (a Renderer) tells what the target declares: threads per workgroup (local_max), shared memory (shared_max)."""
   def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False, ren: object = None):
+    self.full_shape = verify_ast(ast)
+    # CPU: axes every view walks as one merge into one (codegen/merge_axes: longer vector loops). GPU kernels keep the
+    # tensors' axes: their grid and workgroup shapes (and the static checks of their machine code) are planned on them
+    if not gpu and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, verify_ast(m)
     self.ast = ast
     # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
     self.max_parallel, self.gpu = max_parallel, gpu
     self.local_max: int = int(getattr(ren, "local_max", 0) or 1024)
     self.shared_max: int = int(getattr(ren, "shared_max", 0) or 48 << 10)
-    self.full_shape = verify_ast(ast)
     red: set[int] = set()
     for u in ast.toposort():
       if u.op is Ops.REDUCE_AXIS: red |= set(u.arg[1])

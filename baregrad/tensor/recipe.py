@@ -117,10 +117,10 @@ def _record(fn: Callable[..., Any], tensors: Sequence[Any]) -> tuple | None:
 
 def recorded(name: str, fn: Callable[..., Any], tensors: Sequence[Any], params: tuple) -> Any:
   """fn(*tensors), a Tensor, with its graph built from the recipe kept for (name, each tensor's shape, dtype, device
-  and gradient flag (None stays None), params, the grad mode, BOUNDS). `params` must hold every other argument fn's
+  and gradient flag (None stays None), params, the grad mode, BOUNDS, CPU_CONV). `params` must hold every other argument fn's
   graph and its errors depend on; fn must read its tensors only through tensor ops (not their values)."""
   key = (name, tuple(None if t is None else (t.shape, t.dtype, t.device, bool(t.requires_grad)) for t in tensors), params,
-         is_grad_enabled(), knobs.get("BOUNDS"))
+         is_grad_enabled(), knobs.get("BOUNDS"), knobs.get("CPU_CONV"))
   if (r := _recipes.get(key, False)) is False:
     r = _record(fn, tensors)
     if len(_recipes) >= RECIPES_MAX: _recipes.clear()

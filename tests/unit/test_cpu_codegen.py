@@ -173,7 +173,15 @@ def test_short_awkward_rows_take_a_divisor_not_padding():
   import torch
   np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
 
-def test_short_rows_are_padded_to_whole_registers():
+@pytest.fixture
+def generic_conv(monkeypatch):
+  """Convolutions as window reductions (the CPU's implicit GEMM, tensor/ops/conv.py, off): the kernels below are those."""
+  from baregrad import knobs
+  monkeypatch.setenv("CPU_CONV", "generic"); knobs.reset()
+  yield
+  monkeypatch.delenv("CPU_CONV"); knobs.reset()
+
+def test_short_rows_are_padded_to_whole_registers(generic_conv):
   # mnist_cnn's conv2 (8 -> 16 channels, 11-wide output rows, 72 terms per output): 11 lanes per row would make the
   # tile's 16-lane registers straddle rows (shuffles and inserts around every FMA); padded to 16 lanes, each row is
   # whole registers (4 rows: 2.3x faster on one core than 11 lanes x 8 rows). conv1's 26-wide rows keep a divisor (13,
@@ -190,7 +198,7 @@ def test_short_rows_are_padded_to_whole_registers():
     assert [o.amt for o in opts if o.op is U] == [lanes, rows], (cin, cout, opts)
     np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
 
-def test_parallel_chunks_keep_64_bit_address_steps():
+def test_parallel_chunks_keep_64_bit_address_steps(generic_conv):
   # a parallel kernel runs over a chunk [start, end) of its parallel axis; without the arguments' ranges LLVM cannot
   # tell the 32-bit index math does not overflow and sign-extends and recomputes every address (mnist_cnn's conv2 ran
   # 2.5x slower per thread split over threads than whole). The machine code of a chunk's loop equals the whole loop's.

@@ -117,6 +117,10 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   if any(v <= 0 for v in s_ + d_): raise RuntimeError(f"{name}: stride {s_} and dilation {d_} must be positive")
   pads = _conv_padding(padding, k_, d_, s_, name)
   x = x._pad(((0, 0), (0, 0)) + tuple(pads))
+  if _implicit_gemm(x, w, nsp, d_, groups):
+    out = _conv2d_cpu(x, w, s_, groups)
+    if bias is not None: out = out + bias.reshape((1, Cout, 1, 1))
+    return out.squeeze(0) if unbatched else out
   win = _pool(x, k_, s_, d_)                                   # (N, C, *o, *k)
   o_ = win.shape[2:2 + nsp]
   G, Cog = groups, Cout // groups
@@ -131,6 +135,98 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   # elementwise work on the reshaped reduction (bias, an activation after) fuses into the same kernel
   if bias is not None: out = out + bias.reshape((1, Cout) + (1,) * nsp)
   return out.squeeze(0) if unbatched else out
+
+# ---------------------------------------------------------------- CPU: 2-d convolutions as implicit GEMMs
+# The general path above reduces over windows (c, kh, kw) of a view whose output axes are (oh, ow): the CPU's register
+# tile (codegen/cpu_heuristic) then takes vector lanes along ow, rows short (7, 14, 28 wide) or strided (stride 2) and
+# it runs at 10-45 GFLOPS where a matmul runs at 150+. Here each image is padded into its own contiguous buffer
+# (one extra zero row) and flattened: output position p = oh * Wp + ow over the padded width Wp reads the input at
+# p + kh * Wp + kw, a single contiguous axis of OH * Wp positions for every tap. The kernel is then a matmul whose
+# lanes run along p (the Wp - OW columns past each row's end are computed and dropped), the weights broadcast per
+# output channel: ResNet-18's 3x3 layers 40 -> 170 GFLOPS on a 2-core AVX-512 host. A strided convolution is split
+# into its stride phases (the input's rows and columns of each residue mod the stride, with the kernel taps that read
+# them): each phase is a stride-1 convolution of this kind, and their sum is the output (no zero taps: 0 * inf in an
+# unread position would make a NaN). 1x1 convolutions are GEMMs over the input (subsampled first when strided).
+# Half and bfloat16 multiply and add in float32 and round once at the end. Measured (bench/models.py, 2 cores,
+# batch 1): ResNet-18 103 -> 23 ms, ResNet-50 -> 63 ms.
+
+def _implicit_gemm(x: Tensor, w: Tensor, nsp: int, d_: tuple[int, ...], groups: int) -> bool:
+  """Whether a convolution takes the CPU implicit-GEMM path: 2-d, undilated, not depthwise, on a CPU renderer
+  (CPU_CONV=generic: never). A depthwise one (one input channel per group) has no output channels sharing a load: the
+  general path's lanes along each row of outputs do better (MobileNetV2's 3x3 at 56x56: 0.17 ms, here 1.2 ms)."""
+  from baregrad import knobs
+  from baregrad.hal import Device
+  if not (nsp == 2 and d_ == (1, 1) and not (groups > 1 and w.shape[1] == 1) and knobs.get("CPU_CONV") == "gemm"): return False
+  # a CPU renderer: threads over the cores and vector lanes, no workgroups (GPUs and OpenCL plan their own tiles)
+  ren = Device[x.device].renderer
+  return w.device == x.device and not getattr(ren, "has_local", True) and getattr(ren, "has_threads", False)
+
+def _gemm_taps(win: Tensor, w: Tensor, groups: int) -> Tensor:
+  """sum over (c, kh, kw) of win (N, C, *P, kh, kw) times w (Cout, C/groups, kh, kw): (N, Cout, *P). For half and
+  bfloat16 the products and sums are float32 and so is the result (the caller rounds once, after the phases' sum, as
+  PyTorch's convolutions accumulate)."""
+  N, C = win.shape[:2]
+  P, (KH, KW) = win.shape[2:-2], win.shape[-2:]
+  Cout, Cg = w.shape[:2]
+  G, Cog, n = groups, Cout // groups, len(P)
+  win = win.reshape((N, G, 1, Cg) + P + (KH, KW)).permute(0, 1, 2, *range(4, 4 + n), 3, 4 + n, 5 + n)   # (N, G, 1, *P, Cg, kh, kw)
+  wr = w.reshape((1, G, Cog) + (1,) * n + (Cg, KH, KW))
+  red, dt = (3 + n, 4 + n, 5 + n), promote(win.dtype, wr.dtype)
+  if dt in (dtypes.float16, dtypes.bfloat16): return (win.float() * wr.float()).sum(red).reshape((N, Cout) + P)
+  return (win * wr).sum(red).reshape((N, Cout) + P)
+
+def _conv2d_flat(x: Tensor, w: Tensor, groups: int, own: bool = False) -> Tensor:
+  """Stride-1 convolution of an already padded x (N, C, Hp, Wp) over the flattened padded width: (N, Cout, OH, OW).
+  own: the GEMM's result in a buffer of its own (nothing after it fuses into its kernel)."""
+  N, C, Hp, Wp = x.shape
+  KH, KW = w.shape[2:]
+  OH, OW = Hp - KH + 1, Wp - KW + 1
+  # 1x1: a GEMM over x materialized first: the row tiles of output channels each read all of x, so an expression
+  # fused into the GEMM's load (the bias, activation and residual add after the convolution before) would be
+  # computed Cout / 8 times (ResNet-50's 1x1 layers at 13-40 GFLOPS). Its rows and columns merge into one axis
+  # (codegen/merge_axes); flattened here, a view with gaps would take a division per element.
+  if KH == KW == 1:
+    y = _gemm_taps(x.contiguous().reshape(N, C, Hp, Wp, 1, 1), w, groups)
+    return y.contiguous() if own else y
+  P, span = OH * Wp, KH * Wp
+  # the last window's span ends (KW - 1) past the buffer's last row: one zero row keeps it inside (no masked loads)
+  xf = x._pad(((0, 0), (0, 0), (0, 1), (0, 0))).contiguous().reshape(N, C, (Hp + 1) * Wp)
+  win = _pool(xf._shrink(((0, N), (0, C), (0, P + span - 1))), (span,), (1,), (1,))   # (N, C, P, KH * Wp)
+  win = win.reshape(N, C, P, KH, Wp)._shrink(((0, N), (0, C), (0, P), (0, KH), (0, KW)))
+  out = _gemm_taps(win, w, groups)
+  out = (out.contiguous() if own else out).reshape(N, w.shape[0], OH, Wp)
+  return out._shrink(((0, N), (0, out.shape[1]), (0, OH), (0, OW)))
+
+def _conv2d_cpu(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tensor:
+  """A 2-d convolution of an already padded x (N, C, Hp, Wp) with stride s_: (N, Cout, OH, OW) (see above)."""
+  out = _conv2d_phases(x, w, s_, groups)
+  dt = promote(x.dtype, w.dtype)
+  return out.cast(dt) if out.dtype != dt else out
+
+def _conv2d_phases(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tensor:
+  """_conv2d_cpu before the final rounding of half and bfloat16 (their float32 sums)."""
+  N, C, Hp, Wp = x.shape
+  KH, KW = w.shape[2:]
+  sh, sw = s_
+  OH, OW = (Hp - KH) // sh + 1, (Wp - KW) // sw + 1
+  if s_ == (1, 1): return _conv2d_flat(x, w, groups)
+  if KH == KW == 1:   # the rows and columns it reads, gathered once (a quarter of the input at stride 2)
+    return _conv2d_flat(_pool(x, (1, 1), s_, (1, 1)).reshape(N, C, OH, OW), w, groups)
+  # stride phases: phase (a, b) holds x[..., a::sh, b::sw] on a grid of Hq x Wq, read by taps w[..., a::sh, b::sw]
+  Hq, Wq = OH + -(-KH // sh) - 1, OW + -(-KW // sw) - 1
+  xq = _pad_crop(x, [(0, Hq * sh - Hp), (0, Wq * sw - Wp)]).reshape(N, C, Hq, sh, Wq, sw)
+  out = None
+  for a in range(min(sh, KH)):
+    for b in range(min(sw, KW)):
+      ka, kb = len(range(a, KH, sh)), len(range(b, KW, sw))
+      xab = xq[:, :, :, a, :, b]._shrink(((0, N), (0, C), (0, OH + ka - 1), (0, OW + kb - 1)))
+      # each phase's GEMM stores its own result, summed (with what follows the convolution) in one kernel after the
+      # last: summed inside the next phase's kernel, the earlier result's cropped rows would be read there (a
+      # division per element, and the register tile given up: 2-4x slower phases)
+      y = _conv2d_flat(xab, w[:, :, a::sh, b::sw], groups, own=True)
+      out = y if out is None else out + y
+  assert out is not None
+  return out
 
 def _conv_transposend(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any, output_padding: Any, groups: int, dilation: Any,
                       nsp: int, name: str) -> Tensor:

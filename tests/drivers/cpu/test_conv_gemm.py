@@ -1,0 +1,106 @@
+"""CPU convolutions as implicit GEMMs (tensor/ops/conv.py): values and gradients against PyTorch and against the
+general window reduction, the exact handling of inf and NaN, and the kernels' shape (the register tile the CPU
+heuristic gives a matmul: rows of output channels times lanes along the flattened padded width)."""
+import numpy as np
+import pytest
+from baregrad import Tensor, dtypes, knobs
+from baregrad.ir.ops import Ops
+import baregrad.tensor.functional as F
+
+rng = np.random.default_rng(7)
+
+@pytest.fixture
+def conv_mode(monkeypatch):
+  def set_mode(mode: str) -> None:
+    monkeypatch.setenv("CPU_CONV", mode); knobs.reset()
+  yield set_mode
+  monkeypatch.delenv("CPU_CONV", raising=False); knobs.reset()
+
+# (x shape, w shape, stride, padding, groups): 3x3 and 1x1, strided, rectangular and asymmetric, grouped, batched
+CASES = [((2, 8, 9, 11), (6, 8, 3, 3), 1, 1, 1), ((1, 8, 9, 11), (6, 4, 3, 3), 2, 1, 2), ((2, 6, 7, 8), (5, 6, 1, 1), 1, 0, 1),
+         ((2, 6, 7, 8), (5, 6, 1, 1), 2, 0, 1), ((1, 3, 13, 12), (4, 3, 5, 3), (3, 2), (2, 1), 1), ((1, 3, 6, 6), (2, 3, 2, 4), (2, 3), 0, 1),
+         ((1, 2, 5, 5), (3, 2, 5, 5), 2, 2, 1), ((1, 3, 20, 20), (8, 3, 7, 7), 2, 3, 1), ((3, 4, 5, 6), (4, 4, 3, 3), 1, ((1, 0), (2, 1)), 1)]
+
+def _pad_arg(p):
+  return p if not (isinstance(p, tuple) and isinstance(p[0], tuple)) else None
+
+@pytest.mark.parametrize("xs,ws,stride,padding,groups", CASES)
+def test_values_and_gradients_match_pytorch(xs, ws, stride, padding, groups):
+  torch = pytest.importorskip("torch")
+  xn, wn, bn = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32), rng.standard_normal(ws[0], dtype=np.float32)
+  xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (xn, wn, bn))
+  xb, wb, bb = (Tensor(a, requires_grad=True) for a in (xn, wn, bn))
+  if _pad_arg(padding) is None:   # asymmetric: padded by hand on both sides
+    (t, b_), (l, r) = padding
+    ref = torch.nn.functional.conv2d(torch.nn.functional.pad(xt, (l, r, t, b_)), wt, bt, stride=stride, groups=groups)
+    out = F.conv2d(F.pad(xb, (l, r, t, b_)), wb, bb, stride=stride, groups=groups)
+  else:
+    ref = torch.nn.functional.conv2d(xt, wt, bt, stride=stride, padding=padding, groups=groups)
+    out = F.conv2d(xb, wb, bb, stride=stride, padding=padding, groups=groups)
+  np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
+  g = rng.standard_normal(tuple(ref.shape), dtype=np.float32)
+  (ref * torch.tensor(g)).sum().backward()
+  (out * Tensor(g)).sum().backward()
+  for a, b_ in ((xb, xt), (wb, wt), (bb, bt)): np.testing.assert_allclose(a.grad.numpy(), b_.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+def test_agrees_with_the_general_path(conv_mode):
+  x, w = rng.standard_normal((2, 16, 14, 14), dtype=np.float32), rng.standard_normal((24, 16, 3, 3), dtype=np.float32)
+  outs = {}
+  for mode in ("gemm", "generic"):
+    conv_mode(mode)
+    outs[mode] = [F.conv2d(Tensor(x), Tensor(w), padding=1, stride=s).numpy() for s in (1, 2)]
+  for a, b in zip(outs["gemm"], outs["generic"]): np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+def test_half_accumulates_in_float32():
+  torch = pytest.importorskip("torch")
+  x, w = rng.standard_normal((1, 32, 10, 10), dtype=np.float32), rng.standard_normal((8, 32, 3, 3), dtype=np.float32)
+  out = F.conv2d(Tensor(x).cast(dtypes.float16), Tensor(w).cast(dtypes.float16), padding=1, stride=2)
+  ref = torch.nn.functional.conv2d(torch.tensor(x).half().float(), torch.tensor(w).half().float(), padding=1, stride=2).half()
+  assert out.dtype == dtypes.float16
+  np.testing.assert_allclose(out.numpy().astype(np.float32), ref.numpy().astype(np.float32), rtol=2e-3, atol=2e-3)
+
+def test_inf_and_nan_reach_exactly_the_outputs_that_read_them():
+  # strided convolutions run as stride phases with their own taps (no zero taps): an inf read by no window of the
+  # original convolution makes no NaN, and one that is read gives what PyTorch gives
+  torch = pytest.importorskip("torch")
+  x = rng.standard_normal((1, 2, 9, 9), dtype=np.float32)
+  x[0, 0, 8, 8] = np.inf       # 3x3 stride 2 without padding reads rows/columns 0..8: read by the last window
+  x[0, 1, 3, 4] = np.nan
+  w = rng.standard_normal((3, 2, 3, 3), dtype=np.float32)
+  for s, p in ((2, 0), (2, 1), (1, 1), (3, 0)):
+    ref = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), stride=s, padding=p).numpy()
+    out = F.conv2d(Tensor(x), Tensor(w), stride=s, padding=p).numpy()
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(ref))
+    np.testing.assert_array_equal(np.isinf(out), np.isinf(ref))
+  x2 = np.zeros((1, 1, 8, 8), np.float32); x2[0, 0, 7, :] = np.inf   # row 7: no window of a 3x3 stride-2 conv reads it
+  assert np.isfinite(F.conv2d(Tensor(x2), Tensor(np.ones((1, 1, 3, 3), np.float32)), stride=2).numpy()).all()
+
+def _kernels(t: Tensor) -> list:
+  from baregrad.codegen.kernel import Kernel
+  from baregrad.codegen.heuristic import heuristic_opts
+  from baregrad.hal import Device
+  ren = Device[t.device].renderer
+  out = []
+  for it in t.schedule():
+    if it.ast.op is not Ops.SINK: continue
+    k = Kernel(it.ast, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local, ren=ren)
+    heuristic_opts(k, ren)
+    out.append(k)
+  return out
+
+def test_3x3_kernel_is_a_matmul_tile_over_the_flat_width():
+  # ResNet's 3x3 layer at 28x28: the GEMM kernel reduces over (c, kh, kw) with one output axis of 28 * 30 positions,
+  # vector lanes along it and a row tile of output channels (the weights broadcast), as a matmul
+  x, w = Tensor(rng.standard_normal((1, 128, 28, 28), dtype=np.float32)), Tensor(rng.standard_normal((128, 128, 3, 3), dtype=np.float32))
+  ks = [k for k in _kernels(F.conv2d(x, w, padding=1)) if k.reduce_axes]
+  assert len(ks) == 1
+  k = ks[0]
+  loops = [a for a in k.axes if a.kind != "reduce"]
+  assert 28 * 30 in {k.full_shape[a.orig] for a in loops}, k.full_shape
+  ups = [o for o in k.applied if o.op.name == "UPCAST"]
+  assert len(ups) == 2 and {k.full_shape[k.axes[o.axis].orig] if o.axis < len(k.axes) else None for o in ups} >= {128}, k.applied
+
+def test_1x1_kernel_merges_rows_and_columns():
+  x, w = Tensor(rng.standard_normal((1, 64, 14, 14), dtype=np.float32)), Tensor(rng.standard_normal((32, 64, 1, 1), dtype=np.float32))
+  ks = [k for k in _kernels(F.conv2d(x.relu(), w)) if k.reduce_axes]
+  assert len(ks) == 1 and 196 in ks[0].full_shape, ks[0].full_shape
