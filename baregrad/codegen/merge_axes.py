@@ -6,9 +6,9 @@ register tile takes vector lanes along one 56-wide row (3.5 registers of 16: a p
 index arithmetic restarts every row; merged, the lanes run along 3136 positions in whole registers (MobileNetV2's 1x1
 convolutions 2.7x faster). Axes i and i+1 merge when they are of one kind (both output loops or both reduced) and, in
 every VIEW of the AST, either both have their full sizes and the view's last View reshapes them into one axis
-(`View.reshape`: stride[i] == stride[i+1] * size[i+1], no mask split, and through earlier Views still a constant stride),
-or both are 1 where both are reduced (the
-stored values, after the reduction); reduced axes merge where every reduction of the AST takes both or neither. A gather LOAD (an axis named in its arg) keeps the AST as it is."""
+(`View.reshape`: stride[i] == stride[i+1] * size[i+1], no mask split, and through earlier Views still a constant
+stride), or both are 1 where both are reduced (the stored values, after the reduction); reduced axes merge where every
+reduction of the AST takes both or neither. A gather LOAD (an axis named in its arg) keeps the AST as it is."""
 from __future__ import annotations
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker
