@@ -210,6 +210,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
     # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
     if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
   _cut_deep_chains(nodes, must)
+  _cut_shared_values(nodes, must)
   devices = _devices(nodes)
   # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
   # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
@@ -286,6 +287,39 @@ def _cut_deep_chains(nodes: list[UOp], must: set[UOp]) -> None:
     d += 1
     if d >= MAX_FUSE_DEPTH: must.add(u); d = 0
     depth[u] = d
+
+# An elementwise value that several kernels with reductions would each compute in full: a transformer's residual
+# stream (x + attn + mlp + ...) is read by both reductions of the next layer norm and by the next residual add, so
+# fused everywhere, layer L's norms would recompute all 2L terms before it (ViT-tiny: 42 kernels of 197x192 re-adding
+# up to 25 buffers, 8 ms of its 34). Such a value gets its own buffer when at least SHARED_MIN_LOADS buffers feed it
+# (a cheap one, x * 2 or a bias add, stays fused: a second read of memory costs more than recomputing it).
+SHARED_MIN_LOADS = 3
+
+def _cut_shared_values(nodes: list[UOp], must: set[UOp]) -> None:
+  """Add to `must` each elementwise node two or more reductions' kernels would compute, where SHARED_MIN_LOADS or
+  more buffers feed it (nodes: topological order)."""
+  loads: dict[UOp, int] = {}
+  for u in nodes:   # the buffers (or realized values) a node's fused computation reads, counted up to SHARED_MIN_LOADS
+    if not u.src or u in must or u.op is Ops.REDUCE_AXIS or u.op not in _FUSES: loads[u] = 1
+    else: loads[u] = min(SHARED_MIN_LOADS, sum(loads[x] for x in u.src))
+  users: dict[UOp, list[UOp]] = {}
+  for u in nodes:
+    for x in u.src: users.setdefault(x, []).append(u)
+  # the kernels with a reduction a node's value is computed in (at most two kept: two is already shared)
+  into: dict[UOp, frozenset] = {}
+  for u in reversed(nodes):
+    ks: set[UOp] = set()
+    for p in users.get(u, ()):
+      if p.op is Ops.REDUCE_AXIS: ks.add(p)
+      elif p in must or p.op not in _FUSES: continue   # (its own kernel: a reduction there computes u only once)
+      else: ks |= into[p]
+      if len(ks) >= 2: break
+    if len(ks) >= 2 and u.op in _ELEMENTWISE and loads[u] >= SHARED_MIN_LOADS and u not in must:
+      must.add(u); ks = set()
+    into[u] = frozenset(ks)
+
+_ELEMENTWISE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+_FUSES = _ELEMENTWISE | GroupOp.Movement   # what a consumer's kernel computes inline
 
 def _devices(nodes: list[UOp]) -> dict[UOp, str | None]:
   """graph.device_of of every node (topological order) in one pass: asked node by node, each walk would go down to a

@@ -210,8 +210,12 @@ def _conv2d_phases(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Te
   sh, sw = s_
   OH, OW = (Hp - KH) // sh + 1, (Wp - KW) // sw + 1
   if s_ == (1, 1): return _conv2d_flat(x, w, groups)
-  if KH == KW == 1:   # the rows and columns it reads, gathered once (a quarter of the input at stride 2)
-    return _conv2d_flat(_pool(x, (1, 1), s_, (1, 1)).reshape(N, C, OH, OW), w, groups)
+  if (KH <= sh and KW <= sw) or min(sh, KH) * min(sw, KW) > 4:
+    # windows that do not overlap (1x1 strided, a ViT's 16x16 patches) or many phases: the windows gathered once into
+    # columns (im2col; a quarter of the input for a 1x1 at stride 2, the input itself for patches), then one GEMM
+    win = _pool(x, (KH, KW), s_, (1, 1)).permute(0, 1, 4, 5, 2, 3)          # (N, C, KH, KW, OH, OW)
+    Cout, Cg = w.shape[:2]
+    return _conv2d_flat(win.reshape(N, C * KH * KW, OH, OW), w.reshape(Cout, Cg * KH * KW, 1, 1), groups)
   # stride phases: phase (a, b) holds x[..., a::sh, b::sw] on a grid of Hq x Wq, read by taps w[..., a::sh, b::sw]
   Hq, Wq = OH + -(-KH // sh) - 1, OW + -(-KW // sw) - 1
   xq = _pad_crop(x, [(0, Hq * sh - Hp), (0, Wq * sw - Wp)]).reshape(N, C, Hq, sh, Wq, sw)
