@@ -1,6 +1,6 @@
 """Run a schedule: allocate buffers (reusing intermediates' memory once they are dead), compile, launch."""
 from __future__ import annotations
-import sys, threading
+import sys, threading, time
 from baregrad import knobs
 from baregrad.helpers import DEBUG, Progress
 from baregrad.hal import Buffer, Device
@@ -48,7 +48,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
   # one item has no intermediate whose memory another could take
   assign = plan_memory(items, keep or set()) if len(items) > 1 and not knobs.get("NO_MEMPLAN") else {}
   bar: Progress | None = None  # made at the first kernel that is not compiled yet: shows if compiles take > 1 s
-  ready = 0
+  ready, compiled, t_compile = 0, 0, 0.0
   for it in items:
     out = it.bufs[0]
     if out.buf is None and out.id in assign:
@@ -70,9 +70,14 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
       if bar is None:
         bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)
         bar.n = ready  # the kernels before it were compiled already
+      t0 = time.perf_counter()
       with bar.step(): runner = compile_ast(it.ast, out.device)  # type: ignore[arg-type]
+      compiled, t_compile = compiled + 1, t_compile + time.perf_counter() - t0
     elif bar is not None: bar.update(1)
     else: ready += 1
     runner([b.buf for b in it.bufs])  # type: ignore[misc]
     if capturing: _observe(runner, it)
   if bar is not None: bar.close()
+  if compiled and DEBUG() >= 1:   # (what a model's first run spends before its kernels run)
+    print(f"*** compiled {compiled} of {len(items)} kernels in {t_compile:.2f} s (code generation and compiler, "
+          f"compile cache included)", file=sys.stderr)

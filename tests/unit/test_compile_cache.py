@@ -3,7 +3,7 @@ another key or in an older format is reported once by name, deleted and rebuilt,
 cannot be written means compiling without caching, with one warning; concurrent writers never leave a half-written entry."""
 from __future__ import annotations
 from tests.paths import REPO
-import errno, os, subprocess, sys, textwrap, warnings
+import errno, os, re, subprocess, sys, textwrap, time, warnings
 import pytest
 from baregrad.hal import compiler as hc
 from baregrad.hal.compiler import Compiler, CompileCacheWarning, pack_entry, unpack_entry
@@ -198,3 +198,15 @@ def test_entries_of_the_earlier_format_are_not_read(cache):
     warnings.simplefilter("error")
     assert c.compile_cached("int g;") == b";g tni" * 50 and c.n == 1
   assert Toy().cache_key("int g;") != h.hexdigest()
+
+def test_debug_1_reports_the_compile_time_of_a_schedule(monkeypatch, capsys):
+  # a model's first run spends its time compiling: DEBUG=1 says how many kernels and how long, per realize
+  from baregrad import Tensor, knobs
+  monkeypatch.setenv("DEBUG", "1"); knobs.reset()
+  try:
+    n = 37 + time.time_ns() % 1000   # a shape no other test compiles
+    (Tensor.ones(n, 3) * 3).sum(0).numpy()
+  finally:
+    monkeypatch.delenv("DEBUG"); knobs.reset()
+  err = capsys.readouterr().err
+  assert re.search(r"\*\*\* compiled \d+ of \d+ kernels in \d+\.\d\d s", err), err
