@@ -31,6 +31,9 @@ PANEL = 16                 # lanes of a panel: two AVX2 registers, one AVX-512 r
 # short kernel)
 MIN_BYTES = 512 << 10      # a smaller B stays in the L2 unpacked (257^3: no gain)
 MIN_ROWS = 256             # rows of outputs (row tiles of A) that read each panel of B
+# a B past the L2 pays with fewer rows: BERT-base's MLP at sequence 128 (128 x 768 x 3072 and 128 x 3072 x 768, 9 MiB
+# of B, rows 12 KiB apart) 99 -> 150 and 98 -> 169 GFLOPS packed, 2-core AVX-512; 197 x 192 x 768 (0.6 MiB) loses
+BIG_BYTES, BIG_MIN_ROWS = 4 << 20, 64
 MAX_BYTES = 256 << 20      # P is a second copy of B while the matmul runs: a huge B (an embedding) is read in place
 
 def pack_operand(ast: UOp, ren: object) -> SplitPlan | None:
@@ -67,7 +70,8 @@ def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
   _, b, v, j, k, rows, moved = max(cands, key=lambda c: c[0])
   # B's bytes per batch decide the cache behaviour, all of them (P's size) the memory
   if b.dtype.itemsize * full[k] * full[j] < MIN_BYTES or b.dtype.itemsize * moved > MAX_BYTES: return None
-  if prod(full[o] for o in rows) < MIN_ROWS or full[j] < PANEL: return None
+  nrows, nbytes = prod(full[o] for o in rows), b.dtype.itemsize * full[k] * full[j]
+  if nrows < (BIG_MIN_ROWS if nbytes >= BIG_BYTES else MIN_ROWS) or full[j] < PANEL: return None
   return b, v, j, k, full
 
 def affine_view(st: ShapeTracker) -> View | None:

@@ -38,6 +38,7 @@ def test_plan_of_a_big_matmul():
 @pytest.mark.parametrize("ast,why", [
   (matmul(256, 256, 256), "B of 256 KiB stays in the L2 unpacked"),
   (matmul(128, 256, 1024), "128 rows read B too few times"),
+  (matmul(48, 3072, 768), "48 rows read even a B past the L2 too few times"),
   (matmul(256, 8192, 8200), "a copy of a 256 MiB B is not made"),
   (matmul(256, 1024, 1024, transposed_b=True), "dot form: no operand is contiguous along an output axis"),
   (matmul(256, 1024, 1024, op=Ops.MAX), "not a sum of products"),
@@ -45,6 +46,11 @@ def test_plan_of_a_big_matmul():
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_kernels_that_stay_whole(ast, why):
   assert pack_operand(ast, Device["CPU"].renderer) is None, why
+
+def test_a_b_past_the_l2_packs_for_fewer_rows():
+  # BERT-base's MLP at sequence 128: 9 MiB of B, 128 rows
+  assert pack_operand(matmul(128, 3072, 768), Device["CPU"].renderer) is not None
+  assert pack_operand(matmul(128, 768, 3072), Device["CPU"].renderer) is not None
 
 def test_only_cpus_pack():
   assert pack_operand(matmul(256, 1024, 1024), PTXRenderer()) is None   # GPUs: workgroups, shared memory
