@@ -147,8 +147,9 @@ def _unpickle(f: Any, where: str) -> dict:
     with f: return _NumpyOnly(f, encoding="bytes").load()
   except UnsafePickleError as e: raise UnsafePickleError(f"{where}: {e}") from None
   except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
-          MemoryError, RecursionError, UnicodeDecodeError, zlib.error, tarfile.TarError) as e:
-    # what the restricted unpickler (and NumPy's array rebuilding) raise on damaged bytes
+          MemoryError, RecursionError, UnicodeDecodeError, zlib.error, tarfile.TarError, SystemError) as e:
+    # what the restricted unpickler (and NumPy's array rebuilding) raise on damaged bytes (SystemError: numpy's
+    # dtype.__setstate__ given a malformed state tuple "returned NULL without setting an exception", found by the fuzz)
     raise DatasetFormatError(f"{where}: not a readable CIFAR-10 batch pickle ({type(e).__name__}: {str(e)[:200]})") from None
 
 def _unpickle_file(path: str) -> dict: return _unpickle(open(path, "rb"), path)

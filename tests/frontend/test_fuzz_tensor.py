@@ -51,6 +51,10 @@ def _fills_gap(data, dt) -> None:
   try: Tensor(data, dtype=dt).numpy()
   except Exception as e: _check_error(e)
 
+def _has(data, kind) -> bool:
+  if isinstance(data, kind): return True
+  return isinstance(data, (list, tuple)) and any(_has(d, kind) for d in data)
+
 @FUZZ
 @given(data=nested(), dt=st.one_of(st.none(), st.sampled_from(DTYPES)))
 def test_python_values(data, dt):
@@ -64,7 +68,9 @@ def test_python_values(data, dt):
   try: got = Tensor(data, dtype=dt)
   except Exception as e:
     _check_error(e)
-    if want is not None and want.is_complex(): return   # (complex numbers: no such dtype here)
+    # (complex numbers: no such dtype here, and no conversion from one: torch makes bool(1+2j) True, baregrad refuses;
+    # a string is no element here, where torch takes '' as an empty row: [[['']], [False]] is its (2, 1, 1, 0))
+    if want is not None and (want.is_complex() or _has(data, (complex, str))) and isinstance(e, TypeError): return
     if want is not None and want.numel() == 0 and isinstance(e, ValueError): return   # (torch takes [[[]], []] as (2, 1, 0))
     assert want is None, f"torch makes {want!r} of {data!r} (dtype {dt}), baregrad raised {type(e).__name__}: {e}"
     return
