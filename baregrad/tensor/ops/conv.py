@@ -117,7 +117,7 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   if any(v <= 0 for v in s_ + d_): raise RuntimeError(f"{name}: stride {s_} and dilation {d_} must be positive")
   pads = _conv_padding(padding, k_, d_, s_, name)
   x = x._pad(((0, 0), (0, 0)) + tuple(pads))
-  if _implicit_gemm(x, w, nsp, d_, groups):
+  if _implicit_gemm(x, w, nsp, d_, groups) and not _needs_grad(x, w, bias):
     out = _conv2d_cpu(x, w, s_, groups)
     if bias is not None: out = out + bias.reshape((1, Cout, 1, 1))
     return out.squeeze(0) if unbatched else out
@@ -152,8 +152,9 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
 # into its stride phases (the input's rows and columns of each residue mod the stride, with the kernel taps that read
 # them): each phase is a stride-1 convolution of this kind, and their sum is the output (no zero taps: 0 * inf in an
 # unread position would make a NaN). 1x1 convolutions are GEMMs over the input (subsampled first when strided).
-# Half and bfloat16 multiply and add in float32 and round once at the end. Measured (bench/models.py, 2 cores,
-# batch 1): ResNet-18 103 -> 23 ms, ResNet-50 -> 63 ms.
+# Half and bfloat16 multiply and add in float32 and round once at the end. For inference only (no input needs a
+# gradient, _needs_grad): training keeps the general path. Measured (bench/models.py, 2 cores, batch 1): ResNet-18
+# 103 -> 23 ms, ResNet-50 -> 63 ms.
 
 def _implicit_gemm(x: Tensor, w: Tensor, nsp: int, d_: tuple[int, ...], groups: int) -> bool:
   """Whether a convolution takes the CPU implicit-GEMM path: 2-d, undilated, not depthwise, on a CPU renderer
@@ -165,6 +166,13 @@ def _implicit_gemm(x: Tensor, w: Tensor, nsp: int, d_: tuple[int, ...], groups: 
   # a CPU renderer: threads over the cores and vector lanes, no workgroups (GPUs and OpenCL plan their own tiles)
   ren = Device[x.device].renderer
   return w.device == x.device and not getattr(ren, "has_local", True) and getattr(ren, "has_threads", False)
+
+def _needs_grad(*ts: Tensor | None) -> bool:
+  """Whether autograd will differentiate through the convolution. The implicit GEMM is for inference: its gradient,
+  derived through the flat sliding window, runs 5x slower than the window reduction's (bench/train_cnn.py: 48x PyTorch
+  against 9x), so training keeps the general path until the GEMM has a backward of its own (issue 33)."""
+  from baregrad.tensor.grad_mode import is_grad_enabled
+  return is_grad_enabled() and any(t is not None and t.requires_grad for t in ts)
 
 def _cpu_depthwise(x: Tensor, w: Tensor, groups: int, pads: list[tuple[int, int]]) -> bool:
   """A padded depthwise convolution (one input channel per group) on a CPU renderer (CPU_CONV=gemm)."""

@@ -24,19 +24,32 @@ CASES = [((2, 8, 9, 11), (6, 8, 3, 3), 1, 1, 1), ((1, 8, 9, 11), (6, 4, 3, 3), 2
 def _pad_arg(p):
   return p if not (isinstance(p, tuple) and isinstance(p[0], tuple)) else None
 
+def _conv(F_, x, w, b, stride, padding, groups):
+  """F_.conv2d (F_: torch.nn.functional or baregrad's F) with the case's padding."""
+  if _pad_arg(padding) is None:   # asymmetric: padded by hand on both sides
+    (t, b_), (l, r) = padding
+    return F_.conv2d(F_.pad(x, (l, r, t, b_)), w, b, stride=stride, groups=groups)
+  return F_.conv2d(x, w, b, stride=stride, padding=padding, groups=groups)
+
 @pytest.mark.parametrize("xs,ws,stride,padding,groups", CASES)
-def test_values_and_gradients_match_pytorch(xs, ws, stride, padding, groups):
+def test_values_match_pytorch(xs, ws, stride, padding, groups):
+  # (tensors without gradients: the implicit GEMM is the inference path)
+  torch = pytest.importorskip("torch")
+  xn, wn, bn = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32), rng.standard_normal(ws[0], dtype=np.float32)
+  ref = _conv(torch.nn.functional, *(torch.tensor(a) for a in (xn, wn, bn)), stride, padding, groups)
+  out = _conv(F, *(Tensor(a) for a in (xn, wn, bn)), stride, padding, groups)
+  np.testing.assert_allclose(out.numpy(), ref.numpy(), rtol=1e-4, atol=1e-4)
+
+@pytest.mark.parametrize("xs,ws,stride,padding,groups", CASES[:4])
+def test_training_keeps_the_general_path_and_its_gradients(xs, ws, stride, padding, groups):
+  # the GEMM's gradient through the flat window is 5x slower than the window reduction's: tensors that need gradients
+  # take the general path (one kernel for the convolution and its bias), values and gradients as PyTorch's
   torch = pytest.importorskip("torch")
   xn, wn, bn = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32), rng.standard_normal(ws[0], dtype=np.float32)
   xt, wt, bt = (torch.tensor(a, requires_grad=True) for a in (xn, wn, bn))
   xb, wb, bb = (Tensor(a, requires_grad=True) for a in (xn, wn, bn))
-  if _pad_arg(padding) is None:   # asymmetric: padded by hand on both sides
-    (t, b_), (l, r) = padding
-    ref = torch.nn.functional.conv2d(torch.nn.functional.pad(xt, (l, r, t, b_)), wt, bt, stride=stride, groups=groups)
-    out = F.conv2d(F.pad(xb, (l, r, t, b_)), wb, bb, stride=stride, groups=groups)
-  else:
-    ref = torch.nn.functional.conv2d(xt, wt, bt, stride=stride, padding=padding, groups=groups)
-    out = F.conv2d(xb, wb, bb, stride=stride, padding=padding, groups=groups)
+  ref, out = _conv(torch.nn.functional, xt, wt, bt, stride, padding, groups), _conv(F, xb, wb, bb, stride, padding, groups)
+  assert len(out.schedule()) == 1
   np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-4, atol=1e-4)
   g = rng.standard_normal(tuple(ref.shape), dtype=np.float32)
   (ref * torch.tensor(g)).sum().backward()
