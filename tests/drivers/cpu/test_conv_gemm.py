@@ -117,3 +117,28 @@ def test_1x1_kernel_merges_rows_and_columns():
   x, w = Tensor(rng.standard_normal((1, 64, 14, 14), dtype=np.float32)), Tensor(rng.standard_normal((32, 64, 1, 1), dtype=np.float32))
   ks = [k for k in _kernels(F.conv2d(x.relu(), w)) if k.reduce_axes]
   assert len(ks) == 1 and 196 in ks[0].full_shape, ks[0].full_shape
+
+_THREADS_PROG = """
+import sys, numpy as np
+from baregrad import Tensor
+import baregrad.tensor.functional as F
+r = np.random.default_rng(3)
+x = Tensor(r.standard_normal((2, 16, 30, 30), dtype=np.float32))
+w1, w2 = Tensor(r.standard_normal((32, 16, 3, 3), dtype=np.float32)), Tensor(r.standard_normal((32, 32, 3, 3), dtype=np.float32))
+w3, fc = Tensor(r.standard_normal((64, 32, 1, 1), dtype=np.float32)), Tensor(r.standard_normal((64, 10), dtype=np.float32))
+y = F.conv2d(F.conv2d(x, w1, padding=1).relu(), w2, stride=2, padding=1).relu()
+y = F.conv2d(y, w3).relu()
+out = F.layer_norm(y.mean((2, 3)) @ fc, (10,))
+sys.stdout.buffer.write(out.numpy().tobytes())
+"""
+
+def test_results_are_the_same_for_any_thread_count():
+  # (threads split output axes, never a reduction: the order of the additions does not depend on their number)
+  import os, subprocess, sys
+  from tests.paths import REPO
+  outs = []
+  for n in ("1", "2", "3"):
+    env = {**os.environ, "CPU_THREADS": n, "PYTHONPATH": str(REPO)}
+    env.pop("DEV", None)
+    outs.append(subprocess.run([sys.executable, "-c", _THREADS_PROG], capture_output=True, env=env, timeout=300, check=True).stdout)
+  assert len(outs[0]) == 2 * 10 * 4 and outs[0] == outs[1] == outs[2]
