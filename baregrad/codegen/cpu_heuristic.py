@@ -101,7 +101,9 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
         # matter (measured when mnist_cnn's conv2 took 11-lane rows, 72 terms: 8 rows 1.4x faster than 4; its conv1,
         # 9 terms, no better)
         if ren.vectorized and jl % lanes and nred >= 64 and ni % 8 == 0: rows = 8
-        _tile(k, i, rows, OptOps.UPCAST)
+        # fewer rows where the full tile is over the unrolled body's budget (49 lanes whole, a 7x7 image's 1x1
+        # convolution: 4 rows 89 GFLOPS where one row of 49 ran at 67)
+        while rows > 1 and _tile(k, i, rows, OptOps.UPCAST) == 1: rows //= 2
       # the tiles of j outermost when there are enough (one panel of the contiguous operand stays in cache per core);
       # where j is one tile (a packed operand's 16 lanes, codegen/pack), the panels are the operand's other output axis
       panels = [o for o in outs if o not in (j, *iis) and any(moves(x, o) for x in b)]
