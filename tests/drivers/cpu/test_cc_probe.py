@@ -86,8 +86,9 @@ def numpy_agrees(got: np.ndarray, want: np.ndarray, what: str, inputs: np.ndarra
   same_bits(got[~nan], want[~nan], what + " (against NumPy)", inputs[~nan] if inputs is not None else None)
 
 def both(ast, outs, ins, dev, opts=None) -> tuple[list[np.ndarray], list[np.ndarray]]:
-  """(the C device's outputs, the LLVM renderer's: native half) for the same kernel and opts."""
-  return run(ast, outs, ins, dev, opts=opts), run(ast, outs, ins, "CPU", opts=opts)
+  """(the C device's outputs, the LLVM renderer's: native half) for the same kernel and opts. (CPU:LLVM: a plain "CPU"
+  follows DEV's variant.)"""
+  return run(ast, outs, ins, dev, opts=opts), run(ast, outs, ins, "CPU:LLVM", opts=opts)
 
 ALL_HALVES = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
 
@@ -303,3 +304,19 @@ def test_half_loads_stores_padding_and_constants(hdev):
   same_bits(got[0], a[::-1], "a flipped view")
   with np.errstate(all="ignore"):
     for c, g in zip(consts, got[1:]): numpy_agrees(g[:1], np.array([c]).astype(np.float16), f"constant {c!r}")
+
+def test_tensor_programs_in_half_match_native_c_bit_for_bit(hdev, devices):
+  # whole programs: the kernels the scheduler fuses, with the heuristic's opts (the same for every C device, so the
+  # same order of operations as on gcc's _Float16)
+  from baregrad import Tensor
+  ref = devices("gcc-native")
+  if not ref.renderer.half_native: pytest.skip("gcc has no _Float16 here")
+  if hdev == ref.device: pytest.skip("the reference itself")
+  rng = np.random.default_rng(42)
+  a, b = (rng.standard_normal((33, 40)) * 4).astype(np.float16), rng.standard_normal((40, 17)).astype(np.float16)
+  a[3, 5], a[7], a[9, 9], a[10, :4] = np.nan, np.inf, -0.0, np.float16(6e-8)
+  def program(dev: str) -> list[np.ndarray]:
+    x, y = Tensor(a, device=dev), Tensor(b, device=dev)
+    outs = [x @ y, (x * 2 - 1).sum(1), x.max(0).values, x.softmax(-1), (x.float() * 1.5).half(), x.int(), (x / 3).exp(), x.cast(dtypes.float64)]
+    return [t.numpy() for t in outs]
+  for i, (g, w) in enumerate(zip(program(hdev), program(ref.device))): same_bits(g.reshape(-1), w.reshape(-1), f"program output {i}", any_nan=True)
