@@ -82,9 +82,8 @@ def compilers() -> list[tuple[str, str]]:
                   else "not found ($" + tool.upper() + ", PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc wheel)"))
   except Exception as e: out.append(("ptxas", f"cannot look: {type(e).__name__}: {e}"))
   try:
-    from baregrad.drivers.cpu_compile import _cc
-    cc = _cc()
-    out.append(("C compiler", f"{cc} ({_tool_version(cc)})" if cc else "not found ($CC, clang, gcc, cc)"))
+    from baregrad.drivers.cpu_compile import cc_report
+    out.append(("C compiler", cc_report()))
   except Exception as e: out.append(("C compiler", f"cannot look: {type(e).__name__}: {e}"))
   return out
 

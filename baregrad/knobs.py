@@ -129,6 +129,11 @@ _DECLARED = [
   Knob("ALLOW_TF32", "bool", False,
        "float32 matmuls may use tf32 tensor cores (PyTorch's allow_tf32; codegen.tc.set_allow_tf32)", _C),
   Knob("CC", "path", None, "the C compiler of DEV=CPU:C", _C, default_text="clang, gcc or cc on PATH"),
+  Knob("CC_MARCH", "str", "native",
+       "the CPU DEV=CPU:C's C compiler builds for (-march=...; native: this one, -mcpu=native where -march is refused)", _C),
+  Knob("CC_HALF", "choice", "auto",
+       "how DEV=CPU:C holds float16: as _Float16 (native), as 16-bit integers with exact conversions (bits), "
+       "or native where the compiler's probe found _Float16 (auto)", _C, choices=("auto", "native", "bits")),
   Knob("PTXAS", "path", None,
        "the ptxas that assembles NV kernels", _C, default_text="PATH, /usr/local/cuda*/bin, the pip wheel"),
   Knob("NVCC", "path", None,

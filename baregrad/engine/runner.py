@@ -118,8 +118,10 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
     with profile.span("codegen", device=dname): spec = get_program(ast, ren, opts, name)
     mid = time.perf_counter()
     with profile.span("compile", kernel=spec.name, device=dname): _cache[key] = r = CompiledRunner(spec, dname)
-    if DEBUG() >= 2: print(f"kernel {spec.name}: codegen {(mid - st) * 1e3:.1f} ms, compile {(time.perf_counter() - mid) * 1e3:.1f} ms"
-                           f"{' (cached)' if r.cached else ''}", file=sys.stderr)
+    if DEBUG() >= 2:
+      tool = Device[dname].compiler.describe()   # which toolchain built it (the system C compiler differs by machine)
+      print(f"kernel {spec.name}: codegen {(mid - st) * 1e3:.1f} ms, compile {(time.perf_counter() - mid) * 1e3:.1f} ms"
+            f"{' (cached)' if r.cached else ''}{f' by {tool}' if tool else ''}", file=sys.stderr)
   return r
 
 def run_ast(ast: UOp, bufs: Sequence[Buffer], device: str | None = None, opts: list[Opt] | None = None,

@@ -9,6 +9,8 @@ A file that fails any of these checks (damaged bytes, cut short, written for ano
 once with a CompileCacheWarning naming it, deleted and compiled again: nothing unchecked reaches a loader. The format
 (MAGIC) is part of the key, so the bare entries of earlier versions are never read (nor warned about): they are left
 for the user to delete.
+Other findings as costly to make again are kept the same way under keys of their own (`entry_key`, `cache_get`,
+`cache_put`: the C compiler's probe, drivers/cpu_compile.py).
 Writes go to a uniquely named temporary file in the same folder, renamed over the entry (atomic), so concurrent
 processes never see a half-written entry. A cache folder that cannot be written means compiling without caching
 (one warning per folder and process); entries already there are still read."""
@@ -42,6 +44,23 @@ def unpack_entry(data: bytes, key: str) -> tuple[bytes | None, str]:
   if hashlib.sha256(lib).digest() != digest: return None, "damaged (its checksum does not match its bytes)"
   return lib, ""
 
+def entry_key(*parts: str) -> str:
+  """The hex SHA-256 naming a cache entry made from `parts` (the entry format is part of the key: entries of an
+  earlier format are never looked at)."""
+  h = hashlib.sha256(MAGIC)
+  for part in parts: h.update(part.encode()); h.update(b"\0")
+  return h.hexdigest()
+
+def cache_get(key: str) -> bytes | None:
+  """The payload cached under hex key `key`, or None (missing, bad, or BAREGRAD_NOCACHE=1). For results other than
+  compiled kernels that are as costly to find again (drivers/cpu_compile.py's compiler probe)."""
+  if knobs.read("BAREGRAD_NOCACHE"): return None
+  return _read(os.path.join(cache_dir(), "compile", key), key)
+
+def cache_put(key: str, payload: bytes) -> None:
+  """Cache `payload` under hex key `key` (atomically; skipped where the cache cannot be written)."""
+  if not knobs.read("BAREGRAD_NOCACHE"): _write(os.path.join(cache_dir(), "compile", key), pack_entry(key, payload))
+
 def _warn(msg: str) -> None: warnings.warn(msg, CompileCacheWarning, stacklevel=4)
 
 def _first(folders: set[str], d: str) -> bool:
@@ -65,11 +84,14 @@ class Compiler:
     """The toolchain's version string; part of the cache key."""
     return ""
 
+  def describe(self) -> str:
+    """The toolchain in a few words for DEBUG=2's line per compile ("" where there is nothing more to say than the
+    device's name)."""
+    return ""
+
   def cache_key(self, src: str) -> str:
     """The hex SHA-256 naming `src`'s entry: target key, toolchain version and source."""
-    h = hashlib.sha256(MAGIC)   # the entry format is part of the key: entries of an earlier format are never looked at
-    for part in (self.cachekey or "", self.version(), src): h.update(part.encode()); h.update(b"\0")
-    return h.hexdigest()
+    return entry_key(self.cachekey or "", self.version(), src)
 
   def cache_path(self, src: str) -> str:
     """The file holding `src`'s compiled entry."""

@@ -190,4 +190,9 @@ def float_to_bf16(x: float) -> int:
   if (u & 0x7f800000) == 0x7f800000 and (u & 0x7fffff): return (u >> 16) | 0x40
   return ((u + 0x7fff + ((u >> 16) & 1)) >> 16) & 0xffff
 
+def float_to_f16(x: float) -> int:
+  """Round-to-nearest-even float -> float16 bits (overflow to infinity, NaN stays NaN)."""
+  try: return struct.unpack("<H", struct.pack("<e", x))[0]
+  except OverflowError: return 0xfc00 if x < 0 else 0x7c00
+
 def bf16_to_float(b: int) -> float: return struct.unpack("f", struct.pack("I", (b & 0xffff) << 16))[0]

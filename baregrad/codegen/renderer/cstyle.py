@@ -1,10 +1,15 @@
 """C renderer for the CPU (same ABI and same semantics as the LLVM renderer; vectors are split into lanes first).
 
 Compiled with -fwrapv so signed overflow wraps; division, shifts and float->int casts go through helpers that
-define every input (see ir/alu.py)."""
+define every input (see ir/alu.py).
+
+float16: its arithmetic is promoted to float32 before rendering (rewrites.cpu_float_matcher), so a kernel only loads,
+stores, selects and converts half values. They are `_Float16` where the compiler has it, else (CRenderer(half_native=
+False), as drivers/cpu_compile.py's probe decides: clang 14 on a CPU without AVX512-FP16) their bits in an `unsigned
+short`, converted in integer arithmetic exactly as the hardware does (HALF_BITS), as bfloat16 always is."""
 from __future__ import annotations
 import math
-from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
+from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16, float_to_f16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError, cpumath
 from baregrad.codegen.rewrites import cpu_float_matcher
@@ -59,6 +64,35 @@ def c_prelude(fn: str = "static inline", head: str = "typedef unsigned long long
     f"#define BG_SAT(F, T, LO, HI) {fn} T sat_##F##_##T(F x) {{ return x != x ? 0 : x >= (F)HI ? (T)HI : x <= (F)LO ? (T)LO : (T)x; }}\n")
 
 PRELUDE = c_prelude()
+# float16 held as its bits (a compiler without _Float16): conversions in integer arithmetic that give what the
+# hardware's do: round to nearest even (double straight to half: no double rounding through float), overflow to
+# infinity, subnormals kept, a NaN stays NaN (quieted, its payload's top bits kept), the sign of zero kept
+HALF_BITS = """static inline float h2f(unsigned short h) {
+  unsigned int s = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+  if (e == 0) { float z = (float)m * 0x1p-24f; return s ? -z : z; }   /* zero or subnormal: exact in float */
+  u = e == 0x1fu ? (s | 0x7f800000u | m << 13 | (m ? 0x400000u : 0u)) : (s | (e + 112u) << 23 | m << 13);
+  float f; __builtin_memcpy(&f, &u, 4); return f; }
+static inline unsigned short f2h(float f) {
+  unsigned int u; __builtin_memcpy(&u, &f, 4);
+  unsigned int s = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (unsigned short)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
+  if (a >= 0x477ff000u) return (unsigned short)(s | 0x7c00u);   /* from 65520 (halfway to 65536) up: infinity */
+  if (a >= 0x38800000u) { a -= 0x38000000u; return (unsigned short)(s | ((a + 0xfffu + ((a >> 13) & 1u)) >> 13)); }
+  if (a < 0x33000000u) return (unsigned short)s;                /* below half the least subnormal: zero */
+  unsigned int sh = 126u - (a >> 23), m = (a & 0x7fffffu) | 0x800000u, r = m >> sh, rem = m & ((1u << sh) - 1u), hf = 1u << (sh - 1u);
+  return (unsigned short)(s | (r + (rem > hf || (rem == hf && (r & 1u))))); }
+static inline unsigned short d2h(double d) {
+  unsigned long long u; __builtin_memcpy(&u, &d, 8);
+  unsigned long long a = u & 0x7fffffffffffffffULL; unsigned int s = (unsigned int)(u >> 48) & 0x8000u;
+  if (a > 0x7ff0000000000000ULL) return (unsigned short)(s | 0x7e00u | (unsigned int)((a >> 42) & 0x3ffu));
+  if (a >= 0x40effe0000000000ULL) return (unsigned short)(s | 0x7c00u);
+  if (a >= 0x3f10000000000000ULL) {
+    a -= 0x3f00000000000000ULL; return (unsigned short)(s | (unsigned int)((a + 0x1ffffffffffULL + ((a >> 42) & 1u)) >> 42)); }
+  if (a < 0x3e60000000000000ULL) return (unsigned short)s;
+  unsigned int sh = 1051u - (unsigned int)(a >> 52);
+  unsigned long long m = (a & 0xfffffffffffffULL) | 0x10000000000000ULL, r = m >> sh, rem = m & ((1ULL << sh) - 1u), hf = 1ULL << (sh - 1u);
+  return (unsigned short)(s | (unsigned int)(r + (rem > hf || (rem == hf && (r & 1u))))); }
+"""
 _IT = {dtypes.int8: ("char_", "(-128)", "127"), dtypes.uint8: ("uchar", "0", "255"), dtypes.int16: ("short", "(-32768)", "32767"),
        dtypes.uint16: ("ushort", "0", "65535"), dtypes.int32: ("int", "(-2147483647-1)", "2147483647"), dtypes.uint32: ("uint", "0", "4294967295U"),
        dtypes.int64: ("llong", "(-9223372036854775807LL-1)", "9223372036854775807LL"), dtypes.uint64: ("ullong", "0", "18446744073709551615ULL")}
@@ -76,12 +110,23 @@ class CRenderer(Renderer):
   # float32 EXP2/LOG2/SIN by the CPU's own functions (cpumath.py: the LLVM renderer's, so both agree bit for bit)
   # rather than libm; a GPU dialect has its own
   own_math = True
+  half_native = True   # float16 values are _Float16 (False: their bits, converted by HALF_BITS)
+
+  def __init__(self, half_native: bool = True) -> None:
+    """half_native: the compiler has _Float16 (drivers/cpu_compile.probe_cc finds out); else float16 values are
+    held as their bits in an unsigned short, as bfloat16 ones are."""
+    if not half_native:
+      self.half_native = False
+      self.types = {**self.types, dtypes.float16: "unsigned short"}
+      self.acc_round = {**self.acc_round, dtypes.float16: ("h2f", "f2h")}   # accumulate in float32, round each step
 
   def _ct(self, d: DType) -> str:
     if isinstance(d, PtrDType): return self.types[d.base.scalar] + "*"
     if d.count > 1: raise RenderError(f"{self.name} renderer got a vector {d}: vectors are split before rendering")
     return self.types[d.scalar]
-  def _cc(self, d: DType, v: int | float) -> str: return cconst(d, v, self.types)
+  def _cc(self, d: DType, v: int | float) -> str:
+    if d.scalar == dtypes.float16 and not self.half_native: return f"((unsigned short){float_to_f16(float(v)):#06x})"
+    return cconst(d, v, self.types)
   def _load(self, d: DType, ptr: str) -> str: return f"*{ptr}"
   def _store(self, d: DType, ptr: str, v: str) -> str: return f"*{ptr} = {v};"
   def _bitcast(self, fr: DType, to: DType, v: str, nm: str) -> str:
@@ -161,6 +206,8 @@ class CRenderer(Renderer):
     lim = self.int_limits
     sats = "\n".join(f"BG_SAT({f}, {lim[t][0]}, {lim[t][1]}, {lim[t][2]})" for f, t in sorted(need_sat, key=str))
     if self._need_math: sats += "\n" + cpumath.c_source(sorted(self._need_math))
+    if not self.half_native and any((u.dtype.base if isinstance(u.dtype, PtrDType) else u.dtype).scalar == dtypes.float16 for u in uops):
+      sats = HALF_BITS + sats
     return self._wrap(name, body, sats, uops)
 
   def _binop(self, op: Ops, d: DType, a: str, b: str) -> str:
@@ -171,12 +218,16 @@ class CRenderer(Renderer):
     if op is Ops.MAX:
       if d.scalar == dtypes.float32: return f"fmax_f({a}, {b})"
       if d.scalar == dtypes.float64: return f"fmax_d({a}, {b})"
-      if d.scalar == dtypes.float16: return f"((_Float16)fmax_f((float){a}, (float){b}))"  # NaN propagates, +0 > -0
+      if d.scalar == dtypes.float16:  # NaN propagates, +0 > -0
+        return f"((_Float16)fmax_f((float){a}, (float){b}))" if self.half_native else f"f2h(fmax_f(h2f({a}), h2f({b})))"
       return f"({a} > {b} ? {a} : {b})"
     raise RenderError(f"{self.name} renderer: no reduction {op}")
 
   def _alu(self, u: UOp, s: list[str]) -> str:
     op, d = u.op, u.dtype
+    if not self.half_native and op is not Ops.WHERE and dtypes.float16 in (d.scalar, *(x.dtype.scalar for x in u.src)):
+      # (the bits of a half are no number to C: its arithmetic must have been promoted to float32)
+      raise RenderError(f"{self.name} renderer: {op.name} on float16 held as bits; expected it promoted to float32 (rewrites.cpu_float_matcher)")
     f = {dtypes.float32: "f", dtypes.float64: ""}.get(d.scalar)
     if op in (Ops.ADD, Ops.MUL, Ops.MAX): return self._binop(op, d, s[0], s[1])
     if op is Ops.SUB: return f"({s[0]} - {s[1]})"
@@ -211,9 +262,22 @@ class CRenderer(Renderer):
     raise RenderError(f"{self.name} renderer: cannot render {op} for {d}")
 
   def _cast(self, fr: DType, to: DType, v: str, need_sat: set) -> str:
+    if not self.half_native and dtypes.float16 in (fr.scalar, to.scalar): return self._half_cast(fr, to, v, need_sat)
     if to.scalar == dtypes.bool: return f"({v} != 0)"
     if dtypes.is_float(fr) and dtypes.is_int(to):
       src = fr.scalar if fr.scalar in _FT else dtypes.float32
       need_sat.add((_FT[src], to.scalar))
       return f"sat_{_FT[src]}_{self.int_limits[to.scalar][0]}(({_FT[src]}){v})"
     return f"(({self._ct(to)}){v})"
+
+  def _half_cast(self, fr: DType, to: DType, v: str, need_sat: set) -> str:
+    """A cast from or to float16 held as its bits: through float32 (exact from half), double straight to half."""
+    f, t = fr.scalar, to.scalar
+    if f == t: return v
+    # (ints through float: exact below 2^24, and from there up infinity in half either way)
+    if t == dtypes.float16: return f"d2h({v})" if f == dtypes.float64 else f"f2h((float){v})"
+    x = f"h2f({v})"
+    if t == dtypes.bool: return f"({x} != 0.0f)"   # (not the bits: -0 is 0x8000)
+    if t == dtypes.float32: return x
+    if t == dtypes.float64: return f"((double){x})"
+    return self._cast(dtypes.float32, to, x, need_sat)   # ints saturate as from float32
