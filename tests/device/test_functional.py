@@ -245,14 +245,6 @@ def test_conv2d_noncontiguous_and_unbatched():
   check(lambda a, b: a.permute(1, 2, 0, 3).conv2d(b, padding=1), lambda a, b: torch.nn.functional.conv2d(a.permute(1, 2, 0, 3), b, padding=1), x, w)
   check(lambda a, b: F.conv2d(a, b), lambda a, b: torch.nn.functional.conv2d(a, b), rnd(3, 5, 5), w)
 
-@pytest.fixture
-def generic_conv(monkeypatch):
-  """The window-reduction convolution every device runs (the CPU's implicit GEMM, tensor/ops/conv.py, off)."""
-  from baregrad import knobs
-  monkeypatch.setenv("CPU_CONV", "generic"); knobs.reset()
-  yield
-  monkeypatch.delenv("CPU_CONV"); knobs.reset()
-
 def test_conv2d_kernel_count(generic_conv):
   x, w, b = Tensor(rnd(2, 4, 9, 8)), Tensor(rnd(6, 2, 3, 3)), Tensor(rnd(6))
   assert len(F.conv2d(x, w, stride=2, padding=1, dilation=(1, 2), groups=2).schedule()) == 1

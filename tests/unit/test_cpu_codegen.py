@@ -173,14 +173,6 @@ def test_short_awkward_rows_take_a_divisor_not_padding():
   import torch
   np.testing.assert_allclose(out.numpy(), torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w)).numpy(), rtol=1e-4, atol=1e-4)
 
-@pytest.fixture
-def generic_conv(monkeypatch):
-  """Convolutions as window reductions (the CPU's implicit GEMM, tensor/ops/conv.py, off): the kernels below are those."""
-  from baregrad import knobs
-  monkeypatch.setenv("CPU_CONV", "generic"); knobs.reset()
-  yield
-  monkeypatch.delenv("CPU_CONV"); knobs.reset()
-
 def test_short_rows_are_padded_to_whole_registers(generic_conv):
   # mnist_cnn's conv2 (8 -> 16 channels, 11-wide output rows, 72 terms per output): 11 lanes per row would make the
   # tile's 16-lane registers straddle rows (shuffles and inserts around every FMA); padded to 16 lanes, each row is

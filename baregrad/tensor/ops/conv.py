@@ -156,16 +156,20 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
 # gradient, _needs_grad): training keeps the general path. Measured (bench/models.py, 2 cores, batch 1): ResNet-18
 # 103 -> 23 ms, ResNet-50 -> 63 ms.
 
+def _cpu_fast_path(x: Tensor, w: Tensor) -> bool:
+  """CPU_CONV=gemm and x, w on one CPU renderer: threads over the cores and vector lanes, no workgroups (GPUs and
+  OpenCL plan their own tiles)."""
+  from baregrad import knobs
+  from baregrad.hal import Device
+  if knobs.get("CPU_CONV") != "gemm" or w.device != x.device: return False
+  ren = Device[x.device].renderer
+  return not getattr(ren, "has_local", True) and getattr(ren, "has_threads", False)
+
 def _implicit_gemm(x: Tensor, w: Tensor, nsp: int, d_: tuple[int, ...], groups: int) -> bool:
   """Whether a convolution takes the CPU implicit-GEMM path: 2-d, undilated, not depthwise, on a CPU renderer
   (CPU_CONV=generic: never). A depthwise one (one input channel per group) has no output channels sharing a load: the
   general path's lanes along each row of outputs do better (MobileNetV2's 3x3 at 56x56: 0.17 ms, here 1.2 ms)."""
-  from baregrad import knobs
-  from baregrad.hal import Device
-  if not (nsp == 2 and d_ == (1, 1) and not (groups > 1 and w.shape[1] == 1) and knobs.get("CPU_CONV") == "gemm"): return False
-  # a CPU renderer: threads over the cores and vector lanes, no workgroups (GPUs and OpenCL plan their own tiles)
-  ren = Device[x.device].renderer
-  return w.device == x.device and not getattr(ren, "has_local", True) and getattr(ren, "has_threads", False)
+  return nsp == 2 and d_ == (1, 1) and not (groups > 1 and w.shape[1] == 1) and _cpu_fast_path(x, w)
 
 def _needs_grad(*ts: Tensor | None) -> bool:
   """Whether autograd will differentiate through the convolution. The implicit GEMM is for inference: its gradient,
@@ -176,11 +180,7 @@ def _needs_grad(*ts: Tensor | None) -> bool:
 
 def _cpu_depthwise(x: Tensor, w: Tensor, groups: int, pads: list[tuple[int, int]]) -> bool:
   """A padded depthwise convolution (one input channel per group) on a CPU renderer (CPU_CONV=gemm)."""
-  from baregrad import knobs
-  from baregrad.hal import Device
-  if not (groups > 1 and w.shape[1] == 1 and any(p != (0, 0) for p in pads) and knobs.get("CPU_CONV") == "gemm"): return False
-  ren = Device[x.device].renderer
-  return w.device == x.device and not getattr(ren, "has_local", True) and getattr(ren, "has_threads", False)
+  return groups > 1 and w.shape[1] == 1 and any(p != (0, 0) for p in pads) and _cpu_fast_path(x, w)
 
 def _gemm_taps(win: Tensor, w: Tensor, groups: int) -> Tensor:
   """sum over (c, kh, kw) of win (N, C, *P, kh, kw) times w (Cout, C/groups, kh, kw): (N, Cout, *P). For half and
