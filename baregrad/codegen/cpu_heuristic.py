@@ -88,6 +88,9 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       # runs of 128 bytes at a 16 KiB stride left the prefetcher behind)
       amt = 2 * lanes if nj >= 2 * lanes else lanes
       if not iis and nj >= 8 * lanes: amt = 8 * lanes
+      # no rows to share a padded tile's masked loads (a depthwise convolution's 28-wide rows: 16 lanes padded to 32
+      # read every input lane by lane, 4 GFLOPS): a row of up to two tiles is taken whole, its tail a short register
+      if not iis and amt < nj < 2 * amt and nj % amt: amt = nj
       jl = _tile(k, j, amt, OptOps.UPCAST)
       if iis:
         i, ni = iis[-1], k.full_shape[iis[-1]]

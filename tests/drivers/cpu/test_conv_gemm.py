@@ -118,6 +118,18 @@ def test_1x1_kernel_merges_rows_and_columns():
   ks = [k for k in _kernels(F.conv2d(x.relu(), w)) if k.reduce_axes]
   assert len(ks) == 1 and 196 in ks[0].full_shape, ks[0].full_shape
 
+def test_depthwise_row_is_not_padded_to_masked_lanes():
+  # MobileNetV2's 3x3 depthwise layer at 28x28: a window reduction with no rows of a tile to share a padded register's
+  # masked loads: the 28-wide row is taken whole (no PADTO; 16 lanes padded to 32 ran 4-5x slower), and the values hold
+  xn, wn = rng.standard_normal((1, 24, 28, 28), dtype=np.float32), rng.standard_normal((24, 1, 3, 3), dtype=np.float32)
+  out = F.conv2d(Tensor(xn), Tensor(wn), padding=1, groups=24)
+  ks = [k for k in _kernels(out) if k.reduce_axes]
+  assert len(ks) == 1 and not any(o.op.name == "PADTO" for o in ks[0].applied), ks[0].applied
+  assert 28 in [a.size for a in ks[0].axes if a.kind == "upcast"], ks[0].axes
+  torch = pytest.importorskip("torch")
+  ref = torch.nn.functional.conv2d(torch.tensor(xn), torch.tensor(wn), padding=1, groups=24).numpy()
+  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+
 _THREADS_PROG = """
 import sys, numpy as np
 from baregrad import Tensor
