@@ -105,6 +105,8 @@ _DECLARED = [
   Knob("JIT", "bool", True, "@jit functions capture their kernels once and replay them; 0 runs them eagerly", _G),
   Knob("JIT_NOGRAPH", "bool", False,
        "a jit replay launches its kernels one by one instead of resubmitting a recorded HCQ graph", _G),
+  Knob("JIT_HOIST", "bool", True,
+       "a jit replay runs the kernels that read only unchanged weights (packing, layout changes) once, not every call", _G),
   Knob("BOUNDS", "bool", True, "index bounds checks on the device (gather, scatter, indexing); 0 turns them off", _G),
   Knob("BAREGRAD_CACHE", "path", None,
        "directory of the compile and BEAM caches", _G, default_text="$XDG_CACHE_HOME/baregrad"),

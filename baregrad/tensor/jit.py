@@ -112,10 +112,46 @@ def _storage(t: Any) -> Storage:
 def _owner(st: Storage) -> Any:
   return st.owner() if st.owner is not None else None
 
+def _constant_launches(launches: list[_Launch], first_storage: int, outside: set[Storage], written: set[Storage]) -> list[int]:
+  """The launches a replay need not run again while the buffers they read keep their versions: those reading only
+  state from before the call that nothing in the recording writes (a model's weights), or what such launches made, and
+  writing intermediates no other launch writes, in memory no other buffer of the recording shares (packing a matmul's
+  weights into panels, a weight's layout change: once per model instead of once per call). `outside`: storages the
+  replay binds anew or that must be fresh each call (inputs, arrays, outputs, bounds flags, state)."""
+  def rng(r: BufRef) -> tuple[int, int, int]:
+    b = r.ensure()
+    return (id(b.base), b.offset, b.offset + b.nbytes)
+  def overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool: return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
+  writers: dict[Storage, int] = {}
+  for l in launches:
+    for i in l.outs: writers[l.refs[i].storage] = writers.get(l.refs[i].storage, 0) + 1
+  made: set[Storage] = set()
+  const: list[int] = []
+  for k, l in enumerate(launches):
+    outs = {l.refs[i].storage for i in l.outs}
+    reads = [r for i, r in enumerate(l.refs) if i not in l.outs]
+    if all((r.storage in made or (r.storage.id < first_storage and r.storage not in written)) and r.storage not in outside and not r.stale
+           for r in reads) and \
+       all(st.id >= first_storage and st not in outside and writers[st] == 1 for st in outs):
+      const.append(k); made |= outs
+  if not const: return []
+  # memory: a constant launch's outputs and reads may share no bytes with a buffer that the rest of the recording writes
+  # (the eager schedule's memory plan lets intermediates take each other's memory)
+  cs = set(const)
+  other = [rng(l.refs[i]) for k, l in enumerate(launches) if k not in cs for i in l.outs]
+  mine = [rng(r) for k in const for r in launches[k].refs]
+  if any(overlap(a, b) for a in mine for b in other): return []
+  return const
+
 class _Captured:
   def __init__(self, launches: list[_Launch], inputs: list[Storage], out_kinds: list[tuple], out_template: Any,
                state: list[Storage], guarded: list[tuple[Storage, Any]], grads: list[tuple[Any, Any]], written_inputs: list[int],
-               checks_: list[tuple[BufRef, str]], array_ins: list[tuple[int, Any, str, Storage]]):
+               checks_: list[tuple[BufRef, str]], array_ins: list[tuple[int, Any, str, Storage]], const: list[int] | None = None):
+    # the constant launches (_constant_launches) run apart, again only when a buffer they read has a new version
+    cs = set(const or ())
+    self.const = [launches[k] for k in sorted(cs)]
+    self.const_reads = [(r.storage, r.storage.version) for l in self.const for i, r in enumerate(l.refs) if i not in l.outs]
+    launches = [l for k, l in enumerate(launches) if k not in cs]
     self.launches, self.out_kinds, self.out_template, self.checks = launches, out_kinds, out_template, checks_
     self.state, self.guarded, self.grads, self.written_inputs = state, guarded, grads, written_inputs
     # every kernel argument bound to a storage: (launch index, argument index in spec.bufs)
@@ -131,14 +167,7 @@ class _Captured:
     for kind in out_kinds:
       if kind[0] == "fresh" and kind[1] not in fresh: fresh[kind[1]] = (kind, slots.get(kind[1], []))
     self.fresh_outs = list(fresh.values())
-    self.graph = None
-    devs = {l.runner.device for l in launches}
-    if len(devs) == 1 and not knobs.get("JIT_NOGRAPH"):
-      dev = Device[devs.pop()]
-      if hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory"):
-        from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph
-        self.graph = HCQGraph(dev, [(l.runner.prg, [l.refs[g.arg].ensure()._buf for g in l.runner.spec.bufs], (),
-                                     l.runner.spec.global_size, l.runner.spec.local_size) for l in launches])
+    self.graph, self.const_graph = _graph(launches), _graph(self.const)
 
   def valid(self) -> bool:
     """The state the recording reads still belongs to the tensors it belonged to when it was made."""
@@ -148,6 +177,13 @@ class _Captured:
     return True
 
   def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
+    if self.const and any(st.version != v for st, v in self.const_reads):
+      # a weight was written in place since: its derived buffers are made again before the rest reads them
+      if self.const_graph is not None: self.const_graph.replay()
+      else:
+        for l in self.const: l.runner([r.ensure() for r in l.refs])
+      self.const_reads = [(st, st.version) for st, _ in self.const_reads]
+    if not self.launches: return
     if self.graph is not None:  # (the graph keeps arguments a replay in flight reads apart from the ones it patches)
       patches = []
       for slots, b in bind:
@@ -161,6 +197,16 @@ class _Captured:
       for j, g in enumerate(l.runner.spec.bufs):
         if (b := patch.get((k, j))) is not None: bufs[g.arg] = b
       l.runner(bufs)
+
+def _graph(launches: list[_Launch]) -> Any:
+  """The launches as one recorded HCQ queue where they are all on one HCQ device (else None: run one by one)."""
+  devs = {l.runner.device for l in launches}
+  if len(devs) != 1 or knobs.get("JIT_NOGRAPH"): return None
+  dev = Device[devs.pop()]
+  if not (hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory")): return None
+  from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph
+  return HCQGraph(dev, [(l.runner.prg, [l.refs[g.arg].ensure()._buf for g in l.runner.spec.bufs], (),
+                         l.runner.spec.global_size, l.runner.spec.local_size) for l in launches])
 
 class jit:
   """Decorator: `@jit def step(x, y): ...`; returns what the function returns (tensors realized). JIT=0 turns it off."""
@@ -268,7 +314,9 @@ class jit:
       elif st in written and o is not None: state.append(st)  # made in the call and kept (p.grad): updated in place
     grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors.values()) if p.grad is not None and before.get(id(p.grad)) is not p.grad]
     written_inputs = [i for i, s in enumerate(in_storages) if s in written]
-    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks, array_ins)
+    outside = set(in_storages) | fresh | set(state) | {st for *_, st in array_ins} | {r.storage for r, _ in rec.checks}
+    const = _constant_launches(rec.launches, first_storage, outside, written) if knobs.get("JIT_HOIST") else []
+    cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks, array_ins, const)
     self.captured[key] = cap
     while len(self.captured) > MAX_CAPTURES: self.captured.popitem(last=False)
     return out

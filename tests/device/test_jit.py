@@ -104,3 +104,51 @@ def test_jit_adam_steps_match_eager_steps():
       losses.append(f(Tensor(x)).item())
     return losses + [p.numpy() for p in nn.get_parameters(lin)] + [h.numpy() for h in held]
   for a, b in zip(train(True), train(False)): np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+def _ref_weights(w: np.ndarray) -> np.ndarray: return np.ascontiguousarray((w * 2).T)
+
+def test_weight_only_kernels_run_once_and_again_after_an_in_place_write():
+  # (w * 2).T made contiguous reads only a weight: a replay runs that kernel apart, once, not on every call; an in-place
+  # write to the weight (an optimizer step outside the function) makes the next replay run it again
+  w = Tensor.rand(24, 16).realize()
+  @jit
+  def f(x): return x @ (w * 2).T.contiguous()
+  rng = np.random.default_rng(1)
+  for step in range(8):
+    if step == 5: w.assign(Tensor(rng.random((24, 16), dtype=np.float32))).realize()
+    xn = rng.random((3, 16), dtype=np.float32)
+    np.testing.assert_allclose(f(Tensor(xn)).numpy(), xn @ _ref_weights(w.numpy()), rtol=1e-5, atol=1e-6)
+  if JIT_ON:
+    cap = next(iter(f.captured.values()))
+    assert len(cap.const) == 1 and len(cap.launches) == 1, (cap.const, cap.launches)
+
+def test_weight_kernels_the_function_writes_stay_in_every_replay():
+  # the function itself updates w in place: what reads w is not constant, and each replay sees the new w
+  w = Tensor.rand(8, 8).realize()
+  @jit
+  def f(x):
+    y = x @ (w * 2).T.contiguous()
+    w.assign(w + 1)
+    return y
+  rng = np.random.default_rng(2)
+  for _ in range(5):
+    wn = w.numpy()
+    xn = rng.random((2, 8), dtype=np.float32)
+    np.testing.assert_allclose(f(Tensor(xn)).numpy(), xn @ _ref_weights(wn), rtol=1e-5, atol=1e-6)
+  if JIT_ON: assert not next(iter(f.captured.values())).const
+
+def test_hoisting_off_replays_every_kernel(monkeypatch):
+  from baregrad import knobs
+  monkeypatch.setenv("JIT_HOIST", "0"); knobs.reset()
+  try:
+    w = Tensor.rand(24, 16).realize()
+    @jit
+    def f(x): return x @ (w * 2).T.contiguous()
+    for _ in range(4):
+      xn = np.random.default_rng(3).random((3, 16), dtype=np.float32)
+      np.testing.assert_allclose(f(Tensor(xn)).numpy(), xn @ _ref_weights(w.numpy()), rtol=1e-5, atol=1e-6)
+    if JIT_ON:
+      cap = next(iter(f.captured.values()))
+      assert not cap.const and len(cap.launches) == 2
+  finally:
+    monkeypatch.delenv("JIT_HOIST"); knobs.reset()
