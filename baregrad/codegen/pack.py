@@ -11,7 +11,7 @@ follows runs within a page) does not fetch them ahead. Packed, the same loads ar
     kernel 2 (matmul):  out[i, jb*16 + c] = sum_k A[i, k] * P[jb, k, c]
 
 Kernel 2 is the original kernel over its iteration space with the output axis j split into (jb, c); only the load of
-B changes. Its panel axis jb runs over the cores (one 16-column panel of P stays in the core's L2 while every row tile
+B changes (panels of two vector registers: 16 columns with AVX2, 32 with AVX-512). Its panel axis jb runs over the cores (one panel of P stays in the core's L2 while every row tile
 of A streams past it). Packing costs one pass over B; it pays where B is large and read by many row tiles.
 Measured on a 2-core Zen 2 (AVX2): 1024^3 ~100 -> ~150 GFLOPS in kernels, 512^3 ~120 -> ~150."""
 from __future__ import annotations
@@ -25,7 +25,7 @@ from baregrad.codegen.kernel import verify_ast
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import SplitPlan, emit, new_temp
 
-PANEL = 16                 # lanes of a panel: two AVX2 registers, one AVX-512 register (the tile width of cpu_heuristic)
+PANEL = 16                 # lanes of a panel where vectors are 8 floats or fewer: two AVX2 registers (cpu_heuristic's tile)
 # where packing pays (2-core Zen 2, kernel time unpacked / packed): 1024^3 1.45x, 2048x256x2048 1.6x, 512^3 1.2-1.4x,
 # 256x256x1024 1.0-1.5x; 128x256x784 0.75x, 64x128x784 0.65-1.0x, 32x1024x1024 0.75-1.0x (the copy is a large part of a
 # short kernel)
@@ -40,9 +40,14 @@ def pack_operand(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels that compute `ast` with its matmul operand packed into panels, or None to keep it as it is.
   Only CPU targets (threads, no workgroups) are packed; PACK=0 turns it off."""
   if getattr(ren, "has_local", False) or not getattr(ren, "has_threads", False) or not knobs.get("PACK"): return None
-  return _pack_cached(ast)
+  return _pack_cached(ast, panel_width(ren))
 
-def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
+def panel_width(ren: object) -> int:
+  """Lanes of a panel: the register tile's two vector registers (AVX-512: 32 floats; 16 measured 1024^3 251 -> 316
+  GFLOPS, BERT's 128 x 768 x 3072 249 -> 304, on a 2-core AVX-512 Xeon), at least PANEL."""
+  return max(PANEL, 2 * int(getattr(ren, "simd_lanes", 0) or 0))
+
+def _find(ast: UOp, panel: int) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
   """(the load of B, its view as one, its lane axis j, its reduce axis k, the kernel's full shape) of a matmul-shaped
   kernel with one reduction, else None."""
   if len(ast.src) != 1: return None
@@ -71,7 +76,7 @@ def _find(ast: UOp) -> tuple[UOp, View, int, int, tuple[int, ...]] | None:
   # B's bytes per batch decide the cache behaviour, all of them (P's size) the memory
   if b.dtype.itemsize * full[k] * full[j] < MIN_BYTES or b.dtype.itemsize * moved > MAX_BYTES: return None
   nrows, nbytes = prod(full[o] for o in rows), b.dtype.itemsize * full[k] * full[j]
-  if nrows < (BIG_MIN_ROWS if nbytes >= BIG_BYTES else MIN_ROWS) or full[j] < PANEL: return None
+  if nrows < (BIG_MIN_ROWS if nbytes >= BIG_BYTES else MIN_ROWS) or full[j] < panel: return None
   return b, v, j, k, full
 
 def affine_view(st: ShapeTracker) -> View | None:
@@ -82,31 +87,31 @@ def affine_view(st: ShapeTracker) -> View | None:
   off, _ = st.to_index([UOp.const(dtypes.int64, 0)] * len(st.shape), dtypes.int64)   # (an offset may pass 2^31)
   return View(st.shape, rs, off.arg) if off.op is Ops.CONST else None  # type: ignore[arg-type]  # (rs: no None, above)
 
-def _split_view(st: ShapeTracker, j: int, n: int, npad: int) -> ShapeTracker:
-  """st over the full shape with axis j (size n, or 1) split into (npad // PANEL, PANEL); past n (padding) masked."""
+def _split_view(st: ShapeTracker, j: int, n: int, npad: int, panel: int) -> ShapeTracker:
+  """st over the full shape with axis j (size n, or 1) split into (npad // panel, panel); past n (padding) masked."""
   sh = st.shape
   if sh[j] == 1: return st.reshape(sh[:j] + (1, 1) + sh[j + 1:])
   top = st.views[-1]
   if top.strides[j] == 0 and (top.mask is None or top.mask[j] == (0, n)):
     # broadcast along j (A's rows): every index reads the same element, the padding too: no mask (a masked lane would
     # make each broadcast a gather)
-    mask = None if top.mask is None else top.mask[:j] + ((0, npad // PANEL), (0, PANEL)) + top.mask[j + 1:]
-    return ShapeTracker(st.views[:-1] + (View(sh[:j] + (npad // PANEL, PANEL) + sh[j + 1:], top.strides[:j] + (0, 0) + top.strides[j + 1:],
+    mask = None if top.mask is None else top.mask[:j] + ((0, npad // panel), (0, panel)) + top.mask[j + 1:]
+    return ShapeTracker(st.views[:-1] + (View(sh[:j] + (npad // panel, panel) + sh[j + 1:], top.strides[:j] + (0, 0) + top.strides[j + 1:],
                                               top.offset, mask),))
   if npad != n: st = st.pad(tuple((0, npad - n) if o == j else (0, 0) for o in range(len(sh))))
-  return st.reshape(sh[:j] + (npad // PANEL, PANEL) + sh[j + 1:])
+  return st.reshape(sh[:j] + (npad // panel, panel) + sh[j + 1:])
 
 @functools.lru_cache(maxsize=4096)
-def _pack_cached(ast: UOp) -> SplitPlan | None:
+def _pack_cached(ast: UOp, panel: int) -> SplitPlan | None:
   # asked for every kernel of every schedule (ASTs are hash-consed: the same kernel is the same key)
-  if (found := _find(ast)) is None: return None
+  if (found := _find(ast, panel)) is None: return None
   b, v, j, k, full = found
   n, kk = full[j], full[k]
-  npad = -(-n // PANEL) * PANEL
-  jb = npad // PANEL
+  npad = -(-n // panel) * panel
+  jb = npad // panel
   # P's axes: the other axes B moves along (a batch), in order, then (jb, k, c); contiguous
   batch = [o for o, (s, st) in enumerate(zip(v.shape, v.strides)) if s > 1 and st != 0 and o not in (j, k)]
-  pshape = tuple(full[o] for o in batch) + (jb, kk, PANEL)
+  pshape = tuple(full[o] for o in batch) + (jb, kk, panel)
   nb = max(u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL) + 1
   plan = SplitPlan(nb)
   t = new_temp(plan, prod(pshape), b.dtype)
@@ -116,24 +121,24 @@ def _pack_cached(ast: UOp) -> SplitPlan | None:
   bsh = tuple(full[o] for o in batch)
   src = ShapeTracker((View(bsh + (kk, n), tuple(v.strides[o] for o in batch) + (v.strides[k], v.strides[j]), v.offset),))
   if npad != n: src = src.pad(tuple((0, 0) for _ in batch) + ((0, 0), (0, npad - n)))
-  src = src.reshape(bsh + (kk, jb, PANEL))
+  src = src.reshape(bsh + (kk, jb, panel))
   dst = ShapeTracker.from_shape(pshape).permute(tuple(range(nbt)) + (nbt + 1, nbt, nbt + 2))
   pack = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(nb, b.dtype), UOp(Ops.VIEW, src=(), arg=dst),
                                                  UOp(Ops.LOAD, b.dtype, (b.src[0], UOp(Ops.VIEW, src=(), arg=src))))),))
   emit(plan, pack, tuple(range(nb)) + (t,))
   # kernel 2: every view with axis j split; the load of B reads P
   bshape = b.src[1].arg.shape
-  pshape2 = bshape[:j] + (jb, PANEL) + bshape[j + 1:]
+  pshape2 = bshape[:j] + (jb, panel) + bshape[j + 1:]
   pstrides = [0] * len(pshape2)
-  acc = PANEL * kk * jb
+  acc = panel * kk * jb
   for o in reversed(batch):
     pstrides[o + (o > j)] = acc
     acc *= full[o]
-  pstrides[j], pstrides[j + 1], pstrides[k + (k > j)] = PANEL * kk, 1, PANEL
+  pstrides[j], pstrides[j + 1], pstrides[k + (k > j)] = panel * kk, 1, panel
   memo: dict[UOp, UOp] = {b: UOp(Ops.LOAD, b.dtype, (gbuf(nb, b.dtype), UOp(Ops.VIEW, src=(), arg=ShapeTracker((View(pshape2, tuple(pstrides)),)))))}
   for u in ast.toposort():
     if u in memo: continue
-    if u.op is Ops.VIEW: memo[u] = UOp(Ops.VIEW, src=(), arg=_split_view(u.arg, j, n, npad))
+    if u.op is Ops.VIEW: memo[u] = UOp(Ops.VIEW, src=(), arg=_split_view(u.arg, j, n, npad, panel))
     elif u.op is Ops.REDUCE_AXIS: memo[u] = UOp(u.op, u.dtype, (memo[u.src[0]],), (u.arg[0], tuple(a + (a > j) for a in u.arg[1])))
     else: memo[u] = u.replace(src=tuple(memo[x] for x in u.src))
   emit(plan, memo[ast], tuple(range(nb)) + (t,))

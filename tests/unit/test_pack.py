@@ -13,7 +13,7 @@ from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.astbuild import load, store, reduce, sink
 from baregrad.codegen.kernel import Kernel
 from baregrad.codegen.cpu_heuristic import cpu_opts
-from baregrad.codegen.pack import pack_operand, PANEL
+from baregrad.codegen.pack import pack_operand, panel_width, PANEL
 from baregrad.codegen.renderer.ptx import PTXRenderer
 from tests.helpers import DEVICES
 
@@ -27,12 +27,14 @@ def matmul(M: int, K: int, N: int, transposed_b: bool = False, op: Ops = Ops.ADD
 
 def test_plan_of_a_big_matmul():
   plan = pack_operand(matmul(256, 512, 1000), Device["CPU"].renderer)
+  pw = panel_width(Device["CPU"].renderer)
   assert plan is not None and len(plan.kernels) == 2
-  # P: ceil(1000 / 16) panels of 512 x 16, zero past column 1000
-  assert plan.temps == [(63 * 512 * PANEL, f32)]
+  # P: ceil(1000 / pw) panels of 512 x pw, zero past column 1000
+  nb = -(-1000 // pw)
+  assert plan.temps == [(nb * 512 * pw, f32)]
   (pack, ids1), (mm, ids2) = plan.kernels
   assert ids1 == (3, 2) and ids2 == (0, 1, 3)   # the pack reads B and writes P; the matmul reads A and P
-  assert [u.arg.shape for u in pack.toposort() if u.op is Ops.VIEW][-1] == (512, 63, PANEL)
+  assert [u.arg.shape for u in pack.toposort() if u.op is Ops.VIEW][-1] == (512, nb, pw)
   assert [u.arg for u in mm.toposort() if u.op is Ops.REDUCE_AXIS] == [(Ops.ADD, (3,))]
 
 @pytest.mark.parametrize("ast,why", [
@@ -64,7 +66,12 @@ def test_panels_run_over_the_cores():
   k = Kernel(plan.kernels[1][0], max_parallel=1, ren=ren)
   cpu_opts(k, ren)
   assert [a.orig for a in k.axes if a.kind == "global"] == [1], k.axes   # (i, jb, c, k): jb
-  assert [(a.orig, a.size) for a in k.axes if a.kind == "upcast"] == [(0, 6 if ren.vector_registers <= 16 else 8), (2, PANEL)], k.axes
+  assert [(a.orig, a.size) for a in k.axes if a.kind == "upcast"] == [(0, 6 if ren.vector_registers <= 16 else 8), (2, panel_width(ren))], k.axes
+
+def test_panel_is_two_vector_registers():
+  class Ren:
+    def __init__(self, lanes: int): self.simd_lanes = lanes
+  assert [panel_width(Ren(n)) for n in (4, 8, 16)] == [PANEL, 16, 32]   # NEON, AVX2, AVX-512 (floats per register)
 
 def _kernels(t: Tensor) -> int: return sum(it.kind == "kernel" for it in t.schedule())
 
