@@ -93,7 +93,9 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
       # no rows to share a padded tile's masked loads (a depthwise convolution's 28-wide rows: 16 lanes padded to 32
       # read every input lane by lane, 4 GFLOPS): a row of up to two tiles is taken whole, its tail a short register
       if not iis and amt < nj < 2 * amt and nj % amt: amt = nj
-      jl = _tile(k, j, amt, OptOps.UPCAST, lanes if ren.vectorized else 0)
+      # (whole registers only where rows share the padded loads: a depthwise convolution's 112-wide rows padded to 128
+      # read every input lane by lane, 10x slower than 4 x 28)
+      jl = _tile(k, j, amt, OptOps.UPCAST, lanes if ren.vectorized and iis else 0)
       if iis:
         i, ni = iis[-1], k.full_shape[iis[-1]]
         # padded rows cost masked loads: of an operand read along them (g.T @ x) one per step of the reduce loop, and
