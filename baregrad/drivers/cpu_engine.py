@@ -259,10 +259,14 @@ class QueueEngine:
     plans[key] = plan = [q - p, ctypes.string_at(addr + 4 * p, 4 * (q - p)), what, expect, 0]
     return plan
   def _rescale(self, ws: Any, p: int, q: int, t: float, expect: float, plans: dict, key: tuple[int, int]) -> None:
-    """A chain is timed as a whole: where it ran far from its kernels' estimates, each estimate moves by the chain's
-    ratio (a sample counts at most 4x, as pool.learn), so a kernel that grew leaves the inline path; the verdict, made
-    from the old estimates, is made again."""
-    if expect <= 0 or 0.5 <= (r := t / expect) <= 2.0: return
+    """A chain is timed as a whole: where it ran far slower than its kernels' estimates, each estimate moves up by the
+    chain's ratio (a sample counts at most 4x, as pool.learn), so a kernel that grew leaves the inline path; the
+    verdict, made from the old estimates, is made again."""
+    # only upward: a chain that ran faster than expected (a warm cache, an idle machine) halved every estimate in it,
+    # and a few such replays left a model's matmuls looking tiny, each then run on one thread with no chance to learn
+    # otherwise (ViT-tiny's replay settled at 218 of 223 kernels unsplit, 26 ms instead of 17); estimates still fall
+    # where a kernel is timed alone (pool.learn, run_known)
+    if expect <= 0 or (r := t / expect) <= 2.0: return
     r, cost, j = min(r, 4.0), self.pool.cost, p
     while j < q:
       if ws[j] == _EXEC_HDR:
@@ -291,8 +295,10 @@ class QueueEngine:
     self.pool.cost[fa] = 0.5 * (est + (t if t < 4 * est else 4 * est))
 
   INLINE_NS = 30_000   # the most work one command may be to run on the submitting thread (known kernel costs only)
-  INLINE_POOL_NS = 20_000_000   # up to this much expected pool time per submission runs there over the native pool
-                                # (each kernel's one-thread ns over the threads it is split across)
+  INLINE_POOL_NS = 250_000_000  # up to this much expected pool time per submission runs there over the native pool
+                                # (each kernel's one-thread ns over the threads it is split across). A model's jit
+                                # replay past it went half to the worker thread and ran slower: ViT-tiny at ~20 ms
+                                # expected 18 -> 27 ms when it crossed 20 ms, ResNet-50 (55 ms) 64 -> 58 ms at 250
   PLAN_USES = 64       # a kept chain verdict is made again from the current estimates after this many uses
 
   def unmap(self) -> None:

@@ -358,7 +358,9 @@ def _device_split(ast: UOp, bufs: list[BufRef], dev: str, u: UOp, check: tuple[U
   items[-1].check = check
   return items
 
-def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST)
+# (DETACH: the identity in a kernel; erf and gelu are built under one for their own gradients, and a leaf there kept a
+# matmul's bias-add and gelu out of its kernel: ViT-tiny's fc1 output written, read back and written again)
+def _is_elementwise(u: UOp) -> bool: return u.op in GroupOp.ALU or u.op in (Ops.CAST, Ops.BITCAST, Ops.DETACH)
 
 def _reshape_to_reduce(val: UOp, realized: dict[UOp, BufRef]) -> UOp:
   """An elementwise root over a reshaped reduction (x.sum(-1) + 1: the reduction's size-1 axes dropped) runs in the
