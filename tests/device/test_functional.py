@@ -383,6 +383,27 @@ def test_sdpa(mask, causal, scale):
   def ft(*t): return torch.nn.functional.scaled_dot_product_attention(*t[:3], attn_mask=t[3] if len(t) > 3 else None, is_causal=causal, scale=scale)
   check(fb, ft, *arrs)
 
+@pytest.mark.parametrize("mask,causal,L,S", [(None, False, 9, 7), ("bool", False, 9, 7), ("float", False, 9, 7), (None, True, 9, 9),
+                                             (None, True, 6, 9), ("bool", False, 1, 7)])
+def test_sdpa_long_sequences_in_blocks_of_rows(monkeypatch, mask, causal, L, S):
+  # past BLOCK_SCORES scores the query rows go in blocks (no L x S matrix at once); values and gradients as PyTorch's
+  import baregrad.tensor.ops.attention as att
+  monkeypatch.setattr(att, "BLOCK_SCORES", 2 * 3 * 2 * S)   # 2 rows per block
+  torch = _t()
+  q, k, v = rnd(2, 3, L, 5), rnd(2, 3, S, 5), rnd(2, 3, S, 4)
+  arrs = [q, k, v]
+  if mask == "bool":
+    m = rng.random((L, S)) > 0.3
+    m[:, 0] = True
+    arrs.append(m)
+  elif mask == "float": arrs.append(rnd(1, 3, L, S))
+  def fb(*t): return F.scaled_dot_product_attention(*t[:3], attn_mask=t[3] if len(t) > 3 else None, is_causal=causal)
+  def ft(*t): return torch.nn.functional.scaled_dot_product_attention(*t[:3], attn_mask=t[3] if len(t) > 3 else None, is_causal=causal)
+  check(fb, ft, *arrs)
+  if L > 2:   # the blocks' scores: no buffer of the schedule holds all L x S of them
+    out = F.scaled_dot_product_attention(Tensor(q), Tensor(k), Tensor(v), is_causal=causal)
+    assert max(b.size for it in out.schedule() for b in it.bufs[:1]) < 2 * 3 * L * S
+
 def test_sdpa_gqa():
   torch = _t()
   check(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True),

@@ -29,13 +29,41 @@ class AttentionOps:
       k, v = _rep(k), _rep(v)
     L, S = q.shape[-2], k.shape[-2]
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    attn = q.matmul(k.transpose(-2, -1)) * sc
     if is_causal:
       if attn_mask is not None: raise RuntimeError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
       attn_mask = _tri_mask(Tensor.full((L, S), True, device=q.device), 0, True)
-    if attn_mask is not None:
-      if attn_mask.dtype == dtypes.bool: attn = attn_mask.where(attn, -math.inf)
-      else: attn = attn + attn_mask
-    w = attn.softmax(-1)
-    if dropout_p > 0.0: w = _dropout(w, dropout_p)
-    return w.matmul(v)
+    batch = math.prod(_bshape(q.shape[:-2], k.shape[:-2]))
+    if batch * L * S <= BLOCK_SCORES or L == 1: return _attend(q, k, v, attn_mask, sc, dropout_p)
+    # a long sequence: blocks of query rows, each with its own scores (rows x S), so no L x S matrix is ever held; the
+    # blocks' buffers are dead after their block and the memory plan reuses them. A causal block reads only the keys
+    # its rows may see
+    rows = max(1, BLOCK_SCORES // (batch * S))
+    outs = []
+    for i in range(0, L, rows):
+      j = min(L, i + rows)
+      m = attn_mask
+      if m is not None and m.ndim >= 2 and m.shape[-2] == L: m = m[..., i:j, :]
+      kk, vv = k, v
+      if is_causal and j < S:   # (PyTorch's causal mask is aligned at the top left: row r sees keys 0..r)
+        kk, vv = k[..., :j, :], v[..., :j, :]
+        if m is not None: m = m[..., :j]
+      outs.append(_attend(q[..., i:j, :], kk, vv, m, sc, dropout_p))
+    return outs[0].cat(*outs[1:], dim=-2)
+
+# the most attention scores (batch x heads x query rows x keys) one block computes: 4M floats, 16 MiB
+BLOCK_SCORES = 1 << 22
+
+def _bshape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+  n = max(len(a), len(b))
+  a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+  return tuple(max(x, y) for x, y in zip(a, b))
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sc: float, dropout_p: float) -> Tensor:
+  """softmax(q k^T * sc + mask) v over whole rows."""
+  attn = q.matmul(k.transpose(-2, -1)) * sc
+  if mask is not None:
+    if mask.dtype == dtypes.bool: attn = mask.where(attn, -math.inf)
+    else: attn = attn + mask
+  w = attn.softmax(-1)
+  if dropout_p > 0.0: w = _dropout(w, dropout_p)
+  return w.matmul(v)
