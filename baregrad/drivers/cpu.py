@@ -14,7 +14,7 @@ from baregrad import knobs
 from baregrad.helpers import c_array
 from baregrad.hal import Device, OutOfMemory, profile
 from baregrad.hcq import HCQBuffer, HCQDevice, HCQAllocator, HCQSignal
-from baregrad.drivers.cpu_hostmem import HUGE, host_map, host_map_huge, host_unmap, _pages, _phys_bytes
+from baregrad.drivers.cpu_hostmem import HUGE, available_bytes, host_map, host_map_huge, host_unmap, _pages, _phys_bytes
 from baregrad.drivers.cpu_encoding import CPUComputeQueue, CPUCopyQueue
 from baregrad.drivers.cpu_engine import QueueEngine
 from baregrad.drivers.cpu_program import CPUProgram
@@ -29,6 +29,10 @@ class CPUAllocator(HCQAllocator):
       if e.errno != errno.ENOMEM: raise
       raise OutOfMemory(self.device, size, self.mem_used, f"mmap: {e.strerror}") from None
     return HCQBuffer(addr, size, addr)
+  def available(self) -> int | None:
+    """Bytes new allocations could still take: the machine's available memory and this allocator's cache."""
+    a = available_bytes()
+    return None if a is None else a + getattr(self, "mem_cached", 0)
   def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
     self.dev.synchronize()  # a queued kernel or copy may still touch it (no-op once the device is closed)
     host_unmap(opaque.va_addr, _pages(size))

@@ -14,6 +14,15 @@ def _phys_bytes() -> int:
   try: return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
   except (ValueError, OSError): return 1 << 62
 
+def available_bytes() -> int | None:
+  """Memory the kernel could still give this process (MemAvailable of /proc/meminfo), or None where it cannot tell."""
+  try:
+    with open("/proc/meminfo", "rb") as f:
+      for line in f:
+        if line.startswith(b"MemAvailable:"): return int(line.split()[1]) * 1024
+  except (OSError, ValueError, IndexError): pass
+  return None
+
 def host_map(size: int) -> int:
   """Page-aligned zeroed anonymous memory; OSError(ENOMEM) if the kernel refuses."""
   addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)

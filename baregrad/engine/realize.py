@@ -44,9 +44,31 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, BufRef]:
         free.setdefault((b.device, b.size * b.dtype.itemsize), []).append(host)
   return assign
 
+# a schedule that allocates at least this much is checked against the memory its devices have left before it runs
+CHECK_BYTES = 256 << 20
+
+def check_memory(items: list[ScheduleItem], assign: dict[int, BufRef]) -> None:
+  """Raise OutOfMemory before anything runs when the buffers the schedule allocates (after the memory plan) exceed
+  what a device can still give: a model too large for the machine fails with the size it needed, not half way."""
+  need: dict[str, int] = {}
+  seen: set[int] = set()
+  for it in items:
+    for b in it.bufs:
+      if b.buf is None and b.id not in assign and b.storage.id not in seen:
+        seen.add(b.storage.id)
+        need[b.device] = need.get(b.device, 0) + b.size * b.dtype.itemsize
+  for dev, n in need.items():
+    if n < CHECK_BYTES: continue
+    alloc = Device[dev].allocator
+    if (avail := alloc.available()) is not None and n > avail:
+      from baregrad.hal.errors import OutOfMemory
+      raise OutOfMemory(dev, n, alloc.mem_used, f"the {sum(it.kind == 'kernel' for it in items)} kernels of this schedule need "
+                        f"{n} bytes for their buffers and the device has {avail} bytes available: nothing was run")
+
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
   # one item has no intermediate whose memory another could take
   assign = plan_memory(items, keep or set()) if len(items) > 1 and not knobs.get("NO_MEMPLAN") else {}
+  check_memory(items, assign)
   bar: Progress | None = None  # made at the first kernel that is not compiled yet: shows if compiles take > 1 s
   ready, compiled, t_compile = 0, 0, 0.0
   for it in items:

@@ -31,6 +31,10 @@ class Allocator:
     self.lock.release()
     self._free(opaque, size, options)
 
+  def available(self) -> int | None:
+    """Bytes new allocations could still take, where the device can tell (None: unknown)."""
+    return None
+
   # --- what a device implements
   def _alloc(self, size: int, options: Hashable | None) -> Any: raise NotImplementedError(f"{type(self).__name__} cannot allocate")
   def _free(self, opaque: Any, size: int, options: Hashable | None) -> None: pass

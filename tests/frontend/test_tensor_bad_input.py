@@ -139,3 +139,24 @@ def test_errors_leave_graph_intact():
   np.testing.assert_allclose(x.grad.numpy(), 3 * np.exp(A * 3), rtol=1e-5)
   with pytest.raises(RuntimeError): y.backward()
   np.testing.assert_allclose(y.numpy(), np.exp(A * 3), rtol=1e-5)
+
+def test_schedule_too_large_for_memory_fails_before_running(monkeypatch):
+  # the buffers a schedule allocates are checked against what the device has left before any kernel runs: the error
+  # names both sizes, and the same graph computes once memory is there
+  import numpy as np
+  from baregrad import Tensor, Device
+  from baregrad.engine import realize
+  from baregrad.hal.errors import OutOfMemory
+  x = Tensor.rand(512, 512).realize()
+  y = ((x @ x).relu() @ x).sum(0)
+  alloc = Device[x.device].allocator
+  monkeypatch.setattr(realize, "CHECK_BYTES", 0)
+  monkeypatch.setattr(type(alloc), "available", lambda self: 1000)
+  Device[x.device].synchronize()
+  used = alloc.mem_used
+  with pytest.raises(OutOfMemory, match=r"need \d+ bytes for their buffers and the device has 1000 bytes available: nothing was run"):
+    y.realize()
+  assert alloc.mem_used == used   # no buffer of the schedule was allocated (no kernel ran)
+  monkeypatch.undo()
+  xn = x.numpy()
+  np.testing.assert_allclose(y.numpy(), (np.maximum(xn @ xn, 0) @ xn).sum(0), rtol=1e-4)
