@@ -206,6 +206,8 @@ def header(draw) -> str:
 @example("#include <stdint.h>\nstruct r0 { uint8_t m0; int32_t m1 : 17; };\nstruct r1 { struct r0 m0; };\n")
 @example("#include <stdint.h>\nstruct __attribute__((packed)) r0 { int16_t m0 : 1; int16_t m1 : 8; int16_t m2 : 8; };\n")
 @example("#include <stdint.h>\nstruct __attribute__((packed)) r0 { int32_t m0 : 17; };\n")
+@example("#include <stdint.h>\nstruct r0 { uint8_t m0; };\nunion r1 { int16_t m0 : 1; int64_t m1 : 33; };\n")
+@example("#include <stdint.h>\nunion r0 { uint8_t a; int16_t m0 : 1; int64_t m1 : 33; struct { uint32_t x; }; };\n")
 def test_random_declarations_match_compiler(text: str) -> None:
   with tempfile.TemporaryDirectory() as td:
     with open(os.path.join(td, "rand.h"), "w") as f: f.write(text)

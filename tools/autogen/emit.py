@@ -287,12 +287,11 @@ class Emitter:
         err = err or e
     else:
       if not any(bf is not None for _, _, bf, _ in live) or size <= 0: raise err
-      if rec.kind != "struct":
-        raise AutogenError(f"{rec.file}:{rec.line}: {key}: no ctypes storage unit (1, 2, 4 or 8 bytes) holds its "
-                           f"bitfields inside the {size}-byte union ({err})")
       # a bitfield shares its storage unit with a plain member, or a packed bitfield straddles
-      # units: ctypes cannot say that in one Structure, so overlay views of the same bytes
-      fields, texts, pack, anon = self._overlay(key, live, size), None, None, ["_anon0"]
+      # units: ctypes cannot say that in one Structure, so overlay views of the same bytes. A union too: ctypes
+      # (CPython 3.11) places a union's second bitfield of another type as if the first's unit went on (int16 m0 : 1;
+      # int64 m1 : 33 put m1 at byte -2, bit 1), so each bitfield gets a view of its own
+      fields, texts, pack, anon = self._overlay(key, live, size, union=rec.kind != "struct"), None, None, ["_anon0"]
     if texts is None:
       texts = [f"('_anon0', {key}_overlay)"]
     if pack: cls._pack_ = pack
@@ -320,12 +319,18 @@ class Emitter:
     self.events.append(("record", name))
     return cls
 
-  def _overlay(self, key: str, live: list, size: int) -> list[tuple]:
-    """`key` as a union of views, each at exact byte offsets: one struct with every plain member, and
-    one struct per bitfield holding only that field in a storage unit chosen to reach its bits."""
+  def _overlay(self, key: str, live: list, size: int, union: bool = False) -> list[tuple]:
+    """`key` as a union of views, each at exact byte offsets: one struct with every plain member (a union's: one
+    struct per plain member, all at 0), and one struct per bitfield holding only that field in a storage unit chosen
+    to reach its bits."""
     pf, pt, panon, cur, npad = [], [], [], 0, 0
+    uviews: list[tuple] = []
     for name, (obj, text), bf, off in live:
       if bf is not None: continue
+      if union:
+        uviews.append((self._helper(f"{key}_m{len(uviews)}", ctypes.Structure, [(name, obj)], [f"({name!r}, {text})"],
+                                    [name] if name.startswith("_anon") else []), f"{key}_m{len(uviews)}"))
+        continue
       if off > cur:
         pf.append((f"_pad{npad}", ctypes.c_uint8 * (off - cur)))
         pt.append(f"('_pad{npad}', ctypes.c_uint8 * {off - cur})")
@@ -336,7 +341,7 @@ class Emitter:
       pt.append(f"({name!r}, {text})")
       if name.startswith("_anon"): panon.append(name)
       cur = off + ctypes.sizeof(obj)
-    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")] if pf else []
+    views = [(self._helper(f"{key}_plain", ctypes.Structure, pf, pt, panon), f"{key}_plain")] if pf else uviews
     for i, (name, (obj, text), bf, off) in enumerate(x for x in live if x[2] is not None):
       want, width = bf
       signed = obj in _SIGNED or obj in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64)
