@@ -121,27 +121,33 @@ def _constant_launches(launches: list[_Launch], first_storage: int, outside: set
   def rng(r: BufRef) -> tuple[int, int, int]:
     b = r.ensure()
     return (id(b.base), b.offset, b.offset + b.nbytes)
-  def overlap(a: tuple[int, int, int], b: tuple[int, int, int]) -> bool: return a[0] == b[0] and a[1] < b[2] and b[1] < a[2]
   writers: dict[Storage, int] = {}
   for l in launches:
     for i in l.outs: writers[l.refs[i].storage] = writers.get(l.refs[i].storage, 0) + 1
-  made: set[Storage] = set()
-  const: list[int] = []
-  for k, l in enumerate(launches):
-    outs = {l.refs[i].storage for i in l.outs}
-    reads = [r for i, r in enumerate(l.refs) if i not in l.outs]
-    if all((r.storage in made or (r.storage.id < first_storage and r.storage not in written)) and r.storage not in outside and not r.stale
-           for r in reads) and \
-       all(st.id >= first_storage and st not in outside and writers[st] == 1 for st in outs):
-      const.append(k); made |= outs
-  if not const: return []
-  # memory: a constant launch's outputs and reads may share no bytes with a buffer that the rest of the recording writes
-  # (the eager schedule's memory plan lets intermediates take each other's memory)
-  cs = set(const)
-  other = [rng(l.refs[i]) for k, l in enumerate(launches) if k not in cs for i in l.outs]
-  mine = [rng(r) for k in const for r in launches[k].refs]
-  if any(overlap(a, b) for a in mine for b in other): return []
-  return const
+  # every storage's bytes (the eager schedule's memory plan lets intermediates take each other's memory: a hoisted
+  # kernel's output must own its bytes, or a kernel between two uses of the same memory would read the wrong one)
+  spans: dict[Storage, tuple[int, int, int]] = {}
+  for l in launches:
+    for r in l.refs: spans.setdefault(r.storage, rng(r))
+  by_base: dict[int, list[tuple[int, int, Storage]]] = {}
+  for st, (base, lo, hi) in spans.items(): by_base.setdefault(base, []).append((lo, hi, st))
+  def shared(st: Storage) -> bool:
+    base, lo, hi = spans[st]
+    return any(o is not st and a < hi and lo < b for a, b, o in by_base[base])
+  excluded: set[int] = set()
+  while True:
+    made: set[Storage] = set()
+    const: list[int] = []
+    for k, l in enumerate(launches):
+      if k in excluded: continue
+      outs = {l.refs[i].storage for i in l.outs}
+      reads = [r for i, r in enumerate(l.refs) if i not in l.outs]
+      if all((r.storage in made or (r.storage.id < first_storage and r.storage not in written)) and r.storage not in outside and not r.stale
+             for r in reads) and all(st.id >= first_storage and st not in outside and writers[st] == 1 for st in outs):
+        const.append(k); made |= outs
+    bad = {k for k in const for i in launches[k].outs if shared(launches[k].refs[i].storage)}
+    if not bad: return const
+    excluded |= bad
 
 class _Captured:
   def __init__(self, launches: list[_Launch], inputs: list[Storage], out_kinds: list[tuple], out_template: Any,

@@ -152,3 +152,17 @@ def test_hoisting_off_replays_every_kernel(monkeypatch):
       assert not cap.const and len(cap.launches) == 2
   finally:
     monkeypatch.delenv("JIT_HOIST"); knobs.reset()
+
+def test_weight_kernels_whose_memory_is_reused_stay_in_the_replay():
+  # a and b are weight-only values of one size, each dead after one matmul: the memory plan gives b a's memory, and a
+  # replay that made both up front (b over a) would feed b to the first matmul. Such kernels stay in the graph
+  w1, w2 = Tensor.rand(16, 16).realize(), Tensor.rand(16, 16).realize()
+  @jit
+  def f(x):
+    y = (x @ (w1 * 2).contiguous()).contiguous()
+    return y @ (w2 * 3).contiguous()
+  rng = np.random.default_rng(4)
+  w1n, w2n = w1.numpy(), w2.numpy()
+  for _ in range(5):
+    xn = rng.random((4, 16), dtype=np.float32)
+    np.testing.assert_allclose(f(Tensor(xn)).numpy(), xn @ (w1n * 2) @ (w2n * 3), rtol=1e-5, atol=1e-5)
