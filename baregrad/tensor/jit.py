@@ -112,12 +112,15 @@ def _storage(t: Any) -> Storage:
 def _owner(st: Storage) -> Any:
   return st.owner() if st.owner is not None else None
 
-def _constant_launches(launches: list[_Launch], first_storage: int, outside: set[Storage], written: set[Storage]) -> list[int]:
+def _constant_launches(launches: list[_Launch], first_storage: int, outside: set[Storage], written: set[Storage],
+                       rehomed: set[Storage]) -> list[int]:
   """The launches a replay need not run again while the buffers they read keep their versions: those reading only
   state from before the call that nothing in the recording writes (a model's weights), or what such launches made, and
   writing intermediates no other launch writes, in memory no other buffer of the recording shares (packing a matmul's
   weights into panels, a weight's layout change: once per model instead of once per call). `outside`: storages the
-  replay binds anew or that must be fresh each call (inputs, arrays, outputs, bounds flags, state)."""
+  replay binds anew or that must be fresh each call (inputs, arrays, outputs, bounds flags, state). An output whose
+  bytes the memory plan shared with another buffer is moved to memory of its own (added to `rehomed`: its value from
+  the recording is not there, so the first replay makes them all)."""
   def rng(r: BufRef) -> tuple[int, int, int]:
     b = r.ensure()
     return (id(b.base), b.offset, b.offset + b.nbytes)
@@ -134,20 +137,21 @@ def _constant_launches(launches: list[_Launch], first_storage: int, outside: set
   def shared(st: Storage) -> bool:
     base, lo, hi = spans[st]
     return any(o is not st and a < hi and lo < b for a, b, o in by_base[base])
-  excluded: set[int] = set()
-  while True:
-    made: set[Storage] = set()
-    const: list[int] = []
-    for k, l in enumerate(launches):
-      if k in excluded: continue
-      outs = {l.refs[i].storage for i in l.outs}
-      reads = [r for i, r in enumerate(l.refs) if i not in l.outs]
-      if all((r.storage in made or (r.storage.id < first_storage and r.storage not in written)) and r.storage not in outside and not r.stale
-             for r in reads) and all(st.id >= first_storage and st not in outside and writers[st] == 1 for st in outs):
-        const.append(k); made |= outs
-    bad = {k for k in const for i in launches[k].outs if shared(launches[k].refs[i].storage)}
-    if not bad: return const
-    excluded |= bad
+  made: set[Storage] = set()
+  const: list[int] = []
+  for k, l in enumerate(launches):
+    outs = {l.refs[i].storage for i in l.outs}
+    reads = [r for i, r in enumerate(l.refs) if i not in l.outs]
+    if all((r.storage in made or (r.storage.id < first_storage and r.storage not in written)) and r.storage not in outside and not r.stale
+           for r in reads) and all(st.id >= first_storage and st not in outside and writers[st] == 1 for st in outs):
+      const.append(k); made |= outs
+  # an output that shares its bytes gets memory of its own (the replay makes it again before its first use)
+  for k in const:
+    for i in launches[k].outs:
+      if shared(st := launches[k].refs[i].storage):
+        st.buf = Buffer(st.device, st.size, st.dtype).allocate()
+        rehomed.add(st)
+  return const
 
 class _Captured:
   def __init__(self, launches: list[_Launch], inputs: list[Storage], out_kinds: list[tuple], out_template: Any,
@@ -321,8 +325,10 @@ class jit:
     grads = [(weakref.ref(p), p.grad) for p in list(_all_grad_tensors.values()) if p.grad is not None and before.get(id(p.grad)) is not p.grad]
     written_inputs = [i for i, s in enumerate(in_storages) if s in written]
     outside = set(in_storages) | fresh | set(state) | {st for *_, st in array_ins} | {r.storage for r, _ in rec.checks}
-    const = _constant_launches(rec.launches, first_storage, outside, written) if knobs.get("JIT_HOIST") else []
+    rehomed: set[Storage] = set()
+    const = _constant_launches(rec.launches, first_storage, outside, written, rehomed) if knobs.get("JIT_HOIST") else []
     cap = _Captured(rec.launches, in_storages, out_kinds, out, state, guarded, grads, written_inputs, rec.checks, array_ins, const)
+    if rehomed: cap.const_reads = [(st, -1) for st, _ in cap.const_reads]   # (the first replay makes the moved outputs)
     self.captured[key] = cap
     while len(self.captured) > MAX_CAPTURES: self.captured.popitem(last=False)
     return out
