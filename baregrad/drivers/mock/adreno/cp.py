@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from baregrad.ctypes_autogen import adreno
 
@@ -36,15 +36,18 @@ class GpuMemory:
   """GPU virtual memory: mapped ranges backed by bytearrays; an access outside them is a page fault."""
 
   def __init__(self) -> None:
-    self.ranges: list[tuple[int, bytearray]] = []
+    self.ranges: list[tuple[int, Any]] = []  # (va, a bytearray or a ctypes char array over host memory)
 
-  def map(self, va: int, data: bytearray) -> None:
+  def map(self, va: int, data: Any) -> None:
     for base, buf in self.ranges:
       if va < base + len(buf) and base < va + len(data):
         raise CPError(f"mapping {va:#x}+{len(data):#x} overlaps {base:#x}+{len(buf):#x}")
     self.ranges.append((va, data))
 
-  def _find(self, va: int, size: int) -> tuple[bytearray, int]:
+  def unmap(self, va: int) -> None:
+    self.ranges = [(b, d) for b, d in self.ranges if b != va]
+
+  def _find(self, va: int, size: int) -> tuple[Any, int]:
     for base, buf in self.ranges:
       if base <= va and va + size <= base + len(buf): return buf, va - base
     raise CPError(f"GPU page fault: {size} bytes at {va:#x} are not mapped")
