@@ -1,4 +1,4 @@
-"""tools/qcom_decode.py prints streams with named registers and fields, and reports malformed ones."""
+"""tools/qcom_decode.py prints streams with named registers and fields, reports malformed ones; tools/qcom_doctor.py --mock."""
 import importlib.util
 import os
 
@@ -30,3 +30,12 @@ def test_malformed_reported(tmp_path, capsys):
 def test_demo_runs_on_mock(capsys):
   assert _tool().main(["demo"]) == 0
   assert "mock CP finished: True; signal word = 1" in capsys.readouterr().out
+
+
+def test_doctor_mock_all_stages_pass(capsys):
+  spec = importlib.util.spec_from_file_location("qcom_doctor", os.path.join(str(REPO), "tools", "qcom_doctor.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  assert mod.main(["--mock"]) == 0
+  out = capsys.readouterr().out
+  assert "0 stage(s) failed" in out and "a630" in out and "context 3 runs after it" in out
