@@ -85,3 +85,33 @@ def test_kgsl_checks_refuse_bad_arguments(dev):
   with pytest.raises(IoctlError) as e: dev.port.ioctl(dev.fd, k.IOCTL_KGSL_GPUOBJ_FREE, k.struct_kgsl_gpuobj_free(id=77))
   assert e.value.errno == errno.EINVAL
   with pytest.raises(OSError, match="object id 55"): dev.port.mmap(0, 4096, 3, 1, dev.fd, 55 * 4096)
+
+
+def test_kgsl_checks_on_raw_ioctls(dev):
+  port, fd = dev.port, dev.fd
+  def err(request, arg):
+    with pytest.raises(IoctlError) as e: port.ioctl(fd, request, arg)
+    return e.value.errno
+  assert err(k.IOCTL_KGSL_DEVICE_GETPROPERTY, k.struct_kgsl_device_getproperty(type=0x7777)) == errno.EINVAL
+  assert err(k.IOCTL_KGSL_DEVICE_GETPROPERTY, k.struct_kgsl_device_getproperty(type=k.KGSL_PROP_DEVICE_INFO, value=0,
+                                                                              sizebytes=40)) == errno.EFAULT
+  assert err(k.IOCTL_KGSL_GPUOBJ_INFO, k.struct_kgsl_gpuobj_info(id=123)) == errno.EINVAL
+  ctx = dev.create_context()
+  objs = (k.struct_kgsl_command_object * 1)(k.struct_kgsl_command_object(gpuaddr=0x1000, size=6))
+  short = k.struct_kgsl_gpu_command(cmdlist=ctypes.addressof(objs), cmdsize=8, numcmds=1, context_id=ctx)
+  assert err(k.IOCTL_KGSL_GPU_COMMAND, short) == errno.EINVAL
+  odd = k.struct_kgsl_gpu_command(cmdlist=ctypes.addressof(objs), cmdsize=ctypes.sizeof(objs[0]), numcmds=1, context_id=ctx)
+  assert err(k.IOCTL_KGSL_GPU_COMMAND, odd) == errno.EINVAL
+  assert err(k.IOCTL_KGSL_MAP_USER_MEM, k.struct_kgsl_map_user_mem()) == errno.ENOTTY
+  with pytest.raises(IoctlError) as e: port.ioctl(fd + 1, k.IOCTL_KGSL_GPUOBJ_INFO, k.struct_kgsl_gpuobj_info(id=1))
+  assert e.value.errno == errno.EBADF
+  obj = dev.alloc(4096)
+  with pytest.raises(OSError, match="too long"): port.mmap(0, 2 * 4096, 3, 1, fd, obj.id * 4096)
+  with pytest.raises(OSError, match="no userspace doorbell"): port.doorbell(obj.cpu, 1)
+  with pytest.raises(FileNotFoundError): port.open("/dev/kgsl-2d0", 2)
+
+
+def test_context_ids_bounded_by_memstore(dev):
+  with pytest.raises(IoctlError) as e:
+    for _ in range(200): dev.create_context()
+  assert e.value.errno == errno.ENOSPC

@@ -121,3 +121,45 @@ def test_load_state_and_exec_cs_reach_the_dispatcher():
   cp.submit(CommandStream().pkt4(0xA9B0, 0x42).pkt7("CP_LOAD_STATE6_FRAG", w0, 0, 0, 1, 2, 3, 4).exec_cs(8, 2).words)
   assert cp.run()
   assert seen == [((8, 2, 1), {(14, 1, 0): [1, 2, 3, 4]}, 0x42)]
+
+
+@pytest.mark.parametrize("words,msg", [
+  ([pkt7_header(0x3d, 3), BASE + 2, 0, 1], "not dword aligned"),                       # CP_MEM_WRITE address
+  ([pkt7_header(0x46, 2), 6, 0], "event 6 takes 1"),                                   # CACHE_FLUSH without a timestamp
+  ([pkt7_header(0x46, 4), 4, BASE + 1, 0, 1], "timestamp address .* not dword aligned"),
+  ([pkt7_header(0x3c, 6), 0x13, BASE + 2, 0, 1, 0xFFFFFFFF, 0], "poll address .* not dword aligned"),
+  ([pkt7_header(0x3c, 6), 0x23, BASE, 0, 1, 0xFFFFFFFF, 0], "poll type 2"),
+  ([pkt7_header(0x3e, 3), (1 << 31) | (1 << 18) | 0x980, BASE, 0], "ACCUMULATE"),
+  ([pkt7_header(0x3e, 3), 0x980, BASE, 0], "CNT 0"),
+  ([pkt7_header(0x3f, 3), BASE + 2, 0, 4], "needs dword alignment"),
+  ([pkt7_header(0x3f, 3), BASE, 0, 0], "size > 0"),
+  ([pkt7_header(0x34, 3), (1 << 16), 0, 0], "STATE_SRC 1"),
+  ([pkt7_header(0x34, 3), (2 << 16), BASE + 1, 0], "EXT_SRC_ADDR .* bits 1:0"),
+  ([pkt7_header(0x34, 3), 0, 0, 0], "carries no data"),
+  ([pkt7_header(0x26, 1), 0], "CP_WAIT_FOR_IDLE takes 0"),
+  ([pkt7_header(0x65, 0)], "CP_SET_MARKER takes 1"),
+])
+def test_each_payload_rule_refused(words, msg):
+  cp, _ = _cp()
+  cp.submit(words)
+  with pytest.raises(CPError, match=msg): cp.run()
+
+
+def test_load_state6_indirect_records_address():
+  cp, _ = _cp()
+  cp.dispatch = lambda c, grid: None
+  cp.submit([pkt7_header(0x34, 3), (2 << 16) | (14 << 18) | (3 << 22), BASE + 0x100, 0] + CommandStream().exec_cs(1).words)
+  assert cp.run() and cp.state == {(14, 0, 0): [BASE + 0x100, 3]}
+
+
+def test_overlapping_mapping_refused():
+  mem = GpuMemory()
+  mem.map(BASE, bytearray(0x2000))
+  with pytest.raises(CPError, match="overlaps"): mem.map(BASE + 0x1000, bytearray(0x1000))
+
+
+def test_submit_while_blocked_refused():
+  cp, _ = _cp()
+  cp.submit(CommandStream().wait_reg_mem(BASE, 1).words)
+  assert not cp.run()
+  with pytest.raises(CPError, match="still working"): cp.submit(CommandStream().nop().words)

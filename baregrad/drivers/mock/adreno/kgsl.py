@@ -66,7 +66,8 @@ class MockKGSL:
          kgsl.IOCTL_KGSL_GPUOBJ_ALLOC: self._alloc, kgsl.IOCTL_KGSL_GPUOBJ_INFO: self._info,
          kgsl.IOCTL_KGSL_GPUOBJ_FREE: self._free, kgsl.IOCTL_KGSL_GPU_COMMAND: self._command,
          kgsl.IOCTL_KGSL_DEVICE_WAITTIMESTAMP_CTXTID: self._wait}.get(request)
-    if h is None: return -errno.ENOTTY  # kgsl.c kgsl_ioctl_helper: a command not in the table is -ENOIOCTLCMD/-ENOTTY
+    # not modelled here: answered as KGSL answers a command outside its table (kgsl.c kgsl_ioctl_helper, -ENOTTY to the user)
+    if h is None: return -errno.ENOTTY
     return h(argp)
 
   def _getproperty(self, argp: int) -> int:
