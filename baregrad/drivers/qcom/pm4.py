@@ -18,6 +18,9 @@ FIELDS = adreno.PACKET_FIELDS_A6XX
 EVENTS: dict[str, int] = adreno.ENUMS["vgt_event_type"]
 COND: dict[str, int] = adreno.ENUMS["cp_cond_function"]
 POLL: dict[str, int] = adreno.ENUMS["poll_memory_type"]
+STATE_BLOCK: dict[str, int] = adreno.ENUMS["a6xx_state_block"]
+STATE_TYPE: dict[str, int] = adreno.ENUMS["a6xx_state_type"]
+STATE_SRC: dict[str, int] = adreno.ENUMS["a6xx_state_src"]
 TYPE4_MAX_REGS = 0x7F
 TYPE7_MAX_DWORDS = 0x3FFF
 OPNAME: dict[int, str] = {}
@@ -159,6 +162,22 @@ class CommandStream:
     """Launch x*y*z workgroups of the compute state loaded so far."""
     if min(x, y, z) < 1: raise ValueError(f"CP_EXEC_CS grid ({x}, {y}, {z}) has an empty axis")
     return self.pkt7("CP_EXEC_CS", 0, x, y, z)
+
+  def load_state6(self, block: str, stype: str, dst_off: int, nunit: int, data: list[int] | None = None,
+                  ext_addr: int | None = None) -> CommandStream:
+    """CP_LOAD_STATE6_FRAG (the compute/fragment state path): `nunit` units into `block` (e.g. 'SB6_CS_SHADER') at
+    `dst_off`, from `data` in the packet (SS6_DIRECT) or from memory at `ext_addr` (SS6_INDIRECT); exactly one."""
+    if (data is None) == (ext_addr is None): raise ValueError("CP_LOAD_STATE6 takes either inline data or an address, not both or neither")
+    f = FIELDS["CP_LOAD_STATE6"]["0"]
+    src = "SS6_DIRECT" if data is not None else "SS6_INDIRECT"
+    w0 = (f["DST_OFF"].encode(dst_off) | f["STATE_TYPE"].encode(STATE_TYPE[stype]) | f["STATE_SRC"].encode(STATE_SRC[src])
+          | f["STATE_BLOCK"].encode(STATE_BLOCK[block]) | f["NUM_UNIT"].encode(nunit))
+    if data is not None:
+      if not data: raise ValueError(f"direct CP_LOAD_STATE6 of {nunit} units into {block} has no data")
+      return self.pkt7("CP_LOAD_STATE6_FRAG", w0, 0, 0, *data)
+    assert ext_addr is not None
+    if ext_addr & 3: raise ValueError(f"CP_LOAD_STATE6 source address {ext_addr:#x} is not 4-byte aligned (EXT_SRC_ADDR is bits 31:2)")
+    return self.pkt7("CP_LOAD_STATE6_FRAG", w0, *_lo_hi(ext_addr))
 
   def set_marker(self, value: int) -> CommandStream:
     return self.pkt7("CP_SET_MARKER", value)

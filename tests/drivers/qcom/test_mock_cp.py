@@ -116,11 +116,11 @@ def test_load_state_and_exec_cs_reach_the_dispatcher():
   cp, _ = _cp()
   seen = []
   cp.dispatch = lambda c, grid: seen.append((grid, dict(c.state), c.regs.get(0xA9B0)))
-  # CP_LOAD_STATE6_FRAG direct: DST_OFF 0, STATE_TYPE 1 (constants), SRC 0, BLOCK 14 (SB6_CS_SHADER), 1 unit
-  w0 = (1 << 14) | (14 << 18) | (1 << 22)
+  # CP_LOAD_STATE6_FRAG direct: DST_OFF 0, STATE_TYPE 1 (ST6_CONSTANTS), SRC 0, BLOCK 13 (SB6_CS_SHADER), 1 unit
+  w0 = (1 << 14) | (13 << 18) | (1 << 22)
   cp.submit(CommandStream().pkt4(0xA9B0, 0x42).pkt7("CP_LOAD_STATE6_FRAG", w0, 0, 0, 1, 2, 3, 4).exec_cs(8, 2).words)
   assert cp.run()
-  assert seen == [((8, 2, 1), {(14, 1, 0): [1, 2, 3, 4]}, 0x42)]
+  assert seen == [((8, 2, 1), {(13, 1, 0): [1, 2, 3, 4]}, 0x42)]
 
 
 @pytest.mark.parametrize("words,msg", [
@@ -148,8 +148,8 @@ def test_each_payload_rule_refused(words, msg):
 def test_load_state6_indirect_records_address():
   cp, _ = _cp()
   cp.dispatch = lambda c, grid: None
-  cp.submit([pkt7_header(0x34, 3), (2 << 16) | (14 << 18) | (3 << 22), BASE + 0x100, 0] + CommandStream().exec_cs(1).words)
-  assert cp.run() and cp.state == {(14, 0, 0): [BASE + 0x100, 3]}
+  cp.submit([pkt7_header(0x34, 3), (2 << 16) | (13 << 18) | (3 << 22), BASE + 0x100, 0] + CommandStream().exec_cs(1).words)
+  assert cp.run() and cp.state == {(13, 0, 0): [BASE + 0x100, 3]}
 
 
 def test_overlapping_mapping_refused():
@@ -163,3 +163,14 @@ def test_submit_while_blocked_refused():
   cp.submit(CommandStream().wait_reg_mem(BASE, 1).words)
   assert not cp.run()
   with pytest.raises(CPError, match="still working"): cp.submit(CommandStream().nop().words)
+
+
+def test_driver_load_state6_reaches_the_cp():
+  cp, _ = _cp()
+  cp.dispatch = lambda c, grid: None
+  cs = CommandStream().load_state6("SB6_CS_SHADER", "ST6_CONSTANTS", 4, 1, data=[9, 8, 7, 6])
+  cs.load_state6("SB6_CS_SHADER", "ST6_SHADER", 0, 2, ext_addr=BASE + 0x200).exec_cs(1)
+  cp.submit(cs.words)
+  assert cp.run() and cp.state == {(13, 1, 4): [9, 8, 7, 6], (13, 0, 0): [BASE + 0x200, 2]}
+  with pytest.raises(ValueError, match="not both"): CommandStream().load_state6("SB6_CS_SHADER", "ST6_SHADER", 0, 1)
+  with pytest.raises(ValueError, match="aligned"): CommandStream().load_state6("SB6_CS_SHADER", "ST6_SHADER", 0, 1, ext_addr=2)
