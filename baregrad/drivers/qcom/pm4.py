@@ -179,5 +179,11 @@ class CommandStream:
     if ext_addr & 3: raise ValueError(f"CP_LOAD_STATE6 source address {ext_addr:#x} is not 4-byte aligned (EXT_SRC_ADDR is bits 31:2)")
     return self.pkt7("CP_LOAD_STATE6_FRAG", w0, *_lo_hi(ext_addr))
 
+  def memcpy(self, dst: int, src: int, ndwords: int) -> CommandStream:
+    """CP_MEMCPY: copy `ndwords` dwords from `src` to `dst` (the CP's own copy; small transfers)."""
+    if (src | dst) & 3: raise ValueError(f"CP_MEMCPY addresses {src:#x} -> {dst:#x} must be 4-byte aligned")
+    if ndwords < 1: raise ValueError(f"CP_MEMCPY of {ndwords} dwords copies nothing")
+    return self.pkt7("CP_MEMCPY", ndwords, *_lo_hi(src), *_lo_hi(dst))
+
   def set_marker(self, value: int) -> CommandStream:
     return self.pkt7("CP_SET_MARKER", value)

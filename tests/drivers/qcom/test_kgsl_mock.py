@@ -115,3 +115,15 @@ def test_context_ids_bounded_by_memstore(dev):
   with pytest.raises(IoctlError) as e:
     for _ in range(200): dev.create_context()
   assert e.value.errno == errno.ENOSPC
+
+
+def test_one_submission_of_dependent_ibs(dev):
+  """A graph replayed as one GPU_COMMAND: IB 1 copies and signals, IB 2 waits on the signal and copies on."""
+  ctx = dev.create_context()
+  data, ib1, ib2 = dev.alloc(4096), dev.alloc(4096), dev.alloc(4096)
+  ctypes.memmove(data.cpu, struct.pack("<4I", 1, 2, 3, 4), 16)
+  g = data.gpuaddr
+  a = _put_ib(ib1, CommandStream().memcpy(g + 64, g, 4).event_write_ts(g + 512, 1).words)
+  b = _put_ib(ib2, CommandStream().wait_reg_mem(g + 512, 1).memcpy(g + 128, g + 64, 4).words)
+  dev.wait(ctx, dev.submit(ctx, [a, b]), 1000)
+  assert struct.unpack_from("<4I", bytes(data.view()[128:144])) == (1, 2, 3, 4)

@@ -174,3 +174,17 @@ def test_driver_load_state6_reaches_the_cp():
   assert cp.run() and cp.state == {(13, 1, 4): [9, 8, 7, 6], (13, 0, 0): [BASE + 0x200, 2]}
   with pytest.raises(ValueError, match="not both"): CommandStream().load_state6("SB6_CS_SHADER", "ST6_SHADER", 0, 1)
   with pytest.raises(ValueError, match="aligned"): CommandStream().load_state6("SB6_CS_SHADER", "ST6_SHADER", 0, 1, ext_addr=2)
+
+
+def test_memcpy_copies_and_checks():
+  cp, buf = _cp()
+  buf[0:16] = bytes(range(16))
+  cp.submit(CommandStream().memcpy(BASE + 0x100, BASE, 4).words)
+  assert cp.run() and bytes(buf[0x100:0x110]) == bytes(range(16))
+  for words, msg in [([pkt7_header(0x75, 5), 0, BASE, 0, BASE + 64, 0], "needs n > 0"),
+                     ([pkt7_header(0x75, 5), 1, BASE + 2, 0, BASE + 64, 0], "dword alignment"),
+                     ([pkt7_header(0x75, 4), 1, BASE, 0, BASE], "CP_MEMCPY takes 5")]:
+    cp, _ = _cp()
+    cp.submit(words)
+    with pytest.raises(CPError, match=msg): cp.run()
+  with pytest.raises(ValueError, match="aligned"): CommandStream().memcpy(1, 0, 1)

@@ -197,6 +197,13 @@ class CP:
       vals = [self.read_reg(reg + k) for k in range(cnt)]
       self.mem.write(addr, struct.pack(f"<{cnt}I", *vals))
       return True
+    if op == OPS["CP_MEMCPY"]:
+      # adreno_pm4.xml CP_MEMCPY: DWORDS, SRC_LO/HI, DST_LO/HI (5 dwords); dword-aligned addresses
+      self._need(name, p, pos, 5)
+      n, src, dst = p[0], p[1] | p[2] << 32, p[3] | p[4] << 32
+      if n == 0 or (src | dst) & 3: raise self._err(pos, f"CP_MEMCPY of {n} dwords {src:#x} -> {dst:#x} (needs n > 0, dword alignment)")
+      self.mem.write(dst, self.mem.read(src, 4 * n))
+      return True
     if op == OPS["CP_INDIRECT_BUFFER"]:
       self._need(name, p, pos, 3)
       addr, size = p[0] | p[1] << 32, p[2] & 0xFFFFF
