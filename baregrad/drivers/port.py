@@ -170,7 +170,8 @@ def make_port(mock: MockDevice | None = None) -> Any:
 
 # each GPU driver's mock GPU (module, class): the port builds it, so a driver never imports its mock
 MOCKS: dict[str, tuple[str, str]] = {"NV": ("baregrad.drivers.mock.nv", "MockNVGPU"),
-                                     "AMD": ("baregrad.drivers.mock.amd", "MockAMDGPU")}
+                                     "AMD": ("baregrad.drivers.mock.amd", "MockAMDGPU"),
+                                     "QCOM": ("baregrad.drivers.mock.adreno.kgsl", "MockKGSL")}
 
 def driver_port(driver: str) -> Any:
   """The port driver `driver` ("NV", "AMD") opens its device through: with MOCKGPU=1 a new mock GPU of that driver's

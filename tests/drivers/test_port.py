@@ -80,8 +80,10 @@ def test_driver_port_builds_the_drivers_mock(monkeypatch):
   try:
     env(MOCKGPU="1", IOCTL_TRACE="0")
     assert isinstance(driver_port("NV").mock, MockNVGPU) and isinstance(driver_port("AMD").mock, MockAMDGPU)
-    with pytest.raises(ValueError, match="no mock GPU for the QCOM driver; mocks exist for NV, AMD"):
-      driver_port("QCOM")
+    from baregrad.drivers.mock.adreno.kgsl import MockKGSL
+    assert isinstance(driver_port("QCOM").mock, MockKGSL)
+    with pytest.raises(ValueError, match="no mock GPU for the METAL driver; mocks exist for NV, AMD, QCOM"):
+      driver_port("METAL")
     env(MOCKGPU_ARCH="sm_75")
     with pytest.raises(ValueError, match="MOCKGPU_ARCH='sm_75'"): driver_port("NV")
     env(MOCKGPU="0")
