@@ -165,7 +165,8 @@ class MultiTensor:
     if a_k or w_k:
       a = self.parts if a_k else [_slice(p, ka, lo, hi) for p, (lo, hi) in zip(self.parts, _bounds(w))] if self.axis is None else None
       b = w.parts if w_k else [_slice(p, kw, lo, hi) for p, (lo, hi) in zip(w.parts, _bounds(self))] if w.axis is None else None
-      if a is None or b is None: raise ValueError(f"matmul: {self.shape} split along {self.axis} with {w.shape} split along {w.axis} is not supported; gather one first")
+      if a is None or b is None:
+        raise ValueError(f"matmul: {self.shape} split along {self.axis} with {w.shape} split along {w.axis} is not supported; gather one first")
       return MultiTensor(collectives.allreduce([x @ y for x, y in zip(a, b)], "sum"), None)
     if self.axis is not None and w.axis is not None:
       raise ValueError(f"matmul: both operands split off the contracted axis ({self.shape} along {self.axis}, {w.shape} along {w.axis}); replicate one")
