@@ -44,14 +44,11 @@ def _wait(req: Any, what: str) -> None:
     time.sleep(delay); delay = min(delay * 2, 1e-3)
 
 def _agree(t: Tensor, what: str) -> None:
-  desc = np.array([hash((t.shape, str(t.dtype))) & 0x7FFFFFFFFFFFFFFF], np.int64)
-  allv = np.zeros(world_size(), np.int64)
-  _wait(_c().Iallgather(desc, allv), what + " (shape check)")
-  if len(set(allv.tolist())) > 1:
-    # the shapes differ somewhere: gather them as text to name each rank's (small and rare, so a blocking-free path)
-    mine = np.frombuffer(f"{t.shape} {t.dtype}".ljust(128)[:128].encode(), np.uint8).copy()
-    every = np.zeros((world_size(), 128), np.uint8)
-    _wait(_c().Iallgather(mine, every), what + " (shape report)")
+  # each rank's shape and dtype as fixed-width text (small): exchanged before the data so a mismatch names every rank's
+  mine = np.frombuffer(f"{t.shape} {t.dtype}".ljust(128)[:128].encode(), np.uint8).copy()
+  every = np.zeros((world_size(), 128), np.uint8)
+  _wait(_c().Iallgather(mine, every), what + " (shape check)")
+  if len({bytes(row) for row in every}) > 1:
     names = ", ".join(f"rank {r}: {bytes(row).decode().strip()}" for r, row in enumerate(every))
     raise ValueError(f"baregrad.distributed.{what}: shapes or dtypes disagree across ranks: {names}")
 
