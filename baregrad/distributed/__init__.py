@@ -59,8 +59,13 @@ def allreduce(t: Tensor, op: str = "sum") -> Tensor:
   if op not in (*_OPS, "mean"): raise ValueError(f"allreduce: unknown op {op!r}; expected one of {(*_OPS, 'mean')}")
   _agree(t, "allreduce")
   a = np.ascontiguousarray(t.numpy())
+  mop = "sum" if op == "mean" else op
+  # MPI's reductions have no float16 (bfloat16 arrives as float32 already): combined in float32, cast back below.
+  # A bool sum is a logical or (as in tensor/collectives.py): a max over 0/1 bytes
+  if a.dtype == np.float16: a = a.astype(np.float32)
+  elif a.dtype == np.bool_: a, mop = a.astype(np.uint8), {"sum": "max", "prod": "min"}.get(mop, mop)
   out = np.empty_like(a)
-  _wait(_c().Iallreduce(a, out, op=getattr(_mpi(), _OPS["sum" if op == "mean" else op])), f"allreduce({op})")
+  _wait(_c().Iallreduce(a, out, op=getattr(_mpi(), _OPS[mop])), f"allreduce({op})")
   r = Tensor(out, device=t.device, dtype=t.dtype)
   return r / world_size() if op == "mean" else r
 
@@ -69,7 +74,7 @@ def broadcast(t: Tensor, src: int = 0) -> Tensor:
   if not 0 <= src < world_size(): raise ValueError(f"broadcast: src {src} is not a rank of this job (0..{world_size() - 1})")
   _agree(t, "broadcast")
   a = np.ascontiguousarray(t.numpy())
-  _wait(_c().Ibcast(a, root=src), f"broadcast(src={src})")
+  _wait(_c().Ibcast(a.reshape(-1).view(np.uint8), root=src), f"broadcast(src={src})")   # bytes: any dtype (float16 too)
   return Tensor(a, device=t.device, dtype=t.dtype)
 
 def barrier() -> None:
