@@ -4,6 +4,7 @@ each part; a reduction over the split axis, or a matmul contracting it, ends in 
 `.to(one_device)` gathers the parts there."""
 from __future__ import annotations
 from typing import Any, Sequence
+from baregrad.hal.device import Device
 from baregrad.tensor import collectives
 from baregrad.tensor.tensor import Tensor
 
@@ -71,7 +72,8 @@ class MultiTensor:
     if isinstance(device, (list, tuple)):
       return self if tuple(collectives.check_devices(device)) == self.devices else MultiTensor.replicate(self.to(device[0]), device)
     if self.axis is None:
-      return next((p for p in self.parts if p.device == Tensor(0, device=device).device), self.parts[0].to(device))
+      want = Device.canonicalize(device)   # the part already there, else a copy of the first
+      return next((p for p in self.parts if p.device == want), None) or self.parts[0].to(want)
     return Tensor.cat(*[p.to(device) for p in self.parts], dim=self.axis)
   def numpy(self) -> Any:
     """The whole tensor's values on the host."""

@@ -24,6 +24,7 @@ def test_replicate_and_elementwise():
   m = Tensor(x).shard(D2, 0)
   r = Tensor(y).to(D2)
   assert r.axis is None and r.shape == (6, 4)
+  assert r.to("cpu:1") is r.parts[1]   # gathering a replicated tensor takes the part already there
   np.testing.assert_allclose(((m + r) * 2 - 1).relu().numpy(), np.maximum((x + y) * 2 - 1, 0), rtol=1e-6)
   np.testing.assert_allclose((m + Tensor(y[0]).to(D2)).numpy(), x + y[0], rtol=1e-6)   # broadcast replicated row
 
