@@ -73,7 +73,8 @@ class MultiTensor:
       return self if tuple(collectives.check_devices(device)) == self.devices else MultiTensor.replicate(self.to(device[0]), device)
     if self.axis is None:
       want = Device.canonicalize(device)   # the part already there, else a copy of the first
-      return next((p for p in self.parts if p.device == want), None) or self.parts[0].to(want)
+      here = [p for p in self.parts if p.device == want]
+      return here[0] if here else self.parts[0].to(want)
     return Tensor.cat(*[p.to(device) for p in self.parts], dim=self.axis)
   def numpy(self) -> Any:
     """The whole tensor's values on the host."""
