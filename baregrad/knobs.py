@@ -177,6 +177,10 @@ _DECLARED = [
        "how long DEV=CL waits for an event before it raises", _GPU, lo=1, unit="milliseconds"),
   Knob("CUDA_TIMEOUT_MS", "int", 30000,
        "how long DEV=CUDA waits for work before it raises", _GPU, lo=1, unit="milliseconds"),
+  Knob("RING_MIN_BYTES", "int", 4 << 20, "in-process allreduce: tensors of at least this many bytes over 3+ devices take the ring, "
+       "smaller ones the direct exchange", _GPU, lo=0, unit="bytes"),
+  Knob("DIST_TIMEOUT_S", "float", 60.0, "baregrad.distributed: how long an MPI exchange waits for the other ranks before it raises", _GPU,
+       lo=0.001, unit="seconds"),
   # tests and tools (read outside baregrad/, declared here so --knobs and the docs list them)
   Knob("ONNX_NODE_TESTS", "choice", "all",
        "tests: core skips the _expanded onnx node tests (about a third of their time)", _T,

@@ -4,6 +4,7 @@
   python examples/mnist_mlp.py                      # synthetic data, defaults finish in well under a minute
   python examples/mnist_mlp.py --data ~/mnist --steps 2000 --bs 128 --lr 1e-3
   python examples/mnist_mlp.py --data download      # MNIST from a public mirror, downloaded once into the cache
+  python examples/mnist_mlp.py --devices CPU:0,CPU:1  # data parallel: each batch split over the devices
 
 --data DIR reads the standard idx files (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte,
 t10k-labels-idx1-ubyte, each optionally .gz) through baregrad.datasets; a URL downloads them from that mirror.
@@ -58,11 +59,11 @@ class MLP(nn.Module):
     self.l1, self.l2 = nn.Linear(784, hidden), nn.Linear(hidden, 10)
   def forward(self, x: Tensor) -> Tensor: return self.l2(self.l1(x.reshape(x.shape[0], 784)).relu())
 
-def evaluate(model, x: np.ndarray, y: np.ndarray, bs: int = 512) -> float:
+def evaluate(model, x: np.ndarray, y: np.ndarray, bs: int = 512, device: str | None = None) -> float:
   correct = 0
   model.eval()   # batch norm on running statistics, dropout off (modules start in training mode, as in PyTorch)
   for i in range(0, len(x), bs):
-    correct += int((model(Tensor(normalize(x[i:i + bs]))).argmax(-1).numpy() == y[i:i + bs]).sum())
+    correct += int((model(Tensor(normalize(x[i:i + bs]), device=device)).argmax(-1).numpy() == y[i:i + bs]).sum())
   return correct / len(x)
 
 def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt_name: str = "adam", quiet: bool = False,
@@ -96,6 +97,28 @@ def train(model, data: tuple, steps: int, bs: int, lr: float, seed: int = 0, opt
   acc = evaluate(model, xte, yte)
   return {"loss": loss_v, "test_acc": acc, "steps_per_s": (steps - 1) / elapsed if steps > 1 else float("nan"), "first_step_s": t_first}
 
+def train_data_parallel(model, data: tuple, devices: list[str], steps: int, bs: int, lr: float, seed: int = 0,
+                        opt_name: str = "adam") -> dict:
+  """train() with the model replicated on every device and each batch split over them (nn.DataParallel); checks
+  after every step that all replicas hold the same weights."""
+  from baregrad.tensor.nn.data_parallel import DataParallel
+  (xtr, ytr), (xte, yte) = data
+  mk = (lambda ps: optim.Adam(ps, lr=lr)) if opt_name == "adam" else (lambda ps: optim.SGD(ps, lr=lr, momentum=0.9))
+  dp = DataParallel(model, devices, mk)
+  rng = np.random.default_rng(seed)
+  t0 = t_first = time.perf_counter()
+  for s in range(steps):
+    idx = rng.integers(0, len(xtr), bs)
+    loss = dp.step(lambda m, x, y: nn.cross_entropy(m(x), y), Tensor(normalize(xtr[idx])), Tensor(ytr[idx].astype(np.int32)))
+    ws = [[p.numpy() for p in ps] for ps in dp.params]
+    if any(not all((a == b).all() for a, b in zip(ws[0], w)) for w in ws[1:]):
+      raise RuntimeError(f"step {s}: the replicas on {devices} hold different weights")
+    if s == 0: t_first, t0 = time.perf_counter() - t0, time.perf_counter()
+  elapsed = time.perf_counter() - t0
+  acc = evaluate(dp.model, xte, yte, device=dp.devices[0])
+  return {"loss": loss.item(), "test_acc": acc, "steps_per_s": (steps - 1) / elapsed if steps > 1 else float("nan"),
+          "first_step_s": t_first}
+
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--data", help="folder with the MNIST idx files, a mirror's URL, or 'download' (default: synthetic data)")
@@ -106,15 +129,20 @@ def main() -> None:
   ap.add_argument("--opt", choices=("adam", "sgd"), default="adam")
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--save", help="write the trained weights to this .safetensors file")
+  ap.add_argument("--devices", help="comma-separated devices of one kind (CPU:0,CPU:1 or NV:0,NV:1): data parallel, no jit")
   ap.add_argument("--no-jit", action="store_true", help="run every step eagerly even where baregrad has a jit")
   a = ap.parse_args()
   data = load_mnist(a.data) if a.data else synthetic_mnist(seed=a.seed)
   print(f"data: {'MNIST from ' + a.data if a.data else 'synthetic MNIST-shaped'}: {len(data[0][0])} train, {len(data[1][0])} test")
   Tensor.manual_seed(a.seed)
   model = MLP(a.hidden)
-  r = train(model, data, a.steps, a.bs, a.lr, a.seed, a.opt, use_jit=not a.no_jit)
+  if a.devices:
+    devs = a.devices.split(",")
+    r = train_data_parallel(model, data, devs, a.steps, a.bs, a.lr, a.seed, a.opt)
+    print(f"data parallel on {devs}: identical weights on every device after each step")
+  else: r = train(model, data, a.steps, a.bs, a.lr, a.seed, a.opt, use_jit=not a.no_jit)
   # JIT=0 in the environment makes every jitted function run eagerly
-  print("jit:", "off" if a.no_jit else "off (JIT=0)" if not knobs.get("JIT") else "on")
+  print("jit:", "off (data parallel)" if a.devices else "off" if a.no_jit else "off (JIT=0)" if not knobs.get("JIT") else "on")
   print(f"final loss {r['loss']:.4f}  test accuracy {100 * r['test_acc']:.2f}%  {r['steps_per_s']:.1f} steps/s "
         f"(first step, with compiles: {r['first_step_s']:.2f} s)")
   if a.save:

@@ -68,8 +68,9 @@ class LlamaModel:
     x1, x2 = x[..., :h], x[..., h:]
     return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
 
-  def _forward(self, ids: Tensor, pos: Tensor) -> Tensor:
-    """Logits (T, vocab) of tokens ids (T,) at positions pos (T,), reading and writing the KV cache."""
+  def _forward(self, ids: Tensor, pos: Tensor, last_only: bool = False) -> Tensor:
+    """Logits (T, vocab) of tokens ids (T,) at positions pos (T,), reading and writing the KV cache; last_only: of the
+    last token only (1, vocab) (a prompt's prefill needs no more: the output matmul over the vocabulary once, not T times)."""
     c, w = self.cfg, self.w
     T = ids.shape[0]
     h = self._embed(ids)                                                    # (T, dim)
@@ -101,6 +102,7 @@ class LlamaModel:
       x = _rms(h, self._t(p + "post_attention_layernorm.weight"), c.norm_eps)
       g = linear(x, w[p + "mlp.gate_proj.weight"])
       h = h + linear(g.silu() * linear(x, w[p + "mlp.up_proj.weight"]), w[p + "mlp.down_proj.weight"])
+    if last_only: h = h[T - 1:]
     h = _rms(h, self._t("model.norm.weight"), c.norm_eps)
     return linear(h, w["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"])
 
@@ -132,7 +134,7 @@ class LlamaModel:
     rng = np.random.default_rng(seed)
     self.cache.reset()
     if max_new_tokens == 0: return
-    last = self._forward(Tensor(np.array(ids, np.int32), device=self.device), Tensor.arange(len(ids), device=self.device))[-1]
+    last = self._forward(Tensor(np.array(ids, np.int32), device=self.device), Tensor.arange(len(ids), device=self.device), last_only=True)[0]
     for n in range(max_new_tokens):
       t = _sample(last, temperature, top_k, top_p, rng)
       yield t

@@ -293,6 +293,9 @@ class Tensor(ElementwiseOps, CreationOps, RandomOps, MovementOps, ActivationOps,
     """This tensor on another device and/or as another dtype: t.to("NV"), t.to(dtypes.half), t.to("CPU", "float16"),
     t.to(other) (other's device and dtype). Returns self when nothing changes."""
     if isinstance(device, Tensor): device, dtype = device.device, device.dtype if dtype is None else dtype
+    elif isinstance(device, (list, tuple)):   # several devices: a replicated multi-device tensor (tensor/multi.py)
+      from baregrad.tensor.multi import MultiTensor
+      return MultiTensor.replicate(self if dtype is None else self.cast(dtype), device)
     elif device is not None and _is_dtype_arg(device):
       if dtype is not None: raise TypeError(f"to(): got a dtype as the device ({device!r}) and dtype={dtype!r}")
       device, dtype = None, device
@@ -306,6 +309,10 @@ class Tensor(ElementwiseOps, CreationOps, RandomOps, MovementOps, ActivationOps,
       out.requires_grad = t.requires_grad if is_grad_enabled() else None
       return out
     return t
+  def shard(self, devices: Any, dim: int = 0) -> Any:
+    """This tensor split along dim into near-equal parts, one per device: a MultiTensor (tensor/multi.py)."""
+    from baregrad.tensor.multi import MultiTensor
+    return MultiTensor.shard(self, devices, dim)
   def cpu(self) -> Tensor:
     """This tensor on the CPU device (self when it is there already)."""
     return self.to("CPU")

@@ -1,0 +1,61 @@
+"""baregrad.distributed on 2 MPI processes on localhost (mpirun, Open MPI): training equals one process on the global
+batch, shape disagreement names each rank's, a rank that never arrives makes the other raise within DIST_TIMEOUT_S."""
+import os, shutil, subprocess, sys, textwrap, time
+import pytest
+from tests.paths import REPO
+
+pytest.importorskip("mpi4py")
+if shutil.which("mpirun") is None: pytest.skip("mpirun (openmpi-bin) is not installed", allow_module_level=True)
+
+def mpirun(args, env=None, timeout=240):
+  e = dict(os.environ, PYTHONPATH=str(REPO), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", **(env or {}))
+  return subprocess.run(["mpirun", "-np", "2", "--oversubscribe", sys.executable, *args], env=e, capture_output=True, text=True, timeout=timeout)
+
+def script(tmp_path, body):
+  p = tmp_path / "prog.py"
+  p.write_text(textwrap.dedent(body))
+  return str(p)
+
+def test_ddp_matches_one_process():
+  p = mpirun([str(REPO / "examples" / "mnist_ddp.py"), "--check", "--steps", "4"])
+  assert p.returncode == 0, p.stdout + p.stderr
+  assert "vs one process on the global batch" in p.stdout
+
+def test_collectives_on_tensors(tmp_path):
+  p = mpirun([script(tmp_path, '''
+    import numpy as np
+    from baregrad import Tensor, dtypes, distributed as dist
+    dist.init(); r, n = dist.rank(), dist.world_size()
+    for dt in (dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16, dtypes.int8, dtypes.uint8, dtypes.int32, dtypes.int64):
+      t = Tensor([r + 1, 2 * r, 5], dtype=dt)
+      assert dist.allreduce(t).tolist() == [3, 2, 10], dist.allreduce(t).tolist()
+      assert dist.allreduce(t, "max").tolist() == [2, 2, 5]
+      assert dist.broadcast(t, src=1).tolist() == [2, 2, 5]
+    b = Tensor([r == 1, False, True], dtype=dtypes.bool)
+    assert dist.allreduce(b).tolist() == [True, False, True] and dist.allreduce(b).dtype == dtypes.bool
+    dist.barrier()
+    print("ok", r)
+  ''')])
+  assert p.returncode == 0 and p.stdout.count("ok") == 2, p.stdout + p.stderr
+
+def test_shape_disagreement_names_each_rank(tmp_path):
+  p = mpirun([script(tmp_path, '''
+    from baregrad import Tensor, distributed as dist
+    dist.init()
+    try: dist.allreduce(Tensor.ones(3 + dist.rank()))
+    except ValueError as e: print("ERR", e)
+  ''')])
+  assert "rank 0: (3,) dtypes.float, rank 1: (4,) dtypes.float" in p.stdout, p.stdout + p.stderr
+
+def test_missing_rank_raises_within_timeout(tmp_path):
+  t0 = time.monotonic()
+  p = mpirun([script(tmp_path, '''
+    import os, sys, time
+    from baregrad import Tensor, distributed as dist
+    dist.init()
+    if dist.rank() == 1: time.sleep(120)   # never reaches the allreduce
+    try: dist.allreduce(Tensor.ones(4))
+    except TimeoutError as e: print("TIMEOUT", e, flush=True); os._exit(3)
+  ''')], env={"DIST_TIMEOUT_S": "2"}, timeout=100)
+  assert "TIMEOUT" in p.stdout and "did not complete within DIST_TIMEOUT_S=2.0 s" in p.stdout, p.stdout + p.stderr
+  assert time.monotonic() - t0 < 60
