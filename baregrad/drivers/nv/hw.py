@@ -161,6 +161,23 @@ COPY_METHODS = {0x240: "SET_SEMAPHORE_A", 0x244: "SET_SEMAPHORE_B", 0x248: "SET_
 COMPUTE_METHODS = _names("NVC6C0_")
 COMPUTE_METHODS[SEND_SIGNALING_PCAS2_B] = "SEND_SIGNALING_PCAS2_B"
 
+def _legal_methods(prefix: str, named: dict[int, str]) -> frozenset[int]:
+  """Every method offset the class header defines: its scalar methods, and each array method NAME(i) from its base up
+  to the next method the header defines (the header gives no count; 256 entries at most)."""
+  legal = set(named)
+  stops = sorted(named)
+  for k, f in vars(nv).items():
+    if not k.startswith(prefix) or not callable(f) or type(f).__name__ == "BitField": continue
+    try: base, step = f(0), f(1) - f(0)
+    except Exception: continue  # a helper that is not an indexed method
+    if not isinstance(base, int) or step <= 0 or base % 4 or base >= 0x4000: continue
+    nxt = next((s for s in stops if s > base), 0x4000)
+    legal.update(a for a in range(base, min(nxt, base + 256 * step), step))
+  return frozenset(legal)
+
+# the compute methods the class header (clc6c0.h family) defines; a write to any other offset is an illegal method
+COMPUTE_LEGAL_METHODS = _legal_methods("NVC6C0_", COMPUTE_METHODS)
+
 def method_name(subc_class: int | None, method: int) -> str:
   if method < 0x100: return HOST_METHODS.get(method, f"HOST_{method:#x}")
   if subc_class in DMA_CLASSES or (subc_class is None and method in COPY_METHODS and method >= 0x240):
