@@ -2,7 +2,7 @@
 queues, signals and KFD events, timeouts, faults. Each mock check is broken once here (the kernel function it models is
 named in the test). The mock is handed to the driver through the port; nothing here sets MOCKGPU globally."""
 from __future__ import annotations
-import ctypes, errno, os, threading, time
+import ctypes, errno, os, re, threading, time
 import numpy as np
 import pytest
 from helpers import AMDGCN_FILL_LL, raw_aql, registered
@@ -847,3 +847,15 @@ def test_gfx9_drops_end_of_pipe_interrupts_without_a_context_id():
       raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
       assert (mock.events[dev.event_id].pulses > pulses) == fires, arch
     finally: dev.close()
+
+def test_queue_state_names_the_read_pointer_unit():
+  """The queue state says what each queue's read pointer counts: AQL packets, SDMA bytes, PM4 dwords."""
+  dev, mock = open_mock()
+  try:
+    dev.synchronize()
+    st = mock.queue_state()
+    kinds = {q.kind for q in mock.queues.values()}
+    assert kinds, st
+    for k, unit in {"aql": "packets", "sdma": "bytes", "pm4": "dwords"}.items():
+      if k in kinds: assert re.search(rf"\({k}\) ring 0x[0-9a-f]+: read pointer \d+ {unit}, packets done \d+", st), st
+  finally: dev.close()
