@@ -257,6 +257,40 @@ def summarize(methods: Sequence[Method], classes: dict[int, int] | None = None) 
       start = None
   return out
 
+# ---------------------------------------------------------------- method values split into their fields
+_FIELD_PREFIX = {"host": ("NVC56F_", "NVC86F_"), "copy": ("NVC8B5_",), "compute": ("NVC6C0_",)}
+
+def _bitfields(prefix: str) -> dict[str, Any]:
+  return {k[len(prefix):]: v for k, v in vars(nv).items() if k.startswith(prefix) and type(v).__name__ == "BitField"}
+_BITFIELDS = {kind: [(p, _bitfields(p)) for p in ps] for kind, ps in _FIELD_PREFIX.items()}
+
+def method_fields(subc_class: int | None, method: int, value: int) -> list[tuple[str, int, str | None]]:
+  """A method's data word split into the fields its class header defines (NAME_FIELD hi:lo): (field, value, the
+  header's enumerant name for that value or None), low bit first. Empty when the header defines no fields for it."""
+  kind = "host" if method < 0x100 else "copy" if subc_class in DMA_CLASSES else "compute"
+  name = method_name(subc_class, method)
+  methods = set((HOST_METHODS if kind == "host" else COPY_METHODS if kind == "copy" else COMPUTE_METHODS).values())
+  for prefix, fields in _BITFIELDS[kind]:
+    # a field of this method, not of a longer method name that starts the same (SEM_ADDR_LO vs SEM_ADDR_HI is fine;
+    # SET_X vs SET_X_Y is not)
+    mine = {k[len(name) + 1:]: f for k, f in fields.items() if k.startswith(name + "_")
+            and not any(o != name and o.startswith(name + "_") and k.startswith(o + "_") for o in methods)}
+    if not mine: continue
+    out = []
+    for fname, f in sorted(mine.items(), key=lambda kv: kv[1].lo):
+      v = f.decode(value)
+      longer = [f"{prefix}{name}_{o}_" for o in mine if o.startswith(fname + "_")]   # SEMAPHORE_REDUCTION vs .._SIGN
+      enum = next((k[len(prefix) + len(name) + len(fname) + 2:] for k, e in vars(nv).items()
+                   if k.startswith(f"{prefix}{name}_{fname}_") and type(e) is int and e == v
+                   and not any(k.startswith(lp) for lp in longer)), None)
+      out.append((fname, v, enum))
+    return out
+  return []
+
+def format_fields(fields: Sequence[tuple[str, int, str | None]]) -> str:
+  """`FIELD=VALUE` (or `FIELD=ENUM`) pairs of method_fields, space separated."""
+  return " ".join(f"{n}={e}" if e is not None else f"{n}={v:#x}" for n, v, e in fields)
+
 def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None, base: int | None = None) -> str:
   """A pushbuffer segment in words: each method write, then the commands they form. `mark`: word index to flag."""
   classes = classes or {}
@@ -268,7 +302,8 @@ def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, 
     here = mark is not None and not marked and m.pos >= mark
     marked |= here
     name = method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method)
-    lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}")
+    fields = format_fields(method_fields(classes.get(m.subc) if m.method >= 0x100 else None, m.method, m.value))
+    lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}" + (f"  {fields}" if fields else ""))
   return "\n".join(lines)
 
 def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None) -> str:
