@@ -156,8 +156,12 @@ def test_tracing_port_traces_failed_mmaps_with_flag_names(tmp_path, monkeypatch)
   class NoMap(ToyGPU):
     def mmap(self, addr, length, prot, flags, fd, offset): raise OSError(errno.EINVAL, "bad offset")
   path = tmp_path / "trace.txt"
-  monkeypatch.setenv("IOCTL_TRACE_FILE", str(path))
-  p = TracingPort(MockPort(NoMap()))
-  with pytest.raises(OSError): p.mmap(0, 0x1000, 3, 0x1, 5, 0x2000)
+  from baregrad import knobs
+  monkeypatch.setenv("IOCTL_TRACE_FILE", str(path)); knobs.reset()
+  try:
+    p = TracingPort(MockPort(NoMap()))
+    with pytest.raises(OSError): p.mmap(0, 0x1000, 3, 0x1, 5, 0x2000)
+  finally:
+    monkeypatch.delenv("IOCTL_TRACE_FILE"); knobs.reset()
   text = path.read_text()
   assert "mmap(0x0, 0x1000, prot=PROT_READ|PROT_WRITE, flags=MAP_SHARED, fd=5, offset=0x2000) -> FAILED" in text, text
