@@ -75,6 +75,11 @@ def attribute(lines: Sequence[str], channels: set[int]) -> tuple[list[XidReport]
       waiting = []
   return mine + waiting, other
 
+def _method_words(cls: int, offset: int) -> str:
+  name = hw.class_method_name(cls, offset)
+  if cls in hw.COMPUTE_CLASSES and offset >= 0x100 and offset not in hw.COMPUTE_LEGAL_METHODS: return "(no method the class header defines)"
+  return name
+
 def decode(r: XidReport, memories: Sequence[Any] = (), qmds: dict[int, str] | None = None) -> str:
   """An Xid line in words: the class method by name, the fault address against the device's allocations, a QMD
   address against the kernels last launched with it (`qmds`)."""
@@ -83,7 +88,7 @@ def decode(r: XidReport, memories: Sequence[Any] = (), qmds: dict[int, str] | No
   f = r.fields
   if "offset" in f:
     return (f"{head}: {hw.class_name(f['class'])} ({f['class']:#06x}) refused method {f['offset']:#x} "
-            f"{hw.class_method_name(f['class'], f['offset'])} with data {f['data']:#x}"
+            f"{_method_words(f['class'], f['offset'])} with data {f['data']:#x}"
             + (f" (error code {f['code']:#x})" if f["code"] is not None else ""))
   if "address" in f:
     return (f"{head}: MMU fault, {f['engine']} {f['unit']} {f['access']} ({f['type']}) at {f['address']:#x}: "

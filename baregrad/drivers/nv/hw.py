@@ -231,6 +231,7 @@ def summarize(methods: Sequence[Method], classes: dict[int, int] | None = None) 
   st: dict[tuple[int, int], int] = {}
   out: list[tuple[int, str]] = []
   start: int | None = None
+  pending: list[Method] = []
   for m in methods:
     if start is None: start = m.pos
     st[(m.subc if m.method >= 0x100 else 0, m.method)] = m.value
@@ -254,7 +255,12 @@ def summarize(methods: Sequence[Method], classes: dict[int, int] | None = None) 
     elif m.method == SET_OBJECT: line = f"SET_OBJECT subchannel {m.subc} = {class_name(m.value & 0xFFFF)}"
     if line is not None:
       out.append((start, line))
-      start = None
+      start, pending = None, []
+    else: pending.append(m)
+  if pending:   # methods that form no launch, copy or semaphore (state setup, or an unknown offset): by name
+    out.append((pending[0].pos, "METHODS   " + ", ".join(
+      f"{method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method)}={m.value:#x}" for m in pending[:6])
+      + (f", ... ({len(pending)} methods)" if len(pending) > 6 else "")))
   return out
 
 # ---------------------------------------------------------------- method values split into their fields
