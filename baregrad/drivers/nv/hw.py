@@ -610,9 +610,14 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
   while True:
     if i == put and i != first: break
     e = int(entries[i])
-    if e == 0 and i != get: i = (i + 1) % n; continue
+    pending = (i - get) % n < (put - get) % n
+    # an empty slot is shown only when the GPU is to fetch it (a zero entry pending is a driver bug worth seeing)
+    if e == 0 and not pending:
+      i = (i + 1) % n
+      if i == put: break
+      continue
     addr, nw, sync = decode_gp_entry(e)
-    state = "pending" if (i - get) % n < (put - get) % n else "done"
+    state = "pending" if pending else "done"
     lines.append(f"  [{i:5d}] {state:<7s} pushbuffer {addr:#x} {nw} words{' SYNC' if sync else ''}")
     if read is not None and nw:
       try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes))

@@ -43,3 +43,13 @@ def test_format_methods_shows_the_fields():
   words = hw.sem_words(0x1000, 7, hw.SEM_EXEC_RELEASE)
   text = hw.format_methods(words)
   assert "SEM_EXECUTE" in text and "OPERATION=RELEASE" in text and "RELEASE_WFI=EN" in text and "PAYLOAD_SIZE=64BIT" in text, text
+
+def test_gpfifo_view_has_no_spurious_empty_entry():
+  """With GP_GET == GP_PUT and the whole ring shown, the empty slot at GP_GET is not listed as an entry; a zero entry
+  the GPU is still to fetch is."""
+  e = [hw.gp_entry(0x1000, 4), hw.gp_entry(0x2000, 6)] + [0] * 6
+  text = hw.format_gpfifo(e, 2, 2, last=len(e))
+  assert "pushbuffer 0x0 0 words" not in text and "[    0] done    pushbuffer 0x1000 4 words" in text, text
+  assert "[    2] pending pushbuffer 0x0 0 words" in hw.format_gpfifo(e, 2, 3, last=len(e))
+  assert hw.format_gpfifo(e, 1, 2).splitlines()[1:] == ["  [    0] done    pushbuffer 0x1000 4 words",
+                                                        "  [    1] pending pushbuffer 0x2000 6 words"]
