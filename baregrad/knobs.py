@@ -152,6 +152,8 @@ _DECLARED = [
        "internal: pid of the process that owns PROFILE_PATH (children write beside it)", _D),
   Knob("VIZ", "bool", False, "not supported (says so and points to DEBUG=4 and PROFILE=1)", _D),
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
+  Knob("HANG_WARN_MS", "int", 5000, "a host wait without progress this long prints what blocks it (0: never)", _D, lo=0),
+  Knob("IOCTL_TRACE_FILE", "path", None, "append the IOCTL_TRACE lines to this file instead of stderr", _D),
   Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submitted command buffer", _D),
   # CPU device
   Knob("CPU_THREADS", "int", 0, "threads a CPU kernel is split over (0: one per core)", _CPU, lo=0),

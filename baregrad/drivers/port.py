@@ -5,7 +5,7 @@ how drivers run on machines without a GPU. TracingPort wraps either and prints e
 name with their struct fields and the returned status (IOCTL_TRACE=1 turns it on for the drivers).
 """
 from __future__ import annotations
-import ctypes, errno, os, sys
+import ctypes, errno, os, sys, time
 from typing import Any, Callable, Protocol
 from baregrad import knobs
 
@@ -125,11 +125,38 @@ class MockPort:
     if nbytes == 4: self.mock.doorbell(addr, value)
     else: self.mock.doorbell(addr, value, nbytes)
 
+def _rm_status(arg: Any) -> int:
+  """The RM/UVM status an ioctl returned inside its argument (NVOS* `status`, UVM `rmStatus`, or those of a wrapped
+  `params`); 0 when it carries none. RM answers most failures with ioctl() = 0 and the status here."""
+  for a in (arg, getattr(arg, "params", None)):
+    if a is None or isinstance(a, int): continue
+    for f in ("status", "rmStatus"):
+      v = getattr(a, f, None)
+      if isinstance(v, int) and v: return v
+  return 0
+
+_STATUS_NAMES: dict[int, str] = {}
+def _status_name(s: int) -> str:
+  if not _STATUS_NAMES:   # RM's status codes (nvstatuscodes.h), from the generated NV bindings
+    from baregrad.ctypes_autogen.nv import nv_580
+    for k, v in vars(nv_580).items():
+      if k.startswith("NV_ERR_") and isinstance(v, int): _STATUS_NAMES.setdefault(v, k)
+  return _STATUS_NAMES.get(s, f"status {s:#x}")
+
 class TracingPort:
-  """Wraps a port and prints each call; ioctls decoded by name with their fields before and after."""
+  """Wraps a port and prints each call: the time since tracing began, ioctls decoded by name with their fields before
+  and after, the call's duration, RM/UVM statuses that report a failure inside a successful ioctl marked FAILED, and
+  mmaps (failed ones too) with their flags. IOCTL_TRACE_FILE=path sends the lines to that file."""
   def __init__(self, inner: Any, out: Callable[[str], None] | None = None):
     self.inner = inner
-    self.out = out or (lambda s: print(s, file=sys.stderr))
+    if out is None and (path := knobs.get("IOCTL_TRACE_FILE")):
+      f = open(path, "a", buffering=1)   # line-buffered: the trace survives a crash up to the last call
+      out = lambda s: print(s, file=f)
+    self._out = out or (lambda s: print(s, file=sys.stderr))
+    self._t0 = time.perf_counter()
+  def out(self, line: str) -> None: self._out(f"[{(time.perf_counter() - self._t0) * 1e3:10.3f} ms] {line}")
+  @staticmethod
+  def _took(t: float) -> str: return f" [{(time.perf_counter() - t) * 1e3:.3f} ms]"
   def open(self, path: str, flags: int) -> int:
     try: fd = self.inner.open(path, flags)
     except OSError as e: self.out(f"open({path!r}, {flags:#x}) -> {e}"); raise
@@ -139,16 +166,23 @@ class TracingPort:
   def ioctl(self, fd: int, request: int, arg: Any, name: str | None = None) -> int:
     nm = name or ioctl_name(request)
     before = describe(arg) if not isinstance(arg, int) else hex(arg)
+    t = time.perf_counter()
     try: r = self.inner.ioctl(fd, request, arg, nm)
     except OSError as e:
-      self.out(f"ioctl({fd}, {nm}) {before} -> FAILED {e}")
+      self.out(f"ioctl({fd}, {nm}) {before} -> FAILED {e}{self._took(t)}")
       raise
+    took = self._took(t)
     after = describe(arg) if not isinstance(arg, int) else hex(arg)
-    self.out(f"ioctl({fd}, {nm}) {before} = {r}" + (f"\n    -> {after}" if after != before else ""))
+    st = _rm_status(arg)
+    self.out(f"ioctl({fd}, {nm}) {before} = {r}" + (f" FAILED {_status_name(st)}" if st else "") + took
+             + (f"\n    -> {after}" if after != before else ""))
     return r
   def mmap(self, addr: int, length: int, prot: int, flags: int, fd: int, offset: int) -> int:
-    r = self.inner.mmap(addr, length, prot, flags, fd, offset)
-    self.out(f"mmap({addr:#x}, {length:#x}, prot={prot:#x}, flags={flags:#x}, fd={fd}, offset={offset:#x}) = {r:#x}")
+    call = f"mmap({addr:#x}, {length:#x}, prot={_flags(prot, _PROT)}, flags={_flags(flags, _MAP)}, fd={fd}, offset={offset:#x})"
+    t = time.perf_counter()
+    try: r = self.inner.mmap(addr, length, prot, flags, fd, offset)
+    except OSError as e: self.out(f"{call} -> FAILED {e}{self._took(t)}"); raise
+    self.out(f"{call} = {r:#x}{self._took(t)}")
     return r
   def munmap(self, addr: int, length: int) -> None: self.out(f"munmap({addr:#x}, {length:#x})"); self.inner.munmap(addr, length)
   def read(self, fd: int, n: int) -> bytes:
@@ -162,6 +196,15 @@ class TracingPort:
   def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
     self.out(f"doorbell{'64' if nbytes == 8 else ''} {addr:#x} <- {value:#x}")
     self.inner.doorbell(addr, value, nbytes)
+
+# mmap(2) prot and flags bits by name (Linux uapi asm-generic/mman-common.h, mman.h)
+_PROT = {1: "PROT_READ", 2: "PROT_WRITE", 4: "PROT_EXEC"}
+_MAP = {0x01: "MAP_SHARED", 0x02: "MAP_PRIVATE", 0x10: "MAP_FIXED", 0x20: "MAP_ANONYMOUS", 0x4000: "MAP_NORESERVE",
+        0x8000: "MAP_POPULATE", 0x100000: "MAP_FIXED_NOREPLACE"}
+def _flags(v: int, names: dict[int, str]) -> str:
+  parts = [n for b, n in names.items() if v & b]
+  rest = v & ~sum(names)
+  return "|".join(parts + ([f"{rest:#x}"] if rest else [])) or "0"
 
 def make_port(mock: MockDevice | None = None) -> Any:
   """The port a driver should use: the mock's when given (MOCKGPU=1), else the kernel's; traced with IOCTL_TRACE=1."""

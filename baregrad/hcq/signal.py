@@ -1,10 +1,18 @@
 """HCQ signals: a 64-bit value and a 64-bit timestamp in memory both the host and the device see."""
 from __future__ import annotations
-import ctypes, threading
+import ctypes, sys, threading
 from typing import Any
+from baregrad import knobs
 
 class HCQTimeout(TimeoutError):
   """A host wait ran out of time; the message carries the device's queue state in words."""
+
+def hang_report(sig: "HCQSignal", value: int, waited_ms: int, left_ms: int) -> str:
+  """What a host wait that makes no progress is blocked on: the signal's address, the value waited for, its current
+  value, and the device's queue state (each queue's blocked packet, decoded, and what it waits for)."""
+  return (f"HANG? {sig.dev.device}: no progress for {waited_ms} ms waiting for signal {sig.va_addr:#x} >= {value} "
+          f"(it is {sig.value}; a queue must write >= {value} there to release the wait); still waiting up to "
+          f"{left_ms - waited_ms} ms more\n{sig.dev.queue_state()}")
 
 class SignalPool:
   """Fixed-size slots carved from one shared allocation; signals are created and dropped often."""
@@ -56,6 +64,12 @@ class HCQSignal:
     """Block until value >= `value`; HCQTimeout after timeout_ms (default: the device's)."""
     t = self.dev.default_timeout_ms if timeout_ms is None else timeout_ms
     if self._v.value >= value: return
+    # the hang watchdog: after HANG_WARN_MS without the value, say what blocks while still waiting out the timeout
+    warn = knobs.get("HANG_WARN_MS")
+    if 0 < warn < t:
+      if self.dev._wait_signal(self, value, warn / 1000.0): return
+      sys.stderr.write(hang_report(self, value, warn, t) + "\n")
+      t -= warn
     if not self.dev._wait_signal(self, value, t / 1000.0):
       raise HCQTimeout(f"{self.dev.device}: timed out after {t} ms waiting for signal {self.va_addr:#x} >= {value} "
                        f"(it is {self.value})\n{self.dev.queue_state()}")

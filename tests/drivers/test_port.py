@@ -1,6 +1,6 @@
 """The syscall port: real (libc), mock (a fake device), tracing (decoded calls)."""
 from tests.paths import REPO
-import ctypes, errno, mmap, os
+import ctypes, errno, mmap, os, re
 import pytest
 from baregrad.drivers.port import MockPort, TracingPort, IoctlError, register_ioctl, describe, make_port
 
@@ -138,3 +138,32 @@ def test_va_allocator_aligns_and_merges():
   va.release(a, 0x1000); va.release(b, 0x2000)
   assert va.free == [(0x1000, 0x10000)]
   with pytest.raises(MemoryError, match="0x20000 bytes"): va.alloc(0x20000)
+
+def test_tracing_port_times_calls_and_marks_rm_status_failures():
+  """Each line carries the time since tracing began and the call's duration; an ioctl that returns 0 with a failing
+  status inside its argument (RM's way) is marked FAILED with the status name."""
+  from baregrad.ctypes_autogen.nv import nv_580 as nv
+  class StatusGPU(ToyGPU):
+    def ioctl(self, fd, request, argp, argsize):
+      Args.from_address(argp).status = nv.NV_ERR_INVALID_OBJECT_PARENT
+      return 0
+  lines: list[str] = []
+  p = TracingPort(MockPort(StatusGPU()), out=lines.append)
+  register_ioctl(REQ_ALLOC, "TOY_ALLOC", Args)
+  assert p.ioctl(3, REQ_ALLOC, Args(size=64)) == 0
+  assert re.match(r"\[\s*\d+\.\d{3} ms\] ioctl\(3, TOY_ALLOC\) .* = 0 FAILED NV_ERR_INVALID_OBJECT_PARENT \[\d+\.\d{3} ms\]", lines[-1]), lines
+
+def test_tracing_port_traces_failed_mmaps_with_flag_names(tmp_path, monkeypatch):
+  """mmap lines name PROT_/MAP_ flags; a failed mmap is traced before the error propagates; IOCTL_TRACE_FILE takes them."""
+  class NoMap(ToyGPU):
+    def mmap(self, addr, length, prot, flags, fd, offset): raise OSError(errno.EINVAL, "bad offset")
+  path = tmp_path / "trace.txt"
+  from baregrad import knobs
+  monkeypatch.setenv("IOCTL_TRACE_FILE", str(path)); knobs.reset()
+  try:
+    p = TracingPort(MockPort(NoMap()))
+    with pytest.raises(OSError): p.mmap(0, 0x1000, 3, 0x1, 5, 0x2000)
+  finally:
+    monkeypatch.delenv("IOCTL_TRACE_FILE"); knobs.reset()
+  text = path.read_text()
+  assert "mmap(0x0, 0x1000, prot=PROT_READ|PROT_WRITE, flags=MAP_SHARED, fd=5, offset=0x2000) -> FAILED" in text, text

@@ -211,6 +211,27 @@ def split_pm4(words: Sequence[int]) -> list[tuple[int, int, list[int]]]:
     i += 1 + n
   return out
 
+# VGT_EVENT_TYPE values the drivers emit (amdgpu soc21_enum.h / vega10_enum.h VGT_EVENT_TYPE), by name for decoding
+EVENT_NAMES = {CS_PARTIAL_FLUSH: "CS_PARTIAL_FLUSH", CACHE_FLUSH_AND_INV_TS_EVENT: "CACHE_FLUSH_AND_INV_TS_EVENT",
+               BOTTOM_OF_PIPE_TS: "BOTTOM_OF_PIPE_TS"}
+
+def macro_fields(family: str, prefix: str, value: int) -> list[tuple[str, int]]:
+  """`value` split into the fields the PM4 header defines as PREFIX_FIELD(x) ((x) << shift) macros, low bit first,
+  nonzero fields only: e.g. ACQUIRE_MEM's GCR_CNTL (gfx11) or CP_COHER_CNTL (gfx9). The macros do not mask, so a
+  field reaches up to the next field's shift (the last one to bit 31)."""
+  p, shifts = PM4[family], []
+  for k, f in vars(p).items():
+    if not k.startswith(prefix) or not callable(f): continue
+    try: one = f(1)
+    except Exception: continue
+    if isinstance(one, int) and one > 0 and one & (one - 1) == 0: shifts.append((one.bit_length() - 1, k[len(prefix):]))
+  shifts.sort()
+  out = []
+  for i, (sh, name) in enumerate(shifts):
+    end = shifts[i + 1][0] if i + 1 < len(shifts) else 32
+    if (v := (value >> sh) & ((1 << (end - sh)) - 1)): out.append((name, v))
+  return out
+
 def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
   p = PM4[family]
   name = "TYPE2_FILLER" if op == -2 else pm4_names(family).get(op, f"OPCODE_{op:#x}")
@@ -220,11 +241,17 @@ def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
   if op == p.PACKET3_RELEASE_MEM and len(b) >= 7:
     ev = b[0] & 0x3F
     ds, ints = (b[1] >> 29) & 7, (b[1] >> 24) & 7
-    s = f"RELEASE_MEM event={ev:#x} data_sel={DATA_SEL_NAMES.get(ds, ds)} addr={b[2] | (b[3] << 32):#x}"
+    s = f"RELEASE_MEM event={EVENT_NAMES.get(ev, hex(ev))} data_sel={DATA_SEL_NAMES.get(ds, ds)} addr={b[2] | (b[3] << 32):#x}"
     if ds in (1, 2): s += f" value={b[4] | ((b[5] << 32) if ds == 2 else 0)}"
     if ints: s += f" int_sel={ints} int_ctxid={b[6] if len(b) > 6 else 0}"
     return s
-  if op == p.PACKET3_ACQUIRE_MEM: return "ACQUIRE_MEM " + " ".join(f"{x:#x}" for x in b)
+  if op == p.PACKET3_ACQUIRE_MEM:
+    # gfx11: GCR_CNTL is the packet's last dword; gfx9: CP_COHER_CNTL its first (pm4_acquire_mem builds both)
+    cntl, prefix = (b[-1], "PACKET3_ACQUIRE_MEM_GCR_CNTL_") if family == "gfx11" and len(b) >= 7 else \
+                   (b[0], "PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_") if b else (0, "")
+    fs = macro_fields(family, prefix, cntl) if prefix else []
+    return "ACQUIRE_MEM " + " ".join(f"{x:#x}" for x in b) + (f" ({prefix[len('PACKET3_ACQUIRE_MEM_'):-1]}: "
+                                                              + " ".join(f"{n}={v}" for n, v in fs) + ")" if fs else "")
   if op == p.PACKET3_INDIRECT_BUFFER and len(b) >= 3: return f"INDIRECT_BUFFER ib={b[0] | (b[1] << 32):#x} dwords={b[2] & 0xFFFFF} valid={(b[2] >> 23) & 1}"
   if op == p.PACKET3_DMA_DATA and len(b) >= 6:
     return f"DMA_DATA src={b[1] | (b[2] << 32):#x} dest={b[3] | (b[4] << 32):#x} nbytes={b[5] & ((1 << 26) - 1)}"

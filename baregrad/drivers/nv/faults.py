@@ -19,7 +19,7 @@ from baregrad.hcq import where_is  # (re-exported: the NV and AMD fault messages
 
 _XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+), (?P<rest>.*)")
 _CLASS_ERR = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+), Class (?P<cls>[0-9a-fA-F]+), Offset (?P<off>[0-9a-fA-F]+), "
-                        r"Data (?P<data>[0-9a-fA-F]+), ErrorCode (?P<code>[0-9a-fA-F]+)")
+                        r"Data (?P<data>[0-9a-fA-F]+)(?:, ErrorCode (?P<code>[0-9a-fA-F]+))?")
 _MMU = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+).*MMU Fault: ENGINE (?P<engine>\S+) (?P<unit>.*?) faulted @ "
                   r"0x(?P<hi>[0-9a-fA-F]+)_(?P<lo>[0-9a-fA-F]+)\. Fault is of type (?P<type>\S+) (?P<access>\S+)")
 _ERRSTR = re.compile(r"channel 0x(?P<ch>[0-9a-fA-F]+), errorString (?P<what>[^,]+)(?:, Info (?P<info>\S+))?")
@@ -39,10 +39,11 @@ def parse_xid(line: str) -> XidReport | None:
   m = _XID.search(line)
   if m is None: return None
   r, rest = XidReport(int(m.group("xid")), line.strip()), m.group("rest")
-  if (c := _CLASS_ERR.search(rest)) is not None:
+  # a "Graphics Exception" line has no ErrorCode; with Offset 0 it names no method (a SKED check), only the channel
+  if (c := _CLASS_ERR.search(rest)) is not None and (c.group("code") or int(c.group("off"), 16)):
     r.channel = int(c.group("ch"), 16)
     r.fields = {"class": int(c.group("cls"), 16), "offset": int(c.group("off"), 16), "data": int(c.group("data"), 16),
-                "code": int(c.group("code"), 16)}
+                "code": int(c.group("code"), 16) if c.group("code") else None}
   elif (c := _MMU.search(rest)) is not None:
     r.channel = int(c.group("ch"), 16)
     r.fields = {"address": (int(c.group("hi"), 16) << 32) | int(c.group("lo"), 16), "engine": c.group("engine"),
@@ -74,6 +75,11 @@ def attribute(lines: Sequence[str], channels: set[int]) -> tuple[list[XidReport]
       waiting = []
   return mine + waiting, other
 
+def _method_words(cls: int, offset: int) -> str:
+  name = hw.class_method_name(cls, offset)
+  if cls in hw.COMPUTE_CLASSES and offset >= 0x100 and offset not in hw.COMPUTE_LEGAL_METHODS: return "(no method the class header defines)"
+  return name
+
 def decode(r: XidReport, memories: Sequence[Any] = (), qmds: dict[int, str] | None = None) -> str:
   """An Xid line in words: the class method by name, the fault address against the device's allocations, a QMD
   address against the kernels last launched with it (`qmds`)."""
@@ -82,7 +88,8 @@ def decode(r: XidReport, memories: Sequence[Any] = (), qmds: dict[int, str] | No
   f = r.fields
   if "offset" in f:
     return (f"{head}: {hw.class_name(f['class'])} ({f['class']:#06x}) refused method {f['offset']:#x} "
-            f"{hw.class_method_name(f['class'], f['offset'])} with data {f['data']:#x} (error code {f['code']:#x})")
+            f"{_method_words(f['class'], f['offset'])} with data {f['data']:#x}"
+            + (f" (error code {f['code']:#x})" if f["code"] is not None else ""))
   if "address" in f:
     return (f"{head}: MMU fault, {f['engine']} {f['unit']} {f['access']} ({f['type']}) at {f['address']:#x}: "
             f"{where_is(f['address'], memories)}")

@@ -161,6 +161,23 @@ COPY_METHODS = {0x240: "SET_SEMAPHORE_A", 0x244: "SET_SEMAPHORE_B", 0x248: "SET_
 COMPUTE_METHODS = _names("NVC6C0_")
 COMPUTE_METHODS[SEND_SIGNALING_PCAS2_B] = "SEND_SIGNALING_PCAS2_B"
 
+def _legal_methods(prefix: str, named: dict[int, str]) -> frozenset[int]:
+  """Every method offset the class header defines: its scalar methods, and each array method NAME(i) from its base up
+  to the next method the header defines (the header gives no count; 256 entries at most)."""
+  legal = set(named)
+  stops = sorted(named)
+  for k, f in vars(nv).items():
+    if not k.startswith(prefix) or not callable(f) or type(f).__name__ == "BitField": continue
+    try: base, step = f(0), f(1) - f(0)
+    except Exception: continue  # a helper that is not an indexed method
+    if not isinstance(base, int) or step <= 0 or base % 4 or base >= 0x4000: continue
+    nxt = next((s for s in stops if s > base), 0x4000)
+    legal.update(a for a in range(base, min(nxt, base + 256 * step), step))
+  return frozenset(legal)
+
+# the compute methods the class header (clc6c0.h family) defines; a write to any other offset is an illegal method
+COMPUTE_LEGAL_METHODS = _legal_methods("NVC6C0_", COMPUTE_METHODS)
+
 def method_name(subc_class: int | None, method: int) -> str:
   if method < 0x100: return HOST_METHODS.get(method, f"HOST_{method:#x}")
   if subc_class in DMA_CLASSES or (subc_class is None and method in COPY_METHODS and method >= 0x240):
@@ -214,6 +231,7 @@ def summarize(methods: Sequence[Method], classes: dict[int, int] | None = None) 
   st: dict[tuple[int, int], int] = {}
   out: list[tuple[int, str]] = []
   start: int | None = None
+  pending: list[Method] = []
   for m in methods:
     if start is None: start = m.pos
     st[(m.subc if m.method >= 0x100 else 0, m.method)] = m.value
@@ -237,8 +255,47 @@ def summarize(methods: Sequence[Method], classes: dict[int, int] | None = None) 
     elif m.method == SET_OBJECT: line = f"SET_OBJECT subchannel {m.subc} = {class_name(m.value & 0xFFFF)}"
     if line is not None:
       out.append((start, line))
-      start = None
+      start, pending = None, []
+    else: pending.append(m)
+  if pending:   # methods that form no launch, copy or semaphore (state setup, or an unknown offset): by name
+    out.append((pending[0].pos, "METHODS   " + ", ".join(
+      f"{method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method)}={m.value:#x}" for m in pending[:6])
+      + (f", ... ({len(pending)} methods)" if len(pending) > 6 else "")))
   return out
+
+# ---------------------------------------------------------------- method values split into their fields
+_FIELD_PREFIX = {"host": ("NVC56F_", "NVC86F_"), "copy": ("NVC8B5_",), "compute": ("NVC6C0_",)}
+
+def _bitfields(prefix: str) -> dict[str, Any]:
+  return {k[len(prefix):]: v for k, v in vars(nv).items() if k.startswith(prefix) and type(v).__name__ == "BitField"}
+_BITFIELDS = {kind: [(p, _bitfields(p)) for p in ps] for kind, ps in _FIELD_PREFIX.items()}
+
+def method_fields(subc_class: int | None, method: int, value: int) -> list[tuple[str, int, str | None]]:
+  """A method's data word split into the fields its class header defines (NAME_FIELD hi:lo): (field, value, the
+  header's enumerant name for that value or None), low bit first. Empty when the header defines no fields for it."""
+  kind = "host" if method < 0x100 else "copy" if subc_class in DMA_CLASSES else "compute"
+  name = method_name(subc_class, method)
+  methods = set((HOST_METHODS if kind == "host" else COPY_METHODS if kind == "copy" else COMPUTE_METHODS).values())
+  for prefix, fields in _BITFIELDS[kind]:
+    # a field of this method, not of a longer method name that starts the same (SEM_ADDR_LO vs SEM_ADDR_HI is fine;
+    # SET_X vs SET_X_Y is not)
+    mine = {k[len(name) + 1:]: f for k, f in fields.items() if k.startswith(name + "_")
+            and not any(o != name and o.startswith(name + "_") and k.startswith(o + "_") for o in methods)}
+    if not mine: continue
+    out = []
+    for fname, f in sorted(mine.items(), key=lambda kv: kv[1].lo):
+      v = f.decode(value)
+      longer = [f"{prefix}{name}_{o}_" for o in mine if o.startswith(fname + "_")]   # SEMAPHORE_REDUCTION vs .._SIGN
+      enum = next((k[len(prefix) + len(name) + len(fname) + 2:] for k, e in vars(nv).items()
+                   if k.startswith(f"{prefix}{name}_{fname}_") and type(e) is int and e == v
+                   and not any(k.startswith(lp) for lp in longer)), None)
+      out.append((fname, v, enum))
+    return out
+  return []
+
+def format_fields(fields: Sequence[tuple[str, int, str | None]]) -> str:
+  """`FIELD=VALUE` (or `FIELD=ENUM`) pairs of method_fields, space separated."""
+  return " ".join(f"{n}={e}" if e is not None else f"{n}={v:#x}" for n, v, e in fields)
 
 def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None, base: int | None = None) -> str:
   """A pushbuffer segment in words: each method write, then the commands they form. `mark`: word index to flag."""
@@ -251,7 +308,8 @@ def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, 
     here = mark is not None and not marked and m.pos >= mark
     marked |= here
     name = method_name(classes.get(m.subc) if m.method >= 0x100 else None, m.method)
-    lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}")
+    fields = format_fields(method_fields(classes.get(m.subc) if m.method >= 0x100 else None, m.method, m.value))
+    lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}" + (f"  {fields}" if fields else ""))
   return "\n".join(lines)
 
 def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None) -> str:
@@ -552,9 +610,14 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
   while True:
     if i == put and i != first: break
     e = int(entries[i])
-    if e == 0 and i != get: i = (i + 1) % n; continue
+    pending = (i - get) % n < (put - get) % n
+    # an empty slot is shown only when the GPU is to fetch it (a zero entry pending is a driver bug worth seeing)
+    if e == 0 and not pending:
+      i = (i + 1) % n
+      if i == put: break
+      continue
     addr, nw, sync = decode_gp_entry(e)
-    state = "pending" if (i - get) % n < (put - get) % n else "done"
+    state = "pending" if pending else "done"
     lines.append(f"  [{i:5d}] {state:<7s} pushbuffer {addr:#x} {nw} words{' SYNC' if sync else ''}")
     if read is not None and nw:
       try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes))

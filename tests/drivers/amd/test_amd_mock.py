@@ -2,7 +2,7 @@
 queues, signals and KFD events, timeouts, faults. Each mock check is broken once here (the kernel function it models is
 named in the test). The mock is handed to the driver through the port; nothing here sets MOCKGPU globally."""
 from __future__ import annotations
-import ctypes, errno, os, threading, time
+import ctypes, errno, os, re, threading, time
 import numpy as np
 import pytest
 from helpers import AMDGCN_FILL_LL, raw_aql, registered
@@ -518,6 +518,23 @@ def test_compute_timeout_decodes_aql_and_ib(amd):
   never.value = 5
   done.wait(1, timeout_ms=5000)
 
+def test_hang_watchdog_reports_the_blocked_packet(amd, monkeypatch, capfd):
+  """HANG_WARN_MS on AMD: the warning names the signal, the value waited for and its current value, and shows the
+  WAIT_REG_MEM the CP is blocked on; the wait goes on and completes when the value arrives."""
+  from baregrad import knobs
+  monkeypatch.setenv("HANG_WARN_MS", "100"); knobs.reset()
+  never, done = HCQSignal(amd), HCQSignal(amd)
+  amd.compute_queue_t().wait(never, 5).signal(done, 1).submit(amd)
+  releaser = threading.Timer(1.0, lambda: setattr(never, "value", 5))
+  releaser.start()
+  try: done.wait(1, timeout_ms=10000)
+  finally:
+    releaser.join()
+    monkeypatch.delenv("HANG_WARN_MS"); knobs.reset()
+  err = capfd.readouterr().err
+  assert f"waiting for signal {done.va_addr:#x} >= 1 (it is 0;" in err and "HANG?" in err, err
+  assert f"WAIT_REG_MEM mem[{never.va_addr:#x}]" in err and "value=5" in err and "the CP is here" in err, err
+
 def test_interrupt_needs_the_mailbox_write(amd, mock):
   """A signal whose interrupt packet forgot the event mailbox write would never wake a sleeping host (the check in
   kfd_signal_event_interrupt): the driver's signals write it; this drives a RELEASE_MEM interrupt without it."""
@@ -847,3 +864,15 @@ def test_gfx9_drops_end_of_pipe_interrupts_without_a_context_id():
       raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
       assert (mock.events[dev.event_id].pulses > pulses) == fires, arch
     finally: dev.close()
+
+def test_queue_state_names_the_read_pointer_unit():
+  """The queue state says what each queue's read pointer counts: AQL packets, SDMA bytes, PM4 dwords."""
+  dev, mock = open_mock()
+  try:
+    dev.synchronize()
+    st = mock.queue_state()
+    kinds = {q.kind for q in mock.queues.values()}
+    assert kinds, st
+    for k, unit in {"aql": "packets", "sdma": "bytes", "pm4": "dwords"}.items():
+      if k in kinds: assert re.search(rf"\({k}\) ring 0x[0-9a-f]+: read pointer \d+ {unit}, packets done \d+", st), st
+  finally: dev.close()

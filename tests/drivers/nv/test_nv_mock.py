@@ -3,7 +3,7 @@ patching, method encode/decode, and the HCQ conformance suite. The mock is hande
 (make_port(MockNVGPU())); nothing here sets MOCKGPU globally."""
 from __future__ import annotations
 from tests.paths import REPO
-import ctypes, errno, time
+import ctypes, errno, threading, time
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -274,6 +274,24 @@ def test_timeout_message_has_gpfifo_state(nvdev):
   assert f"->[@    1] WAIT      addr={never.va_addr:#x}" in msg and "the GPU is at" in msg  # where USERD's pushbuffer GET points
   never.value = 42
   done.wait(1, timeout_ms=5000)
+
+def test_hang_watchdog_reports_while_still_waiting(nvdev, monkeypatch, capfd):
+  """HANG_WARN_MS: a wait without progress prints the signal waited on, the value, its current value and the blocked
+  packet, then keeps waiting, so a late release still completes the wait."""
+  from baregrad import knobs
+  monkeypatch.setenv("HANG_WARN_MS", "100"); knobs.reset()
+  never, done = HCQSignal(nvdev), HCQSignal(nvdev)
+  never.value = 3
+  nvdev.copy_queue_t().wait(never, 42).signal(done, 1).submit(nvdev)
+  releaser = threading.Timer(1.0, lambda: setattr(never, "value", 42))
+  releaser.start()
+  try: done.wait(1, timeout_ms=10000)   # returns: the release came after the warning
+  finally:
+    releaser.join()
+    monkeypatch.delenv("HANG_WARN_MS"); knobs.reset()
+  err = capfd.readouterr().err
+  assert f"HANG? NV: no progress for 100 ms waiting for signal {done.va_addr:#x} >= 1 (it is 0;" in err, err
+  assert f"->[@    1] WAIT      addr={never.va_addr:#x} value=42" in err and "OPERATION=ACQ_STRICT_GEQ" in err, err
 
 def test_patch_and_resubmit_copy(nvdev):
   a = Buffer("NV", 64, dtypes.int32).copyin(memoryview(np.arange(64, dtype=np.int32)))

@@ -600,3 +600,34 @@ def test_generation_without_known_layouts_refused_by_name(monkeypatch):
   with monkeypatch.context() as m:
     m.delitem(hw.SHADER_WINDOWS, nv.HOPPER_COMPUTE_A)
     with pytest.raises(DeviceUnavailable, match="no known shader memory windows for HOPPER_COMPUTE_A"): open_mock()
+
+# ---------------------------------------------------------------- illegal methods
+def test_unknown_compute_method_is_an_illegal_method_xid():
+  """A compute-class offset the header defines no method at (0x3ffc) is refused as an illegal method: Xid 13 into the
+  error notifier of the channel, a "Graphics Exception" line naming class, offset and data in the kernel log, and the
+  driver's error names the offset; the device recovers and the next launch works."""
+  assert 0x3ffc not in hw.COMPUTE_LEGAL_METHODS and nv.NVC6C0_SEND_PCAS_A in hw.COMPUTE_LEGAL_METHODS
+  assert nv.NVC6C0_SET_MME_SHADOW_SCRATCH(3) in hw.COMPUTE_LEGAL_METHODS   # indexed methods count as defined
+  dev, mock = open_mock()
+  try:
+    with dev.submit_lock:
+      dev.channels["compute"].submit(array("I", [hw.mthd(hw.SUBC_COMPUTE, 0x3ffc, 1), 0x1234]))
+    with pytest.raises(NVChannelError) as e: dev.synchronize(timeout_ms=5000)
+    line = [t for _, t in mock.kmsg if "Xid" in t][-1]
+    assert re.search(rf"NVRM: Xid \(PCI:[0-9a-f:]+\): 13, name=\S+, Graphics Exception: channel 0x[0-9a-f]{{8}}, "
+                     rf"Class {dev.compute_class:08x}, Offset 00003ffc, Data 00001234", line), line
+    msg = str(e.value)
+    assert e.value.xid == 13 and "ROBUST_CHANNEL_GR_EXCEPTION" in msg and "refused method 0x3ffc" in msg and "0x1234" in msg, msg
+    prg = dev.runtime(dev, "idx", RULES_PTX.encode())   # the device works again
+    out = dev.allocator.alloc(4 * 64)
+    prg(out, global_size=(2, 1, 1), local_size=(32, 1, 1))
+    dev.synchronize()
+    assert (_u32(dev, out, 64) == 2000 + np.arange(64)).all()
+  finally: dev.close()
+
+def test_graphics_exception_line_without_method_names_only_the_channel():
+  """The H100's SKED-check line (Offset 0, no ErrorCode) stays a channel-only report: no method is named."""
+  from baregrad.drivers.nv import faults
+  r = faults.parse_xid("NVRM: Xid (PCI:0000:00:06): 13, pid=1033, name=python3, Graphics Exception: channel 0x00000020, "
+                       "Class 0000cbc0, Offset 00000000, Data 00000000")
+  assert r is not None and r.channel == 0x20 and "offset" not in r.fields

@@ -139,7 +139,9 @@ class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, 
     with self._lock:
       out = []
       for q in self.queues.values():
-        out.append(f"queue {q.qid} ({q.kind}) ring {q.ring:#x}: read {q.rd} packets done {q.done_packets}"
+        # the read pointer counts what the queue's rptr counts: AQL packets, SDMA bytes, PM4 dwords (state.Queue.rd)
+        unit = {"aql": "packets", "sdma": "bytes", "pm4": "dwords"}.get(q.kind, "units")
+        out.append(f"queue {q.qid} ({q.kind}) ring {q.ring:#x}: read pointer {q.rd} {unit}, packets done {q.done_packets}"
                    + (" INACTIVE" if not q.active else "") + (" EVICTED" if q.evicted else "")
                    + (f" BLOCKED {q.blocked}" if q.blocked else "") + (f" FAULT {q.fault}" if q.fault else "")
                    + (f" RUNNING {self._running_names(q)}" if q.running is not None else ""))

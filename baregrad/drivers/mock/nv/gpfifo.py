@@ -159,6 +159,14 @@ class HostChannels:
       # a copy runs alongside whatever the channel launched before it, until a wait-for-idle
       ch.inflight.append(Work("copy", f"copy {n} bytes {src:#x} -> {dst:#x}", copy=(dst, src, n) if copy else None, sem=sem if sem[2] else None))
     elif cls in hw.COMPUTE_CLASSES:
+      # An offset the class defines no method at is refused by the GR front end as an illegal method (nouveau
+      # gf100.c gf100_gr_intr: NV_PGRAPH_INTR bit 0x10 "ILLEGAL_MTHD" with subchannel, class, method and data), which RM
+      # reports as a GR exception: ROBUST_CHANNEL_GR_EXCEPTION, Xid 13 (nverror.h). The legal offsets come from the
+      # class header (hw.COMPUTE_LEGAL_METHODS). The line has the shape of the H100's Xid 13 "Graphics Exception: channel"
+      # line (docs/hw/h100-580.159.04-2026-11-28.md); an illegal method itself was not yet tried on the H100.
+      if m.method not in hw.COMPUTE_LEGAL_METHODS:
+        raise GPUError(13, f"Graphics Exception: channel 0x{ch.token:08x}, Class {cls:08x}, Offset {m.method:08x}, Data {m.value:08x}",
+                       f"illegal method {m.method:#x} on subchannel {m.subc} ({hw.class_name(cls)} defines no method there), data {m.value:#x}")
       if m.method in (hw.SEND_SIGNALING_PCAS2_B, hw.SEND_PCAS_A + 4): self._launch(ch, m.subc, g(hw.SEND_PCAS_A) << 8)
       elif m.method == nv.NVC6C0_WAIT_FOR_IDLE: self._drain(ch)
       elif m.method == nv.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_B:
