@@ -148,7 +148,9 @@ _DECLARED = [
   Knob("PROFILE_PATH", "path", None, "the PROFILE trace file", _D, default_text="$TMPDIR/baregrad-trace-<pid>.json"),
   Knob("_BAREGRAD_PROFILE_OWNER", "str", None,
        "internal: pid of the process that owns PROFILE_PATH (children write beside it)", _D),
-  Knob("VIZ", "bool", False, "not supported (says so and points to DEBUG=4 and PROFILE=1)", _D),
+  Knob("VIZ", "bool", False, "record each kernel's graph through its rewrite passes, its source and the schedules (docs/viz.md)", _D),
+  Knob("VIZ_PATH", "path", None, "the VIZ recording file", _D, default_text="$TMPDIR/baregrad-viz-<pid>.json"),
+  Knob("VIZ_SERVE", "bool", True, "with VIZ=1, serve the recording on 127.0.0.1 at exit (0: only write it)", _D),
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
   Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submitted command buffer", _D),
   # CPU device
