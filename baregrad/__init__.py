@@ -28,6 +28,10 @@ class _TensorPackage(type(functools)):
   def __call__(self, data, dtype=None, device=None, requires_grad=False) -> Tensor:
     return _tensor_factory(data, dtype=dtype, device=device, requires_grad=requires_grad)
 import sys as _sys  # noqa: E402
+from baregrad import knobs as _knobs  # noqa: E402
+if _knobs.read("VIZ"):
+  from baregrad.viz import record as _viz_record
+  _viz_record.start()
 _sys.modules["baregrad.tensor"].__class__ = _TensorPackage
 
 __all__ = ["Tensor", "dtypes", "Device", "jit", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "is_grad_enabled", "functional",

@@ -7,6 +7,10 @@ from baregrad.knobs import Context, DEBUG, getenv  # noqa: F401  (re-exported: t
 
 T = TypeVar("T")
 
+# VIZ=1: baregrad.viz sets this to its recorder; core code calls it only when set, so with VIZ off a hook costs one
+# attribute read (no recording objects are built)
+viz_sink: Any = None
+
 def prod(xs: Iterable[T], start: int = 1) -> int:
   out = start
   for x in xs: out = out * x  # type: ignore[operator]

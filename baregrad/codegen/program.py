@@ -2,7 +2,7 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 import math, sys
-from baregrad import knobs
+from baregrad import knobs, helpers
 from baregrad.helpers import DEBUG
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp, pretty
@@ -137,12 +137,18 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
     for o in opts: k.apply_opt(o)
   fname = k.function_name()
   if DEBUG() >= 2: print(f"kernel {fname}: shape {k.colored_shape()} opts {k.applied}", file=sys.stderr)
+  viz = helpers.viz_sink
+  stages: list[tuple[str, UOp]] | None = [("ast", ast)] if viz is not None else None
   sink = k.lower()
+  if stages is not None: stages.append(("lower", sink))
   sink = expand_lanes(sink, runs=ren.has_local)
+  if stages is not None: stages.append(("expand_lanes", sink))
   pm = symbolic + vector_simplify + (ren.extra_matcher or PatternMatcher([]))
   sink = graph_rewrite(sink, pm)
+  if stages is not None: stages.append(("symbolic", sink))
   if not ren.vectorized: sink = graph_rewrite(devectorize(sink, ren.mem_vector_bytes if vector_mem else 0), symbolic)
   else: sink = graph_rewrite(split_wide(sink, VECTOR_LANES), vector_simplify)
+  if stages is not None: stages.append(("devectorize" if not ren.vectorized else "split_wide", sink))
   # every buffer of the AST stays a kernel parameter, even one whose loads simplified away (the ABI is by position)
   have = {u for u in sink.toposort() if u.op is Ops.DEFINE_GLOBAL}
   if missing := tuple(b for b in k.buffers() if b not in have): sink = sink.replace(src=sink.src + missing)
@@ -158,4 +164,6 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
     for u in uops:
       if u.op in (Ops.LOAD, Ops.STORE) and (d := u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count > 1 and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
         align[u.src[0].src[0].arg] = max(align.get(u.src[0].src[0].arg, 1), d.nbytes)
+  if viz is not None: viz("program", name=fname, renderer=ren.name, shape=k.colored_shape(), opts=list(k.applied), stages=stages,
+                          uops=uops, src=src, global_size=k.global_size(), local_size=k.local_size())
   return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align)

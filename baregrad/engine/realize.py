@@ -1,7 +1,7 @@
 """Run a schedule: allocate buffers (reusing intermediates' memory once they are dead), compile, launch."""
 from __future__ import annotations
 import sys, threading, time
-from baregrad import knobs
+from baregrad import knobs, helpers
 from baregrad.helpers import DEBUG, Progress
 from baregrad.hal import Buffer, Device
 from baregrad.engine.schedule import ScheduleItem
@@ -66,6 +66,7 @@ def check_memory(items: list[ScheduleItem], assign: dict[int, BufRef]) -> None:
                         f"{n} bytes for their buffers and the device has {avail} bytes available: nothing was run")
 
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
+  if helpers.viz_sink is not None: helpers.viz_sink("schedule", items=items)
   # one item has no intermediate whose memory another could take
   assign = plan_memory(items, keep or set()) if len(items) > 1 and not knobs.get("NO_MEMPLAN") else {}
   check_memory(items, assign)

@@ -239,5 +239,3 @@ def _at_exit() -> None:
   print(f"baregrad: PROFILE trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
 
 if ON: start()
-if knobs.read("VIZ"):
-  print("baregrad: VIZ=1 is not supported; DEBUG=4 prints each kernel's UOp graph, PROFILE=1 writes a timeline", file=sys.stderr)

@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""VIZ targets: recording adds <= 20% to a script's run time; a 1000-kernel recording loads and serves in <= 2 s.
+
+Runs the same fresh script (distinct shapes, so every kernel compiles) with VIZ off and VIZ=1 VIZ_SERVE=0 in
+subprocesses, alternating, and prints the ratio; then builds a 1000-kernel recording from a real one and times
+fileformat.load + the first GET of the page and of /recording.json."""
+import json, os, subprocess, sys, tempfile, time, urllib.request
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SCRIPT = ("import baregrad as bg\n"
+          "for n in range(3, 3 + {k}):\n"
+          "  a = bg.Tensor.rand(n, n + 1)\n"
+          "  ((a * 2 + 1).relu().sum(axis=1) / n).tolist()\n")
+
+def run(k: int, viz: bool, path: str) -> float:
+  env = {**os.environ, "PYTHONPATH": ROOT, "BAREGRAD_CACHE": tempfile.mkdtemp()}
+  if viz: env.update(VIZ="1", VIZ_SERVE="0", VIZ_PATH=path)
+  t = time.perf_counter()
+  subprocess.run([sys.executable, "-c", SCRIPT.format(k=k)], env=env, check=True, capture_output=True, timeout=600)
+  return time.perf_counter() - t
+
+def main() -> None:
+  k = int(sys.argv[1]) if len(sys.argv) > 1 else 10
+  d = tempfile.mkdtemp()
+  path = os.path.join(d, "rec.json")
+  off, on = [], []
+  for _ in range(2):
+    off.append(run(k, False, path)); on.append(run(k, True, path))
+  print(f"script with {k} fresh shapes: VIZ off {min(off):.2f} s, VIZ=1 {min(on):.2f} s, overhead {min(on) / min(off) - 1:+.1%} (target <= +20%)")
+  from baregrad.viz import fileformat, server
+  rec = fileformat.load(path)
+  big = dict(rec, kernels=[dict(rec["kernels"][i % len(rec["kernels"])], name=f"k{i}") for i in range(1000)])
+  bp = os.path.join(d, "big.json")
+  with open(bp, "w") as f: json.dump(big, f)
+  t = time.perf_counter()
+  srv = server.serve(bp, background=True)
+  base = f"http://127.0.0.1:{srv.server_address[1]}/"
+  urllib.request.urlopen(base, timeout=10).read()
+  n = len(urllib.request.urlopen(base + "recording.json", timeout=10).read())
+  dt = time.perf_counter() - t
+  srv.shutdown()
+  print(f"1000-kernel recording ({n / 1e6:.1f} MB): checked, served and fetched in {dt:.2f} s (target <= 2 s; "
+        "the page's own drawing of the first kernel is not in this time)")
+
+if __name__ == "__main__": main()
