@@ -15,7 +15,7 @@ from collections import Counter
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from baregrad.ir.dtype import dtypes, DType  # noqa: E402
 from baregrad.ir.ops import Ops  # noqa: E402
-from baregrad.ir.view import ShapeTracker  # noqa: E402
+from baregrad.ir.view import ShapeTracker, View  # noqa: E402
 from baregrad.codegen.astbuild import load, store, reduce, sink  # noqa: E402
 from baregrad.codegen.kernel import Kernel  # noqa: E402
 from baregrad.codegen.heuristic import heuristic_opts  # noqa: E402
@@ -27,12 +27,15 @@ DTYPES = {"half": dtypes.float16, "bf16": dtypes.bfloat16, "float": dtypes.float
 SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDG", "LDSM", "STSM", "SYNCS", "BAR")
 
 def matmul_ast(m: int, n: int, k: int, dt: DType):
-  """C[m,n] = sum_k A[m,k] B[k,n], accumulated in float32 (as the Tensor frontend builds a half/bf16 matmul)."""
-  sa = ShapeTracker.from_shape((m, k)).reshape((m, 1, k)).expand((m, n, k))
-  sb = ShapeTracker.from_shape((k, n)).permute((1, 0)).reshape((1, n, k)).expand((m, n, k))
-  prod = load(1, dt, sa) * load(2, dt, sb)
-  if dt != dtypes.float32: prod = prod.cast(dtypes.float32)
-  return sink(store(0, (m, n, 1), reduce(prod, Ops.ADD, (2,))))
+  """C[m,n] = sum_k A[m,k] B[k,n] as the Tensor frontend schedules `a @ b` (checked against Tensor.schedule() in
+  tests/drivers/nv/test_gemm_mix.py): each load a two-view ShapeTracker, cast to float32, product summed in float32,
+  the sum cast back to dt."""
+  sa = ShapeTracker((View.contiguous((m, k)), View((m, n, k), (k, 0, 1), 0, None)))
+  sb = ShapeTracker((View.contiguous((k, n)), View((m, n, k), (0, 1, n), 0, None)))
+  la, lb = load(1, dt, sa), load(2, dt, sb)
+  if dt != dtypes.float32: la, lb = la.cast(dtypes.float32), lb.cast(dtypes.float32)
+  acc = reduce(la * lb, Ops.ADD, (2,))
+  return sink(store(0, (m, n, 1), acc.cast(dt) if dt != dtypes.float32 else acc))
 
 def innermost_loop(src: str) -> Counter:
   """Opcode counts of the innermost loop of rendered PTX (a `$L.._head:` whose back edge encloses no other head)."""

@@ -13,7 +13,8 @@ from baregrad.codegen.heuristic import heuristic_opts
 from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer.ptx import PTXRenderer
 from baregrad.drivers.nv_compile import find_ptxas
-from tests.drivers.nv.test_tensor_cores import matmul_ast
+from tests.helpers import mock_nv_device
+from tools.sass_report import matmul_ast, innermost_loop
 
 N = 4096
 
@@ -27,19 +28,13 @@ def _ptx(dt) -> tuple[str, list]:
 def kernels() -> dict:
   return {dt: _ptx(dt) for dt in (dtypes.float16, dtypes.bfloat16)}
 
-def innermost_loop(src: str) -> Counter:
-  """Opcode counts of the innermost loop (a `$L.._head:` label whose back edge has no other head between)."""
-  lines = [l.strip() for l in src.splitlines()]
-  best: Counter | None = None
-  for i, l in enumerate(lines):
-    if not (m := re.fullmatch(r"(\$L\d+_head):", l)): continue
-    end = next(j for j in range(i + 1, len(lines)) if lines[j].endswith(f"bra {m.group(1)};"))
-    body = lines[i + 1:end]
-    if any(re.fullmatch(r"\$L\d+_head:", b) for b in body): continue   # holds another loop: not innermost
-    best = Counter(re.sub(r"^@!?%p\d+\s+", "", b).split()[0] for b in body
-                   if b and not b.startswith(("$", "//", "{", "}", ".reg")))
-  assert best is not None, "no loop in the kernel"
-  return best
+def test_static_matmul_ast_is_what_the_tensor_frontend_schedules():
+  """The static checks look at the kernel a @ b really runs (the frontend's two-view loads, casts, half output)."""
+  from baregrad.tensor import Tensor
+  with mock_nv_device():
+    for dt in (dtypes.float16, dtypes.bfloat16):
+      (item,) = (Tensor.empty(64, 32, dtype=dt, device="NV") @ Tensor.empty(32, 48, dtype=dt, device="NV")).schedule()
+      assert item.ast == matmul_ast(64, 48, 32, dt), f"{dt.name}: frontend AST\n{item.ast}\nstatic AST\n{matmul_ast(64, 48, 32, dt)}"
 
 def _same_ops(c: Counter) -> Counter:
   return Counter({k.replace("bf16", "T").replace("f16", "T"): v for k, v in c.items()})
