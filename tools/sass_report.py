@@ -28,10 +28,10 @@ SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDG", "LDSM", "STSM", "SYNCS"
 
 def matmul_ast(m: int, n: int, k: int, dt: DType):
   """C[m,n] = sum_k A[m,k] B[k,n] as the Tensor frontend schedules `a @ b` (checked against Tensor.schedule() in
-  tests/drivers/nv/test_gemm_mix.py): each load a two-view ShapeTracker, cast to float32, product summed in float32,
+  tests/drivers/nv/test_gemm_mix.py): each load one View, cast to float32, product summed in float32,
   the sum cast back to dt."""
-  sa = ShapeTracker((View.contiguous((m, k)), View((m, n, k), (k, 0, 1), 0, None)))
-  sb = ShapeTracker((View.contiguous((k, n)), View((m, n, k), (0, 1, n), 0, None)))
+  sa = ShapeTracker((View((m, n, k), (k, 0, 1), 0, None),))
+  sb = ShapeTracker((View((m, n, k), (0, 1, n), 0, None),))
   la, lb = load(1, dt, sa), load(2, dt, sb)
   if dt != dtypes.float32: la, lb = la.cast(dtypes.float32), lb.cast(dtypes.float32)
   acc = reduce(la * lb, Ops.ADD, (2,))
