@@ -73,4 +73,5 @@ def _ptxas_v(src: str, arch: str) -> tuple[int, int]:
 def test_half_and_bf16_assemble_alike_without_spills(kernels, arch):
   (hr, hs), (br, bs) = (_ptxas_v(kernels[dt][0], arch) for dt in (dtypes.float16, dtypes.bfloat16))
   assert hs == 0 and bs == 0, f"{arch}: spills half {hs} B, bf16 {bs} B"
-  assert hr <= 255 and br <= 255 and abs(hr - br) <= 8, f"{arch}: registers half {hr}, bf16 {br}"
+  # 128 today; 222 when the frontend's loads were two-View stacks (engine/schedule.compose), so a bound well below 255
+  assert hr <= 160 and br <= 160 and abs(hr - br) <= 8, f"{arch}: registers half {hr}, bf16 {br}"
