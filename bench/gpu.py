@@ -16,7 +16,8 @@ timed); nothing is timed twice on the same data, and no realized graph is realiz
 inputs, as a training step would). Kernel times are the device's (timestamps written by the queue around the launch);
 latency rows are host wall time. PyTorch rows time CUDA events around the same work on the same data.
 
-Usage: python bench/gpu.py [--dev NV] [--quick] [--reps 5] [--tf32] [--profile]
+Usage: python bench/gpu.py [--dev NV] [--quick] [--reps 5] [--tf32] [--profile] [--only gemm] [--warm 2]
+The GEMM table of issue 32 (one command, aimed at under 5 minutes on an H100): python bench/gpu.py --only gemm --tf32
 --quick: small sizes (runs on the mock GPU too: MOCKGPU=1 python bench/gpu.py --quick; tests/drivers/nv/test_bench_gpu.py).
 
 First figures on hardware (an H100 80GB HBM3, driver 580.159.04, 2026-11-28; docs/hw/h100-580.159.04-2026-11-28.md):
@@ -87,8 +88,25 @@ def _heuristic(ast, dev: str) -> list:
   ren = Device[dev].renderer
   return heuristic_opts(Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=ren.has_local, ren=ren), ren)
 
+_warmed = False
+WARM_S = 2.0   # main() sets it from --warm
+
+def warm_clocks(k: Kernels, seconds: float) -> None:
+  """Run k back to back until `seconds` of wall time have passed and its last three device times agree within 3%.
+  A GPU idles at low clocks and ramps up under load over a second or so: without this the first timed row (half
+  matmul, issue 32) measured the ramp, about 5x slower than the identical bf16 kernel timed after it."""
+  global _warmed
+  if _warmed or seconds <= 0: return
+  k.refill(np.random.default_rng(1))
+  end, ts = time.perf_counter() + seconds, []
+  while time.perf_counter() < end or (len(ts) >= 3 and max(ts[-3:]) > 1.03 * min(ts[-3:])):
+    ts.append(k.run())
+    if time.perf_counter() > end + 4 * seconds: break   # bounded: never spins forever on a noisy clock
+  _warmed = True
+
 def timed(k: Kernels, reps: int, rng: np.random.Generator) -> tuple[float, list[np.ndarray]]:
   """Best device time over `reps` runs, each on fresh inputs; returns it and the last run's inputs."""
+  warm_clocks(k, WARM_S)   # once per process, before the first timed row
   k.refill(rng); k.run()   # warm up: first launch, page mappings
   best, xs = float("inf"), []
   for _ in range(reps):
@@ -120,21 +138,24 @@ def row(name: str, ours: str, theirs: str, ratio: float | None, note: str = "") 
   r = f"{ratio:6.2f}x" if ratio is not None else "     -"
   print(f"{name:34s} {ours:>18s} {theirs:>22s} {r}  {note}")
 
-def bench_matmul(dev: str, n: int, dt: DType, reps: int, rng: np.random.Generator, check: bool, tag: str = "") -> None:
-  k = Kernels(lambda a, b: a @ b, [((n, n), dt), ((n, n), dt)], dev, replan=bool(tag))
+def bench_matmul(dev: str, n: int | tuple[int, int, int], dt: DType, reps: int, rng: np.random.Generator, check: bool,
+                 tag: str = "") -> None:
+  """(m, k) @ (k, n) in dt (n alone: a square n^3), timed on fresh inputs, beside torch's a @ b on the same shapes."""
+  m, kk, nn = (n, n, n) if isinstance(n, int) else n
+  k = Kernels(lambda a, b: a @ b, [((m, kk), dt), ((kk, nn), dt)], dev, replan=bool(tag))
   t, (a, b) = timed(k, reps, rng)
-  fl = 2 * n ** 3
+  fl = 2 * m * kk * nn
   if check:
-    got = k.result((n, n), dt)
+    got = k.result((m, nn), dt)
     ra, rb = (storage(x, dt) for x in (a, b))
     if dt == dtypes.bfloat16: ra, rb = ((x.astype(np.uint32) << 16).view(np.float32) for x in (ra, rb))
     ref = ra.astype(np.float64) @ rb.astype(np.float64)
     err = float(np.abs(got - ref).max() / max(1e-6, np.abs(ref).max()))
-    assert err < (2e-2 if dt != dtypes.float32 else 1e-4), f"matmul {dt}: relative error {err}"
+    assert err < (2e-2 if dt != dtypes.float32 else 1e-4), f"matmul {dt} {m}x{kk}x{nn}: relative error {err}"
   torch, theirs, ratio = _torch(), "-", None
   if torch is not None:
     tdt = {dtypes.float16: torch.float16, dtypes.bfloat16: torch.bfloat16, dtypes.float32: torch.float32}[dt]
-    ta, tb = torch.empty((n, n), dtype=tdt, device="cuda"), torch.empty((n, n), dtype=tdt, device="cuda")
+    ta, tb = torch.empty((m, kk), dtype=tdt, device="cuda"), torch.empty((kk, nn), dtype=tdt, device="cuda")
     def fresh(): ta.normal_(); tb.normal_()
     prev = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = bool(tag)   # the same precision on both sides
@@ -142,7 +163,27 @@ def bench_matmul(dev: str, n: int, dt: DType, reps: int, rng: np.random.Generato
     finally: torch.backends.cuda.matmul.allow_tf32 = prev
     theirs, ratio = rate(fl / tt, "FLOPS"), tt / t
   opts = [f"{o.op.name}{o.amt or ''}" for o in k.runners[0].spec.opts]
-  row(f"matmul {n}^3 {dt.name}{tag}", rate(fl / t, "FLOPS"), theirs, ratio, " ".join(opts))
+  name = f"{n}^3" if isinstance(n, int) else f"{m}x{kk}x{nn}"
+  row(f"matmul {name} {dt.name}{tag}", rate(fl / t, "FLOPS"), theirs, ratio, " ".join(opts))
+
+# The GEMM table of issue 32 (--only gemm): (m, k, n) square, transformer (8x2048 tokens by 4096x4096 and 4096x11008),
+# awkward (edge tiles), skinny (matrix-vector); quick: small stand-ins of each kind that the mock runs in seconds.
+GEMM_SHAPES = [(2048,) * 3, (4096,) * 3, (8192,) * 3, (16384, 4096, 4096), (16384, 4096, 11008),
+               (4095,) * 3, (1000,) * 3, (1023, 1025, 1027), (1, 4096, 4096), (16, 4096, 4096)]
+GEMM_QUICK = [(32,) * 3, (31, 33, 35), (1, 64, 32)]
+
+def bench_gemm_table(dev: str, quick: bool, reps: int, rng: np.random.Generator, tf32: bool) -> None:
+  """Every GEMM shape in half, bf16, float32 (and tf32 when asked); results checked where NumPy does it in ~a second."""
+  from baregrad.codegen.tc import set_allow_tf32
+  for shape in GEMM_QUICK if quick else GEMM_SHAPES:
+    m, k, n = shape
+    check = m * k * n <= 1 << 36
+    for dt in (dtypes.float16, dtypes.bfloat16, dtypes.float32):
+      bench_matmul(dev, shape, dt, reps, rng, check)
+    if tf32:
+      set_allow_tf32(True)
+      try: bench_matmul(dev, shape, dtypes.float32, reps, rng, False, " tf32")
+      finally: set_allow_tf32(None)
 
 def bench_elementwise(dev: str, n: int, reps: int, rng: np.random.Generator, check: bool) -> None:
   k = Kernels(lambda x, y, z: (x * y + z).relu(), [((n,), dtypes.float32)] * 3, dev)
@@ -278,11 +319,14 @@ def main() -> None:
   ap.add_argument("--dev", default="NV")
   ap.add_argument("--quick", action="store_true", help="small sizes (the mock GPU runs them)")
   ap.add_argument("--reps", type=int, default=0)
+  ap.add_argument("--warm", type=float, default=None, help="seconds to run the first kernel before timing (clock ramp; default 2, 0 with --quick)")
   ap.add_argument("--tf32", action="store_true", help="also time float32 matmul on tf32 tensor cores (ALLOW_TF32)")
   ap.add_argument("--profile", action="store_true", help="where the Python time of a launch goes")
-  ap.add_argument("--only", default="", help="comma-separated sections: matmul,ew,sum,conv,latency")
+  ap.add_argument("--only", default="", help="comma-separated sections: matmul,ew,sum,conv,latency; gemm (issue 32's shape table, not in the default run)")
   args = ap.parse_args()
   dev = Device.canonicalize(args.dev)
+  global WARM_S
+  WARM_S = args.warm if args.warm is not None else (0.0 if args.quick else 2.0)
   reps = args.reps or (2 if args.quick else 5)
   rng = np.random.default_rng(0)
   ren = Device[dev].renderer
@@ -301,6 +345,7 @@ def main() -> None:
       set_allow_tf32(True)
       try: bench_matmul(dev, 64 if q else 4096, dtypes.float32, reps, rng, False, " tf32")
       finally: set_allow_tf32(None)
+  if "gemm" in only: bench_gemm_table(dev, q, reps, rng, args.tf32)
   if "ew" in only: bench_elementwise(dev, (1 << 16) if q else (64 << 20), reps, rng, check)
   if "sum" in only: bench_sum(dev, (1 << 16) + 3 if q else (64 << 20), reps, rng, check)
   if "conv" in only:

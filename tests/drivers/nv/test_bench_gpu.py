@@ -17,3 +17,14 @@ def test_bench_gpu_quick_on_the_mock(monkeypatch, capsys):
     assert name in out, f"{name!r} missing from:\n{out}"
   assert out.count("TC ") >= 3   # f16, bf16 and (with --tf32) float32 on tensor cores
   assert "2 kernels" in out       # the sum spreads over the device in two stages
+
+def test_bench_gpu_gemm_table_quick_on_the_mock(monkeypatch, capsys):
+  """The issue 32 GEMM table: square, awkward and skinny stand-ins, each dtype, results checked against NumPy."""
+  with mock_nv_device():
+    spec = importlib.util.spec_from_file_location("bench_gpu", os.path.join(str(REPO), "bench", "gpu.py"))
+    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    monkeypatch.setattr(sys, "argv", ["gpu.py", "--quick", "--reps", "1", "--only", "gemm"])
+    mod.main()
+  out = capsys.readouterr().out
+  for name in ("matmul 32x32x32 half", "matmul 31x33x35 bfloat16", "matmul 1x64x32 float"):
+    assert name in out, f"{name!r} missing from:\n{out}"

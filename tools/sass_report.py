@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""One line per kernel, key=value, for a matmul rendered and assembled without a GPU (issue 32, static checks).
+
+  python3 tools/sass_report.py --arch sm_90 --matmul 4096x4096x4096 --dtype half
+
+Fields: name, arch, opts, regs, spills (bytes of spill stores + loads, from ptxas -v), smem, then PTX counts of the
+innermost (main) loop: loop_mma (mma.sync), loop_ldsm (ldmatrix), loop_cp_async, loop_ldg (ld.global), loop_bar,
+loop_cvt_float (float conversions; the innermost loop is the k-step's, cp.async prefetch sits in the loop around it); and, when cuobjdump or
+nvdisasm is found (NVIDIA's pip wheels), SASS counts over the whole kernel: HMMA, HGMMA, LDSM, LDGSTS, LDG, STSM,
+UTMALDG, SYNCS, BAR. Without them the SASS fields read `sass=unavailable` (not zeros).
+Not done yet (issue 32): SASS counts restricted to the main loop, ptxas advisories (wgmma serialization)."""
+from __future__ import annotations
+import argparse, glob, os, re, shutil, subprocess, sys, tempfile
+from collections import Counter
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from baregrad.ir.dtype import dtypes, DType  # noqa: E402
+from baregrad.ir.ops import Ops  # noqa: E402
+from baregrad.ir.view import ShapeTracker, View  # noqa: E402
+from baregrad.codegen.astbuild import load, store, reduce, sink  # noqa: E402
+from baregrad.codegen.kernel import Kernel  # noqa: E402
+from baregrad.codegen.heuristic import heuristic_opts  # noqa: E402
+from baregrad.codegen.program import get_program  # noqa: E402
+from baregrad.codegen.renderer.ptx import PTXRenderer  # noqa: E402
+from baregrad.drivers.nv_compile import find_ptxas, _wheel_tool  # noqa: E402
+
+DTYPES = {"half": dtypes.float16, "bf16": dtypes.bfloat16, "float": dtypes.float32}
+SASS_OPS = ("HGMMA", "HMMA", "UTMALDG", "LDGSTS", "LDG", "LDSM", "STSM", "SYNCS", "BAR")
+
+def matmul_ast(m: int, n: int, k: int, dt: DType):
+  """C[m,n] = sum_k A[m,k] B[k,n] as the Tensor frontend schedules `a @ b` (checked against Tensor.schedule() in
+  tests/drivers/nv/test_gemm_mix.py): each load one View, cast to float32, product summed in float32,
+  the sum cast back to dt."""
+  sa = ShapeTracker((View((m, n, k), (k, 0, 1), 0, None),))
+  sb = ShapeTracker((View((m, n, k), (0, 1, n), 0, None),))
+  la, lb = load(1, dt, sa), load(2, dt, sb)
+  if dt != dtypes.float32: la, lb = la.cast(dtypes.float32), lb.cast(dtypes.float32)
+  acc = reduce(la * lb, Ops.ADD, (2,))
+  return sink(store(0, (m, n, 1), acc.cast(dt) if dt != dtypes.float32 else acc))
+
+def innermost_loop(src: str) -> Counter:
+  """Opcode counts of the innermost loop of rendered PTX (a `$L.._head:` whose back edge encloses no other head)."""
+  lines = [ln.strip() for ln in src.splitlines()]
+  best: Counter | None = None
+  for i, ln in enumerate(lines):
+    if not (m := re.fullmatch(r"(\$L\d+_head):", ln)): continue
+    end = next(j for j in range(i + 1, len(lines)) if lines[j].endswith(f"bra {m.group(1)};"))
+    body = lines[i + 1:end]
+    if any(re.fullmatch(r"\$L\d+_head:", b) for b in body): continue
+    best = Counter(re.sub(r"^@!?%p\d+\s+", "", b).split()[0] for b in body
+                   if b and not b.startswith(("$", "//", "{", "}", ".reg")))
+  if best is None: raise ValueError("the kernel has no loop (a $L.._head label with a back edge)")
+  return best
+
+def assemble(src: str, arch: str) -> tuple[bytes, str]:
+  """(cubin, ptxas -v report) for src assembled for arch (its .target rewritten to arch)."""
+  ptxas = find_ptxas()
+  if ptxas is None: raise FileNotFoundError("ptxas not found (PATH, /usr/local/cuda*/bin, or pip nvidia-cuda-nvcc-cu12)")
+  with tempfile.TemporaryDirectory() as d:
+    p, o = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+    with open(p, "w") as f: f.write(re.sub(r"^\.target\s+\S+", f".target {arch}", src, count=1, flags=re.M))
+    r = subprocess.run([ptxas, f"-arch={arch}", "-v", "-o", o, p], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0: raise RuntimeError(f"ptxas -arch={arch} failed ({r.returncode}): {r.stderr[-2000:]}")
+    with open(o, "rb") as f: return f.read(), r.stderr
+
+def sass_counts(cubin: bytes) -> Counter | None:
+  """SASS opcode counts (whole kernel) by cuobjdump -sass, or None when it is not installed."""
+  tool = shutil.which("cuobjdump") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/cuobjdump"))), None) or _wheel_tool("cuobjdump")
+  if tool is None: return None
+  with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+    f.write(cubin); f.flush()
+    out = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, timeout=120, check=True).stdout
+  ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", out)
+  return Counter(op for op in ops)
+
+def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
+  """The key=value fields of one matmul kernel (opts from the heuristic)."""
+  ren = PTXRenderer()
+  ast = matmul_ast(m, n, k, dt)
+  opts = heuristic_opts(Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=True, ren=ren), ren)
+  spec = get_program(ast, ren, opts)
+  cubin, v = assemble(spec.src, arch)
+  regs = re.search(r"Used (\d+) registers", v)
+  sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", v)
+  smem = re.search(r"(\d+) bytes smem", v)
+  loop = innermost_loop(spec.src)
+  pick = lambda pre: sum(c for op, c in loop.items() if op.startswith(pre))   # noqa: E731
+  f = {"name": spec.name, "arch": arch, "dtype": dt.name, "opts": ",".join(f"{o.op.name}{o.axis}:{o.amt}" for o in opts),
+       "regs": regs.group(1) if regs else "?", "spills": str(int(sp.group(1)) + int(sp.group(2))) if sp else "?",
+       "smem": smem.group(1) if smem else "0", "loop_mma": str(pick("mma.sync")), "loop_ldsm": str(pick("ldmatrix")),
+       "loop_cp_async": str(pick("cp.async")), "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
+       "loop_cvt_float": str(pick("cvt.rn") + pick("cvt.f"))}
+  sass = sass_counts(cubin)
+  if sass is None: f["sass"] = "unavailable"
+  else: f.update({op: str(sum(c for o, c in sass.items() if o == op or o.startswith(op + "_"))) for op in SASS_OPS})
+  return f
+
+def main(argv: list[str] | None = None) -> int:
+  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--arch", action="append", help="sm_80, sm_89, sm_90 ... (repeatable; default sm_80 and sm_90)")
+  ap.add_argument("--matmul", action="append", help="MxNxK (repeatable; default 4096x4096x4096)")
+  ap.add_argument("--dtype", action="append", choices=sorted(DTYPES), help="repeatable; default half and bf16")
+  a = ap.parse_args(argv)
+  for shape in a.matmul or ["4096x4096x4096"]:
+    try: m, n, k = (int(x) for x in shape.lower().split("x"))
+    except ValueError: ap.error(f"--matmul wants MxNxK (three integers), got {shape!r}")
+    for dn in a.dtype or ["half", "bf16"]:
+      for arch in a.arch or ["sm_80", "sm_90"]:
+        print(" ".join(f"{key}={val}" for key, val in report(m, n, k, DTYPES[dn], arch).items()), flush=True)
+  return 0
+
+if __name__ == "__main__": sys.exit(main())
