@@ -35,6 +35,8 @@ MIN_ROWS = 256             # rows of outputs (row tiles of A) that read each pan
 # a B past the L2 pays with fewer rows: BERT-base's MLP at sequence 128 (128 x 768 x 3072 and 128 x 3072 x 768, 9 MiB
 # of B, rows 12 KiB apart) 99 -> 150 and 98 -> 169 GFLOPS packed, 2-core AVX-512; 197 x 192 x 768 (0.6 MiB) loses
 BIG_BYTES, BIG_MIN_ROWS = 4 << 20, 64
+# a transposed B (x @ W.T) pays from fewer rows: the dot form it replaces ran 128 x 768 x 2048 at 7-25 GFLOPS
+T_MIN_ROWS = 16
 MAX_BYTES = 256 << 20      # P is a second copy of B while the matmul runs: a huge B (an embedding) is read in place
 
 def pack_operand(ast: UOp, ren: object) -> SplitPlan | None:
@@ -66,18 +68,20 @@ def _find(ast: UOp, panel: int) -> tuple[UOp, View, int, int, tuple[int, ...]] |
     mv = [o for o, (n, s) in enumerate(zip(v.shape, v.strides)) if n > 1 and s != 0]
     rk = [o for o in mv if o in reds]
     for j in outs:
-      if j not in mv or v.strides[j] != 1 or len(rk) != 1: continue
+      # j: B contiguous along it (P is B's panels), or B read across it with its reduce axis contiguous (x @ W.T, a
+      # Linear layer's weight: otherwise the dot form, every output a horizontal sum of lanes; packed, P is W.T's panels)
+      if j not in mv or len(rk) != 1 or (v.strides[j] != 1 and v.strides[rk[0]] != 1): continue
       # a row axis: another load moves along it, B does not (each element of B feeds a row of outputs)
       rows = [o for o in outs if o not in mv and any(x.src[1].arg.real_strides()[o] not in (0, None) for x in loads if x is not b)]
       if not rows: continue
       # cpu_heuristic's choice of the lane axis: where the store is contiguous too, the last such
-      cands.append(((sst[j] in (1, -1), j), b, v, j, rk[0], rows, prod(full[o] for o in mv)))
+      cands.append(((v.strides[j] == 1, sst[j] in (1, -1), j), b, v, j, rk[0], rows, prod(full[o] for o in mv)))
   if not cands: return None
-  _, b, v, j, k, rows, moved = max(cands, key=lambda c: c[0])
+  key, b, v, j, k, rows, moved = max(cands, key=lambda c: c[0])
   # B's bytes per batch decide the cache behaviour, all of them (P's size) the memory
   if b.dtype.itemsize * full[k] * full[j] < MIN_BYTES or b.dtype.itemsize * moved > MAX_BYTES: return None
   nrows, nbytes = prod(full[o] for o in rows), b.dtype.itemsize * full[k] * full[j]
-  if nrows < (BIG_MIN_ROWS if nbytes >= BIG_BYTES else MIN_ROWS) or full[j] < panel: return None
+  if nrows < (BIG_MIN_ROWS if nbytes >= BIG_BYTES else MIN_ROWS if key[0] else T_MIN_ROWS) or full[j] < panel: return None
   return b, v, j, k, full
 
 def affine_view(st: ShapeTracker) -> View | None:

@@ -14,8 +14,21 @@ from baregrad.hal import Device, profile
 # node lives: dead graphs free their buffers. Nodes are graphs over buffer versions, so a hit is the same expression
 # over the same versions; an entry whose buffer was overwritten since is ignored (docs/value_semantics.md)
 def set_realized(u: UOp, v: UOp) -> None:
-  """Record that v (a buffer view) holds u's value."""
-  if v is not u: object.__setattr__(u, "_realized", v)   # (a buffer is its own value: no self-reference)
+  """Record that v (a buffer view) holds u's value. Not for a value computed from no buffer (ones(4), an arange): its
+  hash-consed node names no device, so a later graph on another device (a data-parallel replica's) would read this
+  device's buffer in its kernels."""
+  if v is not u and _reads_buffer(u): object.__setattr__(u, "_realized", v)   # (a buffer is its own value: no self-reference)
+
+def _reads_buffer(u: UOp) -> bool:
+  """Whether u's graph reads a buffer (walks until the first one: at once for an eager op over tensors)."""
+  stack, seen = [u], set()
+  while stack:
+    n = stack.pop()
+    if n.op is Ops.BUFFER: return True
+    if n in seen: continue
+    seen.add(n)
+    stack.extend(n.src)
+  return False
 
 def buffer_view(ref: BufRef, shape: tuple[int, ...], fresh: bool = False) -> UOp:
   """The node reading ref's buffer as `shape` (`fresh`: no node has named ref yet)."""

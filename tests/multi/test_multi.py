@@ -105,3 +105,14 @@ def test_bad_input_named():
   with pytest.raises(TypeError, match="with a tensor on CPU only"): Tensor(f32(4)).shard(D2) + Tensor(f32(4))
   with pytest.raises(ValueError, match="different devices"): Tensor(f32(4)).shard(D2) + Tensor(f32(4)).shard(D3)
   with pytest.raises(ValueError, match="fewer elements than the 3 devices"): Tensor(f32(2)).shard(D3)
+
+def test_a_constant_computed_on_one_device_is_not_read_on_another():
+  # ones(4) is the same hash-consed graph on every device (it reads no buffer): its value realized on CPU must not
+  # stand in for it in a kernel on CPU:1 (a data-parallel replica's loss backward met one from an earlier test)
+  w = Tensor.zeros(4, requires_grad=True)
+  w.sum().backward()
+  w.grad.realize()                        # the gradient of a sum: ones(4) as a constant expanded, computed on CPU
+  w1 = Tensor.zeros(4, requires_grad=True, device="CPU:1")
+  w1.sum().backward()                     # the same constant graph, on CPU:1
+  y = Tensor(np.arange(4, dtype=np.float32), device="CPU:1")
+  np.testing.assert_array_equal((y + w1.grad).numpy(), np.arange(4) + 1)

@@ -42,12 +42,20 @@ def test_plan_of_a_big_matmul():
   (matmul(128, 256, 1024), "128 rows read B too few times"),
   (matmul(48, 3072, 768), "48 rows read even a B past the L2 too few times"),
   (matmul(256, 8192, 8200), "a copy of a 256 MiB B is not made"),
-  (matmul(256, 1024, 1024, transposed_b=True), "dot form: no operand is contiguous along an output axis"),
+  (matmul(8, 1024, 1024, transposed_b=True), "8 rows of x @ W.T read W too few times"),
   (matmul(256, 1024, 1024, op=Ops.MAX), "not a sum of products"),
   (sink(store(0, (1024, 1024), load(1, f32, (1024, 1024)) * 2)), "no reduction"),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_kernels_that_stay_whole(ast, why):
   assert pack_operand(ast, Device["CPU"].renderer) is None, why
+
+def test_a_transposed_b_is_packed():
+  # x @ W.T (a Linear layer's weight, contiguous along the reduction): no operand is contiguous along an output axis,
+  # so unpacked it is the dot form; packed, P holds W.T's panels and the matmul is the outer-product tile
+  plan = pack_operand(matmul(64, 1024, 1024, transposed_b=True), Device["CPU"].renderer)
+  assert plan is not None and len(plan.kernels) == 2
+  x, w = np.random.default_rng(0).random((64, 300), dtype=np.float32), np.random.default_rng(1).random((700, 300), dtype=np.float32)
+  np.testing.assert_allclose((Tensor(x) @ Tensor(w).T).numpy(), x @ w.T, rtol=1e-4)
 
 def test_a_b_past_the_l2_packs_for_fewer_rows():
   # BERT-base's MLP at sequence 128: 9 MiB of B, 128 rows
