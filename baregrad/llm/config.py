@@ -33,7 +33,8 @@ class LlamaConfig:
   @staticmethod
   def from_hf(cfg: dict[str, Any], where: str = "config.json") -> "LlamaConfig":
     archs = cfg.get("architectures") or []
-    fam = next((HF_ARCHS[a] for a in archs if a in HF_ARCHS), None) or ARCHS.get(cfg.get("model_type", ""), None) and cfg["model_type"]
+    mt = cfg.get("model_type")
+    fam = next((HF_ARCHS[a] for a in archs if a in HF_ARCHS), None) or (mt if mt in ARCHS else None)
     if fam is None:
       raise UnsupportedModel(f"{where}: architecture {archs or cfg.get('model_type')!r} is not supported; supported: {sorted(HF_ARCHS)}")
     rs = dict(cfg.get("rope_scaling") or cfg.get("rope_parameters") or {})

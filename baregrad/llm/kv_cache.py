@@ -16,10 +16,9 @@ class KVCache:
   def reset(self) -> None:
     for t in self.k + self.v: t.assign(Tensor.zeros(*self.shape, device=t.device)).realize()
 
-  def write(self, layer: int, k: Tensor, v: Tensor, onehot: Tensor) -> tuple[Tensor, Tensor]:
-    """Write k and v (KV, T, hd) at the positions of onehot (T, S) into layer's cache; returns the caches as they are
-    after the write (what this step's attention reads)."""
-    written = onehot.sum(0).reshape(1, -1, 1) > 0                       # (1, S, 1)
+  def write(self, layer: int, k: Tensor, v: Tensor, onehot: Tensor, written: Tensor) -> tuple[Tensor, Tensor]:
+    """Write k and v (KV, T, hd) at the positions of onehot (T, S) (`written`: (1, S, 1), the slots it names) into
+    layer's cache; returns the caches as they are after the write (what this step's attention reads)."""
     out = []
     for cache, new in ((self.k[layer], k), (self.v[layer], v)):
       placed = onehot.T.unsqueeze(0).matmul(new)                        # (KV, S, hd): each new row at its slot

@@ -12,7 +12,7 @@ import numpy as np
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.jit import jit
 from baregrad.llm.config import LlamaConfig
-from baregrad.llm.quant import QuantizedWeight, linear
+from baregrad.llm.quant import QuantizedWeight, dequantize, linear
 from baregrad.llm.kv_cache import KVCache
 
 Weight = Tensor | QuantizedWeight
@@ -54,9 +54,7 @@ class LlamaModel:
   # ---------------------------------------------------------------- the network
   def _embed(self, ids: Tensor) -> Tensor:
     e = self.w["model.embed_tokens.weight"]
-    if isinstance(e, QuantizedWeight):
-      from baregrad.llm.quant import dequantize
-      return dequantize(e)[ids]   # (gathers rows of the dequantized expression: only the rows read are computed)
+    if isinstance(e, QuantizedWeight): return dequantize(e)[ids]   # (gathers rows of the dequantized expression: only the rows read are computed)
     return e[ids].float()
 
   def _rope(self, x: Tensor, pos: Tensor) -> Tensor:
@@ -78,6 +76,7 @@ class LlamaModel:
     keys = Tensor.arange(S, device=self.device)
     mask = keys.unsqueeze(0) <= pos.unsqueeze(1)                            # (T, S): causal, and only written slots
     onehot = (keys.unsqueeze(0) == pos.unsqueeze(1)).float()                # (T, S): where each token's k and v go
+    written = onehot.sum(0).reshape(1, -1, 1) > 0                          # (1, S, 1): the slots this step writes
     for i in range(c.n_layers):
       p = f"model.layers.{i}."
       x = _rms(h, self._t(p + "input_layernorm.weight"), c.norm_eps)
@@ -90,7 +89,7 @@ class LlamaModel:
       if c.qk_norm:
         q, k = _rms(q, self._t(p + "self_attn.q_norm.weight"), c.norm_eps), _rms(k, self._t(p + "self_attn.k_norm.weight"), c.norm_eps)
       q, k = self._rope(q, pos), self._rope(k, pos)
-      ck, cv = self.cache.write(i, k, v, onehot)                            # (KV, S, hd) each, this step's included
+      ck, cv = self.cache.write(i, k, v, onehot, written)                   # (KV, S, hd) each, this step's included
       # grouped-query attention without copying k and v per query head: the rep query heads of a kv head as rows
       qg = q.reshape(c.n_kv_heads, rep * T, c.head_dim)
       s = qg.matmul(ck.transpose(-2, -1)) * (1.0 / math.sqrt(c.head_dim))   # (KV, rep * T, S)

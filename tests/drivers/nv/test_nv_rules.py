@@ -230,12 +230,16 @@ def test_32bit_shared_window_refused_from_hopper_on(arch, refused):
     msg = str(e.value)
     assert e.value.xid == 69 and "Xid 69 (ROBUST_CHANNEL_GR_CLASS_ERROR)" in msg
     assert "refused method 0x2a4 SET_SHADER_SHARED_MEMORY_WINDOW_B with data 0xfe000000" in msg and "recovered" in msg
-    prg = dev.runtime(dev, "idx", RULES_PTX.encode())   # the device works again
-    out = dev.allocator.alloc(4 * 64)
-    prg(out, global_size=(2, 1, 1), local_size=(32, 1, 1))
-    dev.synchronize()
-    assert (_u32(dev, out, 64) == 2000 + np.arange(64)).all()
+    _runs_again(dev)
   finally: dev.close()
+
+def _runs_again(dev) -> None:
+  """The device works again after a channel error: a kernel runs and writes what it should."""
+  prg = dev.runtime(dev, "idx", RULES_PTX.encode())
+  out = dev.allocator.alloc(4 * 64)
+  prg(out, global_size=(2, 1, 1), local_size=(32, 1, 1))
+  dev.synchronize()
+  assert (_u32(dev, out, 64) == 2000 + np.arange(64)).all()
 
 def test_driver_windows_per_generation():
   for arch, want in (("sm_80", hw.WINDOWS_32BIT), ("sm_89", hw.WINDOWS_32BIT), ("sm_90", hw.WINDOWS_64BIT), ("sm_120", hw.WINDOWS_64BIT)):
@@ -618,11 +622,7 @@ def test_unknown_compute_method_is_an_illegal_method_xid():
                      rf"Class {dev.compute_class:08x}, Offset 00003ffc, Data 00001234", line), line
     msg = str(e.value)
     assert e.value.xid == 13 and "ROBUST_CHANNEL_GR_EXCEPTION" in msg and "refused method 0x3ffc" in msg and "0x1234" in msg, msg
-    prg = dev.runtime(dev, "idx", RULES_PTX.encode())   # the device works again
-    out = dev.allocator.alloc(4 * 64)
-    prg(out, global_size=(2, 1, 1), local_size=(32, 1, 1))
-    dev.synchronize()
-    assert (_u32(dev, out, 64) == 2000 + np.arange(64)).all()
+    _runs_again(dev)
   finally: dev.close()
 
 def test_graphics_exception_line_without_method_names_only_the_channel():
