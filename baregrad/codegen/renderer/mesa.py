@@ -31,8 +31,8 @@ NIR_JUMP_BREAK = 2                         # nir_jump_type
 IDX_BASE, IDX_WRITE_MASK, IDX_RANGE, IDX_ACCESS, IDX_ALIGN_MUL, IDX_ALIGN_OFFSET, IDX_DEST_TYPE = 0, 1, 5, 17, 20, 21, 24
 IDX_MEMORY_SEMANTICS, IDX_MEMORY_MODES, IDX_MEMORY_SCOPE, IDX_EXECUTION_SCOPE = 37, 38, 39, 40
 IDX_NUM_COMPONENTS, IDX_NUM_ARRAY_ELEMS, IDX_BIT_SIZE, IDX_RANGE_BASE = 55, 56, 57, 4
-SCOPE_WORKGROUP = 3                        # mesa_scope
-NIR_MEMORY_ACQ_REL = 4                     # nir_memory_semantics
+SCOPE_WORKGROUP = 4                        # mesa_scope
+NIR_MEMORY_ACQ_REL = 3                     # nir_memory_semantics (ACQUIRE | RELEASE)
 NIR_VAR_MEM_SHARED, NIR_VAR_MEM_GLOBAL = 1 << 19, 1 << 20   # nir_variable_mode
 # nir_alu_type: base type | bit size
 NIR_TYPE_INT, NIR_TYPE_UINT, NIR_TYPE_BOOL, NIR_TYPE_FLOAT = 2, 4, 6, 128

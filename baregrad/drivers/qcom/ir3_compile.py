@@ -81,7 +81,8 @@ def parse_source(src: str) -> tuple[int, int, bytes]:
   """(gpu_id, parameter dwords, serialized NIR) of the NIR renderer's text."""
   head, _, body = src.partition("\n")
   parts = head.split()
-  if len(parts) != 3 or parts[0] != NIR_HEADER: raise CompileError(f"not NIR renderer output: first line {head[:80]!r}, expected '{NIR_HEADER} <gpu_id> <param dwords>'")
+  if len(parts) != 3 or parts[0] != NIR_HEADER:
+    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, expected '{NIR_HEADER} <gpu_id> <param dwords>'")
   return int(parts[1]), int(parts[2]), base64.b64decode(body)
 
 
@@ -93,7 +94,7 @@ def _compile_here(gpu_id: int, param_dwords: int, nir: bytes) -> bytes:
   reader = M.BlobReader()
   L.blob_reader_init(ctypes.byref(reader), ctypes.addressof(buf), len(nir))
   shader = L.nir_deserialize(None, nopts, ctypes.byref(reader))
-  if not shader or reader.overrun: raise CompileError("nir_deserialize could not read the shader")
+  if not shader or reader.overrun: raise CompileError("", "nir_deserialize could not read the shader")
   nir_opts = ctypes.c_uint32(0)   # ir3_shader_nir_options: robust_modes
   L.ir3_finalize_nir(comp, ctypes.byref(nir_opts), shader)
   sopts = (ctypes.c_uint8 * M.SHADER_OPTIONS_SIZE)()
@@ -104,7 +105,7 @@ def _compile_here(gpu_id: int, param_dwords: int, nir: bytes) -> bytes:
   sh = L.ir3_shader_from_nir(comp, shader, sopts, None)
   key = (ctypes.c_uint8 * M.SHADER_KEY_SIZE)()
   v = L.ir3_shader_create_variant(sh, key, False)
-  if not v: raise CompileError("ir3_shader_create_variant failed")
+  if not v: raise CompileError("", "ir3_shader_create_variant failed")
   rd = M.rd
   size = rd(v, "<I", M.V_INFO + M.INFO_SIZE)
   code = ctypes.string_at(rd(v, "<Q", M.V_BIN), size)
@@ -134,6 +135,8 @@ def compile_nir(src: str) -> bytes:
   if pid == 0:   # child: compile, write the program, exit without running the parent's cleanup
     code = 1
     try:
+      import faulthandler
+      faulthandler.disable()   # (Mesa's abort is the expected way out; the parent reports it)
       os.dup2(efd_w, 2)
       out = _compile_here(gpu_id, param_dwords, nir)
       with os.fdopen(wfd, "wb") as f: f.write(out)
@@ -149,7 +152,7 @@ def compile_nir(src: str) -> bytes:
   _, status = os.waitpid(pid, 0)
   if status != 0 or not out:
     why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
-    raise CompileError(f"ir3 compile for a{gpu_id} failed ({why}); Mesa said:\n{err[-4000:]}")
+    raise CompileError("", f"ir3 compile for a{gpu_id} failed ({why}); Mesa said:\n{err[-4000:]}")
   return out
 
 
