@@ -20,7 +20,6 @@ it), with the instruction, its PC and the register.
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -308,9 +307,8 @@ class Executor:
     if sync is not None: w.pending[("r" if o.kind == "r" else o.kind, idx)] = sync
 
   def _exec(self, ins: Instr, w: Wave, en: np.ndarray, k: int, strict: bool) -> None:
-    op, ty, s = ins.op, ins.types, ins.srcs
-    fn = EXEC.get(op)
-    if fn is None: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: instruction {op!r} is not modelled by the mock ir3 executor")
+    fn = EXEC.get(ins.op)
+    if fn is None: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: instruction {ins.op!r} is not modelled by the mock ir3 executor")
     fn(self, ins, w, en, k)
 
   # memory
