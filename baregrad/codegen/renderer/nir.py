@@ -380,9 +380,9 @@ class _Body:
     x = v if _bits(fr) == 32 else nb.alu("f2f32", v)
     lo, hi = (-(2 ** (tb - 1)), 2 ** (tb - 1) - 1) if _signed(to) else (0, 2 ** tb - 1)
     flo, fhi = float(lo), _f32_below(hi)
-    x = nb.alu("fmin", nb.alu("fmax", x, nb.const(32, flo, True)), nb.const(32, fhi, True))
     cb = 64 if tb == 64 else 32
-    r = nb.alu(f"f2{'i' if _signed(to) else 'u'}{cb}", x)
+    r = nb.alu(f"f2{'i' if _signed(to) else 'u'}{cb}", nb.alu("fmin", nb.alu("fmax", x, nb.const(32, flo, True)), nb.const(32, fhi, True)))
+    if fhi != hi: r = nb.alu("bcsel", nb.alu("fge", x, nb.const(32, float(hi + 1), True)), nb.const(cb, hi), r)   # (hi is no float32)
     r = nb.alu("bcsel", nb.alu("fneu", v, v), nb.const(cb, 0), r)
     return r if cb == tb else nb.alu(f"{'i' if _signed(to) else 'u'}2{'i' if _signed(to) else 'u'}{tb}", r)
 
