@@ -186,16 +186,27 @@ class Executor:
 
   def run(self, prg: Any, global_size: tuple[int, ...], params: bytes, strict: bool = True, max_steps: int = 10_000_000,
           program: list[Instr] | None = None) -> None:
-    """Run the whole grid: `global_size` workgroups of prg.local_size lanes; `params` fills the const file at c0.
-    program: already decoded instructions to run instead of prg's code (tests that alter a flag)."""
-    from baregrad.drivers.qcom.ir3_disasm import disassemble
-    prog = program if program is not None else parse(disassemble(prg.words(), self.gpu_id))
+    """Run an Ir3Program over the grid: `global_size` workgroups of prg.local_size lanes; `params` fills the const
+    file at c0 and prg.imms go where ir3 put them. program: already decoded instructions to run instead of prg's code
+    (tests that alter a flag)."""
     nconst = max(prg.constlen, prg.imm_base_vec4 + (len(prg.imms) + 3) // 4, (len(params) + 15) // 16) * 4
     consts = np.zeros(nconst, np.uint32)
     pw = np.frombuffer(params + b"\0" * (-len(params) % 4), np.uint32)
     consts[:len(pw)] = pw
     consts[4 * prg.imm_base_vec4:4 * prg.imm_base_vec4 + len(prg.imms)] = np.array(prg.imms, np.uint32)
-    lx, ly, lz = prg.local_size
+    if program is None: program = self.decode(prg.words())
+    self.run_state(program, consts, tuple(prg.local_size), global_size, prg.wgid_regid, prg.lid_regid, prg.shared_size, strict, max_steps)
+
+  def decode(self, words: list[int]) -> list[Instr]:
+    """The program in `words` decoded through Mesa's disassembler for this chip."""
+    from baregrad.drivers.qcom.ir3_disasm import disassemble
+    return parse(disassemble(words, self.gpu_id))
+
+  def run_state(self, prog: list[Instr], consts: np.ndarray, local_size: tuple[int, ...], global_size: tuple[int, ...], wgid_regid: int,
+                lid_regid: int, shared_bytes: int, strict: bool = True, max_steps: int = 10_000_000) -> None:
+    """Run decoded instructions as the hardware state says: const file `consts` (dwords), workgroup shape, the
+    registers the workgroup id and local id arrive in (0xfc: none), the workgroup's local memory bytes."""
+    lx, ly, lz = tuple(local_size) + (1,) * (3 - len(local_size))
     lanes = lx * ly * lz
     gs = tuple(global_size) + (1,) * (3 - len(global_size))
     lid = np.stack(np.meshgrid(np.arange(lx), np.arange(ly), np.arange(lz), indexing="ij"), -1).transpose(2, 1, 0, 3).reshape(-1, 3)
@@ -203,9 +214,9 @@ class Executor:
       for gy in range(gs[1]):
         for gx in range(gs[0]):
           w = Wave(lanes, consts)
-          if prg.lid_regid != 0xFC: w.r[:, prg.lid_regid:prg.lid_regid + 3] = lid.astype(np.uint32)
-          if prg.wgid_regid != 0xFC: w.r[:, prg.wgid_regid:prg.wgid_regid + 3] = np.array([gx, gy, gz], np.uint32)
-          self._run_group(prog, w, strict, max_steps, prg.shared_size)
+          if lid_regid != 0xFC: w.r[:, lid_regid:lid_regid + 3] = lid.astype(np.uint32)
+          if wgid_regid != 0xFC: w.r[:, wgid_regid:wgid_regid + 3] = np.array([gx, gy, gz], np.uint32)
+          self._run_group(prog, w, strict, max_steps, shared_bytes)
 
   def _run_group(self, prog: list[Instr], w: Wave, strict: bool, max_steps: int, shared_size: int) -> None:
     pc = np.zeros(w.n, np.int64)
@@ -250,6 +261,9 @@ class Executor:
         pc[active] = at + 1; continue
       en = active & (~pred_block | pred_ok)
       if en.any() and op not in ("nop", "fence"):
+        for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
+          if o.kind == "c" and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
+            raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
         for k in range(ins.rpt + 1): self._exec(ins, w, en, k, strict)
       pc[active] = at + 1
     if strict and self.hazards: raise Ir3Error("; ".join(str(h) for h in self.hazards[:5]))
