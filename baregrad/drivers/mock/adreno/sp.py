@@ -1,0 +1,93 @@
+"""The mock Adreno's shader processor for CP_EXEC_CS: reads the compute state the stream set (registers and
+CP_LOAD_STATE6 state), checks it against the program it is asked to run, and runs it with the ir3 executor.
+
+The checks are made against the decoded code itself, not against what the driver believes about it, so a driver
+that reports a wrong footprint or const length fails here. Sources beside each check: Mesa's a6xx.xml register
+descriptions, turnip (tu_pipeline.c tu6_emit_cs_config) and ir3 (ir3_shader.h: the footprint, constlen and branch
+stack a variant needs are what the SP must be configured with; ir3.c ir3_collect_info computes them from the code).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from baregrad.ctypes_autogen import adreno
+from baregrad.drivers.mock.adreno.cp import CP, CPError
+from baregrad.drivers.mock.adreno.ir3_exec import Executor, Instr
+
+R, F = adreno.REGS_A6XX, adreno.FIELDS_A6XX
+SB_CS = adreno.ENUMS["a6xx_state_block"]["SB6_CS_SHADER"]
+ST = adreno.ENUMS["a6xx_state_type"]
+INSTR_UNIT = 128   # a6xx: SP_CS_INSTRLEN and ST6_SHADER units are 128 bytes
+
+
+def _get(cp: CP, reg: str, field: str | None = None) -> int:
+  v = cp.regs.get(R[reg], 0)
+  return F[reg][field].decode(v) if field else v
+
+
+def _highest(prog: list[Instr], kind: str) -> int:
+  """Highest register (vec4 index) of `kind` ('r' full, 'h' half, 'c' const) the code names, -1 if none."""
+  hi = -1
+  for ins in prog:
+    for o in ([ins.dst] if ins.dst is not None else []) + ins.srcs:
+      for x in (o, o.base):
+        if x is not None and x.kind == kind and not (kind == "r" and x.idx >= 4 * 48):   # r48+ are sysval/special regs
+          hi = max(hi, (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4)
+  return hi
+
+
+class ShaderProcessor:
+  """CP.dispatch for compute: `ShaderProcessor(executor)(cp, grid)`."""
+  def __init__(self, executor: Executor) -> None:
+    self.ex = executor
+    self.launches = 0
+
+  def __call__(self, cp: CP, grid: tuple[int, int, int]) -> None:
+    # a6xx.xml SP_CS_CONFIG.ENABLED / HLSQ_CS_CNTL.ENABLED: a disabled CS stage runs nothing (turnip sets both)
+    if not _get(cp, "SP_CS_CONFIG", "ENABLED") or not _get(cp, "HLSQ_CS_CNTL", "ENABLED"):
+      raise CPError("CP_EXEC_CS with the CS stage disabled (SP_CS_CONFIG.ENABLED and HLSQ_CS_CNTL.ENABLED must be set)")
+    code = cp.state.get((SB_CS, ST["ST6_SHADER"], 0))
+    if code is None: raise CPError("CP_EXEC_CS: no shader loaded (CP_LOAD_STATE6 SB6_CS_SHADER/ST6_SHADER at offset 0)")
+    instrlen = _get(cp, "SP_CS_INSTRLEN")
+    obj = _get(cp, "SP_CS_OBJ_START") | cp.regs.get(R["SP_CS_OBJ_START"] + 1, 0) << 32
+    if len(code) == 2:   # indirect: [address, units]
+      addr, units = code
+      # tu6_emit_cs_config: the state load and SP_CS_OBJ_START name the same code, SP_CS_INSTRLEN units of it
+      if addr != obj: raise CPError(f"CP_EXEC_CS: shader loaded from {addr:#x} but SP_CS_OBJ_START is {obj:#x}")
+      if units != instrlen: raise CPError(f"CP_EXEC_CS: ST6_SHADER load of {units} units but SP_CS_INSTRLEN is {instrlen}")
+      words = list(np.frombuffer(cp.mem.read(addr, units * INSTR_UNIT), np.uint32))
+    else: words = list(code)
+    prog = self.ex.decode([int(w) for w in words])
+    # ir3_shader.h: the variant's footprint must fit what SP_CS_CTRL_REG0 grants (registers past it are not there)
+    full, half = _get(cp, "SP_CS_CTRL_REG0", "FULLREGFOOTPRINT"), _get(cp, "SP_CS_CTRL_REG0", "HALFREGFOOTPRINT")
+    merged = _get(cp, "SP_CS_CTRL_REG0", "MERGEDREGS")
+    need_full = _highest(prog, "r") + 1
+    need_half = _highest(prog, "h") + 1
+    if merged: need_full = max(need_full, (need_half + 1) // 2)   # merged file: hrN lives in r(N/2)
+    if need_full > full: raise CPError(f"CP_EXEC_CS: the shader uses {need_full} full registers, SP_CS_CTRL_REG0.FULLREGFOOTPRINT grants {full}")
+    if not merged and need_half > half: raise CPError(f"CP_EXEC_CS: the shader uses {need_half} half registers, HALFREGFOOTPRINT grants {half}")
+    # HLSQ_CS_CNTL.CONSTLEN: const vec4s the shader may read; the loaded constants must cover them
+    constlen = _get(cp, "HLSQ_CS_CNTL", "CONSTLEN")
+    need_c = _highest(prog, "c") + 1
+    if need_c > constlen: raise CPError(f"CP_EXEC_CS: the shader reads c{need_c - 1}, HLSQ_CS_CNTL.CONSTLEN is {constlen} vec4s")
+    consts = np.zeros(4 * constlen, np.uint32)
+    for (block, stype, dst), data in cp.state.items():
+      if block == SB_CS and stype == ST["ST6_CONSTANTS"]:
+        if len(data) == 2 and dst + data[1] <= constlen:   # indirect: [address, vec4 units]
+          data = list(np.frombuffer(cp.mem.read(data[0], 16 * data[1]), np.uint32))
+        n = min(len(data), len(consts) - 4 * dst)
+        consts[4 * dst:4 * dst + n] = data[:n]
+    ndr = _get(cp, "HLSQ_CS_NDRANGE_0")
+    local = tuple(F["HLSQ_CS_NDRANGE_0"][f"LOCALSIZE{a}"].decode(ndr) + 1 for a in "XYZ")
+    # a6xx.xml HLSQ_CS_NDRANGE_1/3/5: GLOBALSIZE is workgroups x local size per axis (turnip tu_dispatch)
+    for i, a in enumerate("XYZ"):
+      gsz = cp.regs.get(R["HLSQ_CS_NDRANGE_1"] + 2 * i, 0)
+      if gsz != local[i] * grid[i]:
+        raise CPError(f"CP_EXEC_CS grid {grid} x local {local}: HLSQ_CS_NDRANGE GLOBALSIZE_{a} is {gsz}, expected {local[i] * grid[i]}")
+    # SP_CS_UNKNOWN_A9B1.SHARED_SIZE: local memory in KiB units minus one (tu6_emit_cs_config); accesses past it fault
+    shared = (_get(cp, "SP_CS_UNKNOWN_A9B1", "SHARED_SIZE") + 1) * 1024
+    wgid, lid = _get(cp, "SP_CS_CNTL_0", "WGIDCONSTID"), _get(cp, "SP_CS_CNTL_0", "LOCALIDREGID")
+    if (wgid, lid) != (_get(cp, "HLSQ_CS_CNTL_0", "WGIDCONSTID"), _get(cp, "HLSQ_CS_CNTL_0", "LOCALIDREGID")):
+      raise CPError("CP_EXEC_CS: SP_CS_CNTL_0 and HLSQ_CS_CNTL_0 name different workgroup-id / local-id registers")
+    self.launches += 1
+    self.ex.run_state(prog, consts, local, grid, wgid, lid, shared)
