@@ -2,7 +2,7 @@
 compiler (Qualcomm Adreno a6xx; drivers/qcom/ir3_compile.py compiles what this returns).
 
 render() builds the NIR shader with Mesa's own nir_builder (one compute shader, scalar: vectorized=False) and returns it
-as text: a header line `nir-ir3 <gpu_id> <param dwords>` and the shader serialized by nir_serialize, base64-encoded, so
+as text: a header line `nir-ir3 <gpu_id> <param dwords> <offset:size,... of each parameter>` and the shader serialized by nir_serialize, base64-encoded, so
 the compile cache keys on the exact NIR and the compiler can rebuild it (nir_deserialize) in a process of its own.
 
 Kernel parameters (the const file): the PTX parameter layout (ptx.param_layout: one 8-byte GPU address per buffer slot
@@ -168,7 +168,8 @@ class NIRRenderer(Renderer):
     shared = sum(_round_up(u.dtype.base.scalar.itemsize * u.arg[1], 16) for u in uops if u.op is Ops.DEFINE_LOCAL)
     ctypes.c_uint.from_address(nb.shader + M.SHADER_INFO + M.INFO_SHARED_SIZE).value = shared
     data = nb.serialize()
-    return f"{NIR_HEADER} {self.gpu_id} {param_dwords}\n" + base64.b64encode(data).decode() + "\n"
+    params = ",".join(f"{off}:{size}" for _, off, size in layout) or "-"
+    return f"{NIR_HEADER} {self.gpu_id} {param_dwords} {params}\n" + base64.b64encode(data).decode() + "\n"
 
 
 def _round_up(x: int, a: int) -> int: return (x + a - 1) // a * a

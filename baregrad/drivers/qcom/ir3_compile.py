@@ -20,7 +20,7 @@ from baregrad.codegen.renderer import mesa as M
 from baregrad.codegen.renderer.nir import NIR_HEADER, ir3_compiler
 
 MAGIC = b"BGI3"
-_HDR = struct.Struct("<4s20I")
+_HDR = struct.Struct("<4s21I")
 SYSTEM_VALUE_LOCAL_INVOCATION_ID, SYSTEM_VALUE_WORKGROUP_ID = 42, 47   # shader_enums.h gl_system_value
 IR3_CONST_ALLOC_PUSH_CONSTS = 0                                         # ir3_shader.h ir3_const_alloc_type
 REGID_NONE = 0xFC                                                       # ir3.h regid(63, 0): no register
@@ -32,7 +32,8 @@ class Ir3Program:
 
   code: the instructions (64 bits each); max_reg / max_half_reg: highest full / half vec4 register used (-1: none);
   constlen: vec4s of the const file the shader reads; branchstack: the branch stack depth (SP_CS_CTRL_REG0); shared_size:
-  workgroup (local) memory bytes; instrlen: the code in 128-byte units; param_vec4: vec4s at c0 that hold the kernel
+  workgroup (local) memory bytes; params: (offset, size) of each kernel parameter (buffer addresses, then variables);
+  instrlen: the code in 128-byte units; param_vec4: vec4s at c0 that hold the kernel
   parameters; imm_base_vec4 / imms: where ir3's immediates live in the const file and their values (dwords);
   wgid_regid / lid_regid: the registers (regid: 4 * register + component) the hardware fills with the workgroup id and
   the local invocation id (0xfc: not read); local_size: the workgroup shape; has_barrier: the code waits at a barrier."""
@@ -52,41 +53,45 @@ class Ir3Program:
   local_size: tuple[int, int, int]
   has_barrier: bool
   pvtmem_size: int
+  params: tuple[tuple[int, int], ...] = ()   # (byte offset, size) of each kernel parameter in the const file at c0
 
   def pack(self) -> bytes:
     """The bytes the compile cache stores."""
-    hdr = _HDR.pack(MAGIC, 1, self.gpu_id, len(self.code), self.max_reg & 0xFFFFFFFF, self.max_half_reg & 0xFFFFFFFF, self.constlen,
+    hdr = _HDR.pack(MAGIC, 2, self.gpu_id, len(self.code), self.max_reg & 0xFFFFFFFF, self.max_half_reg & 0xFFFFFFFF, self.constlen,
                     self.branchstack, self.shared_size, self.instrlen, self.param_vec4, self.imm_base_vec4, len(self.imms),
-                    self.wgid_regid, self.lid_regid, *self.local_size, int(self.has_barrier), self.pvtmem_size, 0)
-    return hdr + self.code + struct.pack(f"<{len(self.imms)}I", *self.imms)
+                    self.wgid_regid, self.lid_regid, *self.local_size, int(self.has_barrier), self.pvtmem_size, len(self.params), 0)
+    return hdr + self.code + struct.pack(f"<{len(self.imms)}I", *self.imms) + struct.pack(f"<{2 * len(self.params)}I", *(x for p in self.params for x in p))
 
   @staticmethod
   def unpack(lib: bytes) -> Ir3Program:
     """Parse pack()'s bytes; anything else is refused with what was wrong."""
     if len(lib) < _HDR.size or lib[:4] != MAGIC: raise ValueError(f"not an ir3 program: {len(lib)} bytes starting {lib[:4]!r}, expected magic {MAGIC!r}")
-    (_, ver, gpu, ncode, mr, mhr, constlen, bs, shared, instrlen, pv, ib, nimm, wg, lid, lx, ly, lz, bar, pvt, _) = _HDR.unpack_from(lib)
-    if ver != 1: raise ValueError(f"ir3 program format {ver}, expected 1")
-    if len(lib) != _HDR.size + ncode + 4 * nimm: raise ValueError(f"ir3 program is {len(lib)} bytes, header says {_HDR.size + ncode + 4 * nimm}")
+    (_, ver, gpu, ncode, mr, mhr, constlen, bs, shared, instrlen, pv, ib, nimm, wg, lid, lx, ly, lz, bar, pvt, npar, _) = _HDR.unpack_from(lib)
+    if ver != 2: raise ValueError(f"ir3 program format {ver}, expected 2")
+    if len(lib) != (want := _HDR.size + ncode + 4 * nimm + 8 * npar): raise ValueError(f"ir3 program is {len(lib)} bytes, header says {want}")
     code = lib[_HDR.size:_HDR.size + ncode]
     imms = struct.unpack_from(f"<{nimm}I", lib, _HDR.size + ncode)
+    pw = struct.unpack_from(f"<{2 * npar}I", lib, _HDR.size + ncode + 4 * nimm)
+    params = tuple((pw[2 * i], pw[2 * i + 1]) for i in range(npar))
     s8 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731
-    return Ir3Program(gpu, code, s8(mr), s8(mhr), constlen, bs, shared, instrlen, pv, ib, tuple(imms), wg, lid, (lx, ly, lz), bool(bar), pvt)
+    return Ir3Program(gpu, code, s8(mr), s8(mhr), constlen, bs, shared, instrlen, pv, ib, tuple(imms), wg, lid, (lx, ly, lz), bool(bar), pvt, params)
 
   def words(self) -> list[int]:
     """The code as 32-bit words."""
     return list(struct.unpack(f"<{len(self.code) // 4}I", self.code))
 
 
-def parse_source(src: str) -> tuple[int, int, bytes]:
-  """(gpu_id, parameter dwords, serialized NIR) of the NIR renderer's text."""
+def parse_source(src: str) -> tuple[int, int, tuple[tuple[int, int], ...], bytes]:
+  """(gpu_id, parameter dwords, (offset, size) of each parameter, serialized NIR) of the NIR renderer's text."""
   head, _, body = src.partition("\n")
   parts = head.split()
-  if len(parts) != 3 or parts[0] != NIR_HEADER:
-    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, expected '{NIR_HEADER} <gpu_id> <param dwords>'")
-  return int(parts[1]), int(parts[2]), base64.b64decode(body)
+  if len(parts) != 4 or parts[0] != NIR_HEADER:
+    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, expected '{NIR_HEADER} <gpu_id> <param dwords> <params>'")
+  params = tuple((int(a), int(b)) for a, b in (x.split(":") for x in parts[3].split(","))) if parts[3] != "-" else ()
+  return int(parts[1]), int(parts[2]), params, base64.b64decode(body)
 
 
-def _compile_here(gpu_id: int, param_dwords: int, nir: bytes) -> bytes:
+def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int], ...], nir: bytes) -> bytes:
   L = M.lib()
   comp = ir3_compiler(gpu_id)
   nopts = L.ir3_get_compiler_options(comp)
@@ -120,14 +125,14 @@ def _compile_here(gpu_id: int, param_dwords: int, nir: bytes) -> bytes:
                     rd(v, "<I", M.V_BRANCHSTACK), rd(v, "<I", M.V_SHARED_SIZE), rd(v, "<I", M.V_INSTRLEN), pvec4,
                     rd(cs, "<I", M.CS_MAX_CONST_OFFSET_VEC4), tuple(imms), regs[SYSTEM_VALUE_WORKGROUP_ID],
                     regs[SYSTEM_VALUE_LOCAL_INVOCATION_ID], tuple(rd(v, "<H", M.V_LOCAL_SIZE + 2 * i) for i in range(3)),
-                    bool(rd(v, "<B", M.V_HAS_BARRIER)), rd(v, "<I", M.V_PVTMEM_SIZE))
+                    bool(rd(v, "<B", M.V_HAS_BARRIER)), rd(v, "<I", M.V_PVTMEM_SIZE), params)
   L.ir3_shader_destroy(sh)
   return prog.pack()
 
 
 def compile_nir(src: str) -> bytes:
   """Compile the NIR renderer's text in a forked child; Mesa's aborts become a CompileError with its messages."""
-  gpu_id, param_dwords, nir = parse_source(src)
+  gpu_id, param_dwords, params, nir = parse_source(src)
   ir3_compiler(gpu_id)   # load the library and the compiler before forking (the child inherits both)
   rfd, wfd = os.pipe()
   efd_r, efd_w = os.pipe()
@@ -138,7 +143,7 @@ def compile_nir(src: str) -> bytes:
       import faulthandler
       faulthandler.disable()   # (Mesa's abort is the expected way out; the parent reports it)
       os.dup2(efd_w, 2)
-      out = _compile_here(gpu_id, param_dwords, nir)
+      out = _compile_here(gpu_id, param_dwords, params, nir)
       with os.fdopen(wfd, "wb") as f: f.write(out)
       code = 0
     except BaseException as e:  # noqa: BLE001 (reported to the parent through stderr)

@@ -195,13 +195,13 @@ def test_missing_ss_is_a_reported_hazard():
 
 def test_unknown_instruction_refused_by_name():
   prog = parse("foo.u r0.x, r0.y, r0.z\nend\n")
-  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0)
+  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0, ())
   with pytest.raises(Ir3Error, match="'foo' is not modelled"): Executor(GpuMemory()).run(prg, (1,), b"", program=prog)
 
 
 def test_unmapped_store_is_a_page_fault():
   prog = parse("mov.u32u32 r0.x, 4096\nmov.u32u32 r0.y, 0\nstg.u32 g[r0.x], r0.x, 1\nend\n")
-  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0)
+  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0, ())
   with pytest.raises(CPError, match="page fault: 4 bytes at 0x1000"): Executor(GpuMemory()).run(prg, (1,), b"", program=prog)
 
 

@@ -32,7 +32,7 @@ def build(ast, opts=None, gpu_id=630) -> tuple[object, Ir3Program, str]:
 def test_elementwise_program_and_state():
   n = 100
   p, prg, text = build(sink(store(0, (n,), load(1, f32, (n,)) * load(2, f32, (n,)) + load(1, f32, (n,)))))
-  assert p.src.startswith("nir-ir3 630 6\n")          # 3 buffer addresses = 6 dwords of parameters
+  assert p.src.startswith("nir-ir3 630 6 0:8,8:8,16:8\n")          # 3 buffer addresses = 6 dwords of parameters
   assert prg.param_vec4 == 2 and prg.imm_base_vec4 >= prg.param_vec4   # ir3's immediates never overlap the parameters
   assert prg.constlen >= prg.param_vec4
   assert prg.local_size == tuple(p.local_size)
@@ -81,7 +81,7 @@ def test_integer_division_by_zero_guard_is_in_the_code():
 
 
 def test_bad_source_refused():
-  with pytest.raises(CompileError, match="not NIR renderer output"): compile_nir("ptx 1 2\nAAAA\n")
+  with pytest.raises(CompileError, match="not NIR renderer output"): compile_nir("ptx 1 2 -\nAAAA\n")
 
 
 def test_mesa_abort_becomes_compile_error():
@@ -90,7 +90,7 @@ def test_mesa_abort_becomes_compile_error():
   v = nb.intrinsic("load_kernel_input", [nb.const(32, 0)], 1, 32, base=0, range=4)
   nb.intrinsic("store_global", [v, nb.const(64, 0x1000)], 1, write_mask=1, access=0, align_mul=4, align_offset=0)
   import base64
-  src = "nir-ir3 630 0\n" + base64.b64encode(nb.serialize()).decode() + "\n"
+  src = "nir-ir3 630 0 -\n" + base64.b64encode(nb.serialize()).decode() + "\n"
   with pytest.raises(CompileError, match="load_kernel_input"): compile_nir(src)
 
 
