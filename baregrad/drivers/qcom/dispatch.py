@@ -46,13 +46,15 @@ def const_block(prg: Ir3Program, params: bytes) -> list[int]:
   return words
 
 
-def emit_dispatch(cs: CommandStream, prg: Ir3Program, code_va: int, params: bytes, global_size: tuple[int, ...]) -> CommandStream:
+def emit_dispatch(cs: CommandStream, prg: Ir3Program, code_va: int, params: bytes | None, global_size: tuple[int, ...],
+                  consts_va: int | None = None) -> CommandStream:
   """Append to `cs` the state and the launch of `prg` (its code already at GPU address `code_va`, 128-byte aligned)
-  over `global_size` workgroups of prg.local_size, with kernel parameters `params`."""
+  over `global_size` workgroups of prg.local_size, with kernel parameters `params` loaded inline, or (params None) the
+  const block already written at `consts_va` (const_block's words: patched in place by a replay)."""
   if code_va % INSTR_UNIT: raise ValueError(f"shader code at {code_va:#x} is not {INSTR_UNIT}-byte aligned (SP_CS_OBJ_START)")
   gx, gy, gz = tuple(global_size) + (1,) * (3 - len(global_size))
   lx, ly, lz = prg.local_size
-  consts = const_block(prg, params)
+  consts = const_block(prg, params if params is not None else b"")
   cs.reg("SP_CS_CTRL_REG0", _f("SP_CS_CTRL_REG0", THREADSIZE=THREAD64, FULLREGFOOTPRINT=prg.max_reg + 1, HALFREGFOOTPRINT=prg.max_half_reg + 1,
                                BRANCHSTACK=prg.branchstack, MERGEDREGS=1))
   cs.reg("SP_CS_UNKNOWN_A9B1", _f("SP_CS_UNKNOWN_A9B1", SHARED_SIZE=max((prg.shared_size - 1) // 1024, 1)))
@@ -67,7 +69,10 @@ def emit_dispatch(cs: CommandStream, prg: Ir3Program, code_va: int, params: byte
          lx * gx, 0, ly * gy, 0, lz * gz, 0)
   cs.reg("HLSQ_CS_KERNEL_GROUP_X", 1, 1, 1)
   cs.load_state6("SB6_CS_SHADER", "ST6_SHADER", 0, prg.instrlen, ext_addr=code_va)
-  cs.load_state6("SB6_CS_SHADER", "ST6_CONSTANTS", 0, len(consts) // 4, data=consts)
+  if params is not None: cs.load_state6("SB6_CS_SHADER", "ST6_CONSTANTS", 0, len(consts) // 4, data=consts)
+  else:
+    if consts_va is None or consts_va & 3: raise ValueError(f"constants at {consts_va}: need a dword-aligned GPU address")
+    cs.load_state6("SB6_CS_SHADER", "ST6_CONSTANTS", 0, len(consts) // 4, ext_addr=consts_va)
   return cs.exec_cs(gx, gy, gz)
 
 

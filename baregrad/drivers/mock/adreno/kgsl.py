@@ -38,7 +38,10 @@ class MockKGSL:
     self.objs: dict[int, MemFD] = {}
     self.ctxs: dict[int, _Ctx] = {}
     self.mem = GpuMemory()
-    self.cp = CP(self.mem)
+    from baregrad.drivers.mock.adreno.ir3_exec import Executor
+    from baregrad.drivers.mock.adreno.sp import ShaderProcessor
+    gpu_id = (chip_id >> 24 & 0xFF) * 100 + (chip_id >> 16 & 0xFF) * 10 + (chip_id >> 8 & 0xFF)
+    self.cp = CP(self.mem, dispatch=ShaderProcessor(Executor(self.mem, gpu_id)))   # CP_EXEC_CS runs ir3 code (sp.py)
     self.next_va, self.next_id, self.next_fd = VA_BASE, 1, 1000
     self.memstore = MemFD(PAGE, "memstore")  # per-context sop/eop timestamps, KGSL_MEMSTORE_OFFSET(ctx, field)
     self.memstore.gpu = self._map(self.memstore)
