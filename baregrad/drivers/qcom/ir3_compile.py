@@ -23,6 +23,7 @@ MAGIC = b"BGI3"
 _HDR = struct.Struct("<4s21I")
 SYSTEM_VALUE_LOCAL_INVOCATION_ID, SYSTEM_VALUE_WORKGROUP_ID = 42, 47   # shader_enums.h gl_system_value
 IR3_CONST_ALLOC_PUSH_CONSTS = 0                                         # ir3_shader.h ir3_const_alloc_type
+IR3_DBG_NOPREAMBLE = 0x2000   # ir3_compiler.h enum ir3_shader_debug
 REGID_NONE = 0xFC                                                       # ir3.h regid(63, 0): no register
 
 
@@ -93,6 +94,10 @@ def parse_source(src: str) -> tuple[int, int, tuple[tuple[int, int], ...], bytes
 
 def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int], ...], nir: bytes) -> bytes:
   L = M.lib()
+  # no shader preamble (shps/getone/stc computing uniform values into the const file once): one straight program,
+  # whose const file is exactly what the dispatch loads (set in the forked child only)
+  dbg = ctypes.c_uint32.in_dll(L, "ir3_shader_debug")
+  dbg.value |= IR3_DBG_NOPREAMBLE
   comp = ir3_compiler(gpu_id)
   nopts = L.ir3_get_compiler_options(comp)
   buf = ctypes.create_string_buffer(nir, len(nir))
@@ -167,6 +172,6 @@ class IR3Compiler(Compiler):
     super().__init__(f"ir3_a{gpu_id}")
     self.gpu_id = gpu_id
 
-  def version(self) -> str: return f"tinymesa {M.TINYMESA_VERSION}"
+  def version(self) -> str: return f"tinymesa {M.TINYMESA_VERSION} no-preamble format-2"
   def describe(self) -> str: return f"Mesa ir3 (tinymesa {M.TINYMESA_VERSION}) for a{self.gpu_id}"
   def compile(self, src: str) -> bytes: return compile_nir(src)

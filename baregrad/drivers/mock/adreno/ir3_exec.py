@@ -77,6 +77,8 @@ class Instr:
 
 
 _COMP = {"x": 0, "y": 1, "z": 2, "w": 3}
+# float immediates disasm_a3xx prints by name (the strings in libtinymesa's disassembler)
+_NAMED_FLOAT = {"(pi)": 3.141592653589793, "(1/pi)": 0.3183098861837907, "(log2(e))": 1.4426950408889634, "(1/log2(e))": 0.6931471805599453}
 _FLAG = re.compile(r"^\((sy|ss|jp|ul|ei|eq|sat|rpt\d|nop\d)\)")
 
 
@@ -113,6 +115,7 @@ def parse_operand(tok: str) -> Opnd:
     return Opnd(m.group(1), off=int(m.group(3) or 0), base=base)
   if re.fullmatch(r"-?0x[0-9a-f]+|-?\d+", tok): return Opnd("i", imm=int(tok, 0), **kw)
   if (m := re.fullmatch(r"h\((-?0x[0-9a-f]+|-?\d+)\)", tok)): return Opnd("i", imm=int(m.group(1), 0), **kw)   # a half integer immediate
+  if (c := _NAMED_FLOAT.get(tok.lstrip("h"))) is not None: return Opnd("f", imm=c, **kw)
   m = re.fullmatch(r"h?\(?(-?(?:[\d.]+(?:e[-+]?\d+)?|inf|nan))\)?", tok)
   if m: return Opnd("f", imm=float(m.group(1)), **kw)
   raise Ir3Error(f"unsupported operand {tok!r}")
@@ -122,8 +125,15 @@ def parse(text: str) -> list[Instr]:
   """disasm_a3xx's text -> instructions, indexed by their PC (labels `lN:` name PC N)."""
   out: list[Instr] = []
   for raw in text.splitlines():
+    try: _parse_line(raw, out)
+    except Ir3Error as e: raise Ir3Error(f"instruction {len(out)} `{raw.strip()}`: {e}") from None
+  return out
+
+
+def _parse_line(raw: str, out: list[Instr]) -> None:
+  if True:
     line = raw.strip()
-    if not line or re.fullmatch(r"l\d+:", line): continue
+    if not line or re.fullmatch(r"l\d+:", line): return
     ins = Instr(len(out), line, "", [], None, [])
     while (m := _FLAG.match(line)):
       f = m.group(1)
@@ -143,7 +153,6 @@ def parse(text: str) -> list[Instr]:
       ins.dst = parse_operand(toks[0])
       ins.srcs = [parse_operand(t) for t in toks[1:]]
     out.append(ins)
-  return out
 
 
 def _split_operands(s: str) -> list[str]:
