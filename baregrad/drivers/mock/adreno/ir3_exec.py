@@ -83,9 +83,9 @@ _FLAG = re.compile(r"^\((sy|ss|jp|ul|ei|eq|sat|rpt\d|nop\d)\)")
 
 
 def _reg(tok: str) -> Opnd | None:
-  m = re.fullmatch(r"(h?r|c|p)(\d+)\.([xyzw])", tok)
+  m = re.fullmatch(r"(h?r|h?c|p)(\d+)\.([xyzw])", tok)
   if not m: return None
-  kind = {"r": "r", "hr": "h", "c": "c", "p": "p"}[m.group(1)]
+  kind = {"r": "r", "hr": "h", "c": "c", "hc": "hc", "p": "p"}[m.group(1)]
   return Opnd(kind, 4 * int(m.group(2)) + _COMP[m.group(3)])
 
 
@@ -247,14 +247,18 @@ class Executor:
       op = ins.op
       if op == "end":
         live &= ~active; continue
-      if op in ("br", "jump"):
+      if op in ("br", "jump", "brao", "braa"):
         tgt = next(s for s in ins.srcs if s.kind == "label").imm
-        cond = next((s for s in ins.srcs if s.kind == "p"), None)
-        if cond is None: take = active
-        else:
-          self._check(w, ins, cond)
-          v = w.p[:, cond.idx % 4]
-          take = active & (~v if cond.not_ else v)
+        conds = [s for s in ins.srcs if s.kind == "p"]
+        take = active.copy()
+        if conds:   # br: one predicate; brao / braa: the OR / AND of two (each may be negated)
+          vs = []
+          for c in conds:
+            self._check(w, ins, c)
+            v = w.p[:, c.idx % 4]
+            vs.append(~v if c.not_ else v)
+          cv = vs[0] | vs[1] if op == "brao" else vs[0] & vs[1] if op == "braa" else vs[0]
+          take = active & cv
         pc[take] = tgt
         pc[active & ~take] = at + 1
         continue
@@ -299,6 +303,9 @@ class Executor:
     if o.kind == "c":
       v = np.full(w.n, w.c[idx], np.uint32)
       return (v & 0xFFFF).astype(np.uint16) if half else v
+    if o.kind == "hc":   # a half const: 16 bits of the const file, as hrN is of the full registers (merged)
+      v16 = np.full(w.n, w.c.view(np.uint16)[idx], np.uint16)
+      return v16 if half else v16.astype(np.uint32)
     if o.kind == "p": return w.p[:, idx % 4].astype(np.uint16 if half else np.uint32)
     if o.kind == "i":
       return np.full(w.n, o.imm & (0xFFFF if half else 0xFFFFFFFF), np.uint16 if half else np.uint32)
@@ -309,9 +316,9 @@ class Executor:
 
   def _src(self, w: Wave, ins: Instr, o: Opnd, k: int, t: str) -> np.ndarray:
     """An operand's value as NumPy type `t` (f32/f16/u32/s32/u16/s16/b32/b16), with its neg/abs modifiers."""
-    half = t in ("f16", "u16", "s16", "b16") or o.kind == "h"
+    half = t in ("f16", "u16", "s16", "b16") or o.kind in ("h", "hc")
     bits = self._src_bits(w, ins, o, k, half)
-    if o.kind == "h" and t in ("f32", "u32", "s32", "b32"):   # a half source read by a full op: its 16 bits widened
+    if o.kind in ("h", "hc") and t in ("f32", "u32", "s32", "b32"):   # a half source read by a full op: its 16 bits widened
       bits = bits.astype(np.uint32)
     v = bits.view(_NP[t]) if bits.dtype.itemsize == np.dtype(_NP[t]).itemsize else bits.astype(np.uint32).view(np.uint32).astype(_NP[t])
     if o.absv: v = np.abs(v)
@@ -452,13 +459,36 @@ def _sel(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
 
 def _mad(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   t = ins.types[0]
-  a, b, c = (ex._src(w, ins, x, k, {"f32": "f32", "f16": "f16", "u16": "u32", "s16": "s32", "m16": "u32"}.get(t, "u32")) for x in ins.srcs[:3])
+  a, b, c = (ex._src(w, ins, x, k, {"f32": "f32", "f16": "f16"}.get(t, "u32")) for x in ins.srcs[:3])
   with np.errstate(all="ignore"):
     if t in ("f32", "f16"): r = (a * b + c).astype(a.dtype)   # mad.f32: the product rounded, then the sum (unfused)
     elif ins.op == "madsh":   # madsh.m16: ((src0 & 0xffff) * (src1 >> 16)) << 16 + src2 (the high partial products of imul)
       r = (((a & np.uint32(0xFFFF)) * (b >> np.uint32(16))) << np.uint32(16)) + c
+    elif t in ("s24", "u24"):   # mad.s24 / mad.u24: 24-bit multiply (as mul.s24), 32-bit add
+      r = ((_low24(a, t == "s24") * _low24(b, t == "s24") + c.astype(np.int64)) & 0xFFFFFFFF).astype(np.uint32)
     else: r = (a & np.uint32(0xFFFF)) * (b & np.uint32(0xFFFF)) + c   # mad.u16: 16x16 multiply, 32-bit add
   ex._write(w, ins, en, k, r)
+
+
+def _low24(v: np.ndarray, signed: bool) -> np.ndarray:
+  v = v.view(np.uint32).astype(np.int64) & 0xFFFFFF
+  return (v ^ 0x800000) - 0x800000 if signed else v
+
+
+def _mul(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
+  t = ins.types[0] if ins.types else "f"
+  if t in ("s24", "u24"):   # mul.s24 / mul.u24: the low 24 bits of each source (sign-extended for s24), low 32 bits of the product
+    a, b = (_low24(ex._src(w, ins, x, k, "u32"), t == "s24") for x in ins.srcs[:2])
+    ex._write(w, ins, en, k, ((a * b) & 0xFFFFFFFF).astype(np.uint32))
+  else: _alu2(lambda a, b: a * b, _ty)(ex, ins, w, en, k)
+
+
+def _clz(v: np.ndarray) -> np.ndarray:
+  """Leading zero bits of each 32-bit value (32 for 0)."""
+  out = np.full(v.shape, 32, np.uint32)
+  nz = v != 0
+  out[nz] = 31 - np.floor(np.log2(v[nz].astype(np.float64))).astype(np.uint32)
+  return out
 
 
 def _triop(kind):
@@ -554,7 +584,7 @@ def _stl(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
 
 
 EXEC: dict[str, Any] = {
-  "add": _alu2(lambda a, b: a + b, _ty), "sub": _alu2(lambda a, b: a - b, _ty), "mul": _alu2(lambda a, b: a * b, _ty),
+  "add": _alu2(lambda a, b: a + b, _ty), "sub": _alu2(lambda a, b: a - b, _ty), "mul": _mul,
   "max": _alu2(lambda a, b: _fmax(a, b) if a.dtype.kind == "f" else np.maximum(a, b), _ty),
   "min": _alu2(lambda a, b: _fmin(a, b) if a.dtype.kind == "f" else np.minimum(a, b), _ty),
   "and": _alu2(lambda a, b: a & b, _ty), "or": _alu2(lambda a, b: a | b, _ty), "xor": _alu2(lambda a, b: a ^ b, _ty),
@@ -565,6 +595,8 @@ EXEC: dict[str, Any] = {
   "rcp": _sfu(lambda a: 1 / a), "sqrt": _sfu(np.sqrt), "rsq": _sfu(lambda a: 1 / np.sqrt(a)), "exp2": _sfu(np.exp2),
   "log2": _sfu(np.log2), "sin": _sfu(np.sin), "cos": _sfu(np.cos),
   "not": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, ~ex._src(w, ins, ins.srcs[0], k, _ty(ins))),
-  "absneg": _absneg, "floor": _unary_f(np.floor), "ceil": _unary_f(np.ceil), "trunc": _unary_f(np.trunc), "rndne": _unary_f(np.rint),
+  "absneg": _absneg, "sign": _unary_f(np.sign),
+  "clz": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, _clz(ex._src(w, ins, ins.srcs[0], k, "u32"))),
+  "floor": _unary_f(np.floor), "ceil": _unary_f(np.ceil), "trunc": _unary_f(np.trunc), "rndne": _unary_f(np.rint),
   "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl,
 }
