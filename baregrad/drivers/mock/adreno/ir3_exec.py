@@ -530,9 +530,17 @@ def _ldg(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   addr = ex._addr(w, ins, ins.srcs[0], k)
   for c in range(int(n)):
     vals = np.zeros(w.n, np.uint32)
-    for lane in np.nonzero(en)[0]:
-      raw = _mem(ex, ins).read(int(addr[lane]) + c * size, size)
-      vals[lane] = int.from_bytes(raw, "little", signed=t[0] == "s") & 0xFFFFFFFF
+    lanes = np.nonzero(en)[0]
+    if (view := _one_mapping(ex.mem, addr[lanes] + np.uint64(c * size), size)) is not None:   # all lanes in one object: gather
+      buf, off = view
+      raw = buf[off[:, None] + np.arange(size)].astype(np.uint32)
+      v = sum(raw[:, j] << np.uint32(8 * j) for j in range(size))
+      if t[0] == "s" and size < 4: v = ((v.astype(np.int64) ^ (1 << (8 * size - 1))) - (1 << (8 * size - 1))).astype(np.uint32)
+      vals[lanes] = v
+    else:
+      for lane in lanes:
+        raw_b = ex.mem.read(int(addr[lane]) + c * size, size)
+        vals[lane] = int.from_bytes(raw_b, "little", signed=t[0] == "s") & 0xFFFFFFFF
     sub = Instr(ins.pc, ins.text, ins.op, ins.types, Opnd(ins.dst.kind, ins.dst.idx + c), [])
     ex._write(w, sub, en, k, vals if ins.dst.kind == "r" else (vals & 0xFFFF).astype(np.uint16), sync="sy")
 
@@ -545,12 +553,23 @@ def _stg(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   addr = ex._addr(w, ins, dst, k)
   for c in range(int(n)):
     v = ex._src_bits(w, ins, Opnd(val.kind, val.idx + c), k, val.kind == "h").astype(np.uint64)
-    for lane in np.nonzero(en)[0]:
-      _mem(ex, ins).write(int(addr[lane]) + c * size, int(v[lane] & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
+    lanes = np.nonzero(en)[0]
+    if (view := _one_mapping(ex.mem, addr[lanes] + np.uint64(c * size), size)) is not None:   # scatter, lanes in order (last wins)
+      buf, off = view
+      for j in range(size): buf[off + j] = ((v[lanes] >> np.uint64(8 * j)) & np.uint64(0xFF)).astype(np.uint8)
+    else:
+      for lane in lanes:
+        ex.mem.write(int(addr[lane]) + c * size, int(v[lane] & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
 
 
-def _mem(ex: Executor, ins: Instr) -> GpuMemory:
-  return ex.mem
+def _one_mapping(mem: GpuMemory, addrs: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray] | None:
+  """(the mapping's bytes as a NumPy view, each address's offset in it) when every access lies in one mapping."""
+  if len(addrs) == 0: return None
+  lo, hi = int(addrs.min()), int(addrs.max()) + size
+  for base, buf in mem.ranges:
+    if base <= lo and hi <= base + len(buf):
+      return np.frombuffer(buf, np.uint8), (addrs - np.uint64(base)).astype(np.int64)
+  return None   # spans mappings or faults: lane by lane (a fault names the lane's address)
 
 
 def _laddr(ex: Executor, w: Wave, ins: Instr, o: Opnd, k: int) -> np.ndarray:
