@@ -152,6 +152,12 @@ def _parse_line(raw: str, out: list[Instr]) -> None:
     elif toks:
       ins.dst = parse_operand(toks[0])
       ins.srcs = [parse_operand(t) for t in toks[1:]]
+    if ins.op in ("stl", "ldl") and ins.types and ins.types[0][1:] in ("16", "8"):
+      # 16/8-bit local memory moves use half registers; disasm_a3xx prints them without the h (ir3 reports such a
+      # shader's footprint with them as half registers: ir3_info.max_reg)
+      half = lambda o: Opnd("h", o.idx, o.imm, o.off, o.neg, o.absv, o.rel, o.not_, o.base) if o.kind == "r" else o  # noqa: E731
+      if ins.dst is not None: ins.dst = half(ins.dst)
+      ins.srcs = [half(o) for o in ins.srcs]
     out.append(ins)
 
 

@@ -25,15 +25,16 @@ def _get(cp: CP, reg: str, field: str | None = None) -> int:
   return F[reg][field].decode(v) if field else v
 
 
-def _highest(prog: list[Instr], kind: str) -> int:
-  """Highest register (vec4 index) of `kind` ('r' full, 'h' half, 'c' const) the code names, -1 if none."""
-  hi = -1
+def _highest(prog: list[Instr], kind: str) -> tuple[int, str]:
+  """Highest register (vec4 index) of `kind` ('r' full, 'h' half, 'c' const) the code names (-1 if none), and where."""
+  hi, where = -1, ""
   for ins in prog:
     for o in ([ins.dst] if ins.dst is not None else []) + ins.srcs:
       for x in (o, o.base):
         if x is not None and x.kind == kind and not (kind == "r" and x.idx >= 4 * 48):   # r48+ are sysval/special regs
-          hi = max(hi, (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4)
-  return hi
+          r = (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4
+          if r > hi: hi, where = r, f"pc {ins.pc} `{ins.text}`"
+  return hi, where
 
 
 class ShaderProcessor:
@@ -61,14 +62,15 @@ class ShaderProcessor:
     # ir3_shader.h: the variant's footprint must fit what SP_CS_CTRL_REG0 grants (registers past it are not there)
     full, half = _get(cp, "SP_CS_CTRL_REG0", "FULLREGFOOTPRINT"), _get(cp, "SP_CS_CTRL_REG0", "HALFREGFOOTPRINT")
     merged = _get(cp, "SP_CS_CTRL_REG0", "MERGEDREGS")
-    need_full = _highest(prog, "r") + 1
-    need_half = _highest(prog, "h") + 1
-    if merged: need_full = max(need_full, (need_half + 1) // 2)   # merged file: hrN lives in r(N/2)
-    if need_full > full: raise CPError(f"CP_EXEC_CS: the shader uses {need_full} full registers, SP_CS_CTRL_REG0.FULLREGFOOTPRINT grants {full}")
+    (hf, wf), (hh, wh) = _highest(prog, "r"), _highest(prog, "h")
+    need_full, need_half = hf + 1, hh + 1
+    if merged and (need_half + 1) // 2 > need_full: need_full, wf = (need_half + 1) // 2, wh   # merged file: hrN lives in r(N/2)
+    if need_full > full:
+      raise CPError(f"CP_EXEC_CS: the shader uses {need_full} full registers ({wf}), SP_CS_CTRL_REG0.FULLREGFOOTPRINT grants {full}")
     if not merged and need_half > half: raise CPError(f"CP_EXEC_CS: the shader uses {need_half} half registers, HALFREGFOOTPRINT grants {half}")
     # HLSQ_CS_CNTL.CONSTLEN: const vec4s the shader may read; the loaded constants must cover them
     constlen = _get(cp, "HLSQ_CS_CNTL", "CONSTLEN")
-    need_c = _highest(prog, "c") + 1
+    need_c = _highest(prog, "c")[0] + 1
     if need_c > constlen: raise CPError(f"CP_EXEC_CS: the shader reads c{need_c - 1}, HLSQ_CS_CNTL.CONSTLEN is {constlen} vec4s")
     consts = np.zeros(4 * constlen, np.uint32)
     for (block, stype, dst), data in cp.state.items():
