@@ -455,6 +455,18 @@ def _mov(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   ex._write(w, ins, en, k, ex._src(w, ins, ins.srcs[0], k, t))
 
 
+def _swz(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
+  """swz/gat/sct (cat1 multi-register moves from ir3's parallel-copy lowering), all sources read before any write:
+  `swz d0, d1, s0, s1` is d0 = s0, d1 = s1; `gat d, s0..sN` fills d, d+1, ...; `sct d0..dN, s` spreads s, s+1, ..."""
+  half = ins.dst is not None and ins.dst.kind == "h"
+  ops = [ins.dst] + ins.srcs
+  if ins.op == "swz": dsts, srcs = ops[:2], ops[2:]
+  elif ins.op == "gat": dsts, srcs = [Opnd(ops[0].kind, ops[0].idx + i) for i in range(len(ops) - 1)], ops[1:]
+  else: dsts, srcs = ops[:-1], [Opnd(ops[-1].kind, ops[-1].idx + i) for i in range(len(ops) - 1)]
+  vals = [ex._src_bits(w, ins, o, 0, half or o.kind == "h") for o in srcs]
+  for d, v in zip(dsts, vals): ex._write(w, Instr(ins.pc, ins.text, ins.op, ins.types, d, []), en, 0, v)
+
+
 def _sel(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   t = {"b32": "u32", "b16": "u16", "f32": "f32", "f16": "f16", "s32": "s32", "s16": "s16", "u32": "u32", "u16": "u16"}[ins.types[0]]
   a = ex._src(w, ins, ins.srcs[0], k, t)
@@ -615,6 +627,7 @@ EXEC: dict[str, Any] = {
   "and": _alu2(lambda a, b: a & b, _ty), "or": _alu2(lambda a, b: a | b, _ty), "xor": _alu2(lambda a, b: a ^ b, _ty),
   "shl": _alu2(_shift("shl"), _ty), "shr": _alu2(_shift("shr"), _ty), "ashr": _alu2(_shift("ashr"), _ty),
   "mull": _alu2(lambda a, b: (a & np.uint32(0xFFFF)) * (b & np.uint32(0xFFFF)), lambda ins: "u32"),
+  "swz": _swz, "gat": _swz, "sct": _swz,
   "cmps": _cmps, "cmpv": _cmps, "cov": _cov, "mov": _mov, "sel": _sel, "mad": _mad, "madsh": _mad,
   "shrg": _triop("shrg"), "shlg": _triop("shlg"), "shrm": _triop("shrm"), "shlm": _triop("shlm"), "andg": _triop("andg"),
   "rcp": _sfu(lambda a: 1 / a), "sqrt": _sfu(np.sqrt), "rsq": _sfu(lambda a: 1 / np.sqrt(a)), "exp2": _sfu(np.exp2),
