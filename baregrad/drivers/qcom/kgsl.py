@@ -1,6 +1,6 @@
 """The KGSL kernel interface (/dev/kgsl-3d0) for compute: device info, contexts, GPU objects, submission, waits.
 
-Not yet a HAL device: this is the layer a QCOMDevice will sit on (allocations, IB submission, timestamp waits).
+The layer QCOMDevice (device.py) sits on: allocations, IB submission, timestamp waits.
 """
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Mock Adreno: a conformance model of the a6xx command processor (PM4 decode, signals, waits, IBs, timestamps).
-
-Not built yet: the virtual /dev/kgsl-3d0 ioctl layer and the ir3 shader executor (CP_EXEC_CS is refused until one
-is attached as `CP.dispatch`).
+"""Mock Adreno: a conformance model of an a6xx behind KGSL: the virtual /dev/kgsl-3d0 (kgsl.py), the command
+processor (cp.py: PM4 decode, signals, waits, IBs, timestamps), the shader processor behind CP_EXEC_CS (sp.py: the
+compute state checked against the code) and the ir3 executor (ir3_exec.py).
 """
