@@ -144,6 +144,17 @@ def test_int_casts():
   np.testing.assert_array_equal(elementwise(lambda x: x.cast(i32) * 3, dtypes.uint8, a8, out_dt=i32), a8.astype(np.int32) * 3)
 
 
+def test_8bit_values_sign_and_zero_extension():
+  # int8 arithmetic runs widened (cov.u8s16 sign-extends); uint8 widening masks with 0xff: both against NumPy
+  u = np.array([0, 1, 127, 128, 200, 255, 3, 250], np.uint8)
+  s8 = u.view(np.int8)
+  for to in (f32, i32, dtypes.int16):
+    np.testing.assert_array_equal(elementwise(lambda x: x.cast(to), dtypes.uint8, u, out_dt=to), u.astype(np_dtype(to)))
+    np.testing.assert_array_equal(elementwise(lambda x: x.cast(to), dtypes.int8, s8, out_dt=to), s8.astype(np_dtype(to)))
+  np.testing.assert_array_equal(elementwise(lambda x, y: x.alu(Ops.MAX, y), dtypes.int8, s8, s8[::-1].copy()), np.maximum(s8, s8[::-1]))
+  np.testing.assert_array_equal(elementwise(lambda x: -x, dtypes.int8, s8), -s8)
+
+
 def matmul(M_, K, N, opts):
   sa = ShapeTracker.from_shape((M_, K)).reshape((M_, 1, K)).expand((M_, N, K))
   sb = ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K)).expand((M_, N, K))

@@ -427,8 +427,9 @@ def _cov(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   fr, to = m.groups()
   src = ins.srcs[0]
   v = ex._src(w, ins, src, k, fr if fr not in ("u8", "s8") else ("u16" if src.kind == "h" else "u32"))
-  if fr == "u8": v = (v.astype(np.uint32) & 0xFF).astype(np.uint8)
-  if fr == "s8": v = (v.astype(np.uint32) & 0xFF).astype(np.uint8).view(np.int8)
+  # an 8-bit cov source is sign-extended: a6xx has no s8 type, and ir3 emits cov.u8* for i2i (sign extension) of 8-bit
+  # values and an explicit `and 0xff` for u2u (zero extension; ir3_compiler_nir.c create_cov and its 8-bit cases)
+  if fr in ("u8", "s8"): v = (v.astype(np.uint32) & 0xFF).astype(np.uint8).view(np.int8)
   if to[0] in "su" and fr[0] == "f":   # float -> int: round toward zero, saturate, NaN -> 0 (Adreno cov)
     info = np.iinfo(_NP[to] if to not in ("u8", "s8") else (np.uint8 if to == "u8" else np.int8))
     with np.errstate(invalid="ignore"):
