@@ -77,7 +77,7 @@ def _bad(mutate, match):
 
 
 def test_register_footprint_too_small_refused():
-  _bad(lambda p: dataclasses.replace(p, max_reg=0), r"full registers, SP_CS_CTRL_REG0.FULLREGFOOTPRINT grants 1")
+  _bad(lambda p: dataclasses.replace(p, max_reg=0), r"full registers \(pc \d+ `[^`]*`\), SP_CS_CTRL_REG0.FULLREGFOOTPRINT grants 1")
 
 
 def _patch_reg(words, reg, value):
