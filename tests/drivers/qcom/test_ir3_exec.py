@@ -137,6 +137,18 @@ def test_uint32_ops():
   np.testing.assert_array_equal(elementwise(lambda x, y: x // y, u32, a, b), q)
 
 
+def test_int64_ops_lowered_to_32_bit_pairs():
+  # ir3 has no 64-bit ALU: NIR lowers these to 32-bit pairs (int64 division, a divergent loop with brao/braa, runs
+  # but does not match NumPy yet for large operands: not asserted here, see the QCOM notes)
+  a = np.array([0, 1, -1, 2 ** 40 + 3, -2 ** 40 - 5, 2 ** 62, -2 ** 63 + 1, 12345678901], np.int64)
+  b = np.array([3, -7, 5, 2 ** 33 + 1, 2 ** 20, -3, 1, -2 ** 35], np.int64)
+  i64 = dtypes.int64
+  np.testing.assert_array_equal(elementwise(lambda x, y: x + y, i64, a, b), a + b)
+  with np.errstate(over="ignore"): np.testing.assert_array_equal(elementwise(lambda x, y: x * y, i64, a, b), a * b)
+  np.testing.assert_array_equal(elementwise(lambda x, y: (x < y).where(x, y), i64, a, b), np.where(a < b, a, b))
+  np.testing.assert_array_equal(elementwise(lambda x, y: x >> (y & 63), i64, a, b), a >> (b & 63))
+
+
 def test_int_casts():
   np.testing.assert_array_equal(elementwise(lambda x: x.cast(f32), i32, IA, out_dt=f32), IA.astype(np.float32))
   np.testing.assert_array_equal(elementwise(lambda x: x.cast(dtypes.int8), i32, IA, out_dt=dtypes.int8), IA.astype(np.int8))

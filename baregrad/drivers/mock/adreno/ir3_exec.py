@@ -145,7 +145,7 @@ def _parse_line(raw: str, out: list[Instr]) -> None:
     parts = head.split(".")
     ins.op, ins.types = parts[0], parts[1:]
     toks = [t for t in _split_operands(rest)] if rest.strip() else []
-    if ins.op in ("br", "jump"):
+    if ins.op in ("br", "jump", "brao", "braa"):   # branches have no destination
       ins.srcs = [parse_operand(t) for t in toks]
     elif ins.op == "stg" or ins.op == "stl":
       ins.srcs = [parse_operand(t) for t in toks]
