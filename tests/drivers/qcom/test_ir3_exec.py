@@ -138,8 +138,8 @@ def test_uint32_ops():
 
 
 def test_int64_ops_lowered_to_32_bit_pairs():
-  # ir3 has no 64-bit ALU: NIR lowers these to 32-bit pairs (int64 division, a divergent loop with brao/braa, runs
-  # but does not match NumPy yet for large operands: not asserted here, see the QCOM notes)
+  # ir3 has no 64-bit ALU: NIR lowers these to 32-bit pairs, the division to a divergent loop (brao/braa) and the
+  # conversion to float through ufind_msb (clz: 0 gives -1)
   a = np.array([0, 1, -1, 2 ** 40 + 3, -2 ** 40 - 5, 2 ** 62, -2 ** 63 + 1, 12345678901], np.int64)
   b = np.array([3, -7, 5, 2 ** 33 + 1, 2 ** 20, -3, 1, -2 ** 35], np.int64)
   i64 = dtypes.int64
@@ -147,6 +147,9 @@ def test_int64_ops_lowered_to_32_bit_pairs():
   with np.errstate(over="ignore"): np.testing.assert_array_equal(elementwise(lambda x, y: x * y, i64, a, b), a * b)
   np.testing.assert_array_equal(elementwise(lambda x, y: (x < y).where(x, y), i64, a, b), np.where(a < b, a, b))
   np.testing.assert_array_equal(elementwise(lambda x, y: x >> (y & 63), i64, a, b), a >> (b & 63))
+  q = np.array([int(x / y) if abs(x) < 2 ** 52 else (abs(x) // abs(y)) * (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a, b)], np.int64)
+  np.testing.assert_array_equal(elementwise(lambda x, y: x // y, i64, a, b), q)
+  np.testing.assert_array_equal(elementwise(lambda x: x.cast(f32), i64, a, out_dt=f32), a.astype(np.float32))
 
 
 def test_int_casts():

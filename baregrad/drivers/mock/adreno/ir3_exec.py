@@ -503,8 +503,9 @@ def _mul(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
 
 
 def _clz(v: np.ndarray) -> np.ndarray:
-  """Leading zero bits of each 32-bit value (32 for 0)."""
-  out = np.full(v.shape, 32, np.uint32)
+  """Leading zero bits of each 32-bit value; 0 gives -1 (0xffffffff): ir3 builds ufind_msb as
+  sel(x, 31 - clz(x), clz(x)), which is NIR's -1 for 0 only if clz(0) is -1 (ir3_compiler_nir.c, nir_op_ufind_msb)."""
+  out = np.full(v.shape, 0xFFFFFFFF, np.uint32)
   nz = v != 0
   out[nz] = 31 - np.floor(np.log2(v[nz].astype(np.float64))).astype(np.uint32)
   return out
