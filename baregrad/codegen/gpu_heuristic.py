@@ -151,12 +151,13 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
   if not cands: return False
   tc = ren.tensor_cores[cands[0]]
-  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments within half the declared registers
-  # (the rest: addresses, the staged tiles' bookkeeping); 4x4 fragments of m16n8 = 64 accumulators, 2x4 warps
+  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments within 3/4 of the declared registers
+  # (the rest: addresses, the staged tiles' bookkeeping); 4x8 fragments of m16n8 = a 64x64 warp tile (128 accumulators,
+  # 4 mma.sync per ldmatrix), 2x2 warps = a 128x128 block tile
   regs = ren.regs_per_thread or 255
-  um_max, un_max = 4, 4
-  while um_max * un_max * 4 + um_max * 4 + un_max * 2 > regs // 2 and un_max > 1: un_max //= 2
-  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], um_max), _tc_tile(k.full_shape[n], tc.dims[1], un_max, 4)
+  um_max, un_max = 4, 8
+  while um_max * un_max * 4 + um_max * 4 + un_max * 2 > regs * 3 // 4 and un_max > 1: un_max //= 2
+  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], um_max), _tc_tile(k.full_shape[n], tc.dims[1], un_max)
   tiles = {m: wm * um * tc.dims[0], n: wn * un * tc.dims[1], r: 2 * tc.dims[2] if k.full_shape[r] > tc.dims[2] else tc.dims[2]}
   padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
   if padded > 1.5 * prod(k.full_shape[o] for o in tiles): return False
@@ -170,14 +171,17 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
     if w > 1: apply(k, OptOps.LOCAL, o, w, ("loop",))
   if size_of(k, r, ("reduce",)) > 1 and tiles[r] > tc.dims[2]: apply(k, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",))
   if ren.shared_max:
+    # the deepest cp.async pipeline (up to 3 stages: the copies of two k-steps in flight) whose tiles all fit
+    cands = range(len(k.stage_candidates()))
+    stages = next((s for s in (3, 2) if sum(k.stage_bytes(j, s) for j in cands) <= ren.shared_max), 0) if k.async_copy else 0
     used = 0
-    for j in range(len(k.stage_candidates())):
-      b = k.stage_bytes(j)
-      if b and used + b <= ren.shared_max and apply_smem(k, j): used += b
+    for j in cands:
+      b = k.stage_bytes(j, stages or None)
+      if b and used + b <= ren.shared_max and apply_smem(k, j, stages): used += b
   return True
 
-def apply_smem(k: Kernel, j: int) -> bool:
-  try: k.apply_opt(Opt(OptOps.SMEM, j)); return True
+def apply_smem(k: Kernel, j: int, stages: int = 0) -> bool:
+  try: k.apply_opt(Opt(OptOps.SMEM, j, stages)); return True
   except OptError: return False
 
 def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loads: list, stores: list) -> bool:

@@ -30,7 +30,8 @@ class OptOps(Enum):
                      # partial results are combined through shared memory (every thread of the group gets the result)
   SMEM = auto()      # stage a reduction input's tile in shared memory (axis: which, see Kernel.stage_candidates): per step
                      # of the outermost reduce loop the workgroup loads it cooperatively (coalesced), then every thread
-                     # reads its operands from there, between barriers
+                     # reads its operands from there, between barriers; amt: the pipeline's stages (shared buffers
+                     # the asynchronous copies run ahead into, 2..4; 0: two where the target has them, else one)
   TC = auto()        # tensor cores (axis: index into the renderer's tensor_cores): a matmul-shaped reduction runs as
                      # warp-wide matrix instructions; its output axes take the accumulator fragment's lane/element layout
   PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
@@ -48,6 +49,7 @@ class Opt:
 # estimated register-width operations of one iteration's unrolled body (Kernel.code_estimate); beyond these LLVM and the
 # C compiler spend seconds on straight-line code and the registers spill anyway
 MAX_LANES, MAX_LANE_BYTES, CODE_BUDGET = 256, 1024, 1024
+MAX_STAGES = 4      # SMEM: most shared buffers a pipeline of asynchronous copies cycles through
 VECTOR_LANES = 16   # lanes a renderer keeps in one register (the LLVM renderer splits wider values into chunks of this)
 
 LOOP_KINDS = ("global", "local", "group", "loop", "reduce")
@@ -124,7 +126,8 @@ def index_dtype(ast: UOp) -> DType:
         return dtypes.int64
     if u.op is not Ops.VIEW: continue
     for v in u.arg.views:
-      if prod(v.shape) > INT32_MAX or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
+      # a flat index over a view's shape is formed only between the views of a stack; one view's index is its reach
+      if (len(u.arg.views) > 1 and prod(v.shape) > INT32_MAX) or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
         return dtypes.int64
   return dtypes.int32
 
@@ -166,6 +169,7 @@ class Kernel:
     self.applied: list[Opt] = []
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.staged: list[int] = []      # SMEM: indices into stage_candidates()
+    self.stages = 0                  # SMEM: the pipeline's stages an opt asked for (0: the default, stage_buffers)
     self.tc: tuple | None = None     # TC: (TensorCore, m axis, n axis, k axis, A load, B load)
     self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
     self.async_copy: bool = bool(getattr(ren, "has_async_copy", False))
@@ -257,6 +261,11 @@ class Kernel:
       if self.n_reduces() != 1: raise OptError(f"{opt}: SMEM stages the inputs of a kernel with exactly one reduction")
       if not 0 <= opt.axis < len(self.stage_candidates()): raise OptError(f"{opt}: the kernel has {len(self.stage_candidates())} stageable loads")
       if opt.axis in self.staged: raise OptError(f"{opt}: load {opt.axis} is already staged")
+      if opt.amt:
+        if not 2 <= opt.amt <= MAX_STAGES: raise OptError(f"{opt}: a pipeline has 2 to {MAX_STAGES} stages, asked {opt.amt}")
+        if not self.async_copy: raise OptError(f"{opt}: a {opt.amt}-stage pipeline needs asynchronous copies (cp.async, sm_80+); the target has none")
+        if self.stages and self.stages != opt.amt: raise OptError(f"{opt}: the staged loads share one pipeline of {self.stages} stages")
+        self.stages = opt.amt
       self.staged.append(opt.axis)
       self.applied.append(opt)
       return
@@ -375,12 +384,19 @@ class Kernel:
     strides = st.real_strides()
     return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
             (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
-  def stage_bytes(self, j: int) -> int:
-    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile); twice the tile where
-    the target double-buffers it (asynchronous copies)."""
+  def stage_buffers(self, stages: int | None = None) -> int:
+    """SMEM: shared buffers per staged tile: 1 without asynchronous copies; with them the pipeline's stages (`stages`,
+    else the SMEM opts', default 2), no more than the stage loop's steps + 1 (the copies run at most that far ahead)."""
+    if not self.async_copy: return 1
+    si = self.stage_axis()
+    want = stages or self.stages or 2
+    return max(2, min(want, self.axes[si].size + 1)) if si is not None else want
+  def stage_bytes(self, j: int, stages: int | None = None) -> int:
+    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile), times the buffers of
+    its pipeline (stage_buffers)."""
     ld = self.stage_candidates()[j]
     tile = self.stage_tile(ld, self.stage_axis())
-    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * (2 if self.async_copy else 1) if tile else 0
+    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * self.stage_buffers(stages) if tile else 0
   def stage_reuse(self, j: int) -> bool:
     """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
     tile = set(self.stage_tile(self.stage_candidates()[j], self.stage_axis()))

@@ -136,6 +136,13 @@ def _async_copies(uops: list[UOp]) -> set[UOp]:
       out |= {u, v, *via}
   return out
 
+def _base_offset(idx: UOp) -> tuple[UOp, int] | None:
+  """(x, c) for a 32-bit index x + c with a constant c > 0 (an address is then x's plus an immediate byte offset)."""
+  if idx.op is not Ops.ADD or idx.dtype.scalar.itemsize != 4: return None
+  for a, b in (idx.src, idx.src[::-1]):
+    if b.op is Ops.CONST and isinstance(b.arg, int) and 0 < b.arg < 1 << 24: return a, b.arg
+  return None
+
 def _is_local(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.local
 
 def param_name(u: UOp) -> str:
@@ -175,6 +182,7 @@ class PTXRenderer(Renderer):
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, Any] = {}   # a node's register, or a vector's or a WMMA's list of them
     cnt: dict[str, int] = {}
+    gaddr: dict[tuple[UOp, UOp], str] = {}   # (global buffer, index) -> the register holding that element's address
     lines: list[str] = []
     shared: list[str] = []   # .shared declarations (workgroup memory)
     def reg(d: DType) -> str:
@@ -272,10 +280,10 @@ class PTXRenderer(Renderer):
         shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
         x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
-        # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
-        # but the newest before the barrier (double-buffered shared tiles, codegen/stage.py)
-        if u.arg in ("commit", "wait1"): emit("cp.async.commit_group;")
-        if u.arg == "wait1": emit("cp.async.wait_group 1;")
+        # asynchronous copies (cp.async): "commit" closes the issued ones into a group (no barrier); ("wait", n) waits
+        # until at most n groups are pending, then the barrier (the pipelined shared tiles of codegen/stage.py)
+        if u.arg == "commit": emit("cp.async.commit_group;")
+        if isinstance(u.arg, tuple) and u.arg[0] == "wait": emit(f"cp.async.wait_group {u.arg[1]};")
         if u.arg != "commit": emit("bar.sync 0;")
       elif u.op is Ops.INDEX and _is_local(u.src[0]):
         buf, idx = u.src[0], u.src[1]
@@ -285,9 +293,21 @@ class PTXRenderer(Renderer):
         # (type: ignore: a buffer's dtype is a PtrDType)
         emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")  # type: ignore[attr-defined]
         r[u] = x
+      elif u.op is Ops.INDEX and (bo := _base_offset(u.src[1])) is not None and (u.src[0], bo[0]) in gaddr:
+        # idx = x + c where x's address is at hand: [address + c * itemsize] (the index provably does not wrap where it
+        # is int32, Kernel.lower, so the byte offset may be added after widening). Keeps a tile's stores and loads on one
+        # 64-bit base each instead of a 64-bit register per address
+        sz = u.src[0].dtype.base.itemsize if isinstance(u.src[0].dtype, PtrDType) else u.src[0].dtype.itemsize
+        r[u] = f"{gaddr[(u.src[0], bo[0])]}+{bo[1] * sz}"
       elif u.op is Ops.INDEX:
         buf, idx = u.src[0], u.src[1]
         sz = buf.dtype.base.itemsize if isinstance(buf.dtype, PtrDType) else buf.dtype.itemsize
+        if (bo := _base_offset(idx)) is not None:   # the address of x first, then x + c as above
+          bx, bw = reg(dtypes.int64), reg(d)
+          emit(f"mul.wide.{_AT[idx.dtype.scalar]} {bw}, {r[bo[0]]}, {sz};"); emit(f"add.s64 {bx}, {r[buf]}, {bw};")
+          gaddr[(buf, bo[0])] = bx
+          r[u] = f"{bx}+{bo[1] * sz}"
+          continue
         off, x = reg(dtypes.int64), reg(d)
         it = idx.dtype.scalar
         if it.itemsize == 4: emit(f"mul.wide.{_AT[it]} {off}, {r[idx]}, {sz};")
