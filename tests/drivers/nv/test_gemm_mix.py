@@ -4,7 +4,7 @@ on a GPU still ramping its clocks; bench/gpu.py now warms them). These checks pi
 kernels the heuristic picks have the same main-loop instruction mix, use mma.sync fed by ldmatrix with no conversion
 in the loop, and assemble (ptxas, sm_80 and sm_90) to the same register count with no spills. No GPU needed."""
 from __future__ import annotations
-import re, subprocess, tempfile, os
+import functools, re, subprocess, tempfile, os
 from collections import Counter
 import pytest
 from baregrad.ir.dtype import dtypes
@@ -14,7 +14,7 @@ from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer.ptx import PTXRenderer
 from baregrad.drivers.nv_compile import find_ptxas
 from tests.helpers import mock_nv_device
-from tools.sass_report import matmul_ast, innermost_loop
+from tools.sass_report import matmul_ast, innermost_loop, report
 
 N = 4096
 
@@ -51,7 +51,8 @@ def test_main_loop_is_tensor_cores_fed_by_ldmatrix(kernels, dt):
   loop = innermost_loop(kernels[dt][0])
   mma = sum(v for k, v in loop.items() if k.startswith("mma.sync") and f".f32.{'bf16' if dt == dtypes.bfloat16 else 'f16'}." in k)
   ldsm = sum(v for k, v in loop.items() if k.startswith("ldmatrix"))
-  assert mma >= 16 and ldsm >= 1 and mma >= 2 * ldsm, f"{dt.name}: {mma} mma.sync, {ldsm} ldmatrix in the main loop"
+  # a k-step of a 64x64 warp tile: 32 mma.sync fed by 4 ldmatrix.x4 of A and 4 ldmatrix.x4.trans of B (each B of two)
+  assert mma >= 32 and ldsm >= 1 and mma >= 4 * ldsm, f"{dt.name}: {mma} mma.sync, {ldsm} ldmatrix in the main loop"
   assert not any(k.startswith(("cvt.f", "cvt.rn")) for k in loop), f"{dt.name}: a float conversion in the main loop: {loop}"
   assert not any(k.startswith(("ld.global", "ld.local", "st.local")) for k in loop), f"{dt.name}: {loop}"
 
@@ -77,3 +78,29 @@ def test_half_and_bf16_assemble_alike_without_spills(kernels, arch):
   # k-step's fragments in flight; the tile's addresses are bases with constant offsets folded into the instructions
   # (128 accumulators leave no room for a register per address: that spilled). 255 is the most a thread may have
   assert hr <= 232 and br <= 232 and abs(hr - br) <= 8, f"{arch}: registers half {hr}, bf16 {br}"
+
+@functools.cache
+def _report(dt_name: str, arch: str) -> dict[str, str]:
+  return report(N, N, N, {"half": dtypes.float16, "bf16": dtypes.bfloat16}[dt_name], arch)
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dt", ["half", "bf16"])
+def test_4096_kernel_is_the_pipelined_tensor_core_kernel(dt, arch):
+  """Issue 32 item 2, statically: the heuristic's 4096^3 kernel stages 128x128 tiles through a 3-stage cp.async
+  pipeline (48 KB) and feeds 4 mma.sync per ldmatrix; ptxas gives it at most 255 registers and no spills."""
+  f = _report(dt, arch)
+  assert f["spills"] == "0" and int(f["regs"]) <= 255, f
+  assert "SMEM0:3" in f["opts"] and f["smem"] == str(3 * 2 * 128 * 32 * 2), f
+  assert int(f["loop_mma"]) == 32 and int(f["loop_mma"]) >= 4 * int(f["loop_ldsm"]) > 0, f
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dt", ["half", "bf16"])
+def test_4096_kernel_sass(dt, arch):
+  """The same kernel's SASS (cuobjdump + nvdisasm, NVIDIA's pip wheels): LDSM, LDGSTS and HMMA; the main loop (ptxas
+  unrolls the two k-steps of a stage into it) has 4 HMMA per LDSM, the next stage's LDGSTS, and no LDG."""
+  f = _report(dt, arch)
+  if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+  assert min(int(f[op]) for op in ("HMMA", "LDSM", "LDGSTS")) > 0, f
+  assert int(f["main_HMMA"]) >= 4 * int(f["main_LDSM"]) > 0 and int(f["main_LDGSTS"]) > 0 and f["main_LDG"] == "0", f
