@@ -84,13 +84,15 @@ class _Stager:
 
   def layout(self, ld: UOp, parts: list[int], strides: tuple) -> list[int]:
     """The tile's parts in shared-memory order, the fastest last: lane parts for a plain load; for a tensor-core operand
-    its fragment coordinate contiguous in global memory stays contiguous."""
+    the fragment coordinate contiguous in global memory stays contiguous."""
     axes = self.axes
     if ld not in self.lw.opvals: return sorted(parts, key=lambda i: (axes[i].kind in LANE_KINDS, i))
     _, m_, n_, k_, la, _ = self.k.tc  # type: ignore[misc]
     row = m_ if ld is la else n_
     fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
-    return sorted(parts, key=lambda i: (axes[i].tc is not None and axes[i].orig == fastc, i))
+    # every part of that coordinate (the warps', the fragments' and the lanes' parts): a whole tile row contiguous, so
+    # neighbouring threads fill neighbouring 16-byte chunks of one row (one wavefront per 8 of them once swizzled)
+    return sorted(parts, key=lambda i: (axes[i].orig == fastc, i))
 
   def swizzle_rowlen(self, ld: UOp, lay: list[int]) -> int:
     """A tensor-core operand of 16-bit values is read by ldmatrix, 8 rows of 16 bytes at once: rows of k (without

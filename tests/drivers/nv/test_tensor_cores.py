@@ -205,3 +205,28 @@ def test_pipeline_stages_are_refused_where_they_cannot_run():
   with pytest.raises(OptError, match="needs asynchronous copies"): cu.apply_opt(Opt(OptOps.SMEM, 0, 3))
   with pytest.raises(OptError, match="shared memory"):   # four 128x128 stages of 16 KB: past the 48 KB a kernel declares
     get_program(matmul_ast(128, 128, 128, f16), PTXRenderer(), gemm_opts(128, 128, 128, f16, 4))
+
+def _wavefronts(monkeypatch, m, n, k) -> dict[str, list[int]]:
+  from baregrad.drivers.mock.ptx.kernel import PTXKernel
+  seen: dict[str, list[int]] = {"ldmatrix": [0, 0], "cp.async": [0, 0]}
+  def hook(line, text, wf, ideal):
+    s = seen["ldmatrix" if text.startswith("ldmatrix") else "cp.async"]
+    s[0], s[1] = s[0] + wf, s[1] + ideal
+  monkeypatch.setattr(PTXKernel, "bank_conflicts", staticmethod(hook))
+  got, want, _ = run_matmul(m, n, k, f16, gemm_opts(m, n, k, f16, 3))
+  np.testing.assert_array_equal(got, want)
+  return seen
+
+def test_swizzled_tiles_have_no_bank_conflicts(monkeypatch):
+  """The XOR swizzle (codegen/stage.py) puts the 8 rows each ldmatrix reads (A rows of k, B rows of n read .trans) and
+  the 16-byte fills of each 8 threads in 8 different 16-byte bank groups: every shared request is one wavefront."""
+  seen = _wavefronts(monkeypatch, 128, 128, 64)
+  assert seen["ldmatrix"][1] > 0 and seen["ldmatrix"][0] == seen["ldmatrix"][1], seen
+  assert seen["cp.async"][1] > 0 and seen["cp.async"][0] == seen["cp.async"][1], seen
+
+def test_unswizzled_tiles_would_conflict(monkeypatch):
+  """Without the swizzle the same kernel's ldmatrix rows (128 or 256 bytes apart) share banks: the check above can fail."""
+  from baregrad.codegen import stage
+  monkeypatch.setattr(stage, "_swizzler", lambda rowlen: (lambda idx: idx))
+  seen = _wavefronts(monkeypatch, 128, 128, 96)
+  assert seen["ldmatrix"][0] >= 4 * seen["ldmatrix"][1], seen
