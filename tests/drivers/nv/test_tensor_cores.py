@@ -173,10 +173,12 @@ def _loop_ops(src: str):
   from tools.sass_report import innermost_loop
   return innermost_loop(src)
 
-@pytest.mark.parametrize("dt,stages", [(f16, 3), (bf16, 3), (f16, 2)], ids=["half-3", "bf16-3", "half-2"])
-def test_gemm_block_tile_pipeline(dt, stages):
-  """128x128x128: four k-steps through the pipeline, every tile whole."""
-  got, want, r = run_matmul(128, 128, 128, dt, gemm_opts(128, 128, 128, dt, stages))
+@pytest.mark.parametrize("dt,stages,warps,n", [(f16, 3, (2, 2), 128), (bf16, 3, (2, 2), 128), (f16, 2, (2, 2), 128), (f16, 2, (2, 4), 256)],
+                         ids=["half-3", "bf16-3", "half-2", "half-128x256"])
+def test_gemm_block_tile_pipeline(dt, stages, warps, n):
+  """128x128 (and 128x256: 2x4 warps, two stages fill the 48 KB) block tiles of 64x64 warp tiles, four k-steps of
+  128 through the pipeline, every tile whole; the kernel assembles without spills."""
+  got, want, r = run_matmul(128, n, 128, dt, gemm_opts(128, n, 128, dt, stages, warps=warps))
   np.testing.assert_array_equal(got, want)
   src = r.spec.src
   assert f"cp.async.wait_group {stages - 2};" in src and src.count("cp.async.commit_group;") == stages
@@ -186,6 +188,10 @@ def test_gemm_block_tile_pipeline(dt, stages):
   mma = sum(c for op, c in loop.items() if op.startswith("mma.sync"))
   ldsm = sum(c for op, c in loop.items() if op.startswith("ldmatrix"))
   assert (mma, ldsm) == (32, 8), f"a k-step of a 64x64 warp tile: {mma} mma.sync, {ldsm} ldmatrix"
+  if find_ptxas() is not None:
+    from tools.sass_report import assemble
+    _, v = assemble(src, "sm_80")
+    assert "0 bytes spill stores, 0 bytes spill loads" in v, v
 
 @pytest.mark.parametrize("dt", [f16, bf16], ids=["half", "bf16"])
 @pytest.mark.parametrize("m,n,k", [(130, 72, 70), (64, 136, 40)])
