@@ -57,6 +57,7 @@ class Lowering:
     self.tcl: dict | None = None        # TC: the fragments' index values and element ranges (tc_lower.tc_lanes)
     self.opvals: dict[UOp, dict[int, UOp]] = {}   # TC: operand load -> the values its index takes
     self.staged: dict[UOp, UOp] = {}    # SMEM: staged load -> its read from shared memory
+    self.pool: tuple[UOp, int] | None = None   # SMEM of a tensor-core kernel: the tiles' shared pool, its elements
     # with a GROUP, one thread of the group stores the (shared) result
     self.store_guard: UOp | None = None
     for i in self.group:

@@ -48,7 +48,10 @@ class StagedTile:
   shared memory (`sstride`), the swizzle of its addresses (`swz`; `rowlen` the row length it keys on, 0: none), the
   fill order (`order`, the part contiguous in global memory last), the elements a thread copies at once (`v`, along
   `lane`, over the last `run` parts of `order`), and the DEFINE_LOCAL holding it (`smem`, `size` times the pipeline's
-  buffers)."""
+  buffers from `base` on)."""
+  def at(self, idx: UOp, valid: UOp | None = None) -> UOp:
+    """The shared-memory INDEX of tile offset idx (swizzled already)."""
+    return self.smem.index((idx + self.base).simplify() if self.base else idx, valid)
   ld: UOp
   st: ShapeTracker
   parts: list[int]
@@ -61,6 +64,7 @@ class StagedTile:
   run: int
   smem: UOp
   lane: UOp
+  base: int = 0   # where the tile starts in `smem` (elements): the tiles of a tensor-core kernel share one pool
 
 class _Stager:
   """The state of staging one kernel's loads: the lowering, the stage loop (axis part `si`, its range and steps),
@@ -173,7 +177,7 @@ class _Stager:
       for i in t.parts: sidx = sidx + vals[i] * t.sstride[i]
       if t.rowlen:   # swizzle the chunk start (the vector lanes stay inside one 16-byte chunk: v <= 8)
         sidx = t.swz(sidx.substitute({lane: UOp.const(it, 0)}).simplify()) + lane if v > 1 else t.swz(sidx.simplify())
-      out.append(UOp(Ops.STORE, dtypes.void, (t.smem.index(sidx.simplify(), smask), val) + dep,
+      out.append(UOp(Ops.STORE, dtypes.void, (t.at(sidx.simplify(), smask), val) + dep,
                      "async" if self.dbl else None))
     return out
 
@@ -210,7 +214,7 @@ class _Stager:
     if ld in opvals and (frag := ldmatrix(self.lw, t, rv, rbuf, after)) is not None: return frag
     ridx: UOp = rbuf
     for i in t.parts: ridx = ridx + rv[i] * t.sstride[i]
-    return UOp(Ops.LOAD, ld.dtype, (t.smem.index(t.swz(ridx.simplify())), after))
+    return UOp(Ops.LOAD, ld.dtype, (t.at(t.swz(ridx.simplify())), after))
 
 def stage(lw: Lowering) -> dict[UOp, UOp]:
   """SMEM: each staged load of the kernel -> its read from a shared tile, filled once per step of the stage loop
@@ -222,6 +226,7 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
   fills: list[UOp] = []
   reads: list[tuple[StagedTile, UOp]] = []
   total = 0
+  tiles: list[StagedTile] = []
   for n, j in enumerate(k.staged):
     ld = cands[j]
     parts = k.stage_tile(ld, s.si)
@@ -230,7 +235,15 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
     total += size * ld.dtype.itemsize * s.nbuf
     if total > k.shared_max:
       raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {k.shared_max}")
-    t = s.tile(n, ld, parts, size)
+    tiles.append(s.tile(n, ld, parts, size))
+  # a tensor-core kernel's tiles (one dtype) are slices of one pool, which its epilogue reuses once the loop is done
+  if k.tc is not None and s.dbl and len({t.ld.dtype for t in tiles}) == 1:
+    off = 0
+    for t in tiles: t.base, off = off, off + -(-t.size * s.nbuf // 8) * 8
+    pool = UOp(Ops.DEFINE_LOCAL, tiles[0].ld.dtype.ptr(local=True), (), ("stage", off))
+    for t in tiles: t.smem = pool
+    lw.pool = (pool, off)
+  for t in tiles:
     f0, f, rbuf = s.fills(t)
     first, fills = [a + b for a, b in zip(first, f0)] if first else f0, fills + f
     reads.append((t, rbuf))
