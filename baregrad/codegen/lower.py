@@ -13,6 +13,7 @@ from baregrad.ir.ops import UOp, Ops, identity_element
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, _may_wrap
 from baregrad.codegen.stage import stage
+from baregrad.codegen.epilogue import stage_store
 from baregrad.codegen.tc_lower import tc_lanes
 if TYPE_CHECKING: from baregrad.codegen.kernel import Kernel
 
@@ -169,6 +170,7 @@ class Lowering:
       c = UOp.const(u.dtype, u.arg) if u.op is Ops.CONST else idx.cast(u.dtype)
       return c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
     if u.op is Ops.STORE:
+      if (through := stage_store(self, u, src)) is not None: return through
       idx, valid = self.access(u.src[1].arg, self.store_guard, store=True)
       return UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
     if u.op is Ops.REDUCE_AXIS: return self.tc_reduce(u) if self.tcl is not None else self.reduce(u, src[0])

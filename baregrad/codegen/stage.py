@@ -42,6 +42,19 @@ def _swizzler(rowlen: int) -> Callable[[UOp], UOp]:
     return out if rest.op is Ops.CONST and rest.arg == 0 else out + rest
   return f
 
+def swizzle_rc(rowlen: int) -> Callable[[UOp, UOp], UOp]:
+  """(row, col) -> the swizzled offset _swizzler(rowlen) gives row * rowlen + col, computed from the row and column
+  themselves (their constant parts stay constant offsets: one base register for many accesses)."""
+  if not rowlen: return lambda row, col: (row * rowlen + col).simplify()
+  per_line, nchunk = max(1, 64 // rowlen), min(8, rowlen // 8)
+  def f(row: UOp, col: UOp) -> UOp:
+    key = (row // per_line % nchunk).simplify()
+    chunk = UOp(Ops.XOR, col.dtype, ((col // 8).simplify(), key)) * 8
+    rest = (col % 8).simplify()
+    out = row * rowlen + chunk
+    return (out if rest.op is Ops.CONST and rest.arg == 0 else out + rest).simplify()
+  return f
+
 @dataclass
 class StagedTile:
   """One staged load's shared tile: the axis parts it spans (`parts`), its elements (`size`), each part's stride in

@@ -94,6 +94,12 @@ def test_4096_kernel_is_the_pipelined_tensor_core_kernel(dt, arch):
   assert "SMEM0:3" in f["opts"] and f["smem"] == str(3 * 2 * 128 * 32 * 2), f
   assert int(f["loop_mma"]) == 32 and int(f["loop_mma"]) >= 4 * int(f["loop_ldsm"]) > 0, f
 
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16], ids=["half", "bf16"])
+def test_4096_kernel_epilogue_stores_16_bytes(kernels, dt):
+  """The 128x128 output tile leaves through shared memory: each of 128 threads stores 16 chunks of 16 bytes."""
+  src = kernels[dt][0]
+  assert src.count("st.global.v4.b32") == 16 and "st.global.v2" not in src and "st.global.b16" not in src
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("dt", ["half", "bf16"])
