@@ -1,6 +1,8 @@
 """Tensor cores (OptOps.TC) on the mock NVIDIA GPU: mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32 (behind the allow-tf32
 switch), on operands read straight from global memory or staged in shared memory (cp.async double buffering, ldmatrix
-with and without .trans), edge tiles padded (PADTO), several warps and several fragments a warp; the heuristic's choice.
+with and without .trans), edge tiles padded (PADTO), several warps and several fragments a warp; the heuristic's choice;
+the 4096^3 kernel's structure (mma.sync pairs, 128x128 and 128x256 block tiles of 64x64 warp tiles, 2-3 stage cp.async
+pipelines, swizzled tiles without bank conflicts, the epilogue through shared memory) at small shapes.
 Results against NumPy in float64; the generated PTX assembles with ptxas for sm_80, sm_89 and sm_90."""
 from __future__ import annotations
 import numpy as np
