@@ -269,3 +269,20 @@ def test_gemm_epilogue_through_shared_memory(dt, m, n, k):
   assert src.count("ld.shared.v4.b32") == 8, src[-3000:]
   if (m, n) == (128, 128):   # fragments written in pairs (the swizzle keeps a pair in one chunk), read 16 bytes a time
     assert src.count("st.global.v4.b32") == 8 and "st.global.v2.b16" not in src and "st.shared.b16" not in src
+
+@pytest.mark.parametrize("dt", [f16, bf16], ids=["half", "bf16"])
+@pytest.mark.parametrize("m,n,k,tc", [(256, 256, 128, True), (64, 1000, 24, True), (100, 200, 300, False)])
+def test_frontend_matmul_shapes(dt, m, n, k, tc):
+  """a @ b from the Tensor frontend with the heuristic's opts: the pipelined tensor-core kernel (whole tiles; an
+  awkward N and K padded), or, where padding would waste too much, the register-tile kernel: exact either way."""
+  from baregrad.tensor import Tensor
+  rng = np.random.default_rng(11)
+  a = rng.integers(-8, 8, (m, k)).astype(np.float32) / 4
+  b = rng.integers(-8, 8, (k, n)).astype(np.float32) / 4
+  ta, tb = Tensor(a, device="NV").cast(dt).realize(), Tensor(b, device="NV").cast(dt).realize()
+  t = (ta @ tb).realize()
+  (item,) = (ta @ tb).schedule()
+  opts = compile_ast(item.ast, "NV").spec.opts
+  assert any(o.op is OptOps.TC for o in opts) == tc, opts
+  if tc: assert any(o.op is OptOps.SMEM and o.amt == 3 for o in opts), opts
+  np.testing.assert_array_equal(t.cast(f32).numpy().astype(np.float64), _round_to(a.astype(np.float64) @ b, dt))
