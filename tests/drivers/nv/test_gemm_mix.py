@@ -2,7 +2,9 @@
 instruction for instruction (only the mma's type names differ), so the gap was the bench (the half row was timed first,
 on a GPU still ramping its clocks; bench/gpu.py now warms them). These checks pin that: the 4096^3 half and bf16
 kernels the heuristic picks have the same main-loop instruction mix, use mma.sync fed by ldmatrix with no conversion
-in the loop, and assemble (ptxas, sm_80 and sm_90) to the same register count with no spills. No GPU needed."""
+in the loop, and assemble (ptxas, sm_80 and sm_90) to the same register count with no spills. Part 2: that kernel is
+the pipelined one (128x128 block tiles, 64x64 warp tiles, 3 cp.async stages, 4 mma.sync per ldmatrix, 16-byte epilogue
+stores), in its PTX and, where cuobjdump/nvdisasm are installed, its SASS. No GPU needed."""
 from __future__ import annotations
 import functools, re, subprocess, tempfile, os
 from collections import Counter
@@ -74,7 +76,7 @@ def _ptxas_v(src: str, arch: str) -> tuple[int, int]:
 def test_half_and_bf16_assemble_alike_without_spills(kernels, arch):
   (hr, hs), (br, bs) = (_ptxas_v(kernels[dt][0], arch) for dt in (dtypes.float16, dtypes.bfloat16))
   assert hs == 0 and bs == 0, f"{arch}: spills half {hs} B, bf16 {bs} B"
-  # 204-208 today: a 64x64 warp tile holds 128 float accumulators and 32 operand registers, ptxas keeps the next
+  # 214-218 today: a 64x64 warp tile holds 128 float accumulators and 32 operand registers, ptxas keeps the next
   # k-step's fragments in flight; the tile's addresses are bases with constant offsets folded into the instructions
   # (128 accumulators leave no room for a register per address: that spilled). 255 is the most a thread may have
   assert hr <= 232 and br <= 232 and abs(hr - br) <= 8, f"{arch}: registers half {hr}, bf16 {br}"
