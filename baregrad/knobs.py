@@ -144,7 +144,8 @@ _DECLARED = [
   Knob("AMD_CHECK_ARCHS", "list", (), "also compile every AMD kernel for these gfx targets (validation only)", _C),
   # debugging
   Knob("DEBUG", "int", 0,
-       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 7 disassembly", _D, lo=0),
+       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 6 a GPU kernel's resources (NV ptxas -v: registers, spills, "
+       "stack, shared; AMD VGPRs, SGPRs, spills, LDS, scratch), 7 disassembly (CPU; NV SASS by nvdisasm/cuobjdump; AMD RDNA3 by our decoder)", _D, lo=0),
   Knob("PROFILE", "bool", False,
        "write a Perfetto trace of every kernel, copy and compile (the path is printed at exit)", _D),
   Knob("PROFILE_PATH", "path", None, "the PROFILE trace file", _D, default_text="$TMPDIR/baregrad-trace-<pid>.json"),

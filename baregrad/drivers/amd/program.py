@@ -5,8 +5,9 @@ kernel may read (block counts, group sizes, grid dims, apertures, the queue poin
 
 Source: LLVM AMDGPUUsage (code object v5/v6 metadata and its hidden argument kinds)."""
 from __future__ import annotations
-import ctypes, io, struct
+import ctypes, io, struct, sys
 from typing import Any, Sequence
+from baregrad.knobs import DEBUG
 from baregrad.hcq import HCQArgsState, HCQProgram
 from baregrad.drivers.amd_compile import CodeObjectError, load_code_object
 
@@ -105,6 +106,9 @@ class AMDProgram(HCQProgram):
       raise CodeObjectError(f"AMD program {name}: the code object is for {co.arch}, this GPU is {dev.target.name}")
     k = co.kernels.get(name)
     if k is None: raise CodeObjectError(f"AMD program {name}: the code object has no kernel {name!r}; it has {', '.join(sorted(co.kernels))}")
+    if (level := DEBUG()) >= 6:   # resources, and at 7 the disassembly: drivers/amd/disasm.py
+      from baregrad.drivers.amd.disasm import debug_text
+      print(debug_text(level, lib, name, co.arch), file=sys.stderr)
     kd = k.descriptor
     if kd.uses_dynamic_stack:
       # the code object does not say how deep the stack grows (ROCr then guesses a per-thread size); our kernels make no calls

@@ -1,10 +1,11 @@
 """Programs of the NV driver: a kernel's image in GPU memory, its parameters and storage read from the cubin or the PTX,
 and the per-launch args memory (QMD and constant bank 0) its launches are written into."""
 from __future__ import annotations
-import ctypes, re
+import ctypes, re, sys
 from array import array
 from typing import TYPE_CHECKING, Any, Sequence
 from baregrad.helpers import c_array
+from baregrad.knobs import DEBUG
 from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
 from baregrad.hcq.queue import _dims
@@ -109,6 +110,9 @@ class NVProgram(HCQProgram):
       except Exception: cubin = b""
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
+    if (level := DEBUG()) >= 6:   # resources (ptxas -v), and at 7 the SASS: drivers/nv/disasm.py
+      from baregrad.drivers.nv.disasm import debug_text
+      print(debug_text(level, ptx, cubin, name, dev.arch), file=sys.stderr)
     self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
     self.launch_templates: dict[tuple, tuple[bytes, bytes]] = {}   # geometry, sizes -> (cbank0 header, QMD): write_qmd
     code = b""
