@@ -157,7 +157,10 @@ _DECLARED = [
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
   Knob("HANG_WARN_MS", "int", 5000, "a host wait without progress this long prints what blocks it (0: never)", _D, lo=0),
   Knob("IOCTL_TRACE_FILE", "path", None, "append the IOCTL_TRACE lines to this file instead of stderr", _D),
-  Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submitted command buffer", _D),
+  Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submission (AQL packets, IBs, kernargs, SDMA) and each "
+       "launch's code object and buffers, with meta.json (tools/amd_decode.py capture|replay DIR)", _D),
+  Knob("NV_CAPTURE", "path", None, "directory where the NV driver writes each submission (pushbuffer, GPFIFO entry, QMDs, constant banks) "
+       "and each launch's code image and buffers, with meta.json (tools/nv_decode.py capture|replay DIR)", _D),
   # CPU device
   Knob("CPU_THREADS", "int", 0, "threads a CPU kernel is split over (0: one per core)", _CPU, lo=0),
   Knob("CPU_NATIVE_POOL", "bool", True, "split kernels over the native thread pool; 0 uses Python threads", _CPU),
