@@ -311,7 +311,7 @@ class SDMARing:
       self.wptr_p.value = self.put
       if self.dev.capture is not None:   # AMD_CAPTURE=DIR (hcq/capture.py)
         self.dev.capture.submission("copy", {"sdma": bytes(arr)}, ring=self.ring.va, offset=off, doorbell=self.put,
-                                    timeline=self.dev.timeline_value - 1)
+                                    timeline=self.dev.timeline_value - 1, launches=[])
       self.dev.port.doorbell(self.doorbell, self.put, 8)
 
   def state(self) -> str:
