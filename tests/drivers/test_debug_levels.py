@@ -25,7 +25,9 @@ def default_mocks(monkeypatch):
 def nv():
   from baregrad.drivers.mock.nv import MockNVGPU
   from baregrad.drivers.nv import NVDevice
-  return NVDevice("NV", port=make_port(MockNVGPU()))
+  dev = NVDevice("NV", port=make_port(MockNVGPU()))
+  yield dev
+  dev.close()
 
 def _nv_load(nv, src: str, name: str, level: int, capsys) -> tuple[str, bytes]:
   from baregrad.drivers.nv.program import NVProgram
@@ -80,7 +82,9 @@ def test_nv_debug7_sass_by_nvdisasm_or_why_not(nv, capsys, tmp_path, monkeypatch
 def amd():
   from baregrad.drivers.mock.amd import MockAMDGPU
   from baregrad.drivers.amd.device import AMDDevice
-  return AMDDevice("AMD", port=make_port(MockAMDGPU()))
+  dev = AMDDevice("AMD", port=make_port(MockAMDGPU()))
+  yield dev
+  dev.close()
 
 def _amd_load(amd, src: str, name: str, level: int, capsys) -> tuple[str, bytes]:
   from baregrad.drivers.amd.program import AMDProgram
