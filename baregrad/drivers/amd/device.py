@@ -34,13 +34,15 @@ waits for.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.amd.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
 MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
-packets and their PM4 IBs, the SDMA packets) for tools/amd_decode.py."""
+packets, their PM4 IBs and kernargs, the SDMA packets) for tools/amd_decode.py, and each launch's code object and
+buffers for its replay (hcq/capture.py, hcq/replay.py)."""
 from __future__ import annotations
-import ctypes, errno, os, threading, time
+import ctypes, errno, threading, time
 from typing import Any, Hashable
 from baregrad import knobs
 from baregrad.hal import OutOfMemory, DeviceUnavailable
 from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
+from baregrad.hcq.capture import CaptureWriter
 from baregrad.drivers.port import IoctlError, driver_port, register_ioctl
 from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
                                    VAAllocator, release_to_window, reserve_window, round_up)
@@ -101,7 +103,8 @@ class AMDDevice(HCQDevice):
     self._lost: str | None = None        # why the device cannot run work any more (AMDDeviceLost)
     self._recovering = False
     self.kernel_names: dict[int, str] = {}   # kernel descriptor address -> kernel name (AMDProgram registers), for messages
-    self.capture_dir, self._captures = knobs.read("AMD_CAPTURE") or None, 0
+    self.kernarg_sizes: dict[int, int] = {}  # kernel descriptor address -> its kernarg segment bytes (for AMD_CAPTURE)
+    self.capture: CaptureWriter | None = None   # AMD_CAPTURE=DIR, made once the target is known (hcq/capture.py)
     try: self.fd_kfd = self._open("/dev/kfd")
     except FileNotFoundError:
       raise DeviceUnavailable(f"{device}: /dev/kfd not found (no amdgpu/amdkfd kernel driver here); set MOCKGPU=1 for the mock GPU") from None
@@ -120,6 +123,7 @@ class AMDDevice(HCQDevice):
       super().__init__(device, None, renderer, compiler, AMDProgram, *QUEUES[self.family], kernargs_size=1 << 20, signal_pool_size=64 << 10)
       self.allocator = AMDAllocator(self)
       self._init_queues()
+      if (d := knobs.read("AMD_CAPTURE")): self.capture = CaptureWriter(d, "AMD", self.target.name, device)
     except BaseException:
       self._abandon()
       raise
@@ -339,15 +343,6 @@ class AMDDevice(HCQDevice):
   def _alloc_shared(self, size: int) -> HCQBuffer:
     m = self._gpu_alloc(size, "userptr")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
-
-  def capture(self, files: dict[str, bytes]) -> None:
-    """AMD_CAPTURE=DIR: each submission's command bytes as NNNNNN-<what>.bin (decode with tools/amd_decode.py capture DIR)."""
-    assert self.capture_dir is not None
-    os.makedirs(self.capture_dir, exist_ok=True)
-    with self._lock:
-      n, self._captures = self._captures, self._captures + 1
-    for what, data in files.items():
-      with open(os.path.join(self.capture_dir, f"{n:06d}-{what}.bin"), "wb") as f: f.write(data)
 
   def hdp_flush(self) -> None:
     """Flush the host data path so the GPU sees what the CPU wrote into VRAM through the BAR (the MMIO remap page's

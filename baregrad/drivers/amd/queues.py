@@ -229,7 +229,6 @@ class AQLRing:
       raise AMDDeviceLost(self.dev._lost)
     with self.lock:
       pk = self.packets(q, self.put)
-      if self.dev.capture_dir: self._capture(pk)
       n = len(pk)
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
       self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
@@ -239,18 +238,27 @@ class AQLRing:
         ctypes.c_uint32.from_address(slot).value = p[0]   # the header last: the packet becomes valid in one store
         self.put += 1
       self.wptr_p.value = self.put
+      if self.dev.capture is not None: self._capture(pk, self.put - n)
       self.dev.port.doorbell(self.doorbell, self.put - 1, 8)   # the packet id of the last packet written
 
-  def _capture(self, pk: list[list[int]]) -> None:
-    """AMD_CAPTURE=DIR: the submission's AQL packets and the PM4 IBs they point at, as raw bytes for tools/amd_decode.py."""
+  def _capture(self, pk: list[list[int]], first: int) -> None:
+    """AMD_CAPTURE=DIR: the submission's AQL packets, the PM4 IBs and kernargs they point at (raw bytes for
+    tools/amd_decode.py), the ring slots, the doorbell value and the kernels (hcq/capture.py)."""
     import struct
-    files = {"aql": b"".join(struct.pack("<16I", *p) for p in pk)}
+    dev = self.dev
+    files, kernels = {"aql": b"".join(struct.pack("<16I", *p) for p in pk)}, []
     for p in pk:
       d = hw.decode_aql(p)
       if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB:
         va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
         files[f"ib-{va:x}"] = ctypes.string_at(self.ib.cpu + va - self.ib.va, 4 * ndw)
-    self.dev.capture(files)
+      elif d["type"] == hw.AQL_DISPATCH:
+        ka, size = d["kernarg"], dev.kernarg_sizes.get(d["kernel_object"], 0)
+        kernels.append({"kernel": dev.kernel_names.get(d["kernel_object"], "?"), "kernel_object": d["kernel_object"], "kernarg": ka})
+        if (cpu := dev.cpu_address(ka, size)) is not None: files[f"kernargs-{ka:x}"] = ctypes.string_at(cpu, size)
+        dev.capture.dispatches[ka] = struct.pack("<16I", *p)
+    dev.capture.submission("compute", files, ring=self.ring.va, slots=[first, first + len(pk)], doorbell=first + len(pk) - 1,
+                           timeline=dev.timeline_value - 1, launches=kernels)
 
   def state(self) -> str:
     rd, wr = self.rptr_p.value, self.wptr_p.value
@@ -286,9 +294,6 @@ class SDMARing:
       words += list(q.words[c.start:c.start + c.nwords])
       if c.kind == "signal": words += hw.sdma_fence(fam, self.dev.event_mailbox, self.dev.event_id) + hw.sdma_trap(fam, self.dev.event_id)
     n = 4 * len(words)
-    if self.dev.capture_dir:
-      import struct
-      self.dev.capture({"sdma": struct.pack(f"<{len(words)}I", *words)})
     with self.lock:
       if n > self.ring.size: raise ValueError(f"{n} bytes of SDMA packets exceed the {self.ring.size}-byte ring: split the submission")
       deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
@@ -304,6 +309,9 @@ class SDMARing:
       if first < n: ctypes.memmove(self.ring.cpu, ctypes.addressof(arr) + first, n - first)
       self.put += n
       self.wptr_p.value = self.put
+      if self.dev.capture is not None:   # AMD_CAPTURE=DIR (hcq/capture.py)
+        self.dev.capture.submission("copy", {"sdma": bytes(arr)}, ring=self.ring.va, offset=off, doorbell=self.put,
+                                    timeline=self.dev.timeline_value - 1, launches=[])
       self.dev.port.doorbell(self.doorbell, self.put, 8)
 
   def state(self) -> str:

@@ -40,7 +40,9 @@ Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<
 with its own RM client, VA space, channels and a device-only VA window of its own.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.nv.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
-generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call.
+generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call; NV_CAPTURE=DIR keeps every
+submission (pushbuffer, GPFIFO entry, QMDs, constant banks) and each launch's code and buffers for tools/nv_decode.py
+and its replay (hcq/capture.py, hcq/replay.py).
 
 The device is assembled from the modules beside it: RM and UVM calls (rm.py), memory (memory.py), channels and queues
 (queues.py), programs and launches (program.py), what each generation defines (hw.py), channel errors (faults.py)."""
@@ -49,6 +51,8 @@ import ctypes, time
 from typing import Any
 from baregrad.hal import DeviceUnavailable
 from baregrad.hcq import HCQDevice, HCQSignal
+from baregrad.hcq.capture import CaptureWriter
+from baregrad import knobs
 from baregrad.drivers.port import driver_port
 from baregrad.drivers.vmem import VAAllocator, reserve_window
 from baregrad.ctypes_autogen.nv import pick_nv_module, UnsupportedDriverVersion, nv_580
@@ -104,6 +108,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
         if m.va == self.kernargs.va_addr: m.what = "kernel args ring"
       self.allocator = NVAllocator(self)
       self._init_channels()
+      if (d := knobs.read("NV_CAPTURE")): self.capture = CaptureWriter(d, "NV", self.arch, device)
     except BaseException:
       self._abandon()
       raise

@@ -561,6 +561,18 @@ def exec_words(qmd_addr: int) -> list[int]:
   if qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} must be 256-byte aligned")
   return [*_EXEC_HEAD, qmd_addr >> 8, *_EXEC_TAIL]
 
+def relocate_qmd(words: list[int], version: int, program: int, cbank0: int) -> None:
+  """Point a QMD of `version` (a list of its words, changed in place) at another program address and constant bank 0
+  (what a replayed capture's launch needs: the rest of the QMD holds no address the driver sets)."""
+  L = QMD_LAYOUTS[version]
+  if program % (1 << L.prog_shift): raise ValueError(f"program at {program:#x} must be {1 << L.prog_shift}-byte aligned for QMD v0{version}")
+  if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
+  p, c = program >> L.prog_shift, cbank0 >> L.cb0_shift
+  set_bits(words, *L.prog_lo, p & M32)
+  set_bits(words, *L.prog_hi, p >> 32)
+  set_bits(words, *L.cb0_lo, c & M32)
+  set_bits(words, *L.cb0_hi, c >> 32)
+
 def qmd_cbank0_words(version: int, cbank0: int) -> tuple[int, int, int, int, int]:
   """Where constant bank 0's address goes in a QMD of `version`: (low word's index, its value, high word's index, the
   high part, its mask). The low part fills a word; the high part starts at bit 0 of the next one, which it shares with

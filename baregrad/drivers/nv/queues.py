@@ -78,6 +78,7 @@ class NVChannel:
     self.uvm_va = uvm_va  # the VA range UVM_REGISTER_CHANNEL was given (0 while not registered)
     assert gpfifo.cpu is not None and cmd.cpu is not None
     self.ring = (ctypes.c_uint64 * entries).from_address(gpfifo.cpu + ring_off)
+    self.gpfifo_va = gpfifo.va + ring_off
     self.gp_put_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_PUT)
     self.gp_get_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_GET)
     self.put = 0
@@ -118,9 +119,36 @@ class NVChannel:
       self.ring[self.put] = hw.gp_entry(self.cmd.va + off, n)
       self.inflight.append((self.put, off, n))
       self.cmd_off = off + nbytes
-      self.put = (self.put + 1) % self.entries
+      idx, self.put = self.put, (self.put + 1) % self.entries
       self.gp_put_p.value = self.put
+      if self.dev.capture is not None: self._capture(words, idx, off)
       self.dev.port.doorbell(self.dev.doorbell_addr, self.token)
+
+  def _capture(self, words: Any, idx: int, off: int) -> None:
+    """NV_CAPTURE=DIR: the pushbuffer, its GPFIFO entry, and the QMD and constant bank 0 of each launch in it, with the
+    ring's addresses, GP_PUT, the doorbell value (the work-submit token) and the kernels (hcq/capture.py)."""
+    import struct
+    dev = self.dev
+    files = {f"{self.name}-pushbuf": bytes(words), f"{self.name}-gpfifo": struct.pack("<Q", self.ring[idx])}
+    launches = []
+    for m in hw.decode_pushbuffer(words):
+      if m.subc != hw.SUBC_COMPUTE or m.method != hw.SEND_PCAS_A: continue
+      qmd_va = m.value << 8
+      launch: dict[str, Any] = {"kernel": dev.qmd_kernels.get(qmd_va, "?"), "qmd": qmd_va}
+      if (cpu := dev.cpu_address(qmd_va, hw.QMD_BYTES)) is not None:
+        files[f"qmd-{qmd_va:x}"] = qmd = ctypes.string_at(cpu, hw.QMD_BYTES)
+        q = hw.read_qmd(hw.words_of(qmd), dev.qmd_version)
+        if q["cbank0"] is not None and (cb := dev.cpu_address(q["cbank0"], q["cbank0_size"])) is not None:
+          files[f"cbank0-{q['cbank0']:x}"] = ctypes.string_at(cb, q["cbank0_size"])
+          launch["cbank0"] = q["cbank0"]
+      launches.append(launch)
+    dev.capture.submission(self.name, files, channel=self.name, gpfifo=self.ring_va(idx), gp_entry=self.ring[idx],
+                           pushbuf=self.cmd.va + off, gp_put=self.put, doorbell=self.token, timeline=dev.timeline_value - 1,
+                           launches=launches)
+
+  def ring_va(self, idx: int) -> int:
+    """The GPU address of GPFIFO entry idx."""
+    return self.gpfifo_va + 8 * idx
 
   def state(self) -> str:
     get, put = self.gp_get_p.value, self.gp_put_p.value
