@@ -6,7 +6,7 @@ import ctypes, threading, time
 from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any, Sequence
-from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.vmem import PAGE, round_up
 from baregrad.drivers.nv import hw
@@ -136,7 +136,7 @@ class NVChannel:
       seg = self.cmd.va + off
       mark = (pb_get - seg) // 4 if not self._done(idx) and idx == get and seg <= pb_get < seg + 4 * n else None
       s += f"\n  GPFIFO entry {idx} ({cur}): {n} words at {seg:#x}" + (f", the GPU is at {pb_get:#x}" if mark is not None else "")
-      s += "\n" + hw.format_commands(words, classes, mark)
+      s += "\n" + hw.format_commands(words, classes, mark, mapped_reader(self.dev.memories), self.dev.qmd_kernels)
       if not self._done(idx) and idx == get: s += "\n" + hw.format_methods(words, classes, mark, base=seg)
     return s
 
