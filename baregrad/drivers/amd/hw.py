@@ -15,7 +15,7 @@ The sources of each format:
   vega10_sdma_pkt_open.h (the bindings), used as sdma_v6_0.c / sdma_v4_4_2.c use them (fence: low word, then high word,
   then TRAP; copies of at most copy_max_bytes = 0x400000)."""
 from __future__ import annotations
-import struct
+import ctypes, struct
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Sequence
@@ -121,6 +121,28 @@ def format_aql(w: Sequence[int]) -> str:
       return f"{head} PM4_IB ib={ib[1] | (ib[2] << 32):#x} dwords={ib[3] & 0xFFFFF} dw_count_remain={d['dw_count_remain']}"
     return f"{head} format={d['format']} (unknown vendor format)"
   return head
+
+def describe_dispatch(w: Sequence[int], family: str, read: Any = None, names: dict[int, str] | None = None) -> str:
+  """The launch a DISPATCH packet describes, in one line: the kernel's name (`names`: kernel descriptor address -> name),
+  grid in workgroups, block (the workgroup), shared bytes (group segment), and what its kernel descriptor (AMDGPUUsage
+  "Kernel Descriptor", hsa.amdhsa_kernel_descriptor_t, read at kernel_object through `read(addr, nbytes) -> bytes`)
+  reserves: VGPRs per work-item from COMPUTE_PGM_RSRC1 GRANULATED_WORKITEM_VGPR_COUNT (granules of 8 in wave32 and
+  on gfx9, 4 in wave64 on gfx10+), SGPRs on gfx9 (GRANULATED_WAVEFRONT_SGPR_COUNT, granules of 16; gfx10+ reserve a
+  fixed set), the wave size and the private (scratch) bytes per work-item."""
+  d = decode_aql(w)
+  if d["type"] != AQL_DISPATCH: return ""
+  name = (names or {}).get(d["kernel_object"])
+  wg = d["workgroup"]
+  groups = tuple(-(-g // max(b, 1)) for g, b in zip(d["grid"], wg))
+  s = (f"launch {name!r}" if name else "launch (kernel name unknown)") + f" grid={groups} block={wg} shared={d['group_segment']}"
+  if read is None: return s
+  try: kd = hsa.amdhsa_kernel_descriptor_t.from_buffer_copy(read(d["kernel_object"], ctypes.sizeof(hsa.amdhsa_kernel_descriptor_t)))
+  except Exception as e: return s + f" (cannot read the kernel descriptor at {d['kernel_object']:#x}: {e})"
+  w32 = hsa.AMDHSA_KCP_ENABLE_WAVEFRONT_SIZE32.decode(kd.kernel_code_properties)
+  vg = (hsa.AMDHSA_RSRC1_GRANULATED_WORKITEM_VGPR_COUNT.decode(kd.compute_pgm_rsrc1) + 1) * (8 if w32 or family == "gfx9" else 4)
+  s += f" vgprs={vg}"
+  if family == "gfx9": s += f" sgprs={(hsa.AMDHSA_RSRC1_GRANULATED_WAVEFRONT_SGPR_COUNT.decode(kd.compute_pgm_rsrc1) + 1) * 16}"
+  return s + f" wave{32 if w32 else 64} private={d['private_segment']} kernarg={d['kernarg']:#x}"
 
 # ---------------------------------------------------------------- PM4
 PM4: dict[str, ModuleType] = {t.family: t.pm4 for t in GFX_TARGETS}   # family -> PM4 bindings

@@ -40,7 +40,7 @@ import ctypes, threading, time
 from collections import deque
 from typing import Any, Sequence
 from baregrad.helpers import c_array
-from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.amd import hw
 
@@ -261,6 +261,7 @@ class AQLRing:
       mark = " <== the CP is here" if idx == rd else ""
       s += f"\n  [{idx}] {hw.format_aql(w)}{mark}"
       d = hw.decode_aql(w)
+      if d["type"] == hw.AQL_DISPATCH: s += "\n       " + hw.describe_dispatch(w, self.dev.family, mapped_reader(self.dev.memories), self.dev.kernel_names)
       if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and idx >= rd:
         va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
         if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:

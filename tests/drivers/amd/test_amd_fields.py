@@ -22,3 +22,44 @@ def test_acquire_mem_cache_bits_match_the_header(family, prefix, names):
 def test_release_mem_event_named(family):
   text = hw.format_pm4(family, hw.pm4_release_mem(family, 0x1000, 5, 1))
   assert "event=CACHE_FLUSH_AND_INV_TS_EVENT" in text and hw.CACHE_FLUSH_AND_INV_TS_EVENT == 0x14, text
+
+def _kd_bytes(rsrc1: int, kcp: int) -> bytes:
+  from baregrad.ctypes_autogen.amdgpu import hsa
+  kd = hsa.amdhsa_kernel_descriptor_t(group_segment_fixed_size=256, compute_pgm_rsrc1=rsrc1, kernel_code_properties=kcp)
+  return bytes(kd)
+
+@pytest.mark.parametrize("family,w32", [("gfx11", 1), ("gfx11", 0), ("gfx9", 0)])
+def test_dispatch_is_described_from_its_kernel_descriptor(family, w32):
+  """describe_dispatch: grid in workgroups, block, shared; VGPRs and (gfx9) SGPRs from the descriptor's COMPUTE_PGM_RSRC1
+  fields and the wave size from kernel_code_properties, each placed with the header's own BitField (hsa.py)."""
+  from baregrad.ctypes_autogen.amdgpu import hsa
+  rsrc1 = hsa.AMDHSA_RSRC1_GRANULATED_WORKITEM_VGPR_COUNT.encode(3) | hsa.AMDHSA_RSRC1_GRANULATED_WAVEFRONT_SGPR_COUNT.encode(2)
+  kcp = hsa.AMDHSA_KCP_ENABLE_WAVEFRONT_SIZE32.encode(w32)
+  kd_addr = 0x7000
+  pkt = hw.aql_dispatch(kd_addr, 0x9000, (256, 4, 1), (64, 2, 1), 512, 16)
+  read = lambda a, n: _kd_bytes(rsrc1, kcp)[a - kd_addr:a - kd_addr + n]
+  s = hw.describe_dispatch(pkt, family, read, {kd_addr: "kern"})
+  vgprs = 4 * (8 if w32 or family == "gfx9" else 4)       # (granulated + 1) granules
+  assert s.startswith(f"launch 'kern' grid=(4, 2, 1) block=(64, 2, 1) shared=512 vgprs={vgprs}"), s
+  assert (" sgprs=48" in s) == (family == "gfx9") and f" wave{32 if w32 else 64} private=16 kernarg=0x9000" in s, s
+  assert "cannot read the kernel descriptor" in hw.describe_dispatch(pkt, family, lambda a, n: b"")
+  assert hw.describe_dispatch(hw.aql_barrier_and(), family) == ""
+
+def test_driver_queue_state_names_a_pending_dispatch():
+  """A dispatch held behind a wait: the driver's queue state (HCQTimeout, HANG?) follows it to its kernel."""
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from baregrad.hcq import HCQSignal
+  from tests.drivers.amd.test_amd_mock import amd_kernels
+  dev = AMDDevice("AMD", port=make_port(MockAMDGPU()))
+  try:
+    prg = dev.runtime(dev, "fill", amd_kernels())
+    out, gate = dev.allocator.alloc(64), HCQSignal(dev)
+    q = dev.compute_queue_t().wait(gate, 1).exec(prg, prg.fill_kernargs([out], [3]), (4, 1, 1), (4, 1, 1))
+    q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+    text = dev.queue_state()
+    assert f"launch 'fill' grid=(4, 1, 1) block=(4, 1, 1) shared={prg.group_segment_size} vgprs=" in text and "wave32" in text, text
+    gate.value = 1
+    dev.synchronize()
+  finally: dev.close()
