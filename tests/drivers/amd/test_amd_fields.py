@@ -63,3 +63,34 @@ def test_driver_queue_state_names_a_pending_dispatch():
     gate.value = 1
     dev.synchronize()
   finally: dev.close()
+
+@pytest.mark.parametrize("family,flags", [("gfx11", ["GCR_GLM_WB", "GCR_GLM_INV", "GCR_GL2_WB", "GCR_SEQ"]),
+                                          ("gfx9", ["TC_WB_ACTION_EN", "TCL1_ACTION_EN", "TC_ACTION_EN", "TC_MD_ACTION_EN"])])
+def test_release_mem_cache_actions_match_the_header(family, flags):
+  """RELEASE_MEM's cache actions by the header's names: each named bit is the header constant's bit in dword 1."""
+  p, (prefix, skip) = hw.PM4[family], hw.RELEASE_MEM_FLAGS[family]
+  w = hw.pm4_release_mem(family, 0x1000, 5, 1)
+  assert hw.bit_flags(family, prefix, w[1], skip) == flags
+  for n in flags: assert w[1] & getattr(p, prefix + n)
+  assert hw.bit_flags(family, prefix, getattr(p, prefix + flags[0]), skip) == [flags[0]]
+  assert "cache=" + "|".join(flags) in hw.format_pm4(family, w) and "event_index=5" in hw.format_pm4(family, w)
+
+@pytest.mark.parametrize("family", ["gfx11", "gfx9"])
+def test_sdma_fields_match_the_header(family):
+  """Every SDMA field the decoder reads is the header's (dword, mask, shift); fields the summary leaves out are listed."""
+  mod = hw.SDMA[family]
+  w = hw.sdma_poll(family, 0x4000, 9)
+  for name, (dw, mask, shift) in hw.sdma_fields(family, "POLL_REGMEM").items():
+    hdr = next(k for k in vars(mod) if k.startswith("SDMA_PKT_POLL_REGMEM_") and k.endswith(f"_{name}_offset"))
+    base = hdr[:-len("_offset")]
+    assert (dw, mask, shift) == (getattr(mod, base + "_offset"), getattr(mod, base + "_mask"), getattr(mod, base + "_shift"))
+    assert hw.sdma_unpack(family, "POLL_REGMEM", w)[name] == (w[dw] >> shift) & mask
+  assert hw.sdma_other_fields(family, w) == [("interval", 10)]
+  assert "[interval=0xa]" in hw.format_sdma(family, w)
+  # a copy with a cache policy set: the field the summary does not show appears by its header name
+  c = hw.sdma_copy(family, 0x2000, 0x1000, 64)
+  pol = [k for k in hw.sdma_fields(family, "COPY_LINEAR") if "cache_policy" in k or k == "tmz"]
+  if pol:
+    dw, mask, shift = hw.sdma_fields(family, "COPY_LINEAR")[pol[0]]
+    c[dw] |= (1 & mask) << shift
+    assert f"{pol[0]}=1" in hw.format_sdma(family, c), hw.format_sdma(family, c)
