@@ -81,6 +81,7 @@ class NVChannel:
     self.gp_put_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_PUT)
     self.gp_get_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_GET)
     self.put = 0
+    self.traced = 0   # GP_PUT up to which IOCTL_TRACE has shown the entries (submitted)
     self.cmd_off = 0
     self.inflight: deque[tuple[int, int, int]] = deque()  # (GPFIFO index, command ring offset, words) submitted
     self.lock = threading.Lock()
@@ -121,6 +122,21 @@ class NVChannel:
       self.put = (self.put + 1) % self.entries
       self.gp_put_p.value = self.put
       self.dev.port.doorbell(self.dev.doorbell_addr, self.token)
+
+  def submitted(self, upto: int) -> str:
+    """The GPFIFO entries written since the last call, up to GP_PUT `upto`, decoded (IOCTL_TRACE's doorbell lines)."""
+    first, self.traced = self.traced, upto
+    if first == upto: return f"    {self.name} channel: no new GPFIFO entries (GP_PUT {upto}): a re-check of semaphore acquires"
+    classes = {hw.SUBC_COMPUTE: self.dev.compute_class, hw.SUBC_COPY: self.dev.dma_class}
+    read, out = mapped_reader(self.dev.memories), []
+    i = first
+    while i != upto:
+      addr, n, _ = hw.decode_gp_entry(self.ring[i])
+      out.append(f"    {self.name} channel GPFIFO entry {i}: {n} words at {addr:#x}")
+      try: out.append(hw.format_commands(hw.words_of(read(addr, 4 * n)), classes, read=read, names=self.dev.qmd_kernels))
+      except KeyError as e: out.append(f"      (cannot read it: {e})")
+      i = (i + 1) % self.entries
+    return "\n".join(out)
 
   def state(self) -> str:
     get, put = self.gp_get_p.value, self.gp_put_p.value

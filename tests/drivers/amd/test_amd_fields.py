@@ -94,3 +94,33 @@ def test_sdma_fields_match_the_header(family):
     dw, mask, shift = hw.sdma_fields(family, "COPY_LINEAR")[pol[0]]
     c[dw] |= (1 & mask) << shift
     assert f"{pol[0]}=1" in hw.format_sdma(family, c), hw.format_sdma(family, c)
+
+def test_trace_names_kfd_enums_and_flags_and_decodes_doorbells():
+  """IOCTL_TRACE on AMD: KFD queue types, allocation flags and event types in the words of kfd_ioctl.h (each checked
+  against the header constant), MAP_MEMORY_TO_GPU's device list followed, and each doorbell followed by the AQL packets
+  (the dispatch with its launch) or SDMA packets it submitted."""
+  import re
+  from baregrad.ctypes_autogen import kfd
+  from baregrad.drivers.port import TracingPort, MockPort
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from tests.drivers.amd.test_amd_mock import amd_kernels
+  lines: list[str] = []
+  dev = AMDDevice("AMD", port=TracingPort(MockPort(MockAMDGPU()), out=lines.append))
+  try:
+    prg = dev.runtime(dev, "fill", amd_kernels())
+    out, host = dev.allocator.alloc(64), bytearray(64)
+    prg(out, global_size=(4, 1, 1), local_size=(4, 1, 1), vals=(1,))
+    dev.allocator._copyout(memoryview(host), out)
+    text = "\n".join(lines)
+    assert f"queue_type={kfd.KFD_IOC_QUEUE_TYPE_COMPUTE_AQL} (COMPUTE_AQL)" in text and f"queue_type={kfd.KFD_IOC_QUEUE_TYPE_SDMA} (SDMA)" in text
+    assert f"event_type={kfd.KFD_IOC_EVENT_SIGNAL} (SIGNAL)" in text and f"event_type={kfd.KFD_IOC_EVENT_HW_EXCEPTION} (HW_EXCEPTION)" in text
+    m = re.search(r"flags=(0x[0-9a-f]+) \(([A-Z_|]+)\)", [l for l in lines if "ALLOC_MEMORY_OF_GPU(vram)" in l][0])
+    assert m is not None
+    words = m.group(2).split("|")
+    assert "VRAM" in words and sum(getattr(kfd, "KFD_IOC_ALLOC_MEM_FLAGS_" + w) & 0xFFFFFFFF for w in words) == int(m.group(1), 16)
+    assert re.search(rf"device_ids_array_ptr=0x[0-9a-f]+ -> c_uint\w*\[1\] \[{dev.gpu_id:#x}\]", text), text[:2000]
+    aql = [l for l in lines if "doorbell" in l and "DISPATCH" in l]
+    assert aql and "launch 'fill' grid=(4, 1, 1) block=(4, 1, 1)" in aql[0] and "WAIT_REG_MEM" in aql[0], aql
+    assert any("doorbell64" in l and "COPY_LINEAR" in l for l in lines), [l for l in lines if "doorbell" in l]
+  finally: dev.close()
