@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes, errno, os, sys, time
 from typing import Any, Callable, Protocol
 from baregrad import knobs
+from baregrad.hal import profile
 
 class IoctlError(OSError):
   """A failed ioctl: names the ioctl, the errno (or a driver status) and the parameters."""
@@ -162,6 +163,7 @@ class RealPort:
   def lseek(self, fd: int, offset: int, whence: int) -> int: return os.lseek(fd, offset, whence)
   def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
     """One store of `nbytes` (4, or 8 for 64-bit doorbells such as AMD's on SOC15 parts) to a mapped register."""
+    if profile.ON: profile.instant("doorbell", "hcq", addr=hex(addr), value=hex(value))
     (ctypes.c_uint64 if nbytes == 8 else ctypes.c_uint32).from_address(addr).value = value
 
 class MockDevice(Protocol):
@@ -192,6 +194,7 @@ class MockPort:
     if f is None: raise OSError(errno.ESPIPE, "lseek: this mock has no seekable files")
     return f(fd, offset, whence)
   def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
+    if profile.ON: profile.instant("doorbell", "hcq", addr=hex(addr), value=hex(value))
     if nbytes == 4: self.mock.doorbell(addr, value)
     else: self.mock.doorbell(addr, value, nbytes)
 

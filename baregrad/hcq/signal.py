@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes, sys, threading
 from typing import Any
 from baregrad import knobs
+from baregrad.hal import profile
 
 class HCQTimeout(TimeoutError):
   """A host wait ran out of time; the message carries the device's queue state in words."""
@@ -64,6 +65,7 @@ class HCQSignal:
     """Block until value >= `value`; HCQTimeout after timeout_ms (default: the device's)."""
     t = self.dev.default_timeout_ms if timeout_ms is None else timeout_ms
     if self._v.value >= value: return
+    if profile.ON: profile.instant("host wait", "hcq", device=self.dev.device, signal=hex(self.va_addr), value=value, now=self._v.value)
     # the hang watchdog: after HANG_WARN_MS without the value, say what blocks while still waiting out the timeout
     warn = knobs.get("HANG_WARN_MS")
     if 0 < warn < t:
