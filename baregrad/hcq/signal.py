@@ -35,6 +35,17 @@ class SignalPool:
   @property
   def in_use(self) -> int: return self.size // self.SLOT - len(self._free)
 
+  def used(self) -> list[tuple[int, int, int]]:
+    """(device address, value, timestamp) of every slot a live signal holds, lowest address first: what
+    `python -m baregrad.queues` shows as a device's signals."""
+    with self._lock: free = set(self._free)
+    out = []
+    for slot in range(self.size // self.SLOT):
+      if slot in free: continue
+      cpu = self.cpu_addr + slot * self.SLOT
+      out.append((self.va_addr + slot * self.SLOT, ctypes.c_uint64.from_address(cpu).value, ctypes.c_uint64.from_address(cpu + 8).value))
+    return out
+
 class HCQSignal:
   """`HCQSignal(dev, value=0)` takes a slot from dev.signal_pool. `va_addr` is what commands reference,
   `cpu_addr` what the host reads (the same on the CPU device)."""
