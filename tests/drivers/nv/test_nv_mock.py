@@ -456,6 +456,26 @@ def test_nv_doctor_on_mock(capsys):
             "20 replays: right", "kernel log: no new lines", "OK in"):
     assert s in out, s
 
+def test_nv_doctor_open_stage_is_told_apart_into_steps(capsys):
+  """The open stage reports its steps (RM client, UVM, VA space, memory, channels, scheduling): on the mock each passes
+  with its calls; on a GPU whose RM refuses GPFIFO_SCHEDULE, the scheduling step fails at that call with RM's status and
+  the steps before it passed."""
+  from baregrad.drivers.mock.nv import RMStatus
+  assert _tool("nv_doctor").main(["--mock", "--replays", "2"]) == 0
+  out = capsys.readouterr().out
+  for i, step in enumerate(("RM client", "UVM", "VA space", "memory", "channels", "scheduling")):
+    assert re.search(rf"step {i + 1}/6 {step}: ok, \d+ calls", out), (step, out[:3000])
+  assert "step 3/6 VA space: ok, 2 calls" in out and "NV_ESC_RM_ALLOC(FERMI_VASPACE_A), UVM_REGISTER_GPU_VASPACE" in out
+  assert "step 6/6 scheduling: ok, 1 calls" in out and "NV_ESC_RM_CONTROL(GPFIFO_SCHEDULE)" in out
+  class NoSchedule(MockNVGPU):
+    def _ctl_schedule(self, hc, o, q): raise RMStatus(nv.NV_ERR_INVALID_STATE, "refused for the test")
+    _controls = {**MockNVGPU._controls, nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: (MockNVGPU._controls[nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE][:2]
+                                                                             + (_ctl_schedule,))}
+  assert _tool("nv_doctor").main(["--mock"], mock=NoSchedule()) == 1
+  out = capsys.readouterr().out
+  assert "step 5/6 channels: ok" in out and "step 6/6 scheduling: FAILED at NV_ESC_RM_CONTROL(GPFIFO_SCHEDULE): RMError:" in out, out
+  assert "NV_ERR_INVALID_STATE" in out and "the device did not open" in out
+
 def test_nv_doctor_reports_a_failing_stage_and_goes_on(capsys):
   """A GPU that refuses the multi-block launch: the stage fails naming the Xid, the kernel log's line is decoded, the
   device recovers and the later stages pass; an unreadable kernel log is reported as such."""
