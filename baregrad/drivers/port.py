@@ -84,6 +84,16 @@ def _is_zero(x: Any) -> bool:
   if isinstance(x, (ctypes.Structure, ctypes.Union, ctypes.Array)): return not any(bytes(x))
   return not x
 
+def _read_memory(addr: int, n: int) -> bytes | None:
+  """`n` bytes of this process's memory at `addr`, or None where they are not mapped: read through /proc/self/mem, so
+  following a bad pointer (a wrong call under test, a driver bug) gives None instead of a segmentation fault."""
+  try:
+    with open("/proc/self/mem", "rb", buffering=0) as f:
+      f.seek(addr)
+      data = f.read(n)
+    return data if len(data) == n else None
+  except (OSError, ValueError, OverflowError): return None
+
 def describe(obj: Any, depth: int = 0) -> str:
   """A ctypes struct/union/array in words: name=value pairs, nested; fields registered with register_field_words in
   words, registered pointers followed into what they point at, arrays cut to their used length (register_array_count)
@@ -100,7 +110,9 @@ def describe(obj: Any, depth: int = 0) -> str:
       if key in POINTERS and isinstance(v, int) and v and depth < 4:
         try: target = POINTERS[key](obj)
         except Exception: target = None
-        if target is not None: text += f" -> {type_name(target)} {describe(target.from_address(v), depth + 1)}"
+        if target is not None:
+          data = _read_memory(v, ctypes.sizeof(target))
+          text += f" -> {type_name(target)} " + (describe(target.from_buffer_copy(data), depth + 1) if data is not None else "(unreadable)")
       parts.append(f"{name}={text}")
     return "{" + ", ".join(parts) + "}"
   if isinstance(obj, ctypes.Array): return _array(list(obj), depth)

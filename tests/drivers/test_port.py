@@ -206,3 +206,13 @@ def test_tracing_port_follows_a_doorbell_with_what_it_submitted():
   p.doorbell(0x1000, 6)
   assert lines[0].endswith("doorbell 0x1000 <- 0x5\n    entries up to 5") and lines[1].endswith("doorbell 0x2000 <- 0x1"), lines
   assert "cannot decode what it submitted: ZeroDivisionError" in lines[2]
+
+def test_describe_never_reads_a_bad_pointer():
+  """A registered pointer to unmapped memory (a wrong call under test) reads as unreadable, not as a crash."""
+  from baregrad.drivers.port import register_pointer
+  class Inner(ctypes.Structure): _fields_ = [("x", ctypes.c_uint64)]
+  class Holder(ctypes.Structure): _fields_ = [("p", ctypes.c_uint64)]
+  register_pointer(Holder, "p", lambda o: Inner)
+  assert describe(Holder(p=0x10)) == "{p=0x10 -> Inner (unreadable)}"
+  i = Inner(x=3)
+  assert describe(Holder(p=ctypes.addressof(i))).endswith("-> Inner {x=3}}")
