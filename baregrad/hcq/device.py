@@ -2,7 +2,7 @@
 from __future__ import annotations
 import ctypes, threading, time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from baregrad import knobs
 from baregrad.helpers import c_array
 from baregrad.hal import Compiled, LRUAllocator, Program, profile
@@ -18,6 +18,15 @@ def where_is(addr: int, memories: Sequence[Any], slack: int = 1 << 20) -> str:
     m = max(before, key=lambda m: m.va + m.size)
     return f"{addr - (m.va + m.size):#x} bytes past the end of {m.what} [{m.va:#x}, +{m.size:#x}): no allocation there"
   return "in no allocation of this device"
+
+def mapped_reader(memories: Sequence[Any]) -> Callable[[int, int], bytes]:
+  """`read(addr, nbytes) -> bytes` of GPU addresses through the host mappings of `memories` (va, size, cpu): what the
+  decoders use to follow a launch to its QMD or AQL packet's kernel. KeyError where no mapped allocation holds the range."""
+  def read(addr: int, n: int) -> bytes:
+    for m in list(memories):
+      if m.cpu is not None and m.va <= addr and addr + n <= m.va + m.size: return ctypes.string_at(m.cpu + addr - m.va, n)
+    raise KeyError(f"{addr:#x}+{n:#x} is in no host-mapped allocation ({where_is(addr, memories)})")
+  return read
 
 @dataclass
 class HCQBuffer:

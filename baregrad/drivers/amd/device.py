@@ -43,7 +43,8 @@ from baregrad import knobs
 from baregrad.hal import OutOfMemory, DeviceUnavailable
 from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
 from baregrad.hcq.capture import CaptureWriter
-from baregrad.drivers.port import IoctlError, driver_port, register_ioctl
+from baregrad.drivers.port import (IoctlError, driver_port, register_ioctl, header_names, enum_words, flag_words, register_field_words,
+                                   register_pointer)
 from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
                                    VAAllocator, release_to_window, reserve_window, round_up)
 from baregrad.ctypes_autogen import kfd
@@ -255,6 +256,9 @@ class AMDDevice(HCQDevice):
       raise RuntimeError(f"{self.device}: the SDMA queue's doorbell offset {s.doorbell_offset:#x} "
                          f"is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
     self.sdma = SDMARing(self, sring, sptrs, 0, 8, self.doorbells + (s.doorbell_offset & (DOORBELL_SLICE - 1)))
+    if (watch := getattr(self.port, "watch_doorbell", None)) is not None:   # IOCTL_TRACE: each ring followed by what it submitted
+      watch(self.aql.doorbell, self.aql.submitted)
+      watch(self.sdma.doorbell, self.sdma.submitted)
 
   def _map_doorbells(self, doorbell_offset: int) -> int:
     """The process doorbell slice: an mmap of /dev/kfd at the (page-aligned) doorbell offset CREATE_QUEUE returned."""
@@ -587,3 +591,12 @@ def _register_ioctls() -> None:
                ("MAP_MEMORY_TO_GPU", kfd.struct_kfd_ioctl_map_memory_to_gpu_args), ("UNMAP_MEMORY_FROM_GPU", kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args),
                ("GET_CLOCK_COUNTERS", kfd.struct_kfd_ioctl_get_clock_counters_args), ("AVAILABLE_MEMORY", kfd.struct_kfd_ioctl_get_available_memory_args)):
     register_ioctl(getattr(kfd, f"AMDKFD_IOC_{n}"), f"AMDKFD_IOC_{n}", t)
+  # KFD's enums and flags in words in traces, from kfd_ioctl.h (the bindings); wait_events followed into its event list
+  names = lambda prefix: header_names(kfd, prefix)
+  register_field_words(kfd.struct_kfd_ioctl_create_queue_args, "queue_type", enum_words(names("KFD_IOC_QUEUE_TYPE_")))
+  register_field_words(kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args, "flags", flag_words(names("KFD_IOC_ALLOC_MEM_FLAGS_")))
+  register_field_words(kfd.struct_kfd_ioctl_create_event_args, "event_type", enum_words(names("KFD_IOC_EVENT_")))
+  register_field_words(kfd.struct_kfd_ioctl_wait_events_args, "wait_result", enum_words(names("KFD_IOC_WAIT_RESULT_")))
+  register_pointer(kfd.struct_kfd_ioctl_wait_events_args, "events_ptr", lambda o: kfd.struct_kfd_event_data * min(o.num_events, 64))
+  for t in (kfd.struct_kfd_ioctl_map_memory_to_gpu_args, kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args):
+    register_pointer(t, "device_ids_array_ptr", lambda o: ctypes.c_uint32 * min(o.n_devices, 64))

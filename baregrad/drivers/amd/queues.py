@@ -40,7 +40,7 @@ import ctypes, threading, time
 from collections import deque
 from typing import Any, Sequence
 from baregrad.helpers import c_array
-from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.amd import hw
 
@@ -173,6 +173,7 @@ class AQLRing:
     self.wptr_p = ctypes.c_uint64.from_address(ptrs.cpu + wptr_off)
     self.rptr_p = ctypes.c_uint64.from_address(ptrs.cpu + rptr_off)
     self.doorbell, self.put = doorbell, 0
+    self.traced = 0   # the packet id up to which IOCTL_TRACE has shown the packets (submitted)
     self.ib_off = 0
     self.ib_inflight: deque[tuple[int, int, int]] = deque()   # (packet index, IB offset, bytes)
     self.lock = threading.Lock()
@@ -264,17 +265,27 @@ class AQLRing:
     rd, wr = self.rptr_p.value, self.wptr_p.value
     s = (f"  compute queue (AQL, {self.nslots} slots): read_dispatch_id {rd} write_dispatch_id {wr}" +
          (" (idle)" if rd == wr else f" ({wr - rd} packets pending)"))
-    for idx in range(max(rd - 1, wr - 8, 0), wr):
-      w = list((ctypes.c_uint32 * 16).from_address(self.ring.cpu + 64 * (idx % self.nslots)))
-      mark = " <== the CP is here" if idx == rd else ""
-      s += f"\n  [{idx}] {hw.format_aql(w)}{mark}"
-      d = hw.decode_aql(w)
-      if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and idx >= rd:
-        va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
-        if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
-          ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
-          s += "\n" + hw.format_pm4(self.dev.family, ib, va)
+    for idx in range(max(rd - 1, wr - 8, 0), wr): s += "\n" + self.packet_text(idx, " <== the CP is here" if idx == rd else "", idx >= rd)
     return s
+
+  def packet_text(self, idx: int, mark: str = "", follow_ib: bool = True) -> str:
+    """AQL packet `idx` decoded: a dispatch followed by its launch (hw.describe_dispatch), a PM4-IB packet by its IB."""
+    w = list((ctypes.c_uint32 * 16).from_address(self.ring.cpu + 64 * (idx % self.nslots)))
+    s = f"  [{idx}] {hw.format_aql(w)}{mark}"
+    d = hw.decode_aql(w)
+    if d["type"] == hw.AQL_DISPATCH: s += "\n       " + hw.describe_dispatch(w, self.dev.family, mapped_reader(self.dev.memories), self.dev.kernel_names)
+    if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and follow_ib:
+      va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+      if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
+        ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
+        s += "\n" + hw.format_pm4(self.dev.family, ib, va)
+    return s
+
+  def submitted(self, last: int) -> str:
+    """The AQL packets written since the last call, up to packet id `last` (the doorbell's value), decoded (IOCTL_TRACE)."""
+    first, self.traced = self.traced, last + 1
+    if first > last: return f"    compute queue: no new AQL packets (write_dispatch_id {last + 1})"
+    return "\n".join(self.packet_text(i) for i in range(max(first, last + 1 - self.nslots), last + 1))
 
 class SDMARing:
   """The SDMA queue's byte ring, its read/write pointers (64-bit byte offsets) and its doorbell."""
@@ -283,6 +294,7 @@ class SDMARing:
     self.wptr_p = ctypes.c_uint64.from_address(ptrs.cpu + wptr_off)
     self.rptr_p = ctypes.c_uint64.from_address(ptrs.cpu + rptr_off)
     self.doorbell, self.put = doorbell, 0
+    self.traced = 0   # the byte offset up to which IOCTL_TRACE has shown the packets (submitted)
     self.lock = threading.Lock()
 
   def submit(self, q: AMDCopyQueue) -> None:
@@ -313,6 +325,14 @@ class SDMARing:
         self.dev.capture.submission("copy", {"sdma": bytes(arr)}, ring=self.ring.va, offset=off, doorbell=self.put,
                                     timeline=self.dev.timeline_value - 1, launches=[])
       self.dev.port.doorbell(self.doorbell, self.put, 8)
+
+  def submitted(self, wptr: int) -> str:
+    """The SDMA packets written since the last call, up to byte `wptr` (the doorbell's value), decoded (IOCTL_TRACE)."""
+    first, self.traced = self.traced, wptr
+    if first >= wptr: return f"    copy queue: no new SDMA packets (wptr {wptr})"
+    first = max(first, wptr - self.ring.size)
+    words = [ctypes.c_uint32.from_address(self.ring.cpu + (first + 4 * i) % self.ring.size).value for i in range((wptr - first) // 4)]
+    return hw.format_sdma(self.dev.family, words, self.ring.va + first % self.ring.size)
 
   def state(self) -> str:
     rd, wr = self.rptr_p.value, self.wptr_p.value

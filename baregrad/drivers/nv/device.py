@@ -190,6 +190,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     self.usermode = self.rm_alloc(self.subdevice, next((c for c in hw.USERMODE_CLASSES if c in classes), hw.TURING_USERMODE_A))
     self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE, aperture=True)
     self.doorbell_addr = self.usermode_cpu + hw.NVC361_NOTIFY_CHANNEL_PENDING
+    if (watch := getattr(self.port, "watch_doorbell", None)) is not None: watch(self.doorbell_addr, self._doorbell_words)
     self.vaspace = self.rm_alloc(self.nvdevice, nv.FERMI_VASPACE_A, nv.NV_VASPACE_ALLOCATION_PARAMETERS(
       vaBase=0x1000, vaSize=0x1fffffb000000,
       flags=nv.NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING | nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED))
@@ -207,6 +208,11 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     # device-only VAs: a separate window per GPU index, so two GPUs' allocations never share an address in this process
     gbase = GPU_WINDOW[0] + self.index * GPU_WINDOW[1]
     self.cpu_va, self.gpu_va = VAAllocator(*self.window), VAAllocator(gbase, GPU_WINDOW[1])
+
+  def _doorbell_words(self, token: int) -> str:
+    """What a ring of the doorbell with work-submit token `token` submitted (IOCTL_TRACE): that channel's new entries."""
+    ch = next((c for c in self.channels.values() if c.token == token), None)
+    return ch.submitted(ch.put) if ch is not None else f"    (token {token:#x} names no channel of {self.device})"
 
   def _recover(self) -> None:
     """After a channel error: new channels (RM does not run an errored channel again), the buffers as they were; the

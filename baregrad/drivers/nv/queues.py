@@ -6,7 +6,7 @@ import ctypes, threading, time
 from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any, Sequence
-from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.vmem import PAGE, round_up
 from baregrad.drivers.nv import hw
@@ -82,6 +82,7 @@ class NVChannel:
     self.gp_put_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_PUT)
     self.gp_get_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_GET)
     self.put = 0
+    self.traced = 0   # GP_PUT up to which IOCTL_TRACE has shown the entries (submitted)
     self.cmd_off = 0
     self.inflight: deque[tuple[int, int, int]] = deque()  # (GPFIFO index, command ring offset, words) submitted
     self.lock = threading.Lock()
@@ -150,6 +151,21 @@ class NVChannel:
     """The GPU address of GPFIFO entry idx."""
     return self.gpfifo_va + 8 * idx
 
+  def submitted(self, upto: int) -> str:
+    """The GPFIFO entries written since the last call, up to GP_PUT `upto`, decoded (IOCTL_TRACE's doorbell lines)."""
+    first, self.traced = self.traced, upto
+    if first == upto: return f"    {self.name} channel: no new GPFIFO entries (GP_PUT {upto}): a re-check of semaphore acquires"
+    classes = {hw.SUBC_COMPUTE: self.dev.compute_class, hw.SUBC_COPY: self.dev.dma_class}
+    read, out = mapped_reader(self.dev.memories), []
+    i = first
+    while i != upto:
+      addr, n, _ = hw.decode_gp_entry(self.ring[i])
+      out.append(f"    {self.name} channel GPFIFO entry {i}: {n} words at {addr:#x}")
+      try: out.append(hw.format_commands(hw.words_of(read(addr, 4 * n)), classes, read=read, names=self.dev.qmd_kernels))
+      except KeyError as e: out.append(f"      (cannot read it: {e})")
+      i = (i + 1) % self.entries
+    return "\n".join(out)
+
   def state(self) -> str:
     get, put = self.gp_get_p.value, self.gp_put_p.value
     s = (f"  {self.name} channel (token {self.token}): GP_GET {get} GP_PUT {put}" +
@@ -164,7 +180,7 @@ class NVChannel:
       seg = self.cmd.va + off
       mark = (pb_get - seg) // 4 if not self._done(idx) and idx == get and seg <= pb_get < seg + 4 * n else None
       s += f"\n  GPFIFO entry {idx} ({cur}): {n} words at {seg:#x}" + (f", the GPU is at {pb_get:#x}" if mark is not None else "")
-      s += "\n" + hw.format_commands(words, classes, mark)
+      s += "\n" + hw.format_commands(words, classes, mark, mapped_reader(self.dev.memories), self.dev.qmd_kernels)
       if not self._done(idx) and idx == get: s += "\n" + hw.format_methods(words, classes, mark, base=seg)
     return s
 
