@@ -121,3 +121,12 @@ def Variable(name: str, lo: int, hi: int) -> UOp:
   if not all(isinstance(x, int) and not isinstance(x, bool) for x in (lo, hi)) or not 0 <= lo <= hi < 2 ** 31:
     raise ValueError(f"Variable {name}: the range must be ints 0 <= lo <= hi < 2^31, got [{lo!r}, {hi!r}]")
   return UOp.variable(name, lo, hi)
+
+def bound_value(x: sint) -> int:
+  """x at this call's values of its bound variables (an int)."""
+  if not isinstance(x, UOp): return x
+  v = x.substitute({b: b.src[1] for b in x.toposort() if b.op is Ops.BIND}).simplify()
+  if v.op is not Ops.CONST: raise ValueError(f"{x} has unbound variables: no value")
+  return v.arg
+
+def bound_shape(shape: tuple[sint, ...]) -> tuple[int, ...]: return tuple(bound_value(s) for s in shape)

@@ -90,3 +90,13 @@ def test_unsupported_symbolic_views_name_the_problem():
   with pytest.raises(RuntimeError, match="symbolic size stays|keeps each symbolic size"): y.reshape(-1).realize()
   with pytest.raises(IndexError, match="not inside dimension 0 of size 8"): x[Variable("w", 0, 9).bind(1)]
   with pytest.raises(IndexError, match="step 1"): x[:Variable("s", 1, 8).bind(2):2]
+
+def test_a_symbolic_value_reads_back_at_its_values():
+  a = np.arange(2 * 8 * 3, dtype=np.float32).reshape(2, 8, 3)
+  t = Tensor(a).realize()
+  var = Variable("i", 0, 7)
+  for n in (0, 3, 7):
+    y = t[:, :var.bind(n) + 1] * 2
+    np.testing.assert_array_equal(y.numpy(), a[:, :n + 1] * 2)
+    np.testing.assert_array_equal(y.numpy(), a[:, :n + 1] * 2)   # (realized now: read from its buffer)
+    np.testing.assert_array_equal(t[:, var.bind(n)].numpy(), a[:, n])

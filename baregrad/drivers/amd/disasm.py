@@ -4,7 +4,7 @@
   code bytes: from the kernel descriptor (AMDGPUUsage "Kernel Descriptor": compute_pgm_rsrc1's granulated VGPR count,
   group/private segment fixed sizes) and the NT_AMDGPU_METADATA note (.sgpr_count, .vgpr_count, .agpr_count,
   .sgpr_spill_count, .vgpr_spill_count, AMDGPUUsage "Code Object V3+ Metadata").
-- disassemble(lib, name, arch): RDNA3 (gfx11) code through our own decoder (drivers/mock/rdna3/decode.py, checked
+- disassemble(lib, name, arch): RDNA3 (gfx11) code through our own decoder (drivers/amd/isa/rdna3_decode.py, checked
   instruction by instruction against LLVM's assembly in tests/drivers/amd/test_rdna3_decode.py); other targets (gfx942)
   or code our decoder does not know through llvm-objdump when one that knows the target is installed; else None.
 """
@@ -45,7 +45,7 @@ def disassemble(lib: bytes, name: str, arch: str) -> tuple[str | None, str]:
   """(the kernel's instructions one a line: offset, assembly, encoding; or None, why nothing here could decode them)."""
   why = f"no decoder of ours for {arch}"
   if arch.startswith("gfx11"):
-    from baregrad.drivers.mock.rdna3.decode import DecodeError, disassemble as rdna3
+    from baregrad.drivers.amd.isa.rdna3_decode import DecodeError, disassemble as rdna3
     co = load_code_object(lib)
     k = co.kernels[name]
     try: return "\n".join(str(i) for i in rdna3(co.image, k.code_offset, k.code_offset + k.code_size)), ""
