@@ -64,10 +64,10 @@ class Axis:
   # element-index bits ("elem", upcast) or lane-id bits ("lane", local); the tc-kind part of the reduce axis is ("k", 0, 0)
   tc: tuple | None = None
 
-def verify_ast(ast: UOp) -> tuple[int, ...]:
+def verify_ast(ast: UOp) -> tuple[sint, ...]:
   """Check the AST's structure and return the full shape; errors name what is wrong."""
   if ast.op is not Ops.SINK or not ast.src: raise KernelError(f"kernel AST must be a SINK of STOREs, got {ast.op.name}")
-  shapes: list[tuple[int, ...]] = []
+  shapes: list[tuple[sint, ...]] = []
   for st in ast.src:
     if st.op is not Ops.STORE or len(st.src) != 3 or st.src[0].op is not Ops.DEFINE_GLOBAL or st.src[1].op is not Ops.VIEW:
       raise KernelError(f"kernel AST: each SINK source must be STORE(DEFINE_GLOBAL, VIEW, value), got {st.op.name} with "
@@ -112,7 +112,7 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
       if any(not sym_eq(x, sym[0]) for x in sym) or any(not is_sym(s[i]) and s[i] != 1 for s in shapes):
         raise KernelError(f"axis {i} has different sizes in the kernel's views: {[s[i] for s in shapes]}")
       return sym[0]
-    return max(s[i] for s in shapes)
+    return max(smax(s[i]) for s in shapes)   # (ints here: no view has a symbolic size on this axis)
   full = tuple(extent(i) for i in range(ndims.pop()))
   for u in ast.toposort():
     if u.op is Ops.REDUCE_AXIS and not all(isinstance(a, int) and 0 <= a < len(full) for a in u.arg[1]):
@@ -157,11 +157,11 @@ class Kernel:
     full = verify_ast(ast)
     # symbolic axes (ir/sint.py): their loop runs to the variable's value (a kernel argument); for the optimizer they
     # have their largest size, and no opt splits, pads or parallelizes them (Kernel.apply_opt)
-    self.sym: dict[int, UOp] = {i: s for i, s in enumerate(full) if is_sym(s)}
+    self.sym: dict[int, UOp] = {i: s for i, s in enumerate(full) if isinstance(s, UOp)}
     self.full_shape: tuple[int, ...] = tuple(smax(s) for s in full)
     # CPU: axes every view walks as one merge into one (codegen/merge_axes: longer vector loops). GPU kernels keep the
     # tensors' axes: their grid and workgroup shapes (and the static checks of their machine code) are planned on them
-    if not gpu and not self.sym and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, verify_ast(m)
+    if not gpu and not self.sym and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, tuple(smax(s) for s in verify_ast(m))
     self.ast = ast
     # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
     self.max_parallel, self.gpu = max_parallel, gpu

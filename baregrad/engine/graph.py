@@ -138,7 +138,7 @@ def _shape(u: UOp) -> tuple[int, ...]:
     for x in src:
       if x._shape != s: raise ShapeError(f"{op.name} of sources with different shapes {sorted({x._shape for x in src})}")  # type: ignore[type-var]
     return s  # type: ignore[return-value]
-  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)  # type: ignore[arg-type]  # (no view built)
+  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)  # type: ignore[arg-type, return-value]  # (no view built)
   if op is Ops.BUFFER: return (u.arg.size,)
   if op is Ops.CONST or op is Ops.DEFINE_VAR: return ()
   if op is Ops.IOTA: return (u.arg,)

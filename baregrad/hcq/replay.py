@@ -60,7 +60,8 @@ def replay(directory: str, dev: Any, arch: str) -> ReplayReport:
   """Replay every launch of the capture in `directory` on `dev` (an HCQ device of the capture's driver and `arch`)."""
   meta = load_meta(directory)
   if meta["arch"] != arch: raise ReplayError(f"the capture was made on {meta['driver']} {meta['arch']}; this device is {arch}")
-  rep, programs = ReplayReport(), {}
+  rep = ReplayReport()
+  programs: dict[str, Any] = {}
   for L in meta["launches"]:
     n, name = L["n"], L["kernel"]
     if (prg := programs.get(L["code"])) is None: prg = programs[L["code"]] = dev.runtime(dev, name, _read(directory, L["code"]))

@@ -44,7 +44,7 @@ def sym_le(a: sint, b: sint) -> bool:
   """a <= b for every value of the variables (provably; False when it cannot be shown)."""
   if isinstance(a, int) and isinstance(b, int): return a <= b
   if sym_eq(a, b): return True
-  d = norm(b - a) if isinstance(b, UOp) else norm(-(a - b))  # type: ignore[operator]
+  d = norm(b - a) if isinstance(b, UOp) else norm(-(a - b))
   return (d >= 0) if isinstance(d, int) else d.vmin >= 0
 
 def sym_prod_eq(a: tuple[sint, ...], b: tuple[sint, ...]) -> bool:
@@ -84,7 +84,7 @@ def unbind_view(v: object, vals: dict[UOp, int]) -> object:
   assert isinstance(v, View)
   if not (has_sym(v.shape) or isinstance(v.offset, UOp) or (v.mask and any(isinstance(m, UOp) for mm in v.mask for m in mm))): return v
   mask = tuple((unbind(lo, vals), unbind(hi, vals)) for lo, hi in v.mask) if v.mask else None
-  return View(tuple(unbind(s, vals) for s in v.shape), v.strides, unbind(v.offset, vals), mask)  # type: ignore[arg-type]
+  return View(tuple(unbind(s, vals) for s in v.shape), v.strides, unbind(v.offset, vals), mask)
 
 def st_vars(st: object) -> set[UOp]:
   """The variables (DEFINE_VARs) a ShapeTracker's views name."""
@@ -130,3 +130,12 @@ def bound_value(x: sint) -> int:
   return v.arg
 
 def bound_shape(shape: tuple[sint, ...]) -> tuple[int, ...]: return tuple(bound_value(s) for s in shape)
+
+def ints(shape: tuple[sint, ...]) -> tuple[int, ...]:
+  """shape, which must hold no symbolic size (for code that handles concrete sizes only)."""
+  if has_sym(shape): raise ValueError(f"shape {shape} has symbolic sizes where concrete ones are needed")
+  return shape  # type: ignore[return-value]  # (checked: ints only)
+
+def ints_or_none(shape: tuple[sint, ...]) -> tuple[int, ...] | None:
+  """shape when it holds no symbolic size, else None (a transformation that handles concrete sizes only stands aside)."""
+  return None if has_sym(shape) else shape  # type: ignore[return-value]  # (checked: ints only)

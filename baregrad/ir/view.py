@@ -25,7 +25,7 @@ def _symbolic_unsupported(what: str, shape: tuple, arg: Any = None) -> ViewError
 
 class ViewError(ValueError): pass
 
-def moved_shape(shape: tuple[int, ...], op: str, arg: Any) -> tuple[int, ...]:
+def moved_shape(shape: tuple[sint, ...], op: str, arg: Any) -> tuple[sint, ...]:
   """The shape after movement `op` ("reshape", "expand", "permute", "shrink", "pad", "flip") with `arg` of a value of
   `shape`; ViewError naming what is wrong where the movement is invalid. The views check through it, and shape
   inference reads shapes off it without building a view."""
@@ -57,10 +57,10 @@ def moved_shape(shape: tuple[int, ...], op: str, arg: Any) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class View:
-  shape: tuple[int, ...]
+  shape: tuple[sint, ...]     # (sizes may be symbolic, ir/sint.py; strides never are)
   strides: tuple[int, ...]
-  offset: int = 0
-  mask: tuple[tuple[int, int], ...] | None = None
+  offset: sint = 0
+  mask: tuple[tuple[sint, sint], ...] | None = None
 
   @staticmethod
   def contiguous(shape: tuple[sint, ...]) -> View:
@@ -99,7 +99,7 @@ class View:
       # (a symbolic offset: the start of a slice at a variable position, a KV cache's write at start_pos)
       return View(shape, self.strides, norm(self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))), None)._canon()
     off = self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))
-    mask = tuple((max(0, mlo - lo), max(0, min(mhi, hi) - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)) if self.mask else None
+    mask = tuple((max(0, mlo - lo), max(0, min(mhi, hi) - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)) if self.mask else None  # type: ignore[type-var]
     return View(tuple(hi - lo for lo, hi in arg), self.strides, off, mask)._canon()
 
   def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
@@ -154,7 +154,7 @@ class View:
     if gi != len(groups): return None
     return View(tuple(shape), tuple(new_strides), self.offset, tuple(new_mask) if self.mask else None)._canon()
 
-  def _with_offset(self, off: int) -> View: return View(self.shape, self.strides, off, self.mask)
+  def _with_offset(self, off: sint) -> View: return View(self.shape, self.strides, off, self.mask)
 
   def to_index(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
     """(flat index, validity) of this view at index tuple idxs, in their dtype (`dtype` where there are none: a view
@@ -186,7 +186,7 @@ class ShapeTracker:
   @staticmethod
   def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(tuple(shape)),))
   @property
-  def shape(self) -> tuple[int, ...]: return self.views[-1].shape
+  def shape(self) -> tuple[sint, ...]: return self.views[-1].shape
   @property
   def size(self) -> int: return prod(self.shape)
   @property
