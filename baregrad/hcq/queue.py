@@ -7,6 +7,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+from baregrad import helpers
 
 @dataclass
 class Cmd:
@@ -52,7 +53,9 @@ class HWQueue:
   def memory_barrier(self) -> HWQueue: return self._add("barrier", *self._enc_memory_barrier())
 
   def submit(self, dev: Any) -> HWQueue:
-    if self.cmds: self._submit(dev)
+    if self.cmds:
+      if helpers.viz_sink is not None: helpers.viz_sink("submit", queue=self, dev=dev)   # VIZ=1: the command stream
+      self._submit(dev)
     return self
 
   # --- patching

@@ -1,5 +1,7 @@
-"""The VIZ recorder: core code calls helpers.viz_sink(kind, **fields) at a schedule and at each compiled program; this
-turns those into plain data (the UOp graphs as node lists) and writes the recording at exit."""
+"""The VIZ recorder: core code calls helpers.viz_sink(kind, **fields) at a schedule, at each generated program, at each
+compiled binary and at each HCQ submission; this keeps what is cheap to keep while the script runs (graphs as node
+tables, bytes copied) and does the slow part at exit: disassembly, decoding the command streams, reading the PROFILE
+timeline. The recording it writes is documented in docs/viz.md."""
 from __future__ import annotations
 import atexit, os, re, sys, tempfile, time
 from typing import Any
@@ -8,6 +10,8 @@ from baregrad.ir.ops import UOp
 from baregrad.viz import fileformat
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+DISASM_MAX_CHARS = 200_000   # a kernel's disassembly beyond this is cut (a listing that long is read in a file, not a page)
+MAX_SUBMISSIONS = 5000       # command streams kept; later ones are counted, not kept (a training loop submits forever)
 
 def graph(sink: UOp) -> list[dict[str, Any]]:
   """A UOp graph as a node list in topological order; each node's src are indices into the list."""
@@ -15,36 +19,102 @@ def graph(sink: UOp) -> list[dict[str, Any]]:
   idx = {u: i for i, u in enumerate(order)}
   return [{"op": u.op.name, "dtype": str(u.dtype), "arg": repr(u.arg)[:200], "src": [idx[s] for s in u.src]} for u in order]
 
+def stage_tables(stages: list[tuple[str, UOp]]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+  """The graphs of a kernel's passes as one node table and, per pass, the ids of its nodes in topological order.
+  A node a pass left alone is the same hash-consed UOp in the next pass, so it is stored once: each row is
+  [op, dtype, arg, [src ids]]."""
+  ids: dict[UOp, int] = {}
+  nodes: list[list[Any]] = []
+  out = []
+  for name, sink in stages:
+    order = sink.toposort()
+    for u in order:
+      if u not in ids:
+        ids[u] = len(nodes)
+        nodes.append([u.op.name, str(u.dtype), repr(u.arg)[:200], [ids[s] for s in u.src]])
+    out.append({"name": name, "ids": [ids[u] for u in order]})
+  return nodes, out
+
+def disassemble(lib: bytes, name: str) -> str | None:
+  """A listing of a compiled kernel, where this machine has a disassembler for it: CPU objects (ELF x86-64/AArch64,
+  with capstone). None otherwise (NV cubins need NVIDIA's cuobjdump; the mock NV GPU runs PTX, shown as the source)."""
+  if lib[:4] != b"\x7fELF" or int.from_bytes(lib[18:20], "little") not in (62, 183): return None   # e_machine x86-64, AArch64
+  try:
+    from baregrad.drivers.elf_loader import disassemble as dis
+    text = dis(lib, name, name=f"kernel {name}")
+  except Exception as e:  # noqa: BLE001  (capstone missing, or an object it cannot read: say so in the page)
+    return f"(not disassembled: {type(e).__name__}: {e})"
+  return text if len(text) <= DISASM_MAX_CHARS else text[:DISASM_MAX_CHARS] + "\n... (cut)"
+
 class Recorder:
-  """Collects what one process compiled and scheduled; as_dict() is the recording (docs/viz.md)."""
+  """Collects what one process compiled, scheduled and submitted; as_dict() is the recording (docs/viz.md)."""
   def __init__(self) -> None:
     self.kernels: list[dict[str, Any]] = []
     self.schedules: list[dict[str, Any]] = []
+    self.binaries: dict[str, bytes] = {}
+    self.submissions: list[dict[str, Any]] = []
+    self.dropped = 0
     self.t0 = time.perf_counter()
+    self.profile_path: str | None = None   # the PROFILE trace this recorder started (deleted once read)
+    self.profile_user = False              # PROFILE=1 was on already: its trace is the user's, left in place
 
   def __call__(self, kind: str, **f: Any) -> None:
     if kind == "program":
+      nodes, stages = stage_tables(f["stages"])
       self.kernels.append({
         "name": f["name"], "renderer": f["renderer"], "shape": _ANSI.sub("", str(f["shape"])), "opts": [str(o) for o in f["opts"]],
-        "global_size": list(f["global_size"]), "local_size": list(f["local_size"]), "src": f["src"],
-        "stages": [{"name": n, "nodes": graph(s)} for n, s in f["stages"]],
+        "global_size": list(f["global_size"]), "local_size": list(f["local_size"]), "src": f["src"], "nodes": nodes, "stages": stages,
         "linear": [f"{u.op.name} {u.dtype} {repr(u.arg)[:80]}" for u in f["uops"]],
         "t_ms": round((time.perf_counter() - self.t0) * 1e3, 3)})
+    elif kind == "binary": self.binaries.setdefault(f["name"], f["lib"])
+    elif kind == "submit":
+      if len(self.submissions) >= MAX_SUBMISSIONS: self.dropped += 1
+      else:
+        from baregrad.viz import streams
+        self.submissions.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3), **streams.capture(f["queue"], f["dev"])})
     elif kind == "schedule":
       self.schedules.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3),
                              "items": [{"kind": it.kind, "bufs": len(it.bufs),
                                         "ast_nodes": len(it.ast.toposort()) if it.ast is not None else 0} for it in f["items"]]})
 
+  def timeline(self) -> list[dict[str, Any]]:
+    """The PROFILE trace's spans (host work, device kernels and copies) and its track names, from the trace file."""
+    from baregrad.hal import profile
+    path = profile.stop() if profile.ON else self.profile_path
+    if path is None or not os.path.exists(path): return []
+    try: events = profile.load(path)
+    except ValueError: return []
+    if self.profile_user: print(f"baregrad: PROFILE trace written to {path} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    elif path == self.profile_path: os.unlink(path)
+    keep = []
+    for e in events:
+      if e.get("ph") == "X": keep.append({k: e[k] for k in ("name", "cat", "ts", "dur", "pid", "tid", "args") if k in e})
+      elif e.get("ph") == "M" and e.get("name") in ("process_name", "thread_name"):
+        keep.append({"name": e["name"], "ph": "M", "pid": e["pid"], "tid": e["tid"], "label": e["args"]["name"]})
+    return keep
+
   def as_dict(self) -> dict[str, Any]:
-    return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules}
+    from baregrad.viz import streams
+    for k in self.kernels:
+      if (lib := self.binaries.get(k["name"])) is not None and (d := disassemble(lib, k["name"])) is not None: k["disasm"] = d
+    return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules, "timeline": self.timeline(),
+            "submissions": [{"t_ms": s["t_ms"], **streams.decode(s)} for s in self.submissions], "submissions_dropped": self.dropped}
 
 _rec: Recorder | None = None
 
-def start() -> Recorder:
-  """Start recording in this process (VIZ=1 does this when baregrad is imported)."""
+def start(profile_timeline: bool = True) -> Recorder:
+  """Start recording in this process (VIZ=1 does this when baregrad is imported). profile_timeline: also turn PROFILE
+  on (into a temporary trace file) for the timeline, unless it is on already."""
   global _rec
   if _rec is None:
     _rec = Recorder()
+    if profile_timeline:
+      from baregrad.hal import profile
+      if profile.ON: _rec.profile_user = True
+      else:
+        fd, _rec.profile_path = tempfile.mkstemp(prefix=f"baregrad-viz-trace-{os.getpid()}-", suffix=".json")
+        os.close(fd)
+        profile.start(_rec.profile_path)
     helpers.viz_sink = _rec
     atexit.register(_at_exit)
   return _rec
@@ -54,8 +124,8 @@ def stop(path: str | None = None) -> str:
   global _rec
   assert _rec is not None, "VIZ recording was not started"
   path = path or knobs.get("VIZ_PATH") or os.path.join(tempfile.gettempdir(), f"baregrad-viz-{os.getpid()}.json")
-  fileformat.save(path, _rec.as_dict())
-  helpers.viz_sink, _rec = None, None
+  helpers.viz_sink, rec, _rec = None, _rec, None
+  fileformat.save(path, rec.as_dict())
   return path
 
 def _at_exit() -> None:
