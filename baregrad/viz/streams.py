@@ -30,7 +30,9 @@ def capture(q: Any, dev: Any) -> dict[str, Any]:
     cmds.append(e)
   info: dict[str, Any] = {}
   if vendor == "nv": info = {"compute_class": getattr(dev, "compute_class", None), "dma_class": getattr(dev, "dma_class", None)}
-  elif vendor == "amd": info = {"family": getattr(q, "family", "gfx11")}
+  elif vendor == "amd":
+    from baregrad.drivers.amd.queues import AMDCopyQueue
+    info = {"family": getattr(q, "family", "gfx11"), "sdma": isinstance(q, AMDCopyQueue)}
   return {"device": getattr(dev, "device", str(dev)), "queue": type(q).__name__, "engine": getattr(q, "engine", ""), "vendor": vendor,
           "info": info, "words": q.words.tobytes(), "cmds": cmds}
 
@@ -68,10 +70,10 @@ def _decode_cmd(cap: dict[str, Any], c: dict[str, Any], w: list[int]) -> tuple[s
   if v == "amd":
     from baregrad.drivers.amd import hw as ahw
     fam = cap["info"]["family"]
-    if cap["engine"] == "copy": d = ahw.format_sdma(fam, w)
+    if cap["info"].get("sdma"): d = ahw.format_sdma(fam, w)
     elif c["kind"] in ("exec", "barrier"): d = ahw.format_aql(w)
     else: d = ahw.format_pm4(fam, w)
-    return " ".join(d.strip().split("\n")[0].split()), d
+    return re.sub(r"^(0x[0-9a-fA-F]+|@\s*\d+):\s*", "", " ".join(d.strip().split("\n")[0].split())), d
   if v == "cpu":
     from baregrad.drivers.cpu_encoding import decode_words
     d = decode_words(w)
