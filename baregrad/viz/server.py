@@ -1,7 +1,8 @@
 """Serve a VIZ recording on 127.0.0.1. The page loads lazily: /index.json first (the kernel list, the timeline and the
 submissions' one-line packets), then one kernel (/kernel/N.json: graphs, source, disassembly) or one submission's
 decoded packets (/submission/N.json) when it is opened. The paths are a fixed table plus those two numbered families;
-anything else is 404, so nothing outside the bundle (the page, the vendored layout library, the recording) is served."""
+anything else is 404, so nothing outside the bundle (the page, the vendored layout library, the recording) is served.
+A kernel whose body is damaged is answered 500 with what is wrong (fileformat.kernel_body), also printed on stderr."""
 from __future__ import annotations
 import http.server, json, os, re, sys, threading
 from typing import Any
@@ -25,8 +26,8 @@ def index(rec: dict[str, Any]) -> dict[str, Any]:
   """What the page shows first: everything but the kernels' graphs and sources and the packets' details."""
   times = kernel_times(rec)
   kernels = [{"name": k["name"], "renderer": k.get("renderer", ""), "shape": k.get("shape", ""), "opts": k.get("opts", []),
-              "global_size": k.get("global_size"), "local_size": k.get("local_size"), "t_ms": k.get("t_ms"), "stages": len(k["stages"]),
-              "disasm": "disasm" in k, "time_us": times.get(k["name"])} for k in rec["kernels"]]
+              "global_size": k.get("global_size"), "local_size": k.get("local_size"), "t_ms": k.get("t_ms"),
+              "time_us": times.get(k["name"])} for k in rec["kernels"]]
   subs = [{"t_ms": s.get("t_ms"), "device": s.get("device"), "queue": s.get("queue"), "engine": s.get("engine"),
            "packets": [{"kind": p.get("kind"), "text": p.get("text"), **({"kernel": p["kernel"]} if p.get("kernel") else {})}
                        for p in s["packets"]]} for s in rec.get("submissions", [])]
@@ -35,19 +36,29 @@ def index(rec: dict[str, Any]) -> dict[str, Any]:
 
 def make_server(path: str, port: int = 0) -> http.server.ThreadingHTTPServer:
   """A server for the recording in path (checked first) on 127.0.0.1:port; a port in use falls back to a free one."""
-  rec = fileformat.load(path)
+  rec = fileformat.load(path, bodies=False)   # the kernels' bodies are checked when first asked for
   with open(PAGE, "rb") as f: page = f.read()
   files: dict[str, tuple[bytes, str]] = {"/": (page, "text/html; charset=utf-8"), "/index.html": (page, "text/html; charset=utf-8"),
                                          "/index.json": (_dumps(index(rec)), "application/json")}
   for url, fp in VENDOR.items():
     with open(fp, "rb") as f: files[url] = (f.read(), "text/javascript; charset=utf-8")
-  lazy = {"kernel": rec["kernels"], "submission": rec.get("submissions", [])}
+  subs = rec.get("submissions", [])
+  def kernel(i: int) -> bytes:
+    listing = {f: v for f, v in rec["kernels"][i].items() if f != "body"}
+    return _dumps({**listing, **fileformat.kernel_body(path, rec, i)})
   class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
       p = self.path.split("?", 1)[0]
       body = files.get(p)
-      if body is None and (m := _NUMBERED.match(p)) is not None and int(m.group(2)) < len(lazy[m.group(1)]):
-        body = (_dumps(lazy[m.group(1)][int(m.group(2))]), "application/json")
+      if body is None and (m := _NUMBERED.match(p)) is not None:
+        i = int(m.group(2))
+        if m.group(1) == "submission" and i < len(subs): body = (_dumps(subs[i]), "application/json")
+        elif m.group(1) == "kernel" and i < len(rec["kernels"]):
+          try: body = (kernel(i), "application/json")
+          except fileformat.RecordingError as e:
+            print(f"baregrad.viz: {e}", file=sys.stderr)
+            self.send_error(500, "the recording's entry for this kernel is damaged", str(e))
+            return
       if body is None and p == "/recording.json":
         with open(path, "rb") as f: body = (f.read(), "application/json")
       if body is None:

@@ -24,11 +24,11 @@ def nv_recording(tmp_path_factory):
 def test_recording_has_kernel_stages_and_source(recording):
   rec = fileformat.load(recording)
   assert rec["schedules"] and rec["kernels"]
-  k = rec["kernels"][0]
+  k = fileformat.kernel_body(recording, rec, 0)
   assert [s["name"] for s in k["stages"]][:2] == ["ast", "lower"]
   ops = {k["nodes"][i][0] for i in k["stages"][0]["ids"]}
   assert {"SINK", "STORE", "ADD", "MUL"} <= ops, ops
-  assert k["name"] in k["src"] and k["linear"]
+  assert rec["kernels"][0]["name"] in k["src"] and k["linear"]
 
 def test_passes_share_one_node_table():
   # a node a pass leaves alone is the same UOp, stored once; a rewritten one gets a new id
@@ -45,12 +45,12 @@ def test_passes_share_one_node_table():
 
 def test_recording_has_timeline_and_disassembly(recording):
   rec = fileformat.load(recording)
-  k = rec["kernels"][0]
+  name, k = rec["kernels"][0]["name"], fileformat.kernel_body(recording, rec, 0)
   spans = [e for e in rec["timeline"] if e.get("cat") == "kernel"]
-  assert [e["name"] for e in spans] == [k["name"]] and spans[0]["dur"] >= 0   # the kernel's device span, by name
+  assert [e["name"] for e in spans] == [name] and spans[0]["dur"] >= 0   # the kernel's device span, by name
   assert {"schedule", "codegen", "compile"} <= {e["name"] for e in rec["timeline"]}
-  if "disasm" not in k: pytest.skip(f"no disassembler for this CPU object (capstone missing?): {k['renderer']}")
-  assert f":{k['name']}:" in k["disasm"] and re.search(r"\bret\b", k["disasm"])   # the kernel's symbol, disassembled to its return
+  if "disasm" not in k: pytest.skip(f"no disassembler for this CPU object (capstone missing?): {rec['kernels'][0]['renderer']}")
+  assert f":{name}:" in k["disasm"] and re.search(r"\bret\b", k["disasm"])   # the kernel's symbol, disassembled to its return
 
 def test_nv_submission_shows_qmd_of_its_kernel(nv_recording):
   rec = fileformat.load(nv_recording)
@@ -75,13 +75,17 @@ def test_amd_submission_decoded(tmp_path):
   assert len(ex) == 1 and ex[0]["text"].startswith("DISPATCH") and ex[0]["kernel"] == rec["kernels"][0]["name"]   # AQL
   assert any(p["text"].startswith("WAIT_REG_MEM") for s in rec["submissions"] for p in s["packets"])   # PM4
 
+def _body(**f) -> str: return json.dumps(json.dumps({"src": "", "linear": [], "nodes": [], "stages": [], **f}))
 @pytest.mark.parametrize("text,why", [("{not json", "not valid JSON"), ('{"format":"chrome-trace"}', "expected format"),
                                        ('{"format":"baregrad-viz","version":99}', "version 99"),
                                        ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k"}]}', "kernels[0] is damaged"),
-                                       ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","src":"","linear":[],'
-                                        '"nodes":[["SINK","void","None",[0]]],"stages":[]}]}', "kernels[0].nodes[0] is damaged"),
-                                       ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","src":"","linear":[],'
-                                        '"nodes":[],"stages":[{"name":"ast","ids":[3]}]}]}', "not in the kernel's node table"),
+                                       ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","body":"{"}]}', "kernels[0].body is damaged"),
+                                       ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","body":' + _body(src=1) + '}]}',
+                                        "expected field 'src' of type str"),
+                                       ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","body":' + _body(nodes=[["SINK", "void", "None", [0]]])
+                                        + '}]}', "kernels[0].nodes[0] is damaged"),
+                                       ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","body":' + _body(stages=[{"name": "ast", "ids": [3]}])
+                                        + '}]}', "not in the kernel's node table"),
                                        ('{"format":"baregrad-viz","version":2,"kernels":[],"submissions":[{}]}', "submissions[0] is damaged")])
 def test_bad_file_refused_with_path_and_reason(tmp_path, text, why):
   p = tmp_path / "bad.json"
@@ -96,6 +100,23 @@ def test_cli_refuses_bad_file(tmp_path):
                      capture_output=True, text=True, timeout=60)
   assert r.returncode == 2 and str(p) in r.stderr and "not a VIZ recording" in r.stderr
 
+def test_damaged_kernel_body_refused_when_shown_and_by_check(recording, tmp_path):
+  rec = json.loads(open(recording).read())
+  rec["kernels"][0]["body"] = rec["kernels"][0]["body"].replace('"nodes":[[', '"nodes":[7,[', 1)
+  p = tmp_path / "damaged.json"
+  p.write_text(json.dumps(rec))
+  srv = server.serve(str(p), background=True)   # opens: the listing is fine
+  try:
+    base = f"http://127.0.0.1:{srv.server_address[1]}"
+    assert json.loads(_get(base + "/index.json"))["kernels"][0]["name"] == rec["kernels"][0]["name"]
+    with pytest.raises(urllib.error.HTTPError) as e: urllib.request.urlopen(base + "/kernel/0.json", timeout=10)
+    msg = e.value.read().decode()
+    assert e.value.code == 500 and f"{p}: kernels[0].nodes[0] is damaged" in msg, msg   # the path and what is wrong
+  finally: srv.shutdown()
+  r = subprocess.run([sys.executable, "-m", "baregrad.viz", "--check", str(p)], env={**os.environ, "PYTHONPATH": ROOT},
+                     capture_output=True, text=True, timeout=60)
+  assert r.returncode == 2 and f"{p}: kernels[0].nodes[0] is damaged" in r.stderr
+
 def _get(url: str) -> bytes: return urllib.request.urlopen(url, timeout=10).read()
 
 def test_server_loopback_lazy_paths_404_and_port_in_use(nv_recording):
@@ -108,9 +129,10 @@ def test_server_loopback_lazy_paths_404_and_port_in_use(nv_recording):
     base = f"http://127.0.0.1:{port}"
     rec = fileformat.load(nv_recording)
     idx = json.loads(_get(base + "/index.json"))
-    assert [k["name"] for k in idx["kernels"]] == [k["name"] for k in rec["kernels"]] and "nodes" not in idx["kernels"][0]
+    assert [k["name"] for k in idx["kernels"]] == [k["name"] for k in rec["kernels"]] and "body" not in idx["kernels"][0]
     assert all("detail" not in p for s in idx["submissions"] for p in s["packets"])   # the list is light; details on demand
-    assert json.loads(_get(base + "/kernel/0.json"))["src"] == rec["kernels"][0]["src"]
+    k0 = json.loads(_get(base + "/kernel/0.json"))
+    assert k0["src"] == fileformat.kernel_body(nv_recording, rec, 0)["src"] and k0["name"] == rec["kernels"][0]["name"]
     assert json.loads(_get(base + "/submission/0.json")) == rec["submissions"][0]
     assert json.loads(_get(base + "/recording.json"))["format"] == "baregrad-viz"
     assert b"baregrad VIZ" in _get(base + "/")
@@ -149,7 +171,7 @@ def test_page_in_chromium(nv_recording, browser, tmp_path):
     drv.get(f"http://127.0.0.1:{srv.server_address[1]}/")
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#list .kernel"))
     rec = fileformat.load(nv_recording)
-    k = rec["kernels"][0]
+    k = {**rec["kernels"][0], **fileformat.kernel_body(nv_recording, rec, 0)}
     drv.find_elements(By.CSS_SELECTOR, "#list .kernel")[0].click()
     wait.until(lambda d: k["name"] in d.find_element(By.ID, "src").text)   # clicking a kernel shows its source
     assert drv.find_elements(By.CSS_SELECTOR, "#src span.kw")              # highlighted
