@@ -9,18 +9,18 @@ from typing import Any
 
 FORMAT = "baregrad-viz"
 VERSION = 2   # 2: each kernel's body a JSON text; its passes share one node table; timeline, disassembly, submissions
-BODY_FIELDS = ("src", "nodes", "stages", "linear")   # and "disasm" where the recorder had a disassembler
+BODY_FIELDS = ("src", "nodes", "stages", "linear")   # and, where the kernel was compiled, "binary" (base64)
 
 class RecordingError(ValueError):
   """A file that is not a baregrad VIZ recording (or is damaged); the message names the path and what is wrong."""
 
 def encode_body(k: dict[str, Any]) -> str:
-  """A kernel's body (BODY_FIELDS and disasm) as the JSON text a recording stores."""
-  return json.dumps({f: k[f] for f in (*BODY_FIELDS, "disasm") if f in k}, separators=(",", ":"))
+  """A kernel's body (BODY_FIELDS and binary) as the JSON text a recording stores."""
+  return json.dumps({f: k[f] for f in (*BODY_FIELDS, "binary") if f in k}, separators=(",", ":"))
 
 def save(path: str, rec: dict[str, Any]) -> None:
   """Write a recording (as record.Recorder.as_dict() builds it: kernels with their body fields inline) to path."""
-  kernels = [{**{f: v for f, v in k.items() if f not in BODY_FIELDS and f != "disasm"}, "body": encode_body(k)} for k in rec["kernels"]]
+  kernels = [{**{f: v for f, v in k.items() if f not in BODY_FIELDS and f != "binary"}, "body": encode_body(k)} for k in rec["kernels"]]
   with open(path, "w") as f: json.dump({"format": FORMAT, "version": VERSION, **rec, "kernels": kernels}, f, separators=(",", ":"))
 
 def load(path: str, bodies: bool = True) -> dict[str, Any]:
@@ -53,13 +53,14 @@ def load(path: str, bodies: bool = True) -> dict[str, Any]:
   return rec
 
 def kernel_body(path: str, rec: dict[str, Any], i: int) -> dict[str, Any]:
-  """Kernel i's body, parsed and checked: src, linear, the node table (rows [op, dtype, arg, [ids of earlier rows]])
+  """Kernel i's body, parsed and checked: src, linear, binary (base64, optional), the node table (rows [op, dtype, arg, [ids of earlier rows]])
   and the passes (each {name, ids} naming rows of the table)."""
   try: k = json.loads(rec["kernels"][i]["body"])
   except json.JSONDecodeError as e: raise RecordingError(f"{path}: kernels[{i}].body is damaged: not valid JSON ({e})") from None
   for key, typ in (("src", str), ("stages", list), ("nodes", list), ("linear", list)):
     if not isinstance(k, dict) or not isinstance(k.get(key), typ):
       raise RecordingError(f"{path}: kernels[{i}].body is damaged: expected field {key!r} of type {typ.__name__}")
+  if not isinstance(k.get("binary", ""), str): raise RecordingError(f"{path}: kernels[{i}].body is damaged: 'binary' is not base64 text")
   nodes = k["nodes"]
   for j, node in enumerate(nodes):
     # a node's sources come before it (the table is built in topological order)

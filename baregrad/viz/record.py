@@ -1,16 +1,15 @@
 """The VIZ recorder: core code calls helpers.viz_sink(kind, **fields) at a schedule, at each generated program, at each
 compiled binary and at each HCQ submission; this keeps what is cheap to keep while the script runs (graphs as node
-tables, bytes copied) and does the slow part at exit: disassembly, decoding the command streams, reading the PROFILE
-timeline. The recording it writes is documented in docs/viz.md."""
+tables, bytes copied) and does the slow part at exit: decoding the command streams, reading the PROFILE timeline.
+Compiled binaries are kept as bytes; the server disassembles one when its kernel is shown (disasm.py). The recording it writes is documented in docs/viz.md."""
 from __future__ import annotations
-import atexit, os, re, sys, tempfile, time
+import atexit, base64, os, re, sys, tempfile, time
 from typing import Any
 from baregrad import helpers, knobs
 from baregrad.ir.ops import UOp
 from baregrad.viz import fileformat
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-DISASM_MAX_CHARS = 200_000   # a kernel's disassembly beyond this is cut (a listing that long is read in a file, not a page)
 MAX_SUBMISSIONS = 5000       # command streams kept; later ones are counted, not kept (a training loop submits forever)
 
 def graph(sink: UOp) -> list[dict[str, Any]]:
@@ -34,17 +33,6 @@ def stage_tables(stages: list[tuple[str, UOp]]) -> tuple[list[list[Any]], list[d
         nodes.append([u.op.name, str(u.dtype), repr(u.arg)[:200], [ids[s] for s in u.src]])
     out.append({"name": name, "ids": [ids[u] for u in order]})
   return nodes, out
-
-def disassemble(lib: bytes, name: str) -> str | None:
-  """A listing of a compiled kernel, where this machine has a disassembler for it: CPU objects (ELF x86-64/AArch64,
-  with capstone). None otherwise (NV cubins need NVIDIA's cuobjdump; the mock NV GPU runs PTX, shown as the source)."""
-  if lib[:4] != b"\x7fELF" or int.from_bytes(lib[18:20], "little") not in (62, 183): return None   # e_machine x86-64, AArch64
-  try:
-    from baregrad.drivers.elf_loader import disassemble as dis
-    text = dis(lib, name, name=f"kernel {name}")
-  except Exception as e:  # noqa: BLE001  (capstone missing, or an object it cannot read: say so in the page)
-    return f"(not disassembled: {type(e).__name__}: {e})"
-  return text if len(text) <= DISASM_MAX_CHARS else text[:DISASM_MAX_CHARS] + "\n... (cut)"
 
 class Recorder:
   """Collects what one process compiled, scheduled and submitted; as_dict() is the recording (docs/viz.md)."""
@@ -96,7 +84,7 @@ class Recorder:
   def as_dict(self) -> dict[str, Any]:
     from baregrad.viz import streams
     for k in self.kernels:
-      if (lib := self.binaries.get(k["name"])) is not None and (d := disassemble(lib, k["name"])) is not None: k["disasm"] = d
+      if (lib := self.binaries.get(k["name"])) is not None: k["binary"] = base64.b64encode(lib).decode()
     return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules, "timeline": self.timeline(),
             "submissions": [{"t_ms": s["t_ms"], **streams.decode(s)} for s in self.submissions], "submissions_dropped": self.dropped}
 

@@ -1,12 +1,12 @@
 """Serve a VIZ recording on 127.0.0.1. The page loads lazily: /index.json first (the kernel list, the timeline and the
-submissions' one-line packets), then one kernel (/kernel/N.json: graphs, source, disassembly) or one submission's
+submissions' one-line packets), then one kernel (/kernel/N.json: graphs, source, disassembly made from its binary now) or one submission's
 decoded packets (/submission/N.json) when it is opened. The paths are a fixed table plus those two numbered families;
 anything else is 404, so nothing outside the bundle (the page, the vendored layout library, the recording) is served.
 A kernel whose body is damaged is answered 500 with what is wrong (fileformat.kernel_body), also printed on stderr."""
 from __future__ import annotations
-import http.server, json, os, re, sys, threading
+import base64, http.server, json, os, re, sys, threading
 from typing import Any
-from baregrad.viz import fileformat
+from baregrad.viz import disasm, fileformat
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.path.join(HERE, "index.html")
@@ -45,7 +45,12 @@ def make_server(path: str, port: int = 0) -> http.server.ThreadingHTTPServer:
   subs = rec.get("submissions", [])
   def kernel(i: int) -> bytes:
     listing = {f: v for f, v in rec["kernels"][i].items() if f != "body"}
-    return _dumps({**listing, **fileformat.kernel_body(path, rec, i)})
+    body = fileformat.kernel_body(path, rec, i)
+    if (b := body.pop("binary", None)) is not None:
+      try: lib = base64.b64decode(b, validate=True)
+      except ValueError: raise fileformat.RecordingError(f"{path}: kernels[{i}].body is damaged: 'binary' is not base64") from None
+      if (d := disasm.disassemble(lib, listing["name"])) is not None: body["disasm"] = d
+    return _dumps({**listing, **body})
   class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
       p = self.path.split("?", 1)[0]

@@ -49,8 +49,18 @@ def test_recording_has_timeline_and_disassembly(recording):
   spans = [e for e in rec["timeline"] if e.get("cat") == "kernel"]
   assert [e["name"] for e in spans] == [name] and spans[0]["dur"] >= 0   # the kernel's device span, by name
   assert {"schedule", "codegen", "compile"} <= {e["name"] for e in rec["timeline"]}
-  if "disasm" not in k: pytest.skip(f"no disassembler for this CPU object (capstone missing?): {rec['kernels'][0]['renderer']}")
-  assert f":{name}:" in k["disasm"] and re.search(r"\bret\b", k["disasm"])   # the kernel's symbol, disassembled to its return
+  pytest.importorskip("capstone")
+  srv = server.serve(recording, background=True)   # the server disassembles the recorded binary when the kernel is shown
+  try: d = json.loads(_get(f"http://127.0.0.1:{srv.server_address[1]}/kernel/0.json"))["disasm"]
+  finally: srv.shutdown()
+  assert k["binary"] and f":{name}:" in d and re.search(r"\bret\b", d)   # the kernel's symbol, disassembled to its return
+
+def test_disassembly_only_where_there_is_a_disassembler():
+  from baregrad.viz import disasm
+  assert disasm.disassemble(b"//\n.version 8.0\n", "k") is None                       # PTX (mock NV): the source is the listing
+  assert disasm.disassemble(b"\x7fELF" + bytes(14) + (224).to_bytes(2, "little"), "k") is None   # an AMDGPU ELF: none here
+  bad = disasm.disassemble(b"\x7fELF" + bytes(14) + (62).to_bytes(2, "little"), "k")    # x86-64 but truncated: says why
+  assert bad is not None and bad.startswith("(not disassembled:") and "kernel k" in bad
 
 def test_nv_submission_shows_qmd_of_its_kernel(nv_recording):
   rec = fileformat.load(nv_recording)
