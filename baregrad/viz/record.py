@@ -39,7 +39,8 @@ class Recorder:
   def __init__(self) -> None:
     self.kernels: list[dict[str, Any]] = []
     self.schedules: list[dict[str, Any]] = []
-    self.binaries: dict[str, bytes] = {}
+    self.binaries: dict[int, bytes] = {}         # kernel index -> its compiled binary
+    self.program_kernel: dict[Any, int] = {}     # program object -> kernel index (keeps the programs alive while recording)
     self.submissions: list[dict[str, Any]] = []
     self.dropped = 0
     self.t0 = time.perf_counter()
@@ -54,12 +55,17 @@ class Recorder:
         "global_size": list(f["global_size"]), "local_size": list(f["local_size"]), "src": f["src"], "nodes": nodes, "stages": stages,
         "linear": [f"{u.op.name} {u.dtype} {repr(u.arg)[:80]}" for u in f["uops"]],
         "t_ms": round((time.perf_counter() - self.t0) * 1e3, 3)})
-    elif kind == "binary": self.binaries.setdefault(f["name"], f["lib"])
+    elif kind == "binary":
+      # get_program recorded this kernel just before (compile_ast holds its lock over both): its binary, and the
+      # program object a queue's exec names, which links each launch packet to this very kernel (names repeat)
+      if self.kernels and self.kernels[-1]["name"] == f["name"]:
+        self.binaries[len(self.kernels) - 1] = f["lib"]
+        self.program_kernel[f["prg"]] = len(self.kernels) - 1
     elif kind == "submit":
       if len(self.submissions) >= MAX_SUBMISSIONS: self.dropped += 1
       else:
         from baregrad.viz import streams
-        self.submissions.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3), **streams.capture(f["queue"], f["dev"])})
+        self.submissions.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3), **streams.capture(f["queue"], f["dev"], self.program_kernel)})
     elif kind == "schedule":
       self.schedules.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3),
                              "items": [{"kind": it.kind, "bufs": len(it.bufs),
@@ -83,8 +89,8 @@ class Recorder:
 
   def as_dict(self) -> dict[str, Any]:
     from baregrad.viz import streams
-    for k in self.kernels:
-      if (lib := self.binaries.get(k["name"])) is not None: k["binary"] = base64.b64encode(lib).decode()
+    for i, k in enumerate(self.kernels):
+      if (lib := self.binaries.get(i)) is not None: k["binary"] = base64.b64encode(lib).decode()
     return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules, "timeline": self.timeline(),
             "submissions": [{"t_ms": s["t_ms"], **streams.decode(s)} for s in self.submissions], "submissions_dropped": self.dropped}
 

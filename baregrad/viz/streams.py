@@ -16,14 +16,16 @@ def _vendor(q: Any) -> str:
   return "nv" if mod.startswith("baregrad.drivers.nv") else "amd" if mod.startswith("baregrad.drivers.amd") else \
     "cpu" if mod.startswith("baregrad.drivers.cpu") else "other"
 
-def capture(q: Any, dev: Any) -> dict[str, Any]:
-  """A copy of what queue q submits to dev now (its words are patched and resubmitted later by replays)."""
+def capture(q: Any, dev: Any, program_kernel: dict[Any, int] | None = None) -> dict[str, Any]:
+  """A copy of what queue q submits to dev now (its words are patched and resubmitted later by replays).
+  program_kernel maps a program object to the index of its kernel in the recording."""
   vendor = _vendor(q)
   cmds = []
   for i, c in enumerate(q.cmds):
     e: dict[str, Any] = {"kind": c.kind, "start": c.start, "n": c.nwords}
     if c.kind == "exec" and (prg := q._refs.get((i, "prg"))) is not None:
       e["kernel"] = getattr(prg, "name", None)
+      if program_kernel is not None and (ki := program_kernel.get(prg)) is not None: e["kernel_index"] = ki
       args = q._refs.get((i, "args"))
       if vendor == "nv" and args is not None and getattr(args, "qmd_cpu", None):
         e["qmd"] = ctypes.string_at(args.qmd_cpu, QMD_BYTES)
@@ -37,7 +39,7 @@ def capture(q: Any, dev: Any) -> dict[str, Any]:
           "info": info, "words": q.words.tobytes(), "cmds": cmds}
 
 def decode(cap: dict[str, Any]) -> dict[str, Any]:
-  """A capture as the recording stores it: {device, queue, engine, packets: [{kind, text, detail, kernel?}]}, where
+  """A capture as the recording stores it: {device, queue, engine, packets: [{kind, text, detail, kernel?, kernel_index?}]}, where
   text is the command in one line of words and detail its packets (methods, PM4/AQL/SDMA fields, the QMD)."""
   from array import array
   words = array("I")
@@ -50,6 +52,7 @@ def decode(cap: dict[str, Any]) -> dict[str, Any]:
       text, detail = f"{c['kind']}: not decoded ({type(e).__name__}: {e})", " ".join(f"{x:#010x}" for x in w)
     p: dict[str, Any] = {"kind": c["kind"], "text": text, "detail": detail}
     if c.get("kernel"): p["kernel"] = c["kernel"]
+    if "kernel_index" in c: p["kernel_index"] = c["kernel_index"]
     packets.append(p)
   return {"device": cap["device"], "queue": cap["queue"], "engine": cap["engine"], "packets": packets}
 

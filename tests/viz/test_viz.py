@@ -5,10 +5,11 @@ from baregrad.viz import fileformat, record, server
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = "import baregrad as bg\na=bg.Tensor([1.,2,3])\nprint(((a+1)*2).sum().tolist())\n"
+MATMUL = "import baregrad as bg\nx, w = bg.Tensor.rand(4, 8), bg.Tensor.rand(8, 3)\nprint((x @ w).relu().sum(axis=1).tolist())\n"
 
-def _record(path: str, **env: str) -> str:
+def _record(path: str, script: str = SCRIPT, **env: str) -> str:
   env = {**os.environ, "VIZ": "1", "VIZ_SERVE": "0", "VIZ_PATH": path, "PYTHONPATH": ROOT, **env}
-  r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+  r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr
   assert path in r.stderr   # the path is printed
   return path
@@ -68,13 +69,21 @@ def test_nv_submission_shows_qmd_of_its_kernel(nv_recording):
   execs = [(s, p) for s in rec["submissions"] for p in s["packets"] if p["kind"] == "exec"]
   assert len(execs) == 1, execs
   s, p = execs[0]
-  assert s["device"] == "NV" and s["queue"] == "NVComputeQueue" and p["kernel"] == name
+  assert s["device"] == "NV" and s["queue"] == "NVComputeQueue" and p["kernel"] == name and p["kernel_index"] == 0
   assert p["text"].startswith("EXEC      qmd=0x".split()[0]) and "SEND_PCAS_A" in p["text"]
   assert f"QMD v04 (HOPPER_COMPUTE_A) of kernel {name}" in p["detail"] and "CTA_THREAD_DIMENSION0" in p["detail"]
   assert "grid=(1, 1, 1)" in p["detail"]   # the QMD read back at submit time: the kernel's launch
   kinds = [q["kind"] for s in rec["submissions"] for q in s["packets"]]
   assert {"wait", "signal", "copy", "timestamp"} <= set(kinds)
   assert all("not decoded" not in q["text"] for s in rec["submissions"] for q in s["packets"])
+
+def test_launch_packets_link_to_their_kernel_by_program(tmp_path):
+  # two different kernels named E_ (the draws of x and of w): each launch links to the kernel it ran, not the first E_
+  rec = fileformat.load(_record(str(tmp_path / "mm.json"), DEV="CPU", script=MATMUL))
+  names = [k["name"] for k in rec["kernels"]]
+  assert len(set(names)) < len(names), names   # the case this is about: names repeat
+  ex = [p for s in rec["submissions"] for p in s["packets"] if p["kind"] == "exec"]
+  assert {p["kernel_index"] for p in ex} == set(range(len(names))) and all(names[p["kernel_index"]] == p["kernel"] for p in ex)
 
 def test_amd_submission_decoded(tmp_path):
   rec = fileformat.load(_record(str(tmp_path / "amd.json"), MOCKGPU="1", DEV="AMD"))
@@ -205,6 +214,7 @@ def test_page_in_chromium(nv_recording, browser, tmp_path):
     drv.find_element(By.ID, "tab-streams").click()
     ex = [p for p in drv.find_elements(By.CSS_SELECTOR, "#subs .packet") if p.find_elements(By.CSS_SELECTOR, "a.klink")]
     assert len(ex) == 1 and ex[0].find_element(By.CSS_SELECTOR, "a.klink").text == k["name"]
+    assert drv.find_elements(By.CSS_SELECTOR, "#launches .packet")   # the kernel view listed the packet that launched it
     ex[0].click()
     wait.until(lambda d: "QMD v04" in d.find_element(By.ID, "pkt").text)
     assert f"of kernel {k['name']}" in drv.find_element(By.ID, "pkt").text and "CTA_THREAD_DIMENSION0" in drv.find_element(By.ID, "pkt").text
