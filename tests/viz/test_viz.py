@@ -59,7 +59,9 @@ def test_recording_has_timeline_and_disassembly(recording):
 def test_disassembly_only_where_there_is_a_disassembler():
   from baregrad.viz import disasm
   assert disasm.disassemble(b"//\n.version 8.0\n", "k") is None                       # PTX (mock NV): the source is the listing
-  assert disasm.disassemble(b"\x7fELF" + bytes(14) + (224).to_bytes(2, "little"), "k") is None   # an AMDGPU ELF: none here
+  gfx942 = bytearray(64)
+  gfx942[:4], gfx942[18:20], gfx942[0x30] = b"\x7fELF", (224).to_bytes(2, "little"), 0x4C
+  assert disasm.disassemble(bytes(gfx942), "k") is None                                    # CDNA3: no decoder here
   bad = disasm.disassemble(b"\x7fELF" + bytes(14) + (62).to_bytes(2, "little"), "k")    # x86-64 but truncated: says why
   assert bad is not None and bad.startswith("(not disassembled:") and "kernel k" in bad
 
@@ -93,6 +95,10 @@ def test_amd_submission_decoded(tmp_path):
   ex = [p for s in rec["submissions"] for p in s["packets"] if p["kind"] == "exec"]
   assert len(ex) == 1 and ex[0]["text"].startswith("DISPATCH") and ex[0]["kernel"] == rec["kernels"][0]["name"]   # AQL
   assert any(p["text"].startswith("WAIT_REG_MEM") for s in rec["submissions"] for p in s["packets"])   # PM4
+  srv = server.serve(str(tmp_path / "amd.json"), background=True)   # the gfx1100 code object, disassembled when shown
+  try: d = json.loads(_get(f"http://127.0.0.1:{srv.server_address[1]}/kernel/0.json"))["disasm"]
+  finally: srv.shutdown()
+  assert d.startswith(f".text:{rec['kernels'][0]['name']}:") and "global_store_b32" in d and d.rstrip().endswith("s_endpgm")
 
 def _body(**f) -> str: return json.dumps(json.dumps({"src": "", "linear": [], "nodes": [], "stages": [], **f}))
 @pytest.mark.parametrize("text,why", [("{not json", "not valid JSON"), ('{"format":"chrome-trace"}', "expected format"),
