@@ -125,11 +125,15 @@ def test_cli_refuses_bad_file(tmp_path):
                      capture_output=True, text=True, timeout=60)
   assert r.returncode == 2 and str(p) in r.stderr and "not a VIZ recording" in r.stderr
 
-def test_damaged_kernel_body_refused_when_shown_and_by_check(recording, tmp_path):
+def _damage_first_kernel(recording: str, p) -> dict:
   rec = json.loads(open(recording).read())
   rec["kernels"][0]["body"] = rec["kernels"][0]["body"].replace('"nodes":[[', '"nodes":[7,[', 1)
-  p = tmp_path / "damaged.json"
   p.write_text(json.dumps(rec))
+  return rec
+
+def test_damaged_kernel_body_refused_when_shown_and_by_check(recording, tmp_path):
+  p = tmp_path / "damaged.json"
+  rec = _damage_first_kernel(recording, p)
   srv = server.serve(str(p), background=True)   # opens: the listing is fine
   try:
     base = f"http://127.0.0.1:{srv.server_address[1]}"
@@ -240,4 +244,17 @@ def test_page_in_chromium(nv_recording, browser, tmp_path):
       im.src='data:image/png;base64,'+arguments[0];""", b64)
     assert colours > 8 and inked > 2000, (colours, inked)
     with open(tmp_path / "shot.png", "wb") as f: f.write(base64.b64decode(b64))
+  finally: srv.shutdown()
+
+def test_page_names_a_damaged_kernel(recording, browser, tmp_path):
+  from selenium.webdriver.common.by import By
+  from selenium.webdriver.support.ui import WebDriverWait
+  p = tmp_path / "damaged.json"
+  _damage_first_kernel(recording, p)
+  srv = server.serve(str(p), background=True)
+  try:
+    browser.get(f"http://127.0.0.1:{srv.server_address[1]}/")   # the page opens kernel 0 first: its body is damaged
+    WebDriverWait(browser, 20).until(lambda d: "cannot show this kernel" in d.find_element(By.ID, "kinfo").text)
+    assert f"{p}: kernels[0].nodes[0] is damaged" in browser.find_element(By.ID, "kinfo").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "#dag g.node")
   finally: srv.shutdown()
