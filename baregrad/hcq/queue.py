@@ -54,8 +54,11 @@ class HWQueue:
 
   def submit(self, dev: Any) -> HWQueue:
     if self.cmds:
-      if helpers.viz_sink is not None: helpers.viz_sink("submit", queue=self, dev=dev)   # VIZ=1: the command stream
-      self._submit(dev)
+      if (viz := helpers.viz_sink) is None: self._submit(dev)
+      else:   # VIZ=1: the command stream, and what the submission wrote to the device's ring (read back after it)
+        tok = viz("submit", queue=self, dev=dev)
+        self._submit(dev)
+        viz("submitted", token=tok)
     return self
 
   # --- patching

@@ -48,6 +48,8 @@ def load(path: str, bodies: bool = True) -> dict[str, Any]:
   for i, sub in enumerate(rec.get("submissions", [])):
     if not isinstance(sub, dict) or not isinstance(sub.get("packets"), list):
       raise RecordingError(f"{path}: submissions[{i}] is damaged: expected a 'packets' list")
+    if not isinstance(sub.get("ring", []), list) or any(not isinstance(x, dict) or not isinstance(x.get("text"), str) for x in sub.get("ring", [])):
+      raise RecordingError(f"{path}: submissions[{i}].ring is damaged: expected a list of {{text, detail}}")
   if bodies:
     for i in range(len(kernels)): kernel_body(path, rec, i)
   return rec

@@ -47,7 +47,7 @@ class Recorder:
     self.profile_path: str | None = None   # the PROFILE trace this recorder started (deleted once read)
     self.profile_user = False              # PROFILE=1 was on already: its trace is the user's, left in place
 
-  def __call__(self, kind: str, **f: Any) -> None:
+  def __call__(self, kind: str, **f: Any) -> Any:
     if kind == "program":
       nodes, stages = stage_tables(f["stages"])
       self.kernels.append({
@@ -61,15 +61,22 @@ class Recorder:
       if self.kernels and self.kernels[-1]["name"] == f["name"]:
         self.binaries[len(self.kernels) - 1] = f["lib"]
         self.program_kernel[f["prg"]] = len(self.kernels) - 1
-    elif kind == "submit":
-      if len(self.submissions) >= MAX_SUBMISSIONS: self.dropped += 1
-      else:
-        from baregrad.viz import streams
-        self.submissions.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3), **streams.capture(f["queue"], f["dev"], self.program_kernel)})
+    elif kind == "submit":   # before the queue is submitted: returns the token "submitted" gets after it
+      if len(self.submissions) >= MAX_SUBMISSIONS:
+        self.dropped += 1
+        return None
+      from baregrad.viz import streams
+      cap = {"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3), **streams.capture(f["queue"], f["dev"], self.program_kernel)}
+      self.submissions.append(cap)
+      return cap
+    elif kind == "submitted" and f["token"] is not None:
+      from baregrad.viz import streams
+      streams.submitted(f["token"])
     elif kind == "schedule":
       self.schedules.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3),
                              "items": [{"kind": it.kind, "bufs": len(it.bufs),
                                         "ast_nodes": len(it.ast.toposort()) if it.ast is not None else 0} for it in f["items"]]})
+    return None
 
   def timeline(self) -> list[dict[str, Any]]:
     """The PROFILE trace's spans (host work, device kernels and copies) and its track names, from the trace file."""

@@ -30,7 +30,7 @@ def index(rec: dict[str, Any]) -> dict[str, Any]:
               "time_us": times.get(k["name"])} for k in rec["kernels"]]
   subs = [{"t_ms": s.get("t_ms"), "device": s.get("device"), "queue": s.get("queue"), "engine": s.get("engine"),
            "packets": [{"kind": p.get("kind"), "text": p.get("text"), **{f: p[f] for f in ("kernel", "kernel_index") if f in p}}
-                       for p in s["packets"]]} for s in rec.get("submissions", [])]
+                       for p in s["packets"]], "ring": [{"text": x.get("text")} for x in s.get("ring", [])]} for s in rec.get("submissions", [])]
   return {"argv": rec.get("argv"), "pid": rec.get("pid"), "kernels": kernels, "schedules": rec.get("schedules", []),
           "timeline": rec.get("timeline", []), "submissions": subs, "submissions_dropped": rec.get("submissions_dropped", 0)}
 

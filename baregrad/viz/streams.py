@@ -36,11 +36,49 @@ def capture(q: Any, dev: Any, program_kernel: dict[Any, int] | None = None) -> d
     from baregrad.drivers.amd.queues import AMDCopyQueue
     info = {"family": getattr(q, "family", "gfx11"), "sdma": isinstance(q, AMDCopyQueue)}
   return {"device": getattr(dev, "device", str(dev)), "queue": type(q).__name__, "engine": getattr(q, "engine", ""), "vendor": vendor,
-          "info": info, "words": q.words.tobytes(), "cmds": cmds}
+          "info": info, "words": q.words.tobytes(), "cmds": cmds, "ring_before": _ring_put(q, dev, vendor, info), "_q": q, "_dev": dev}
+
+def _ring(q: Any, dev: Any, vendor: str, info: dict[str, Any]) -> Any:
+  """The ring a submission of q goes to: the NV GPFIFO channel, the AMD AQL ring or SDMA ring (None for the CPU)."""
+  if vendor == "nv": return getattr(dev, "channels", {}).get(q.engine)
+  if vendor == "amd": return getattr(dev, "sdma" if info.get("sdma") else "aql", None)
+  return None
+
+def _ring_put(q: Any, dev: Any, vendor: str, info: dict[str, Any]) -> int | None:
+  r = _ring(q, dev, vendor, info)
+  return None if r is None else r.put
+
+def submitted(cap: dict[str, Any]) -> None:
+  """Right after the submission: copy what it wrote to the ring, from the put pointer before it to the one after
+  (NV: GPFIFO entries; AMD: the AQL packets and the PM4 indirect buffers they point at, or the SDMA ring's words).
+  Another thread submitting to the same ring in between would show up here too (VIZ is a debugging aid)."""
+  q, dev = cap.pop("_q"), cap.pop("_dev")
+  r, pre = _ring(q, dev, cap["vendor"], cap["info"]), cap.pop("ring_before")
+  if r is None or pre is None: return
+  post = r.put
+  if cap["vendor"] == "nv":
+    cap["ring"] = {"kind": "gpfifo", "channel": r.name, "first": pre,
+                   "entries": [int(r.ring[i % r.entries]) for i in range(pre, post if post >= pre else post + r.entries)]}
+  elif cap["info"].get("sdma"):
+    size = r.ring.size
+    cap["ring"] = {"kind": "sdma", "first": pre,
+                   "words": [ctypes.c_uint32.from_address(r.ring.cpu + (b % size)).value for b in range(pre, post, 4)]}
+  else:
+    from baregrad.drivers.amd import hw as ahw
+    pkts, ibs = [], {}
+    for i in range(pre, post):
+      w = list((ctypes.c_uint32 * 16).from_address(r.ring.cpu + 64 * (i % r.nslots)))
+      pkts.append(w)
+      d = ahw.decode_aql(w)
+      if d["type"] == ahw.AQL_VENDOR and d["format"] == ahw.AMD_AQL_FORMAT_PM4_IB:
+        va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+        if r.ib.va <= va and va + 4 * ndw <= r.ib.va + r.ib.size: ibs[va] = list((ctypes.c_uint32 * ndw).from_address(r.ib.cpu + va - r.ib.va))
+    cap["ring"] = {"kind": "aql", "first": pre, "packets": pkts, "ibs": ibs}
 
 def decode(cap: dict[str, Any]) -> dict[str, Any]:
-  """A capture as the recording stores it: {device, queue, engine, packets: [{kind, text, detail, kernel?, kernel_index?}]}, where
-  text is the command in one line of words and detail its packets (methods, PM4/AQL/SDMA fields, the QMD)."""
+  """A capture as the recording stores it: {device, queue, engine, nwords, packets: [{kind, text, detail, kernel?, kernel_index?}],
+  ring?: [{text, detail}]}, where text is a command in one line of words, detail its packets (methods, PM4/AQL/SDMA
+  fields, the QMD), and ring what the submission wrote to the device's ring."""
   from array import array
   words = array("I")
   words.frombytes(cap["words"])
@@ -54,7 +92,39 @@ def decode(cap: dict[str, Any]) -> dict[str, Any]:
     if c.get("kernel"): p["kernel"] = c["kernel"]
     if "kernel_index" in c: p["kernel_index"] = c["kernel_index"]
     packets.append(p)
-  return {"device": cap["device"], "queue": cap["queue"], "engine": cap["engine"], "packets": packets}
+  out = {"device": cap["device"], "queue": cap["queue"], "engine": cap["engine"], "nwords": len(words), "packets": packets}
+  if "ring" in cap:
+    try: out["ring"] = _decode_ring(cap)
+    except Exception as e:  # noqa: BLE001  (shown, not fatal: the packets above are decoded already)
+      out["ring"] = [{"text": f"ring: not decoded ({type(e).__name__}: {e})", "detail": ""}]
+  return out
+
+def _decode_ring(cap: dict[str, Any]) -> list[dict[str, str]]:
+  """What the submission wrote to the device's ring, one entry per line: GPFIFO entries, AQL packets, SDMA words."""
+  r = cap["ring"]
+  if r["kind"] == "gpfifo":
+    from baregrad.drivers.nv import hw
+    out = []
+    for j, e in enumerate(r["entries"]):
+      addr, n, sync = hw.decode_gp_entry(e)
+      out.append({"text": f"GPFIFO entry {r['first'] + j} ({r['channel']} channel): {n} pushbuffer words at {addr:#x}" + (" sync" if sync else ""),
+                  "detail": f"GP_ENTRY0 {e & 0xFFFFFFFF:#010x} GP_ENTRY1 {e >> 32:#010x} (NVC56F_GP_ENTRY0_GET, NVC56F_GP_ENTRY1_GET_HI, "
+                            "_LENGTH, _SYNC): the GPU fetches the pushbuffer segment whose commands are listed below"})
+    return out
+  from baregrad.drivers.amd import hw as ahw
+  fam = cap["info"]["family"]
+  if r["kind"] == "sdma":
+    return [{"text": f"SDMA ring bytes {r['first']:#x}..{r['first'] + 4 * len(r['words']):#x}: {len(r['words'])} words "
+                     "(the commands below, with the fence and trap a signal adds)", "detail": ahw.format_sdma(fam, r["words"])}]
+  out = []
+  for j, w in enumerate(r["packets"]):
+    d = ahw.decode_aql(w)
+    detail = ahw.format_aql(w)
+    if d["type"] == ahw.AQL_VENDOR and d["format"] == ahw.AMD_AQL_FORMAT_PM4_IB:
+      va = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32)
+      if va in r["ibs"]: detail += f"\nindirect buffer at {va:#x}:\n" + ahw.format_pm4(fam, r["ibs"][va], va)
+    out.append({"text": f"AQL packet {r['first'] + j}: {ahw.format_aql(w)}", "detail": detail})
+  return out
 
 def _decode_cmd(cap: dict[str, Any], c: dict[str, Any], w: list[int]) -> tuple[str, str]:
   v = cap["vendor"]

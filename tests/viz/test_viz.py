@@ -75,6 +75,9 @@ def test_nv_submission_shows_qmd_of_its_kernel(nv_recording):
   assert p["text"].startswith("EXEC      qmd=0x".split()[0]) and "SEND_PCAS_A" in p["text"]
   assert f"QMD v04 (HOPPER_COMPUTE_A) of kernel {name}" in p["detail"] and "CTA_THREAD_DIMENSION0" in p["detail"]
   assert "grid=(1, 1, 1)" in p["detail"]   # the QMD read back at submit time: the kernel's launch
+  # what each submission wrote to its channel's ring: one GPFIFO entry pointing at its whole pushbuffer
+  for sub in rec["submissions"]:
+    assert len(sub["ring"]) == 1 and re.match(rf"GPFIFO entry \d+ \((compute|copy) channel\): {sub['nwords']} pushbuffer words at 0x", sub["ring"][0]["text"])
   kinds = [q["kind"] for s in rec["submissions"] for q in s["packets"]]
   assert {"wait", "signal", "copy", "timestamp"} <= set(kinds)
   assert all("not decoded" not in q["text"] for s in rec["submissions"] for q in s["packets"])
@@ -95,6 +98,11 @@ def test_amd_submission_decoded(tmp_path):
   ex = [p for s in rec["submissions"] for p in s["packets"] if p["kind"] == "exec"]
   assert len(ex) == 1 and ex[0]["text"].startswith("DISPATCH") and ex[0]["kernel"] == rec["kernels"][0]["name"]   # AQL
   assert any(p["text"].startswith("WAIT_REG_MEM") for s in rec["submissions"] for p in s["packets"])   # PM4
+  # the rings: the SDMA ring's words, and the AQL packets (the dispatch, and PM4 runs as indirect buffers with their words)
+  assert all(s["ring"][0]["text"].startswith("SDMA ring bytes") for s in rec["submissions"] if s["queue"] == "GFX11CopyQueue")
+  aql = [x for s in rec["submissions"] if s["queue"] == "GFX11ComputeQueue" for x in s["ring"]]
+  assert sum(": DISPATCH" in x["text"] for x in aql) == 1
+  assert any("PM4_IB" in x["text"] and "WAIT_REG_MEM" in x["detail"] for x in aql)
   srv = server.serve(str(tmp_path / "amd.json"), background=True)   # the gfx1100 code object, disassembled when shown
   try: d = json.loads(_get(f"http://127.0.0.1:{srv.server_address[1]}/kernel/0.json"))["disasm"]
   finally: srv.shutdown()
@@ -228,6 +236,10 @@ def test_page_in_chromium(nv_recording, browser, tmp_path):
     ex[0].click()
     wait.until(lambda d: "QMD v04" in d.find_element(By.ID, "pkt").text)
     assert f"of kernel {k['name']}" in drv.find_element(By.ID, "pkt").text and "CTA_THREAD_DIMENSION0" in drv.find_element(By.ID, "pkt").text
+    ring = ex[0].find_element(By.XPATH, "..").find_elements(By.CSS_SELECTOR, ".packet.ring")   # the submission's GPFIFO entry
+    assert len(ring) == 1 and ring[0].text.startswith("GPFIFO entry")
+    ring[0].click()
+    wait.until(lambda d: "GP_ENTRY1" in d.find_element(By.ID, "pkt").text)
     # the timeline: the kernel's span, clicked, opens the kernel
     drv.find_element(By.ID, "tab-timeline").click()
     spans = drv.find_elements(By.CSS_SELECTOR, "#tl rect.kernel")
