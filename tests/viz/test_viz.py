@@ -8,7 +8,7 @@ SCRIPT = "import baregrad as bg\na=bg.Tensor([1.,2,3])\nprint(((a+1)*2).sum().to
 MATMUL = "import baregrad as bg\nx, w = bg.Tensor.rand(4, 8), bg.Tensor.rand(8, 3)\nprint((x @ w).relu().sum(axis=1).tolist())\n"
 
 def _record(path: str, script: str = SCRIPT, **env: str) -> str:
-  env = {**os.environ, "VIZ": "1", "VIZ_SERVE": "0", "VIZ_PATH": path, "PYTHONPATH": ROOT, **env}
+  env = {**os.environ, "VIZ": "1", "VIZ_SERVE": "0", "VIZ_PATH": path, "PYTHONPATH": ROOT, "TMPDIR": os.path.dirname(path), **env}
   r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr
   assert path in r.stderr   # the path is printed
@@ -50,6 +50,7 @@ def test_recording_has_timeline_and_disassembly(recording):
   spans = [e for e in rec["timeline"] if e.get("cat") == "kernel"]
   assert [e["name"] for e in spans] == [name] and spans[0]["dur"] >= 0   # the kernel's device span, by name
   assert {"schedule", "codegen", "compile"} <= {e["name"] for e in rec["timeline"]}
+  assert not [f for f in os.listdir(os.path.dirname(recording)) if f.startswith("baregrad-viz-trace")]   # its trace, read, is gone
   pytest.importorskip("capstone")
   srv = server.serve(recording, background=True)   # the server disassembles the recorded binary when the kernel is shown
   try: d = json.loads(_get(f"http://127.0.0.1:{srv.server_address[1]}/kernel/0.json"))["disasm"]
@@ -64,6 +65,19 @@ def test_disassembly_only_where_there_is_a_disassembler():
   assert disasm.disassemble(bytes(gfx942), "k") is None                                    # CDNA3: no decoder here
   bad = disasm.disassemble(b"\x7fELF" + bytes(14) + (62).to_bytes(2, "little"), "k")    # x86-64 but truncated: says why
   assert bad is not None and bad.startswith("(not disassembled:") and "kernel k" in bad
+
+def test_profile_on_too_keeps_its_trace(tmp_path):
+  # PROFILE=1 with VIZ=1: the user's trace file stays (its path printed) and the recording has its timeline too
+  trace = tmp_path / "trace.json"
+  env = {**os.environ, "VIZ": "1", "VIZ_SERVE": "0", "VIZ_PATH": str(tmp_path / "rec.json"), "PYTHONPATH": ROOT, "DEV": "CPU",
+         "PROFILE": "1", "PROFILE_PATH": str(trace)}
+  r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 0, r.stderr
+  assert f"PROFILE trace written to {trace}" in r.stderr and trace.exists()
+  from baregrad.hal import profile
+  names = {e["name"] for e in profile.load(str(trace)) if e.get("ph") == "X"}
+  rec = fileformat.load(str(tmp_path / "rec.json"))
+  assert {e["name"] for e in rec["timeline"] if "ts" in e} == names and rec["kernels"][0]["name"] in names
 
 def test_nv_submission_shows_qmd_of_its_kernel(nv_recording):
   rec = fileformat.load(nv_recording)
