@@ -98,8 +98,24 @@ class Recorder:
     from baregrad.viz import streams
     for i, k in enumerate(self.kernels):
       if (lib := self.binaries.get(i)) is not None: k["binary"] = base64.b64encode(lib).decode()
-    return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules, "timeline": self.timeline(),
-            "submissions": [{"t_ms": s["t_ms"], **streams.decode(s)} for s in self.submissions], "submissions_dropped": self.dropped}
+    subs = [{"t_ms": s["t_ms"], **streams.decode(s)} for s in self.submissions]
+    return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules,
+            "timeline": link_spans(self.timeline(), subs), "submissions": subs, "submissions_dropped": self.dropped}
+
+def link_spans(timeline: list[dict[str, Any]], subs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Give each kernel span of the timeline the index of the kernel it timed: PROFILE names a span by its kernel's name
+  (names repeat) and the timeline value its submission signals (args.timeline); the submission that signals that value
+  on that device and launches one kernel names it by kernel_index."""
+  by_tv: dict[tuple[str, int], int] = {}
+  for s in subs:
+    ks = [p["kernel_index"] for p in s["packets"] if p["kind"] == "exec" and "kernel_index" in p]
+    if len(ks) == 1:
+      for v in s.get("signals", []): by_tv[(s["device"], v)] = ks[0]
+  dev_of = {e["pid"]: e["label"] for e in timeline if e.get("ph") == "M" and e["name"] == "process_name"}
+  for e in timeline:
+    if e.get("cat") == "kernel" and (ki := by_tv.get((dev_of.get(e.get("pid"), ""), (e.get("args") or {}).get("timeline", -1)))) is not None:
+      e["kernel_index"] = ki
+  return timeline
 
 _rec: Recorder | None = None
 

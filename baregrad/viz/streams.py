@@ -29,6 +29,9 @@ def capture(q: Any, dev: Any, program_kernel: dict[Any, int] | None = None) -> d
       args = q._refs.get((i, "args"))
       if vendor == "nv" and args is not None and getattr(args, "qmd_cpu", None):
         e["qmd"] = ctypes.string_at(args.qmd_cpu, QMD_BYTES)
+    elif c.kind == "signal":
+      try: e["value"] = q.field(i, "value")   # a timeline value: PROFILE names the kernel span it ends by it
+      except (KeyError, ValueError): pass
     cmds.append(e)
   info: dict[str, Any] = {}
   if vendor == "nv": info = {"compute_class": getattr(dev, "compute_class", None), "dma_class": getattr(dev, "dma_class", None)}
@@ -76,7 +79,7 @@ def submitted(cap: dict[str, Any]) -> None:
     cap["ring"] = {"kind": "aql", "first": pre, "packets": pkts, "ibs": ibs}
 
 def decode(cap: dict[str, Any]) -> dict[str, Any]:
-  """A capture as the recording stores it: {device, queue, engine, nwords, packets: [{kind, text, detail, kernel?, kernel_index?}],
+  """A capture as the recording stores it: {device, queue, engine, nwords, signals (values signalled), packets: [{kind, text, detail, kernel?, kernel_index?}],
   ring?: [{text, detail}]}, where text is a command in one line of words, detail its packets (methods, PM4/AQL/SDMA
   fields, the QMD), and ring what the submission wrote to the device's ring."""
   from array import array
@@ -92,7 +95,8 @@ def decode(cap: dict[str, Any]) -> dict[str, Any]:
     if c.get("kernel"): p["kernel"] = c["kernel"]
     if "kernel_index" in c: p["kernel_index"] = c["kernel_index"]
     packets.append(p)
-  out = {"device": cap["device"], "queue": cap["queue"], "engine": cap["engine"], "nwords": len(words), "packets": packets}
+  out = {"device": cap["device"], "queue": cap["queue"], "engine": cap["engine"], "nwords": len(words), "packets": packets,
+         "signals": [c["value"] for c in cap["cmds"] if "value" in c]}
   if "ring" in cap:
     try: out["ring"] = _decode_ring(cap)
     except Exception as e:  # noqa: BLE001  (shown, not fatal: the packets above are decoded already)

@@ -103,6 +103,10 @@ def test_launch_packets_link_to_their_kernel_by_program(tmp_path):
   assert len(set(names)) < len(names), names   # the case this is about: names repeat
   ex = [p for s in rec["submissions"] for p in s["packets"] if p["kind"] == "exec"]
   assert {p["kernel_index"] for p in ex} == set(range(len(names))) and all(names[p["kernel_index"]] == p["kernel"] for p in ex)
+  # and each kernel span of the timeline, by the timeline value its submission signalled
+  spans = [e for e in rec["timeline"] if e.get("cat") == "kernel"]
+  assert len(spans) == len(ex) and {e["kernel_index"] for e in spans} == set(range(len(names)))
+  assert all(names[e["kernel_index"]] == e["name"] for e in spans)
 
 def test_amd_submission_decoded(tmp_path):
   rec = fileformat.load(_record(str(tmp_path / "amd.json"), MOCKGPU="1", DEV="AMD"))
