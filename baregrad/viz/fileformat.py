@@ -19,9 +19,14 @@ def encode_body(k: dict[str, Any]) -> str:
   return json.dumps({f: k[f] for f in (*BODY_FIELDS, "binary") if f in k}, separators=(",", ":"))
 
 def save(path: str, rec: dict[str, Any]) -> None:
-  """Write a recording (as record.Recorder.as_dict() builds it: kernels with their body fields inline) to path."""
+  """Write a recording (as record.Recorder.as_dict() builds it: kernels and tensor graphs with their body fields
+  inline) to path."""
   kernels = [{**{f: v for f, v in k.items() if f not in BODY_FIELDS and f != "binary"}, "body": encode_body(k)} for k in rec["kernels"]]
-  with open(path, "w") as f: json.dump({"format": FORMAT, "version": VERSION, **rec, "kernels": kernels}, f, separators=(",", ":"))
+  realizes = [{**{f: v for f, v in r.items() if f not in ("nodes", "stages")},
+               **({"body": json.dumps({"nodes": r["nodes"], "stages": r["stages"]}, separators=(",", ":"))} if "nodes" in r else {})}
+              for r in rec.get("realizes", [])]
+  with open(path, "w") as f:
+    json.dump({"format": FORMAT, "version": VERSION, **rec, "kernels": kernels, "realizes": realizes}, f, separators=(",", ":"))
 
 def load(path: str, bodies: bool = True) -> dict[str, Any]:
   """The recording in path, checked: the format tag, the version, the kernel list, the submissions and, with bodies
@@ -43,7 +48,10 @@ def load(path: str, bodies: bool = True) -> dict[str, Any]:
     for key, typ in (("name", str), ("body", str)):
       if not isinstance(k, dict) or not isinstance(k.get(key), typ):
         raise RecordingError(f"{path}: kernels[{i}] is damaged: expected field {key!r} of type {typ.__name__}")
-  for key in ("schedules", "timeline", "submissions"):
+  for i, r in enumerate(rec.get("realizes", [])):
+    if not isinstance(r, dict) or not isinstance(r.get("body", ""), str):
+      raise RecordingError(f"{path}: realizes[{i}] is damaged: expected an object with a 'body' text (or none)")
+  for key in ("schedules", "timeline", "submissions", "realizes"):
     if not isinstance(rec.get(key, []), list): raise RecordingError(f"{path}: {key!r} is not a list")
   for i, sub in enumerate(rec.get("submissions", [])):
     if not isinstance(sub, dict) or not isinstance(sub.get("packets"), list):
@@ -52,6 +60,7 @@ def load(path: str, bodies: bool = True) -> dict[str, Any]:
       raise RecordingError(f"{path}: submissions[{i}].ring is damaged: expected a list of {{text, detail}}")
   if bodies:
     for i in range(len(kernels)): kernel_body(path, rec, i)
+    for i in range(len(rec.get("realizes", []))): realize_body(path, rec, i)
   return rec
 
 def kernel_body(path: str, rec: dict[str, Any], i: int) -> dict[str, Any]:
@@ -63,15 +72,31 @@ def kernel_body(path: str, rec: dict[str, Any], i: int) -> dict[str, Any]:
     if not isinstance(k, dict) or not isinstance(k.get(key), typ):
       raise RecordingError(f"{path}: kernels[{i}].body is damaged: expected field {key!r} of type {typ.__name__}")
   if not isinstance(k.get("binary", ""), str): raise RecordingError(f"{path}: kernels[{i}].body is damaged: 'binary' is not base64 text")
-  nodes = k["nodes"]
+  _check_graph(path, f"kernels[{i}]", k)
+  return k
+
+def realize_body(path: str, rec: dict[str, Any], i: int) -> dict[str, Any]:
+  """Tensor graph i (realizes[i]) parsed and checked: {nodes, stages} as a kernel's; a graph recorded by its size
+  only (larger than record.MAX_GRAPH_NODES) has empty lists."""
+  r = rec["realizes"][i]
+  if "body" not in r: return {"nodes": [], "stages": []}
+  try: g = json.loads(r["body"])
+  except json.JSONDecodeError as e: raise RecordingError(f"{path}: realizes[{i}].body is damaged: not valid JSON ({e})") from None
+  if not isinstance(g, dict) or not isinstance(g.get("nodes"), list) or not isinstance(g.get("stages"), list):
+    raise RecordingError(f"{path}: realizes[{i}].body is damaged: expected 'nodes' and 'stages' lists")
+  _check_graph(path, f"realizes[{i}]", g)
+  return g
+
+def _check_graph(path: str, where: str, g: dict[str, Any]) -> None:
+  """A node table (rows [op, dtype, arg, [ids of earlier rows]]) and the passes naming its rows."""
+  nodes = g["nodes"]
   for j, node in enumerate(nodes):
     # a node's sources come before it (the table is built in topological order)
     if type(node) is not list or len(node) != 4 or type(node[3]) is not list or any(type(s) is not int or not 0 <= s < j for s in node[3]):
-      raise RecordingError(f"{path}: kernels[{i}].nodes[{j}] is damaged: expected [op, dtype, arg, [ids of earlier nodes]]")
+      raise RecordingError(f"{path}: {where}.nodes[{j}] is damaged: expected [op, dtype, arg, [ids of earlier nodes]]")
   n = len(nodes)
-  for j, st in enumerate(k["stages"]):
+  for j, st in enumerate(g["stages"]):
     if not isinstance(st, dict) or not isinstance(st.get("ids"), list):
-      raise RecordingError(f"{path}: kernels[{i}].stages[{j}] is damaged: expected an 'ids' list")
+      raise RecordingError(f"{path}: {where}.stages[{j}] is damaged: expected an 'ids' list")
     if any(type(x) is not int or not 0 <= x < n for x in st["ids"]):
-      raise RecordingError(f"{path}: kernels[{i}].stages[{j}] names a node that is not in the kernel's node table")
-  return k
+      raise RecordingError(f"{path}: {where}.stages[{j}] names a node that is not in its node table")

@@ -1,5 +1,5 @@
-"""The VIZ recorder: core code calls helpers.viz_sink(kind, **fields) at a schedule, at each generated program, at each
-compiled binary and at each HCQ submission; this keeps what is cheap to keep while the script runs (graphs as node
+"""The VIZ recorder: core code calls helpers.viz_sink(kind, **fields) at each realize (the tensor graph), schedule,
+generated program, compiled binary and HCQ submission; this keeps what is cheap to keep while the script runs (graphs as node
 tables, bytes copied) and does the slow part at exit: decoding the command streams, reading the PROFILE timeline.
 Compiled binaries are kept as bytes; the server disassembles one when its kernel is shown (disasm.py). The recording it writes is documented in docs/viz.md."""
 from __future__ import annotations
@@ -11,12 +11,8 @@ from baregrad.viz import fileformat
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_SUBMISSIONS = 5000       # command streams kept; later ones are counted, not kept (a training loop submits forever)
-
-def graph(sink: UOp) -> list[dict[str, Any]]:
-  """A UOp graph as a node list in topological order; each node's src are indices into the list."""
-  order = sink.toposort()
-  idx = {u: i for i, u in enumerate(order)}
-  return [{"op": u.op.name, "dtype": str(u.dtype), "arg": repr(u.arg)[:200], "src": [idx[s] for s in u.src]} for u in order]
+MAX_REALIZES = 2000          # tensor graphs kept (one per realize call); later ones are counted
+MAX_GRAPH_NODES = 5000       # a larger tensor graph is recorded by its size only (no page lays out such a graph usefully)
 
 def stage_tables(stages: list[tuple[str, UOp]]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
   """The graphs of a kernel's passes as one node table and, per pass, the ids of its nodes in topological order.
@@ -42,7 +38,9 @@ class Recorder:
     self.binaries: dict[int, bytes] = {}         # kernel index -> its compiled binary
     self.program_kernel: dict[Any, int] = {}     # program object -> kernel index (keeps the programs alive while recording)
     self.submissions: list[dict[str, Any]] = []
+    self.realizes: list[dict[str, Any]] = []
     self.dropped = 0
+    self.realizes_dropped = 0
     self.t0 = time.perf_counter()
     self.profile_path: str | None = None   # the PROFILE trace this recorder started (deleted once read)
     self.profile_user = False              # PROFILE=1 was on already: its trace is the user's, left in place
@@ -72,6 +70,16 @@ class Recorder:
     elif kind == "submitted" and f["token"] is not None:
       from baregrad.viz import streams
       streams.submitted(f["token"])
+    elif kind == "realize":
+      if len(self.realizes) >= MAX_REALIZES:
+        self.realizes_dropped += 1
+        return None
+      sink = f["uops"][0].sink(*f["uops"][1:])
+      order = sink.toposort()
+      r: dict[str, Any] = {"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3), "device": str(f["device"]), "outputs": len(f["uops"]),
+                           "n_nodes": len(order)}
+      if len(order) <= MAX_GRAPH_NODES: r["nodes"], r["stages"] = stage_tables([("tensor graph", sink)])
+      self.realizes.append(r)
     elif kind == "schedule":
       self.schedules.append({"t_ms": round((time.perf_counter() - self.t0) * 1e3, 3),
                              "items": [{"kind": it.kind, "bufs": len(it.bufs),
@@ -100,7 +108,8 @@ class Recorder:
       if (lib := self.binaries.get(i)) is not None: k["binary"] = base64.b64encode(lib).decode()
     subs = [{"t_ms": s["t_ms"], **streams.decode(s)} for s in self.submissions]
     return {"pid": os.getpid(), "argv": sys.argv, "kernels": self.kernels, "schedules": self.schedules,
-            "timeline": link_spans(self.timeline(), subs), "submissions": subs, "submissions_dropped": self.dropped}
+            "timeline": link_spans(self.timeline(), subs), "submissions": subs, "submissions_dropped": self.dropped,
+            "realizes": self.realizes, "realizes_dropped": self.realizes_dropped}
 
 def link_spans(timeline: list[dict[str, Any]], subs: list[dict[str, Any]]) -> list[dict[str, Any]]:
   """Give each kernel span of the timeline the index of the kernel it timed: PROFILE names a span by its kernel's name

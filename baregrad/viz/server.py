@@ -11,7 +11,7 @@ from baregrad.viz import disasm, fileformat
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGE = os.path.join(HERE, "index.html")
 VENDOR = {"/vendor/dagre.min.js": os.path.join(HERE, "vendor", "dagre.min.js")}
-_NUMBERED = re.compile(r"^/(kernel|submission)/(\d{1,9})\.json$")
+_NUMBERED = re.compile(r"^/(kernel|submission|realize)/(\d{1,9})\.json$")
 
 def _dumps(x: Any) -> bytes: return json.dumps(x, separators=(",", ":")).encode()
 
@@ -31,7 +31,9 @@ def index(rec: dict[str, Any]) -> dict[str, Any]:
   subs = [{"t_ms": s.get("t_ms"), "device": s.get("device"), "queue": s.get("queue"), "engine": s.get("engine"),
            "packets": [{"kind": p.get("kind"), "text": p.get("text"), **{f: p[f] for f in ("kernel", "kernel_index") if f in p}}
                        for p in s["packets"]], "ring": [{"text": x.get("text")} for x in s.get("ring", [])]} for s in rec.get("submissions", [])]
-  return {"argv": rec.get("argv"), "pid": rec.get("pid"), "kernels": kernels, "schedules": rec.get("schedules", []),
+  realizes = [{f: r.get(f) for f in ("t_ms", "device", "outputs", "n_nodes")} for r in rec.get("realizes", [])]
+  return {"argv": rec.get("argv"), "pid": rec.get("pid"), "kernels": kernels, "realizes": realizes,
+          "realizes_dropped": rec.get("realizes_dropped", 0), "schedules": rec.get("schedules", []),
           "timeline": rec.get("timeline", []), "submissions": subs, "submissions_dropped": rec.get("submissions_dropped", 0)}
 
 def make_server(path: str, port: int = 0) -> http.server.ThreadingHTTPServer:
@@ -51,19 +53,20 @@ def make_server(path: str, port: int = 0) -> http.server.ThreadingHTTPServer:
       except ValueError: raise fileformat.RecordingError(f"{path}: kernels[{i}].body is damaged: 'binary' is not base64") from None
       if (d := disasm.disassemble(lib, listing["name"])) is not None: body["disasm"] = d
     return _dumps({**listing, **body})
+  # /kind/N.json: what makes entry N's answer (a body is parsed and checked when first asked for)
+  lazy: dict[str, list[Any]] = {"kernel": [lambda i=i: kernel(i) for i in range(len(rec["kernels"]))],
+                                "submission": [lambda s=s: _dumps(s) for s in subs],
+                                "realize": [lambda i=i: _dumps(fileformat.realize_body(path, rec, i)) for i in range(len(rec.get("realizes", [])))]}
   class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
       p = self.path.split("?", 1)[0]
       body = files.get(p)
-      if body is None and (m := _NUMBERED.match(p)) is not None:
-        i = int(m.group(2))
-        if m.group(1) == "submission" and i < len(subs): body = (_dumps(subs[i]), "application/json")
-        elif m.group(1) == "kernel" and i < len(rec["kernels"]):
-          try: body = (kernel(i), "application/json")
-          except fileformat.RecordingError as e:
-            print(f"baregrad.viz: {e}", file=sys.stderr)
-            self.send_error(500, "the recording's entry for this kernel is damaged", str(e))
-            return
+      if body is None and (m := _NUMBERED.match(p)) is not None and int(m.group(2)) < len(lazy[m.group(1)]):
+        try: body = (lazy[m.group(1)][int(m.group(2))](), "application/json")
+        except fileformat.RecordingError as e:
+          print(f"baregrad.viz: {e}", file=sys.stderr)
+          self.send_error(500, f"the recording's entry for this {m.group(1)} is damaged", str(e))
+          return
       if body is None and p == "/recording.json":
         with open(path, "rb") as f: body = (f.read(), "application/json")
       if body is None:

@@ -30,6 +30,12 @@ def test_recording_has_kernel_stages_and_source(recording):
   ops = {k["nodes"][i][0] for i in k["stages"][0]["ids"]}
   assert {"SINK", "STORE", "ADD", "MUL"} <= ops, ops
   assert rec["kernels"][0]["name"] in k["src"] and k["linear"]
+  # the tensor graph the realize computed, before scheduling: the script's ops over the buffer of a
+  [r] = rec["realizes"]
+  g = fileformat.realize_body(recording, rec, 0)
+  ops = [g["nodes"][i][0] for i in g["stages"][0]["ids"]]
+  assert r["outputs"] == 1 and r["n_nodes"] == len(ops) and ops[-1] == "SINK"
+  assert {"BUFFER", "ADD", "MUL", "REDUCE_AXIS"} <= set(ops) and ops.count("CONST") == 2
 
 def test_passes_share_one_node_table():
   # a node a pass leaves alone is the same UOp, stored once; a rewritten one gets a new id
@@ -43,6 +49,21 @@ def test_passes_share_one_node_table():
   shared = set(stages[0]["ids"]) & set(stages[1]["ids"])
   assert {nodes[i][0] for i in shared} == {"CONST"} and len(nodes) == 6   # 3 and 4 shared; ADD, MUL, two SINKs not
   for row in nodes: assert all(s < nodes.index(row) for s in row[3])     # sources come first
+
+def test_large_tensor_graph_recorded_by_size(tmp_path, monkeypatch):
+  from baregrad.ir.ops import UOp
+  from baregrad.ir.dtype import dtypes
+  monkeypatch.setattr(record, "MAX_GRAPH_NODES", 3)
+  rec = record.Recorder()
+  x = UOp.const(dtypes.int, 1)
+  rec("realize", uops=[x + 2], device="CPU")      # 4 nodes with the SINK: over the limit
+  rec("realize", uops=[x], device="CPU")          # 2 nodes: kept
+  p = str(tmp_path / "r.json")
+  fileformat.save(p, {"kernels": [], "realizes": rec.realizes})
+  loaded = fileformat.load(p)
+  assert [r["n_nodes"] for r in loaded["realizes"]] == [4, 2]
+  assert fileformat.realize_body(p, loaded, 0) == {"nodes": [], "stages": []}
+  assert [n[0] for n in fileformat.realize_body(p, loaded, 1)["nodes"]] == ["CONST", "SINK"]
 
 def test_recording_has_timeline_and_disassembly(recording):
   rec = fileformat.load(recording)
@@ -136,8 +157,10 @@ def _body(**f) -> str: return json.dumps(json.dumps({"src": "", "linear": [], "n
                                        ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","body":' + _body(nodes=[["SINK", "void", "None", [0]]])
                                         + '}]}', "kernels[0].nodes[0] is damaged"),
                                        ('{"format":"baregrad-viz","version":2,"kernels":[{"name":"k","body":' + _body(stages=[{"name": "ast", "ids": [3]}])
-                                        + '}]}', "not in the kernel's node table"),
-                                       ('{"format":"baregrad-viz","version":2,"kernels":[],"submissions":[{}]}', "submissions[0] is damaged")])
+                                        + '}]}', "not in its node table"),
+                                       ('{"format":"baregrad-viz","version":2,"kernels":[],"submissions":[{}]}', "submissions[0] is damaged"),
+                                       ('{"format":"baregrad-viz","version":2,"kernels":[],"realizes":[{"body":"{\\"nodes\\":[[\\"A\\",\\"v\\",\\"\\",[1]]],'
+                                        '\\"stages\\":[]}"}]}', "realizes[0].nodes[0] is damaged")])
 def test_bad_file_refused_with_path_and_reason(tmp_path, text, why):
   p = tmp_path / "bad.json"
   p.write_text(text)
@@ -258,6 +281,12 @@ def test_page_in_chromium(nv_recording, browser, tmp_path):
     assert len(ring) == 1 and ring[0].text.startswith("GPFIFO entry")
     ring[0].click()
     wait.until(lambda d: "GP_ENTRY1" in d.find_element(By.ID, "pkt").text)
+    # the tensor graphs: the realize, clicked, drawn with the recorded nodes
+    drv.find_element(By.ID, "tab-graphs").click()
+    drv.find_elements(By.CSS_SELECTOR, "#realizes .realize")[0].click()
+    g = fileformat.realize_body(nv_recording, rec, 0)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#tdag g.node"))
+    assert sorted(x.get_attribute("data-id") for x in drv.find_elements(By.CSS_SELECTOR, "#tdag g.node")) == sorted(str(i) for i in g["stages"][0]["ids"])
     # the timeline: the kernel's span, clicked, opens the kernel
     drv.find_element(By.ID, "tab-timeline").click()
     spans = drv.find_elements(By.CSS_SELECTOR, "#tl rect.kernel")
