@@ -11,7 +11,7 @@ from baregrad.viz import fileformat
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_SUBMISSIONS = 5000       # command streams kept; later ones are counted, not kept (a training loop submits forever)
-MAX_REALIZES = 2000          # tensor graphs kept (one per realize call); later ones are counted
+MAX_REALIZES = 256           # tensor graphs kept (one per realize call; a training loop realizes the same graph each step)
 MAX_GRAPH_NODES = 5000       # a larger tensor graph is recorded by its size only (no page lays out such a graph usefully)
 
 def stage_tables(stages: list[tuple[str, UOp]]) -> tuple[list[list[Any]], list[dict[str, Any]]]:
@@ -26,9 +26,16 @@ def stage_tables(stages: list[tuple[str, UOp]]) -> tuple[list[list[Any]], list[d
     for u in order:
       if u not in ids:
         ids[u] = len(nodes)
-        nodes.append([u.op.name, str(u.dtype), repr(u.arg)[:200], [ids[s] for s in u.src]])
+        a = u.arg
+        nodes.append([u.op.name, _dtype_str(u.dtype), "None" if a is None else repr(a)[:200], [ids[s] for s in u.src]])
     out.append({"name": name, "ids": [ids[u] for u in order]})
   return nodes, out
+
+_DTYPE_STR: dict[Any, str] = {}
+def _dtype_str(d: Any) -> str:
+  """str(dtype), kept per dtype (a graph names a few dtypes thousands of times)."""
+  if (s := _DTYPE_STR.get(d)) is None: s = _DTYPE_STR[d] = str(d)
+  return s
 
 class Recorder:
   """Collects what one process compiled, scheduled and submitted; as_dict() is the recording (docs/viz.md)."""

@@ -100,6 +100,12 @@ def test_profile_on_too_keeps_its_trace(tmp_path):
   rec = fileformat.load(str(tmp_path / "rec.json"))
   assert {e["name"] for e in rec["timeline"] if "ts" in e} == names and rec["kernels"][0]["name"] in names
 
+def test_no_timeline_when_asked(tmp_path):
+  # VIZ_TIMELINE=0: PROFILE stays off (no trace written, no timeline); the rest is recorded
+  rec = fileformat.load(_record(str(tmp_path / "r.json"), DEV="CPU", VIZ_TIMELINE="0"))
+  assert rec["timeline"] == [] and rec["kernels"] and rec["realizes"]
+  assert not [f for f in os.listdir(tmp_path) if "trace" in f]
+
 def test_nv_submission_shows_qmd_of_its_kernel(nv_recording):
   rec = fileformat.load(nv_recording)
   name = rec["kernels"][0]["name"]
