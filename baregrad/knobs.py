@@ -144,7 +144,8 @@ _DECLARED = [
   Knob("AMD_CHECK_ARCHS", "list", (), "also compile every AMD kernel for these gfx targets (validation only)", _C),
   # debugging
   Knob("DEBUG", "int", 0,
-       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 7 disassembly", _D, lo=0),
+       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 6 a GPU kernel's resources (NV ptxas -v: registers, spills, "
+       "stack, shared; AMD VGPRs, SGPRs, spills, LDS, scratch), 7 disassembly (CPU; NV SASS by nvdisasm/cuobjdump; AMD RDNA3 by our decoder)", _D, lo=0),
   Knob("PROFILE", "bool", False,
        "write a Perfetto trace of every kernel, copy and compile (the path is printed at exit)", _D),
   Knob("PROFILE_PATH", "path", None, "the PROFILE trace file", _D, default_text="$TMPDIR/baregrad-trace-<pid>.json"),
@@ -158,7 +159,10 @@ _DECLARED = [
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
   Knob("HANG_WARN_MS", "int", 5000, "a host wait without progress this long prints what blocks it (0: never)", _D, lo=0),
   Knob("IOCTL_TRACE_FILE", "path", None, "append the IOCTL_TRACE lines to this file instead of stderr", _D),
-  Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submitted command buffer", _D),
+  Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submission (AQL packets, IBs, kernargs, SDMA) and each "
+       "launch's code object and buffers, with meta.json (tools/amd_decode.py capture|replay DIR)", _D),
+  Knob("NV_CAPTURE", "path", None, "directory where the NV driver writes each submission (pushbuffer, GPFIFO entry, QMDs, constant banks) "
+       "and each launch's code image and buffers, with meta.json (tools/nv_decode.py capture|replay DIR)", _D),
   # CPU device
   Knob("CPU_THREADS", "int", 0, "threads a CPU kernel is split over (0: one per core)", _CPU, lo=0),
   Knob("CPU_NATIVE_POOL", "bool", True, "split kernels over the native thread pool; 0 uses Python threads", _CPU),

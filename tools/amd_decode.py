@@ -7,6 +7,8 @@ a ring, an indirect buffer) or text of hex words.
   python tools/amd_decode.py pm4 IB.bin [--base 0x...]
   python tools/amd_decode.py sdma RING.bin [--base 0x...] [--rptr BYTES]
   python tools/amd_decode.py capture DIR              every submission the driver kept with AMD_CAPTURE=DIR, in order
+  python tools/amd_decode.py replay DIR [--on mock|gpu]  run each captured launch again (default on the mock GPU of the
+                                                       capture's arch) and report the first difference in outputs
   python tools/amd_decode.py demo                     run a few commands on the mock GPU and print its queues
 
 --family gfx11 (RDNA3: amdgpu/nvd.h, SDMA v6, the default) or gfx9 (CDNA3 gfx9.4.3: soc15d.h, SDMA v4.4.2), or
@@ -52,13 +54,14 @@ def main(argv: list[str] | None = None) -> int:
   p = sub.add_parser("pm4"); p.add_argument("file")
   s = sub.add_parser("sdma"); s.add_argument("file"); s.add_argument("--rptr", type=lambda x: int(x, 0))
   c = sub.add_parser("capture"); c.add_argument("dir")
+  r = sub.add_parser("replay"); r.add_argument("dir"); r.add_argument("--on", choices=["mock", "gpu"], default="mock")
   d = sub.add_parser("demo")
   for sp in (q, p, s, d, c):
     sp.add_argument("--family", choices=["gfx11", "gfx9"])
     sp.add_argument("--arch", choices=list(FAMILY))
     if sp is not d: sp.add_argument("--base", type=lambda x: int(x, 0), default=0)
   a = ap.parse_args(argv)
-  fam = a.family or FAMILY.get(a.arch or "gfx1100", "gfx11")
+  fam = getattr(a, "family", None) or FAMILY.get(getattr(a, "arch", None) or "gfx1100", "gfx11")
   if a.cmd == "aql":
     ibs = {int(k, 0): load(v) for k, v in (x.split("=", 1) for x in a.ib)}
     print(format_aql_ring(hw.words_of(load(a.file)), fam, a.base, a.read, a.write, ibs))
@@ -68,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rptr is not None: data = data[a.rptr % len(data):] + data[:a.rptr % len(data)]
     print(hw.format_sdma(fam, hw.words_of(data), a.base + (a.rptr or 0) % max(len(data), 1)))
   elif a.cmd == "capture": print(format_capture(a.dir, fam))
+  elif a.cmd == "replay": return replay_capture(a.dir, a.on)
   else: demo(a.arch or {"gfx11": "gfx1100", "gfx9": "gfx942"}[fam])
   return 0
 
@@ -78,13 +82,37 @@ def format_capture(d: str, family: str) -> str:
     if f.endswith(".bin") and "-" in f:
       n, what = f[:-4].split("-", 1)
       groups.setdefault(n, {})[what] = open(os.path.join(d, f), "rb").read()
-  out = []
+  out, subs = [], {}
+  if os.path.exists(os.path.join(d, "meta.json")):   # ring slots, doorbell values, timeline, kernels (hcq/capture.py)
+    import json
+    subs = {s["n"]: s for s in json.load(open(os.path.join(d, "meta.json")))["submissions"]}
   for n, files in sorted(groups.items()):
+    s = subs.get(int(n)) if n.isdigit() else None
+    info = f", ring {s['ring']:#x}, doorbell {s['doorbell']}, timeline {s['timeline']}" if s else ""
     if "aql" in files:
       ibs = {int(k[3:], 16): v for k, v in files.items() if k.startswith("ib-")}
-      out.append(f"submission {int(n)}: compute queue (AQL)\n" + format_aql_ring(hw.words_of(files["aql"]), family, ibs=ibs))
-    if "sdma" in files: out.append(f"submission {int(n)}: copy queue (SDMA)\n" + hw.format_sdma(family, hw.words_of(files["sdma"])))
+      kern = "".join(f"\n  DISPATCH {k['kernel']}: kernel object {k['kernel_object']:#x}, kernargs {k['kernarg']:#x}" for k in s["launches"]) if s else ""
+      out.append(f"submission {int(n)}: compute queue (AQL){info}\n" + format_aql_ring(hw.words_of(files["aql"]), family, ibs=ibs) + kern)
+    if "sdma" in files: out.append(f"submission {int(n)}: copy queue (SDMA){info}\n" + hw.format_sdma(family, hw.words_of(files["sdma"])))
   return "\n".join(out) if out else f"(no captures in {d})"
+
+def replay_capture(d: str, on: str) -> int:
+  """Replay AMD_CAPTURE=DIR on the mock GPU of its arch, or on this machine's GPU; 0 when the outputs are identical."""
+  from baregrad.hcq.replay import load_meta, replay, ReplayError
+  from baregrad.drivers.amd.device import AMDDevice
+  meta = load_meta(d)
+  if on == "mock":
+    from baregrad.drivers.port import make_port
+    from baregrad.drivers.mock.amd import MockAMDGPU
+    dev = AMDDevice("AMD", port=make_port(MockAMDGPU(arch=meta["arch"])))
+  else: dev = AMDDevice("AMD")
+  try: rep = replay(d, dev, dev.target.name)
+  except ReplayError as e:
+    print(f"replay: {e}")
+    return 2
+  finally: dev.close()
+  print(rep.text())
+  return 0 if rep.first_difference is None else 1
 
 def demo(arch: str) -> None:
   import ctypes

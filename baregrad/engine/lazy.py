@@ -2,6 +2,7 @@
 from __future__ import annotations
 import threading
 from typing import Any
+from baregrad.ir.sint import has_sym, max_shape
 from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed, fresh_node
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
@@ -36,6 +37,10 @@ def buffer_view(ref: BufRef, shape: tuple[int, ...], fresh: bool = False) -> UOp
   b = buffer_uop(ref, fresh)
   if shape == b._shape: return b
   shape = tuple(shape)
+  if has_sym(shape):   # the leading corner of the largest shape's layout (ir/sint.py)
+    full = make_keyed(Ops.RESHAPE, b.dtype, (b,), max_shape(shape), max_shape(shape))
+    if full._shape is None: set_shape(full, max_shape(shape))
+    return UOp(Ops.SHRINK, b.dtype, (full,), tuple((0, s) for s in shape))
   # (a shape is its own hash-consing key; over a fresh BUFFER node the RESHAPE is new too: no lookup)
   u = fresh_node(Ops.RESHAPE, b.dtype, (b,), shape) if fresh else make_keyed(Ops.RESHAPE, b.dtype, (b,), shape, shape)
   if u._shape is None: set_shape(u, shape)  # known: no need to walk the view machinery for it

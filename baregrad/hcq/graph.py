@@ -10,7 +10,7 @@ Two rules make a replay correct on a GPU (docs/hw/h100-580.159.04-findings.md#fi
   patches arguments a submitted replay may still read. The graph keeps `depth` recordings, each with its own
   argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission."""
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 from baregrad.hal import profile
 from baregrad.hcq.device import HCQDevice
@@ -23,6 +23,7 @@ class _Slot:
   signal_idx: int
   done: int = 0                      # timeline value after which this recording's arguments are free again
   addrs: dict | None = None          # (kernel, buffer index) -> the address its arguments hold now
+  vals: dict = field(default_factory=dict)   # (kernel, variable index) -> the value its arguments hold now
 
 def _span(b: Any) -> tuple[int, int]:
   b = b._buf if hasattr(b, "_buf") else b
@@ -78,15 +79,17 @@ class HCQGraph:
       q.exec(prg, st, gs, ls)
       args.append(st)
     q.signal(dev.timeline_signal, 0)
-    return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)})
+    return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)},
+                 {(k, j): v for k, (_, _, vals, _, _) in enumerate(self.kernels) for j, v in enumerate(vals)})
 
   @property
   def args(self) -> list[Any]:
     """The argument states of the recording the next replay uses."""
     return self.slots[self.replays % self.depth].args
 
-  def replay(self, patches: Sequence[tuple[int, int, int]] = ()) -> None:
-    """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays."""
+  def replay(self, patches: Sequence[tuple[int, int, int]] = (), var_patches: Sequence[tuple[int, int, int]] = ()) -> None:
+    """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays.
+    var_patches: (kernel index, variable index, value) for this replay (a symbolic size's value, ir/sint.py)."""
     dev = self.dev
     cur = self.addrs
     keys = {(k, i) for k, i, _ in patches}
@@ -112,6 +115,11 @@ class HCQGraph:
         if s.addrs[key] != (addr := cur[key]):
           s.args[key[0]].update_buffer(key[1], addr)
           s.addrs[key] = addr
+    for k, j, v in var_patches:
+      if (k, j) not in s.vals: raise IndexError(f"variable patch ({k}, {j}): kernel {k} has {len(self.kernels[k][2])} variables")
+      if s.vals[(k, j)] != v:
+        s.args[k].update_var(j, v)
+        s.vals[(k, j)] = v
     with dev.submit_lock:
       st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
       s.q.update_wait(s.wait_idx, value=dev.timeline_value - 1)

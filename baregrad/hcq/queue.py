@@ -8,6 +8,7 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 from baregrad import helpers
+from baregrad.hal import profile
 
 @dataclass
 class Cmd:
@@ -54,6 +55,8 @@ class HWQueue:
 
   def submit(self, dev: Any) -> HWQueue:
     if self.cmds:
+      if profile.ON: profile.instant("submit", "hcq", device=dev.device, queue=type(self).__name__,
+                                     commands=" ".join(c.kind for c in self.cmds[:32]) + (" ..." if len(self.cmds) > 32 else ""))
       if (viz := helpers.viz_sink) is None: self._submit(dev)
       else:   # VIZ=1: the command stream, and what the submission wrote to the device's ring (read back after it)
         tok = viz("submit", queue=self, dev=dev)

@@ -5,7 +5,7 @@ Shared by the driver (encoding, timeout messages), the mock GPU (which executes 
 tools/nv_decode.py. Method numbers and field positions come from the generated bindings (open-gpu-doc class
 headers, via ctypes_autogen.nv); the few the bindings lack are named here with the header they come from."""
 from __future__ import annotations
-import ctypes, struct
+import ctypes, re, struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 from baregrad.ctypes_autogen.nv import nv_580 as nv
@@ -312,18 +312,46 @@ def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, 
     lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}" + (f"  {fields}" if fields else ""))
   return "\n".join(lines)
 
-def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None) -> str:
-  """The commands a segment forms, one line each; `mark` (word index where the engine stopped) gets an arrow."""
+def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None, read: Any = None,
+                    names: dict[int, str] | None = None) -> str:
+  """The commands a segment forms, one line each; `mark` (word index where the engine stopped) gets an arrow. With
+  `read(addr, nbytes) -> bytes` each EXEC is followed by the launch its QMD describes (describe_launch; `names`: QMD
+  address -> kernel name, for images the reader cannot reach)."""
   try: ms = decode_pushbuffer(words)
   except PushbufferError as e: return f"    {e}"
   cmds = summarize(ms, classes)
   out, marked = [], False
   ends = [p for p, _ in cmds[1:]] + [len(words)]
+  version = QMD_VERSION.get((classes or {}).get(SUBC_COMPUTE, 0), 4)
   for (p, line), end in zip(cmds, ends):
     here = mark is not None and not marked and p <= mark < end
     marked |= here
     out.append(f"  {'->' if here else '  '}[@{p:5d}] {line}")
+    if read is not None and line.startswith("EXEC ") and (m := re.match(r"EXEC\s+qmd=(0x[0-9a-f]+)", line)):
+      out.append(f"             {describe_launch(int(m.group(1), 16), read, version, names)}")
   return "\n".join(out)
+
+def kernel_name_at(program: int, read: Any) -> str | None:
+  """The entry name a program image (pack_image) keeps before the code at `program`, or None where there is none."""
+  try:
+    tr = read_image_trailer(read(program - IMAGE_TRAILER, IMAGE_TRAILER))
+    if tr is None: return None
+    tlen, nlen, _ = tr
+    start = program - image_prefix_bytes(tlen, nlen)
+    return read(start + tlen + 1, nlen).decode(errors="replace")
+  except Exception: return None
+
+def describe_launch(qmd_addr: int, read: Any, version: int = 4, names: dict[int, str] | None = None) -> str:
+  """The launch the QMD at `qmd_addr` describes, in one line: kernel name (from the program image the QMD points at,
+  else `names`), grid, block, shared bytes, registers, program and constant bank 0; `read(addr, nbytes) -> bytes`."""
+  L = QMD_LAYOUTS.get(version)
+  if L is None: return f"(QMD v0{version}: no layout to read it with)"
+  try: q = read_qmd(words_of(read(qmd_addr, L.nbytes)), version)
+  except Exception as e: return f"(cannot read the QMD at {qmd_addr:#x}: {e})"
+  name = kernel_name_at(q["program"], read) or (names or {}).get(qmd_addr)
+  cb = f" cbank0={q['cbank0']:#x}+{q['cbank0_size']:#x}" if q["cbank0"] is not None else " cbank0=none"
+  return (f"launch {name!r}" if name else "launch (kernel name unknown)") + (
+    f" grid={q['grid']} block={q['block']} shared={q['shared']} regs={q['regs']} local={q['local']} program={q['program']:#x}{cb}")
 
 # ---------------------------------------------------------------- GPFIFO entries (NVC56F_GP_ENTRY0/1)
 def gp_entry(addr: int, nwords: int, sync: bool = False) -> int:
@@ -561,6 +589,18 @@ def exec_words(qmd_addr: int) -> list[int]:
   if qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} must be 256-byte aligned")
   return [*_EXEC_HEAD, qmd_addr >> 8, *_EXEC_TAIL]
 
+def relocate_qmd(words: list[int], version: int, program: int, cbank0: int) -> None:
+  """Point a QMD of `version` (a list of its words, changed in place) at another program address and constant bank 0
+  (what a replayed capture's launch needs: the rest of the QMD holds no address the driver sets)."""
+  L = QMD_LAYOUTS[version]
+  if program % (1 << L.prog_shift): raise ValueError(f"program at {program:#x} must be {1 << L.prog_shift}-byte aligned for QMD v0{version}")
+  if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
+  p, c = program >> L.prog_shift, cbank0 >> L.cb0_shift
+  set_bits(words, *L.prog_lo, p & M32)
+  set_bits(words, *L.prog_hi, p >> 32)
+  set_bits(words, *L.cb0_lo, c & M32)
+  set_bits(words, *L.cb0_hi, c >> 32)
+
 def qmd_cbank0_words(version: int, cbank0: int) -> tuple[int, int, int, int, int]:
   """Where constant bank 0's address goes in a QMD of `version`: (low word's index, its value, high word's index, the
   high part, its mask). The low part fills a word; the high part starts at bit 0 of the next one, which it shares with
@@ -620,7 +660,7 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
     state = "pending" if pending else "done"
     lines.append(f"  [{i:5d}] {state:<7s} pushbuffer {addr:#x} {nw} words{' SYNC' if sync else ''}")
     if read is not None and nw:
-      try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes))
+      try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes, read=read))
       except Exception as ex: lines.append(f"    (cannot read the segment: {ex})")
     i = (i + 1) % n
     if i == put: break

@@ -97,3 +97,21 @@ def test_doctor_on_the_mock(monkeypatch):
   oks = out.count("-> ok")
   assert oks >= 7, out   # the stages before a kernel runs; with the RDNA3 interpreter all 10
   for s in ("KFD ioctl interface 1.17", "gfx1100 (supported)", "agree", "ticks/us measured", "woke"): assert s in out, out
+
+def test_doctor_open_stage_is_told_apart_into_steps(monkeypatch):
+  """Stage 3 (opening the device) reports its steps: each passes with its calls on the mock; on a KFD that refuses
+  CREATE_EVENT the events step fails at that call with its errno, the steps before passed and the queues were not reached."""
+  import errno
+  from baregrad.ctypes_autogen import kfd
+  import baregrad.drivers.mock.amd as mock_amd
+  out = _run(amd_doctor.main, "--mock", "--n", "1024")
+  for i, step in enumerate(("KFD", "VM and apertures", "memory", "events", "queues")):
+    assert f"step {i + 1}/5 {step}: ok" in out, (step, out)
+  assert "AMDKFD_IOC_CREATE_QUEUE x2" in out and "AMDKFD_IOC_ACQUIRE_VM" in out
+  class NoEvents(mock_amd.MockAMDGPU):
+    def ioctl(self, fd, request, argp, argsize):
+      return -errno.EINVAL if request == kfd.AMDKFD_IOC_CREATE_EVENT else super().ioctl(fd, request, argp, argsize)
+  monkeypatch.setattr(mock_amd, "MockAMDGPU", NoEvents)
+  out = _run(amd_doctor.main, "--mock", "--n", "1024")
+  assert "step 3/5 memory: ok" in out and "step 4/5 events: FAILED at AMDKFD_IOC_CREATE_EVENT: IoctlError:" in out and "EINVAL" in out, out
+  assert "step 5/5 queues: not reached" in out

@@ -53,3 +53,49 @@ def test_gpfifo_view_has_no_spurious_empty_entry():
   assert "[    2] pending pushbuffer 0x0 0 words" in hw.format_gpfifo(e, 2, 3, last=len(e))
   assert hw.format_gpfifo(e, 1, 2).splitlines()[1:] == ["  [    0] done    pushbuffer 0x1000 4 words",
                                                         "  [    1] pending pushbuffer 0x2000 6 words"]
+
+def _memory(regions: dict[int, bytes]):
+  def read(addr: int, n: int) -> bytes:
+    for base, data in regions.items():
+      if base <= addr and addr + n <= base + len(data): return data[addr - base:addr - base + n]
+    raise KeyError(hex(addr))
+  return read
+
+def test_exec_is_followed_by_its_launch():
+  """An EXEC in the commands view is followed by the launch its QMD describes: the kernel's name from the program image,
+  and grid, block, shared size and registers each equal to the QMD header field (clcbc0qmd.h via qmd.py) at its bits."""
+  from baregrad.ctypes_autogen.nv import qmd
+  image, code_off = hw.pack_image(".entry kern() {}", "kern", b"\0" * 32)
+  prog_base, qmd_addr = 0x10_0000, 0x20_0000
+  q = hw.build_qmd(prog_base + code_off, 0x30_0000, 0x100, (3, 2, 1), (64, 2, 1), 4096, 40, max_shared=228 << 10)
+  read = _memory({prog_base: image, qmd_addr: b"".join(x.to_bytes(4, "little") for x in q)})
+  words = hw.exec_words(qmd_addr)
+  text = hw.format_commands(words, {hw.SUBC_COMPUTE: nv.HOPPER_COMPUTE_A}, read=read)
+  P = "NVCBC0_QMDV04_00_"
+  f = lambda n: hw.nv_bits(q, *getattr(qmd, P + n))
+  want = (f"launch 'kern' grid=({f('GRID_WIDTH')}, {f('GRID_HEIGHT')}, {f('GRID_DEPTH')}) "
+          f"block=({f('CTA_THREAD_DIMENSION0')}, {f('CTA_THREAD_DIMENSION1')}, {f('CTA_THREAD_DIMENSION2')}) "
+          f"shared={f('SHARED_MEMORY_SIZE')} regs={f('REGISTER_COUNT')}")
+  assert want == "launch 'kern' grid=(3, 2, 1) block=(64, 2, 1) shared=4096 regs=40"
+  assert want in text and f"program={prog_base + code_off:#x}" in text, text
+  # no image there: the name comes from the driver's QMD -> kernel table, and an unreadable QMD is said so
+  read2 = _memory({qmd_addr: b"".join(x.to_bytes(4, "little") for x in q)})
+  assert "launch 'other' grid=(3, 2, 1)" in hw.format_commands(words, None, read=read2, names={qmd_addr: "other"})
+  assert "cannot read the QMD at 0x200000" in hw.format_commands(words, None, read=_memory({}))
+
+def test_driver_queue_state_names_the_launch():
+  """The driver's own queue state (what HCQTimeout, HANG? and channel errors print) follows each EXEC to its launch."""
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.nv import MockNVGPU
+  from baregrad.drivers.nv import NVDevice
+  from baregrad.drivers.nv.testkernels import KERNELS
+  mock = MockNVGPU()
+  dev = NVDevice("NV", port=make_port(mock))
+  try:
+    prg = dev.runtime(dev, "idx", KERNELS.encode())
+    out = dev.allocator.alloc(4 * 64)
+    prg(out, vals=(64,), global_size=(2, 1, 1), local_size=(32, 1, 1))
+    dev.synchronize()
+    assert "launch 'idx' grid=(2, 1, 1) block=(32, 1, 1) shared=0" in dev.queue_state()
+    assert "launch 'idx' grid=(2, 1, 1)" in mock.dump_channel(dev.channels["compute"].token)
+  finally: dev.close()
