@@ -11,7 +11,7 @@ def disassemble(lib: bytes, name: str) -> str | None:
   """A listing of a compiled kernel where this machine has a disassembler for it: CPU objects (ELF x86-64 or AArch64,
   through capstone, as DEBUG=7 prints them). None for other binaries (an NV cubin needs NVIDIA's cuobjdump; the mock
   NV GPU runs PTX, which is the source); RDNA3 (gfx1100) code objects through the decoder the mock AMD GPU executes
-  with (drivers/mock/rdna3/decode.py, checked against LLVM's own listings)."""
+  with (drivers/amd/isa/rdna3_decode.py, checked against LLVM's own listings)."""
   if lib[:4] != b"\x7fELF": return None
   machine = int.from_bytes(lib[18:20], "little")
   if machine == EM_AMDGPU: return _amdgpu(lib, name)
@@ -36,7 +36,7 @@ def _amdgpu(lib: bytes, name: str) -> str | None:
   """The kernel's instructions of a gfx1100 code object (its FUNC symbol's bytes in .text), as LLVM prints them."""
   if len(lib) < 0x40 or lib[0x30] != EF_AMDGPU_MACH_GFX1100: return None   # e_flags' low byte: gfx942 (CDNA3) has no decoder here
   try:
-    from baregrad.drivers.mock.rdna3.decode import disassemble as dis
+    from baregrad.drivers.amd.isa.rdna3_decode import disassemble as dis
     secs = _sections(lib)
     _, text_off, text_size, _, _ = secs[".text"]
     _, sym_off, sym_size, _, _ = secs[".symtab"]
