@@ -32,7 +32,7 @@ import sys as _sys  # noqa: E402
 from baregrad import knobs as _knobs  # noqa: E402
 if _knobs.read("VIZ"):
   from baregrad.viz import record as _viz_record
-  _viz_record.start()
+  _viz_record.start(profile_timeline=bool(_knobs.read("VIZ_TIMELINE")))
 _sys.modules["baregrad.tensor"].__class__ = _TensorPackage
 
 __all__ = ["Tensor", "dtypes", "Device", "jit", "Variable", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "is_grad_enabled", "functional",

@@ -151,9 +151,11 @@ _DECLARED = [
   Knob("PROFILE_PATH", "path", None, "the PROFILE trace file", _D, default_text="$TMPDIR/baregrad-trace-<pid>.json"),
   Knob("_BAREGRAD_PROFILE_OWNER", "str", None,
        "internal: pid of the process that owns PROFILE_PATH (children write beside it)", _D),
-  Knob("VIZ", "bool", False, "record each kernel's graph through its rewrite passes, its source and the schedules (docs/viz.md)", _D),
+  Knob("VIZ", "bool", False, "record each realize's tensor graph, each kernel's graph through its rewrite passes, its source and binary, "
+       "the timeline and the HCQ command streams, and serve a page that shows them (docs/viz.md)", _D),
   Knob("VIZ_PATH", "path", None, "the VIZ recording file", _D, default_text="$TMPDIR/baregrad-viz-<pid>.json"),
   Knob("VIZ_SERVE", "bool", True, "with VIZ=1, serve the recording on 127.0.0.1 at exit (0: only write it)", _D),
+  Knob("VIZ_TIMELINE", "bool", True, "with VIZ=1, turn PROFILE on for the timeline (0: no timeline; CPU kernels keep their direct launch)", _D),
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
   Knob("HANG_WARN_MS", "int", 5000, "a host wait without progress this long prints what blocks it (0: never)", _D, lo=0),
   Knob("IOCTL_TRACE_FILE", "path", None, "append the IOCTL_TRACE lines to this file instead of stderr", _D),

@@ -10,6 +10,7 @@ from baregrad.engine.realize import run_schedule, capturing
 from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
 from baregrad.hal import Device, profile
+from baregrad import helpers
 
 # A computed node keeps the node that reads its buffer (RESHAPE(BUFFER)) in its `_realized` slot, for as long as the
 # node lives: dead graphs free their buffers. Nodes are graphs over buffer versions, so a hit is the same expression
@@ -244,6 +245,7 @@ def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list
 
 def realize(uops: list[UOp], device: str) -> list[UOp]:
   """Compute uops (on `device` where a graph reads no buffer); returns, for each, a node reading its buffer."""
+  if helpers.viz_sink is not None: helpers.viz_sink("realize", uops=uops, device=device)   # VIZ=1: the tensor graph
   items, srcs, realized_ = _schedule(uops, device, True)
   if items is None:
     tmpl, nodes, slots = realized_

@@ -2,7 +2,7 @@
 from __future__ import annotations
 import sys, threading, time
 from typing import Sequence
-from baregrad import knobs
+from baregrad import helpers, knobs
 from baregrad.helpers import DEBUG
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.sint import smax, smin
@@ -121,6 +121,7 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
     with profile.span("codegen", device=dname): spec = get_program(ast, ren, opts, name)
     mid = time.perf_counter()
     with profile.span("compile", kernel=spec.name, device=dname): _cache[key] = r = CompiledRunner(spec, dname)
+    if helpers.viz_sink is not None: helpers.viz_sink("binary", name=spec.name, device=dname, lib=r.lib, prg=r.prg)   # VIZ=1
     if DEBUG() >= 2:
       tool = Device[dname].compiler.describe()   # which toolchain built it (the system C compiler differs by machine)
       print(f"kernel {spec.name}: codegen {(mid - st) * 1e3:.1f} ms, compile {(time.perf_counter() - mid) * 1e3:.1f} ms"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+from baregrad import helpers
 from baregrad.hal import profile
 
 @dataclass
@@ -56,7 +57,11 @@ class HWQueue:
     if self.cmds:
       if profile.ON: profile.instant("submit", "hcq", device=dev.device, queue=type(self).__name__,
                                      commands=" ".join(c.kind for c in self.cmds[:32]) + (" ..." if len(self.cmds) > 32 else ""))
-      self._submit(dev)
+      if (viz := helpers.viz_sink) is None: self._submit(dev)
+      else:   # VIZ=1: the command stream, and what the submission wrote to the device's ring (read back after it)
+        tok = viz("submit", queue=self, dev=dev)
+        self._submit(dev)
+        viz("submitted", token=tok)
     return self
 
   # --- patching
