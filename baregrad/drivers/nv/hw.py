@@ -459,11 +459,13 @@ def _qmd_element_plan(version: int) -> list[tuple[str, int, str, int, int, int]]
   _QMD_PLANS[version] = plan
   return plan
 
-def read_qmd_elements(words: Sequence[int], version: int = 4) -> dict[str, list[dict[str, int]]]:
+def read_qmd_elements(words: Sequence[int], version: int = 4, only: set[tuple[str, int]] | None = None) -> dict[str, list[dict[str, int]]]:
   """Every element of the QMD's arrays (QMD_ARRAYS) read with the header's fields: a LOWER/UPPER pair is joined and a
-  SHIFTEDn field shifted back (ADDR_LOWER_SHIFTED6 + ADDR_UPPER_SHIFTED6 -> ADDR in bytes, SIZE_SHIFTED4 -> SIZE)."""
+  SHIFTEDn field shifted back (ADDR_LOWER_SHIFTED6 + ADDR_UPPER_SHIFTED6 -> ADDR in bytes, SIZE_SHIFTED4 -> SIZE).
+  `only`: the (array, index) elements to read (the others stay empty)."""
   out: dict[str, list[dict[str, int]]] = {g: [{} for _ in e] for g, e in qmd_element_fields(version).items()}
   for group, i, name, hi, lo, sh in _qmd_element_plan(version):
+    if only is not None and (group, i) not in only: continue
     row = out[group][i]
     row[name] = row.get(name, 0) | ((nv_bits(words, hi, lo) if hi // 32 < len(words) else 0) << sh)
   return out
@@ -677,10 +679,14 @@ def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
 def read_qmd_arrays(words: Sequence[int], version: int = 4) -> dict[str, dict[int, Any]]:
   """The QMD's constant buffers that are VALID, as {index: (address, size in bytes)}, and its releases that are
   enabled, as {index: (address, payload, payload64b, structure size)} (read_qmd_elements has every field)."""
-  el = read_qmd_elements(words, version)
-  return {"cbanks": {i: (r.get("ADDR", 0), r.get("SIZE", 0)) for i, r in enumerate(el["CONSTANT_BUFFER"]) if r.get("VALID")},
+  fields = qmd_element_fields(version)
+  on = lambda g, bit: [i for i, f in enumerate(fields[g]) if bit in f and nv_bits(words, *f[bit])]  # noqa: E731
+  cbs, rels = on("CONSTANT_BUFFER", "VALID"), on("RELEASE", "ENABLE")
+  if not cbs and not rels: return {"cbanks": {}, "releases": {}}
+  el = read_qmd_elements(words, version, {("CONSTANT_BUFFER", i) for i in cbs} | {("RELEASE", i) for i in rels})
+  return {"cbanks": {i: (el["CONSTANT_BUFFER"][i].get("ADDR", 0), el["CONSTANT_BUFFER"][i].get("SIZE", 0)) for i in cbs},
           "releases": {i: (r.get("ADDR", r.get("ADDRESS", 0)), r.get("PAYLOAD", 0), r.get("PAYLOAD64B", 0), r.get("STRUCTURE_SIZE", 0))
-                       for i, r in enumerate(el["RELEASE"]) if r.get("ENABLE")}}
+                       for i in rels for r in [el["RELEASE"][i]]}}
 
 _INVALIDATE = (nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION.encode(1) | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA.encode(1)
                | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT.encode(1))
