@@ -12,7 +12,9 @@ readable capture):
   (launch-NNNNNN-argK-before.bin / -after.bin). The device is synchronized before and after a captured launch, and the
   copies that read the buffers are not recorded as submissions.
 hcq/replay.py runs the launches again on another device and compares the outputs. Launches a recorded HCQ graph
-replays (a JIT's) appear as submissions only: run with JIT=0 (or JIT_NOGRAPH=1) to capture them as launches.
+replays (a JIT's) are captured the same way (HCQGraph._replay_captured): while capturing, a graph's launches are
+submitted one at a time with the recording's own argument memory, and each launch record says which graph kernel and
+replay it was (`graph`).
 """
 from __future__ import annotations
 import hashlib, json, os, threading

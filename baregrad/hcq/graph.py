@@ -120,6 +120,10 @@ class HCQGraph:
       if s.vals[(k, j)] != v:
         s.args[k].update_var(j, v)
         s.vals[(k, j)] = v
+    if dev.capture is not None:   # NV_CAPTURE / AMD_CAPTURE: each launch on its own, recorded as a launch
+      self._replay_captured(s)
+      self.replays += 1
+      return
     with dev.submit_lock:
       st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
       s.q.update_wait(s.wait_idx, value=dev.timeline_value - 1)
@@ -129,3 +133,29 @@ class HCQGraph:
       en = profile.stamp(dev)
     self.replays += 1
     if st and en: profile.device_op(dev, s.q, f"graph of {len(s.args)} kernels", "graph", (st[0], en[0]), en[1])
+
+  def _replay_captured(self, s: _Slot) -> None:
+    """A replay under *_CAPTURE=DIR (hcq/capture.py): the recording's launches are submitted one at a time, each with
+    the argument memory (kernargs, NV: QMD and constant bank) the recording holds, patched as this replay asks, and
+    recorded with the same per-launch files as a direct launch (code, descriptor, each buffer before and after), so a
+    replay of the capture runs them. The device is synchronized around each launch to read its buffers: capture
+    changes timing (and the graph's single submission becomes one per kernel), not results."""
+    from types import SimpleNamespace
+    from baregrad.hcq.capture import read_buffer
+    dev, cap = self.dev, self.dev.capture
+    assert s.addrs is not None
+    for k, (prg, _, vals, gs, ls) in enumerate(self.kernels):
+      if k == 0: dev.synchronize()   # then each launch is waited for before the next one's inputs are read
+      bufs = [SimpleNamespace(va_addr=s.addrs[(k, i)], size=size) for i, size in enumerate(self.sizes[k])]
+      before = [read_buffer(dev, b) for b in bufs]
+      q = dev.compute_queue_t()
+      with dev.submit_lock:
+        q.wait(dev.timeline_signal, dev.timeline_value - 1)
+        q.exec(prg, s.args[k], gs, ls)
+        q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+      dev.synchronize()
+      after = [read_buffer(dev, b) for b in bufs]
+      cap.launch(prg.name, prg.lib, gs, ls, [s.vals[(k, j)] for j in range(len(vals))], prg.capture_descriptor(s.args[k]),
+                 [(b.va_addr, b.size, x, y) for b, x, y in zip(bufs, before, after)], timeline=dev.timeline_value - 1,
+                 graph={"replay": self.replays, "kernel": k, "kernels": len(self.kernels)})
+    s.done = dev.timeline_value - 1

@@ -181,3 +181,35 @@ def test_decode_tools_print_and_replay_a_capture(captured, capsys):
   else: assert "DISPATCH spill: kernel object 0x" in out and "doorbell" in out and "timeline" in out
   assert tool.main(["replay", d]) == 0
   assert capsys.readouterr().out.strip().endswith("outputs identical to the capture")
+
+JIT_PROGRAM = """
+import sys, numpy as np
+from baregrad import Tensor, jit
+@jit
+def f(a, b): return (a * 3 + b).relu()
+outs = [f(Tensor(np.arange(64, dtype=np.float32) - 8 * i), Tensor(np.full((64,), float(i), np.float32))).numpy() for i in range(4)]
+for i, o in enumerate(outs): assert np.array_equal(o, np.maximum((np.arange(64) - 8 * i) * 3 + i, 0)), (i, o[:4])
+"""
+
+@pytest.mark.parametrize("driver", ["NV", "AMD"])
+def test_a_jits_graph_replays_are_captured_as_launches_and_replayed(driver, tmp_path):
+  """A jitted function on the mock, called 4 times (call 3 and 4 replay its recorded HCQGraph): under *_CAPTURE each
+  graph replay's launches are kept with the per-launch files of a direct launch (code, descriptor, buffers before and
+  after, `graph` naming the replay and kernel), and `replay` runs them again on a fresh mock with the same outputs."""
+  import subprocess
+  d = tmp_path / "cap"
+  env = {k: v for k, v in os.environ.items() if k not in ("DEV", "MOCKGPU_ARCH", "MOCKGPU_AMD_ARCH", "MOCKGPU_COUNT", "JIT", "DEBUG",
+                                                          "NV_CAPTURE", "AMD_CAPTURE", "PROFILE")}
+  env.update(PYTHONPATH=str(REPO), MOCKGPU="1", DEV=driver, **{f"{driver}_CAPTURE": str(d)})
+  r = subprocess.run([sys.executable, "-c", JIT_PROGRAM], capture_output=True, text=True, env=env, timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  meta = json.load(open(d / "meta.json"))
+  graph = [L for L in meta["launches"] if L.get("graph")]
+  assert graph and {L["graph"]["replay"] for L in graph} == {0, 1}, [L.get("graph") for L in meta["launches"]]
+  for L in graph:
+    assert (d / L["code"]).exists() and L["descriptor"] and all((d / f).exists() for f in L["descriptor"].values())
+    assert all((d / a["before"]).exists() and (d / a["after"]).exists() for a in L["args"])
+  dev, arch = _fresh(driver)
+  try: rep = replay(str(d), dev, arch)
+  finally: dev.close()
+  assert rep.first_difference is None and rep.launches == len(meta["launches"]), rep.text()

@@ -19,7 +19,7 @@ import ctypes, struct
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Sequence
-from baregrad.ctypes_autogen.amdgpu import hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
+from baregrad.ctypes_autogen.amdgpu import enum_gfx11, enum_gfx9_4_3, hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
 
 # ---------------------------------------------------------------- gfx targets: one record each
 @dataclass(frozen=True)
@@ -33,14 +33,15 @@ class Target:
   wave_size: int
   pm4: ModuleType   # the PM4 bindings of its family
   sdma: ModuleType  # the SDMA packet bindings of its family
+  enums: ModuleType  # the register enums of its family that the decoders name (VGT_EVENT_TYPE: soc21_enum.h, vega10_enum.h)
   scratch_unit: int           # bytes per COMPUTE_TMPRING_SIZE.WAVESIZE unit (ROCr mem_alignment_size)
   scratch_wavesize_bits: int  # width of that field (ROCr inc/registers.h; the bindings' gfx11.py/gfx9_4_3.py masks)
   executes: bool    # whether the mock GPU can run its machine code (only RDNA3 wave32 for now)
 
 GFX_TARGETS: tuple[Target, ...] = (
-  Target(name="gfx1100", version=110000, family="gfx11", wave_size=32, pm4=pm4_gfx11, sdma=sdma_gfx11, scratch_unit=256,
+  Target(name="gfx1100", version=110000, family="gfx11", wave_size=32, pm4=pm4_gfx11, sdma=sdma_gfx11, enums=enum_gfx11, scratch_unit=256,
          scratch_wavesize_bits=15, executes=True),     # Navi 31 (Radeon RX 7900 XT/XTX, PRO W7900)
-  Target(name="gfx942", version=90402, family="gfx9", wave_size=64, pm4=pm4_gfx9_4_3, sdma=sdma_gfx9_4_3,
+  Target(name="gfx942", version=90402, family="gfx9", wave_size=64, pm4=pm4_gfx9_4_3, sdma=sdma_gfx9_4_3, enums=enum_gfx9_4_3,
          scratch_unit=1024, scratch_wavesize_bits=13, executes=False),    # Aqua Vanjaram (Instinct MI300X/MI300A/MI325X)
 )
 TARGETS: dict[int, Target] = {t.version: t for t in GFX_TARGETS}   # gfx_target_version -> target
@@ -146,8 +147,9 @@ def describe_dispatch(w: Sequence[int], family: str, read: Any = None, names: di
 
 # ---------------------------------------------------------------- PM4
 PM4: dict[str, ModuleType] = {t.family: t.pm4 for t in GFX_TARGETS}   # family -> PM4 bindings
-# VGT event types (amd/include/soc21_enum.h and vega10_enum.h agree on these values)
-CS_PARTIAL_FLUSH, CACHE_FLUSH_AND_INV_TS_EVENT, BOTTOM_OF_PIPE_TS = 0x07, 0x14, 0x28
+# VGT event types the drivers emit, from the generated enums (soc21_enum.h and vega10_enum.h agree on these values)
+CS_PARTIAL_FLUSH, CACHE_FLUSH_AND_INV_TS_EVENT, BOTTOM_OF_PIPE_TS = enum_gfx11.CS_PARTIAL_FLUSH, enum_gfx11.CACHE_FLUSH_AND_INV_TS_EVENT, \
+  enum_gfx11.BOTTOM_OF_PIPE_TS
 WAIT_FUNCS = {0: "always", 1: "<", 2: "<=", 3: "==", 4: "!=", 5: ">=", 6: ">"}
 WAIT_GEQ = 5
 DATA_SEL_NAMES = {0: "none", 1: "data32", 2: "data64", 3: "gpu_clock64", 4: "sys_clock64"}
@@ -233,9 +235,9 @@ def split_pm4(words: Sequence[int]) -> list[tuple[int, int, list[int]]]:
     i += 1 + n
   return out
 
-# VGT_EVENT_TYPE values the drivers emit (amdgpu soc21_enum.h / vega10_enum.h VGT_EVENT_TYPE), by name for decoding
-EVENT_NAMES = {CS_PARTIAL_FLUSH: "CS_PARTIAL_FLUSH", CACHE_FLUSH_AND_INV_TS_EVENT: "CACHE_FLUSH_AND_INV_TS_EVENT",
-               BOTTOM_OF_PIPE_TS: "BOTTOM_OF_PIPE_TS"}
+# VGT_EVENT_TYPE by value, per family, for decoding: the generated enum (soc21_enum.h for gfx11, vega10_enum.h for gfx9;
+# the two differ at some values, e.g. 0x15 is WAIT_SYNC on gfx11 and ZPASS_DONE on gfx9)
+EVENT_NAMES: dict[str, dict[int, str]] = {t.family: {v: k for k, v in t.enums.ENUMS["VGT_EVENT_TYPE"].items()} for t in GFX_TARGETS}
 
 def macro_fields(family: str, prefix: str, value: int) -> list[tuple[str, int]]:
   """`value` split into the fields the PM4 header defines as PREFIX_FIELD(x) ((x) << shift) macros, low bit first,
@@ -274,13 +276,17 @@ def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
   if op == p.PACKET3_RELEASE_MEM and len(b) >= 7:
     ev = b[0] & 0x3F
     ds, ints = (b[1] >> 29) & 7, (b[1] >> 24) & 7
-    s = f"RELEASE_MEM event={EVENT_NAMES.get(ev, hex(ev))} data_sel={DATA_SEL_NAMES.get(ds, ds)} addr={b[2] | (b[3] << 32):#x}"
+    s = f"RELEASE_MEM event={EVENT_NAMES[family].get(ev, hex(ev))} data_sel={DATA_SEL_NAMES.get(ds, ds)} addr={b[2] | (b[3] << 32):#x}"
     if ds in (1, 2): s += f" value={b[4] | ((b[5] << 32) if ds == 2 else 0)}"
     if ints: s += f" int_sel={ints} int_ctxid={b[6] if len(b) > 6 else 0}"
     prefix, skip = RELEASE_MEM_FLAGS[family]
     s += f" event_index={(b[0] >> 8) & 0xF}"
     if (cache := bit_flags(family, prefix, b[0], skip)): s += " cache=" + "|".join(cache)
     return s
+  if op == p.PACKET3_EVENT_WRITE and b:
+    # nvd.h / soc15d.h: EVENT_TYPE(x) at bit 0, EVENT_INDEX(x) at bit 8 of the first body dword
+    ev = b[0] & 0x3F
+    return f"EVENT_WRITE event={EVENT_NAMES[family].get(ev, hex(ev))} event_index={(b[0] >> 8) & 0xF}" + "".join(f" {x:#x}" for x in b[1:])
   if op == p.PACKET3_ACQUIRE_MEM:
     # gfx11: GCR_CNTL is the packet's last dword; gfx9: CP_COHER_CNTL its first (pm4_acquire_mem builds both)
     cntl, prefix = (b[-1], "PACKET3_ACQUIRE_MEM_GCR_CNTL_") if family == "gfx11" and len(b) >= 7 else \

@@ -23,6 +23,33 @@ def test_release_mem_event_named(family):
   text = hw.format_pm4(family, hw.pm4_release_mem(family, 0x1000, 5, 1))
   assert "event=CACHE_FLUSH_AND_INV_TS_EVENT" in text and hw.CACHE_FLUSH_AND_INV_TS_EVENT == 0x14, text
 
+def _header_enum(header: str, tag: str) -> dict[int, str] | None:
+  """`typedef enum TAG { NAME = value, ... }` read straight from the kernel header (the extracted linux-source the
+  generator reads), or None where that source is not on this machine."""
+  import os, re
+  from tools.autogen.modules import linux_source
+  path = os.path.join(linux_source(), "drivers/gpu/drm/amd/include", header)
+  if not os.path.exists(path): return None
+  body = re.search(rf"typedef enum {tag} \{{(.*?)\}}", open(path).read(), re.S).group(1)
+  return {int(v, 0): n for n, v in re.findall(r"^\s*(\w+)\s*=\s*(0x[0-9a-fA-F]+|\d+)", body, re.M)}
+
+@pytest.mark.parametrize("family,header", [("gfx11", "soc21_enum.h"), ("gfx9", "vega10_enum.h")])
+def test_every_event_name_is_the_headers(family, header):
+  """RELEASE_MEM and EVENT_WRITE name each of the 64 VGT_EVENT_TYPE values as the family's enum header does (the names
+  differ between generations: 0x15 is WAIT_SYNC in soc21_enum.h, ZPASS_DONE in vega10_enum.h)."""
+  p, t = hw.PM4[family], next(t for t in hw.GFX_TARGETS if t.family == family)
+  want = _header_enum(header, "VGT_EVENT_TYPE")
+  if want is None:  # the committed binding stands in for the header; the generator test checks it against the header
+    want = {v: n for n, v in t.enums.ENUMS["VGT_EVENT_TYPE"].items()}
+  assert len(want) == 64 and want == {getattr(t.enums, n): n for n in want.values()}
+  for ev, name in want.items():
+    rel = hw.pm4_release_mem(family, 0x1000, 5, 1)
+    rel[1] = (rel[1] & ~0x3F) | ev
+    assert f"RELEASE_MEM event={name} " in hw.format_pm4(family, rel)
+    ew = [hw.pm4_hdr(p.PACKET3_EVENT_WRITE, 1), p.EVENT_TYPE(ev) | p.EVENT_INDEX(4)]
+    assert f"EVENT_WRITE event={name} event_index=4" in hw.format_pm4(family, ew)
+  assert (want[0x15] == "WAIT_SYNC") == (family == "gfx11")
+
 def _kd_bytes(rsrc1: int, kcp: int) -> bytes:
   from baregrad.ctypes_autogen.amdgpu import hsa
   kd = hsa.amdhsa_kernel_descriptor_t(group_segment_fixed_size=256, compute_pgm_rsrc1=rsrc1, kernel_code_properties=kcp)

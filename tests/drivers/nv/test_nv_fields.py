@@ -1,6 +1,7 @@
 """NV method values split into the fields the class headers define (hw.method_fields): each decoded field checked
-against the header's own BitField and enumerant constants."""
+against the header's own BitField and enumerant constants; the QMD view's arrays (constant buffers, releases)."""
 from __future__ import annotations
+import pytest
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 from baregrad.drivers.nv import hw
 
@@ -99,3 +100,43 @@ def test_driver_queue_state_names_the_launch():
     assert "launch 'idx' grid=(2, 1, 1) block=(32, 1, 1) shared=0" in dev.queue_state()
     assert "launch 'idx' grid=(2, 1, 1)" in mock.dump_channel(dev.channels["compute"].token)
   finally: dev.close()
+
+
+# per QMD version: the qmd header's class prefix for its arrays, and how it names a release's address/payload fields
+_QMD_HDR = {3: ("NVC6C0_QMDV03_00_", "RELEASE{i}_ADDRESS", "RELEASE{i}_"), 4: ("NVCBC0_QMDV04_00_", "RELEASE_SEMAPHORE{i}_ADDR", "RELEASE_"),
+            5: ("NVCEC0_QMDV05_00_", "RELEASE_SEMAPHORE{i}_ADDR", "RELEASE_")}
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_qmd_view_shows_every_constant_buffer_and_release(version):
+  """format_qmd / read_qmd show the QMD's arrays: constant buffer 5 and release 2 are written here with the qmd
+  header's own macros (CONSTANT_BUFFER_*(i), RELEASE_*(i) / RELEASE<i>_*, RELEASE_SEMAPHORE<i>_*), and each comes back
+  under its index with its address, size, payload and enumerated values by the header's names."""
+  from baregrad.ctypes_autogen.nv import qmd
+  P, addr_name, rel = _QMD_HDR[version]
+  w = hw.build_qmd(0x2000317f00, 0x2000010200, 0x220, (2, 1, 1), (32, 1, 1), 0, 16, (0x1000, 9), version=version)
+  F = lambda n, i=None: (getattr(qmd, P + n)(i) if i is not None else getattr(qmd, P + n))
+  sh = 6 if version >= 4 else 0
+  lo_n, hi_n = ("ADDR_LOWER_SHIFTED6", "ADDR_UPPER_SHIFTED6") if version >= 4 else ("ADDR_LOWER", "ADDR_UPPER")
+  cb5 = 0x7f00001c0
+  hw.set_bits(w, *F("CONSTANT_BUFFER_VALID", 5), 1)
+  hw.set_bits(w, *F("CONSTANT_BUFFER_" + lo_n, 5), (cb5 >> sh) & 0xFFFFFFFF)
+  hw.set_bits(w, *F("CONSTANT_BUFFER_" + hi_n, 5), cb5 >> sh >> 32)
+  hw.set_bits(w, *F("CONSTANT_BUFFER_SIZE_SHIFTED4", 5), 0x40 >> 4)
+  ri = lambda n: F(rel.format(i=2) + n) if version == 3 else F(rel + n, 2)
+  hw.set_bits(w, *ri("ENABLE"), 1)
+  hw.set_bits(w, *ri("STRUCTURE_SIZE"), getattr(qmd, P + rel.format(i=2) + "STRUCTURE_SIZE_SEMAPHORE_ONE_WORD"))
+  hw.set_bits(w, *F(addr_name.format(i=2) + "_LOWER"), 0x5000)
+  hw.set_bits(w, *F(addr_name.format(i=2) + "_UPPER"), 0x12)
+  hw.set_bits(w, *F(addr_name.format(i=2).replace("_ADDRESS", "_ADDR").replace("_ADDR", "_PAYLOAD") + "_LOWER"), 77)
+  q = hw.read_qmd(w, version)
+  assert q["cbanks"] == {0: (0x2000010200, 0x220), 5: (cb5, 0x40)}, q["cbanks"]
+  assert set(q["releases"]) == {0, 2} and q["releases"][0][:3] == (0x1000, 9, 1), q["releases"]
+  assert q["releases"][2] == (0x12_00005000, 77, 0, getattr(qmd, P + rel.format(i=2) + "STRUCTURE_SIZE_SEMAPHORE_ONE_WORD"))
+  text = hw.format_qmd(w, version)
+  cbs = [l for l in text.splitlines() if l.startswith("    [")]
+  assert len(cbs) == 8 + 3, text   # 8 constant buffers and 3 release semaphores in each of these layouts
+  assert "    [5] VALID=TRUE" in text and f"ADDR={cb5:#x}" in text and "SIZE=0x40" in text, text
+  assert "STRUCTURE_SIZE=SEMAPHORE_ONE_WORD" in text and "ADDR=0x1200005000" in text.replace("ADDRESS=", "ADDR=") and "PAYLOAD=0x4d" in text, text
+  assert "    [3] VALID=0 (all fields 0)" in text and "RELEASE_SEMAPHORE2_ADDR_LOWER" not in text and "RELEASE2_ADDRESS_LOWER" not in text
+  # the element count stops where the header's next field starts: a ninth constant buffer's bits belong to another field
+  assert len(hw.qmd_element_fields(version)["CONSTANT_BUFFER"]) == 8 and len(hw.qmd_element_fields(version)["RELEASE"]) == 3
