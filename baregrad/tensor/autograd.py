@@ -162,6 +162,11 @@ def _recipe_gradient(root: UOp, root_grad: UOp, targets: set[UOp], ab: tuple) ->
   r, have = rec
   return dict(zip([nodes[p] for p in have], r.build(nodes)))
 
+# called at the end of backward() with the leaves whose .grad it set (lazy gradients): a WeakMethod each, so an
+# object that registers (baregrad.distributed's DistributedOptimizer starts its bucketed exchange here, computing the
+# backward pass bucket by bucket) does not stay alive for it
+grad_hooks: list[weakref.WeakMethod] = []
+
 # tensors whose graph a backward() without retain_graph went through: PyTorch frees that graph, so a second backward
 # through it raises. (Tracked per tensor, not per node: hash-consing makes a rebuilt expression the same nodes.)
 _freed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
@@ -196,3 +201,8 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
     if t.uop not in grads: continue
     g = Tensor(grads[t.uop], device=t.device)
     t.grad = g if t.grad is None else (t.grad + g)
+  if grad_hooks:
+    done = [t for t in leaves if t.uop in grads]
+    for h in list(grad_hooks):
+      if (fn := h()) is None: grad_hooks.remove(h)
+      else: fn(done)

@@ -16,10 +16,37 @@ def script(tmp_path, body):
   p.write_text(textwrap.dedent(body))
   return str(p)
 
-def test_ddp_matches_one_process():
-  p = mpirun([str(REPO / "examples" / "mnist_ddp.py"), "--check", "--steps", "4"])
+@pytest.mark.parametrize("bucket_kib", ["4096", "1"], ids=["one_bucket", "four_buckets"])
+def test_ddp_matches_one_process(bucket_kib):
+  p = mpirun([str(REPO / "examples" / "mnist_ddp.py"), "--check", "--steps", "4", "--bucket-kib", bucket_kib])
   assert p.returncode == 0, p.stdout + p.stderr
   assert "vs one process on the global batch" in p.stdout
+
+def test_ddp_exchange_starts_during_backward(tmp_path):
+  # each bucket's allreduce is started inside backward(), before the next bucket's gradients are computed, last layer
+  # first; step() only waits for them
+  p = mpirun([script(tmp_path, '''
+    import numpy as np
+    import baregrad.nn as nn
+    from baregrad import Tensor, distributed as dist
+    from baregrad.nn import optim
+    dist.init()
+    Tensor.manual_seed(0)
+    l1, l2 = nn.Linear(6, 5), nn.Linear(5, 3)
+    opt = dist.DistributedOptimizer(optim.SGD([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.1), bucket_bytes=80)
+    x = Tensor(np.full((4, 6), dist.rank() + 1.0, np.float32))
+    loss = l2(l1(x).relu()).sum()
+    opt.zero_grad(); loss.backward()
+    assert [[p.shape for p in b] for b in opt.buckets()] == [[(3,), (3, 5)], [(5,)], [(5, 6)]], opt.buckets()
+    assert opt.events == [("ready", 0), ("start", 0), ("ready", 1), ("start", 1), ("ready", 2), ("start", 2)], opt.events
+    assert len(opt._pending) == 3   # in flight when backward() returns
+    local = l1.weight.grad.numpy()
+    opt.step()
+    assert opt.events[6:] == [("done", 0), ("done", 1), ("done", 2)], opt.events
+    np.testing.assert_allclose(l1.weight.grad.numpy(), dist.allreduce(Tensor(local), "mean").numpy(), rtol=1e-6)
+    print("ok", dist.rank())
+  ''')])
+  assert p.returncode == 0 and p.stdout.count("ok") == 2, p.stdout + p.stderr
 
 def test_collectives_on_tensors(tmp_path):
   p = mpirun([script(tmp_path, '''
