@@ -43,9 +43,11 @@ class HCQDevice(Compiled):
     super().__init__(device, allocator, renderer, compiler, runtime)
     self.compute_queue_t, self.copy_queue_t = compute_queue_t, copy_queue_t
     self.default_timeout_ms = knobs.read("HCQ_TIMEOUT_MS") or self.default_timeout_ms
-    pool_mem = self._alloc_shared(signal_pool_size)
+    self.signal_pool_mem = pool_mem = self._alloc_shared(signal_pool_size)
     assert pool_mem.cpu_addr is not None
     self.signal_pool = SignalPool(pool_mem.cpu_addr, pool_mem.va_addr, signal_pool_size)
+    self.peer_links: dict[str, Any] = {}   # source device name -> PeerLink into this device, or the reason there is none
+    self.imported: dict[int, Any] = {}     # host address -> what import_host made of another device's memory
     self.timeline_signal = self.signal_t(self, value=0)
     self.timeline_value = 1  # the value the next submission signals
     self.kernargs = self._alloc_shared(kernargs_size)
@@ -84,7 +86,29 @@ class HCQDevice(Compiled):
     assert m.cpu_addr is not None
     return m.cpu_addr, m.va_addr
 
+  def copy_from(self, dest: Any, src: Any) -> bool:
+    """Queue the copy of hal Buffer src (on another device of this class) into hal Buffer dest (on this device) on
+    both devices' queues, each waiting on the other's signals, with no host wait (hcq/peer.py); False where the pair
+    cannot be linked (a driver without import_host; the first failure is remembered): the caller copies through the
+    host."""
+    from baregrad.hal.device import Device
+    from baregrad.hcq.peer import PeerLink, PeerLinkUnavailable
+    sdev = Device[src.device]
+    if type(sdev) is not type(self) or sdev is self or type(self).import_host is HCQDevice.import_host: return False
+    link = self.peer_links.get(sdev.device)
+    if link is None:
+      try: link = PeerLink(sdev, self)
+      except PeerLinkUnavailable as e: link = str(e)
+      self.peer_links[sdev.device] = link
+    if isinstance(link, str): return False
+    if src.nbytes: link.copy(dest._buf, src._buf, src.nbytes)
+    return True
+
   # --- what a driver provides
+  def import_host(self, buf: HCQBuffer) -> None:
+    """Map host-visible memory another device allocated (buf.cpu_addr == buf.va_addr) into this device's GPU VA
+    space at that same address, once (self.imported); drivers that can make copy_from work implement it."""
+    raise NotImplementedError
   def _alloc_shared(self, size: int) -> HCQBuffer: raise NotImplementedError
   def queue_state(self) -> str:
     """The queues' state in words (what each is executing or waiting on); put into timeout messages."""

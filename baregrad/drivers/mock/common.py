@@ -2,7 +2,8 @@
 pages are the object's "physical" memory, mapped by the driver and seen by the mock alike), round-up, and the fault
 types their GPU engines raise on an unmapped virtual address (each with the fields its vendor's fault report names)."""
 from __future__ import annotations
-import ctypes, os
+import ctypes, os, weakref
+from typing import Any
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
@@ -51,3 +52,20 @@ class GPUFaultErr(Exception):
   def __init__(self, va: int, write: bool, client: str, why: str = "") -> None:
     super().__init__(why or f"{client} {'write' if write else 'read'} of unmapped VA {va:#x}")
     self.va, self.write, self.client = va, write, client
+
+# The GPUs of one machine: every mock GPU made in this process (the driver opens each GPU through a mock of its own).
+# Real GPUs run on their own while the host waits on one of them; a mock runs only when its doorbell is rung. So a
+# doorbell runs the queues of every mock of the machine until none makes progress: a queue of one GPU may wait on a
+# signal a queue of another GPU writes (a peer copy's staging handshake, the other device's timeline).
+MACHINE: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+def run_machine(me: Any) -> None:
+  """Run `me`'s queues (its lock held by the caller) and every other mock GPU's (`_run_all() -> bool` each, under its
+  own lock) until none makes progress. A mock whose lock another thread holds is skipped: that thread is running it."""
+  progress = True
+  while progress:
+    progress = bool(me._run_all())
+    for m in list(MACHINE):
+      if m is me or not m._lock.acquire(blocking=False): continue
+      try: progress |= bool(m._run_all())
+      finally: m._lock.release()
