@@ -41,6 +41,27 @@ class MemFD:
       os.close(self.fd)
       self.fd = -1
 
+def user_range_mapped(addr: int, size: int) -> bool:
+  """Whether [addr, addr+size) lies in this process's mappings (/proc/self/maps), as the kernel's get_user_pages (what
+  pins user memory for a GPU) needs."""
+  try:
+    with open("/proc/self/maps") as f: spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f]
+  except OSError: return True
+  spans.sort()
+  cur = addr
+  for lo, hi in spans:
+    if lo <= cur < hi: cur = hi
+    if cur >= addr + size: return True
+  return cur >= addr + size
+
+class UserPages:
+  """A memory object over the process's own pages (what the kernel pins for an OS-descriptor allocation): the mock's
+  view is the user's address itself; `kind` "sys" like RM-allocated system memory."""
+  def __init__(self, addr: int, size: int) -> None:
+    self.view, self.size, self.kind, self.gpu, self.fd = addr, size, "sys", 0, -1
+  def release(self) -> None:
+    """Nothing to unmap: the pages are the process's."""
+
 class MMUFault(ValueError):
   """NV: a GPU access to an unmapped virtual address (`address`: the first one; `access`: the MMU's access type)."""
   def __init__(self, address: int, msg: str, access: str = "ACCESS_TYPE_VIRT_READ") -> None:
