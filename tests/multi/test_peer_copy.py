@@ -1,0 +1,113 @@
+"""Copies between two mock GPUs of one driver queued on both devices' queues (hcq/peer.py): values, no host wait
+during a collective's schedule (host waits counted), and the kernel-driver checks the mocks make on the way (NV:
+another device's host memory as an OS-descriptor object, escape.c; AMD: as a userptr BO, amdgpu_ttm.c)."""
+import ctypes, errno, os, subprocess, sys, textwrap
+import pytest
+from tests.paths import REPO
+from baregrad.drivers.port import IoctlError, make_port
+from baregrad.hcq import HCQBuffer
+
+SCRIPT = textwrap.dedent('''
+  import sys, numpy as np
+  from baregrad import Tensor, knobs
+  from baregrad.hal.device import Device
+  from baregrad.hcq.peer import PeerLink
+  from baregrad.hcq.signal import HCQSignal
+  from baregrad.tensor import collectives as C
+  kind, n = sys.argv[1], int(sys.argv[2])
+  D = [f"{kind}:{i}" for i in range(n)]
+  r = np.random.default_rng(0)
+  waits = []
+  wait = HCQSignal.wait
+  HCQSignal.wait = lambda self, v, t=None: (waits.append((self.dev.device, v)), wait(self, v, t))[1]
+  # a copy of several staging chunks (2 MiB each, two slots taking turns) and an odd size
+  x = r.integers(0, 256, (5 << 20) + 3, dtype=np.uint8)
+  a = Tensor(x, device=D[0]).realize()
+  waits.clear()
+  b = a.to(D[-1]).realize()
+  assert waits == [], waits
+  assert isinstance(Device[D[-1]].peer_links[D[0]], PeerLink) and Device[D[-1]].peer_links[D[0]].copies == 3
+  np.testing.assert_array_equal(b.numpy(), x)
+  ts = [Tensor(r.standard_normal(3000).astype(np.float32), device=d).realize() for d in D]
+  want = sum(t.numpy() for t in ts)
+  for peer in (True, False):
+    for ring in (0, 1 << 40):
+      with knobs.Context(RING_MIN_BYTES=ring, NO_PEER_COPY=0 if peer else 1):
+        waits.clear()
+        out = C.realize(C.allreduce(ts))
+        # queued copies: not one host wait between the steps; the host copy waits for the source at every copy
+        assert (waits == []) if peer else len(waits) >= n * (n - 1), (peer, ring, waits)
+        res = [o.numpy() for o in out]
+      np.testing.assert_allclose(res[0], want, rtol=1e-5, atol=1e-5)
+      assert all((o == res[0]).all() for o in res)
+  print("ok")
+''')
+
+@pytest.mark.parametrize("kind,n", [("NV", 2), ("NV", 4), ("AMD", 2), ("AMD", 3)])
+def test_peer_copies_without_host_waits(kind, n):
+  env = dict(os.environ, MOCKGPU="1", MOCKGPU_COUNT=str(n), DEV=kind, PYTHONPATH=str(REPO))
+  p = subprocess.run([sys.executable, "-c", SCRIPT, kind, str(n)], env=env, capture_output=True, text=True, timeout=600)
+  assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+
+# ---------------------------------------------------------------- NV: the OS-descriptor checks (escape.c)
+@pytest.fixture
+def nv_pair(monkeypatch):
+  monkeypatch.delenv("MOCKGPU_ARCH", raising=False)
+  monkeypatch.delenv("MOCKGPU_COUNT", raising=False)
+  from baregrad.drivers.mock.nv import MockNVGPU
+  from baregrad.drivers.nv import NVDevice
+  a, b = NVDevice("NV", port=make_port(MockNVGPU())), NVDevice("NV", port=make_port(MockNVGPU()))
+  yield a, b
+  a.close(); b.close()
+
+def _os_desc(dev, fd, addr, size, handle=0xd15f0001, **flags):
+  from baregrad.drivers.nv.hw import NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, nv_ioctl_nvos02_parameters_with_fd
+  nv = dev.nv
+  f = {"LOCATION": nv.NVOS02_FLAGS_LOCATION_PCI, "MAPPING": nv.NVOS02_FLAGS_MAPPING_NO_MAP, "COHERENCY": nv.NVOS02_FLAGS_COHERENCY_CACHED, **flags}
+  word = 0
+  for k, v in f.items(): word |= getattr(nv, f"NVOS02_FLAGS_{k}").encode(v)
+  w = nv_ioctl_nvos02_parameters_with_fd(params=nv.NVOS02_PARAMETERS(hRoot=dev.root, hObjectParent=dev.nvdevice, hObjectNew=handle,
+                                         hClass=NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, flags=word, pMemory=addr, limit=size - 1), fd=-1)
+  dev._esc(fd, nv.NV_ESC_RM_ALLOC_MEMORY, w, "NV_ESC_RM_ALLOC_MEMORY")
+  from baregrad.drivers.nv.hw import status_name
+  return status_name(w.params.status)
+
+def test_nv_import_host_maps_the_other_gpus_pages(nv_pair):
+  a, b = nv_pair
+  a.import_host(b.signal_pool_mem)
+  a.import_host(b.signal_pool_mem)   # once per address
+  assert len([m for m in a.memories if m.what == "another device's host memory"]) == 1
+  ctypes.c_uint64.from_address(b.signal_pool_mem.cpu_addr + 8).value = 0x1234   # B's page, read through A's MMU
+  assert int.from_bytes(a.port.mock.read_gpu(b.signal_pool_mem.va_addr + 8, 8), "little") == 0x1234
+
+def test_nv_os_descriptor_rules(nv_pair):
+  a, b = nv_pair
+  addr, size = b.signal_pool_mem.cpu_addr, 4096
+  # escape.c RmIoctl NV_ACTUAL_DEVICE_ONLY: not on the control node
+  with pytest.raises(IoctlError) as e: _os_desc(a, a.fd_ctl, addr, size)
+  assert e.value.err == errno.EINVAL
+  # RmAllocOsDescriptor: LOCATION_PCI and MAPPING_NO_MAP, else NV_ERR_INVALID_FLAGS
+  assert _os_desc(a, a.fd_dev, addr, size, MAPPING=0) == "NV_ERR_INVALID_FLAGS"
+  # RmCreateOsDescriptor: a page-aligned address (NV_ERR_NOT_SUPPORTED); pages the process maps (NV_ERR_INVALID_ADDRESS)
+  assert _os_desc(a, a.fd_dev, addr + 8, size) == "NV_ERR_NOT_SUPPORTED"
+  assert _os_desc(a, a.fd_dev, 0x7000_0000_0000, size) == "NV_ERR_INVALID_ADDRESS"
+  # the handle is the caller's (HANDLE_PROVIDED): 0 is refused
+  assert _os_desc(a, a.fd_dev, addr, size, handle=0) == "NV_ERR_INSERT_DUPLICATE_NAME"
+  assert _os_desc(a, a.fd_dev, addr, size) == "NV_OK"
+
+# ---------------------------------------------------------------- AMD: userptr over pages the process maps (amdgpu_ttm.c)
+def test_amd_import_host_rules(monkeypatch):
+  monkeypatch.delenv("MOCKGPU_AMD_ARCH", raising=False)
+  monkeypatch.delenv("MOCKGPU_COUNT", raising=False)
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  a, b = AMDDevice("AMD", port=make_port(MockAMDGPU())), AMDDevice("AMD", port=make_port(MockAMDGPU()))
+  try:
+    a.import_host(b.signal_pool_mem)
+    a.import_host(b.signal_pool_mem)
+    assert len(a.imported) == 1
+    # amdgpu_ttm_tt_get_user_pages: the pages must belong to the process's mappings -> -EFAULT
+    with pytest.raises(IoctlError) as e: a.import_host(HCQBuffer(0x7000_0000_0000, 4096, 0x7000_0000_0000))
+    assert e.value.err == errno.EFAULT
+  finally:
+    a.close(); b.close()
