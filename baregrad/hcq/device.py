@@ -96,7 +96,7 @@ class HCQDevice(Compiled):
     sdev = Device[src.device]
     if type(sdev) is not type(self) or sdev is self or type(self).import_host is HCQDevice.import_host: return False
     link = self.peer_links.get(sdev.device)
-    if link is None:
+    if link is None or (not isinstance(link, str) and link.src is not sdev):   # (none yet, or the source was reopened)
       try: link = PeerLink(sdev, self)
       except PeerLinkUnavailable as e: link = str(e)
       self.peer_links[sdev.device] = link
@@ -105,6 +105,9 @@ class HCQDevice(Compiled):
     return True
 
   # --- what a driver provides
+  def peer_direct(self, src: HCQDevice) -> bool:
+    """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
+    return False
   def import_host(self, buf: HCQBuffer) -> None:
     """Map host-visible memory another device allocated (buf.cpu_addr == buf.va_addr) into this device's GPU VA
     space at that same address, once (self.imported); drivers that can make copy_from work implement it."""

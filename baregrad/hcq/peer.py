@@ -24,13 +24,16 @@ class PeerLinkUnavailable(RuntimeError):
   """A device pair cannot be linked (a driver without import_host, memory whose VA is not its host address)."""
 
 class PeerLink:
-  """Copies src -> dst through `slots` staging buffers of `chunk` bytes in src's host-visible memory."""
+  """Copies src -> dst: through `slots` staging buffers of `chunk` bytes in src's host-visible memory, or, where src's
+  queues can address dst's memory (`dst.peer_direct(src)`: CPU devices, whose memory is all host memory), directly:
+  src's copy queue copies into dst's buffer once dst's work so far is done, and dst's queue waits for it."""
   def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2) -> None:
     self.src, self.dst, self.chunk = src, dst, chunk
-    self.stage = [src._alloc_shared(chunk) for _ in range(slots)]
+    self.direct = dst.peer_direct(src)
+    self.stage = [] if self.direct else [src._alloc_shared(chunk) for _ in range(slots)]
     for b in self.stage: _import(dst, b)
     _import(dst, src.signal_pool_mem)   # dst's queue waits on src's timeline
-    _import(src, dst.signal_pool_mem)   # src's queue waits on dst's timeline (a slot emptied)
+    _import(src, dst.signal_pool_mem)   # src's queue waits on dst's timeline (a slot emptied, dst's work before a direct copy)
     self.free_at = [0] * slots           # dst timeline value after which slot i may be overwritten
     self.lock = threading.Lock()         # one copy at a time uses the slots
     self.copies = 0                      # chunks copied (tests)
@@ -38,6 +41,19 @@ class PeerLink:
   def copy(self, dest: Any, src: Any, nbytes: int) -> None:
     """Queue the copy of nbytes from HCQBuffer src (on self.src) into HCQBuffer dest (on self.dst)."""
     s, d = self.src, self.dst
+    if self.direct:
+      with self.lock:
+        d_last = d.timeline_value - 1   # dst's work so far (a kernel may still read the memory dest reuses)
+        with s.submit_lock:
+          tv_s = s.next_timeline()
+          q = _copy_queue(s).wait(s.timeline_signal, tv_s - 1)
+          if d_last > 0: q.wait(d.timeline_signal, d_last)
+          q.copy(dest.va_addr, src.va_addr, nbytes).signal(s.timeline_signal, tv_s).submit(s)
+        with d.submit_lock:
+          tv_d = d.next_timeline()
+          _copy_queue(d).wait(d.timeline_signal, tv_d - 1).wait(s.timeline_signal, tv_s).signal(d.timeline_signal, tv_d).submit(d)
+        self.copies += 1
+      return
     with self.lock:
       for n, off in enumerate(range(0, nbytes, self.chunk)):
         k, size = n % len(self.stage), min(self.chunk, nbytes - off)
