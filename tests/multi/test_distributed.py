@@ -74,6 +74,19 @@ def test_shape_disagreement_names_each_rank(tmp_path):
   ''')])
   assert "rank 0: (3,) dtypes.float, rank 1: (4,) dtypes.float" in p.stdout, p.stdout + p.stderr
 
+def test_ddp_bucket_layouts_disagreeing_name_each_rank(tmp_path):
+  p = mpirun([script(tmp_path, '''
+    import baregrad.nn as nn
+    from baregrad import Tensor, distributed as dist
+    from baregrad.nn import optim
+    dist.init()
+    lin = nn.Linear(4, 3 + dist.rank())   # rank 1's model is larger
+    opt = dist.DistributedOptimizer(optim.SGD([lin.weight, lin.bias], lr=0.1))
+    try: lin(Tensor.ones(2, 4)).sum().backward()
+    except ValueError as e: print("ERR", e)
+  ''')])
+  assert "gradient buckets disagree across ranks: rank 0: 1 buckets" in p.stdout and "15 elements, rank 1: 1 buckets" in p.stdout, p.stdout + p.stderr
+
 def test_missing_rank_raises_within_timeout(tmp_path):
   t0 = time.monotonic()
   p = mpirun([script(tmp_path, '''
