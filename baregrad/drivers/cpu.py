@@ -98,7 +98,8 @@ class CPUDevice(HCQDevice):
 
   # CPU devices' memory is all host memory: another CPU device's queues write it directly, and its signals need no mapping
   def peer_direct(self, src: HCQDevice) -> bool: return True
-  def import_host(self, buf: HCQBuffer) -> None: pass
+  def _import_host(self, buf: HCQBuffer) -> Any: return None
+  def _unimport(self, m: Any) -> None: pass
 
   def _check_fault(self) -> None:
     for e in self.engines.values():

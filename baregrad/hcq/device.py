@@ -94,7 +94,7 @@ class HCQDevice(Compiled):
     from baregrad.hal.device import Device
     from baregrad.hcq.peer import PeerLink, PeerLinkUnavailable
     sdev = Device[src.device]
-    if type(sdev) is not type(self) or sdev is self or type(self).import_host is HCQDevice.import_host: return False
+    if type(sdev) is not type(self) or sdev is self or type(self)._import_host is HCQDevice._import_host: return False
     link = self.peer_links.get(sdev.device)
     if link is None or (not isinstance(link, str) and link.src is not sdev):   # (none yet, or the source was reopened)
       try: link = PeerLink(sdev, self)
@@ -108,9 +108,22 @@ class HCQDevice(Compiled):
   def peer_direct(self, src: HCQDevice) -> bool:
     """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
     return False
-  def import_host(self, buf: HCQBuffer) -> None:
-    """Map host-visible memory another device allocated (buf.cpu_addr == buf.va_addr) into this device's GPU VA
-    space at that same address, once (self.imported); drivers that can make copy_from work implement it."""
+  def import_host(self, buf: HCQBuffer, owner: HCQDevice) -> None:
+    """Map host-visible memory device `owner` allocated (buf.cpu_addr == buf.va_addr) into this device's GPU VA space
+    at that same address, once per (address, owner): an import of the address made for another owner (one since closed,
+    whose pages are gone) is released first."""
+    have = self.imported.get(buf.cpu_addr)
+    if have is not None:
+      if have[0] is owner: return
+      self._unimport(have[1])
+      del self.imported[buf.cpu_addr]
+    self.imported[buf.cpu_addr] = (owner, self._import_host(buf))
+  def _import_host(self, buf: HCQBuffer) -> Any:
+    """The driver's part of import_host: map the pages, return what _unimport needs; drivers that can make
+    copy_from work implement it."""
+    raise NotImplementedError
+  def _unimport(self, m: Any) -> None:
+    """Release what _import_host returned."""
     raise NotImplementedError
   def _alloc_shared(self, size: int) -> HCQBuffer: raise NotImplementedError
   def queue_state(self) -> str:

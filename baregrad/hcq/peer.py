@@ -8,7 +8,7 @@ A `PeerLink` (source device -> destination device) copies through staging slots 
                           copy buffer -> slot; signal own timeline tv_s
   destination copy queue: wait own timeline; wait source timeline >= tv_s; copy slot -> buffer; signal own timeline
 Two slots alternate, so the source fills one while the destination empties the other. Every wait is a queue's wait
-on a signal in memory both GPUs map: the host only submits. Needed of a driver: `import_host(buf)` mapping another
+on a signal in memory both GPUs map: the host only submits. Needed of a driver: `_import_host(buf)` mapping another
 device's host-visible memory (`cpu_addr`) into this device's GPU VA space at the same address (`va_addr` ==
 `cpu_addr`, which NV and AMD host memory keep), and a copy queue whose copy may read and write host memory.
 
@@ -31,9 +31,9 @@ class PeerLink:
     self.src, self.dst, self.chunk = src, dst, chunk
     self.direct = dst.peer_direct(src)
     self.stage = [] if self.direct else [src._alloc_shared(chunk) for _ in range(slots)]
-    for b in self.stage: _import(dst, b)
-    _import(dst, src.signal_pool_mem)   # dst's queue waits on src's timeline
-    _import(src, dst.signal_pool_mem)   # src's queue waits on dst's timeline (a slot emptied, dst's work before a direct copy)
+    for b in self.stage: _import(dst, b, src)
+    _import(dst, src.signal_pool_mem, src)   # dst's queue waits on src's timeline
+    _import(src, dst.signal_pool_mem, dst)   # src's queue waits on dst's timeline (a slot emptied, dst's work before a direct copy)
     self.free_at = [0] * slots           # dst timeline value after which slot i may be overwritten
     self.lock = threading.Lock()         # one copy at a time uses the slots
     self.copies = 0                      # chunks copied (tests)
@@ -72,8 +72,8 @@ class PeerLink:
 
 def _copy_queue(dev: Any) -> HWQueue: return (dev.copy_queue_t or dev.compute_queue_t)()
 
-def _import(dev: Any, buf: Any) -> None:
+def _import(dev: Any, buf: Any, owner: Any) -> None:
   if buf.cpu_addr is None or buf.cpu_addr != buf.va_addr:
     raise PeerLinkUnavailable(f"host memory at VA {buf.va_addr:#x} is mapped for the CPU at "
                               f"{'no address' if buf.cpu_addr is None else hex(buf.cpu_addr)}; a peer link needs the same address")
-  dev.import_host(buf)
+  dev.import_host(buf, owner)

@@ -75,11 +75,17 @@ def _os_desc(dev, fd, addr, size, handle=0xd15f0001, **flags):
 
 def test_nv_import_host_maps_the_other_gpus_pages(nv_pair):
   a, b = nv_pair
-  a.import_host(b.signal_pool_mem)
-  a.import_host(b.signal_pool_mem)   # once per address
-  assert len([m for m in a.memories if m.what == "another device's host memory"]) == 1
+  a.import_host(b.signal_pool_mem, b)
+  a.import_host(b.signal_pool_mem, b)   # once per address and owner
+  def imports(): return [m for m in a.memories if m.what == "another device's host memory"]
+  assert len(imports()) == 1
   ctypes.c_uint64.from_address(b.signal_pool_mem.cpu_addr + 8).value = 0x1234   # B's page, read through A's MMU
   assert int.from_bytes(a.port.mock.read_gpu(b.signal_pool_mem.va_addr + 8, 8), "little") == 0x1234
+  # the address now of another owner (the first one closed, its pages gone): the old import is released (its UVM range
+  # freed: else creating the range again fails with NV_ERR_UVM_ADDRESS_IN_USE) and made again
+  first = imports()[0]
+  a.import_host(b.signal_pool_mem, a)
+  assert len(imports()) == 1 and imports()[0] is not first and first.handle not in a.port.mock.clients[a.root]
 
 def test_nv_os_descriptor_rules(nv_pair):
   a, b = nv_pair
@@ -104,11 +110,14 @@ def test_amd_import_host_rules(monkeypatch):
   from baregrad.drivers.amd import AMDDevice
   a, b = AMDDevice("AMD", port=make_port(MockAMDGPU())), AMDDevice("AMD", port=make_port(MockAMDGPU()))
   try:
-    a.import_host(b.signal_pool_mem)
-    a.import_host(b.signal_pool_mem)
+    a.import_host(b.signal_pool_mem, b)
+    a.import_host(b.signal_pool_mem, b)
     assert len(a.imported) == 1
+    m = a.imported[b.signal_pool_mem.cpu_addr][1]
+    a.import_host(b.signal_pool_mem, a)   # another owner: the old BO is released (else KFD refuses the VA as in use)
+    assert m.handle not in a.port.mock.bos and len(a.imported) == 1
     # amdgpu_ttm_tt_get_user_pages: the pages must belong to the process's mappings -> -EFAULT
-    with pytest.raises(IoctlError) as e: a.import_host(HCQBuffer(0x7000_0000_0000, 4096, 0x7000_0000_0000))
+    with pytest.raises(IoctlError) as e: a.import_host(HCQBuffer(0x7000_0000_0000, 4096, 0x7000_0000_0000), b)
     assert e.value.err == errno.EFAULT
   finally:
     a.close(); b.close()

@@ -340,11 +340,10 @@ class AMDDevice(HCQDevice):
     m = self._gpu_alloc(size, "userptr")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
 
-  def import_host(self, buf: HCQBuffer) -> None:
+  def _import_host(self, buf: HCQBuffer) -> AMDMemory:
     """Another AMD device's host memory (a userptr BO over anonymous pages at their own address) mapped for this GPU
     at that address: a userptr BO of this GPU over the same pages (KFD pins them for each BO: amdgpu_amdkfd_gpuvm.c
     init_user_pages), so both GPUs' queues read and write the one copy (peer copies' staging, the other's signals)."""
-    if buf.cpu_addr in self.imported: return
     assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(hcq/peer.py checks this)"
     size = round_up(buf.size, PAGE)
     flags = (F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT |
@@ -360,7 +359,12 @@ class AMDDevice(HCQDevice):
       raise
     m = AMDMemory(a.handle, size, buf.va_addr, None, "userptr")
     self.memories.append(m)
-    self.imported[buf.cpu_addr] = m
+    return m
+
+  def _unimport(self, m: AMDMemory) -> None:
+    self.synchronize()   # (a queued copy may still read it)
+    self._release_bo(m.handle, mapped=True)
+    self.memories.remove(m)
 
   def capture(self, files: dict[str, bytes]) -> None:
     """AMD_CAPTURE=DIR: each submission's command bytes as NNNNNN-<what>.bin (decode with tools/amd_decode.py capture DIR)."""

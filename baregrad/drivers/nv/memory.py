@@ -61,13 +61,12 @@ class DeviceMemory:
     self.memories.append(m)
     return m
 
-  def import_host(self, buf: HCQBuffer) -> None:
+  def _import_host(self, buf: HCQBuffer) -> NVMemory:
     """Another NV device's host-visible memory (its CPU mapping and GPU VA are one address) mapped for this GPU at that
     address: an OS-descriptor memory object over the same pages (NV_ESC_RM_ALLOC_MEMORY of
     NV01_MEMORY_SYSTEM_OS_DESCRIPTOR on this GPU's /dev/nvidiaN: escape.c RmIoctl takes it only on a GPU's node,
     RmAllocOsDescriptor wants LOCATION_PCI and MAPPING_NO_MAP, RmCreateOsDescriptor a page-aligned address and pins
-    the pages), then a UVM external range and mapping as for the device's own memory. Once per address."""
-    if buf.cpu_addr in self.imported: return
+    the pages), then a UVM external range and mapping as for the device's own memory."""
     assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(hcq/peer.py checks this)"
     nv = self.nv
     size = round_up(buf.size, PAGE)
@@ -96,7 +95,13 @@ class DeviceMemory:
       raise
     m = NVMemory(handle, size, buf.va_addr, None, True, "another device's host memory")
     self.memories.append(m)
-    self.imported[buf.cpu_addr] = m
+    return m
+
+  def _unimport(self, m: NVMemory) -> None:
+    self.synchronize()   # (a queued copy may still read it)
+    self.uvm(self.nv.UVM_FREE, self.nv.UVM_FREE_PARAMS(base=m.va, length=m.size), "UVM_FREE")
+    self.rm_free(m.handle, self.nvdevice)
+    self.memories.remove(m)
 
   def _unmap_cpu(self, cpu: int, size: int) -> None: release_to_window(self.port, cpu, size)
 
