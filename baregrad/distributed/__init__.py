@@ -134,10 +134,15 @@ class DistributedOptimizer:
     _agree_text(f"{len(buckets)} buckets {hashlib.sha1(layout.encode()).hexdigest()[:10]} {sum(p.numel() for b in buckets for p in b)} elements",
                 "DistributedOptimizer", "gradient buckets")
     self.events = []
+    from baregrad.tensor.autograd import shared_values
+    uops = [[p.grad.uop for p in b if p.grad is not None] for b in buckets]   # (buckets() holds only parameters with one)
     for k, b in enumerate(buckets):
-      grads = [p.grad.reshape(-1) for p in b if p.grad is not None]   # (buckets() holds only parameters with one)
+      grads = [p.grad.reshape(-1) for p in b if p.grad is not None]
       flat = Tensor.cat(*grads) if len(grads) > 1 else grads[0]
-      send = np.ascontiguousarray(flat.numpy())   # computes this bucket's part of the backward pass
+      # this bucket's part of the backward pass, with the values later buckets read too (computed once, not per bucket)
+      also = [Tensor(u, device=b[0].device) for u in shared_values(uops[k], [u for later in uops[k + 1:] for u in later])]
+      flat.realize(*also)
+      send = np.ascontiguousarray(flat.numpy())
       self.events.append(("ready", k))
       if send.dtype == np.float16: send = send.astype(np.float32)   # (MPI has no float16 sum; bfloat16 arrives as float32)
       recv = np.empty_like(send)
