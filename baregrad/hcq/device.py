@@ -47,7 +47,8 @@ class HCQDevice(Compiled):
     assert pool_mem.cpu_addr is not None
     self.signal_pool = SignalPool(pool_mem.cpu_addr, pool_mem.va_addr, signal_pool_size)
     self.peer_links: dict[str, Any] = {}   # source device name -> PeerLink into this device, or the reason there is none
-    self.imported: dict[int, Any] = {}     # host address -> what import_host made of another device's memory
+    self.imported: dict[int, Any] = {}     # host address -> (owner device, what _import_host made of its memory)
+    self.peers: dict[str, HCQDevice] = {}  # devices whose timeline this device's queues wait on (peer copies)
     self.timeline_signal = self.signal_t(self, value=0)
     self.timeline_value = 1  # the value the next submission signals
     self.kernargs = self._alloc_shared(kernargs_size)
@@ -103,6 +104,14 @@ class HCQDevice(Compiled):
     if isinstance(link, str): return False
     if src.nbytes: link.copy(dest._buf, src._buf, src.nbytes)
     return True
+
+  def peer_state(self) -> str:
+    """The devices whose timelines this device's queues wait on (peer copies), each with where it stands: what a
+    timeout message adds, since a queue of this device may be blocked by another device's stuck work."""
+    if not self.peers: return ""
+    return "queues of this device wait on other devices' timelines (peer copies): " + "; ".join(
+      f"{n}'s timeline {d.timeline_signal.va_addr:#x} is {d.timeline_signal.value} (last submitted {d.timeline_value - 1})"
+      for n, d in self.peers.items())
 
   # --- what a driver provides
   def peer_direct(self, src: HCQDevice) -> bool:

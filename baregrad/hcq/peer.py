@@ -34,6 +34,7 @@ class PeerLink:
     for b in self.stage: _import(dst, b, src)
     _import(dst, src.signal_pool_mem, src)   # dst's queue waits on src's timeline
     _import(src, dst.signal_pool_mem, dst)   # src's queue waits on dst's timeline (a slot emptied, dst's work before a direct copy)
+    dst.peers[src.device], src.peers[dst.device] = src, dst   # (named in timeout messages: HCQDevice.peer_state)
     self.free_at = [0] * slots           # dst timeline value after which slot i may be overwritten
     self.lock = threading.Lock()         # one copy at a time uses the slots
     self.copies = 0                      # chunks copied (tests)

@@ -121,3 +121,23 @@ def test_amd_import_host_rules(monkeypatch):
     assert e.value.err == errno.EFAULT
   finally:
     a.close(); b.close()
+
+# ---------------------------------------------------------------- a stuck peer is named
+def test_timeout_names_the_peer_device_a_queue_waits_on():
+  import numpy as np
+  from baregrad.hal import Buffer, Device
+  from baregrad.hcq import HCQSignal, HCQTimeout
+  from baregrad.ir.dtype import dtypes
+  src, dst = Device["CPU:0"], Device["CPU:1"]
+  a = Buffer("CPU:0", 64, dtypes.float32).copyin(memoryview(np.arange(64, dtype=np.float32)))
+  b = Buffer("CPU:1", 64, dtypes.float32).allocate()
+  gate = HCQSignal(src, value=0)
+  with src.submit_lock:   # CPU:0's queue stuck behind a signal nothing writes yet
+    tv = src.next_timeline()
+    src.copy_queue_t().wait(src.timeline_signal, tv - 1).wait(gate, 1).signal(src.timeline_signal, tv).submit(src)
+  assert dst.copy_from(b, a)
+  with pytest.raises(HCQTimeout, match=r"wait on other devices' timelines \(peer copies\): CPU:0's timeline 0x[0-9a-f]+ is \d+ \(last submitted \d+\)"):
+    dst.synchronize(timeout_ms=300)
+  gate.value = 1   # released: both drain, the copy lands
+  dst.synchronize()
+  assert np.frombuffer(b.as_memoryview(), np.float32).tolist() == list(range(64))
