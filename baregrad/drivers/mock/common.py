@@ -2,7 +2,7 @@
 pages are the object's "physical" memory, mapped by the driver and seen by the mock alike), round-up, and the fault
 types their GPU engines raise on an unmapped virtual address (each with the fields its vendor's fault report names)."""
 from __future__ import annotations
-import ctypes, os, weakref
+import ctypes, os, time, weakref
 from typing import Any
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -80,11 +80,14 @@ class GPUFaultErr(Exception):
 # signal a queue of another GPU writes (a peer copy's staging handshake, the other device's timeline).
 MACHINE: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
+MACHINE_SLICE_S = 0.5   # how long one doorbell runs the machine at most (the rest runs at the next doorbell or kick)
+
 def run_machine(me: Any) -> None:
   """Run `me`'s queues (its lock held by the caller) and every other mock GPU's (`_run_all() -> bool` each, under its
-  own lock) until none makes progress. A mock whose lock another thread holds is skipped: that thread is running it."""
-  progress = True
-  while progress:
+  own lock) until none makes progress or MACHINE_SLICE_S passed (a long kernel returns the host its thread, as a
+  mock's own time slice does). A mock whose lock another thread holds is skipped: that thread is running it."""
+  progress, end = True, time.perf_counter() + MACHINE_SLICE_S
+  while progress and time.perf_counter() < end:
     progress = bool(me._run_all())
     for m in list(MACHINE):
       if m is me or not m._lock.acquire(blocking=False): continue
