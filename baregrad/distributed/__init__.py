@@ -108,7 +108,9 @@ class DistributedOptimizer:
       from baregrad.tensor import autograd
       autograd.grad_hooks.append(weakref.WeakMethod(self._grads_created))
 
-  def zero_grad(self) -> None: self.opt.zero_grad()
+  def zero_grad(self) -> None:
+    self._finish(keep=False)   # an exchange still in flight is of gradients being dropped
+    self.opt.zero_grad()
 
   def buckets(self) -> list[list[Tensor]]:
     """The parameters with gradients, in reverse order (as backward produces them), grouped into buckets of at most
