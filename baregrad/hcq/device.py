@@ -106,12 +106,13 @@ class HCQDevice(Compiled):
     return True
 
   def peer_state(self) -> str:
-    """The devices whose timelines this device's queues wait on (peer copies), each with where it stands: what a
-    timeout message adds, since a queue of this device may be blocked by another device's stuck work."""
-    if not self.peers: return ""
-    return "queues of this device wait on other devices' timelines (peer copies): " + "; ".join(
-      f"{n}'s timeline {d.timeline_signal.va_addr:#x} is {d.timeline_signal.value} (last submitted {d.timeline_value - 1})"
-      for n, d in self.peers.items())
+    """The devices whose timelines this device's queues wait on (peer copies) that have work not yet finished, each
+    with where it stands: what a timeout message adds, since a queue of this device may be blocked by another
+    device's stuck work."""
+    busy = [(n, d) for n, d in self.peers.items() if d.timeline_signal.value < d.timeline_value - 1]
+    if not busy: return ""
+    return "queues of this device wait on other devices' timelines (peer copies); unfinished: " + "; ".join(
+      f"{n}'s timeline {d.timeline_signal.va_addr:#x} is {d.timeline_signal.value} (last submitted {d.timeline_value - 1})" for n, d in busy)
 
   # --- what a driver provides
   def peer_direct(self, src: HCQDevice) -> bool:
