@@ -99,3 +99,20 @@ def test_missing_rank_raises_within_timeout(tmp_path):
   ''')], env={"DIST_TIMEOUT_S": "2"}, timeout=100)
   assert "TIMEOUT" in p.stdout and "did not complete within DIST_TIMEOUT_S=2.0 s" in p.stdout, p.stdout + p.stderr
   assert time.monotonic() - t0 < 60
+
+def test_dead_rank_ends_the_job(tmp_path):
+  # a rank that dies (exits without finalizing) ends the job: mpirun stops the others, or their wait times out;
+  # nobody hangs and nobody completes the allreduce alone
+  t0 = time.monotonic()
+  p = mpirun([script(tmp_path, '''
+    import os
+    from baregrad import Tensor, distributed as dist
+    dist.init()
+    if dist.rank() == 1: os._exit(0)   # dies
+    try: dist.allreduce(Tensor.ones(4))
+    except TimeoutError as e: print("TIMEOUT", e, flush=True); os._exit(3)
+    print("COMPLETED", flush=True)
+  ''')], env={"DIST_TIMEOUT_S": "5"}, timeout=100)
+  assert p.returncode != 0 and "COMPLETED" not in p.stdout, p.stdout + p.stderr
+  assert "TIMEOUT" in p.stdout or "exiting improperly" in p.stdout + p.stderr, p.stdout + p.stderr
+  assert time.monotonic() - t0 < 60
