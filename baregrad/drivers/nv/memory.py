@@ -66,7 +66,10 @@ class DeviceMemory:
     address: an OS-descriptor memory object over the same pages (NV_ESC_RM_ALLOC_MEMORY of
     NV01_MEMORY_SYSTEM_OS_DESCRIPTOR on this GPU's /dev/nvidiaN: escape.c RmIoctl takes it only on a GPU's node,
     RmAllocOsDescriptor wants LOCATION_PCI and MAPPING_NO_MAP, RmCreateOsDescriptor a page-aligned address and pins
-    the pages), then a UVM external range and mapping as for the device's own memory."""
+    the pages), then a UVM external range and mapping as for the device's own memory. On the H100 this route worked
+    for anonymous pages (docs/hw/h100-580.159.04-findings.md#finding-1); the pages here are RM memory the other device
+    mapped through /dev/nvidiactl, for which os_lock_user_pages fails and RmCreateOsDescriptor falls back to
+    os_lookup_user_io_memory: not yet seen on hardware (the mock accepts any mapped pages)."""
     assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(hcq/peer.py checks this)"
     nv = self.nv
     size = round_up(buf.size, PAGE)

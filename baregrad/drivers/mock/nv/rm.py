@@ -145,7 +145,9 @@ class ResourceManager:
       if nv.NVOS02_FLAGS_COHERENCY.decode(fl) not in coherent:
         raise RMStatus(nv.NV_ERR_INVALID_FLAGS, f"OS descriptor flags {fl:#x}: COHERENCY must be CACHED, WRITE_BACK or UNCACHED")
       # RmCreateOsDescriptor: the address page aligned (NV_ERR_NOT_SUPPORTED), limit + 1 not 0 (NV_ERR_INVALID_LIMIT),
-      # os_lock_user_pages pins the pages: addresses the process has not mapped -> NV_ERR_INVALID_ADDRESS
+      # os_lock_user_pages pins the pages: addresses the process has not mapped -> NV_ERR_INVALID_ADDRESS (anonymous
+      # pages worked on the H100, docs/hw/h100-580.159.04-findings.md#finding-1; pages of an RM mapping take the
+      # os_lookup_user_io_memory fallback, whose rules the mock does not model: it accepts any mapped pages)
       if p.pMemory % PAGE: raise RMStatus(nv.NV_ERR_NOT_SUPPORTED, f"OS descriptor at {p.pMemory:#x} is not page aligned")
       if p.limit + 1 >= 1 << 64: raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"limit {p.limit:#x} overflows")
       size = (p.limit + PAGE) // PAGE * PAGE
