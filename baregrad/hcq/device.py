@@ -1,6 +1,6 @@
 """HCQDevice: the generic part of a hardware-command-queue device (timeline, kernel args, programs, copies)."""
 from __future__ import annotations
-import ctypes, threading, time
+import ctypes, threading, time, warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
 from baregrad import knobs
@@ -93,13 +93,16 @@ class HCQDevice(Compiled):
     cannot be linked (a driver without import_host; the first failure is remembered): the caller copies through the
     host."""
     from baregrad.hal.device import Device
-    from baregrad.hcq.peer import PeerLink, PeerLinkUnavailable
+    from baregrad.hcq.peer import PeerLink
     sdev = Device[src.device]
     if type(sdev) is not type(self) or sdev is self or type(self)._import_host is HCQDevice._import_host: return False
     link = self.peer_links.get(sdev.device)
     if link is None or (not isinstance(link, str) and link.src is not sdev):   # (none yet, or the source was reopened)
+      if link is not None and not isinstance(link, str): link.close()
       try: link = PeerLink(sdev, self)
-      except PeerLinkUnavailable as e: link = str(e)
+      except (OSError, ValueError) as e:   # a kernel driver refused the pages: copies go through the host (said once)
+        link = f"{sdev.device} -> {self.device}: no peer link ({e}); copies go through the host"
+        warnings.warn(link, stacklevel=2)
       self.peer_links[sdev.device] = link
     if isinstance(link, str): return False
     if src.nbytes: link.copy(dest._buf, src._buf, src.nbytes)
@@ -118,16 +121,21 @@ class HCQDevice(Compiled):
   def peer_direct(self, src: HCQDevice) -> bool:
     """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
     return False
-  def import_host(self, buf: HCQBuffer, owner: HCQDevice) -> None:
-    """Map host-visible memory device `owner` allocated (buf.cpu_addr == buf.va_addr) into this device's GPU VA space
-    at that same address, once per (address, owner): an import of the address made for another owner (one since closed,
-    whose pages are gone) is released first."""
+  def import_host(self, buf: HCQBuffer, owner: Any) -> None:
+    """Map host pages `owner` holds (buf.cpu_addr == buf.va_addr, page aligned) into this device's GPU VA space at
+    that same address, once per (address, owner): an import of the address made for another owner (one since gone,
+    whose pages were unmapped) is released first."""
+    if buf.cpu_addr is None or buf.cpu_addr != buf.va_addr:
+      raise ValueError(f"import_host: memory at VA {buf.va_addr:#x} is mapped for the CPU at "
+                       f"{'no address' if buf.cpu_addr is None else hex(buf.cpu_addr)}; expected the same address")
     have = self.imported.get(buf.cpu_addr)
     if have is not None:
       if have[0] is owner: return
-      self._unimport(have[1])
-      del self.imported[buf.cpu_addr]
+      self.unimport_host(buf.cpu_addr)
     self.imported[buf.cpu_addr] = (owner, self._import_host(buf))
+  def unimport_host(self, addr: int) -> None:
+    """Release what import_host made of the pages at addr (if anything)."""
+    if (have := self.imported.pop(addr, None)) is not None: self._unimport(have[1])
   def _import_host(self, buf: HCQBuffer) -> Any:
     """The driver's part of import_host: map the pages, return what _unimport needs; drivers that can make
     copy_from work implement it."""

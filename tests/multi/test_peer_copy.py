@@ -87,6 +87,18 @@ def test_nv_import_host_maps_the_other_gpus_pages(nv_pair):
   a.import_host(b.signal_pool_mem, a)
   assert len(imports()) == 1 and imports()[0] is not first and first.handle not in a.port.mock.clients[a.root]
 
+def test_nv_link_pages_mapped_on_both_and_released(nv_pair):
+  from baregrad.hcq.peer import PeerLink
+  a, b = nv_pair
+  link = PeerLink(a, b)
+  for dev in (a, b):   # the link's pages (counters and slots) mapped for both GPUs at their host address
+    assert dev.imported[link.buf.cpu_addr][0] is link
+    ctypes.c_uint64.from_address(link.buf.cpu_addr + 8).value = 0x77
+    assert int.from_bytes(dev.port.mock.read_gpu(link.buf.va_addr + 8, 8), "little") == 0x77
+  link.close()
+  assert link.buf.cpu_addr not in a.imported and link.buf.cpu_addr not in b.imported
+  with pytest.raises(ValueError, match="mapped for the CPU at 0x2000; expected the same address"): a.import_host(HCQBuffer(0x1000, 4096, 0x2000), b)
+
 def test_nv_os_descriptor_rules(nv_pair):
   a, b = nv_pair
   addr, size = b.signal_pool_mem.cpu_addr, 4096
