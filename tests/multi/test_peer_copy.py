@@ -1,6 +1,6 @@
 """Copies between two mock GPUs (or CPU devices) of one driver queued on both devices' queues (hcq/peer.py): values, no host wait
 during a collective's schedule (host waits counted), and the kernel-driver checks the mocks make on the way (NV:
-another device's host memory as an OS-descriptor object, escape.c; AMD: as a userptr BO, amdgpu_ttm.c)."""
+host pages as an OS-descriptor object, escape.c; AMD: as a userptr BO, amdgpu_ttm.c)."""
 import ctypes, errno, os, subprocess, sys, textwrap
 import pytest
 from tests.paths import REPO
@@ -77,7 +77,7 @@ def test_nv_import_host_maps_the_other_gpus_pages(nv_pair):
   a, b = nv_pair
   a.import_host(b.signal_pool_mem, b)
   a.import_host(b.signal_pool_mem, b)   # once per address and owner
-  def imports(): return [m for m in a.memories if m.what == "another device's host memory"]
+  def imports(): return [m for m in a.memories if m.what == "imported host pages"]
   assert len(imports()) == 1
   ctypes.c_uint64.from_address(b.signal_pool_mem.cpu_addr + 8).value = 0x1234   # B's page, read through A's MMU
   assert int.from_bytes(a.port.mock.read_gpu(b.signal_pool_mem.va_addr + 8, 8), "little") == 0x1234

@@ -341,19 +341,19 @@ class AMDDevice(HCQDevice):
     return HCQBuffer(m.va, size, m.cpu, meta=m)
 
   def _import_host(self, buf: HCQBuffer) -> AMDMemory:
-    """Another AMD device's host memory (a userptr BO over anonymous pages at their own address) mapped for this GPU
-    at that address: a userptr BO of this GPU over the same pages (KFD pins them for each BO: amdgpu_amdkfd_gpuvm.c
-    init_user_pages), so both GPUs' queues read and write the one copy (peer copies' staging, the other's signals)."""
-    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(hcq/peer.py checks this)"
+    """Host pages of the process (a peer link's anonymous pages; or another device's host memory) mapped for this GPU
+    at their own address: a userptr BO of this GPU over them (KFD pins them for each BO: amdgpu_amdkfd_gpuvm.c
+    init_user_pages), so several GPUs' queues read and write the one copy (a peer link's slots and counters)."""
+    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(HCQDevice.import_host checks this)"
     size = round_up(buf.size, PAGE)
     flags = (F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT |
              F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED) & 0xFFFFFFFF
     a = kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args(va_addr=buf.va_addr, size=size, gpu_id=self.gpu_id, flags=flags, mmap_offset=buf.cpu_addr)
-    self.kfd_ioctl(kfd.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, a, "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU(userptr, another device's host memory)")
+    self.kfd_ioctl(kfd.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, a, "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU(userptr, imported host pages)")
     ids = (ctypes.c_uint32 * 1)(self.gpu_id)
     try:
       self.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
-        handle=a.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_MAP_MEMORY_TO_GPU(imported host memory)")
+        handle=a.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_MAP_MEMORY_TO_GPU(imported host pages)")
     except BaseException:
       self._release_bo(a.handle, mapped=False)
       raise

@@ -62,15 +62,15 @@ class DeviceMemory:
     return m
 
   def _import_host(self, buf: HCQBuffer) -> NVMemory:
-    """Another NV device's host-visible memory (its CPU mapping and GPU VA are one address) mapped for this GPU at that
-    address: an OS-descriptor memory object over the same pages (NV_ESC_RM_ALLOC_MEMORY of
+    """Host pages of the process (a peer link's anonymous pages; or another device's host-visible memory) mapped for
+    this GPU at their own address: an OS-descriptor memory object over them (NV_ESC_RM_ALLOC_MEMORY of
     NV01_MEMORY_SYSTEM_OS_DESCRIPTOR on this GPU's /dev/nvidiaN: escape.c RmIoctl takes it only on a GPU's node,
     RmAllocOsDescriptor wants LOCATION_PCI and MAPPING_NO_MAP, RmCreateOsDescriptor a page-aligned address and pins
-    the pages), then a UVM external range and mapping as for the device's own memory. On the H100 this route worked
-    for anonymous pages (docs/hw/h100-580.159.04-findings.md#finding-1); the pages here are RM memory the other device
-    mapped through /dev/nvidiactl, for which os_lock_user_pages fails and RmCreateOsDescriptor falls back to
-    os_lookup_user_io_memory: not yet seen on hardware (the mock accepts any mapped pages)."""
-    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(hcq/peer.py checks this)"
+    the pages), then a UVM external range and mapping as for the device's own memory. The H100 took this route for
+    anonymous pages (docs/hw/h100-580.159.04-findings.md#finding-1); for pages of an RM mapping (another device's
+    memory mapped through /dev/nvidiactl) os_lock_user_pages fails and RmCreateOsDescriptor tries
+    os_lookup_user_io_memory: not seen on hardware (the mock accepts any mapped pages)."""
+    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(HCQDevice.import_host checks this)"
     nv = self.nv
     size = round_up(buf.size, PAGE)
     self._os_desc_handles = getattr(self, "_os_desc_handles", 0) + 1
@@ -84,7 +84,7 @@ class DeviceMemory:
     self._esc(self.fd_dev, nv.NV_ESC_RM_ALLOC_MEMORY, w, "NV_ESC_RM_ALLOC_MEMORY(NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)")
     if w.params.status != 0:
       raise RMError("NV_ESC_RM_ALLOC_MEMORY(NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)", w.params.status,
-                    f"{buf.cpu_addr:#x}+{size:#x}", "describing another device's host memory to this GPU")
+                    f"{buf.cpu_addr:#x}+{size:#x}", "describing host pages to this GPU")
     try:
       self.uvm(nv.UVM_CREATE_EXTERNAL_RANGE, nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS(base=buf.va_addr, length=size), "UVM_CREATE_EXTERNAL_RANGE")
       mp = nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS(base=buf.va_addr, length=size, rmCtrlFd=self.fd_ctl, hClient=self.root, hMemory=handle, gpuAttributesCount=1)
@@ -96,7 +96,7 @@ class DeviceMemory:
       except Exception: pass
       self.rm_free(handle)
       raise
-    m = NVMemory(handle, size, buf.va_addr, None, True, "another device's host memory")
+    m = NVMemory(handle, size, buf.va_addr, None, True, "imported host pages")
     self.memories.append(m)
     return m
 
