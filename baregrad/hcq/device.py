@@ -48,7 +48,7 @@ class HCQDevice(Compiled):
     self.signal_pool = SignalPool(pool_mem.cpu_addr, pool_mem.va_addr, signal_pool_size)
     self.peer_links: dict[str, Any] = {}   # source device name -> PeerLink into this device, or the reason there is none
     self.imported: dict[int, Any] = {}     # host address -> (owner device, what _import_host made of its memory)
-    self.peers: dict[str, HCQDevice] = {}  # devices whose timeline this device's queues wait on (peer copies)
+    self.peers: dict[str, HCQDevice] = {}  # devices whose work this device's queues wait on (peer copies)
     self.timeline_signal = self.signal_t(self, value=0)
     self.timeline_value = 1  # the value the next submission signals
     self.kernargs = self._alloc_shared(kernargs_size)
@@ -90,8 +90,8 @@ class HCQDevice(Compiled):
   def copy_from(self, dest: Any, src: Any) -> bool:
     """Queue the copy of hal Buffer src (on another device of this class) into hal Buffer dest (on this device) on
     both devices' queues, each waiting on the other's signals, with no host wait (hcq/peer.py); False where the pair
-    cannot be linked (a driver without import_host; the first failure is remembered): the caller copies through the
-    host."""
+    cannot be linked (a driver without _import_host, a kernel driver refusing the pages: the first failure is
+    remembered): the caller copies through the host."""
     from baregrad.hal.device import Device
     from baregrad.hcq.peer import PeerLink
     sdev = Device[src.device]
@@ -109,12 +109,12 @@ class HCQDevice(Compiled):
     return True
 
   def peer_state(self) -> str:
-    """The devices whose timelines this device's queues wait on (peer copies) that have work not yet finished, each
+    """The devices whose work this device's queues wait on (peer copies) that have work not yet finished, each
     with where it stands: what a timeout message adds, since a queue of this device may be blocked by another
     device's stuck work."""
     busy = [(n, d) for n, d in self.peers.items() if d.timeline_signal.value < d.timeline_value - 1]
     if not busy: return ""
-    return "queues of this device wait on other devices' timelines (peer copies); unfinished: " + "; ".join(
+    return "queues of this device wait on other devices' work (peer copies); unfinished: " + "; ".join(
       f"{n}'s timeline {d.timeline_signal.va_addr:#x} is {d.timeline_signal.value} (last submitted {d.timeline_value - 1})" for n, d in busy)
 
   # --- what a driver provides

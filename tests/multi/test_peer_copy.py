@@ -148,7 +148,7 @@ def test_timeout_names_the_peer_device_a_queue_waits_on():
     tv = src.next_timeline()
     src.copy_queue_t().wait(src.timeline_signal, tv - 1).wait(gate, 1).signal(src.timeline_signal, tv).submit(src)
   assert dst.copy_from(b, a)
-  stuck = r"wait on other devices' timelines \(peer copies\); unfinished: (.*; )?CPU:0's timeline 0x[0-9a-f]+ is \d+ \(last submitted \d+\)"
+  stuck = r"wait on other devices' work \(peer copies\); unfinished: (.*; )?CPU:0's timeline 0x[0-9a-f]+ is \d+ \(last submitted \d+\)"
   with pytest.raises(HCQTimeout, match=stuck):
     dst.synchronize(timeout_ms=300)
   gate.value = 1   # released: both drain, the copy lands
