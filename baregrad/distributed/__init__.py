@@ -153,7 +153,7 @@ class DistributedOptimizer:
 
   def _finish(self, keep: bool = True) -> None:
     pending, self._pending = self._pending, []
-    n = world_size()
+    n = world_size() if pending else 1
     for k, ex in enumerate(pending):
       _wait(ex.req, f"DistributedOptimizer gradient allreduce (bucket {k} of {len(pending)})")
       self.events.append(("done", k))
