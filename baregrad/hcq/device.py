@@ -2,12 +2,12 @@
 from __future__ import annotations
 import ctypes, threading, time, warnings
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from baregrad import knobs
 from baregrad.helpers import c_array
 from baregrad.hal import Compiled, LRUAllocator, Program, profile
 from baregrad.hcq.signal import HCQSignal, SignalPool
-from baregrad.hcq.queue import HWQueue, HCQArgsState
+from baregrad.hcq.queue import HWQueue, HCQArgsState, _dims
 
 def where_is(addr: int, memories: Sequence[Any], slack: int = 1 << 20) -> str:
   """The allocation `addr` falls in, or the one it lies just past (within `slack` bytes): `memories` have va, size, what."""
@@ -18,6 +18,15 @@ def where_is(addr: int, memories: Sequence[Any], slack: int = 1 << 20) -> str:
     m = max(before, key=lambda m: m.va + m.size)
     return f"{addr - (m.va + m.size):#x} bytes past the end of {m.what} [{m.va:#x}, +{m.size:#x}): no allocation there"
   return "in no allocation of this device"
+
+def mapped_reader(memories: Sequence[Any]) -> Callable[[int, int], bytes]:
+  """`read(addr, nbytes) -> bytes` of GPU addresses through the host mappings of `memories` (va, size, cpu): what the
+  decoders use to follow a launch to its QMD or AQL packet's kernel. KeyError where no mapped allocation holds the range."""
+  def read(addr: int, n: int) -> bytes:
+    for m in list(memories):
+      if m.cpu is not None and m.va <= addr and addr + n <= m.va + m.size: return ctypes.string_at(m.cpu + addr - m.va, n)
+    raise KeyError(f"{addr:#x}+{n:#x} is in no host-mapped allocation ({where_is(addr, memories)})")
+  return read
 
 @dataclass
 class HCQBuffer:
@@ -36,6 +45,7 @@ class HCQDevice(Compiled):
   signal_t: type[HCQSignal] = HCQSignal
   ticks_per_us: float = 1.0
   default_timeout_ms: int = 30000
+  capture: Any = None   # a hcq.capture.CaptureWriter when the driver's *_CAPTURE=DIR is set
 
   def __init__(self, device: str, allocator: Any, renderer: Any, compiler: Any, runtime: type | None,
                compute_queue_t: type[HWQueue], copy_queue_t: type[HWQueue] | None = None,
@@ -117,6 +127,13 @@ class HCQDevice(Compiled):
     return "queues of this device wait on other devices' work (peer copies); unfinished: " + "; ".join(
       f"{n}'s timeline {d.timeline_signal.va_addr:#x} is {d.timeline_signal.value} (last submitted {d.timeline_value - 1})" for n, d in busy)
 
+  def cpu_address(self, va: int, size: int) -> int | None:
+    """The host address of GPU addresses [va, va+size) when one CPU-mapped allocation of the driver's `memories` (each
+    with va, size, cpu) holds them all, else None."""
+    for m in getattr(self, "memories", ()):
+      if m.cpu is not None and m.va <= va and va + size <= m.va + m.size: return m.cpu + va - m.va
+    return None
+
   # --- what a driver provides
   def peer_direct(self, src: HCQDevice) -> bool:
     """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
@@ -166,6 +183,8 @@ class HCQDevice(Compiled):
 class HCQProgram(Program):
   """Launches through the compute queue: wait(timeline) -> [timestamp] -> exec -> [timestamp] -> signal(timeline)."""
   args_state_t: type[HCQArgsState] = HCQArgsState
+  _capturing = False   # inside a captured launch (hcq/capture.py)
+  last_args: HCQArgsState | None = None   # while capturing: the args state of the last launch
 
   def __init__(self, device: HCQDevice, name: str, lib: bytes) -> None:
     super().__init__(device, name, lib)
@@ -178,11 +197,33 @@ class HCQProgram(Program):
     which is reused once it wraps: a queue recorded for replay should pass dev.alloc_args_memory(...)."""
     bufs = [b._buf if hasattr(b, "_buf") else b for b in bufs]  # accept hal Buffers as well as HCQBuffers
     cpu, va = kernargs if kernargs is not None else self.dev.alloc_kernargs(self.kernargs_size(len(bufs), len(vals)))
-    return self.args_state_t(cpu, va, self, bufs, vals)
+    st = self.args_state_t(cpu, va, self, bufs, vals)
+    if self.dev.capture is not None: self.last_args = st
+    return st
+
+  def capture_descriptor(self, args: HCQArgsState) -> dict[str, bytes]:
+    """The launch descriptor a launch with `args` was given, by name (drivers: QMD and constant bank, AQL packet and
+    kernargs), for *_CAPTURE."""
+    return {}
+
+  def install_captured(self, q: HWQueue, args: HCQArgsState, files: dict[str, bytes], reloc: dict[int, int]) -> list[str]:
+    """Replay (hcq/replay.py): put the captured launch descriptor `files` (addresses relocated by `reloc`) in place of
+    the one `q.exec(self, args, ...)` recorded; returns where the two differ. Drivers with a capture implement it."""
+    raise NotImplementedError(f"{type(self).__name__} cannot replay a captured launch")
+
+  def _captured(self, bufs: Sequence[Any], global_size: tuple[int, int, int], local_size: tuple[int, int, int], vals: tuple[int, ...],
+                wait: bool) -> float | None:
+    from baregrad.hcq.capture import captured_launch
+    def run() -> float | None:
+      self._capturing = True
+      try: return self(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+      finally: self._capturing = False
+    return captured_launch(self, bufs, vals, _dims(global_size, "global_size"), _dims(local_size, "local_size"), run)
 
   def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     dev = self.dev
+    if dev.capture is not None and not self._capturing: return self._captured(bufs, global_size, local_size, vals, wait)
     args = self.fill_kernargs(bufs, vals)
     q = dev.compute_queue_t()
     ts = wait or profile.ON  # PROFILE=1 takes the same timestamps, without waiting for them
