@@ -189,6 +189,8 @@ _DECLARED = [
        "how long DEV=CUDA waits for work before it raises", _GPU, lo=1, unit="milliseconds"),
   Knob("RING_MIN_BYTES", "int", 4 << 20, "in-process allreduce: tensors of at least this many bytes over 3+ devices take the ring, "
        "smaller ones the direct exchange", _GPU, lo=0, unit="bytes"),
+  Knob("NO_PEER_COPY", "bool", False, "copies between two GPUs of one driver go through the host (the source waited for, copied "
+       "out, copied in) instead of being queued on both devices' queues", _GPU),
   Knob("DIST_TIMEOUT_S", "float", 60.0, "baregrad.distributed: how long an MPI exchange waits for the other ranks before it raises", _GPU,
        lo=0.001, unit="seconds"),
   # tests and tools (read outside baregrad/, declared here so --knobs and the docs list them)

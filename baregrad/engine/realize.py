@@ -82,10 +82,14 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
     if it.kind == "copy":
       dst, src = it.bufs[0].buf, it.bufs[1].buf
       assert dst is not None and src is not None   # (ensured above)
-      Device[src.device].synchronize()
-      data = src.copyout(memoryview(bytearray(src.nbytes)))
-      dst.copyin(data)
-      if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes", file=sys.stderr)
+      # queued on both devices' queues where the destination can (each waits on the other's signals: no host wait),
+      # else through the host: wait for the source, copy out, copy in
+      if peer := (not knobs.get("NO_PEER_COPY") and Device[dst.device].copy_from(dst, src)): pass
+      else:
+        Device[src.device].synchronize()
+        data = src.copyout(memoryview(bytearray(src.nbytes)))
+        dst.copyin(data)
+      if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes{' (queued, peer link)' if peer else ''}", file=sys.stderr)
       if capturing: _observe(None, it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)

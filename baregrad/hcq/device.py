@@ -1,6 +1,6 @@
 """HCQDevice: the generic part of a hardware-command-queue device (timeline, kernel args, programs, copies)."""
 from __future__ import annotations
-import ctypes, threading, time
+import ctypes, threading, time, warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 from baregrad import knobs
@@ -53,9 +53,12 @@ class HCQDevice(Compiled):
     super().__init__(device, allocator, renderer, compiler, runtime)
     self.compute_queue_t, self.copy_queue_t = compute_queue_t, copy_queue_t
     self.default_timeout_ms = knobs.read("HCQ_TIMEOUT_MS") or self.default_timeout_ms
-    pool_mem = self._alloc_shared(signal_pool_size)
+    self.signal_pool_mem = pool_mem = self._alloc_shared(signal_pool_size)
     assert pool_mem.cpu_addr is not None
     self.signal_pool = SignalPool(pool_mem.cpu_addr, pool_mem.va_addr, signal_pool_size)
+    self.peer_links: dict[str, Any] = {}   # source device name -> PeerLink into this device, or the reason there is none
+    self.imported: dict[int, Any] = {}     # host address -> (owner device, what _import_host made of its memory)
+    self.peers: dict[str, HCQDevice] = {}  # devices whose work this device's queues wait on (peer copies)
     self.timeline_signal = self.signal_t(self, value=0)
     self.timeline_value = 1  # the value the next submission signals
     self.kernargs = self._alloc_shared(kernargs_size)
@@ -94,6 +97,36 @@ class HCQDevice(Compiled):
     assert m.cpu_addr is not None
     return m.cpu_addr, m.va_addr
 
+  def copy_from(self, dest: Any, src: Any) -> bool:
+    """Queue the copy of hal Buffer src (on another device of this class) into hal Buffer dest (on this device) on
+    both devices' queues, each waiting on the other's signals, with no host wait (hcq/peer.py); False where the pair
+    cannot be linked (a driver without _import_host, a kernel driver refusing the pages: the first failure is
+    remembered): the caller copies through the host."""
+    from baregrad.hal.device import Device
+    from baregrad.hcq.peer import PeerLink
+    sdev = Device[src.device]
+    if type(sdev) is not type(self) or sdev is self or type(self)._import_host is HCQDevice._import_host: return False
+    link = self.peer_links.get(sdev.device)
+    if link is None or (not isinstance(link, str) and link.src is not sdev):   # (none yet, or the source was reopened)
+      if link is not None and not isinstance(link, str): link.close()
+      try: link = PeerLink(sdev, self)
+      except (OSError, ValueError) as e:   # a kernel driver refused the pages: copies go through the host (said once)
+        link = f"{sdev.device} -> {self.device}: no peer link ({e}); copies go through the host"
+        warnings.warn(link, stacklevel=2)
+      self.peer_links[sdev.device] = link
+    if isinstance(link, str): return False
+    if src.nbytes: link.copy(dest._buf, src._buf, src.nbytes)
+    return True
+
+  def peer_state(self) -> str:
+    """The devices whose work this device's queues wait on (peer copies) that have work not yet finished, each
+    with where it stands: what a timeout message adds, since a queue of this device may be blocked by another
+    device's stuck work."""
+    busy = [(n, d) for n, d in self.peers.items() if d.timeline_signal.value < d.timeline_value - 1]
+    if not busy: return ""
+    return "queues of this device wait on other devices' work (peer copies); unfinished: " + "; ".join(
+      f"{n}'s timeline {d.timeline_signal.va_addr:#x} is {d.timeline_signal.value} (last submitted {d.timeline_value - 1})" for n, d in busy)
+
   def cpu_address(self, va: int, size: int) -> int | None:
     """The host address of GPU addresses [va, va+size) when one CPU-mapped allocation of the driver's `memories` (each
     with va, size, cpu) holds them all, else None."""
@@ -102,6 +135,31 @@ class HCQDevice(Compiled):
     return None
 
   # --- what a driver provides
+  def peer_direct(self, src: HCQDevice) -> bool:
+    """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
+    return False
+  def import_host(self, buf: HCQBuffer, owner: Any) -> None:
+    """Map host pages `owner` holds (buf.cpu_addr == buf.va_addr, page aligned) into this device's GPU VA space at
+    that same address, once per (address, owner): an import of the address made for another owner (one since gone,
+    whose pages were unmapped) is released first."""
+    if buf.cpu_addr is None or buf.cpu_addr != buf.va_addr:
+      raise ValueError(f"import_host: memory at VA {buf.va_addr:#x} is mapped for the CPU at "
+                       f"{'no address' if buf.cpu_addr is None else hex(buf.cpu_addr)}; expected the same address")
+    have = self.imported.get(buf.cpu_addr)
+    if have is not None:
+      if have[0] is owner: return
+      self.unimport_host(buf.cpu_addr)
+    self.imported[buf.cpu_addr] = (owner, self._import_host(buf))
+  def unimport_host(self, addr: int) -> None:
+    """Release what import_host made of the pages at addr (if anything)."""
+    if (have := self.imported.pop(addr, None)) is not None: self._unimport(have[1])
+  def _import_host(self, buf: HCQBuffer) -> Any:
+    """The driver's part of import_host: map the pages, return what _unimport needs; drivers that can make
+    copy_from work implement it."""
+    raise NotImplementedError
+  def _unimport(self, m: Any) -> None:
+    """Release what _import_host returned."""
+    raise NotImplementedError
   def _alloc_shared(self, size: int) -> HCQBuffer: raise NotImplementedError
   def queue_state(self) -> str:
     """The queues' state in words (what each is executing or waiting on); put into timeout messages."""

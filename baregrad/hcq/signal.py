@@ -84,8 +84,9 @@ class HCQSignal:
       sys.stderr.write(hang_report(self, value, warn, t) + "\n")
       t -= warn
     if not self.dev._wait_signal(self, value, t / 1000.0):
+      peers = self.dev.peer_state() if hasattr(self.dev, "peer_state") else ""
       raise HCQTimeout(f"{self.dev.device}: timed out after {t} ms waiting for signal {self.va_addr:#x} >= {value} "
-                       f"(it is {self.value})\n{self.dev.queue_state()}")
+                       f"(it is {self.value})\n{self.dev.queue_state()}" + (f"\n{peers}" if peers else ""))
 
   def __del__(self) -> None:
     try: self.dev.signal_pool.give(self._slot)

@@ -348,6 +348,32 @@ class AMDDevice(HCQDevice):
     m = self._gpu_alloc(size, "userptr")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
 
+  def _import_host(self, buf: HCQBuffer) -> AMDMemory:
+    """Host pages of the process (a peer link's anonymous pages; or another device's host memory) mapped for this GPU
+    at their own address: a userptr BO of this GPU over them (KFD pins them for each BO: amdgpu_amdkfd_gpuvm.c
+    init_user_pages), so several GPUs' queues read and write the one copy (a peer link's slots and counters)."""
+    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(HCQDevice.import_host checks this)"
+    size = round_up(buf.size, PAGE)
+    flags = (F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT |
+             F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED) & 0xFFFFFFFF
+    a = kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args(va_addr=buf.va_addr, size=size, gpu_id=self.gpu_id, flags=flags, mmap_offset=buf.cpu_addr)
+    self.kfd_ioctl(kfd.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, a, "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU(userptr, imported host pages)")
+    ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+    try:
+      self.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
+        handle=a.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_MAP_MEMORY_TO_GPU(imported host pages)")
+    except BaseException:
+      self._release_bo(a.handle, mapped=False)
+      raise
+    m = AMDMemory(a.handle, size, buf.va_addr, None, "userptr")
+    self.memories.append(m)
+    return m
+
+  def _unimport(self, m: AMDMemory) -> None:
+    self.synchronize()   # (a queued copy may still read it)
+    self._release_bo(m.handle, mapped=True)
+    self.memories.remove(m)
+
   def hdp_flush(self) -> None:
     """Flush the host data path so the GPU sees what the CPU wrote into VRAM through the BAR (the MMIO remap page's
     HDP_MEM_FLUSH_CNTL, kfd_ioctl.h KFD_MMIO_REMAP_HDP_MEM_FLUSH_CNTL)."""

@@ -61,6 +61,9 @@ class nv_ioctl_nvos33_parameters_with_fd(ctypes.Structure):
 class nv_ioctl_nvos02_parameters_with_fd(ctypes.Structure):
   _fields_ = [("params", nv.NVOS02_PARAMETERS), ("fd", ctypes.c_int32)]
 
+# class/cl0071.h: system memory described by the process's own pages (NV_ESC_RM_ALLOC_MEMORY, escape.c RmAllocOsDescriptor)
+NV01_MEMORY_SYSTEM_OS_DESCRIPTOR = 0x71
+
 class NVNotification(ctypes.Structure):
   """A channel's error notifier entry (nvos.h NvNotification): status 0xffff when RM reports an error, info32 = Xid."""
   _fields_ = [("timeStamp", ctypes.c_uint64), ("info32", ctypes.c_uint32), ("info16", ctypes.c_uint16), ("status", ctypes.c_uint16)]

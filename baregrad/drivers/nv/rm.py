@@ -124,6 +124,7 @@ def register_ioctls(nv: Any) -> None:
   for nr, t, name in ((nv.NV_ESC_RM_ALLOC, nv.NVOS21_PARAMETERS, "NV_ESC_RM_ALLOC"), (nv.NV_ESC_RM_FREE, nv.NVOS00_PARAMETERS, "NV_ESC_RM_FREE"),
                       (nv.NV_ESC_RM_CONTROL, nv.NVOS54_PARAMETERS, "NV_ESC_RM_CONTROL"),
                       (nv.NV_ESC_RM_MAP_MEMORY, hw.nv_ioctl_nvos33_parameters_with_fd, "NV_ESC_RM_MAP_MEMORY"),
+                      (nv.NV_ESC_RM_ALLOC_MEMORY, hw.nv_ioctl_nvos02_parameters_with_fd, "NV_ESC_RM_ALLOC_MEMORY"),
                       (nv.NV_ESC_CARD_INFO, nv.nv_ioctl_card_info_t * 32, "NV_ESC_CARD_INFO"),
                       (nv.NV_ESC_REGISTER_FD, nv.nv_ioctl_register_fd_t, "NV_ESC_REGISTER_FD"),
                       (nv.NV_ESC_CHECK_VERSION_STR, nv.nv_ioctl_rm_api_version_t, "NV_ESC_CHECK_VERSION_STR")):
