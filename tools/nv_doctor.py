@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """NV doctor: bring an NVIDIA GPU up through the RM/UVM ioctls stage by stage and say what was seen at each one.
 
-Stages: open (RM objects, classes, generation, windows, constant bank layout), memory (device and host-visible),
+Stages: open (RM objects, classes, generation, windows, constant bank layout; told apart into its steps, RM client, UVM,
+VA space, memory, channels and scheduling, each passed, failed at its call or not reached), memory (device and host-visible),
 channels (GPFIFO, UVM registration, scheduling), copy (DMA engine both ways), launch (a multi-block grid),
 shared and local memory (a shared-memory reduction, generic shared pointers, a 1 KiB private array, register spills),
 signals (GPU -> host, host -> GPU, timestamps), graph (dependent launches replayed). After every stage the new
@@ -15,6 +16,8 @@ from __future__ import annotations
 import argparse, os, sys, time
 from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from doctor_steps import StepPort, nv_step, NV_STEPS  # noqa: E402
 
 def main(argv: list[str] | None = None, mock: Any = None) -> int:
   """`mock`: a MockNVGPU to run on (tests hand in one that misbehaves); --mock makes a fresh one."""
@@ -63,9 +66,14 @@ def main(argv: list[str] | None = None, mock: Any = None) -> int:
 
   def open_dev() -> str:
     nonlocal dev
-    dev = NVDevice(a.device, port=port)
+    steps = StepPort(port, nv_step, NV_STEPS)   # the open told apart into its steps by the calls each makes
+    try: dev = NVDevice(a.device, port=steps)
+    except Exception as e:
+      print(steps.report(e))
+      raise
+    finally: steps.recording = False
     w, L = dev.windows, dev.cb_layout
-    return "\n".join([
+    return "\n".join([steps.report(),
       f"{'MOCK ' if mock else ''}GPU {dev.index}: {dev.family} {dev.arch}, {dev.sm_count} SMs (GPC x TPC x SM), arch id {dev.arch_id:#x}, "
       f"driver {dev.driver_version}, uuid {dev.uuid.hex()}",
       f"classes: gpfifo {hw.class_name(dev.gpfifo_class)}, compute {hw.class_name(dev.compute_class)} (QMD v0{dev.qmd_version}), "

@@ -15,6 +15,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
+from baregrad.ir.sint import sint, is_sym, sym_eq, smax, st_vars
 from baregrad.codegen.merge_axes import merge_axes
 
 class KernelError(ValueError): pass
@@ -65,10 +66,10 @@ class Axis:
   # element-index bits ("elem", upcast) or lane-id bits ("lane", local); the tc-kind part of the reduce axis is ("k", 0, 0)
   tc: tuple | None = None
 
-def verify_ast(ast: UOp) -> tuple[int, ...]:
+def verify_ast(ast: UOp) -> tuple[sint, ...]:
   """Check the AST's structure and return the full shape; errors name what is wrong."""
   if ast.op is not Ops.SINK or not ast.src: raise KernelError(f"kernel AST must be a SINK of STOREs, got {ast.op.name}")
-  shapes: list[tuple[int, ...]] = []
+  shapes: list[tuple[sint, ...]] = []
   for st in ast.src:
     if st.op is not Ops.STORE or len(st.src) != 3 or st.src[0].op is not Ops.DEFINE_GLOBAL or st.src[1].op is not Ops.VIEW:
       raise KernelError(f"kernel AST: each SINK source must be STORE(DEFINE_GLOBAL, VIEW, value), got {st.op.name} with "
@@ -104,13 +105,22 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   if not shapes: raise KernelError("kernel AST has no VIEW: nothing says the iteration space")
   ndims = {len(s) for s in shapes}
   if len(ndims) != 1: raise KernelError(f"every VIEW in a kernel must have the same number of axes, got shapes {shapes}")
-  # an axis of size 0 anywhere makes the iteration space empty there (a reduction over it gives the identity)
-  full = tuple(0 if any(s[i] == 0 for s in shapes) else max(s[i] for s in shapes) for i in range(ndims.pop()))
+  # an axis of size 0 anywhere makes the iteration space empty there (a reduction over it gives the identity); a
+  # symbolic size (ir/sint.py) is the axis' size wherever a view has it
+  def extent(i: int) -> sint:
+    if any(s[i] == 0 for s in shapes): return 0
+    sym = [s[i] for s in shapes if is_sym(s[i])]
+    if sym:
+      if any(not sym_eq(x, sym[0]) for x in sym) or any(not is_sym(s[i]) and s[i] != 1 for s in shapes):
+        raise KernelError(f"axis {i} has different sizes in the kernel's views: {[s[i] for s in shapes]}")
+      return sym[0]
+    return max(smax(s[i]) for s in shapes)   # (ints here: no view has a symbolic size on this axis)
+  full = tuple(extent(i) for i in range(ndims.pop()))
   for u in ast.toposort():
     if u.op is Ops.REDUCE_AXIS and not all(isinstance(a, int) and 0 <= a < len(full) for a in u.arg[1]):
       raise KernelError(f"REDUCE_AXIS over axes {u.arg[1]}: the kernel has {len(full)} axes (shape {full})")
   for s in shapes:
-    if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
+    if any(not sym_eq(a, b) and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
 
 INT32_MAX = 2 ** 31 - 1
@@ -126,8 +136,10 @@ def index_dtype(ast: UOp) -> DType:
         return dtypes.int64
     if u.op is not Ops.VIEW: continue
     for v in u.arg.views:
+      shape = [smax(s) for s in v.shape]   # (a symbolic size at its largest value)
+      off = max(abs(v.offset.vmin), abs(v.offset.vmax)) if is_sym(v.offset) else abs(v.offset)
       # a flat index over a view's shape is formed only between the views of a stack; one view's index is its reach
-      if (len(u.arg.views) > 1 and prod(v.shape) > INT32_MAX) or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
+      if (len(u.arg.views) > 1 and prod(shape) > INT32_MAX) or off + sum(abs(st) * max(s - 1, 0) for s, st in zip(shape, v.strides)) > INT32_MAX:
         return dtypes.int64
   return dtypes.int32
 
@@ -145,10 +157,14 @@ class Kernel:
 
   `ren` (a Renderer) tells what the target declares: threads per workgroup (local_max), shared memory (shared_max)."""
   def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False, ren: object = None):
-    self.full_shape = verify_ast(ast)
+    full = verify_ast(ast)
+    # symbolic axes (ir/sint.py): their loop runs to the variable's value (a kernel argument); for the optimizer they
+    # have their largest size, and no opt splits, pads or parallelizes them (Kernel.apply_opt)
+    self.sym: dict[int, UOp] = {i: s for i, s in enumerate(full) if isinstance(s, UOp)}
+    self.full_shape: tuple[int, ...] = tuple(smax(s) for s in full)
     # CPU: axes every view walks as one merge into one (codegen/merge_axes: longer vector loops). GPU kernels keep the
     # tensors' axes: their grid and workgroup shapes (and the static checks of their machine code) are planned on them
-    if not gpu and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, verify_ast(m)
+    if not gpu and not self.sym and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, tuple(smax(s) for s in verify_ast(m))
     self.ast = ast
     # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
     self.max_parallel, self.gpu = max_parallel, gpu
@@ -165,7 +181,7 @@ class Kernel:
     # the passes before it stored). Their iterations must run in order on one thread: no threads, lanes or padding
     self.acc_axes: set[int] = {o for st in ast.src for o, (n, s) in enumerate(zip(st.src[1].arg.shape, st.src[1].arg.real_strides()))
                                if o not in red and self.full_shape[o] > 1 and (n == 1 or s == 0)}
-    self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
+    self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1 or i in self.sym]
     self.applied: list[Opt] = []
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.staged: list[int] = []      # SMEM: indices into stage_candidates()
@@ -255,6 +271,7 @@ class Kernel:
     self.applied.append(opt)
 
   def apply_opt(self, opt: Opt) -> None:
+    if self.sym and opt.op in (OptOps.TC, OptOps.SMEM): raise OptError(f"{opt}: the kernel has symbolic sizes (axes {sorted(self.sym)})")
     if opt.op is OptOps.TC: return self._apply_tc(opt)
     if opt.op is OptOps.SMEM:
       if not self.gpu: raise OptError(f"{opt}: SMEM needs a device with workgroups and shared memory")
@@ -275,6 +292,7 @@ class Kernel:
     ax = self.axes[i]
     amt = opt.amt or ax.size
     if ax.tc is not None: raise OptError(f"{opt}: axis {opt.axis} is part of a tensor-core tile")
+    if ax.orig in self.sym: raise OptError(f"{opt}: axis {opt.axis} has a symbolic size ({self.sym[ax.orig].render()}): it stays one loop")
     if ax.orig in self.acc_axes and opt.op is not OptOps.SPLIT:
       raise OptError(f"{opt}: axis {opt.axis} accumulates into the stored values (the store does not move along it): it stays a serial loop")
     if opt.op is OptOps.PARALLEL:
@@ -419,7 +437,11 @@ class Kernel:
   def buffers(self) -> list[UOp]:
     return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
   def vars(self) -> list[UOp]:
-    return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+    """The kernel's variables: in its values and in its views' symbolic sizes and offsets, sorted by name."""
+    vs = {u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR}
+    for u in self.ast.toposort():
+      if u.op is Ops.VIEW: vs |= st_vars(u.arg)
+    return sorted(vs, key=lambda u: u.arg[0])
   def colored_shape(self) -> str:
     return " ".join(f"{a.size}{'G' if a.kind == 'group' else a.kind[0]}" for a in self.axes)
   def function_name(self) -> str:

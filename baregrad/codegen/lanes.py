@@ -231,19 +231,19 @@ class Expander:
        (part := self._partly_linear(idx, lanes)) is not None:
       # GPUs: an address affine in some lanes (the lowest bits of a swizzled shared tile's column) and not in the others:
       # per value of the others, one vector access per run of consecutive addresses over the affine ones
-      lin, coef = part
+      plin, coef = part
       other = tuple(r for r in lanes if r not in coef)
-      base = simplify(idx.substitute({r: UOp.const(r.dtype, 0) for r in lin}))
+      base = simplify(idx.substitute({r: UOp.const(r.dtype, 0) for r in plin}))
       pos = {vals: i for i, vals in enumerate(vals_all)}
       stores_p = []
       for ov in _lane_values(other):
         b = self.per_lane(base, other, ov)
-        at: dict[int, int] = {}
-        for lv in _lane_values(lin):
-          full = dict(zip(other, ov)) | dict(zip(lin, lv))
-          at[sum(coef[r] * x for r, x in zip(lin, lv))] = pos[tuple(full[r] for r in lanes)]
-        for run in _runs(sorted(at)):
-          g = v.gep(tuple(at[o] for o in run)) if len(run) > 1 else v.gep(at[run[0]])
+        at_off: dict[int, int] = {}
+        for pv in _lane_values(plin):
+          full = dict(zip(other, ov)) | dict(zip(plin, pv))
+          at_off[sum(coef[r] * x for r, x in zip(plin, pv))] = pos[tuple(full[r] for r in lanes)]
+        for run in _runs(sorted(at_off)):
+          g = v.gep(tuple(at_off[o] for o in run)) if len(run) > 1 else v.gep(at_off[run[0]])
           stores_p.append(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(b + run[0]), valid), g) + dep, u.arg))
       return UOp(Ops.NOOP, dtypes.void, tuple(stores_p))
     stores_l = []

@@ -75,6 +75,10 @@ class Lowering:
     rng: dict[int, UOp] = {}
     for rid, i in enumerate(ids):
       loop = axes[i].size != 1 and axes[i].kind != "tc"
+      if (sym := self.k.sym.get(axes[i].orig)) is not None and axes[i].kind in ("loop", "reduce"):
+        # a symbolic axis (apply_opt keeps it whole): the loop runs to the variable's value
+        rng[i] = UOp.range(sym if sym.dtype == it else sym.cast(it), rid, axes[i].kind, it)
+        continue
       rng[i] = UOp.range(axes[i].size, rid, axes[i].kind, it) if loop else UOp.const(it, 0)
     if not self.k.gpu: return rng
     gs = [i for i in range(len(axes)) if axes[i].kind == "global"]

@@ -54,6 +54,23 @@ def test_hf_folder_logits_and_greedy_tokens_match_transformers(kind, tmp_path):
   # the decode step has the same shapes at every position: captured once, replayed for every new token
   assert len(bm._step.captured) == 1
 
+def test_decode_compiles_and_captures_once_over_100_positions(tmp_path):
+  """The decode step's position is a bound variable (ir/sint.py): the cache's valid prefix is a symbolic size, so the
+  step's kernels compile once and the jit captures it once, whatever the position."""
+  from baregrad.engine import runner
+  m = hf_model("llama", layers=1)
+  bm = baregrad.llm.load(save_hf(m, str(tmp_path)))
+  compiled = []
+  toks = []
+  for t in bm.stream(IDS[:4], max_new_tokens=101, stop=()):
+    toks.append(t)
+    compiled.append(len(runner._cache))
+  assert len(toks) == 101 and len(bm._step.captured) == 1
+  assert list(bm._step.calls.values()) == [2]          # run eagerly once, captured once: 98 replays after
+  assert compiled[3:] == compiled[2:-1], f"kernels compiled during decode: {compiled}"
+  with torch.no_grad(): want = m.generate(torch.tensor([IDS[:4]]), max_new_tokens=101, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 4:].tolist()
+  assert toks == want
+
 @pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0"])
 def test_gguf_logits_match_transformers_on_the_weights_the_file_holds(qtype, tmp_path):
   m = hf_model("llama")

@@ -1,10 +1,11 @@
 """Programs of the NV driver: a kernel's image in GPU memory, its parameters and storage read from the cubin or the PTX,
 and the per-launch args memory (QMD and constant bank 0) its launches are written into."""
 from __future__ import annotations
-import ctypes, re
+import ctypes, re, sys
 from array import array
 from typing import TYPE_CHECKING, Any, Sequence
 from baregrad.helpers import c_array
+from baregrad.knobs import DEBUG
 from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
 from baregrad.hcq.queue import _dims
@@ -109,6 +110,9 @@ class NVProgram(HCQProgram):
       except Exception: cubin = b""
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
+    if (level := DEBUG()) >= 6:   # resources (ptxas -v), and at 7 the SASS: drivers/nv/disasm.py
+      from baregrad.drivers.nv.disasm import debug_text
+      print(debug_text(level, ptx, cubin, name, dev.arch), file=sys.stderr)
     self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
     self.launch_templates: dict[tuple, tuple[bytes, bytes]] = {}   # geometry, sizes -> (cbank0 header, QMD): write_qmd
     code = b""
@@ -143,13 +147,42 @@ class NVProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, image, len(image))
     self.code_va = self.image.va + code_off
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def install_captured(self, q: Any, args: NVArgsState, files: dict[str, bytes], reloc: dict[int, int]) -> list[str]:
+    """Replay (hcq/replay.py): put a captured QMD and constant bank 0 in place of those `q.exec` wrote for `args`, with
+    the program, constant bank and buffer addresses relocated to this device's; returns where the captured ones differ
+    from what this driver writes for the same launch."""
+    qmd, cb = hw.words_of(files["qmd"]), bytearray(files["cbank0"])
+    if len(qmd) != hw.QMD_BYTES // 4: raise ValueError(f"captured QMD of {len(files['qmd'])} bytes, expected {hw.QMD_BYTES}")
+    notes = []
+    for i in range(len(args.bufs)):
+      off, sz = self.params[i]
+      o = self.param_off + off
+      old = int.from_bytes(cb[o:o + sz], "little")
+      if old in reloc: cb[o:o + sz] = reloc[old].to_bytes(sz, "little")
+      else: notes.append(f"constant bank 0 parameter {i} at {o:#x} holds {old:#x}, the address of no captured buffer")
+    hw.relocate_qmd(qmd, self.dev.qmd_version, self.code_va, args.cb_va)
+    mine_qmd = hw.words_of(ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES))
+    if qmd != mine_qmd:
+      a, b = hw.decode_qmd(qmd, self.dev.qmd_version), hw.decode_qmd(mine_qmd, self.dev.qmd_version)
+      notes += [f"QMD {k}: captured {a.get(k, 0):#x}, this driver writes {b.get(k, 0):#x}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    mine_cb = ctypes.string_at(args.cb_cpu, len(cb))
+    if (d := next((i for i in range(len(cb)) if cb[i] != mine_cb[i]), None)) is not None:
+      notes.append(f"constant bank 0 byte {d:#x}: captured {cb[d]:#04x}, this driver writes {mine_cb[d]:#04x}")
+    ctypes.memmove(args.qmd_cpu, bytes(array("I", qmd)), hw.QMD_BYTES)
+    ctypes.memmove(args.cb_cpu, bytes(cb), len(cb))
+    return notes
+
+  def capture_descriptor(self, args: Any) -> dict[str, bytes]:
+    """NV_CAPTURE: the launch's QMD and constant bank 0 (header and parameters) as the driver wrote them."""
+    return {"qmd": ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES), "cbank0": ctypes.string_at(args.cb_cpu, self.param_off + self.param_size)}
   def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     """A launch as HCQProgram makes it (wait for the timeline, exec, signal the next value), its pushbuffer written
     straight into one array instead of recorded in a queue object first; a timed launch (wait=True, PROFILE=1) takes
     the queue path with its timestamps."""
-    if wait or profile.ON: return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
     dev = self.dev
+    if wait or profile.ON or dev.capture is not None:
+      return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
     gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
     args = self.fill_kernargs(bufs, vals)
     tl = dev.timeline_signal.va_addr

@@ -577,6 +577,23 @@ def test_cp_bad_opcode_in_an_ib():
     assert any("CP bad opcode" in l for l in mock.log)
   finally: dev.close()
 
+@pytest.mark.parametrize("family_arch", ["gfx1100", "gfx942"])
+def test_cp_refuses_an_opcode_no_header_defines(family_arch):
+  """A PM4 opcode neither nvd.h nor soc15d.h defines (0x0e) is a bad opcode for the CP (kfd_int_process_v11.c /
+  kfd_int_process_v9.c: CP_BAD_OPCODE suspends the queue): the device reports a hang/reset naming the opcode and the
+  IB address, and the queue does not run on past it."""
+  dev, mock = open_mock(arch=family_arch, skip_unexecutable=True) if family_arch == "gfx942" else open_mock()
+  try:
+    assert 0x0E not in hw.pm4_names(dev.family)
+    ib, m = dev._gpu_alloc(4096, "userptr"), dev._gpu_alloc(4096, "userptr")
+    w = [hw.pm4_hdr(0x0E, 1), 0] + hw.pm4_release_mem(dev.family, m.va, 0x77, data_sel=1)
+    (ctypes.c_uint32 * len(w)).from_address(ib.cpu)[:] = w
+    raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
+    with pytest.raises(AMDFault, match="GPU hang/reset"): dev.synchronize(timeout_ms=2000)
+    assert any(f"CP bad opcode: PM4 0xe at {ib.va:#x}" in l for l in mock.log), mock.log[-3:]
+    assert ctypes.c_uint32.from_address(m.cpu).value == 0     # the RELEASE_MEM after it never ran
+  finally: dev.close()
+
 def test_release_mem_64bit_address_drops_low_bits(amd, mock):
   """RELEASE_MEM's 64-bit data address holds bits 31:3 (kfd_pm4_headers_ai.h: address_lo_64b): a misaligned signal
   address writes the aligned quadword, as the hardware would."""
