@@ -294,6 +294,6 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
 
 def _toolchain(arch: str) -> tuple[Any, Any]:
   from baregrad.codegen.renderer.ptx import PTXRenderer
-  return PTXRenderer(arch), NVCompiler(arch)
+  return PTXRenderer(arch, shared_max=hw.ARCHS[arch].max_shared if arch in hw.ARCHS else 0), NVCompiler(arch)
 
 def _unavail(device: str, why: str) -> Any: raise DeviceUnavailable(f"{device}: {why}")

@@ -12,6 +12,7 @@ from baregrad.hcq.queue import _dims
 from baregrad.drivers.vmem import round_up
 from baregrad.drivers.nv import hw
 from baregrad.drivers.nv_compile import unpack_lib
+from baregrad.codegen.renderer.ptx import dynamic_shared_bytes
 if TYPE_CHECKING: from baregrad.drivers.nv.device import NVDevice
 
 _PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "bf16": 2, "u32": 4, "s32": 4, "b32": 4, "f32": 4,
@@ -79,7 +80,7 @@ class NVArgsState(HCQArgsState):
     if (t := prg.launch_templates.get(key)) is None:
       if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
       if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
-      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
+      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, prg.dyn_shared)
       if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
       w = hw.build_qmd(prg.code_va, 0, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
                        version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
@@ -119,7 +120,9 @@ class NVProgram(HCQProgram):
     self.params = ptx_params(ptx, name)
     # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
     static, frame = ptx_storage(ptx, name)
-    shared = dev.cb_layout.shared_base + static if static else 0
+    # dynamic shared memory (the renderer's .extern .shared array above 48 KB): its size comes with the PTX
+    self.dyn_shared = dynamic_shared_bytes(ptx)
+    shared = dev.cb_layout.shared_base + static if static or self.dyn_shared else 0
     if frame: self.local_bytes = round_up(frame + hw.STACK_TOP_RESERVE, 16)
     if cubin:
       from baregrad.drivers.nv_compile import parse_cubin
@@ -135,9 +138,14 @@ class NVProgram(HCQProgram):
       self.local_bytes = round_up(frame + hw.STACK_TOP_RESERVE, 16) if frame else 0
     # the launch's shared memory is the cubin's .nv.shared size, which on sm_90+ counts the 1 KiB before the kernel's
     # own data (hw.CBank0Layout.shared_base)
-    self.shared_total = shared
-    if self.shared_total > dev.max_shared_mem:
-      raise ValueError(f"NV program {name}: {shared} bytes of shared memory exceed the {dev.max_shared_mem} a block may use on {dev.arch}")
+    # (the dynamic part after the static one: on sm_90+ a cubin's .nv.shared counts the reserved 1 KiB even without
+    # static data, hw.CBank0Layout.shared_base)
+    self.shared_total = max(shared, dev.cb_layout.shared_base if self.dyn_shared else 0) + self.dyn_shared
+    # the block's limit (GPUArch.max_shared: CUDA's opt-in maximum per block) is on the kernel's own data, not the
+    # reserved bytes before it
+    if (own := self.shared_total - (dev.cb_layout.shared_base if self.shared_total else 0)) > dev.max_shared_mem:
+      raise ValueError(f"NV program {name}: {own} bytes of shared memory ({self.dyn_shared} of them dynamic) exceed the "
+                       f"{dev.max_shared_mem} a block may use on {dev.arch} (GPUArch.max_shared)")
     self.param_size = max((o + s for o, s in self.params), default=0)
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
     if self.local_bytes: dev._ensure_local_memory(self.local_bytes)
