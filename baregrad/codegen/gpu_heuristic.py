@@ -177,9 +177,10 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
     if w > 1: apply(k, OptOps.LOCAL, o, w, ("loop",))
   if size_of(k, r, ("reduce",)) > 1 and tiles[r] > tc.dims[2]: apply(k, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",))
   if ren.shared_max:
-    # the deepest cp.async pipeline (up to 3 stages: the copies of two k-steps in flight) whose tiles all fit
+    # the deepest cp.async pipeline (up to 4 stages: the copies of three k-steps in flight) whose tiles all fit the
+    # shared memory the target allows a block (above 48 KB: dynamic shared memory, where the device declared its limit)
     cands = list(range(len(k.stage_candidates())))
-    stages = next((s for s in (3, 2) if sum(k.stage_bytes(j, s) for j in cands) <= ren.shared_max), 0) if k.async_copy else 0
+    stages = next((s for s in (4, 3, 2) if sum(k.stage_bytes(j, s) for j in cands) <= ren.shared_max), 0) if k.async_copy else 0
     used = 0
     for j in cands:
       b = k.stage_bytes(j, stages or None)
