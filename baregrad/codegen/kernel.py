@@ -170,6 +170,7 @@ class Kernel:
     self.max_parallel, self.gpu = max_parallel, gpu
     self.local_max: int = int(getattr(ren, "local_max", 0) or 1024)
     self.shared_max: int = int(getattr(ren, "shared_max", 0) or 48 << 10)
+    self.target: str = str(getattr(ren, "arch", "") or getattr(ren, "name", "") or "the device")   # (names it in errors)
     red: set[int] = set()
     for u in ast.toposort():
       if u.op is Ops.REDUCE_AXIS: red |= set(u.arg[1])

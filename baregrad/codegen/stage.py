@@ -247,7 +247,7 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
     size = prod(k.axes[i].size for i in parts)
     total += size * ld.dtype.itemsize * s.nbuf
     if total > k.shared_max:
-      raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, the device allows {k.shared_max}")
+      raise OptError(f"SMEM: the staged tiles need {total} bytes of shared memory, {k.target} allows {k.shared_max} a block")
     tiles.append(s.tile(n, ld, parts, size))
   # a tensor-core kernel's tiles (one dtype) are slices of one pool, which its epilogue reuses once the loop is done
   if k.tc is not None and s.dbl and len({t.ld.dtype for t in tiles}) == 1:
