@@ -175,14 +175,18 @@ def _loop_ops(src: str):
   from tools.sass_report import innermost_loop
   return innermost_loop(src)
 
-@pytest.mark.parametrize("dt,stages,warps,n", [(f16, 3, (2, 2), 128), (bf16, 3, (2, 2), 128), (f16, 2, (2, 2), 128), (f16, 2, (2, 4), 256)],
-                         ids=["half-3", "bf16-3", "half-2", "half-128x256"])
+@pytest.mark.parametrize("dt,stages,warps,n", [(f16, 3, (2, 2), 128), (bf16, 3, (2, 2), 128), (f16, 2, (2, 2), 128), (f16, 2, (2, 4), 256),
+                                                (f16, 4, (2, 2), 128), (bf16, 3, (2, 4), 256)],
+                         ids=["half-3", "bf16-3", "half-2", "half-128x256", "half-4-dynamic", "bf16-128x256-3-dynamic"])
 def test_gemm_block_tile_pipeline(dt, stages, warps, n):
-  """128x128 (and 128x256: 2x4 warps, two stages fill the 48 KB) block tiles of 64x64 warp tiles, four k-steps of
-  128 through the pipeline, every tile whole; the kernel assembles without spills."""
+  """128x128 (and 128x256: 2x4 warps) block tiles of 64x64 warp tiles, four k-steps of 128 through the pipeline, every
+  tile whole; the kernel assembles without spills. Up to 48 KB the tiles are static .shared; 4 stages at 128x128
+  (64 KB) and 3 at 128x256 (72 KB) are dynamic shared memory, which the mock's launch (an sm_90 GPU) provides."""
   got, want, r = run_matmul(128, n, 128, dt, gemm_opts(128, n, 128, dt, stages, warps=warps))
   np.testing.assert_array_equal(got, want)
   src = r.spec.src
+  need = stages * (128 + n) * 32 * 2
+  assert r.spec.dyn_shared == (need if need > 48 << 10 else 0) and (".extern .shared" in src) == (need > 48 << 10)
   assert f"cp.async.wait_group {stages - 2};" in src and src.count("cp.async.commit_group;") == stages
   assert "cp.async.cg.shared.global" in src and "cp.async.ca." not in src, "fills are 16-byte copies"
   assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in src and ".x2" not in src, "B of two mma from one ldmatrix.x4"
@@ -211,7 +215,7 @@ def test_pipeline_stages_are_refused_where_they_cannot_run():
   from baregrad.codegen.renderer.cuda import CUDARenderer
   cu = Kernel(matmul_ast(128, 128, 128, f16), gpu=True, ren=CUDARenderer())
   with pytest.raises(OptError, match="needs asynchronous copies"): cu.apply_opt(Opt(OptOps.SMEM, 0, 3))
-  with pytest.raises(OptError, match="shared memory"):   # four 128x128 stages of 16 KB: past the 48 KB a kernel declares
+  with pytest.raises(OptError, match="shared memory"):   # four 128x128 stages of 16 KB: past the 48 KB of static .shared
     get_program(matmul_ast(128, 128, 128, f16), PTXRenderer(), gemm_opts(128, 128, 128, f16, 4))
 
 def _wavefronts(monkeypatch, m, n, k) -> dict[str, list[int]]:
