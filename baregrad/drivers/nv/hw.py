@@ -605,6 +605,11 @@ def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
 # Blackwell's QMD v05 keeps the size in 128-byte units (SHARED_MEMORY_SIZE_SHIFTED7). The carveouts per compute
 # capability are the CUDA C Programming Guide's (shared memory capacity per SM: 0, 8, 16, 32, 64, 100, 132, 164, 196
 # or 228 KB on 9.0/10.0, up to 164 on 8.0, up to 100 on 8.6/8.9/12.0); a block may use 1 KiB less than the largest.
+# Launches above 48 KB (dynamic shared memory) use the same fields; their widths hold every per-block limit
+# (GPUArch.max_shared, plus the 1 KiB reserved on sm_90+): SHARED_MEMORY_SIZE is 18 bits of bytes in QMD V03_00
+# (clc6c0qmd.h, bits 561:544) and V04_00 (clcbc0qmd.h, 601:584), SHARED_MEMORY_SIZE_SHIFTED7 11 bits of 128-byte units
+# in V05_00 (clcdc0qmd.h, 1162:1152): 256 KiB each; MIN/MAX/TARGET_SM_CONFIG_SHARED_MEM_SIZE are 6 bits each
+# (228 KiB / 4 + 1 = 58). tests/drivers/nv/test_dynamic_shared.py round-trips the largest launch of every generation.
 SHARED_GRANULE = 128
 SM_CARVEOUTS_KIB = (8, 16, 32, 64, 100, 132, 164, 196, 228)
 

@@ -98,6 +98,17 @@ def test_driver_refuses_more_than_the_arch_allows(arch):
       dev.runtime(dev, "dyn", dyn_ptx(mx + 128, arch).encode())
   finally: dev.close()
 
+@pytest.mark.parametrize("arch", sorted(hw.ARCHS))
+def test_largest_launch_fits_the_qmd_fields(arch):
+  """The most shared memory a block of `arch` may have (its own max_shared after the reserved bytes) fits the QMD's
+  SHARED_MEMORY_SIZE and names the SM's largest carveout in MIN/TARGET and MAX (hw.build_qmd, read back)."""
+  g = hw.ARCHS[arch]
+  size = g.cbank0.shared_base + g.max_shared
+  q = hw.read_qmd(hw.build_qmd(0x1000, 0x2000, 0x300, (1, 1, 1), (128, 1, 1), size, 32, version=g.qmd_version, max_shared=g.max_shared),
+                  g.qmd_version)
+  top = g.carveouts[-1] // 4 + 1
+  assert q["shared"] == size and q["smcfg"] == (top, top, top), (arch, q["shared"], q["smcfg"])
+
 def test_mock_refuses_a_qmd_above_the_block_limit():
   """The SM's largest carveout (164 KiB on sm_80) is 1 KiB above what a block may use (163 KB): a QMD asking for more
   than 163 KB still names a carveout the SM has, and the mock refuses it (SKEDCHECK14, the limit named)."""
