@@ -72,14 +72,15 @@ def test_dynamic_shared_launch_is_sized_from_the_ptx(arch):
 
 def test_launch_smaller_than_the_kernel_uses_faults():
   """A launch that provides 32 KB where the kernel writes at 64 KB - 256: the access is past the block's shared memory
-  and the channel faults at that shared offset (the mock reports it as its other out-of-range accesses: an MMU fault)."""
+  and the SM raises a warp exception (Xid 13 Out Of Range Address) naming that shared offset."""
   dev, _ = _open()
   try:
     prg = dev.runtime(dev, "dyn", dyn_ptx(65536).encode())
     out = dev.allocator.alloc(4 * 64)
     prg.shared_total = dev.cb_layout.shared_base + 32768
     prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
-    with pytest.raises(NVChannelError, match=f"Xid .* at {TOP:#x}"): dev.synchronize(timeout_ms=5000)
+    with pytest.raises(NVChannelError, match="Xid 13") as e: dev.synchronize(timeout_ms=5000)
+    assert "Out Of Range Address" in str(e.value) and f"shared offset {TOP:#x}" in dev.port.mock.log[-1], dev.port.mock.log[-1]
     prg.shared_total = dev.cb_layout.shared_base + 65536   # the size the PTX states: runs
     prg(out, global_size=(1, 1, 1), local_size=(64, 1, 1))
     dev.synchronize()

@@ -172,6 +172,13 @@ class ComputeEngine:
           try: next(gen)
           except StopIteration: steps.remove(item)
     except GPUFault as e:
+      # shared or local memory past what the launch provides is no MMU fault: the SM raises a warp exception (cuda-gdb
+      # documentation, "GPU Error Reporting": CUDA_EXCEPTION_5 Warp Out-of-range Address, "any thread within a warp
+      # accesses an address that is outside the valid range of local or shared memory regions"), which the kernel
+      # log shows as Xid 13 "Graphics SM Warp Exception ... Out Of Range Address"
+      if e.space in ("shared", "local"):
+        raise GPUError(13, f"Graphics SM Warp Exception on (GPC 0, TPC 0, SM 0): Out Of Range Address\n"
+                           f"Graphics Exception: channel 0x{ch.token:08x}: {w.what}", f"{w.what}: {e}") from None
       raise self._mmu(ch, MMUFault(int(e.address or 0), "", "ACCESS_TYPE_VIRT_WRITE" if "store" in str(e) or "atom" in str(e) or "red" in str(e)
                                    else "ACCESS_TYPE_VIRT_READ"), "GRAPHICS GPC0", "GPCCLIENT_T1_0", f"MMU fault in {w.what}: {e}") from None
     except MMUFault as e: raise self._mmu(ch, e, "GRAPHICS", "HUBCLIENT_CE0", f"{w.what}: {e}") from None
