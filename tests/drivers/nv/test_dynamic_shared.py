@@ -140,3 +140,16 @@ def test_codegen_refuses_tiles_above_the_arch_limit():
   opts = gemm_opts(256, 256, 128, f16, 4, warps=(4, 4))
   assert get_program(ast, renderer_for("sm_80"), opts).dyn_shared == 4 * 2 * 256 * 32 * 2
   with pytest.raises(OptError, match=f"sm_86 allows {99 << 10}"): get_program(ast, renderer_for("sm_86"), opts)
+
+def test_renderer_lays_out_every_shared_buffer_in_the_region_and_refuses_past_the_limit():
+  """Several workgroup buffers above 48 KB: one region, each buffer at a 16-byte aligned offset of it (the second after
+  the first's 80 KB); a renderer whose GPU allows less refuses the kernel by name (a backstop behind the opts' check)."""
+  from baregrad.ir.ops import UOp, Ops
+  from baregrad.ir.dtype import dtypes
+  from baregrad.codegen.renderer import RenderError
+  a = UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(local=True), (), ("a", 20 << 10))
+  b = UOp(Ops.DEFINE_LOCAL, dtypes.half.ptr(local=True), (), ("b", 3))
+  src = renderer_for("sm_80").render("k", [a, b])
+  assert dynamic_shared_bytes(src) == (80 << 10) + 16 and "add.u32 %r2, %r2, 81920;" in src and ".shared .align 16" not in src
+  with pytest.raises(RenderError, match=f"needs {(100 << 10) + 16} bytes of shared memory; sm_86 allows {99 << 10}"):
+    renderer_for("sm_86").render("k", [a, UOp(Ops.DEFINE_LOCAL, dtypes.float32.ptr(local=True), (), ("c", 5 << 10)), b])
