@@ -154,7 +154,7 @@ def capture_code(d: str, launches: list[dict]) -> tuple[Callable[[int, int], byt
 
 def replay_capture(d: str, on: str) -> int:
   """Replay AMD_CAPTURE=DIR on the mock GPU of its arch, or on this machine's GPU; 0 when the outputs are identical."""
-  from baregrad.hcq.replay import load_meta, replay, ReplayError
+  from baregrad.hcq.replay import load_meta, replay_and_report
   from baregrad.drivers.amd.device import AMDDevice
   meta = load_meta(d)
   if on == "mock":
@@ -162,13 +162,7 @@ def replay_capture(d: str, on: str) -> int:
     from baregrad.drivers.mock.amd import MockAMDGPU
     dev = AMDDevice("AMD", port=make_port(MockAMDGPU(arch=meta["arch"])))
   else: dev = AMDDevice("AMD")
-  try: rep = replay(d, dev, dev.target.name)
-  except ReplayError as e:
-    print(f"replay: {e}")
-    return 2
-  finally: dev.close()
-  print(rep.text())
-  return 0 if rep.first_difference is None else 1
+  return replay_and_report(d, dev, dev.target.name)
 
 def demo(arch: str) -> None:
   import ctypes

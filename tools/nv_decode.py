@@ -103,7 +103,7 @@ def format_capture(d: str) -> str:
 
 def replay_capture(d: str, on: str) -> int:
   """Replay NV_CAPTURE=DIR on the mock GPU of its arch, or on this machine's GPU; 0 when the outputs are identical."""
-  from baregrad.hcq.replay import load_meta, replay, ReplayError
+  from baregrad.hcq.replay import load_meta, replay_and_report
   from baregrad.drivers.nv import NVDevice
   meta = load_meta(d)
   if on == "mock":
@@ -111,12 +111,6 @@ def replay_capture(d: str, on: str) -> int:
     from baregrad.drivers.mock.nv import MockNVGPU
     dev = NVDevice("NV", port=make_port(MockNVGPU(arch=meta["arch"])))
   else: dev = NVDevice("NV")
-  try: rep = replay(d, dev, dev.arch)
-  except ReplayError as e:
-    print(f"replay: {e}")
-    return 2
-  finally: dev.close()
-  print(rep.text())
-  return 0 if rep.first_difference is None else 1
+  return replay_and_report(d, dev, dev.arch)
 
 if __name__ == "__main__": sys.exit(main())

@@ -105,7 +105,7 @@ class CPUDevice(HCQDevice):
     for e in self.engines.values():
       if e.fault: raise RuntimeError(f"{self.device}: {e.name} queue faulted: {e.fault}\n{self.queue_state()}")
 
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
     deadline = time.perf_counter() + timeout_s
     for _ in range(50):  # short kernels finish within a few µs: spin before sleeping on the condition
       if sig._v.value >= value: return True

@@ -168,8 +168,9 @@ class HCQDevice(Compiled):
     """The host wrote a signal; devices whose queues sleep on signal memory wake them here."""
   def _check_fault(self) -> None:
     """Raise if a queue has faulted (a host wait must not sit out its timeout on a dead queue)."""
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
-    """Poll the signal memory until value >= `value`; False on timeout. Spins briefly, then backs off."""
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
+    """Poll the signal memory until value >= `value`; False on timeout. Spins briefly, then backs off. `final`: the
+    wait's last window (False: the hang watchdog's first one, after which the wait goes on: nothing is given up)."""
     deadline, delay, spins = time.perf_counter() + timeout_s, 1e-5, 0
     while sig._v.value < value:
       self._check_fault()

@@ -93,3 +93,14 @@ def replay(directory: str, dev: Any, arch: str) -> ReplayReport:
     finally:
       for b, a in zip(bufs, L["args"]): dev.allocator.free(b, a["size"])
   return rep
+
+def replay_and_report(directory: str, dev: Any, arch: str) -> int:
+  """The tools' `replay` command: replay on dev (closed after), print the report; exit status 0 same outputs, 1 a
+  difference, 2 a capture this device cannot replay."""
+  try: rep = replay(directory, dev, arch)
+  except ReplayError as e:
+    print(f"replay: {e}")
+    return 2
+  finally: dev.close()
+  print(rep.text())
+  return 0 if rep.first_difference is None else 1

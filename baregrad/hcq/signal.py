@@ -80,7 +80,7 @@ class HCQSignal:
     # the hang watchdog: after HANG_WARN_MS without the value, say what blocks while still waiting out the timeout
     warn = knobs.get("HANG_WARN_MS")
     if 0 < warn < t:
-      if self.dev._wait_signal(self, value, warn / 1000.0): return
+      if self.dev._wait_signal(self, value, warn / 1000.0, final=False): return
       sys.stderr.write(hang_report(self, value, warn, t) + "\n")
       t -= warn
     if not self.dev._wait_signal(self, value, t / 1000.0):

@@ -40,6 +40,7 @@ class LlamaModel:
     self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, self.max_context, cfg.head_dim, device)
     self.start_pos = Variable("start_pos", 0, self.max_context - 1)
     self._step = jit(self._decode)
+    self._prefill = jit(self._prompt)
     self.tokenizer: Any = None   # (load() sets it from the model's files)
 
   def _t(self, name: str) -> Tensor:
@@ -75,7 +76,7 @@ class LlamaModel:
     x1, x2 = x[..., :h], x[..., h:]
     return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
 
-  def _forward(self, ids: Tensor, start: sint, last_only: bool = False) -> Tensor:
+  def _forward(self, ids: Tensor, start: sint, last_only: bool = False, last: sint | None = None) -> Tensor:
     """Logits (T, vocab) of tokens ids (T,) at positions start.. (an int, or a bound variable: ir/sint.py), reading and
     writing the KV cache; last_only: of the last token only (1, vocab) (a prompt's prefill needs no more: the output
     matmul over the vocabulary once, not T times)."""
@@ -112,6 +113,7 @@ class LlamaModel:
       g = linear(x, w[p + "mlp.gate_proj.weight"])
       h = h + linear(g.silu() * linear(x, w[p + "mlp.up_proj.weight"]), w[p + "mlp.down_proj.weight"])
     if last_only: h = h[T - 1:]
+    if last is not None: h = h.shrink(((last, last + 1), None))            # (the row of the prompt's last token)
     h = _rms(h, self._t("model.norm.weight"), c.norm_eps)
     return linear(h, w["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"])
 
@@ -119,6 +121,16 @@ class LlamaModel:
     """One new token (1,) at position `start` (a bound variable): its logits (vocab,), realized; captured once,
     replayed per token."""
     return self._forward(tok, start)[0].realize()
+
+  def _prompt(self, ids: Tensor, last: UOp) -> Tensor:
+    """A prompt padded to a bucket's length (ids (B,)) from position 0: the logits (vocab,) of its last real token
+    (`last`, a bound variable: one capture per bucket length, whatever the prompt's length in it), realized. The padding
+    tokens' keys and values land in cache rows past the prompt, which every later step overwrites before reading."""
+    return self._forward(ids, 0, last=last)[0].realize()
+
+  def _bucket(self, n: int) -> int:
+    """The padded length of an n-token prompt: the next power of two from 16, within the context."""
+    return min(self.max_context, max(16, 1 << (n - 1).bit_length()))
 
   # ---------------------------------------------------------------- the API
   def _check_len(self, n: int, what: str) -> None:
@@ -144,7 +156,10 @@ class LlamaModel:
     rng = np.random.default_rng(seed)
     self.cache.reset()
     if max_new_tokens == 0: return
-    last = self._forward(Tensor(np.array(ids, np.int32), device=self.device), 0, last_only=True)[0]
+    # the prompt padded to a bucket length and jitted: its kernels (a weight's packing included) are captured once per
+    # bucket and replayed for every prompt of a length in it
+    b = self._bucket(len(ids))
+    last = self._prefill(Tensor(np.array(ids + [0] * (b - len(ids)), np.int32), device=self.device), Variable("last_pos", 0, b - 1).bind(len(ids) - 1))
     for n in range(max_new_tokens):
       t = _sample(last, temperature, top_k, top_p, rng)
       yield t

@@ -83,6 +83,18 @@ def test_gguf_logits_match_transformers_on_the_weights_the_file_holds(qtype, tmp
   with torch.no_grad(): want = ref_m.generate(torch.tensor([IDS]), max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(IDS):].tolist()
   assert bm.generate(IDS, max_new_tokens=8, stop=()) == want
 
+def test_gguf_rope_freqs_scales_as_llama3(tmp_path):
+  """A Llama 3.1 GGUF carries its rope scaling as a rope_freqs tensor (llama.cpp's converter), not as metadata: the
+  frequencies are divided by it (ignoring it would give silently wrong logits)."""
+  m = hf_model("llama", rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 32})
+  path = str(tmp_path / "m.gguf")
+  ref_m = with_weights(m, write_gguf(m, path))
+  bm = baregrad.llm.load(path)
+  assert bm.cfg.rope_freq_factors is not None and max(bm.cfg.rope_freq_factors) == 8.0
+  with torch.no_grad(): ref = ref_m(torch.tensor([IDS])).logits[0].numpy()
+  assert np.abs(bm.logits(IDS).numpy() - ref).max() <= 1e-4 * np.abs(ref).max()
+
 def test_sampling_is_seeded(tmp_path):
   bm = baregrad.llm.load(save_hf(hf_model("llama"), str(tmp_path)))
   a = bm.generate(IDS, max_new_tokens=6, temperature=0.8, top_k=20, top_p=0.9, seed=7, stop=())

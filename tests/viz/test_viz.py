@@ -90,8 +90,9 @@ def test_disassembly_only_where_there_is_a_disassembler():
 def test_profile_on_too_keeps_its_trace(tmp_path):
   # PROFILE=1 with VIZ=1: the user's trace file stays (its path printed) and the recording has its timeline too
   trace = tmp_path / "trace.json"
-  env = {**os.environ, "VIZ": "1", "VIZ_SERVE": "0", "VIZ_PATH": str(tmp_path / "rec.json"), "PYTHONPATH": ROOT, "DEV": "CPU",
-         "PROFILE": "1", "PROFILE_PATH": str(trace)}
+  # (not marked a child of this process: an earlier PROFILE test in this worker set the owner mark in its environment)
+  env = {**{k: v for k, v in os.environ.items() if k != "_BAREGRAD_PROFILE_OWNER"}, "VIZ": "1", "VIZ_SERVE": "0", "VIZ_PATH": str(tmp_path / "rec.json"),
+         "PYTHONPATH": ROOT, "DEV": "CPU", "PROFILE": "1", "PROFILE_PATH": str(trace)}
   r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
   assert r.returncode == 0, r.stderr
   assert f"PROFILE trace written to {trace}" in r.stderr and trace.exists()

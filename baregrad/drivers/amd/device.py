@@ -536,7 +536,7 @@ class AMDDevice(HCQDevice):
     ok, outcome = self._recover(f"the device's work did not finish within {timeout_ms:g} ms")
     return AMDQueueTimeout(f"{self.device}: timed out after {timeout_ms:g} ms {what}\n{stuck}{outcome}\n{state}", recovered=ok)
 
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
     deadline = time.perf_counter() + timeout_s
     for _ in range(2000):   # spin briefly: most waits end within microseconds
       if sig._v.value >= value: return True
@@ -544,8 +544,9 @@ class AMDDevice(HCQDevice):
       self._check_fault()
       left = deadline - time.perf_counter()
       if left <= 0:
-        # the device's own timeline: its work is stuck, recover (a signal of the caller's may still be released by it)
-        if sig is self.timeline_signal and not self._recovering:
+        # the device's own timeline: its work is stuck, recover (a signal of the caller's may still be released by it);
+        # not at the end of the hang watchdog's window (HANG_WARN_MS): the wait goes on to its timeout after the report
+        if final and sig is self.timeline_signal and not self._recovering:
           raise self._timed_out(f"waiting for the timeline {sig.va_addr:#x} >= {value} (it is {sig.value})", timeout_s * 1000)
         return False
       self._kick()

@@ -251,7 +251,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     raise NVChannelError(self.device, xid, reports + others, f"unreadable: {note}" if self.klog is None or self.klog.unreadable else note, state)
 
   SPIN_S = 200e-6   # a host wait polls this long before it sleeps
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
     # a tiny kernel finishes within microseconds of its launch, and the shortest sleep lasts ~60 us (the kernel's timer
     # slack): poll first, sleep with growing pauses after (a fault is seen there, at most SPIN_S late)
     now, v = time.perf_counter, sig._v

@@ -535,6 +535,23 @@ def test_hang_watchdog_reports_the_blocked_packet(amd, monkeypatch, capfd):
   assert f"waiting for signal {done.va_addr:#x} >= 1 (it is 0;" in err and "HANG?" in err, err
   assert f"WAIT_REG_MEM mem[{never.va_addr:#x}]" in err and "value=5" in err and "the CP is here" in err, err
 
+def test_hang_watchdog_on_the_timeline_does_not_give_up_the_work(amd, monkeypatch, capfd):
+  """Work on the device's own timeline that outlasts HANG_WARN_MS (a long kernel): the watchdog reports, the wait goes
+  on to its timeout and the work completes; no recovery at the end of the watchdog's window (which destroyed the
+  queues and lost the work after 5 s)."""
+  from baregrad import knobs
+  monkeypatch.setenv("HANG_WARN_MS", "100"); knobs.reset()
+  never = HCQSignal(amd)
+  amd.compute_queue_t().wait(never, 5).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+  releaser = threading.Timer(1.0, lambda: setattr(never, "value", 5))
+  releaser.start()
+  try: amd.synchronize(timeout_ms=10000)
+  finally:
+    releaser.join()
+    monkeypatch.delenv("HANG_WARN_MS"); knobs.reset()
+  err = capfd.readouterr().err
+  assert "HANG?" in err and "recovered" not in err, err
+
 def test_interrupt_needs_the_mailbox_write(amd, mock):
   """A signal whose interrupt packet forgot the event mailbox write would never wake a sleeping host (the check in
   kfd_signal_event_interrupt): the driver's signals write it; this drives a RELEASE_MEM interrupt without it."""
