@@ -4,6 +4,7 @@ from baregrad.ir.dtype import dtypes
 from baregrad.hal import Device
 from baregrad.tensor import Tensor
 from baregrad.tensor.jit import jit
+from baregrad.ir.sint import Variable
 from baregrad.tensor.grad_mode import no_grad, enable_grad, inference_mode, set_grad_enabled, is_grad_enabled
 from baregrad.tensor import functional
 from baregrad.tensor.functional import (cat, concat, concatenate, stack, split, chunk, roll, tril, triu, gather, scatter, scatter_add,
@@ -31,10 +32,10 @@ import sys as _sys  # noqa: E402
 from baregrad import knobs as _knobs  # noqa: E402
 if _knobs.read("VIZ"):
   from baregrad.viz import record as _viz_record
-  _viz_record.start()
+  _viz_record.start(profile_timeline=bool(_knobs.read("VIZ_TIMELINE")))
 _sys.modules["baregrad.tensor"].__class__ = _TensorPackage
 
-__all__ = ["Tensor", "dtypes", "Device", "jit", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "is_grad_enabled", "functional",
+__all__ = ["Tensor", "dtypes", "Device", "jit", "Variable", "no_grad", "enable_grad", "inference_mode", "set_grad_enabled", "is_grad_enabled", "functional",
            "cat", "concat", "concatenate", "stack", "split", "chunk", "roll", "tril", "triu", "gather", "scatter", "scatter_add", "masked_fill",
            "diagonal", "diag", "einsum", "where", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "max_pool1d", "max_pool2d",
            "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "interpolate", "dropout",

@@ -144,19 +144,25 @@ _DECLARED = [
   Knob("AMD_CHECK_ARCHS", "list", (), "also compile every AMD kernel for these gfx targets (validation only)", _C),
   # debugging
   Knob("DEBUG", "int", 0,
-       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 7 disassembly", _D, lo=0),
+       "1 kernel times, 2 names/shapes/opts, 3 source, 4 UOp graph, 5 linear program, 6 a GPU kernel's resources (NV ptxas -v: registers, spills, "
+       "stack, shared; AMD VGPRs, SGPRs, spills, LDS, scratch), 7 disassembly (CPU; NV SASS by nvdisasm/cuobjdump; AMD RDNA3 by our decoder)", _D, lo=0),
   Knob("PROFILE", "bool", False,
        "write a Perfetto trace of every kernel, copy and compile (the path is printed at exit)", _D),
   Knob("PROFILE_PATH", "path", None, "the PROFILE trace file", _D, default_text="$TMPDIR/baregrad-trace-<pid>.json"),
   Knob("_BAREGRAD_PROFILE_OWNER", "str", None,
        "internal: pid of the process that owns PROFILE_PATH (children write beside it)", _D),
-  Knob("VIZ", "bool", False, "record each kernel's graph through its rewrite passes, its source and the schedules (docs/viz.md)", _D),
+  Knob("VIZ", "bool", False, "record each realize's tensor graph, each kernel's graph through its rewrite passes, its source and binary, "
+       "the timeline and the HCQ command streams, and serve a page that shows them (docs/viz.md)", _D),
   Knob("VIZ_PATH", "path", None, "the VIZ recording file", _D, default_text="$TMPDIR/baregrad-viz-<pid>.json"),
   Knob("VIZ_SERVE", "bool", True, "with VIZ=1, serve the recording on 127.0.0.1 at exit (0: only write it)", _D),
+  Knob("VIZ_TIMELINE", "bool", True, "with VIZ=1, turn PROFILE on for the timeline (0: no timeline; CPU kernels keep their direct launch)", _D),
   Knob("IOCTL_TRACE", "bool", False, "print every NV/AMD ioctl, mmap and doorbell decoded", _D),
   Knob("HANG_WARN_MS", "int", 5000, "a host wait without progress this long prints what blocks it (0: never)", _D, lo=0),
   Knob("IOCTL_TRACE_FILE", "path", None, "append the IOCTL_TRACE lines to this file instead of stderr", _D),
-  Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submitted command buffer", _D),
+  Knob("AMD_CAPTURE", "path", None, "directory where the AMD driver writes each submission (AQL packets, IBs, kernargs, SDMA) and each "
+       "launch's code object and buffers, with meta.json (tools/amd_decode.py capture|replay DIR)", _D),
+  Knob("NV_CAPTURE", "path", None, "directory where the NV driver writes each submission (pushbuffer, GPFIFO entry, QMDs, constant banks) "
+       "and each launch's code image and buffers, with meta.json (tools/nv_decode.py capture|replay DIR)", _D),
   # CPU device
   Knob("CPU_THREADS", "int", 0, "threads a CPU kernel is split over (0: one per core)", _CPU, lo=0),
   Knob("CPU_NATIVE_POOL", "bool", True, "split kernels over the native thread pool; 0 uses Python threads", _CPU),
@@ -183,6 +189,8 @@ _DECLARED = [
        "how long DEV=CUDA waits for work before it raises", _GPU, lo=1, unit="milliseconds"),
   Knob("RING_MIN_BYTES", "int", 4 << 20, "in-process allreduce: tensors of at least this many bytes over 3+ devices take the ring, "
        "smaller ones the direct exchange", _GPU, lo=0, unit="bytes"),
+  Knob("NO_PEER_COPY", "bool", False, "copies between two GPUs of one driver go through the host (the source waited for, copied "
+       "out, copied in) instead of being queued on both devices' queues", _GPU),
   Knob("DIST_TIMEOUT_S", "float", 60.0, "baregrad.distributed: how long an MPI exchange waits for the other ranks before it raises", _GPU,
        lo=0.001, unit="seconds"),
   # tests and tools (read outside baregrad/, declared here so --knobs and the docs list them)

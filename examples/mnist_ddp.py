@@ -36,6 +36,7 @@ def main() -> None:
   ap.add_argument("--hidden", type=int, default=32)
   ap.add_argument("--seed", type=int, default=0)
   ap.add_argument("--check", action="store_true", help="rank 0 compares with one process on the global batch")
+  ap.add_argument("--bucket-kib", type=float, default=4096, help="gradient bucket size (each bucket's exchange starts during backward)")
   a = ap.parse_args()
   dist.init()
   r, n = dist.rank(), dist.world_size()
@@ -46,7 +47,8 @@ def main() -> None:
   for p, v in zip(nn.get_parameters(model), init): p.assign(v).realize()
   start = [p.numpy() for p in nn.get_parameters(model)]
   part = a.bs // n
-  got = train(model, a.steps, a.bs, a.lr, a.seed, r * part, (r + 1) * part, dist.DistributedOptimizer)
+  def wrap(o): return dist.DistributedOptimizer(o, bucket_bytes=int(a.bucket_kib * 1024))
+  got = train(model, a.steps, a.bs, a.lr, a.seed, r * part, (r + 1) * part, wrap)
   dist.barrier()
   print(f"rank {r}/{n}: trained {a.steps} steps on {part} of each {a.bs}-sample batch")
   if a.check and r == 0:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """AMD bring-up, stage by stage: /dev/kfd and the KFD version, the topology (and the queue sizes the kernel derives from
-it, next to ours), opening the device (VM, apertures, queues, events), memory of each kind, SDMA copies, the compute
+it, next to ours), opening the device (told apart into its steps: KFD, VM and apertures, memory, events, queues, each
+passed, failed at its call or not reached), memory of each kind, SDMA copies, the compute
 queue's PM4 signals and timestamps (and the GPU timestamp rate measured against the host clock), a host thread asleep
 in AMDKFD_IOC_WAIT_EVENTS woken by the GPU, a kernel dispatch, and a graph of dependent kernels replayed. Each stage
 says what it saw; a failing stage prints the error and the last ioctls, and the later stages that can still run do.
@@ -12,6 +13,8 @@ GPU (baregrad.drivers.mock.amd; --arch gfx1100|gfx942). IOCTL_TRACE=1 prints eve
 from __future__ import annotations
 import argparse, os, sys, time, traceback
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from doctor_steps import StepPort, amd_step, AMD_STEPS  # noqa: E402
 
 ADD_ONE_LL = r"""
 define amdgpu_kernel void @add_one(ptr addrspace(1) %out, ptr addrspace(1) %inp, i32 %n) "amdgpu-flat-work-group-size"="256,256" {
@@ -119,7 +122,13 @@ def main(argv: list[str] | None = None) -> int:
   @stage("3. open the device (render node, ACQUIRE_VM, apertures, memory window, queues, events)")
   def _open():
     from baregrad.drivers.amd import AMDDevice
-    dev = AMDDevice(a.device, port=port)
+    steps = StepPort(port, amd_step, AMD_STEPS)   # the open told apart into its steps by the calls each makes
+    try: dev = AMDDevice(a.device, port=steps)
+    except Exception as e:
+      print(steps.report(e))
+      raise
+    finally: steps.recording = False
+    print(steps.report())
     state["dev"] = dev
     ap_ = dev.apertures
     print(f"{dev.target.name} gpu_id {dev.gpu_id:#x} via {dev.render_path}; GPUVM {ap_['gpuvm_base']:#x}-{ap_['gpuvm_limit']:#x}, "

@@ -5,6 +5,9 @@ rings, and compute QMDs. Input is raw little-endian bytes (e.g. memory captured 
   python tools/nv_decode.py pb SEGMENT.bin [--base 0x...]    a pushbuffer segment
   python tools/nv_decode.py gpfifo RING.bin --get N --put M [--seg ADDR=FILE ...]
   python tools/nv_decode.py qmd QMD.bin                       a Hopper (v04) QMD; --version 3|4|5 or --arch sm_XX
+  python tools/nv_decode.py capture DIR                       every submission the driver kept with NV_CAPTURE=DIR, in order
+  python tools/nv_decode.py replay DIR [--on mock|gpu]        run each captured launch again (default on the mock GPU of the
+                                                              capture's arch) and report the first difference in outputs
   python tools/nv_decode.py demo                              run a few commands on the mock GPU and print its channels
 
 --arch sm_80|sm_86|sm_89|sm_90|sm_100|sm_120 (default sm_90) names the generation: the classes bound on the compute
@@ -33,10 +36,12 @@ def main(argv: list[str] | None = None) -> int:
   g.add_argument("--seg", action="append", default=[], help="ADDR=FILE: the bytes of the pushbuffer at ADDR")
   q = sub.add_parser("qmd"); q.add_argument("file"); q.add_argument("--version", type=int, default=4)
   q.add_argument("--arch", choices=list(hw.ARCHS))
+  c = sub.add_parser("capture"); c.add_argument("dir")
+  r = sub.add_parser("replay"); r.add_argument("dir"); r.add_argument("--on", choices=["mock", "gpu"], default="mock")
   sub.add_parser("demo")
   for sp in (p, g, sub.choices["demo"]): sp.add_argument("--arch", choices=list(hw.ARCHS), default="sm_90")
   a = ap.parse_args(argv)
-  arch = hw.ARCHS[a.arch or "sm_90"]
+  arch = hw.ARCHS[getattr(a, "arch", None) or "sm_90"]
   classes = {hw.SUBC_COMPUTE: arch.compute, hw.SUBC_COPY: arch.dma}
   if a.cmd == "pb":
     w = hw.words_of(load(a.file))
@@ -55,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ver = hw.QMD_VERSION[arch.compute] if a.arch else a.version
     print(f"QMD v0{ver}" + (f" ({hw.class_name(arch.compute)})" if a.arch else "") + f":\n{hw.format_qmd(w, ver)}")
     if ver in hw.QMD_LAYOUTS: print("launch: " + ", ".join(f"{k}={v if not isinstance(v, int) else hex(v)}" for k, v in hw.read_qmd(w, ver).items()))
+  elif a.cmd == "capture": print(format_capture(a.dir))
+  elif a.cmd == "replay": return replay_capture(a.dir, a.on)
   else:
     from baregrad.drivers.port import make_port
     from baregrad.drivers.mock.nv import MockNVGPU
@@ -72,5 +79,38 @@ def main(argv: list[str] | None = None) -> int:
     print("first copy-channel segment, raw:", " ".join(f"{x:#010x}" for x in w))
     dev.close()
   return 0
+
+def format_capture(d: str) -> str:
+  """The submissions NV_CAPTURE=DIR kept, in order: channel, GPFIFO entry, doorbell, timeline, the pushbuffer's methods
+  and commands, and each launch's QMD (kernel, grid, block, shared, registers) with its constant bank's size."""
+  from baregrad.hcq.replay import load_meta
+  meta = load_meta(d)
+  arch = hw.ARCHS[meta["arch"]]
+  classes, ver = {hw.SUBC_COMPUTE: arch.compute, hw.SUBC_COPY: arch.dma}, hw.QMD_VERSION[arch.compute]
+  out = [f"NV capture of {meta['device']} ({meta['arch']}): {len(meta['submissions'])} submissions, {len(meta['launches'])} launches"]
+  for sub in meta["submissions"]:
+    rd = lambda what: open(os.path.join(d, f"{sub['n']:06d}-{what}.bin"), "rb").read()  # noqa: E731
+    w = hw.words_of(rd(f"{sub['channel']}-pushbuf"))
+    out.append(f"submission {sub['n']}: {sub['channel']} channel, GPFIFO entry at {sub['gpfifo']:#x} = {sub['gp_entry']:#018x} "
+               f"(pushbuffer {sub['pushbuf']:#x}, {len(w)} words), GP_PUT {sub['gp_put']}, doorbell token {sub['doorbell']}, "
+               f"timeline {sub['timeline']}")
+    out.append(hw.format_commands(w, classes))
+    for L in sub["launches"]:
+      q = hw.read_qmd(hw.words_of(rd(f"qmd-{L['qmd']:x}")), ver)
+      out.append(f"  EXEC {L['kernel']}: QMD {L['qmd']:#x} grid {q['grid']} block {q['block']} shared {q['shared']} regs {q['regs']} "
+                 f"program {q['program']:#x} constant bank 0 {q['cbank0'] or 0:#x} ({q['cbank0_size']} bytes)")
+  return "\n".join(out)
+
+def replay_capture(d: str, on: str) -> int:
+  """Replay NV_CAPTURE=DIR on the mock GPU of its arch, or on this machine's GPU; 0 when the outputs are identical."""
+  from baregrad.hcq.replay import load_meta, replay_and_report
+  from baregrad.drivers.nv import NVDevice
+  meta = load_meta(d)
+  if on == "mock":
+    from baregrad.drivers.port import make_port
+    from baregrad.drivers.mock.nv import MockNVGPU
+    dev = NVDevice("NV", port=make_port(MockNVGPU(arch=meta["arch"])))
+  else: dev = NVDevice("NV")
+  return replay_and_report(d, dev, dev.arch)
 
 if __name__ == "__main__": sys.exit(main())

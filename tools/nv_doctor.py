@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """NV doctor: bring an NVIDIA GPU up through the RM/UVM ioctls stage by stage and say what was seen at each one.
 
-Stages: open (RM objects, classes, generation, windows, constant bank layout), memory (device and host-visible),
+Stages: open (RM objects, classes, generation, windows, constant bank layout; told apart into its steps, RM client, UVM,
+VA space, memory, channels and scheduling, each passed, failed at its call or not reached), memory (device and host-visible),
 channels (GPFIFO, UVM registration, scheduling), copy (DMA engine both ways), launch (a multi-block grid),
-shared and local memory (a shared-memory reduction, generic shared pointers, a 1 KiB private array, register spills),
+shared and local memory (a shared-memory reduction, generic shared pointers, a 1 KiB private array, register spills,
+dynamic shared memory at the generation's limit),
 signals (GPU -> host, host -> GPU, timestamps), graph (dependent launches replayed). After every stage the new
 kernel-log lines (/dev/kmsg) are printed and Xid lines decoded (class method by name, fault address against the
 device's allocations); where the log cannot be read it says why. A channel error fails the stage, the device
@@ -15,6 +17,8 @@ from __future__ import annotations
 import argparse, os, sys, time
 from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from doctor_steps import StepPort, nv_step, NV_STEPS  # noqa: E402
 
 def main(argv: list[str] | None = None, mock: Any = None) -> int:
   """`mock`: a MockNVGPU to run on (tests hand in one that misbehaves); --mock makes a fresh one."""
@@ -28,7 +32,7 @@ def main(argv: list[str] | None = None, mock: Any = None) -> int:
   from baregrad.drivers.port import make_port
   from baregrad.drivers.nv import NVDevice, hw
   from baregrad.drivers.nv.faults import KernelLog, parse_xid, decode
-  from baregrad.drivers.nv.testkernels import KERNELS, spill_ptx
+  from baregrad.drivers.nv.testkernels import KERNELS, spill_ptx, dynamic_shared_ptx
   from baregrad.hcq import HCQSignal
   from baregrad.hcq.graph import HCQGraph
   t0 = time.perf_counter()
@@ -63,9 +67,14 @@ def main(argv: list[str] | None = None, mock: Any = None) -> int:
 
   def open_dev() -> str:
     nonlocal dev
-    dev = NVDevice(a.device, port=port)
+    steps = StepPort(port, nv_step, NV_STEPS)   # the open told apart into its steps by the calls each makes
+    try: dev = NVDevice(a.device, port=steps)
+    except Exception as e:
+      print(steps.report(e))
+      raise
+    finally: steps.recording = False
     w, L = dev.windows, dev.cb_layout
-    return "\n".join([
+    return "\n".join([steps.report(),
       f"{'MOCK ' if mock else ''}GPU {dev.index}: {dev.family} {dev.arch}, {dev.sm_count} SMs (GPC x TPC x SM), arch id {dev.arch_id:#x}, "
       f"driver {dev.driver_version}, uuid {dev.uuid.hex()}",
       f"classes: gpfifo {hw.class_name(dev.gpfifo_class)}, compute {hw.class_name(dev.compute_class)} (QMD v0{dev.qmd_version}), "
@@ -145,6 +154,11 @@ def main(argv: list[str] | None = None, mock: Any = None) -> int:
     for i in reversed(range(40)): want64 = ((want64 * np.uint64(31)) & M) ^ ((xs[np.arange(64) + i].astype(np.uint64) + g64) & M)
     if not (get(bufs["a"], 64) == want64.astype(np.uint32)).all(): raise AssertionError("register spills wrong")
     out.append(f"register spills: right ({prg.local_bytes} bytes of local memory per thread)")
+    nbytes = dev.max_shared_mem   # dynamic shared memory at the generation's limit (QMD SHARED_MEMORY_SIZE, SM_CONFIG)
+    prg = run("dynsmem", bufs["a"], src=dynamic_shared_ptx(nbytes), global_size=(2, 1, 1), local_size=(128, 1, 1))
+    if not (get(bufs["a"], 256) == nbytes // 4 - 1 - np.arange(256) % 128 + nbytes).all():
+      raise AssertionError(f"dynamic shared memory ({nbytes} bytes a block) wrong")
+    out.append(f"dynamic shared memory: right ({nbytes} bytes a block, {prg.shared_total} in the launch)")
     return "\n".join(out)
   stage("shared and local memory", shared_local)
 

@@ -6,9 +6,11 @@
 Fields: name, arch, opts, regs, spills (bytes of spill stores + loads, from ptxas -v), smem, then PTX counts of the
 innermost (main) loop: loop_mma (mma.sync), loop_ldsm (ldmatrix), loop_cp_async, loop_ldg (ld.global), loop_bar,
 loop_cvt_float (float conversions; the innermost loop is the k-step's, cp.async prefetch sits in the loop around it); and, when cuobjdump or
-nvdisasm is found (NVIDIA's pip wheels), SASS counts over the whole kernel: HMMA, HGMMA, LDSM, LDGSTS, LDG, STSM,
-UTMALDG, SYNCS, BAR. Without them the SASS fields read `sass=unavailable` (not zeros).
-Not done yet (issue 32): SASS counts restricted to the main loop, ptxas advisories (wgmma serialization)."""
+nvdisasm is found (NVIDIA's pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm), SASS counts over the whole
+kernel: HMMA, HGMMA, LDSM, LDGSTS, LDG, STSM, UTMALDG, SYNCS, BAR, and over the main loop (the innermost SASS loop with
+HMMA/HGMMA; ptxas may unroll the PTX k-step loop into it): main_HMMA, main_HGMMA, main_LDSM, main_LDGSTS, main_LDG,
+main_BAR. Without the tools the SASS fields read `sass=unavailable` (not zeros).
+Not done yet (issue 32): ptxas advisories (wgmma serialization)."""
 from __future__ import annotations
 import argparse, glob, os, re, shutil, subprocess, sys, tempfile
 from collections import Counter
@@ -62,19 +64,60 @@ def assemble(src: str, arch: str) -> tuple[bytes, str]:
     if r.returncode != 0: raise RuntimeError(f"ptxas -arch={arch} failed ({r.returncode}): {r.stderr[-2000:]}")
     with open(o, "rb") as f: return f.read(), r.stderr
 
-def sass_counts(cubin: bytes) -> Counter | None:
-  """SASS opcode counts (whole kernel) by cuobjdump -sass, or None when it is not installed."""
-  tool = shutil.which("cuobjdump") or next(iter(sorted(glob.glob("/usr/local/cuda*/bin/cuobjdump"))), None) or _wheel_tool("cuobjdump")
-  if tool is None: return None
+def _sass_tools() -> tuple[str, str | None] | None:
+  """(cuobjdump, nvdisasm or None): PATH, /usr/local/cuda*/bin, NVIDIA's pip wheels (nvidia-cuda-cuobjdump,
+  nvidia-cuda-nvdisasm); None without cuobjdump."""
+  def find(t: str) -> str | None:
+    return shutil.which(t) or next(iter(sorted(glob.glob(f"/usr/local/cuda*/bin/{t}"))), None) or _wheel_tool(t)
+  tool = find("cuobjdump")
+  return None if tool is None else (tool, find("nvdisasm"))
+
+def disassemble(cubin: bytes) -> str | None:
+  """cuobjdump -sass of the cubin (it runs nvdisasm, found as for cuobjdump), or None when the tools are missing."""
+  tools = _sass_tools()
+  if tools is None: return None
+  env = dict(os.environ)
+  if tools[1] is not None: env["NVDISASM_PATH"] = os.path.dirname(tools[1])
   with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
     f.write(cubin); f.flush()
-    out = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True, timeout=120, check=True).stdout
-  ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", out)
-  return Counter(op for op in ops)
+    r = subprocess.run([tools[0], "-sass", f.name], capture_output=True, text=True, timeout=120, env=env)
+  if r.returncode != 0: raise RuntimeError(f"cuobjdump -sass failed ({r.returncode}): {r.stderr[-2000:]}")
+  return r.stdout
+
+_SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)([^;]*);")
+
+def sass_ops(sass: str) -> list[tuple[int, str, str]]:
+  """(address, opcode, operands) of each instruction in cuobjdump -sass text."""
+  return [(int(a, 16), op, rest.strip()) for a, op, rest in _SASS_LINE.findall(sass)]
+
+def sass_counts(cubin: bytes) -> Counter | None:
+  """SASS opcode counts (whole kernel) by cuobjdump -sass, or None when it is not installed."""
+  sass = disassemble(cubin)
+  return None if sass is None else Counter(op for _, op, _ in sass_ops(sass))
+
+def sass_main_loop(ops: list[tuple[int, str, str]]) -> Counter:
+  """Opcode counts of the main loop: of the loops (a BRA back to an earlier address: the body from its target to it)
+  that hold HMMA or HGMMA, the innermost (shortest); empty when none does."""
+  loops = []
+  for addr, op, rest in ops:
+    if op == "BRA" and (m := re.match(r"(?:`\()?(0x[0-9a-f]+)", rest)) and int(m.group(1), 16) < addr:
+      body = [o for a, o, _ in ops if int(m.group(1), 16) <= a <= addr]
+      if any(o in ("HMMA", "HGMMA") for o in body): loops.append(body)
+  return Counter(min(loops, key=len)) if loops else Counter()
+
+def _fam(c: Counter, op: str) -> int: return sum(n for o, n in c.items() if o == op or o.startswith(op + "_"))
+
+def renderer_for(arch: str) -> PTXRenderer:
+  """The PTX renderer the NV driver gives a GPU of `arch` (sm_90a: sm_90's): its shared memory limit per block from
+  the driver's generation record (hw.GPUArch.max_shared), so kernels may use dynamic shared memory above 48 KB."""
+  from baregrad.drivers.nv import hw
+  base = arch.rstrip("a") if arch.endswith("a") and arch[:-1] in hw.ARCHS else arch
+  if base not in hw.ARCHS: raise ValueError(f"{arch}: no NV generation record (known: {', '.join(hw.ARCHS)})")
+  return PTXRenderer(base, shared_max=hw.ARCHS[base].max_shared)
 
 def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
-  """The key=value fields of one matmul kernel (opts from the heuristic)."""
-  ren = PTXRenderer()
+  """The key=value fields of one matmul kernel (opts from the heuristic) for a GPU of `arch`."""
+  ren = renderer_for(arch)
   ast = matmul_ast(m, n, k, dt)
   opts = heuristic_opts(Kernel(ast, max_parallel=len(ren.global_max) or 1, gpu=True, ren=ren), ren)
   spec = get_program(ast, ren, opts)
@@ -86,12 +129,16 @@ def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
   pick = lambda pre: sum(c for op, c in loop.items() if op.startswith(pre))   # noqa: E731
   f = {"name": spec.name, "arch": arch, "dtype": dt.name, "opts": ",".join(f"{o.op.name}{o.axis}:{o.amt}" for o in opts),
        "regs": regs.group(1) if regs else "?", "spills": str(int(sp.group(1)) + int(sp.group(2))) if sp else "?",
-       "smem": smem.group(1) if smem else "0", "loop_mma": str(pick("mma.sync")), "loop_ldsm": str(pick("ldmatrix")),
+       "smem": smem.group(1) if smem else "0", "dyn_smem": str(spec.dyn_shared), "loop_mma": str(pick("mma.sync")), "loop_ldsm": str(pick("ldmatrix")),
        "loop_cp_async": str(pick("cp.async")), "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
        "loop_cvt_float": str(pick("cvt.rn") + pick("cvt.f"))}
-  sass = sass_counts(cubin)
-  if sass is None: f["sass"] = "unavailable"
-  else: f.update({op: str(sum(c for o, c in sass.items() if o == op or o.startswith(op + "_"))) for op in SASS_OPS})
+  text = disassemble(cubin)
+  if text is None: f["sass"] = "unavailable"
+  else:
+    ops = sass_ops(text)
+    whole, loop = Counter(op for _, op, _ in ops), sass_main_loop(ops)
+    f.update({op: str(_fam(whole, op)) for op in SASS_OPS})
+    f.update({f"main_{op}": str(_fam(loop, op)) for op in ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDG", "BAR")})
   return f
 
 def main(argv: list[str] | None = None) -> int:

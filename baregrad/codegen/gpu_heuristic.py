@@ -150,19 +150,26 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   if any(a.kind == "reduce" and a.orig != r for a in k.axes): return False
   cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
   if not cands: return False
-  tc = ren.tensor_cores[cands[0]]
-  # fragments a warp: its accumulators (4 floats a fragment) and operand fragments within half the declared registers
-  # (the rest: addresses, the staged tiles' bookkeeping); 4x4 fragments of m16n8 = 64 accumulators, 2x4 warps
+  # the widest unit along N the output fills (mma.sync pairs: one ldmatrix.x4 feeds B of two instructions)
+  wide = [i for i in cands if ren.tensor_cores[i].dims[1] * 4 <= k.full_shape[n]]
+  pick = max(wide or cands[:1], key=lambda i: ren.tensor_cores[i].dims[1])
+  tc = ren.tensor_cores[pick]
+  # fragments a warp: its accumulators and operand fragments (32-bit words a thread) within 3/4 of the declared
+  # registers (the rest: addresses, the staged tiles' bookkeeping); up to a 64x64 warp tile (4x4 m16n16 units: 128
+  # accumulators, 4 mma.sync per ldmatrix), 2x2 warps = a 128x128 block tile
   regs = ren.regs_per_thread or 255
-  um_max, un_max = 4, 4
-  while um_max * un_max * 4 + um_max * 4 + un_max * 2 > regs // 2 and un_max > 1: un_max //= 2
-  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], um_max), _tc_tile(k.full_shape[n], tc.dims[1], un_max, 4)
+  words = lambda r, c, isz: r * c * isz // 4 // tc.threads   # noqa: E731
+  cw, aw, bw = (words(tc.dims[0], tc.dims[1], 4), words(tc.dims[0], tc.dims[2], tc.dtype_in.itemsize),
+                words(tc.dims[2], tc.dims[1], tc.dtype_in.itemsize))
+  um_max, un_max = 4, max(1, 64 // tc.dims[1])
+  while um_max * un_max * cw + um_max * aw + un_max * bw > regs * 3 // 4 and un_max > 1: un_max //= 2
+  (wm, um), (wn, un) = _tc_tile(k.full_shape[m], tc.dims[0], um_max), _tc_tile(k.full_shape[n], tc.dims[1], un_max)
   tiles = {m: wm * um * tc.dims[0], n: wn * un * tc.dims[1], r: 2 * tc.dims[2] if k.full_shape[r] > tc.dims[2] else tc.dims[2]}
   padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
   if padded > 1.5 * prod(k.full_shape[o] for o in tiles): return False
   for o, t in tiles.items():
     if k.full_shape[o] % t and not apply(k, OptOps.PADTO, o, t, ("loop", "reduce")): return False
-  try: k.apply_opt(Opt(OptOps.TC, cands[0]))
+  try: k.apply_opt(Opt(OptOps.TC, pick))
   except OptError: return False
   for o, u in ((m, um), (n, un)):
     if u > 1: apply(k, OptOps.UPCAST, o, u, ("loop",))
@@ -170,14 +177,18 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
     if w > 1: apply(k, OptOps.LOCAL, o, w, ("loop",))
   if size_of(k, r, ("reduce",)) > 1 and tiles[r] > tc.dims[2]: apply(k, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",))
   if ren.shared_max:
+    # the deepest cp.async pipeline (up to 4 stages: the copies of three k-steps in flight) whose tiles all fit the
+    # shared memory the target allows a block (above 48 KB: dynamic shared memory, where the device declared its limit)
+    cands = list(range(len(k.stage_candidates())))
+    stages = next((s for s in (4, 3, 2) if sum(k.stage_bytes(j, s) for j in cands) <= ren.shared_max), 0) if k.async_copy else 0
     used = 0
-    for j in range(len(k.stage_candidates())):
-      b = k.stage_bytes(j)
-      if b and used + b <= ren.shared_max and apply_smem(k, j): used += b
+    for j in cands:
+      b = k.stage_bytes(j, stages or None)
+      if b and used + b <= ren.shared_max and apply_smem(k, j, stages): used += b
   return True
 
-def apply_smem(k: Kernel, j: int) -> bool:
-  try: k.apply_opt(Opt(OptOps.SMEM, j)); return True
+def apply_smem(k: Kernel, j: int, stages: int = 0) -> bool:
+  try: k.apply_opt(Opt(OptOps.SMEM, j, stages)); return True
   except OptError: return False
 
 def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loads: list, stores: list) -> bool:

@@ -24,6 +24,7 @@ from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops, identity_element
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import verify_ast
+from baregrad.ir.sint import ints, ints_or_none
 from baregrad.codegen.astbuild import gbuf, view
 
 MIN_REDUCE = 1 << 14      # shorter reductions run in one workgroup (a GROUP of 256 threads takes them in a few steps)
@@ -75,7 +76,7 @@ def _split_cached(ast: UOp, cu: int, cpu: bool) -> SplitPlan | None:
   # every eager op asks (UOps are hash-consed: the same kernel is the same key), and a walk of the AST costs tens of us
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   if not red: return None
-  full = verify_ast(ast)
+  if (full := ints_or_none(verify_ast(ast))) is None: return None   # (symbolic sizes: one loop, never split over the grid)
   if _partials(full, red[0].arg[1], cu, cpu) is None: return None
   nb = max(u.arg for u in ast.toposort() if u.op is Ops.DEFINE_GLOBAL) + 1
   plan = SplitPlan(nb)
@@ -95,7 +96,7 @@ def emit(plan: SplitPlan, ast: UOp, ids: tuple[int, ...]) -> None:
 def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int, cpu: bool) -> None:
   """ast numbers its buffers into `ids` (plan-wide); append its kernels to the plan."""
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
-  full = verify_ast(ast)
+  if (full := ints_or_none(verify_ast(ast))) is None: return None   # (symbolic sizes: one loop, never split over the grid)
   if not red or (pa := _partials(full, red[0].arg[1], cu, cpu)) is None:
     emit(plan, ast, ids)
     return
@@ -118,7 +119,7 @@ def _split(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, cu: int, cpu: bool) 
   inner = -(-n // p)
   pad = inner * p - n
   def reshape(st: ShapeTracker) -> ShapeTracker:
-    sh = st.shape
+    sh = ints(st.shape)
     if sh[a] == 1: return st.reshape(sh[:a] + (1, 1) + sh[a + 1:])
     if pad: st = st.pad(_at(len(sh), a, (0, pad)))
     return st.reshape(sh[:a] + (p, inner) + sh[a + 1:])
@@ -163,11 +164,11 @@ def _split_prefix(ast: UOp, ids: tuple[int, ...], plan: SplitPlan, r: UOp, full:
   pre, rem = p * inner, n - p * inner
   nd = len(full)
   def prefix(st: ShapeTracker) -> ShapeTracker:
-    sh = st.shape
+    sh = ints(st.shape)
     if sh[a] == 1: return st.reshape(sh[:a] + (1, 1) + sh[a + 1:])   # (broadcast along the axis: stays so)
     return st.shrink(tuple((0, pre) if i == a else (0, s) for i, s in enumerate(sh))).reshape(sh[:a] + (p, inner) + sh[a + 1:])
   def tail(st: ShapeTracker) -> ShapeTracker:
-    sh = st.shape
+    sh = ints(st.shape)
     return st if sh[a] == 1 else st.shrink(tuple((pre, n) if i == a else (0, s) for i, s in enumerate(sh))).pad(_at(nd, a, (p, 0)))
   t, shape2 = _emit_partials(plan, ids, r, moved_views(r.src[0], prefix), full, a, p, inner, nloc)
   val = UOp(Ops.LOAD, r.dtype, (gbuf(nloc, r.dtype), view(shape2)))

@@ -15,6 +15,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, PtrDType
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.ir.view import ShapeTracker
+from baregrad.ir.sint import sint, is_sym, sym_eq, smax, st_vars
 from baregrad.codegen.merge_axes import merge_axes
 
 class KernelError(ValueError): pass
@@ -30,7 +31,8 @@ class OptOps(Enum):
                      # partial results are combined through shared memory (every thread of the group gets the result)
   SMEM = auto()      # stage a reduction input's tile in shared memory (axis: which, see Kernel.stage_candidates): per step
                      # of the outermost reduce loop the workgroup loads it cooperatively (coalesced), then every thread
-                     # reads its operands from there, between barriers
+                     # reads its operands from there, between barriers; amt: the pipeline's stages (shared buffers
+                     # the asynchronous copies run ahead into, 2..4; 0: two where the target has them, else one)
   TC = auto()        # tensor cores (axis: index into the renderer's tensor_cores): a matmul-shaped reduction runs as
                      # warp-wide matrix instructions; its output axes take the accumulator fragment's lane/element layout
   PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
@@ -48,6 +50,7 @@ class Opt:
 # estimated register-width operations of one iteration's unrolled body (Kernel.code_estimate); beyond these LLVM and the
 # C compiler spend seconds on straight-line code and the registers spill anyway
 MAX_LANES, MAX_LANE_BYTES, CODE_BUDGET = 256, 1024, 1024
+MAX_STAGES = 4      # SMEM: most shared buffers a pipeline of asynchronous copies cycles through
 VECTOR_LANES = 16   # lanes a renderer keeps in one register (the LLVM renderer splits wider values into chunks of this)
 
 LOOP_KINDS = ("global", "local", "group", "loop", "reduce")
@@ -63,10 +66,10 @@ class Axis:
   # element-index bits ("elem", upcast) or lane-id bits ("lane", local); the tc-kind part of the reduce axis is ("k", 0, 0)
   tc: tuple | None = None
 
-def verify_ast(ast: UOp) -> tuple[int, ...]:
+def verify_ast(ast: UOp) -> tuple[sint, ...]:
   """Check the AST's structure and return the full shape; errors name what is wrong."""
   if ast.op is not Ops.SINK or not ast.src: raise KernelError(f"kernel AST must be a SINK of STOREs, got {ast.op.name}")
-  shapes: list[tuple[int, ...]] = []
+  shapes: list[tuple[sint, ...]] = []
   for st in ast.src:
     if st.op is not Ops.STORE or len(st.src) != 3 or st.src[0].op is not Ops.DEFINE_GLOBAL or st.src[1].op is not Ops.VIEW:
       raise KernelError(f"kernel AST: each SINK source must be STORE(DEFINE_GLOBAL, VIEW, value), got {st.op.name} with "
@@ -102,13 +105,22 @@ def verify_ast(ast: UOp) -> tuple[int, ...]:
   if not shapes: raise KernelError("kernel AST has no VIEW: nothing says the iteration space")
   ndims = {len(s) for s in shapes}
   if len(ndims) != 1: raise KernelError(f"every VIEW in a kernel must have the same number of axes, got shapes {shapes}")
-  # an axis of size 0 anywhere makes the iteration space empty there (a reduction over it gives the identity)
-  full = tuple(0 if any(s[i] == 0 for s in shapes) else max(s[i] for s in shapes) for i in range(ndims.pop()))
+  # an axis of size 0 anywhere makes the iteration space empty there (a reduction over it gives the identity); a
+  # symbolic size (ir/sint.py) is the axis' size wherever a view has it
+  def extent(i: int) -> sint:
+    if any(s[i] == 0 for s in shapes): return 0
+    sym = [s[i] for s in shapes if is_sym(s[i])]
+    if sym:
+      if any(not sym_eq(x, sym[0]) for x in sym) or any(not is_sym(s[i]) and s[i] != 1 for s in shapes):
+        raise KernelError(f"axis {i} has different sizes in the kernel's views: {[s[i] for s in shapes]}")
+      return sym[0]
+    return max(smax(s[i]) for s in shapes)   # (ints here: no view has a symbolic size on this axis)
+  full = tuple(extent(i) for i in range(ndims.pop()))
   for u in ast.toposort():
     if u.op is Ops.REDUCE_AXIS and not all(isinstance(a, int) and 0 <= a < len(full) for a in u.arg[1]):
       raise KernelError(f"REDUCE_AXIS over axes {u.arg[1]}: the kernel has {len(full)} axes (shape {full})")
   for s in shapes:
-    if any(a != b and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
+    if any(not sym_eq(a, b) and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
 
 INT32_MAX = 2 ** 31 - 1
@@ -124,7 +136,10 @@ def index_dtype(ast: UOp) -> DType:
         return dtypes.int64
     if u.op is not Ops.VIEW: continue
     for v in u.arg.views:
-      if prod(v.shape) > INT32_MAX or abs(v.offset) + sum(abs(st) * max(s - 1, 0) for s, st in zip(v.shape, v.strides)) > INT32_MAX:
+      shape = [smax(s) for s in v.shape]   # (a symbolic size at its largest value)
+      off = max(abs(v.offset.vmin), abs(v.offset.vmax)) if is_sym(v.offset) else abs(v.offset)
+      # a flat index over a view's shape is formed only between the views of a stack; one view's index is its reach
+      if (len(u.arg.views) > 1 and prod(shape) > INT32_MAX) or off + sum(abs(st) * max(s - 1, 0) for s, st in zip(shape, v.strides)) > INT32_MAX:
         return dtypes.int64
   return dtypes.int32
 
@@ -142,15 +157,20 @@ class Kernel:
 
   `ren` (a Renderer) tells what the target declares: threads per workgroup (local_max), shared memory (shared_max)."""
   def __init__(self, ast: UOp, name: str | None = None, max_parallel: int = 1, gpu: bool = False, ren: object = None):
-    self.full_shape = verify_ast(ast)
+    full = verify_ast(ast)
+    # symbolic axes (ir/sint.py): their loop runs to the variable's value (a kernel argument); for the optimizer they
+    # have their largest size, and no opt splits, pads or parallelizes them (Kernel.apply_opt)
+    self.sym: dict[int, UOp] = {i: s for i, s in enumerate(full) if isinstance(s, UOp)}
+    self.full_shape: tuple[int, ...] = tuple(smax(s) for s in full)
     # CPU: axes every view walks as one merge into one (codegen/merge_axes: longer vector loops). GPU kernels keep the
     # tensors' axes: their grid and workgroup shapes (and the static checks of their machine code) are planned on them
-    if not gpu and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, verify_ast(m)
+    if not gpu and not self.sym and (m := merge_axes(ast, self.full_shape)) is not ast: ast, self.full_shape = m, tuple(smax(s) for s in verify_ast(m))
     self.ast = ast
     # CPU: one axis split over threads; GPU: up to three grid axes, and workgroup (local) axes become thread ids
     self.max_parallel, self.gpu = max_parallel, gpu
     self.local_max: int = int(getattr(ren, "local_max", 0) or 1024)
     self.shared_max: int = int(getattr(ren, "shared_max", 0) or 48 << 10)
+    self.target: str = str(getattr(ren, "arch", "") or getattr(ren, "name", "") or "the device")   # (names it in errors)
     red: set[int] = set()
     for u in ast.toposort():
       if u.op is Ops.REDUCE_AXIS: red |= set(u.arg[1])
@@ -162,10 +182,11 @@ class Kernel:
     # the passes before it stored). Their iterations must run in order on one thread: no threads, lanes or padding
     self.acc_axes: set[int] = {o for st in ast.src for o, (n, s) in enumerate(zip(st.src[1].arg.shape, st.src[1].arg.real_strides()))
                                if o not in red and self.full_shape[o] > 1 and (n == 1 or s == 0)}
-    self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1]
+    self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1 or i in self.sym]
     self.applied: list[Opt] = []
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.staged: list[int] = []      # SMEM: indices into stage_candidates()
+    self.stages = 0                  # SMEM: the pipeline's stages an opt asked for (0: the default, stage_buffers)
     self.tc: tuple | None = None     # TC: (TensorCore, m axis, n axis, k axis, A load, B load)
     self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
     self.async_copy: bool = bool(getattr(ren, "has_async_copy", False))
@@ -251,12 +272,18 @@ class Kernel:
     self.applied.append(opt)
 
   def apply_opt(self, opt: Opt) -> None:
+    if self.sym and opt.op in (OptOps.TC, OptOps.SMEM): raise OptError(f"{opt}: the kernel has symbolic sizes (axes {sorted(self.sym)})")
     if opt.op is OptOps.TC: return self._apply_tc(opt)
     if opt.op is OptOps.SMEM:
       if not self.gpu: raise OptError(f"{opt}: SMEM needs a device with workgroups and shared memory")
       if self.n_reduces() != 1: raise OptError(f"{opt}: SMEM stages the inputs of a kernel with exactly one reduction")
       if not 0 <= opt.axis < len(self.stage_candidates()): raise OptError(f"{opt}: the kernel has {len(self.stage_candidates())} stageable loads")
       if opt.axis in self.staged: raise OptError(f"{opt}: load {opt.axis} is already staged")
+      if opt.amt:
+        if not 2 <= opt.amt <= MAX_STAGES: raise OptError(f"{opt}: a pipeline has 2 to {MAX_STAGES} stages, asked {opt.amt}")
+        if not self.async_copy: raise OptError(f"{opt}: a {opt.amt}-stage pipeline needs asynchronous copies (cp.async, sm_80+); the target has none")
+        if self.stages and self.stages != opt.amt: raise OptError(f"{opt}: the staged loads share one pipeline of {self.stages} stages")
+        self.stages = opt.amt
       self.staged.append(opt.axis)
       self.applied.append(opt)
       return
@@ -266,6 +293,7 @@ class Kernel:
     ax = self.axes[i]
     amt = opt.amt or ax.size
     if ax.tc is not None: raise OptError(f"{opt}: axis {opt.axis} is part of a tensor-core tile")
+    if ax.orig in self.sym: raise OptError(f"{opt}: axis {opt.axis} has a symbolic size ({self.sym[ax.orig].render()}): it stays one loop")
     if ax.orig in self.acc_axes and opt.op is not OptOps.SPLIT:
       raise OptError(f"{opt}: axis {opt.axis} accumulates into the stored values (the store does not move along it): it stays a serial loop")
     if opt.op is OptOps.PARALLEL:
@@ -375,12 +403,19 @@ class Kernel:
     strides = st.real_strides()
     return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
             (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
-  def stage_bytes(self, j: int) -> int:
-    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile); twice the tile where
-    the target double-buffers it (asynchronous copies)."""
+  def stage_buffers(self, stages: int | None = None) -> int:
+    """SMEM: shared buffers per staged tile: 1 without asynchronous copies; with them the pipeline's stages (`stages`,
+    else the SMEM opts', default 2), no more than the stage loop's steps + 1 (the copies run at most that far ahead)."""
+    if not self.async_copy: return 1
+    si = self.stage_axis()
+    want = stages or self.stages or 2
+    return max(2, min(want, self.axes[si].size + 1)) if si is not None else want
+  def stage_bytes(self, j: int, stages: int | None = None) -> int:
+    """Shared memory the tile of stage candidate j needs with the current axes (0: it has no tile), times the buffers of
+    its pipeline (stage_buffers)."""
     ld = self.stage_candidates()[j]
     tile = self.stage_tile(ld, self.stage_axis())
-    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * (2 if self.async_copy else 1) if tile else 0
+    return prod(self.axes[i].size for i in tile) * ld.dtype.itemsize * self.stage_buffers(stages) if tile else 0
   def stage_reuse(self, j: int) -> bool:
     """Whether threads of a workgroup share elements of candidate j's tile (some workgroup axis it does not move with)."""
     tile = set(self.stage_tile(self.stage_candidates()[j], self.stage_axis()))
@@ -403,7 +438,11 @@ class Kernel:
   def buffers(self) -> list[UOp]:
     return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
   def vars(self) -> list[UOp]:
-    return sorted((u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR), key=lambda u: u.arg[0])
+    """The kernel's variables: in its values and in its views' symbolic sizes and offsets, sorted by name."""
+    vs = {u for u in self.ast.toposort() if u.op is Ops.DEFINE_VAR}
+    for u in self.ast.toposort():
+      if u.op is Ops.VIEW: vs |= st_vars(u.arg)
+    return sorted(vs, key=lambda u: u.arg[0])
   def colored_shape(self) -> str:
     return " ".join(f"{a.size}{'G' if a.kind == 'group' else a.kind[0]}" for a in self.axes)
   def function_name(self) -> str:

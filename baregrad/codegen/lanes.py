@@ -227,6 +227,25 @@ class Expander:
         return UOp(Ops.NOOP, dtypes.void, stores)
       stores = tuple(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(base + o), valid), v.gep(last[o])) + dep, u.arg) for o in uniq)
       return stores[0] if len(stores) == 1 else UOp(Ops.NOOP, dtypes.void, stores)
+    if self.runs and (valid is None or not self.lanes_of(valid)) and set(self.lanes_of(idx)) == set(lanes) and \
+       (part := self._partly_linear(idx, lanes)) is not None:
+      # GPUs: an address affine in some lanes (the lowest bits of a swizzled shared tile's column) and not in the others:
+      # per value of the others, one vector access per run of consecutive addresses over the affine ones
+      plin, coef = part
+      other = tuple(r for r in lanes if r not in coef)
+      base = simplify(idx.substitute({r: UOp.const(r.dtype, 0) for r in plin}))
+      pos = {vals: i for i, vals in enumerate(vals_all)}
+      stores_p = []
+      for ov in _lane_values(other):
+        b = self.per_lane(base, other, ov)
+        at_off: dict[int, int] = {}
+        for pv in _lane_values(plin):
+          full = dict(zip(other, ov)) | dict(zip(plin, pv))
+          at_off[sum(coef[r] * x for r, x in zip(plin, pv))] = pos[tuple(full[r] for r in lanes)]
+        for run in _runs(sorted(at_off)):
+          g = v.gep(tuple(at_off[o] for o in run)) if len(run) > 1 else v.gep(at_off[run[0]])
+          stores_p.append(UOp(Ops.STORE, dtypes.void, (buf.index(simplify(b + run[0]), valid), g) + dep, u.arg))
+      return UOp(Ops.NOOP, dtypes.void, tuple(stores_p))
     stores_l = []
     for i, vals in enumerate(vals_all):
       li = self.per_lane(idx, lanes, vals)
@@ -236,6 +255,16 @@ class Expander:
         lv = None
       stores_l.append(UOp(Ops.STORE, dtypes.void, (buf.index(li, lv), v.gep(i)) + dep, u.arg))
     return UOp(Ops.NOOP, dtypes.void, tuple(stores_l))
+
+  @staticmethod
+  def _partly_linear(idx: UOp, lanes: Lanes) -> tuple[Lanes, dict[UOp, int]] | None:
+    """(lanes idx is affine in, their coefficients) where that is some but not all of `lanes` (a lane is affine where
+    the only term of idx's linear form that holds it is the lane itself); None otherwise."""
+    if not dtypes.is_int(idx.dtype): return None
+    terms, _ = linear(idx)
+    coef = {r: terms[r] for r in lanes if r in terms and not any(r in t.toposort() for t in terms if t is not r)}
+    if not coef or len(coef) == len(lanes): return None
+    return tuple(r for r in lanes if r in coef), coef
 
   def _wmma(self, u: UOp) -> tuple[UOp, Lanes]:
     """WMMA(a, b, c) with arg (tc, lanes of a's, b's and c's fragment elements, bit 0 first): one matrix instruction per

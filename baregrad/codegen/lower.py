@@ -13,6 +13,7 @@ from baregrad.ir.ops import UOp, Ops, identity_element
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, _may_wrap
 from baregrad.codegen.stage import stage
+from baregrad.codegen.epilogue import stage_store
 from baregrad.codegen.tc_lower import tc_lanes
 if TYPE_CHECKING: from baregrad.codegen.kernel import Kernel
 
@@ -57,6 +58,7 @@ class Lowering:
     self.tcl: dict | None = None        # TC: the fragments' index values and element ranges (tc_lower.tc_lanes)
     self.opvals: dict[UOp, dict[int, UOp]] = {}   # TC: operand load -> the values its index takes
     self.staged: dict[UOp, UOp] = {}    # SMEM: staged load -> its read from shared memory
+    self.pool: tuple[UOp, int] | None = None   # SMEM of a tensor-core kernel: the tiles' shared pool, its elements
     # with a GROUP, one thread of the group stores the (shared) result
     self.store_guard: UOp | None = None
     for i in self.group:
@@ -73,6 +75,10 @@ class Lowering:
     rng: dict[int, UOp] = {}
     for rid, i in enumerate(ids):
       loop = axes[i].size != 1 and axes[i].kind != "tc"
+      if (sym := self.k.sym.get(axes[i].orig)) is not None and axes[i].kind in ("loop", "reduce"):
+        # a symbolic axis (apply_opt keeps it whole): the loop runs to the variable's value
+        rng[i] = UOp.range(sym if sym.dtype == it else sym.cast(it), rid, axes[i].kind, it)
+        continue
       rng[i] = UOp.range(axes[i].size, rid, axes[i].kind, it) if loop else UOp.const(it, 0)
     if not self.k.gpu: return rng
     gs = [i for i in range(len(axes)) if axes[i].kind == "global"]
@@ -168,6 +174,7 @@ class Lowering:
       c = UOp.const(u.dtype, u.arg) if u.op is Ops.CONST else idx.cast(u.dtype)
       return c if valid is None else valid.where(c, UOp.const(u.dtype, 0))
     if u.op is Ops.STORE:
+      if (through := stage_store(self, u, src)) is not None: return through
       idx, valid = self.access(u.src[1].arg, self.store_guard, store=True)
       return UOp(Ops.STORE, dtypes.void, (src[0].index(idx, valid), src[2]))
     if u.op is Ops.REDUCE_AXIS: return self.tc_reduce(u) if self.tcl is not None else self.reduce(u, src[0])

@@ -12,11 +12,12 @@ reduction of the AST takes both or neither. A gather LOAD (an axis named in its 
 from __future__ import annotations
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker
+from baregrad.ir.sint import ints
 
 def _merged_view(st: ShapeTracker, i: int) -> ShapeTracker | None:
   """st with axes i and i+1 as one (the last View reshaped), or None where one View cannot express it or where the
   merged axis reaches memory through an earlier View by a division (its stride not constant: the split axes' were)."""
-  sh = st.shape
+  sh = ints(st.shape)
   v = st.views[-1].reshape(sh[:i] + (sh[i] * sh[i + 1],) + sh[i + 2:])
   if v is None: return None
   # (an earlier View that is contiguous maps a flat offset to itself: dropped, the merged axis keeps a constant stride)

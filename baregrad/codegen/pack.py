@@ -23,6 +23,7 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker, View
 from baregrad.codegen.kernel import verify_ast
+from baregrad.ir.sint import ints, ints_or_none
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import SplitPlan, emit, new_temp
 
@@ -56,7 +57,7 @@ def _find(ast: UOp, panel: int) -> tuple[UOp, View, int, int, tuple[int, ...]] |
   if len(ast.src) != 1: return None
   red = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   if len(red) != 1 or red[0].arg[0] is not Ops.ADD or not dtypes.is_float(red[0].dtype): return None
-  full = verify_ast(ast)
+  if (full := ints_or_none(verify_ast(ast))) is None: return None   # (symbolic sizes: not packed)
   reds = set(red[0].arg[1])
   outs = [o for o, n in enumerate(full) if n > 1 and o not in reds]
   store = ast.src[0].src[1].arg
@@ -94,7 +95,7 @@ def affine_view(st: ShapeTracker) -> View | None:
 
 def _split_view(st: ShapeTracker, j: int, n: int, npad: int, panel: int) -> ShapeTracker:
   """st over the full shape with axis j (size n, or 1) split into (npad // panel, panel); past n (padding) masked."""
-  sh = st.shape
+  sh = ints(st.shape)
   if sh[j] == 1: return st.reshape(sh[:j] + (1, 1) + sh[j + 1:])
   top = st.views[-1]
   if top.strides[j] == 0 and (top.mask is None or top.mask[j] == (0, n)):

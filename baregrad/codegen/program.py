@@ -29,6 +29,8 @@ class ProgramSpec:
   # buffer number -> byte alignment its vector accesses assume of the buffer's address (checked before a launch:
   # a buffer view at an odd offset runs a build without vector accesses instead)
   align: dict[int, int] = field(default_factory=dict)
+  # bytes of dynamic shared memory the kernel is launched with (0: none; the PTX renderer above 48 KB)
+  dyn_shared: int = 0
   @property
   def outs(self) -> list[int]:
     return sorted({u.src[0].arg for u in self.ast.src}) if self.ast is not None else []
@@ -166,4 +168,5 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
         align[u.src[0].src[0].arg] = max(align.get(u.src[0].src[0].arg, 1), d.nbytes)
   if viz is not None: viz("program", name=fname, renderer=ren.name, shape=k.colored_shape(), opts=list(k.applied), stages=stages,
                           uops=uops, src=src, global_size=k.global_size(), local_size=k.local_size())
-  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align)
+  dyn = ren.dynamic_shared_bytes(src) if hasattr(ren, "dynamic_shared_bytes") else 0
+  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn)

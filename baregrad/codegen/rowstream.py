@@ -24,6 +24,7 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker, View, strides_for_shape
 from baregrad.codegen.kernel import verify_ast
+from baregrad.ir.sint import ints, ints_or_none
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import SplitPlan, emit, new_temp, moved_views
 from baregrad.codegen.pack import affine_view
@@ -48,7 +49,7 @@ def _find(ast: UOp) -> tuple[UOp, int, int, list[int], tuple[int, ...]] | None:
   if len(red) != 1 or red[0].arg[0] is not Ops.ADD or len(red[0].arg[1]) != 1: return None
   r = red[0]
   if not dtypes.is_float(r.dtype) or r.dtype.itemsize < 4: return None
-  full = verify_ast(ast)
+  if (full := ints_or_none(verify_ast(ast))) is None: return None   # (symbolic sizes: not streamed)
   k = r.arg[1][0]
   st = ast.src[0].src[1].arg
   if len(st.views) != 1 or st.views[0].mask is not None or st.views[0].offset != 0: return None
@@ -93,7 +94,7 @@ def _plan_cached(ast: UOp, threads: int) -> SplitPlan | None:
   order = (0, 3 + nr, 1, *range(3, 3 + nr), 4 + nr, 2, *range(5 + nr, 5 + nr + len(ones)))
   def reshape(st: ShapeTracker) -> ShapeTracker:
     st = st.permute(perm)
-    sh = st.shape
+    sh = ints(st.shape)
     ks = (s_, kb, U) if sh[0] != 1 else (1, 1, 1)
     js = (c_, jc) if sh[1 + nr] != 1 else (1, 1)
     return st.reshape(ks + sh[1:1 + nr] + js + sh[2 + nr:]).permute(order)

@@ -34,6 +34,7 @@ class TensorCore:
   b_lane: tuple[str, ...]; b_elem: tuple[str, ...]
   c_lane: tuple[str, ...]; c_elem: tuple[str, ...]
   threads: int = 32
+  split: int = 1                  # instructions one unit issues side by side along N (each N / split columns wide)
   def coord_bits(self, layout: str, coord: str) -> list[tuple[str, int]]:
     """For coordinate `coord` of operand `layout` ('a', 'b', 'c'): per bit (low first), ('lane', j) or ('elem', j)."""
     lane, elem = getattr(self, f"{layout}_lane"), getattr(self, f"{layout}_elem")
@@ -50,6 +51,16 @@ MMA_SM80 = (
   TensorCore("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", (16, 8, 16), dtypes.bfloat16, dtypes.float32, **_A16, **_C),
   TensorCore("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", (16, 8, 8), dtypes.float32, dtypes.float32, **_A8, **_C),
 )
+
+# Two m16n8k16 side by side along N as one m16n16k16 unit (split=2): the B fragment's and the C fragment's top element
+# bit is n3 (elements 0..3 are the first instruction's, 4..7 the second's), so B of both is one ldmatrix.x4 (.trans where
+# N is contiguous) and a 64x64 warp tile reads 4 A and 4 B fragments for 32 instructions: 4 mma.sync per ldmatrix.
+_B16: dict[str, Any] = dict(b_lane=("k1", "k2", "n0", "n1", "n2"), b_elem=("k0", "k3", "n3"))
+_C16: dict[str, Any] = dict(c_lane=("n1", "n2", "m0", "m1", "m2"), c_elem=("n0", "m3", "n3"))
+MMA_SM80_PAIRS = tuple(
+  TensorCore(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32", (16, 16, 16), dt, dtypes.float32,
+             a_lane=_A16["a_lane"], a_elem=_A16["a_elem"], **_B16, **_C16, split=2)
+  for t, dt in (("f16", dtypes.float16), ("bf16", dtypes.bfloat16)))
 
 _allow_tf32: bool | None = None
 def set_allow_tf32(flag: bool | None) -> None:

@@ -111,5 +111,5 @@ def ldmatrix(lw: Lowering, t: StagedTile, rv: dict[int, UOp], rbuf: UOp, after: 
   for coord, o in ((row, rorig), ("k", k)): _split_coord(axes, o, coords[coord], vals)
   addr: UOp = rbuf
   for i in tile: addr = addr + vals[i] * sstride[i]
-  return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (t.smem.index(t.swz(addr.simplify())), after),
+  return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (t.at(t.swz(addr.simplify())), after),
              ("ldmatrix", nmat, trans))

@@ -62,6 +62,7 @@ class CPUDevice(HCQDevice):
   has_local, has_threads, max_local_size, max_shared_mem = False, True, (1, 1, 1), 0
   ticks_per_us = 1000.0  # timestamps are perf_counter_ns
   ring_bytes = 1 << 20   # command ring per queue
+  live: list[CPUDevice] = []   # the open CPU devices (each one's signal writes wake the others' sleepers)
 
   def __init__(self, device: str) -> None:
     self.variant = Device.variant(device) or "LLVM"
@@ -79,6 +80,7 @@ class CPUDevice(HCQDevice):
     super().__init__(device, None, renderer, compiler, CPUProgram, CPUComputeQueue, CPUCopyQueue)
     self.allocator = CPUAllocator(self)
     self.engines = {n: QueueEngine(self, n, self.ring_bytes) for n in ("compute", "copy")}
+    CPUDevice.live.append(self)
 
   def _alloc_shared(self, size: int) -> HCQBuffer:
     addr = host_map(_pages(size))
@@ -88,15 +90,22 @@ class CPUDevice(HCQDevice):
   def _signal_written(self) -> None:
     # nobody asleep on signal memory (the common case: an inline launch whose host waits spin first): no lock to take.
     # A sleeper counts itself under the lock before it reads the value; a writer stores the value before it reads the
-    # count (both under the GIL, in order): either the writer sees the sleeper, or the sleeper sees the new value
-    if self.sig_sleepers:
-      with self.sig_cv: self.sig_cv.notify_all()
+    # count (both under the GIL, in order): either the writer sees the sleeper, or the sleeper sees the new value.
+    # Every CPU device's sleepers: a queue of one may wait on another's signal (a peer copy, hcq/peer.py)
+    for d in CPUDevice.live:
+      if d.sig_sleepers:
+        with d.sig_cv: d.sig_cv.notify_all()
+
+  # CPU devices' memory is all host memory: another CPU device's queues write it directly, and its signals need no mapping
+  def peer_direct(self, src: HCQDevice) -> bool: return True
+  def _import_host(self, buf: HCQBuffer) -> Any: return None
+  def _unimport(self, m: Any) -> None: pass
 
   def _check_fault(self) -> None:
     for e in self.engines.values():
       if e.fault: raise RuntimeError(f"{self.device}: {e.name} queue faulted: {e.fault}\n{self.queue_state()}")
 
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
     deadline = time.perf_counter() + timeout_s
     for _ in range(50):  # short kernels finish within a few µs: spin before sleeping on the condition
       if sig._v.value >= value: return True
@@ -128,6 +137,7 @@ class CPUDevice(HCQDevice):
     try: self.synchronize(timeout_ms=1000)
     except Exception: pass  # a stuck queue is not drained; close anyway
     self.closed = True
+    if self in CPUDevice.live: CPUDevice.live.remove(self)
     for e in self.engines.values(): e.stop()
     for e in self.engines.values():
       e.thread.join(timeout=1.0)

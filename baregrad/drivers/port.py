@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes, errno, os, sys, time
 from typing import Any, Callable, Protocol
 from baregrad import knobs
+from baregrad.hal import profile
 
 class IoctlError(OSError):
   """A failed ioctl: names the ioctl, the errno (or a driver status) and the parameters."""
@@ -26,22 +27,104 @@ def register_ioctl(request: int, name: str, argtype: type | None = None) -> None
 
 def ioctl_name(request: int) -> str: return IOCTL_NAMES.get(request, (f"ioctl_{request:#x}", None))[0]
 
+# How a field reads in words, drivers register them from their generated headers (keyed by the struct type and field):
+FIELD_WORDS: dict[tuple[type, str], Callable[[int], str]] = {}
+# Pointer fields to follow: (struct type, field) -> f(struct) giving the ctypes type the pointer points at, or None
+POINTERS: dict[tuple[type, str], Callable[[Any], Any]] = {}
+# Arrays with a used length: (struct type, array field) -> the field holding how many entries are used
+ARRAY_COUNTS: dict[tuple[type, str], str] = {}
+
+def header_names(module: Any, prefix: str, bits: int = 32) -> dict[int, str]:
+  """value -> name (without `prefix`) of a header's integer constants that start with `prefix`, values taken as
+  unsigned `bits`-bit numbers (a C enum's or #define's value in a field of that width); the first name of a value wins."""
+  out: dict[int, str] = {}
+  for k, v in vars(module).items():
+    if k.startswith(prefix) and type(v) is int: out.setdefault(v & ((1 << bits) - 1), k[len(prefix):])
+  return out
+
+def enum_words(names: dict[int, str]) -> Callable[[int], str]:
+  """A field holding one of `names`: the value's name, or `?` where the header defines none."""
+  return lambda v: names.get(v, "?")
+
+def flag_words(names: dict[int, str]) -> Callable[[int], str]:
+  """A field of flag bits `names` (one bit each): the set flags joined by |, then any bits no flag names in hex."""
+  single = {b: n for b, n in names.items() if b and b & (b - 1) == 0}
+  def words(v: int) -> str:
+    parts = [n for b, n in sorted(single.items()) if v & b]
+    rest = v & ~sum(single)
+    return "|".join(parts + ([f"{rest:#x}"] if rest else [])) or "0"
+  return words
+
+def register_field_words(t: type, field: str, words: Callable[[int], str]) -> None:
+  """Traces (describe) show struct `t`'s `field` as `value (words(value))`."""
+  FIELD_WORDS[(t, field)] = words
+
+def register_pointer(t: type, field: str, target: Callable[[Any], Any]) -> None:
+  """Traces follow struct `t`'s pointer `field` into `target(struct)` (a ctypes type, or None to leave it a number)."""
+  POINTERS[(t, field)] = target
+
+def register_array_count(t: type, field: str, count_field: str) -> None:
+  """Traces show only the first `count_field` entries of struct `t`'s array `field`."""
+  ARRAY_COUNTS[(t, field)] = count_field
+
+def _array(items: list[Any], depth: int, used: int | None = None) -> str:
+  n = len(items)
+  if used is not None:
+    shown = items[:max(0, min(used, n))]
+    return "[" + ", ".join(describe(x, depth + 1) for x in shown) + f"] ({len(shown)} used of {n})"
+  last = n
+  while last > 0 and _is_zero(items[last - 1]): last -= 1
+  if last < n and n > 8:   # trailing zero entries: the unused part of a fixed-size array
+    return "[" + ", ".join(describe(x, depth + 1) for x in items[:min(last, 8)]) + (f", ... {last - 8} more" if last > 8 else "") + \
+      f"{', ' if last else ''}{n - last} zero entries]"
+  if n > 8: return f"[{', '.join(describe(x, depth + 1) for x in items[:8])}, ... {n} items]"
+  return "[" + ", ".join(describe(x, depth + 1) for x in items) + "]"
+
+def _is_zero(x: Any) -> bool:
+  if isinstance(x, (ctypes.Structure, ctypes.Union, ctypes.Array)): return not any(bytes(x))
+  return not x
+
+def _read_memory(addr: int, n: int) -> bytes | None:
+  """`n` bytes of this process's memory at `addr`, or None where they are not mapped: read through /proc/self/mem, so
+  following a bad pointer (a wrong call under test, a driver bug) gives None instead of a segmentation fault."""
+  try:
+    with open("/proc/self/mem", "rb", buffering=0) as f:
+      f.seek(addr)
+      data = f.read(n)
+    return data if len(data) == n else None
+  except (OSError, ValueError, OverflowError): return None
+
 def describe(obj: Any, depth: int = 0) -> str:
-  """A ctypes struct/union/array in words: name=value pairs, nested."""
+  """A ctypes struct/union/array in words: name=value pairs, nested; fields registered with register_field_words in
+  words, registered pointers followed into what they point at, arrays cut to their used length (register_array_count)
+  or their trailing zero entries."""
   if isinstance(obj, (ctypes.Structure, ctypes.Union)):
     parts = []
     for f in obj._fields_:
       name = f[0]
       v = getattr(obj, name)
-      parts.append(f"{name}={describe(v, depth + 1)}")
+      key = (type(obj), name)
+      if key in ARRAY_COUNTS and isinstance(v, ctypes.Array): text = _array(list(v), depth, int(getattr(obj, ARRAY_COUNTS[key])))
+      else: text = describe(v, depth + 1)
+      if key in FIELD_WORDS and isinstance(v, int): text += f" ({FIELD_WORDS[key](v)})"
+      if key in POINTERS and isinstance(v, int) and v and depth < 4:
+        try: target = POINTERS[key](obj)
+        except Exception: target = None
+        if target is not None:
+          data = _read_memory(v, ctypes.sizeof(target))
+          text += f" -> {type_name(target)} " + (describe(target.from_buffer_copy(data), depth + 1) if data is not None else "(unreadable)")
+      parts.append(f"{name}={text}")
     return "{" + ", ".join(parts) + "}"
-  if isinstance(obj, ctypes.Array):
-    items = list(obj)
-    if len(items) > 8: return f"[{', '.join(describe(x, depth + 1) for x in items[:8])}, ... {len(items)} items]"
-    return "[" + ", ".join(describe(x, depth + 1) for x in items) + "]"
+  if isinstance(obj, ctypes.Array): return _array(list(obj), depth)
   if isinstance(obj, int): return hex(obj) if obj > 9 or obj < -9 else str(obj)
   if isinstance(obj, bytes): return repr(obj[:32])
   return repr(obj)
+
+def type_name(t: Any) -> str:
+  """A ctypes type's name as a trace shows it (`struct_x` -> `x`, arrays as `x[n]`)."""
+  if isinstance(t, type) and issubclass(t, ctypes.Array): return f"{type_name(t._type_)}[{t._length_}]"
+  n = getattr(t, "__name__", str(t))
+  return n[len("struct_"):] if n.startswith("struct_") else n
 
 class Port(Protocol):
   def open(self, path: str, flags: int) -> int: ...
@@ -92,6 +175,7 @@ class RealPort:
   def lseek(self, fd: int, offset: int, whence: int) -> int: return os.lseek(fd, offset, whence)
   def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
     """One store of `nbytes` (4, or 8 for 64-bit doorbells such as AMD's on SOC15 parts) to a mapped register."""
+    if profile.ON: profile.instant("doorbell", "hcq", addr=hex(addr), value=hex(value))
     (ctypes.c_uint64 if nbytes == 8 else ctypes.c_uint32).from_address(addr).value = value
 
 class MockDevice(Protocol):
@@ -122,6 +206,7 @@ class MockPort:
     if f is None: raise OSError(errno.ESPIPE, "lseek: this mock has no seekable files")
     return f(fd, offset, whence)
   def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
+    if profile.ON: profile.instant("doorbell", "hcq", addr=hex(addr), value=hex(value))
     if nbytes == 4: self.mock.doorbell(addr, value)
     else: self.mock.doorbell(addr, value, nbytes)
 
@@ -154,6 +239,12 @@ class TracingPort:
       out = lambda s: print(s, file=f)
     self._out = out or (lambda s: print(s, file=sys.stderr))
     self._t0 = time.perf_counter()
+    self._doorbells: dict[int, Callable[[int], str]] = {}
+  def watch_doorbell(self, addr: int, describe: Callable[[int], str] | None) -> None:
+    """After each doorbell write to `addr`, trace `describe(value)`: the driver's words for what that write submitted
+    (the GPFIFO entries or packets written since the last ring of it, decoded). None stops watching."""
+    if describe is None: self._doorbells.pop(addr, None)
+    else: self._doorbells[addr] = describe
   def out(self, line: str) -> None: self._out(f"[{(time.perf_counter() - self._t0) * 1e3:10.3f} ms] {line}")
   @staticmethod
   def _took(t: float) -> str: return f" [{(time.perf_counter() - t) * 1e3:.3f} ms]"
@@ -194,7 +285,11 @@ class TracingPort:
     self.out(f"lseek({fd}, {offset}, {whence}) = {r}")
     return r
   def doorbell(self, addr: int, value: int, nbytes: int = 4) -> None:
-    self.out(f"doorbell{'64' if nbytes == 8 else ''} {addr:#x} <- {value:#x}")
+    what = ""
+    if (d := self._doorbells.get(addr)) is not None:
+      try: what = d(value)
+      except Exception as e: what = f"(cannot decode what it submitted: {type(e).__name__}: {e})"
+    self.out(f"doorbell{'64' if nbytes == 8 else ''} {addr:#x} <- {value:#x}" + ("\n" + what if what else ""))
     self.inner.doorbell(addr, value, nbytes)
 
 # mmap(2) prot and flags bits by name (Linux uapi asm-generic/mman-common.h, mman.h)

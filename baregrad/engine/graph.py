@@ -8,6 +8,8 @@
   ALU / CAST / BITCAST          elementwise, the shape of their sources (THREEFRY, random bits, is one ALU node here)
   REDUCE_AXIS(x, arg=(op, axes)) keepdim reduction
   COPY(x, arg=device), CONTIGUOUS(x), ASSIGN(target, value), DETACH(x)
+  ASSIGN(target, value, arg=ShapeTracker)  a write into part of target: value stored through that view (x[a:b] = v)
+  shapes may hold symbolic sizes: integer expressions of bound variables (ir/sint.py)
 """
 from __future__ import annotations
 import itertools
@@ -15,6 +17,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType
 from baregrad.ir.ops import UOp, Ops, GroupOp, fresh_node
 from baregrad.ir.view import ShapeTracker, moved_shape
+from baregrad.ir.sint import max_shape
 from baregrad.hal import Buffer, Device
 
 _ids = itertools.count()
@@ -135,7 +138,7 @@ def _shape(u: UOp) -> tuple[int, ...]:
     for x in src:
       if x._shape != s: raise ShapeError(f"{op.name} of sources with different shapes {sorted({x._shape for x in src})}")  # type: ignore[type-var]
     return s  # type: ignore[return-value]
-  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)  # type: ignore[arg-type]  # (no view built)
+  if (name := _MOVES.get(op)) is not None: return moved_shape(u.src[0]._shape, name, u.arg)  # type: ignore[arg-type, return-value]  # (no view built)
   if op is Ops.BUFFER: return (u.arg.size,)
   if op is Ops.CONST or op is Ops.DEFINE_VAR: return ()
   if op is Ops.IOTA: return (u.arg,)
@@ -181,4 +184,6 @@ def device_of(u: UOp) -> str | None:
     stack.extend(n.src)
   return None
 
-def numel(u: UOp) -> int: return prod(shape_of(u))
+def numel(u: UOp) -> int:
+  """Elements of u's buffer: a symbolic size counts its largest value (ir/sint.py)."""
+  return prod(max_shape(shape_of(u)))

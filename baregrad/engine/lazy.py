@@ -2,6 +2,7 @@
 from __future__ import annotations
 import threading
 from typing import Any
+from baregrad.ir.sint import has_sym, max_shape
 from baregrad.ir.ops import UOp, Ops, GroupOp, make_keyed, fresh_node
 from baregrad.engine.graph import BufRef, buffer_uop, shape_of, base_of, set_shape
 from baregrad.engine.schedule import create_schedule, ScheduleItem
@@ -9,6 +10,7 @@ from baregrad.engine.realize import run_schedule, capturing
 from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
 from baregrad.hal import Device, profile
+from baregrad import helpers
 
 # A computed node keeps the node that reads its buffer (RESHAPE(BUFFER)) in its `_realized` slot, for as long as the
 # node lives: dead graphs free their buffers. Nodes are graphs over buffer versions, so a hit is the same expression
@@ -35,6 +37,10 @@ def buffer_view(ref: BufRef, shape: tuple[int, ...], fresh: bool = False) -> UOp
   b = buffer_uop(ref, fresh)
   if shape == b._shape: return b
   shape = tuple(shape)
+  if has_sym(shape):   # the leading corner of the largest shape's layout (ir/sint.py)
+    full = make_keyed(Ops.RESHAPE, b.dtype, (b,), max_shape(shape), max_shape(shape))
+    if full._shape is None: set_shape(full, max_shape(shape))
+    return UOp(Ops.SHRINK, b.dtype, (full,), tuple((0, s) for s in shape))
   # (a shape is its own hash-consing key; over a fresh BUFFER node the RESHAPE is new too: no lookup)
   u = fresh_node(Ops.RESHAPE, b.dtype, (b,), shape) if fresh else make_keyed(Ops.RESHAPE, b.dtype, (b,), shape, shape)
   if u._shape is None: set_shape(u, shape)  # known: no need to walk the view machinery for it
@@ -239,6 +245,7 @@ def schedule_for(uops: list[UOp], device: str) -> tuple[list[ScheduleItem], list
 
 def realize(uops: list[UOp], device: str) -> list[UOp]:
   """Compute uops (on `device` where a graph reads no buffer); returns, for each, a node reading its buffer."""
+  if helpers.viz_sink is not None: helpers.viz_sink("realize", uops=uops, device=device)   # VIZ=1: the tensor graph
   items, srcs, realized_ = _schedule(uops, device, True)
   if items is None:
     tmpl, nodes, slots = realized_

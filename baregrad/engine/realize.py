@@ -7,6 +7,7 @@ from baregrad.hal import Buffer, Device
 from baregrad.engine.schedule import ScheduleItem
 from baregrad.engine.graph import BufRef
 from baregrad.engine.runner import compile_ast, cached_runner
+from baregrad.ir.sint import unbind_ast
 
 # observers of executed items (the jit captures through this): one may have `thread` (the thread recording; absent or
 # None: it sees every thread's work) and `interleaved` (set when another thread launched work while it recorded: the
@@ -81,24 +82,30 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
     if it.kind == "copy":
       dst, src = it.bufs[0].buf, it.bufs[1].buf
       assert dst is not None and src is not None   # (ensured above)
-      Device[src.device].synchronize()
-      data = src.copyout(memoryview(bytearray(src.nbytes)))
-      dst.copyin(data)
-      if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes", file=sys.stderr)
+      # queued on both devices' queues where the destination can (each waits on the other's signals: no host wait),
+      # else through the host: wait for the source, copy out, copy in
+      if peer := (not knobs.get("NO_PEER_COPY") and Device[dst.device].copy_from(dst, src)): pass
+      else:
+        Device[src.device].synchronize()
+        data = src.copyout(memoryview(bytearray(src.nbytes)))
+        dst.copyin(data)
+      if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes{' (queued, peer link)' if peer else ''}", file=sys.stderr)
       if capturing: _observe(None, it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)
     # (type: ignore: a kernel item has its AST, and its buffers are ensured above)
-    if (runner := cached_runner(it.ast, out.device)) is None:  # type: ignore[arg-type]
+    # bound variables (symbolic sizes, ir/sint.py) leave the AST: one kernel for every value, the values passed
+    ast, vals = unbind_ast(it.ast)  # type: ignore[arg-type]
+    if (runner := cached_runner(ast, out.device)) is None:
       if bar is None:
         bar = Progress(total=sum(it.kind == "kernel" for it in items), desc="compile", unit="kernels", delay=1.0)
         bar.n = ready  # the kernels before it were compiled already
       t0 = time.perf_counter()
-      with bar.step(): runner = compile_ast(it.ast, out.device)  # type: ignore[arg-type]
+      with bar.step(): runner = compile_ast(ast, out.device)
       compiled, t_compile = compiled + 1, t_compile + time.perf_counter() - t0
     elif bar is not None: bar.update(1)
     else: ready += 1
-    runner([b.buf for b in it.bufs])  # type: ignore[misc]
+    runner([b.buf for b in it.bufs], vals or None)  # type: ignore[misc]
     if capturing: _observe(runner, it)
   if bar is not None: bar.close()
   if compiled and DEBUG() >= 1:   # (what a model's first run spends before its kernels run)

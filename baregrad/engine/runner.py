@@ -2,9 +2,10 @@
 from __future__ import annotations
 import sys, threading, time
 from typing import Sequence
-from baregrad import knobs
+from baregrad import helpers, knobs
 from baregrad.helpers import DEBUG
 from baregrad.ir.ops import UOp, Ops
+from baregrad.ir.sint import smax, smin
 from baregrad.hal import Device, Buffer, profile
 from baregrad.hal.errors import CompileError
 from baregrad.codegen.kernel import Opt
@@ -19,8 +20,10 @@ def needed_elements(ast: UOp | None) -> dict[int, int]:
     rng = v.mask or tuple((0, s) for s in v.shape)
     if u.op is Ops.LOAD and len(u.src) == 3:   # a gather reads anywhere in its source's extent along its axis
       rng = tuple((0, u.arg[1]) if i == u.arg[0] else r for i, r in enumerate(rng))
+    # (a symbolic size or offset at its largest value: the most any value of its variables touches)
+    rng = tuple((smin(lo), smax(hi)) for lo, hi in rng)
     if any(lo >= hi for lo, hi in rng): continue  # nothing is valid: nothing is touched
-    hi_idx = v.offset + sum(st * (hi - 1 if st > 0 else lo) for st, (lo, hi) in zip(v.strides, rng))
+    hi_idx = smax(v.offset) + sum(st * (hi - 1 if st > 0 else lo) for st, (lo, hi) in zip(v.strides, rng))
     need[u.src[0].arg] = max(need.get(u.src[0].arg, 0), hi_idx + 1)
   return need
 
@@ -118,6 +121,7 @@ def compile_ast(ast: UOp, device: str | None = None, opts: list[Opt] | None = No
     with profile.span("codegen", device=dname): spec = get_program(ast, ren, opts, name)
     mid = time.perf_counter()
     with profile.span("compile", kernel=spec.name, device=dname): _cache[key] = r = CompiledRunner(spec, dname)
+    if helpers.viz_sink is not None: helpers.viz_sink("binary", name=spec.name, device=dname, lib=r.lib, prg=r.prg)   # VIZ=1
     if DEBUG() >= 2:
       tool = Device[dname].compiler.describe()   # which toolchain built it (the system C compiler differs by machine)
       print(f"kernel {spec.name}: codegen {(mid - st) * 1e3:.1f} ms, compile {(time.perf_counter() - mid) * 1e3:.1f} ms"

@@ -240,17 +240,23 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         kb = _KernelBuilder(realized)
         kb.buf_index(ref)
         val = _value_of(u)
-        # a reshape at the root only relabels the contiguous output: store the computed value in its own shape
-        inner = val
-        while inner.op is Ops.RESHAPE and inner.src[0] not in realized: inner = inner.src[0]
-        if inner.op not in GroupOp.Movement and inner.op is not Ops.BUFFER and inner not in realized: val = inner
-        val = _reshape_to_reduce(val, realized)
-        shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
-        st = ShapeTracker.from_shape(shape)
+        if u.op is Ops.ASSIGN and u.arg is not None:
+          # a write into part of the buffer (x[a:b] = v, a KV cache's rows at a position): stored through that view, the
+          # rest of the buffer keeps its bytes
+          shape = u.arg.shape
+          st, store_st = ShapeTracker.from_shape(shape), u.arg
+        else:
+          # a reshape at the root only relabels the contiguous output: store the computed value in its own shape
+          inner = val
+          while inner.op is Ops.RESHAPE and inner.src[0] not in realized: inner = inner.src[0]
+          if inner.op not in GroupOp.Movement and inner.op is not Ops.BUFFER and inner not in realized: val = inner
+          val = _reshape_to_reduce(val, realized)
+          shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
+          st = store_st = ShapeTracker.from_shape(shape)
         lowered = kb.lower(val, st, False, root=val is u)
-        if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = ShapeTracker.from_shape(())
-        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=st), lowered)),))
-        if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref)
+        if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = store_st = ShapeTracker.from_shape(())
+        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=store_st), lowered)),))
+        if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref, store_st)
         realized[u] = ref
         items.extend(_device_split(ast, kb.bufs, dev, u, check_of.get(u)))
       _check_write_order(items)
@@ -398,10 +404,11 @@ def _unreshaped(u: UOp, realized: dict[UOp, BufRef]) -> UOp:
   while u.op is Ops.RESHAPE and u not in realized: u = u.src[0]
   return u
 
-def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef) -> None:
-  # reading the buffer being written is fine only where every element reads its own position (x += y)
+def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef, store: ShapeTracker) -> None:
+  # reading the buffer being written is fine only where every element reads its own position (x += y, x[a:b] += y)
   for u in ast.toposort():
-    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg].storage is ref.storage and (not u.src[1].arg.contiguous or len(u.src) == 3):
+    if u.op is Ops.LOAD and kb.bufs[u.src[0].arg].storage is ref.storage and \
+       (not (u.src[1].arg == store or (store.contiguous and u.src[1].arg.contiguous)) or len(u.src) == 3):
       raise ValueError("ASSIGN reads its own target through a view: the result would depend on the order of writes")
 
 def _src_ref(src: UOp, realized: dict[UOp, BufRef]) -> BufRef:

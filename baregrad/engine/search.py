@@ -5,8 +5,8 @@ the target has workgroups, from no opts too), extend every kept list by every ac
 keep the best, repeat a few rounds. The heuristic's choice is always a candidate and wins unless another is faster when
 timed again, so a search never makes a kernel slower. On targets with workgroups the actions are the GPU ones as well:
 LOCAL and GROUP amounts up to the declared threads per workgroup, PADTO to round tiles, SPLIT of a reduction (a loop to
-stage over), SMEM for each stageable input, TC for each tensor core the target declares; a PADTO also comes with the
-UPCAST or UNROLL it pads for.
+stage over), SMEM for each stageable input (with a 3- or 4-stage cp.async pipeline where the target has one), TC for each
+tensor core the target declares; a PADTO also comes with the UPCAST or UNROLL it pads for.
 
 On the CPU each round's candidates are built (codegen + compile) in parallel by worker processes, one per core, then
 timed one at a time on the device with nothing else running. Timing is the device's own (two timestamps the queue writes
@@ -49,7 +49,10 @@ def candidate_actions(k: Kernel) -> list[Opt]:
       if kind in ("loop", "global") and ax.size % a == 0: acts.append(Opt(OptOps.LOCAL, n, a))
       if kind == "reduce" and ax.size % a == 0: acts += [Opt(OptOps.GROUP, n, a), Opt(OptOps.SPLIT, n, a)]
   if k.gpu:
-    acts += [Opt(OptOps.SMEM, j) for j in range(len(k.stage_candidates())) if j not in k.staged]
+    # staging, and where the target copies asynchronously the pipeline's depth (2..4 shared buffers, as shared memory allows)
+    depths = (0, 3, 4) if k.async_copy else (0,)
+    acts += [Opt(OptOps.SMEM, j, d) for j in range(len(k.stage_candidates())) if j not in k.staged for d in depths
+             if not (d and k.stages and d != k.stages)]
     if k.tc is None: acts += [Opt(OptOps.TC, j) for j in range(len(k.tensor_cores))]
   return acts
 

@@ -30,6 +30,10 @@ class Compiled:
   def supports_dtype(self, dtype: DType) -> bool: return dtype.scalar in self.supported_dtypes
   def synchronize(self) -> None:
     """Wait until all work submitted to this device has finished."""
+  def copy_from(self, dest: Any, src: Any) -> bool:
+    """Queue a copy of Buffer src (on another device) into Buffer dest (on this one) that runs after the work already
+    submitted to both, without the host waiting; False where this device cannot (the caller copies through the host)."""
+    return False
   def close(self) -> None:
     """Release the device (queues, threads). The registry forgets it; Device[name] opens it again."""
     Device.forget(self.device, self)

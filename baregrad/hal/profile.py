@@ -5,7 +5,9 @@ chrome://tracing).
   signals (`timestamp` commands recorded around the exec or copy). The host never waits for them per launch: an
   event is written once the device's timeline has passed it, which is checked whenever the host records something
   new, and at exit. One process per device, one track (thread) per hardware queue.
-- Host spans: schedule, codegen, compile and BEAM, on the track of the Python thread that ran them.
+- Host spans: schedule, codegen, compile and BEAM, on the track of the Python thread that ran them; instant events on
+  the same tracks for each HCQ submission ("submit", hcq/queue.py), each doorbell write ("doorbell", drivers/port.py)
+  and each host wait on a signal not yet reached ("host wait", hcq/signal.py).
 - Clocks: device timestamps are put on the host's clock (time.perf_counter_ns) with one extra timestamp submitted
   right after a device's first event: a device whose stamp reads between the host time before its submission and
   the time it is read (the CPU device, the mock GPUs) already counts on the host's clock and is not shifted; another
@@ -74,6 +76,15 @@ class Profiler:
       return pid, tid
 
   # ---- host spans
+  def _host_tid(self) -> int:
+    """The track of the calling Python thread (hold self._lock)."""
+    th = threading.current_thread()
+    tid = self._tids.get((0, th.name))
+    if tid is None:
+      tid = self._tids[(0, th.name)] = len(self._tids) + 1
+      self._write([{"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": th.name}}])
+    return tid
+
   @contextlib.contextmanager
   def span(self, name: str, cat: str = "host", **args: Any) -> Iterator[dict]:
     """Time a block of host work; the yielded dict's entries become the event's args."""
@@ -81,15 +92,17 @@ class Profiler:
     try: yield args
     finally:
       en = _now_us()
-      th = threading.current_thread()
       with self._lock:
-        tid = self._tids.get((0, th.name))
-        if tid is None:
-          tid = self._tids[(0, th.name)] = len(self._tids) + 1
-          self._write([{"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": th.name}}])
-        self._write([{"name": name, "cat": cat, "ph": "X", "ts": st, "dur": en - st, "pid": 0, "tid": tid,
+        self._write([{"name": name, "cat": cat, "ph": "X", "ts": st, "dur": en - st, "pid": 0, "tid": self._host_tid(),
                       **({"args": _jsonable(args)} if args else {})}])
       self.drain()
+
+  def instant(self, name: str, cat: str = "host", **args: Any) -> None:
+    """A moment on the calling thread's track: a submission, a doorbell, the start of a host wait."""
+    ts = _now_us()
+    with self._lock:
+      self._write([{"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": 0, "tid": self._host_tid(),
+                    **({"args": _jsonable(args)} if args else {})}])
 
   # ---- device events
   def device_op(self, dev: Any, queue: Any, name: str, cat: str, st: Any, en: Any, tv: int, **args: Any) -> None:
@@ -207,6 +220,10 @@ _NO_SPAN = _NoSpan()
 def span(name: str, cat: str = "host", **args: Any) -> Any:
   """`with profile.span("compile", kernel=name) as args:` times host work (a no-op unless profiling)."""
   return _prof.span(name, cat, **args) if ON and _prof is not None else _NO_SPAN
+
+def instant(name: str, cat: str = "host", **args: Any) -> None:
+  """An instant event on the calling thread's host track (callers test `ON` first: a no-op unless profiling)."""
+  if ON and _prof is not None: _prof.instant(name, cat, **args)
 
 def device_op(dev: Any, queue: Any, name: str, cat: str, sigs: tuple[Any, Any] | None, tv: int, **args: Any) -> None:
   """Record a submitted command bracketed by timestamp signals sigs=(start, end); a no-op for sigs None."""

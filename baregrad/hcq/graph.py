@@ -10,7 +10,7 @@ Two rules make a replay correct on a GPU (docs/hw/h100-580.159.04-findings.md#fi
   patches arguments a submitted replay may still read. The graph keeps `depth` recordings, each with its own
   argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission."""
 from __future__ import annotations
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 from baregrad.hal import profile
 from baregrad.hcq.device import HCQDevice
@@ -23,6 +23,7 @@ class _Slot:
   signal_idx: int
   done: int = 0                      # timeline value after which this recording's arguments are free again
   addrs: dict | None = None          # (kernel, buffer index) -> the address its arguments hold now
+  vals: dict = field(default_factory=dict)   # (kernel, variable index) -> the value its arguments hold now
 
 def _span(b: Any) -> tuple[int, int]:
   b = b._buf if hasattr(b, "_buf") else b
@@ -78,15 +79,17 @@ class HCQGraph:
       q.exec(prg, st, gs, ls)
       args.append(st)
     q.signal(dev.timeline_signal, 0)
-    return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)})
+    return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)},
+                 {(k, j): v for k, (_, _, vals, _, _) in enumerate(self.kernels) for j, v in enumerate(vals)})
 
   @property
   def args(self) -> list[Any]:
     """The argument states of the recording the next replay uses."""
     return self.slots[self.replays % self.depth].args
 
-  def replay(self, patches: Sequence[tuple[int, int, int]] = ()) -> None:
-    """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays."""
+  def replay(self, patches: Sequence[tuple[int, int, int]] = (), var_patches: Sequence[tuple[int, int, int]] = ()) -> None:
+    """patches: (kernel index, buffer argument index, new device address); they stay in effect for later replays.
+    var_patches: (kernel index, variable index, value) for this replay (a symbolic size's value, ir/sint.py)."""
     dev = self.dev
     cur = self.addrs
     keys = {(k, i) for k, i, _ in patches}
@@ -112,6 +115,15 @@ class HCQGraph:
         if s.addrs[key] != (addr := cur[key]):
           s.args[key[0]].update_buffer(key[1], addr)
           s.addrs[key] = addr
+    for k, j, v in var_patches:
+      if (k, j) not in s.vals: raise IndexError(f"variable patch ({k}, {j}): kernel {k} has {len(self.kernels[k][2])} variables")
+      if s.vals[(k, j)] != v:
+        s.args[k].update_var(j, v)
+        s.vals[(k, j)] = v
+    if dev.capture is not None:   # NV_CAPTURE / AMD_CAPTURE: each launch on its own, recorded as a launch
+      self._replay_captured(s)
+      self.replays += 1
+      return
     with dev.submit_lock:
       st = profile.stamp(dev)  # PROFILE=1: one timestamp before and one after the graph (None otherwise)
       s.q.update_wait(s.wait_idx, value=dev.timeline_value - 1)
@@ -121,3 +133,29 @@ class HCQGraph:
       en = profile.stamp(dev)
     self.replays += 1
     if st and en: profile.device_op(dev, s.q, f"graph of {len(s.args)} kernels", "graph", (st[0], en[0]), en[1])
+
+  def _replay_captured(self, s: _Slot) -> None:
+    """A replay under *_CAPTURE=DIR (hcq/capture.py): the recording's launches are submitted one at a time, each with
+    the argument memory (kernargs, NV: QMD and constant bank) the recording holds, patched as this replay asks, and
+    recorded with the same per-launch files as a direct launch (code, descriptor, each buffer before and after), so a
+    replay of the capture runs them. The device is synchronized around each launch to read its buffers: capture
+    changes timing (and the graph's single submission becomes one per kernel), not results."""
+    from types import SimpleNamespace
+    from baregrad.hcq.capture import read_buffer
+    dev, cap = self.dev, self.dev.capture
+    assert s.addrs is not None
+    for k, (prg, _, vals, gs, ls) in enumerate(self.kernels):
+      if k == 0: dev.synchronize()   # then each launch is waited for before the next one's inputs are read
+      bufs = [SimpleNamespace(va_addr=s.addrs[(k, i)], size=size) for i, size in enumerate(self.sizes[k])]
+      before = [read_buffer(dev, b) for b in bufs]
+      q = dev.compute_queue_t()
+      with dev.submit_lock:
+        q.wait(dev.timeline_signal, dev.timeline_value - 1)
+        q.exec(prg, s.args[k], gs, ls)
+        q.signal(dev.timeline_signal, dev.next_timeline()).submit(dev)
+      dev.synchronize()
+      after = [read_buffer(dev, b) for b in bufs]
+      cap.launch(prg.name, prg.lib, gs, ls, [s.vals[(k, j)] for j in range(len(vals))], prg.capture_descriptor(s.args[k]),
+                 [(b.va_addr, b.size, x, y) for b, x, y in zip(bufs, before, after)], timeline=dev.timeline_value - 1,
+                 graph={"replay": self.replays, "kernel": k, "kernels": len(self.kernels)})
+    s.done = dev.timeline_value - 1

@@ -7,6 +7,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+from baregrad import helpers
+from baregrad.hal import profile
 
 @dataclass
 class Cmd:
@@ -52,7 +54,14 @@ class HWQueue:
   def memory_barrier(self) -> HWQueue: return self._add("barrier", *self._enc_memory_barrier())
 
   def submit(self, dev: Any) -> HWQueue:
-    if self.cmds: self._submit(dev)
+    if self.cmds:
+      if profile.ON: profile.instant("submit", "hcq", device=dev.device, queue=type(self).__name__,
+                                     commands=" ".join(c.kind for c in self.cmds[:32]) + (" ..." if len(self.cmds) > 32 else ""))
+      if (viz := helpers.viz_sink) is None: self._submit(dev)
+      else:   # VIZ=1: the command stream, and what the submission wrote to the device's ring (read back after it)
+        tok = viz("submit", queue=self, dev=dev)
+        self._submit(dev)
+        viz("submitted", token=tok)
     return self
 
   # --- patching

@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes, sys, threading
 from typing import Any
 from baregrad import knobs
+from baregrad.hal import profile
 
 class HCQTimeout(TimeoutError):
   """A host wait ran out of time; the message carries the device's queue state in words."""
@@ -34,6 +35,17 @@ class SignalPool:
   @property
   def in_use(self) -> int: return self.size // self.SLOT - len(self._free)
 
+  def used(self) -> list[tuple[int, int, int]]:
+    """(device address, value, timestamp) of every slot a live signal holds, lowest address first: what
+    `python -m baregrad.queues` shows as a device's signals."""
+    with self._lock: free = set(self._free)
+    out = []
+    for slot in range(self.size // self.SLOT):
+      if slot in free: continue
+      cpu = self.cpu_addr + slot * self.SLOT
+      out.append((self.va_addr + slot * self.SLOT, ctypes.c_uint64.from_address(cpu).value, ctypes.c_uint64.from_address(cpu + 8).value))
+    return out
+
 class HCQSignal:
   """`HCQSignal(dev, value=0)` takes a slot from dev.signal_pool. `va_addr` is what commands reference,
   `cpu_addr` what the host reads (the same on the CPU device)."""
@@ -64,15 +76,17 @@ class HCQSignal:
     """Block until value >= `value`; HCQTimeout after timeout_ms (default: the device's)."""
     t = self.dev.default_timeout_ms if timeout_ms is None else timeout_ms
     if self._v.value >= value: return
+    if profile.ON: profile.instant("host wait", "hcq", device=self.dev.device, signal=hex(self.va_addr), value=value, now=self._v.value)
     # the hang watchdog: after HANG_WARN_MS without the value, say what blocks while still waiting out the timeout
     warn = knobs.get("HANG_WARN_MS")
     if 0 < warn < t:
-      if self.dev._wait_signal(self, value, warn / 1000.0): return
+      if self.dev._wait_signal(self, value, warn / 1000.0, final=False): return
       sys.stderr.write(hang_report(self, value, warn, t) + "\n")
       t -= warn
     if not self.dev._wait_signal(self, value, t / 1000.0):
+      peers = self.dev.peer_state() if hasattr(self.dev, "peer_state") else ""
       raise HCQTimeout(f"{self.dev.device}: timed out after {t} ms waiting for signal {self.va_addr:#x} >= {value} "
-                       f"(it is {self.value})\n{self.dev.queue_state()}")
+                       f"(it is {self.value})\n{self.dev.queue_state()}" + (f"\n{peers}" if peers else ""))
 
   def __del__(self) -> None:
     try: self.dev.signal_pool.give(self._slot)

@@ -38,6 +38,9 @@ class Ops(metaclass=_OpsType):
   # kernel structure
   SINK = auto(); STORE = auto(); LOAD = auto(); INDEX = auto(); VIEW = auto()
   DEFINE_GLOBAL = auto(); DEFINE_VAR = auto(); DEFINE_ACC = auto(); DEFINE_LOCAL = auto()
+  # BIND(DEFINE_VAR, CONST value): a symbolic size with the value it has in this call (tensor graph only: the
+  # scheduler replaces it by its variable in the kernel and passes the value as a kernel argument, ir/sint.py)
+  BIND = auto()
   CONST = auto(); VCONST = auto()
   REDUCE_AXIS = auto(); REDUCE = auto(); RANGE = auto(); ENDRANGE = auto(); ASSIGN = auto()
   IF = auto(); ENDIF = auto(); BARRIER = auto(); SPECIAL = auto(); NOOP = auto()
@@ -236,7 +239,10 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
     return memo[self]
   def sparents(self) -> set[UOp]: return set(self.toposort())
 
-  def __repr__(self) -> str: return pretty(self)
+  def __repr__(self) -> str:
+    # a symbolic size (an expression of bound variables, ir/sint.py) reads as the expression: shapes print as (2, sp=3+1)
+    if self.op is Ops.BIND or (self.dtype.count == 1 and self.op in _INFIX and any(u.op is Ops.BIND for u in self.toposort())): return render_expr(self)
+    return pretty(self)
 
   # ---- constructors
   @staticmethod
@@ -248,6 +254,17 @@ class UOp(_UOpSlots, metaclass=UOpMeta):
   @staticmethod
   def variable(name: str, vmin: int, vmax: int, dtype: DType = dtypes.int32) -> UOp:
     return UOp(Ops.DEFINE_VAR, dtype, (), (name, vmin, vmax))
+  def bind(self, val: int) -> UOp:
+    """This variable (a DEFINE_VAR) with its value for one call: BIND(var, val), val inside the variable's range."""
+    if self.op is not Ops.DEFINE_VAR: raise TypeError(f"bind: only a variable (DEFINE_VAR) takes a value, this is {self.op.name}")
+    if not isinstance(val, int) or isinstance(val, bool): raise TypeError(f"bind: variable {self.arg[0]} takes an int, got {type(val).__name__}")
+    if not self.arg[1] <= val <= self.arg[2]:
+      raise ValueError(f"bind: {self.arg[0]}={val} is outside its range [{self.arg[1]}, {self.arg[2]}]")
+    return UOp(Ops.BIND, self.dtype, (self, UOp.const(self.dtype, val)))
+  def unbind(self) -> tuple[UOp, int]:
+    """(variable, value) of a BIND."""
+    if self.op is not Ops.BIND: raise TypeError(f"unbind: {self.op.name} is not a bound variable")
+    return self.src[0], self.src[1].arg
   @staticmethod
   def range(end: int | UOp, axis: int, kind: str = "loop", dtype: DType = dtypes.int32) -> UOp:
     """A loop index in [0, end). kind: 'global' (parallel), 'loop', 'reduce', 'upcast', 'unroll', 'local'."""
@@ -374,6 +391,7 @@ def _bounds(u: UOp) -> tuple:
   d = u.dtype
   if u.op is Ops.CONST: return (u.arg, u.arg)
   if u.op is Ops.DEFINE_VAR: return (u.arg[1], u.arg[2])
+  if u.op is Ops.BIND: return (u.src[0].arg[1], u.src[0].arg[2])   # (a size's bound is its variable's, not this call's value)
   if u.op is Ops.RANGE: return (0, max(0, u.src[0].vmax - 1))
   if u.op is Ops.SPECIAL: return (0, u.arg[1] - 1)
   if d.count > 1 or not (dtypes.is_int(d) or dtypes.is_bool(d)) or not u.src: return (dtypes.min(d), dtypes.max(d))
@@ -428,6 +446,7 @@ _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.IDIV: "//", Ops.MOD: "%"
 def render_expr(u: UOp) -> str:
   if u.op is Ops.CONST: return str(u.arg)
   if u.op is Ops.DEFINE_VAR: return u.arg[0]
+  if u.op is Ops.BIND: return f"{u.src[0].arg[0]}={u.src[1].arg}"
   if u.op is Ops.RANGE: return f"r{u.arg[0]}"
   if u.op is Ops.SPECIAL: return u.arg[0]
   if u.op in _INFIX: return f"({render_expr(u.src[0])}{_INFIX[u.op]}{render_expr(u.src[1])})"

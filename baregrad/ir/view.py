@@ -9,53 +9,63 @@ import functools
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops
+from baregrad.ir.sint import sint, is_sym, has_sym, norm, smax, sym_eq, sym_le, sym_prod_eq
 
-def strides_for_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+def strides_for_shape(shape: tuple[sint, ...]) -> tuple[int, ...]:
+  """Row-major strides; a symbolic size strides as its largest value (ir/sint.py: memory holds the largest shape)."""
   out, acc = [], 1
   for s in reversed(shape):
     out.append(acc if s != 1 else 0)
-    acc *= s
+    acc *= smax(s)
   return tuple(reversed(out))
+
+def _symbolic_unsupported(what: str, shape: tuple, arg: Any = None) -> ViewError:
+  return ViewError(f"{what} of a view with symbolic sizes (shape {shape}{'' if arg is None else f', {arg}'}) is not supported: "
+                   f"make the value contiguous first, or keep symbolic sizes to shrink, expand, permute and reshapes that keep them")
 
 class ViewError(ValueError): pass
 
-def moved_shape(shape: tuple[int, ...], op: str, arg: Any) -> tuple[int, ...]:
+def moved_shape(shape: tuple[sint, ...], op: str, arg: Any) -> tuple[sint, ...]:
   """The shape after movement `op` ("reshape", "expand", "permute", "shrink", "pad", "flip") with `arg` of a value of
   `shape`; ViewError naming what is wrong where the movement is invalid. The views check through it, and shape
   inference reads shapes off it without building a view."""
-  if op in ("reshape", "expand") and any(not isinstance(x, int) or x < 0 for x in arg):
+  if op in ("reshape", "expand") and any(not (isinstance(x, UOp) and x.vmin >= 0) and (not isinstance(x, int) or x < 0) for x in arg):
     raise ViewError(f"shape must be non-negative ints, got {arg}")
   if op == "reshape":
-    if prod(arg) != prod(shape): raise ViewError(f"cannot reshape {shape} ({prod(shape)} elements) to {arg} ({prod(arg)} elements)")
+    if has_sym(shape) or has_sym(arg):
+      if not sym_prod_eq(tuple(shape), tuple(arg)):
+        raise ViewError(f"cannot reshape {shape} to {arg}: a reshape keeps each symbolic size as an axis of its own, in order")
+    elif prod(arg) != prod(shape): raise ViewError(f"cannot reshape {shape} ({prod(shape)} elements) to {arg} ({prod(arg)} elements)")
     return tuple(arg)
   if op == "expand":
-    if len(arg) != len(shape) or any(s != n and s != 1 for s, n in zip(shape, arg)):
+    if len(arg) != len(shape) or any(not sym_eq(s, n) and s != 1 for s, n in zip(shape, arg)):
       raise ViewError(f"cannot expand shape {shape} to {arg}: only size-1 axes expand")
     return tuple(arg)
   if op == "permute":
     if sorted(arg) != list(range(len(shape))): raise ViewError(f"permute order {arg} is not a permutation of {len(shape)} axes")
     return tuple(shape[i] for i in arg)
   if op == "shrink":
-    if len(arg) != len(shape) or any(not (0 <= lo <= hi <= s) for (lo, hi), s in zip(arg, shape)):
+    if len(arg) != len(shape) or any(not (sym_le(0, lo) and sym_le(lo, hi) and sym_le(hi, s)) for (lo, hi), s in zip(arg, shape)):
       raise ViewError(f"shrink {arg} out of range for shape {shape}")
-    return tuple(hi - lo for lo, hi in arg)
+    return tuple(hi - lo if isinstance(hi, int) and isinstance(lo, int) else norm(hi - lo) for lo, hi in arg)
   if op == "pad":
-    if len(arg) != len(shape) or any(b < 0 or a < 0 for b, a in arg):
+    if len(arg) != len(shape) or any(not (sym_le(0, b) and sym_le(0, a)) for b, a in arg):
       raise ViewError(f"pad {arg} is not one non-negative (before, after) per axis of {shape}")
-    return tuple(s + b + a for s, (b, a) in zip(shape, arg))
+    return tuple(s + b + a if isinstance(s, int) and isinstance(b, int) and isinstance(a, int) else norm(s + b + a) for s, (b, a) in zip(shape, arg))
   if op == "flip": return tuple(shape)
   raise ViewError(f"{op} is not a movement")
 
 @dataclass(frozen=True)
 class View:
-  shape: tuple[int, ...]
+  shape: tuple[sint, ...]     # (sizes may be symbolic, ir/sint.py; strides never are)
   strides: tuple[int, ...]
-  offset: int = 0
-  mask: tuple[tuple[int, int], ...] | None = None
+  offset: sint = 0
+  mask: tuple[tuple[sint, sint], ...] | None = None
 
   @staticmethod
-  def contiguous(shape: tuple[int, ...]) -> View:
-    if any(not isinstance(s, int) or s < 0 for s in shape): raise ViewError(f"shape must be non-negative ints, got {shape}")
+  def contiguous(shape: tuple[sint, ...]) -> View:
+    """Row-major over `shape`; with symbolic sizes, the leading corner of the largest shape's layout (ir/sint.py)."""
+    if any(not is_sym(s) and (not isinstance(s, int) or s < 0) for s in shape): raise ViewError(f"shape must be non-negative ints, got {shape}")
     return View(tuple(shape), strides_for_shape(tuple(shape)), 0, None)
   @property
   def is_contiguous(self) -> bool: return self.offset == 0 and self.mask is None and self.strides == strides_for_shape(self.shape)
@@ -66,7 +76,7 @@ class View:
     strides = tuple(0 if s == 1 else st for s, st in zip(self.shape, self.strides))
     mask = self.mask
     if mask is not None and all(m == (0, s) for m, s in zip(mask, self.shape)): mask = None
-    if mask is not None and any(lo >= hi for lo, hi in mask):  # nothing valid: canonical empty mask
+    if mask is not None and any(sym_le(hi, lo) for lo, hi in mask):  # nothing valid: canonical empty mask
       mask = tuple((0, 0) for _ in self.shape)
     return View(self.shape, strides, self.offset, mask)
 
@@ -82,21 +92,30 @@ class View:
                  zip(self.shape, shape, self.mask)) if self.mask else None
     return View(tuple(shape), tuple(0 if s == 1 else st for s, st in zip(self.shape, self.strides)), self.offset, mask)._canon()
 
-  def shrink(self, arg: tuple[tuple[int, int], ...]) -> View:
-    moved_shape(self.shape, "shrink", arg)
+  def shrink(self, arg: tuple[tuple[sint, sint], ...]) -> View:
+    shape = moved_shape(self.shape, "shrink", arg)
+    if self.mask and (has_sym(self.shape) or any(is_sym(x) for a in arg for x in a)): raise _symbolic_unsupported("shrink of a padded", self.shape, arg)
+    if has_sym(shape) or is_sym(self.offset) or any(is_sym(lo) for lo, _ in arg):
+      # (a symbolic offset: the start of a slice at a variable position, a KV cache's write at start_pos)
+      return View(shape, self.strides, norm(self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))), None)._canon()
     off = self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))
-    mask = tuple((max(0, mlo - lo), max(0, min(mhi, hi) - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)) if self.mask else None
+    mask = tuple((max(0, mlo - lo), max(0, min(mhi, hi) - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)) if self.mask else None  # type: ignore[type-var]
     return View(tuple(hi - lo for lo, hi in arg), self.strides, off, mask)._canon()
 
   def pad(self, arg: tuple[tuple[int, int], ...]) -> View:
     moved_shape(self.shape, "pad", arg)
     if all(b == 0 and a == 0 for b, a in arg): return self
+    if has_sym(self.shape) or any(is_sym(x) for a in arg for x in a): raise _symbolic_unsupported("pad", self.shape, arg)
     mask = self.mask or tuple((0, s) for s in self.shape)
     new_mask = tuple((lo + b, hi + b) for (lo, hi), (b, _) in zip(mask, arg))
     off = self.offset - sum(b * st for (b, _), st in zip(arg, self.strides))
     return View(tuple(s + b + a for s, (b, a) in zip(self.shape, arg)), self.strides, off, new_mask)._canon()
 
   def flip(self, axes: tuple[bool, ...]) -> View:
+    if has_sym(self.shape) and self.mask: raise _symbolic_unsupported("flip of a padded", self.shape)
+    if has_sym(self.shape):
+      off_s = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, axes) if f and smax(s) > 0)
+      return View(self.shape, tuple(-st if f else st for st, f in zip(self.strides, axes)), norm(off_s), None)._canon()
     off = self.offset + sum((s - 1) * st for s, st, f in zip(self.shape, self.strides, axes) if f and s > 0)
     mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, axes)) if self.mask else None
     return View(self.shape, tuple(-st if f else st for st, f in zip(self.strides, axes)), off, mask)._canon()
@@ -121,6 +140,11 @@ class View:
       if n == 1: new_strides.append(0); new_mask.append((0, 1)); continue
       if gi >= len(groups): return None
       g = groups[gi]
+      if is_sym(rem[gi]) or is_sym(n):   # a symbolic size stays one axis of its own (moved_shape checked the order)
+        if not sym_eq(rem[gi], n): return None
+        new_strides.append(g[1]); new_mask.append(g[2] if g[2] != (0, g[0]) else (0, n))
+        rem[gi] = 1; gi += 1
+        continue
       if rem[gi] % n != 0: return None
       rem[gi] //= n
       # a masked group can only be kept whole (no split), else masks would need several views
@@ -130,21 +154,22 @@ class View:
     if gi != len(groups): return None
     return View(tuple(shape), tuple(new_strides), self.offset, tuple(new_mask) if self.mask else None)._canon()
 
-  def _with_offset(self, off: int) -> View: return View(self.shape, self.strides, off, self.mask)
+  def _with_offset(self, off: sint) -> View: return View(self.shape, self.strides, off, self.mask)
 
   def to_index(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
     """(flat index, validity) of this view at index tuple idxs, in their dtype (`dtype` where there are none: a view
     of shape () still has an offset, which may be past 2^31)."""
     it = idxs[0].dtype if idxs else dtype  # the kernel's index dtype (int64 for views past 2^31 elements)
-    idx: UOp = UOp.const(it, self.offset)
+    off = self.offset
+    idx: UOp = (off if off.dtype == it else off.cast(it)) if isinstance(off, UOp) else UOp.const(it, off)
     valid: UOp = UOp.const(dtypes.bool, True)
     for i, (s, st) in enumerate(zip(self.shape, self.strides)):
       if st != 0 and s != 1: idx = idx + idxs[i] * st
       if self.mask is not None:
         lo, hi = self.mask[i]
-        if lo > 0: valid = valid & (idxs[i] >= lo) if valid.op is not Ops.CONST else (idxs[i] >= lo)
-        if hi < s: valid = valid & (idxs[i] < hi) if valid.op is not Ops.CONST else (idxs[i] < hi)
-        if lo >= hi: valid = UOp.const(dtypes.bool, False)
+        if not sym_le(lo, 0): valid = valid & (idxs[i] >= lo) if valid.op is not Ops.CONST else (idxs[i] >= lo)
+        if not sym_le(s, hi): valid = valid & (idxs[i] < hi) if valid.op is not Ops.CONST else (idxs[i] < hi)
+        if sym_le(hi, lo): valid = UOp.const(dtypes.bool, False)
     return idx, valid
 
 @dataclass(frozen=True)
@@ -161,7 +186,7 @@ class ShapeTracker:
   @staticmethod
   def from_shape(shape: tuple[int, ...]) -> ShapeTracker: return ShapeTracker((View.contiguous(tuple(shape)),))
   @property
-  def shape(self) -> tuple[int, ...]: return self.views[-1].shape
+  def shape(self) -> tuple[sint, ...]: return self.views[-1].shape
   @property
   def size(self) -> int: return prod(self.shape)
   @property
@@ -176,6 +201,9 @@ class ShapeTracker:
   def reshape(self, shape: tuple[int, ...]) -> ShapeTracker:
     shape = tuple(shape)
     v = self.views[-1].reshape(shape)
+    if v is None and (has_sym(shape) or has_sym(self.shape)):
+      # (a view stacked on top indexes the largest shape's layout, which the view below does not have)
+      raise _symbolic_unsupported("this reshape", self.shape, shape)
     return self._top(v) if v is not None else ShapeTracker(self.views + (View.contiguous(shape),))
 
   def to_index(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
@@ -197,6 +225,7 @@ class ShapeTracker:
     """Stride of each axis where the index is affine in that axis alone, else None (used by the optimizer).
     Read off the simplified index expression, so stacks of views (reshapes of moved views) work too."""
     if len(self.views) == 1 and self.views[0].mask is None: return tuple(st for st in self.views[0].strides)
+    if any(has_sym(v.shape) for v in self.views): return tuple(None for _ in self.shape)   # (not analysed: no opts lean on it)
     from baregrad.ir.symbolic import linear
     # (in int64: an analysis, and a view's offset may be past 2^31, which int32 constants would wrap)
     rs = [UOp.range(s, i, dtype=dtypes.int64) for i, s in enumerate(self.shape)]

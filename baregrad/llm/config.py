@@ -29,6 +29,9 @@ class LlamaConfig:
   qk_norm: bool = False         # Qwen3: RMSNorm of each head's q and k
   bos_id: int | None = None
   eos_ids: tuple[int, ...] = ()
+  # a GGUF's rope_freqs tensor (llama.cpp's converter writes Llama 3.1's scaling as one divisor per pair of dimensions
+  # instead of metadata): each frequency is divided by its factor
+  rope_freq_factors: tuple[float, ...] | None = None
 
   @staticmethod
   def from_hf(cfg: dict[str, Any], where: str = "config.json") -> "LlamaConfig":
@@ -77,6 +80,10 @@ class LlamaConfig:
     frequency blend; dynamic NTK at its base length)."""
     d = self.head_dim
     base = [1.0 / (self.rope_theta ** (2 * i / d)) for i in range(d // 2)]
+    if self.rope_freq_factors is not None:   # (the scaling itself, as llama.cpp's rope applies freq_factors)
+      if len(self.rope_freq_factors) != d // 2:
+        raise UnsupportedModel(f"rope_freqs has {len(self.rope_freq_factors)} factors, the head dimension {d} needs {d // 2}")
+      return [x / ff for x, ff in zip(base, self.rope_freq_factors)]
     t = self.rope_scaling.get("rope_type") or self.rope_scaling.get("type") or "default"
     f = float(self.rope_scaling.get("factor", 1.0))
     if t in ("default", "dynamic"): return base

@@ -46,6 +46,9 @@ def _load_gguf(path: str, device: str | None, max_context: int | None) -> LlamaM
   meta, tensors = read_gguf(path)
   cfg = LlamaConfig.from_gguf(meta, path)
   weights: dict[str, Weight] = {}
+  if (rf := tensors.get("rope_freqs.weight")) is not None:
+    if rf.kind != "F32": raise GGUFError(f"{path}: tensor 'rope_freqs.weight' at offset {rf.offset} is {rf.kind}, expected F32")
+    cfg.rope_freq_factors = tuple(float(x) for x in np.asarray(rf.data, np.float32).reshape(-1))
   for name, t in tensors.items():
     hn = hf_name(name)
     if hn is None: continue

@@ -1,16 +1,20 @@
 """The Llama family (Llama 2/3, Mistral, Qwen2, Qwen3) as Tensor code: RMSNorm, RoPE, grouped-query attention with a
 KV cache, SwiGLU.
 
-Weights are plain tensors or QuantizedWeight (quant.py: GGUF blocks dequantized inside each matmul). Every step, the
-prompt's and each new token's, attends over the whole preallocated cache with a mask from the positions (a tensor, not
-a shape), and writes its keys and values into the cache in place at those positions (kv_cache.py): a decode step has
-the same shapes at every position, so it is captured by the jit once and replayed for each new token."""
+Weights are plain tensors or QuantizedWeight (quant.py: GGUF blocks dequantized inside each matmul). A step of T
+tokens starting at position `start` writes its keys and values into the preallocated cache rows [start, start + T) in
+place and attends over rows [0, start + T) only (kv_cache.py). In a decode step `start` is a bound variable
+(`Variable("start_pos", ...)`, ir/sint.py): the cache's valid prefix is a symbolic size, so the step's kernels
+compile once for every position and the jit captures the step once and replays it for each new token with the
+position as a kernel argument."""
 from __future__ import annotations
 import math
 from typing import Any, Iterator
 import numpy as np
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.jit import jit
+from baregrad.ir.ops import UOp
+from baregrad.ir.sint import Variable, sint
 from baregrad.llm.config import LlamaConfig
 from baregrad.llm.quant import QuantizedWeight, dequantize, linear
 from baregrad.llm.kv_cache import KVCache
@@ -27,9 +31,16 @@ class LlamaModel:
     missing = [n for n in self._needed() if n not in weights]
     if missing: raise KeyError(f"model weights missing: {missing[:8]}{' ...' if len(missing) > 8 else ''} ({len(missing)} of {len(self._needed())})")
     self.max_context = min(max_context or cfg.max_context, cfg.max_context)
-    self.inv_freq = Tensor(np.array(cfg.inv_freq(), np.float32), device=device)
+    inv_freq = Tensor(np.array(cfg.inv_freq(), np.float32), device=device)
+    # the rotary angles of every position, once: a step reads its rows (at a symbolic offset in a decode step)
+    self.positions = Tensor.arange(self.max_context, device=device)
+    ang = self.positions.float().unsqueeze(1) * inv_freq.unsqueeze(0)     # (S, hd / 2)
+    f = cfg.attention_factor()
+    self.rope_cos, self.rope_sin = (ang.cos() * f).contiguous().realize(), (ang.sin() * f).contiguous().realize()
     self.cache = KVCache(cfg.n_layers, cfg.n_kv_heads, self.max_context, cfg.head_dim, device)
+    self.start_pos = Variable("start_pos", 0, self.max_context - 1)
     self._step = jit(self._decode)
+    self._prefill = jit(self._prompt)
     self.tokenizer: Any = None   # (load() sets it from the model's files)
 
   def _t(self, name: str) -> Tensor:
@@ -57,26 +68,27 @@ class LlamaModel:
     if isinstance(e, QuantizedWeight): return dequantize(e)[ids]   # (gathers rows of the dequantized expression: only the rows read are computed)
     return e[ids].float()
 
-  def _rope(self, x: Tensor, pos: Tensor) -> Tensor:
-    """x (heads, T, head_dim) rotated by the angles of positions pos (T,): the halves convention (rotate_half)."""
-    ang = pos.float().unsqueeze(1) * self.inv_freq.unsqueeze(0)            # (T, hd / 2)
-    f = self.cfg.attention_factor()
-    cos, sin = ang.cos() * f, ang.sin() * f
+  def _rope(self, x: Tensor, start: sint, T: int) -> Tensor:
+    """x (heads, T, head_dim) rotated by the angles of positions start..start+T-1: the halves convention (rotate_half)."""
+    rows = ((start, start + T), None)
+    cos, sin = self.rope_cos.shrink(rows), self.rope_sin.shrink(rows)     # (T, hd / 2)
     h = x.shape[-1] // 2
     x1, x2 = x[..., :h], x[..., h:]
     return (x1 * cos - x2 * sin).cat(x2 * cos + x1 * sin, dim=-1)
 
-  def _forward(self, ids: Tensor, pos: Tensor, last_only: bool = False) -> Tensor:
-    """Logits (T, vocab) of tokens ids (T,) at positions pos (T,), reading and writing the KV cache; last_only: of the
-    last token only (1, vocab) (a prompt's prefill needs no more: the output matmul over the vocabulary once, not T times)."""
+  def _forward(self, ids: Tensor, start: sint, last_only: bool = False, last: sint | None = None) -> Tensor:
+    """Logits (T, vocab) of tokens ids (T,) at positions start.. (an int, or a bound variable: ir/sint.py), reading and
+    writing the KV cache; last_only: of the last token only (1, vocab) (a prompt's prefill needs no more: the output
+    matmul over the vocabulary once, not T times)."""
     c, w = self.cfg, self.w
     T = ids.shape[0]
     h = self._embed(ids)                                                    # (T, dim)
-    S, rep = self.max_context, c.n_heads // c.n_kv_heads
-    keys = Tensor.arange(S, device=self.device)
-    mask = keys.unsqueeze(0) <= pos.unsqueeze(1)                            # (T, S): causal, and only written slots
-    onehot = (keys.unsqueeze(0) == pos.unsqueeze(1)).float()                # (T, S): where each token's k and v go
-    written = onehot.sum(0).reshape(1, -1, 1) > 0                          # (1, S, 1): the slots this step writes
+    rep = c.n_heads // c.n_kv_heads
+    L = start + T                                                           # keys attended: the cache's valid prefix
+    mask = None
+    if T > 1:   # causal within the step: key j is visible to the query at position p where j <= p
+      pos = self.positions.shrink(((start, start + T),))
+      mask = self.positions.shrink(((0, L),)).unsqueeze(0) <= pos.unsqueeze(1)   # (T, L)
     for i in range(c.n_layers):
       p = f"model.layers.{i}."
       x = _rms(h, self._t(p + "input_layernorm.weight"), c.norm_eps)
@@ -88,26 +100,37 @@ class LlamaModel:
       v = v.reshape(T, c.n_kv_heads, c.head_dim).permute(1, 0, 2)
       if c.qk_norm:
         q, k = _rms(q, self._t(p + "self_attn.q_norm.weight"), c.norm_eps), _rms(k, self._t(p + "self_attn.k_norm.weight"), c.norm_eps)
-      q, k = self._rope(q, pos), self._rope(k, pos)
-      ck, cv = self.cache.write(i, k, v, onehot, written)                   # (KV, S, hd) each, this step's included
+      q, k = self._rope(q, start, T), self._rope(k, start, T)
+      ck, cv = self.cache.write(i, k, v, start)                             # (KV, L, hd) each, this step's included
       # grouped-query attention without copying k and v per query head: the rep query heads of a kv head as rows
       qg = q.reshape(c.n_kv_heads, rep * T, c.head_dim)
-      s = qg.matmul(ck.transpose(-2, -1)) * (1.0 / math.sqrt(c.head_dim))   # (KV, rep * T, S)
-      s = s.reshape(c.n_kv_heads, rep, T, S)
-      s = mask.reshape(1, 1, T, S).where(s, -math.inf)
-      a = s.softmax(-1).reshape(c.n_kv_heads, rep * T, S).matmul(cv)        # (KV, rep * T, hd)
+      s = qg.matmul(ck.transpose(-2, -1)) * (1.0 / math.sqrt(c.head_dim))   # (KV, rep * T, L)
+      if mask is not None: s = mask.reshape(1, 1, T, L).where(s.reshape(c.n_kv_heads, rep, T, L), -math.inf).reshape(c.n_kv_heads, rep * T, L)
+      a = s.softmax(-1).matmul(cv)                                          # (KV, rep * T, hd)
       a = a.reshape(c.n_heads, T, c.head_dim).permute(1, 0, 2).reshape(T, c.n_heads * c.head_dim)
       h = h + linear(a, w[p + "self_attn.o_proj.weight"])
       x = _rms(h, self._t(p + "post_attention_layernorm.weight"), c.norm_eps)
       g = linear(x, w[p + "mlp.gate_proj.weight"])
       h = h + linear(g.silu() * linear(x, w[p + "mlp.up_proj.weight"]), w[p + "mlp.down_proj.weight"])
     if last_only: h = h[T - 1:]
+    if last is not None: h = h.shrink(((last, last + 1), None))            # (the row of the prompt's last token)
     h = _rms(h, self._t("model.norm.weight"), c.norm_eps)
     return linear(h, w["model.embed_tokens.weight" if c.tie_embeddings else "lm_head.weight"])
 
-  def _decode(self, tok: Tensor, pos: Tensor) -> Tensor:
-    """One new token (1,) at position pos (1,): its logits (vocab,), realized; captured once, replayed per token."""
-    return self._forward(tok, pos)[0].realize()
+  def _decode(self, tok: Tensor, start: UOp) -> Tensor:
+    """One new token (1,) at position `start` (a bound variable): its logits (vocab,), realized; captured once,
+    replayed per token."""
+    return self._forward(tok, start)[0].realize()
+
+  def _prompt(self, ids: Tensor, last: UOp) -> Tensor:
+    """A prompt padded to a bucket's length (ids (B,)) from position 0: the logits (vocab,) of its last real token
+    (`last`, a bound variable: one capture per bucket length, whatever the prompt's length in it), realized. The padding
+    tokens' keys and values land in cache rows past the prompt, which every later step overwrites before reading."""
+    return self._forward(ids, 0, last=last)[0].realize()
+
+  def _bucket(self, n: int) -> int:
+    """The padded length of an n-token prompt: the next power of two from 16, within the context."""
+    return min(self.max_context, max(16, 1 << (n - 1).bit_length()))
 
   # ---------------------------------------------------------------- the API
   def _check_len(self, n: int, what: str) -> None:
@@ -119,7 +142,7 @@ class LlamaModel:
     if not ids: raise ValueError("logits: no token ids")
     self._check_len(len(ids), "the sequence")
     self.cache.reset()
-    return self._forward(Tensor(np.array(ids, np.int32), device=self.device), Tensor.arange(len(ids), device=self.device)).realize()
+    return self._forward(Tensor(np.array(ids, np.int32), device=self.device), 0).realize()
 
   def stream(self, token_ids: Any, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, stop: Any = None) -> Iterator[int]:
@@ -133,13 +156,16 @@ class LlamaModel:
     rng = np.random.default_rng(seed)
     self.cache.reset()
     if max_new_tokens == 0: return
-    last = self._forward(Tensor(np.array(ids, np.int32), device=self.device), Tensor.arange(len(ids), device=self.device), last_only=True)[0]
+    # the prompt padded to a bucket length and jitted: its kernels (a weight's packing included) are captured once per
+    # bucket and replayed for every prompt of a length in it
+    b = self._bucket(len(ids))
+    last = self._prefill(Tensor(np.array(ids + [0] * (b - len(ids)), np.int32), device=self.device), Variable("last_pos", 0, b - 1).bind(len(ids) - 1))
     for n in range(max_new_tokens):
       t = _sample(last, temperature, top_k, top_p, rng)
       yield t
       if t in stops or n == max_new_tokens - 1: return
       p = len(ids) + n
-      last = self._step(Tensor(np.array([t], np.int32), device=self.device), Tensor(np.array([p], np.int32), device=self.device))
+      last = self._step(Tensor(np.array([t], np.int32), device=self.device), self.start_pos.bind(p))
 
   def generate(self, token_ids: Any, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int | None = None,
                top_p: float | None = None, seed: int | None = None, stop: Any = None) -> list[int]:

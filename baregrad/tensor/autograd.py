@@ -162,6 +162,32 @@ def _recipe_gradient(root: UOp, root_grad: UOp, targets: set[UOp], ab: tuple) ->
   r, have = rec
   return dict(zip([nodes[p] for p in have], r.build(nodes)))
 
+# called at the end of backward() with the leaves whose .grad it set (lazy gradients): a WeakMethod each, so an
+# object that registers (baregrad.distributed's DistributedOptimizer starts its bucketed exchange here, computing the
+# backward pass bucket by bucket) does not stay alive for it
+grad_hooks: list[weakref.WeakMethod] = []
+
+def shared_values(now: list[UOp], later: list[UOp]) -> list[UOp]:
+  """Values the graphs of `now` compute that the graphs of `later` read too: nodes of both that a node of `later`
+  alone consumes (a movement's source in its stead), leaving out leaves, values already computed and values with
+  no reduction in them (cheaper to compute again than to store). Realized together with `now`, they are recorded as
+  computed and `later` reads them instead of computing them again: gradients realized group by group (the
+  activation gradient that the next layer's weight gradient also needs)."""
+  mine: set[UOp] = set()
+  for u in now: mine.update(u.toposort())
+  theirs: dict[UOp, None] = {}
+  for u in later: theirs.update(u.toposort())
+  out: dict[UOp, None] = {}
+  for m in theirs:
+    if m in mine: continue
+    for src in m.src:
+      if src not in mine: continue
+      b = src
+      while b.op in GroupOp.Movement: b = b.src[0]
+      if b in out or b.op in (Ops.BUFFER, Ops.CONST, Ops.IOTA) or lazy.realized(b) is not None: continue
+      if any(n.op is Ops.REDUCE_AXIS for n in b.toposort()): out[b] = None
+  return list(out)
+
 # tensors whose graph a backward() without retain_graph went through: PyTorch frees that graph, so a second backward
 # through it raises. (Tracked per tensor, not per node: hash-consing makes a rebuilt expression the same nodes.)
 _freed: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id -> tensor
@@ -196,3 +222,8 @@ def backward(loss, gradient=None, retain_graph: bool = False) -> None:
     if t.uop not in grads: continue
     g = Tensor(grads[t.uop], device=t.device)
     t.grad = g if t.grad is None else (t.grad + g)
+  if grad_hooks:
+    done = [t for t in leaves if t.uop in grads]
+    for h in list(grad_hooks):
+      if (fn := h()) is None: grad_hooks.remove(h)
+      else: fn(done)

@@ -4,7 +4,8 @@ Each is built as a lazy graph of COPY nodes and elementwise kernels and realized
 a direct exchange (every device reads every other's part and combines them in rank order); large ones a ring
 (reduce-scatter then allgather over n chunks, 2(n-1)/n of the data sent per device). In both every element is
 combined in the same order on every device, or combined once and copied, so all devices end bit-identical.
-Copies between devices go through the engine's COPY items (host memory today, see docs/ARCHITECTURE.md)."""
+Copies between devices are the engine's COPY items: queued on both HCQ devices' queues, each waiting on the other's
+signals, where the devices can (hcq/peer.py), else through the host (docs/ARCHITECTURE.md, Several devices)."""
 from __future__ import annotations
 from typing import Sequence
 from baregrad import knobs

@@ -5,7 +5,7 @@ import weakref
 from typing import Any, NamedTuple, Sequence, TYPE_CHECKING
 import numpy as np
 from baregrad.helpers import prod
-from baregrad.ir.dtype import DType
+from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops, make_keyed
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
@@ -48,8 +48,10 @@ def _shape_arg(shape: tuple) -> tuple[int, ...]:
   for s in shape:
     if type(s) is not int:   # (plain ints, the common case, need no conversion)
       for v in shape:
+        # (a symbolic size: an integer expression of bound variables, ir/sint.py)
+        if isinstance(v, UOp) and dtypes.is_int(v.dtype) and v.dtype.count == 1: continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)): raise TypeError(f"sizes must be ints, got {type(v).__name__} in {tuple(shape)}")
-      return tuple(int(v) for v in shape)
+      return tuple(v if isinstance(v, UOp) else int(v) for v in shape)
   return shape if type(shape) is tuple else tuple(shape)
 
 MAX_NUMEL = (1 << 62) - 1   # elements of one tensor: a byte offset of the largest (8-byte) elements still fits an int64

@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp
+from baregrad.ir.sint import is_sym, has_sym, sym_le, norm, max_shape
 
 def _seq_index(it: Any, device: str) -> Any:
   """A list or tuple used as an index: a bool tensor when all its leaves are bools, else an int64 tensor."""
@@ -61,6 +63,19 @@ def _step_slice(x, axis: int, start: int, stop: int, step: int):
   x = x._shrink(tuple((0, 1) if i == axis + 1 else (0, s) for i, s in enumerate(x.shape)))
   return x.reshape(x.shape[:axis + 1] + x.shape[axis + 2:])
 
+def _symbolic_slice(it: slice) -> bool: return any(isinstance(v, UOp) for v in (it.start, it.stop, it.step))
+
+def _sym_bounds(it: Any, n: Any, dim: int, shape: tuple) -> tuple[Any, Any, bool]:
+  """(lo, hi, keeps the axis) of an index or a slice with a symbolic bound (a bound variable, ir/sint.py): step 1,
+  bounds inside the axis for every value of the variables (no negative indices: they would need the value)."""
+  if isinstance(it, UOp): lo, hi, keep = it, it + 1, False
+  else:
+    if it.step not in (None, 1): raise IndexError(f"a slice with a symbolic bound takes step 1, got {it.step} (dimension {dim} of a tensor of shape {shape})")
+    lo, hi, keep = (0 if it.start is None else it.start), (n if it.stop is None else it.stop), True
+  if not (sym_le(0, lo) and sym_le(lo, hi) and sym_le(hi, n)):
+    raise IndexError(f"index {lo}:{hi} is not inside dimension {dim} of size {n} for every value of its variables (tensor of shape {shape})")
+  return lo, hi, keep
+
 def getitem(t, idx: Any):
   from baregrad.tensor.tensor import Tensor
   if isinstance(idx, (list, Tensor)): idx = (idx,)
@@ -82,6 +97,11 @@ def getitem(t, idx: Any):
       i = it % n
       x = x._shrink(tuple((i, i + 1) if k == axis else (0, s) for k, s in enumerate(x.shape)))
       x = x.reshape(x.shape[:axis] + x.shape[axis + 1:])
+    elif isinstance(it, UOp) or (isinstance(it, slice) and _symbolic_slice(it)):
+      lo, hi, keep = _sym_bounds(it, x.shape[axis], dim - 1, t.shape)
+      x = x.shrink(tuple((lo, hi) if k == axis else None for k in range(x.ndim)))
+      if keep: axis += 1
+      else: x = x.reshape(x.shape[:axis] + x.shape[axis + 1:])
     elif isinstance(it, slice):
       start, stop, step = it.indices(x.shape[axis])
       if step == 0: raise ValueError("slice step cannot be zero")
@@ -180,8 +200,51 @@ def _one_hot_rows(x, xp, tensor_idx: list, B: tuple[int, ...], device: str):
   red = tuple(range(nb, nb + k))
   return mask.where(xm, 0).sum(red) if x.dtype != dtypes.bool else mask.where(xm, False).any(red)
 
+def _region(t, idx: Any) -> tuple[tuple, tuple] | None:
+  """((lo, hi) per axis, the selected part's shape) when idx is basic indexing (ints, step-1 slices, symbolic bounds,
+  an Ellipsis): a box of the tensor; None otherwise."""
+  items = list(idx) if isinstance(idx, tuple) else [idx]
+  if any(not (isinstance(i, (int, slice, UOp)) and not isinstance(i, bool)) and i is not Ellipsis for i in items): return None
+  if sum(i is Ellipsis for i in items) > 1: return None
+  n_ax = sum(1 for i in items if i is not Ellipsis)
+  if n_ax > t.ndim: return None
+  if Ellipsis in items:
+    k = items.index(Ellipsis)
+    items = items[:k] + [slice(None)] * (t.ndim - n_ax) + items[k + 1:]
+  else: items = items + [slice(None)] * (t.ndim - n_ax)
+  region, shape = [], []
+  for d, (it, n) in enumerate(zip(items, t.shape)):
+    if isinstance(it, UOp) or (isinstance(it, slice) and _symbolic_slice(it)):
+      lo, hi, keep = _sym_bounds(it, n, d, t.shape)
+    elif isinstance(it, int):
+      if not -n <= it < n: raise IndexError(f"index {it} is out of range for dimension {d} of size {n} (tensor of shape {t.shape})")
+      lo, hi, keep = it % n, it % n + 1, False
+    else:
+      if is_sym(n): return None
+      lo, hi, step = it.indices(n)
+      if step != 1: return None
+      hi = max(lo, hi)
+      keep = True
+    region.append((lo, hi))
+    if keep: shape.append(norm(hi - lo) if is_sym(hi) or is_sym(lo) else hi - lo)
+  return tuple(region), tuple(shape)
+
 def setitem(t, idx: Any, v: Any) -> None:
   from baregrad.tensor.tensor import Tensor
+  from baregrad.tensor.common import _is_whole_buffer
+  from baregrad.engine.graph import base_of
+  from baregrad.ir.ops import Ops
+  from baregrad.tensor.grad_mode import is_grad_enabled
+  if (box := _region(t, idx)) is not None and not (t.requires_grad and is_grad_enabled()) and (_is_whole_buffer(t.uop) or base_of(t.uop).op is not Ops.BUFFER):
+    # basic indexing into a tensor that is a buffer: one kernel writes the box, the rest keeps its bytes
+    from baregrad.tensor.inplace import write_region
+    region, shape = box
+    val = v if isinstance(v, Tensor) else Tensor.full(max_shape(shape), v, dtype=t.dtype, device=t.device)
+    if not isinstance(v, Tensor) and has_sym(shape): val = val.shrink(tuple((0, s) for s in shape))
+    val = val.cast(t.dtype)._bcast(shape)
+    box_shape = tuple(norm(hi - lo) if is_sym(hi) or is_sym(lo) else hi - lo for lo, hi in region)
+    write_region(t, region, val.reshape(box_shape))
+    return
   # build a mask of the selected region by indexing a tensor of positions, then blend
   pos = Tensor.arange(t.numel(), device=t.device, dtype=dtypes.int32).reshape(t.shape)
   sel = getitem(pos, idx)

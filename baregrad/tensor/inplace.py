@@ -168,3 +168,16 @@ def assign_nodes(pairs: Sequence[tuple[Tensor, Any]], before: Iterable[UOp] = ()
     else: memo[v.uop] = done[v.uop]
     assigns.append(a); news.append(new); values.append(v)
   return assigns, news, values
+
+def write_region(t: Tensor, region: tuple[tuple[Any, Any], ...], v: Tensor) -> None:
+  """Write v (of the region's shape, t's dtype) into the part `region` ((lo, hi) per axis of t; bounds may be
+  symbolic, ir/sint.py) of t's buffer in place: one kernel over the region alone, the rest of the buffer keeps its
+  bytes (a KV cache's new rows). Live tensors reading t's current value are computed first, as for write()."""
+  from baregrad.ir.view import ShapeTracker
+  ref = buffer_ref(t)
+  st = ShapeTracker.from_shape((ref.size,)).reshape(tuple(t.shape)).shrink(region)
+  if tuple(v.shape) != tuple(st.shape): raise RuntimeError(f"write of shape {v.shape} into a region of shape {st.shape} of a tensor of shape {t.shape}")
+  if v.device != t.device: raise RuntimeError(f"write of a tensor on {v.device} into a tensor on {t.device}")
+  new = ref.storage.next_ref()
+  a = UOp(Ops.ASSIGN, t.dtype, (buffer_uop(new), v.cast(t.dtype).uop), st)
+  write([(t, v)], prepared=([a], [new]))

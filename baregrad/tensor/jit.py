@@ -33,7 +33,8 @@ from baregrad.helpers import DEBUG
 from baregrad.hal import Device, Buffer
 from baregrad.engine import realize as _realize, lazy, checks
 from baregrad.engine.graph import BufRef, Storage, base_of, shape_of
-from baregrad.ir.ops import Ops
+from baregrad.ir.ops import Ops, UOp
+from baregrad.ir.sint import unbind_ast
 from baregrad.tensor import tensor as _tensor_mod
 from baregrad.tensor.tensor import Tensor, _tensor_of
 from baregrad.tensor.common import _all_grad_tensors
@@ -49,6 +50,7 @@ class _Launch:
   runner: Any                      # CompiledRunner
   refs: list[BufRef]               # by the kernel's buffer numbers
   outs: list[int] = field(default_factory=lambda: [0])   # the buffer numbers it writes
+  vals: dict[str, int] = field(default_factory=dict)      # its variables' values when it was recorded (by name)
 
 @dataclass
 class _Capture:
@@ -58,7 +60,7 @@ class _Capture:
   thread: int = field(default_factory=threading.get_ident)   # the thread whose launches are recorded
   interleaved: bool = False   # another thread launched work meanwhile (engine/realize.py): record again later
   def add_kernel(self, runner: Any, item: Any) -> None:
-    self.launches.append(_Launch(runner, list(item.bufs), [i for _, i in item.outputs()]))
+    self.launches.append(_Launch(runner, list(item.bufs), [i for _, i in item.outputs()], unbind_ast(item.ast)[1]))
     if item.check is not None: self.checks.append((item.bufs[0], item.check[1]))
   def add_copy(self, item: Any) -> None: raise JitError("a copy between devices inside a jitted function is not supported yet")
 
@@ -88,11 +90,25 @@ def _rebuild(x: Any, it: Any) -> Any:
     return {k: new[k] for k in x}
   return x
 
+def _binds(x: Any) -> dict[str, int]:
+  """The values of the bound variables among the arguments, by variable name."""
+  out: dict[str, int] = {}
+  def walk(a: Any) -> None:
+    if isinstance(a, UOp) and a.op is Ops.BIND: out[a.src[0].arg[0]] = a.src[1].arg
+    elif isinstance(a, (tuple, list)):
+      for v in a: walk(v)
+    elif isinstance(a, dict):
+      for v in a.values(): walk(v)
+  walk(x)
+  return out
+
 def _tensor_sig(t: Any) -> tuple: return ("T", t.shape, t.dtype, t.device, bool(t.requires_grad))
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
   def sig(a: Any) -> Any:
     if isinstance(a, Tensor): return _tensor_sig(a)
+    # a bound variable (Variable(...).bind(n)): keyed by the variable, its value is an input of the replay
+    if isinstance(a, UOp) and a.op is Ops.BIND: return ("B", a.src[0])
     if isinstance(a, (tuple, list)): return (type(a).__name__, tuple(sig(v) for v in a))
     if isinstance(a, dict): return ("dict", tuple((repr(k), sig(v)) for k, v in sorted(a.items(), key=lambda kv: repr(kv[0]))))
     if isinstance(a, np.ndarray): return ("A", a.shape, a.dtype.str)   # (its contents are an input of the replay)
@@ -142,6 +158,7 @@ def _constant_launches(launches: list[_Launch], first_storage: int, outside: set
   for k, l in enumerate(launches):
     outs = {l.refs[i].storage for i in l.outs}
     reads = [r for i, r in enumerate(l.refs) if i not in l.outs]
+    if l.runner.spec.vars: continue   # (its variables may take other values on the next call)
     if all((r.storage in made or (r.storage.id < first_storage and r.storage not in written)) and r.storage not in outside and not r.stale
            for r in reads) and all(st.id >= first_storage and st not in outside and writers[st] == 1 for st in outs):
       const.append(k); made |= outs
@@ -177,6 +194,7 @@ class _Captured:
     for kind in out_kinds:
       if kind[0] == "fresh" and kind[1] not in fresh: fresh[kind[1]] = (kind, slots.get(kind[1], []))
     self.fresh_outs = list(fresh.values())
+    self.has_vars = any(l.runner.spec.vars for l in launches)
     self.graph, self.const_graph = _graph(launches), _graph(self.const)
 
   def valid(self) -> bool:
@@ -186,12 +204,17 @@ class _Captured:
       if o is None or _storage(o) is not st: return False
     return True
 
-  def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]]) -> None:
+  def var_values(self, binds: dict[str, int]) -> list[tuple[int, int, int]]:
+    """(launch, variable index, value) of every variable a launch takes, for this call's bound variables (a variable
+    the call does not pass keeps its recorded value, as a Python value read from outside the arguments would)."""
+    return [(k, j, binds.get(v.arg[0], l.vals.get(v.arg[0], 0))) for k, l in enumerate(self.launches) for j, v in enumerate(l.runner.spec.vars)]
+
+  def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]], binds: dict[str, int] | None = None) -> None:
     if self.const and any(st.version != v for st, v in self.const_reads):
       # a weight was written in place since: its derived buffers are made again before the rest reads them
       if self.const_graph is not None: self.const_graph.replay()
       else:
-        for l in self.const: l.runner([r.ensure() for r in l.refs])
+        for l in self.const: l.runner([r.ensure() for r in l.refs], l.vals or None)
       self.const_reads = [(st, st.version) for st, _ in self.const_reads]
     if not self.launches: return
     if self.graph is not None:  # (the graph keeps arguments a replay in flight reads apart from the ones it patches)
@@ -199,14 +222,14 @@ class _Captured:
       for slots, b in bind:
         a = b._buf.va_addr
         patches += [(k, j, a) for k, j in slots]
-      self.graph.replay(patches)
+      self.graph.replay(patches, self.var_values(binds or {}) if self.has_vars else ())
       return
     patch: dict[tuple[int, int], Buffer] = {kj: b for slots, b in bind for kj in slots}
     for k, l in enumerate(self.launches):
       bufs = [r.ensure() for r in l.refs]
       for j, g in enumerate(l.runner.spec.bufs):
         if (b := patch.get((k, j))) is not None: bufs[g.arg] = b
-      l.runner(bufs)
+      l.runner(bufs, {**l.vals, **{v.arg[0]: binds[v.arg[0]] for v in l.runner.spec.vars if v.arg[0] in binds}} if binds and l.vals else l.vals or None)
 
 def _graph(launches: list[_Launch]) -> Any:
   """The launches as one recorded HCQ queue where they are all on one HCQ device (else None: run one by one)."""
@@ -215,7 +238,7 @@ def _graph(launches: list[_Launch]) -> Any:
   dev = Device[devs.pop()]
   if not (hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory")): return None
   from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph
-  return HCQGraph(dev, [(l.runner.prg, [l.refs[g.arg].ensure()._buf for g in l.runner.spec.bufs], (),
+  return HCQGraph(dev, [(l.runner.prg, [l.refs[g.arg].ensure()._buf for g in l.runner.spec.bufs], tuple(l.vals.get(v.arg[0], 0) for v in l.runner.spec.vars),
                          l.runner.spec.global_size, l.runner.spec.local_size) for l in launches])
 
 class jit:
@@ -246,7 +269,7 @@ class jit:
     if (cap := self.captured.get(key)) is not None:
       if cap.valid():
         self.captured.move_to_end(key)
-        return self._replay(cap, ins, arrays)
+        return self._replay(cap, ins, arrays, _binds((args, kwargs)) if cap.has_vars else None)
       if DEBUG() >= 1: print(f"jit {self._name()}: the state a capture reads was replaced: capturing again", file=sys.stderr)
       del self.captured[key]
       self.calls[key] = 1
@@ -338,7 +361,7 @@ class jit:
     self.eager_only.add(key)
     return out
 
-  def _replay(self, cap: _Captured, ins: list, arrays: list) -> Any:
+  def _replay(self, cap: _Captured, ins: list, arrays: list, binds: dict[str, int] | None = None) -> Any:
     in_bufs = [t._realized() for t in ins]
     # each array argument copied in as the capture's Tensor(arr) did (kept until the replay is submitted)
     from_arrays = [(slots, Tensor(arrays[i], device=dev, dtype=dt)) for i, dt, dev, slots in cap.array_slots]
@@ -353,9 +376,9 @@ class jit:
       bindings.append((slots, r.ensure()))
     if cap.check_slots:
       flags = [(slots, checks.new_flag(dev), msg) for slots, dev, msg in cap.check_slots]
-      cap.run(bindings + [(slots, flag) for slots, flag, _ in flags])
+      cap.run(bindings + [(slots, flag) for slots, flag, _ in flags], binds)
       for _, flag, msg in flags: checks.submitted(flag, msg)
-    else: cap.run(bindings)
+    else: cap.run(bindings, binds)
     # the state moves to its next version; its owners read that now
     for st in cap.state + written_in:
       new = st.next_ref()

@@ -6,6 +6,7 @@ import numpy as np
 from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes, ALL, torch_name
 from baregrad.ir.ops import UOp, Ops
+from baregrad.ir.sint import has_sym, max_shape, bound_shape
 from baregrad.hal import Device, Buffer
 from baregrad.engine.graph import BufRef, shape_of, base_of, stale_error
 from baregrad.engine import lazy, checks
@@ -252,7 +253,9 @@ class Tensor(ElementwiseOps, CreationOps, RandomOps, MovementOps, ActivationOps,
       # stale one may have been copied before the write: lazy.realized knows, below.)
       return ref.ensure()
     u = lazy.substitute_realized(self.uop)
-    if not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
+    if u.op is Ops.SHRINK and u.src[0].op is Ops.RESHAPE and u.src[0].src[0].op is Ops.BUFFER and has_sym(self.shape):
+      pass   # a symbolic-size value realized: the leading corner of its buffer (lazy.buffer_view)
+    elif not (u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)):
       u = lazy.realize([UOp(Ops.CONTIGUOUS, u.dtype, (u,))], self.device)[0]
       if self.requires_grad: lazy.set_realized(self.uop, u)
       else: _bind(self, u)
@@ -273,6 +276,11 @@ class Tensor(ElementwiseOps, CreationOps, RandomOps, MovementOps, ActivationOps,
       from baregrad.tensor.jit import JitError
       raise JitError(f"a jitted function reads a tensor's value on the host (item/numpy/tolist/bool, shape {self.shape}) while it is "
                      "captured: a replay could not reproduce it; return the tensor and read it after the call")
+    if has_sym(self.shape):   # symbolic sizes (ir/sint.py): held in the largest shape's layout, read at this call's values
+      full = np.empty(max_shape(self.shape), _np_dtype(self.dtype))
+      self._buffer().copyout(memoryview(full.reshape(-1)).cast("B"))
+      out = full[tuple(slice(0, v) for v in bound_shape(self.shape))].copy()
+      return out if self.dtype != dtypes.bfloat16 else _bf16_to_f32_np(out)
     if self.numel() == 0: return np.zeros(self.shape, _np_dtype(self.dtype))
     buf = self._buffer()
     out = np.empty(self.shape, _np_dtype(self.dtype))

@@ -225,3 +225,18 @@ def test_random_declarations_match_compiler(text: str) -> None:
 def test_name_clash_is_an_error() -> None:
   with pytest.raises(AutogenError, match="defined twice.*struct_a"):
     generate(spec_for("clash.h"), HEADERS, "CMD")
+
+
+def test_enums_filter_keeps_only_the_named_enums() -> None:
+  """enums=REGEX: only the enums whose tags match are bound (constants and the ENUMS table); the header's other enums
+  are left out, and not listed in SKIPPED, so a binding of a thousand-enum register header stays small."""
+  text, rep = generate(spec_for("enums.h", macros="", types="", enums=r"EVENT_KIND"), HEADERS, "CMD")
+  mod = load(text)
+  assert mod.ENUMS == {"EVENT_KIND": {"EV_NONE": 0, "EV_FLUSH": 0x14, "EV_LAST": 32}}
+  assert (mod.EV_NONE, mod.EV_FLUSH, mod.EV_LAST) == (0, 0x14, 32) and rep["consts"] == 3
+  assert not any(hasattr(mod, n) for n in ("OTHER_A", "UNTOUCHED", "enum_OTHER_KIND")) and mod.SKIPPED == {}
+  # without the filter every enum of the file is kept, and no ENUMS table is written
+  every = load(generate(spec_for("enums.h", macros=""), HEADERS, "CMD")[0])
+  assert every.OTHER_A == 1 and every.UNTOUCHED == 7 and not hasattr(every, "ENUMS")
+  with pytest.raises(AutogenError, match="no enum .* has a tag matching 'NO_SUCH'"):
+    generate(spec_for("enums.h", macros="", types="", enums=r"NO_SUCH"), HEADERS, "CMD")

@@ -43,7 +43,7 @@ def test_generated_modules_import_only_ctypes() -> None:
     "from __future__ import annotations", "import ctypes", "from typing import Any, NamedTuple, Optional, Sequence"]
 
 
-@pytest.mark.parametrize("name", ["kfd", "amdgpu.hsa", "libc", "adreno"])
+@pytest.mark.parametrize("name", ["kfd", "amdgpu.hsa", "libc", "adreno", "amdgpu.enum_gfx11", "amdgpu.enum_gfx9_4_3"])
 def test_committed_module_is_what_the_generator_makes(name: str) -> None:
   src, why = sources_matching(name, importlib.import_module(f"baregrad.ctypes_autogen.{name}"))
   if src is None: pytest.skip(why)

@@ -168,3 +168,21 @@ def test_weight_kernels_whose_memory_is_reused_get_their_own():
     xn = rng.random((4, 16), dtype=np.float32)
     np.testing.assert_allclose(f(Tensor(xn)).numpy(), xn @ (w1n * 2) @ (w2n * 3), rtol=1e-5, atol=1e-5)
   if JIT_ON: assert len(next(iter(f.captured.values())).const) == 2
+
+def test_symbolic_position_replays_with_the_value_as_a_kernel_argument():
+  # a KV-cache step at a bound position (ir/sint.py): one capture, each replay patches the variable in the recorded
+  # queue's kernel arguments (hcq/graph.py var_patches)
+  from baregrad import Variable
+  S, H, D = 16, 2, 4
+  ck = Tensor.zeros(H, S, D).contiguous().realize()
+  @jit
+  def step(k, pos):
+    ck[:, pos:pos + 1] = k
+    return ck[:, :pos + 1].sum(1)
+  var, want = Variable("pos", 0, S - 1), np.zeros((H, S, D), np.float32)
+  for n in range(8):
+    k = np.full((H, 1, D), n + 1, np.float32)
+    got = step(Tensor(k), var.bind(n)).numpy()
+    want[:, n:n + 1] = k
+    np.testing.assert_array_equal(got, want[:, :n + 1].sum(1))
+  assert len(step.captured) == 1

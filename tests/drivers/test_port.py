@@ -167,3 +167,52 @@ def test_tracing_port_traces_failed_mmaps_with_flag_names(tmp_path, monkeypatch)
     monkeypatch.delenv("IOCTL_TRACE_FILE"); knobs.reset()
   text = path.read_text()
   assert "mmap(0x0, 0x1000, prot=PROT_READ|PROT_WRITE, flags=MAP_SHARED, fd=5, offset=0x2000) -> FAILED" in text, text
+
+def test_describe_names_fields_follows_pointers_and_trims_arrays():
+  """Fields registered with words show them beside the value; a registered pointer is followed into the struct it
+  points at (and left a number when its target is unknown); arrays show their used length or lose their trailing zeros."""
+  from baregrad.drivers.port import (header_names, enum_words, flag_words, register_field_words, register_pointer,
+                                     register_array_count)
+  class Hdr:   # a header module's constants
+    TOY_KIND_A, TOY_KIND_B, TOY_FLAG_R, TOY_FLAG_W, TOY_FLAG_X = 0, 2, 1, 2, -0x80000000
+  class Inner(ctypes.Structure): _fields_ = [("x", ctypes.c_uint32), ("y", ctypes.c_uint32)]
+  class Outer(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("p", ctypes.c_uint64), ("n", ctypes.c_uint32),
+                ("items", ctypes.c_uint32 * 16), ("pad", ctypes.c_uint8 * 32)]
+  assert header_names(Hdr, "TOY_FLAG_") == {1: "R", 2: "W", 0x80000000: "X"}
+  register_field_words(Outer, "kind", enum_words(header_names(Hdr, "TOY_KIND_")))
+  register_field_words(Outer, "flags", flag_words(header_names(Hdr, "TOY_FLAG_")))
+  register_pointer(Outer, "p", lambda o: Inner if o.kind == 2 else None)
+  register_array_count(Outer, "items", "n")
+  inner = Inner(x=5, y=6)
+  o = Outer(kind=2, flags=0x80000003 | 0x100, p=ctypes.addressof(inner), n=2)
+  o.items[0], o.items[1], o.items[5], o.pad[1] = 7, 8, 9, 1
+  text = describe(o)
+  assert "kind=2 (B)" in text and "flags=0x80000103 (R|W|X|0x100)" in text, text
+  assert re.search(r"p=0x[0-9a-f]+ -> Inner \{x=5, y=6\}", text), text
+  assert "items=[7, 8] (2 used of 16)" in text and "pad=[0, 1, 30 zero entries]" in text, text
+  o.kind = 0
+  assert "kind=0 (A)" in describe(o) and "-> Inner" not in describe(o)
+  o.kind = 5
+  assert "kind=5 (?)" in describe(o)
+
+def test_tracing_port_follows_a_doorbell_with_what_it_submitted():
+  lines = []
+  p = TracingPort(MockPort(ToyGPU()), out=lines.append)
+  p.watch_doorbell(0x1000, lambda v: f"    entries up to {v}")
+  p.doorbell(0x1000, 5)
+  p.doorbell(0x2000, 1)
+  p.watch_doorbell(0x1000, lambda v: 1 / 0)
+  p.doorbell(0x1000, 6)
+  assert lines[0].endswith("doorbell 0x1000 <- 0x5\n    entries up to 5") and lines[1].endswith("doorbell 0x2000 <- 0x1"), lines
+  assert "cannot decode what it submitted: ZeroDivisionError" in lines[2]
+
+def test_describe_never_reads_a_bad_pointer():
+  """A registered pointer to unmapped memory (a wrong call under test) reads as unreadable, not as a crash."""
+  from baregrad.drivers.port import register_pointer
+  class Inner(ctypes.Structure): _fields_ = [("x", ctypes.c_uint64)]
+  class Holder(ctypes.Structure): _fields_ = [("p", ctypes.c_uint64)]
+  register_pointer(Holder, "p", lambda o: Inner)
+  assert describe(Holder(p=0x10)) == "{p=0x10 -> Inner (unreadable)}"
+  i = Inner(x=3)
+  assert describe(Holder(p=ctypes.addressof(i))).endswith("-> Inner {x=3}}")

@@ -8,7 +8,7 @@ VOCAB = ["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)]
 PIECES = ["\u2581the", "\u2581th", "\u2581a", "\u2581cat", "\u2581sat", "th", "he", "at", "\u2581t", "\u2581c", "\u2581s", "ca", "sa", "on", "\u2581on",
           "\u2581mat", "ma", "\u2581", "t", "h", "e", "c", "a", "s", "o", "n", "m"]
 
-def hf_model(kind: str = "llama", seed: int = 0, layers: int = 2, tie: bool = False):
+def hf_model(kind: str = "llama", seed: int = 0, layers: int = 2, tie: bool = False, **extra):
   import torch
   from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
   torch.manual_seed(seed)
@@ -16,6 +16,7 @@ def hf_model(kind: str = "llama", seed: int = 0, layers: int = 2, tie: bool = Fa
             num_key_value_heads=2, max_position_embeddings=128, rms_norm_eps=1e-5, tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2)
   cls = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM), "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[kind]
   if kind == "qwen3": kw["head_dim"] = 16
+  kw.update(extra)
   m = cls[1](cls[0](**kw)).eval()
   with torch.no_grad():   # (biases random too: transformers initializes them to zero)
     for n, p in m.named_parameters():
@@ -30,6 +31,27 @@ def _permute(w: np.ndarray, n_heads: int) -> np.ndarray:
   """llama.cpp's converter's order of q and k rows (each head's rotary pairs interleaved)."""
   return w.reshape(n_heads, 2, w.shape[0] // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
+def _rope(cfg) -> dict:
+  """The config's rope parameters (transformers 5 keeps rope_theta among them, older ones apart)."""
+  rs = dict(getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {})
+  rs.setdefault("rope_theta", getattr(cfg, "rope_theta", 10000.0))
+  return rs
+
+def llama3_freq_factors(cfg) -> np.ndarray:
+  """Llama 3.1's rope scaling as llama.cpp's converter writes it (rope_freqs.weight: one divisor per frequency)."""
+  rs, d = _rope(cfg), cfg.hidden_size // cfg.num_attention_heads
+  theta = rs.get("rope_theta", 10000.0)
+  f, lo, hi, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
+  out = []
+  for i in range(0, d, 2):
+    wavelen = 2 * np.pi * theta ** (i / d)
+    if wavelen < old / hi: out.append(1.0)
+    elif wavelen > old / lo: out.append(f)
+    else:
+      smooth = (old / wavelen - lo) / (hi - lo)
+      out.append(1 / ((1 - smooth) / f + smooth))
+  return np.array(out, np.float32)
+
 def write_gguf(m, path: str, qtype: str = "F32") -> dict[str, np.ndarray]:
   """m (a transformers llama) as a GGUF file with its 2-d weights in qtype (F32, F16, Q8_0, Q4_0); returns the
   weights as the file holds them, dequantized (by HF name, HF row order), for the reference model."""
@@ -43,7 +65,8 @@ def write_gguf(m, path: str, qtype: str = "F32") -> dict[str, np.ndarray]:
   w.add_head_count(cfg.num_attention_heads)
   w.add_head_count_kv(cfg.num_key_value_heads)
   w.add_layer_norm_rms_eps(cfg.rms_norm_eps)
-  w.add_rope_freq_base(10000.0)
+  w.add_rope_freq_base(float(_rope(cfg)["rope_theta"]))
+  if _rope(cfg).get("rope_type") == "llama3": w.add_tensor("rope_freqs.weight", llama3_freq_factors(cfg))
   w.add_vocab_size(cfg.vocab_size)
   w.add_tokenizer_model("llama")
   toks = VOCAB + PIECES

@@ -54,6 +54,23 @@ def test_hf_folder_logits_and_greedy_tokens_match_transformers(kind, tmp_path):
   # the decode step has the same shapes at every position: captured once, replayed for every new token
   assert len(bm._step.captured) == 1
 
+def test_decode_compiles_and_captures_once_over_100_positions(tmp_path):
+  """The decode step's position is a bound variable (ir/sint.py): the cache's valid prefix is a symbolic size, so the
+  step's kernels compile once and the jit captures it once, whatever the position."""
+  from baregrad.engine import runner
+  m = hf_model("llama", layers=1)
+  bm = baregrad.llm.load(save_hf(m, str(tmp_path)))
+  compiled = []
+  toks = []
+  for t in bm.stream(IDS[:4], max_new_tokens=101, stop=()):
+    toks.append(t)
+    compiled.append(len(runner._cache))
+  assert len(toks) == 101 and len(bm._step.captured) == 1
+  assert list(bm._step.calls.values()) == [2]          # run eagerly once, captured once: 98 replays after
+  assert compiled[3:] == compiled[2:-1], f"kernels compiled during decode: {compiled}"
+  with torch.no_grad(): want = m.generate(torch.tensor([IDS[:4]]), max_new_tokens=101, do_sample=False, eos_token_id=None, pad_token_id=0)[0, 4:].tolist()
+  assert toks == want
+
 @pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0"])
 def test_gguf_logits_match_transformers_on_the_weights_the_file_holds(qtype, tmp_path):
   m = hf_model("llama")
@@ -65,6 +82,18 @@ def test_gguf_logits_match_transformers_on_the_weights_the_file_holds(qtype, tmp
   assert np.abs(bm.logits(IDS).numpy() - ref).max() <= 1e-4 * np.abs(ref).max()
   with torch.no_grad(): want = ref_m.generate(torch.tensor([IDS]), max_new_tokens=8, do_sample=False, eos_token_id=None, pad_token_id=0)[0, len(IDS):].tolist()
   assert bm.generate(IDS, max_new_tokens=8, stop=()) == want
+
+def test_gguf_rope_freqs_scales_as_llama3(tmp_path):
+  """A Llama 3.1 GGUF carries its rope scaling as a rope_freqs tensor (llama.cpp's converter), not as metadata: the
+  frequencies are divided by it (ignoring it would give silently wrong logits)."""
+  m = hf_model("llama", rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 32})
+  path = str(tmp_path / "m.gguf")
+  ref_m = with_weights(m, write_gguf(m, path))
+  bm = baregrad.llm.load(path)
+  assert bm.cfg.rope_freq_factors is not None and max(bm.cfg.rope_freq_factors) == 8.0
+  with torch.no_grad(): ref = ref_m(torch.tensor([IDS])).logits[0].numpy()
+  assert np.abs(bm.logits(IDS).numpy() - ref).max() <= 1e-4 * np.abs(ref).max()
 
 def test_sampling_is_seeded(tmp_path):
   bm = baregrad.llm.load(save_hf(hf_model("llama"), str(tmp_path)))

@@ -16,10 +16,37 @@ def script(tmp_path, body):
   p.write_text(textwrap.dedent(body))
   return str(p)
 
-def test_ddp_matches_one_process():
-  p = mpirun([str(REPO / "examples" / "mnist_ddp.py"), "--check", "--steps", "4"])
+@pytest.mark.parametrize("bucket_kib", ["4096", "1"], ids=["one_bucket", "four_buckets"])
+def test_ddp_matches_one_process(bucket_kib):
+  p = mpirun([str(REPO / "examples" / "mnist_ddp.py"), "--check", "--steps", "4", "--bucket-kib", bucket_kib])
   assert p.returncode == 0, p.stdout + p.stderr
   assert "vs one process on the global batch" in p.stdout
+
+def test_ddp_exchange_starts_during_backward(tmp_path):
+  # each bucket's allreduce is started inside backward(), before the next bucket's gradients are computed, last layer
+  # first; step() only waits for them
+  p = mpirun([script(tmp_path, '''
+    import numpy as np
+    import baregrad.nn as nn
+    from baregrad import Tensor, distributed as dist
+    from baregrad.nn import optim
+    dist.init()
+    Tensor.manual_seed(0)
+    l1, l2 = nn.Linear(6, 5), nn.Linear(5, 3)
+    opt = dist.DistributedOptimizer(optim.SGD([l1.weight, l1.bias, l2.weight, l2.bias], lr=0.1), bucket_bytes=80)
+    x = Tensor(np.full((4, 6), dist.rank() + 1.0, np.float32))
+    loss = l2(l1(x).relu()).sum()
+    opt.zero_grad(); loss.backward()
+    assert [[p.shape for p in b] for b in opt.buckets()] == [[(3,), (3, 5)], [(5,)], [(5, 6)]], opt.buckets()
+    assert opt.events == [("ready", 0), ("start", 0), ("ready", 1), ("start", 1), ("ready", 2), ("start", 2)], opt.events
+    assert len(opt._pending) == 3   # in flight when backward() returns
+    local = l1.weight.grad.numpy()
+    opt.step()
+    assert opt.events[6:] == [("done", 0), ("done", 1), ("done", 2)], opt.events
+    np.testing.assert_allclose(l1.weight.grad.numpy(), dist.allreduce(Tensor(local), "mean").numpy(), rtol=1e-6)
+    print("ok", dist.rank())
+  ''')])
+  assert p.returncode == 0 and p.stdout.count("ok") == 2, p.stdout + p.stderr
 
 def test_collectives_on_tensors(tmp_path):
   p = mpirun([script(tmp_path, '''
@@ -47,6 +74,19 @@ def test_shape_disagreement_names_each_rank(tmp_path):
   ''')])
   assert "rank 0: (3,) dtypes.float, rank 1: (4,) dtypes.float" in p.stdout, p.stdout + p.stderr
 
+def test_ddp_bucket_layouts_disagreeing_name_each_rank(tmp_path):
+  p = mpirun([script(tmp_path, '''
+    import baregrad.nn as nn
+    from baregrad import Tensor, distributed as dist
+    from baregrad.nn import optim
+    dist.init()
+    lin = nn.Linear(4, 3 + dist.rank())   # rank 1's model is larger
+    opt = dist.DistributedOptimizer(optim.SGD([lin.weight, lin.bias], lr=0.1))
+    try: lin(Tensor.ones(2, 4)).sum().backward()
+    except ValueError as e: print("ERR", e)
+  ''')])
+  assert "gradient buckets disagree across ranks: rank 0: 1 buckets" in p.stdout and "15 elements, rank 1: 1 buckets" in p.stdout, p.stdout + p.stderr
+
 def test_missing_rank_raises_within_timeout(tmp_path):
   t0 = time.monotonic()
   p = mpirun([script(tmp_path, '''
@@ -58,4 +98,21 @@ def test_missing_rank_raises_within_timeout(tmp_path):
     except TimeoutError as e: print("TIMEOUT", e, flush=True); os._exit(3)
   ''')], env={"DIST_TIMEOUT_S": "2"}, timeout=100)
   assert "TIMEOUT" in p.stdout and "did not complete within DIST_TIMEOUT_S=2.0 s" in p.stdout, p.stdout + p.stderr
+  assert time.monotonic() - t0 < 60
+
+def test_dead_rank_ends_the_job(tmp_path):
+  # a rank that dies (exits without finalizing) ends the job: mpirun stops the others, or their wait times out;
+  # nobody hangs and nobody completes the allreduce alone
+  t0 = time.monotonic()
+  p = mpirun([script(tmp_path, '''
+    import os
+    from baregrad import Tensor, distributed as dist
+    dist.init()
+    if dist.rank() == 1: os._exit(0)   # dies
+    try: dist.allreduce(Tensor.ones(4))
+    except TimeoutError as e: print("TIMEOUT", e, flush=True); os._exit(3)
+    print("COMPLETED", flush=True)
+  ''')], env={"DIST_TIMEOUT_S": "5"}, timeout=100)
+  assert p.returncode != 0 and "COMPLETED" not in p.stdout, p.stdout + p.stderr
+  assert "TIMEOUT" in p.stdout or "exiting improperly" in p.stdout + p.stderr, p.stdout + p.stderr
   assert time.monotonic() - t0 < 60

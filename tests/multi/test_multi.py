@@ -97,6 +97,7 @@ def test_allgather_reduce_scatter_broadcast():
 def test_bad_input_named():
   with pytest.raises(ValueError, match=r"mixes kinds.*CPU:0 \(CPU\).*NV:0 \(NV\)"): Tensor(f32(4)).shard(["CPU:0", "NV:0"])
   with pytest.raises(ValueError, match="names a device twice"): Tensor(f32(4)).to(["CPU:0", "CPU:0"])
+  with pytest.raises(ValueError, match=r"mixes kinds.*CPU:1 \(CPU\).*AMD:0 \(AMD\)"): C.broadcast(Tensor(f32(4)), ["CPU:1", "AMD:0"])
   with pytest.raises(ValueError, match=r"part 0 on CPU:0 has \(3,\), part 1 on CPU:1 has \(4,\)"):
     C.allreduce([Tensor(f32(3), device="CPU:0"), Tensor(f32(4), device="CPU:1")])
   with pytest.raises(TypeError, match="dtypes disagree"):

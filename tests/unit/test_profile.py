@@ -119,3 +119,42 @@ def test_profiling_never_waits_for_the_device(tmp_path):
 def test_a_span_names_its_work():
   assert profile.span("x") is not None  # off: a no-op context
   with profile.span("x") as args: args["n"] = 1
+
+@pytest.mark.parametrize("driver", ["NV", "AMD"])
+def test_submits_doorbells_and_host_waits_are_instant_events(tmp_path, driver):
+  """PROFILE on a mock GPU: each HCQ submission, each doorbell write and each host wait on a signal not reached yet is
+  an instant event ("ph": "i") on the host thread's track, with what it was (queue and commands, address and value,
+  signal and value)."""
+  import threading
+  from baregrad.drivers.port import make_port
+  from baregrad.hcq import HCQSignal
+  if driver == "NV":
+    from baregrad.drivers.mock.nv import MockNVGPU as Mock
+    from baregrad.drivers.nv import NVDevice as Dev
+  else:
+    from baregrad.drivers.mock.amd import MockAMDGPU as Mock
+    from baregrad.drivers.amd import AMDDevice as Dev
+  path = str(tmp_path / "trace.json")
+  was_on = profile.ON
+  saved = profile._prof
+  profile._prof = None
+  dev = Dev(driver, port=make_port(Mock()))
+  try:
+    profile.start(path)
+    gate, done = HCQSignal(dev), HCQSignal(dev)
+    dev.compute_queue_t().wait(gate, 1).signal(done, 1).submit(dev)
+    t = threading.Timer(0.2, lambda: setattr(gate, "value", 1))
+    t.start()
+    done.wait(1, timeout_ms=10000)
+    t.join()
+  finally:
+    profile.stop()
+    profile._prof, profile.ON = saved, was_on
+    dev.close()
+  inst = [e for e in profile.load(path) if e.get("ph") == "i"]
+  sub = [e for e in inst if e["name"] == "submit"]
+  assert sub and sub[0]["args"]["device"] == driver and sub[0]["args"]["commands"] == "wait signal", sub
+  assert any(e["name"] == "doorbell" and e["args"]["addr"].startswith("0x") for e in inst), inst
+  w = [e for e in inst if e["name"] == "host wait"]
+  assert w and w[0]["args"]["signal"] == hex(done.va_addr) and w[0]["args"]["value"] == 1 and w[0]["args"]["now"] == 0, w
+  assert sub[0]["ts"] <= w[0]["ts"] and all(e["pid"] == 0 and e["s"] == "t" for e in inst)

@@ -35,6 +35,7 @@ class CModule:
   emit_files: Optional[list[str]] = None  # glob patterns of files whose declarations are emitted; default: headers
   macros: Optional[str] = None   # regex: only macros whose names match are emitted ('' = none)
   types: Optional[str] = None    # regex: only records/enums/typedefs whose names match are roots ('' = none)
+  enums: Optional[str] = None    # regex: only the enums whose tags match are kept (None: every enum of the selected files)
   funcs: Optional[list[str]] = None  # functions to bind (C names; a #define alias is followed)
   lib: Optional[tuple[str, tuple, str]] = None  # (name, candidates, hint) for functions
   use_errno: bool = False
@@ -130,6 +131,7 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     return bool(f) and any(fnmatch.fnmatch(f, p) for p in pats)
 
   type_re = re.compile(spec.types) if spec.types else None
+  enum_re = re.compile(spec.enums) if spec.enums is not None else None
   roots: list[tuple[str, str]] = []
   skipped: dict[str, str] = {}
   wanted_funcs = set(spec.funcs or [])
@@ -141,13 +143,22 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
       continue
     if kind == "record" and (model.records[key].parent is not None or model.records[key].members is None): continue
     name = key if kind != "enum" else (obj.tag or key)
-    # enums of the selected files are always kept: their enumerators are the constants
+    if kind == "enum" and enum_re is not None:
+      # a register header declares a thousand enums; a binding that names the few it uses keeps only those, and the
+      # others are not listed in SKIPPED either (they are the header's, not constructs the generator failed on)
+      if enum_re.fullmatch(name): roots.append((kind, key))
+      continue
+    if kind == "typedef" and enum_re is not None and obj.type is not None and obj.type.kind == "enum":
+      continue  # `typedef enum X {...} X;`: the enum's name, kept or left out with the enum
+    # enums of the selected files are otherwise always kept: their enumerators are the constants
     if spec.types == "" or (type_re and not type_re.match(name) and kind != "enum"):
       skipped[key] = "type outside this module's selection"
       continue
     roots.append((kind, key))
   for name, why, file in model.other:
     if selected(file): skipped[name] = why
+  if enum_re is not None and not any(k == "enum" for k, _ in roots):
+    raise AutogenError(f"{spec.name}: no enum of {spec.headers} has a tag matching {spec.enums!r}")
   funcs: list[tuple[str, str]] = []  # (python name, C symbol)
   for fname in spec.funcs or []:
     sym = fname
@@ -369,6 +380,14 @@ def generate(spec: CModule, src: str, command: str, allow_skip: list[str] = ()) 
     for n in enum_consts + [m for m in mac_consts if m not in skipped]:
       v = ints.get(f"const:{n}")
       if v is not None: out.append(f"{pyname(n)} = {_fmt_int(v)}")
+  if enum_re is not None:
+    out += ["", "# the enums this binding asks for: enum -> enumerator -> value (as the compiler evaluated them)",
+            "ENUMS: dict[str, dict[str, int]] = {"]
+    for kind, key in roots:
+      if kind == "enum":
+        vals = {n: ints[f"const:{n}"] for n, _ in model.enums[key].values if f"const:{n}" in ints}
+        out.append(f"  {(model.enums[key].tag or key)!r}: {{" + ", ".join(f"{n!r}: {_fmt_int(v)}" for n, v in vals.items()) + "},")
+    out.append("}")
   if fields:
     out += ["", "# hi:lo bit ranges (MW(hi:lo) ranges count bits across the whole multi-word structure)",
             "_F = _support.BitField"]

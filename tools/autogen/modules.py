@@ -195,8 +195,13 @@ add(CModule("nvrtc", Source("nvrtc.h", nvrtc_version, nvrtc_include(),
             lib=("libnvrtc", ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"), "pip install nvidia-cuda-nvrtc or install the CUDA toolkit"),
             doc="NVRTC: CUDA C++ to PTX/CUBIN at run time, for the CUDA fallback."))
 
-for gfx, tag, pm4, sdma in (("gfx11", "11_0_0", "amdgpu/nvd.h", "amdgpu/sdma_v6_0_0_pkt_open.h"),
-                            ("gfx9_4_3", "9_4_3", "amdgpu/soc15d.h", "amdgpu/vega10_sdma_pkt_open.h")):
+for gfx, tag, pm4, sdma, enum in (("gfx11", "11_0_0", "amdgpu/nvd.h", "amdgpu/sdma_v6_0_0_pkt_open.h", "soc21_enum.h"),
+                                  ("gfx9_4_3", "9_4_3", "amdgpu/soc15d.h", "amdgpu/vega10_sdma_pkt_open.h", "vega10_enum.h")):
+  # the register enums header declares ~1450 enums; the decoders need the event types only (amdgpu's gfx_v11_0.c and
+  # gfx_v9_4_3.c include these headers for the same VGT_EVENT_TYPE values they put in RELEASE_MEM/EVENT_WRITE)
+  add(CModule(f"amdgpu.enum_{gfx}", LINUX_SRC, headers=[f"drivers/gpu/drm/amd/include/{enum}"], macros="", types="",
+              enums=r"VGT_EVENT_TYPE",
+              doc=f"VGT_EVENT_TYPE (the event a RELEASE_MEM or EVENT_WRITE packet names) from {enum}, as used with {gfx}."))
   add(CModule(f"amdgpu.{gfx}", LINUX_SRC, headers=[f"drivers/gpu/drm/amd/include/asic_reg/gc/gc_{tag}_offset.h",
                                                     f"drivers/gpu/drm/amd/include/asic_reg/gc/gc_{tag}_sh_mask.h"],
               macros=AMD_REGS, types="",

@@ -136,6 +136,13 @@ def _async_copies(uops: list[UOp]) -> set[UOp]:
       out |= {u, v, *via}
   return out
 
+def _base_offset(idx: UOp) -> tuple[UOp, int] | None:
+  """(x, c) for a 32-bit index x + c with a constant c > 0 (an address is then x's plus an immediate byte offset)."""
+  if idx.op is not Ops.ADD or idx.dtype.scalar.itemsize != 4: return None
+  for a, b in (idx.src, idx.src[::-1]):
+    if b.op is Ops.CONST and isinstance(b.arg, int) and 0 < b.arg < 1 << 24: return a, b.arg
+  return None
+
 def _is_local(buf: UOp) -> bool: return isinstance(buf.dtype, PtrDType) and buf.dtype.local
 
 def param_name(u: UOp) -> str:
@@ -152,6 +159,29 @@ def param_layout(bufs: list[UOp], vars: list[UOp]) -> list[tuple[str, int, int]]
     out.append((param_name(u), off, sz)); off += sz
   return out
 
+# Static .shared is limited to 48 KB per kernel (CUDA C Programming Guide, "Shared Memory": allocations above 48 KB
+# per block are architecture-specific and must use dynamic shared memory); above it the renderer declares one
+# `.extern .shared` array (PTX ISA 5.1.x, "Variable declarations": an extern array of unspecified size is sized by the
+# launch) and states its size in a DYN_SHARED_NOTE line, which the NV driver reads (drivers/nv/program.py) to size
+# the launch (QMD SHARED_MEMORY_SIZE, constant bank 0's %dynamic_smem_size).
+STATIC_SHARED_MAX = 48 << 10
+DYN_SHARED_NOTE = "// baregrad: dynamic shared memory bytes "
+_DYN_NOTE_RE = re.compile("^" + re.escape(DYN_SHARED_NOTE) + r"(\d+)$", re.M)
+
+def dynamic_shared_bytes(ptx: str) -> int:
+  """The dynamic shared memory (bytes) a kernel the PTX renderer wrote must be launched with (0: none)."""
+  m = _DYN_NOTE_RE.search(ptx)
+  return int(m.group(1)) if m else 0
+
+def _shared_layout(uops: list[UOp]) -> tuple[dict[UOp, int], int]:
+  """DEFINE_LOCAL -> its byte offset in one shared region (16-byte aligned each), and the region's size."""
+  offs, total = {}, 0
+  for u in uops:
+    if u.op is Ops.DEFINE_LOCAL and u not in offs:
+      offs[u] = total
+      total += -(-max(1, u.arg[1] * u.dtype.base.itemsize) // 16) * 16  # type: ignore[attr-defined]
+  return offs, total
+
 class PTXRenderer(Renderer):
   name = "PTX"
   has_local = True
@@ -161,22 +191,37 @@ class PTXRenderer(Renderer):
   mem_vector_bytes = 16     # ld/st.v2/.v4 up to 128 bits
   has_ldmatrix = True       # tensor-core fragments of 16-bit types from shared memory in one ldmatrix
   warp_size = 32
-  shared_max = 48 << 10     # static .shared per kernel (more needs dynamic shared memory and an opt-in per launch)
+  shared_max = STATIC_SHARED_MAX   # shared memory per kernel: static only unless the device gives its opt-in limit
   regs_per_thread = 255
   extra_matcher = cpu_float_matcher
 
-  def __init__(self, arch: str = "sm_90", compute_units: int = 0) -> None:
+  def __init__(self, arch: str = "sm_90", compute_units: int = 0, shared_max: int = 0) -> None:
+    """`shared_max`: the shared memory one block may use on the target GPU (the NV driver's GPUArch.max_shared); above
+    STATIC_SHARED_MAX a kernel's workgroup memory is declared dynamic (see render). 0: static shared memory only."""
     if _sm(arch) < 80: raise ValueError(f"PTX renderer needs sm_80 or newer (max.NaN, cvt.bf16), got {arch}")
     self.arch, self.compute_units = arch, compute_units
+    if shared_max: self.shared_max = shared_max
     self.has_async_copy = True   # cp.async: sm_80+
-    from baregrad.codegen.tc import MMA_SM80
-    self.tensor_cores = MMA_SM80  # mma.sync m16n8k16 f16/bf16 and m16n8k8 tf32: sm_80+
+    from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS
+    self.tensor_cores = MMA_SM80 + MMA_SM80_PAIRS  # mma.sync m16n8k16 f16/bf16 (alone and in pairs), m16n8k8 tf32: sm_80+
+
+  @staticmethod
+  def dynamic_shared_bytes(src: str) -> int:
+    """The dynamic shared memory (bytes) the kernel `src` (this renderer's output) needs at launch."""
+    return dynamic_shared_bytes(src)
 
   def render(self, name: str, uops: list[UOp]) -> str:
     r: dict[UOp, Any] = {}   # a node's register, or a vector's or a WMMA's list of them
     cnt: dict[str, int] = {}
+    gaddr: dict[tuple[UOp, UOp], str] = {}   # (global buffer, index) -> the register holding that element's address
     lines: list[str] = []
     shared: list[str] = []   # .shared declarations (workgroup memory)
+    soffs, stotal = _shared_layout(uops)
+    dyn = stotal if stotal > STATIC_SHARED_MAX else 0
+    if stotal > self.shared_max:
+      raise RenderError(f"PTX: kernel {name} needs {stotal} bytes of shared memory; {self.arch} allows {self.shared_max} a block")
+    # (module scope: ptxas takes .extern only there)
+    head = f"{DYN_SHARED_NOTE}{dyn}\n.extern .shared .align 128 .b8 smem[];\n\n" if dyn else ""
     def reg(d: DType) -> str:
       if isinstance(d, PtrDType): pre = "%rd"
       else:
@@ -268,14 +313,20 @@ class PTXRenderer(Renderer):
         r[u] = acc
       elif u.op is Ops.REDUCE: r[u] = r[u.src[0]]
       elif u.op is Ops.DEFINE_LOCAL:
-        # (type: ignore: a buffer's dtype is a PtrDType)
-        shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
-        x = reg(dtypes.uint32); emit(f"mov.u32 {x}, {u.arg[0]};"); r[u] = x   # a 32-bit address in the shared window
+        x = reg(dtypes.uint32)
+        if dyn:   # a slice of the dynamic region
+          emit(f"mov.u32 {x}, smem;")
+          if soffs[u]: emit(f"add.u32 {x}, {x}, {soffs[u]};")
+        else:
+          # (type: ignore: a buffer's dtype is a PtrDType)
+          shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
+          emit(f"mov.u32 {x}, {u.arg[0]};")
+        r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
-        # asynchronous copies (cp.async): "commit" closes the issued ones into a group; "wait1" waits for every group
-        # but the newest before the barrier (double-buffered shared tiles, codegen/stage.py)
-        if u.arg in ("commit", "wait1"): emit("cp.async.commit_group;")
-        if u.arg == "wait1": emit("cp.async.wait_group 1;")
+        # asynchronous copies (cp.async): "commit" closes the issued ones into a group (no barrier); ("wait", n) waits
+        # until at most n groups are pending, then the barrier (the pipelined shared tiles of codegen/stage.py)
+        if u.arg == "commit": emit("cp.async.commit_group;")
+        if isinstance(u.arg, tuple) and u.arg[0] == "wait": emit(f"cp.async.wait_group {u.arg[1]};")
         if u.arg != "commit": emit("bar.sync 0;")
       elif u.op is Ops.INDEX and _is_local(u.src[0]):
         buf, idx = u.src[0], u.src[1]
@@ -285,9 +336,21 @@ class PTXRenderer(Renderer):
         # (type: ignore: a buffer's dtype is a PtrDType)
         emit(f"mul.lo.s32 {off}, {i32}, {buf.dtype.base.itemsize};"); emit(f"add.s32 {x}, {r[buf]}, {off};")  # type: ignore[attr-defined]
         r[u] = x
+      elif u.op is Ops.INDEX and (bo := _base_offset(u.src[1])) is not None and (u.src[0], bo[0]) in gaddr:
+        # idx = x + c where x's address is at hand: [address + c * itemsize] (the index provably does not wrap where it
+        # is int32, Kernel.lower, so the byte offset may be added after widening). Keeps a tile's stores and loads on one
+        # 64-bit base each instead of a 64-bit register per address
+        sz = u.src[0].dtype.base.itemsize if isinstance(u.src[0].dtype, PtrDType) else u.src[0].dtype.itemsize
+        r[u] = f"{gaddr[(u.src[0], bo[0])]}+{bo[1] * sz}"
       elif u.op is Ops.INDEX:
         buf, idx = u.src[0], u.src[1]
         sz = buf.dtype.base.itemsize if isinstance(buf.dtype, PtrDType) else buf.dtype.itemsize
+        if (bo := _base_offset(idx)) is not None:   # the address of x first, then x + c as above
+          bx, bw = reg(dtypes.int64), reg(d)
+          emit(f"mul.wide.{_AT[idx.dtype.scalar]} {bw}, {r[bo[0]]}, {sz};"); emit(f"add.s64 {bx}, {r[buf]}, {bw};")
+          gaddr[(buf, bo[0])] = bx
+          r[u] = f"{bx}+{bo[1] * sz}"
+          continue
         off, x = reg(dtypes.int64), reg(d)
         it = idx.dtype.scalar
         if it.itemsize == 4: emit(f"mul.wide.{_AT[it]} {off}, {r[idx]}, {sz};")
@@ -376,12 +439,13 @@ class PTXRenderer(Renderer):
     for u in uops:
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): ntid[int(u.arg[0][4:])] = int(u.arg[1])
     return (f"//\n// Generated by baregrad's PTX renderer\n//\n.version {ptx_version(self.arch)}\n.target {self.arch}\n.address_size 64\n\n"
-            f".visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
+            f"{head}.visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
             "\n".join(shared + decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
 
   def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
-    """One mma.sync: 16-bit inputs packed in pairs into .b32 registers (the lower index in the low half), float32
-    inputs rounded to tf32 (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
+    """One mma.sync (tc.split of them side by side along N, each its share of B's and C's registers, in order): 16-bit
+    inputs packed in pairs into .b32 registers (the lower index in the low half), float32 inputs rounded to tf32
+    (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
     def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
       if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
@@ -396,7 +460,10 @@ class PTXRenderer(Renderer):
     a, b = pack(r[u.src[0]], tc.dtype_in, u.src[0]), pack(r[u.src[1]], tc.dtype_in, u.src[1])
     if accs is not None: c = d = accs
     else: c, d = r[u.src[2]], [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
-    emit(f"{tc.name} {{{', '.join(d)}}}, {{{', '.join(a)}}}, {{{', '.join(b)}}}, {{{', '.join(c)}}};")
+    nb, nc = len(b) // tc.split, len(d) // tc.split
+    for h in range(tc.split):
+      dh, bh, ch = d[h * nc:(h + 1) * nc], b[h * nb:(h + 1) * nb], c[h * nc:(h + 1) * nc]
+      emit(f"{tc.name} {{{', '.join(dh)}}}, {{{', '.join(a)}}}, {{{', '.join(bh)}}}, {{{', '.join(ch)}}};")
     return d
 
   @staticmethod

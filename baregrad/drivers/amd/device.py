@@ -34,14 +34,17 @@ waits for.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.amd.MockAMDGPU through the port (MOCKGPU_AMD_ARCH=gfx1100|gfx942,
 MOCKGPU_COUNT=n); IOCTL_TRACE=1 prints every call; AMD_CAPTURE=DIR keeps every submission's command bytes (the AQL
-packets and their PM4 IBs, the SDMA packets) for tools/amd_decode.py."""
+packets, their PM4 IBs and kernargs, the SDMA packets) for tools/amd_decode.py, and each launch's code object and
+buffers for its replay (hcq/capture.py, hcq/replay.py)."""
 from __future__ import annotations
-import ctypes, errno, os, threading, time
+import ctypes, errno, threading, time
 from typing import Any, Hashable
 from baregrad import knobs
 from baregrad.hal import OutOfMemory, DeviceUnavailable
 from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
-from baregrad.drivers.port import IoctlError, driver_port, register_ioctl
+from baregrad.hcq.capture import CaptureWriter
+from baregrad.drivers.port import (IoctlError, driver_port, register_ioctl, header_names, enum_words, flag_words, register_field_words,
+                                   register_pointer)
 from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
                                    VAAllocator, release_to_window, reserve_window, round_up)
 from baregrad.ctypes_autogen import kfd
@@ -101,7 +104,8 @@ class AMDDevice(HCQDevice):
     self._lost: str | None = None        # why the device cannot run work any more (AMDDeviceLost)
     self._recovering = False
     self.kernel_names: dict[int, str] = {}   # kernel descriptor address -> kernel name (AMDProgram registers), for messages
-    self.capture_dir, self._captures = knobs.read("AMD_CAPTURE") or None, 0
+    self.kernarg_sizes: dict[int, int] = {}  # kernel descriptor address -> its kernarg segment bytes (for AMD_CAPTURE)
+    self.capture: CaptureWriter | None = None   # AMD_CAPTURE=DIR, made once the target is known (hcq/capture.py)
     try: self.fd_kfd = self._open("/dev/kfd")
     except FileNotFoundError:
       raise DeviceUnavailable(f"{device}: /dev/kfd not found (no amdgpu/amdkfd kernel driver here); set MOCKGPU=1 for the mock GPU") from None
@@ -120,6 +124,7 @@ class AMDDevice(HCQDevice):
       super().__init__(device, None, renderer, compiler, AMDProgram, *QUEUES[self.family], kernargs_size=1 << 20, signal_pool_size=64 << 10)
       self.allocator = AMDAllocator(self)
       self._init_queues()
+      if (d := knobs.read("AMD_CAPTURE")): self.capture = CaptureWriter(d, "AMD", self.target.name, device)
     except BaseException:
       self._abandon()
       raise
@@ -251,6 +256,9 @@ class AMDDevice(HCQDevice):
       raise RuntimeError(f"{self.device}: the SDMA queue's doorbell offset {s.doorbell_offset:#x} "
                          f"is outside the process doorbell slice {self.doorbell_mmap_offset:#x}")
     self.sdma = SDMARing(self, sring, sptrs, 0, 8, self.doorbells + (s.doorbell_offset & (DOORBELL_SLICE - 1)))
+    if (watch := getattr(self.port, "watch_doorbell", None)) is not None:   # IOCTL_TRACE: each ring followed by what it submitted
+      watch(self.aql.doorbell, self.aql.submitted)
+      watch(self.sdma.doorbell, self.sdma.submitted)
 
   def _map_doorbells(self, doorbell_offset: int) -> int:
     """The process doorbell slice: an mmap of /dev/kfd at the (page-aligned) doorbell offset CREATE_QUEUE returned."""
@@ -340,14 +348,31 @@ class AMDDevice(HCQDevice):
     m = self._gpu_alloc(size, "userptr")
     return HCQBuffer(m.va, size, m.cpu, meta=m)
 
-  def capture(self, files: dict[str, bytes]) -> None:
-    """AMD_CAPTURE=DIR: each submission's command bytes as NNNNNN-<what>.bin (decode with tools/amd_decode.py capture DIR)."""
-    assert self.capture_dir is not None
-    os.makedirs(self.capture_dir, exist_ok=True)
-    with self._lock:
-      n, self._captures = self._captures, self._captures + 1
-    for what, data in files.items():
-      with open(os.path.join(self.capture_dir, f"{n:06d}-{what}.bin"), "wb") as f: f.write(data)
+  def _import_host(self, buf: HCQBuffer) -> AMDMemory:
+    """Host pages of the process (a peer link's anonymous pages; or another device's host memory) mapped for this GPU
+    at their own address: a userptr BO of this GPU over them (KFD pins them for each BO: amdgpu_amdkfd_gpuvm.c
+    init_user_pages), so several GPUs' queues read and write the one copy (a peer link's slots and counters)."""
+    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(HCQDevice.import_host checks this)"
+    size = round_up(buf.size, PAGE)
+    flags = (F.KFD_IOC_ALLOC_MEM_FLAGS_WRITABLE | F.KFD_IOC_ALLOC_MEM_FLAGS_USERPTR | F.KFD_IOC_ALLOC_MEM_FLAGS_COHERENT |
+             F.KFD_IOC_ALLOC_MEM_FLAGS_UNCACHED) & 0xFFFFFFFF
+    a = kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args(va_addr=buf.va_addr, size=size, gpu_id=self.gpu_id, flags=flags, mmap_offset=buf.cpu_addr)
+    self.kfd_ioctl(kfd.AMDKFD_IOC_ALLOC_MEMORY_OF_GPU, a, "AMDKFD_IOC_ALLOC_MEMORY_OF_GPU(userptr, imported host pages)")
+    ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+    try:
+      self.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
+        handle=a.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_MAP_MEMORY_TO_GPU(imported host pages)")
+    except BaseException:
+      self._release_bo(a.handle, mapped=False)
+      raise
+    m = AMDMemory(a.handle, size, buf.va_addr, None, "userptr")
+    self.memories.append(m)
+    return m
+
+  def _unimport(self, m: AMDMemory) -> None:
+    self.synchronize()   # (a queued copy may still read it)
+    self._release_bo(m.handle, mapped=True)
+    self.memories.remove(m)
 
   def hdp_flush(self) -> None:
     """Flush the host data path so the GPU sees what the CPU wrote into VRAM through the BAR (the MMIO remap page's
@@ -511,7 +536,7 @@ class AMDDevice(HCQDevice):
     ok, outcome = self._recover(f"the device's work did not finish within {timeout_ms:g} ms")
     return AMDQueueTimeout(f"{self.device}: timed out after {timeout_ms:g} ms {what}\n{stuck}{outcome}\n{state}", recovered=ok)
 
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
     deadline = time.perf_counter() + timeout_s
     for _ in range(2000):   # spin briefly: most waits end within microseconds
       if sig._v.value >= value: return True
@@ -519,8 +544,9 @@ class AMDDevice(HCQDevice):
       self._check_fault()
       left = deadline - time.perf_counter()
       if left <= 0:
-        # the device's own timeline: its work is stuck, recover (a signal of the caller's may still be released by it)
-        if sig is self.timeline_signal and not self._recovering:
+        # the device's own timeline: its work is stuck, recover (a signal of the caller's may still be released by it);
+        # not at the end of the hang watchdog's window (HANG_WARN_MS): the wait goes on to its timeout after the report
+        if final and sig is self.timeline_signal and not self._recovering:
           raise self._timed_out(f"waiting for the timeline {sig.va_addr:#x} >= {value} (it is {sig.value})", timeout_s * 1000)
         return False
       self._kick()
@@ -592,3 +618,12 @@ def _register_ioctls() -> None:
                ("MAP_MEMORY_TO_GPU", kfd.struct_kfd_ioctl_map_memory_to_gpu_args), ("UNMAP_MEMORY_FROM_GPU", kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args),
                ("GET_CLOCK_COUNTERS", kfd.struct_kfd_ioctl_get_clock_counters_args), ("AVAILABLE_MEMORY", kfd.struct_kfd_ioctl_get_available_memory_args)):
     register_ioctl(getattr(kfd, f"AMDKFD_IOC_{n}"), f"AMDKFD_IOC_{n}", t)
+  # KFD's enums and flags in words in traces, from kfd_ioctl.h (the bindings); wait_events followed into its event list
+  names = lambda prefix: header_names(kfd, prefix)
+  register_field_words(kfd.struct_kfd_ioctl_create_queue_args, "queue_type", enum_words(names("KFD_IOC_QUEUE_TYPE_")))
+  register_field_words(kfd.struct_kfd_ioctl_alloc_memory_of_gpu_args, "flags", flag_words(names("KFD_IOC_ALLOC_MEM_FLAGS_")))
+  register_field_words(kfd.struct_kfd_ioctl_create_event_args, "event_type", enum_words(names("KFD_IOC_EVENT_")))
+  register_field_words(kfd.struct_kfd_ioctl_wait_events_args, "wait_result", enum_words(names("KFD_IOC_WAIT_RESULT_")))
+  register_pointer(kfd.struct_kfd_ioctl_wait_events_args, "events_ptr", lambda o: kfd.struct_kfd_event_data * min(o.num_events, 64))
+  for t in (kfd.struct_kfd_ioctl_map_memory_to_gpu_args, kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args):
+    register_pointer(t, "device_ids_array_ptr", lambda o: ctypes.c_uint32 * min(o.n_devices, 64))

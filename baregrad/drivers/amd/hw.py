@@ -15,11 +15,11 @@ The sources of each format:
   vega10_sdma_pkt_open.h (the bindings), used as sdma_v6_0.c / sdma_v4_4_2.c use them (fence: low word, then high word,
   then TRAP; copies of at most copy_max_bytes = 0x400000)."""
 from __future__ import annotations
-import struct
+import ctypes, struct
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Sequence
-from baregrad.ctypes_autogen.amdgpu import hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
+from baregrad.ctypes_autogen.amdgpu import enum_gfx11, enum_gfx9_4_3, hsa, pm4_gfx11, pm4_gfx9_4_3, sdma_gfx11, sdma_gfx9_4_3
 
 # ---------------------------------------------------------------- gfx targets: one record each
 @dataclass(frozen=True)
@@ -33,14 +33,15 @@ class Target:
   wave_size: int
   pm4: ModuleType   # the PM4 bindings of its family
   sdma: ModuleType  # the SDMA packet bindings of its family
+  enums: ModuleType  # the register enums of its family that the decoders name (VGT_EVENT_TYPE: soc21_enum.h, vega10_enum.h)
   scratch_unit: int           # bytes per COMPUTE_TMPRING_SIZE.WAVESIZE unit (ROCr mem_alignment_size)
   scratch_wavesize_bits: int  # width of that field (ROCr inc/registers.h; the bindings' gfx11.py/gfx9_4_3.py masks)
   executes: bool    # whether the mock GPU can run its machine code (only RDNA3 wave32 for now)
 
 GFX_TARGETS: tuple[Target, ...] = (
-  Target(name="gfx1100", version=110000, family="gfx11", wave_size=32, pm4=pm4_gfx11, sdma=sdma_gfx11, scratch_unit=256,
+  Target(name="gfx1100", version=110000, family="gfx11", wave_size=32, pm4=pm4_gfx11, sdma=sdma_gfx11, enums=enum_gfx11, scratch_unit=256,
          scratch_wavesize_bits=15, executes=True),     # Navi 31 (Radeon RX 7900 XT/XTX, PRO W7900)
-  Target(name="gfx942", version=90402, family="gfx9", wave_size=64, pm4=pm4_gfx9_4_3, sdma=sdma_gfx9_4_3,
+  Target(name="gfx942", version=90402, family="gfx9", wave_size=64, pm4=pm4_gfx9_4_3, sdma=sdma_gfx9_4_3, enums=enum_gfx9_4_3,
          scratch_unit=1024, scratch_wavesize_bits=13, executes=False),    # Aqua Vanjaram (Instinct MI300X/MI300A/MI325X)
 )
 TARGETS: dict[int, Target] = {t.version: t for t in GFX_TARGETS}   # gfx_target_version -> target
@@ -122,10 +123,33 @@ def format_aql(w: Sequence[int]) -> str:
     return f"{head} format={d['format']} (unknown vendor format)"
   return head
 
+def describe_dispatch(w: Sequence[int], family: str, read: Any = None, names: dict[int, str] | None = None) -> str:
+  """The launch a DISPATCH packet describes, in one line: the kernel's name (`names`: kernel descriptor address -> name),
+  grid in workgroups, block (the workgroup), shared bytes (group segment), and what its kernel descriptor (AMDGPUUsage
+  "Kernel Descriptor", hsa.amdhsa_kernel_descriptor_t, read at kernel_object through `read(addr, nbytes) -> bytes`)
+  reserves: VGPRs per work-item from COMPUTE_PGM_RSRC1 GRANULATED_WORKITEM_VGPR_COUNT (granules of 8 in wave32 and
+  on gfx9, 4 in wave64 on gfx10+), SGPRs on gfx9 (GRANULATED_WAVEFRONT_SGPR_COUNT, granules of 16; gfx10+ reserve a
+  fixed set), the wave size and the private (scratch) bytes per work-item."""
+  d = decode_aql(w)
+  if d["type"] != AQL_DISPATCH: return ""
+  name = (names or {}).get(d["kernel_object"])
+  wg = d["workgroup"]
+  groups = tuple(-(-g // max(b, 1)) for g, b in zip(d["grid"], wg))
+  s = (f"launch {name!r}" if name else "launch (kernel name unknown)") + f" grid={groups} block={wg} shared={d['group_segment']}"
+  if read is None: return s
+  try: kd = hsa.amdhsa_kernel_descriptor_t.from_buffer_copy(read(d["kernel_object"], ctypes.sizeof(hsa.amdhsa_kernel_descriptor_t)))
+  except Exception as e: return s + f" (cannot read the kernel descriptor at {d['kernel_object']:#x}: {e})"
+  w32 = hsa.AMDHSA_KCP_ENABLE_WAVEFRONT_SIZE32.decode(kd.kernel_code_properties)
+  vg = (hsa.AMDHSA_RSRC1_GRANULATED_WORKITEM_VGPR_COUNT.decode(kd.compute_pgm_rsrc1) + 1) * (8 if w32 or family == "gfx9" else 4)
+  s += f" vgprs={vg}"
+  if family == "gfx9": s += f" sgprs={(hsa.AMDHSA_RSRC1_GRANULATED_WAVEFRONT_SGPR_COUNT.decode(kd.compute_pgm_rsrc1) + 1) * 16}"
+  return s + f" wave{32 if w32 else 64} private={d['private_segment']} kernarg={d['kernarg']:#x}"
+
 # ---------------------------------------------------------------- PM4
 PM4: dict[str, ModuleType] = {t.family: t.pm4 for t in GFX_TARGETS}   # family -> PM4 bindings
-# VGT event types (amd/include/soc21_enum.h and vega10_enum.h agree on these values)
-CS_PARTIAL_FLUSH, CACHE_FLUSH_AND_INV_TS_EVENT, BOTTOM_OF_PIPE_TS = 0x07, 0x14, 0x28
+# VGT event types the drivers emit, from the generated enums (soc21_enum.h and vega10_enum.h agree on these values)
+CS_PARTIAL_FLUSH, CACHE_FLUSH_AND_INV_TS_EVENT, BOTTOM_OF_PIPE_TS = enum_gfx11.CS_PARTIAL_FLUSH, enum_gfx11.CACHE_FLUSH_AND_INV_TS_EVENT, \
+  enum_gfx11.BOTTOM_OF_PIPE_TS
 WAIT_FUNCS = {0: "always", 1: "<", 2: "<=", 3: "==", 4: "!=", 5: ">=", 6: ">"}
 WAIT_GEQ = 5
 DATA_SEL_NAMES = {0: "none", 1: "data32", 2: "data64", 3: "gpu_clock64", 4: "sys_clock64"}
@@ -211,9 +235,9 @@ def split_pm4(words: Sequence[int]) -> list[tuple[int, int, list[int]]]:
     i += 1 + n
   return out
 
-# VGT_EVENT_TYPE values the drivers emit (amdgpu soc21_enum.h / vega10_enum.h VGT_EVENT_TYPE), by name for decoding
-EVENT_NAMES = {CS_PARTIAL_FLUSH: "CS_PARTIAL_FLUSH", CACHE_FLUSH_AND_INV_TS_EVENT: "CACHE_FLUSH_AND_INV_TS_EVENT",
-               BOTTOM_OF_PIPE_TS: "BOTTOM_OF_PIPE_TS"}
+# VGT_EVENT_TYPE by value, per family, for decoding: the generated enum (soc21_enum.h for gfx11, vega10_enum.h for gfx9;
+# the two differ at some values, e.g. 0x15 is WAIT_SYNC on gfx11 and ZPASS_DONE on gfx9)
+EVENT_NAMES: dict[str, dict[int, str]] = {t.family: {v: k for k, v in t.enums.ENUMS["VGT_EVENT_TYPE"].items()} for t in GFX_TARGETS}
 
 def macro_fields(family: str, prefix: str, value: int) -> list[tuple[str, int]]:
   """`value` split into the fields the PM4 header defines as PREFIX_FIELD(x) ((x) << shift) macros, low bit first,
@@ -232,6 +256,17 @@ def macro_fields(family: str, prefix: str, value: int) -> list[tuple[str, int]]:
     if (v := (value >> sh) & ((1 << (end - sh)) - 1)): out.append((name, v))
   return out
 
+def bit_flags(family: str, prefix: str, value: int, skip: tuple[str, ...] = ()) -> list[str]:
+  """The one-bit flags the PM4 header defines as plain PREFIX_NAME (1 << n) constants that are set in `value`, low bit
+  first, without the prefix: e.g. RELEASE_MEM's cache actions (gfx11 PACKET3_RELEASE_MEM_GCR_*, gfx9 EOP_*_ACTION_EN)."""
+  bits = sorted((v.bit_length(), k[len(prefix):]) for k, v in vars(PM4[family]).items()
+                if k.startswith(prefix) and type(v) is int and v > 0 and v & (v - 1) == 0 and not k[len(prefix):].startswith(skip))
+  return [n for b, n in bits if value & (1 << (b - 1))]
+
+# RELEASE_MEM's dword 1 cache actions: gfx11 nvd.h PACKET3_RELEASE_MEM_GCR_* and EXECUTE; gfx9 soc15d.h EOP_* (the
+# other one-bit-looking names of that prefix are multi-bit fields' units: EVENT_TYPE(1), EVENT_INDEX(1), ...)
+RELEASE_MEM_FLAGS = {"gfx11": ("PACKET3_RELEASE_MEM_", ("EVENT_", "CACHE_POLICY", "DATA_SEL", "INT_SEL", "DST_SEL")), "gfx9": ("EOP_", ())}
+
 def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
   p = PM4[family]
   name = "TYPE2_FILLER" if op == -2 else pm4_names(family).get(op, f"OPCODE_{op:#x}")
@@ -241,10 +276,17 @@ def format_pm4_packet(family: str, op: int, b: Sequence[int]) -> str:
   if op == p.PACKET3_RELEASE_MEM and len(b) >= 7:
     ev = b[0] & 0x3F
     ds, ints = (b[1] >> 29) & 7, (b[1] >> 24) & 7
-    s = f"RELEASE_MEM event={EVENT_NAMES.get(ev, hex(ev))} data_sel={DATA_SEL_NAMES.get(ds, ds)} addr={b[2] | (b[3] << 32):#x}"
+    s = f"RELEASE_MEM event={EVENT_NAMES[family].get(ev, hex(ev))} data_sel={DATA_SEL_NAMES.get(ds, ds)} addr={b[2] | (b[3] << 32):#x}"
     if ds in (1, 2): s += f" value={b[4] | ((b[5] << 32) if ds == 2 else 0)}"
     if ints: s += f" int_sel={ints} int_ctxid={b[6] if len(b) > 6 else 0}"
+    prefix, skip = RELEASE_MEM_FLAGS[family]
+    s += f" event_index={(b[0] >> 8) & 0xF}"
+    if (cache := bit_flags(family, prefix, b[0], skip)): s += " cache=" + "|".join(cache)
     return s
+  if op == p.PACKET3_EVENT_WRITE and b:
+    # nvd.h / soc15d.h: EVENT_TYPE(x) at bit 0, EVENT_INDEX(x) at bit 8 of the first body dword
+    ev = b[0] & 0x3F
+    return f"EVENT_WRITE event={EVENT_NAMES[family].get(ev, hex(ev))} event_index={(b[0] >> 8) & 0xF}" + "".join(f" {x:#x}" for x in b[1:])
   if op == p.PACKET3_ACQUIRE_MEM:
     # gfx11: GCR_CNTL is the packet's last dword; gfx9: CP_COHER_CNTL its first (pm4_acquire_mem builds both)
     cntl, prefix = (b[-1], "PACKET3_ACQUIRE_MEM_GCR_CNTL_") if family == "gfx11" and len(b) >= 7 else \
@@ -344,7 +386,28 @@ def sdma_packet_len(family: str, w: Sequence[int], i: int) -> int:
   if op == mod.SDMA_OP_TIMESTAMP and sub == mod.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL: return 3
   raise ValueError(f"SDMA opcode {op} sub-opcode {sub} ({w[i]:#010x}) is not one this driver emits or decodes")
 
+_SDMA_SHOWN = {"op", "sub_op", "count", "data", "int_context", "value", "mask", "func", "mem_poll", "retry_count"}
+
+def sdma_packet_name(family: str, w: Sequence[int]) -> str | None:
+  """The _SDMA_DWORDS packet an SDMA header starts (by its op and sub-op, from the bindings), or None."""
+  mod, op, sub = SDMA[family], w[0] & 0xFF, (w[0] >> 8) & 0xFF
+  if op == mod.SDMA_OP_COPY and sub == mod.SDMA_SUBOP_COPY_LINEAR: return "COPY_LINEAR"
+  if op == mod.SDMA_OP_TIMESTAMP and sub == mod.SDMA_SUBOP_TIMESTAMP_GET_GLOBAL: return "TIMESTAMP_GET_GLOBAL"
+  return next((n for n in ("FENCE", "TRAP", "POLL_REGMEM", "NOP") if op == _sdma_op(family, n)), None)
+
+def sdma_other_fields(family: str, w: Sequence[int]) -> list[tuple[str, int]]:
+  """The packet's nonzero fields (sdma_fields, from the SDMA packet header's _offset/_mask/_shift) that the one-line
+  summary does not already show: cache policies, swaps, TMZ, the poll interval, HDP flush, ..."""
+  pkt = sdma_packet_name(family, w)
+  if pkt is None: return []
+  return [(k, v) for k, v in sdma_unpack(family, pkt, w).items() if v and k not in _SDMA_SHOWN and "addr" not in k]
+
 def format_sdma_packet(family: str, w: Sequence[int]) -> str:
+  line = _format_sdma_packet(family, w)
+  extra = sdma_other_fields(family, w)
+  return line + ("  [" + " ".join(f"{k}={v:#x}" if v > 9 else f"{k}={v}" for k, v in extra) + "]" if extra else "")
+
+def _format_sdma_packet(family: str, w: Sequence[int]) -> str:
   mod, op = SDMA[family], w[0] & 0xFF
   if op == mod.SDMA_OP_NOP: return f"NOP ({len(w)} dwords)"
   if op == mod.SDMA_OP_COPY:

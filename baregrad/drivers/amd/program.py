@@ -5,8 +5,9 @@ kernel may read (block counts, group sizes, grid dims, apertures, the queue poin
 
 Source: LLVM AMDGPUUsage (code object v5/v6 metadata and its hidden argument kinds)."""
 from __future__ import annotations
-import ctypes, io, struct
+import ctypes, io, struct, sys
 from typing import Any, Sequence
+from baregrad.knobs import DEBUG
 from baregrad.hcq import HCQArgsState, HCQProgram
 from baregrad.drivers.amd_compile import CodeObjectError, load_code_object
 
@@ -105,6 +106,9 @@ class AMDProgram(HCQProgram):
       raise CodeObjectError(f"AMD program {name}: the code object is for {co.arch}, this GPU is {dev.target.name}")
     k = co.kernels.get(name)
     if k is None: raise CodeObjectError(f"AMD program {name}: the code object has no kernel {name!r}; it has {', '.join(sorted(co.kernels))}")
+    if (level := DEBUG()) >= 6:   # resources, and at 7 the disassembly: drivers/amd/disasm.py
+      from baregrad.drivers.amd.disasm import debug_text
+      print(debug_text(level, lib, name, co.arch), file=sys.stderr)
     kd = k.descriptor
     if kd.uses_dynamic_stack:
       # the code object does not say how deep the stack grows (ROCr then guesses a per-thread size); our kernels make no calls
@@ -143,10 +147,48 @@ class AMDProgram(HCQProgram):
     dev.hdp_flush()
     self.kd_va = self.image.va + k.kd_offset
     dev.kernel_names[self.kd_va] = name   # to name a dispatch in fault and timeout messages
+    dev.kernarg_sizes[self.kd_va] = self.kernarg_size
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return (self.kernarg_size + 63) & ~63
+  def install_captured(self, q: Any, args: AMDArgsState, files: dict[str, bytes], reloc: dict[int, int]) -> list[str]:
+    """Replay (hcq/replay.py): put a captured kernarg segment and AQL dispatch packet in place of those `q.exec` wrote
+    for `args`, with the buffer, queue, kernel object and kernarg addresses relocated to this device's; returns where
+    the captured ones differ from what this driver writes for the same launch."""
+    from baregrad.drivers.amd import hw
+    ka, notes = bytearray(files["kernargs"]), []
+    if len(ka) != self.kernarg_size: raise ValueError(f"captured kernargs of {len(ka)} bytes, {self.name} takes {self.kernarg_size}")
+    for i in range(len(args.bufs)):
+      off, sz = self.explicit_args[i]
+      old = int.from_bytes(ka[off:off + sz], "little")
+      if old in reloc: ka[off:off + sz] = reloc[old].to_bytes(sz, "little")
+      else: notes.append(f"kernarg {i} at {off:#x} holds {old:#x}, the address of no captured buffer")
+    for kind, off, sz in self.hidden_args:   # the one hidden argument that is an address of the device's own
+      if kind == "hidden_queue_ptr": ka[off:off + sz] = self.dev.amd_queue_va.to_bytes(sz, "little")
+    mine = ctypes.string_at(args.cpu_addr, len(ka))
+    if (d := next((i for i in range(len(ka)) if ka[i] != mine[i]), None)) is not None:
+      notes.append(f"kernargs byte {d:#x}: captured {ka[d]:#04x}, this driver writes {mine[d]:#04x}")
+    ctypes.memmove(args.cpu_addr, bytes(ka), len(ka))
+    if "aql" in files:
+      pk = list(struct.unpack("<16I", files["aql"]))
+      pk[8:10] = [self.kd_va & hw.M32, self.kd_va >> 32]       # kernel_object
+      pk[10:12] = [args.va_addr & hw.M32, args.va_addr >> 32]  # kernarg_address
+      c = next(c for c in q.cmds if c.kind == "exec")
+      mine_pk = list(q.words[c.start:c.start + hw.AQL_WORDS])
+      if pk != mine_pk:
+        a, b = hw.decode_aql(pk), hw.decode_aql(mine_pk)
+        notes += [f"AQL packet {k}: captured {a[k]}, this driver writes {b.get(k)}" for k in a if a[k] != b.get(k)]
+      q.words[c.start:c.start + hw.AQL_WORDS] = type(q.words)("I", pk)
+    else: notes.append("no captured AQL packet: the driver's own was submitted")
+    return notes
+
+  def capture_descriptor(self, args: Any) -> dict[str, bytes]:
+    """AMD_CAPTURE: the launch's kernarg segment and the AQL dispatch packet the ring was given for it."""
+    out = {"kernargs": ctypes.string_at(args.cpu_addr, self.kernarg_size)}
+    if (p := self.dev.capture.dispatches.pop(args.va_addr, None)) is not None: out["aql"] = p
+    return out
   def __del__(self) -> None:
     try:
       self.dev.kernel_names.pop(self.kd_va, None)
+      self.dev.kernarg_sizes.pop(self.kd_va, None)
       if not self.dev.closed:
         if self.dev._lost is None: self.dev.synchronize()   # a lost device runs nothing that could still read the code
         self.dev._gpu_free(self.image)

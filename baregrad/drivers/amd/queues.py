@@ -40,7 +40,7 @@ import ctypes, threading, time
 from collections import deque
 from typing import Any, Sequence
 from baregrad.helpers import c_array
-from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.amd import hw
 
@@ -173,6 +173,7 @@ class AQLRing:
     self.wptr_p = ctypes.c_uint64.from_address(ptrs.cpu + wptr_off)
     self.rptr_p = ctypes.c_uint64.from_address(ptrs.cpu + rptr_off)
     self.doorbell, self.put = doorbell, 0
+    self.traced = 0   # the packet id up to which IOCTL_TRACE has shown the packets (submitted)
     self.ib_off = 0
     self.ib_inflight: deque[tuple[int, int, int]] = deque()   # (packet index, IB offset, bytes)
     self.lock = threading.Lock()
@@ -229,7 +230,6 @@ class AQLRing:
       raise AMDDeviceLost(self.dev._lost)
     with self.lock:
       pk = self.packets(q, self.put)
-      if self.dev.capture_dir: self._capture(pk)
       n = len(pk)
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
       self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
@@ -239,34 +239,53 @@ class AQLRing:
         ctypes.c_uint32.from_address(slot).value = p[0]   # the header last: the packet becomes valid in one store
         self.put += 1
       self.wptr_p.value = self.put
+      if self.dev.capture is not None: self._capture(pk, self.put - n)
       self.dev.port.doorbell(self.doorbell, self.put - 1, 8)   # the packet id of the last packet written
 
-  def _capture(self, pk: list[list[int]]) -> None:
-    """AMD_CAPTURE=DIR: the submission's AQL packets and the PM4 IBs they point at, as raw bytes for tools/amd_decode.py."""
+  def _capture(self, pk: list[list[int]], first: int) -> None:
+    """AMD_CAPTURE=DIR: the submission's AQL packets, the PM4 IBs and kernargs they point at (raw bytes for
+    tools/amd_decode.py), the ring slots, the doorbell value and the kernels (hcq/capture.py)."""
     import struct
-    files = {"aql": b"".join(struct.pack("<16I", *p) for p in pk)}
+    dev = self.dev
+    files, kernels = {"aql": b"".join(struct.pack("<16I", *p) for p in pk)}, []
     for p in pk:
       d = hw.decode_aql(p)
       if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB:
         va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
         files[f"ib-{va:x}"] = ctypes.string_at(self.ib.cpu + va - self.ib.va, 4 * ndw)
-    self.dev.capture(files)
+      elif d["type"] == hw.AQL_DISPATCH:
+        ka, size = d["kernarg"], dev.kernarg_sizes.get(d["kernel_object"], 0)
+        kernels.append({"kernel": dev.kernel_names.get(d["kernel_object"], "?"), "kernel_object": d["kernel_object"], "kernarg": ka})
+        if (cpu := dev.cpu_address(ka, size)) is not None: files[f"kernargs-{ka:x}"] = ctypes.string_at(cpu, size)
+        dev.capture.dispatches[ka] = struct.pack("<16I", *p)
+    dev.capture.submission("compute", files, ring=self.ring.va, slots=[first, first + len(pk)], doorbell=first + len(pk) - 1,
+                           timeline=dev.timeline_value - 1, launches=kernels)
 
   def state(self) -> str:
     rd, wr = self.rptr_p.value, self.wptr_p.value
     s = (f"  compute queue (AQL, {self.nslots} slots): read_dispatch_id {rd} write_dispatch_id {wr}" +
          (" (idle)" if rd == wr else f" ({wr - rd} packets pending)"))
-    for idx in range(max(rd - 1, wr - 8, 0), wr):
-      w = list((ctypes.c_uint32 * 16).from_address(self.ring.cpu + 64 * (idx % self.nslots)))
-      mark = " <== the CP is here" if idx == rd else ""
-      s += f"\n  [{idx}] {hw.format_aql(w)}{mark}"
-      d = hw.decode_aql(w)
-      if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and idx >= rd:
-        va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
-        if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
-          ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
-          s += "\n" + hw.format_pm4(self.dev.family, ib, va)
+    for idx in range(max(rd - 1, wr - 8, 0), wr): s += "\n" + self.packet_text(idx, " <== the CP is here" if idx == rd else "", idx >= rd)
     return s
+
+  def packet_text(self, idx: int, mark: str = "", follow_ib: bool = True) -> str:
+    """AQL packet `idx` decoded: a dispatch followed by its launch (hw.describe_dispatch), a PM4-IB packet by its IB."""
+    w = list((ctypes.c_uint32 * 16).from_address(self.ring.cpu + 64 * (idx % self.nslots)))
+    s = f"  [{idx}] {hw.format_aql(w)}{mark}"
+    d = hw.decode_aql(w)
+    if d["type"] == hw.AQL_DISPATCH: s += "\n       " + hw.describe_dispatch(w, self.dev.family, mapped_reader(self.dev.memories), self.dev.kernel_names)
+    if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and follow_ib:
+      va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+      if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
+        ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
+        s += "\n" + hw.format_pm4(self.dev.family, ib, va)
+    return s
+
+  def submitted(self, last: int) -> str:
+    """The AQL packets written since the last call, up to packet id `last` (the doorbell's value), decoded (IOCTL_TRACE)."""
+    first, self.traced = self.traced, last + 1
+    if first > last: return f"    compute queue: no new AQL packets (write_dispatch_id {last + 1})"
+    return "\n".join(self.packet_text(i) for i in range(max(first, last + 1 - self.nslots), last + 1))
 
 class SDMARing:
   """The SDMA queue's byte ring, its read/write pointers (64-bit byte offsets) and its doorbell."""
@@ -275,6 +294,7 @@ class SDMARing:
     self.wptr_p = ctypes.c_uint64.from_address(ptrs.cpu + wptr_off)
     self.rptr_p = ctypes.c_uint64.from_address(ptrs.cpu + rptr_off)
     self.doorbell, self.put = doorbell, 0
+    self.traced = 0   # the byte offset up to which IOCTL_TRACE has shown the packets (submitted)
     self.lock = threading.Lock()
 
   def submit(self, q: AMDCopyQueue) -> None:
@@ -286,9 +306,6 @@ class SDMARing:
       words += list(q.words[c.start:c.start + c.nwords])
       if c.kind == "signal": words += hw.sdma_fence(fam, self.dev.event_mailbox, self.dev.event_id) + hw.sdma_trap(fam, self.dev.event_id)
     n = 4 * len(words)
-    if self.dev.capture_dir:
-      import struct
-      self.dev.capture({"sdma": struct.pack(f"<{len(words)}I", *words)})
     with self.lock:
       if n > self.ring.size: raise ValueError(f"{n} bytes of SDMA packets exceed the {self.ring.size}-byte ring: split the submission")
       deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
@@ -304,7 +321,18 @@ class SDMARing:
       if first < n: ctypes.memmove(self.ring.cpu, ctypes.addressof(arr) + first, n - first)
       self.put += n
       self.wptr_p.value = self.put
+      if self.dev.capture is not None:   # AMD_CAPTURE=DIR (hcq/capture.py)
+        self.dev.capture.submission("copy", {"sdma": bytes(arr)}, ring=self.ring.va, offset=off, doorbell=self.put,
+                                    timeline=self.dev.timeline_value - 1, launches=[])
       self.dev.port.doorbell(self.doorbell, self.put, 8)
+
+  def submitted(self, wptr: int) -> str:
+    """The SDMA packets written since the last call, up to byte `wptr` (the doorbell's value), decoded (IOCTL_TRACE)."""
+    first, self.traced = self.traced, wptr
+    if first >= wptr: return f"    copy queue: no new SDMA packets (wptr {wptr})"
+    first = max(first, wptr - self.ring.size)
+    words = [ctypes.c_uint32.from_address(self.ring.cpu + (first + 4 * i) % self.ring.size).value for i in range((wptr - first) // 4)]
+    return hw.format_sdma(self.dev.family, words, self.ring.va + first % self.ring.size)
 
   def state(self) -> str:
     rd, wr = self.rptr_p.value, self.wptr_p.value

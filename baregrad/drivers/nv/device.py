@@ -40,7 +40,9 @@ Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<
 with its own RM client, VA space, channels and a device-only VA window of its own.
 
 MOCKGPU=1 runs against baregrad.drivers.mock.nv.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
-generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call.
+generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call; NV_CAPTURE=DIR keeps every
+submission (pushbuffer, GPFIFO entry, QMDs, constant banks) and each launch's code and buffers for tools/nv_decode.py
+and its replay (hcq/capture.py, hcq/replay.py).
 
 The device is assembled from the modules beside it: RM and UVM calls (rm.py), memory (memory.py), channels and queues
 (queues.py), programs and launches (program.py), what each generation defines (hw.py), channel errors (faults.py)."""
@@ -49,6 +51,8 @@ import ctypes, time
 from typing import Any
 from baregrad.hal import DeviceUnavailable
 from baregrad.hcq import HCQDevice, HCQSignal
+from baregrad.hcq.capture import CaptureWriter
+from baregrad import knobs
 from baregrad.drivers.port import driver_port
 from baregrad.drivers.vmem import VAAllocator, reserve_window
 from baregrad.ctypes_autogen.nv import pick_nv_module, UnsupportedDriverVersion, nv_580
@@ -104,6 +108,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
         if m.va == self.kernargs.va_addr: m.what = "kernel args ring"
       self.allocator = NVAllocator(self)
       self._init_channels()
+      if (d := knobs.read("NV_CAPTURE")): self.capture = CaptureWriter(d, "NV", self.arch, device)
     except BaseException:
       self._abandon()
       raise
@@ -185,6 +190,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     self.usermode = self.rm_alloc(self.subdevice, next((c for c in hw.USERMODE_CLASSES if c in classes), hw.TURING_USERMODE_A))
     self.usermode_cpu = self._map_to_cpu(self.usermode, hw.USERMODE_SIZE, aperture=True)
     self.doorbell_addr = self.usermode_cpu + hw.NVC361_NOTIFY_CHANNEL_PENDING
+    if (watch := getattr(self.port, "watch_doorbell", None)) is not None: watch(self.doorbell_addr, self._doorbell_words)
     self.vaspace = self.rm_alloc(self.nvdevice, nv.FERMI_VASPACE_A, nv.NV_VASPACE_ALLOCATION_PARAMETERS(
       vaBase=0x1000, vaSize=0x1fffffb000000,
       flags=nv.NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING | nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED))
@@ -202,6 +208,11 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     # device-only VAs: a separate window per GPU index, so two GPUs' allocations never share an address in this process
     gbase = GPU_WINDOW[0] + self.index * GPU_WINDOW[1]
     self.cpu_va, self.gpu_va = VAAllocator(*self.window), VAAllocator(gbase, GPU_WINDOW[1])
+
+  def _doorbell_words(self, token: int) -> str:
+    """What a ring of the doorbell with work-submit token `token` submitted (IOCTL_TRACE): that channel's new entries."""
+    ch = next((c for c in self.channels.values() if c.token == token), None)
+    return ch.submitted(ch.put) if ch is not None else f"    (token {token:#x} names no channel of {self.device})"
 
   def _recover(self) -> None:
     """After a channel error: new channels (RM does not run an errored channel again), the buffers as they were; the
@@ -240,7 +251,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     raise NVChannelError(self.device, xid, reports + others, f"unreadable: {note}" if self.klog is None or self.klog.unreadable else note, state)
 
   SPIN_S = 200e-6   # a host wait polls this long before it sleeps
-  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: HCQSignal, value: int, timeout_s: float, final: bool = True) -> bool:
     # a tiny kernel finishes within microseconds of its launch, and the shortest sleep lasts ~60 us (the kernel's timer
     # slack): poll first, sleep with growing pauses after (a fault is seen there, at most SPIN_S late)
     now, v = time.perf_counter, sig._v
@@ -283,6 +294,6 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
 
 def _toolchain(arch: str) -> tuple[Any, Any]:
   from baregrad.codegen.renderer.ptx import PTXRenderer
-  return PTXRenderer(arch), NVCompiler(arch)
+  return PTXRenderer(arch, shared_max=hw.ARCHS[arch].max_shared if arch in hw.ARCHS else 0), NVCompiler(arch)
 
 def _unavail(device: str, why: str) -> Any: raise DeviceUnavailable(f"{device}: {why}")

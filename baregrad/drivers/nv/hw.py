@@ -5,7 +5,7 @@ Shared by the driver (encoding, timeout messages), the mock GPU (which executes 
 tools/nv_decode.py. Method numbers and field positions come from the generated bindings (open-gpu-doc class
 headers, via ctypes_autogen.nv); the few the bindings lack are named here with the header they come from."""
 from __future__ import annotations
-import ctypes, struct
+import ctypes, re, struct
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 from baregrad.ctypes_autogen.nv import nv_580 as nv
@@ -60,6 +60,9 @@ class nv_ioctl_nvos33_parameters_with_fd(ctypes.Structure):
   _fields_ = [("params", nv.NVOS33_PARAMETERS), ("fd", ctypes.c_int32)]
 class nv_ioctl_nvos02_parameters_with_fd(ctypes.Structure):
   _fields_ = [("params", nv.NVOS02_PARAMETERS), ("fd", ctypes.c_int32)]
+
+# class/cl0071.h: system memory described by the process's own pages (NV_ESC_RM_ALLOC_MEMORY, escape.c RmAllocOsDescriptor)
+NV01_MEMORY_SYSTEM_OS_DESCRIPTOR = 0x71
 
 class NVNotification(ctypes.Structure):
   """A channel's error notifier entry (nvos.h NvNotification): status 0xffff when RM reports an error, info32 = Xid."""
@@ -312,18 +315,46 @@ def format_methods(words: Sequence[int], classes: dict[int, int] | None = None, 
     lines.append(f"  {'->' if here else '  '}{where:>14s} subc{m.subc} {name:<34s} {m.value:#010x}" + (f"  {fields}" if fields else ""))
   return "\n".join(lines)
 
-def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None) -> str:
-  """The commands a segment forms, one line each; `mark` (word index where the engine stopped) gets an arrow."""
+def format_commands(words: Sequence[int], classes: dict[int, int] | None = None, mark: int | None = None, read: Any = None,
+                    names: dict[int, str] | None = None) -> str:
+  """The commands a segment forms, one line each; `mark` (word index where the engine stopped) gets an arrow. With
+  `read(addr, nbytes) -> bytes` each EXEC is followed by the launch its QMD describes (describe_launch; `names`: QMD
+  address -> kernel name, for images the reader cannot reach)."""
   try: ms = decode_pushbuffer(words)
   except PushbufferError as e: return f"    {e}"
   cmds = summarize(ms, classes)
   out, marked = [], False
   ends = [p for p, _ in cmds[1:]] + [len(words)]
+  version = QMD_VERSION.get((classes or {}).get(SUBC_COMPUTE, 0), 4)
   for (p, line), end in zip(cmds, ends):
     here = mark is not None and not marked and p <= mark < end
     marked |= here
     out.append(f"  {'->' if here else '  '}[@{p:5d}] {line}")
+    if read is not None and line.startswith("EXEC ") and (m := re.match(r"EXEC\s+qmd=(0x[0-9a-f]+)", line)):
+      out.append(f"             {describe_launch(int(m.group(1), 16), read, version, names)}")
   return "\n".join(out)
+
+def kernel_name_at(program: int, read: Any) -> str | None:
+  """The entry name a program image (pack_image) keeps before the code at `program`, or None where there is none."""
+  try:
+    tr = read_image_trailer(read(program - IMAGE_TRAILER, IMAGE_TRAILER))
+    if tr is None: return None
+    tlen, nlen, _ = tr
+    start = program - image_prefix_bytes(tlen, nlen)
+    return read(start + tlen + 1, nlen).decode(errors="replace")
+  except Exception: return None
+
+def describe_launch(qmd_addr: int, read: Any, version: int = 4, names: dict[int, str] | None = None) -> str:
+  """The launch the QMD at `qmd_addr` describes, in one line: kernel name (from the program image the QMD points at,
+  else `names`), grid, block, shared bytes, registers, program and constant bank 0; `read(addr, nbytes) -> bytes`."""
+  L = QMD_LAYOUTS.get(version)
+  if L is None: return f"(QMD v0{version}: no layout to read it with)"
+  try: q = read_qmd(words_of(read(qmd_addr, L.nbytes)), version)
+  except Exception as e: return f"(cannot read the QMD at {qmd_addr:#x}: {e})"
+  name = kernel_name_at(q["program"], read) or (names or {}).get(qmd_addr)
+  cb = f" cbank0={q['cbank0']:#x}+{q['cbank0_size']:#x}" if q["cbank0"] is not None else " cbank0=none"
+  return (f"launch {name!r}" if name else "launch (kernel name unknown)") + (
+    f" grid={q['grid']} block={q['block']} shared={q['shared']} regs={q['regs']} local={q['local']} program={q['program']:#x}{cb}")
 
 # ---------------------------------------------------------------- GPFIFO entries (NVC56F_GP_ENTRY0/1)
 def gp_entry(addr: int, nwords: int, sync: bool = False) -> int:
@@ -367,9 +398,105 @@ def nv_bits(words: Sequence[int], hi: int, lo: int) -> int:
   for i in range(hi // 32, lo // 32 - 1, -1): v = (v << 32) | int(words[i])
   return (v >> (lo % 32)) & ((1 << (hi - lo + 1)) - 1)
 
+# The QMD's arrays: the constant buffer table and the release semaphores. The qmd headers define a constant buffer's
+# fields as indexed macros NAME(i) (CONSTANT_BUFFER_VALID(i), _ADDR_*(i), _SIZE_SHIFTED4(i)), a release's as indexed
+# macros (v04/v05 RELEASE_ENABLE(i), RELEASE_STRUCTURE_SIZE(i), ...) plus numbered plain ones (v04/v05
+# RELEASE_SEMAPHORE<i>_ADDR_LOWER, v03 RELEASE<i>_ENABLE, ..._ADDRESS_LOWER). The number of elements is where an
+# indexed field would run past the structure or into a plain field the header defines there (8 constant buffers,
+# 3 releases in every version here).
+QMD_ARRAYS = ("CONSTANT_BUFFER", "RELEASE")
+_QMD_NUMBERED = re.compile(r"^(RELEASE)(?:_SEMAPHORE)?(\d)_(\w+)$")
+_QMD_ELEMENTS: dict[int, dict[str, list[dict[str, tuple[int, int]]]]] = {}
+
+def qmd_element_fields(version: int) -> dict[str, list[dict[str, tuple[int, int]]]]:
+  """Per QMD array (QMD_ARRAYS), per element, its fields' (hi, lo) bit ranges, from the qmd header's indexed and
+  numbered definitions (names without the class/version prefix and the array name)."""
+  if version in _QMD_ELEMENTS: return _QMD_ELEMENTS[version]
+  from baregrad.ctypes_autogen.nv import qmd
+  prefix, nbits = QMD_PREFIX[version], QMD_LAYOUTS[version].nbytes * 8
+  plain = {k[len(prefix):]: tuple(f) for k, f in vars(qmd).items() if k.startswith(prefix) and isinstance(f, tuple) and len(f) == 2}
+  indexed = {k[len(prefix):]: f for k, f in vars(qmd).items() if k.startswith(prefix) and callable(f) and not isinstance(f, tuple)}
+  def count(f: Any) -> int:
+    i = 0
+    while True:
+      hi, lo = f(i)
+      if hi >= nbits or any(not (ph < lo or pl > hi) for ph, pl in plain.values()): return i
+      i += 1
+  out: dict[str, list[dict[str, tuple[int, int]]]] = {}
+  for group in QMD_ARRAYS:
+    members = {k[len(group) + 1:]: f for k, f in indexed.items() if k.startswith(group + "_")}
+    n = min((count(f) for f in members.values()), default=0)
+    elems: list[dict[str, tuple[int, int]]] = [{m: tuple(f(i)) for m, f in members.items()} for i in range(n)]
+    for k, f in plain.items():
+      if (m := _QMD_NUMBERED.match(k)) and m.group(1) == group:
+        while len(elems) <= int(m.group(2)): elems.append({})
+        elems[int(m.group(2))][m.group(3)] = f
+    out[group] = elems
+  _QMD_ELEMENTS[version] = out
+  return out
+
+def _qmd_enumerant(version: int, group: str, i: int, field: str, value: int) -> str | None:
+  """The header's name for `value` of an array field (NVCBC0_QMDV04_00_RELEASE_STRUCTURE_SIZE_SEMAPHORE_ONE_WORD, v03's
+  NVC6C0_QMDV03_00_RELEASE0_STRUCTURE_SIZE_...), or None."""
+  from baregrad.ctypes_autogen.nv import qmd
+  for head in (f"{QMD_PREFIX[version]}{group}_{field}_", f"{QMD_PREFIX[version]}{group}{i}_{field}_"):
+    for k, v in vars(qmd).items():
+      if k.startswith(head) and type(v) is int and v == value and not k[len(head):].startswith(("SHIFT", "LOWER", "UPPER")): return k[len(head):]
+  return None
+
+_QMD_PLANS: dict[int, list[tuple[str, int, str, int, int, int]]] = {}
+
+def _qmd_element_plan(version: int) -> list[tuple[str, int, str, int, int, int]]:
+  """(array, index, joined field name, hi, lo, shift to apply) per array field: LOWER/UPPER pairs join into one name
+  (UPPER shifted by 32 more), a SHIFTEDn field is shifted back by n."""
+  if version in _QMD_PLANS: return _QMD_PLANS[version]
+  plan = []
+  for group, elems in qmd_element_fields(version).items():
+    for i, fields in enumerate(elems):
+      for name, (hi, lo) in fields.items():
+        m = re.match(r"^(\w+?)_(LOWER|UPPER)(?:_SHIFTED(\d+))?$", name)
+        if m: plan.append((group, i, m.group(1), hi, lo, int(m.group(3) or 0) + (32 if m.group(2) == "UPPER" else 0)))
+        else:
+          sh = re.search(r"_SHIFTED(\d+)$", name)
+          plan.append((group, i, name[:sh.start()] if sh else name, hi, lo, int(sh.group(1)) if sh else 0))
+  _QMD_PLANS[version] = plan
+  return plan
+
+def read_qmd_elements(words: Sequence[int], version: int = 4, only: set[tuple[str, int]] | None = None) -> dict[str, list[dict[str, int]]]:
+  """Every element of the QMD's arrays (QMD_ARRAYS) read with the header's fields: a LOWER/UPPER pair is joined and a
+  SHIFTEDn field shifted back (ADDR_LOWER_SHIFTED6 + ADDR_UPPER_SHIFTED6 -> ADDR in bytes, SIZE_SHIFTED4 -> SIZE).
+  `only`: the (array, index) elements to read (the others stay empty)."""
+  out: dict[str, list[dict[str, int]]] = {g: [{} for _ in e] for g, e in qmd_element_fields(version).items()}
+  for group, i, name, hi, lo, sh in _qmd_element_plan(version):
+    if only is not None and (group, i) not in only: continue
+    row = out[group][i]
+    row[name] = row.get(name, 0) | ((nv_bits(words, hi, lo) if hi // 32 < len(words) else 0) << sh)
+  return out
+
+def format_qmd_elements(words: Sequence[int], version: int = 4) -> str:
+  """The constant buffer table and the release semaphores, one element a line (enumerated values by the header's
+  name), every element shown; the lines format_qmd adds after the scalar fields."""
+  lines = []
+  for group, rows in read_qmd_elements(words, version).items():
+    lines.append(f"  {group.lower().replace('_', ' ')}s ({len(rows)}, {QMD_PREFIX[version]}{group}_*):")
+    for i, row in enumerate(rows):
+      if not any(row.values()):
+        lines.append(f"    [{i}] {'VALID' if 'VALID' in row else 'ENABLE'}=0 (all fields 0)"); continue
+      parts = []
+      for k, v in sorted(row.items(), key=lambda kv: kv[0] not in ("VALID", "ENABLE")):  # the element's on/off bit first
+        if k not in ("ADDR", "ADDRESS", "PAYLOAD", "SIZE") and (name := _qmd_enumerant(version, group, i, k, v)) is not None:
+          parts.append(f"{k}={name}")
+        else: parts.append(f"{k}={v:#x}" if v > 9 else f"{k}={v}")
+      lines.append(f"    [{i}] " + " ".join(parts))
+  return "\n".join(lines)
+
 def format_qmd(words: Sequence[int], version: int = 4) -> str:
+  """A QMD as text: its nonzero scalar fields, then every element of its arrays (constant buffers, releases)."""
   f = decode_qmd(words, version)
-  return "\n".join(f"  {k:<40s} {v:#x}" for k, v in sorted(f.items())) or "  (all fields zero)"
+  in_arrays = {k for elems in qmd_element_fields(version).values() for e in elems for k in e} if version in QMD_LAYOUTS else set()
+  f = {k: v for k, v in f.items() if not (_QMD_NUMBERED.match(k) and _QMD_NUMBERED.match(k).group(3) in in_arrays)}  # type: ignore[union-attr]
+  text = "\n".join(f"  {k:<40s} {v:#x}" for k, v in sorted(f.items())) or "  (all scalar fields zero)"
+  return text + ("\n" + format_qmd_elements(words, version) if version in QMD_LAYOUTS else "")
 
 # ---------------------------------------------------------------- QMDs: v03 (Ampere/Ada), v04 (Hopper), v05 (Blackwell)
 # Field positions come from qmd.py (open-gpu-doc classes/compute/clc6c0qmd.h, clcbc0qmd.h, clcdc0qmd.h); the indexed
@@ -478,6 +605,11 @@ def set_bits(words: list[int] | Any, hi: int, lo: int, value: int) -> None:
 # Blackwell's QMD v05 keeps the size in 128-byte units (SHARED_MEMORY_SIZE_SHIFTED7). The carveouts per compute
 # capability are the CUDA C Programming Guide's (shared memory capacity per SM: 0, 8, 16, 32, 64, 100, 132, 164, 196
 # or 228 KB on 9.0/10.0, up to 164 on 8.0, up to 100 on 8.6/8.9/12.0); a block may use 1 KiB less than the largest.
+# Launches above 48 KB (dynamic shared memory) use the same fields; their widths hold every per-block limit
+# (GPUArch.max_shared, plus the 1 KiB reserved on sm_90+): SHARED_MEMORY_SIZE is 18 bits of bytes in QMD V03_00
+# (clc6c0qmd.h, bits 561:544) and V04_00 (clcbc0qmd.h, 601:584), SHARED_MEMORY_SIZE_SHIFTED7 11 bits of 128-byte units
+# in V05_00 (clcdc0qmd.h, 1162:1152): 256 KiB each; MIN/MAX/TARGET_SM_CONFIG_SHARED_MEM_SIZE are 6 bits each
+# (228 KiB / 4 + 1 = 58). tests/drivers/nv/test_dynamic_shared.py round-trips the largest launch of every generation.
 SHARED_GRANULE = 128
 SM_CARVEOUTS_KIB = (8, 16, 32, 64, 100, 132, 164, 196, 228)
 
@@ -538,7 +670,8 @@ def build_qmd(program: int, cbank0: int, cbank0_size: int, grid: Sequence[int], 
 
 def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
   """The launch a QMD of `version` describes: grid, block, shared bytes, registers, program address, constant bank 0
-  (addr, size), the major version the QMD itself states, its type (v04+), release 0."""
+  (addr, size), the major version the QMD itself states, its type (v04+), release 0, and from the QMD's arrays every
+  valid constant buffer (`cbanks`) and enabled release (`releases`): read_qmd_arrays."""
   L = QMD_LAYOUTS[version]
   b = lambda f: nv_bits(words, *f)
   return {"grid": tuple(b(f) for f in L.grid), "block": tuple(b(f) for f in L.block),
@@ -549,7 +682,19 @@ def read_qmd(words: Sequence[int], version: int = 4) -> dict[str, Any]:
           "local": b(L.local_high) << L.local_shift, "smcfg": tuple(b(f) for f in L.smcfg),
           "major": b(L.major), "version": version,
           "release0": (b(L.rel0_addr_lo) | (b(L.rel0_addr_hi) << 32), b(L.rel0_payload_lo) | (b(L.rel0_payload_hi) << 32),
-                       b(L.rel0_payload64)) if b(L.rel0_enable) else None}
+                       b(L.rel0_payload64)) if b(L.rel0_enable) else None, **read_qmd_arrays(words, version)}
+
+def read_qmd_arrays(words: Sequence[int], version: int = 4) -> dict[str, dict[int, Any]]:
+  """The QMD's constant buffers that are VALID, as {index: (address, size in bytes)}, and its releases that are
+  enabled, as {index: (address, payload, payload64b, structure size)} (read_qmd_elements has every field)."""
+  fields = qmd_element_fields(version)
+  on = lambda g, bit: [i for i, f in enumerate(fields[g]) if bit in f and nv_bits(words, *f[bit])]  # noqa: E731
+  cbs, rels = on("CONSTANT_BUFFER", "VALID"), on("RELEASE", "ENABLE")
+  if not cbs and not rels: return {"cbanks": {}, "releases": {}}
+  el = read_qmd_elements(words, version, {("CONSTANT_BUFFER", i) for i in cbs} | {("RELEASE", i) for i in rels})
+  return {"cbanks": {i: (el["CONSTANT_BUFFER"][i].get("ADDR", 0), el["CONSTANT_BUFFER"][i].get("SIZE", 0)) for i in cbs},
+          "releases": {i: (r.get("ADDR", r.get("ADDRESS", 0)), r.get("PAYLOAD", 0), r.get("PAYLOAD64B", 0), r.get("STRUCTURE_SIZE", 0))
+                       for i in rels for r in [el["RELEASE"][i]]}}
 
 _INVALIDATE = (nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION.encode(1) | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA.encode(1)
                | nv.NVC6C0_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT.encode(1))
@@ -560,6 +705,18 @@ def exec_words(qmd_addr: int) -> list[int]:
   """Invalidate the shader caches, then SEND_PCAS_A (QMD address >> 8) + SEND_SIGNALING_PCAS2_B (prefetch and schedule)."""
   if qmd_addr % 256: raise ValueError(f"QMD at {qmd_addr:#x} must be 256-byte aligned")
   return [*_EXEC_HEAD, qmd_addr >> 8, *_EXEC_TAIL]
+
+def relocate_qmd(words: list[int], version: int, program: int, cbank0: int) -> None:
+  """Point a QMD of `version` (a list of its words, changed in place) at another program address and constant bank 0
+  (what a replayed capture's launch needs: the rest of the QMD holds no address the driver sets)."""
+  L = QMD_LAYOUTS[version]
+  if program % (1 << L.prog_shift): raise ValueError(f"program at {program:#x} must be {1 << L.prog_shift}-byte aligned for QMD v0{version}")
+  if cbank0 % 64: raise ValueError(f"constant bank 0 at {cbank0:#x} must be 64-byte aligned")
+  p, c = program >> L.prog_shift, cbank0 >> L.cb0_shift
+  set_bits(words, *L.prog_lo, p & M32)
+  set_bits(words, *L.prog_hi, p >> 32)
+  set_bits(words, *L.cb0_lo, c & M32)
+  set_bits(words, *L.cb0_hi, c >> 32)
 
 def qmd_cbank0_words(version: int, cbank0: int) -> tuple[int, int, int, int, int]:
   """Where constant bank 0's address goes in a QMD of `version`: (low word's index, its value, high word's index, the
@@ -620,7 +777,7 @@ def format_gpfifo(entries: Sequence[int], get: int, put: int, read: Any = None, 
     state = "pending" if pending else "done"
     lines.append(f"  [{i:5d}] {state:<7s} pushbuffer {addr:#x} {nw} words{' SYNC' if sync else ''}")
     if read is not None and nw:
-      try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes))
+      try: lines.append(format_commands(words_of(read(addr, 4 * nw)), classes, read=read))
       except Exception as ex: lines.append(f"    (cannot read the segment: {ex})")
     i = (i + 1) % n
     if i == put: break

@@ -10,6 +10,7 @@ from baregrad.hal import OutOfMemory
 from baregrad.hcq import HCQAllocator, HCQBuffer
 from baregrad.drivers.vmem import PAGE, VAAllocator, release_to_window, round_up
 from baregrad.drivers.nv.rm import RMError
+from baregrad.drivers.nv.hw import NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, nv_ioctl_nvos02_parameters_with_fd
 
 CPU_WINDOW = (0x20_0000_0000, 0x10_0000_0000)   # (base, size): host-visible GPU memory, below 2**40 (GPFIFO entries)
 GPU_WINDOW = (0x1000_0000_0000, 0x100_0000_0000)  # device-only memory
@@ -59,6 +60,51 @@ class DeviceMemory:
     m = NVMemory(handle, size, va, cpu, host, what)
     self.memories.append(m)
     return m
+
+  def _import_host(self, buf: HCQBuffer) -> NVMemory:
+    """Host pages of the process (a peer link's anonymous pages; or another device's host-visible memory) mapped for
+    this GPU at their own address: an OS-descriptor memory object over them (NV_ESC_RM_ALLOC_MEMORY of
+    NV01_MEMORY_SYSTEM_OS_DESCRIPTOR on this GPU's /dev/nvidiaN: escape.c RmIoctl takes it only on a GPU's node,
+    RmAllocOsDescriptor wants LOCATION_PCI and MAPPING_NO_MAP, RmCreateOsDescriptor a page-aligned address and pins
+    the pages), then a UVM external range and mapping as for the device's own memory. The H100 took this route for
+    anonymous pages (docs/hw/h100-580.159.04-findings.md#finding-1); for pages of an RM mapping (another device's
+    memory mapped through /dev/nvidiactl) os_lock_user_pages fails and RmCreateOsDescriptor tries
+    os_lookup_user_io_memory: not seen on hardware (the mock accepts any mapped pages)."""
+    assert buf.cpu_addr is not None and buf.cpu_addr == buf.va_addr, "(HCQDevice.import_host checks this)"
+    nv = self.nv
+    size = round_up(buf.size, PAGE)
+    self._os_desc_handles = getattr(self, "_os_desc_handles", 0) + 1
+    handle = 0xd1500000 + self._os_desc_handles   # (RM takes the handle from the caller: NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED)
+    flags = (nv.NVOS02_FLAGS_PHYSICALITY.encode(nv.NVOS02_FLAGS_PHYSICALITY_NONCONTIGUOUS) |
+             nv.NVOS02_FLAGS_LOCATION.encode(nv.NVOS02_FLAGS_LOCATION_PCI) |
+             nv.NVOS02_FLAGS_COHERENCY.encode(nv.NVOS02_FLAGS_COHERENCY_CACHED) | nv.NVOS02_FLAGS_MAPPING.encode(nv.NVOS02_FLAGS_MAPPING_NO_MAP))
+    w = nv_ioctl_nvos02_parameters_with_fd(params=nv.NVOS02_PARAMETERS(
+      hRoot=self.root, hObjectParent=self.nvdevice, hObjectNew=handle, hClass=NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, flags=flags,
+      pMemory=buf.cpu_addr, limit=size - 1), fd=-1)
+    self._esc(self.fd_dev, nv.NV_ESC_RM_ALLOC_MEMORY, w, "NV_ESC_RM_ALLOC_MEMORY(NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)")
+    if w.params.status != 0:
+      raise RMError("NV_ESC_RM_ALLOC_MEMORY(NV01_MEMORY_SYSTEM_OS_DESCRIPTOR)", w.params.status,
+                    f"{buf.cpu_addr:#x}+{size:#x}", "describing host pages to this GPU")
+    try:
+      self.uvm(nv.UVM_CREATE_EXTERNAL_RANGE, nv.UVM_CREATE_EXTERNAL_RANGE_PARAMS(base=buf.va_addr, length=size), "UVM_CREATE_EXTERNAL_RANGE")
+      mp = nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS(base=buf.va_addr, length=size, rmCtrlFd=self.fd_ctl, hClient=self.root, hMemory=handle, gpuAttributesCount=1)
+      ctypes.memmove(mp.perGpuAttributes[0].gpuUuid.uuid, self.uuid, 16)
+      mp.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
+      self.uvm(nv.UVM_MAP_EXTERNAL_ALLOCATION, mp, "UVM_MAP_EXTERNAL_ALLOCATION")
+    except BaseException:
+      try: self.uvm(nv.UVM_FREE, nv.UVM_FREE_PARAMS(base=buf.va_addr, length=size), "UVM_FREE")
+      except Exception: pass
+      self.rm_free(handle)
+      raise
+    m = NVMemory(handle, size, buf.va_addr, None, True, "imported host pages")
+    self.memories.append(m)
+    return m
+
+  def _unimport(self, m: NVMemory) -> None:
+    self.synchronize()   # (a queued copy may still read it)
+    self.uvm(self.nv.UVM_FREE, self.nv.UVM_FREE_PARAMS(base=m.va, length=m.size), "UVM_FREE")
+    self.rm_free(m.handle, self.nvdevice)
+    self.memories.remove(m)
 
   def _unmap_cpu(self, cpu: int, size: int) -> None: release_to_window(self.port, cpu, size)
 

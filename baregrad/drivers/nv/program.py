@@ -1,16 +1,18 @@
 """Programs of the NV driver: a kernel's image in GPU memory, its parameters and storage read from the cubin or the PTX,
 and the per-launch args memory (QMD and constant bank 0) its launches are written into."""
 from __future__ import annotations
-import ctypes, re
+import ctypes, re, sys
 from array import array
 from typing import TYPE_CHECKING, Any, Sequence
 from baregrad.helpers import c_array
+from baregrad.knobs import DEBUG
 from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.vmem import round_up
 from baregrad.drivers.nv import hw
 from baregrad.drivers.nv_compile import unpack_lib
+from baregrad.codegen.renderer.ptx import dynamic_shared_bytes
 if TYPE_CHECKING: from baregrad.drivers.nv.device import NVDevice
 
 _PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "bf16": 2, "u32": 4, "s32": 4, "b32": 4, "f32": 4,
@@ -78,7 +80,7 @@ class NVArgsState(HCQArgsState):
     if (t := prg.launch_templates.get(key)) is None:
       if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
       if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
-      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, 0)
+      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, prg.dyn_shared)
       if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
       w = hw.build_qmd(prg.code_va, 0, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
                        version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
@@ -109,13 +111,18 @@ class NVProgram(HCQProgram):
       except Exception: cubin = b""
     if not cubin and not dev.is_mock:
       raise RuntimeError(f"NV program {name}: no cubin (ptxas not available) and a real GPU cannot run PTX text")
+    if (level := DEBUG()) >= 6:   # resources (ptxas -v), and at 7 the SASS: drivers/nv/disasm.py
+      from baregrad.drivers.nv.disasm import debug_text
+      print(debug_text(level, ptx, cubin, name, dev.arch), file=sys.stderr)
     self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
     self.launch_templates: dict[tuple, tuple[bytes, bytes]] = {}   # geometry, sizes -> (cbank0 header, QMD): write_qmd
     code = b""
     self.params = ptx_params(ptx, name)
     # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
     static, frame = ptx_storage(ptx, name)
-    shared = dev.cb_layout.shared_base + static if static else 0
+    # dynamic shared memory (the renderer's .extern .shared array above 48 KB): its size comes with the PTX
+    self.dyn_shared = dynamic_shared_bytes(ptx)
+    shared = dev.cb_layout.shared_base + static if static or self.dyn_shared else 0
     if frame: self.local_bytes = round_up(frame + hw.STACK_TOP_RESERVE, 16)
     if cubin:
       from baregrad.drivers.nv_compile import parse_cubin
@@ -131,9 +138,14 @@ class NVProgram(HCQProgram):
       self.local_bytes = round_up(frame + hw.STACK_TOP_RESERVE, 16) if frame else 0
     # the launch's shared memory is the cubin's .nv.shared size, which on sm_90+ counts the 1 KiB before the kernel's
     # own data (hw.CBank0Layout.shared_base)
-    self.shared_total = shared
-    if self.shared_total > dev.max_shared_mem:
-      raise ValueError(f"NV program {name}: {shared} bytes of shared memory exceed the {dev.max_shared_mem} a block may use on {dev.arch}")
+    # (the dynamic part after the static one: on sm_90+ a cubin's .nv.shared counts the reserved 1 KiB even without
+    # static data, hw.CBank0Layout.shared_base)
+    self.shared_total = max(shared, dev.cb_layout.shared_base if self.dyn_shared else 0) + self.dyn_shared
+    # the block's limit (GPUArch.max_shared: CUDA's opt-in maximum per block) is on the kernel's own data, not the
+    # reserved bytes before it
+    if (own := self.shared_total - (dev.cb_layout.shared_base if self.shared_total else 0)) > dev.max_shared_mem:
+      raise ValueError(f"NV program {name}: {own} bytes of shared memory ({self.dyn_shared} of them dynamic) exceed the "
+                       f"{dev.max_shared_mem} a block may use on {dev.arch} (GPUArch.max_shared)")
     self.param_size = max((o + s for o, s in self.params), default=0)
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
     if self.local_bytes: dev._ensure_local_memory(self.local_bytes)
@@ -143,13 +155,42 @@ class NVProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, image, len(image))
     self.code_va = self.image.va + code_off
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def install_captured(self, q: Any, args: NVArgsState, files: dict[str, bytes], reloc: dict[int, int]) -> list[str]:
+    """Replay (hcq/replay.py): put a captured QMD and constant bank 0 in place of those `q.exec` wrote for `args`, with
+    the program, constant bank and buffer addresses relocated to this device's; returns where the captured ones differ
+    from what this driver writes for the same launch."""
+    qmd, cb = hw.words_of(files["qmd"]), bytearray(files["cbank0"])
+    if len(qmd) != hw.QMD_BYTES // 4: raise ValueError(f"captured QMD of {len(files['qmd'])} bytes, expected {hw.QMD_BYTES}")
+    notes = []
+    for i in range(len(args.bufs)):
+      off, sz = self.params[i]
+      o = self.param_off + off
+      old = int.from_bytes(cb[o:o + sz], "little")
+      if old in reloc: cb[o:o + sz] = reloc[old].to_bytes(sz, "little")
+      else: notes.append(f"constant bank 0 parameter {i} at {o:#x} holds {old:#x}, the address of no captured buffer")
+    hw.relocate_qmd(qmd, self.dev.qmd_version, self.code_va, args.cb_va)
+    mine_qmd = hw.words_of(ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES))
+    if qmd != mine_qmd:
+      a, b = hw.decode_qmd(qmd, self.dev.qmd_version), hw.decode_qmd(mine_qmd, self.dev.qmd_version)
+      notes += [f"QMD {k}: captured {a.get(k, 0):#x}, this driver writes {b.get(k, 0):#x}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    mine_cb = ctypes.string_at(args.cb_cpu, len(cb))
+    if (d := next((i for i in range(len(cb)) if cb[i] != mine_cb[i]), None)) is not None:
+      notes.append(f"constant bank 0 byte {d:#x}: captured {cb[d]:#04x}, this driver writes {mine_cb[d]:#04x}")
+    ctypes.memmove(args.qmd_cpu, bytes(array("I", qmd)), hw.QMD_BYTES)
+    ctypes.memmove(args.cb_cpu, bytes(cb), len(cb))
+    return notes
+
+  def capture_descriptor(self, args: Any) -> dict[str, bytes]:
+    """NV_CAPTURE: the launch's QMD and constant bank 0 (header and parameters) as the driver wrote them."""
+    return {"qmd": ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES), "cbank0": ctypes.string_at(args.cb_cpu, self.param_off + self.param_size)}
   def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
                vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
     """A launch as HCQProgram makes it (wait for the timeline, exec, signal the next value), its pushbuffer written
     straight into one array instead of recorded in a queue object first; a timed launch (wait=True, PROFILE=1) takes
     the queue path with its timestamps."""
-    if wait or profile.ON: return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
     dev = self.dev
+    if wait or profile.ON or dev.capture is not None:
+      return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
     gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
     args = self.fill_kernargs(bufs, vals)
     tl = dev.timeline_signal.va_addr

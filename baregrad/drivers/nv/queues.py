@@ -6,7 +6,7 @@ import ctypes, threading, time
 from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any, Sequence
-from baregrad.hcq import HCQArgsState, HWQueue
+from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.vmem import PAGE, round_up
 from baregrad.drivers.nv import hw
@@ -78,9 +78,11 @@ class NVChannel:
     self.uvm_va = uvm_va  # the VA range UVM_REGISTER_CHANNEL was given (0 while not registered)
     assert gpfifo.cpu is not None and cmd.cpu is not None
     self.ring = (ctypes.c_uint64 * entries).from_address(gpfifo.cpu + ring_off)
+    self.gpfifo_va = gpfifo.va + ring_off
     self.gp_put_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_PUT)
     self.gp_get_p = ctypes.c_uint32.from_address(gpfifo.cpu + userd_off + hw.USERD_GP_GET)
     self.put = 0
+    self.traced = 0   # GP_PUT up to which IOCTL_TRACE has shown the entries (submitted)
     self.cmd_off = 0
     self.inflight: deque[tuple[int, int, int]] = deque()  # (GPFIFO index, command ring offset, words) submitted
     self.lock = threading.Lock()
@@ -118,9 +120,51 @@ class NVChannel:
       self.ring[self.put] = hw.gp_entry(self.cmd.va + off, n)
       self.inflight.append((self.put, off, n))
       self.cmd_off = off + nbytes
-      self.put = (self.put + 1) % self.entries
+      idx, self.put = self.put, (self.put + 1) % self.entries
       self.gp_put_p.value = self.put
+      if self.dev.capture is not None: self._capture(words, idx, off)
       self.dev.port.doorbell(self.dev.doorbell_addr, self.token)
+
+  def _capture(self, words: Any, idx: int, off: int) -> None:
+    """NV_CAPTURE=DIR: the pushbuffer, its GPFIFO entry, and the QMD and constant bank 0 of each launch in it, with the
+    ring's addresses, GP_PUT, the doorbell value (the work-submit token) and the kernels (hcq/capture.py)."""
+    import struct
+    dev = self.dev
+    files = {f"{self.name}-pushbuf": bytes(words), f"{self.name}-gpfifo": struct.pack("<Q", self.ring[idx])}
+    launches = []
+    for m in hw.decode_pushbuffer(words):
+      if m.subc != hw.SUBC_COMPUTE or m.method != hw.SEND_PCAS_A: continue
+      qmd_va = m.value << 8
+      launch: dict[str, Any] = {"kernel": dev.qmd_kernels.get(qmd_va, "?"), "qmd": qmd_va}
+      if (cpu := dev.cpu_address(qmd_va, hw.QMD_BYTES)) is not None:
+        files[f"qmd-{qmd_va:x}"] = qmd = ctypes.string_at(cpu, hw.QMD_BYTES)
+        q = hw.read_qmd(hw.words_of(qmd), dev.qmd_version)
+        if q["cbank0"] is not None and (cb := dev.cpu_address(q["cbank0"], q["cbank0_size"])) is not None:
+          files[f"cbank0-{q['cbank0']:x}"] = ctypes.string_at(cb, q["cbank0_size"])
+          launch["cbank0"] = q["cbank0"]
+      launches.append(launch)
+    dev.capture.submission(self.name, files, channel=self.name, gpfifo=self.ring_va(idx), gp_entry=self.ring[idx],
+                           pushbuf=self.cmd.va + off, gp_put=self.put, doorbell=self.token, timeline=dev.timeline_value - 1,
+                           launches=launches)
+
+  def ring_va(self, idx: int) -> int:
+    """The GPU address of GPFIFO entry idx."""
+    return self.gpfifo_va + 8 * idx
+
+  def submitted(self, upto: int) -> str:
+    """The GPFIFO entries written since the last call, up to GP_PUT `upto`, decoded (IOCTL_TRACE's doorbell lines)."""
+    first, self.traced = self.traced, upto
+    if first == upto: return f"    {self.name} channel: no new GPFIFO entries (GP_PUT {upto}): a re-check of semaphore acquires"
+    classes = {hw.SUBC_COMPUTE: self.dev.compute_class, hw.SUBC_COPY: self.dev.dma_class}
+    read, out = mapped_reader(self.dev.memories), []
+    i = first
+    while i != upto:
+      addr, n, _ = hw.decode_gp_entry(self.ring[i])
+      out.append(f"    {self.name} channel GPFIFO entry {i}: {n} words at {addr:#x}")
+      try: out.append(hw.format_commands(hw.words_of(read(addr, 4 * n)), classes, read=read, names=self.dev.qmd_kernels))
+      except KeyError as e: out.append(f"      (cannot read it: {e})")
+      i = (i + 1) % self.entries
+    return "\n".join(out)
 
   def state(self) -> str:
     get, put = self.gp_get_p.value, self.gp_put_p.value
@@ -136,7 +180,7 @@ class NVChannel:
       seg = self.cmd.va + off
       mark = (pb_get - seg) // 4 if not self._done(idx) and idx == get and seg <= pb_get < seg + 4 * n else None
       s += f"\n  GPFIFO entry {idx} ({cur}): {n} words at {seg:#x}" + (f", the GPU is at {pb_get:#x}" if mark is not None else "")
-      s += "\n" + hw.format_commands(words, classes, mark)
+      s += "\n" + hw.format_commands(words, classes, mark, mapped_reader(self.dev.memories), self.dev.qmd_kernels)
       if not self._done(idx) and idx == get: s += "\n" + hw.format_methods(words, classes, mark, base=seg)
     return s
 

@@ -5,7 +5,8 @@ RM for are in device.py."""
 from __future__ import annotations
 import ctypes, errno
 from typing import Any
-from baregrad.drivers.port import IoctlError, register_ioctl, describe
+from baregrad.drivers.port import (IoctlError, register_ioctl, describe, header_names, enum_words, register_field_words,
+                                   register_pointer, register_array_count)
 from baregrad.drivers.vmem import O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_FIXED
 from baregrad.ctypes_autogen.nv import nv_580
 from baregrad.drivers.nv import hw
@@ -49,6 +50,7 @@ class RMClient:
 
   def rm_alloc(self, parent: int, cls: int, params: Any = None, root: int | None = None, handle: int = 0) -> int:
     nv = self.nv
+    if params is not None: ALLOC_PARAMS[cls] = type(params)
     p = nv.NVOS21_PARAMETERS(hRoot=self.root if root is None else root, hObjectParent=parent, hObjectNew=handle, hClass=cls,
                              pAllocParms=ctypes.addressof(params) if params is not None else 0,
                              paramsSize=ctypes.sizeof(params) if params is not None else 0)
@@ -62,6 +64,7 @@ class RMClient:
 
   def rm_control(self, obj: int, cmd: int, params: Any, name: str) -> Any:
     nv = self.nv
+    CONTROL_PARAMS[cmd] = type(params)
     p = nv.NVOS54_PARAMETERS(hClient=self.root, hObject=obj, cmd=cmd, params=ctypes.addressof(params), paramsSize=ctypes.sizeof(params))
     self._rm_call(nv.NV_ESC_RM_CONTROL, p, f"NV_ESC_RM_CONTROL({name})", detail=f"control {cmd:#x} on {obj:#x}: {describe(params)}")
     return params
@@ -90,15 +93,38 @@ class RMClient:
       self._fds.remove(fd)
 
 
+# The parameter struct each RM class is allocated with and each control command takes, as the driver passes them
+# (the headers pair them only in prose: cl*.h and ctrl*.h comments); traces follow pAllocParms and params into them.
+ALLOC_PARAMS: dict[int, type] = {}
+CONTROL_PARAMS: dict[int, type] = {}
+
+def _sized(t: type | None, size: int) -> type | None:
+  """`t` when a struct of that type is `size` bytes (what the call says it passed), else None: never read past it."""
+  return t if t is not None and ctypes.sizeof(t) == size else None
+
 _registered = False
 def register_ioctls(nv: Any) -> None:
-  """Name the RM and UVM ioctls of bindings `nv` for traces (IOCTL_TRACE=1) and errors; once per process."""
+  """Name the RM and UVM ioctls of bindings `nv` for traces (IOCTL_TRACE=1) and errors; once per process. Traces then
+  name classes and control commands, follow pAllocParms (by class) and control params (by command) into their
+  structs, and show UVM_MAP_EXTERNAL_ALLOCATION's per-GPU attributes up to gpuAttributesCount."""
   global _registered
   if _registered: return
   _registered = True
+  import re
+  ctrl = {v & 0xFFFFFFFF: k for k, v in vars(nv).items() if type(v) is int and re.fullmatch(r"NV[0-9A-F]{4}_CTRL_CMD_\w+", k)
+          and not k.endswith(("_PARAMS_MESSAGE_ID", "_CATEGORY", "_INTERFACE_ID"))}
+  register_field_words(nv.NVOS21_PARAMETERS, "hClass", hw.class_name)
+  register_pointer(nv.NVOS21_PARAMETERS, "pAllocParms", lambda o: _sized(ALLOC_PARAMS.get(o.hClass), o.paramsSize))
+  register_field_words(nv.NVOS54_PARAMETERS, "cmd", enum_words(ctrl))
+  register_pointer(nv.NVOS54_PARAMETERS, "params", lambda o: _sized(CONTROL_PARAMS.get(o.cmd), o.paramsSize))
+  status = enum_words(header_names(nv, "NV_ERR_") | {0: "NV_OK"})
+  for t in (nv.NVOS21_PARAMETERS, nv.NVOS54_PARAMETERS, nv.NVOS00_PARAMETERS, nv.NVOS33_PARAMETERS): register_field_words(t, "status", status)
+  register_pointer(nv.NV2080_CTRL_GR_GET_INFO_PARAMS, "grInfoList", lambda o: nv.NV2080_CTRL_GR_INFO * o.grInfoListSize)
+  register_array_count(nv.UVM_MAP_EXTERNAL_ALLOCATION_PARAMS, "perGpuAttributes", "gpuAttributesCount")
   for nr, t, name in ((nv.NV_ESC_RM_ALLOC, nv.NVOS21_PARAMETERS, "NV_ESC_RM_ALLOC"), (nv.NV_ESC_RM_FREE, nv.NVOS00_PARAMETERS, "NV_ESC_RM_FREE"),
                       (nv.NV_ESC_RM_CONTROL, nv.NVOS54_PARAMETERS, "NV_ESC_RM_CONTROL"),
                       (nv.NV_ESC_RM_MAP_MEMORY, hw.nv_ioctl_nvos33_parameters_with_fd, "NV_ESC_RM_MAP_MEMORY"),
+                      (nv.NV_ESC_RM_ALLOC_MEMORY, hw.nv_ioctl_nvos02_parameters_with_fd, "NV_ESC_RM_ALLOC_MEMORY"),
                       (nv.NV_ESC_CARD_INFO, nv.nv_ioctl_card_info_t * 32, "NV_ESC_CARD_INFO"),
                       (nv.NV_ESC_REGISTER_FD, nv.nv_ioctl_register_fd_t, "NV_ESC_REGISTER_FD"),
                       (nv.NV_ESC_CHECK_VERSION_STR, nv.nv_ioctl_rm_api_version_t, "NV_ESC_CHECK_VERSION_STR")):

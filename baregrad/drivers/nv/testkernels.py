@@ -9,8 +9,10 @@ them for the GPU, the mock runs the PTX.
   generic_shared(out)              each block's thread ids reversed through a generic pointer into .shared
   local_array(out, k)              a 1 KiB .local array per thread, read back directly and through cvta.local
   step(dst, src, mul, add)         dst[i] = src[i] * mul + add
-  spill_ptx()                      spill(out, inp): 40 live values under .maxnreg 24 (ptxas spills to local memory)"""
+  spill_ptx()                      spill(out, inp): 40 live values under .maxnreg 24 (ptxas spills to local memory)
+  dynamic_shared_ptx(nbytes)       dynsmem(out): `nbytes` of dynamic shared memory filled and read back (> 48 KB)"""
 from __future__ import annotations
+from baregrad.codegen.renderer.ptx import DYN_SHARED_NOTE
 
 KERNELS = r"""
 .version 8.0
@@ -98,3 +100,21 @@ def spill_ptx(n: int = 40) -> str:
                     "  mov.u32 %r1, %ctaid.x; mov.u32 %r2, %ntid.x; mov.u32 %r3, %tid.x; mad.lo.s32 %r4, %r1, %r2, %r3;",
                     "  mul.wide.u32 %rd3, %r4, 4; add.s64 %rd4, %rd2, %rd3;", "  mov.u32 %r5, 0;", *body,
                     "  add.s64 %rd5, %rd1, %rd3; st.global.u32 [%rd5], %r5;", "  ret;", "}"])
+
+def dynamic_shared_ptx(nbytes: int) -> str:
+  """dynsmem(out): a block's threads fill all `nbytes` of dynamic shared memory (the renderer's .extern region, its size
+  stated as the PTX renderer states it) with word i = i, then thread t of block b reads word nwords - 1 - t back and
+  adds %dynamic_smem_size: out[b * ntid + t] = nwords - 1 - t + nbytes. The launch must provide the whole region."""
+  if nbytes % 4 or nbytes < 4096: raise ValueError(f"dynamic_shared_ptx: {nbytes} bytes: a multiple of 4, at least 4096")
+  nw = nbytes // 4
+  return "\n".join([".version 8.0", ".target sm_90", ".address_size 64", f"{DYN_SHARED_NOTE}{nbytes}",
+                    ".extern .shared .align 128 .b8 smem[];", ".visible .entry dynsmem(.param .u64 out) {",
+                    "  .reg .b32 %r<16>; .reg .b64 %rd<8>; .reg .pred %p<2>;",
+                    "  ld.param.u64 %rd1, [out]; cvta.to.global.u64 %rd1, %rd1;",
+                    "  mov.u32 %r1, smem; mov.u32 %r2, %tid.x; mov.u32 %r3, %ntid.x; mov.u32 %r4, %r2;",
+                    "FILL:", "  shl.b32 %r5, %r4, 2; add.u32 %r6, %r1, %r5; st.shared.u32 [%r6], %r4;",
+                    f"  add.u32 %r4, %r4, %r3; setp.lt.u32 %p1, %r4, {nw}; @%p1 bra FILL;", "  bar.sync 0;",
+                    f"  mov.u32 %r7, {nw - 1}; sub.u32 %r7, %r7, %r2; shl.b32 %r8, %r7, 2; add.u32 %r9, %r1, %r8;",
+                    "  ld.shared.u32 %r10, [%r9]; mov.u32 %r11, %dynamic_smem_size; add.u32 %r10, %r10, %r11;",
+                    "  mov.u32 %r12, %ctaid.x; mad.lo.s32 %r13, %r12, %r3, %r2;",
+                    "  mul.wide.u32 %rd2, %r13, 4; add.s64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r10;", "  ret;", "}"])

@@ -7,6 +7,8 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.engine.graph import permute_uop
+from baregrad.ir.view import moved_shape, ViewError
+from baregrad.ir.sint import has_sym, is_sym, max_shape, sym_eq
 from baregrad.tensor.common import MAX_NUMEL, _axis, _shape_arg, _node
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
@@ -18,6 +20,7 @@ class MovementOps:
     """The same elements in a new shape (one -1 is inferred); a view, never a copy (PyTorch copies when it cannot view)."""
     shape = _shape_arg(shape)
     if shape.count(-1) > 1: raise RuntimeError(f"reshape {shape}: only one dimension can be inferred (-1)")
+    if has_sym(shape) or has_sym(self.shape): return self._reshape_sym(shape)
     if any(s < -1 for s in shape): raise RuntimeError(f"reshape {shape}: invalid shape dimension {min(shape)}")
     if -1 in shape:
       known = prod(s for s in shape if s != -1)
@@ -27,6 +30,17 @@ class MovementOps:
         f"elements)")
     if shape == self.shape: return self
     return self._new(_node(Ops.RESHAPE, self.dtype, (self.uop,), shape, shape))   # (shape checked above: none inferred)
+  def _reshape_sym(self, shape: tuple) -> Tensor:
+    # symbolic sizes (ir/sint.py) stay axes of their own, in order; a -1 is what the int sizes leave
+    if -1 in shape:
+      known = prod(s for s in shape if s != -1 and not is_sym(s))
+      have = prod(s for s in self.shape if not is_sym(s))
+      if known == 0 or have % known: raise RuntimeError(f"cannot reshape {self.shape} to {shape}")
+      shape = tuple(have // known if s == -1 else s for s in shape)
+    try: moved_shape(self.shape, "reshape", shape)
+    except ViewError as e: raise RuntimeError(f"reshape: {e}") from None
+    if shape == self.shape: return self
+    return self._new(_node(Ops.RESHAPE, self.dtype, (self.uop,), shape, shape))
   def permute(self, *order: Any) -> Tensor:
     """The axes reordered (a view): out.shape[i] == self.shape[order[i]]."""
     order = _shape_arg(order)
@@ -48,12 +62,12 @@ class MovementOps:
     x = self.reshape((1,) * (len(shape) - self.ndim) + self.shape) if len(shape) > self.ndim else self
     lead = len(shape) - self.ndim
     for i, s in enumerate(shape):   # (-1 keeps an existing size; a new axis has none to keep)
-      if s < -1 or (s == -1 and i < lead):
+      if not is_sym(s) and (s < -1 or (s == -1 and i < lead)):
         raise RuntimeError(f"expand to {shape}: invalid size {s} at axis {i} (sizes are >= 0; -1 only for an existing axis)")
     new = tuple(x.shape[i] if s == -1 else s for i, s in enumerate(shape))
-    if prod(new) > MAX_NUMEL: raise RuntimeError(f"expand to {shape}: {prod(new)} elements overflow (at most {MAX_NUMEL})")
+    if prod(max_shape(new)) > MAX_NUMEL: raise RuntimeError(f"expand to {shape}: {prod(max_shape(new))} elements overflow (at most {MAX_NUMEL})")
     for a, b in zip(x.shape, new):
-      if a != b and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
+      if not sym_eq(a, b) and a != 1: raise RuntimeError(f"cannot expand shape {self.shape} to {shape}: only size-1 axes expand")
     if new == x.shape: return x
     return x._new(_node(Ops.EXPAND, x.dtype, (x.uop,), new, new))   # (checked above)
   def expand_as(self, other: Tensor) -> Tensor:
@@ -62,6 +76,13 @@ class MovementOps:
   def _pad(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
     if all(a == (0, 0) for a in arg): return self
     return self._new(UOp(Ops.PAD, self.dtype, (self.uop,), tuple(arg)))
+  def shrink(self, arg: Sequence[tuple[Any, Any] | None]) -> Tensor:
+    """The part [lo, hi) along each axis (None: the whole axis), a view. A bound may be symbolic: an expression of a
+    bound variable (`Variable("pos", 0, 1023).bind(n)`, ir/sint.py), which makes one kernel serve every n."""
+    if len(arg) != self.ndim: raise RuntimeError(f"shrink: {len(arg)} (lo, hi) pairs for a tensor of {self.ndim} dims (shape {self.shape})")
+    full = tuple((0, s) if a is None else (a[0], a[1]) for a, s in zip(arg, self.shape))
+    moved_shape(self.shape, "shrink", full)   # (out of range: the error names the shape)
+    return self._shrink(full)
   def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
     if all(a == (0, s) for a, s in zip(arg, self.shape)): return self
     return self._new(UOp(Ops.SHRINK, self.dtype, (self.uop,), tuple(arg)))
@@ -91,6 +112,7 @@ class MovementOps:
     value = 0.0 if value is None else value
     arg = [(0, 0)] * self.ndim
     for i in range(len(pad) // 2): arg[self.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1])
+    if has_sym(self.shape): raise RuntimeError(f"pad of a tensor with symbolic sizes (shape {self.shape}) is not supported: pad before the symbolic slice")
     # negative padding crops
     crop = tuple((max(0, -b), s - max(0, -a)) for (b, a), s in zip(arg, self.shape))
     if any(lo > hi for lo, hi in crop): raise RuntimeError(f"pad {tuple(pad)}: negative padding crops more than the size of shape {self.shape}")

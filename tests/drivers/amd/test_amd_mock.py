@@ -535,6 +535,23 @@ def test_hang_watchdog_reports_the_blocked_packet(amd, monkeypatch, capfd):
   assert f"waiting for signal {done.va_addr:#x} >= 1 (it is 0;" in err and "HANG?" in err, err
   assert f"WAIT_REG_MEM mem[{never.va_addr:#x}]" in err and "value=5" in err and "the CP is here" in err, err
 
+def test_hang_watchdog_on_the_timeline_does_not_give_up_the_work(amd, monkeypatch, capfd):
+  """Work on the device's own timeline that outlasts HANG_WARN_MS (a long kernel): the watchdog reports, the wait goes
+  on to its timeout and the work completes; no recovery at the end of the watchdog's window (which destroyed the
+  queues and lost the work after 5 s)."""
+  from baregrad import knobs
+  monkeypatch.setenv("HANG_WARN_MS", "100"); knobs.reset()
+  never = HCQSignal(amd)
+  amd.compute_queue_t().wait(never, 5).signal(amd.timeline_signal, amd.next_timeline()).submit(amd)
+  releaser = threading.Timer(1.0, lambda: setattr(never, "value", 5))
+  releaser.start()
+  try: amd.synchronize(timeout_ms=10000)
+  finally:
+    releaser.join()
+    monkeypatch.delenv("HANG_WARN_MS"); knobs.reset()
+  err = capfd.readouterr().err
+  assert "HANG?" in err and "recovered" not in err, err
+
 def test_interrupt_needs_the_mailbox_write(amd, mock):
   """A signal whose interrupt packet forgot the event mailbox write would never wake a sleeping host (the check in
   kfd_signal_event_interrupt): the driver's signals write it; this drives a RELEASE_MEM interrupt without it."""
@@ -575,6 +592,23 @@ def test_cp_bad_opcode_in_an_ib():
     raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, 4, True))
     with pytest.raises(AMDFault, match="GPU hang/reset"): dev.synchronize(timeout_ms=2000)
     assert any("CP bad opcode" in l for l in mock.log)
+  finally: dev.close()
+
+@pytest.mark.parametrize("family_arch", ["gfx1100", "gfx942"])
+def test_cp_refuses_an_opcode_no_header_defines(family_arch):
+  """A PM4 opcode neither nvd.h nor soc15d.h defines (0x0e) is a bad opcode for the CP (kfd_int_process_v11.c /
+  kfd_int_process_v9.c: CP_BAD_OPCODE suspends the queue): the device reports a hang/reset naming the opcode and the
+  IB address, and the queue does not run on past it."""
+  dev, mock = open_mock(arch=family_arch, skip_unexecutable=True) if family_arch == "gfx942" else open_mock()
+  try:
+    assert 0x0E not in hw.pm4_names(dev.family)
+    ib, m = dev._gpu_alloc(4096, "userptr"), dev._gpu_alloc(4096, "userptr")
+    w = [hw.pm4_hdr(0x0E, 1), 0] + hw.pm4_release_mem(dev.family, m.va, 0x77, data_sel=1)
+    (ctypes.c_uint32 * len(w)).from_address(ib.cpu)[:] = w
+    raw_aql(dev, hw.aql_pm4_ib(dev.family, ib.va, len(w), True))
+    with pytest.raises(AMDFault, match="GPU hang/reset"): dev.synchronize(timeout_ms=2000)
+    assert any(f"CP bad opcode: PM4 0xe at {ib.va:#x}" in l for l in mock.log), mock.log[-3:]
+    assert ctypes.c_uint32.from_address(m.cpu).value == 0     # the RELEASE_MEM after it never ran
   finally: dev.close()
 
 def test_release_mem_64bit_address_drops_low_bits(amd, mock):

@@ -97,3 +97,51 @@ def test_doctor_on_the_mock(monkeypatch):
   oks = out.count("-> ok")
   assert oks >= 7, out   # the stages before a kernel runs; with the RDNA3 interpreter all 10
   for s in ("KFD ioctl interface 1.17", "gfx1100 (supported)", "agree", "ticks/us measured", "woke"): assert s in out, out
+
+def test_doctor_open_stage_is_told_apart_into_steps(monkeypatch):
+  """Stage 3 (opening the device) reports its steps: each passes with its calls on the mock; on a KFD that refuses
+  CREATE_EVENT the events step fails at that call with its errno, the steps before passed and the queues were not reached."""
+  import errno
+  from baregrad.ctypes_autogen import kfd
+  import baregrad.drivers.mock.amd as mock_amd
+  out = _run(amd_doctor.main, "--mock", "--n", "1024")
+  for i, step in enumerate(("KFD", "VM and apertures", "memory", "events", "queues")):
+    assert f"step {i + 1}/5 {step}: ok" in out, (step, out)
+  assert "AMDKFD_IOC_CREATE_QUEUE x2" in out and "AMDKFD_IOC_ACQUIRE_VM" in out
+  class NoEvents(mock_amd.MockAMDGPU):
+    def ioctl(self, fd, request, argp, argsize):
+      return -errno.EINVAL if request == kfd.AMDKFD_IOC_CREATE_EVENT else super().ioctl(fd, request, argp, argsize)
+  monkeypatch.setattr(mock_amd, "MockAMDGPU", NoEvents)
+  out = _run(amd_doctor.main, "--mock", "--n", "1024")
+  assert "step 3/5 memory: ok" in out and "step 4/5 events: FAILED at AMDKFD_IOC_CREATE_EVENT: IoctlError:" in out and "EINVAL" in out, out
+  assert "step 5/5 queues: not reached" in out
+
+def test_aql_view_follows_each_dispatch_to_its_launch(tmp_path, monkeypatch):
+  """`amd_decode.py aql` prints each DISPATCH's launch line like the NV GPFIFO view: kernel name from the code object
+  given with --code at its load address, grid in workgroups, block, LDS, and from the kernel descriptor the VGPRs and
+  wave size; the AMD_CAPTURE view does the same from the captured code object."""
+  import ctypes
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from tests.drivers.amd.test_amd_mock import amd_kernels
+  monkeypatch.setenv("AMD_CAPTURE", str(tmp_path / "cap"))
+  dev = AMDDevice("AMD", port=make_port(MockAMDGPU()))
+  try:
+    lib = amd_kernels()
+    prg = dev.runtime(dev, "fill", lib)
+    out = dev.allocator.alloc(64)
+    prg(out, vals=(3,), global_size=(16, 1, 1), local_size=(4, 1, 1), wait=True)
+    r = dev.aql
+    (tmp_path / "ring.bin").write_bytes(ctypes.string_at(r.ring.cpu, 64 * r.put))
+    (tmp_path / "code.bin").write_bytes(lib)
+    vg = (prg.descriptor.compute_pgm_rsrc1 & 0x3F) + 1   # GRANULATED_WORKITEM_VGPR_COUNT (bits 5:0), wave32 granule 8
+    want = f"launch 'fill' grid=(16, 1, 1) block=(4, 1, 1) shared={prg.group_segment_size} vgprs={8 * vg} wave32"
+    text = _run(amd_decode.main, "aql", str(tmp_path / "ring.bin"), "--base", hex(r.ring.va), "--code", f"{prg.image.va:#x}={tmp_path / 'code.bin'}")
+    assert want in text, text
+    # without the code object the dispatch still shows what the packet says, and why there is no more
+    bare = _run(amd_decode.main, "aql", str(tmp_path / "ring.bin"), "--kernel", f"{prg.kd_va:#x}=fill")
+    assert "launch 'fill' grid=(16, 1, 1) block=(4, 1, 1)" in bare and "vgprs" not in bare, bare
+    cap = _run(amd_decode.main, "capture", str(tmp_path / "cap"))
+    assert want in cap, cap
+  finally: dev.close()

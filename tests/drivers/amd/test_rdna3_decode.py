@@ -13,8 +13,8 @@ from baregrad.ir.dtype import dtypes
 from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer.amdgpu import AMDGPURenderer
 from baregrad.drivers.amd_compile import AMDCompiler, load_code_object
-from baregrad.drivers.mock.rdna3 import opcodes
-from baregrad.drivers.mock.rdna3.decode import Inst, decode, disassemble, DecodeError, inline_value, vop_sig
+from baregrad.drivers.amd.isa import rdna3_opcodes as opcodes
+from baregrad.drivers.amd.isa.rdna3_decode import Inst, decode, disassemble, DecodeError, inline_value, vop_sig
 from baregrad.drivers.mock.rdna3.machine import compile_inst
 from baregrad.drivers.mock.ptx import Memory
 from tests.drivers.nv.test_ptx_renderer import kernel_set

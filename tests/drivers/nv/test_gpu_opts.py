@@ -206,7 +206,9 @@ def test_beam_on_the_mock_gpu(tmp_path, monkeypatch):
   ast = _sum_ast(8, 256)
   acts = candidate_actions(_kernel(ast, "NV"))
   assert {a.op for a in acts} >= {OptOps.LOCAL, OptOps.GROUP, OptOps.SPLIT, OptOps.UPCAST, OptOps.UNROLL, OptOps.PARALLEL}
-  assert {a.op for a in candidate_actions(_kernel(_matmul_ast(16, 16, 16, f16), "NV"))} >= {OptOps.TC}
+  mm = candidate_actions(_kernel(_matmul_ast(16, 16, 16, f16), "NV"))
+  assert {a.op for a in mm} >= {OptOps.TC}
+  assert {a.amt for a in mm if a.op is OptOps.SMEM} == {0, 3, 4}   # staging, and the cp.async pipeline's depth
   calls = []
   from baregrad.engine import search
   real = search._time

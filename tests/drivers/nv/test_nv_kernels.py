@@ -13,7 +13,7 @@ from baregrad.hal import Device
 from baregrad.hcq.graph import HCQGraph
 from baregrad.drivers.nv import NVDevice
 
-from baregrad.drivers.nv.testkernels import KERNELS, spill_ptx
+from baregrad.drivers.nv.testkernels import KERNELS, spill_ptx, dynamic_shared_ptx
 
 @pytest.fixture(scope="module")
 def dev():
@@ -105,3 +105,17 @@ def test_dependent_graph_replayed_1000_times(dev):
     want[r % 2] = ((want[r % 2] * 3 + 1) * 5 + 2 + 7) & 0xFFFFFFFF
   dev.synchronize()
   assert (get(dev, a0, n) == want[0].astype(np.uint32)).all() and (get(dev, a1, n) == want[1].astype(np.uint32)).all()
+
+def test_dynamic_shared_memory_at_the_generation_limit(dev):
+  """The most dynamic shared memory a block may have on this GPU (hw.GPUArch.max_shared: 227 KB on an H100), filled
+  and read back by 2 blocks of 128 threads: the launch's QMD (SHARED_MEMORY_SIZE, the largest SM_CONFIG carveout) and
+  constant bank 0's %dynamic_smem_size at the limit."""
+  nbytes = dev.max_shared_mem
+  prg = prog(dev, "dynsmem", dynamic_shared_ptx(nbytes))
+  assert prg.dyn_shared == nbytes
+  out = dev.allocator.alloc(4 * 256)
+  prg(out, global_size=(2, 1, 1), local_size=(128, 1, 1))
+  dev.synchronize()
+  got = get(dev, out, 256)
+  t = np.arange(256) % 128
+  assert (got == nbytes // 4 - 1 - t + nbytes).all(), got[:8]

@@ -3,7 +3,7 @@ patching, method encode/decode, and the HCQ conformance suite. The mock is hande
 (make_port(MockNVGPU())); nothing here sets MOCKGPU globally."""
 from __future__ import annotations
 from tests.paths import REPO
-import ctypes, errno, threading, time
+import ctypes, errno, re, threading, time
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -146,6 +146,31 @@ def test_trace_names_ioctls():
     for name in ("NV_ESC_CHECK_VERSION_STR", "NV_ESC_CARD_INFO", "UVM_INITIALIZE", "UVM_MM_INITIALIZE", "NV_ESC_RM_ALLOC", "NV_ESC_RM_CONTROL",
                  "UVM_REGISTER_GPU_VASPACE", "UVM_MAP_EXTERNAL_ALLOCATION", "NV_ESC_RM_MAP_MEMORY", "doorbell"):
       assert name in text, name
+  finally: dev.close()
+
+def test_trace_follows_pointers_trims_arrays_and_decodes_doorbells():
+  """IOCTL_TRACE on NV: pAllocParms followed into the class's parameter struct, control params into the command's,
+  classes, control commands and statuses named from the headers, UVM's 256 per-GPU slots cut to gpuAttributesCount,
+  and each doorbell followed by the GPFIFO entries it submitted, decoded down to the launch."""
+  from baregrad.drivers.nv.testkernels import KERNELS
+  lines: list[str] = []
+  dev = NVDevice("NV", port=TracingPort(MockPort(MockNVGPU()), lines.append))
+  try:
+    prg = dev.runtime(dev, "idx", KERNELS.encode())
+    out = dev.allocator.alloc(4 * 64)
+    prg(out, vals=(64,), global_size=(2, 1, 1), local_size=(32, 1, 1))
+    dev.synchronize()
+    text = "\n".join(lines)
+    assert re.search(rf"hClass={nv.FERMI_VASPACE_A:#x} \(FERMI_VASPACE_A\), pAllocParms=0x[0-9a-f]+ -> NV_VASPACE_ALLOCATION_PARAMETERS "
+                     rf"\{{index=0, flags={nv.NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING | nv.NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED:#x}", text)
+    assert re.search(rf"cmd={nv.NV2080_CTRL_CMD_MC_GET_ARCH_INFO:#x} \(NV2080_CTRL_CMD_MC_GET_ARCH_INFO\), flags=0, "
+                     r"params=0x[0-9a-f]+ -> NV2080_CTRL_MC_GET_ARCH_INFO_PARAMS \{architecture=", text)
+    assert "status=0 (NV_OK)" in text and "grInfoList=0x" in text and "-> NVXXXX_CTRL_XXX_INFO[5]" in text
+    uvm = [l for l in lines if "UVM_MAP_EXTERNAL_ALLOCATION" in l][0]
+    assert "(1 used of 256), gpuAttributesCount=1" in uvm and uvm.count("gpuUuid") == 1, uvm
+    bell = [l for l in lines if "doorbell" in l and "EXEC" in l]
+    assert bell and "compute channel GPFIFO entry" in bell[0] and "launch 'idx' grid=(2, 1, 1) block=(32, 1, 1)" in bell[0], bell
+    assert any("no new GPFIFO entries" in l for l in lines if "doorbell" in l)   # a re-ring (_kick) says it submitted nothing
   finally: dev.close()
 
 # ---------------------------------------------------------------- RM object tree
@@ -430,6 +455,26 @@ def test_nv_doctor_on_mock(capsys):
             "== copy", "== multi-block launch", "all 65536 elements right", "register spills: right", "== signals",
             "20 replays: right", "kernel log: no new lines", "OK in"):
     assert s in out, s
+
+def test_nv_doctor_open_stage_is_told_apart_into_steps(capsys):
+  """The open stage reports its steps (RM client, UVM, VA space, memory, channels, scheduling): on the mock each passes
+  with its calls; on a GPU whose RM refuses GPFIFO_SCHEDULE, the scheduling step fails at that call with RM's status and
+  the steps before it passed."""
+  from baregrad.drivers.mock.nv import RMStatus
+  assert _tool("nv_doctor").main(["--mock", "--replays", "2"]) == 0
+  out = capsys.readouterr().out
+  for i, step in enumerate(("RM client", "UVM", "VA space", "memory", "channels", "scheduling")):
+    assert re.search(rf"step {i + 1}/6 {step}: ok, \d+ calls", out), (step, out[:3000])
+  assert "step 3/6 VA space: ok, 2 calls" in out and "NV_ESC_RM_ALLOC(FERMI_VASPACE_A), UVM_REGISTER_GPU_VASPACE" in out
+  assert "step 6/6 scheduling: ok, 1 calls" in out and "NV_ESC_RM_CONTROL(GPFIFO_SCHEDULE)" in out
+  class NoSchedule(MockNVGPU):
+    def _ctl_schedule(self, hc, o, q): raise RMStatus(nv.NV_ERR_INVALID_STATE, "refused for the test")
+    _controls = {**MockNVGPU._controls, nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE: (MockNVGPU._controls[nv.NVA06C_CTRL_CMD_GPFIFO_SCHEDULE][:2]
+                                                                             + (_ctl_schedule,))}
+  assert _tool("nv_doctor").main(["--mock"], mock=NoSchedule()) == 1
+  out = capsys.readouterr().out
+  assert "step 5/6 channels: ok" in out and "step 6/6 scheduling: FAILED at NV_ESC_RM_CONTROL(GPFIFO_SCHEDULE): RMError:" in out, out
+  assert "NV_ERR_INVALID_STATE" in out and "the device did not open" in out
 
 def test_nv_doctor_reports_a_failing_stage_and_goes_on(capsys):
   """A GPU that refuses the multi-block launch: the stage fails naming the Xid, the kernel log's line is decoded, the

@@ -233,3 +233,72 @@ def test_cvt_rna_tf32():
   np.testing.assert_array_equal(got, want)
   assert (got.view(np.uint32)[:4] & 0x1FFF == 0).all()
   _ptxas(src)
+
+CP3 = HDR + """.visible .entry cp3(.param .u64 inp, .param .u64 out) {
+  .shared .align 16 .b8 sm[1536];
+  .reg .b32 %r<24>; .reg .b64 %rd<12>;
+  ld.param.u64 %rd1, [inp]; ld.param.u64 %rd2, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 16; add.s64 %rd4, %rd1, %rd3;
+  mov.u32 %r6, sm; mul.lo.u32 %r7, %r1, 16; add.u32 %r8, %r6, %r7;
+  mul.wide.u32 %rd6, %r1, 48; add.s64 %rd7, %rd2, %rd6;
+  cp.async.cg.shared.global [%r8], [%rd4], 16;            // a 3-stage pipeline's prologue: three groups in flight
+  cp.async.commit_group;
+  cp.async.cg.shared.global [%r8+512], [%rd4+512], 16;
+  cp.async.commit_group;
+  cp.async.cg.shared.global [%r8+1024], [%rd4+1024], 16;
+  cp.async.commit_group;
+  cp.async.wait_group 2;                                  // the oldest group is complete, the two newer may not be
+  bar.sync 0;
+  ld.shared.v4.b32 {%r11, %r12, %r13, %r14}, [%r8];
+  ld.shared.b32 %r15, [%r8+512];
+  st.global.v4.b32 [%rd7], {%r11, %r12, %r13, %r14};
+  st.global.b32 [%rd7+16], %r15;
+  cp.async.wait_group 1;
+  bar.sync 0;
+  ld.shared.v4.b32 {%r11, %r12, %r13, %r14}, [%r8+512];
+  ld.shared.b32 %r15, [%r8+1024];
+  st.global.v4.b32 [%rd7+20], {%r11, %r12, %r13, %r14};
+  st.global.b32 [%rd7+36], %r15;
+  ret;
+}
+"""
+
+def test_cp_async_wait_group_counts_the_newest_groups():
+  """cp.async.wait_group N (PTX ISA 9.7.9.25.3.3): waits until at most the N most recent committed groups are pending,
+  so with three groups in flight wait_group 2 completes the first only, wait_group 1 the second."""
+  x = np.arange(1, 32 * 12 + 1, dtype=np.uint32)
+  out = run(CP3, "cp3", x, 32 * 48).view(np.uint32).reshape(32, 12)
+  words = x.reshape(-1, 4)
+  np.testing.assert_array_equal(out[:, 0:4], words[:32])           # group 0 after wait_group 2
+  assert (out[:, 4] == 0).all()                                     # group 1 not yet
+  np.testing.assert_array_equal(out[:, 5:9], words[32:64])         # group 1 after wait_group 1
+  assert (out[:, 9] == 0).all()                                     # group 2 not yet
+  _ptxas(CP3)
+
+LDB = HDR + """.visible .entry ldb(.param .u64 inp, .param .u64 out) {
+  .shared .align 16 .b8 sm[2048];
+  .reg .b32 %r<20>; .reg .b64 %rd<8>;
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r1, %tid.x; and.b32 %r2, %r1, 7;
+  mov.u32 %r6, sm; mul.lo.u32 %r7, %r2, 256; add.u32 %r8, %r6, %r7;   // row r at r * 256 bytes
+  SWZ
+  ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r10}, [%r8];
+  mul.wide.u32 %rd3, %r1, 4; add.s64 %rd4, %rd2, %rd3;
+  st.global.b32 [%rd4], %r10;
+  ret;
+}
+"""
+
+@pytest.mark.parametrize("swz,want", [("", 8), ("mul.lo.u32 %r9, %r2, 16; add.u32 %r8, %r8, %r9;", 1)], ids=["rows-256B-apart", "xor-swizzled"])
+def test_bank_wavefronts_of_ldmatrix(swz, want):
+  """The bank model (matrix.py, CUDA C++ Programming Guide "Shared Memory": 32 banks of 4-byte words): 8 rows 256 bytes
+  apart all start in bank 0 (8 wavefronts); each row moved to its own 16-byte chunk (the swizzle) needs one."""
+  from baregrad.drivers.mock.ptx.kernel import PTXKernel
+  seen: list[tuple[int, int]] = []
+  k = PTXModule(LDB.replace("SWZ", swz)).kernel("ldb")
+  k.bank_conflicts = lambda line, text, wf, ideal: seen.append((wf, ideal))
+  mem = Memory()
+  a, o = mem.alloc(4), mem.alloc(128)
+  k.launch(mem, [a, o], (1, 1, 1), (32, 1, 1))
+  assert seen == [(want, 1)] and PTXKernel.bank_conflicts is None

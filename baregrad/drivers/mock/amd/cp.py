@@ -8,7 +8,7 @@ from baregrad.ctypes_autogen import kfd
 from baregrad.ctypes_autogen.amdgpu import hsa
 from baregrad.drivers.amd import hw
 from baregrad.drivers.mock.amd.state import _Running, _ts, Dispatch, GPU, Queue, QueueStop
-from baregrad.drivers.mock.common import GPUFaultErr
+from baregrad.drivers.mock.common import GPUFaultErr, run_machine
 
 class CommandProcessor:
   """AQL and PM4 packet processing and kernel dispatch."""
@@ -25,7 +25,7 @@ class CommandProcessor:
             q = next((q for q in self.queues.values() if q.gpu is g and q.doorbell == (addr - a) & ~7), None)
             if q is None: self.log.append(f"mockamd: doorbell write at slice offset {addr - a:#x}: no queue uses it")
             else: q.db = ctypes.c_uint64.from_address(a + q.doorbell).value   # the doorbell register the engine latches
-            self._run_all()
+            run_machine(self)   # (every mock GPU of the machine: one may wait on another's signal)
           return
       raise OSError(errno.EFAULT, f"doorbell write to {addr:#x}: not a mapped doorbell or MMIO page")
 
@@ -42,11 +42,11 @@ class CommandProcessor:
     for ev in self.events.values():
       if ev.type == kfd.KFD_IOC_EVENT_HW_EXCEPTION: self._signal(ev, bytes(data))
 
-  def _run_all(self) -> None:
+  def _run_all(self) -> bool:
     """Run every queue until none makes progress (a signal one writes may unblock another), for at most one time slice
-    of dispatch execution (module docstring)."""
+    of dispatch execution (module docstring); whether any did."""
     self._slice_end = time.perf_counter() + self.slice_s
-    progress = True
+    progress, any_progress = True, False
     while progress:
       progress = False
       for q in list(self.queues.values()):
@@ -62,6 +62,8 @@ class CommandProcessor:
           q.fault = str(e)
           self.log.append(f"amdgpu: queue {q.qid} ({q.kind}) stopped: {e}")
           self._bad_queue(q)
+      any_progress |= progress
+    return any_progress
 
   # --- AQL (the CP's packet processor)
   def _run_aql(self, q: Queue) -> bool:

@@ -2,6 +2,7 @@
 kfd_ioctl and its table), joining amdkfd's model (kfd, kfd_memory, kfd_queues, kfd_events) and the GPU engines (vm, cp,
 sdma)."""
 from __future__ import annotations
+from baregrad.drivers.mock.common import MACHINE
 import ctypes, errno, threading
 from baregrad import knobs
 from typing import Any
@@ -59,6 +60,7 @@ class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, 
     self.xcc_writes: list[str] = []               # PM4 memory writes that more than one XCC executed (no PRED_EXEC)
     self._lock = threading.RLock()
     self._cond = threading.Condition(self._lock)
+    MACHINE.add(self)   # doorbells run every mock GPU of the process (common.py run_machine)
 
   def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
 

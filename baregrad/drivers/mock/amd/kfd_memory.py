@@ -6,20 +6,7 @@ from typing import Any
 from baregrad.drivers.mock.amd.state import (Backing, BO, DOORBELL_SLICE, F, GPU, GPUVM_SIZE, KFD_MMAP_GPU_ID_SHIFT,
   KFD_MMAP_TYPE_MMIO, KFDErr)
 from baregrad.drivers.mock.amd.vm import _interp_map
-from baregrad.drivers.mock.common import PAGE, rup
-
-def _user_range_mapped(addr: int, size: int) -> bool:
-  """Whether [addr, addr+size) lies in this process's mappings (/proc/self/maps), as get_user_pages needs."""
-  try:
-    with open("/proc/self/maps") as f: spans = [tuple(int(x, 16) for x in line.split()[0].split("-")) for line in f]
-  except OSError: return True
-  spans.sort()
-  cur = addr
-  for lo, hi in spans:
-    if lo <= cur < hi: cur = hi
-    if cur >= addr + size: return True
-  return cur >= addr + size
-
+from baregrad.drivers.mock.common import PAGE, rup, user_range_mapped as _user_range_mapped
 
 class KFDMemory:
   """BO allocation and GPU mapping ioctls."""

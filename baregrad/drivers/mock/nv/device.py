@@ -5,7 +5,7 @@ import ctypes, errno, os, threading, time
 from baregrad import knobs
 from typing import Any
 from baregrad.ctypes_autogen.nv import nv_580 as nv
-from baregrad.drivers.mock.common import MemFD
+from baregrad.drivers.mock.common import MACHINE, MemFD
 from baregrad.drivers.mock.nv.compute import ComputeEngine
 from baregrad.drivers.mock.nv.dma import CopyEngine
 from baregrad.drivers.mock.nv.gpfifo import HostChannels
@@ -68,6 +68,7 @@ class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeE
     self.uvm_registered = False
     self._ptx_cache: dict[str, Any] = {}
     self._ptx_mem: tuple[Any, Any] | None = None
+    MACHINE.add(self)   # doorbells run every mock GPU of the process (common.py run_machine)
 
   def open(self, path: str, flags: int) -> int:
     with self._lock:

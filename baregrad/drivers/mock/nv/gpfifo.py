@@ -4,7 +4,7 @@ the kernel log)."""
 from __future__ import annotations
 import ctypes, errno, time
 from baregrad.ctypes_autogen.nv import nv_580 as nv
-from baregrad.drivers.mock.common import MemFD, MMUFault
+from baregrad.drivers.mock.common import MemFD, MMUFault, run_machine
 from baregrad.drivers.mock.nv.state import Channel, GPUError, Work
 from baregrad.drivers.nv import hw
 from baregrad.drivers.nv.hw import NVNotification
@@ -23,7 +23,7 @@ class HostChannels:
             # rung before, and the entries this doorbell announces run at the next doorbell or kick (the driver rings
             # again while it waits). So a host that rewrites memory a queued launch reads is caught
             # (docs/hw/h100-580.159.04-findings.md finding 6b, launches in one submission overlap).
-            self._run_all()
+            run_machine(self)   # (every mock GPU of the machine: one may wait on another's signal)
             if ch is not None and ch.fault is None: self._announce(ch)
           else: ctypes.c_uint32.from_address(addr).value = value
           return
@@ -54,13 +54,16 @@ class HostChannels:
       return qb + (self.read_gpu(q["cbank0"], q["cbank0_size"]) if q["cbank0"] is not None else b"")
     except (ValueError, KeyError): return None
 
-  def _run_all(self) -> None:
-    """Run every scheduled channel until none makes progress (a release on one may unblock an acquire on another)."""
-    progress = True
+  def _run_all(self) -> bool:
+    """Run every scheduled channel until none makes progress (a release on one may unblock an acquire on another);
+    whether any did."""
+    progress, any_progress = True, False
     while progress:
       progress = False
       for ch in list(self.channels.values()):
         if ch.fault is None and self._is_scheduled(ch): progress |= self._run_channel(ch)
+      any_progress |= progress
+    return any_progress
 
   def _is_scheduled(self, ch: Channel) -> bool:
     return any(key[1] == ch.group for key in self.scheduled_groups)

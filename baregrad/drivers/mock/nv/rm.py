@@ -6,10 +6,10 @@ import ctypes, errno
 from baregrad import knobs
 from typing import Any
 from baregrad.ctypes_autogen.nv import nv_580 as nv
-from baregrad.drivers.mock.common import host_mmap, host_munmap, MAP_SHARED, MemFD, PAGE
+from baregrad.drivers.mock.common import host_mmap, host_munmap, MAP_SHARED, MemFD, PAGE, UserPages, user_range_mapped
 from baregrad.drivers.mock.nv.state import Channel, RMObject, RMStatus
 from baregrad.drivers.nv import hw
-from baregrad.drivers.nv.hw import nv_ioctl_nvos33_parameters_with_fd
+from baregrad.drivers.nv.hw import nv_ioctl_nvos02_parameters_with_fd, nv_ioctl_nvos33_parameters_with_fd
 
 # class -> (parent classes allowed, parameter struct or None, parameters required): the classes one GPU generation offers
 def _class_table(arch: hw.GPUArch) -> dict[int, tuple[tuple[int, ...], type | None, bool]]:
@@ -124,6 +124,47 @@ class ResourceManager:
       p.pLinearAddress = p.offset
     return self._rm(p, go)
 
+  def _esc_alloc_memory(self, f: dict, argp: int, size: int) -> int:
+    """NV_ESC_RM_ALLOC_MEMORY for NV01_MEMORY_SYSTEM_OS_DESCRIPTOR: system memory over the process's own pages (what
+    another device's host memory becomes for this GPU). The checks of escape.c RmIoctl, RmAllocOsDescriptor and
+    RmCreateOsDescriptor, in their order."""
+    # RmIoctl case NV_ESC_RM_ALLOC_MEMORY: NV_ACTUAL_DEVICE_ONLY, a GPU's /dev/nvidiaN, not the control node
+    # (NV_ERR_INVALID_ARGUMENT, which nvidia_ioctl returns as -EINVAL)
+    if f["kind"] != "dev":
+      self.log.append(f"nvidia: NV_ESC_RM_ALLOC_MEMORY on {f['path']}: only on a GPU's /dev/nvidiaN (NV_ACTUAL_DEVICE_ONLY)")
+      return -errno.EINVAL
+    p = nv_ioctl_nvos02_parameters_with_fd.from_address(argp).params
+    def go() -> None:
+      if p.hClass != hw.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR:
+        raise RMStatus(nv.NV_ERR_INVALID_CLASS, f"NV_ESC_RM_ALLOC_MEMORY of {hw.class_name(p.hClass)}: the mock models only OS descriptors")
+      # RmAllocOsDescriptor: LOCATION_PCI and MAPPING_NO_MAP, a coherency of CACHED, WRITE_BACK or UNCACHED -> else NV_ERR_INVALID_FLAGS
+      fl = p.flags
+      if nv.NVOS02_FLAGS_LOCATION.decode(fl) != nv.NVOS02_FLAGS_LOCATION_PCI or nv.NVOS02_FLAGS_MAPPING.decode(fl) != nv.NVOS02_FLAGS_MAPPING_NO_MAP:
+        raise RMStatus(nv.NV_ERR_INVALID_FLAGS, f"OS descriptor flags {fl:#x}: LOCATION must be PCI and MAPPING NO_MAP")
+      coherent = (nv.NVOS02_FLAGS_COHERENCY_CACHED, nv.NVOS02_FLAGS_COHERENCY_WRITE_BACK, nv.NVOS02_FLAGS_COHERENCY_UNCACHED)
+      if nv.NVOS02_FLAGS_COHERENCY.decode(fl) not in coherent:
+        raise RMStatus(nv.NV_ERR_INVALID_FLAGS, f"OS descriptor flags {fl:#x}: COHERENCY must be CACHED, WRITE_BACK or UNCACHED")
+      # RmCreateOsDescriptor: the address page aligned (NV_ERR_NOT_SUPPORTED), limit + 1 not 0 (NV_ERR_INVALID_LIMIT),
+      # os_lock_user_pages pins the pages: addresses the process has not mapped -> NV_ERR_INVALID_ADDRESS (anonymous
+      # pages worked on the H100, docs/hw/h100-580.159.04-findings.md#finding-1; pages of an RM mapping take the
+      # os_lookup_user_io_memory fallback, whose rules the mock does not model: it accepts any mapped pages)
+      if p.pMemory % PAGE: raise RMStatus(nv.NV_ERR_NOT_SUPPORTED, f"OS descriptor at {p.pMemory:#x} is not page aligned")
+      if p.limit + 1 >= 1 << 64: raise RMStatus(nv.NV_ERR_INVALID_LIMIT, f"limit {p.limit:#x} overflows")
+      size = (p.limit + PAGE) // PAGE * PAGE
+      if not user_range_mapped(p.pMemory, size):
+        raise RMStatus(nv.NV_ERR_INVALID_ADDRESS, f"OS descriptor {p.pMemory:#x}+{size:#x}: pages the process has not mapped")
+      # Nv04VidHeapControl (NVOS32_FUNCTION_ALLOC_OS_DESCRIPTOR, the handle provided): the parent is a device of the
+      # client, the handle free
+      parent = self._get(p.hRoot, p.hObjectParent, nv.NV01_DEVICE_0)
+      objs = self.clients[p.hRoot]
+      if p.hObjectNew == 0 or p.hObjectNew in objs: raise RMStatus(nv.NV_ERR_INSERT_DUPLICATE_NAME, f"handle {p.hObjectNew:#x} is zero or in use")
+      o = RMObject(p.hObjectNew, hw.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, parent.handle)
+      o.data = UserPages(p.pMemory, size)
+      o.data.gpu = parent.data["gpu"] if isinstance(parent.data, dict) else 0
+      objs[o.handle] = o
+      parent.children.append(o.handle)
+    return self._rm(p, go)
+
   def _esc_unmap_memory(self, f: dict, argp: int, size: int) -> int:
     p = nv.NVOS34_PARAMETERS.from_address(argp)
     return self._rm(p, lambda: self._get(p.hClient, p.hMemory))
@@ -137,6 +178,7 @@ class ResourceManager:
     nv.NV_ESC_RM_CONTROL: ((nv.NVOS54_PARAMETERS,), True, _esc_control),
     nv.NV_ESC_RM_MAP_MEMORY: ((nv_ioctl_nvos33_parameters_with_fd,), True, _esc_map_memory),
     nv.NV_ESC_RM_UNMAP_MEMORY: ((nv.NVOS34_PARAMETERS,), True, _esc_unmap_memory),
+    nv.NV_ESC_RM_ALLOC_MEMORY: ((nv_ioctl_nvos02_parameters_with_fd,), False, _esc_alloc_memory),
   }
 
   def _get(self, hclient: int, h: int, cls: int | tuple[int, ...] | None = None) -> RMObject:
@@ -271,6 +313,7 @@ class ResourceManager:
     o = objs.pop(h)
     for c in list(o.children): self._free_tree(objs, c)
     if o.parent is not None and o.parent in objs: objs[o.parent].children.remove(h)
+    if isinstance(o.data, UserPages): self.va_map = [m for m in self.va_map if m[2] is not o.data]
     if isinstance(o.data, MemFD):
       self.va_map = [m for m in self.va_map if m[2] is not o.data]
       if o.data.kind == "vid": self.vram_used -= o.data.size

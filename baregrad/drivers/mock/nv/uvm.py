@@ -5,6 +5,7 @@ import bisect, ctypes, errno
 from typing import Any
 from baregrad.ctypes_autogen.nv import nv_580 as nv
 from baregrad.drivers.mock.common import rup, PAGE
+from baregrad.drivers.nv import hw
 from baregrad.drivers.mock.nv.state import Channel, RMStatus
 
 class UVM:
@@ -102,7 +103,7 @@ class UVM:
       raise RMStatus(nv.NV_ERR_INVALID_DEVICE, "mapping attributes name no GPU with a registered GPU VA space")
     # uvm_map_external_allocation_on_gpu: uvm_gpu_can_address (49-bit GPU VA, 48-bit CPU VA: the lower canonical half)
     if p.base + p.length > 1 << 47: raise RMStatus(nv.NV_ERR_OUT_OF_RANGE, f"{p.base:#x}+{p.length:#x} is beyond what the GPU can address")
-    try: o = self._get(p.hClient, p.hMemory, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER))
+    try: o = self._get(p.hClient, p.hMemory, (nv.NV01_MEMORY_SYSTEM, nv.NV01_MEMORY_LOCAL_USER, hw.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR))
     except RMStatus as e: raise RMStatus(nv.NV_ERR_OBJECT_NOT_FOUND, str(e)) from None
     u = bytes(p.perGpuAttributes[0].gpuUuid.uuid)
     if o.data.kind == "vid" and self.uuids[o.data.gpu] != u:

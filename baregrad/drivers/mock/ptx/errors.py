@@ -25,8 +25,9 @@ class PTXError(Exception):
 class GPUFault(PTXError):
   """A GPU page fault (access outside every mapped region) or a misaligned access."""
 
-  def __init__(self, msg: str, address: int | None, line: int | None = None, text: str | None = None) -> None:
+  def __init__(self, msg: str, address: int | None, line: int | None = None, text: str | None = None, space: str = "") -> None:
     self.address = address
+    self.space = space   # "shared" or "local": an offset past the block's (thread's) window; "": a global address
     self.thread: tuple[int, int, int] | None = None
     self.block: tuple[int, int, int] | None = None
     super().__init__(msg, line, text)

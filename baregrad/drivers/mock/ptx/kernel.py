@@ -24,6 +24,9 @@ class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOp
   max_steps = 20_000_000  # instructions issued per batch of blocks before we call it a hang
   livelock_steps = 4096  # divergent steps without reconvergence before leading threads get turns
   trace = None  # a callable(line, text, active_threads, threads): called per issued instruction
+  # a callable(line, text, wavefronts, ideal): called per issued ldmatrix / cp.async with the shared-memory wavefronts
+  # its warps need under the 32-bank model and the fewest they could need (matrix.py, shared_wavefronts)
+  bank_conflicts = None
 
   def __init__(self, module: PTXModule, name: str, params: list[_Var], body: str, body_off: int, line: int) -> None:
     self.module, self.name = module, name

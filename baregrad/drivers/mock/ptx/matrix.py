@@ -19,6 +19,11 @@ Each is modelled from the PTX ISA, independently of the code generator's own des
   allows), so a kernel that reads shared memory before waiting reads stale data here, as it may on hardware.
   cp.async.commit_group closes the thread's uncommitted copies into a group; cp.async.wait_group N waits until at most
   the N most recent groups are pending; cp.async.wait_all waits for every copy, committed or not.
+- Shared-memory banks (an observer, PTXKernel.bank_conflicts; nothing else changes): 32 banks of 4-byte words,
+  successive words in successive banks; a request needs as many wavefronts as the most distinct words any one bank must
+  deliver (threads reading the same word share it) (CUDA C++ Programming Guide, "Shared Memory" under Compute
+  Capability 5.x and later, which later architectures keep). A request moves at most 128 bytes: ldmatrix one 8x8 matrix
+  (8 rows of 16 bytes) per request, a 16-byte cp.async 8 threads per request, a 4-byte one 32 (a whole warp).
 - cvt.rna.tf32.f32: round to nearest, ties away from zero, to a 10-bit mantissa (the low 13 bits of the result are 0).
 """
 from __future__ import annotations
@@ -167,6 +172,9 @@ class MatrixOps:
       if (a % np.uint64(16)).any():
         bad = int(a.reshape(-1)[np.argmax((a % np.uint64(16)).reshape(-1) != 0)])
         raise GPUFault(f"GPU fault: ldmatrix row address {bad:#x} is not 16-byte aligned", bad)
+      if self.bank_conflicts is not None:
+        words = (a.reshape(W * num, 8)[:, :, None] // np.uint64(4) + np.arange(4, dtype=np.uint64)).reshape(W * num, 32)
+        self.bank_conflicts(ins.line, ins.text, shared_wavefronts(words), W * num)
       who = (np.arange(W)[:, None] * 32 + np.arange(8 * num)[None, :]).reshape(-1)   # providing threads
       rows = np.stack([c.shared.load(a.reshape(-1) + np.uint64(2 * e), c.lanes[who], np.dtype(np.uint16), "ldmatrix")
                        for e in range(8)], -1).reshape(W, num, 8, 8)
@@ -228,6 +236,16 @@ class MatrixOps:
         if rd.any():
           data[rd, byte] = c.mem.load(s[rd] + np.uint64(byte), np.uint8, "cp.async global read")
       c.shared._flat(d, c.lanes[sel], size, "cp.async shared write")   # a bad destination faults now
+      if self.bank_conflicts is not None:   # requests of 128 bytes: the issuing threads in order, by warp
+        per, warp = 128 // size, c.lanes[sel] // 32
+        wf = ideal = 0
+        for w in np.unique(warp):
+          dw = d[warp == w]
+          for q in range(0, dw.size, per):
+            ch = dw[q:q + per]
+            words = (ch[:, None] // np.uint64(4) + np.arange(size // 4, dtype=np.uint64)).reshape(1, -1)
+            wf, ideal = wf + shared_wavefronts(words), ideal + 1
+        self.bank_conflicts(ins.line, ins.text, wf, ideal)
       st = _cp_state(c)
       st["pending"].append((sel, d, data, st["count"][sel].copy()))
     ins.fn = fn
@@ -247,6 +265,15 @@ class MatrixOps:
       special = ~np.isfinite(v)
       wd(c, np.where(special, v.view(np.uint32), r).astype(np.uint32), False, m)
     ins.fn = fn
+
+
+def shared_wavefronts(words: np.ndarray) -> int:
+  """Wavefronts of shared-memory requests, one a row of `words` (4-byte word indices): per request the most distinct
+  words one of the 32 banks holds (see the module docstring), summed."""
+  eq = words[:, :, None] == words[:, None, :]
+  first = ~np.tril(eq, -1).any(axis=2)                      # each distinct word counted once
+  same_bank = (words[:, :, None] % np.uint64(32)) == (words[:, None, :] % np.uint64(32))
+  return int((same_bank & first[:, None, :]).sum(axis=2).max(axis=1).sum())
 
 
 def _cp_state(c: _Ctx):

@@ -221,7 +221,7 @@ class _Local:
     if bad.any():
       b = int(offs[np.argmax(bad)])
       raise GPUFault(f"GPU fault: {what} of {w} bytes at {self.space} offset {b:#x} is outside "
-                     f"the {self.size}-byte {self.space} window", b)
+                     f"the {self.size}-byte {self.space} window", b, space=self.space)
     if w > 1 and (offs % np.uint64(w)).any():
       b = int(offs[np.argmax((offs % np.uint64(w)) != 0)])
       raise GPUFault(f"GPU fault: misaligned {what} of {w} bytes at {self.space} offset {b:#x}", b)

@@ -7,7 +7,7 @@
   and the code), with salu.py / valu.py / fp.py the instruction semantics after the ISA guide's pseudocode.
 Errors: RDNA3Error (a kernel or dispatch it cannot run, naming the instruction), ptx.GPUFault (an access to
 unmapped GPU memory, naming the instruction and the address)."""
-from baregrad.drivers.mock.rdna3.decode import Inst, Operand, DecodeError, decode, disassemble
+from baregrad.drivers.amd.isa.rdna3_decode import Inst, Operand, DecodeError, decode, disassemble
 from baregrad.drivers.mock.rdna3.machine import RDNA3Machine, RDNA3Error, DispatchResult, Scratch
 
 __all__ = ["Inst", "Operand", "DecodeError", "decode", "disassemble", "RDNA3Machine", "RDNA3Error", "DispatchResult", "Scratch"]

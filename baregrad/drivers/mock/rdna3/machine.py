@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 from baregrad.ctypes_autogen.amdgpu import hsa
 from baregrad.drivers.mock.ptx import Memory, GPUFault
-from baregrad.drivers.mock.rdna3.decode import Inst, Operand, decode, DecodeError, inline_value, vop_sig, _w
+from baregrad.drivers.amd.isa.rdna3_decode import Inst, Operand, decode, DecodeError, inline_value, vop_sig, _w
 from baregrad.drivers.mock.rdna3 import fp, salu, valu
 
 U16, U32, U64 = np.uint16, np.uint32, np.uint64

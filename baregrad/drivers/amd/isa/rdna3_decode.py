@@ -22,7 +22,7 @@ with bit 7 of its register number (v0.l, v0.h; only v0-v127 reach 16-bit halves 
 from __future__ import annotations
 import re, struct
 from dataclasses import dataclass, field
-from baregrad.drivers.mock.rdna3 import opcodes as T
+from baregrad.drivers.amd.isa import rdna3_opcodes as T
 
 class DecodeError(ValueError):
   """Bytes that are not an instruction this decoder knows: names the offset and the dword(s)."""

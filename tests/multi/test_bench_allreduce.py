@@ -1,0 +1,19 @@
+"""bench/allreduce.py reports as nccl-tests does: algbw = bytes / time, busbw = algbw * 2(n-1)/n, beside the copy
+bandwidth of one device-to-device copy measured in the same run."""
+import subprocess, sys
+from tests.paths import REPO
+
+def test_allreduce_bench_reports_algbw_and_busbw():
+  p = subprocess.run([sys.executable, str(REPO / "bench" / "allreduce.py"), "--devices", "CPU:0,CPU:1,CPU:2", "--mib", "0.25", "--reps", "1"],
+                     capture_output=True, text=True, timeout=300, cwd=REPO)
+  assert p.returncode == 0, p.stdout + p.stderr
+  head, *rows = p.stdout.strip().splitlines()
+  assert head.split() == ["size", "algo", "time", "ms", "algbw", "GB/s", "busbw", "GB/s", "copy", "GB/s", "busbw/copy"]
+  assert [r.split()[1] for r in rows] == ["direct", "ring"]
+  for r in rows:
+    size, _, ms, alg, bus, copy, ratio = r.split()
+    assert size == "0.25MiB"
+    nbytes = (1 << 18) // 4 * 4   # float32 elements
+    assert abs(float(alg) - nbytes / (float(ms) / 1e3) / 1e9) <= 2e-3 * float(alg)   # (4 significant digits printed)
+    assert abs(float(bus) - float(alg) * 2 * (3 - 1) / 3) <= 1e-3 * float(bus)
+    assert abs(float(ratio) - float(bus) / float(copy)) <= 2e-3 * float(ratio)

@@ -1,0 +1,156 @@
+"""Copies between two mock GPUs (or CPU devices) of one driver queued on both devices' queues (hcq/peer.py): values, no host wait
+during a collective's schedule (host waits counted), and the kernel-driver checks the mocks make on the way (NV:
+host pages as an OS-descriptor object, escape.c; AMD: as a userptr BO, amdgpu_ttm.c)."""
+import ctypes, errno, os, subprocess, sys, textwrap
+import pytest
+from tests.paths import REPO
+from baregrad.drivers.port import IoctlError, make_port
+from baregrad.hcq import HCQBuffer
+
+SCRIPT = textwrap.dedent('''
+  import sys, numpy as np
+  from baregrad import Tensor, knobs
+  from baregrad.hal.device import Device
+  from baregrad.hcq.peer import PeerLink
+  from baregrad.hcq.signal import HCQSignal
+  from baregrad.tensor import collectives as C
+  kind, n = sys.argv[1], int(sys.argv[2])
+  D = [f"{kind}:{i}" for i in range(n)]
+  r = np.random.default_rng(0)
+  waits = []
+  wait = HCQSignal.wait
+  HCQSignal.wait = lambda self, v, t=None: (waits.append((self.dev.device, v)), wait(self, v, t))[1]
+  # a copy of several staging chunks (2 MiB each, two slots taking turns) and an odd size
+  x = r.integers(0, 256, (5 << 20) + 3, dtype=np.uint8)
+  a = Tensor(x, device=D[0]).realize()
+  waits.clear()
+  b = a.to(D[-1]).realize()
+  assert waits == [], waits
+  link = Device[D[-1]].peer_links[D[0]]
+  assert isinstance(link, PeerLink) and link.copies == (1 if link.direct else 3)   # (CPU devices: direct, no staging)
+  np.testing.assert_array_equal(b.numpy(), x)
+  ts = [Tensor(r.standard_normal(3000).astype(np.float32), device=d).realize() for d in D]
+  want = sum(t.numpy() for t in ts)
+  for peer in (True, False):
+    for ring in (0, 1 << 40):
+      with knobs.Context(RING_MIN_BYTES=ring, NO_PEER_COPY=0 if peer else 1):
+        waits.clear()
+        out = C.realize(C.allreduce(ts))
+        # queued copies: not one host wait between the steps; the host copy waits for the source at every copy
+        assert (waits == []) if peer else len(waits) >= n * (n - 1), (peer, ring, waits)
+        res = [o.numpy() for o in out]
+      np.testing.assert_allclose(res[0], want, rtol=1e-5, atol=1e-5)
+      assert all((o == res[0]).all() for o in res)
+  print("ok")
+''')
+
+@pytest.mark.parametrize("kind,n", [("NV", 2), ("NV", 4), ("AMD", 2), ("AMD", 3), ("CPU", 3)])
+def test_peer_copies_without_host_waits(kind, n):
+  env = dict(os.environ, PYTHONPATH=str(REPO), **({} if kind == "CPU" else {"MOCKGPU": "1", "MOCKGPU_COUNT": str(n), "DEV": kind}))
+  p = subprocess.run([sys.executable, "-c", SCRIPT, kind, str(n)], env=env, capture_output=True, text=True, timeout=600)
+  assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+
+# ---------------------------------------------------------------- NV: the OS-descriptor checks (escape.c)
+@pytest.fixture
+def nv_pair(monkeypatch):
+  monkeypatch.delenv("MOCKGPU_ARCH", raising=False)
+  monkeypatch.delenv("MOCKGPU_COUNT", raising=False)
+  from baregrad.drivers.mock.nv import MockNVGPU
+  from baregrad.drivers.nv import NVDevice
+  a, b = NVDevice("NV", port=make_port(MockNVGPU())), NVDevice("NV", port=make_port(MockNVGPU()))
+  yield a, b
+  a.close(); b.close()
+
+def _os_desc(dev, fd, addr, size, handle=0xd15f0001, **flags):
+  from baregrad.drivers.nv.hw import NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, nv_ioctl_nvos02_parameters_with_fd
+  nv = dev.nv
+  f = {"LOCATION": nv.NVOS02_FLAGS_LOCATION_PCI, "MAPPING": nv.NVOS02_FLAGS_MAPPING_NO_MAP, "COHERENCY": nv.NVOS02_FLAGS_COHERENCY_CACHED, **flags}
+  word = 0
+  for k, v in f.items(): word |= getattr(nv, f"NVOS02_FLAGS_{k}").encode(v)
+  w = nv_ioctl_nvos02_parameters_with_fd(params=nv.NVOS02_PARAMETERS(hRoot=dev.root, hObjectParent=dev.nvdevice, hObjectNew=handle,
+                                         hClass=NV01_MEMORY_SYSTEM_OS_DESCRIPTOR, flags=word, pMemory=addr, limit=size - 1), fd=-1)
+  dev._esc(fd, nv.NV_ESC_RM_ALLOC_MEMORY, w, "NV_ESC_RM_ALLOC_MEMORY")
+  from baregrad.drivers.nv.hw import status_name
+  return status_name(w.params.status)
+
+def test_nv_import_host_maps_the_other_gpus_pages(nv_pair):
+  a, b = nv_pair
+  a.import_host(b.signal_pool_mem, b)
+  a.import_host(b.signal_pool_mem, b)   # once per address and owner
+  def imports(): return [m for m in a.memories if m.what == "imported host pages"]
+  assert len(imports()) == 1
+  ctypes.c_uint64.from_address(b.signal_pool_mem.cpu_addr + 8).value = 0x1234   # B's page, read through A's MMU
+  assert int.from_bytes(a.port.mock.read_gpu(b.signal_pool_mem.va_addr + 8, 8), "little") == 0x1234
+  # the address now of another owner (the first one closed, its pages gone): the old import is released (its UVM range
+  # freed: else creating the range again fails with NV_ERR_UVM_ADDRESS_IN_USE) and made again
+  first = imports()[0]
+  a.import_host(b.signal_pool_mem, a)
+  assert len(imports()) == 1 and imports()[0] is not first and first.handle not in a.port.mock.clients[a.root]
+
+def test_nv_link_pages_mapped_on_both_and_released(nv_pair):
+  from baregrad.hcq.peer import PeerLink
+  a, b = nv_pair
+  link = PeerLink(a, b)
+  for dev in (a, b):   # the link's pages (counters and slots) mapped for both GPUs at their host address
+    assert dev.imported[link.buf.cpu_addr][0] is link
+    ctypes.c_uint64.from_address(link.buf.cpu_addr + 8).value = 0x77
+    assert int.from_bytes(dev.port.mock.read_gpu(link.buf.va_addr + 8, 8), "little") == 0x77
+  link.close()
+  assert link.buf.cpu_addr not in a.imported and link.buf.cpu_addr not in b.imported
+  with pytest.raises(ValueError, match="mapped for the CPU at 0x2000; expected the same address"): a.import_host(HCQBuffer(0x1000, 4096, 0x2000), b)
+
+def test_nv_os_descriptor_rules(nv_pair):
+  a, b = nv_pair
+  addr, size = b.signal_pool_mem.cpu_addr, 4096
+  # escape.c RmIoctl NV_ACTUAL_DEVICE_ONLY: not on the control node
+  with pytest.raises(IoctlError) as e: _os_desc(a, a.fd_ctl, addr, size)
+  assert e.value.err == errno.EINVAL
+  # RmAllocOsDescriptor: LOCATION_PCI and MAPPING_NO_MAP, else NV_ERR_INVALID_FLAGS
+  assert _os_desc(a, a.fd_dev, addr, size, MAPPING=0) == "NV_ERR_INVALID_FLAGS"
+  # RmCreateOsDescriptor: a page-aligned address (NV_ERR_NOT_SUPPORTED); pages the process maps (NV_ERR_INVALID_ADDRESS)
+  assert _os_desc(a, a.fd_dev, addr + 8, size) == "NV_ERR_NOT_SUPPORTED"
+  assert _os_desc(a, a.fd_dev, 0x7000_0000_0000, size) == "NV_ERR_INVALID_ADDRESS"
+  # the handle is the caller's (HANDLE_PROVIDED): 0 is refused
+  assert _os_desc(a, a.fd_dev, addr, size, handle=0) == "NV_ERR_INSERT_DUPLICATE_NAME"
+  assert _os_desc(a, a.fd_dev, addr, size) == "NV_OK"
+
+# ---------------------------------------------------------------- AMD: userptr over pages the process maps (amdgpu_ttm.c)
+def test_amd_import_host_rules(monkeypatch):
+  monkeypatch.delenv("MOCKGPU_AMD_ARCH", raising=False)
+  monkeypatch.delenv("MOCKGPU_COUNT", raising=False)
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  a, b = AMDDevice("AMD", port=make_port(MockAMDGPU())), AMDDevice("AMD", port=make_port(MockAMDGPU()))
+  try:
+    a.import_host(b.signal_pool_mem, b)
+    a.import_host(b.signal_pool_mem, b)
+    assert len(a.imported) == 1
+    m = a.imported[b.signal_pool_mem.cpu_addr][1]
+    a.import_host(b.signal_pool_mem, a)   # another owner: the old BO is released (else KFD refuses the VA as in use)
+    assert m.handle not in a.port.mock.bos and len(a.imported) == 1
+    # amdgpu_ttm_tt_get_user_pages: the pages must belong to the process's mappings -> -EFAULT
+    with pytest.raises(IoctlError) as e: a.import_host(HCQBuffer(0x7000_0000_0000, 4096, 0x7000_0000_0000), b)
+    assert e.value.err == errno.EFAULT
+  finally:
+    a.close(); b.close()
+
+# ---------------------------------------------------------------- a stuck peer is named
+def test_timeout_names_the_peer_device_a_queue_waits_on():
+  import numpy as np
+  from baregrad.hal import Buffer, Device
+  from baregrad.hcq import HCQSignal, HCQTimeout
+  from baregrad.ir.dtype import dtypes
+  src, dst = Device["CPU:0"], Device["CPU:1"]
+  a = Buffer("CPU:0", 64, dtypes.float32).copyin(memoryview(np.arange(64, dtype=np.float32)))
+  b = Buffer("CPU:1", 64, dtypes.float32).allocate()
+  gate = HCQSignal(src, value=0)
+  with src.submit_lock:   # CPU:0's queue stuck behind a signal nothing writes yet
+    tv = src.next_timeline()
+    src.copy_queue_t().wait(src.timeline_signal, tv - 1).wait(gate, 1).signal(src.timeline_signal, tv).submit(src)
+  assert dst.copy_from(b, a)
+  stuck = r"wait on other devices' work \(peer copies\); unfinished: (.*; )?CPU:0's timeline 0x[0-9a-f]+ is \d+ \(last submitted \d+\)"
+  with pytest.raises(HCQTimeout, match=stuck):
+    dst.synchronize(timeout_ms=300)
+  gate.value = 1   # released: both drain, the copy lands
+  dst.synchronize()
+  assert np.frombuffer(b.as_memoryview(), np.float32).tolist() == list(range(64))
