@@ -46,6 +46,7 @@ SUPPORTED = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16
 def _bits(d: DType) -> int: return 1 if d.scalar == dtypes.bool else 8 * d.scalar.itemsize
 def _signed(d: DType) -> bool: return d.scalar in (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
 
+_KEEP: list = []   # ctypes objects whose addresses Mesa keeps (ir3_compiler_create holds its dev id and options)
 
 @functools.cache
 def ir3_compiler(gpu_id: int) -> int:
@@ -56,7 +57,7 @@ def ir3_compiler(gpu_id: int) -> int:
   info = L.fd_dev_info_raw(ctypes.byref(dev))
   if not info: raise RenderError(f"Mesa has no device record for Adreno gpu_id {gpu_id}")
   opts = M.Ir3CompilerOptions(disable_cache=True, storage_16bit=True, storage_8bit=True)
-  ir3_compiler._keep = getattr(ir3_compiler, "_keep", []) + [dev, opts]   # (ir3_compiler keeps these pointers)
+  _KEEP.extend([dev, opts])   # (the compiler keeps these pointers: alive as long as the process)
   comp = L.ir3_compiler_create(None, ctypes.byref(dev), info, ctypes.byref(opts))
   if not comp: raise RenderError(f"ir3_compiler_create failed for gpu_id {gpu_id}")
   return comp
@@ -165,7 +166,7 @@ class NIRRenderer(Renderer):
     for u in uops:
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): wg[int(u.arg[0][4:])] = u.arg[1]
     for i, v in enumerate(wg): ctypes.c_uint16.from_address(nb.shader + M.SHADER_INFO + M.INFO_WORKGROUP_SIZE + 2 * i).value = v
-    shared = sum(_round_up(u.dtype.base.scalar.itemsize * u.arg[1], 16) for u in uops if u.op is Ops.DEFINE_LOCAL)
+    shared = sum(_round_up(u.dtype.base.scalar.itemsize * u.arg[1], 16) for u in uops if u.op is Ops.DEFINE_LOCAL)  # type: ignore[attr-defined, misc]  # (a local's dtype is a PtrDType)
     ctypes.c_uint.from_address(nb.shader + M.SHADER_INFO + M.INFO_SHARED_SIZE).value = shared
     data = nb.serialize()
     params = ",".join(f"{off}:{size}" for _, off, size in layout) or "-"
@@ -214,7 +215,7 @@ class _Body:
         self.r[u] = v
       elif u.op is Ops.DEFINE_LOCAL:
         self.r[u] = ("shared", self.local_off)
-        self.local_off += _round_up(d.base.scalar.itemsize * u.arg[1], 16)
+        self.local_off += _round_up(d.base.scalar.itemsize * u.arg[1], 16)  # type: ignore[attr-defined]  # (a PtrDType)
       elif u.op is Ops.SPECIAL:
         kind, n = u.arg[0][:4], int(u.arg[0][4:])
         if kind == "gidx":

@@ -203,7 +203,7 @@ class QCOMDevice(HCQDevice):
     try: self.kgsl.wait(self.ctx, ts, timeout_ms)
     except GPUFault as e: self._fault(str(e))
 
-  def _wait_signal(self, sig: Any, value: int, timeout_s: float) -> bool:
+  def _wait_signal(self, sig: Any, value: int, timeout_s: float, final: bool = True) -> bool:
     deadline = time.perf_counter() + timeout_s
     while sig._v.value < value:
       left_ms = int((deadline - time.perf_counter()) * 1000)
