@@ -35,25 +35,25 @@ def test_unknown_cpu_variant():
   with pytest.raises(ValueError, match="FOO.*LLVM, C"): Device["CPU:foo"]
 
 def test_unavailable_device_reraises_with_reason(monkeypatch):
-  mod = types.ModuleType("baregrad.drivers.qcom")
-  class QCOMDevice(Compiled):
-    def __init__(self, device: str) -> None: raise DeviceUnavailable("no /dev/kgsl-3d0 here")
-  mod.QCOMDevice = QCOMDevice  # type: ignore[attr-defined]
-  monkeypatch.setitem(sys.modules, "baregrad.drivers.qcom", mod)
-  with pytest.raises(DeviceUnavailable, match="kgsl-3d0"): Device["qcom"]
+  mod = types.ModuleType("baregrad.drivers.metal")
+  class METALDevice(Compiled):
+    def __init__(self, device: str) -> None: raise DeviceUnavailable("no Metal device here")
+  mod.METALDevice = METALDevice  # type: ignore[attr-defined]
+  monkeypatch.setitem(sys.modules, "baregrad.drivers.metal", mod)
+  with pytest.raises(DeviceUnavailable, match="no Metal device"): Device["metal"]
 
 def test_default_falls_back_to_cpu(monkeypatch, capsys):
-  mod = types.ModuleType("baregrad.drivers.qcom")
-  class QCOMDevice(Compiled):
-    def __init__(self, device: str) -> None: raise DeviceUnavailable("no /dev/kgsl-3d0 here")
-  mod.QCOMDevice = QCOMDevice  # type: ignore[attr-defined]
-  monkeypatch.setitem(sys.modules, "baregrad.drivers.qcom", mod)
-  monkeypatch.setenv("DEV", "QCOM")
+  mod = types.ModuleType("baregrad.drivers.metal")
+  class METALDevice(Compiled):
+    def __init__(self, device: str) -> None: raise DeviceUnavailable("no Metal device here")
+  mod.METALDevice = METALDevice  # type: ignore[attr-defined]
+  monkeypatch.setitem(sys.modules, "baregrad.drivers.metal", mod)
+  monkeypatch.setenv("DEV", "METAL")
   Device.reset_default()
   try:
     assert Device.DEFAULT == "CPU"
     err = capsys.readouterr().err
-    assert "QCOM" in err and "kgsl-3d0" in err and "CPU" in err
+    assert "METAL" in err and "no Metal device" in err and "CPU" in err
   finally:
     monkeypatch.delenv("DEV"); Device.reset_default()
   assert Device.DEFAULT == "CPU"
