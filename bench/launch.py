@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Host cost of the launch path on the default device (any device; a mock included: MOCKGPU=1 DEV=NV or DEV=AMD).
+
+Four workloads, each timed in `--rounds` rounds, the median round reported (the machine is shared):
+  launch+wait   one launch of a minimal kernel (the compiled `x + 1` over 16 floats) then dev.synchronize()
+  back-to-back  `--n` launches of that kernel then one synchronize, per kernel
+  jit replay    a @jit function of `--k` dependent kernels replayed on a fresh input, per kernel
+  eager op      `(x + 1).realize()` on a 16-element tensor (graph, schedule-cache hit, launch), per op
+
+A mock GPU executes kernels in Python, inside the driver's doorbell (and the wait loop's kick) through the mock's
+port. The bench wraps MockPort.doorbell and MockPort.ioctl with a clock and reports that time apart as "device
+(mock)"; the host figure is wall time minus it. On a real GPU the doorbell is one store to mapped memory and nothing
+is subtracted: the host figure there includes the GPU's execution and the wait for it.
+
+`--phases` runs each workload again with every function of the launch path wrapped in an exclusive-time clock (time in
+a wrapped function minus time in wrapped functions it calls) and splits the host time by phase: kernarg fill, command
+encode (QMD/AQL packet, pushbuffer/PM4 words), submit (ring, GP_PUT/write pointer, doorbell store), wait (signal poll),
+runner (argument checks), schedule (lazy realize, schedule cache), jit front end, graph patch, other (the workload's
+own Python: graph building, tensor objects). The wrappers cost ~0.3-0.5 us per call, so the phase table's total is
+above the headline figure; read it for shares, the headline for totals.
+
+Results (host side only, measured on the mocks: 2-core shared VM; median of 7 rounds, load average given per run;
+before = this branch's first commit, after = its last, alternated in the same minutes):
+
+  (filled in by the session that measured; see the bottom of this docstring)
+"""
+from __future__ import annotations
+import argparse, os, statistics, sys, time
+from typing import Any, Callable
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from baregrad import Tensor, jit, Device   # noqa: E402
+
+# --- clocks --------------------------------------------------------------------------------------------------------
+
+class PhaseClock:
+  """Exclusive time per phase of wrapped functions: entering a wrapped function starts its phase's clock and pauses
+  the caller's; `acc` maps phase -> ns."""
+  def __init__(self) -> None:
+    self.acc: dict[str, int] = {}
+    self.stack: list[list[Any]] = []   # [phase, start ns, ns spent in wrapped callees]
+    self.undo: list[tuple[Any, str, Any]] = []
+
+  def wrap(self, owner: Any, name: str, phase: str) -> bool:
+    """Wrap owner.name (a class's own method or a module's function) into `phase`; False where it has none."""
+    d = owner.__dict__ if isinstance(owner, type) else vars(owner)
+    if name not in d: return False
+    orig = d[name]
+    fn = orig.__func__ if isinstance(orig, staticmethod) else orig
+    if not callable(fn): return False
+    clock, acc, stack, now = self, self.acc, self.stack, time.perf_counter_ns
+    def timed(*a: Any, **k: Any) -> Any:
+      frame = [phase, now(), 0]
+      stack.append(frame)
+      try: return fn(*a, **k)
+      finally:
+        stack.pop()
+        el = now() - frame[1]
+        acc[phase] = acc.get(phase, 0) + el - frame[2]
+        if stack: stack[-1][2] += el
+    timed.__wrapped__ = fn   # type: ignore[attr-defined]
+    setattr(owner, name, staticmethod(timed) if isinstance(orig, staticmethod) else timed)
+    clock.undo.append((owner, name, orig))
+    return True
+
+  def reset(self) -> None: self.acc.clear()
+  def restore(self) -> None:
+    for owner, name, orig in reversed(self.undo): setattr(owner, name, orig)
+    self.undo.clear()
+
+def _launch_path_targets(dev: Any) -> list[tuple[Any, str, str]]:
+  """(owner, function name, phase) of the launch path's functions this device's driver has."""
+  import importlib
+  from baregrad.hcq import device as hdev, queue as hq, signal as hsig, graph as hgraph
+  from baregrad.engine import lazy, runner
+  from baregrad.tensor import jit as tjit
+  t: list[tuple[Any, str, str]] = [
+    (hdev.HCQProgram, "fill_kernargs", "kernarg fill"), (hq.HWQueue, "_add", "command encode"),
+    (hq.HWQueue, "submit", "submit"), (hsig.HCQSignal, "wait", "wait"), (hdev.HCQDevice, "synchronize", "wait"),
+    (hdev.HCQDevice, "_wait_signal", "wait"), (type(dev), "synchronize", "wait"), (type(dev), "_wait_signal", "wait"),
+    (runner.CompiledRunner, "__call__", "runner"), (lazy, "realize", "schedule"), (lazy, "_run_single", "schedule"),
+    (tjit.jit, "__call__", "jit front end"), (tjit._Captured, "run", "jit front end"), (hgraph.HCQGraph, "replay", "graph patch"),
+  ]
+  drivers = {"NV": ("baregrad.drivers.nv", [
+    ("program", "NVArgsState", "__init__", "kernarg fill"), ("program", "NVArgsState", "write_qmd", "command encode"),
+                                           ("hw", None, "sem_words", "command encode"), ("hw", None, "launch_words", "command encode"),
+                                           ("queues", "NVChannel", "submit", "submit"), ("queues", "NVComputeQueue", "_enc_exec", "command encode")]),
+             "AMD": ("baregrad.drivers.amd", [
+    ("program", "AMDArgsState", "__init__", "kernarg fill"), ("program", "AMDArgsState", "write_launch", "command encode"),
+                                             ("queues", "AMDComputeQueue", "_enc_exec", "command encode"), ("queues", "AQLRing", "packets", "command encode"),
+                                             ("queues", "AQLRing", "submit", "submit")])}
+  pkg, items = drivers.get(dev.device.split(":")[0], ("", []))
+  for mod, cls, fn, phase in items:
+    m = importlib.import_module(f"{pkg}.{mod}")
+    t.append((getattr(m, cls) if cls else m, fn, phase))
+  return t
+
+def mock_clock(clock: PhaseClock) -> bool:
+  """Put the mock GPU's entry points (doorbell, ioctl) under the "device (mock)" phase; False on a real device."""
+  from baregrad.drivers.port import MockPort
+  dev = Device[Device.DEFAULT]
+  if not isinstance(getattr(dev, "port", None), MockPort): return False
+  clock.wrap(MockPort, "doorbell", "device (mock)")
+  clock.wrap(MockPort, "ioctl", "device (mock)")
+  return True
+
+# --- workloads -----------------------------------------------------------------------------------------------------
+
+def _minimal_kernel() -> tuple[Any, list[Any], Any]:
+  """The compiled program of `x + 1` over 16 floats (compiled here, in a fresh process: the entry this realize adds to
+  the runner cache), two device buffers for it, and the CompiledRunner."""
+  from baregrad.engine import runner as rn
+  before = set(rn._cache)
+  x = Tensor.rand(16).realize()
+  y = (x + 1).realize()
+  new = [r for k, r in rn._cache.items() if k not in before and r.device == Device.canonicalize(Device.DEFAULT)]
+  if not new: raise RuntimeError("bench: x + 1 compiled no new kernel (was it compiled before in this process?)")
+  r = new[-1]
+  bufs = [y._realized()._buf, x._realized()._buf]
+  return r.prg, bufs, (x, y)
+
+def workloads(n: int, k: int) -> tuple[dict[str, tuple[Callable[[], Any], int]], list[Any]]:
+  """name -> (one timed call, kernels in it); and what must stay alive."""
+  dev = Device[Device.DEFAULT]
+  prg, bufs, keep = _minimal_kernel()
+  gs, ls = (1, 1, 1), (16, 1, 1)
+  raw = [b._buf if hasattr(b, "_buf") else b for b in bufs]
+  def launch_wait() -> None:
+    prg(*raw, global_size=gs, local_size=ls)
+    dev.synchronize()
+  def back_to_back() -> None:
+    for _ in range(n): prg(*raw, global_size=gs, local_size=ls)
+    dev.synchronize()
+  @jit
+  def f(t: Tensor) -> Tensor:
+    for _ in range(k): t = (t.flip(0) + 1).contiguous()
+    return t
+  xs = [Tensor.rand(16).realize() for _ in range(8)]
+  for x in xs[:3]: f(x)
+  it = iter(range(1 << 62))
+  def replay() -> None:
+    f(xs[next(it) % len(xs)])
+    dev.synchronize()
+  ys = [Tensor.rand(16).realize() for _ in range(8)]
+  def eager() -> None:
+    for y in ys: (y + 1).realize()
+    dev.synchronize()
+  launch_wait(); back_to_back(); eager()
+  return {"launch+wait": (launch_wait, 1), "back-to-back": (back_to_back, n), "jit replay": (replay, k), "eager op": (eager, len(ys))}, [keep, f, xs, ys]
+
+def measure(fn: Callable[[], Any], per: int, reps: int, clock: PhaseClock) -> tuple[float, float, dict[str, int]]:
+  """(wall us, device-in-mock us, phase ns) per kernel of `reps` calls of fn."""
+  clock.reset()
+  t = time.perf_counter_ns()
+  for _ in range(reps): fn()
+  wall = time.perf_counter_ns() - t
+  div = reps * per
+  return wall / div / 1e3, clock.acc.get("device (mock)", 0) / div / 1e3, {p: v // div for p, v in clock.acc.items()}
+
+GOALS = {"launch+wait": 10, "back-to-back": 5, "jit replay": 1, "eager op": 20}   # us, issue 34 item 4 (H100 goals)
+
+def main() -> None:
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--rounds", type=int, default=7)
+  ap.add_argument("--reps", type=int, default=40, help="calls per round")
+  ap.add_argument("--n", type=int, default=20, help="launches per back-to-back call")
+  ap.add_argument("--k", type=int, default=20, help="kernels in the jitted function")
+  ap.add_argument("--phases", action="store_true", help="also split the host time by phase (wrappers add their own cost)")
+  a = ap.parse_args()
+  clock = PhaseClock()
+  is_mock = mock_clock(clock)
+  wl, keep = workloads(a.n, a.k)
+  rows: dict[str, list[tuple[float, float]]] = {name: [] for name in wl}
+  for _ in range(a.rounds):
+    for name, (fn, per) in wl.items():
+      w, d, _ = measure(fn, per, a.reps, clock)
+      rows[name].append((w - d, d))
+  load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+  print(f"device {Device.DEFAULT}{' (mock: device time apart)' if is_mock else ''}, median of {a.rounds} rounds of {a.reps} calls, "
+        f"load average {load:.2f}")
+  for name, rs in rows.items():
+    host = statistics.median(r[0] for r in rs)
+    dev = statistics.median(r[1] for r in rs)
+    lo, hi = min(r[0] for r in rs), max(r[0] for r in rs)
+    extra = f"   device (mock) {dev:8.1f} us" if is_mock else ""
+    print(f"  {name:13s} host {host:8.2f} us per kernel (rounds {lo:.1f}-{hi:.1f}; goal <= {GOALS[name]}){extra}")
+  if not a.phases: return
+  for owner, fn, phase in _launch_path_targets(Device[Device.DEFAULT]): clock.wrap(owner, fn, phase)
+  print("phases, exclusive us per kernel (median of rounds; wrapped, so above the headline):")
+  order = ["kernarg fill", "command encode", "submit", "wait", "runner", "schedule", "jit front end", "graph patch", "other", "device (mock)"]
+  print(f"  {'':13s} " + " ".join(f"{p[:12]:>12s}" for p in order))
+  for name, (fn, per) in wl.items():
+    got: dict[str, list[float]] = {p: [] for p in order}
+    for _ in range(a.rounds):
+      w, _, ph = measure(fn, per, a.reps, clock)
+      for p in order: got[p].append(ph.get(p, 0) / 1e3)
+      got["other"][-1] = w - sum(ph.values()) / 1e3
+    print(f"  {name:13s} " + " ".join(f"{statistics.median(got[p]):12.2f}" for p in order))
+  clock.restore()
+  del keep
+
+if __name__ == "__main__":
+  main()
