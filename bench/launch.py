@@ -35,7 +35,8 @@ from baregrad import Tensor, jit, Device   # noqa: E402
 class PhaseClock:
   """Exclusive time per phase of wrapped functions: entering a wrapped function starts its phase's clock and pauses
   the caller's; `acc` maps phase -> ns."""
-  def __init__(self) -> None:
+  def __init__(self, now: Callable[[], int] = time.perf_counter_ns) -> None:
+    self.now = now
     self.acc: dict[str, int] = {}
     self.stack: list[list[Any]] = []   # [phase, start ns, ns spent in wrapped callees]
     self.undo: list[tuple[Any, str, Any]] = []
@@ -47,7 +48,7 @@ class PhaseClock:
     orig = d[name]
     fn = orig.__func__ if isinstance(orig, staticmethod) else orig
     if not callable(fn): return False
-    clock, acc, stack, now = self, self.acc, self.stack, time.perf_counter_ns
+    clock, acc, stack, now = self, self.acc, self.stack, self.now
     def timed(*a: Any, **k: Any) -> Any:
       frame = [phase, now(), 0]
       stack.append(frame)
@@ -148,11 +149,11 @@ def workloads(n: int, k: int) -> tuple[dict[str, tuple[Callable[[], Any], int]],
   return {"launch+wait": (launch_wait, 1), "back-to-back": (back_to_back, n), "jit replay": (replay, k), "eager op": (eager, len(ys))}, [keep, f, xs, ys]
 
 def measure(fn: Callable[[], Any], per: int, reps: int, clock: PhaseClock) -> tuple[float, float, dict[str, int]]:
-  """(wall us, device-in-mock us, phase ns) per kernel of `reps` calls of fn."""
+  """(total us, device-in-mock us, phase ns) per kernel of `reps` calls of fn, on the clock's time (wall or CPU)."""
   clock.reset()
-  t = time.perf_counter_ns()
+  t = clock.now()
   for _ in range(reps): fn()
-  wall = time.perf_counter_ns() - t
+  wall = clock.now() - t
   div = reps * per
   return wall / div / 1e3, clock.acc.get("device (mock)", 0) / div / 1e3, {p: v // div for p, v in clock.acc.items()}
 
@@ -165,8 +166,11 @@ def main() -> None:
   ap.add_argument("--n", type=int, default=20, help="launches per back-to-back call")
   ap.add_argument("--k", type=int, default=20, help="kernels in the jitted function")
   ap.add_argument("--phases", action="store_true", help="also split the host time by phase (wrappers add their own cost)")
+  ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                  help="cpu: the calling thread's CPU time (what a loaded, shared machine does not inflate; a sleep in a wait "
+                       "does not count); wall: elapsed time")
   a = ap.parse_args()
-  clock = PhaseClock()
+  clock = PhaseClock(time.thread_time_ns if a.clock == "cpu" else time.perf_counter_ns)
   is_mock = mock_clock(clock)
   wl, keep = workloads(a.n, a.k)
   rows: dict[str, list[tuple[float, float]]] = {name: [] for name in wl}
@@ -175,8 +179,8 @@ def main() -> None:
       w, d, _ = measure(fn, per, a.reps, clock)
       rows[name].append((w - d, d))
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-  print(f"device {Device.DEFAULT}{' (mock: device time apart)' if is_mock else ''}, median of {a.rounds} rounds of {a.reps} calls, "
-        f"load average {load:.2f}")
+  print(f"device {Device.DEFAULT}{' (mock: device time apart)' if is_mock else ''}, {a.clock} time, median of {a.rounds} rounds "
+        f"of {a.reps} calls, load average {load:.2f}")
   for name, rs in rows.items():
     host = statistics.median(r[0] for r in rs)
     dev = statistics.median(r[1] for r in rs)
