@@ -98,3 +98,11 @@ def test_written_qmd_is_the_template_with_the_bank_address(dev):
     tmpl[lo], tmpl[hi] = lo_v, (tmpl[hi] & ~mask) | hi_v
     assert q == tmpl
     dev.allocator.free(out, 4 * 64)
+
+def test_channel_gp_entry_equals_hw_gp_entry(dev):
+  """The channel's GPFIFO entries (high word cached per address high part and length) are hw.gp_entry's, for a cache
+  hit at another low address too, and a misaligned address is still refused."""
+  ch = dev.channels["compute"]
+  for addr, n in [(0x20_0000_1000, 6), (0x20_0000_2004, 6), (0x20_ffff_fffc, 6), (0x21_0000_0000, 6), (0x20_0000_1000, 19), (0x1000, 1)]:
+    assert ch._gp_entry(addr, n) == hw.gp_entry(addr, n)
+  with pytest.raises(ValueError, match="4-byte aligned"): ch._gp_entry(0x20_0000_1002, 6)
