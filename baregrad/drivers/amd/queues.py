@@ -194,10 +194,19 @@ class AQLRing:
     def free() -> bool:
       rd = self.rptr_p.value
       while self.ib_inflight and self.ib_inflight[0][0] < rd: self.ib_inflight.popleft()
-      return not any(o < off + nbytes and off < o + n for _, o, n in self.ib_inflight)
-    self._wait(free, f"{nbytes} bytes of indirect buffer")
+      return self._ib_free(off, nbytes)
+    if not free(): self._wait(free, f"{nbytes} bytes of indirect buffer")
     self.ib_off = off + nbytes
     return self.ib.cpu + off, self.ib.va + off
+
+  def _ib_free(self, off: int, nbytes: int) -> bool:
+    """Whether [off, off + nbytes) of the IB area overlaps no IB still in flight. They were placed in order, so they lie
+    between the oldest one's offset (head) and ib_off (tail), wrapped when tail <= head: two comparisons, not one per IB
+    in flight (a long run of launches behind a slow kernel made every submission walk all of them)."""
+    if not self.ib_inflight: return True
+    head, tail, end = self.ib_inflight[0][1], self.ib_off, off + nbytes
+    if head < tail: return end <= head or off >= tail
+    return off >= tail and end <= head   # (occupied: [head, size) and [0, tail))
 
   def packets(self, q: AMDComputeQueue, start_index: int) -> list[list[int]]:
     """The AQL packets a recorded queue becomes (PM4 runs written to the IB area, one vendor packet per run)."""

@@ -29,3 +29,27 @@ def test_variable_words_follow_each_call(family):
   m = hw.pm4_acquire_mem(family)
   m[1] ^= 1   # (callers get their own list: changing one does not change the next)
   assert hw.pm4_acquire_mem(family) != m
+
+def test_ib_free_matches_a_walk_over_every_ib_in_flight():
+  """AQLRing._ib_free decides from the oldest IB in flight and the tail alone; over random runs of allocations and
+  retirements (wrapping the area many times) it must answer as a check against every IB in flight does."""
+  import random
+  from collections import deque
+  from types import SimpleNamespace
+  from baregrad.drivers.amd.queues import AQLRing
+  rng = random.Random(5)
+  ring = object.__new__(AQLRing)
+  ring.ib, ring.ib_off, ring.ib_inflight = SimpleNamespace(size=4096), 0, deque()
+  idx, checked, blocked = 0, 0, 0
+  for _ in range(5000):
+    if ring.ib_inflight and rng.random() < 0.3: ring.ib_inflight.popleft(); continue
+    n = 64 * rng.randint(1, 12)
+    off = ring.ib_off if ring.ib_off + n <= ring.ib.size else 0
+    walk = not any(o < off + n and off < o + m for _, o, m in ring.ib_inflight)
+    assert ring._ib_free(off, n) == walk, (off, n, list(ring.ib_inflight), ring.ib_off)
+    checked += 1
+    blocked += not walk
+    if walk:
+      ring.ib_inflight.append((idx, off, n)); idx += 1
+      ring.ib_off = off + n
+  assert checked > 2000 and blocked > 100   # (both answers exercised)
