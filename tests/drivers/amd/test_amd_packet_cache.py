@@ -53,3 +53,40 @@ def test_ib_free_matches_a_walk_over_every_ib_in_flight():
       ring.ib_inflight.append((idx, off, n)); idx += 1
       ring.ib_off = off + n
   assert checked > 2000 and blocked > 100   # (both answers exercised)
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])   # (gfx942: 8 XCCs, the signal's PM4 under PRED_EXEC)
+def test_direct_launch_packets_equal_the_recorded_queues(arch):
+  """AMDProgram.__call__ makes its packets with AQLRing.launch_packets instead of recording a queue: for the same
+  launch, timeline values and ring index they must be the packets, and the IB contents, that packets() makes of the
+  queue HCQProgram.__call__ records (the IB area's state is put back between the two, so the IB addresses match too)."""
+  import ctypes
+  from collections import deque
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from tests.drivers.amd.test_amd_mock import amd_kernels
+  dev = AMDDevice("AMD", port=make_port(MockAMDGPU(arch=arch)))
+  try:
+    prg = dev.runtime(dev, "inc", amd_kernels(arch))
+    buf = dev.allocator.alloc(4 * 64)
+    aql, fam, tl = dev.aql, dev.compute_queue_t.family, dev.timeline_signal
+    def made(make):
+      state = aql.ib_off, deque(aql.ib_inflight)
+      pk = make()
+      ibs = [ctypes.string_at(aql.ib.cpu + o, n) for _, o, n in list(aql.ib_inflight)[len(state[1]):]]
+      aql.ib_off, aql.ib_inflight = state
+      return pk, ibs
+    for gs, ls in [((1, 1, 1), (32, 1, 1)), ((2, 3, 1), (8, 4, 2))]:
+      args = prg.fill_kernargs([buf], ())
+      direct = made(lambda: aql.launch_packets(fam, prg, args, gs, ls, tl.va_addr, 7, (1 << 33) + 8, aql.put))
+      q = dev.compute_queue_t().wait(tl, 7).exec(prg, args, gs, ls).signal(tl, (1 << 33) + 8)
+      assert direct == made(lambda: aql.packets(q, aql.put))
+      assert len(direct[0]) == 3 and len(direct[1]) == 2
+    if arch == "gfx1100":   # and the direct path runs on the mock (which executes RDNA3 code only)
+      prg(buf, global_size=(2, 1, 1), local_size=(32, 1, 1))
+      dev.synchronize()
+      out = bytearray(4 * 64)
+      dev.allocator._copyout(memoryview(out), buf)
+      assert list(memoryview(out).cast("i")) == [1] * 64
+    dev.allocator.free(buf, 4 * 64)
+  finally: dev.close()
