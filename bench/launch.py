@@ -26,16 +26,20 @@ back to back in the same minutes; us per kernel):
   | run (load average)        | launch+wait        | back-to-back       | jit replay       | eager op             |
   |---------------------------|--------------------|--------------------|------------------|----------------------|
   | NV, load ~5.5 (two pairs) | 37.0, 37.5 -> 33.8, 33.4 | 30.1, 31.8 -> 26.7, 26.9 | 5.9, 7.0 -> 6.0, 6.0 | 74.8, 78.1 -> 72.5, 69.8 |
-  | NV, load ~2               | 37.0 -> 33.1       | 30.7 -> 27.1       | 6.3 -> 6.6       | 75.6 -> 73.6         |
-  | AMD, load ~2              | 76.5 -> 75.5       | 73.3 -> 67.2       | 14.4 -> 14.2     | 132 -> 125           |
+  | NV, load ~3.8 (final)     | 37.0 -> 31.7       | 31.0 -> 26.1       | 5.7 -> 6.0       | 77.1 -> 71.3         |
+  | AMD, load ~3 (two pairs)  | 75.3, 75.9 -> 48.5, 46.7 | 70.7, 71.5 -> 46.8, 46.5 | 12.7, 12.0 -> 12.6, 12.5 | 126, 125 -> 100, 101 |
 
+(the jit replay does not take the launch path changed here: its recorded queue is patched and submitted whole.)
 - NV: a launch's pushbuffer is a per-program template (acquire, launch, release) with its five values patched, not
   three encoder calls and three arrays; the parameters are one struct pack and one copy; the QMD's constant-bank address
   is one 64-bit patch of the template's bytes; a GPFIFO entry's high word is cached and the channel reads no clock
   unless its ring is full. The GPU sees the same words (tests/drivers/nv/test_nv_launch_words.py compares them with
   hw.sem_words/launch_words/gp_entry and the per-parameter writes).
-- AMD: the argument-independent words of RELEASE_MEM, WAIT_REG_MEM, ACQUIRE_MEM and the AQL header are made once per
-  family and selector; the IB area's free space is two comparisons, not a walk over every IB in flight.
+- AMD: a launch's packets are made straight from the encoders (AQLRing.launch_packets) instead of recording a queue
+  object (one Cmd per command, a refs dict) and converting it (packets()): the NV launch already did this; the
+  argument-independent words of RELEASE_MEM, WAIT_REG_MEM, ACQUIRE_MEM and the AQL header are made once per family
+  and selector; the IB area's free space is two comparisons, not a walk over every IB in flight. Same packets and IB
+  contents (tests/drivers/amd/test_amd_packet_cache.py, gfx1100 and gfx942).
 - The mock inflates the host figures: the same NV pieces timed warm in a loop (no kernel run between calls) cost
   fill_kernargs 2.6 us, write_qmd 1.3 us, the channel's submit without its doorbell 2.6 us, an idle synchronize 0.6 us
   (~7 us a launch), against ~27 us per launch here, where the mock's interpreter (~450 us of Python per kernel) runs
@@ -43,9 +47,8 @@ back to back in the same minutes; us per kernel):
   hardware, where that does not apply: run `DEV=NV python3 bench/launch.py --phases` on the GPU machine to see where
   its time goes.
 Not reached: every goal (launch+wait <= 10, back-to-back <= 5, replay <= 1, eager <= 20 us). Largest shares left
-(--phases, NV): kernarg fill and submit ~10 us each and encode ~5 in the bench's cold-cache setting; AMD launches take
-the general HWQueue path (queue object, one Cmd per command, packets() rebuilt per submission: ~40 us "command encode"
-in the phase table); an eager op's schedule-cache hit ~25-30 us and its runner checks ~10 us.
+(--phases, NV): kernarg fill and submit ~10 us each and encode ~5 in the bench's cold-cache setting; an eager op's
+schedule-cache hit ~25-30 us and its runner checks ~10 us; the jit replay's front end (tensor/jit.py) ~3.5 of its 6.
 """
 from __future__ import annotations
 import argparse, os, statistics, sys, time
