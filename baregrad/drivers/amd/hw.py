@@ -15,7 +15,7 @@ The sources of each format:
   vega10_sdma_pkt_open.h (the bindings), used as sdma_v6_0.c / sdma_v4_4_2.c use them (fence: low word, then high word,
   then TRAP; copies of at most copy_max_bytes = 0x400000)."""
 from __future__ import annotations
-import ctypes, struct
+import ctypes, functools, struct
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Sequence
@@ -61,6 +61,7 @@ SCOPE_NAMES = {0: "none", 1: "agent", 2: "system", 3: "reserved(3)"}
 AQL_WORDS = hsa.AQL_PACKET_SIZE // 4
 AMD_AQL_FORMAT_PM4_IB, AMD_AQL_PM4_IB_DW_COUNT_REMAIN = 1, 10
 
+@functools.lru_cache(maxsize=256)   # (a launch asks for the same few headers: computed once each)
 def aql_header(ptype: int, barrier: bool, acquire: int, release: int) -> int:
   return (ptype | (int(barrier) << hsa.HSA_PACKET_HEADER_BARRIER.lo) | (acquire << hsa.HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE.lo)
           | (release << hsa.HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE.lo))
@@ -167,13 +168,23 @@ def pm4_indirect_buffer(family: str, va: int, ndw: int) -> list[int]:
 
 def pm4_wait_reg_mem(family: str, addr: int, value: int, mask: int = M32, func: int = WAIT_GEQ) -> list[int]:
   """Stall the command processor until (mem[addr] & mask) <func> value (32-bit). Fields: addr (2, 2), value (4, 1)."""
+  hdr, ctl = _wait_reg_mem_head(family, func)
+  return [hdr, ctl, lo32(addr), hi32(addr), value, mask, 4]
+
+@functools.lru_cache(maxsize=64)   # (the header and control words of a family and function: made once, every launch waits)
+def _wait_reg_mem_head(family: str, func: int) -> tuple[int, int]:
   p = PM4[family]
-  return [pm4_hdr(p.PACKET3_WAIT_REG_MEM, 6), p.WAIT_REG_MEM_FUNCTION(func) | p.WAIT_REG_MEM_MEM_SPACE(1) | p.WAIT_REG_MEM_OPERATION(0)
-          | p.WAIT_REG_MEM_ENGINE(0), lo32(addr), hi32(addr), value, mask, 4]
+  return pm4_hdr(p.PACKET3_WAIT_REG_MEM, 6), (p.WAIT_REG_MEM_FUNCTION(func) | p.WAIT_REG_MEM_MEM_SPACE(1) | p.WAIT_REG_MEM_OPERATION(0)
+                                              | p.WAIT_REG_MEM_ENGINE(0))
 
 def pm4_release_mem(family: str, addr: int, value: int, data_sel: int, int_sel: int = 0, ctxid: int = 0) -> list[int]:
   """End-of-pipe event (after all prior work), caches written back, then the data write (and an interrupt whose context id
   is `ctxid`). Fields: addr (3, 2), value (5, 2)."""
+  hdr, d1, d2 = _release_mem_head(family, data_sel, int_sel)
+  return [hdr, d1, d2, lo32(addr), hi32(addr), lo32(value), hi32(value), ctxid]
+
+@functools.lru_cache(maxsize=64)   # (RELEASE_MEM's header and event/data words per family and selectors: made once)
+def _release_mem_head(family: str, data_sel: int, int_sel: int) -> tuple[int, int, int]:
   p = PM4[family]
   if family == "gfx11":
     d1 = (p.PACKET3_RELEASE_MEM_GCR_SEQ | p.PACKET3_RELEASE_MEM_GCR_GL2_WB | p.PACKET3_RELEASE_MEM_GCR_GLM_INV
@@ -184,7 +195,7 @@ def pm4_release_mem(family: str, addr: int, value: int, data_sel: int, int_sel: 
     d1 = (p.EOP_TCL1_ACTION_EN | p.EOP_TC_ACTION_EN | p.EOP_TC_WB_ACTION_EN | p.EOP_TC_MD_ACTION_EN
           | p.EVENT_TYPE(CACHE_FLUSH_AND_INV_TS_EVENT) | p.EVENT_INDEX(5))
     d2 = p.DATA_SEL(data_sel) | p.INT_SEL(int_sel)
-  return [pm4_hdr(p.PACKET3_RELEASE_MEM, 7), d1, d2, lo32(addr), hi32(addr), lo32(value), hi32(value), ctxid]
+  return pm4_hdr(p.PACKET3_RELEASE_MEM, 7), d1, d2
 
 def pm4_pred_exec(family: str, xcc_mask: int, ndw: int) -> list[int]:
   """PRED_EXEC: the next `ndw` dwords run only on the XCCs of `xcc_mask` (bit n: virtual XCC n of the partition); DW1
@@ -196,16 +207,20 @@ def pm4_pred_exec(family: str, xcc_mask: int, ndw: int) -> list[int]:
 
 def pm4_acquire_mem(family: str) -> list[int]:
   """Invalidate (and write back) the shader caches for the whole address range, as amdgpu's emit_mem_sync does."""
+  return list(_acquire_mem_words(family))
+
+@functools.lru_cache(maxsize=8)   # (the same words for every launch of a family: made once)
+def _acquire_mem_words(family: str) -> tuple[int, ...]:
   p = PM4[family]
   if family == "gfx11":
     gcr = (p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_INV(1) | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GL2_WB(1) | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GLM_INV(1)
            | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GLM_WB(1) | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GL1_INV(1) | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GLV_INV(1)
            | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GLK_INV(1) | p.PACKET3_ACQUIRE_MEM_GCR_CNTL_GLI_INV(1))
-    return [pm4_hdr(p.PACKET3_ACQUIRE_MEM, 7), 0, M32, 0xFFFFFF, 0, 0, 0xA, gcr]
+    return (pm4_hdr(p.PACKET3_ACQUIRE_MEM, 7), 0, M32, 0xFFFFFF, 0, 0, 0xA, gcr)
   coher = (p.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_SH_ICACHE_ACTION_ENA(1) | p.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_SH_KCACHE_ACTION_ENA(1)
            | p.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_TC_ACTION_ENA(1) | p.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_TCL1_ACTION_ENA(1)
            | p.PACKET3_ACQUIRE_MEM_CP_COHER_CNTL_TC_WB_ACTION_ENA(1))
-  return [pm4_hdr(p.PACKET3_ACQUIRE_MEM, 6), coher, M32, 0xFFFFFF, 0, 0, 0xA]
+  return (pm4_hdr(p.PACKET3_ACQUIRE_MEM, 6), coher, M32, 0xFFFFFF, 0, 0, 0xA)
 
 def pm4_dma_data(family: str, dest: int, src: int, nbytes: int) -> list[int]:
   """CP DMA copy of `nbytes` (CP_SYNC: the next packet waits for it). Fields: src (2, 2), dest (4, 2), nbytes (6, 1)."""

@@ -7,8 +7,11 @@ Source: LLVM AMDGPUUsage (code object v5/v6 metadata and its hidden argument kin
 from __future__ import annotations
 import ctypes, io, struct, sys
 from typing import Any, Sequence
+from baregrad import helpers
 from baregrad.knobs import DEBUG
+from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
+from baregrad.hcq.queue import _dims
 from baregrad.drivers.amd_compile import CodeObjectError, load_code_object
 
 NT_AMDGPU_METADATA = 32
@@ -185,6 +188,21 @@ class AMDProgram(HCQProgram):
     out = {"kernargs": ctypes.string_at(args.cpu_addr, self.kernarg_size)}
     if (p := self.dev.capture.dispatches.pop(args.va_addr, None)) is not None: out["aql"] = p
     return out
+  def __call__(self, *bufs: Any, global_size: tuple[int, int, int] = (1, 1, 1), local_size: tuple[int, int, int] = (1, 1, 1),
+               vals: tuple[int, ...] = (), wait: bool = False) -> float | None:
+    """A launch as HCQProgram makes it (wait for the timeline, dispatch, signal the next value), its packets made by
+    AQLRing.launch_packets straight from the encoders instead of recorded in a queue object first (the same packets:
+    tests/drivers/amd/test_amd_packet_cache.py); a timed, profiled, captured or VIZ launch takes the queue path."""
+    dev = self.dev
+    if wait or profile.ON or dev.capture is not None or helpers.viz_sink is not None or dev.timeline_value >> 32:
+      return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
+    args = self.fill_kernargs(bufs, vals)
+    aql, fam, tl = dev.aql, dev.compute_queue_t.family, dev.timeline_signal.va_addr
+    with dev.submit_lock:
+      v = dev.timeline_value - 1
+      aql.submit_packets(lambda start: aql.launch_packets(fam, self, args, gs, ls, tl, v, dev.next_timeline(), start))
+    return None
   def __del__(self) -> None:
     try:
       self.dev.kernel_names.pop(self.kd_va, None)

@@ -194,10 +194,19 @@ class AQLRing:
     def free() -> bool:
       rd = self.rptr_p.value
       while self.ib_inflight and self.ib_inflight[0][0] < rd: self.ib_inflight.popleft()
-      return not any(o < off + nbytes and off < o + n for _, o, n in self.ib_inflight)
-    self._wait(free, f"{nbytes} bytes of indirect buffer")
+      return self._ib_free(off, nbytes)
+    if not free(): self._wait(free, f"{nbytes} bytes of indirect buffer")
     self.ib_off = off + nbytes
     return self.ib.cpu + off, self.ib.va + off
+
+  def _ib_free(self, off: int, nbytes: int) -> bool:
+    """Whether [off, off + nbytes) of the IB area overlaps no IB still in flight. They were placed in order, so they lie
+    between the oldest one's offset (head) and ib_off (tail), wrapped when tail <= head: two comparisons, not one per IB
+    in flight (a long run of launches behind a slow kernel made every submission walk all of them)."""
+    if not self.ib_inflight: return True
+    head, tail, end = self.ib_inflight[0][1], self.ib_off, off + nbytes
+    if head < tail: return end <= head or off >= tail
+    return off >= tail and end <= head   # (occupied: [head, size) and [0, tail))
 
   def packets(self, q: AMDComputeQueue, start_index: int) -> list[list[int]]:
     """The AQL packets a recorded queue becomes (PM4 runs written to the IB area, one vendor packet per run)."""
@@ -206,10 +215,7 @@ class AQLRing:
     def flush() -> None:
       nonlocal run, barrier
       if not run: return
-      cpu, va = self._ib_alloc(4 * len(run))
-      c_array(ctypes.c_uint32, len(run)).from_address(cpu)[:] = run
-      self.ib_inflight.append((start_index + len(out), va - self.ib.va, (4 * len(run) + 63) & ~63))
-      out.append(hw.aql_pm4_ib(fam, va, len(run), barrier))
+      out.append(self._ib_packet(fam, run, barrier, start_index + len(out)))
       run, barrier = [], False
     for c in q.cmds:
       w = list(q.words[c.start:c.start + c.nwords])
@@ -224,12 +230,39 @@ class AQLRing:
     flush()
     return out
 
+  def _ib_packet(self, fam: str, run: list[int], barrier: bool, index: int) -> list[int]:
+    """A run of PM4 words written to the IB area, and the vendor packet (at ring index `index`) that runs it."""
+    cpu, va = self._ib_alloc(4 * len(run))
+    c_array(ctypes.c_uint32, len(run)).from_address(cpu)[:] = run
+    self.ib_inflight.append((index, va - self.ib.va, (4 * len(run) + 63) & ~63))
+    return hw.aql_pm4_ib(fam, va, len(run), barrier)
+
+  def launch_packets(self, fam: str, prg: Any, args: Any, gs: tuple[int, int, int], ls: tuple[int, int, int], timeline: int,
+                     wait: int, signal: int, start_index: int) -> list[list[int]]:
+    """The packets packets() makes of a queue recorded as wait(timeline, wait), exec(prg, args, gs, ls),
+    signal(timeline, signal) (what HCQProgram.__call__ records), made without recording the queue: the wait's PM4 in
+    an IB without the barrier bit, the dispatch (a fresh queue's first: no barrier bit), the signal's release and the
+    event's in an IB with it, under PRED_EXEC on several XCCs (the queue's encoders, hw.py, make every word)."""
+    args.write_launch(gs, ls)
+    out = [self._ib_packet(fam, hw.pm4_wait_reg_mem(fam, timeline, wait) + hw.pm4_acquire_mem(fam), False, start_index)]
+    out.append(hw.aql_dispatch(prg.kd_va, args.va_addr, (gs[0] * ls[0], gs[1] * ls[1], gs[2] * ls[2]), ls, prg.group_segment_size,
+                               prg.private_segment_size))
+    w = hw.pm4_release_mem(fam, timeline, signal, data_sel=2)
+    w += hw.pm4_release_mem(fam, self.dev.event_mailbox, self.dev.event_id, data_sel=1, int_sel=2, ctxid=self.dev.event_id)
+    if self.dev.sizes.num_xcc > 1: w = hw.pm4_pred_exec(fam, 1, len(w)) + w
+    out.append(self._ib_packet(fam, w, True, start_index + 2))
+    return out
+
   def submit(self, q: AMDComputeQueue) -> None:
+    self.submit_packets(lambda start: self.packets(q, start))
+
+  def submit_packets(self, make: Any) -> None:
+    """Write the packets `make(first ring index)` returns (made under the ring's lock) and ring the doorbell."""
     if self.dev._lost is not None:
       from baregrad.drivers.amd.faults import AMDDeviceLost
       raise AMDDeviceLost(self.dev._lost)
     with self.lock:
-      pk = self.packets(q, self.put)
+      pk = make(self.put)
       n = len(pk)
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
       self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")

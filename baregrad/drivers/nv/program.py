@@ -1,10 +1,9 @@
 """Programs of the NV driver: a kernel's image in GPU memory, its parameters and storage read from the cubin or the PTX,
 and the per-launch args memory (QMD and constant bank 0) its launches are written into."""
 from __future__ import annotations
-import ctypes, re, sys
+import ctypes, re, struct, sys
 from array import array
 from typing import TYPE_CHECKING, Any, Sequence
-from baregrad.helpers import c_array
 from baregrad.knobs import DEBUG
 from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
@@ -59,9 +58,14 @@ class NVArgsState(HCQArgsState):
     self.grid, self.block = (1, 1, 1), (1, 1, 1)
     if len(self.bufs) + len(self.vals) != len(prg.params):
       raise ValueError(f"{prg.name} takes {len(prg.params)} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
-    ctypes.memset(self.cb_cpu, 0, prg.param_off)
-    for i, b in enumerate(self.bufs): self._put(i, b.va_addr)
-    for i, v in enumerate(self.vals): self._put(len(self.bufs) + i, v)
+    # the header's bytes zeroed (write_qmd writes it) and the parameters in one pack and one copy (prg.param_pack:
+    # each parameter at its offset, masked to its size, little-endian, the alignment gaps zeroed)
+    if prg.param_pack is None:   # (parameters out of order: one at a time)
+      ctypes.memset(self.cb_cpu, 0, prg.param_off)
+      for i, x in enumerate([b.va_addr for b in self.bufs] + list(self.vals)): self._put(i, x)
+      return
+    data = prg.param_pack(*[x & m for x, m in zip([b.va_addr for b in self.bufs] + list(self.vals), prg.param_masks)])
+    ctypes.memmove(self.cb_cpu, data, len(data))
   def _put(self, i: int, v: int) -> None:
     off, sz = self.prg.params[i]
     ctypes.memmove(self.cb_cpu + self.prg.param_off + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
@@ -86,14 +90,43 @@ class NVArgsState(HCQArgsState):
                        version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
       w += [0] * (hw.QMD_BYTES // 4 - len(w))
       if len(prg.launch_templates) >= 64: prg.launch_templates.clear()
-      t = prg.launch_templates[key] = (hdr, bytes(array("I", w)))
-    hdr, qmd = t
+      # where the bank's address goes (hw.qmd_cbank0_words: a low word, then the high part in the low bits of the next
+      # word, whose other bits the template keeps), so a launch patches it as one 64-bit little-endian store
+      lo, _, hi, _, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, 0)
+      assert hi == lo + 1
+      t = prg.launch_templates[key] = (hdr, bytes(array("I", w)), 4 * lo, (w[hi] & ~hi_mask) << 32, hi_mask,
+                                       hw.QMD_LAYOUTS[dev.qmd_version].cb0_shift)
+    hdr, qmd, at, hi_keep, hi_mask, shift = t
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
-    ctypes.memmove(self.qmd_cpu, qmd, len(qmd))
-    lo, lo_v, hi, hi_v, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, self.cb_va)
-    q = c_array(ctypes.c_uint32, hw.QMD_BYTES // 4).from_address(self.qmd_cpu)
-    q[lo], q[hi] = lo_v, (q[hi] & ~hi_mask) | hi_v
+    c = self.cb_va >> shift
+    if self.cb_va % 64 or c >> 32 > hi_mask: hw.qmd_cbank0_words(dev.qmd_version, self.cb_va)   # (raises, naming the rule)
+    q = bytearray(qmd)
+    _U64.pack_into(q, at, hi_keep | c)
+    ctypes.memmove(self.qmd_cpu, bytes(q), len(q))
     dev.qmd_kernels[self.qmd_va] = prg.name   # for a fault that names the QMD (the SKED's ESR)
+
+_U64 = struct.Struct("<Q")
+
+def param_packer(param_off: int, params: Sequence[tuple[int, int]]) -> Any:
+  """pack(*values) -> bytes of constant bank 0 from its start through the last parameter: the `param_off` header bytes
+  and the gaps between parameters zero, each parameter (offset, size) at param_off + offset, little-endian (values
+  already masked to their sizes); None where the parameters are not in offset order or of a size other than 1-8 bytes."""
+  fmt, pos = "<" + "x" * param_off, 0
+  for off, sz in params:
+    if off < pos or sz not in (1, 2, 4, 8): return None
+    fmt += "x" * (off - pos) + {1: "B", 2: "H", 4: "I", 8: "Q"}[sz]
+    pos = off + sz
+  return struct.Struct(fmt).pack
+
+def launch_pushbuffer(compute_class: int, timeline: int) -> tuple[array, tuple[int, int, int]]:
+  """The pushbuffer of a launch on the timeline at `timeline` (hw.sem_words acquire >= value, hw.launch_words of the
+  QMD, hw.sem_words release of the next value) with zero for its values, and where a launch writes them: (the acquired
+  value's low word, the QMD address >> 8, the released value's low word); each value's high word follows its low one."""
+  acq, rel = hw.sem_words(timeline, 0, hw.SEM_EXEC_ACQUIRE_GEQ), hw.sem_words(timeline, 0, hw.SEM_EXEC_RELEASE)
+  a, b = hw.launch_words(compute_class, 0), hw.launch_words(compute_class, 1 << 8)
+  diff = [i for i, (x, y) in enumerate(zip(a, b)) if x != y]
+  assert len(diff) == 1 and acq[3:5] == [0, 0] and rel[3:5] == [0, 0], "the launch words changed their layout"
+  return array("I", acq + a + rel), (3, len(acq) + diff[0], len(acq) + len(a) + 3)
 
 def _put_u32(b: bytes, off: int, v: int) -> bytes: return b[:off] + v.to_bytes(4, "little") + b[off + 4:]
 
@@ -115,7 +148,8 @@ class NVProgram(HCQProgram):
       from baregrad.drivers.nv.disasm import debug_text
       print(debug_text(level, ptx, cubin, name, dev.arch), file=sys.stderr)
     self.ptx, self.param_off, self.regs, self.local_bytes = ptx, dev.param_off, 32, 0
-    self.launch_templates: dict[tuple, tuple[bytes, bytes]] = {}   # geometry, sizes -> (cbank0 header, QMD): write_qmd
+    self.launch_templates: dict[tuple, tuple] = {}   # geometry, sizes -> (cbank0 header, QMD, where its bank goes): write_qmd
+    self._pushbuf: tuple | None = None   # (timeline, class, launch_pushbuffer's words and places) of __call__
     code = b""
     self.params = ptx_params(ptx, name)
     # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
@@ -147,6 +181,8 @@ class NVProgram(HCQProgram):
       raise ValueError(f"NV program {name}: {own} bytes of shared memory ({self.dyn_shared} of them dynamic) exceed the "
                        f"{dev.max_shared_mem} a block may use on {dev.arch} (GPUArch.max_shared)")
     self.param_size = max((o + s for o, s in self.params), default=0)
+    self.param_pack = param_packer(self.param_off, self.params)   # (NVArgsState writes a launch's parameters with it)
+    self.param_masks = [(1 << (8 * sz)) - 1 for _, sz in self.params]
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
     if self.local_bytes: dev._ensure_local_memory(self.local_bytes)
     # host-visible, written by the CPU: a copy-queue upload would not be ordered before a raw compute-queue launch
@@ -194,11 +230,15 @@ class NVProgram(HCQProgram):
     gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
     args = self.fill_kernargs(bufs, vals)
     tl = dev.timeline_signal.va_addr
+    if (pb := self._pushbuf) is None or pb[0] != tl or pb[1] != dev.compute_class:
+      pb = self._pushbuf = (tl, dev.compute_class, *launch_pushbuffer(dev.compute_class, tl))
+    words, (w_lo, qi, s_lo) = pb[2][:], pb[3]
     with dev.submit_lock:
       args.write_qmd(gs, ls)
-      words = array("I", hw.sem_words(tl, dev.timeline_value - 1, hw.SEM_EXEC_ACQUIRE_GEQ))
-      words += array("I", hw.launch_words(dev.compute_class, args.qmd_va))
-      words += array("I", hw.sem_words(tl, dev.next_timeline(), hw.SEM_EXEC_RELEASE))
+      v = dev.timeline_value - 1
+      words[w_lo], words[w_lo + 1], words[qi] = v & 0xFFFFFFFF, v >> 32, args.qmd_va >> 8
+      v = dev.next_timeline()
+      words[s_lo], words[s_lo + 1] = v & 0xFFFFFFFF, v >> 32
       dev.channels["compute"].submit(words)
     return None
   def __del__(self) -> None:

@@ -86,6 +86,19 @@ class NVChannel:
     self.cmd_off = 0
     self.inflight: deque[tuple[int, int, int]] = deque()  # (GPFIFO index, command ring offset, words) submitted
     self.lock = threading.Lock()
+    self._gp_hi: dict[tuple[int, int], int] = {}   # (address >> 32, words) -> a GPFIFO entry's high word: _gp_entry
+
+  def _gp_entry(self, addr: int, n: int) -> int:
+    """hw.gp_entry(addr, n): its high word depends only on addr >> 32 and n, its low word is addr's low word (GET holds
+    bits 31:2, and hw.gp_entry refuses an address with bits 1:0 set), so the high word is made once per (addr >> 32, n)
+    and each entry checked against hw.gp_entry when its high word is made."""
+    key = (addr >> 32, n)
+    if (hi := self._gp_hi.get(key)) is None or addr & 3:
+      e = hw.gp_entry(addr, n)   # (raises on a misaligned or too long segment)
+      if len(self._gp_hi) >= 4096: self._gp_hi.clear()
+      hi = self._gp_hi[key] = e & ~0xFFFFFFFF
+      assert e == hi | (addr & 0xFFFFFFFF), "GPFIFO entry layout: the low word is not the address's low word"
+    return hi | (addr & 0xFFFFFFFF)
 
   def _done(self, idx: int) -> bool:
     """Has the GPU fetched past GPFIFO entry idx? (GP_GET is the next entry it will read)"""
@@ -107,17 +120,18 @@ class NVChannel:
     nbytes = 4 * n
     if nbytes > self.cmd.size: raise ValueError(f"pushbuffer of {nbytes} bytes exceeds the {self.name} command ring ({self.cmd.size} bytes)")
     with self.lock:
-      deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
+      deadline = None   # (set when the ring is full: the common submission reads no clock)
       while True:
         while self.inflight and self._done(self.inflight[0][0]): self.inflight.popleft()
         if (off := self._place(nbytes)) is not None and (self.put + 1 - self.gp_get_p.value) % self.entries != 0: break
         self.dev._check_fault()
-        if time.perf_counter() > deadline:
+        if deadline is None: deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
+        elif time.perf_counter() > deadline:
           raise RuntimeError(f"{self.dev.device} {self.name} channel: no room in the command ring or GPFIFO\n{self.dev.queue_state()}")
         self.dev._kick()
         time.sleep(1e-4)
       ctypes.memmove(self.cmd.cpu + off, words.buffer_info()[0], nbytes)
-      self.ring[self.put] = hw.gp_entry(self.cmd.va + off, n)
+      self.ring[self.put] = self._gp_entry(self.cmd.va + off, n)
       self.inflight.append((self.put, off, n))
       self.cmd_off = off + nbytes
       idx, self.put = self.put, (self.put + 1) % self.entries
