@@ -9,7 +9,7 @@ default), saved as safetensors and written to GGUF (F32 and --quant) with the `g
 from a fresh prompt (new random token ids). Ratios are reference time / baregrad time (> 1: baregrad is faster).
 Not a timed test: numbers depend on the machine and its load."""
 from __future__ import annotations
-import argparse, os, pathlib, sys, tempfile, time
+import argparse, json, os, pathlib, subprocess, sys, tempfile, time
 import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
@@ -36,6 +36,7 @@ def main() -> None:
   def prompt() -> list[int]: return [int(x) for x in rng.integers(3, a.vocab, a.prompt)]
   rows = []
   def timed(name: str, run) -> None:
+    print(f"  timing {name} ...", file=sys.stderr, flush=True)
     run(prompt()); run(prompt())   # warm: compiles, captures (transformers: its first generate() calls are slow)
     pre, dec = [], []
     for _ in range(a.rounds):
@@ -59,15 +60,17 @@ def main() -> None:
   timed("baregrad GGUF F32", bg(files["F32"]))
   timed(f"baregrad GGUF {a.quant}", bg(files[a.quant]))
   timed("transformers float32 eager", hf)
+  # llama.cpp in a child process per file: a crash there (some builds fault on some CPUs) costs its row, not the run
   try:
-    from llama_cpp import Llama
+    import llama_cpp  # noqa: F401
     for q in ("F32", a.quant):
-      ll = Llama(files[q], n_ctx=a.prompt + a.new + 8, n_threads=a.threads, verbose=False)
-      def lc(ids: list[int], ll=ll) -> tuple[float, float]:
-        ll.reset(); t0 = time.perf_counter(); ll.eval(ids); t1 = time.perf_counter()
-        for _ in range(a.new - 1): ll.eval([int(np.argmax(ll.scores[ll.n_tokens - 1]))])
-        return t1 - t0, time.perf_counter() - t1
-      timed(f"llama.cpp {q}", lc)
+      r = subprocess.run([sys.executable, __file__, "--llamacpp-child", files[q], str(a.prompt), str(a.new), str(a.threads), str(a.rounds),
+                          str(a.vocab)], capture_output=True, text=True, timeout=1800)
+      if r.returncode != 0:
+        print(f"(llama.cpp {q}: the child process failed, exit status {r.returncode}: {r.stderr.strip().splitlines()[-1:] })")
+        continue
+      pf, dc = json.loads(r.stdout.strip().splitlines()[-1])
+      rows.append((f"llama.cpp {q}", pf, dc))
   except ImportError: print("(llama-cpp-python not installed: no llama.cpp rows)")
   print(f"Llama {nparam / 1e6:.0f}M parameters (dim {a.dim}, {a.layers} layers, vocab {a.vocab}), prompt {a.prompt}, {a.new} new tokens, "
         f"{a.threads} threads; tokens/s (median of {a.rounds})")
@@ -76,4 +79,20 @@ def main() -> None:
   print(f"{'':30s} {'prefill':>9s} {'decode':>9s}   decode ratio vs baregrad F32 / {a.quant}")
   for n, pf, dc in rows: print(f"{n:30s} {pf:9.1f} {dc:9.2f}   {b32[1] / dc:6.2f}x / {bq[1] / dc:6.2f}x")
 
-if __name__ == "__main__": main()
+def llamacpp_child(path: str, prompt: int, new: int, threads: int, rounds: int, vocab: int) -> None:
+  """Time llama.cpp on one file as the main run times the others; prints [prefill tok/s, decode tok/s] (medians)."""
+  from llama_cpp import Llama
+  ll = Llama(path, n_ctx=prompt + new + 8, n_threads=threads, verbose=False)
+  rng = np.random.default_rng(1)
+  pre, dec = [], []
+  for r in range(rounds + 2):   # (the first two warm it, as the main run's)
+    ids = [int(x) for x in rng.integers(3, vocab, prompt)]
+    ll.reset(); t0 = time.perf_counter(); ll.eval(ids); t1 = time.perf_counter()
+    for _ in range(new - 1): ll.eval([int(np.argmax(ll.scores[ll.n_tokens - 1]))])
+    t2 = time.perf_counter()
+    if r >= 2: pre.append(prompt / (t1 - t0)); dec.append((new - 1) / (t2 - t1))
+  print(json.dumps([float(np.median(pre)), float(np.median(dec))]))
+
+if __name__ == "__main__":
+  if len(sys.argv) > 1 and sys.argv[1] == "--llamacpp-child": llamacpp_child(sys.argv[2], *map(int, sys.argv[3:8]))
+  else: main()

@@ -91,6 +91,9 @@ class LlamaModel:
       mask = self.positions.shrink(((0, L),)).unsqueeze(0) <= pos.unsqueeze(1)   # (T, L)
     for i in range(c.n_layers):
       p = f"model.layers.{i}."
+      # the residual stream computed once per layer: the cache writes below realize k and v (in place, now), and a lazy
+      # h would be computed again inside each of them and at the end (every layer ~n_layers times over)
+      h = h.realize()
       x = _rms(h, self._t(p + "input_layernorm.weight"), c.norm_eps)
       q = linear(x, w[p + "self_attn.q_proj.weight"], self._bias(p + "self_attn.q_proj.bias"))
       k = linear(x, w[p + "self_attn.k_proj.weight"], self._bias(p + "self_attn.k_proj.bias"))

@@ -69,10 +69,12 @@ def write_gguf(m, path: str, qtype: str = "F32") -> dict[str, np.ndarray]:
   if _rope(cfg).get("rope_type") == "llama3": w.add_tensor("rope_freqs.weight", llama3_freq_factors(cfg))
   w.add_vocab_size(cfg.vocab_size)
   w.add_tokenizer_model("llama")
-  toks = VOCAB + PIECES
+  # a model wider than the test vocabulary (bench/llm.py's 32000) gets filler tokens: llama.cpp wants one per row
+  extra = max(0, cfg.vocab_size - len(VOCAB) - len(PIECES))
+  toks = VOCAB + PIECES + [f"<filler{i}>" for i in range(extra)]
   w.add_token_list(toks)
-  w.add_token_scores([0.0] * len(VOCAB) + [float(-i) for i in range(len(PIECES))])
-  w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(PIECES))
+  w.add_token_scores([0.0] * len(VOCAB) + [float(-i) for i in range(len(PIECES))] + [-1e4] * extra)
+  w.add_token_types([2, 3, 3] + [6] * 256 + [1] * len(PIECES) + [4] * extra)
   w.add_bos_token_id(1)
   w.add_eos_token_id(2)
   names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
