@@ -185,4 +185,4 @@ def test_symbolic_position_replays_with_the_value_as_a_kernel_argument():
     got = step(Tensor(k), var.bind(n)).numpy()
     want[:, n:n + 1] = k
     np.testing.assert_array_equal(got, want[:, :n + 1].sum(1))
-  assert len(step.captured) == 1
+  if JIT_ON: assert len(step.captured) == 1
