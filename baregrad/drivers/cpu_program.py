@@ -22,12 +22,7 @@ class CPUArgsState(HCQArgsState):
     self.slots = c_array(ctypes.c_uint64, len(self.bufs) + len(self.vals)).from_address(cpu_addr)
     for i, b in enumerate(self.bufs): self.slots[i] = b.va_addr
     for i, v in enumerate(self.vals): self.slots[len(self.bufs) + i] = v & 0xFFFFFFFFFFFFFFFF  # int64, two's complement
-  def update_buffer(self, i: int, addr: int) -> None:
-    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
-    self.slots[i] = addr
-  def update_var(self, i: int, value: int) -> None:
-    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
-    self.slots[len(self.bufs) + i] = value & 0xFFFFFFFFFFFFFFFF
+  def _put(self, i: int, v: int) -> None: self.slots[i] = v & 0xFFFFFFFFFFFFFFFF   # (int64 slots, two's complement)
 
 class CPUProgram(HCQProgram):
   args_state_t = CPUArgsState

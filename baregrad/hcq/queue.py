@@ -22,8 +22,15 @@ class HCQArgsState:
   """Kernel arguments written into argument memory; patch them in place for replays."""
   def __init__(self, cpu_addr: int, va_addr: int, prg: Any, bufs: Sequence[Any], vals: Sequence[int]) -> None:
     self.cpu_addr, self.va_addr, self.prg, self.bufs, self.vals = cpu_addr, va_addr, prg, list(bufs), list(vals)
-  def update_buffer(self, i: int, addr: int) -> None: raise NotImplementedError
-  def update_var(self, i: int, value: int) -> None: raise NotImplementedError
+  def _put(self, i: int, v: int) -> None:
+    """Write argument slot i (the buffers' addresses first, then the variables) into the argument memory."""
+    raise NotImplementedError
+  def update_buffer(self, i: int, addr: int) -> None:
+    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
+    self._put(i, addr)
+  def update_var(self, i: int, value: int) -> None:
+    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
+    self._put(len(self.bufs) + i, value)
 
 class HWQueue:
   def __init__(self) -> None:

@@ -82,12 +82,6 @@ class AMDArgsState(HCQArgsState):
   def _put(self, i: int, v: int) -> None:
     off, sz = self.prg.explicit_args[i]
     ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
-  def update_buffer(self, i: int, addr: int) -> None:
-    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
-    self._put(i, addr)
-  def update_var(self, i: int, value: int) -> None:
-    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
-    self._put(len(self.bufs) + i, value)
   def write_launch(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
     """The hidden arguments that depend on the launch size (and a check of the sizes the dispatch packet can carry)."""
     n = ls[0] * ls[1] * ls[2]

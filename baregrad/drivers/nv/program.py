@@ -69,12 +69,6 @@ class NVArgsState(HCQArgsState):
   def _put(self, i: int, v: int) -> None:
     off, sz = self.prg.params[i]
     ctypes.memmove(self.cb_cpu + self.prg.param_off + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
-  def update_buffer(self, i: int, addr: int) -> None:
-    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
-    self._put(i, addr)
-  def update_var(self, i: int, value: int) -> None:
-    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
-    self._put(len(self.bufs) + i, value)
   def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
     prg, dev = self.prg, self.prg.dev
     self.grid, self.block = gs, ls

@@ -52,14 +52,6 @@ class QCOMArgsState(HCQArgsState):
     off, sz = self.prg.ir3.params[i]
     ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
 
-  def update_buffer(self, i: int, addr: int) -> None:
-    if not 0 <= i < len(self.bufs): raise IndexError(f"buffer {i} out of range: kernel has {len(self.bufs)} buffers")
-    self._put(i, addr)
-
-  def update_var(self, i: int, value: int) -> None:
-    if not 0 <= i < len(self.vals): raise IndexError(f"var {i} out of range: kernel has {len(self.vals)} vars")
-    self._put(len(self.bufs) + i, value)
-
 
 class QCOMProgram(HCQProgram):
   """An ir3 program (ir3_compile.Ir3Program bytes) with its code in a GPU object."""
