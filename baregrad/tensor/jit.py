@@ -207,7 +207,7 @@ class _Captured:
   def var_values(self, binds: dict[str, int]) -> list[tuple[int, int, int]]:
     """(launch, variable index, value) of every variable a launch takes, for this call's bound variables (a variable
     the call does not pass keeps its recorded value, as a Python value read from outside the arguments would)."""
-    return [(k, j, binds.get(v.arg[0], l.vals.get(v.arg[0], 0))) for k, l in enumerate(self.launches) for j, v in enumerate(l.runner.spec.vars)]
+    return [(k, j, val) for k, l in enumerate(self.launches) for j, val in enumerate(_launch_vals(l, binds).values())]
 
   def run(self, bind: list[tuple[list[tuple[int, int]], Buffer]], binds: dict[str, int] | None = None) -> None:
     if self.const and any(st.version != v for st, v in self.const_reads):
@@ -229,7 +229,12 @@ class _Captured:
       bufs = [r.ensure() for r in l.refs]
       for j, g in enumerate(l.runner.spec.bufs):
         if (b := patch.get((k, j))) is not None: bufs[g.arg] = b
-      l.runner(bufs, {**l.vals, **{v.arg[0]: binds[v.arg[0]] for v in l.runner.spec.vars if v.arg[0] in binds}} if binds and l.vals else l.vals or None)
+      l.runner(bufs, _launch_vals(l, binds or {}) or None)
+
+def _launch_vals(l: _Launch, binds: dict[str, int]) -> dict[str, int]:
+  """A launch's variables (in its argument order) at this call's values; one the call does not bind keeps its recorded
+  value (as a Python value read from outside the arguments would)."""
+  return {v.arg[0]: binds.get(v.arg[0], l.vals.get(v.arg[0], 0)) for v in l.runner.spec.vars}
 
 def _graph(launches: list[_Launch]) -> Any:
   """The launches as one recorded HCQ queue where they are all on one HCQ device (else None: run one by one)."""
