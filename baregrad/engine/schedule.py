@@ -11,7 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from baregrad.ir.ops import UOp, Ops, GroupOp
-from baregrad.ir.alu import threefry2x32
+import math
+from baregrad.ir.alu import threefry2x32, exec_alu
+from baregrad.ir.dtype import dtypes
 from baregrad.ir.view import ShapeTracker, View
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import split_reduce
@@ -104,7 +106,12 @@ class _KernelBuilder:
     if u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
       if any(v.mask is not None for v in vst.views) and not (inner.op in _LEAVES or inner in self.realized):
-        raise _NeedRealize(inner)
+        # a padded value is computed inside this kernel where the padding reads as zero anyway: the mask then moves
+        # to its loads and constants (each reads 0 outside it), so the value there is f(0, ..., 0). Where that is 0
+        # (relu(x + bias)), no buffer of its own: a CPU convolution's padded copy computes the layer's epilogue
+        # instead of a kernel before it writing it (ResNet: one kernel per convolution fewer). Not under a
+        # reduction: there the value would be computed once per output it is broadcast to.
+        if in_reduce or not self._zero_at_pad(inner): raise _NeedRealize(inner)
       if in_reduce and inner.op not in _LEAVES and inner not in self.realized and _expanded(vst) and self._costly(inner):
         # an expensive value broadcast into a reduction (softmax's gradient into the next matmul) would be recomputed
         # for every output it is broadcast to: computed once into a buffer instead
@@ -165,6 +172,25 @@ class _KernelBuilder:
       if i == 0: self.loads_output = True
       return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=gv), val), (dim, v.shape[dim]))
     return [k], finish
+
+  def _zero_at_pad(self, u: UOp) -> bool:
+    """Whether u is 0 where every buffer it reads (and every constant) reads as 0: u's padding may then be the
+    padding of its sources (see _step). Reductions, gathers and copies count as buffers (they get their own)."""
+    vals: dict[UOp, Any] = {}
+    def zero(dt: Any) -> Any: return False if dtypes.is_bool(dt) else 0 if dtypes.is_int(dt) else 0.0
+    for x in u.toposort():
+      if x in self.realized or x.op in (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.GATHER, Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN):
+        vals[x] = zero(x.dtype.scalar)
+      elif x.op in GroupOp.Movement or x.op is Ops.DETACH: vals[x] = vals[x.src[0]]
+      elif x.op in (Ops.CAST, Ops.BITCAST):
+        if vals[x.src[0]] != 0: return False   # (a nonzero value converted: not worth modelling)
+        vals[x] = zero(x.dtype.scalar)          # (0 converts and bitcasts to 0 in every type)
+      elif x.op in GroupOp.ALU:
+        try: vals[x] = exec_alu(x.op, x.dtype, tuple(vals[s] for s in x.src))
+        except (ArithmeticError, ValueError, TypeError, OverflowError): return False
+      else: return False   # (IOTA, THREEFRY, anything new: realized as before)
+    r = vals.get(u)
+    return r is not None and not (isinstance(r, float) and math.isnan(r)) and r == 0
 
   def _costly(self, u: UOp) -> bool:
     """u's own computation (down to buffers and realized nodes) has a transcendental, a reciprocal or a division."""

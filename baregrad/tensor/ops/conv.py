@@ -210,12 +210,18 @@ def _conv2d_flat(x: Tensor, w: Tensor, groups: int, own: bool = False) -> Tensor
     y = _gemm_taps(x.contiguous().reshape(N, C, Hp, Wp, 1, 1), w, groups)
     return y.contiguous() if own else y
   P, span = OH * Wp, KH * Wp
-  # the last window's span ends (KW - 1) past the buffer's last row: one zero row keeps it inside (no masked loads)
-  xf = x._pad(((0, 0), (0, 0), (0, 1), (0, 0))).contiguous().reshape(N, C, (Hp + 1) * Wp)
-  win = _pool(xf._shrink(((0, N), (0, C), (0, P + span - 1))), (span,), (1,), (1,))   # (N, C, P, KH * Wp)
-  win = win.reshape(N, C, P, KH, Wp)._shrink(((0, N), (0, C), (0, P), (0, KH), (0, KW)))
+  # positions rounded up to a whole number of register tiles (FLAT_POSITIONS) and zero rows below the image for
+  # them: the last window's span ends (KW - 1) past the last row, and a tile's lanes past P read past that. Padded
+  # by the codegen instead (PADTO), those lanes' windows wrap around (the sliding window is a view modulo the flat
+  # length): a modulo per element and scalar loads (ResNet's stride-2 phases at 24-70 GFLOPS instead of 200+)
+  Pp = -(-P // FLAT_POSITIONS) * FLAT_POSITIONS
+  rows = -(-(Pp + span - 1) // Wp)
+  xf = x._pad(((0, 0), (0, 0), (0, rows - Hp), (0, 0))).contiguous().reshape(N, C, rows * Wp)
+  win = _pool(xf._shrink(((0, N), (0, C), (0, Pp + span - 1))), (span,), (1,), (1,))   # (N, C, Pp, KH * Wp)
+  win = win.reshape(N, C, Pp, KH, Wp)._shrink(((0, N), (0, C), (0, Pp), (0, KH), (0, KW)))
   out = _gemm_taps(win, w, groups)
-  out = (out.contiguous() if own else out).reshape(N, w.shape[0], OH, Wp)
+  if own: out = out.contiguous()
+  out = out._shrink(((0, N), (0, w.shape[0]), (0, P))).reshape(N, w.shape[0], OH, Wp)
   return out._shrink(((0, N), (0, out.shape[1]), (0, OH), (0, OW)))
 
 def _conv2d_cpu(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tensor:
@@ -224,6 +230,7 @@ def _conv2d_cpu(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tenso
   dt = promote(x.dtype, w.dtype)
   return out.cast(dt) if out.dtype != dt else out
 
+FLAT_POSITIONS = 64     # _conv2d_flat computes a multiple of this many positions (a register tile's lanes: 32 on AVX-512, 16 on AVX2)
 IM2COL_MAX_TERMS = 160   # a strided convolution with at most this many terms per output (C * KH * KW) gathers columns
 
 def _conv2d_phases(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tensor:

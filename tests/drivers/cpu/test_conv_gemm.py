@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from baregrad import Tensor, dtypes, knobs
 from baregrad.ir.ops import Ops
+from baregrad.helpers import prod
 import baregrad.tensor.functional as F
 
 rng = np.random.default_rng(7)
@@ -103,16 +104,36 @@ def _kernels(t: Tensor) -> list:
   return out
 
 def test_3x3_kernel_is_a_matmul_tile_over_the_flat_width():
-  # ResNet's 3x3 layer at 28x28: the GEMM kernel reduces over (c, kh, kw) with one output axis of 28 * 30 positions,
-  # vector lanes along it and a row tile of output channels (the weights broadcast), as a matmul
+  # ResNet's 3x3 layer at 28x28: the GEMM kernel reduces over (c, kh, kw) with one output axis of 28 * 30 positions
+  # (rounded up to whole tiles: 896), vector lanes along it and a row tile of output channels (the weights broadcast)
   x, w = Tensor(rng.standard_normal((1, 128, 28, 28), dtype=np.float32)), Tensor(rng.standard_normal((128, 128, 3, 3), dtype=np.float32))
   ks = [k for k in _kernels(F.conv2d(x, w, padding=1)) if k.reduce_axes]
   assert len(ks) == 1
   k = ks[0]
   loops = [a for a in k.axes if a.kind != "reduce"]
-  assert 28 * 30 in {k.full_shape[a.orig] for a in loops}, k.full_shape
+  assert 896 in {k.full_shape[a.orig] for a in loops}, k.full_shape
+  assert not any(o.op.name == "PADTO" for o in k.applied), k.applied
   ups = [o for o in k.applied if o.op.name == "UPCAST"]
   assert len(ups) == 2 and {k.full_shape[k.axes[o.axis].orig] if o.axis < len(k.axes) else None for o in ups} >= {128}, k.applied
+
+@pytest.mark.parametrize("cin,size", [(128, 28), (256, 14)])
+def test_stride_phases_read_whole_vectors(cin, size):
+  # ResNet's stride-2 3x3 layers: each phase's positions (14 x 15 = 210 at 28x28) are rounded up to whole tiles with
+  # zero rows below, so no lane's window wraps around the flat buffer. Padded by the codegen instead, the window view
+  # kept a modulo per element and the loads went lane by lane (24-70 GFLOPS instead of 200+)
+  from baregrad.codegen.program import get_program
+  from baregrad.hal import Device
+  xn, wn = rng.standard_normal((1, cin, size, size), dtype=np.float32), rng.standard_normal((cin, cin, 3, 3), dtype=np.float32)
+  out = F.conv2d(Tensor(xn), Tensor(wn), stride=2, padding=1)
+  ks = [k for k in _kernels(out) if k.reduce_axes]
+  assert len(ks) == 4, [k.full_shape for k in ks]   # the four phases
+  for k in ks:   # (the 1x1 phase has no window: its positions may be padded)
+    if prod(k.full_shape[-2:]) > 1: assert not any(o.op.name == "PADTO" for o in k.applied), k.applied
+    prg = get_program(k.ast, Device[out.device].renderer, opts=list(k.applied))
+    assert not any(u.op is Ops.MOD for u in prg.uops), k.full_shape
+  torch = pytest.importorskip("torch")
+  ref = torch.nn.functional.conv2d(torch.tensor(xn), torch.tensor(wn), stride=2, padding=1).numpy()
+  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
 
 def test_1x1_kernel_merges_rows_and_columns():
   x, w = Tensor(rng.standard_normal((1, 64, 14, 14), dtype=np.float32)), Tensor(rng.standard_normal((32, 64, 1, 1), dtype=np.float32))
