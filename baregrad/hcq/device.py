@@ -138,6 +138,15 @@ class HCQDevice(Compiled):
   def peer_direct(self, src: HCQDevice) -> bool:
     """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
     return False
+  def peer_map(self, src: HCQDevice) -> bool:
+    """Whether this device's copy queue can read src's device memory through its own page tables (a peer mapping:
+    hcq/peer.py copies without staging) and each device's queues can wait on the other's timeline; a driver that says
+    yes implements map_peer(src, buf)."""
+    return False
+  def map_peer(self, src: HCQDevice, buf: HCQBuffer) -> None:
+    """Map src's device buffer `buf` into this device's GPU VA space at its own address (once; kept until src frees
+    it). Only where peer_map(src) said yes."""
+    raise NotImplementedError
   def import_host(self, buf: HCQBuffer, owner: Any) -> None:
     """Map host pages `owner` holds (buf.cpu_addr == buf.va_addr, page aligned) into this device's GPU VA space at
     that same address, once per (address, owner): an import of the address made for another owner (one since gone,

@@ -18,10 +18,15 @@ all host memory) the link copies directly: the source's copy queue writes the de
 destination's work so far is done (it waits on the destination's timeline), and the destination's queue waits for
 the source's timeline before anything reads it.
 
-Peer mappings of device memory (one GPU's copy engine reading the other's VRAM over PCIe or NVLink) are not used:
-they need one kernel-driver context that knows both GPUs' memory (RM peer mappings through UVM_ENABLE_PEER_ACCESS in
-one UVM VA space, KFD MAP_MEMORY_TO_GPU naming the other GPU of the same process device), and this driver opens each
-GPU with its own RM client and UVM VA space (and each mock GPU is its own kernel-driver model)."""
+Where the destination can map the source's device memory into its own GPU VA space (`dst.peer_map(src)`: AMD GPUs of
+one KFD process whose topology lists a p2p link, drivers/amd/process.py) the link copies through that peer mapping, with
+no staging: the destination's copy engine reads the source's VRAM over PCIe. The destination's copy queue waits for
+the source's work so far (its timeline), copies and signals its own timeline; then the source's queue waits for that
+copy, so later work of the source cannot overwrite the buffer before it was read. Each queue waits on the other's
+timeline signal, which the driver maps for both GPUs.
+
+Not used yet: NVIDIA peer mappings (RM peer mappings through UVM_ENABLE_PEER_ACCESS in one UVM VA space): this
+driver opens each NV GPU with its own RM client and UVM VA space."""
 from __future__ import annotations
 import ctypes, mmap, threading
 from typing import Any
@@ -36,15 +41,17 @@ class _Counter:
   def value(self) -> int: return self._v.value
 
 class PeerLink:
-  """Copies src -> dst (staged through `slots` buffers of `chunk` bytes, or directly: module docstring)."""
+  """Copies src -> dst (staged through `slots` buffers of `chunk` bytes, directly, or through a peer mapping: module
+  docstring)."""
   def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2) -> None:
     from baregrad.hcq.device import HCQBuffer
     self.src, self.dst, self.chunk, self.slots = src, dst, chunk, slots
     self.direct = dst.peer_direct(src)
+    self.mapped = not self.direct and dst.peer_map(src)   # dst reads src's memory through a peer mapping
     self.lock = threading.Lock()   # one copy at a time uses the slots and counters
     self.copies = 0                # chunks copied (tests)
     self.imports: list[tuple[Any, int]] = []
-    if not self.direct:
+    if not self.direct and not self.mapped:
       size = 4096 + slots * chunk   # the counters' page, then the slots (page aligned: what both drivers map)
       self._pages = mmap.mmap(-1, size)   # anonymous: the pages stay as long as the link (the drivers pin them)
       base = ctypes.addressof(ctypes.c_char.from_buffer(self._pages))
@@ -76,6 +83,19 @@ class PeerLink:
         with d.submit_lock:
           tv_d = d.next_timeline()
           _copy_queue(d).wait(d.timeline_signal, tv_d - 1).wait(s.timeline_signal, tv_s).signal(d.timeline_signal, tv_d).submit(d)
+        self.copies += 1
+        return
+      if self.mapped:
+        d.map_peer(s, src.view_of or src)
+        s_last = s.timeline_value - 1   # the source's work so far (what writes the buffer)
+        with d.submit_lock:
+          tv_d = d.next_timeline()
+          q = _copy_queue(d).wait(d.timeline_signal, tv_d - 1)
+          if s_last > 0: q.wait(s.timeline_signal, s_last)
+          q.copy(dest.va_addr, src.va_addr, nbytes).signal(d.timeline_signal, tv_d).submit(d)
+        with s.submit_lock:   # later work of the source waits for the copy to have read the buffer
+          tv_s = s.next_timeline()
+          _copy_queue(s).wait(s.timeline_signal, tv_s - 1).wait(d.timeline_signal, tv_d).signal(s.timeline_signal, tv_s).submit(s)
         self.copies += 1
         return
       for off in range(0, nbytes, self.chunk):

@@ -27,7 +27,9 @@ SCRIPT = textwrap.dedent('''
   b = a.to(D[-1]).realize()
   assert waits == [], waits
   link = Device[D[-1]].peer_links[D[0]]
-  assert isinstance(link, PeerLink) and link.copies == (1 if link.direct else 3)   # (CPU devices: direct, no staging)
+  # CPU devices: direct; AMD GPUs of one KFD process: through a peer mapping of the source's VRAM; NV: staged
+  assert isinstance(link, PeerLink) and (link.direct, link.mapped) == (kind == "CPU", kind == "AMD"), (link.direct, link.mapped)
+  assert link.copies == (1 if link.direct or link.mapped else 3)
   np.testing.assert_array_equal(b.numpy(), x)
   ts = [Tensor(r.standard_normal(3000).astype(np.float32), device=d).realize() for d in D]
   want = sum(t.numpy() for t in ts)
