@@ -128,7 +128,6 @@ class AMDDevice(HCQDevice):
       self.allocator = AMDAllocator(self)
       self._init_queues()
       if (d := knobs.read("AMD_CAPTURE")): self.capture = CaptureWriter(d, "AMD", self.target.name, device)
-      with self.proc.lock: self.proc.devices[self.gpu_id] = self
     except BaseException:
       self._abandon()
       raise
@@ -619,8 +618,6 @@ class AMDDevice(HCQDevice):
       except Exception: pass
     self.aql = self.sdma = None
     self.scratch = None
-    with self.proc.lock:
-      if self.proc.devices.get(self.gpu_id) is self: del self.proc.devices[self.gpu_id]
     self._abandon()
     from baregrad.hal import Device
     Device.forget(self.device, self)

@@ -23,7 +23,7 @@ EVENT_WINDOW = 0x3FF_0000_0000                  # where the process's own page (
 
 class KFDProcess:
   """What the AMDDevices on one port share (module docstring): the /dev/kfd fd, the topology, the render nodes' files,
-  the event page, and the open devices by gpu_id (peer copies find each other's memory through it)."""
+  the event page, and which GPUs may map which GPUs' VRAM (the topology's p2p links)."""
 
   def __init__(self, port: Any) -> None:
     self.port = port
@@ -32,7 +32,6 @@ class KFDProcess:
     self.render: dict[str, int] = {}
     self.event_page: Any = None          # (va, size, handle, owner gpu_id), allocated by the first device
     self.event_mapped: set[int] = set()  # gpu ids whose VM maps the event page
-    self.devices: dict[int, Any] = {}    # gpu_id -> open AMDDevice
     self._p2p: dict[int, set[int]] = {}
     self.lock = threading.RLock()
 
