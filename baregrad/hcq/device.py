@@ -107,9 +107,11 @@ class HCQDevice(Compiled):
     sdev = Device[src.device]
     if type(sdev) is not type(self) or sdev is self or type(self)._import_host is HCQDevice._import_host: return False
     link = self.peer_links.get(sdev.device)
-    if link is None or (not isinstance(link, str) and link.src is not sdev):   # (none yet, or the source was reopened)
+    no_map = bool(knobs.get("NO_PEER_MAP"))
+    # (none yet, the source was reopened, or NO_PEER_MAP changed since it was made)
+    if link is None or (not isinstance(link, str) and (link.src is not sdev or link.no_map != no_map)):
       if link is not None and not isinstance(link, str): link.close()
-      try: link = PeerLink(sdev, self)
+      try: link = PeerLink(sdev, self, no_map=no_map)
       except (OSError, ValueError) as e:   # a kernel driver refused the pages: copies go through the host (said once)
         link = f"{sdev.device} -> {self.device}: no peer link ({e}); copies go through the host"
         warnings.warn(link, stacklevel=2)

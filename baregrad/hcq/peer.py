@@ -43,11 +43,12 @@ class _Counter:
 class PeerLink:
   """Copies src -> dst (staged through `slots` buffers of `chunk` bytes, directly, or through a peer mapping: module
   docstring)."""
-  def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2) -> None:
+  def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2, no_map: bool = False) -> None:
     from baregrad.hcq.device import HCQBuffer
     self.src, self.dst, self.chunk, self.slots = src, dst, chunk, slots
     self.direct = dst.peer_direct(src)
-    self.mapped = not self.direct and dst.peer_map(src)   # dst reads src's memory through a peer mapping
+    self.no_map = no_map   # (NO_PEER_MAP: staged even where a peer mapping is possible)
+    self.mapped = not self.direct and not no_map and dst.peer_map(src)   # dst reads src's memory through a peer mapping
     self.lock = threading.Lock()   # one copy at a time uses the slots and counters
     self.copies = 0                # chunks copied (tests)
     self.imports: list[tuple[Any, int]] = []
@@ -62,6 +63,11 @@ class PeerLink:
         dev.import_host(self.buf, self)
         self.imports.append((dev, base))
     dst.peers[src.device], src.peers[dst.device] = src, dst   # (named in timeout messages: HCQDevice.peer_state)
+
+  @property
+  def path(self) -> str:
+    """How the link copies: "direct", "peer-mapped" or "staged"."""
+    return "direct" if self.direct else "peer-mapped" if self.mapped else "staged"
 
   def close(self) -> None:
     """Unmap the link's pages from both devices (those still open) before they are released."""
