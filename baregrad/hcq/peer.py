@@ -28,7 +28,7 @@ timeline signal, which the driver maps for both GPUs.
 Not used yet: NVIDIA peer mappings (RM peer mappings through UVM_ENABLE_PEER_ACCESS in one UVM VA space): this
 driver opens each NV GPU with its own RM client and UVM VA space."""
 from __future__ import annotations
-import ctypes, mmap, threading
+import ctypes, mmap, threading, warnings
 from typing import Any
 from baregrad.hcq.queue import HWQueue
 
@@ -44,7 +44,6 @@ class PeerLink:
   """Copies src -> dst (staged through `slots` buffers of `chunk` bytes, directly, or through a peer mapping: module
   docstring)."""
   def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2, no_map: bool = False) -> None:
-    from baregrad.hcq.device import HCQBuffer
     self.src, self.dst, self.chunk, self.slots = src, dst, chunk, slots
     self.direct = dst.peer_direct(src)
     self.no_map = no_map   # (NO_PEER_MAP: staged even where a peer mapping is possible)
@@ -52,17 +51,22 @@ class PeerLink:
     self.lock = threading.Lock()   # one copy at a time uses the slots and counters
     self.copies = 0                # chunks copied (tests)
     self.imports: list[tuple[Any, int]] = []
-    if not self.direct and not self.mapped:
-      size = 4096 + slots * chunk   # the counters' page, then the slots (page aligned: what both drivers map)
-      self._pages = mmap.mmap(-1, size)   # anonymous: the pages stay as long as the link (the drivers pin them)
-      base = ctypes.addressof(ctypes.c_char.from_buffer(self._pages))
-      self.buf = HCQBuffer(base, size, base)
-      self.filled, self.emptied = _Counter(base), _Counter(base + 16)
-      self.stage = [base + 4096 + i * chunk for i in range(slots)]
-      for dev in (src, dst):
-        dev.import_host(self.buf, self)
-        self.imports.append((dev, base))
+    if not self.direct and not self.mapped: self._staging()
     dst.peers[src.device], src.peers[dst.device] = src, dst   # (named in timeout messages: HCQDevice.peer_state)
+
+  def _staging(self) -> None:
+    """The link's staging pages: the counters' page, then the slots (page aligned: what both drivers map), mapped for
+    both devices."""
+    from baregrad.hcq.device import HCQBuffer
+    size = 4096 + self.slots * self.chunk
+    self._pages = mmap.mmap(-1, size)   # anonymous: the pages stay as long as the link (the drivers pin them)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(self._pages))
+    self.buf = HCQBuffer(base, size, base)
+    self.filled, self.emptied = _Counter(base), _Counter(base + 16)
+    self.stage = [base + 4096 + i * self.chunk for i in range(self.slots)]
+    for dev in (self.src, self.dst):
+      dev.import_host(self.buf, self)
+      self.imports.append((dev, base))
 
   @property
   def path(self) -> str:
@@ -92,7 +96,13 @@ class PeerLink:
         self.copies += 1
         return
       if self.mapped:
-        d.map_peer(s, src.view_of or src)
+        try: d.map_peer(s, src.view_of or src)
+        except OSError as e:   # the kernel driver refused the mapping after all: this link stages from now on (said once)
+          warnings.warn(f"{s.device} -> {d.device}: the kernel driver refused a peer mapping ({e}); copies are staged through host pages",
+                        stacklevel=3)
+          self.mapped = False
+          self._staging()
+      if self.mapped:
         s_last = s.timeline_value - 1   # the source's work so far (what writes the buffer)
         with d.submit_lock:
           tv_d = d.next_timeline()

@@ -255,3 +255,24 @@ def test_amd_no_peer_access_falls_back_to_staging(amd_peers):
   link.close()
   with pytest.raises(IoctlError) as e: b.map_peer(a, src._buf)
   assert e.value.err == errno.EINVAL and "no PCIe P2P access" in mock.dmesg()
+
+def test_amd_peer_map_refused_by_the_kernel_falls_back_to_staging(amd_peers):
+  """The topology listed a p2p link, but the kernel refuses the mapping (kfd_mem_attach -EINVAL: peer access went away,
+  a BO the check covers): the link says so once and stages from then on; the copy still lands."""
+  import numpy as np
+  from baregrad.hal import Buffer
+  from baregrad.hcq.peer import PeerLink
+  from baregrad.ir.dtype import dtypes
+  a, b, mock = amd_peers
+  link = PeerLink(a, b)
+  assert link.mapped
+  mock.p2p = False   # amdgpu_device_is_peer_accessible now false: MAP_MEMORY_TO_GPU of A's VRAM for B is -EINVAL
+  x = np.arange(1 << 12, dtype=np.float32)
+  src = Buffer(a.device, x.size, dtypes.float32).allocate()
+  src.copyin(memoryview(x))
+  dst = Buffer(b.device, x.size, dtypes.float32).allocate()
+  with pytest.warns(UserWarning, match="refused a peer mapping"): link.copy(dst._buf, src._buf, src.nbytes)
+  assert link.path == "staged" and link.imports
+  b.synchronize()
+  np.testing.assert_array_equal(np.frombuffer(dst.copyout(memoryview(bytearray(dst.nbytes))), np.float32), x)
+  link.close()
