@@ -276,3 +276,24 @@ def test_amd_peer_map_refused_by_the_kernel_falls_back_to_staging(amd_peers):
   b.synchronize()
   np.testing.assert_array_equal(np.frombuffer(dst.copyout(memoryview(bytearray(dst.nbytes))), np.float32), x)
   link.close()
+
+def test_amd_map_for_a_gpu_without_a_vm_is_refused(monkeypatch):
+  """MAP_MEMORY_TO_GPU naming a GPU the process has not acquired a VM on (kfd_bind_process_to_device: no drm_priv ->
+  -ENODEV), or no GPU at all (kfd_process_device_data_by_id -> -EINVAL): the peer must be an open device."""
+  import ctypes
+  from baregrad.ctypes_autogen import kfd
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  monkeypatch.delenv("MOCKGPU_AMD_ARCH", raising=False)
+  mock = MockAMDGPU(count=3)
+  a = AMDDevice("AMD:0", port=make_port(mock))
+  try:
+    m = a._gpu_alloc(1 << 16, "vram")
+    for gpu_id, err in ((mock.gpus[2].gpu_id, errno.ENODEV), (0x1234, errno.EINVAL)):
+      ids = (ctypes.c_uint32 * 1)(gpu_id)
+      with pytest.raises(IoctlError) as e:
+        a.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
+          handle=m.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_MAP_MEMORY_TO_GPU")
+      assert e.value.err == err
+    assert mock.bos[m.handle].mapped_on == {a.gpu_id}
+  finally: a.close()
