@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent('''
     a, b = step(Tensor(x, device=D[0]), Tensor(y, device=D[0]))
     assert (a.device, b.device) == (D[1], D[0])
     outs.append((a, b)); wants.append((x * 2 + 1, x * 2 + 1 + y))
-  assert len(calls) == 2 and len(step.captured) == 1 and not step.eager_only, (calls, step.eager_only)   # calls 3-5: replays
+  if knobs.get("JIT"): assert len(calls) == 2 and len(step.captured) == 1 and not step.eager_only, (calls, step.eager_only)   # 3-5: replays
   for (a, b), (wa, wb) in zip(outs, wants):   # every call's outputs kept their own values
     np.testing.assert_allclose(a.numpy(), wa, rtol=1e-6); np.testing.assert_allclose(b.numpy(), wb, rtol=1e-6)
   # a jitted allreduce: the collective's copies are recorded and replayed
@@ -35,7 +35,7 @@ SCRIPT = textwrap.dedent('''
     xs = [r.standard_normal(257).astype(np.float32) for _ in D]
     out = allreduce(*[Tensor(v, device=d) for v, d in zip(xs, D)])
     for o in out: np.testing.assert_allclose(o.numpy(), sum(xs), rtol=1e-5, atol=1e-5)
-  assert len(allreduce.captured) == 1 and not allreduce.eager_only
+  if knobs.get("JIT"): assert len(allreduce.captured) == 1 and not allreduce.eager_only
   print("ok")
 ''')
 
@@ -48,7 +48,7 @@ def test_jit_replays_copies_between_devices(kind, n):
 def test_jit_copy_follows_an_input_written_in_place():
   """A recorded copy reads its source anew on every replay: an input changed in place between calls is copied as it is
   now (the copy's source is bound like a kernel's argument)."""
-  from baregrad import Tensor
+  from baregrad import Tensor, knobs
   from baregrad.tensor.jit import jit
   @jit
   def f(x): return (x.to("CPU:1") + 0).realize()
@@ -56,4 +56,4 @@ def test_jit_copy_follows_an_input_written_in_place():
   for i in range(4):
     x.assign(Tensor(np.full(8, i, np.float32), device="CPU:0")).realize()
     assert f(x).numpy().tolist() == [float(i)] * 8
-  assert len(f.captured) == 1
+  if knobs.get("JIT"): assert len(f.captured) == 1   # (CI's JIT=0 stage: the same values, eagerly)
