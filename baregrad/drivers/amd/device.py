@@ -1,11 +1,16 @@
 """AMD: AMD GPUs driven through amdkfd (/dev/kfd) and the GPU's DRM render node, with no ROCr/libhsa.
 
-Opening: /dev/kfd; AMDKFD_IOC_GET_VERSION (interface major 1; anything else is refused by name); the topology from
+Opening: /dev/kfd (opened once per port: the devices of one process share the KFD process, its event page and the
+render nodes' files, process.py); AMDKFD_IOC_GET_VERSION (interface major 1; anything else is refused by name); the topology from
 /sys/devices/virtual/kfd/kfd/topology/nodes/*/{gpu_id,properties} (read through the port); the n-th GPU node for AMD:n,
 its gfx target (gfx1100 and gfx942; any other is refused by name); its render node /dev/dri/renderD<drm_render_minor>;
 AMDKFD_IOC_ACQUIRE_VM with that fd (KFD takes over the render node's GPU VM); the process apertures; a host address
 window (PROT_NONE, reserved) inside which every GPU virtual address is allocated, so a BO's CPU mapping and its GPU
 address are one and the same number.
+
+Peer copies (hcq/peer.py): where the topology lists a p2p link to another GPU of the process, this GPU maps that GPU's
+VRAM BOs into its VM (MAP_MEMORY_TO_GPU with its own gpu_id) and its SDMA engine reads them; a BO is unmapped from every
+GPU that maps it before it is freed.
 
 Memory (AMDKFD_IOC_ALLOC_MEMORY_OF_GPU + MAP_MEMORY_TO_GPU): device buffers in VRAM (GPU only); code in VRAM the CPU
 writes through the render node mmap (the large BAR), followed by an HDP flush through the MMIO remap page; host memory
