@@ -191,6 +191,8 @@ _DECLARED = [
        "smaller ones the direct exchange", _GPU, lo=0, unit="bytes"),
   Knob("NO_PEER_COPY", "bool", False, "copies between two GPUs of one driver go through the host (the source waited for, copied "
        "out, copied in) instead of being queued on both devices' queues", _GPU),
+  Knob("NO_PEER_MAP", "bool", False, "queued copies between two GPUs go through pinned host staging even where the destination "
+       "could read the source's memory through a peer mapping (to compare the two: bench/allreduce.py)", _GPU),
   Knob("DIST_TIMEOUT_S", "float", 60.0, "baregrad.distributed: how long an MPI exchange waits for the other ranks before it raises", _GPU,
        lo=0.001, unit="seconds"),
   # tests and tools (read outside baregrad/, declared here so --knobs and the docs list them)

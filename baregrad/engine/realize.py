@@ -66,6 +66,17 @@ def check_memory(items: list[ScheduleItem], assign: dict[int, BufRef]) -> None:
       raise OutOfMemory(dev, n, alloc.mem_used, f"the {sum(it.kind == 'kernel' for it in items)} kernels of this schedule need "
                         f"{n} bytes for their buffers and the device has {avail} bytes available: nothing was run")
 
+def copy_buffer(dst: Buffer, src: Buffer) -> bool:
+  """Copy src into dst (buffers of two devices): queued on both devices' queues where the destination can (each waits
+  on the other's signals: no host wait; True), else through the host: wait for the source, copy out, copy in."""
+  if peer := bool(not knobs.get("NO_PEER_COPY") and Device[dst.device].copy_from(dst, src)): pass
+  else:
+    Device[src.device].synchronize()
+    data = src.copyout(memoryview(bytearray(src.nbytes)))
+    dst.copyin(data)
+  if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes{' (queued, peer link)' if peer else ''}", file=sys.stderr)
+  return peer
+
 def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> None:
   if helpers.viz_sink is not None: helpers.viz_sink("schedule", items=items)
   # one item has no intermediate whose memory another could take
@@ -82,14 +93,7 @@ def run_schedule(items: list[ScheduleItem], keep: set[int] | None = None) -> Non
     if it.kind == "copy":
       dst, src = it.bufs[0].buf, it.bufs[1].buf
       assert dst is not None and src is not None   # (ensured above)
-      # queued on both devices' queues where the destination can (each waits on the other's signals: no host wait),
-      # else through the host: wait for the source, copy out, copy in
-      if peer := (not knobs.get("NO_PEER_COPY") and Device[dst.device].copy_from(dst, src)): pass
-      else:
-        Device[src.device].synchronize()
-        data = src.copyout(memoryview(bytearray(src.nbytes)))
-        dst.copyin(data)
-      if DEBUG() >= 2: print(f"*** copy {src.device} -> {dst.device} {src.nbytes} bytes{' (queued, peer link)' if peer else ''}", file=sys.stderr)
+      copy_buffer(dst, src)
       if capturing: _observe(None, it)
       continue
     if out.size == 0: continue  # nothing to compute (a GPU can't launch an empty grid)

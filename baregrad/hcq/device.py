@@ -107,9 +107,11 @@ class HCQDevice(Compiled):
     sdev = Device[src.device]
     if type(sdev) is not type(self) or sdev is self or type(self)._import_host is HCQDevice._import_host: return False
     link = self.peer_links.get(sdev.device)
-    if link is None or (not isinstance(link, str) and link.src is not sdev):   # (none yet, or the source was reopened)
+    no_map = bool(knobs.get("NO_PEER_MAP"))
+    # (none yet, the source was reopened, or NO_PEER_MAP changed since it was made)
+    if link is None or (not isinstance(link, str) and (link.src is not sdev or link.no_map != no_map)):
       if link is not None and not isinstance(link, str): link.close()
-      try: link = PeerLink(sdev, self)
+      try: link = PeerLink(sdev, self, no_map=no_map)
       except (OSError, ValueError) as e:   # a kernel driver refused the pages: copies go through the host (said once)
         link = f"{sdev.device} -> {self.device}: no peer link ({e}); copies go through the host"
         warnings.warn(link, stacklevel=2)
@@ -138,6 +140,15 @@ class HCQDevice(Compiled):
   def peer_direct(self, src: HCQDevice) -> bool:
     """Whether src's copy queue can write this device's memory directly (no staging; hcq/peer.py)."""
     return False
+  def peer_map(self, src: HCQDevice) -> bool:
+    """Whether this device's copy queue can read src's device memory through its own page tables (a peer mapping:
+    hcq/peer.py copies without staging) and each device's queues can wait on the other's timeline; a driver that says
+    yes implements map_peer(src, buf)."""
+    return False
+  def map_peer(self, src: HCQDevice, buf: HCQBuffer) -> None:
+    """Map src's device buffer `buf` into this device's GPU VA space at its own address (once; kept until src frees
+    it). Only where peer_map(src) said yes."""
+    raise NotImplementedError
   def import_host(self, buf: HCQBuffer, owner: Any) -> None:
     """Map host pages `owner` holds (buf.cpu_addr == buf.va_addr, page aligned) into this device's GPU VA space at
     that same address, once per (address, owner): an import of the address made for another owner (one since gone,

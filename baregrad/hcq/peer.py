@@ -18,12 +18,17 @@ all host memory) the link copies directly: the source's copy queue writes the de
 destination's work so far is done (it waits on the destination's timeline), and the destination's queue waits for
 the source's timeline before anything reads it.
 
-Peer mappings of device memory (one GPU's copy engine reading the other's VRAM over PCIe or NVLink) are not used:
-they need one kernel-driver context that knows both GPUs' memory (RM peer mappings through UVM_ENABLE_PEER_ACCESS in
-one UVM VA space, KFD MAP_MEMORY_TO_GPU naming the other GPU of the same process device), and this driver opens each
-GPU with its own RM client and UVM VA space (and each mock GPU is its own kernel-driver model)."""
+Where the destination can map the source's device memory into its own GPU VA space (`dst.peer_map(src)`: AMD GPUs of
+one KFD process whose topology lists a p2p link, drivers/amd/process.py) the link copies through that peer mapping, with
+no staging: the destination's copy engine reads the source's VRAM over PCIe. The destination's copy queue waits for
+the source's work so far (its timeline), copies and signals its own timeline; then the source's queue waits for that
+copy, so later work of the source cannot overwrite the buffer before it was read. Each queue waits on the other's
+timeline signal, which the driver maps for both GPUs.
+
+Not used yet: NVIDIA peer mappings (RM peer mappings through UVM_ENABLE_PEER_ACCESS in one UVM VA space): this
+driver opens each NV GPU with its own RM client and UVM VA space."""
 from __future__ import annotations
-import ctypes, mmap, threading
+import ctypes, mmap, threading, warnings
 from typing import Any
 from baregrad.hcq.queue import HWQueue
 
@@ -36,25 +41,37 @@ class _Counter:
   def value(self) -> int: return self._v.value
 
 class PeerLink:
-  """Copies src -> dst (staged through `slots` buffers of `chunk` bytes, or directly: module docstring)."""
-  def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2) -> None:
-    from baregrad.hcq.device import HCQBuffer
+  """Copies src -> dst (staged through `slots` buffers of `chunk` bytes, directly, or through a peer mapping: module
+  docstring)."""
+  def __init__(self, src: Any, dst: Any, chunk: int = 2 << 20, slots: int = 2, no_map: bool = False) -> None:
     self.src, self.dst, self.chunk, self.slots = src, dst, chunk, slots
     self.direct = dst.peer_direct(src)
+    self.no_map = no_map   # (NO_PEER_MAP: staged even where a peer mapping is possible)
+    self.mapped = not self.direct and not no_map and dst.peer_map(src)   # dst reads src's memory through a peer mapping
     self.lock = threading.Lock()   # one copy at a time uses the slots and counters
     self.copies = 0                # chunks copied (tests)
     self.imports: list[tuple[Any, int]] = []
-    if not self.direct:
-      size = 4096 + slots * chunk   # the counters' page, then the slots (page aligned: what both drivers map)
-      self._pages = mmap.mmap(-1, size)   # anonymous: the pages stay as long as the link (the drivers pin them)
-      base = ctypes.addressof(ctypes.c_char.from_buffer(self._pages))
-      self.buf = HCQBuffer(base, size, base)
-      self.filled, self.emptied = _Counter(base), _Counter(base + 16)
-      self.stage = [base + 4096 + i * chunk for i in range(slots)]
-      for dev in (src, dst):
-        dev.import_host(self.buf, self)
-        self.imports.append((dev, base))
+    if not self.direct and not self.mapped: self._staging()
     dst.peers[src.device], src.peers[dst.device] = src, dst   # (named in timeout messages: HCQDevice.peer_state)
+
+  def _staging(self) -> None:
+    """The link's staging pages: the counters' page, then the slots (page aligned: what both drivers map), mapped for
+    both devices."""
+    from baregrad.hcq.device import HCQBuffer
+    size = 4096 + self.slots * self.chunk
+    self._pages = mmap.mmap(-1, size)   # anonymous: the pages stay as long as the link (the drivers pin them)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(self._pages))
+    self.buf = HCQBuffer(base, size, base)
+    self.filled, self.emptied = _Counter(base), _Counter(base + 16)
+    self.stage = [base + 4096 + i * self.chunk for i in range(self.slots)]
+    for dev in (self.src, self.dst):
+      dev.import_host(self.buf, self)
+      self.imports.append((dev, base))
+
+  @property
+  def path(self) -> str:
+    """How the link copies: "direct", "peer-mapped" or "staged"."""
+    return "direct" if self.direct else "peer-mapped" if self.mapped else "staged"
 
   def close(self) -> None:
     """Unmap the link's pages from both devices (those still open) before they are released."""
@@ -76,6 +93,25 @@ class PeerLink:
         with d.submit_lock:
           tv_d = d.next_timeline()
           _copy_queue(d).wait(d.timeline_signal, tv_d - 1).wait(s.timeline_signal, tv_s).signal(d.timeline_signal, tv_d).submit(d)
+        self.copies += 1
+        return
+      if self.mapped:
+        try: d.map_peer(s, src.view_of or src)
+        except OSError as e:   # the kernel driver refused the mapping after all: this link stages from now on (said once)
+          warnings.warn(f"{s.device} -> {d.device}: the kernel driver refused a peer mapping ({e}); copies are staged through host pages",
+                        stacklevel=3)
+          self.mapped = False
+          self._staging()
+      if self.mapped:
+        s_last = s.timeline_value - 1   # the source's work so far (what writes the buffer)
+        with d.submit_lock:
+          tv_d = d.next_timeline()
+          q = _copy_queue(d).wait(d.timeline_signal, tv_d - 1)
+          if s_last > 0: q.wait(s.timeline_signal, s_last)
+          q.copy(dest.va_addr, src.va_addr, nbytes).signal(d.timeline_signal, tv_d).submit(d)
+        with s.submit_lock:   # later work of the source waits for the copy to have read the buffer
+          tv_s = s.next_timeline()
+          _copy_queue(s).wait(s.timeline_signal, tv_s - 1).wait(d.timeline_signal, tv_d).signal(s.timeline_signal, tv_s).submit(s)
         self.copies += 1
         return
       for off in range(0, nbytes, self.chunk):

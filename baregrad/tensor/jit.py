@@ -20,6 +20,9 @@ What makes a replay equal to the eager call (docs/value_semantics.md):
 - randomness advances on each replay (the RNG state is a device buffer the recorded kernels advance);
 - a replay is refused, and the function captured again, when a buffer it reads belonged to a tensor that has been
   dropped or rebound since (state replaced from outside); reading a value to the host while capturing raises JitError.
+Copies between devices are recorded too and replayed as launches (their two buffers bound as a kernel's are): queued on
+both devices' queues where they link (hcq/peer.py), else through the host; a capture with a copy runs its launches one
+by one instead of as one recorded queue.
 What it cannot see: Python values read from outside the arguments (globals, plain-number attributes) are baked into
 the recording; pass them as arguments, or call reset()."""
 from __future__ import annotations
@@ -62,7 +65,23 @@ class _Capture:
   def add_kernel(self, runner: Any, item: Any) -> None:
     self.launches.append(_Launch(runner, list(item.bufs), [i for _, i in item.outputs()], unbind_ast(item.ast)[1]))
     if item.check is not None: self.checks.append((item.bufs[0], item.check[1]))
-  def add_copy(self, item: Any) -> None: raise JitError("a copy between devices inside a jitted function is not supported yet")
+  def add_copy(self, item: Any) -> None: self.launches.append(_Launch(_CopyRunner(item.bufs[0].device), list(item.bufs[:2]), [0]))
+
+@dataclass(frozen=True)
+class _Arg:
+  arg: int
+
+@dataclass(frozen=True)
+class _CopySpec:
+  bufs: tuple = (_Arg(0), _Arg(1))   # argument 0 the destination, 1 the source (as a kernel's buffer numbers)
+  vars: tuple = ()
+
+class _CopyRunner:
+  """A recorded copy between devices, replayed as a launch: `(dst, src)` through realize.copy_buffer (queued on both
+  devices' queues where they link, else through the host), its buffers patched as a kernel's are."""
+  spec = _CopySpec()
+  def __init__(self, device: str) -> None: self.device = device
+  def __call__(self, bufs: list[Buffer], vals: Any = None) -> None: _realize.copy_buffer(bufs[0], bufs[1])
 
 def _leaves(x: Any) -> list:
   """The tensors in x (nested tuples, lists and dicts), in order."""
@@ -239,7 +258,8 @@ def _launch_vals(l: _Launch, binds: dict[str, int]) -> dict[str, int]:
 def _graph(launches: list[_Launch]) -> Any:
   """The launches as one recorded HCQ queue where they are all on one HCQ device (else None: run one by one)."""
   devs = {l.runner.device for l in launches}
-  if len(devs) != 1 or knobs.get("JIT_NOGRAPH"): return None
+  # (a copy between devices is queued on two devices: the launches then run one by one)
+  if len(devs) != 1 or knobs.get("JIT_NOGRAPH") or any(isinstance(l.runner, _CopyRunner) for l in launches): return None
   dev = Device[devs.pop()]
   if not (hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory")): return None
   from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph

@@ -27,7 +27,9 @@ SCRIPT = textwrap.dedent('''
   b = a.to(D[-1]).realize()
   assert waits == [], waits
   link = Device[D[-1]].peer_links[D[0]]
-  assert isinstance(link, PeerLink) and link.copies == (1 if link.direct else 3)   # (CPU devices: direct, no staging)
+  # CPU devices: direct; AMD GPUs of one KFD process: through a peer mapping of the source's VRAM; NV: staged
+  assert isinstance(link, PeerLink) and (link.direct, link.mapped) == (kind == "CPU", kind == "AMD"), (link.direct, link.mapped)
+  assert link.copies == (1 if link.direct or link.mapped else 3)
   np.testing.assert_array_equal(b.numpy(), x)
   ts = [Tensor(r.standard_normal(3000).astype(np.float32), device=d).realize() for d in D]
   want = sum(t.numpy() for t in ts)
@@ -154,3 +156,144 @@ def test_timeout_names_the_peer_device_a_queue_waits_on():
   gate.value = 1   # released: both drain, the copy lands
   dst.synchronize()
   assert np.frombuffer(b.as_memoryview(), np.float32).tolist() == list(range(64))
+
+# ---------------------------------------------------------------- AMD: peer mappings in one KFD process (kfd_mem_attach)
+@pytest.fixture
+def amd_peers(monkeypatch, request):
+  """Two AMD devices on one port (one KFD process), the mock's P2P access as the test asks (default on)."""
+  monkeypatch.delenv("MOCKGPU_AMD_ARCH", raising=False)
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from tests.helpers import registered
+  mock = MockAMDGPU(count=2, **getattr(request, "param", {}))
+  port = make_port(mock)
+  with registered("AMD:0", AMDDevice("AMD:0", port=port)) as a, registered("AMD:1", AMDDevice("AMD:1", port=port)) as b:
+    yield a, b, mock
+
+def test_amd_one_process_for_the_gpus_of_a_port(amd_peers):
+  from baregrad.ctypes_autogen import kfd
+  a, b, mock = amd_peers
+  assert a.proc is b.proc and a.fd_kfd == b.fd_kfd
+  # one event page per process (kfd_kmap_event_page: a second is -EINVAL): both devices' events have slots in it,
+  # and it is mapped into both GPUs' VMs (each GPU writes its own events' slots)
+  page = a.proc.event_page
+  assert page[0] <= a.event_mailbox < page[0] + page[1] and page[0] <= b.event_mailbox < page[0] + page[1] and a.event_mailbox != b.event_mailbox
+  assert mock.bos[page[2]].mapped_on == {a.gpu_id, b.gpu_id}
+  with pytest.raises(IoctlError) as e: b._create_event(kfd.KFD_IOC_EVENT_SIGNAL, page=page[2])
+  assert e.value.err == errno.EINVAL
+
+def test_amd_peer_copy_reads_the_other_gpus_vram(amd_peers):
+  import numpy as np
+  from baregrad.hal import Buffer
+  from baregrad.hcq.peer import PeerLink
+  from baregrad.ir.dtype import dtypes
+  a, b, mock = amd_peers
+  x = np.arange(3 << 18, dtype=np.uint32)
+  src = Buffer(a.device, x.size, dtypes.uint32).allocate()
+  src.copyin(memoryview(x))
+  dst = Buffer(b.device, x.size, dtypes.uint32).allocate()
+  link = PeerLink(a, b)
+  assert link.mapped and not link.direct and not link.imports   # no staging pages
+  link.copy(dst._buf, src._buf, src.nbytes)
+  b.synchronize(); a.synchronize()
+  np.testing.assert_array_equal(np.frombuffer(dst.copyout(memoryview(bytearray(dst.nbytes))), np.uint32), x)
+  # the source's VRAM BO is mapped in B's VM (kfd_ioctl_map_memory_to_gpu with B's gpu_id), and so are both signal pages
+  sm = src._buf.meta
+  assert mock.bos[sm.handle].mapped_on == {a.gpu_id, b.gpu_id} and sm.peers == {b.gpu_id}
+  assert b.gpu_id in mock.bos[a.signal_pool_mem.meta.handle].mapped_on and a.gpu_id in mock.bos[b.signal_pool_mem.meta.handle].mapped_on
+  # freeing the source unmaps it from the peer first (amdgpu_amdkfd_gpuvm_free_memory_of_gpu: still mapped -> -EBUSY)
+  src.deallocate()
+  a.allocator.free_cache()
+  assert sm.handle not in mock.bos and not any("still mapped" in line for line in mock.log)
+
+def test_amd_free_of_a_bo_a_peer_still_maps_is_refused(amd_peers):
+  a, b, mock = amd_peers
+  m = a._gpu_alloc(1 << 16, "vram")
+  b.map_peer(a, HCQBuffer(m.va, m.size, None, meta=m))
+  # the driver's release without the peer: unmapped from A only, the free refused (still mapped on B)
+  with pytest.raises(IoctlError) as e: a._release_bo(m.handle, mapped=True)
+  assert e.value.err == errno.EBUSY and "still mapped on 1 GPU" in mock.dmesg()
+  a.memories.remove(m)
+  a._release_bo(m.handle, mapped=True, peers={b.gpu_id})   # ids in one UNMAP: B then A (A's unmap again: not mapped, skipped)
+  assert m.handle not in mock.bos
+
+def test_amd_sdma_reading_unmapped_peer_vram_faults(amd_peers):
+  """Without the peer mapping (the rule map_peer keeps), B's SDMA reading A's VRAM is a VM fault on B (its page
+  tables do not map the address), not a silent copy."""
+  from baregrad.drivers.amd.faults import AMDFault
+  a, b, mock = amd_peers
+  m = a._gpu_alloc(1 << 16, "vram")
+  dst = b._gpu_alloc(1 << 16, "vram")
+  with b.submit_lock:
+    tv = b.next_timeline()
+    b.copy_queue_t().wait(b.timeline_signal, tv - 1).copy(dst.va, m.va, 4096).signal(b.timeline_signal, tv).submit(b)
+  with pytest.raises(AMDFault, match="SDMA read|SDMA"): b.synchronize(timeout_ms=2000)
+  assert any("page fault" in line for line in mock.log)
+  a._fault_checked = 0.0
+  a._check_fault()   # A's memory event fired too (every one of the process does), but its data names B's gpu_id: no fault of A's
+
+@pytest.mark.parametrize("amd_peers", [{"p2p": False}, {"large_bar": False}], indirect=True, ids=["no-p2p", "small-bar"])
+def test_amd_no_peer_access_falls_back_to_staging(amd_peers):
+  """Where the kernel finds no P2P access (amdgpu_device_is_peer_accessible: P2P off, or a small BAR) the topology
+  lists no p2p link, the driver does not map, the copy is staged through host pages, and a mapping the driver tried
+  anyway is refused (kfd_mem_attach: -EINVAL)."""
+  import numpy as np
+  from baregrad.hal import Buffer
+  from baregrad.hcq.peer import PeerLink
+  from baregrad.ir.dtype import dtypes
+  a, b, mock = amd_peers
+  assert b.node.props["p2p_links_count"] == 0 and not b.peer_map(a)
+  x = np.arange(1 << 12, dtype=np.float32)
+  src = Buffer(a.device, x.size, dtypes.float32).allocate()
+  src.copyin(memoryview(x))
+  dst = Buffer(b.device, x.size, dtypes.float32).allocate()
+  link = PeerLink(a, b)
+  assert not link.mapped and link.imports
+  link.copy(dst._buf, src._buf, src.nbytes)
+  b.synchronize()
+  np.testing.assert_array_equal(np.frombuffer(dst.copyout(memoryview(bytearray(dst.nbytes))), np.float32), x)
+  link.close()
+  with pytest.raises(IoctlError) as e: b.map_peer(a, src._buf)
+  assert e.value.err == errno.EINVAL and "no PCIe P2P access" in mock.dmesg()
+
+def test_amd_peer_map_refused_by_the_kernel_falls_back_to_staging(amd_peers):
+  """The topology listed a p2p link, but the kernel refuses the mapping (kfd_mem_attach -EINVAL: peer access went away,
+  a BO the check covers): the link says so once and stages from then on; the copy still lands."""
+  import numpy as np
+  from baregrad.hal import Buffer
+  from baregrad.hcq.peer import PeerLink
+  from baregrad.ir.dtype import dtypes
+  a, b, mock = amd_peers
+  link = PeerLink(a, b)
+  assert link.mapped
+  mock.p2p = False   # amdgpu_device_is_peer_accessible now false: MAP_MEMORY_TO_GPU of A's VRAM for B is -EINVAL
+  x = np.arange(1 << 12, dtype=np.float32)
+  src = Buffer(a.device, x.size, dtypes.float32).allocate()
+  src.copyin(memoryview(x))
+  dst = Buffer(b.device, x.size, dtypes.float32).allocate()
+  with pytest.warns(UserWarning, match="refused a peer mapping"): link.copy(dst._buf, src._buf, src.nbytes)
+  assert link.path == "staged" and link.imports
+  b.synchronize()
+  np.testing.assert_array_equal(np.frombuffer(dst.copyout(memoryview(bytearray(dst.nbytes))), np.float32), x)
+  link.close()
+
+def test_amd_map_for_a_gpu_without_a_vm_is_refused(monkeypatch):
+  """MAP_MEMORY_TO_GPU naming a GPU the process has not acquired a VM on (kfd_bind_process_to_device: no drm_priv ->
+  -ENODEV), or no GPU at all (kfd_process_device_data_by_id -> -EINVAL): the peer must be an open device."""
+  import ctypes
+  from baregrad.ctypes_autogen import kfd
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  monkeypatch.delenv("MOCKGPU_AMD_ARCH", raising=False)
+  mock = MockAMDGPU(count=3)
+  a = AMDDevice("AMD:0", port=make_port(mock))
+  try:
+    m = a._gpu_alloc(1 << 16, "vram")
+    for gpu_id, err in ((mock.gpus[2].gpu_id, errno.ENODEV), (0x1234, errno.EINVAL)):
+      ids = (ctypes.c_uint32 * 1)(gpu_id)
+      with pytest.raises(IoctlError) as e:
+        a.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
+          handle=m.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_MAP_MEMORY_TO_GPU")
+      assert e.value.err == err
+    assert mock.bos[m.handle].mapped_on == {a.gpu_id}
+  finally: a.close()

@@ -1,11 +1,16 @@
 """AMD: AMD GPUs driven through amdkfd (/dev/kfd) and the GPU's DRM render node, with no ROCr/libhsa.
 
-Opening: /dev/kfd; AMDKFD_IOC_GET_VERSION (interface major 1; anything else is refused by name); the topology from
+Opening: /dev/kfd (opened once per port: the devices of one process share the KFD process, its event page and the
+render nodes' files, process.py); AMDKFD_IOC_GET_VERSION (interface major 1; anything else is refused by name); the topology from
 /sys/devices/virtual/kfd/kfd/topology/nodes/*/{gpu_id,properties} (read through the port); the n-th GPU node for AMD:n,
 its gfx target (gfx1100 and gfx942; any other is refused by name); its render node /dev/dri/renderD<drm_render_minor>;
 AMDKFD_IOC_ACQUIRE_VM with that fd (KFD takes over the render node's GPU VM); the process apertures; a host address
 window (PROT_NONE, reserved) inside which every GPU virtual address is allocated, so a BO's CPU mapping and its GPU
 address are one and the same number.
+
+Peer copies (hcq/peer.py): where the topology lists a p2p link to another GPU of the process, this GPU maps that GPU's
+VRAM BOs into its VM (MAP_MEMORY_TO_GPU with its own gpu_id) and its SDMA engine reads them; a BO is unmapped from every
+GPU that maps it before it is freed.
 
 Memory (AMDKFD_IOC_ALLOC_MEMORY_OF_GPU + MAP_MEMORY_TO_GPU): device buffers in VRAM (GPU only); code in VRAM the CPU
 writes through the render node mmap (the large BAR), followed by an HDP flush through the MMIO remap page; host memory
@@ -45,11 +50,12 @@ from baregrad.hcq import HCQAllocator, HCQBuffer, HCQDevice, HCQSignal, where_is
 from baregrad.hcq.capture import CaptureWriter
 from baregrad.drivers.port import (IoctlError, driver_port, register_ioctl, header_names, enum_words, flag_words, register_field_words,
                                    register_pointer)
-from baregrad.drivers.vmem import (O_RDWR, O_CLOEXEC, PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
+from baregrad.drivers.vmem import (PROT_RW, MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANON, PAGE,
                                    VAAllocator, release_to_window, reserve_window, round_up)
 from baregrad.ctypes_autogen import kfd
 from baregrad.drivers.amd import hw
-from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes, read_topology, target_name
+from baregrad.drivers.amd.topology import TARGETS, Node, QueueSizes, queue_sizes, target_name
+from baregrad.drivers.amd.process import process_for, shared_port
 from baregrad.drivers.amd.queues import QUEUES, AQLRing, SDMARing
 from baregrad.drivers.amd import scratch
 from baregrad.drivers.amd.program import AMDProgram
@@ -68,6 +74,7 @@ class AMDMemory:
   """What the driver keeps per KFD BO."""
   def __init__(self, handle: int, size: int, va: int, cpu: int | None, domain: str) -> None:
     self.handle, self.size, self.va, self.cpu, self.domain = handle, size, va, cpu, domain
+    self.peers: set[int] = set()   # gpu ids of other GPUs whose VM maps it too (peer copies)
   @property
   def what(self) -> str: return f"a {self.domain} buffer"
   def __repr__(self) -> str: return f"<AMDMemory {self.domain} va={self.va:#x} size={self.size:#x}>"
@@ -88,13 +95,12 @@ class AMDDevice(HCQDevice):
   ticks_per_us = 100.0    # the GPU's global timestamp counter: 100 MHz (RELEASE_MEM GPU clock, SDMA TIMESTAMP_GET_GLOBAL)
 
   def __init__(self, device: str, port: Any = None) -> None:
-    if port is None:
-      try: port = driver_port("AMD")   # MOCKGPU=1: the mock GPU (MOCKGPU_AMD_ARCH, MOCKGPU_COUNT)
+    if port is None:   # one port (one kernel, one KFD process) for every device opened without one (process.py)
+      try: port = shared_port(lambda: driver_port("AMD"))   # MOCKGPU=1: the mock GPUs (MOCKGPU_AMD_ARCH, MOCKGPU_COUNT)
       except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
     self.memories: list[AMDMemory] = []
-    self._fds: list[int] = []
     self.window: tuple[int, int] | None = None
     self.aql: AQLRing | None = None
     self.sdma: SDMARing | None = None
@@ -106,7 +112,9 @@ class AMDDevice(HCQDevice):
     self.kernel_names: dict[int, str] = {}   # kernel descriptor address -> kernel name (AMDProgram registers), for messages
     self.kernarg_sizes: dict[int, int] = {}  # kernel descriptor address -> its kernarg segment bytes (for AMD_CAPTURE)
     self.capture: CaptureWriter | None = None   # AMD_CAPTURE=DIR, made once the target is known (hcq/capture.py)
-    try: self.fd_kfd = self._open("/dev/kfd")
+    try:
+      self.proc = process_for(port)
+      self.fd_kfd = self.proc.fd_kfd
     except FileNotFoundError:
       raise DeviceUnavailable(f"{device}: /dev/kfd not found (no amdgpu/amdkfd kernel driver here); set MOCKGPU=1 for the mock GPU") from None
     except PermissionError as e:
@@ -130,11 +138,6 @@ class AMDDevice(HCQDevice):
       raise
 
   # ---------------------------------------------------------------- syscalls
-  def _open(self, path: str) -> int:
-    fd = self.port.open(path, O_RDWR | O_CLOEXEC)
-    self._fds.append(fd)
-    return fd
-
   def kfd_ioctl(self, request: int, args: Any, name: str) -> Any:
     """One AMDKFD ioctl; failures raise IoctlError naming it, the errno and the parameters."""
     self.port.ioctl(self.fd_kfd, request, args, name)
@@ -148,7 +151,7 @@ class AMDDevice(HCQDevice):
     if v.major_version != KFD_MAJOR:
       raise DeviceUnavailable(f"{device}: KFD ioctl interface {v.major_version}.{v.minor_version}; this driver speaks major version {KFD_MAJOR} "
                               f"(kfd_ioctl.h KFD_IOCTL_MAJOR_VERSION)")
-    nodes = read_topology(self.port)
+    nodes = self.proc.nodes
     gpus = [n for n in nodes if n.is_gpu]
     if self.index >= len(gpus):
       raise DeviceUnavailable(f"{device}: the KFD topology lists {len(gpus)} GPU(s) ({len(nodes)} nodes)")
@@ -165,7 +168,7 @@ class AMDDevice(HCQDevice):
     self.sizes: QueueSizes = queue_sizes(self.node.props)
     minor = self.node.props["drm_render_minor"]
     self.render_path = f"/dev/dri/renderD{minor}"
-    try: self.fd_drm = self._open(self.render_path)
+    try: self.fd_drm = self.proc.render_fd(self.render_path)
     except FileNotFoundError: raise DeviceUnavailable(f"{device}: {self.render_path} (the render node of GPU node {self.node.index}) does not exist") from None
     except PermissionError as e: raise DeviceUnavailable(f"{device}: cannot open {self.render_path}: {e} (the user needs the 'render' group)") from None
     self.kfd_ioctl(kfd.AMDKFD_IOC_ACQUIRE_VM, kfd.struct_kfd_ioctl_acquire_vm_args(drm_fd=self.fd_drm, gpu_id=self.gpu_id), "AMDKFD_IOC_ACQUIRE_VM")
@@ -180,9 +183,10 @@ class AMDDevice(HCQDevice):
     # the process's special pages
     self.mmio = self._gpu_alloc(PAGE, "mmio")
     self.doorbell_bo = self._gpu_alloc(DOORBELL_SLICE, "doorbell")
-    self.event_page = self._gpu_alloc(kfd.KFD_SIGNAL_EVENT_LIMIT * 8, "gtt", cpu_access=True)
-    ev = self._create_event(EV["signal"], page=self.event_page.handle)
-    self.event_id, self.event_mailbox = ev.event_id, self.event_page.va + 8 * ev.event_slot_index
+    # the process's event page (process.py: one per process, mapped for every GPU); this device's own events
+    page, first = self.proc.map_event_page(self)
+    ev = self._create_event(EV["signal"], page=page if first else 0)
+    self.event_id, self.event_mailbox = ev.event_id, self.proc.event_page[0] + 8 * ev.event_slot_index
     self.memory_event = self._create_event(EV["memory"]).event_id
     self.hw_event = self._create_event(EV["hw_exception"]).event_id
 
@@ -267,11 +271,16 @@ class AMDDevice(HCQDevice):
     return self.port.mmap(va, DOORBELL_SLICE, PROT_RW, MAP_SHARED | MAP_FIXED, self.fd_kfd, self.doorbell_mmap_offset)
 
   def _abandon(self) -> None:
-    """A failed open gives back what it took: closing the fds frees every KFD object of the process; the window goes."""
-    for fd in self._fds:
-      try: self.port.close(fd)
+    """A failed open (or a close) gives back what it took: its BOs and events (the KFD process and its files stay for
+    the other devices and a later open: process.py), then its address window."""
+    for m in list(self.memories):
+      try: self._gpu_free(m)
       except Exception: pass
-    self._fds.clear()
+    for eid in (getattr(self, k, None) for k in ("event_id", "memory_event", "hw_event")):
+      if eid is None: continue
+      try: self.kfd_ioctl(kfd.AMDKFD_IOC_DESTROY_EVENT, kfd.struct_kfd_ioctl_destroy_event_args(event_id=eid), "AMDKFD_IOC_DESTROY_EVENT")
+      except Exception: pass
+    self.event_id = self.memory_event = self.hw_event = None
     if self.window is not None:
       try: self.port.munmap(*self.window)
       except OSError: pass
@@ -325,12 +334,14 @@ class AMDDevice(HCQDevice):
     self.memories.append(m)
     return m
 
-  def _release_bo(self, handle: int, mapped: bool) -> None:
+  def _release_bo(self, handle: int, mapped: bool, peers: set[int] | frozenset[int] = frozenset()) -> None:
+    # a BO still mapped on any GPU is not freed (amdgpu_amdkfd_gpuvm_free_memory_of_gpu: -EBUSY): unmapped from the
+    # peers that map it first, then from its own GPU
     if mapped:
-      ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+      ids = (ctypes.c_uint32 * (1 + len(peers)))(*sorted(peers), self.gpu_id)
       try:
         self.kfd_ioctl(kfd.AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU, kfd.struct_kfd_ioctl_unmap_memory_from_gpu_args(
-          handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), "AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU")
+          handle=handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=len(ids)), "AMDKFD_IOC_UNMAP_MEMORY_FROM_GPU")
       except IoctlError as e:
         if e.err != errno.ENOMEM: raise   # not mapped yet (a failed map): nothing to undo
     self.kfd_ioctl(kfd.AMDKFD_IOC_FREE_MEMORY_OF_GPU, kfd.struct_kfd_ioctl_free_memory_of_gpu_args(handle=handle), "AMDKFD_IOC_FREE_MEMORY_OF_GPU")
@@ -339,7 +350,7 @@ class AMDDevice(HCQDevice):
     release_to_window(self.port, va, size)
 
   def _gpu_free(self, m: AMDMemory) -> None:
-    self._release_bo(m.handle, mapped=True)
+    self._release_bo(m.handle, mapped=True, peers=m.peers)
     if m.cpu is not None: self._unmap_cpu(m.va, m.size)
     self.va.release(m.va, m.size)
     self.memories.remove(m)
@@ -373,6 +384,28 @@ class AMDDevice(HCQDevice):
     self.synchronize()   # (a queued copy may still read it)
     self._release_bo(m.handle, mapped=True)
     self.memories.remove(m)
+
+  # ---------------------------------------------------------------- peer mappings (process.py, hcq/peer.py)
+  def peer_map(self, src: Any) -> bool:
+    """Whether this GPU may map src's VRAM (both in this KFD process, a p2p link from this GPU's node to src's in the
+    topology); if so each GPU's VM maps the other's signal page, so each queue can wait on the other's timeline."""
+    if type(src) is not type(self) or src is self or getattr(src, "proc", None) is not self.proc: return False
+    if not self.proc.peer_accessible(self.node, src.node): return False
+    self.map_peer(src, src.signal_pool_mem)
+    src.map_peer(self, self.signal_pool_mem)
+    return True
+
+  def map_peer(self, src: Any, buf: HCQBuffer) -> None:
+    """AMDKFD_IOC_MAP_MEMORY_TO_GPU of src's BO with this GPU's id: src's memory at its own address in this GPU's VM
+    (once; src unmaps it from every GPU before freeing it)."""
+    m = buf.meta
+    if not isinstance(m, AMDMemory): raise ValueError(f"{self.device}: {buf} is not a KFD buffer of {src.device}")
+    with self.proc.lock:
+      if self.gpu_id in m.peers: return
+      ids = (ctypes.c_uint32 * 1)(self.gpu_id)
+      self.kfd_ioctl(kfd.AMDKFD_IOC_MAP_MEMORY_TO_GPU, kfd.struct_kfd_ioctl_map_memory_to_gpu_args(
+        handle=m.handle, device_ids_array_ptr=ctypes.addressof(ids), n_devices=1), f"AMDKFD_IOC_MAP_MEMORY_TO_GPU({m.domain} of {src.device}, peer)")
+      m.peers.add(self.gpu_id)
 
   def hdp_flush(self) -> None:
     """Flush the host data path so the GPU sees what the CPU wrote into VRAM through the BAR (the MMIO remap page's
@@ -435,11 +468,13 @@ class AMDDevice(HCQDevice):
     if self.closed or self._recovering or now - self._fault_checked < 5e-3 or not getattr(self, "memory_event", None): return
     self._fault_checked = now
     what = ""
-    if (d := self._event_fired(self.memory_event, 0)) is not None:
+    # every GPU's fault signals every memory and hardware-exception event of the process (kfd_events.c:
+    # kfd_signal_vm_fault_event, kfd_signal_reset_event); the event data names the GPU: another device's is its own
+    if (d := self._event_fired(self.memory_event, 0)) is not None and d.memory_exception_data.gpu_id in (0, self.gpu_id):
       m = d.memory_exception_data
       what = (f"{describe_memory_exception(m)} ({where_is(m.va, self.memories)}): KFD evicted this process's queues on the GPU "
               f"(kfd_set_dbg_ev_from_interrupt -> kfd_dqm_evict_pasid)")
-    elif (d := self._event_fired(self.hw_event, 0)) is not None:
+    elif (d := self._event_fired(self.hw_event, 0)) is not None and d.hw_exception_data.gpu_id in (0, self.gpu_id):
       what = f"KFD reports a {describe_hw_exception(d.hw_exception_data)}: what it reset no longer runs"
     if not what: return
     stuck, state, log = self._stuck(), self.queue_state(), self._dmesg_hint()   # as the fault left them
@@ -585,10 +620,6 @@ class AMDDevice(HCQDevice):
     self.closed = True
     for qid in getattr(self, "queue_ids", []):
       try: self.kfd_ioctl(kfd.AMDKFD_IOC_DESTROY_QUEUE, kfd.struct_kfd_ioctl_destroy_queue_args(queue_id=qid), "AMDKFD_IOC_DESTROY_QUEUE")
-      except Exception: pass
-    for m in list(self.memories):
-      if m is self.event_page: continue  # the event page is freed with the process (kfd_ioctl_free_memory_of_gpu: -EPERM)
-      try: self._gpu_free(m)
       except Exception: pass
     self.aql = self.sdma = None
     self.scratch = None

@@ -53,7 +53,10 @@ Kernels run on the RDNA3 interpreter (baregrad/drivers/mock/rdna3) for gfx1100; 
 decoded and validated, then the mock stops that queue with a plain statement that it cannot execute wave64 CDNA
 code (MockAMDGPU(skip_unexecutable=True) lets it complete without running the kernel, to test the queue plumbing).
 
-MOCKGPU_AMD_ARCH=gfx1100|gfx942 picks the GPU (default gfx1100); MOCKGPU_COUNT=n makes n GPUs.
+MOCKGPU_AMD_ARCH=gfx1100|gfx942 picks the GPU (default gfx1100); MOCKGPU_COUNT=n makes n GPUs behind the one amdkfd
+(the driver's devices of one process share it, as they share the kernel's kfd_process). Peer access: with `p2p` (default)
+and a large BAR the GPUs reach each other's VRAM (amdgpu_device_is_peer_accessible), the topology lists p2p links and
+MAP_MEMORY_TO_GPU maps another GPU's VRAM; otherwise that map is -EINVAL (kfd_mem_attach).
 Modules: device (MockAMDGPU: the files and the ioctl entry with its table); amdkfd's model: kfd (process and device
 ioctls, mmaps), kfd_memory (BOs and GPU mappings), kfd_queues (queue creation and destruction), kfd_events (events and
 interrupts), topology (sysfs); the GPU engines: vm (page tables, GPU memory access, VM faults), cp (the command

@@ -28,12 +28,14 @@ create_queue_args = _struct(kfd.struct_kfd_ioctl_create_queue_args, [("sdma_engi
 
 class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, SDMAEngine):
   """AMD GPUs behind a mock amdkfd/amdgpu. `arch` (MOCKGPU_AMD_ARCH: gfx1100 or gfx942, default gfx1100) and `count`
-  (MOCKGPU_COUNT) pick the GPUs; `vram` their memory; `large_bar` whether all VRAM is CPU-visible; `deny` paths whose
-  open fails with EACCES; `sysmem_limit` KFD's system-memory limit (userptr and GTT)."""
+  (MOCKGPU_COUNT) pick the GPUs; `vram` their memory; `large_bar` whether all VRAM is CPU-visible; `p2p` whether the
+  GPUs reach each other's VRAM over PCIe (amdgpu's pcie_p2p parameter, CONFIG_HSA_AMD_P2P and pci_p2pdma_distance
+  together; with large_bar what amdgpu_device_is_peer_accessible asks); `deny` paths whose open fails with EACCES;
+  `sysmem_limit` KFD's system-memory limit (userptr and GTT)."""
 
   def __init__(self, arch: str | None = None, count: int | None = None, vram: int = 24 << 30, large_bar: bool = True,
                deny: tuple[str, ...] = (), sysmem_limit: int = 48 << 30, skip_unexecutable: bool = False,
-               ioctl_version: tuple[int, int] = (1, 17), slice_s: float = 0.5) -> None:
+               ioctl_version: tuple[int, int] = (1, 17), slice_s: float = 0.5, p2p: bool = True) -> None:
     name = (arch or knobs.read("MOCKGPU_AMD_ARCH")).strip().lower()
     t = next((t for t in TARGETS.values() if t.name == name), None)
     if t is None: raise ValueError(f"MOCKGPU_AMD_ARCH={name!r}: the mock AMD GPU emulates {', '.join(t.name for t in TARGETS.values())}")
@@ -43,6 +45,8 @@ class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, 
       count = int(env)
     self.gpus = [GPU(i, t, vram) for i in range(count)]
     self.large_bar, self.deny, self.sysmem_limit, self.sysmem_used = large_bar, deny, sysmem_limit, 0
+    self.p2p = p2p
+    for g in self.gpus: g.props["p2p_links_count"] = sum(self.peer_accessible(o, g) for o in self.gpus if o is not g)
     self.skip_unexecutable, self.ioctl_version = skip_unexecutable, ioctl_version
     self.slice_s, self._slice_end = slice_s, 0.0   # interpreter time per doorbell (module docstring: Time slices)
     self.files: dict[int, dict[str, Any]] = {}
@@ -63,6 +67,11 @@ class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, 
     MACHINE.add(self)   # doorbells run every mock GPU of the process (common.py run_machine)
 
   def gpu_by_id(self, gpu_id: int) -> GPU | None: return next((g for g in self.gpus if g.gpu_id == gpu_id), None)
+
+  def peer_accessible(self, owner: GPU, accessor: GPU) -> bool:
+    """amdgpu_device.c: amdgpu_device_is_peer_accessible(owner, accessor): `accessor` may DMA `owner`'s VRAM through
+    the PCIe BAR: P2P allowed (pcie_p2p, CONFIG_HSA_AMD_P2P, pci_p2pdma_distance >= 0) and `owner` large-BAR."""
+    return self.p2p and self.large_bar and owner is not accessor
 
   def open(self, path: str, flags: int) -> int:
     with self._lock:
@@ -86,12 +95,26 @@ class MockAMDGPU(KFD, KFDMemory, KFDQueues, KFDEvents, GPUVM, CommandProcessor, 
     parts = rel.split("/")
     if rel == "generation_id": return b"1\n"
     if rel == "system_properties": return b"platform_oem 0\nplatform_id 0\nplatform_rev 0\n"
+    if len(parts) == 5 and parts[0] == "nodes" and parts[1].isdigit() and parts[2] == "p2p_links" and parts[3].isdigit() and parts[4] == "properties":
+      return self._p2p_link(int(parts[1]), int(parts[3]))
     if len(parts) != 3 or parts[0] != "nodes" or not parts[1].isdigit(): return None
     n = int(parts[1])
     if n == 0: props, gpu_id, name = _CPU_PROPS, 0, ""
     elif n - 1 < len(self.gpus): g = self.gpus[n - 1]; props, gpu_id, name = g.props, g.gpu_id, g.target.name
     else: return None
     return {"properties": _props_text(props), "gpu_id": f"{gpu_id}\n".encode(), "name": f"{name}\n".encode()}.get(parts[2])
+
+  def _p2p_link(self, n: int, i: int) -> bytes | None:
+    """nodes/<n>/p2p_links/<i>/properties: kfd_topology.c: kfd_add_peer_prop puts a link from the accessor to the owner
+    in the accessor's list where amdgpu_device_is_peer_accessible(owner, accessor) (kfd_dev_create_p2p_links: every
+    pair of GPUs, both directions); iolink_show prints it (type 2: CRAT_IOLINK_TYPE_PCIEXPRESS; flags 1: ENABLED)."""
+    if not 1 <= n <= len(self.gpus): return None
+    me = self.gpus[n - 1]
+    links = [o for o in self.gpus if o is not me and self.peer_accessible(o, me)]
+    if i >= len(links): return None
+    return _props_text(dict(type=2, version_major=0, version_minor=0, node_from=me.node, node_to=links[i].node, weight=40,
+                            min_latency=0, max_latency=0, min_bandwidth=0, max_bandwidth=0, recommended_transfer_size=0,
+                            recommended_sdma_engine_id_mask=0, flags=1))
 
   def close(self, fd: int) -> None:
     with self._lock: self.files.pop(fd, None)

@@ -102,7 +102,12 @@ class KFDMemory:
   def _vm_map(self, g: GPU, bo: BO) -> None:
     # amdgpu_amdkfd_gpuvm.c: kfd_mem_attach: no VA -> -EINVAL; amdgpu_vm.c: amdgpu_vm_verify_parameters, amdgpu_vm_bo_map
     if not bo.va: raise KFDErr(errno.EINVAL, "kfd_mem_attach", "the BO was allocated without a VA (va_addr 0)")
-    if bo.domain == "mmio" and g is not bo.gpu: raise KFDErr(errno.EINVAL, "kfd_mem_attach", "another GPU's MMIO page cannot be mapped here")
+    # kfd_mem_attach: another GPU's VRAM, doorbell or MMIO BO only where the kernel found the peer accessible (the same
+    # xGMI hive is not modelled: amdgpu_device_is_peer_accessible(bo's GPU, this GPU)) -> -EINVAL; host memory (GTT,
+    # userptr) of another GPU always maps
+    if g is not bo.gpu and bo.domain in ("vram", "doorbell", "mmio") and not self.peer_accessible(bo.gpu, g):
+      raise KFDErr(errno.EINVAL, "kfd_mem_attach", f"GPU {g.gpu_id:#x} cannot reach the {bo.domain} of GPU {bo.gpu.gpu_id:#x}: no PCIe P2P "
+                   "access (amdgpu_device_is_peer_accessible: large BAR, pcie_p2p, pci_p2pdma_distance)")
     w = "amdgpu_vm_bo_map"
     if bo.va % PAGE: raise KFDErr(errno.EINVAL, "amdgpu_vm_verify_parameters", f"VA {bo.va:#x} is not 4 KiB aligned")
     if ((bo.va + bo.size - 1) >> 12) >= (GPUVM_SIZE << 1) >> 12:  # lpfn >= max_pfn (48-bit VM)
