@@ -52,7 +52,16 @@ class ControlOps:
 
   _c_membar = _nop
 
-  _c_fence = _nop
+  def _c_fence(self, ins: _Ins) -> None:
+    """fence.proxy.async orders the block's generic-proxy shared writes before async-proxy reads (wgmma: PTX ISA
+    9.7.12.4 membar/fence, 9.7.15.3); other fences need nothing here (one instruction runs at a time)."""
+    if ins.mods[:2] != ["proxy", "async"]:
+      ins.fn = lambda c, m: None
+      return
+
+    def fn(c, m):
+      c.shared.generic_dirty[c.bidx if m is None else c.bidx[m]] = False
+    ins.fn = fn
 
   _c_nanosleep = _nop
 
