@@ -173,13 +173,13 @@ def dynamic_shared_bytes(ptx: str) -> int:
   m = _DYN_NOTE_RE.search(ptx)
   return int(m.group(1)) if m else 0
 
-def _shared_layout(uops: list[UOp]) -> tuple[dict[UOp, int], int]:
-  """DEFINE_LOCAL -> its byte offset in one shared region (16-byte aligned each), and the region's size."""
+def _shared_layout(uops: list[UOp], align: int = 16) -> tuple[dict[UOp, int], int]:
+  """DEFINE_LOCAL -> its byte offset in one shared region (`align`-byte aligned each), and the region's size."""
   offs, total = {}, 0
   for u in uops:
     if u.op is Ops.DEFINE_LOCAL and u not in offs:
       offs[u] = total
-      total += -(-max(1, u.arg[1] * u.dtype.base.itemsize) // 16) * 16  # type: ignore[attr-defined]
+      total += -(-max(1, u.arg[1] * u.dtype.base.itemsize) // align) * align  # type: ignore[attr-defined]
   return offs, total
 
 class PTXRenderer(Renderer):
@@ -202,8 +202,9 @@ class PTXRenderer(Renderer):
     self.arch, self.compute_units = arch, compute_units
     if shared_max: self.shared_max = shared_max
     self.has_async_copy = True   # cp.async: sm_80+
-    from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS
+    from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS, WGMMA_SM90A
     self.tensor_cores = MMA_SM80 + MMA_SM80_PAIRS  # mma.sync m16n8k16 f16/bf16 (alone and in pairs), m16n8k8 tf32: sm_80+
+    if arch == "sm_90a": self.tensor_cores = WGMMA_SM90A + self.tensor_cores   # wgmma: sm_90a only (PTX ISA 9.7.15)
 
   @staticmethod
   def dynamic_shared_bytes(src: str) -> int:
@@ -216,12 +217,14 @@ class PTXRenderer(Renderer):
     gaddr: dict[tuple[UOp, UOp], str] = {}   # (global buffer, index) -> the register holding that element's address
     lines: list[str] = []
     shared: list[str] = []   # .shared declarations (workgroup memory)
-    soffs, stotal = _shared_layout(uops)
+    wg = any(x.op is Ops.WMMA and x.arg.desc for x in uops)
+    salign = 1024 if wg else 16   # a wgmma tile's 128-byte swizzle is on the address: its pattern repeats every 1024 bytes
+    soffs, stotal = _shared_layout(uops, salign)
     dyn = stotal if stotal > STATIC_SHARED_MAX else 0
     if stotal > self.shared_max:
       raise RenderError(f"PTX: kernel {name} needs {stotal} bytes of shared memory; {self.arch} allows {self.shared_max} a block")
     # (module scope: ptxas takes .extern only there)
-    head = f"{DYN_SHARED_NOTE}{dyn}\n.extern .shared .align 128 .b8 smem[];\n\n" if dyn else ""
+    head = f"{DYN_SHARED_NOTE}{dyn}\n.extern .shared .align {max(128, salign)} .b8 smem[];\n\n" if dyn else ""
     def reg(d: DType) -> str:
       if isinstance(d, PtrDType): pre = "%rd"
       else:
@@ -319,7 +322,7 @@ class PTXRenderer(Renderer):
           if soffs[u]: emit(f"add.u32 {x}, {x}, {soffs[u]};")
         else:
           # (type: ignore: a buffer's dtype is a PtrDType)
-          shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
+          shared.append(f"  .shared .align {salign} .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
           emit(f"mov.u32 {x}, {u.arg[0]};")
         r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
@@ -361,6 +364,15 @@ class PTXRenderer(Renderer):
         emit(f"add.s64 {x}, {r[buf]}, {off};")
         r[u] = x
       elif u.op in (Ops.LOAD, Ops.GEP, Ops.VECTORIZE) and u in copies: pass   # the cp.async of its STORE reads it
+      elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "wgdesc":
+        # a wgmma matrix descriptor (PTX ISA 9.7.15.5.1.2): (shared address & 0x3FFFF) >> 4 in bits 0-13, LBO >> 4 in
+        # 16-29, SBO >> 4 in 32-45, the swizzle in 62-63
+        _, lbo, sbo, swz, _ = u.arg
+        x, y = reg(dtypes.uint64), reg(dtypes.uint64)
+        emit(f"cvt.u64.u32 {x}, {r[u.src[0]]};")
+        emit(f"bfe.u64 {y}, {x}, 4, 14;")
+        emit(f"or.b64 {y}, {y}, {(lbo >> 4) << 16 | (sbo >> 4) << 32 | swz << 62:#x};")
+        r[u] = y
       elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
         xs = [reg(dtypes.uint32) for _ in range(u.arg[1])]
         emit(f"ldmatrix.sync.aligned.m8n8.x{u.arg[1]}{'.trans' if u.arg[2] else ''}.shared.b16 {{{', '.join(xs)}}}, [{r[u.src[0]]}];")
@@ -447,6 +459,7 @@ class PTXRenderer(Renderer):
     inputs packed in pairs into .b32 registers (the lower index in the low half), float32 inputs rounded to tf32
     (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
+    if tc.desc: return self._wgmma(u, accs, r, reg, emit)
     def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
       if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
       out = []
@@ -464,6 +477,24 @@ class PTXRenderer(Renderer):
     for h in range(tc.split):
       dh, bh, ch = d[h * nc:(h + 1) * nc], b[h * nb:(h + 1) * nb], c[h * nc:(h + 1) * nc]
       emit(f"{tc.name} {{{', '.join(dh)}}}, {{{', '.join(a)}}}, {{{', '.join(bh)}}}, {{{', '.join(ch)}}};")
+    return d
+
+  def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
+    """One wgmma.mma_async (sm_90a) on the operands' matrix descriptors, D the accumulators (or fresh registers holding
+    C), waited for at once. Before it: fence.proxy.async (the tiles were written by cp.async, the generic proxy; wgmma
+    reads them in the async proxy: PTX ISA 9.7.15.3) and wgmma.fence (the accumulators were written by other
+    instructions: 9.7.15.6); after it: commit_group and wait_group 0 before anything reads D (9.7.15.8)."""
+    tc = u.arg
+    if accs is not None: d = accs
+    else:
+      d = [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
+      for x, c in zip(d, r[u.src[2]]): emit(f"mov.f32 {x}, {c};")
+    ta, tb = u.src[0].arg[4], u.src[1].arg[4]
+    emit("fence.proxy.async.shared::cta;")
+    emit("wgmma.fence.sync.aligned;")
+    emit(f"{tc.name} {{{', '.join(d)}}}, {r[u.src[0]]}, {r[u.src[1]]}, 1, 1, 1, {ta}, {tb};")
+    emit("wgmma.commit_group.sync.aligned;")
+    emit("wgmma.wait_group.sync.aligned 0;")
     return d
 
   @staticmethod
