@@ -1,0 +1,89 @@
+"""Issue 32 item 3: the sm_90a tensor-core path (wgmma.mma_async m64n64k16 reading both operands from 128-byte swizzled
+shared tiles through matrix descriptors, fed by the cp.async pipeline), chosen by the GPU heuristic on a Hopper whose
+target is sm_90a (NV_SM90A=1), run on the mock NVIDIA GPU (whose PTX executor checks the warpgroup, fence and proxy
+rules: drivers/mock/ptx/wgmma.py) against NumPy; and statically, the 4096^3 kernel assembled by ptxas for sm_90a."""
+from __future__ import annotations
+import os
+import pytest
+from baregrad.ir.dtype import dtypes
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
+from baregrad.codegen.program import get_program
+from baregrad.codegen.renderer.ptx import PTXRenderer
+from baregrad.drivers.nv_compile import find_ptxas
+from tests.helpers import mock_nv_device
+from tests.drivers.nv.test_tensor_cores import run_matmul, matmul_ast
+
+f16, bf16 = dtypes.float16, dtypes.bfloat16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nv():
+  """One mock Hopper whose kernels target sm_90a, registered as Device["NV"] for the module."""
+  saved = os.environ.get("NV_SM90A")
+  os.environ["NV_SM90A"] = "1"
+  try:
+    with mock_nv_device() as dev:
+      assert dev.renderer.arch == "sm_90a"
+      yield dev
+  finally:
+    if saved is None: os.environ.pop("NV_SM90A", None)
+    else: os.environ["NV_SM90A"] = saved
+
+
+@pytest.mark.parametrize("shape,dt,bt", [((256, 128, 256), f16, False), ((256, 128, 256), bf16, False),
+                                         ((1000, 192, 200), f16, False), ((64, 64, 4096), bf16, False),
+                                         ((128, 128, 256), f16, True)],
+                         ids=["256x128x256-half", "256x128x256-bf16", "awkward-1000x192x200-half", "64x64x4096-bf16",
+                              "B-k-major-half"])
+def test_heuristic_matmul_runs_on_wgmma(shape, dt, bt):
+  """The heuristic's kernel is wgmma (no mma.sync) with both operands staged, and equals A @ B exactly (inputs in
+  quarters: every product and sum exact); awkward sizes are padded edge tiles; B stored k-contiguous is read K-major,
+  stored n-contiguous MN-major (transposed descriptor)."""
+  got, want, r = run_matmul(*shape, dt, None, b_transposed=bt)
+  src = r.spec.src
+  assert "wgmma.mma_async.sync.aligned.m64n64k16" in src and "mma.sync" not in src, r.spec.opts
+  assert [o.op for o in r.spec.opts].count(OptOps.SMEM) == 2, r.spec.opts
+  assert (got == want).all(), f"max error {abs(got - want).max()}"
+
+
+def test_what_wgmma_cannot_take_falls_back_to_mma_sync():
+  """A reduction of one 64-wide step (no stage loop) goes to mma.sync, and is right."""
+  got, want, r = run_matmul(64, 64, 64, f16, None)
+  assert "wgmma" not in r.spec.src and "mma.sync" in r.spec.src
+  assert (got == want).all()
+
+
+def test_wgmma_needs_the_128_byte_swizzled_tile():
+  """Opts that stage 32 k values a step (rows of 64 bytes, not the 128-byte swizzle wgmma is given) are refused by
+  name when the kernel is lowered; without staging, too."""
+  ren = PTXRenderer("sm_90a", shared_max=227 << 10)
+  pick = next(i for i, tc in enumerate(ren.tensor_cores) if tc.desc and tc.dtype_in == f16)
+  ast = matmul_ast(128, 64, 256, f16)
+  k = Kernel(ast, gpu=True, ren=ren)
+  k.apply_opt(Opt(OptOps.TC, pick))
+  r = next(i for i, a in enumerate(k.loop_axes()) if k.axes[a].kind == "reduce")
+  k.apply_opt(Opt(OptOps.SPLIT, r, 2))
+  for j in range(2): k.apply_opt(Opt(OptOps.SMEM, j, 2))
+  with pytest.raises(OptError, match="rows of 64 16-bit values"):
+    get_program(ast, ren, k.applied)
+  with pytest.raises(OptError, match="stage them"):
+    get_program(ast, ren, [Opt(OptOps.TC, pick)])
+
+
+def test_only_sm_90a_lists_wgmma():
+  assert not any(tc.desc for tc in PTXRenderer("sm_90").tensor_cores)
+  assert sum(tc.desc for tc in PTXRenderer("sm_90a").tensor_cores) == 2
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("dt", ["half", "bf16"])
+def test_4096_kernel_for_sm_90a(dt):
+  """Statically (no GPU): the 4096^3 kernel for sm_90a assembles with at most 255 registers and no spills, its main
+  loop is wgmma.mma_async with no global loads, and where nvdisasm/cuobjdump are installed its SASS main loop has HGMMA
+  and no LDG."""
+  from tools.sass_report import report
+  f = report(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt], "sm_90a")
+  assert f["spills"] == "0" and int(f["regs"]) <= 255, f
+  assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0", f
+  if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+  assert int(f["main_HGMMA"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0" and int(f["LDGSTS"]) > 0, f
