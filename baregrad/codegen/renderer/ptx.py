@@ -329,7 +329,11 @@ class PTXRenderer(Renderer):
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group (no barrier); ("wait", n) waits
         # until at most n groups are pending, then the barrier (the pipelined shared tiles of codegen/stage.py)
         if u.arg == "commit": emit("cp.async.commit_group;")
-        if isinstance(u.arg, tuple) and u.arg[0] == "wait": emit(f"cp.async.wait_group {u.arg[1]};")
+        if isinstance(u.arg, tuple) and u.arg[0] == "wait":
+          emit(f"cp.async.wait_group {u.arg[1]};")
+          # wgmma reads the tiles in the async proxy: each thread fences its landed copies (generic proxy) before the
+          # barrier, as well as before each wgmma (PTX ISA 9.7.15.3)
+          if wg: emit("fence.proxy.async.shared::cta;")
         if u.arg != "commit": emit("bar.sync 0;")
       elif u.op is Ops.INDEX and _is_local(u.src[0]):
         buf, idx = u.src[0], u.src[1]
