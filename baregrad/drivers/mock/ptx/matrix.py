@@ -188,6 +188,8 @@ class MatrixOps:
 
   def _c_cp(self, ins: _Ins) -> None:
     mods = ins.mods
+    if len(mods) > 1 and mods[:2] == ["async", "bulk"]:
+      return self._c_cp_bulk(ins)   # mbarrier.py
     if not mods or mods[0] != "async":
       raise self._err(ins, f"cp.{'.'.join(mods)} is not supported (only cp.async)")
     if "commit_group" in mods:
