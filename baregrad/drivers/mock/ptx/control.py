@@ -54,7 +54,13 @@ class ControlOps:
 
   def _c_fence(self, ins: _Ins) -> None:
     """fence.proxy.async orders the block's generic-proxy shared writes before async-proxy reads (wgmma: PTX ISA
-    9.7.12.4 membar/fence, 9.7.15.3); other fences need nothing here (one instruction runs at a time)."""
+    9.7.12.4 membar/fence, 9.7.15.3); fence.proxy.tensormap::generic.acquire makes a tensor map's replaced fields
+    visible to tensor copies (tma.py); other fences need nothing here (one instruction runs at a time)."""
+    if ins.mods[:2] == ["proxy", "tensormap::generic"] and "acquire" in ins.mods:
+      self._need(ins, 2)
+      addr = self._addr(ins, ins.ops[0], "generic")
+      ins.fn = lambda c, m: self._tmap_acquire(c, m, addr)   # tma.py
+      return
     if ins.mods[:2] != ["proxy", "async"]:
       ins.fn = lambda c, m: None
       return

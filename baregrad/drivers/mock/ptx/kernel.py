@@ -16,9 +16,10 @@ from baregrad.drivers.mock.ptx.launch import Launcher
 from baregrad.drivers.mock.ptx.matrix import MatrixOps
 from baregrad.drivers.mock.ptx.wgmma import WgmmaOps
 from baregrad.drivers.mock.ptx.mbarrier import MbarrierOps
+from baregrad.drivers.mock.ptx.tma import TmaOps
 if TYPE_CHECKING: from baregrad.drivers.mock.ptx.module import PTXModule
 
-class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOps, MatrixOps, WgmmaOps, MbarrierOps, Launcher):
+class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOps, MatrixOps, WgmmaOps, MbarrierOps, TmaOps, Launcher):
   """One `.entry` of a module: parsed and compiled to per-instruction closures by the instruction-family mixins."""
 
   strict_barriers = False  # True: a barrier that some threads exited before reaching raises

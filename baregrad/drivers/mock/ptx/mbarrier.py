@@ -173,7 +173,9 @@ class MbarrierOps:
   def _c_cp_bulk(self, ins: _Ins) -> None:
     """cp.async.bulk.shared::cluster|shared::cta.global.mbarrier::complete_tx::bytes [dst], [src], size, [mbar]."""
     mods = ins.mods
-    if "tensor" in mods or "mbarrier::complete_tx::bytes" not in mods or "global" not in mods or \
+    if "tensor" in mods:
+      return self._c_cp_bulk_tensor(ins)   # tma.py
+    if "mbarrier::complete_tx::bytes" not in mods or "global" not in mods or \
        not any(x in ("shared::cluster", "shared::cta") for x in mods):
       raise self._err(ins, "only cp.async.bulk.shared::{cluster,cta}.global.mbarrier::complete_tx::bytes is supported")
     self._need(ins, 4)
