@@ -273,3 +273,18 @@ def test_wgmma_k_steps_inside_swizzled_rows(swz):
   src = kernel(n, "f16", img.nbytes, [(0, bo), (32, bo + 32)])
   np.testing.assert_array_equal(d_unpack(run(src, img, n // 2, d, d), n), A @ B)
   _ptxas(src)
+
+
+def test_wgmma_reads_shared_memory_when_it_completes():
+  """Shared memory overwritten between the wgmma and its wait_group is what the wgmma reads here (the latest point the
+  ISA allows): a kernel that refills a buffer a pending wgmma reads gets a wrong result, as it may on hardware."""
+  n, rng = 8, np.random.default_rng(5)
+  A, B = operands(rng, n)
+  img = np.zeros(4096, np.uint8)
+  place(img, 0, bits(A, "f16"), 0, False, 128, 256)
+  place(img, 2048, bits(B.T, "f16"), 0, False, 128, 256)
+  d = desc_bits(128, 256, 0)
+  ok = kernel(n, "f16", img.nbytes, [(0, 2048)])
+  np.testing.assert_array_equal(d_unpack(run(ok, img, n // 2, d, d), n), A @ B)
+  clobber = ok.replace("  wgmma.wait_group.sync.aligned 0;", "  st.shared.b32 [%r6], %r1;\n  wgmma.wait_group.sync.aligned 0;")
+  assert not (d_unpack(run(clobber, img, n // 2, d, d), n) == A @ B).all()

@@ -23,10 +23,12 @@ independently of the code generator, so a wrong descriptor or layout there shows
   * W + (k // 8) * SBO with W' = W / 16 for a W-byte swizzle. A swizzle XORs address bits [4, 4 + log2(W / 16)) with
   bits [7, 7 + log2(W / 16)) of the shared-memory address. The mock requires base offset 0 (a pattern that starts on
   its repeat boundary) and the same descriptor in all threads of the warpgroup.
-- Asynchrony (9.7.15.6 wgmma.fence, 9.7.15.7 wgmma.commit_group, 9.7.15.8 wgmma.wait_group): the operands are read
-  when the instruction issues, D is written only when a wgmma.wait_group lets its group complete (the latest point the
-  ISA allows). commit_group closes the warpgroup's uncommitted wgmma.mma_async into a group; wait_group N waits until
-  at most N groups are pending. Checked (each an error naming the register or rule):
+- Asynchrony (9.7.15.6 wgmma.fence, 9.7.15.7 wgmma.commit_group, 9.7.15.8 wgmma.wait_group): the descriptors are
+  checked when the instruction issues; the shared-memory operands are read and D is written only when a
+  wgmma.wait_group lets its group complete (the latest point the ISA allows), so shared memory overwritten before that
+  wait (a pipeline refilling a buffer a pending wgmma still reads) gives a wrong result here, as it may on hardware.
+  commit_group closes the warpgroup's uncommitted wgmma.mma_async into a group; wait_group N waits until at most N
+  groups are pending. Checked (each an error naming the register or rule):
   * wgmma.fence must come before the first wgmma.mma_async, and between any other instruction's write of an
     accumulator or A-fragment register and a wgmma.mma_async that uses it (9.7.15.6);
   * an instruction that reads or writes an accumulator (or A register) of a pending wgmma.mma_async, before the
@@ -108,13 +110,23 @@ def _to_f64(h: np.ndarray, kind: str) -> np.ndarray:
   return (h.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
+class _Pending:
+  """An issued wgmma.mma_async: its lanes, the group each lane's copy belongs to, the registers it writes or reads,
+  and the completion (per warpgroup) that reads shared memory and writes D."""
+  __slots__ = ("lanes", "group", "regs", "complete", "left")
+
+  def __init__(self, lanes: np.ndarray, group: np.ndarray, regs: frozenset, complete, nwg: int) -> None:
+    self.lanes, self.group, self.regs, self.complete = lanes, group, regs, complete
+    self.left = np.ones(nwg, bool)   # warpgroups not complete yet
+
+
 class _WgState:
   """Per-launch-batch wgmma state: fences, committed groups, pending results, generic-proxy shared writes."""
 
   def __init__(self, n: int) -> None:
     self.fenced = np.zeros(n, bool)      # wgmma.fence since the last non-wgmma write of a wgmma register
     self.count = np.zeros(n, np.int64)   # groups committed per thread
-    self.pending: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]] = []   # (lanes, group, {reg: values})
+    self.pending: list[_Pending] = []
 
 
 def _state(c: _Ctx) -> _WgState:
@@ -225,13 +237,13 @@ class WgmmaOps:
       wgregs = self._wgmma_regs = set()
     wgregs.update(dnames + anames)
 
-    def operand(c, sel, src, rows, trans, what):
-      """(G, rows, 16) float64 from the shared-memory matrices the warpgroups' descriptors name."""
+    def decode(c, sel, src, what) -> list[dict]:
+      """The warpgroups' descriptors, checked when the instruction issues."""
       v = np.broadcast_to(np.asarray(src(c)), (c.n,)).astype(np.uint64)[sel]
       if (v != v[:, :1]).any():
         raise self._err(ins, f"wgmma.mma_async: the {what} descriptor differs between threads of one warpgroup "
                              f"(one descriptor per warpgroup: PTX ISA 9.7.15.5.1.2)")
-      out = np.empty((sel.shape[0], rows, 16))
+      out = []
       for gi in range(sel.shape[0]):
         d = decode_descriptor(int(v[gi, 0]))
         if d["reserved"]:
@@ -240,8 +252,15 @@ class WgmmaOps:
         if d["base"]:
           raise self._err(ins, f"wgmma.mma_async: {what} descriptor base offset {d['base']} is not modelled by the "
                                f"mock (a swizzle pattern that starts on its repeat boundary has base offset 0)")
+        out.append(d)
+      return out
+
+    def read(c, lanes, descs, rows, trans, what):
+      """(G, rows, 16) float64 from the shared-memory matrices the descriptors name (read when the wgmma completes)."""
+      out = np.empty((len(descs), rows, 16))
+      for gi, d in enumerate(descs):
         offs = swizzle(np.uint64(d["start"]) + operand_offsets(rows, d, trans).astype(np.uint64), d["swizzle"])
-        h = c.shared.load(offs.reshape(-1), np.full(offs.size, sel[gi, 0]), np.dtype(np.uint16), f"wgmma {what} read")
+        h = c.shared.load(offs.reshape(-1), np.full(offs.size, lanes[gi]), np.dtype(np.uint16), f"wgmma {what} read")
         out[gi] = _to_f64(h, at).reshape(rows, 16)
       return out
 
@@ -256,30 +275,41 @@ class WgmmaOps:
         raise self._err(ins, "wgmma.mma_async reads shared memory written through the generic proxy (st.shared, "
                              "cp.async) with no fence.proxy.async since (PTX ISA 9.7.15.3, async proxy)")
       G = sel.shape[0]
-      if a_regs:
+      da = None if a_regs else decode(c, sel, a_src, "A")
+      db = decode(c, sel, b_src, "B")
+      if a_regs:   # (read at issue: writing them before the wait is an error, so the value cannot change)
         words = np.stack([np.broadcast_to(np.asarray(f(c)), (c.n,)).astype(np.uint32)[sel] for f in a_src], -1)
         halves = np.stack([words & 0xFFFF, words >> 16], -1).astype(np.uint16)   # (G, 128, 4, 2)
-        A = np.zeros((G, 64, 16))
-        A[:, ar, ac] = _to_f64(halves, at)
-      else:
-        A = operand(c, sel, a_src, 64, ta, "A")
-      B = operand(c, sel, b_src, n, tb, "B")   # (G, N, 16): (n, k)
-      acc = np.stack([_current(c, st, r, flat) for r in dnames], -1).reshape(G, 128, nd)
-      D = np.zeros((G, 64, n))
-      if dt == "f32":
-        D[:, dr[..., 0], dc[..., 0]] = acc.view(np.float32).astype(np.float64)
-      else:
-        pair = np.stack([acc & 0xFFFF, acc >> 16], -1).astype(np.uint16).view(np.float16).astype(np.float64)
-        D[:, dr, dc] = pair
-      keep = np.broadcast_to(np.asarray(scale_d(c)), (c.n,))[sel][:, 0]
-      D = np.einsum("gmk,gnk->gmn", A * sa, B * sb) + D * keep[:, None, None]
-      if dt == "f32":
-        vals = D[:, dr[..., 0], dc[..., 0]].astype(np.float32).view(np.uint32)
-      else:
-        h = D[:, dr, dc].astype(np.float16).view(np.uint16).astype(np.uint32)
-        vals = h[..., 0] | (h[..., 1] << np.uint32(16))
-      vals = vals.reshape(G * 128, nd)
-      st.pending.append((flat, st.count[flat].copy(), {r: vals[:, i] for i, r in enumerate(dnames)}))
+        A_regs = np.zeros((G, 64, 16))
+        A_regs[:, ar, ac] = _to_f64(halves, at)
+      keep = np.broadcast_to(np.asarray(scale_d(c)), (c.n,))[sel][:, 0].copy()
+      first = sel[:, 0].copy()
+
+      def complete(c, gm: np.ndarray) -> None:
+        """The warpgroups `gm` of this wgmma complete: shared memory read now, D computed and written."""
+        idx = np.flatnonzero(gm)
+        A = A_regs[idx] if a_regs else read(c, first[idx], [da[i] for i in idx], 64, ta, "A")
+        B = read(c, first[idx], [db[i] for i in idx], n, tb, "B")   # (g, N, 16): (n, k)
+        lanes = sel[idx].reshape(-1)
+        acc = np.stack([c.regs[r].view(np.uint32)[lanes] for r in dnames], -1).reshape(idx.size, 128, nd)
+        D = np.zeros((idx.size, 64, n))
+        if dt == "f32":
+          D[:, dr[..., 0], dc[..., 0]] = acc.view(np.float32).astype(np.float64)
+        else:
+          D[:, dr, dc] = np.stack([acc & 0xFFFF, acc >> 16], -1).astype(np.uint16).view(np.float16).astype(np.float64)
+        D = np.einsum("gmk,gnk->gmn", A * sa, B * sb) + D * keep[idx][:, None, None]
+        if dt == "f32":
+          vals = D[:, dr[..., 0], dc[..., 0]].astype(np.float32).view(np.uint32)
+        else:
+          h = D[:, dr, dc].astype(np.float16).view(np.uint16).astype(np.uint32)
+          vals = h[..., 0] | (h[..., 1] << np.uint32(16))
+        vals = vals.reshape(idx.size * 128, nd)
+        for i, r in enumerate(dnames):
+          cur = c.regs[r].copy()
+          cur.view(np.uint32)[lanes] = vals[:, i]
+          c.regs[r] = cur
+
+      st.pending.append(_Pending(flat, st.count[flat].copy(), frozenset(dnames + anames), complete, G))
     ins.fn = fn
 
   def _wgmma_hooks(self) -> None:
@@ -303,10 +333,10 @@ class WgmmaOps:
       st = c.wgmma
       if st is not None and st.pending:
         act = np.ones(c.n, bool) if m is None else m
-        for lanes, _, vals in st.pending:
+        for p in st.pending:
           for what, names in (("reads", src), ("writes", dst)):
-            hit = [r for r in names if r in vals]
-            if hit and act[lanes].any():
+            hit = [r for r in names if r in p.regs]
+            if hit and (act[p.lanes] & np.repeat(p.left, 128)).any():
               raise PTXError(f"{what} {hit[0]} while a wgmma.mma_async that writes it is pending (wgmma.wait_group "
                              f"first: PTX ISA 9.7.15.8)", ins.line, ins.text)
       fn(c, m)
@@ -315,35 +345,18 @@ class WgmmaOps:
     return guarded
 
 
-def _current(c: _Ctx, st: _WgState, reg: str, lanes: np.ndarray) -> np.ndarray:
-  """A register's value for `lanes` as the next wgmma sees it: the newest pending result, else the register."""
-  v = c.regs[reg].view(np.uint32)[lanes].copy() if c.regs[reg].dtype.itemsize == 4 else \
-    np.asarray(c.regs[reg])[lanes].astype(np.uint32)
-  if st.pending:
-    pos = np.full(c.n, -1, np.int64)
-    pos[lanes] = np.arange(lanes.size)
-    for pl, _, vals in st.pending:
-      if reg in vals:
-        p = pos[pl]
-        ok = p >= 0
-        v[p[ok]] = vals[reg][ok]
-  return v
-
-
 def _wg_complete(c: _Ctx, lanes: np.ndarray, keep: int) -> None:
-  """Complete the pending wgmma groups of `lanes` but their `keep` newest: write the results to the registers."""
+  """Complete the pending wgmma groups of `lanes` but their `keep` newest, oldest first: each reads its shared-memory
+  operands now and writes its D registers."""
   st = _state(c)
   act = np.zeros(c.n, bool)
   act[lanes] = True
   rest = []
-  for pl, grp, vals in st.pending:
-    done = act[pl] & (grp < st.count[pl] - keep)
+  for p in st.pending:
+    done = (act[p.lanes] & (p.group < st.count[p.lanes] - keep)).reshape(-1, 128)[:, 0] & p.left
     if done.any():
-      for r, v in vals.items():
-        cur = c.regs[r].copy()
-        cur.view(np.uint32)[pl[done]] = v[done]
-        c.regs[r] = cur
-    if not done.all():
-      nd = ~done
-      rest.append((pl[nd], grp[nd], {r: v[nd] for r, v in vals.items()}))
+      p.complete(c, done)
+      p.left &= ~done
+    if p.left.any():
+      rest.append(p)
   st.pending = rest
