@@ -1,6 +1,7 @@
 """Tensor-core lowering (OptOps.TC), a step of lowering (codegen/lower.py): the values the operands' indices take in
 the fragments' lane/element layouts (`tc_lanes`), and a staged operand's whole fragment read by one ldmatrix
-(`ldmatrix`), or for sm_90a wgmma a staged operand's matrix descriptor (`wgmma_desc`). The layouts themselves are the renderer's TensorCore records (codegen/tc.py)."""
+(`ldmatrix`), or for sm_90a wgmma a staged operand's matrix descriptor (`wgmma_desc`). The layouts themselves are the
+renderer's TensorCore records (codegen/tc.py)."""
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
 from baregrad.ir.dtype import dtypes

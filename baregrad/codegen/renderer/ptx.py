@@ -254,8 +254,24 @@ class PTXRenderer(Renderer):
     pos = {u: i for i, u in enumerate(uops)}
     fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
     copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
+    # wgmma in flight (sm_90a): the accumulators of the wgmmas issued and committed but not waited for. They are waited
+    # for (wait_group 0) only before a barrier (the pipeline then refills a buffer they read), at the end of a loop with
+    # a barrier in it (the next step's barrier), before anything reads those registers, and at the end
+    self._wg_pending: set[str] = set()
+    bar_loops = {uops[j].src[0] for j in range(len(uops)) if uops[j].op is Ops.ENDRANGE and
+                 any(x.op is Ops.BARRIER for x in uops[pos[uops[j].src[0]]:j])} if wg else set()
+    def reads_pending(u: UOp) -> bool:
+      if u.op in (Ops.GEP, Ops.VECTORIZE) or (u.op is Ops.ASSIGN and u in fused): return False   # aliases, no code
+      for x in u.src:
+        v = r.get(x)
+        if (isinstance(v, str) and v in self._wg_pending) or (isinstance(v, list) and any(y in self._wg_pending for y in v if isinstance(y, str))):
+          return True
+      return False
     for i, u in enumerate(uops):
       d = u.dtype
+      if self._wg_pending and (u.op is Ops.BARRIER or (u.op is Ops.ENDRANGE and u.src[0] in bar_loops) or reads_pending(u)):
+        emit("wgmma.wait_group.sync.aligned 0;")
+        self._wg_pending = set()
       if u.op is Ops.CONST: r[u] = cst(d, u.arg)
       elif u.op is Ops.DEFINE_GLOBAL:
         x, y = reg(d), reg(d)
@@ -446,6 +462,7 @@ class PTXRenderer(Renderer):
       elif u.op in GroupOp.ALU: r[u] = self._alu(u, [r[s] for s in u.src], reg, emit, norm8)
       elif u.op in (Ops.SINK, Ops.NOOP): pass
       else: raise RenderError(f"PTX renderer: cannot render {u.op}")
+    if self._wg_pending: emit("wgmma.wait_group.sync.aligned 0;")
     decl = []
     for (t, pre) in sorted(set(_REG.values()) | {("b64", "%rd")}):
       if pre in cnt: decl.append(f"  .reg .{t} {pre}<{cnt[pre] + 1}>;")
@@ -485,20 +502,23 @@ class PTXRenderer(Renderer):
 
   def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
     """One wgmma.mma_async (sm_90a) on the operands' matrix descriptors, D the accumulators (or fresh registers holding
-    C), waited for at once. Before it: fence.proxy.async (the tiles were written by cp.async, the generic proxy; wgmma
-    reads them in the async proxy: PTX ISA 9.7.15.3) and wgmma.fence (the accumulators were written by other
-    instructions: 9.7.15.6); after it: commit_group and wait_group 0 before anything reads D (9.7.15.8)."""
+    C), committed as its own group; render() waits for it where its D is read or its tiles may change (9.7.15.8).
+    Unless wgmmas are in flight already (in program order: the k-steps of one stage, whose accumulators nothing else
+    touches in between), first fence.proxy.async (the tiles were written by cp.async, the generic proxy; wgmma reads
+    them in the async proxy: PTX ISA 9.7.15.3) and wgmma.fence (the accumulators were written by other instructions:
+    9.7.15.6)."""
     tc = u.arg
     if accs is not None: d = accs
     else:
       d = [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
       for x, c in zip(d, r[u.src[2]]): emit(f"mov.f32 {x}, {c};")
     ta, tb = u.src[0].arg[4], u.src[1].arg[4]
-    emit("fence.proxy.async.shared::cta;")
-    emit("wgmma.fence.sync.aligned;")
+    if not self._wg_pending or accs is None:
+      emit("fence.proxy.async.shared::cta;")
+      emit("wgmma.fence.sync.aligned;")
     emit(f"{tc.name} {{{', '.join(d)}}}, {r[u.src[0]]}, {r[u.src[1]]}, 1, 1, 1, {ta}, {tb};")
     emit("wgmma.commit_group.sync.aligned;")
-    emit("wgmma.wait_group.sync.aligned 0;")
+    self._wg_pending |= set(d)
     return d
 
   @staticmethod

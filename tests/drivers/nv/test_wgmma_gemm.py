@@ -87,3 +87,18 @@ def test_4096_kernel_for_sm_90a(dt):
   assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0", f
   if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
   assert int(f["main_HGMMA"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0" and int(f["LDGSTS"]) > 0, f
+
+
+def test_fused_bias_and_relu_stay_in_the_wgmma_kernel():
+  """(a @ b + bias).relu() in half through the Tensor frontend: one wgmma kernel with the epilogue fused, exact."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.engine.runner import compile_ast
+  rng = np.random.default_rng(0)
+  a = (rng.integers(-8, 8, (256, 192)) / 4).astype(np.float16)
+  b = (rng.integers(-8, 8, (192, 128)) / 4).astype(np.float16)
+  bias = (rng.integers(-8, 8, (128,)) / 4).astype(np.float16)
+  out = ((Tensor(a, device="NV") @ Tensor(b, device="NV")) + Tensor(bias, device="NV")).relu()
+  items = [it for it in out.schedule() if hasattr(it, "ast")]
+  assert len(items) == 1 and "wgmma.mma_async" in compile_ast(items[0].ast, "NV").spec.src
+  np.testing.assert_array_equal(out.numpy().astype(np.float64), np.maximum(a.astype(np.float64) @ b + bias, 0))
