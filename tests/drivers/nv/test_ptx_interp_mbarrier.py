@@ -136,3 +136,32 @@ def test_misaligned_barrier_and_bulk_copy_fault():
     run(kernel(INIT + "\n" + copy_and_wait(24, 0, 0)), np.zeros(64, np.uint32))
   with pytest.raises(GPUFault, match=r"outside the \d+-byte shared window"):   # a copy past the block's shared memory
     run(kernel(INIT + "\n" + copy_and_wait(512, 0, 0)), np.zeros(256, np.uint32))
+
+
+def test_elect_sync_picks_one_leader_per_warp():
+  """elect.sync over the full mask: one leader per warp (p), and every thread gets the leader's lane id; over a mask
+  of lanes 4..31 executed by exactly those lanes, the leader is one of them."""
+  body = """  elect.sync %r10|%p3, 0xffffffff;
+  selp.u32 %r11, 1, 0, %p3;
+  st.global.b32 [%rd4], %r10;
+  st.global.b32 [%rd4+256], %r11;"""
+  src = kernel(body)
+  out = run(src, np.zeros(64, np.uint32))
+  lead = out[:64].reshape(2, 32)
+  assert (lead == lead[:, :1]).all() and out[64:].reshape(2, 32).sum(1).tolist() == [1, 1]
+  assert all(out[64 + 32 * w + lead[w, 0]] == 1 for w in range(2))
+  _ptxas(src)
+  part = """  and.b32 %r12, %r1, 31;
+  setp.lt.u32 %p4, %r12, 4;
+  mov.u32 %r10, 99; mov.u32 %r11, 0;
+  @%p4 bra SKIP;
+  elect.sync %r10|%p3, 0xfffffff0;
+  selp.u32 %r11, 1, 0, %p3;
+SKIP:
+  st.global.b32 [%rd4], %r10;
+  st.global.b32 [%rd4+256], %r11;"""
+  out = run(kernel(part), np.zeros(64, np.uint32)).reshape(2, 2, 32)
+  assert (out[0, :, :4] == 99).all() and (out[1, :, :4] == 0).all() and (out[1].sum(1) == 1).all()
+  assert all(4 <= out[0, w, 4] < 32 and out[1, w, out[0, w, 4]] == 1 for w in range(2))
+  with pytest.raises(PTXError, match=r"named in membermask did not execute it"):
+    run(kernel(part.replace("0xfffffff0", "0xffffffff")), np.zeros(64, np.uint32))   # lanes 0..3 named, absent

@@ -288,3 +288,20 @@ def test_wgmma_reads_shared_memory_when_it_completes():
   np.testing.assert_array_equal(d_unpack(run(ok, img, n // 2, d, d), n), A @ B)
   clobber = ok.replace("  wgmma.wait_group.sync.aligned 0;", "  st.shared.b32 [%r6], %r1;\n  wgmma.wait_group.sync.aligned 0;")
   assert not (d_unpack(run(clobber, img, n // 2, d, d), n) == A @ B).all()
+
+
+SETMAXNREG = HDR + """.visible .entry smr() {
+  setmaxnreg.NN.sync.aligned.u32 CNT;
+  ret;
+}
+"""
+
+
+def test_setmaxnreg_checks_its_count_and_the_warpgroup():
+  src = SETMAXNREG.replace("NN", "dec").replace("CNT", "40")
+  PTXModule(src).kernel("smr").launch(Memory(), [], (1, 1, 1), (256, 1, 1))
+  _ptxas(src)
+  with pytest.raises(PTXError, match=r"multiple of 8 in \[24, 256\]"):
+    PTXModule(SETMAXNREG.replace("NN", "inc").replace("CNT", "260"))
+  with pytest.raises(PTXError, match=r"incomplete warpgroup"):
+    PTXModule(src).kernel("smr").launch(Memory(), [], (1, 1, 1), (96, 1, 1))

@@ -82,9 +82,9 @@ default.
 Modules: errors (PTXError, GPUFault), dtypes (PTX types as NumPy dtypes), memory (Memory, Windows, shared/local
 stores), parser (text -> instructions, BodyParser), module (PTXModule), kernel (PTXKernel: the mixins below joined, the
 opcode dispatch), operands, control (branches, barriers, warp-wide instructions), alu (arithmetic, logic, bit ops,
-compares), convert (cvt, rounding helpers), memops (ld/st/atom/red/cvta), matrix (mma, ldmatrix, cp.async), wgmma
+compares), convert (cvt, rounding helpers), memops (ld/st/atom/red/cvta), matrix (mma, ldmatrix, stmatrix, cp.async), wgmma
 (sm_90a warpgroup mma_async with shared-memory descriptors and swizzles, fence/commit/wait, their checked rules;
-fence.proxy.async in control), mbarrier (mbarrier objects: phases, arrivals, transaction counts, hangs reported;
+setmaxnreg's checks; fence.proxy.async and elect.sync in control), mbarrier (mbarrier objects: phases, arrivals, transaction counts, hangs reported;
 cp.async.bulk), tma (device-built tensor maps: tensormap.replace, cp_fenceproxy, fence.proxy.tensormap;
 cp.async.bulk.tensor.2d), launch (parameters, geometry, the scheduler).
 """

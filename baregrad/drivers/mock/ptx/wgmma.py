@@ -186,6 +186,21 @@ class WgmmaOps:
     else:
       raise self._err(ins, f"wgmma.{kind} is not supported (fence, mma_async, commit_group, wait_group)")
 
+  def _c_setmaxnreg(self, ins: _Ins) -> None:
+    """setmaxnreg.{inc,dec}.sync.aligned.u32 n (PTX ISA 9.7.17.1): n a multiple of 8 in [24, 256], executed by whole
+    warpgroups (.aligned). The register budget has no effect on the interpreter, so beyond the checks it does nothing."""
+    mods = ins.mods
+    if not mods or mods[0] not in ("inc", "dec") or "sync" not in mods or "aligned" not in mods:
+      raise self._err(ins, "setmaxnreg.{inc,dec}.sync.aligned.u32 n (PTX ISA 9.7.17.1)")
+    self._need(ins, 1)
+    lit = _literal(ins.ops[0])
+    if lit is None or lit[0] != "i" or lit[1] % 8 or not 24 <= lit[1] <= 256:
+      raise self._err(ins, f"setmaxnreg: the count is an immediate multiple of 8 in [24, 256], got `{ins.ops[0].strip()}` "
+                           f"(PTX ISA 9.7.17.1)")
+    def fn(c, m):
+      self._warpgroups(c, m, ins)
+    ins.fn = fn
+
   def _c_wgmma_mma(self, ins: _Ins) -> None:
     mods = ins.mods
     shape = next((x for x in mods if re.fullmatch(r"m64n\d+k16", x)), None)
