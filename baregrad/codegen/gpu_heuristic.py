@@ -150,7 +150,11 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   if any(a.kind == "reduce" and a.orig != r for a in k.axes): return False
   cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
   if not cands: return False
-  if (wg := [i for i in cands if ren.tensor_cores[i].desc]) and _wgmma(k, ren, wg[0], m, n, r): return True
+  # wgmma: N = 128 where B is stored k-contiguous (read K-major) and N fills it, else N = 64 (B read MN-major takes 64)
+  wg = sorted((i for i in cands if ren.tensor_cores[i].desc), key=lambda i: -ren.tensor_cores[i].dims[1])
+  kmajor_b = lb.src[1].arg.real_strides()[r] == 1
+  wg = [i for i in wg if ren.tensor_cores[i].dims[1] == 64 or (kmajor_b and k.full_shape[n] >= ren.tensor_cores[i].dims[1])]
+  if wg and _wgmma(k, ren, wg[0], m, n, r): return True
   cands = [i for i in cands if not ren.tensor_cores[i].desc]
   if not cands: return False
   # the widest unit along N the output fills (mma.sync pairs: one ldmatrix.x4 feeds B of two instructions)

@@ -74,7 +74,8 @@ def _wgmma(n: int, t: str, dt: DType) -> TensorCore:
   return TensorCore(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}", (64, n, 16), dt, dtypes.float32,
                     a_lane=(), a_elem=(), b_lane=(), b_elem=(), c_lane=("n1", "n2", "m0", "m1", "m2", "m4", "m5"),
                     c_elem=("n0", "m3") + tuple(f"n{b}" for b in range(3, nb)), threads=128, desc=True)
-WGMMA_SM90A = tuple(_wgmma(64, t, dt) for t, dt in (("f16", dtypes.float16), ("bf16", dtypes.bfloat16)))
+# N = 64 first (either operand layout), then N = 128 (a B stored k-contiguous: its 128-row tile is 128-byte swizzled rows)
+WGMMA_SM90A = tuple(_wgmma(n, t, dt) for n in (64, 128) for t, dt in (("f16", dtypes.float16), ("bf16", dtypes.bfloat16)))
 
 _allow_tf32: bool | None = None
 def set_allow_tf32(flag: bool | None) -> None:

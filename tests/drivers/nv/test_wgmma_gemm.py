@@ -32,16 +32,17 @@ def nv():
 
 @pytest.mark.parametrize("shape,dt,bt", [((256, 128, 256), f16, False), ((256, 128, 256), bf16, False),
                                          ((1000, 192, 200), f16, False), ((64, 64, 4096), bf16, False),
-                                         ((128, 128, 256), f16, True)],
+                                         ((128, 128, 256), f16, True), ((200, 256, 520), bf16, True)],
                          ids=["256x128x256-half", "256x128x256-bf16", "awkward-1000x192x200-half", "64x64x4096-bf16",
-                              "B-k-major-half"])
+                              "B-k-major-half", "B-k-major-awkward-bf16"])
 def test_heuristic_matmul_runs_on_wgmma(shape, dt, bt):
   """The heuristic's kernel is wgmma (no mma.sync) with both operands staged, and equals A @ B exactly (inputs in
-  quarters: every product and sum exact); awkward sizes are padded edge tiles; B stored k-contiguous is read K-major,
-  stored n-contiguous MN-major (transposed descriptor)."""
+  quarters: every product and sum exact); awkward sizes are padded edge tiles; B stored k-contiguous is read K-major
+  (N = 128), stored n-contiguous MN-major (transposed descriptor, N = 64)."""
   got, want, r = run_matmul(*shape, dt, None, b_transposed=bt)
   src = r.spec.src
-  assert "wgmma.mma_async.sync.aligned.m64n64k16" in src and "mma.sync" not in src, r.spec.opts
+  # a B stored k-contiguous is read K-major by the wider m64n128k16, one stored n-contiguous MN-major by m64n64k16
+  assert f"wgmma.mma_async.sync.aligned.m64n{128 if bt else 64}k16" in src and "mma.sync" not in src, r.spec.opts
   assert [o.op for o in r.spec.opts].count(OptOps.SMEM) == 2, r.spec.opts
   assert (got == want).all(), f"max error {abs(got - want).max()}"
 
@@ -72,7 +73,7 @@ def test_wgmma_needs_the_128_byte_swizzled_tile():
 
 def test_only_sm_90a_lists_wgmma():
   assert not any(tc.desc for tc in PTXRenderer("sm_90").tensor_cores)
-  assert sum(tc.desc for tc in PTXRenderer("sm_90a").tensor_cores) == 2
+  assert sum(tc.desc for tc in PTXRenderer("sm_90a").tensor_cores) == 4
 
 
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
