@@ -103,3 +103,18 @@ def test_fused_bias_and_relu_stay_in_the_wgmma_kernel():
   items = [it for it in out.schedule() if hasattr(it, "ast")]
   assert len(items) == 1 and "wgmma.mma_async" in compile_ast(items[0].ast, "NV").spec.src
   np.testing.assert_array_equal(out.numpy().astype(np.float64), np.maximum(a.astype(np.float64) @ b + bias, 0))
+
+
+def test_a_stored_m_contiguous_is_read_transposed():
+  """a.T @ b: A's staged tile holds rows of m (one 64-value row: one warpgroup along M), read with imm-trans-a 1."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.engine.runner import compile_ast
+  rng = np.random.default_rng(1)
+  a = (rng.integers(-8, 8, (192, 256)) / 4).astype(np.float16)
+  b = (rng.integers(-8, 8, (192, 128)) / 4).astype(np.float16)
+  out = Tensor(a, device="NV").T @ Tensor(b, device="NV")
+  (item,) = [it for it in out.schedule() if hasattr(it, "ast")]
+  src = compile_ast(item.ast, "NV").spec.src
+  assert "wgmma.mma_async" in src and ", 1, 1, 1, 1, 1;" in src   # both operands transposed (MN-major)
+  np.testing.assert_array_equal(out.numpy().astype(np.float64), a.astype(np.float64).T @ b)
