@@ -305,3 +305,9 @@ def test_setmaxnreg_checks_its_count_and_the_warpgroup():
     PTXModule(SETMAXNREG.replace("NN", "inc").replace("CNT", "260"))
   with pytest.raises(PTXError, match=r"incomplete warpgroup"):
     PTXModule(src).kernel("smr").launch(Memory(), [], (1, 1, 1), (96, 1, 1))
+
+
+def test_wgmma_needs_an_sm_90a_module():
+  n, img, d = _small()
+  with pytest.raises(PTXError, match=r"needs .target sm_90a, the module targets sm_90"):
+    PTXModule(kernel(n, "f16", img.nbytes, [(0, 2048)]).replace(".target sm_90a", ".target sm_90"))

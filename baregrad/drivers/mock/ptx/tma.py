@@ -54,6 +54,7 @@ class TmaOps:
     return ("global", -1, a)
 
   def _c_tensormap(self, ins: _Ins) -> None:
+    self._need_sm90a(ins)   # wgmma.py
     mods = ins.mods
     if mods and mods[0] == "cp_fenceproxy":
       if "global" not in mods or "shared::cta" not in mods or "release" not in mods:

@@ -139,6 +139,13 @@ def _state(c: _Ctx) -> _WgState:
 class WgmmaOps:
   """Instruction compilers for wgmma.fence / mma_async / commit_group / wait_group (see the module docstring)."""
 
+  def _need_sm90a(self, ins: _Ins) -> None:
+    """wgmma, setmaxnreg and tensormap.replace exist on sm_90a only (PTX ISA 9.7.15, 9.7.17.1, 9.7.9.28 "Target ISA
+    notes": "Requires sm_90a"): a module that targets anything else is refused, as ptxas refuses it."""
+    tgt = (self.module.target or "").split(",")[0].strip()
+    if tgt and tgt != "sm_90a":
+      raise self._err(ins, f"{ins.op}.{'.'.join(ins.mods)} needs .target sm_90a, the module targets {tgt}")
+
   def _warpgroups(self, c: _Ctx, m: np.ndarray | None, ins: _Ins) -> np.ndarray:
     """The active lanes as (warpgroups, 128), or an error when some warpgroup is not whole (9.7.15.1, .aligned)."""
     act = np.ones(c.n, bool) if m is None else np.asarray(m, bool)
@@ -156,6 +163,7 @@ class WgmmaOps:
     return np.flatnonzero(act).reshape(-1, 128)
 
   def _c_wgmma(self, ins: _Ins) -> None:
+    self._need_sm90a(ins)
     mods = ins.mods
     if not mods or "sync" not in mods or "aligned" not in mods:
       raise self._err(ins, "wgmma instructions are .sync.aligned (PTX ISA 9.7.15)")
@@ -189,6 +197,7 @@ class WgmmaOps:
   def _c_setmaxnreg(self, ins: _Ins) -> None:
     """setmaxnreg.{inc,dec}.sync.aligned.u32 n (PTX ISA 9.7.17.1): n a multiple of 8 in [24, 256], executed by whole
     warpgroups (.aligned). The register budget has no effect on the interpreter, so beyond the checks it does nothing."""
+    self._need_sm90a(ins)
     mods = ins.mods
     if not mods or mods[0] not in ("inc", "dec") or "sync" not in mods or "aligned" not in mods:
       raise self._err(ins, "setmaxnreg.{inc,dec}.sync.aligned.u32 n (PTX ISA 9.7.17.1)")
