@@ -118,3 +118,11 @@ def test_a_stored_m_contiguous_is_read_transposed():
   src = compile_ast(item.ast, "NV").spec.src
   assert "wgmma.mma_async" in src and ", 1, 1, 1, 1, 1;" in src   # both operands transposed (MN-major)
   np.testing.assert_array_equal(out.numpy().astype(np.float64), a.astype(np.float64).T @ b)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+def test_check_archs_leave_sm_90a_kernels_alone(monkeypatch):
+  """PTX_CHECK_ARCHS validates portable kernels on other targets; an sm_90a kernel (wgmma) assembles for sm_90a only."""
+  from baregrad.drivers.nv_compile import PTXCompiler
+  monkeypatch.setenv("PTX_CHECK_ARCHS", "sm_80,sm_89")
+  assert PTXCompiler("sm_90a").check_archs == [] and PTXCompiler("sm_90").check_archs == ["sm_80", "sm_89"]
