@@ -257,21 +257,21 @@ class PTXRenderer(Renderer):
     # wgmma in flight (sm_90a): the accumulators of the wgmmas issued and committed but not waited for. They are waited
     # for (wait_group 0) only before a barrier (the pipeline then refills a buffer they read), at the end of a loop with
     # a barrier in it (the next step's barrier), before anything reads those registers, and at the end
-    self._wg_pending: set[str] = set()
+    pend: set[str] = set()
     bar_loops = {uops[j].src[0] for j in range(len(uops)) if uops[j].op is Ops.ENDRANGE and
                  any(x.op is Ops.BARRIER for x in uops[pos[uops[j].src[0]]:j])} if wg else set()
     def reads_pending(u: UOp) -> bool:
       if u.op in (Ops.GEP, Ops.VECTORIZE) or (u.op is Ops.ASSIGN and u in fused): return False   # aliases, no code
       for x in u.src:
         v = r.get(x)
-        if (isinstance(v, str) and v in self._wg_pending) or (isinstance(v, list) and any(y in self._wg_pending for y in v if isinstance(y, str))):
+        if (isinstance(v, str) and v in pend) or (isinstance(v, list) and any(y in pend for y in v if isinstance(y, str))):
           return True
       return False
     for i, u in enumerate(uops):
       d = u.dtype
-      if self._wg_pending and (u.op is Ops.BARRIER or (u.op is Ops.ENDRANGE and u.src[0] in bar_loops) or reads_pending(u)):
+      if pend and (u.op is Ops.BARRIER or (u.op is Ops.ENDRANGE and u.src[0] in bar_loops) or reads_pending(u)):
         emit("wgmma.wait_group.sync.aligned 0;")
-        self._wg_pending = set()
+        pend.clear()
       if u.op is Ops.CONST: r[u] = cst(d, u.arg)
       elif u.op is Ops.DEFINE_GLOBAL:
         x, y = reg(d), reg(d)
@@ -315,7 +315,7 @@ class PTXRenderer(Renderer):
         x = reg(d)
         emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
       elif u.op is Ops.ASSIGN and u in fused: r[u] = r[u.src[0]]
-      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)
+      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit, pend)
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         s = d.scalar
@@ -462,7 +462,7 @@ class PTXRenderer(Renderer):
       elif u.op in GroupOp.ALU: r[u] = self._alu(u, [r[s] for s in u.src], reg, emit, norm8)
       elif u.op in (Ops.SINK, Ops.NOOP): pass
       else: raise RenderError(f"PTX renderer: cannot render {u.op}")
-    if self._wg_pending: emit("wgmma.wait_group.sync.aligned 0;")
+    if pend: emit("wgmma.wait_group.sync.aligned 0;")
     decl = []
     for (t, pre) in sorted(set(_REG.values()) | {("b64", "%rd")}):
       if pre in cnt: decl.append(f"  .reg .{t} {pre}<{cnt[pre] + 1}>;")
@@ -475,12 +475,12 @@ class PTXRenderer(Renderer):
             f"{head}.visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
             "\n".join(shared + decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
 
-  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
+  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str] | None = None) -> list[str]:
     """One mma.sync (tc.split of them side by side along N, each its share of B's and C's registers, in order): 16-bit
     inputs packed in pairs into .b32 registers (the lower index in the low half), float32 inputs rounded to tf32
     (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
-    if tc.desc: return self._wgmma(u, accs, r, reg, emit)
+    if tc.desc: return self._wgmma(u, accs, r, reg, emit, pend if pend is not None else set())
     def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
       if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
       out = []
@@ -500,9 +500,10 @@ class PTXRenderer(Renderer):
       emit(f"{tc.name} {{{', '.join(dh)}}}, {{{', '.join(a)}}}, {{{', '.join(bh)}}}, {{{', '.join(ch)}}};")
     return d
 
-  def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
+  def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str]) -> list[str]:
     """One wgmma.mma_async (sm_90a) on the operands' matrix descriptors, D the accumulators (or fresh registers holding
-    C), committed as its own group; render() waits for it where its D is read or its tiles may change (9.7.15.8).
+    C), committed as its own group; its D registers join `pend`, and render() waits for it where its D is read or its
+    tiles may change (9.7.15.8).
     Unless wgmmas are in flight already (in program order: the k-steps of one stage, whose accumulators nothing else
     touches in between), first fence.proxy.async (the tiles were written by cp.async, the generic proxy; wgmma reads
     them in the async proxy: PTX ISA 9.7.15.3) and wgmma.fence (the accumulators were written by other instructions:
@@ -513,12 +514,12 @@ class PTXRenderer(Renderer):
       d = [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
       for x, c in zip(d, r[u.src[2]]): emit(f"mov.f32 {x}, {c};")
     ta, tb = u.src[0].arg[4], u.src[1].arg[4]
-    if not self._wg_pending or accs is None:
+    if not pend or accs is None:
       emit("fence.proxy.async.shared::cta;")
       emit("wgmma.fence.sync.aligned;")
     emit(f"{tc.name} {{{', '.join(d)}}}, {r[u.src[0]]}, {r[u.src[1]]}, 1, 1, 1, {ta}, {tb};")
     emit("wgmma.commit_group.sync.aligned;")
-    self._wg_pending |= set(d)
+    pend.update(d)
     return d
 
   @staticmethod
