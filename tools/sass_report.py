@@ -4,7 +4,7 @@
   python3 tools/sass_report.py --arch sm_90 --matmul 4096x4096x4096 --dtype half
 
 Fields: name, arch, opts, regs, spills (bytes of spill stores + loads, from ptxas -v), smem, then PTX counts of the
-innermost (main) loop: loop_mma (mma.sync), loop_ldsm (ldmatrix), loop_cp_async, loop_ldg (ld.global), loop_bar,
+innermost (main) loop: loop_mma (mma.sync), loop_wgmma (wgmma.mma_async: sm_90a), loop_ldsm (ldmatrix), loop_cp_async, loop_ldg (ld.global), loop_bar,
 loop_cvt_float (float conversions; the innermost loop is the k-step's, cp.async prefetch sits in the loop around it); and, when cuobjdump or
 nvdisasm is found (NVIDIA's pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm), SASS counts over the whole
 kernel: HMMA, HGMMA, LDSM, LDGSTS, LDG, STSM, UTMALDG, SYNCS, BAR, and over the main loop (the innermost SASS loop with
@@ -108,12 +108,12 @@ def sass_main_loop(ops: list[tuple[int, str, str]]) -> Counter:
 def _fam(c: Counter, op: str) -> int: return sum(n for o, n in c.items() if o == op or o.startswith(op + "_"))
 
 def renderer_for(arch: str) -> PTXRenderer:
-  """The PTX renderer the NV driver gives a GPU of `arch` (sm_90a: sm_90's): its shared memory limit per block from
+  """The PTX renderer the NV driver gives a GPU of `arch` (sm_90a: a Hopper with NV_SM90A=1: wgmma): its shared memory limit per block from
   the driver's generation record (hw.GPUArch.max_shared), so kernels may use dynamic shared memory above 48 KB."""
   from baregrad.drivers.nv import hw
   base = arch.rstrip("a") if arch.endswith("a") and arch[:-1] in hw.ARCHS else arch
   if base not in hw.ARCHS: raise ValueError(f"{arch}: no NV generation record (known: {', '.join(hw.ARCHS)})")
-  return PTXRenderer(base, shared_max=hw.ARCHS[base].max_shared)
+  return PTXRenderer(arch, shared_max=hw.ARCHS[base].max_shared)
 
 def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
   """The key=value fields of one matmul kernel (opts from the heuristic) for a GPU of `arch`."""
@@ -129,7 +129,8 @@ def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
   pick = lambda pre: sum(c for op, c in loop.items() if op.startswith(pre))   # noqa: E731
   f = {"name": spec.name, "arch": arch, "dtype": dt.name, "opts": ",".join(f"{o.op.name}{o.axis}:{o.amt}" for o in opts),
        "regs": regs.group(1) if regs else "?", "spills": str(int(sp.group(1)) + int(sp.group(2))) if sp else "?",
-       "smem": smem.group(1) if smem else "0", "dyn_smem": str(spec.dyn_shared), "loop_mma": str(pick("mma.sync")), "loop_ldsm": str(pick("ldmatrix")),
+       "smem": smem.group(1) if smem else "0", "dyn_smem": str(spec.dyn_shared), "loop_mma": str(pick("mma.sync")),
+       "loop_wgmma": str(pick("wgmma.mma_async")), "loop_ldsm": str(pick("ldmatrix")),
        "loop_cp_async": str(pick("cp.async")), "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
        "loop_cvt_float": str(pick("cvt.rn") + pick("cvt.f"))}
   text = disassemble(cubin)

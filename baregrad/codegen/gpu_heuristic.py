@@ -150,6 +150,14 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   if any(a.kind == "reduce" and a.orig != r for a in k.axes): return False
   cands = [i for i, tc in enumerate(ren.tensor_cores) if tc.dtype_in == la.dtype == lb.dtype and usable(tc)]
   if not cands: return False
+  # wgmma: N = 128 where B is stored k-contiguous (read K-major) and N fills it, else N = 64 (B read MN-major takes 64)
+  wg = sorted((i for i in cands if ren.tensor_cores[i].desc), key=lambda i: -ren.tensor_cores[i].dims[1])
+  kmajor_b = lb.src[1].arg.real_strides()[r] == 1
+  wg = [i for i in wg if ren.tensor_cores[i].dims[1] == 64 or (kmajor_b and k.full_shape[n] >= ren.tensor_cores[i].dims[1])]
+  if wg and _wgmma(k, ren, wg[0], m, n, r, la.src[1].arg.real_strides()[m] == 1 and la.src[1].arg.real_strides()[r] != 1):
+    return True
+  cands = [i for i in cands if not ren.tensor_cores[i].desc]
+  if not cands: return False
   # the widest unit along N the output fills (mma.sync pairs: one ldmatrix.x4 feeds B of two instructions)
   wide = [i for i in cands if ren.tensor_cores[i].dims[1] * 4 <= k.full_shape[n]]
   pick = max(wide or cands[:1], key=lambda i: ren.tensor_cores[i].dims[1])
@@ -186,6 +194,40 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
       b = k.stage_bytes(j, stages or None)
       if b and used + b <= ren.shared_max and apply_smem(k, j, stages): used += b
   return True
+
+def _wgmma(k: Kernel, ren: Renderer, pick: int, m: int, n: int, r: int, mn_major_a: bool) -> bool:
+  """sm_90a wgmma (a TensorCore read through matrix descriptors): one or two warpgroups along M, each a 64 x N tile
+  (N the instruction's), the operand tiles staged 64 k values a step (one 128-byte swizzled row of 16-bit values, the
+  layout wgmma reads: codegen/tc_lower.py wgmma_desc) in the deepest cp.async pipeline that fits. An A stored
+  m-contiguous is staged in rows of its m coordinate, which must then be one 64-value row: one warpgroup. Not when
+  padding would waste more than half the work, or the tiles do not fit shared memory (the mma.sync path is tried
+  then)."""
+  tc = ren.tensor_cores[pick]
+  wm = 2 if k.full_shape[m] > tc.dims[0] and not mn_major_a else 1
+  tiles = {m: wm * tc.dims[0], n: tc.dims[1], r: 64}
+  padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
+  # (a reduction of one 64-wide step leaves no stage loop around the tile: mma.sync takes it)
+  if padded > 1.5 * prod(k.full_shape[o] for o in tiles) or k.full_shape[r] <= tiles[r]: return False
+  isz = tc.dtype_in.itemsize
+  per_stage = (tiles[m] + tiles[n]) * tiles[r] * isz
+  stages = next((st for st in (4, 3, 2) if st * per_stage <= ren.shared_max), 0)
+  if not stages or not k.async_copy: return False
+  def opts(kk: Kernel) -> bool:
+    for o, t in tiles.items():
+      if kk.full_shape[o] % t and not apply(kk, OptOps.PADTO, o, t, ("loop", "reduce")): return False
+    try: kk.apply_opt(Opt(OptOps.TC, pick))
+    except OptError: return False
+    if wm > 1 and not apply(kk, OptOps.LOCAL, m, wm, ("loop",)): return False
+    if size_of(kk, r, ("reduce",)) > 1 and not apply(kk, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",)): return False
+    return all(apply_smem(kk, j, stages) for j in range(len(kk.stage_candidates())))
+  # first on a copy, lowered: a tile the descriptors cannot read (wgmma_desc) leaves k as it was for mma.sync
+  trial = Kernel(k.ast, k.name, k.max_parallel, gpu=True, ren=ren)
+  try:
+    for o in k.applied: trial.apply_opt(o)
+    if not opts(trial): return False
+    trial.lower()
+  except OptError: return False
+  return opts(k)
 
 def apply_smem(k: Kernel, j: int, stages: int = 0) -> bool:
   try: k.apply_opt(Opt(OptOps.SMEM, j, stages)); return True

@@ -260,7 +260,8 @@ class Kernel:
       i = next(j for j, a in enumerate(self.axes) if a.orig == o)
       runs: list[list] = []   # [source, first source bit, first coordinate bit, length], low bits first
       for b, (src, j) in enumerate(tc.coord_bits("c", coord)):
-        if runs and runs[-1][0] == src and runs[-1][1] + runs[-1][3] == j: runs[-1][3] += 1
+        # (lane bits in runs; element bits one part each: the fragment's element ranges are single bits)
+        if runs and runs[-1][0] == src == "lane" and runs[-1][1] + runs[-1][3] == j: runs[-1][3] += 1
         else: runs.append([src, j, b, 1])
       self.axes[i].size //= tc.dims[0 if coord == "m" else 1]
       for src, j, b, ln in runs:   # inserted right after the outer part: the lowest bits end up innermost

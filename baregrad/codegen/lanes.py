@@ -16,8 +16,9 @@ from baregrad.codegen.kernel import LANE_KINDS
 Lanes = tuple[UOp, ...]  # lane RANGEs, sorted by range id
 
 def is_fragment(u: UOp) -> bool:
-  """A load that yields a whole tensor-core fragment (ldmatrix): a vector already, one per warp-wide instruction."""
-  return u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix"
+  """A load that yields a whole tensor-core fragment (ldmatrix) or an operand's matrix descriptor (wgmma): a vector or a
+  scalar already, one per warp(group)-wide instruction."""
+  return u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] in ("ldmatrix", "wgdesc")
 
 def is_lane(u: UOp) -> bool: return u.op is Ops.RANGE and u.arg[1] in LANE_KINDS
 

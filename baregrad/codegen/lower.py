@@ -14,7 +14,7 @@ from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, _may_wrap
 from baregrad.codegen.stage import stage
 from baregrad.codegen.epilogue import stage_store
-from baregrad.codegen.tc_lower import tc_lanes
+from baregrad.codegen.tc_lower import tc_lanes, tc_desc_lanes
 if TYPE_CHECKING: from baregrad.codegen.kernel import Kernel
 
 # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
@@ -152,9 +152,11 @@ class Lowering:
     k = self.k
     # tensor cores: the operands are read in their fragments' layouts, the reduction becomes WMMAs
     if k.tc is not None:
-      self.tcl = tc_lanes(self)
+      self.tcl = tc_desc_lanes(self) if k.tc[0].desc else tc_lanes(self)
       self.opvals = {k.tc[4]: self.tcl["a"], k.tc[5]: self.tcl["b"]}
     if k.staged: self.staged = stage(self)
+    if k.tc is not None and k.tc[0].desc and not (k.tc[4] in self.staged and k.tc[5] in self.staged):
+      raise OptError(f"TC {k.tc[0].name}: both operands are read from shared memory: stage them (SMEM)")
     for u in k.ast.toposort(): self.memo[u] = self.node(u)
     return self.memo[k.ast]
 

@@ -24,7 +24,7 @@ from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, LANE_KINDS
-from baregrad.codegen.tc_lower import ldmatrix
+from baregrad.codegen.tc_lower import ldmatrix, wgmma_desc
 if TYPE_CHECKING: from baregrad.codegen.lower import Lowering
 
 def _swizzler(rowlen: int) -> Callable[[UOp], UOp]:
@@ -223,6 +223,7 @@ class _Stager:
     """The load's value read from its tile at buffer offset rbuf after barrier `after`: a tensor-core operand's whole
     fragment in one ldmatrix where that fits, else element by element at the operand's (or the ranges') values."""
     ld, opvals = t.ld, self.lw.opvals
+    if self.k.tc is not None and self.k.tc[0].desc and ld in opvals: return wgmma_desc(self.lw, t, rbuf, after)
     rv = opvals.get(ld, self.lw.rng)
     if ld in opvals and (frag := ldmatrix(self.lw, t, rv, rbuf, after)) is not None: return frag
     ridx: UOp = rbuf

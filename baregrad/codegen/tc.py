@@ -35,6 +35,7 @@ class TensorCore:
   c_lane: tuple[str, ...]; c_elem: tuple[str, ...]
   threads: int = 32
   split: int = 1                  # instructions one unit issues side by side along N (each N / split columns wide)
+  desc: bool = False              # A and B are read from staged shared tiles through matrix descriptors (sm_90a wgmma)
   def coord_bits(self, layout: str, coord: str) -> list[tuple[str, int]]:
     """For coordinate `coord` of operand `layout` ('a', 'b', 'c'): per bit (low first), ('lane', j) or ('elem', j)."""
     lane, elem = getattr(self, f"{layout}_lane"), getattr(self, f"{layout}_elem")
@@ -61,6 +62,20 @@ MMA_SM80_PAIRS = tuple(
   TensorCore(f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32", (16, 16, 16), dt, dtypes.float32,
              a_lane=_A16["a_lane"], a_elem=_A16["a_elem"], **_B16, **_C16, split=2)
   for t, dt in (("f16", dtypes.float16), ("bf16", dtypes.bfloat16)))
+
+# sm_90a wgmma.mma_async m64nNk16 (PTX ISA 9.7.15): a warpgroup of 128 threads (4 warps) computes a 64 x N tile. A and
+# B are not in registers: each is a 64-bit matrix descriptor of a staged shared tile (codegen/tc_lower.py wgmma_desc);
+# the 128B-swizzled tile layout is the one stage.py's swizzle already gives rows of 64 16-bit values. D fragments
+# (9.7.15.5.1.1): warp w holds rows 16w..16w+15 and lane l (groupID g = l >> 2, t = l % 4) holds d[4j + i] = (16w + g +
+# 8 (i >> 1), 8j + 2t + (i & 1)): lane bits t0 t1 -> n1 n2, g0..g2 -> m0..m2, the warp's bits -> m4 m5; element bits
+# i0 -> n0, i1 -> m3, j's bits -> n3 and up.
+def _wgmma(n: int, t: str, dt: DType) -> TensorCore:
+  nb = n.bit_length() - 1
+  return TensorCore(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t}", (64, n, 16), dt, dtypes.float32,
+                    a_lane=(), a_elem=(), b_lane=(), b_elem=(), c_lane=("n1", "n2", "m0", "m1", "m2", "m4", "m5"),
+                    c_elem=("n0", "m3") + tuple(f"n{b}" for b in range(3, nb)), threads=128, desc=True)
+# N = 64 first (either operand layout), then N = 128 (a B stored k-contiguous: its 128-row tile is 128-byte swizzled rows)
+WGMMA_SM90A = tuple(_wgmma(n, t, dt) for n in (64, 128) for t, dt in (("f16", dtypes.float16), ("bf16", dtypes.bfloat16)))
 
 _allow_tf32: bool | None = None
 def set_allow_tf32(flag: bool | None) -> None:

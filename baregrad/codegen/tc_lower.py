@@ -1,8 +1,10 @@
 """Tensor-core lowering (OptOps.TC), a step of lowering (codegen/lower.py): the values the operands' indices take in
 the fragments' lane/element layouts (`tc_lanes`), and a staged operand's whole fragment read by one ldmatrix
-(`ldmatrix`). The layouts themselves are the renderer's TensorCore records (codegen/tc.py)."""
+(`ldmatrix`), or for sm_90a wgmma a staged operand's matrix descriptor (`wgmma_desc`). The layouts themselves are the
+renderer's TensorCore records (codegen/tc.py)."""
 from __future__ import annotations
 from typing import Any, TYPE_CHECKING
+from baregrad.ir.dtype import dtypes
 from baregrad.ir.ops import UOp, Ops
 from baregrad.codegen.kernel import Axis, OptError
 if TYPE_CHECKING:
@@ -113,3 +115,41 @@ def ldmatrix(lw: Lowering, t: StagedTile, rv: dict[int, UOp], rbuf: UOp, after: 
   for i in tile: addr = addr + vals[i] * sstride[i]
   return UOp(Ops.LOAD, ld.dtype.vec(1 << len(elem)), (t.at(t.swz(addr.simplify())), after),
              ("ldmatrix", nmat, trans))
+
+def tc_desc_lanes(lw: Lowering) -> dict[str, Any]:
+  """TC through matrix descriptors (TensorCore.desc, sm_90a wgmma): the operands are read whole from their staged tiles
+  (wgmma_desc), so they take the ranges' own values; only C has fragment elements."""
+  fr = _Fragments(lw)
+  return {"a": dict(lw.rng), "b": dict(lw.rng), "ea": (), "eb": (),
+          "ec": tuple(fr.elem(e[0], int(e[1:])) for e in fr.tc.c_elem)}
+
+WGMMA_SW128 = 1   # descriptor bits 62-63: the 128-byte swizzle (PTX ISA 9.7.15.5.1.2 "Matrix Descriptor Format")
+
+def wgmma_desc(lw: Lowering, t: StagedTile, rbuf: UOp, after: UOp) -> UOp:
+  """TC through matrix descriptors: the 64-bit shared-memory matrix descriptor of the operand tile t's 64-row (A) or
+  N-row (B) block and k16 step at the current ranges, as a LOAD the renderer turns into the descriptor (arg ("wgdesc",
+  LBO, SBO, swizzle, transpose)). The tile must be one the hardware reads with the 128-byte swizzle (PTX ISA
+  9.7.15.5.1.2): rows of 64 16-bit values (128 bytes) swizzled by stage.py's _swizzler (16-byte chunk ^= row % 8: address
+  bits 4-6 ^= bits 7-9 on a tile 1024-byte aligned), and the operand's rows in order. K-major (k contiguous): row r of
+  the block at r * 128 bytes, 8-row groups 1024 bytes apart (SBO), the k step 32 bytes on. MN-major (its row
+  coordinate contiguous, a block exactly one 64-value row wide): k row j at j * 128 bytes, 8-k groups 1024 bytes apart
+  (SBO), read transposed (imm-trans 1). Anything else raises OptError (the kernel falls back)."""
+  k_ = lw.k
+  _, m, n, _, la, _ = k_.tc  # type: ignore[misc]
+  axes, tile, sstride = lw.axes, t.parts, t.sstride
+  if t.ld.dtype.itemsize != 2 or t.rowlen != 64:
+    raise OptError(f"TC wgmma: a staged operand needs rows of 64 16-bit values (128-byte swizzle), got rows of {t.rowlen}")
+  rorig = m if t.ld is la else n
+  kt = [i for i in tile if axes[i].kind == "tc"]
+  rows = [i for i in tile if axes[i].tc is not None and axes[i].kind != "tc" and axes[i].orig == rorig]
+  if len(kt) != 1: raise OptError("TC wgmma: the operand tile has no k16 part")
+  if sstride[kt[0]] == 1 and all(sstride[i] == 64 << axes[i].tc[1] for i in rows): lbo, sbo, trans = 16, 1024, 0
+  # MN-major: SBO steps over 8 k rows; LBO (between 64-value chunks of the row coordinate) is unused with one chunk, and
+  # set to the same 1024 so a reading that swaps the two (CUTLASS's and the ISA's wording differ) still gets 1024
+  elif sstride[kt[0]] == 64 and all(sstride[i] == 1 << axes[i].tc[1] for i in rows): lbo, sbo, trans = 1024, 1024, 1
+  else: raise OptError("TC wgmma: the operand tile's rows are not in the canonical 128-byte swizzle layout")
+  vals = dict(lw.rng)
+  for i in rows + kt: vals[i] = UOp.const(lw.it, 0)
+  addr: UOp = rbuf
+  for i in tile: addr = addr + vals[i] * sstride[i]
+  return UOp(Ops.LOAD, dtypes.uint64, (t.at(addr.simplify()), after), ("wgdesc", lbo, sbo, WGMMA_SW128, trans))

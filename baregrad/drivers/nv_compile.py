@@ -55,7 +55,8 @@ class PTXCompiler(Compiler):
       raise CompileError("", "ptxas not found (looked at $PTXAS, PATH, /usr/local/cuda*/bin, the nvidia-cuda-nvcc wheel): "
                              "install the CUDA toolkit or `pip install nvidia-cuda-nvcc-cu12`")
     # PTX_CHECK_ARCHS=sm_80,sm_89: also assemble every kernel for these targets (validation only; part of the cache key)
-    self.check_archs = [a for a in knobs.read("PTX_CHECK_ARCHS") if a != arch]
+    # (not for an arch-specific target such as sm_90a: its kernels may use instructions only that target has, wgmma)
+    self.check_archs = [] if arch.endswith("a") else [a for a in knobs.read("PTX_CHECK_ARCHS") if a != arch]
     super().__init__(f"ptxas_{arch}" + "".join(f"+{a}" for a in self.check_archs))
   def version(self) -> str: return _tool_version(self.ptxas or "")
   def compile(self, src: str) -> bytes:

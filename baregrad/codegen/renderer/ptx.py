@@ -173,13 +173,13 @@ def dynamic_shared_bytes(ptx: str) -> int:
   m = _DYN_NOTE_RE.search(ptx)
   return int(m.group(1)) if m else 0
 
-def _shared_layout(uops: list[UOp]) -> tuple[dict[UOp, int], int]:
-  """DEFINE_LOCAL -> its byte offset in one shared region (16-byte aligned each), and the region's size."""
+def _shared_layout(uops: list[UOp], align: int = 16) -> tuple[dict[UOp, int], int]:
+  """DEFINE_LOCAL -> its byte offset in one shared region (`align`-byte aligned each), and the region's size."""
   offs, total = {}, 0
   for u in uops:
     if u.op is Ops.DEFINE_LOCAL and u not in offs:
       offs[u] = total
-      total += -(-max(1, u.arg[1] * u.dtype.base.itemsize) // 16) * 16  # type: ignore[attr-defined]
+      total += -(-max(1, u.arg[1] * u.dtype.base.itemsize) // align) * align  # type: ignore[attr-defined]
   return offs, total
 
 class PTXRenderer(Renderer):
@@ -202,8 +202,9 @@ class PTXRenderer(Renderer):
     self.arch, self.compute_units = arch, compute_units
     if shared_max: self.shared_max = shared_max
     self.has_async_copy = True   # cp.async: sm_80+
-    from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS
+    from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS, WGMMA_SM90A
     self.tensor_cores = MMA_SM80 + MMA_SM80_PAIRS  # mma.sync m16n8k16 f16/bf16 (alone and in pairs), m16n8k8 tf32: sm_80+
+    if arch == "sm_90a": self.tensor_cores = WGMMA_SM90A + self.tensor_cores   # wgmma: sm_90a only (PTX ISA 9.7.15)
 
   @staticmethod
   def dynamic_shared_bytes(src: str) -> int:
@@ -216,12 +217,14 @@ class PTXRenderer(Renderer):
     gaddr: dict[tuple[UOp, UOp], str] = {}   # (global buffer, index) -> the register holding that element's address
     lines: list[str] = []
     shared: list[str] = []   # .shared declarations (workgroup memory)
-    soffs, stotal = _shared_layout(uops)
+    wg = any(x.op is Ops.WMMA and x.arg.desc for x in uops)
+    salign = 1024 if wg else 16   # a wgmma tile's 128-byte swizzle is on the address: its pattern repeats every 1024 bytes
+    soffs, stotal = _shared_layout(uops, salign)
     dyn = stotal if stotal > STATIC_SHARED_MAX else 0
     if stotal > self.shared_max:
       raise RenderError(f"PTX: kernel {name} needs {stotal} bytes of shared memory; {self.arch} allows {self.shared_max} a block")
     # (module scope: ptxas takes .extern only there)
-    head = f"{DYN_SHARED_NOTE}{dyn}\n.extern .shared .align 128 .b8 smem[];\n\n" if dyn else ""
+    head = f"{DYN_SHARED_NOTE}{dyn}\n.extern .shared .align {max(128, salign)} .b8 smem[];\n\n" if dyn else ""
     def reg(d: DType) -> str:
       if isinstance(d, PtrDType): pre = "%rd"
       else:
@@ -251,8 +254,24 @@ class PTXRenderer(Renderer):
     pos = {u: i for i, u in enumerate(uops)}
     fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
     copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
+    # wgmma in flight (sm_90a): the accumulators of the wgmmas issued and committed but not waited for. They are waited
+    # for (wait_group 0) only before a barrier (the pipeline then refills a buffer they read), at the end of a loop with
+    # a barrier in it (the next step's barrier), before anything reads those registers, and at the end
+    pend: set[str] = set()
+    bar_loops = {uops[j].src[0] for j in range(len(uops)) if uops[j].op is Ops.ENDRANGE and
+                 any(x.op is Ops.BARRIER for x in uops[pos[uops[j].src[0]]:j])} if wg else set()
+    def reads_pending(u: UOp) -> bool:
+      if u.op in (Ops.GEP, Ops.VECTORIZE) or (u.op is Ops.ASSIGN and u in fused): return False   # aliases, no code
+      for x in u.src:
+        v = r.get(x)
+        if (isinstance(v, str) and v in pend) or (isinstance(v, list) and any(y in pend for y in v if isinstance(y, str))):
+          return True
+      return False
     for i, u in enumerate(uops):
       d = u.dtype
+      if pend and (u.op is Ops.BARRIER or (u.op is Ops.ENDRANGE and u.src[0] in bar_loops) or reads_pending(u)):
+        emit("wgmma.wait_group.sync.aligned 0;")
+        pend.clear()
       if u.op is Ops.CONST: r[u] = cst(d, u.arg)
       elif u.op is Ops.DEFINE_GLOBAL:
         x, y = reg(d), reg(d)
@@ -296,7 +315,7 @@ class PTXRenderer(Renderer):
         x = reg(d)
         emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
       elif u.op is Ops.ASSIGN and u in fused: r[u] = r[u.src[0]]
-      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit)
+      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit, pend)
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         s = d.scalar
@@ -319,14 +338,18 @@ class PTXRenderer(Renderer):
           if soffs[u]: emit(f"add.u32 {x}, {x}, {soffs[u]};")
         else:
           # (type: ignore: a buffer's dtype is a PtrDType)
-          shared.append(f"  .shared .align 16 .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
+          shared.append(f"  .shared .align {salign} .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
           emit(f"mov.u32 {x}, {u.arg[0]};")
         r[u] = x   # a 32-bit address in the shared window
       elif u.op is Ops.BARRIER:
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group (no barrier); ("wait", n) waits
         # until at most n groups are pending, then the barrier (the pipelined shared tiles of codegen/stage.py)
         if u.arg == "commit": emit("cp.async.commit_group;")
-        if isinstance(u.arg, tuple) and u.arg[0] == "wait": emit(f"cp.async.wait_group {u.arg[1]};")
+        if isinstance(u.arg, tuple) and u.arg[0] == "wait":
+          emit(f"cp.async.wait_group {u.arg[1]};")
+          # wgmma reads the tiles in the async proxy: each thread fences its landed copies (generic proxy) before the
+          # barrier, as well as before each wgmma (PTX ISA 9.7.15.3)
+          if wg: emit("fence.proxy.async.shared::cta;")
         if u.arg != "commit": emit("bar.sync 0;")
       elif u.op is Ops.INDEX and _is_local(u.src[0]):
         buf, idx = u.src[0], u.src[1]
@@ -361,6 +384,15 @@ class PTXRenderer(Renderer):
         emit(f"add.s64 {x}, {r[buf]}, {off};")
         r[u] = x
       elif u.op in (Ops.LOAD, Ops.GEP, Ops.VECTORIZE) and u in copies: pass   # the cp.async of its STORE reads it
+      elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "wgdesc":
+        # a wgmma matrix descriptor (PTX ISA 9.7.15.5.1.2): (shared address & 0x3FFFF) >> 4 in bits 0-13, LBO >> 4 in
+        # 16-29, SBO >> 4 in 32-45, the swizzle in 62-63
+        _, lbo, sbo, swz, _ = u.arg
+        x, y = reg(dtypes.uint64), reg(dtypes.uint64)
+        emit(f"cvt.u64.u32 {x}, {r[u.src[0]]};")
+        emit(f"bfe.u64 {y}, {x}, 4, 14;")
+        emit(f"or.b64 {y}, {y}, {(lbo >> 4) << 16 | (sbo >> 4) << 32 | swz << 62:#x};")
+        r[u] = y
       elif u.op is Ops.LOAD and isinstance(u.arg, tuple) and u.arg[0] == "ldmatrix":
         xs = [reg(dtypes.uint32) for _ in range(u.arg[1])]
         emit(f"ldmatrix.sync.aligned.m8n8.x{u.arg[1]}{'.trans' if u.arg[2] else ''}.shared.b16 {{{', '.join(xs)}}}, [{r[u.src[0]]}];")
@@ -430,6 +462,7 @@ class PTXRenderer(Renderer):
       elif u.op in GroupOp.ALU: r[u] = self._alu(u, [r[s] for s in u.src], reg, emit, norm8)
       elif u.op in (Ops.SINK, Ops.NOOP): pass
       else: raise RenderError(f"PTX renderer: cannot render {u.op}")
+    if pend: emit("wgmma.wait_group.sync.aligned 0;")
     decl = []
     for (t, pre) in sorted(set(_REG.values()) | {("b64", "%rd")}):
       if pre in cnt: decl.append(f"  .reg .{t} {pre}<{cnt[pre] + 1}>;")
@@ -442,11 +475,12 @@ class PTXRenderer(Renderer):
             f"{head}.visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
             "\n".join(shared + decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
 
-  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit) -> list[str]:
+  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str] | None = None) -> list[str]:
     """One mma.sync (tc.split of them side by side along N, each its share of B's and C's registers, in order): 16-bit
     inputs packed in pairs into .b32 registers (the lower index in the low half), float32 inputs rounded to tf32
     (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
+    if tc.desc: return self._wgmma(u, accs, r, reg, emit, pend if pend is not None else set())
     def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
       if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
       out = []
@@ -464,6 +498,28 @@ class PTXRenderer(Renderer):
     for h in range(tc.split):
       dh, bh, ch = d[h * nc:(h + 1) * nc], b[h * nb:(h + 1) * nb], c[h * nc:(h + 1) * nc]
       emit(f"{tc.name} {{{', '.join(dh)}}}, {{{', '.join(a)}}}, {{{', '.join(bh)}}}, {{{', '.join(ch)}}};")
+    return d
+
+  def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str]) -> list[str]:
+    """One wgmma.mma_async (sm_90a) on the operands' matrix descriptors, D the accumulators (or fresh registers holding
+    C), committed as its own group; its D registers join `pend`, and render() waits for it where its D is read or its
+    tiles may change (9.7.15.8).
+    Unless wgmmas are in flight already (in program order: the k-steps of one stage, whose accumulators nothing else
+    touches in between), first fence.proxy.async (the tiles were written by cp.async, the generic proxy; wgmma reads
+    them in the async proxy: PTX ISA 9.7.15.3) and wgmma.fence (the accumulators were written by other instructions:
+    9.7.15.6)."""
+    tc = u.arg
+    if accs is not None: d = accs
+    else:
+      d = [reg(tc.dtype_acc) for _ in range(u.dtype.count)]
+      for x, c in zip(d, r[u.src[2]]): emit(f"mov.f32 {x}, {c};")
+    ta, tb = u.src[0].arg[4], u.src[1].arg[4]
+    if not pend or accs is None:
+      emit("fence.proxy.async.shared::cta;")
+      emit("wgmma.fence.sync.aligned;")
+    emit(f"{tc.name} {{{', '.join(d)}}}, {r[u.src[0]]}, {r[u.src[1]]}, 1, 1, 1, {ta}, {tb};")
+    emit("wgmma.commit_group.sync.aligned;")
+    pend.update(d)
     return d
 
   @staticmethod

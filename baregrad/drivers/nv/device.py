@@ -293,7 +293,10 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
 
 
 def _toolchain(arch: str) -> tuple[Any, Any]:
+  """The renderer and compiler for a GPU of `arch`; NV_SM90A=1 makes a Hopper's target sm_90a (wgmma: PTX ISA 9.7.15;
+  sm_90a code runs on compute capability 9.0 only, which that GPU is)."""
   from baregrad.codegen.renderer.ptx import PTXRenderer
-  return PTXRenderer(arch, shared_max=hw.ARCHS[arch].max_shared if arch in hw.ARCHS else 0), NVCompiler(arch)
+  target = "sm_90a" if arch == "sm_90" and knobs.read("NV_SM90A") else arch
+  return PTXRenderer(target, shared_max=hw.ARCHS[arch].max_shared if arch in hw.ARCHS else 0), NVCompiler(target)
 
 def _unavail(device: str, why: str) -> Any: raise DeviceUnavailable(f"{device}: {why}")

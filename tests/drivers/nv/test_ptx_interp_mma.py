@@ -302,3 +302,42 @@ def test_bank_wavefronts_of_ldmatrix(swz, want):
   a, o = mem.alloc(4), mem.alloc(128)
   k.launch(mem, [a, o], (1, 1, 1), (32, 1, 1))
   assert seen == [(want, 1)] and PTXKernel.bank_conflicts is None
+
+
+STM = """.version 8.0\n.target sm_90\n.address_size 64\n.visible .entry stm(.param .u64 inp, .param .u64 out) {
+  .shared .align 16 .b8 sm[512];
+  .reg .b32 %r<20>; .reg .b64 %rd<10>;
+  ld.param.u64 %rd1, [inp]; ld.param.u64 %rd2, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 16; add.s64 %rd4, %rd1, %rd3;
+  ld.global.v4.b32 {%r10, %r11, %r12, %r13}, [%rd4];
+  mov.u32 %r6, sm; mul.lo.u32 %r7, %r1, 16; add.u32 %r8, %r6, %r7;
+  stmatrix.sync.aligned.m8n8.XN.shared.b16 [%r8], {REGS};
+  bar.sync 0;
+  ld.shared.v4.b32 {%r2, %r3, %r4, %r5}, [%r8];
+  mul.wide.u32 %rd5, %r1, 16; add.s64 %rd6, %rd2, %rd5;
+  st.global.v4.b32 [%rd6], {%r2, %r3, %r4, %r5};
+  ret;
+}
+"""
+
+@pytest.mark.parametrize("num", [1, 2, 4])
+@pytest.mark.parametrize("trans", [False, True])
+def test_stmatrix(num, trans):
+  """Thread 8j + r gives the address of row r of matrix j (16 bytes at sm + 16 (8j + r)); lane l's register j holds
+  (row l/4, columns 2(l%4), +1) of matrix j (.trans: rows 2(l%4), +1 of column l/4), lower column in the low half."""
+  rng = np.random.default_rng(num + 3 * trans)
+  regs = rng.integers(0, 1 << 32, (32, 4), dtype=np.uint64).astype(np.uint32)
+  src = STM.replace("XN", f"x{num}{'.trans' if trans else ''}").replace("REGS", ", ".join(f"%r{10 + j}" for j in range(num)))
+  got = run(src, "stm", regs, 32 * 16).view(np.uint16).reshape(32, 8)
+  want = np.zeros((32, 8), np.uint16)
+  for j in range(num):
+    for lane in range(32):
+      lo, hi = regs[lane, j] & 0xFFFF, regs[lane, j] >> 16
+      if trans: (r0, c0), (r1, c1) = (2 * (lane % 4), lane // 4), (2 * (lane % 4) + 1, lane // 4)
+      else: (r0, c0), (r1, c1) = (lane // 4, 2 * (lane % 4)), (lane // 4, 2 * (lane % 4) + 1)
+      want[8 * j + r0, c0], want[8 * j + r1, c1] = lo, hi
+  np.testing.assert_array_equal(got[:8 * num], want[:8 * num])
+  if find_ptxas() is not None:
+    from baregrad.drivers.nv_compile import PTXCompiler
+    PTXCompiler("sm_90").compile(src)

@@ -74,14 +74,19 @@ to the call site's .param variables (per-thread storage), `ret` jumps to the ret
 
 Not supported (PTXError naming the instruction): calls to external functions (vprintf,
 malloc, __assertfail), indirect calls and recursion, texture/surface instructions, carry chains (add.cc/addc/mad.cc),
-bar.arrive and barriers with a thread count, wmma and the mma/ldmatrix/cp.async forms matrix.py does not list, TMA and
-wgmma (sm_90 asynchronous matrix instructions), vector registers (.reg .v4), prmt modes other than the default.
+bar.arrive and barriers with a thread count, wmma and the mma/ldmatrix/cp.async forms matrix.py does not list, the wgmma
+forms wgmma.py does not list (tf32, fp8, integer), the TMA forms tma.py does not list (im2col, multicast, other ranks,
+host-encoded tensor maps), vector registers (.reg .v4), prmt modes other than the
+default.
 
 Modules: errors (PTXError, GPUFault), dtypes (PTX types as NumPy dtypes), memory (Memory, Windows, shared/local
 stores), parser (text -> instructions, BodyParser), module (PTXModule), kernel (PTXKernel: the mixins below joined, the
 opcode dispatch), operands, control (branches, barriers, warp-wide instructions), alu (arithmetic, logic, bit ops,
-compares), convert (cvt, rounding helpers), memops (ld/st/atom/red/cvta), matrix (mma, ldmatrix, cp.async), launch
-(parameters, geometry, the scheduler).
+compares), convert (cvt, rounding helpers), memops (ld/st/atom/red/cvta), matrix (mma, ldmatrix, stmatrix, cp.async), wgmma
+(sm_90a warpgroup mma_async with shared-memory descriptors and swizzles, fence/commit/wait, their checked rules;
+setmaxnreg's checks; fence.proxy.async and elect.sync in control), mbarrier (mbarrier objects: phases, arrivals, transaction counts, hangs reported;
+cp.async.bulk), tma (device-built tensor maps: tensormap.replace, cp_fenceproxy, fence.proxy.tensormap;
+cp.async.bulk.tensor.2d), launch (parameters, geometry, the scheduler).
 """
 from baregrad.drivers.mock.ptx.errors import PTXError, GPUFault
 from baregrad.drivers.mock.ptx.kernel import PTXKernel

@@ -52,7 +52,22 @@ class ControlOps:
 
   _c_membar = _nop
 
-  _c_fence = _nop
+  def _c_fence(self, ins: _Ins) -> None:
+    """fence.proxy.async orders the block's generic-proxy shared writes before async-proxy reads (wgmma: PTX ISA
+    9.7.12.4 membar/fence, 9.7.15.3); fence.proxy.tensormap::generic.acquire makes a tensor map's replaced fields
+    visible to tensor copies (tma.py); other fences need nothing here (one instruction runs at a time)."""
+    if ins.mods[:2] == ["proxy", "tensormap::generic"] and "acquire" in ins.mods:
+      self._need(ins, 2)
+      addr = self._addr(ins, ins.ops[0], "generic")
+      ins.fn = lambda c, m: self._tmap_acquire(c, m, addr)   # tma.py
+      return
+    if ins.mods[:2] != ["proxy", "async"]:
+      ins.fn = lambda c, m: None
+      return
+
+    def fn(c, m):
+      c.shared.generic_dirty[c.bidx if m is None else c.bidx[m]] = False
+    ins.fn = fn
 
   _c_nanosleep = _nop
 
@@ -146,6 +161,40 @@ class ControlOps:
     if ((nact > 0) & (nact < c.warp_size)).any():
       raise self._err(ins, "warp-level instruction executed by a partial warp (divergent lanes) "
                            "is not supported by the mock")
+
+  def _c_elect(self, ins: _Ins) -> None:
+    """elect.sync d|p, membermask (PTX ISA 9.7.12.10): of the active threads in membermask (which all execute it,
+    .sync) one leader per warp gets p true, every one of them its lane id in d (`_`: none). The ISA does not say which
+    lane leads; here the lowest."""
+    if ins.mods != ["sync"]:
+      raise self._err(ins, "only elect.sync is supported")
+    self._need(ins, 2)
+    d, _, p = ins.ops[0].partition("|")
+    if not p:
+      raise self._err(ins, "elect.sync d|p, membermask: the destination is a register (or _) | a predicate")
+    wd = None if d.strip() == "_" else self._dst(ins, d)
+    wp = self._dst(ins, p)
+    mask = self._src(ins, ins.ops[1], np.dtype(np.uint32))
+
+    def fn(c, m):
+      act = np.ones(c.n, bool) if m is None else m
+      lane = (c.tlin % 32).astype(np.int64)
+      mm = np.broadcast_to(np.asarray(mask(c)), (c.n,)).astype(np.uint64)
+      inmask = ((mm >> lane.astype(np.uint64)) & np.uint64(1)).astype(bool)
+      if (act & ~inmask).any():
+        raise self._err(ins, "elect.sync executed by a thread outside its membermask (PTX ISA 9.7.12.10)")
+      # every thread named in a warp's membermask executes the same elect.sync (.sync)
+      want = np.bincount(c.warp_gid, weights=act & inmask, minlength=c.nwarp_groups)
+      named = np.bincount(c.warp_gid, weights=inmask & (c.tlin < c.nthreads), minlength=c.nwarp_groups)
+      if ((want > 0) & (want < named)).any():
+        raise self._err(ins, "elect.sync: a thread named in membermask did not execute it (PTX ISA 9.7.12.10, .sync)")
+      lead = np.full(c.nwarp_groups, 32, np.int64)
+      np.minimum.at(lead, c.warp_gid[act], lane[act])
+      ld = lead[c.warp_gid]
+      if wd is not None:
+        wd(c, ld.astype(np.uint32), False, m)
+      wp(c, lane == ld, False, m)
+    ins.fn = fn
 
   def _c_activemask(self, ins: _Ins) -> None:
     self._need(ins, 1)

@@ -14,9 +14,12 @@ from baregrad.drivers.mock.ptx.convert import ConvertOps
 from baregrad.drivers.mock.ptx.memops import MemoryOps
 from baregrad.drivers.mock.ptx.launch import Launcher
 from baregrad.drivers.mock.ptx.matrix import MatrixOps
+from baregrad.drivers.mock.ptx.wgmma import WgmmaOps
+from baregrad.drivers.mock.ptx.mbarrier import MbarrierOps
+from baregrad.drivers.mock.ptx.tma import TmaOps
 if TYPE_CHECKING: from baregrad.drivers.mock.ptx.module import PTXModule
 
-class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOps, MatrixOps, Launcher):
+class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOps, MatrixOps, WgmmaOps, MbarrierOps, TmaOps, Launcher):
   """One `.entry` of a module: parsed and compiled to per-instruction closures by the instruction-family mixins."""
 
   strict_barriers = False  # True: a barrier that some threads exited before reaching raises
@@ -54,6 +57,7 @@ class PTXKernel(BodyParser, Operands, ControlOps, ArithOps, ConvertOps, MemoryOp
     self._layout()
     for ins in self.code:
       self._compile(ins)
+    self._wgmma_hooks()
 
   # -- operands
   def _err(self, ins: _Ins, msg: str) -> PTXError:

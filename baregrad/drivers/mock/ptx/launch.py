@@ -11,7 +11,7 @@ from baregrad.drivers.mock.ptx.memory import Memory, Windows, _DEFAULT_WINDOWS, 
 class _Ctx:
   __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
                "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size", "win", "step",
-               "cp_async")
+               "cp_async", "wgmma", "mbar", "tmaps")
 
 
 def _mixed_blocks(c: _Ctx, act, g):
@@ -172,6 +172,9 @@ class Launcher:
         c.local = _Local(N, self.local_size, "local")
         c.clock = 0
         c.cp_async = None
+        c.wgmma = None
+        c.mbar = None
+        c.tmaps = None
         c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes, specials or {})
         c.win = windows or _DEFAULT_WINDOWS
         c.step = step

@@ -186,8 +186,50 @@ class MatrixOps:
         wd(c, (lo.astype(np.uint32) | (hi.astype(np.uint32) << np.uint32(16))).reshape(-1), False, m)
     ins.fn = fn
 
+  def _c_stmatrix(self, ins: _Ins) -> None:
+    """stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared{::cta}.b16 [p], {r...} (PTX ISA 9.7.14.6.2, sm_90): ldmatrix's
+    inverse. Threads 8j..8j+7 give the addresses of the 8 rows (16 bytes, 16-byte aligned) of matrix j; thread l's
+    register j holds (row l/4, columns 2*(l%4), 2*(l%4)+1) of matrix j, the lower column in the lower half (.trans:
+    rows 2*(l%4) and 2*(l%4)+1 of column l/4)."""
+    mods = ins.mods
+    if "sync" not in mods or "aligned" not in mods or "m8n8" not in mods or "b16" not in mods:
+      raise self._err(ins, "only stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 is supported")
+    num = next((int(x[1:]) for x in mods if x in ("x1", "x2", "x4")), None)
+    if num is None:
+      raise self._err(ins, "stmatrix needs .x1, .x2 or .x4")
+    if not any(x.startswith("shared") for x in mods):
+      raise self._err(ins, "stmatrix writes shared memory (.shared)")
+    trans = "trans" in mods
+    self._need(ins, 2)
+    addr = self._addr(ins, ins.ops[0], "shared")
+    srcs = [self._src(ins, x, np.dtype(np.uint32)) for x in self._regs(ins, ins.ops[1], num)]
+    lane = np.arange(32)
+
+    def fn(c, m):
+      self._warp_check(c, m, ins)
+      W = c.n // 32
+      a = np.broadcast_to(np.asarray(addr(c)), (c.n,)).astype(np.uint64).reshape(W, 32)[:, :8 * num]
+      if (a % np.uint64(16)).any():
+        bad = int(a.reshape(-1)[np.argmax((a % np.uint64(16)).reshape(-1) != 0)])
+        raise GPUFault(f"GPU fault: stmatrix row address {bad:#x} is not 16-byte aligned", bad)
+      rows = np.zeros((W, num, 8, 8), np.uint16)
+      for j, f in enumerate(srcs):
+        v = np.broadcast_to(np.asarray(f(c)), (c.n,)).astype(np.uint32).reshape(W, 32)
+        lo, hi = (v & 0xFFFF).astype(np.uint16), (v >> 16).astype(np.uint16)
+        if trans:
+          rows[:, j, 2 * (lane % 4), lane // 4], rows[:, j, 2 * (lane % 4) + 1, lane // 4] = lo, hi
+        else:
+          rows[:, j, lane // 4, 2 * (lane % 4)], rows[:, j, lane // 4, 2 * (lane % 4) + 1] = lo, hi
+      who = (np.arange(W)[:, None] * 32 + np.arange(8 * num)[None, :]).reshape(-1)   # the threads giving row addresses
+      for e in range(8):
+        c.shared.store(a.reshape(-1) + np.uint64(2 * e), c.lanes[who], rows.reshape(W * num * 8, 8)[:, e],
+                       np.dtype(np.uint16), "stmatrix")
+    ins.fn = fn
+
   def _c_cp(self, ins: _Ins) -> None:
     mods = ins.mods
+    if len(mods) > 1 and mods[:2] == ["async", "bulk"]:
+      return self._c_cp_bulk(ins)   # mbarrier.py
     if not mods or mods[0] != "async":
       raise self._err(ins, f"cp.{'.'.join(mods)} is not supported (only cp.async)")
     if "commit_group" in mods:

@@ -240,6 +240,12 @@ class _Shared(_Local):
   def __init__(self, nblocks, size, nthreads) -> None:
     super().__init__(nblocks, size, "shared")
     self.nthreads = nthreads
+    # blocks whose shared memory the generic proxy wrote since their last fence.proxy.async (read by wgmma.py)
+    self.generic_dirty = np.zeros(nblocks, bool)
+
+  def store(self, offs, lanes, v, dt: np.dtype, what: str) -> None:
+    super().store(offs, lanes, v, dt, what)
+    self.generic_dirty[np.asarray(lanes) // self.nthreads] = True
 
   def _flat(self, offs, lanes, w, what: str):
     return super()._flat(offs, np.asarray(lanes) // self.nthreads, w, what)

@@ -1,0 +1,133 @@
+"""Issue 32 item 3: the sm_90a tensor-core path (wgmma.mma_async m64n64k16 reading both operands from 128-byte swizzled
+shared tiles through matrix descriptors, fed by the cp.async pipeline), chosen by the GPU heuristic on a Hopper whose
+target is sm_90a (NV_SM90A=1), run on the mock NVIDIA GPU (whose PTX executor checks the warpgroup, fence and proxy
+rules: drivers/mock/ptx/wgmma.py) against NumPy; and statically, the 4096^3 kernel assembled by ptxas for sm_90a."""
+from __future__ import annotations
+import os
+import pytest
+from baregrad.ir.dtype import dtypes
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
+from baregrad.codegen.program import get_program
+from baregrad.codegen.renderer.ptx import PTXRenderer
+from baregrad.drivers.nv_compile import find_ptxas
+from tests.helpers import mock_nv_device
+from tests.drivers.nv.test_tensor_cores import run_matmul, matmul_ast
+
+f16, bf16 = dtypes.float16, dtypes.bfloat16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def nv():
+  """One mock Hopper whose kernels target sm_90a, registered as Device["NV"] for the module."""
+  saved = os.environ.get("NV_SM90A")
+  os.environ["NV_SM90A"] = "1"
+  try:
+    with mock_nv_device() as dev:
+      assert dev.renderer.arch == "sm_90a"
+      yield dev
+  finally:
+    if saved is None: os.environ.pop("NV_SM90A", None)
+    else: os.environ["NV_SM90A"] = saved
+
+
+@pytest.mark.parametrize("shape,dt,bt", [((256, 128, 256), f16, False), ((256, 128, 256), bf16, False),
+                                         ((1000, 192, 200), f16, False), ((64, 64, 4096), bf16, False),
+                                         ((128, 128, 256), f16, True), ((200, 256, 520), bf16, True)],
+                         ids=["256x128x256-half", "256x128x256-bf16", "awkward-1000x192x200-half", "64x64x4096-bf16",
+                              "B-k-major-half", "B-k-major-awkward-bf16"])
+def test_heuristic_matmul_runs_on_wgmma(shape, dt, bt):
+  """The heuristic's kernel is wgmma (no mma.sync) with both operands staged, and equals A @ B exactly (inputs in
+  quarters: every product and sum exact); awkward sizes are padded edge tiles; B stored k-contiguous is read K-major
+  (N = 128), stored n-contiguous MN-major (transposed descriptor, N = 64)."""
+  got, want, r = run_matmul(*shape, dt, None, b_transposed=bt)
+  src = r.spec.src
+  # a B stored k-contiguous is read K-major by the wider m64n128k16, one stored n-contiguous MN-major by m64n64k16
+  assert f"wgmma.mma_async.sync.aligned.m64n{128 if bt else 64}k16" in src and "mma.sync" not in src, r.spec.opts
+  assert [o.op for o in r.spec.opts].count(OptOps.SMEM) == 2, r.spec.opts
+  assert (got == want).all(), f"max error {abs(got - want).max()}"
+
+
+def test_what_wgmma_cannot_take_falls_back_to_mma_sync():
+  """A reduction of one 64-wide step (no stage loop) goes to mma.sync, and is right."""
+  got, want, r = run_matmul(64, 64, 64, f16, None)
+  assert "wgmma" not in r.spec.src and "mma.sync" in r.spec.src
+  assert (got == want).all()
+
+
+def test_wgmma_needs_the_128_byte_swizzled_tile():
+  """Opts that stage 32 k values a step (rows of 64 bytes, not the 128-byte swizzle wgmma is given) are refused by
+  name when the kernel is lowered; without staging, too."""
+  ren = PTXRenderer("sm_90a", shared_max=227 << 10)
+  pick = next(i for i, tc in enumerate(ren.tensor_cores) if tc.desc and tc.dtype_in == f16)
+  ast = matmul_ast(128, 64, 256, f16)
+  k = Kernel(ast, gpu=True, ren=ren)
+  k.apply_opt(Opt(OptOps.TC, pick))
+  r = next(i for i, a in enumerate(k.loop_axes()) if k.axes[a].kind == "reduce")
+  k.apply_opt(Opt(OptOps.SPLIT, r, 2))
+  for j in range(2): k.apply_opt(Opt(OptOps.SMEM, j, 2))
+  with pytest.raises(OptError, match="rows of 64 16-bit values"):
+    get_program(ast, ren, k.applied)
+  with pytest.raises(OptError, match="stage them"):
+    get_program(ast, ren, [Opt(OptOps.TC, pick)])
+
+
+def test_only_sm_90a_lists_wgmma():
+  assert not any(tc.desc for tc in PTXRenderer("sm_90").tensor_cores)
+  assert sum(tc.desc for tc in PTXRenderer("sm_90a").tensor_cores) == 4
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("dt", ["half", "bf16"])
+def test_4096_kernel_for_sm_90a(dt):
+  """Statically (no GPU): the 4096^3 kernel for sm_90a assembles with at most 255 registers and no spills, its main
+  loop is wgmma.mma_async with no global loads, and where nvdisasm/cuobjdump are installed its SASS main loop has HGMMA
+  and no LDG."""
+  from tools.sass_report import report, renderer_for, matmul_ast as ast_of, assemble
+  from baregrad.codegen.heuristic import heuristic_opts
+  f = report(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt], "sm_90a")
+  assert f["spills"] == "0" and int(f["regs"]) <= 255, f
+  # ptxas says when it has to serialize wgmma (accumulators touched between them without the fences it wants)
+  ren, ast = renderer_for("sm_90a"), ast_of(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt])
+  _, v = assemble(get_program(ast, ren, heuristic_opts(Kernel(ast, max_parallel=3, gpu=True, ren=ren), ren)).src, "sm_90a")
+  assert "serializ" not in v.lower(), v
+  assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0", f
+  if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+  assert int(f["main_HGMMA"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0" and int(f["LDGSTS"]) > 0, f
+
+
+def test_fused_bias_and_relu_stay_in_the_wgmma_kernel():
+  """(a @ b + bias).relu() in half through the Tensor frontend: one wgmma kernel with the epilogue fused, exact."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.engine.runner import compile_ast
+  rng = np.random.default_rng(0)
+  a = (rng.integers(-8, 8, (256, 192)) / 4).astype(np.float16)
+  b = (rng.integers(-8, 8, (192, 128)) / 4).astype(np.float16)
+  bias = (rng.integers(-8, 8, (128,)) / 4).astype(np.float16)
+  out = ((Tensor(a, device="NV") @ Tensor(b, device="NV")) + Tensor(bias, device="NV")).relu()
+  items = [it for it in out.schedule() if hasattr(it, "ast")]
+  assert len(items) == 1 and "wgmma.mma_async" in compile_ast(items[0].ast, "NV").spec.src
+  np.testing.assert_array_equal(out.numpy().astype(np.float64), np.maximum(a.astype(np.float64) @ b + bias, 0))
+
+
+def test_a_stored_m_contiguous_is_read_transposed():
+  """a.T @ b: A's staged tile holds rows of m (one 64-value row: one warpgroup along M), read with imm-trans-a 1."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.engine.runner import compile_ast
+  rng = np.random.default_rng(1)
+  a = (rng.integers(-8, 8, (192, 256)) / 4).astype(np.float16)
+  b = (rng.integers(-8, 8, (192, 128)) / 4).astype(np.float16)
+  out = Tensor(a, device="NV").T @ Tensor(b, device="NV")
+  (item,) = [it for it in out.schedule() if hasattr(it, "ast")]
+  src = compile_ast(item.ast, "NV").spec.src
+  assert "wgmma.mma_async" in src and ", 1, 1, 1, 1, 1;" in src   # both operands transposed (MN-major)
+  np.testing.assert_array_equal(out.numpy().astype(np.float64), a.astype(np.float64).T @ b)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+def test_check_archs_leave_sm_90a_kernels_alone(monkeypatch):
+  """PTX_CHECK_ARCHS validates portable kernels on other targets; an sm_90a kernel (wgmma) assembles for sm_90a only."""
+  from baregrad.drivers.nv_compile import PTXCompiler
+  monkeypatch.setenv("PTX_CHECK_ARCHS", "sm_80,sm_89")
+  assert PTXCompiler("sm_90a").check_archs == [] and PTXCompiler("sm_90").check_archs == ["sm_80", "sm_89"]
