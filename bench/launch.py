@@ -134,29 +134,40 @@ class DeferredDoorbells:
   """A mock GPU runs the work a submission rings for inside that doorbell call: ~450 us of Python interpreting the kernel
   between two launches, which leaves the host's caches cold for the next one (the "host" figure counts that). A real
   GPU's doorbell is one store and the GPU runs beside the host. While entered, a doorbell rung by a submission (the
-  functions named in SUBMITTERS) is kept, not passed on; the next doorbell anything else rings (a wait's kick, which
-  the drivers ring for every queue with pending work, or a full ring's) first passes on the last one kept per doorbell
-  address (what a doorbell announces is everything submitted up to the value written), then itself. So the mock runs
-  the work at the host's next wait; the driver does the same work either way, and the mock's time is apart as before."""
+  functions named in SUBMITTERS) is kept, not passed on; when the host starts a wait (the device's _wait_signal) or
+  anything else rings a doorbell (a full ring's kick), the last one kept per doorbell address is passed on first (what
+  a doorbell announces is everything submitted up to the value written). So the mock runs the work when the host
+  waits for it, as if the GPU had run it meanwhile; the driver does the same work either way, the mock's time is apart
+  as before, and no wait spins on work the mock was not yet told about."""
   SUBMITTERS = frozenset({"submit", "submit_packets"})   # NVChannel.submit; AMD's AQLRing.submit_packets, SDMARing.submit
   def __enter__(self) -> DeferredDoorbells:
     from baregrad.drivers.port import MockPort
-    self.cls, self.orig = MockPort, MockPort.__dict__["doorbell"]
     self.kept: dict[int, tuple[Any, tuple]] = {}   # doorbell address -> (port, the rest of the last call kept)
-    orig, submitters, caller, kept = self.orig, self.SUBMITTERS, sys._getframe, self.kept
+    self.undo = [(MockPort, "doorbell", MockPort.__dict__["doorbell"])]
+    dcls = type(Device[Device.DEFAULT])
+    wcls = next(c for c in dcls.__mro__ if "_wait_signal" in c.__dict__)
+    self.undo.append((dcls, "_wait_signal", dcls.__dict__.get("_wait_signal", wcls.__dict__["_wait_signal"])))
+    orig, orig_wait, submitters, caller, kept = self.undo[0][2], self.undo[1][2], self.SUBMITTERS, sys._getframe, self.kept
+    def flush() -> None:
+      if kept:
+        for k, (p, ka) in list(kept.items()): orig(p, k, *ka)
+        kept.clear()
     def doorbell(port: Any, addr: int, *a: Any) -> None:
       if caller(1).f_code.co_name in submitters:
         kept[addr] = (port, a)
         return None
-      if kept:
-        for k, (p, ka) in list(kept.items()): orig(p, k, *ka)
-        kept.clear()
+      flush()
       return orig(port, addr, *a)
+    def wait_signal(dev: Any, *a: Any, **k: Any) -> Any:
+      flush()
+      return orig_wait(dev, *a, **k)
+    self.flush = flush
     MockPort.doorbell = doorbell   # type: ignore[method-assign]
+    dcls._wait_signal = wait_signal   # type: ignore[method-assign]
     return self
   def __exit__(self, *exc: Any) -> None:
-    self.cls.doorbell = self.orig   # type: ignore[method-assign]
-    for k, (p, ka) in self.kept.items(): self.orig(p, k, *ka)   # (nothing rung is left unannounced)
+    for owner, name, fn in reversed(self.undo): setattr(owner, name, fn)
+    self.flush()   # (nothing rung is left unannounced)
 
 # --- workloads -----------------------------------------------------------------------------------------------------
 
