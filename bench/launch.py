@@ -10,7 +10,12 @@ Four workloads, each timed in `--rounds` rounds, the median round reported (the 
 A mock GPU executes kernels in Python, inside the driver's doorbell (and the wait loop's kick) through the mock's
 port. The bench wraps MockPort.doorbell and MockPort.ioctl with a clock and reports that time apart as "device
 (mock)"; the host figure is wall time minus it. On a real GPU the doorbell is one store to mapped memory and nothing
-is subtracted: the host figure there includes the GPU's execution and the wait for it.
+is subtracted: the host figure there includes the GPU's execution and the wait for it. On a mock each workload is
+timed twice: "host" as above, and "host, mock deferred" with the submissions' doorbells passed on only when the host
+waits (DeferredDoorbells): the mock's ~450 us of Python per kernel then runs in the waits, not between two launches,
+where it leaves the host's caches cold (what a real GPU, running beside the host, does not do). Read the deferred
+figure for back-to-back launches and eager ops; launch+wait and jit replay wait for each call, so both figures have
+the mock's run right before the next call.
 
 `--phases` runs each workload again with every function of the launch path wrapped in an exclusive-time clock (time in
 a wrapped function minus time in wrapped functions it calls) and splits the host time by phase: kernarg fill, command
@@ -109,10 +114,13 @@ def _launch_path_targets(dev: Any) -> list[tuple[Any, str, str]]:
   ]
   drivers = {"NV": ("baregrad.drivers.nv", [
     ("program", "NVArgsState", "__init__", "kernarg fill"), ("program", "NVArgsState", "write_qmd", "command encode"),
+    ("program", "NVProgram", "_write_args", "kernarg fill"),   # (the fast launch's args: QMD, bank and parameters in one block)
                                            ("hw", None, "sem_words", "command encode"), ("hw", None, "launch_words", "command encode"),
                                            ("queues", "NVChannel", "submit", "submit"), ("queues", "NVComputeQueue", "_enc_exec", "command encode")]),
              "AMD": ("baregrad.drivers.amd", [
     ("program", "AMDArgsState", "__init__", "kernarg fill"), ("program", "AMDArgsState", "write_launch", "command encode"),
+    ("program", "AMDProgram", "_write_args", "kernarg fill"), ("queues", "AQLRing", "launch_packets", "command encode"),
+    ("queues", "AQLRing", "_ib_words_packet", "command encode"),
                                              ("queues", "AMDComputeQueue", "_enc_exec", "command encode"), ("queues", "AQLRing", "packets", "command encode"),
                                              ("queues", "AQLRing", "submit", "submit")])}
   pkg, items = drivers.get(dev.device.split(":")[0], ("", []))
