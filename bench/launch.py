@@ -54,6 +54,42 @@ back to back in the same minutes; us per kernel):
 Not reached: every goal (launch+wait <= 10, back-to-back <= 5, replay <= 1, eager <= 20 us). Largest shares left
 (--phases, NV): kernarg fill and submit ~10 us each and encode ~5 in the bench's cold-cache setting; an eager op's
 schedule-cache hit ~25-30 us and its runner checks ~10 us; the jit replay's front end (tensor/jit.py) ~3.5 of its 6.
+
+Launch templates (main at c74a503 -> branch s4-launch; this script on both sides, run in separate processes alternated,
+before/after in the same minutes, load average 4.7-6.7; thread CPU time, each run the median of 5 rounds of 20 calls
+(CPU: 40); the table gives the median over the runs and their range; us per kernel):
+
+  | workload (runs per side)     | NV host (6)        | NV deferred (6)    | AMD host (4)       | AMD deferred (4)   | CPU (8)          |
+  |------------------------------|--------------------|--------------------|--------------------|--------------------|------------------|
+  | launch+wait                  | 38.8 -> 28.4       | 43.6 -> 34.5       | 54.6 -> 39.5       | 64.6 -> 45.1       | 3.34 -> 3.29     |
+  |   (range)                    | 33.7-42.7 / 27-29  | 40-46 / 34-36      | 53-56 / 37-41      | 61-68 / 44-47      |                  |
+  | back-to-back                 | 29.4 -> 19.8       | 15.0 -> 9.9        | 49.5 -> 30.6       | 29.0 -> 15.2       | 2.60 -> 2.61     |
+  |   (range)                    | 25.5-30.1 / 18-22  | 14.1-16.1 / 9.3-10 | 48-50 / 30-32      | 28-29 / 14.5-15.4  |                  |
+  | jit replay                   | 7.7 -> 7.5         | 8.3 -> 8.1         | 16.6 -> 16.3       | 17.2 -> 16.9       | 1.92 -> 1.84     |
+  | eager op                     | 76.3 -> 65.3       | 57.2 -> 48.7       | 107 -> 87          | 81.5 -> 61.0       | 29.1 -> 27.5     |
+  |   (range)                    | 70-84 / 60-68      | 55-65 / 46-51      | 103-108 / 85-89    | 77-84 / 60-65      | 28-30.5 / 27-28  |
+
+One launch warm (a loop of 50 launches with the doorbell deferred, wall time, min (median) of 15 rounds, two runs per
+side): NV 10.6-11.7 (12.1-15.4) -> 6.5-7.2 (7.8-9.4) us, AMD 21.1-22.4 (24.1) -> 9.7-9.9 (10.3-11.3) us. By stage (min):
+NV fill_kernargs 2.9 + write_qmd 1.4 -> one args block 1.7, channel submit 2.0-2.1 -> 1.4-1.7, an idle synchronize
+0.7-0.8 -> 0.5; AMD fill_kernargs 3.0 + write_launch -> one kernarg segment 1.1, the three packets 2.7 without the ring.
+- NV (drivers/nv/program.py): the QMD, the constant bank's header and the parameters are one block per geometry in
+  launch_template; a launch copies it into the args ring with one slice store and packs the bank address and the
+  parameters into it (was: NVArgsState, a memset and three ctypes copies); the channel stores the pushbuffer with a
+  slice assignment into the command ring and retires fetched entries against one read of GP_GET.
+- AMD (drivers/amd/program.py, queues.py): the kernarg segment per geometry with its hidden arguments (write_launch's
+  string tests per hidden argument ran on every launch), the explicit ones packed in; the wait and signal IBs, the
+  dispatch and the vendor packets copied from word templates and patched; ring slots and IBs written through
+  memoryviews and struct packs, the header by one store (114 -> 47 Python calls a launch).
+- Eager op (engine/lazy.py): the single-kernel result of a graph that reads buffers is recorded without
+  set_realized's walk (~1.5 us).
+- The same bytes reach the GPU: tests/drivers/nv/test_nv_launch_words.py test_fast_launch_args_block_equals_args_state,
+  tests/drivers/amd/test_amd_packet_cache.py test_direct_launch_kernargs_equal_the_args_state and the packet tests.
+Not reached: the goals. A warm NV launch is ~6.5 us (the args block 1.7, the channel 1.5, the rest the call's glue:
+dims, the pushbuffer template's copy and five patches, three locks); AMD ~10. The mock figures stay ~2-3x the warm
+ones (the host's caches cold after the mock's interpreter). An eager op is ~27 us on the CPU (graph ~3-5, schedule
+key and cache hit ~4-6, launch ~7-10 with its output buffer, the result's nodes and tensor ~6); a jit replay's host
+cost is its front end (tensor/jit.py), unchanged here.
 """
 from __future__ import annotations
 import argparse, contextlib, os, statistics, sys, time
