@@ -10,7 +10,12 @@ Four workloads, each timed in `--rounds` rounds, the median round reported (the 
 A mock GPU executes kernels in Python, inside the driver's doorbell (and the wait loop's kick) through the mock's
 port. The bench wraps MockPort.doorbell and MockPort.ioctl with a clock and reports that time apart as "device
 (mock)"; the host figure is wall time minus it. On a real GPU the doorbell is one store to mapped memory and nothing
-is subtracted: the host figure there includes the GPU's execution and the wait for it.
+is subtracted: the host figure there includes the GPU's execution and the wait for it. On a mock each workload is
+timed twice: "host" as above, and "host, mock deferred" with the submissions' doorbells passed on only when the host
+waits (DeferredDoorbells): the mock's ~450 us of Python per kernel then runs in the waits, not between two launches,
+where it leaves the host's caches cold (what a real GPU, running beside the host, does not do). Read the deferred
+figure for back-to-back launches and eager ops; launch+wait and jit replay wait for each call, so both figures have
+the mock's run right before the next call.
 
 `--phases` runs each workload again with every function of the launch path wrapped in an exclusive-time clock (time in
 a wrapped function minus time in wrapped functions it calls) and splits the host time by phase: kernarg fill, command
@@ -49,9 +54,45 @@ back to back in the same minutes; us per kernel):
 Not reached: every goal (launch+wait <= 10, back-to-back <= 5, replay <= 1, eager <= 20 us). Largest shares left
 (--phases, NV): kernarg fill and submit ~10 us each and encode ~5 in the bench's cold-cache setting; an eager op's
 schedule-cache hit ~25-30 us and its runner checks ~10 us; the jit replay's front end (tensor/jit.py) ~3.5 of its 6.
+
+Launch templates (main at c74a503 -> branch s4-launch; this script on both sides, run in separate processes alternated,
+before/after in the same minutes, load average 4.7-6.7; thread CPU time, each run the median of 5 rounds of 20 calls
+(CPU: 40); the table gives the median over the runs and their range; us per kernel):
+
+  | workload (runs per side)     | NV host (6)        | NV deferred (6)    | AMD host (4)       | AMD deferred (4)   | CPU (8)          |
+  |------------------------------|--------------------|--------------------|--------------------|--------------------|------------------|
+  | launch+wait                  | 38.8 -> 28.4       | 43.6 -> 34.5       | 54.6 -> 39.5       | 64.6 -> 45.1       | 3.34 -> 3.29     |
+  |   (range)                    | 33.7-42.7 / 27-29  | 40-46 / 34-36      | 53-56 / 37-41      | 61-68 / 44-47      |                  |
+  | back-to-back                 | 29.4 -> 19.8       | 15.0 -> 9.9        | 49.5 -> 30.6       | 29.0 -> 15.2       | 2.60 -> 2.61     |
+  |   (range)                    | 25.5-30.1 / 18-22  | 14.1-16.1 / 9.3-10 | 48-50 / 30-32      | 28-29 / 14.5-15.4  |                  |
+  | jit replay                   | 7.7 -> 7.5         | 8.3 -> 8.1         | 16.6 -> 16.3       | 17.2 -> 16.9       | 1.92 -> 1.84     |
+  | eager op                     | 76.3 -> 65.3       | 57.2 -> 48.7       | 107 -> 87          | 81.5 -> 61.0       | 29.1 -> 27.5     |
+  |   (range)                    | 70-84 / 60-68      | 55-65 / 46-51      | 103-108 / 85-89    | 77-84 / 60-65      | 28-30.5 / 27-28  |
+
+One launch warm (a loop of 50 launches with the doorbell deferred, wall time, min (median) of 15 rounds, two runs per
+side): NV 10.6-11.7 (12.1-15.4) -> 6.5-7.2 (7.8-9.4) us, AMD 21.1-22.4 (24.1) -> 9.7-9.9 (10.3-11.3) us. By stage (min):
+NV fill_kernargs 2.9 + write_qmd 1.4 -> one args block 1.7, channel submit 2.0-2.1 -> 1.4-1.7, an idle synchronize
+0.7-0.8 -> 0.5; AMD fill_kernargs 3.0 + write_launch -> one kernarg segment 1.1, the three packets 2.7 without the ring.
+- NV (drivers/nv/program.py): the QMD, the constant bank's header and the parameters are one block per geometry in
+  launch_template; a launch copies it into the args ring with one slice store and packs the bank address and the
+  parameters into it (was: NVArgsState, a memset and three ctypes copies); the channel stores the pushbuffer with a
+  slice assignment into the command ring and retires fetched entries against one read of GP_GET.
+- AMD (drivers/amd/program.py, queues.py): the kernarg segment per geometry with its hidden arguments (write_launch's
+  string tests per hidden argument ran on every launch), the explicit ones packed in; the wait and signal IBs, the
+  dispatch and the vendor packets copied from word templates and patched; ring slots and IBs written through
+  memoryviews and struct packs, the header by one store (114 -> 47 Python calls a launch).
+- Eager op (engine/lazy.py): the single-kernel result of a graph that reads buffers is recorded without
+  set_realized's walk (~1.5 us).
+- The same bytes reach the GPU: tests/drivers/nv/test_nv_launch_words.py test_fast_launch_args_block_equals_args_state,
+  tests/drivers/amd/test_amd_packet_cache.py test_direct_launch_kernargs_equal_the_args_state and the packet tests.
+Not reached: the goals. A warm NV launch is ~6.5 us (the args block 1.7, the channel 1.5, the rest the call's glue:
+dims, the pushbuffer template's copy and five patches, three locks); AMD ~10. The mock figures stay ~2-3x the warm
+ones (the host's caches cold after the mock's interpreter). An eager op is ~27 us on the CPU (graph ~3-5, schedule
+key and cache hit ~4-6, launch ~7-10 with its output buffer, the result's nodes and tensor ~6); a jit replay's host
+cost is its front end (tensor/jit.py), unchanged here.
 """
 from __future__ import annotations
-import argparse, os, statistics, sys, time
+import argparse, contextlib, os, statistics, sys, time
 from typing import Any, Callable
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from baregrad import Tensor, jit, Device   # noqa: E402
@@ -109,10 +150,13 @@ def _launch_path_targets(dev: Any) -> list[tuple[Any, str, str]]:
   ]
   drivers = {"NV": ("baregrad.drivers.nv", [
     ("program", "NVArgsState", "__init__", "kernarg fill"), ("program", "NVArgsState", "write_qmd", "command encode"),
+    ("program", "NVProgram", "_write_args", "kernarg fill"),   # (the fast launch's args: QMD, bank and parameters in one block)
                                            ("hw", None, "sem_words", "command encode"), ("hw", None, "launch_words", "command encode"),
                                            ("queues", "NVChannel", "submit", "submit"), ("queues", "NVComputeQueue", "_enc_exec", "command encode")]),
              "AMD": ("baregrad.drivers.amd", [
     ("program", "AMDArgsState", "__init__", "kernarg fill"), ("program", "AMDArgsState", "write_launch", "command encode"),
+    ("program", "AMDProgram", "_write_args", "kernarg fill"), ("queues", "AQLRing", "launch_packets", "command encode"),
+    ("queues", "AQLRing", "_ib_words_packet", "command encode"),
                                              ("queues", "AMDComputeQueue", "_enc_exec", "command encode"), ("queues", "AQLRing", "packets", "command encode"),
                                              ("queues", "AQLRing", "submit", "submit")])}
   pkg, items = drivers.get(dev.device.split(":")[0], ("", []))
@@ -129,6 +173,45 @@ def mock_clock(clock: PhaseClock) -> bool:
   clock.wrap(MockPort, "doorbell", "device (mock)")
   clock.wrap(MockPort, "ioctl", "device (mock)")
   return True
+
+class DeferredDoorbells:
+  """A mock GPU runs the work a submission rings for inside that doorbell call: ~450 us of Python interpreting the kernel
+  between two launches, which leaves the host's caches cold for the next one (the "host" figure counts that). A real
+  GPU's doorbell is one store and the GPU runs beside the host. While entered, a doorbell rung by a submission (the
+  functions named in SUBMITTERS) is kept, not passed on; when the host starts a wait (the device's _wait_signal) or
+  anything else rings a doorbell (a full ring's kick), the last one kept per doorbell address is passed on first (what
+  a doorbell announces is everything submitted up to the value written). So the mock runs the work when the host
+  waits for it, as if the GPU had run it meanwhile; the driver does the same work either way, the mock's time is apart
+  as before, and no wait spins on work the mock was not yet told about."""
+  SUBMITTERS = frozenset({"submit", "submit_packets"})   # NVChannel.submit; AMD's AQLRing.submit_packets, SDMARing.submit
+  def __enter__(self) -> DeferredDoorbells:
+    from baregrad.drivers.port import MockPort
+    self.kept: dict[int, tuple[Any, tuple]] = {}   # doorbell address -> (port, the rest of the last call kept)
+    self.undo = [(MockPort, "doorbell", MockPort.__dict__["doorbell"])]
+    dcls = type(Device[Device.DEFAULT])
+    wcls = next(c for c in dcls.__mro__ if "_wait_signal" in c.__dict__)
+    self.undo.append((dcls, "_wait_signal", dcls.__dict__.get("_wait_signal", wcls.__dict__["_wait_signal"])))
+    orig, orig_wait, submitters, caller, kept = self.undo[0][2], self.undo[1][2], self.SUBMITTERS, sys._getframe, self.kept
+    def flush() -> None:
+      if kept:
+        for k, (p, ka) in list(kept.items()): orig(p, k, *ka)
+        kept.clear()
+    def doorbell(port: Any, addr: int, *a: Any) -> None:
+      if caller(1).f_code.co_name in submitters:
+        kept[addr] = (port, a)
+        return None
+      flush()
+      return orig(port, addr, *a)
+    def wait_signal(dev: Any, *a: Any, **k: Any) -> Any:
+      flush()
+      return orig_wait(dev, *a, **k)
+    self.flush = flush
+    MockPort.doorbell = doorbell   # type: ignore[method-assign]
+    dcls._wait_signal = wait_signal   # type: ignore[method-assign]
+    return self
+  def __exit__(self, *exc: Any) -> None:
+    for owner, name, fn in reversed(self.undo): setattr(owner, name, fn)
+    self.flush()   # (nothing rung is left unannounced)
 
 # --- workloads -----------------------------------------------------------------------------------------------------
 
@@ -199,20 +282,26 @@ def main() -> None:
   clock = PhaseClock(time.thread_time_ns if a.clock == "cpu" else time.perf_counter_ns)
   is_mock = mock_clock(clock)
   wl, keep = workloads(a.n, a.k)
-  rows: dict[str, list[tuple[float, float]]] = {name: [] for name in wl}
+  # on a mock, each workload is also timed with the mock's work deferred to the host's waits (DeferredDoorbells)
+  modes = [("host", None)] + ([("host, mock deferred", DeferredDoorbells)] if is_mock else [])
+  rows: dict[tuple[str, str], list[tuple[float, float]]] = {(name, m): [] for name in wl for m, _ in modes}
   for _ in range(a.rounds):
-    for name, (fn, per) in wl.items():
-      w, d, _ = measure(fn, per, a.reps, clock)
-      rows[name].append((w - d, d))
+    for m, ctx in modes:
+      with ctx() if ctx is not None else contextlib.nullcontext():
+        for name, (fn, per) in wl.items():
+          w, d, _ = measure(fn, per, a.reps, clock)
+          rows[(name, m)].append((w - d, d))
   load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
   print(f"device {Device.DEFAULT}{' (mock: device time apart)' if is_mock else ''}, {a.clock} time, median of {a.rounds} rounds "
         f"of {a.reps} calls, load average {load:.2f}")
-  for name, rs in rows.items():
-    host = statistics.median(r[0] for r in rs)
-    dev = statistics.median(r[1] for r in rs)
-    lo, hi = min(r[0] for r in rs), max(r[0] for r in rs)
-    extra = f"   device (mock) {dev:8.1f} us" if is_mock else ""
-    print(f"  {name:13s} host {host:8.2f} us per kernel (rounds {lo:.1f}-{hi:.1f}; goal <= {GOALS[name]}){extra}")
+  for name in wl:
+    for m, _ in modes:
+      rs = rows[(name, m)]
+      host = statistics.median(r[0] for r in rs)
+      dev = statistics.median(r[1] for r in rs)
+      lo, hi = min(r[0] for r in rs), max(r[0] for r in rs)
+      extra = f"   device (mock) {dev:8.1f} us" if is_mock else ""
+      print(f"  {name:13s} {m + ' ':20s} {host:8.2f} us per kernel (rounds {lo:.1f}-{hi:.1f}; goal <= {GOALS[name]}){extra}")
   if not a.phases: return
   # phases on the wall clock: reading a thread's CPU time is a system call, which per wrapped call would swamp what
   # it measures; a perf_counter read is ~50 ns

@@ -256,8 +256,12 @@ def realize(uops: list[UOp], device: str) -> list[UOp]:
         # template made its buffer
         u = uops[0]
         v = buffer_view(r, shape_of(u), tmpl[3][1][0][0] == "new")
-        set_realized(u, v)
-        if sn is not u: set_realized(sn, v)
+        if slots:   # the graph reads buffers (its key has their slots): set_realized's walk to find one can be skipped
+          object.__setattr__(u, "_realized", v)
+          if sn is not u: object.__setattr__(sn, "_realized", v)
+        else:
+          set_realized(u, v)
+          if sn is not u: set_realized(sn, v)
         return [v]
       return _outputs(uops, srcs, {sn: r})
     items, realized_ = _instantiate(tmpl, nodes, slots)

@@ -62,6 +62,10 @@ class HCQDevice(Compiled):
     self.timeline_signal = self.signal_t(self, value=0)
     self.timeline_value = 1  # the value the next submission signals
     self.kernargs = self._alloc_shared(kernargs_size)
+    assert self.kernargs.cpu_addr is not None
+    # the ring's bytes, for drivers that pack a launch's args into it (struct.pack_into, slice stores: no ctypes call)
+    self.kernargs_cpu = self.kernargs.cpu_addr
+    self.kernargs_mv = memoryview(c_array(ctypes.c_char, self.kernargs.size).from_address(self.kernargs.cpu_addr)).cast("B")
     self._kernargs_off = 0
     self._lock = threading.Lock()
     # reserving a timeline value and submitting must be atomic: otherwise two host threads can queue

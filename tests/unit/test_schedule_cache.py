@@ -194,3 +194,19 @@ def test_a_computed_subgraph_is_read_not_recomputed(schedules):
     np.testing.assert_allclose(z.numpy(), xv * 2 + 1, rtol=1e-6)
     if i == 0: first = len(schedules)
   assert len(schedules) == first, "the later rounds' graphs (the same structures) were cut again"
+
+def test_a_cached_single_kernel_result_is_recorded_on_its_node():
+  """A cached single-kernel eager op records its buffer on the node it computed (lazy.realize's fast path, which skips
+  set_realized's walk when the graph reads buffers), and a graph that reads no buffer is not recorded (its node names
+  no device: set_realized)."""
+  for _ in range(2): (Tensor(np.arange(4, dtype=np.float32)).realize() + 1).realize()   # (the structure cached)
+  x = Tensor(np.arange(4, dtype=np.float32)).realize()
+  y = x + 1
+  u = y.uop
+  y.realize()
+  assert u._realized is not None and lazy.realized(u) is u._realized and y.numpy().tolist() == [1.0, 2.0, 3.0, 4.0]
+  for _ in range(3):
+    z = Tensor.full((4,), 2.0) * 3
+    w = z.uop
+    z.realize()
+    assert w._realized is None and z.numpy().tolist() == [6.0] * 4

@@ -68,6 +68,16 @@ def _hidden_value(kind: str, gs: tuple[int, int, int], ls: tuple[int, int, int],
   if kind == "hidden_queue_ptr": return dev.amd_queue_va   # the amd_queue_t of the compute queue (as ROCr passes it)
   return None
 
+def _args_format(args: Sequence[tuple[int, int]]) -> str | None:
+  """The struct format of arguments (offset, size) from offset 0 through the last one, gaps as pad bytes; None where
+  they are not in offset order or of a size other than 1, 2, 4 or 8 bytes."""
+  fmt, pos = "", 0
+  for off, sz in args:
+    if off < pos or sz not in (1, 2, 4, 8): return None
+    fmt += "x" * (off - pos) + {1: "B", 2: "H", 4: "I", 8: "Q"}[sz]
+    pos = off + sz
+  return fmt
+
 class AMDArgsState(HCQArgsState):
   """The kernarg segment: explicit arguments at the offsets the metadata gives, hidden ones filled per launch."""
   def __init__(self, cpu_addr: int, va_addr: int, prg: "AMDProgram", bufs: Sequence[Any], vals: Sequence[int]) -> None:
@@ -137,6 +147,13 @@ class AMDProgram(HCQProgram):
     if not meta and kd.kernarg_size: exp = [(8 * i, 8) for i in range(kd.kernarg_size // 8)]  # no metadata: 8-byte arguments
     self.explicit_args, self.hidden_args = exp, hid
     self.kernarg_size = max(kd.kernarg_size, max((o + s for o, s in exp), default=0), max((o + s for _, o, s in hid), default=0), 1)
+    # __call__'s launch: the explicit arguments packed straight into a copy of the geometry's segment (_write_args); None
+    # where they are out of order, of another size than 1, 2, 4 or 8 bytes, or a hidden one lies among them
+    fmt, end = _args_format(exp), max((o + s for o, s in exp), default=0)
+    self._explicit_into = struct.Struct("<" + fmt).pack_into if fmt is not None and all(o >= end for _, o, _ in hid) else None
+    self._explicit_masks = [(1 << (8 * sz)) - 1 for _, sz in exp]
+    self._all8 = all(sz == 8 for _, sz in exp)   # (no argument narrower than an address: buffer addresses need no mask)
+    self._segments: dict[tuple, bytes] = {}   # (geometry, queue) -> the kernarg segment with its hidden arguments: _segment
     # in VRAM the CPU writes through the large BAR; the image carries LLVM's s_code_end padding (instruction prefetch)
     self.image = dev._gpu_alloc(co.size, "vram", cpu_access=True)
     img = co.relocate(self.image.va)
@@ -146,6 +163,31 @@ class AMDProgram(HCQProgram):
     dev.kernel_names[self.kd_va] = name   # to name a dispatch in fault and timeout messages
     dev.kernarg_sizes[self.kd_va] = self.kernarg_size
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return (self.kernarg_size + 63) & ~63
+  def _segment(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> bytes:
+    """The kernarg segment of a launch of this geometry with its explicit arguments zero: what AMDArgsState and
+    write_launch write but for them (the hidden arguments depend on the geometry and the device's queue alone), with
+    write_launch's checks of the sizes; made once per geometry."""
+    st = object.__new__(AMDArgsState)   # (write_launch over a host buffer: the same code makes the same bytes)
+    seg = bytearray(self.kernarg_size)
+    st.cpu_addr, st.prg = ctypes.addressof(ctypes.c_char.from_buffer(seg)), self
+    st.write_launch(gs, ls)
+    if len(self._segments) >= 64: self._segments.clear()
+    b = self._segments[(gs, ls, self.dev.amd_queue_va)] = bytes(seg)
+    return b
+  def _write_args(self, bufs: Sequence[Any], vals: Sequence[int], gs: tuple[int, int, int], ls: tuple[int, int, int]) -> int:
+    """What fill_kernargs + write_launch write for a launch, as one copy of the geometry's segment into the kernel-args
+    ring with the explicit arguments packed into it; returns the segment's address. The same checks: the argument
+    count here, the sizes once per geometry (_segment)."""
+    dev = self.dev
+    if len(bufs) + len(vals) != len(self.explicit_args):
+      raise ValueError(f"{self.name} takes {len(self.explicit_args)} explicit arguments, got {len(bufs)} buffers and {len(vals)} values")
+    if (seg := self._segments.get((gs, ls, dev.amd_queue_va))) is None: seg = self._segment(gs, ls)
+    cpu, va = dev.alloc_kernargs(len(seg))
+    mv, off = dev.kernargs_mv, cpu - dev.kernargs_cpu
+    mv[off:off + len(seg)] = seg
+    addrs = [(b._buf if hasattr(b, "_buf") else b).va_addr for b in bufs]
+    self._explicit_into(mv, off, *([x & m for x, m in zip(addrs + list(vals), self._explicit_masks)] if vals or not self._all8 else addrs))
+    return va
   def install_captured(self, q: Any, args: AMDArgsState, files: dict[str, bytes], reloc: dict[int, int]) -> list[str]:
     """Replay (hcq/replay.py): put a captured kernarg segment and AQL dispatch packet in place of those `q.exec` wrote
     for `args`, with the buffer, queue, kernel object and kernarg addresses relocated to this device's; returns where
@@ -191,11 +233,15 @@ class AMDProgram(HCQProgram):
     if wait or profile.ON or dev.capture is not None or helpers.viz_sink is not None or dev.timeline_value >> 32:
       return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
     gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
-    args = self.fill_kernargs(bufs, vals)
+    if self._explicit_into is None:   # (arguments the segment template cannot take: AMDArgsState writes them one by one)
+      args = self.fill_kernargs(bufs, vals)
+      args.write_launch(gs, ls)
+      ka = args.va_addr
+    else: ka = self._write_args(bufs, vals, gs, ls)
     aql, fam, tl = dev.aql, dev.compute_queue_t.family, dev.timeline_signal.va_addr
     with dev.submit_lock:
       v = dev.timeline_value - 1
-      aql.submit_packets(lambda start: aql.launch_packets(fam, self, args, gs, ls, tl, v, dev.next_timeline(), start))
+      aql.submit_packets(lambda start: aql.launch_packets(fam, self, ka, gs, ls, tl, v, dev.next_timeline(), start))
     return None
   def __del__(self) -> None:
     try:

@@ -36,7 +36,8 @@ POLL_REGMEM for waits, TIMESTAMP_GET_GLOBAL. SDMA executes in order, so memory_b
 Every signal also writes the device's event mailbox slot and raises an interrupt carrying its KFD event id (RELEASE_MEM
 INT_SEL on the CP, FENCE + TRAP on SDMA): that is what wakes a host thread blocked in AMDKFD_IOC_WAIT_EVENTS."""
 from __future__ import annotations
-import ctypes, threading, time
+import ctypes, struct, threading, time
+from array import array
 from collections import deque
 from typing import Any, Sequence
 from baregrad.helpers import c_array
@@ -164,6 +165,8 @@ QUEUES = {"gfx11": (GFX11ComputeQueue, GFX11CopyQueue), "gfx9": (GFX9ComputeQueu
 class RingTimeout(TimeoutError):
   """No room in a ring (or an IB area) within the timeout: the queue is stuck."""
 
+_PACKET_BODY = struct.Struct("<15I")   # an AQL packet's words after its header
+
 class AQLRing:
   """The AQL ring of the compute queue, its amd_queue_t-style pointer page (write_dispatch_id, read_dispatch_id), its
   doorbell, and an area for the PM4 indirect buffers its vendor packets point at."""
@@ -178,6 +181,16 @@ class AQLRing:
     self.ib_inflight: deque[tuple[int, int, int]] = deque()   # (packet index, IB offset, bytes)
     self.lock = threading.Lock()
     for s in range(self.nslots): ctypes.c_uint32.from_address(ring.cpu + 64 * s).value = hw.AQL_INVALID  # every slot INVALID
+    # the ring and the IB area as bytes and words (slice stores and struct packs: no ctypes object per write), and each
+    # slot's header word (a packet becomes valid with one 32-bit store of its header, written last)
+    self.ring_mv = memoryview(c_array(ctypes.c_char, ring.size).from_address(ring.cpu)).cast("B")
+    self.slot_headers = [ctypes.c_uint32.from_address(ring.cpu + 64 * s) for s in range(self.nslots)]
+    self.ib_words = memoryview(c_array(ctypes.c_char, ib.size).from_address(ib.cpu)).cast("B").cast("I")
+    # launch_packets' word templates: (key, wait IB words, signal IB words, where the signal value goes); the dispatch
+    # packet per kernel and geometry; the vendor packet per IB length and barrier bit
+    self._launch_tmpl: tuple | None = None
+    self._dispatch: dict[tuple, array] = {}
+    self._ib_pk: dict[tuple, array] = {}
 
   def _wait(self, ok: Any, what: str) -> None:
     deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
@@ -191,11 +204,14 @@ class AQLRing:
     nbytes = (nbytes + 63) & ~63
     if nbytes > self.ib.size: raise ValueError(f"{nbytes} bytes of PM4 exceed the {self.ib.size}-byte indirect-buffer area")
     off = self.ib_off if self.ib_off + nbytes <= self.ib.size else 0
-    def free() -> bool:
-      rd = self.rptr_p.value
-      while self.ib_inflight and self.ib_inflight[0][0] < rd: self.ib_inflight.popleft()
-      return self._ib_free(off, nbytes)
-    if not free(): self._wait(free, f"{nbytes} bytes of indirect buffer")
+    rd, inflight = self.rptr_p.value, self.ib_inflight
+    while inflight and inflight[0][0] < rd: inflight.popleft()   # (IBs of packets the CP has read are free again)
+    if not self._ib_free(off, nbytes):
+      def free() -> bool:
+        rd = self.rptr_p.value
+        while inflight and inflight[0][0] < rd: inflight.popleft()
+        return self._ib_free(off, nbytes)
+      self._wait(free, f"{nbytes} bytes of indirect buffer")
     self.ib_off = off + nbytes
     return self.ib.cpu + off, self.ib.va + off
 
@@ -237,21 +253,49 @@ class AQLRing:
     self.ib_inflight.append((index, va - self.ib.va, (4 * len(run) + 63) & ~63))
     return hw.aql_pm4_ib(fam, va, len(run), barrier)
 
-  def launch_packets(self, fam: str, prg: Any, args: Any, gs: tuple[int, int, int], ls: tuple[int, int, int], timeline: int,
-                     wait: int, signal: int, start_index: int) -> list[list[int]]:
+  def launch_packets(self, fam: str, prg: Any, kernarg: int, gs: tuple[int, int, int], ls: tuple[int, int, int], timeline: int,
+                     wait: int, signal: int, start_index: int) -> list[Any]:
     """The packets packets() makes of a queue recorded as wait(timeline, wait), exec(prg, args, gs, ls),
     signal(timeline, signal) (what HCQProgram.__call__ records), made without recording the queue: the wait's PM4 in
     an IB without the barrier bit, the dispatch (a fresh queue's first: no barrier bit), the signal's release and the
-    event's in an IB with it, under PRED_EXEC on several XCCs (the queue's encoders, hw.py, make every word)."""
-    args.write_launch(gs, ls)
-    out = [self._ib_packet(fam, hw.pm4_wait_reg_mem(fam, timeline, wait) + hw.pm4_acquire_mem(fam), False, start_index)]
-    out.append(hw.aql_dispatch(prg.kd_va, args.va_addr, (gs[0] * ls[0], gs[1] * ls[1], gs[2] * ls[2]), ls, prg.group_segment_size,
-                               prg.private_segment_size))
-    w = hw.pm4_release_mem(fam, timeline, signal, data_sel=2)
-    w += hw.pm4_release_mem(fam, self.dev.event_mailbox, self.dev.event_id, data_sel=1, int_sel=2, ctxid=self.dev.event_id)
-    if self.dev.sizes.num_xcc > 1: w = hw.pm4_pred_exec(fam, 1, len(w)) + w
-    out.append(self._ib_packet(fam, w, True, start_index + 2))
-    return out
+    event's in an IB with it, under PRED_EXEC on several XCCs. The kernarg segment at `kernarg` is written already (the
+    args' write_launch, or AMDProgram._write_args). The queue's encoders (hw.py) make every word once, as templates
+    per timeline, kernel and geometry, IB length; a launch copies them and patches its values and addresses."""
+    dev = self.dev
+    key = (fam, timeline, dev.event_mailbox, dev.event_id, dev.sizes.num_xcc)
+    if (t := self._launch_tmpl) is None or t[0] != key:
+      w = hw.pm4_release_mem(fam, timeline, 0, data_sel=2)
+      w += hw.pm4_release_mem(fam, dev.event_mailbox, dev.event_id, data_sel=1, int_sel=2, ctxid=dev.event_id)
+      pre = hw.pm4_pred_exec(fam, 1, len(w)) if dev.sizes.num_xcc > 1 else []
+      t = self._launch_tmpl = (key, array("I", hw.pm4_wait_reg_mem(fam, timeline, 0) + hw.pm4_acquire_mem(fam)), array("I", pre + w), len(pre) + 5)
+    _, w1, w2, at = t
+    w1, w2 = w1[:], w2[:]
+    w1[4] = wait   # (WAIT_REG_MEM's reference value: 32 bits, the array refuses more)
+    w2[at], w2[at + 1] = signal & 0xFFFFFFFF, signal >> 32
+    dk = (prg.kd_va, prg.group_segment_size, prg.private_segment_size, gs, ls)
+    if (d := self._dispatch.get(dk)) is None:
+      if len(self._dispatch) >= 256: self._dispatch.clear()
+      d = self._dispatch[dk] = array("I", hw.aql_dispatch(prg.kd_va, 0, (gs[0] * ls[0], gs[1] * ls[1], gs[2] * ls[2]), ls,
+                                                          prg.group_segment_size, prg.private_segment_size))
+    d = d[:]
+    d[10], d[11] = kernarg & 0xFFFFFFFF, kernarg >> 32
+    return [self._ib_words_packet(fam, w1, False, start_index), d, self._ib_words_packet(fam, w2, True, start_index + 2)]
+
+  def _ib_words_packet(self, fam: str, words: array, barrier: bool, index: int) -> array:
+    """_ib_packet of PM4 words already in an array: stored with one slice assignment, the vendor packet from a template
+    per (family, length, barrier) with the IB's address patched."""
+    n = len(words)
+    cpu, va = self._ib_alloc(4 * n)
+    o = (va - self.ib.va) >> 2
+    self.ib_words[o:o + n] = words
+    self.ib_inflight.append((index, va - self.ib.va, (4 * n + 63) & ~63))
+    if (p := self._ib_pk.get((fam, n, barrier))) is None:
+      if len(self._ib_pk) >= 64: self._ib_pk.clear()
+      p = self._ib_pk[(fam, n, barrier)] = array("I", hw.aql_pm4_ib(fam, 0, n, barrier))
+      assert hw.aql_pm4_ib(fam, 1 << 34 | 4, n, barrier)[2:4] == [4, 4], "the vendor packet's IB address moved"
+    p = p[:]
+    p[2], p[3] = va & 0xFFFFFFFF, va >> 32
+    return p
 
   def submit(self, q: AMDComputeQueue) -> None:
     self.submit_packets(lambda start: self.packets(q, start))
@@ -265,11 +309,12 @@ class AQLRing:
       pk = make(self.put)
       n = len(pk)
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
-      self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
+      if self.put + n - self.rptr_p.value > self.nslots: self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
+      mv, headers, nslots = self.ring_mv, self.slot_headers, self.nslots
       for p in pk:
-        slot = self.ring.cpu + 64 * (self.put % self.nslots)
-        c_array(ctypes.c_uint32, 15).from_address(slot + 4)[:] = p[1:]
-        ctypes.c_uint32.from_address(slot).value = p[0]   # the header last: the packet becomes valid in one store
+        slot = self.put % nslots
+        _PACKET_BODY.pack_into(mv, 64 * slot + 4, *p[1:])
+        headers[slot].value = p[0]   # the header last: the packet becomes valid in one store
         self.put += 1
       self.wptr_p.value = self.put
       if self.dev.capture is not None: self._capture(pk, self.put - n)

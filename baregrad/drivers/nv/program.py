@@ -72,25 +72,7 @@ class NVArgsState(HCQArgsState):
   def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
     prg, dev = self.prg, self.prg.dev
     self.grid, self.block = gs, ls
-    # a kernel's launches of one geometry share their QMD and constant bank header but for the bank's address: both
-    # are made once per geometry (build_qmd is ~30 us of Python), copied, and the address patched
-    key = (gs, ls, prg.code_va, prg.shared_total, prg.local_bytes, prg.regs)   # (everything the QMD is made of)
-    if (t := prg.launch_templates.get(key)) is None:
-      if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
-      if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
-      hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, prg.dyn_shared)
-      if prg.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
-      w = hw.build_qmd(prg.code_va, 0, prg.param_off + prg.param_size, gs, ls, prg.shared_total, prg.regs,
-                       version=dev.qmd_version, local=prg.local_bytes, max_shared=dev.max_shared_mem)
-      w += [0] * (hw.QMD_BYTES // 4 - len(w))
-      if len(prg.launch_templates) >= 64: prg.launch_templates.clear()
-      # where the bank's address goes (hw.qmd_cbank0_words: a low word, then the high part in the low bits of the next
-      # word, whose other bits the template keeps), so a launch patches it as one 64-bit little-endian store
-      lo, _, hi, _, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, 0)
-      assert hi == lo + 1
-      t = prg.launch_templates[key] = (hdr, bytes(array("I", w)), 4 * lo, (w[hi] & ~hi_mask) << 32, hi_mask,
-                                       hw.QMD_LAYOUTS[dev.qmd_version].cb0_shift)
-    hdr, qmd, at, hi_keep, hi_mask, shift = t
+    hdr, qmd, at, hi_keep, hi_mask, shift, _ = prg.launch_template(gs, ls)
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
     c = self.cb_va >> shift
     if self.cb_va % 64 or c >> 32 > hi_mask: hw.qmd_cbank0_words(dev.qmd_version, self.cb_va)   # (raises, naming the rule)
@@ -101,16 +83,22 @@ class NVArgsState(HCQArgsState):
 
 _U64 = struct.Struct("<Q")
 
-def param_packer(param_off: int, params: Sequence[tuple[int, int]]) -> Any:
-  """pack(*values) -> bytes of constant bank 0 from its start through the last parameter: the `param_off` header bytes
-  and the gaps between parameters zero, each parameter (offset, size) at param_off + offset, little-endian (values
-  already masked to their sizes); None where the parameters are not in offset order or of a size other than 1-8 bytes."""
-  fmt, pos = "<" + "x" * param_off, 0
+def _param_format(params: Sequence[tuple[int, int]]) -> str | None:
+  """The struct format of parameters (offset, size) from offset 0 through the last one, gaps as pad bytes; None where
+  they are not in offset order or of a size other than 1, 2, 4 or 8 bytes."""
+  fmt, pos = "", 0
   for off, sz in params:
     if off < pos or sz not in (1, 2, 4, 8): return None
     fmt += "x" * (off - pos) + {1: "B", 2: "H", 4: "I", 8: "Q"}[sz]
     pos = off + sz
-  return struct.Struct(fmt).pack
+  return fmt
+
+def param_packer(param_off: int, params: Sequence[tuple[int, int]]) -> Any:
+  """pack(*values) -> bytes of constant bank 0 from its start through the last parameter: the `param_off` header bytes
+  and the gaps between parameters zero, each parameter (offset, size) at param_off + offset, little-endian (values
+  already masked to their sizes); None where the parameters are not in offset order or of a size other than 1-8 bytes."""
+  fmt = _param_format(params)
+  return None if fmt is None else struct.Struct("<" + "x" * param_off + fmt).pack
 
 def launch_pushbuffer(compute_class: int, timeline: int) -> tuple[array, tuple[int, int, int]]:
   """The pushbuffer of a launch on the timeline at `timeline` (hw.sem_words acquire >= value, hw.launch_words of the
@@ -177,6 +165,10 @@ class NVProgram(HCQProgram):
     self.param_size = max((o + s for o, s in self.params), default=0)
     self.param_pack = param_packer(self.param_off, self.params)   # (NVArgsState writes a launch's parameters with it)
     self.param_masks = [(1 << (8 * sz)) - 1 for _, sz in self.params]
+    # __call__'s launch: the parameters packed straight into the args memory (None: out of order, NVArgsState's way)
+    fmt = _param_format(self.params)
+    self._param_into = None if fmt is None else struct.Struct("<" + fmt).pack_into
+    self._all8 = all(sz == 8 for _, sz in self.params)   # (no parameter narrower than an address: nothing to mask)
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
     if self.local_bytes: dev._ensure_local_memory(self.local_bytes)
     # host-visible, written by the CPU: a copy-queue upload would not be ordered before a raw compute-queue launch
@@ -185,6 +177,33 @@ class NVProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, image, len(image))
     self.code_va = self.image.va + code_off
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def launch_template(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> tuple:
+    """(constant bank 0 header, QMD bytes with the bank address zero, the byte offset of the 64-bit word that holds it,
+    that word's bits the template keeps, the mask of the address's high part, the address shift, the whole args block)
+    of a launch of this geometry. A kernel's launches of one geometry share their QMD and constant bank header but for the bank's address:
+    both are made once per geometry (build_qmd is ~30 us of Python), copied, and the address patched."""
+    dev = self.dev
+    key = (gs, ls, self.code_va, self.shared_total, self.local_bytes, self.regs)   # (everything the QMD is made of)
+    if (t := self.launch_templates.get(key)) is not None: return t
+    if prod3(ls) > 1024 or prod3(ls) == 0: raise ValueError(f"local_size {ls}: 1..1024 threads per block")
+    if prod3(gs) == 0: raise ValueError(f"global_size {gs} is empty")
+    hdr = hw.cbank0_header(dev.arch, gs, ls, dev.windows, self.dyn_shared)
+    if self.shared_total == 0: hdr = _put_u32(hdr, dev.cb_layout.reserved_shared, 0)  # nothing reserved when no shared memory
+    w = hw.build_qmd(self.code_va, 0, self.param_off + self.param_size, gs, ls, self.shared_total, self.regs,
+                     version=dev.qmd_version, local=self.local_bytes, max_shared=dev.max_shared_mem)
+    w += [0] * (hw.QMD_BYTES // 4 - len(w))
+    if len(self.launch_templates) >= 64: self.launch_templates.clear()
+    # where the bank's address goes (hw.qmd_cbank0_words: a low word, then the high part in the low bits of the next
+    # word, whose other bits the template keeps), so a launch patches it as one 64-bit little-endian store
+    lo, _, hi, _, hi_mask = hw.qmd_cbank0_words(dev.qmd_version, 0)
+    assert hi == lo + 1
+    qmd = bytes(array("I", w))
+    # and __call__'s args memory of such a launch as one block: [QMD, zero to 0x200][bank header][zero parameters] (what
+    # NVArgsState and write_qmd write in three copies)
+    assert len(qmd) <= 0x200 and len(hdr) == self.param_off, "args block layout: QMD within 0x200, header up to the parameters"
+    block = qmd + bytes(0x200 - len(qmd)) + hdr + bytes(self.param_size)
+    t = self.launch_templates[key] = (hdr, qmd, 4 * lo, (w[hi] & ~hi_mask) << 32, hi_mask, hw.QMD_LAYOUTS[dev.qmd_version].cb0_shift, block)
+    return t
   def install_captured(self, q: Any, args: NVArgsState, files: dict[str, bytes], reloc: dict[int, int]) -> list[str]:
     """Replay (hcq/replay.py): put a captured QMD and constant bank 0 in place of those `q.exec` wrote for `args`, with
     the program, constant bank and buffer addresses relocated to this device's; returns where the captured ones differ
@@ -222,19 +241,47 @@ class NVProgram(HCQProgram):
     if wait or profile.ON or dev.capture is not None:
       return super().__call__(*bufs, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
     gs, ls = _dims(global_size, "global_size"), _dims(local_size, "local_size")
-    args = self.fill_kernargs(bufs, vals)
+    if self._param_into is None:   # (parameters out of order: NVArgsState writes them one at a time)
+      args = self.fill_kernargs(bufs, vals)
+      qmd_va = args.qmd_va
+      with dev.submit_lock: args.write_qmd(gs, ls)
+    else: qmd_va = self._write_args(bufs, vals, gs, ls)
     tl = dev.timeline_signal.va_addr
     if (pb := self._pushbuf) is None or pb[0] != tl or pb[1] != dev.compute_class:
       pb = self._pushbuf = (tl, dev.compute_class, *launch_pushbuffer(dev.compute_class, tl))
     words, (w_lo, qi, s_lo) = pb[2][:], pb[3]
+    words[qi] = qmd_va >> 8
     with dev.submit_lock:
-      args.write_qmd(gs, ls)
       v = dev.timeline_value - 1
-      words[w_lo], words[w_lo + 1], words[qi] = v & 0xFFFFFFFF, v >> 32, args.qmd_va >> 8
+      words[w_lo], words[w_lo + 1] = v & 0xFFFFFFFF, v >> 32
       v = dev.next_timeline()
       words[s_lo], words[s_lo + 1] = v & 0xFFFFFFFF, v >> 32
       dev.channels["compute"].submit(words)
     return None
+  def _write_args(self, bufs: Sequence[Any], vals: Sequence[int], gs: tuple[int, int, int], ls: tuple[int, int, int]) -> int:
+    """What fill_kernargs + write_qmd write for a launch (NVArgsState's layout), written into the kernel-args ring as
+    one copy of the geometry's block template with the bank address and the parameters packed into it; returns the
+    QMD's address. The same checks: the parameter count, the bank address's alignment and width."""
+    dev = self.dev
+    if len(bufs) + len(vals) != len(self.params):
+      raise ValueError(f"{self.name} takes {len(self.params)} parameters, got {len(bufs)} buffers and {len(vals)} values")
+    if (t := self.launch_templates.get((gs, ls, self.code_va, self.shared_total, self.local_bytes, self.regs))) is None:
+      t = self.launch_template(gs, ls)
+    _, _, at, hi_keep, hi_mask, shift, tmpl = t
+    cpu, va = dev.alloc_kernargs(256 + len(tmpl))
+    pad = -va % 256
+    qmd_va = va + pad
+    cb_va = qmd_va + 0x200
+    c = cb_va >> shift
+    if cb_va % 64 or c >> 32 > hi_mask: hw.qmd_cbank0_words(dev.qmd_version, cb_va)   # (raises, naming the rule)
+    mv, off = dev.kernargs_mv, cpu - dev.kernargs_cpu + pad
+    mv[off:off + len(tmpl)] = tmpl
+    _U64.pack_into(mv, off + at, hi_keep | c)
+    addrs = [(b._buf if hasattr(b, "_buf") else b).va_addr for b in bufs]
+    self._param_into(mv, off + 0x200 + self.param_off,
+                     *([x & m for x, m in zip(addrs + list(vals), self.param_masks)] if vals or not self._all8 else addrs))
+    dev.qmd_kernels[qmd_va] = self.name   # for a fault that names the QMD (the SKED's ESR)
+    return qmd_va
   def __del__(self) -> None:
     try:
       if not self.dev.closed:

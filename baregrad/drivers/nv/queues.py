@@ -6,6 +6,7 @@ import ctypes, threading, time
 from array import array
 from collections import deque
 from typing import TYPE_CHECKING, Any, Sequence
+from baregrad.helpers import c_array
 from baregrad.hcq import HCQArgsState, HWQueue, mapped_reader
 from baregrad.hcq.queue import _dims
 from baregrad.drivers.vmem import PAGE, round_up
@@ -87,6 +88,9 @@ class NVChannel:
     self.inflight: deque[tuple[int, int, int]] = deque()  # (GPFIFO index, command ring offset, words) submitted
     self.lock = threading.Lock()
     self._gp_hi: dict[tuple[int, int], int] = {}   # (address >> 32, words) -> a GPFIFO entry's high word: _gp_entry
+    # the command ring as 32-bit words: submit stores a pushbuffer with one slice assignment (pushbuffers are whole words)
+    assert cmd.size % 4 == 0
+    self.cmd_words = memoryview(c_array(ctypes.c_char, cmd.size).from_address(cmd.cpu)).cast("B").cast("I")
 
   def _gp_entry(self, addr: int, n: int) -> int:
     """hw.gp_entry(addr, n): its high word depends only on addr >> 32 and n, its low word is addr's low word (GET holds
@@ -116,25 +120,32 @@ class NVChannel:
     return tail if tail + nbytes <= head else None
 
   def submit(self, words: Any) -> None:
+    """Copy the pushbuffer `words` (32-bit words) into the command ring, point the next GPFIFO entry at it, write
+    GP_PUT and ring the doorbell; waits (with the device's timeout) while the ring or the GPFIFO is full."""
+    if type(words) is not array or words.typecode != "I": words = array("I", words)
     n = len(words)
     nbytes = 4 * n
     if nbytes > self.cmd.size: raise ValueError(f"pushbuffer of {nbytes} bytes exceeds the {self.name} command ring ({self.cmd.size} bytes)")
     with self.lock:
       deadline = None   # (set when the ring is full: the common submission reads no clock)
+      inflight, entries = self.inflight, self.entries
       while True:
-        while self.inflight and self._done(self.inflight[0][0]): self.inflight.popleft()
-        if (off := self._place(nbytes)) is not None and (self.put + 1 - self.gp_get_p.value) % self.entries != 0: break
+        get = self.gp_get_p.value
+        busy = (self.put - get) % entries
+        # entries the GPU has fetched (GET is past them: _done) no longer hold their command ring bytes
+        while inflight and (inflight[0][0] - get) % entries >= busy: inflight.popleft()
+        if busy != entries - 1 and (off := self._place(nbytes)) is not None: break
         self.dev._check_fault()
         if deadline is None: deadline = time.perf_counter() + self.dev.default_timeout_ms / 1000
         elif time.perf_counter() > deadline:
           raise RuntimeError(f"{self.dev.device} {self.name} channel: no room in the command ring or GPFIFO\n{self.dev.queue_state()}")
         self.dev._kick()
         time.sleep(1e-4)
-      ctypes.memmove(self.cmd.cpu + off, words.buffer_info()[0], nbytes)
+      self.cmd_words[off >> 2:(off >> 2) + n] = words
       self.ring[self.put] = self._gp_entry(self.cmd.va + off, n)
-      self.inflight.append((self.put, off, n))
+      inflight.append((self.put, off, n))
       self.cmd_off = off + nbytes
-      idx, self.put = self.put, (self.put + 1) % self.entries
+      idx, self.put = self.put, (self.put + 1) % entries
       self.gp_put_p.value = self.put
       if self.dev.capture is not None: self._capture(words, idx, off)
       self.dev.port.doorbell(self.dev.doorbell_addr, self.token)
@@ -288,6 +299,7 @@ class ChannelSet:
   def _drain_channels(self, timeout_ms: int | None = None) -> None:
     """Wait until the GPU fetched every GPFIFO entry submitted (raw submits carry no timeline value)."""
     for ch in list(self.channels.values()):
+      if ch.gp_get_p.value == ch.put: continue   # (drained: the common case after a timeline wait reads no clock)
       deadline = time.perf_counter() + (timeout_ms or self.default_timeout_ms) / 1000
       while ch.gp_get_p.value != ch.put:
         self._check_fault()

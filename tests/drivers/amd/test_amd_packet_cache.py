@@ -72,13 +72,14 @@ def test_direct_launch_packets_equal_the_recorded_queues(arch):
     aql, fam, tl = dev.aql, dev.compute_queue_t.family, dev.timeline_signal
     def made(make):
       state = aql.ib_off, deque(aql.ib_inflight)
-      pk = make()
+      pk = [list(p) for p in make()]   # (launch_packets makes arrays of words, packets() lists)
       ibs = [ctypes.string_at(aql.ib.cpu + o, n) for _, o, n in list(aql.ib_inflight)[len(state[1]):]]
       aql.ib_off, aql.ib_inflight = state
       return pk, ibs
     for gs, ls in [((1, 1, 1), (32, 1, 1)), ((2, 3, 1), (8, 4, 2))]:
       args = prg.fill_kernargs([buf], ())
-      direct = made(lambda: aql.launch_packets(fam, prg, args, gs, ls, tl.va_addr, 7, (1 << 33) + 8, aql.put))
+      args.write_launch(gs, ls)
+      direct = made(lambda: aql.launch_packets(fam, prg, args.va_addr, gs, ls, tl.va_addr, 7, (1 << 33) + 8, aql.put))
       q = dev.compute_queue_t().wait(tl, 7).exec(prg, args, gs, ls).signal(tl, (1 << 33) + 8)
       assert direct == made(lambda: aql.packets(q, aql.put))
       assert len(direct[0]) == 3 and len(direct[1]) == 2
@@ -88,5 +89,45 @@ def test_direct_launch_packets_equal_the_recorded_queues(arch):
       out = bytearray(4 * 64)
       dev.allocator._copyout(memoryview(out), buf)
       assert list(memoryview(out).cast("i")) == [1] * 64
+    dev.allocator.free(buf, 4 * 64)
+  finally: dev.close()
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])
+def test_direct_launch_kernargs_equal_the_args_state(arch):
+  """AMDProgram.__call__ writes a launch's kernarg segment as one copy of the geometry's segment (its hidden arguments
+  made once) with the explicit arguments packed in: the bytes AMDArgsState + write_launch write for the same launch,
+  for each geometry and for arguments of each size (negative values masked); a wrong count or size still raises."""
+  import ctypes
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from tests.drivers.amd.test_amd_mock import amd_kernels
+  dev = AMDDevice("AMD", port=make_port(MockAMDGPU(arch=arch)))
+  try:
+    prg = dev.runtime(dev, "inc", amd_kernels(arch))
+    assert prg._explicit_into is not None and prg.hidden_args
+    buf = dev.allocator.alloc(4 * 64)
+    for gs, ls in [((1, 1, 1), (32, 1, 1)), ((2, 3, 1), (8, 4, 2)), ((1, 1, 1), (32, 1, 1))]:
+      va = prg._write_args([buf], (), gs, ls)
+      args = prg.fill_kernargs([buf], ())
+      args.write_launch(gs, ls)
+      assert ctypes.string_at(dev.cpu_address(va, prg.kernarg_size), prg.kernarg_size) == ctypes.string_at(args.cpu_addr, prg.kernarg_size)
+    with pytest.raises(ValueError, match="takes 1 explicit arguments, got 1 buffers and 1 values"): prg._write_args([buf], (3,), (1, 1, 1), (32, 1, 1))
+    with pytest.raises(ValueError, match="1..1024 work-items"): prg._write_args([buf], (), (1, 1, 1), (2048, 1, 1))
+    # arguments of 1, 2, 4 and 8 bytes at their offsets (a program's layout as the metadata would give it), the hidden
+    # ones after them
+    prg.explicit_args = [(0, 1), (8, 8), (16, 2), (20, 4), (24, 8)]
+    prg.hidden_args = [(k, o + 32, sz) for k, o, sz in prg.hidden_args]
+    prg.kernarg_size += 32
+    from baregrad.drivers.amd.program import _args_format
+    import struct
+    prg._explicit_into = struct.Struct("<" + _args_format(prg.explicit_args)).pack_into
+    prg._explicit_masks = [(1 << (8 * sz)) - 1 for _, sz in prg.explicit_args]
+    prg._all8, prg._segments = False, {}
+    vals = (-1, 0x7f00_0000_1000, -2, 0x1_0000_0005, -3)
+    va = prg._write_args([], vals, (1, 1, 1), (32, 1, 1))
+    args = prg.fill_kernargs([], vals)
+    args.write_launch((1, 1, 1), (32, 1, 1))
+    assert ctypes.string_at(dev.cpu_address(va, prg.kernarg_size), prg.kernarg_size) == ctypes.string_at(args.cpu_addr, prg.kernarg_size)
     dev.allocator.free(buf, 4 * 64)
   finally: dev.close()

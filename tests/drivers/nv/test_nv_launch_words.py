@@ -106,3 +106,26 @@ def test_channel_gp_entry_equals_hw_gp_entry(dev):
   for addr, n in [(0x20_0000_1000, 6), (0x20_0000_2004, 6), (0x20_ffff_fffc, 6), (0x21_0000_0000, 6), (0x20_0000_1000, 19), (0x1000, 1)]:
     assert ch._gp_entry(addr, n) == hw.gp_entry(addr, n)
   with pytest.raises(ValueError, match="4-byte aligned"): ch._gp_entry(0x20_0000_1002, 6)
+
+@pytest.mark.parametrize("kernel,src,nbufs,vals", [("mixed", STEP, 0, (-1, 0x7f00_0000_1000, -2, 0x1_0000_0005, -3)),
+                                                   ("idx", KERNELS, 1, (64,))], ids=["mixed", "idx"])
+def test_fast_launch_args_block_equals_args_state(dev, kernel, src, nbufs, vals):
+  """NVProgram.__call__ writes a launch's QMD and constant bank 0 as one block (the geometry's template with the bank
+  address and the parameters packed in): the bytes NVArgsState + write_qmd write for the same launch, but for the
+  bank's own address in the QMD (each launch has its own bank). Parameters of each size, negative values masked."""
+  prg = dev.runtime(dev, kernel, src.encode())
+  bufs = [dev.allocator.alloc(4 * 64) for _ in range(nbufs)]
+  gs, ls = (3, 2, 1), (32, 1, 1)
+  qmd_va = prg._write_args(bufs, vals, gs, ls)
+  args = prg.fill_kernargs(bufs, vals)
+  args.write_qmd(gs, ls)
+  n = prg.param_off + prg.param_size
+  assert ctypes.string_at(dev.cpu_address(qmd_va + 0x200, n), n) == ctypes.string_at(args.cb_cpu, n)
+  fast = hw.words_of(ctypes.string_at(dev.cpu_address(qmd_va, hw.QMD_BYTES), hw.QMD_BYTES))
+  slow = hw.words_of(ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES))
+  assert hw.read_qmd(fast, dev.qmd_version)["cbank0"] == qmd_va + 0x200 and qmd_va % 256 == 0
+  hw.relocate_qmd(slow, dev.qmd_version, prg.code_va, qmd_va + 0x200)
+  assert fast == slow
+  assert dev.qmd_kernels[qmd_va] == kernel
+  with pytest.raises(ValueError, match=f"{kernel} takes {len(prg.params)} parameters"): prg._write_args(bufs, vals[1:], gs, ls)
+  for b in bufs: dev.allocator.free(b, 4 * 64)
