@@ -207,18 +207,6 @@ def _conv2d_flat(x: Tensor, w: Tensor, groups: int, own: bool = False) -> Tensor
   # computed Cout / 8 times (ResNet-50's 1x1 layers at 13-40 GFLOPS). Its rows and columns merge into one axis
   # (codegen/merge_axes); flattened here, a view with gaps would take a division per element.
   if KH == KW == 1:
-    P = Hp * Wp
-    if groups == 1 and P >= 2 * COL_PANEL and C >= PANEL_MIN_CHANNELS:
-      # materialized in panels of COL_PANEL positions, each panel's C rows together (the layout of a packed matmul
-      # operand, codegen/pack): a step of the reduction reads the next 128 bytes, not a row P floats away (one
-      # page per input channel). Measured on one core (AVX-512): 512 -> 128 channels at 28x28 0.96 -> 0.73 ms,
-      # 1024 -> 256 at 14x14 1.00 -> 0.69 ms with the copy; at 64 channels the panels' copy costs more than it gains
-      nb = -(-P // COL_PANEL)
-      xs = x.reshape(N, C, P)._pad(((0, 0), (0, 0), (0, nb * COL_PANEL - P))).reshape(N, C, nb, COL_PANEL)
-      xs = xs.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
-      y = _gemm_taps(xs.reshape(N, C, nb, COL_PANEL, 1, 1), w, 1).reshape(N, w.shape[0], nb * COL_PANEL)
-      if own: y = y.contiguous()
-      return y._shrink(((0, N), (0, w.shape[0]), (0, P))).reshape(N, w.shape[0], Hp, Wp)
     y = _gemm_taps(x.contiguous().reshape(N, C, Hp, Wp, 1, 1), w, groups)
     return y.contiguous() if own else y
   P, span = OH * Wp, KH * Wp
@@ -242,8 +230,6 @@ def _conv2d_cpu(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tenso
   dt = promote(x.dtype, w.dtype)
   return out.cast(dt) if out.dtype != dt else out
 
-COL_PANEL = 32         # positions per panel of a 1x1 convolution's input (two AVX-512 registers: the GEMM's lanes)
-PANEL_MIN_CHANNELS = 128   # input channels from which a 1x1 convolution's input is copied in panels
 FLAT_POSITIONS = 64     # _conv2d_flat computes a multiple of this many positions (a register tile's lanes: 32 on AVX-512, 16 on AVX2)
 IM2COL_MAX_TERMS = 160   # a strided convolution with at most this many terms per output (C * KH * KW) gathers columns
 

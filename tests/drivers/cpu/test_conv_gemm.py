@@ -133,19 +133,6 @@ def test_stride_phases_read_whole_vectors(cin, size):
     assert not any(u.op is Ops.MOD for u in prg.uops), k.full_shape
   torch = pytest.importorskip("torch")
   ref = torch.nn.functional.conv2d(torch.tensor(xn), torch.tensor(wn), stride=2, padding=1).numpy()
-  # (sums of up to 2304 products of magnitude ~50: float32 rounding in another order differs by ~1e-4 absolute)
-  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-3)
-
-def test_1x1_with_many_channels_reads_panels():
-  # ResNet-50's 1x1 layers: from 128 input channels the input is copied in panels of 32 positions (each panel's
-  # channel rows together), the GEMM's lanes along a panel and its cores over the panels; 196 positions: 7 panels
-  from baregrad.tensor.ops.conv import COL_PANEL
-  xn, wn = rng.standard_normal((1, 256, 14, 14), dtype=np.float32), rng.standard_normal((64, 256, 1, 1), dtype=np.float32)
-  out = F.conv2d(Tensor(xn).relu(), Tensor(wn))
-  ks = [k for k in _kernels(out) if k.reduce_axes]
-  assert len(ks) == 1 and ks[0].full_shape[:4] == (1, 1, 64, 7) and ks[0].full_shape[4] == COL_PANEL, ks[0].full_shape
-  torch = pytest.importorskip("torch")
-  ref = torch.nn.functional.conv2d(torch.tensor(xn).relu(), torch.tensor(wn)).numpy()
   np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
 
 def test_1x1_kernel_merges_rows_and_columns():
