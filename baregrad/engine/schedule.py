@@ -9,12 +9,12 @@ a buffer and its own kernel) only at true boundaries:
 from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from baregrad.ir.ops import UOp, Ops, GroupOp
 import math
 from baregrad.ir.alu import threefry2x32, exec_alu
 from baregrad.ir.dtype import dtypes
-from baregrad.ir.view import ShapeTracker, View
+from baregrad.ir.view import ShapeTracker, View, strides_for_shape
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.gridreduce import split_reduce
 from baregrad.codegen.pack import pack_operand
@@ -52,7 +52,35 @@ def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
   # merged into it): dropped. Kept, it left every load of `a @ b` a two-View stack whose index the kernel recomputed
   # with 64-bit div/rem (issue 32: 222 registers for the 4096^3 half matmul, 128 without).
   if len(lower.views) == 1 and lower.views[0].is_contiguous: return upper
+  if (box := _as_box(lower, upper)) is not None: return box
   return ShapeTracker(lower.views + upper.views)
+
+def _as_box(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker | None:
+  """upper as a shrink and pad of lower where upper is one View that only crops and pads lower's shape (its strides
+  those of lower's shape laid out contiguously: a padded elementwise value over a strided read, relu(conv + b) padded
+  for the next convolution), else None. Stacked, the two Views take a division and a remainder per element."""
+  if len(upper.views) != 1 or len(upper.shape) != len(lower.shape) or any(not isinstance(x, int) for x in lower.shape + upper.shape): return None
+  if not isinstance(upper.views[0].offset, int): return None   # (a symbolic offset: left stacked)
+  v, n = upper.views[0], lower.shape
+  cs = strides_for_shape(n)
+  if any(sh != 1 and st != c for sh, st, c in zip(v.shape, v.strides, cs)): return None
+  if v.mask is not None and any(not isinstance(x, int) for m in v.mask for x in m): return None
+  vshape, off = cast(tuple[int, ...], v.shape), cast(int, v.offset)   # (ints: checked above)
+  lo_hi: tuple[tuple[int, int], ...] = cast(tuple, v.mask) or tuple((0, sh) for sh in vshape)
+  d: list[int | None] = [None] * len(n)
+  for i, ((lo, hi), sh) in enumerate(zip(lo_hi, v.shape)):
+    if hi <= lo: return None                                   # (an empty box: nothing to read)
+    if (lo, hi) != (0, sh): d[i] = -lo                         # a padded axis: its first valid index reads lower's 0
+    elif sh == n[i] or sh == 1 and n[i] == 1: d[i] = 0
+  free = [i for i, x in enumerate(d) if x is None]
+  rest = off - sum(x * c for x, c in zip(d, cs) if x is not None)
+  if len(free) > 1 or (not free and rest != 0): return None
+  if free:
+    if cs[free[0]] == 0 or rest % cs[free[0]]: return None
+    d[free[0]] = rest // cs[free[0]]
+  box = [(lo + x, hi + x) for (lo, hi), x in zip(lo_hi, d) if x is not None]
+  if len(box) != len(n) or any(a < 0 or b > m for (a, b), m in zip(box, n)): return None
+  return lower.shrink(tuple(box)).pad(tuple((lo, sh - hi) for (lo, hi), sh in zip(lo_hi, vshape)))
 
 def _is_buffer_view(u: UOp) -> bool: return base_of(u).op is Ops.BUFFER
 
