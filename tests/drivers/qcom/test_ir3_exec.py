@@ -189,6 +189,26 @@ def test_workgroup_reduce_with_shared_memory_and_barrier():
   np.testing.assert_allclose(o[0], x.sum(dtype=np.float64), rtol=1e-5)
 
 
+@pytest.mark.parametrize("batch", [8192, 200], ids=["one_batch", "split"])
+def test_workgroups_in_a_batch_have_their_own_local_memory_and_barriers(batch, monkeypatch):
+  # 13 workgroups of 32 threads, each reducing its row through local memory: run together (one batch) or split over
+  # batches of 200 lanes (6 groups per batch, then the rest), every row must be its own sum
+  from baregrad.drivers.mock.adreno import ir3_exec
+  monkeypatch.setattr(ir3_exec, "LANES_PER_BATCH", batch)
+  x = RNG.standard_normal((13, 256)).astype(np.float32)
+  (o,) = run_ast(sink(store(0, (13, 1), reduce(load(1, f32, (13, 256)), Ops.ADD, (1,)))), [np.zeros(13, np.float32)], [x.ravel()],
+                 [Opt(OptOps.PARALLEL, 0, 0), Opt(OptOps.GROUP, 1, 32)])
+  np.testing.assert_allclose(o, x.sum(1, dtype=np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_barrier_skipped_by_some_lanes_of_one_workgroup_is_refused():
+  # lanes of workgroup 1 with local id 0 branch past the barrier: refused naming the count; workgroup 0 alone is fine
+  text = ("cmps.u.eq p0.x, r0.x, 0\ncmps.u.eq p0.y, r48.x, 1\nbraa p0.x, p0.y, #l4\nbar\nend\n")
+  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 4 * 48, 0, (4, 1, 1), False, 0, ())
+  Executor(GpuMemory()).run(prg, (1,), b"", program=parse(text))
+  with pytest.raises(Ir3Error, match="barrier reached by 3 of 4 live lanes"): Executor(GpuMemory()).run(prg, (2,), b"", program=parse(text))
+
+
 def test_max_reduce_and_padded_load():
   x = RNG.standard_normal(300).astype(np.float32)
   (o,) = run_ast(sink(store(0, (1,), reduce(load(1, f32, (300,)), Ops.MAX, (0,)))), [np.zeros(1, np.float32)], [x])
