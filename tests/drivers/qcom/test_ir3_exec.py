@@ -13,7 +13,7 @@ pytest.importorskip("tinymesa")
 from baregrad.ir.dtype import dtypes  # noqa: E402
 from baregrad.ir.ops import Ops  # noqa: E402
 from baregrad.ir.view import ShapeTracker  # noqa: E402
-from baregrad.codegen.astbuild import load, store, reduce, sink  # noqa: E402
+from baregrad.codegen.astbuild import const, load, store, reduce, sink  # noqa: E402
 from baregrad.codegen.kernel import Opt, OptOps  # noqa: E402
 from baregrad.codegen.program import get_program  # noqa: E402
 from baregrad.codegen.renderer.nir import NIRRenderer  # noqa: E402
@@ -168,6 +168,17 @@ def test_8bit_values_sign_and_zero_extension():
     np.testing.assert_array_equal(elementwise(lambda x: x.cast(to), dtypes.int8, s8, out_dt=to), s8.astype(np_dtype(to)))
   np.testing.assert_array_equal(elementwise(lambda x, y: x.alu(Ops.MAX, y), dtypes.int8, s8, s8[::-1].copy()), np.maximum(s8, s8[::-1]))
   np.testing.assert_array_equal(elementwise(lambda x: -x, dtypes.int8, s8), -s8)
+
+
+def test_half_consts_are_the_low_bits_of_their_own_slot():
+  # ir3 puts a 16-bit operand's immediate in a 32-bit const slot of its own and reads it as hcN.c (max.s hr, hr, hc1.y):
+  # an int8 clamp and a half-float add with constants, against NumPy
+  s8 = np.array([-128, -5, -1, 0, 5, 6, 7, 127], np.int8)
+  clamp = lambda x: -(-x.alu(Ops.MAX, const(dtypes.int8, -1))).alu(Ops.MAX, const(dtypes.int8, -6))   # min(max(x, -1), 6)
+  np.testing.assert_array_equal(elementwise(clamp, dtypes.int8, s8), np.clip(s8, -1, 6))
+  h = np.array([0.5, -1.25, 3.0, 100.0, -0.0, 2.5], np.float16)
+  got = elementwise(lambda x: x * const(dtypes.float16, 1.5) + const(dtypes.float16, -0.75), dtypes.float16, h)
+  np.testing.assert_array_equal(got, h * np.float16(1.5) + np.float16(-0.75))
 
 
 def matmul(M_, K, N, opts):

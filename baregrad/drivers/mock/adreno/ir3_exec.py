@@ -337,7 +337,7 @@ class Executor:
         self._en = en
         if op not in ("nop", "fence") and (not in_pred or en.any()):
           for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
-            if o.kind == "c" and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
+            if o.kind in ("c", "hc") and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
               raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
           fn = ins.fn
           if fn is None: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: instruction {ins.op!r} is not modelled by the mock ir3 executor")
@@ -385,8 +385,11 @@ class Executor:
     if o.kind == "c":
       v = np.full(w.n, w.c[idx], np.uint32)
       return (v & 0xFFFF).astype(np.uint16) if half else v
-    if o.kind == "hc":   # a half const: 16 bits of the const file, as hrN is of the full registers (merged)
-      v16 = np.full(w.n, w.c.view(np.uint16)[idx], np.uint16)
+    if o.kind == "hc":
+      # a half const hcN.c is the low 16 bits of the 32-bit slot cN.c: the const file is not merged as the registers
+      # are (Mesa ir3_cp.c lower_immed puts a half source's immediate in a 32-bit slot of its own and names it with the
+      # same register number; e.g. a clamp of int8 to -1 reads hc1.y where ir3 put 0xffff in c1.y)
+      v16 = np.full(w.n, w.c[idx] & 0xFFFF, np.uint16)
       return v16 if half else v16.astype(np.uint32)
     if o.kind == "p": return w.p[idx % 4].astype(np.uint16 if half else np.uint32)
     if o.kind == "i":

@@ -31,7 +31,8 @@ def _highest(prog: list[Instr], kind: str) -> tuple[int, str]:
   for ins in prog:
     for o in ([ins.dst] if ins.dst is not None else []) + ins.srcs:
       for x in (o, o.base):
-        if x is not None and x.kind == kind and not (kind == "r" and x.idx >= 4 * 48):   # r48+ are sysval/special regs
+        # r48+ are sysval/special regs; a half const hcN.c is in the slot of cN.c (ir3_exec.py), so it counts as cN
+        if x is not None and (x.kind == kind or (kind == "c" and x.kind == "hc")) and not (kind == "r" and x.idx >= 4 * 48):
           r = (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4
           if r > hi: hi, where = r, f"pc {ins.pc} `{ins.text}`"
   return hi, where
