@@ -181,6 +181,15 @@ def test_half_consts_are_the_low_bits_of_their_own_slot():
   np.testing.assert_array_equal(got, h * np.float16(1.5) + np.float16(-0.75))
 
 
+def test_sign_of_nan_is_zero():
+  # NIR turns (0 < x) - (x < 0) into fsign, which ir3 runs as sign.f: NaN must give 0 as the comparisons do
+  a = np.array([0.0, -0.0, np.nan, -np.nan, 1e-30, -1e-30, np.inf, -np.inf, 3.0], np.float32)
+  SEEN.clear()
+  got = elementwise(lambda x: (const(f32, 0.0) < x).cast(f32) - (x < const(f32, 0.0)).cast(f32), f32, a)
+  assert "sign.f" in SEEN, sorted(SEEN)
+  np.testing.assert_array_equal(got, (a > 0).astype(np.float32) - (a < 0).astype(np.float32))
+
+
 def matmul(M_, K, N, opts):
   sa = ShapeTracker.from_shape((M_, K)).reshape((M_, 1, K)).expand((M_, N, K))
   sb = ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K)).expand((M_, N, K))

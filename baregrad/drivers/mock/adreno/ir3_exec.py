@@ -594,6 +594,13 @@ def _clz(v: np.ndarray) -> np.ndarray:
   return out
 
 
+def _fsign(a: np.ndarray) -> np.ndarray:
+  """sign.f: what ir3 emits for NIR's fsign, whose contract (nir_opcodes.py fsign) is 1/-1 by the sign, a zero kept as
+  it is, and for NaN not NaN (0.0 preferred, as OpenCL requires; NIR rewrites b2f(0 < a) - b2f(a < 0) to fsign, which
+  is only right with 0)."""
+  return np.where(np.isnan(a), a.dtype.type(0), np.where(a == 0, a, np.sign(a)))
+
+
 def _triop(kind):
   def run(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     # shrg/shlg/andg (cat3 bitwise triops, a6xx with has_bitwise_triops): printed `op dst, b, a, c` for the NIR
@@ -739,7 +746,7 @@ EXEC: dict[str, Any] = {
   "rcp": _sfu(lambda a: 1 / a), "sqrt": _sfu(np.sqrt), "rsq": _sfu(lambda a: 1 / np.sqrt(a)), "exp2": _sfu(np.exp2),
   "log2": _sfu(np.log2), "sin": _sfu(np.sin), "cos": _sfu(np.cos),
   "not": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, ~ex._src(w, ins, ins.srcs[0], k, _ty(ins))),
-  "absneg": _absneg, "sign": _unary_f(np.sign),
+  "absneg": _absneg, "sign": _unary_f(_fsign),
   "clz": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, _clz(ex._src(w, ins, ins.srcs[0], k, "u32"))),
   "floor": _unary_f(np.floor), "ceil": _unary_f(np.ceil), "trunc": _unary_f(np.trunc), "rndne": _unary_f(np.rint),
   "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl,
