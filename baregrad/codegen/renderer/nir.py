@@ -306,7 +306,13 @@ class _Body:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
     v = self.val(u.src[1])
-    if el == dtypes.bool: v = nb.alu("b2i8", v)
+    if el == dtypes.bool:
+      # the byte is made from the bool widened to 32 bits, not with b2i8: ir3 keeps bools in half registers, and its
+      # conversion folding (ir3_cf.c) takes a 16->8 conversion for a half->full one, so a bool that is stored and is
+      # also a 32-bit select's condition compiled to `mov.u8u8 hr, r` and failed ir3_validate (Mesa 25.2). The shift
+      # pair (a no-op on 0/1) keeps NIR from folding u2u8(b2i32(b)) back into b2i8(b).
+      w = nb.alu("ushr", nb.alu("ishl", nb.alu("b2i32", v), nb.const(32, 1)), nb.const(32, 1))
+      v = nb.alu("u2u8", w)
     nif = nb.L.nir_push_if(nb.bp, mask) if mask is not None else None
     if kind == "global": nb.intrinsic("store_global", [v, addr], 1, write_mask=1, access=0, align_mul=el.itemsize, align_offset=0)
     else: nb.intrinsic("store_shared", [v, addr], 1, base=0, write_mask=1, align_mul=el.itemsize, align_offset=0)

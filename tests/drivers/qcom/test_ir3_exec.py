@@ -190,6 +190,20 @@ def test_sign_of_nan_is_zero():
   np.testing.assert_array_equal(got, (a > 0).astype(np.float32) - (a < 0).astype(np.float32))
 
 
+def test_a_stored_bool_that_is_also_a_select_condition():
+  # a bool made by an ALU op (and.b in a half register) that is both stored as a byte and a 32-bit select's
+  # condition: Mesa's ir3_cf folded both conversions of it as half->full and failed validation (the renderer widens
+  # the stored byte through 32 bits instead); compiled and run against NumPy
+  n = len(FA)
+  x, y = load(2, f32, (n,)), load(3, f32, (n,))
+  cond = (x < y).alu(Ops.AND, x.ne(x).alu(Ops.CMPNE, const(dtypes.bool, True)))
+  ast = sink(store(0, (n,), cond), store(1, (n,), cond.where(x, const(f32, 1.0))))
+  ob, of = run_ast(ast, [np.zeros(n, np.bool_), np.zeros(n, np.float32)], [FA, FB])
+  with np.errstate(invalid="ignore"): want = (FA < FB) & ~np.isnan(FA)
+  np.testing.assert_array_equal(ob, want)
+  np.testing.assert_array_equal(of, np.where(want, FA, np.float32(1.0)))
+
+
 def matmul(M_, K, N, opts):
   sa = ShapeTracker.from_shape((M_, K)).reshape((M_, 1, K)).expand((M_, N, K))
   sb = ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K)).expand((M_, N, K))
