@@ -698,8 +698,11 @@ def test_a_draw_builds_a_small_graph_and_a_seed_keeps_its_stream():
   Tensor.manual_seed(42)
   np.testing.assert_array_equal(Tensor.rand(1000).numpy()[:4].view(np.uint32), [0x3e80af72, 0x3eea4334, 0x3df13320, 0x3ea447fa])
   # (randn and uniform compute their values in the draw's kernel now: the same values as before)
-  # (log and cos round in the last bit as each device's own functions do: equal to a few ulp)
-  np.testing.assert_allclose(Tensor.randn(7, 5).numpy()[0, :3], np.array([0xc00d0e34, 0xc01f9c26, 0xbd8c8798], np.uint32).view(np.float32), rtol=1e-6)
+  # (log and cos round in the last bit as each device's own functions do: equal to a few ulp; cos is 1 - 2 sin^2(x/2),
+  # so its error is a few ulp of 1, absolute: the third value, cos near 0, is off by 7e-8 on Adreno, whose compiler
+  # reduces sin's argument once more, by fract(x / 2pi), before its SFU)
+  np.testing.assert_allclose(Tensor.randn(7, 5).numpy()[0, :3], np.array([0xc00d0e34, 0xc01f9c26, 0xbd8c8798], np.uint32).view(np.float32),
+                             rtol=1e-6, atol=3e-7)
   np.testing.assert_array_equal(Tensor.randint(0, 100, (33,)).numpy()[:6], [98, 79, 23, 62, 70, 16])
   Tensor.manual_seed(7)
   np.testing.assert_array_equal(Tensor.uniform(1000, low=-2.0, high=3.5).numpy()[:3].view(np.uint32), [0x403ae9e0, 0x3fbd2866, 0xbeefda4c])

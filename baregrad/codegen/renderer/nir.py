@@ -21,7 +21,8 @@ Semantics (ir/alu.py) and how they are kept where NIR leaves them open:
 - MAX on floats propagates NaN (a + b where either is NaN);
 - comparisons: flt/feq ordered, fneu unordered;
 - bool is a 1-bit NIR boolean in registers and a byte (0/1) in memory.
-Precision: EXP2/LOG2/SIN/SQRT/RECIP are ir3's SFU instructions (approximations, as PTX's .approx forms).
+Precision: EXP2/LOG2/SIN/SQRT/RECIP are ir3's SFU instructions (approximations, as PTX's .approx forms); SIN's argument
+is first reduced to [-pi, pi] by 2*pi in three steps (reduce_2pi), as the PTX renderer does.
 """
 from __future__ import annotations
 
@@ -370,8 +371,21 @@ class _Body:
       return nb.alu("ffma", s[0], s[1], s[2]) if f else nb.alu("iadd", nb.alu("imul", s[0], s[1]), s[2])
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
       if not f: raise RenderError(f"{op.name} on {d}: only floats reach the NIR renderer")
+      if op is Ops.SIN and _bits(d) == 32: return nb.alu("fsin", self.reduce_2pi(s[0]))
       return nb.alu({Ops.EXP2: "fexp2", Ops.LOG2: "flog2", Ops.SIN: "fsin", Ops.SQRT: "fsqrt", Ops.TRUNC: "ftrunc"}[op], s[0])
     raise RenderError(f"NIR renderer: cannot render {op} for {d}")
+
+  def reduce_2pi(self, x: int) -> int:
+    """x - 2*pi*round(x / (2*pi)), in [-pi, pi] (Cody-Waite: 2*pi split in three float32 parts, the first with few
+    enough bits that k * part is exact for |k| < 2^15). ir3 lowers fsin to its SFU as sin(2*pi*fract(x/(2*pi) + 0.5) - pi)
+    (the code it emits), and x/(2*pi) in float32 throws away the low bits of a large x: sin(1e4) was off by 7e-4.
+    Inf and NaN give NaN, as on the CPU; past |x| ~ 1e5 the reduction itself loses digits."""
+    nb = self.nb
+    c = lambda bits: nb.const(32, struct.unpack("<f", struct.pack("<I", bits))[0], True)  # noqa: E731
+    nk = nb.alu("fneg", nb.alu("fround_even", nb.alu("fmul", x, c(0x3E22F983))))   # -round(x / (2*pi))
+    r = nb.alu("ffma", nk, c(0x40C90000), x)
+    r = nb.alu("ffma", nk, c(0x3AFDAA22), r)
+    return nb.alu("ffma", nk, c(0x2D34611A), r)
 
   def cast(self, fr: DType, to: DType, v: int) -> int:
     nb = self.nb
