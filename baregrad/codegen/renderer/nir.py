@@ -20,7 +20,9 @@ Semantics (ir/alu.py) and how they are kept where NIR leaves them open:
 - float -> int casts saturate and NaN gives 0: clamped in float first, NaN selected to 0;
 - MAX on floats propagates NaN (a + b where either is NaN);
 - comparisons: flt/feq ordered, fneu unordered;
-- bool is a 1-bit NIR boolean in registers and a byte (0/1) in memory.
+- bool is a 1-bit NIR boolean in registers and a byte (0/1) in memory;
+- bfloat16 is its bits (16-bit): its arithmetic and casts are float32 through cpu_float_matcher, an accumulator is
+  widened and rounded back at each step (bf2f / f2bf).
 Precision: EXP2/LOG2/SIN/SQRT/RECIP are ir3's SFU instructions (approximations, as PTX's .approx forms); SIN's argument
 is first reduced to [-pi, pi] by 2*pi in three steps (reduce_2pi), as the PTX renderer does.
 """
@@ -32,7 +34,7 @@ import functools
 import struct
 from typing import Any
 
-from baregrad.ir.dtype import DType, PtrDType, dtypes
+from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.renderer import mesa as M
@@ -41,7 +43,7 @@ from baregrad.codegen.renderer.ptx import param_layout, param_name
 
 NIR_HEADER = "nir-ir3"
 SUPPORTED = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-             dtypes.uint64, dtypes.float16, dtypes.float32)
+             dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32)
 
 
 def _bits(d: DType) -> int: return 1 if d.scalar == dtypes.bool else 8 * d.scalar.itemsize
@@ -206,7 +208,8 @@ class _Body:
     for u in uops:
       d = u.dtype
       if u.op is Ops.CONST:
-        self.r[u] = nb.const(_bits(d), u.arg if dtypes.is_float(d) else int(u.arg), dtypes.is_float(d))
+        if d.scalar == dtypes.bfloat16: self.r[u] = nb.const(16, float_to_bf16(u.arg))   # bfloat16 values are their bits
+        else: self.r[u] = nb.const(_bits(d), u.arg if dtypes.is_float(d) else int(u.arg), dtypes.is_float(d))
       elif u.op is Ops.DEFINE_GLOBAL:
         self.r[u] = ("global", self.param(8 * u.arg, 8))
       elif u.op is Ops.DEFINE_VAR:
@@ -261,6 +264,8 @@ class _Body:
           new = nb.alu("ffma", self.val(val.src[0]), self.val(val.src[1]), acc)
         elif d.scalar == dtypes.float16:   # accumulate in float32, round after each step
           new = nb.alu("f2f16_rtne", self.binop(u.arg[0], dtypes.float32, nb.alu("f2f32", acc), nb.alu("f2f32", self.val(val))))
+        elif d.scalar == dtypes.bfloat16:   # the same, through the bits (NIR has no bfloat16 arithmetic here)
+          new = self.f2bf(self.binop(u.arg[0], dtypes.float32, self.bf2f(acc), self.bf2f(self.val(val))))
         else: new = self.binop(u.arg[0], d, acc, self.val(val))
         nb.store_reg(reg, new)
         self.regs[u] = (reg, bits)
@@ -374,6 +379,18 @@ class _Body:
       if op is Ops.SIN and _bits(d) == 32: return nb.alu("fsin", self.reduce_2pi(s[0]))
       return nb.alu({Ops.EXP2: "fexp2", Ops.LOG2: "flog2", Ops.SIN: "fsin", Ops.SQRT: "fsqrt", Ops.TRUNC: "ftrunc"}[op], s[0])
     raise RenderError(f"NIR renderer: cannot render {op} for {d}")
+
+  def bf2f(self, v: int) -> int:
+    """bfloat16 bits (16-bit) -> float32: the bits moved to the top half."""
+    return self.nb.alu("ishl", self.nb.alu("u2u32", v), self.nb.const(32, 16))
+
+  def f2bf(self, f: int) -> int:
+    """float32 -> bfloat16 bits, rounded to nearest even; a NaN stays a (quiet) NaN (codegen/rewrites.py _to_bf16)."""
+    nb = self.nb
+    c = lambda v: nb.const(32, v)  # noqa: E731
+    rounded = nb.alu("ushr", nb.alu("iadd", nb.alu("iadd", f, c(0x7FFF)), nb.alu("iand", nb.alu("ushr", f, c(16)), c(1))), c(16))
+    nan = nb.alu("ior", nb.alu("ushr", f, c(16)), c(0x40))
+    return nb.alu("u2u16", nb.alu("bcsel", nb.alu("fneu", f, f), nan, rounded))
 
   def reduce_2pi(self, x: int) -> int:
     """x - 2*pi*round(x / (2*pi)), in [-pi, pi] (Cody-Waite: 2*pi split in three float32 parts, the first with few

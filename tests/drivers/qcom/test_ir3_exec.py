@@ -93,6 +93,32 @@ def test_sin_of_large_arguments_is_reduced_first():
   np.testing.assert_allclose(elementwise(lambda x: x.alu(Ops.SIN), f32, a), want, rtol=0, atol=2e-6, equal_nan=True)
 
 
+def _bf16(a: np.ndarray) -> np.ndarray:
+  """float32 -> bfloat16 bits (uint16), round to nearest even."""
+  u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+  return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _f32(b: np.ndarray) -> np.ndarray: return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_bfloat16_arithmetic_and_reductions():
+  # bfloat16 is its bits: arithmetic in float32 rounded after each op, a max and a sum over bfloat16 accumulators
+  bf = dtypes.bfloat16
+  a, b = _bf16(RNG.standard_normal(64) * 4), _bf16(RNG.standard_normal(64))
+  got = elementwise(lambda x, y: x * y + const(bf, 1.5), bf, a.view(np.int16), b.view(np.int16)).view(np.uint16)
+  np.testing.assert_array_equal(got, _bf16(_f32(_bf16(_f32(a) * _f32(b))) + np.float32(1.5)))
+  x = _bf16(RNG.standard_normal((4, 16)))
+  for op in (Ops.MAX, Ops.ADD):
+    (o,) = run_ast(sink(store(0, (4, 1), reduce(load(1, bf, (4, 16)), op, (1,)))), [np.zeros(4, np.uint16)], [x.ravel()], [])   # one loop, in order
+    want = np.zeros(4, np.uint16)
+    for r in range(4):
+      acc = _bf16(np.array([-np.inf if op is Ops.MAX else 0.0]))[0]
+      for v in x[r]: acc = _bf16(np.array([max(_f32(acc), _f32(v)) if op is Ops.MAX else _f32(acc) + _f32(v)]))[0]
+      want[r] = acc
+    np.testing.assert_array_equal(o, want, err_msg=str(op))
+
+
 def test_float_neg_and_casts():
   a = np.array([1.5, -2.5, 3e9, -3e9, np.nan, 0.0, 255.7, -1.2, 70000.0, 300.0], np.float32)
   np.testing.assert_array_equal(elementwise(lambda x: -x, f32, a), -a)
