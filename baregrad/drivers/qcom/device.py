@@ -162,7 +162,7 @@ class QCOMDevice(HCQDevice):
       from baregrad.codegen.renderer.nir import NIRRenderer
       renderer, compiler = NIRRenderer(self.gpu_id), IR3Compiler(self.gpu_id)
     except ImportError as e: raise DeviceUnavailable(f"{device}: {e}") from None
-    self.supported_dtypes = renderer.supported_dtypes   # no float64 on Adreno; bfloat16 not rendered yet
+    self.supported_dtypes = renderer.supported_dtypes   # no float64 on Adreno (no double-precision ALU)
     super().__init__(device, None, renderer, compiler, QCOMProgram, QCOMComputeQueue, None, kernargs_size=4 << 20, signal_pool_size=16 << 10)
     self.allocator = QCOMAllocator(self)
 
