@@ -14,10 +14,12 @@ the timestamp and the last kernel submitted; the device then creates a new conte
 from __future__ import annotations
 
 import ctypes
+import errno
 import time
 from typing import Any, Hashable, Sequence
 
-from baregrad.hal import DeviceUnavailable
+from baregrad.hal import DeviceUnavailable, OutOfMemory
+from baregrad.drivers.port import IoctlError
 from baregrad.hcq.device import HCQAllocator, HCQBuffer, HCQDevice, HCQProgram
 from baregrad.hcq.queue import HCQArgsState, HWQueue
 from baregrad.drivers.qcom import pm4
@@ -119,7 +121,10 @@ class QCOMAllocator(HCQAllocator):
   """KGSL GPU objects. Copies in of whole dwords are queued (staging buffer, CP_MEMCPY); others, and copies out, go
   through the objects' mappings after the device has finished with them."""
   def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
-    o = self.dev.kgsl.alloc(max(size, 1))
+    try: o = self.dev.kgsl.alloc(max(size, 1))
+    except IoctlError as e:
+      if e.err != errno.ENOMEM: raise
+      raise OutOfMemory(self.dev.device, size, self.mem_used, "KGSL returned ENOMEM for GPUOBJ_ALLOC") from None
     return HCQBuffer(o.gpuaddr, size, o.cpu, meta=o)
 
   def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
