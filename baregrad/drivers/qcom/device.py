@@ -74,13 +74,20 @@ class QCOMProgram(HCQProgram):
     except Exception: pass
 
 
+def _check32(what: str, value: int) -> None:
+  # CP_WAIT_REG_MEM compares, and CACHE_FLUSH_TS writes, one 32-bit dword (adreno_pm4.xml)
+  if not 0 <= value < 1 << 32: raise ValueError(f"{what} value {value}: the CP compares and writes 32-bit values (0 .. 2^32-1)")
+
+
 class QCOMComputeQueue(HWQueue):
   """PM4 for the HCQ commands; submitted as one IB on the device's context."""
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
+    _check32("wait", value)
     w = pm4.CommandStream().wait_reg_mem(addr, value, "WRITE_GE").words   # [hdr, cntl, addr lo, addr hi, ref, mask, delay]
     return w, {"addr": (2, 2), "value": (4, 1)}
 
   def _enc_signal(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
+    _check32("signal", value)
     w = pm4.CommandStream().event_write_ts(addr, value).words             # [hdr, event, addr lo, addr hi, value]
     return w, {"addr": (2, 2), "value": (4, 1)}
 
@@ -109,7 +116,18 @@ class QCOMComputeQueue(HWQueue):
   def _enc_copy(self, dest: int, src: int, nbytes: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     if (dest | src | nbytes) & 3: raise ValueError(f"QCOM queue copy {src:#x} -> {dest:#x} of {nbytes} bytes: CP_MEMCPY moves whole aligned dwords")
     w = pm4.CommandStream().wait_for_idle().memcpy(dest, src, nbytes // 4).words   # [idle, hdr, n, src lo, hi, dst lo, hi]
-    return w, {"src": (3, 2), "dest": (5, 2)}
+    return w, {"src": (3, 2), "dest": (5, 2), "nbytes": (2, 1)}
+
+  # a copy's nbytes is stored as CP_MEMCPY's dword count
+  def _put(self, i: int, name: str, value: int) -> None:
+    if name == "nbytes" and self.cmds[i].kind == "copy":
+      if value <= 0 or value & 3: raise ValueError(f"nbytes={value}: CP_MEMCPY moves a positive number of whole dwords")
+      value //= 4
+    super()._put(i, name, value)
+
+  def field(self, i: int, name: str) -> int:
+    v = super().field(i, name)
+    return 4 * v if name == "nbytes" and self.cmds[i].kind == "copy" else v
 
   def _enc_memory_barrier(self) -> tuple[list[int], dict[str, tuple[int, int]]]:
     return pm4.CommandStream().wait_for_idle().words, {}
