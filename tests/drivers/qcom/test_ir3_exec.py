@@ -311,6 +311,18 @@ def test_unknown_instruction_refused_by_name():
   with pytest.raises(Ir3Error, match="'foo' is not modelled"): Executor(GpuMemory()).run(prg, (1,), b"", program=prog)
 
 
+def test_half_result_of_a_full_source_is_the_32_bit_op_low_half():
+  # `shr.b hr, r, 16`: ir3 folds the 32->16 bit move after a shift into it (how it takes the bytes of a 32-bit word
+  # after a vector ldl); the shift is 32-bit, its low half written (a Q8_0 matmul read zeros for bytes 2 and 3)
+  prog = parse("mov.u32u32 r0.x, 305419896\nmov.u32u32 r1.x, 4096\nmov.u32u32 r1.y, 0\nshr.b hr8.x, r0.x, 16\n"
+               "shr.b hr8.y, r0.x, 24\nstg.u16 g[r1.x], hr8.x, 1\nstg.u16 g[r1.x+2], hr8.y, 1\nend\n")
+  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0, ())
+  mem, out = GpuMemory(), bytearray(16)
+  mem.map(4096, out)
+  Executor(mem).run(prg, (1,), b"", program=prog)
+  assert struct.unpack_from("<2H", out) == (0x1234, 0x12)
+
+
 def test_unmapped_store_is_a_page_fault():
   prog = parse("mov.u32u32 r0.x, 4096\nmov.u32u32 r0.y, 0\nstg.u32 g[r0.x], r0.x, 1\nend\n")
   prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0, ())

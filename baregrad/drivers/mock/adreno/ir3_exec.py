@@ -476,9 +476,15 @@ def _alu2(fn, t_of=None):
 
 
 def _ty(ins: Instr) -> str:
+  """The width an untyped-size ALU op (add.u, shr.b, ...) computes at: 16 bits when its registers are half, but 32
+  when a source is a full register even if the destination is half: ir3_cf.c folds a following 32->16 bit move into
+  the op (is_safe_conv: full->half without type conversion), so `shr.b hr, r, 16` is the 32-bit shift's low half
+  (a byte of a 32-bit word, as ir3 extracts them after a vector ldl)."""
   t = ins.types[0] if ins.types else "u32"
   base = {"f": "f", "u": "u", "s": "s", "b": "u"}[t[0]]
-  return base + ("16" if _dst_half(ins) or any(s.kind == "h" for s in ins.srcs) else "32") if len(t) == 1 else t
+  if len(t) != 1: return t
+  if any(s.kind == "r" for s in ins.srcs): return base + "32"
+  return base + ("16" if _dst_half(ins) or any(s.kind == "h" for s in ins.srcs) else "32")
 
 
 def _fmax(a, b): return np.where(np.isnan(a), b, np.where(np.isnan(b), a, np.maximum(a, b)))   # IEEE maxNum
