@@ -61,22 +61,24 @@ def hcq_device(request) -> HCQDevice:
 
 def _cpu_lib(request) -> bytes: return request.getfixturevalue("cpu_object")
 
-# device base name -> function(request) returning the binary with the kernels fill, inc, slow_fill
+# device base name -> function(request) returning the binary with the kernels fill, inc, slow_fill (or a dict of them)
 # (same names and argument order on every device: buffers, then int64 values). The mock NV adds its own.
 KERNEL_PROVIDERS = {"CPU": _cpu_lib}
 def _nv_lib(request) -> bytes:   # PTX, run by the mock GPU (MOCKGPU=1)
   return importlib.import_module("tests.drivers.nv.test_nv_mock").NV_KERNELS_PTX.encode()
 def _amd_lib(request) -> bytes:  # LLVM IR -> code object
   return importlib.import_module("tests.drivers.amd.test_amd_mock").amd_kernels(request.getfixturevalue("hcq_device").target.name)
-KERNEL_PROVIDERS["NV"], KERNEL_PROVIDERS["AMD"] = _nv_lib, _amd_lib
+def _qcom_lib(request) -> dict[str, bytes]:   # NIR -> ir3, one program per kernel, run by the mock Adreno
+  return importlib.import_module("tests.drivers.qcom.hcq_kernels").qcom_hcq_kernels(request.getfixturevalue("hcq_device").gpu_id)
+KERNEL_PROVIDERS["NV"], KERNEL_PROVIDERS["AMD"], KERNEL_PROVIDERS["QCOM"] = _nv_lib, _amd_lib, _qcom_lib
 
 @pytest.fixture
 def kernel(hcq_device, request):
   """kernel(name) -> a Program for the device under test."""
   provider = KERNEL_PROVIDERS.get(hcq_device.device.split(":")[0])
   if provider is None: pytest.skip(f"no test kernels for {hcq_device.device} yet (add one to KERNEL_PROVIDERS)")
-  lib = provider(request)
-  return lambda name: hcq_device.runtime(hcq_device, name, lib)
+  lib = provider(request)   # one binary with every kernel, or name -> binary where a binary holds one (ir3)
+  return lambda name: hcq_device.runtime(hcq_device, name, lib[name] if isinstance(lib, dict) else lib)
 
 def i32(buf: Buffer) -> list[int]: return np.frombuffer(buf.as_memoryview(), np.int32).tolist()
 

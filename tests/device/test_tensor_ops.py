@@ -192,6 +192,12 @@ PROMO = [
   ("bool", 2.5), ("uint8", -1), ("int32", "float64"),
 ]
 
+NO_FP64 = "the device has no float64 (QCOM: Adreno's shader core has no double-precision ALU, Mesa's ir3 exposes no fp64)"
+
+def no_fp64() -> bool:
+  """The device under test has no float64 (NO_FP64): the float64 cases of a test are left out there."""
+  return not Device[Device.DEFAULT].supports_dtype(dtypes.float64)
+
 def _mk(spec, seed):
   if not isinstance(spec, str): return spec, spec
   a = rnd((2, 3), spec, 1, 5, seed=seed)
@@ -201,6 +207,7 @@ def _mk(spec, seed):
 def test_type_promotion(op):
   for l, r in PROMO:
     if op == "sub" and "bool" in (l, r) or op == "sub" and isinstance(l, bool) or op == "sub" and isinstance(r, bool): continue
+    if "float64" in (l, r) and no_fp64(): continue
     (bl, tl), (br, tr) = _mk(l, 1), _mk(r, 2)
     if op == "comparison": f = lambda x, y: x < y
     else: f = {"add": lambda x, y: x + y, "mul": lambda x, y: x * y, "sub": lambda x, y: x - y, "truediv": lambda x, y: x / y}[op]
@@ -253,6 +260,7 @@ CASTS = [("float32", "int32"), ("float32", "int64"), ("float32", "bool"), ("floa
 
 @pytest.mark.parametrize("src,dst", CASTS)
 def test_cast(src, dst):
+  if "float64" in (src, dst) and no_fp64(): pytest.skip(NO_FP64)
   lo = 0 if src.startswith("u") or dst.startswith("u") else -300
   a = rnd((3, 5), src, lo, 255 if dst == "uint8" else 300, seed=1)  # out-of-range float -> int casts are undefined
   if src.startswith("float"): a[0, :3] = [0.0, -0.7, 0.7] if lo else [0.0, 0.3, 0.7]
@@ -260,9 +268,10 @@ def test_cast(src, dst):
 
 def test_cast_shorthands_and_grad():
   a = rnd((3, 5), seed=1)
-  for m in ("float", "half", "int", "bool", "long", "double"): check(lambda x: getattr(x, m)(), a, grad=False, rtol=1e-3)
+  for m in ("float", "half", "int", "bool", "long") + (() if no_fp64() else ("double",)):
+    check(lambda x: getattr(x, m)(), a, grad=False, rtol=1e-3)
   check(lambda x: x.half().float() * 2, a, rtol=1e-3, atol=1e-3)
-  check(lambda x: x.double() * 2, a)
+  if not no_fp64(): check(lambda x: x.double() * 2, a)
 
 @pytest.mark.parametrize("src,dst", [("float32", "int32"), ("int32", "float32"), ("float16", "int16"), ("uint8", "int8"), ("int32", "uint32")])
 def test_bitcast(src, dst):
@@ -623,6 +632,7 @@ def test_from_python_and_numpy():
   for data in ([1, 2, 3], [[1.5, 2.0]], [True, False], 3, 2.5, True, [[1, 2], [3, 4]]):
     assert_same(Tensor(data), torch.tensor(data), what=repr(data))
   for dt in ("float16", "float64", "int8", "uint8", "int16", "int64", "uint32", "bool"):
+    if dt == "float64" and no_fp64(): continue
     a = rnd((2, 3), dt, 0, 5)
     assert_same(Tensor(a), torch.tensor(a), what=dt)
   assert_same(Tensor([1, 2], dtype=dtypes.float16), torch.tensor([1, 2], dtype=torch.float16))
@@ -698,8 +708,11 @@ def test_a_draw_builds_a_small_graph_and_a_seed_keeps_its_stream():
   Tensor.manual_seed(42)
   np.testing.assert_array_equal(Tensor.rand(1000).numpy()[:4].view(np.uint32), [0x3e80af72, 0x3eea4334, 0x3df13320, 0x3ea447fa])
   # (randn and uniform compute their values in the draw's kernel now: the same values as before)
-  # (log and cos round in the last bit as each device's own functions do: equal to a few ulp)
-  np.testing.assert_allclose(Tensor.randn(7, 5).numpy()[0, :3], np.array([0xc00d0e34, 0xc01f9c26, 0xbd8c8798], np.uint32).view(np.float32), rtol=1e-6)
+  # (log and cos round in the last bit as each device's own functions do: equal to a few ulp; cos is 1 - 2 sin^2(x/2),
+  # so its error is a few ulp of 1, absolute: the third value, cos near 0, is off by 7e-8 on Adreno, whose compiler
+  # reduces sin's argument once more, by fract(x / 2pi), before its SFU)
+  np.testing.assert_allclose(Tensor.randn(7, 5).numpy()[0, :3], np.array([0xc00d0e34, 0xc01f9c26, 0xbd8c8798], np.uint32).view(np.float32),
+                             rtol=1e-6, atol=3e-7)
   np.testing.assert_array_equal(Tensor.randint(0, 100, (33,)).numpy()[:6], [98, 79, 23, 62, 70, 16])
   Tensor.manual_seed(7)
   np.testing.assert_array_equal(Tensor.uniform(1000, low=-2.0, high=3.5).numpy()[:3].view(np.uint32), [0x403ae9e0, 0x3fbd2866, 0xbeefda4c])
@@ -844,6 +857,9 @@ def test_engine_view_past_int32_indexing():
   if Device.DEFAULT.startswith("AMD") and __import__("os").environ.get("MOCKGPU"):
     pytest.skip("1.6e9 adds take the RDNA3 interpreter over 10 minutes; the AMD renderer's int64 index math is the "
                 "LLVM renderer's (tests/device/test_index64.py)")
+  if Device.DEFAULT.startswith("QCOM") and __import__("os").environ.get("MOCKGPU"):
+    pytest.skip("1.6e9 adds take the mock Adreno's ir3 executor minutes; the NIR renderer's int64 math (lowered to 32-bit "
+                "pairs by NIR) is checked against NumPy in tests/drivers/qcom/test_ir3_exec.py")
   n = 40000
   x = Tensor.full((n,), 1, dtype=dtypes.int32).pad((n - 1, 0))
   np.testing.assert_array_equal(_windows(x, n).sum(-1).numpy()[:5], np.arange(1, 6))

@@ -20,8 +20,11 @@ Semantics (ir/alu.py) and how they are kept where NIR leaves them open:
 - float -> int casts saturate and NaN gives 0: clamped in float first, NaN selected to 0;
 - MAX on floats propagates NaN (a + b where either is NaN);
 - comparisons: flt/feq ordered, fneu unordered;
-- bool is a 1-bit NIR boolean in registers and a byte (0/1) in memory.
-Precision: EXP2/LOG2/SIN/SQRT/RECIP are ir3's SFU instructions (approximations, as PTX's .approx forms).
+- bool is a 1-bit NIR boolean in registers and a byte (0/1) in memory;
+- bfloat16 is its bits (16-bit): its arithmetic and casts are float32 through cpu_float_matcher, an accumulator is
+  widened and rounded back at each step (bf2f / f2bf).
+Precision: EXP2/LOG2/SIN/SQRT/RECIP are ir3's SFU instructions (approximations, as PTX's .approx forms); SIN's argument
+is first reduced to [-pi, pi] by 2*pi in three steps (reduce_2pi), as the PTX renderer does.
 """
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ import functools
 import struct
 from typing import Any
 
-from baregrad.ir.dtype import DType, PtrDType, dtypes
+from baregrad.ir.dtype import DType, PtrDType, dtypes, float_to_bf16
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.renderer import mesa as M
@@ -40,7 +43,7 @@ from baregrad.codegen.renderer.ptx import param_layout, param_name
 
 NIR_HEADER = "nir-ir3"
 SUPPORTED = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
-             dtypes.uint64, dtypes.float16, dtypes.float32)
+             dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32)
 
 
 def _bits(d: DType) -> int: return 1 if d.scalar == dtypes.bool else 8 * d.scalar.itemsize
@@ -205,7 +208,8 @@ class _Body:
     for u in uops:
       d = u.dtype
       if u.op is Ops.CONST:
-        self.r[u] = nb.const(_bits(d), u.arg if dtypes.is_float(d) else int(u.arg), dtypes.is_float(d))
+        if d.scalar == dtypes.bfloat16: self.r[u] = nb.const(16, float_to_bf16(u.arg))   # bfloat16 values are their bits
+        else: self.r[u] = nb.const(_bits(d), u.arg if dtypes.is_float(d) else int(u.arg), dtypes.is_float(d))
       elif u.op is Ops.DEFINE_GLOBAL:
         self.r[u] = ("global", self.param(8 * u.arg, 8))
       elif u.op is Ops.DEFINE_VAR:
@@ -260,6 +264,8 @@ class _Body:
           new = nb.alu("ffma", self.val(val.src[0]), self.val(val.src[1]), acc)
         elif d.scalar == dtypes.float16:   # accumulate in float32, round after each step
           new = nb.alu("f2f16_rtne", self.binop(u.arg[0], dtypes.float32, nb.alu("f2f32", acc), nb.alu("f2f32", self.val(val))))
+        elif d.scalar == dtypes.bfloat16:   # the same, through the bits (NIR has no bfloat16 arithmetic here)
+          new = self.f2bf(self.binop(u.arg[0], dtypes.float32, self.bf2f(acc), self.bf2f(self.val(val))))
         else: new = self.binop(u.arg[0], d, acc, self.val(val))
         nb.store_reg(reg, new)
         self.regs[u] = (reg, bits)
@@ -306,7 +312,13 @@ class _Body:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
     v = self.val(u.src[1])
-    if el == dtypes.bool: v = nb.alu("b2i8", v)
+    if el == dtypes.bool:
+      # the byte is made from the bool widened to 32 bits, not with b2i8: ir3 keeps bools in half registers, and its
+      # conversion folding (ir3_cf.c) takes a 16->8 conversion for a half->full one, so a bool that is stored and is
+      # also a 32-bit select's condition compiled to `mov.u8u8 hr, r` and failed ir3_validate (Mesa 25.2). The shift
+      # pair (a no-op on 0/1) keeps NIR from folding u2u8(b2i32(b)) back into b2i8(b).
+      w = nb.alu("ushr", nb.alu("ishl", nb.alu("b2i32", v), nb.const(32, 1)), nb.const(32, 1))
+      v = nb.alu("u2u8", w)
     nif = nb.L.nir_push_if(nb.bp, mask) if mask is not None else None
     if kind == "global": nb.intrinsic("store_global", [v, addr], 1, write_mask=1, access=0, align_mul=el.itemsize, align_offset=0)
     else: nb.intrinsic("store_shared", [v, addr], 1, base=0, write_mask=1, align_mul=el.itemsize, align_offset=0)
@@ -364,8 +376,33 @@ class _Body:
       return nb.alu("ffma", s[0], s[1], s[2]) if f else nb.alu("iadd", nb.alu("imul", s[0], s[1]), s[2])
     if op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC):
       if not f: raise RenderError(f"{op.name} on {d}: only floats reach the NIR renderer")
+      if op is Ops.SIN and _bits(d) == 32: return nb.alu("fsin", self.reduce_2pi(s[0]))
       return nb.alu({Ops.EXP2: "fexp2", Ops.LOG2: "flog2", Ops.SIN: "fsin", Ops.SQRT: "fsqrt", Ops.TRUNC: "ftrunc"}[op], s[0])
     raise RenderError(f"NIR renderer: cannot render {op} for {d}")
+
+  def bf2f(self, v: int) -> int:
+    """bfloat16 bits (16-bit) -> float32: the bits moved to the top half."""
+    return self.nb.alu("ishl", self.nb.alu("u2u32", v), self.nb.const(32, 16))
+
+  def f2bf(self, f: int) -> int:
+    """float32 -> bfloat16 bits, rounded to nearest even; a NaN stays a (quiet) NaN (codegen/rewrites.py _to_bf16)."""
+    nb = self.nb
+    c = lambda v: nb.const(32, v)  # noqa: E731
+    rounded = nb.alu("ushr", nb.alu("iadd", nb.alu("iadd", f, c(0x7FFF)), nb.alu("iand", nb.alu("ushr", f, c(16)), c(1))), c(16))
+    nan = nb.alu("ior", nb.alu("ushr", f, c(16)), c(0x40))
+    return nb.alu("u2u16", nb.alu("bcsel", nb.alu("fneu", f, f), nan, rounded))
+
+  def reduce_2pi(self, x: int) -> int:
+    """x - 2*pi*round(x / (2*pi)), in [-pi, pi] (Cody-Waite: 2*pi split in three float32 parts, the first with few
+    enough bits that k * part is exact for |k| < 2^15). ir3 lowers fsin to its SFU as sin(2*pi*fract(x/(2*pi) + 0.5) - pi)
+    (the code it emits), and x/(2*pi) in float32 throws away the low bits of a large x: sin(1e4) was off by 7e-4.
+    Inf and NaN give NaN, as on the CPU; past |x| ~ 1e5 the reduction itself loses digits."""
+    nb = self.nb
+    c = lambda bits: nb.const(32, struct.unpack("<f", struct.pack("<I", bits))[0], True)  # noqa: E731
+    nk = nb.alu("fneg", nb.alu("fround_even", nb.alu("fmul", x, c(0x3E22F983))))   # -round(x / (2*pi))
+    r = nb.alu("ffma", nk, c(0x40C90000), x)
+    r = nb.alu("ffma", nk, c(0x3AFDAA22), r)
+    return nb.alu("ffma", nk, c(0x2D34611A), r)
 
   def cast(self, fr: DType, to: DType, v: int) -> int:
     nb = self.nb

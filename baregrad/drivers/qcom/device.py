@@ -14,10 +14,12 @@ the timestamp and the last kernel submitted; the device then creates a new conte
 from __future__ import annotations
 
 import ctypes
+import errno
 import time
 from typing import Any, Hashable, Sequence
 
-from baregrad.hal import DeviceUnavailable
+from baregrad.hal import DeviceUnavailable, OutOfMemory
+from baregrad.drivers.port import IoctlError
 from baregrad.hcq.device import HCQAllocator, HCQBuffer, HCQDevice, HCQProgram
 from baregrad.hcq.queue import HCQArgsState, HWQueue
 from baregrad.drivers.qcom import pm4
@@ -72,13 +74,20 @@ class QCOMProgram(HCQProgram):
     except Exception: pass
 
 
+def _check32(what: str, value: int) -> None:
+  # CP_WAIT_REG_MEM compares, and CACHE_FLUSH_TS writes, one 32-bit dword (adreno_pm4.xml)
+  if not 0 <= value < 1 << 32: raise ValueError(f"{what} value {value}: the CP compares and writes 32-bit values (0 .. 2^32-1)")
+
+
 class QCOMComputeQueue(HWQueue):
   """PM4 for the HCQ commands; submitted as one IB on the device's context."""
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
+    _check32("wait", value)
     w = pm4.CommandStream().wait_reg_mem(addr, value, "WRITE_GE").words   # [hdr, cntl, addr lo, addr hi, ref, mask, delay]
     return w, {"addr": (2, 2), "value": (4, 1)}
 
   def _enc_signal(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
+    _check32("signal", value)
     w = pm4.CommandStream().event_write_ts(addr, value).words             # [hdr, event, addr lo, addr hi, value]
     return w, {"addr": (2, 2), "value": (4, 1)}
 
@@ -107,7 +116,18 @@ class QCOMComputeQueue(HWQueue):
   def _enc_copy(self, dest: int, src: int, nbytes: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     if (dest | src | nbytes) & 3: raise ValueError(f"QCOM queue copy {src:#x} -> {dest:#x} of {nbytes} bytes: CP_MEMCPY moves whole aligned dwords")
     w = pm4.CommandStream().wait_for_idle().memcpy(dest, src, nbytes // 4).words   # [idle, hdr, n, src lo, hi, dst lo, hi]
-    return w, {"src": (3, 2), "dest": (5, 2)}
+    return w, {"src": (3, 2), "dest": (5, 2), "nbytes": (2, 1)}
+
+  # a copy's nbytes is stored as CP_MEMCPY's dword count
+  def _put(self, i: int, name: str, value: int) -> None:
+    if name == "nbytes" and self.cmds[i].kind == "copy":
+      if value <= 0 or value & 3: raise ValueError(f"nbytes={value}: CP_MEMCPY moves a positive number of whole dwords")
+      value //= 4
+    super()._put(i, name, value)
+
+  def field(self, i: int, name: str) -> int:
+    v = super().field(i, name)
+    return 4 * v if name == "nbytes" and self.cmds[i].kind == "copy" else v
 
   def _enc_memory_barrier(self) -> tuple[list[int], dict[str, tuple[int, int]]]:
     return pm4.CommandStream().wait_for_idle().words, {}
@@ -116,9 +136,13 @@ class QCOMComputeQueue(HWQueue):
 
 
 class QCOMAllocator(HCQAllocator):
-  """KGSL GPU objects; the host copies through their mappings (after the device has finished with them)."""
+  """KGSL GPU objects. Copies in of whole dwords are queued (staging buffer, CP_MEMCPY); others, and copies out, go
+  through the objects' mappings after the device has finished with them."""
   def _alloc(self, size: int, options: Hashable | None) -> HCQBuffer:
-    o = self.dev.kgsl.alloc(max(size, 1))
+    try: o = self.dev.kgsl.alloc(max(size, 1))
+    except IoctlError as e:
+      if e.err != errno.ENOMEM: raise
+      raise OutOfMemory(self.dev.device, size, self.mem_used, "KGSL returned ENOMEM for GPUOBJ_ALLOC") from None
     return HCQBuffer(o.gpuaddr, size, o.cpu, meta=o)
 
   def _free(self, opaque: HCQBuffer, size: int, options: Hashable | None) -> None:
@@ -126,7 +150,10 @@ class QCOMAllocator(HCQAllocator):
     self.dev.kgsl.free(opaque.meta)
 
   def _copyin(self, dest: HCQBuffer, src: memoryview) -> None:
-    self.dev.synchronize()   # nothing in flight reads or writes dest while the host overwrites it
+    # whole dwords go through the staging buffers and a CP_MEMCPY queued behind the work already submitted (no wait,
+    # as on NV and AMD: a copy per new tensor used to wait for the GPU to go idle)
+    if not (dest.va_addr | src.nbytes) & 3: return super()._copyin(dest, src)
+    self.dev.synchronize()   # other sizes: nothing in flight reads or writes dest while the host overwrites it
     assert dest.cpu_addr is not None
     ctypes.memmove(dest.cpu_addr, (ctypes.c_char * src.nbytes).from_buffer_copy(src), src.nbytes)
 
@@ -162,7 +189,7 @@ class QCOMDevice(HCQDevice):
       from baregrad.codegen.renderer.nir import NIRRenderer
       renderer, compiler = NIRRenderer(self.gpu_id), IR3Compiler(self.gpu_id)
     except ImportError as e: raise DeviceUnavailable(f"{device}: {e}") from None
-    self.supported_dtypes = renderer.supported_dtypes   # no float64 on Adreno; bfloat16 not rendered yet
+    self.supported_dtypes = renderer.supported_dtypes   # no float64 on Adreno (no double-precision ALU)
     super().__init__(device, None, renderer, compiler, QCOMProgram, QCOMComputeQueue, None, kernargs_size=4 << 20, signal_pool_size=16 << 10)
     self.allocator = QCOMAllocator(self)
 

@@ -114,6 +114,13 @@ class RandomOps:
     if high is None: low, high = 0, low
     shape = (size,) if isinstance(size, int) else tuple(size)
     from baregrad.tensor.tensor import Tensor
+    span = high - low
+    if 0 < span < 1 << 39 and prod(shape) > 0:
+      # floor(u * span) for the draw's u = k / 2^24 (k: the top 24 bits, as rand()), in integers: exact, the same
+      # numbers as the float64 product gives wherever that is exact, and no float64 (Adreno has none)
+      def finish(bits: Tensor) -> Tensor:
+        return ((((bits >> 8).cast(dtypes.int64) * span) >> 24).reshape(shape) + low).cast(dtype).contiguous()
+      return Tensor._random(prod(shape), device, finish, ("randint", shape, low, high, dtype))
     r = (Tensor.rand(*shape, device=device, dtype=dtypes.float64) * (high - low)).floor().cast(dtypes.int64) + low
     return r.cast(dtype).contiguous().realize()
   def rand_like(self) -> Tensor:

@@ -13,7 +13,7 @@ pytest.importorskip("tinymesa")
 from baregrad.ir.dtype import dtypes  # noqa: E402
 from baregrad.ir.ops import Ops  # noqa: E402
 from baregrad.ir.view import ShapeTracker  # noqa: E402
-from baregrad.codegen.astbuild import load, store, reduce, sink  # noqa: E402
+from baregrad.codegen.astbuild import const, load, store, reduce, sink  # noqa: E402
 from baregrad.codegen.kernel import Opt, OptOps  # noqa: E402
 from baregrad.codegen.program import get_program  # noqa: E402
 from baregrad.codegen.renderer.nir import NIRRenderer  # noqa: E402
@@ -84,6 +84,39 @@ def test_float_binary(name, fn, ref):
 def test_float_unary(name, op, ref, a):
   o = elementwise(lambda x: x.alu(op), f32, a)
   np.testing.assert_allclose(o, ref(a), rtol=1e-5, atol=1e-6)
+
+
+def test_sin_of_large_arguments_is_reduced_first():
+  # ir3 reduces sin's argument by fract(x / 2pi) in float32 (1e4 -> off by 7e-4); the renderer reduces by 2pi first
+  a = np.concatenate([RNG.uniform(-1e4, 1e4, 60), [1e4, -1e4, 200.0, 3.0, 0.0, np.inf, np.nan]]).astype(np.float32)
+  with np.errstate(invalid="ignore"): want = np.sin(a.astype(np.float64))
+  np.testing.assert_allclose(elementwise(lambda x: x.alu(Ops.SIN), f32, a), want, rtol=0, atol=2e-6, equal_nan=True)
+
+
+def _bf16(a: np.ndarray) -> np.ndarray:
+  """float32 -> bfloat16 bits (uint16), round to nearest even."""
+  u = a.astype(np.float32).view(np.uint32).astype(np.uint64)
+  return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _f32(b: np.ndarray) -> np.ndarray: return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def test_bfloat16_arithmetic_and_reductions():
+  # bfloat16 is its bits: arithmetic in float32 rounded after each op, a max and a sum over bfloat16 accumulators
+  bf = dtypes.bfloat16
+  a, b = _bf16(RNG.standard_normal(64) * 4), _bf16(RNG.standard_normal(64))
+  got = elementwise(lambda x, y: x * y + const(bf, 1.5), bf, a.view(np.int16), b.view(np.int16)).view(np.uint16)
+  np.testing.assert_array_equal(got, _bf16(_f32(_bf16(_f32(a) * _f32(b))) + np.float32(1.5)))
+  x = _bf16(RNG.standard_normal((4, 16)))
+  for op in (Ops.MAX, Ops.ADD):
+    (o,) = run_ast(sink(store(0, (4, 1), reduce(load(1, bf, (4, 16)), op, (1,)))), [np.zeros(4, np.uint16)], [x.ravel()], [])   # one loop, in order
+    want = np.zeros(4, np.uint16)
+    for r in range(4):
+      acc = _bf16(np.array([-np.inf if op is Ops.MAX else 0.0]))[0]
+      for v in x[r]: acc = _bf16(np.array([max(_f32(acc), _f32(v)) if op is Ops.MAX else _f32(acc) + _f32(v)]))[0]
+      want[r] = acc
+    np.testing.assert_array_equal(o, want, err_msg=str(op))
 
 
 def test_float_neg_and_casts():
@@ -170,6 +203,39 @@ def test_8bit_values_sign_and_zero_extension():
   np.testing.assert_array_equal(elementwise(lambda x: -x, dtypes.int8, s8), -s8)
 
 
+def test_half_consts_are_the_low_bits_of_their_own_slot():
+  # ir3 puts a 16-bit operand's immediate in a 32-bit const slot of its own and reads it as hcN.c (max.s hr, hr, hc1.y):
+  # an int8 clamp and a half-float add with constants, against NumPy
+  s8 = np.array([-128, -5, -1, 0, 5, 6, 7, 127], np.int8)
+  clamp = lambda x: -(-x.alu(Ops.MAX, const(dtypes.int8, -1))).alu(Ops.MAX, const(dtypes.int8, -6))   # min(max(x, -1), 6)
+  np.testing.assert_array_equal(elementwise(clamp, dtypes.int8, s8), np.clip(s8, -1, 6))
+  h = np.array([0.5, -1.25, 3.0, 100.0, -0.0, 2.5], np.float16)
+  got = elementwise(lambda x: x * const(dtypes.float16, 1.5) + const(dtypes.float16, -0.75), dtypes.float16, h)
+  np.testing.assert_array_equal(got, h * np.float16(1.5) + np.float16(-0.75))
+
+
+def test_sign_of_nan_is_zero():
+  # NIR turns (0 < x) - (x < 0) into fsign, which ir3 runs as sign.f: NaN must give 0 as the comparisons do
+  a = np.array([0.0, -0.0, np.nan, -np.nan, 1e-30, -1e-30, np.inf, -np.inf, 3.0], np.float32)
+  got = elementwise(lambda x: (const(f32, 0.0) < x).cast(f32) - (x < const(f32, 0.0)).cast(f32), f32, a)
+  assert "sign.f" in SEEN, sorted(SEEN)
+  np.testing.assert_array_equal(got, (a > 0).astype(np.float32) - (a < 0).astype(np.float32))
+
+
+def test_a_stored_bool_that_is_also_a_select_condition():
+  # a bool made by an ALU op (and.b in a half register) that is both stored as a byte and a 32-bit select's
+  # condition: Mesa's ir3_cf folded both conversions of it as half->full and failed validation (the renderer widens
+  # the stored byte through 32 bits instead); compiled and run against NumPy
+  n = len(FA)
+  x, y = load(2, f32, (n,)), load(3, f32, (n,))
+  cond = (x < y).alu(Ops.AND, x.ne(x).alu(Ops.CMPNE, const(dtypes.bool, True)))
+  ast = sink(store(0, (n,), cond), store(1, (n,), cond.where(x, const(f32, 1.0))))
+  ob, of = run_ast(ast, [np.zeros(n, np.bool_), np.zeros(n, np.float32)], [FA, FB])
+  with np.errstate(invalid="ignore"): want = (FA < FB) & ~np.isnan(FA)
+  np.testing.assert_array_equal(ob, want)
+  np.testing.assert_array_equal(of, np.where(want, FA, np.float32(1.0)))
+
+
 def matmul(M_, K, N, opts):
   sa = ShapeTracker.from_shape((M_, K)).reshape((M_, 1, K)).expand((M_, N, K))
   sb = ShapeTracker.from_shape((K, N)).permute((1, 0)).reshape((1, N, K)).expand((M_, N, K))
@@ -187,6 +253,26 @@ def test_workgroup_reduce_with_shared_memory_and_barrier():
   x = RNG.standard_normal(1024).astype(np.float32)
   (o,) = run_ast(sink(store(0, (1,), reduce(load(1, f32, (1024,)), Ops.ADD, (0,)))), [np.zeros(1, np.float32)], [x], [Opt(OptOps.GROUP, 0, 128)])
   np.testing.assert_allclose(o[0], x.sum(dtype=np.float64), rtol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [8192, 200], ids=["one_batch", "split"])
+def test_workgroups_in_a_batch_have_their_own_local_memory_and_barriers(batch, monkeypatch):
+  # 13 workgroups of 32 threads, each reducing its row through local memory: run together (one batch) or split over
+  # batches of 200 lanes (6 groups per batch, then the rest), every row must be its own sum
+  from baregrad.drivers.mock.adreno import ir3_exec
+  monkeypatch.setattr(ir3_exec, "LANES_PER_BATCH", batch)
+  x = RNG.standard_normal((13, 256)).astype(np.float32)
+  (o,) = run_ast(sink(store(0, (13, 1), reduce(load(1, f32, (13, 256)), Ops.ADD, (1,)))), [np.zeros(13, np.float32)], [x.ravel()],
+                 [Opt(OptOps.PARALLEL, 0, 0), Opt(OptOps.GROUP, 1, 32)])
+  np.testing.assert_allclose(o, x.sum(1, dtype=np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_barrier_skipped_by_some_lanes_of_one_workgroup_is_refused():
+  # lanes of workgroup 1 with local id 0 branch past the barrier: refused naming the count; workgroup 0 alone is fine
+  text = ("cmps.u.eq p0.x, r0.x, 0\ncmps.u.eq p0.y, r48.x, 1\nbraa p0.x, p0.y, #l4\nbar\nend\n")
+  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 4 * 48, 0, (4, 1, 1), False, 0, ())
+  Executor(GpuMemory()).run(prg, (1,), b"", program=parse(text))
+  with pytest.raises(Ir3Error, match="barrier reached by 3 of 4 live lanes"): Executor(GpuMemory()).run(prg, (2,), b"", program=parse(text))
 
 
 def test_max_reduce_and_padded_load():
@@ -223,6 +309,18 @@ def test_unknown_instruction_refused_by_name():
   prog = parse("foo.u r0.x, r0.y, r0.z\nend\n")
   prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0, ())
   with pytest.raises(Ir3Error, match="'foo' is not modelled"): Executor(GpuMemory()).run(prg, (1,), b"", program=prog)
+
+
+def test_half_result_of_a_full_source_is_the_32_bit_op_low_half():
+  # `shr.b hr, r, 16`: ir3 folds the 32->16 bit move after a shift into it (how it takes the bytes of a 32-bit word
+  # after a vector ldl); the shift is 32-bit, its low half written (a Q8_0 matmul read zeros for bytes 2 and 3)
+  prog = parse("mov.u32u32 r0.x, 305419896\nmov.u32u32 r1.x, 4096\nmov.u32u32 r1.y, 0\nshr.b hr8.x, r0.x, 16\n"
+               "shr.b hr8.y, r0.x, 24\nstg.u16 g[r1.x], hr8.x, 1\nstg.u16 g[r1.x+2], hr8.y, 1\nend\n")
+  prg = Ir3Program(630, b"\0" * 16, 0, -1, 1, 0, 0, 1, 0, 0, (), 0xFC, 0xFC, (1, 1, 1), False, 0, ())
+  mem, out = GpuMemory(), bytearray(16)
+  mem.map(4096, out)
+  Executor(mem).run(prg, (1,), b"", program=prog)
+  assert struct.unpack_from("<2H", out) == (0x1234, 0x12)
 
 
 def test_unmapped_store_is_a_page_fault():

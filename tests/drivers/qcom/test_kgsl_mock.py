@@ -127,3 +127,13 @@ def test_one_submission_of_dependent_ibs(dev):
   b = _put_ib(ib2, CommandStream().wait_reg_mem(g + 512, 1).memcpy(g + 128, g + 64, 4).words)
   dev.wait(ctx, dev.submit(ctx, [a, b]), 1000)
   assert struct.unpack_from("<4I", bytes(data.view()[128:144])) == (1, 2, 3, 4)
+
+
+def test_allocation_past_system_memory_is_enomem_and_freeing_gives_it_back():
+  d = KGSL(MockPort(MockKGSL(sysmem=64 << 10)))
+  a = d.alloc(40 << 10)
+  with pytest.raises(IoctlError) as e: d.alloc(40 << 10)
+  assert e.value.err == errno.ENOMEM
+  d.free(a)
+  d.free(d.alloc(40 << 10))
+  d.close()

@@ -5,20 +5,24 @@ disasm_a3xx), and each line is parsed here into an instruction: sync flags, repe
 operands. Only forms listed in EXEC are accepted; anything else is refused by name (an unmodelled instruction is an
 error, never a silent no-op).
 
-Execution model: one workgroup at a time, all its threads as NumPy lanes, each lane with its own program counter. The
+Execution model: the workgroups of a dispatch run in batches (up to LANES_PER_BATCH lanes), every lane of a batch a
+NumPy lane with its own program counter, so each instruction is one set of NumPy operations over all of them. The
 lanes at the lowest PC run the instruction there together (min-PC reconvergence: a divergent branch runs one side,
 then the other, and the lanes meet again where the paths join), so branches and divergence need no stack. `bar` is
-where every live lane of the workgroup must meet (checked). Registers: the full file r0.x-r63.w as uint32 per lane;
-with a6xx's merged register file a half register hrN.c is 16 bits of the full file (hr index h = bits 16*(h%2) of full
-component h//2: Mesa ir3_ra.c, "merged" registers), the predicate registers p0.x-w, the const file cN.c (uint32).
+where every live lane of a workgroup must meet (checked per workgroup). Each workgroup has its own local memory.
+Registers: the full file r0.x-r63.w as uint32 rows (one per component, across lanes); with a6xx's merged register
+file a half register hrN.c is 16 bits of the full file (hr index h = bits 16*(h%2) of full component h//2: Mesa
+ir3_ra.c, "merged" registers), the predicate registers p0.x-w, the const file cN.c (uint32). Programs are decoded
+once per distinct code (a cache keyed by the words and the chip).
 
 Hazards (the sync flags a6xx leaves to the compiler, ir3_legalize.c): a result of a (sy)-class instruction (global
 memory loads) or of an (ss)-class one (SFU functions, local memory loads) is not there until an instruction carrying
 (sy) / (ss) waits for it. Reading such a register before that wait is reported as an Ir3Hazard (run(strict=True) raises
-it), with the instruction, its PC and the register.
+it), with the instruction, its PC and the register. The scoreboard is kept per workgroup, as if each ran alone.
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +78,10 @@ class Instr:
   ss: bool = False
   rpt: int = 0
   extra: list[str] = field(default_factory=list)
+  form: str = ""                      # op.types, as the coverage tests name it
+  fn: Any = None                      # its semantics (EXEC[op]); None: not modelled
+  label: int = 0                      # a branch's target PC
+  conds: list[Opnd] = field(default_factory=list)   # a branch's predicate operands
 
 
 _COMP = {"x": 0, "y": 1, "z": 2, "w": 3}
@@ -158,7 +166,18 @@ def _parse_line(raw: str, out: list[Instr]) -> None:
       half = lambda o: Opnd("h", o.idx, o.imm, o.off, o.neg, o.absv, o.rel, o.not_, o.base) if o.kind == "r" else o  # noqa: E731
       if ins.dst is not None: ins.dst = half(ins.dst)
       ins.srcs = [half(o) for o in ins.srcs]
+    ins.form, ins.fn = ".".join([ins.op, *ins.types]), EXEC.get(ins.op)
+    if ins.op in ("br", "jump", "brao", "braa"):
+      labels = [o for o in ins.srcs if o.kind == "label"]
+      if not labels: raise Ir3Error("a branch without a target")
+      ins.label, ins.conds = int(labels[0].imm), [o for o in ins.srcs if o.kind == "p"]
     out.append(ins)
+
+
+@functools.lru_cache(maxsize=1024)
+def _decode(code: bytes, gpu_id: int) -> list[Instr]:
+  from baregrad.drivers.qcom.ir3_disasm import disassemble
+  return parse(disassemble(list(np.frombuffer(code, np.uint32).tolist()), gpu_id))
 
 
 def _split_operands(s: str) -> list[str]:
@@ -181,15 +200,25 @@ _NP = {"f32": np.float32, "f16": np.float16, "u32": np.uint32, "s32": np.int32, 
 
 
 class Wave:
-  """The register state of one workgroup's lanes."""
-  def __init__(self, lanes: int, consts: np.ndarray) -> None:
-    self.n = lanes
-    self.r = np.zeros((lanes, 4 * NREGS), np.uint32)
-    self.p = np.zeros((lanes, 4), bool)
+  """The register state of a batch of workgroups run together: `n` lanes, lane i in workgroup grp[i] of `groups`.
+  Registers are stored one row per register component (r[idx] is that component across all lanes), so an instruction
+  reads and writes whole rows."""
+  def __init__(self, lanes: int, consts: np.ndarray, groups: int = 1, grp: np.ndarray | None = None) -> None:
+    self.n, self.groups = lanes, groups
+    self.grp = grp if grp is not None else np.zeros(lanes, np.int64)
+    self.r = np.zeros((4 * NREGS, lanes), np.uint32)
+    self.p = np.zeros((4, lanes), bool)
     self.c = consts
-    self.pending: dict[tuple[str, int], str] = {}   # (kind, idx) -> "sy"/"ss" of a result not yet waited for
+    # (kind, idx) -> (the sync flag "sy"/"ss", the workgroups whose result is not yet waited for). Hazards are tracked
+    # per workgroup (a wave's scoreboard), as when each workgroup ran alone.
+    self.pending: dict[tuple[str, int], tuple[str, np.ndarray]] = {}
 
-  def h(self) -> np.ndarray: return self.r.view(np.uint16)
+  def half(self, idx: int) -> np.ndarray:
+    """hrN.c (idx = 4N + c) across lanes: a view of 16 bits of full component idx // 2 (merged register file)."""
+    return self.r[idx >> 1].view(np.uint16)[idx & 1::2]
+
+
+LANES_PER_BATCH = 8192   # workgroups run together up to this many lanes: one NumPy op per instruction for all of them
 
 
 class Executor:
@@ -198,6 +227,8 @@ class Executor:
     self.mem, self.gpu_id = mem, gpu_id
     self.hazards: list[Ir3Hazard] = []
     self.executed: set[str] = set()   # the instruction forms run (op.types), for tests that every form is covered
+    self._en = np.ones(1, bool)       # the lanes the current instruction runs for
+    self._gen: np.ndarray | None = None   # their workgroups (computed when a hazard check needs them)
 
   def run(self, prg: Any, global_size: tuple[int, ...], params: bytes, strict: bool = True, max_steps: int = 10_000_000,
           program: list[Instr] | None = None) -> None:
@@ -212,107 +243,155 @@ class Executor:
     if program is None: program = self.decode(prg.words())
     self.run_state(program, consts, tuple(prg.local_size), global_size, prg.wgid_regid, prg.lid_regid, prg.shared_size, strict, max_steps)
 
-  def decode(self, words: list[int]) -> list[Instr]:
-    """The program in `words` decoded through Mesa's disassembler for this chip."""
-    from baregrad.drivers.qcom.ir3_disasm import disassemble
-    return parse(disassemble(words, self.gpu_id))
+  def decode(self, words: list[int] | np.ndarray) -> list[Instr]:
+    """The program in `words` decoded through Mesa's disassembler for this chip (decoded once per distinct program;
+    the list returned is shared: do not alter it)."""
+    return _decode(np.asarray(words, np.uint32).tobytes(), self.gpu_id)
 
   def run_state(self, prog: list[Instr], consts: np.ndarray, local_size: tuple[int, ...], global_size: tuple[int, ...], wgid_regid: int,
                 lid_regid: int, shared_bytes: int, strict: bool = True, max_steps: int = 10_000_000) -> None:
     """Run decoded instructions as the hardware state says: const file `consts` (dwords), workgroup shape, the
-    registers the workgroup id and local id arrive in (0xfc: none), the workgroup's local memory bytes."""
+    registers the workgroup id and local id arrive in (0xfc: none), the workgroup's local memory bytes. Workgroups
+    are independent (their own local memory, barriers and sync scoreboard), so they run in batches of lanes."""
     lx, ly, lz = tuple(local_size) + (1,) * (3 - len(local_size))
     lanes = lx * ly * lz
     gs = tuple(global_size) + (1,) * (3 - len(global_size))
-    lid = np.stack(np.meshgrid(np.arange(lx), np.arange(ly), np.arange(lz), indexing="ij"), -1).transpose(2, 1, 0, 3).reshape(-1, 3)
-    for gz in range(gs[2]):
-      for gy in range(gs[1]):
-        for gx in range(gs[0]):
-          w = Wave(lanes, consts)
-          if lid_regid != 0xFC: w.r[:, lid_regid:lid_regid + 3] = lid.astype(np.uint32)
-          if wgid_regid != 0xFC: w.r[:, wgid_regid:wgid_regid + 3] = np.array([gx, gy, gz], np.uint32)
-          self._run_group(prog, w, strict, max_steps, shared_bytes)
+    lid = np.stack(np.meshgrid(np.arange(lx), np.arange(ly), np.arange(lz), indexing="ij"), -1).transpose(2, 1, 0, 3).reshape(-1, 3).astype(np.uint32)
+    wgids = np.stack(np.meshgrid(np.arange(gs[0]), np.arange(gs[1]), np.arange(gs[2]), indexing="ij"), -1).transpose(2, 1, 0, 3).reshape(-1, 3)
+    per = max(1, LANES_PER_BATCH // max(lanes, 1))
+    for b in range(0, len(wgids), per):
+      ids = wgids[b:b + per].astype(np.uint32)
+      g = len(ids)
+      w = Wave(lanes * g, consts, g, np.repeat(np.arange(g), lanes))
+      if lid_regid != 0xFC: w.r[lid_regid:lid_regid + 3] = np.tile(lid, (g, 1)).T
+      if wgid_regid != 0xFC: w.r[wgid_regid:wgid_regid + 3] = np.repeat(ids, lanes, axis=0).T
+      self._run_group(prog, w, strict, max_steps, shared_bytes)
 
   def _run_group(self, prog: list[Instr], w: Wave, strict: bool, max_steps: int, shared_size: int) -> None:
-    pc = np.zeros(w.n, np.int64)
-    live = np.ones(w.n, bool)
-    pred_block = np.zeros(w.n, bool)   # inside predt/predf .. prede: lanes whose predicate failed skip
-    pred_ok = np.ones(w.n, bool)
-    self.local = np.zeros(max(shared_size, 16), np.uint8)
-    steps = 0
-    while live.any():
+    n = w.n
+    pc = np.zeros(n, np.int64)
+    live = np.ones(n, bool)
+    pred_block = np.zeros(n, bool)   # inside predt/predf .. prede: lanes whose predicate failed skip
+    pred_ok = np.ones(n, bool)
+    in_pred = False
+    self.local = np.zeros((w.groups, max(shared_size, 16)), np.uint8)   # each workgroup's local memory
+    uniform, cur = True, 0   # uniform: every live lane is at pc `cur` (pc[] is not kept up to date meanwhile)
+    steps, nprog = 0, len(prog)
+    executed = self.executed
+    while True:
       steps += 1
-      if steps > max_steps: raise Ir3Error(f"program did not end after {max_steps} instructions (pc {int(pc[live].min())})")
-      at = int(pc[live].min())
-      if at >= len(prog): raise Ir3Error(f"lanes ran past the end of the program (pc {at}, {len(prog)} instructions) without `end`")
-      active = live & (pc == at)
+      if uniform:
+        at, active = cur, live
+      else:
+        at = int(np.where(live, pc, np.iinfo(np.int64).max).min())
+        active = live & (pc == at)
+        if np.count_nonzero(active) == np.count_nonzero(live): uniform, cur = True, at   # the lanes met again
+      if steps > max_steps: raise Ir3Error(f"program did not end after {max_steps} instructions (pc {at})")
+      if at >= nprog: raise Ir3Error(f"lanes ran past the end of the program (pc {at}, {nprog} instructions) without `end`")
       ins = prog[at]
-      self.executed.add(".".join([ins.op, *ins.types]))
-      if ins.sy: w.pending = {k: v for k, v in w.pending.items() if v != "sy"}
-      if ins.ss: w.pending = {k: v for k, v in w.pending.items() if v != "ss"}
+      executed.add(ins.form)
+      self._en, self._gen = active, None
+      if w.pending and (ins.sy or ins.ss): self._sync(w, ins, active)
       op = ins.op
+      nxt = at + 1
       if op == "end":
-        live &= ~active; continue
+        if uniform: break
+        live = live & ~active
+        if not live.any(): break
+        continue
       if op in ("br", "jump", "brao", "braa"):
-        tgt = next(s for s in ins.srcs if s.kind == "label").imm
-        conds = [s for s in ins.srcs if s.kind == "p"]
-        take = active.copy()
-        if conds:   # br: one predicate; brao / braa: the OR / AND of two (each may be negated)
+        tgt = ins.label
+        take = active
+        if ins.conds:   # br: one predicate; brao / braa: the OR / AND of two (each may be negated)
           vs = []
-          for c in conds:
+          for c in ins.conds:
             self._check(w, ins, c)
-            v = w.p[:, c.idx % 4]
+            v = w.p[c.idx % 4]
             vs.append(~v if c.not_ else v)
           cv = vs[0] | vs[1] if op == "brao" else vs[0] & vs[1] if op == "braa" else vs[0]
           take = active & cv
-        pc[take] = tgt
-        pc[active & ~take] = at + 1
+        ntake, nact = np.count_nonzero(take), np.count_nonzero(active)
+        if uniform and ntake in (0, nact): cur = tgt if ntake else nxt   # all live lanes go the same way
+        else:
+          if uniform: pc[live] = cur; uniform = False
+          pc[take] = tgt
+          pc[active & ~take] = nxt
         continue
       if op == "bar":
-        if (live & ~active).any(): raise Ir3Error(f"pc {at} `{ins.text}`: barrier reached by {int(active.sum())} of {int(live.sum())} live lanes")
-        pc[active] = at + 1; continue
-      if op in ("predt", "predf"):
-        pred_block[active] = True
-        pred_ok[active] = w.p[active, 0] if op == "predt" else ~w.p[active, 0]
-        pc[active] = at + 1; continue
-      if op == "prede":
-        pred_block[active] = False; pred_ok[active] = True
-        pc[active] = at + 1; continue
-      en = active & (~pred_block | pred_ok)
-      if en.any() and op not in ("nop", "fence"):
-        for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
-          if o.kind == "c" and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
-            raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
-        for k in range(ins.rpt + 1): self._exec(ins, w, en, k, strict)
-      pc[active] = at + 1
+        # every live lane of a workgroup that reached the barrier must be here (lanes of other workgroups may not be)
+        waiting = np.zeros(w.groups, bool)
+        waiting[w.grp[active]] = True
+        missing = live & ~active & waiting[w.grp]
+        if missing.any():
+          g = int(w.grp[np.argmax(missing)])
+          raise Ir3Error(f"pc {at} `{ins.text}`: barrier reached by {int((active & (w.grp == g)).sum())} of {int((live & (w.grp == g)).sum())} live lanes")
+      elif op in ("predt", "predf"):
+        pred_block = pred_block | active
+        pred_ok = np.where(active, w.p[0] if op == "predt" else ~w.p[0], pred_ok)
+        in_pred = True
+      elif op == "prede":
+        pred_block = pred_block & ~active; pred_ok = pred_ok | active
+        in_pred = bool(pred_block.any())
+      else:
+        en = active & (~pred_block | pred_ok) if in_pred else active
+        self._en = en
+        if op not in ("nop", "fence") and (not in_pred or en.any()):
+          for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
+            if o.kind in ("c", "hc") and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
+              raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
+          fn = ins.fn
+          if fn is None: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: instruction {ins.op!r} is not modelled by the mock ir3 executor")
+          for k in range(ins.rpt + 1): fn(self, ins, w, en, k)
+      if uniform: cur = nxt
+      else: pc[active] = nxt
     if strict and self.hazards: raise Ir3Error("; ".join(str(h) for h in self.hazards[:5]))
 
-  # ---- operands
+  # ---- the sync scoreboard (per workgroup)
+  def _groups(self, w: Wave) -> np.ndarray:
+    """The workgroups of the lanes the current instruction runs for."""
+    if self._gen is None:
+      g = np.zeros(w.groups, bool)
+      g[w.grp[self._en]] = True
+      self._gen = g
+    return self._gen
+
+  def _sync(self, w: Wave, ins: Instr, active: np.ndarray) -> None:
+    """(sy) / (ss) on `ins`: the wave waits for its outstanding results of that class (all of them: the flag is
+    the wave's, so lanes of those workgroups not at this instruction get theirs too)."""
+    waiting = np.zeros(w.groups, bool)
+    waiting[w.grp[active]] = True
+    for key, (need, gm) in list(w.pending.items()):
+      if (need == "sy" and ins.sy) or (need == "ss" and ins.ss):
+        left = gm & ~waiting
+        if left.any(): w.pending[key] = (need, left)
+        else: del w.pending[key]
+
   def _check(self, w: Wave, ins: Instr, o: Opnd, k: int = 0) -> None:
-    if o.kind in ("r", "h", "p"):
-      idx = o.idx + (k if o.rel else 0)
-      key = ("r", idx) if o.kind == "r" else ("h", idx) if o.kind == "h" else ("p", idx)
-      if (need := w.pending.get(key)) is not None:
-        self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name(o.kind, idx), need))
-      if o.kind == "h" and (need := w.pending.get(("r", idx // 2))) is not None:
-        self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name(o.kind, idx), need))
-      if o.kind == "r":
-        for hk in (("h", 2 * idx), ("h", 2 * idx + 1)):
-          if (need := w.pending.get(hk)) is not None: self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name("r", idx), need))
+    if not w.pending or o.kind not in ("r", "h", "p"): return
+    idx = o.idx + (k if o.rel else 0)
+    keys = [(o.kind, idx)]
+    if o.kind == "h": keys.append(("r", idx // 2))
+    if o.kind == "r": keys += [("h", 2 * idx), ("h", 2 * idx + 1)]
+    for key in keys:
+      if (e := w.pending.get(key)) is not None and (e[1] & self._groups(w)).any():
+        self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name(o.kind, idx), e[0]))
 
   def _src_bits(self, w: Wave, ins: Instr, o: Opnd, k: int, half: bool) -> np.ndarray:
     """An operand's raw bits per lane: uint32 (full) or uint16 (half)."""
     self._check(w, ins, o, k)
     idx = o.idx + (k if o.rel else 0)
-    if o.kind == "r": return w.r[:, idx].copy()
-    if o.kind == "h": return w.h()[:, idx].copy()
+    if o.kind == "r": return w.r[idx].copy()
+    if o.kind == "h": return w.half(idx).copy()
     if o.kind == "c":
       v = np.full(w.n, w.c[idx], np.uint32)
       return (v & 0xFFFF).astype(np.uint16) if half else v
-    if o.kind == "hc":   # a half const: 16 bits of the const file, as hrN is of the full registers (merged)
-      v16 = np.full(w.n, w.c.view(np.uint16)[idx], np.uint16)
+    if o.kind == "hc":
+      # a half const hcN.c is the low 16 bits of the 32-bit slot cN.c: the const file is not merged as the registers
+      # are (Mesa ir3_cp.c lower_immed puts a half source's immediate in a 32-bit slot of its own and names it with the
+      # same register number; e.g. a clamp of int8 to -1 reads hc1.y where ir3 put 0xffff in c1.y)
+      v16 = np.full(w.n, w.c[idx] & 0xFFFF, np.uint16)
       return v16 if half else v16.astype(np.uint32)
-    if o.kind == "p": return w.p[:, idx % 4].astype(np.uint16 if half else np.uint32)
+    if o.kind == "p": return w.p[idx % 4].astype(np.uint16 if half else np.uint32)
     if o.kind == "i":
       return np.full(w.n, o.imm & (0xFFFF if half else 0xFFFFFFFF), np.uint16 if half else np.uint32)
     if o.kind == "f":
@@ -336,21 +415,25 @@ class Executor:
     assert o is not None
     idx = o.idx + k
     if o.kind == "r":
-      w.r[en, idx] = _bits32(v)[en]
-      w.pending.pop(("r", idx), None); w.pending.pop(("h", 2 * idx), None); w.pending.pop(("h", 2 * idx + 1), None)
+      np.copyto(w.r[idx], _bits32(v), where=en)
+      keys: tuple[tuple[str, int], ...] = (("r", idx), ("h", 2 * idx), ("h", 2 * idx + 1))
     elif o.kind == "h":
-      w.h()[en, idx] = _bits16(v)[en]
-      w.pending.pop(("h", idx), None)
+      np.copyto(w.half(idx), _bits16(v), where=en)
+      keys = (("h", idx),)
     elif o.kind == "p":
-      w.p[en, idx % 4] = (np.asarray(v) != 0)[en]
-      w.pending.pop(("p", idx), None)
+      np.copyto(w.p[idx % 4], np.asarray(v) != 0, where=en)
+      keys = (("p", idx),)
     else: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: cannot write a {o.kind} operand")
-    if sync is not None: w.pending[("r" if o.kind == "r" else o.kind, idx)] = sync
-
-  def _exec(self, ins: Instr, w: Wave, en: np.ndarray, k: int, strict: bool) -> None:
-    fn = EXEC.get(ins.op)
-    if fn is None: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: instruction {ins.op!r} is not modelled by the mock ir3 executor")
-    fn(self, ins, w, en, k)
+    if w.pending:   # a result written again is no longer outstanding (for the workgroups written)
+      for key in keys:
+        if (e := w.pending.get(key)) is not None:
+          left = e[1] & ~self._groups(w)
+          if left.any(): w.pending[key] = (e[0], left)
+          else: del w.pending[key]
+    if sync is not None:
+      key = ("r" if o.kind == "r" else o.kind, idx)
+      prev = w.pending.get(key)
+      w.pending[key] = (sync, self._groups(w) | prev[1] if prev is not None else self._groups(w).copy())
 
   # memory
   def _addr(self, w: Wave, ins: Instr, o: Opnd, k: int) -> np.ndarray:
@@ -393,9 +476,15 @@ def _alu2(fn, t_of=None):
 
 
 def _ty(ins: Instr) -> str:
+  """The width an untyped-size ALU op (add.u, shr.b, ...) computes at: 16 bits when its registers are half, but 32
+  when a source is a full register even if the destination is half: ir3_cf.c folds a following 32->16 bit move into
+  the op (is_safe_conv: full->half without type conversion), so `shr.b hr, r, 16` is the 32-bit shift's low half
+  (a byte of a 32-bit word, as ir3 extracts them after a vector ldl)."""
   t = ins.types[0] if ins.types else "u32"
   base = {"f": "f", "u": "u", "s": "s", "b": "u"}[t[0]]
-  return base + ("16" if _dst_half(ins) or any(s.kind == "h" for s in ins.srcs) else "32") if len(t) == 1 else t
+  if len(t) != 1: return t
+  if any(s.kind == "r" for s in ins.srcs): return base + "32"
+  return base + ("16" if _dst_half(ins) or any(s.kind == "h" for s in ins.srcs) else "32")
 
 
 def _fmax(a, b): return np.where(np.isnan(a), b, np.where(np.isnan(b), a, np.maximum(a, b)))   # IEEE maxNum
@@ -511,6 +600,13 @@ def _clz(v: np.ndarray) -> np.ndarray:
   return out
 
 
+def _fsign(a: np.ndarray) -> np.ndarray:
+  """sign.f: what ir3 emits for NIR's fsign, whose contract (nir_opcodes.py fsign) is 1/-1 by the sign, a zero kept as
+  it is, and for NaN not NaN (0.0 preferred, as OpenCL requires; NIR rewrites b2f(0 < a) - b2f(a < 0) to fsign, which
+  is only right with 0)."""
+  return np.where(np.isnan(a), a.dtype.type(0), np.where(a == 0, a, np.sign(a)))
+
+
 def _triop(kind):
   def run(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     # shrg/shlg/andg (cat3 bitwise triops, a6xx with has_bitwise_triops): printed `op dst, b, a, c` for the NIR
@@ -548,15 +644,12 @@ def _ldg(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   size = int(t[1:]) // 8
   n = ins.srcs[1].imm if len(ins.srcs) > 1 else 1
   addr = ex._addr(w, ins, ins.srcs[0], k)
+  lanes = np.flatnonzero(en)
   for c in range(int(n)):
     vals = np.zeros(w.n, np.uint32)
-    lanes = np.nonzero(en)[0]
-    if (view := _one_mapping(ex.mem, addr[lanes] + np.uint64(c * size), size)) is not None:   # all lanes in one object: gather
-      buf, off = view
-      raw = buf[off[:, None] + np.arange(size)].astype(np.uint32)
-      v = sum(raw[:, j] << np.uint32(8 * j) for j in range(size))
-      if t[0] == "s" and size < 4: v = ((v.astype(np.int64) ^ (1 << (8 * size - 1))) - (1 << (8 * size - 1))).astype(np.uint32)
-      vals[lanes] = v
+    at = addr[lanes] + np.uint64(c * size)
+    if (view := _one_mapping(ex.mem, at, size)) is not None:   # all lanes in one object: gather
+      vals[lanes] = _gather(*view, size, t[0] == "s")
     else:
       for lane in lanes:
         raw_b = ex.mem.read(int(addr[lane]) + c * size, size)
@@ -565,18 +658,33 @@ def _ldg(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     ex._write(w, sub, en, k, vals if ins.dst.kind == "r" else (vals & 0xFFFF).astype(np.uint16), sync="sy")
 
 
+def _gather(buf: np.ndarray, off: np.ndarray, size: int, signed: bool) -> np.ndarray:
+  """`size`-byte little-endian values at byte offsets `off` of `buf`, as uint32 (sign-extended when `signed`)."""
+  if size in (1, 2, 4) and not (off % size).any():   # aligned: one typed gather
+    v = buf[:len(buf) // size * size].view(np.dtype(f"<{'i' if signed else 'u'}{size}"))[off // size]
+    return v.astype(np.int32).view(np.uint32) if signed else v.astype(np.uint32)
+  raw = buf[off[:, None] + np.arange(size)].astype(np.uint32)
+  v = sum(raw[:, j] << np.uint32(8 * j) for j in range(size))
+  if signed and size < 4: v = ((v.astype(np.int64) ^ (1 << (8 * size - 1))) - (1 << (8 * size - 1))).astype(np.uint32)
+  return v
+
+
 def _stg(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   t = ins.types[0]
   size = int(t[1:]) // 8
   dst, val = ins.srcs[0], ins.srcs[1]
   n = ins.srcs[2].imm if len(ins.srcs) > 2 else 1
   addr = ex._addr(w, ins, dst, k)
+  lanes = np.flatnonzero(en)
   for c in range(int(n)):
     v = ex._src_bits(w, ins, Opnd(val.kind, val.idx + c), k, val.kind == "h").astype(np.uint64)
-    lanes = np.nonzero(en)[0]
     if (view := _one_mapping(ex.mem, addr[lanes] + np.uint64(c * size), size)) is not None:   # scatter, lanes in order (last wins)
       buf, off = view
-      for j in range(size): buf[off + j] = ((v[lanes] >> np.uint64(8 * j)) & np.uint64(0xFF)).astype(np.uint8)
+      vl = v[lanes]
+      if size in (1, 2, 4) and not (off % size).any():
+        buf[:len(buf) // size * size].view(np.dtype(f"<u{size}"))[off // size] = (vl & np.uint64((1 << (8 * size)) - 1)).astype(f"<u{size}")
+      else:
+        for j in range(size): buf[off + j] = ((vl >> np.uint64(8 * j)) & np.uint64(0xFF)).astype(np.uint8)
     else:
       for lane in lanes:
         ex.mem.write(int(addr[lane]) + c * size, int(v[lane] & ((1 << (8 * size)) - 1)).to_bytes(size, "little"))
@@ -597,15 +705,25 @@ def _laddr(ex: Executor, w: Wave, ins: Instr, o: Opnd, k: int) -> np.ndarray:
   return base + o.off
 
 
+def _local_lanes(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, a: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """The running lanes, their workgroups and their byte offsets in local memory; an access past the workgroup's local
+  memory (SP_CS_UNKNOWN_A9B1.SHARED_SIZE, sp.py) faults."""
+  lanes = np.flatnonzero(en)
+  al = a[lanes]
+  if ((al < 0) | (al + size > ex.local.shape[1])).any():
+    raise Ir3Error(f"pc {ins.pc} `{ins.text}`: local memory access outside the {ex.local.shape[1]} bytes")
+  return lanes, w.grp[lanes], al
+
+
 def _ldl(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   size = int(ins.types[0][1:]) // 8
   n = int(ins.srcs[1].imm) if len(ins.srcs) > 1 else 1
   addr = _laddr(ex, w, ins, ins.srcs[0], k)
   for c in range(n):
-    a = addr + c * size
-    if ((a < 0) | (a + size > len(ex.local)))[en].any(): raise Ir3Error(f"pc {ins.pc} `{ins.text}`: local memory access outside the {len(ex.local)} bytes")
+    lanes, g, a = _local_lanes(ex, ins, w, en, addr + c * size, size)
+    raw = ex.local[g[:, None], a[:, None] + np.arange(size)].astype(np.uint32)
     vals = np.zeros(w.n, np.uint32)
-    for lane in np.nonzero(en)[0]: vals[lane] = int.from_bytes(ex.local[a[lane]:a[lane] + size].tobytes(), "little")
+    vals[lanes] = sum(raw[:, j] << np.uint32(8 * j) for j in range(size))
     sub = Instr(ins.pc, ins.text, ins.op, ins.types, Opnd(ins.dst.kind, ins.dst.idx + c), [])
     ex._write(w, sub, en, k, vals, sync="ss")
 
@@ -616,10 +734,9 @@ def _stl(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   n = int(ins.srcs[2].imm) if len(ins.srcs) > 2 else 1
   addr = _laddr(ex, w, ins, dst, k)
   for c in range(n):
-    a = addr + c * size
-    if ((a < 0) | (a + size > len(ex.local)))[en].any(): raise Ir3Error(f"pc {ins.pc} `{ins.text}`: local memory access outside the {len(ex.local)} bytes")
-    v = ex._src_bits(w, ins, Opnd(val.kind, val.idx + c), k, val.kind == "h")
-    for lane in np.nonzero(en)[0]: ex.local[a[lane]:a[lane] + size] = np.frombuffer(int(v[lane]).to_bytes(4, "little")[:size], np.uint8)
+    lanes, g, a = _local_lanes(ex, ins, w, en, addr + c * size, size)
+    v = ex._src_bits(w, ins, Opnd(val.kind, val.idx + c), k, val.kind == "h").astype(np.uint32)[lanes]
+    for j in range(size): ex.local[g, a + j] = ((v >> np.uint32(8 * j)) & np.uint32(0xFF)).astype(np.uint8)   # lanes in order (last wins)
 
 
 EXEC: dict[str, Any] = {
@@ -635,7 +752,7 @@ EXEC: dict[str, Any] = {
   "rcp": _sfu(lambda a: 1 / a), "sqrt": _sfu(np.sqrt), "rsq": _sfu(lambda a: 1 / np.sqrt(a)), "exp2": _sfu(np.exp2),
   "log2": _sfu(np.log2), "sin": _sfu(np.sin), "cos": _sfu(np.cos),
   "not": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, ~ex._src(w, ins, ins.srcs[0], k, _ty(ins))),
-  "absneg": _absneg, "sign": _unary_f(np.sign),
+  "absneg": _absneg, "sign": _unary_f(_fsign),
   "clz": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, _clz(ex._src(w, ins, ins.srcs[0], k, "u32"))),
   "floor": _unary_f(np.floor), "ceil": _unary_f(np.ceil), "trunc": _unary_f(np.trunc), "rndne": _unary_f(np.rint),
   "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl,

@@ -30,10 +30,12 @@ class _Ctx:
 
 
 class MockKGSL:
-  """One Adreno behind KGSL. `chip_id` is what DEVICE_INFO reports (default an a630, patch 1)."""
+  """One Adreno behind KGSL. `chip_id` is what DEVICE_INFO reports (default an a630, patch 1); `sysmem` the system
+  memory its objects' pages come from (an Adreno has no memory of its own)."""
 
-  def __init__(self, chip_id: int = 0x06030001, gmem_bytes: int = 1 << 20) -> None:
+  def __init__(self, chip_id: int = 0x06030001, gmem_bytes: int = 1 << 20, sysmem: int = 8 << 30) -> None:
     self.chip_id, self.gmem_bytes = chip_id, gmem_bytes
+    self.sysmem, self.sysmem_used = sysmem, 0
     self.fds: set[int] = set()
     self.objs: dict[int, MemFD] = {}
     self.ctxs: dict[int, _Ctx] = {}
@@ -94,7 +96,12 @@ class MockKGSL:
   def _alloc(self, argp: int) -> int:
     p = kgsl.struct_kgsl_gpuobj_alloc.from_address(argp)
     if p.size == 0: return -errno.EINVAL  # kgsl.c gpumem_alloc_vm_entry/kgsl_allocate_user: a zero size is -EINVAL
-    obj = MemFD(rup(p.size, PAGE), "gpuobj")
+    # kgsl_sharedmem.c kgsl_sharedmem_page_alloc_user: an object's pages are allocated from system memory when it is
+    # made; pages that cannot be had are -ENOMEM
+    size = rup(p.size, PAGE)
+    if self.sysmem_used + size > self.sysmem: return -errno.ENOMEM
+    obj = MemFD(size, "gpuobj")
+    self.sysmem_used += size
     obj.gpu = self._map(obj)
     oid, self.next_id = self.next_id, self.next_id + 1
     self.objs[oid] = obj
@@ -113,6 +120,7 @@ class MockKGSL:
     obj = self.objs.pop(p.id, None)
     if obj is None: return -errno.EINVAL  # kgsl.c kgsl_ioctl_gpuobj_free: no entry with that id -> -EINVAL
     self.mem.unmap(obj.gpu)
+    self.sysmem_used -= obj.size
     obj.release()
     return 0
 

@@ -31,7 +31,8 @@ def _highest(prog: list[Instr], kind: str) -> tuple[int, str]:
   for ins in prog:
     for o in ([ins.dst] if ins.dst is not None else []) + ins.srcs:
       for x in (o, o.base):
-        if x is not None and x.kind == kind and not (kind == "r" and x.idx >= 4 * 48):   # r48+ are sysval/special regs
+        # r48+ are sysval/special regs; a half const hcN.c is in the slot of cN.c (ir3_exec.py), so it counts as cN
+        if x is not None and (x.kind == kind or (kind == "c" and x.kind == "hc")) and not (kind == "r" and x.idx >= 4 * 48):
           r = (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4
           if r > hi: hi, where = r, f"pc {ins.pc} `{ins.text}`"
   return hi, where
@@ -42,6 +43,16 @@ class ShaderProcessor:
   def __init__(self, executor: Executor) -> None:
     self.ex = executor
     self.launches = 0
+    self._programs: dict[bytes, tuple[list[Instr], tuple[int, str], tuple[int, str], tuple[int, str]]] = {}
+
+  def _decoded(self, words: np.ndarray) -> tuple[list[Instr], tuple[int, str], tuple[int, str], tuple[int, str]]:
+    """The program decoded and the highest full, half and const registers it names (worked out once per program)."""
+    key = words.tobytes()
+    if (got := self._programs.get(key)) is None:
+      prog = self.ex.decode(words)
+      if len(self._programs) >= 1024: self._programs.clear()
+      got = self._programs[key] = (prog, _highest(prog, "r"), _highest(prog, "h"), _highest(prog, "c"))
+    return got
 
   def __call__(self, cp: CP, grid: tuple[int, int, int]) -> None:
     # a6xx.xml SP_CS_CONFIG.ENABLED / HLSQ_CS_CNTL.ENABLED: a disabled CS stage runs nothing (turnip sets both)
@@ -56,13 +67,12 @@ class ShaderProcessor:
       # tu6_emit_cs_config: the state load and SP_CS_OBJ_START name the same code, SP_CS_INSTRLEN units of it
       if addr != obj: raise CPError(f"CP_EXEC_CS: shader loaded from {addr:#x} but SP_CS_OBJ_START is {obj:#x}")
       if units != instrlen: raise CPError(f"CP_EXEC_CS: ST6_SHADER load of {units} units but SP_CS_INSTRLEN is {instrlen}")
-      words = list(np.frombuffer(cp.mem.read(addr, units * INSTR_UNIT), np.uint32))
-    else: words = list(code)
-    prog = self.ex.decode([int(w) for w in words])
+      words = np.frombuffer(cp.mem.read(addr, units * INSTR_UNIT), np.uint32)
+    else: words = np.asarray(code, np.uint32)
+    prog, (hf, wf), (hh, wh), (hc, _) = self._decoded(words)
     # ir3_shader.h: the variant's footprint must fit what SP_CS_CTRL_REG0 grants (registers past it are not there)
     full, half = _get(cp, "SP_CS_CTRL_REG0", "FULLREGFOOTPRINT"), _get(cp, "SP_CS_CTRL_REG0", "HALFREGFOOTPRINT")
     merged = _get(cp, "SP_CS_CTRL_REG0", "MERGEDREGS")
-    (hf, wf), (hh, wh) = _highest(prog, "r"), _highest(prog, "h")
     need_full, need_half = hf + 1, hh + 1
     if merged and (need_half + 1) // 2 > need_full: need_full, wf = (need_half + 1) // 2, wh   # merged file: hrN lives in r(N/2)
     if need_full > full:
@@ -70,7 +80,7 @@ class ShaderProcessor:
     if not merged and need_half > half: raise CPError(f"CP_EXEC_CS: the shader uses {need_half} half registers, HALFREGFOOTPRINT grants {half}")
     # HLSQ_CS_CNTL.CONSTLEN: const vec4s the shader may read; the loaded constants must cover them
     constlen = _get(cp, "HLSQ_CS_CNTL", "CONSTLEN")
-    need_c = _highest(prog, "c")[0] + 1
+    need_c = hc + 1
     if need_c > constlen: raise CPError(f"CP_EXEC_CS: the shader reads c{need_c - 1}, HLSQ_CS_CNTL.CONSTLEN is {constlen} vec4s")
     consts = np.zeros(4 * constlen, np.uint32)
     for (block, stype, dst), data in cp.state.items():
