@@ -10,7 +10,7 @@ from baregrad.engine.realize import run_schedule, capturing
 from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
 from baregrad.hal import Device, profile
-from baregrad import helpers
+from baregrad import helpers, knobs
 
 # A computed node keeps the node that reads its buffer (RESHAPE(BUFFER)) in its `_realized` slot, for as long as the
 # node lives: dead graphs free their buffers. Nodes are graphs over buffer versions, so a hit is the same expression
@@ -210,7 +210,8 @@ def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[
     ab = _abstract(srcs)
   elif ab is None: srcs = _substitute_all(uops)   # (not cacheable: the walk may have stopped before a computed node)
   else: srcs = uops
-  key = (ab[0], device) if ab is not None else None
+  # (the knobs that change how a graph is cut into kernels are part of the key)
+  key = (ab[0], device, knobs.get("FUSE_NORMS"), knobs.get("FUSE_NORMS_MAX_ROW")) if ab is not None else None
   if key is not None and (tmpl := _sched_cache.get(key)) is not None:
     tmpl[4][0] = True
     if single_ok and tmpl[3] is not None and not capturing: return None, srcs, (tmpl, ab[2], ab[3])   # (a jit capture records items)
