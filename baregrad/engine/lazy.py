@@ -203,6 +203,11 @@ def _schedule(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[Sched
   if not profile.ON: return _schedule_srcs(uops, device, single_ok)   # (an idle span costs ~0.4 us of an eager op)
   with profile.span("schedule", device=device): return _schedule_srcs(uops, device, single_ok)
 
+def cache_key(structure: Any, device: str) -> tuple:
+  """The schedule cache's key of a graph's structure (_abstract) on a device: with the knobs that change how a graph
+  is cut into kernels."""
+  return (structure, device, knobs.get("FUSE_NORMS"), knobs.get("FUSE_NORMS_MAX_ROW"))
+
 def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
   ab = _abstract(uops, True)
   if ab is _SUBSTITUTE:   # computed values in the graph: read their buffers instead
@@ -210,8 +215,7 @@ def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[
     ab = _abstract(srcs)
   elif ab is None: srcs = _substitute_all(uops)   # (not cacheable: the walk may have stopped before a computed node)
   else: srcs = uops
-  # (the knobs that change how a graph is cut into kernels are part of the key)
-  key = (ab[0], device, knobs.get("FUSE_NORMS"), knobs.get("FUSE_NORMS_MAX_ROW")) if ab is not None else None
+  key = cache_key(ab[0], device) if ab is not None else None
   if key is not None and (tmpl := _sched_cache.get(key)) is not None:
     tmpl[4][0] = True
     if single_ok and tmpl[3] is not None and not capturing: return None, srcs, (tmpl, ab[2], ab[3])   # (a jit capture records items)
