@@ -19,7 +19,7 @@ from baregrad import knobs
 from baregrad.ir.view import ShapeTracker, View
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.kernel import verify_ast, KernelError
-from baregrad.codegen.gridreduce import split_reduce
+from baregrad.codegen.gridreduce import split_reduce, spreads
 from baregrad.codegen.pack import pack_operand
 from baregrad.codegen.rowstream import row_stream
 from baregrad.hal import Device
@@ -234,10 +234,11 @@ def _per_row_view(st: ShapeTracker, oshape: tuple) -> bool:
   if v.mask is not None or v.offset != 0 or any(o != 1 and n != o for n, o in zip(v.shape, oshape)): return False
   return v == View.contiguous(oshape).expand(v.shape)
 
-def _row_fusion(r: UOp) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _row_fusion(r: UOp, dev: str | None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
   """(input shape, reduced axes) of reduction r where its consumers may compute it in their own kernel, per row
   (FUSE_NORMS): its reduced axes the innermost ones of its input (size-1 axes aside: the row is contiguous in the
-  input's order) and its row at most FUSE_NORMS_MAX_ROW elements; else None."""
+  input's order), its row at most FUSE_NORMS_MAX_ROW elements, and not so long, with rows so few, that device `dev`
+  spreads it over its compute units on its own (codegen/gridreduce.py); else None."""
   if r.op is not Ops.REDUCE_AXIS or not knobs.get("FUSE_NORMS"): return None
   ishape, axes = shape_of(r.src[0]), tuple(sorted(r.arg[1]))
   if not axes or not all(isinstance(s, int) for s in ishape): return None   # (symbolic sizes: not fused)
@@ -245,6 +246,9 @@ def _row_fusion(r: UOp) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
   for a in axes: row *= ishape[a]
   if row <= 1 or row > knobs.get("FUSE_NORMS_MAX_ROW"): return None
   if any(ishape[d] != 1 and d not in axes for d in range(axes[0], len(ishape))): return None
+  try: ren = Device[dev].renderer if dev is not None else None
+  except Exception: ren = None   # (a device that cannot open here)
+  if ren is not None and spreads(ishape, axes, ren): return None
   return ishape, axes
 
 def _fused_kernel(realized: dict[UOp, BufRef], ref: BufRef, val: UOp, st: ShapeTracker, u: UOp,
@@ -283,14 +287,15 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
       if tgt.op is not Ops.BUFFER: raise ValueError("ASSIGN target must be a realized buffer")
   # a node already backed by a buffer needs no kernel
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
+  devices = _devices(nodes)
   for u in nodes:
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
     # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
     # (unless row fusion may compute it per row in its consumers' kernels: _row_fusion)
-    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS and _row_fusion(u.src[0]) is None: must.add(u.src[0])
+    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS and \
+       _row_fusion(u.src[0], devices.get(u) or default_device) is None: must.add(u.src[0])
   _cut_deep_chains(nodes, must)
   _cut_shared_values(nodes, must)
-  devices = _devices(nodes)
   # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
   # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
   after_write: set[UOp] = set()
@@ -333,7 +338,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         try: lowered = kb.lower(val, st, False, root=val is u)
         except _NeedRealize as e:
           # a reduction broadcast back over its rows: one kernel computing it per row, where that works (else as before)
-          if (fuse := _row_fusion(e.u)) is None or (fk := _fused_kernel(realized, ref, val, st, u, fuse)) is None: raise
+          if (fuse := _row_fusion(e.u, dev)) is None or (fk := _fused_kernel(realized, ref, val, st, u, fuse)) is None: raise
           kb, lowered = fk
           n_app, unfused = len(fuse[1]), e
           st, store_st = _append_axes(st, n_app), _append_axes(store_st, n_app)
