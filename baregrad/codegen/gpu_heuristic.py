@@ -69,7 +69,7 @@ def gpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   n_out = prod(k.full_shape[o] for o in out_axes)
   reuse = [o for o in out_axes if any(s[o] == 0 for s in loads)] if red_axes else []
   tails = _row_tails(k) if red_axes else []
-  if tails: _row_fused(k, red_axes, tails, loads, tmax)
+  if tails: _row_fused(k, ren, out_axes, red_axes, tails, loads, tmax)
   elif red_axes and len(reuse) >= 2 and _matmul(k, ren, reuse, red_axes, loads, stores): pass
   elif red_axes: _reduction(k, ren, out_axes, red_axes, loads, stores, n_out, tmax, cu)
   else: _elementwise(k, ren, out_axes, loads, stores, tmax, cu)
@@ -83,10 +83,13 @@ def _row_tails(k: Kernel) -> list[int]:
   return [a.orig for a in k.axes if a.kind == "loop" and red_views and any(s[a.orig] != 1 for s in stores)
           and all(v[a.orig] == 1 for v in red_views)]
 
-def _row_fused(k: Kernel, red_axes: list[int], tails: list[int], loads: list, tmax: int) -> None:
+def _row_fused(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int], tails: list[int], loads: list, tmax: int) -> None:
   r, t = red_axes[-1], tails[-1]
   g = pow2_divisor(math.gcd(k.full_shape[r], k.full_shape[t]), tmax)
-  if g < 2: return   # (one thread per row)
+  # (one thread per row: a row too short to split, or rows over more axes than the grid has, whose loop would reuse
+  # the GROUP's shared memory)
+  rows = [k.full_shape[o] for o in out_axes if o not in tails]
+  if g < 2 or len(rows) > len(ren.global_max) or any(n > lim for n, lim in zip(reversed(rows), ren.global_max)): return
   if _contiguous(loads, r) and k.full_shape[r] >= 8 * g and k.full_shape[r] % (4 * g) == 0: apply(k, OptOps.UNROLL, r, 4, ("reduce",))
   if apply(k, OptOps.GROUP, r, g, ("reduce",)): apply(k, OptOps.SHARE, t, g, ("loop",))
 
