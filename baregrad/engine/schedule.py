@@ -48,6 +48,8 @@ _LEAVES = (Ops.BUFFER, Ops.CONST, Ops.IOTA)   # tensor-graph nodes without sourc
 class _NeedRealize(Exception):
   def __init__(self, u: UOp): self.u = u
 
+class _NoFusion(Exception): """Row fusion cannot place a view of this kernel in its iteration space."""
+
 def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
   """upper (root index -> this node's index) followed by lower (this node -> its source)."""
   if len(upper.views) == 1 and upper.views[0].is_contiguous and upper.shape == lower.shape: return lower
@@ -91,7 +93,7 @@ class _KernelBuilder:
     if self.fuse is None: return st
     ishape, axes = self.fuse
     v = st.views[-1]
-    if len(v.shape) != len(ishape): raise _NeedRealize(None)   # (a view of another rank: not this kind of kernel)
+    if len(v.shape) != len(ishape): raise _NoFusion()   # (a view of another rank: not this kind of kernel)
     if not in_reduce:   # the output's axes: size 1 along the reductions' own axes
       top = View(v.shape + (1,) * len(axes), v.strides + (0,) * len(axes), v.offset, v.mask + ((0, 1),) * len(axes) if v.mask else None)
     else:               # a reduction's input: its reduced axes moved to the appended axes
@@ -231,8 +233,8 @@ def _per_row_view(st: ShapeTracker, oshape: tuple) -> bool:
   plain view, no mask or offset."""
   if len(st.views) != 1 or len(st.shape) != len(oshape): return False
   v = st.views[0]
-  if v.mask is not None or v.offset != 0 or any(o != 1 and n != o for n, o in zip(v.shape, oshape)): return False
-  return v == View.contiguous(oshape).expand(v.shape)
+  if v.mask is not None or v.offset != 0 or any(not isinstance(n, int) or (o != 1 and n != o) for n, o in zip(v.shape, oshape)): return False
+  return v == View.contiguous(oshape).expand(tuple(n for n in v.shape if isinstance(n, int)))
 
 def _row_fusion(r: UOp, dev: str | None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
   """(input shape, reduced axes) of reduction r where its consumers may compute it in their own kernel, per row
@@ -258,7 +260,7 @@ def _fused_kernel(realized: dict[UOp, BufRef], ref: BufRef, val: UOp, st: ShapeT
   kb = _KernelBuilder(realized, fuse)
   kb.buf_index(ref)
   try: return kb, kb.lower(val, st, False, root=val is u)
-  except _NeedRealize: return None
+  except (_NeedRealize, _NoFusion): return None
 
 def _append_axes(st: ShapeTracker, n: int) -> ShapeTracker:
   """st with n size-1 axes appended (the axes row fusion adds to the iteration space)."""
@@ -320,7 +322,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         ref = u.src[0].arg if u.op is Ops.ASSIGN else BufRef(dev, numel(u), u.dtype)
         kb = _KernelBuilder(realized)
         kb.buf_index(ref)
-        n_app, unfused = 0, None   # axes row fusion appended to the iteration space; what fails without it
+        n_app, unfused = 0, _NeedRealize(u)   # axes row fusion appended to the iteration space; what fails without it
         val = _value_of(u)
         if u.op is Ops.ASSIGN and u.arg is not None:
           # a write into part of the buffer (x[a:b] = v, a KV cache's rows at a position): stored through that view, the
