@@ -126,6 +126,11 @@ _DECLARED = [
        "CPU 2-d convolutions: gemm (implicit GEMM over the flattened padded width, tensor/ops/conv.py) or generic "
        "(the window reduction every device runs)", _C, choices=("gemm", "generic")),
   Knob("PACK", "bool", True, "CPU matmuls pack an operand into a contiguous panel first; 0 reads it in place", _C),
+  Knob("FUSE_NORMS", "bool", True,
+       "a reduction broadcast back over the rows it reduced (softmax, layer/rms norm) fuses with its elementwise tail "
+       "into one kernel per row group; 0 gives each reduction its own kernel", _C),
+  Knob("FUSE_NORMS_MAX_ROW", "int", 65536,
+       "the longest reduced row FUSE_NORMS fuses; longer rows keep a kernel per reduction", _C, lo=1, unit="elements"),
   Knob("ROWSTREAM", "bool", True, "CPU vector-matrix products and column sums stream rows; 0 keeps column strips", _C),
   Knob("NO_MEMPLAN", "bool", False, "every intermediate buffer of a schedule gets its own memory (no reuse)", _C),
   Knob("ALLOW_TF32", "bool", False,

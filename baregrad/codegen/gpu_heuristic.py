@@ -7,10 +7,14 @@ Shapes it aims for:
 - reduction: when the reduced axis is contiguous or the outputs are too few to fill the device, a workgroup of up to
   256 threads shares each output (GROUP) and every thread reads 4 neighbouring elements per step; otherwise one thread
   per output, neighbouring threads on neighbouring outputs;
+- row-fused (engine/schedule.py's row fusion: reductions per row, then an elementwise tail over the same row that no
+  reduction reads along): one workgroup per row, its threads share the reductions (GROUP) and then the tail's elements
+  (SHARE); the tail's outer part is a loop after the reductions, never the grid (that would compute them again);
 - matmul-like (a reduction with reuse on two output axes): tensor cores where the target declares a matching shape,
   else register tiles with operand tiles staged in shared memory.
 Awkward sizes are padded (PADTO) to the tile rather than falling back to tiny workgroups."""
 from __future__ import annotations
+import math
 from baregrad.helpers import prod
 from baregrad.ir.ops import UOp, Ops
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
@@ -64,11 +68,30 @@ def gpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   cu = ren.compute_units or 64
   n_out = prod(k.full_shape[o] for o in out_axes)
   reuse = [o for o in out_axes if any(s[o] == 0 for s in loads)] if red_axes else []
-  if red_axes and len(reuse) >= 2 and _matmul(k, ren, reuse, red_axes, loads, stores): pass
+  tails = _row_tails(k) if red_axes else []
+  if tails: _row_fused(k, ren, out_axes, red_axes, tails, loads, tmax)
+  elif red_axes and len(reuse) >= 2 and _matmul(k, ren, reuse, red_axes, loads, stores): pass
   elif red_axes: _reduction(k, ren, out_axes, red_axes, loads, stores, n_out, tmax, cu)
   else: _elementwise(k, ren, out_axes, loads, stores, tmax, cu)
-  _grid(k, ren)
+  _grid(k, ren, set(tails))
   return list(k.applied)
+
+def _row_tails(k: Kernel) -> list[int]:
+  """Output axes the store moves along and no reduction reads along (a row-fused kernel's elementwise tail)."""
+  red_views = [x.src[1].arg.shape for r in k.ast.toposort() if r.op is Ops.REDUCE_AXIS for x in r.toposort() if x.op is Ops.LOAD]
+  stores = [st.src[1].arg.shape for st in k.ast.src]
+  return [a.orig for a in k.axes if a.kind == "loop" and red_views and any(s[a.orig] != 1 for s in stores)
+          and all(v[a.orig] == 1 for v in red_views)]
+
+def _row_fused(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int], tails: list[int], loads: list, tmax: int) -> None:
+  r, t = red_axes[-1], tails[-1]
+  g = pow2_divisor(math.gcd(k.full_shape[r], k.full_shape[t]), tmax)
+  # (one thread per row: a row too short to split, or rows over more axes than the grid has, whose loop would reuse
+  # the GROUP's shared memory)
+  rows = [k.full_shape[o] for o in out_axes if o not in tails]
+  if g < 2 or len(rows) > len(ren.global_max) or any(n > lim for n, lim in zip(reversed(rows), ren.global_max)): return
+  if _contiguous(loads, r) and k.full_shape[r] >= 8 * g and k.full_shape[r] % (4 * g) == 0: apply(k, OptOps.UNROLL, r, 4, ("reduce",))
+  if apply(k, OptOps.GROUP, r, g, ("reduce",)): apply(k, OptOps.SHARE, t, g, ("loop",))
 
 def _contiguous(ss: list, o: int) -> bool: return any(s[o] == 1 for s in ss)
 
@@ -264,12 +287,13 @@ def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loa
         except OptError: pass
   return True
 
-def _grid(k: Kernel, ren: Renderer) -> None:
-  """The remaining output loops go on the grid, innermost first (x), within the grid's limits per dimension."""
+def _grid(k: Kernel, ren: Renderer, keep: set[int] = set()) -> None:   # noqa: B006 (never changed)
+  """The remaining output loops go on the grid, innermost first (x), within the grid's limits per dimension; those of
+  the axes in `keep` stay loops."""
   limits = list(ren.global_max)
   while limits:
     loops = k.loop_axes()
-    cand = [n for n, i in enumerate(loops) if k.axes[i].kind == "loop"]
+    cand = [n for n, i in enumerate(loops) if k.axes[i].kind == "loop" and k.axes[i].orig not in keep]
     if not cand: break
     n = cand[-1]
     if k.axes[loops[n]].size > limits[0]: break

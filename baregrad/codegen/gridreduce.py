@@ -64,6 +64,14 @@ def _shape_of(u: UOp, ndim: int) -> tuple[int, ...]:
   shapes = [x.arg.shape for x in u.toposort() if x.op is Ops.VIEW]
   return tuple(max((s[i] for s in shapes), default=1) for i in range(ndim))
 
+def spreads(ishape: tuple[int, ...], axes: tuple[int, ...], ren: object) -> bool:
+  """Whether a reduction of ishape over axes is long enough, with outputs few enough, that split_reduce spreads it over
+  the device (the scheduler keeps such a reduction in a kernel of its own rather than fusing it per row)."""
+  cu = int(getattr(ren, "compute_units", 0) or 0)
+  if getattr(ren, "has_local", False) and cu > 0: return _partials(ishape, axes, cu, False) is not None
+  if getattr(ren, "has_threads", False) and cu > 1: return _partials(ishape, axes, cu, True) is not None
+  return False
+
 def split_reduce(ast: UOp, ren: object) -> SplitPlan | None:
   """The kernels that compute `ast` with its long reductions spread over the device, or None to keep it whole."""
   cu = int(getattr(ren, "compute_units", 0) or 0)

@@ -29,6 +29,10 @@ class OptOps(Enum):
   LOCAL = auto()     # split an output axis; the inner part runs over a workgroup's threads (GPUs)
   GROUP = auto()     # split a reduce axis; the inner part runs over a workgroup's threads, each reduces its share and the
                      # partial results are combined through shared memory (every thread of the group gets the result)
+  SHARE = auto()     # split an output axis that no reduction reads (the elementwise tail of a row-fused kernel, which
+                     # writes the rows its reductions read); the inner part of amt (the GROUP's size) runs over the GROUP's
+                     # own threads, the outer part stays a loop after the reductions: one workgroup per row, no thread
+                     # computes the reductions of another's elements again
   SMEM = auto()      # stage a reduction input's tile in shared memory (axis: which, see Kernel.stage_candidates): per step
                      # of the outermost reduce loop the workgroup loads it cooperatively (coalesced), then every thread
                      # reads its operands from there, between barriers; amt: the pipeline's stages (shared buffers
@@ -56,6 +60,7 @@ VECTOR_LANES = 16   # lanes a renderer keeps in one register (the LLVM renderer 
 LOOP_KINDS = ("global", "local", "group", "loop", "reduce")
 LANE_KINDS = ("upcast", "unroll")
 THREAD_KINDS = ("local", "group")   # axes that are thread indices inside a workgroup
+# "share": an output axis part whose index is the GROUP part's thread index (OptOps.SHARE): no threads of its own
 
 @dataclass
 class Axis:
@@ -184,6 +189,7 @@ class Kernel:
                                if o not in red and self.full_shape[o] > 1 and (n == 1 or s == 0)}
     self.axes: list[Axis] = [Axis(i, s, "reduce" if i in red else "loop") for i, s in enumerate(self.full_shape) if s != 1 or i in self.sym]
     self.applied: list[Opt] = []
+    self.tail_axes: set[int] = set()   # SHARE: output axes split over the GROUP's threads (their outer part stays a loop)
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.staged: list[int] = []      # SMEM: indices into stage_candidates()
     self.stages = 0                  # SMEM: the pipeline's stages an opt asked for (0: the default, stage_buffers)
@@ -297,6 +303,9 @@ class Kernel:
     if ax.orig in self.sym: raise OptError(f"{opt}: axis {opt.axis} has a symbolic size ({self.sym[ax.orig].render()}): it stays one loop")
     if ax.orig in self.acc_axes and opt.op is not OptOps.SPLIT:
       raise OptError(f"{opt}: axis {opt.axis} accumulates into the stored values (the store does not move along it): it stays a serial loop")
+    if ax.orig in self.tail_axes and opt.op is not OptOps.SPLIT:
+      raise OptError(f"{opt}: axis {opt.axis} is shared with the GROUP's threads: its outer part stays a loop after the reductions")
+    if opt.op is OptOps.SHARE: return self._apply_share(opt, ax, i)
     if opt.op is OptOps.PARALLEL:
       if ax.kind != "loop": raise OptError(f"{opt}: only an output loop axis can run over threads, axis is {ax.kind}")
       if sum(a.kind == "global" for a in self.axes) >= self.max_parallel:
@@ -337,6 +346,21 @@ class Kernel:
       if not self.gpu and opt.op in (OptOps.UPCAST, OptOps.UNROLL) and (est := self.code_estimate()) > CODE_BUDGET:
         self.axes = saved
         raise OptError(f"{opt}: the unrolled body would be about {est} register operations, the budget is {CODE_BUDGET}")
+    self.applied.append(opt)
+
+  def _apply_share(self, opt: Opt, ax: Axis, i: int) -> None:
+    groups = [a for a in self.axes if a.kind == "group"]
+    if len(groups) != 1: raise OptError(f"{opt}: SHARE needs exactly one GROUP part to share the threads of, the kernel has {len(groups)}")
+    if ax.kind != "loop": raise OptError(f"{opt}: SHARE needs an output loop axis, axis is {ax.kind}")
+    if opt.amt != groups[0].size or ax.size % opt.amt:
+      raise OptError(f"{opt}: the amount must be the GROUP's {groups[0].size} threads and divide the axis size {ax.size}")
+    if any(x.op is Ops.LOAD and x.src[1].arg.shape[ax.orig] != 1 for r in self.ast.toposort() if r.op is Ops.REDUCE_AXIS for x in r.toposort()):
+      raise OptError(f"{opt}: a reduction reads along axis {opt.axis}: threads sharing it would each need their own result")
+    if ax.size == opt.amt: ax.kind = "share"
+    else:
+      ax.size //= opt.amt
+      self.axes.insert(i + 1, Axis(ax.orig, opt.amt, "share"))
+    self.tail_axes.add(ax.orig)
     self.applied.append(opt)
 
   def _itemsize(self) -> int:

@@ -18,7 +18,7 @@ from baregrad.codegen.tc_lower import tc_lanes, tc_desc_lanes
 if TYPE_CHECKING: from baregrad.codegen.kernel import Kernel
 
 # range ids give the loop nesting order: global, local, other outputs, reduces; lanes last
-_ORDER = {"global": 0, "local": 1, "group": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5, "tc": 6}
+_ORDER = {"global": 0, "local": 1, "group": 1, "share": 1, "loop": 2, "reduce": 3, "upcast": 4, "unroll": 5, "tc": 6}
 # gather index dtypes compared and clamped in int32 (wider ones in int64)
 _NARROW_INDEX = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.bool)
 
@@ -61,7 +61,8 @@ class Lowering:
     self.pool: tuple[UOp, int] | None = None   # SMEM of a tensor-core kernel: the tiles' shared pool, its elements
     # with a GROUP, one thread of the group stores the (shared) result
     self.store_guard: UOp | None = None
-    for i in self.group:
+    # (SHARE: the threads store different elements of the row, each its own)
+    for i in ([] if any(a.kind == "share" for a in self.axes) else self.group):
       c = self.rng[i].eq(0)
       self.store_guard = c if self.store_guard is None else self.store_guard & c
 
@@ -91,6 +92,9 @@ class Lowering:
       for i in th:
         v = flat if self.th_stride[i] == 1 else flat // self.th_stride[i]
         rng[i] = (v if i == th[0] else v % axes[i].size).simplify()
+    # SHARE: the GROUP part's thread index
+    for i, a in enumerate(axes):
+      if a.kind == "share": rng[i] = next(rng[j] for j in th if axes[j].kind == "group")
     return rng
 
   def index_of(self, vals: dict[int, UOp]) -> list[UOp]:
@@ -243,7 +247,8 @@ class Lowering:
     axes, it, rng, n = self.axes, self.it, self.rng, self.n_reduce
     if any(axes[i].orig not in u.arg[1] for i in self.group):
       raise OptError(f"GROUP: a reduction over axes {u.arg[1]} does not reduce the grouped axis")
-    if any(a.kind == "loop" for a in axes):
+    deps = set(partial.toposort())
+    if any(a.kind == "loop" and rng[i] in deps for i, a in enumerate(axes)):
       # the next loop iteration would overwrite the partials while slow threads still read them
       raise OptError("GROUP needs every output axis on the grid, the workgroup or lanes "
                      "(a loop would reuse shared memory)")

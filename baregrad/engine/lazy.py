@@ -10,7 +10,7 @@ from baregrad.engine.realize import run_schedule, capturing
 from baregrad.engine.runner import cached_runner
 from baregrad.engine import checks
 from baregrad.hal import Device, profile
-from baregrad import helpers
+from baregrad import helpers, knobs
 
 # A computed node keeps the node that reads its buffer (RESHAPE(BUFFER)) in its `_realized` slot, for as long as the
 # node lives: dead graphs free their buffers. Nodes are graphs over buffer versions, so a hit is the same expression
@@ -203,6 +203,11 @@ def _schedule(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[Sched
   if not profile.ON: return _schedule_srcs(uops, device, single_ok)   # (an idle span costs ~0.4 us of an eager op)
   with profile.span("schedule", device=device): return _schedule_srcs(uops, device, single_ok)
 
+def cache_key(structure: Any, device: str) -> tuple:
+  """The schedule cache's key of a graph's structure (_abstract) on a device: with the knobs that change how a graph
+  is cut into kernels."""
+  return (structure, device, knobs.get("FUSE_NORMS"), knobs.get("FUSE_NORMS_MAX_ROW"))
+
 def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
   ab = _abstract(uops, True)
   if ab is _SUBSTITUTE:   # computed values in the graph: read their buffers instead
@@ -210,7 +215,7 @@ def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[
     ab = _abstract(srcs)
   elif ab is None: srcs = _substitute_all(uops)   # (not cacheable: the walk may have stopped before a computed node)
   else: srcs = uops
-  key = (ab[0], device) if ab is not None else None
+  key = cache_key(ab[0], device) if ab is not None else None
   if key is not None and (tmpl := _sched_cache.get(key)) is not None:
     tmpl[4][0] = True
     if single_ok and tmpl[3] is not None and not capturing: return None, srcs, (tmpl, ab[2], ab[3])   # (a jit capture records items)

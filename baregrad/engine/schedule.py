@@ -5,6 +5,9 @@ a buffer and its own kernel) only at true boundaries:
   - a reduction whose result is moved (reshaped, expanded, ...) or reduced again;
   - a padded view of a computed value (the padding must be zeros, not f(0));
   - a second reduction in one kernel over a different iteration space.
+A reduction broadcast back over the rows it reduced (softmax, layer/rms norm: x - x.max(-1, keepdim=True)) is not a
+boundary where its rows are short and contiguous (FUSE_NORMS, _row_fusion): the kernel of its consumer computes it
+once per row, before the elementwise tail, over axes of its own appended to the iteration space.
 """
 from __future__ import annotations
 from collections.abc import Callable
@@ -12,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 from baregrad.ir.ops import UOp, Ops, GroupOp
 import math
+from baregrad import knobs
 from baregrad.ir.alu import threefry2x32, exec_alu
 from baregrad.ir.dtype import dtypes
 from baregrad.ir.view import ShapeTracker, View, strides_for_shape
 from baregrad.codegen.astbuild import gbuf
-from baregrad.codegen.gridreduce import split_reduce
+from baregrad.codegen.kernel import verify_ast, KernelError
+from baregrad.codegen.gridreduce import split_reduce, spreads
 from baregrad.codegen.pack import pack_operand
 from baregrad.codegen.rowstream import row_stream
 from baregrad.hal import Device
@@ -44,6 +49,8 @@ _LEAVES = (Ops.BUFFER, Ops.CONST, Ops.IOTA)   # tensor-graph nodes without sourc
 
 class _NeedRealize(Exception):
   def __init__(self, u: UOp): self.u = u
+
+class _NoFusion(Exception): """Row fusion cannot place a view of this kernel in its iteration space."""
 
 def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
   """upper (root index -> this node's index) followed by lower (this node -> its source)."""
@@ -85,8 +92,13 @@ def _as_box(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker | None:
 def _is_buffer_view(u: UOp) -> bool: return base_of(u).op is Ops.BUFFER
 
 class _KernelBuilder:
-  def __init__(self, realized: dict[UOp, BufRef]):
+  """Builds one kernel's AST. With `fuse` = (input shape, reduced axes), row fusion (_row_fusion): reductions of that
+  kind may sit under a broadcast and inside each other; every view is lowered in the node's own shape as usual and
+  placed in the kernel's iteration space where its leaf is built (_kview): the output's axes first, then one axis per
+  reduced axis, which only the reductions' inputs move along."""
+  def __init__(self, realized: dict[UOp, BufRef], fuse: tuple[tuple[int, ...], tuple[int, ...]] | None = None):
     self.realized = realized
+    self.fuse = fuse
     self.bufs: list[BufRef] = []
     self.memo: dict[tuple[UOp, ShapeTracker, bool], UOp] = {}
     self.reduce_shapes: set[tuple[tuple[int, ...], tuple[int, ...]]] = set()
@@ -104,6 +116,21 @@ class _KernelBuilder:
     i = self.buf_index(ref)
     if i == 0: self.loads_output = True  # an ASSIGN reading what it writes (checked by _assign_check)
     return UOp(Ops.LOAD, ref.dtype, (gbuf(i, ref.dtype), UOp(Ops.VIEW, src=(), arg=st)))
+
+  def kview(self, st: ShapeTracker, in_reduce: bool) -> ShapeTracker:
+    """st (over the root's shape, or over the fused reductions' input shape under a reduction) in the kernel's
+    iteration space: unchanged without row fusion."""
+    if self.fuse is None: return st
+    ishape, axes = self.fuse
+    v = st.views[-1]
+    if len(v.shape) != len(ishape): raise _NoFusion()   # (a view of another rank: not this kind of kernel)
+    if not in_reduce:   # the output's axes: size 1 along the reductions' own axes
+      top = View(v.shape + (1,) * len(axes), v.strides + (0,) * len(axes), v.offset, v.mask + ((0, 1),) * len(axes) if v.mask else None)
+    else:               # a reduction's input: its reduced axes moved to the appended axes
+      keep = [d not in axes for d in range(len(v.shape))]
+      def mv(xs: tuple, one: Any) -> tuple: return tuple(x if k else one for x, k in zip(xs, keep)) + tuple(xs[a] for a in axes)
+      top = View(mv(v.shape, 1), mv(v.strides, 0), v.offset, mv(v.mask, (0, 1)) if v.mask else None)
+    return ShapeTracker(st.views[:-1] + (top,))
 
   def lower(self, u: UOp, st: ShapeTracker, in_reduce: bool, root: bool = False) -> UOp:
     """u's value read through st, as a kernel AST (raises _NeedRealize where u's graph needs a buffer first).
@@ -127,10 +154,10 @@ class _KernelBuilder:
     """u's kernel value, or (the (node, view, in_reduce) keys it is built from, the function building it from their
     values in self.memo)."""
     memo = self.memo
-    if not root and u in self.realized: return self.load(self.realized[u], st)
+    if not root and u in self.realized: return self.load(self.realized[u], self.kview(st, in_reduce))
     if u.op is Ops.BUFFER:
       if u.arg.stale: raise stale_error(u.arg)
-      return self.load(u.arg, st)
+      return self.load(u.arg, self.kview(st, in_reduce))
     if u.op in GroupOp.Movement:
       inner, vst = fold_movements(u)
       if any(v.mask is not None for v in vst.views) and not (inner.op in _LEAVES or inner in self.realized):
@@ -140,7 +167,7 @@ class _KernelBuilder:
         # instead of a kernel before it writing it (ResNet: one kernel per convolution fewer). Not under a
         # reduction: there the value would be computed once per output it is broadcast to.
         if in_reduce or not self._zero_at_pad(inner): raise _NeedRealize(inner)
-      if in_reduce and inner.op not in _LEAVES and inner not in self.realized and _expanded(vst) and self._costly(inner):
+      if in_reduce and inner.op not in _LEAVES and inner not in self.realized and _expanded(vst) and not self._per_row(inner) and self._costly(inner):
         # an expensive value broadcast into a reduction (softmax's gradient into the next matmul) would be recomputed
         # for every output it is broadcast to: computed once into a buffer instead
         raise _NeedRealize(inner)
@@ -149,8 +176,15 @@ class _KernelBuilder:
     if u.op is Ops.CONST:
       masked = any(v.mask is not None for v in st.views)
       # under a reduce the view stays: it carries the reduced axes' sizes (else sum of a constant lost its count)
-      return UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),), u.arg) if masked or in_reduce else UOp.const(u.dtype, u.arg)
-    if u.op is Ops.IOTA: return UOp(Ops.IOTA, u.dtype, (UOp(Ops.VIEW, src=(), arg=st),))   # (a load without memory)
+      return UOp(Ops.CONST, u.dtype, (UOp(Ops.VIEW, src=(), arg=self.kview(st, in_reduce)),), u.arg) if masked or in_reduce else UOp.const(u.dtype, u.arg)
+    if u.op is Ops.IOTA: return UOp(Ops.IOTA, u.dtype, (UOp(Ops.VIEW, src=(), arg=self.kview(st, in_reduce)),))   # (a load without memory)
+    if u.op is Ops.REDUCE_AXIS and self.fuse is not None:
+      # row fusion: a reduction of the kernel's kind read per row (its own shape, or broadcast along its reduced axes),
+      # wherever it is: at the root, under the elementwise tail, inside another reduction (softmax's sum of exp(x - max))
+      ishape, axes = self.fuse
+      if (shape_of(u.src[0]), tuple(sorted(u.arg[1]))) != self.fuse or not _per_row_view(st, shape_of(u)): raise _NeedRealize(u)
+      k = (u.src[0], ShapeTracker.from_shape(ishape), True)
+      return [k], lambda: UOp(Ops.REDUCE_AXIS, u.dtype, (memo[k],), (u.arg[0], tuple(range(len(ishape), len(ishape) + len(axes)))))
     if u.op is Ops.REDUCE_AXIS:
       if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
       ishape = shape_of(u.src[0])
@@ -177,6 +211,7 @@ class _KernelBuilder:
     packing and the GPUs' staging rebuild loads from their views), so those get the gather's buffer instead.
     Returns the index's key and the function building the load (see _step)."""
     if in_reduce or not (len(st.views) == 1 and st.views[0].is_contiguous and st.shape == shape_of(u)): raise _NeedRealize(u)
+    if self.fuse is not None: raise _NeedRealize(u)   # (row fusion: the gather's view would need the appended axes too)
     src, dim = u.src[0], u.arg[0]
     inner, vst = (src, ShapeTracker.from_shape(shape_of(src))) if src in self.realized else fold_movements(src)
     if inner in self.realized: ref = self.realized[inner]
@@ -220,6 +255,13 @@ class _KernelBuilder:
     r = vals.get(u)
     return r is not None and not (isinstance(r, float) and math.isnan(r)) and r == 0
 
+  def _per_row(self, u: UOp) -> bool:
+    """Row fusion: u has one value per row (size 1 along every reduced axis): under a reduction it is computed once per
+    row, before the reduction's loop, however expensive."""
+    if self.fuse is None: return False
+    sh = shape_of(u)
+    return len(sh) == len(self.fuse[0]) and all(sh[a] == 1 for a in self.fuse[1])
+
   def _costly(self, u: UOp) -> bool:
     """u's own computation (down to buffers and realized nodes) has a transcendental, a reciprocal or a division."""
     if (hit := self.costly.get(u)) is not None: return hit   # (asked again for each broadcast of the same value)
@@ -239,6 +281,45 @@ def _expanded(st: ShapeTracker) -> bool:
   """The view reads some element for several indices along an axis (a broadcast)."""
   v = st.views[-1]
   return any(s == 0 and n > 1 for s, n in zip(v.strides, v.shape))
+
+def _per_row_view(st: ShapeTracker, oshape: tuple) -> bool:
+  """st reads a reduction's output (of shape oshape) as itself or broadcast along the reduced (size-1) axes: one
+  plain view, no mask or offset."""
+  if len(st.views) != 1 or len(st.shape) != len(oshape): return False
+  v = st.views[0]
+  if v.mask is not None or v.offset != 0 or any(not isinstance(n, int) or (o != 1 and n != o) for n, o in zip(v.shape, oshape)): return False
+  return v == View.contiguous(oshape).expand(tuple(n for n in v.shape if isinstance(n, int)))
+
+def _row_fusion(r: UOp, dev: str | None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+  """(input shape, reduced axes) of reduction r where its consumers may compute it in their own kernel, per row
+  (FUSE_NORMS): its reduced axes the innermost ones of its input (size-1 axes aside: the row is contiguous in the
+  input's order), its row at most FUSE_NORMS_MAX_ROW elements, and not so long, with rows so few, that device `dev`
+  spreads it over its compute units on its own (codegen/gridreduce.py); else None."""
+  if r.op is not Ops.REDUCE_AXIS or not knobs.get("FUSE_NORMS"): return None
+  ishape, axes = shape_of(r.src[0]), tuple(sorted(r.arg[1]))
+  if not axes or not all(isinstance(s, int) for s in ishape): return None   # (symbolic sizes: not fused)
+  row = 1
+  for a in axes: row *= ishape[a]
+  if row <= 1 or row > knobs.get("FUSE_NORMS_MAX_ROW"): return None
+  if any(ishape[d] != 1 and d not in axes for d in range(axes[0], len(ishape))): return None
+  try: ren = Device[dev].renderer if dev is not None else None
+  except Exception: ren = None   # (a device that cannot open here)
+  if ren is not None and spreads(ishape, axes, ren): return None
+  return ishape, axes
+
+def _fused_kernel(realized: dict[UOp, BufRef], ref: BufRef, val: UOp, st: ShapeTracker, u: UOp,
+                  fuse: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[_KernelBuilder, UOp] | None:
+  """val lowered with row fusion of reductions of kind `fuse` (its builder and value), or None where something in it
+  still needs a buffer of its own."""
+  kb = _KernelBuilder(realized, fuse)
+  kb.buf_index(ref)
+  try: return kb, kb.lower(val, st, False, root=val is u)
+  except (_NeedRealize, _NoFusion): return None
+
+def _append_axes(st: ShapeTracker, n: int) -> ShapeTracker:
+  """st with n size-1 axes appended (the axes row fusion adds to the iteration space)."""
+  v = st.views[-1]
+  return ShapeTracker(st.views[:-1] + (View(v.shape + (1,) * n, v.strides + (0,) * n, v.offset, v.mask + ((0, 1),) * n if v.mask else None),))
 
 def _value_of(u: UOp) -> UOp:
   return u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u
@@ -262,13 +343,15 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
       if tgt.op is not Ops.BUFFER: raise ValueError("ASSIGN target must be a realized buffer")
   # a node already backed by a buffer needs no kernel
   must: set[UOp] = {t for t in targets if not _is_buffer_view(t)}
+  devices = _devices(nodes)
   for u in nodes:
     if u.op in (Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN): must.add(u)
     # a reshaped reduction may still fuse into an elementwise root (_reshape_to_reduce); if not, lowering asks for it
-    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS: must.add(u.src[0])
+    # (unless row fusion may compute it per row in its consumers' kernels: _row_fusion)
+    if u.op in GroupOp.Movement and u.op is not Ops.RESHAPE and u.src[0].op is Ops.REDUCE_AXIS and \
+       _row_fusion(u.src[0], devices.get(u) or default_device) is None: must.add(u.src[0])
   _cut_deep_chains(nodes, must)
   _cut_shared_values(nodes, must)
-  devices = _devices(nodes)
   # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
   # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
   after_write: set[UOp] = set()
@@ -293,6 +376,7 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
         ref = u.src[0].arg if u.op is Ops.ASSIGN else BufRef(dev, numel(u), u.dtype)
         kb = _KernelBuilder(realized)
         kb.buf_index(ref)
+        n_app, unfused = 0, _NeedRealize(u)   # axes row fusion appended to the iteration space; what fails without it
         val = _value_of(u)
         if u.op is Ops.ASSIGN and u.arg is not None:
           # a write into part of the buffer (x[a:b] = v, a KV cache's rows at a position): stored through that view, the
@@ -307,9 +391,18 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
           val = _reshape_to_reduce(val, realized)
           shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
           st = store_st = ShapeTracker.from_shape(shape)
-        lowered = kb.lower(val, st, False, root=val is u)
+        try: lowered = kb.lower(val, st, False, root=val is u)
+        except _NeedRealize as e:
+          # a reduction broadcast back over its rows: one kernel computing it per row, where that works (else as before)
+          if (fuse := _row_fusion(e.u, dev)) is None or (fk := _fused_kernel(realized, ref, val, st, u, fuse)) is None: raise
+          kb, lowered = fk
+          n_app, unfused = len(fuse[1]), e
+          st, store_st = _append_axes(st, n_app), _append_axes(store_st, n_app)
         if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = store_st = ShapeTracker.from_shape(())
         ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=store_st), lowered)),))
+        if n_app:
+          try: verify_ast(ast)
+          except KernelError: raise unfused from None   # (views that do not fit one iteration space: the kernels as before)
         if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref, store_st)
         realized[u] = ref
         items.extend(_device_split(ast, kb.bufs, dev, u, check_of.get(u)))

@@ -163,7 +163,7 @@ def test_eviction_keeps_a_schedule_in_use(monkeypatch):
   monkeypatch.setattr(lazy, "SCHEDULE_CACHE_SIZE", 4)
   monkeypatch.setattr(lazy, "_sched_cache", {})
   x = Tensor(np.arange(8, dtype=np.float32)).realize()
-  def key_of(t: Tensor) -> tuple: return (lazy._abstract([t.uop])[0], t.device)
+  def key_of(t: Tensor) -> tuple: return lazy.cache_key(lazy._abstract([t.uop])[0], t.device)
   hot, cold = x + 1, x * 3
   hot_key, cold_key = key_of(hot), key_of(cold)
   hot.realize(); cold.realize()

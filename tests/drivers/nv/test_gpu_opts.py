@@ -86,6 +86,45 @@ def test_group_needs_every_output_axis_off_loops_and_a_gpu():
   k.apply_opt(Opt(OptOps.GROUP, 1, 64))
   with pytest.raises(OptError, match="2048 threads per workgroup"): k.apply_opt(Opt(OptOps.LOCAL, 0, 32))
 
+def _row_softmax_ast(r, c):
+  # a row-fused kernel as the scheduler builds it (engine/schedule.py row fusion): the reductions read each row along an
+  # appended axis 2, the elementwise tail writes it along axis 1
+  from baregrad.ir.view import View
+  row = ShapeTracker((View((r, 1, c), (c, 0, 1), 0, None),))
+  mx = reduce(load(1, f32, row), Ops.MAX, (2,))
+  e = lambda v: ((v - mx) * const(f32, 1.4426950408889634)).alu(Ops.EXP2)
+  den = reduce(e(load(1, f32, row)), Ops.ADD, (2,))
+  return sink(store(0, (r, c, 1), e(load(1, f32, (r, c, 1))) / den))
+
+def _np_softmax(x): e = np.exp(x - x.max(1, keepdims=True)); return e / e.sum(1, keepdims=True)
+
+def test_share_runs_a_row_fused_tail_on_the_groups_threads():
+  r, c = 3, 256
+  x = np.random.default_rng(4).standard_normal((r, c)).astype(np.float32)
+  (out,), k = run(_row_softmax_ast(r, c), [Opt(OptOps.GROUP, 2, 32), Opt(OptOps.SHARE, 1, 32), Opt(OptOps.PARALLEL, 0)], [(r * c, f32)], [x])
+  np.testing.assert_allclose(out.reshape(r, c), _np_softmax(x), rtol=1e-5, atol=1e-7)
+  assert k.spec.local_size == (32, 1, 1) and k.spec.global_size == (r, 1, 1), "one workgroup of 32 threads per row"
+  assert "smem1" in k.spec.src and not re.search(r"@%p\d+ st\.global\.f32", k.spec.src), "every thread stores its own elements"
+
+def test_heuristic_takes_a_workgroup_per_row_for_row_fused_kernels():
+  r, c = 4, 512
+  x = np.random.default_rng(5).standard_normal((r, c)).astype(np.float32)
+  (out,), k = run(_row_softmax_ast(r, c), None, [(r * c, f32)], [x])
+  np.testing.assert_allclose(out.reshape(r, c), _np_softmax(x), rtol=1e-5, atol=1e-7)
+  assert k.spec.global_size == (r, 1, 1), f"the tail's axis went on the grid (each workgroup recomputes the row): {k.spec.global_size}"
+  assert {OptOps.GROUP, OptOps.SHARE} <= {o.op for o in k.spec.opts}
+
+def test_share_needs_a_group_and_a_tail_no_reduction_reads():
+  k = Kernel(_row_softmax_ast(4, 64), gpu=True, ren=PTXRenderer())
+  with pytest.raises(OptError, match="exactly one GROUP"): k.apply_opt(Opt(OptOps.SHARE, 1, 8))
+  k.apply_opt(Opt(OptOps.GROUP, 2, 8))
+  with pytest.raises(OptError, match="the GROUP's 8 threads"): k.apply_opt(Opt(OptOps.SHARE, 1, 16))
+  k2 = Kernel(_sum_ast(64, 64), gpu=True, ren=PTXRenderer())   # axis 0 is read by the reduction
+  k2.apply_opt(Opt(OptOps.GROUP, 1, 8))
+  with pytest.raises(OptError, match="a reduction reads along axis 0"): k2.apply_opt(Opt(OptOps.SHARE, 0, 8))
+  k.apply_opt(Opt(OptOps.SHARE, 1, 8))
+  with pytest.raises(OptError, match="shared with the GROUP's threads"): k.apply_opt(Opt(OptOps.PARALLEL, 1))
+
 def test_padto_masks_loads_stores_and_feeds_the_identity():
   x = np.random.default_rng(2).standard_normal((5, 37)).astype(np.float32) - 3   # all negative: MAX over padding must not see 0
   (out,), _ = run(_sum_ast(5, 37, Ops.MAX, scale=1.0), [Opt(OptOps.PADTO, 1, 16), Opt(OptOps.PADTO, 0, 4), Opt(OptOps.LOCAL, 0, 4),
