@@ -62,11 +62,12 @@ from baregrad.drivers.nv.rm import RMClient, RMError, register_ioctls
 from baregrad.drivers.nv.memory import CPU_WINDOW, GPU_WINDOW, DeviceMemory, NVAllocator, NVMemory
 from baregrad.drivers.nv.queues import ChannelSet, NVChannel, NVComputeQueue, NVCopyQueue
 from baregrad.drivers.nv.program import NVProgram
+from baregrad.drivers.nv.peer import PeerMappings, shared_port
 from baregrad.drivers.nv_compile import NVCompiler
 
 __all__ = ["NVDevice", "RMError"]
 
-class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
+class NVDevice(RMClient, DeviceMemory, ChannelSet, PeerMappings, HCQDevice):
   """One NVIDIA GPU (NV, NV:n) as an HCQ device: RM calls (RMClient), memory (DeviceMemory) and channels (ChannelSet)
   from the modules beside this one; opening, recovery after a channel error and host waits here."""
   has_local, has_threads = True, True
@@ -76,7 +77,9 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
 
   def __init__(self, device: str, port: Any = None) -> None:
     if port is None:
-      try: port = driver_port("NV")   # MOCKGPU=1: the mock GPU (MOCKGPU_ARCH, MOCKGPU_COUNT: generation, number of GPUs)
+      # one port (one kernel) for every device opened without one (peer.py); MOCKGPU=1: the mock GPUs (MOCKGPU_ARCH,
+      # MOCKGPU_COUNT: generation, number of GPUs), one mock kernel for them all
+      try: port = shared_port(lambda: driver_port("NV"))
       except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
@@ -280,6 +283,8 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     self.closed = True
     try: self._teardown_channels()  # UVM_UNREGISTER_CHANNEL before the channels go
     except Exception: pass
+    for m in self.memories:   # peers unmap this GPU's memory before RM frees it (peer.py)
+      if getattr(m, "peers", None): self._unmap_from_peers(m)
     try: self.rm_free(self.root)  # freeing the client frees every object under it
     except Exception: pass
     if self.klog is not None: self.klog.close()
