@@ -157,3 +157,15 @@ def test_nv_peer_map_refused_at_copy_time_falls_back_to_staging(nv_gpus):
   b.synchronize()
   np.testing.assert_array_equal(_read(dst), x)
   link.close()
+
+def test_nv_no_peer_map_knob_stages(nv_gpus):
+  """NO_PEER_MAP=1: copies between the GPUs are staged through pinned host pages though UVM would map; without it the
+  same copy goes through the peer mapping. Both land the values."""
+  from baregrad import Tensor, knobs
+  a, b, mock = nv_gpus
+  x = np.arange(3000, dtype=np.float32)
+  for no_map, path in ((1, "staged"), (0, "peer-mapped")):
+    with knobs.Context(NO_PEER_MAP=no_map):
+      y = (Tensor(x, device="NV:0") + 1).to("NV:1").realize()
+      assert b.peer_links["NV:0"].path == path
+      np.testing.assert_array_equal(y.numpy(), x + 1)
