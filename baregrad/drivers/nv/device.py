@@ -37,7 +37,9 @@ parameter offset 0x160 / 0x210 / 0x380, shared-memory limits), the classlist the
 windows (hw.QMD_VERSION, hw.SHADER_WINDOWS: tables derived from the records).
 
 Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
-with its own RM client, VA space, channels and a device-only VA window of its own.
+with its own RM client, UVM VA space, channels and a device-only VA window of its own, through the port every NV device
+opened without one shares (one kernel); copies between them go through UVM peer mappings where the kernel enables
+PCIe peer access (peer.py).
 
 MOCKGPU=1 runs against baregrad.drivers.mock.nv.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call; NV_CAPTURE=DIR keeps every

@@ -26,8 +26,9 @@ class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeE
   sm_90, sm_100, sm_120; default sm_90) picks what RM reports (MC architecture, SM version, classlist) and which
   classes it accepts; `count` (MOCKGPU_COUNT, default 1) how many GPUs NV_ESC_CARD_INFO lists; `p2p` whether RM
 reports a PCIe P2P link between them (UVM_ENABLE_PEER_ACCESS). GPU i answers at
-  /dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens each GPU through
-  its own port (its own mock instance), so every GPU's memory, page tables and channels are its own."""
+  /dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens all GPUs of a
+  process through one port (one mock: one kernel); each UVM VA space (an initialized /dev/nvidia-uvm fd) has its own
+  GPUs, ranges and peer pairs, and each GPU VA space its own page tables (uvm.py, mmu.py)."""
 
   def __init__(self, driver_version: str = "580.95.05", vram_bytes: int = 80 << 30, sysmem_bytes: int = 64 << 30,
                gpcs: int = 8, tpc_per_gpc: int = 9, sm_per_tpc: int = 2, uuid: bytes = bytes(range(0x10, 0x20)),
