@@ -19,14 +19,12 @@ destination's work so far is done (it waits on the destination's timeline), and 
 the source's timeline before anything reads it.
 
 Where the destination can map the source's device memory into its own GPU VA space (`dst.peer_map(src)`: AMD GPUs of
-one KFD process whose topology lists a p2p link, drivers/amd/process.py) the link copies through that peer mapping, with
-no staging: the destination's copy engine reads the source's VRAM over PCIe. The destination's copy queue waits for
+one KFD process whose topology lists a p2p link, drivers/amd/process.py; NV GPUs of one kernel between which UVM
+enables PCIe peer access, drivers/nv/peer.py) the link copies through that peer mapping, with
+no staging: the destination's copy engine reads the source's video memory over PCIe. The destination's copy queue waits for
 the source's work so far (its timeline), copies and signals its own timeline; then the source's queue waits for that
 copy, so later work of the source cannot overwrite the buffer before it was read. Each queue waits on the other's
-timeline signal, which the driver maps for both GPUs.
-
-Not used yet: NVIDIA peer mappings (RM peer mappings through UVM_ENABLE_PEER_ACCESS in one UVM VA space): this
-driver opens each NV GPU with its own RM client and UVM VA space."""
+timeline signal, which the driver maps for both GPUs."""
 from __future__ import annotations
 import ctypes, mmap, threading, warnings
 from typing import Any

@@ -25,3 +25,12 @@ def test_allreduce_bench_reports_peer_mapped_and_staged_on_mock_amd():
   assert p.returncode == 0, p.stdout + p.stderr
   _, *rows = p.stdout.strip().splitlines()
   assert [r.split()[1:3] for r in rows] == [["peer-mapped", "direct"], ["staged", "direct"]], p.stdout
+
+def test_allreduce_bench_reports_peer_mapped_and_staged_on_mock_nv():
+  env = dict(os.environ, MOCKGPU="1", MOCKGPU_COUNT="2", DEV="NV", PYTHONPATH=str(REPO))
+  env.pop("MOCKGPU_ARCH", None)
+  p = subprocess.run([sys.executable, str(REPO / "bench" / "allreduce.py"), "--devices", "NV:0,NV:1", "--mib", "0.0625", "--reps", "1"],
+                     capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+  assert p.returncode == 0, p.stdout + p.stderr
+  _, *rows = p.stdout.strip().splitlines()
+  assert [r.split()[1:3] for r in rows] == [["peer-mapped", "direct"], ["staged", "direct"]], p.stdout

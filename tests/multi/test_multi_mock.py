@@ -54,7 +54,7 @@ DTYPE_SCRIPT = textwrap.dedent('''
             assert o.device == d
             np.testing.assert_array_equal(o.numpy(), want.astype(o.numpy().dtype), err_msg=f"{name} {op} ring={ring < 1 << 40} on {d}")
     done.append(name)
-  # every copy of the collectives went through a peer mapping (the destination's SDMA reading the source's VRAM)
+  # every copy of the collectives went through a peer mapping (the destination's copy engine reading the source's memory)
   paths = {Device[b].peer_links[a].path for a in D for b in D if a != b and a in Device[b].peer_links}
   assert paths == {"peer-mapped"}, paths
   print("done", ",".join(done))
@@ -73,3 +73,14 @@ def test_allreduce_every_dtype_over_amd_peer_mappings(n, names):
   assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
   done = p.stdout.split("done ")[1].split()[0].split(",")
   assert {"float32", "int8", "bool"} <= set(done), done
+
+@pytest.mark.parametrize("n,names", [(2, ALL_DTYPES), (3, "float32,float16,int8,int32,bool"), (4, "float32,int8")], ids=["2gpus", "3gpus", "4gpus"])
+def test_allreduce_every_dtype_over_nv_peer_mappings(n, names):
+  """The same on n mock NV GPUs of one kernel: each destination's copy engine reads the source's video memory through
+  a UVM peer mapping in its own VA space (drivers/nv/peer.py)."""
+  env = dict(os.environ, MOCKGPU="1", MOCKGPU_COUNT=str(n), DEV="NV", PYTHONPATH=str(REPO))
+  env.pop("MOCKGPU_ARCH", None)
+  p = subprocess.run([sys.executable, "-c", DTYPE_SCRIPT, "NV", str(n), names], env=env, capture_output=True, text=True, timeout=600)
+  assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
+  done = p.stdout.split("done ")[1].split()[0].split(",")
+  assert {"float32", "int8"} <= set(done), done

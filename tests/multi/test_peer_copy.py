@@ -27,8 +27,8 @@ SCRIPT = textwrap.dedent('''
   b = a.to(D[-1]).realize()
   assert waits == [], waits
   link = Device[D[-1]].peer_links[D[0]]
-  # CPU devices: direct; AMD GPUs of one KFD process: through a peer mapping of the source's VRAM; NV: staged
-  assert isinstance(link, PeerLink) and (link.direct, link.mapped) == (kind == "CPU", kind == "AMD"), (link.direct, link.mapped)
+  # CPU devices: direct; AMD GPUs of one KFD process and NV GPUs of one kernel: through a peer mapping of the source's memory
+  assert isinstance(link, PeerLink) and (link.direct, link.mapped) == (kind == "CPU", kind != "CPU"), (link.direct, link.mapped)
   assert link.copies == (1 if link.direct or link.mapped else 3)
   np.testing.assert_array_equal(b.numpy(), x)
   ts = [Tensor(r.standard_normal(3000).astype(np.float32), device=d).realize() for d in D]

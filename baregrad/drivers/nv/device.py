@@ -37,7 +37,9 @@ parameter offset 0x160 / 0x210 / 0x380, shared-memory limits), the classlist the
 windows (hw.QMD_VERSION, hw.SHADER_WINDOWS: tables derived from the records).
 
 Several GPUs: NV:<n> opens the n-th GPU NV_ESC_CARD_INFO lists (its /dev/nvidia<minor>, NV01_DEVICE_0 deviceId n),
-with its own RM client, VA space, channels and a device-only VA window of its own.
+with its own RM client, UVM VA space, channels and a device-only VA window of its own, through the port every NV device
+opened without one shares (one kernel); copies between them go through UVM peer mappings where the kernel enables
+PCIe peer access (peer.py).
 
 MOCKGPU=1 runs against baregrad.drivers.mock.nv.MockNVGPU through the port (MOCKGPU_ARCH=sm_80..sm_120 picks the
 generation, MOCKGPU_COUNT=n the number of GPUs); IOCTL_TRACE=1 prints every call; NV_CAPTURE=DIR keeps every
@@ -62,11 +64,12 @@ from baregrad.drivers.nv.rm import RMClient, RMError, register_ioctls
 from baregrad.drivers.nv.memory import CPU_WINDOW, GPU_WINDOW, DeviceMemory, NVAllocator, NVMemory
 from baregrad.drivers.nv.queues import ChannelSet, NVChannel, NVComputeQueue, NVCopyQueue
 from baregrad.drivers.nv.program import NVProgram
+from baregrad.drivers.nv.peer import PeerMappings, shared_port
 from baregrad.drivers.nv_compile import NVCompiler
 
 __all__ = ["NVDevice", "RMError"]
 
-class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
+class NVDevice(RMClient, DeviceMemory, ChannelSet, PeerMappings, HCQDevice):
   """One NVIDIA GPU (NV, NV:n) as an HCQ device: RM calls (RMClient), memory (DeviceMemory) and channels (ChannelSet)
   from the modules beside this one; opening, recovery after a channel error and host waits here."""
   has_local, has_threads = True, True
@@ -76,7 +79,9 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
 
   def __init__(self, device: str, port: Any = None) -> None:
     if port is None:
-      try: port = driver_port("NV")   # MOCKGPU=1: the mock GPU (MOCKGPU_ARCH, MOCKGPU_COUNT: generation, number of GPUs)
+      # one port (one kernel) for every device opened without one (peer.py); MOCKGPU=1: the mock GPUs (MOCKGPU_ARCH,
+      # MOCKGPU_COUNT: generation, number of GPUs), one mock kernel for them all
+      try: port = shared_port(lambda: driver_port("NV"))
       except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
     self.port, self.closed = port, False
     self.index = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
@@ -280,6 +285,8 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, HCQDevice):
     self.closed = True
     try: self._teardown_channels()  # UVM_UNREGISTER_CHANNEL before the channels go
     except Exception: pass
+    for m in self.memories:   # peers unmap this GPU's memory before RM frees it (peer.py)
+      if getattr(m, "peers", None): self._unmap_from_peers(m)
     try: self.rm_free(self.root)  # freeing the client frees every object under it
     except Exception: pass
     if self.klog is not None: self.klog.close()

@@ -110,6 +110,7 @@ class DeviceMemory:
 
   def _gpu_free(self, m: NVMemory) -> None:
     nv = self.nv
+    if getattr(m, "peers", None): self._unmap_from_peers(m)   # peer.py: peers unmap it first
     self.uvm(nv.UVM_FREE, nv.UVM_FREE_PARAMS(base=m.va, length=m.size), "UVM_FREE")
     self.rm_free(m.handle, self.nvdevice)
     if m.cpu is not None: self._unmap_cpu(m.cpu, m.size)

@@ -185,13 +185,14 @@ def test_two_gpus(mockenv):
   assert (d0.dev_path, d1.dev_path) == ("/dev/nvidia0", "/dev/nvidia1") and d0.uuid != d1.uuid
   assert d0.port.mock.uuids == d1.port.mock.uuids and d1.uuid == d1.port.mock.uuids[1]
   assert d0.arch == d1.arch == "sm_89"
-  # separate RM device objects, VA spaces, channels
+  # one kernel (one mock) for both; each its own RM client with its device objects, VA space and channels
+  assert d0.port is d1.port and d0.root != d1.root and d0.fd_uvm != d1.fd_uvm
   for d, i in ((d0, 0), (d1, 1)):
     objs = d.port.mock.clients[d.root]
     assert objs[d.nvdevice].data == {"gpu": i} and objs[d.subdevice].data == {"gpu": i}
-    assert objs[d.vaspace].cls == nv.FERMI_VASPACE_A and len(d.port.mock.channels) == 2
+    assert objs[d.vaspace].cls == nv.FERMI_VASPACE_A and sum(c.client == d.root for c in d.port.mock.channels.values()) == 2
   assert d0.gpu_va.free[0][0] != d1.gpu_va.free[-1][0]
-  # a tensor goes NV:0 -> NV:1 -> NV:0 through host memory, computing on each side
+  # a tensor goes NV:0 -> NV:1 -> NV:0 (through peer mappings), computing on each side
   x = np.arange(300, dtype=np.float32).reshape(3, 100)
   a = Tensor(x, device="NV:0") + 1
   b = a.to("NV:1")
@@ -201,13 +202,13 @@ def test_two_gpus(mockenv):
   assert c.device == "NV:0"
   np.testing.assert_allclose((c - 1).numpy(), (x + 1).sum(axis=1) - 1)
   # each GPU's memory is its own: a buffer on NV:1 is in NV:1's video memory and page tables only
-  m0, m1 = d0.port.mock, d1.port.mock
-  v0, v1 = m0.vram_used, m1.vram_used
+  m = d0.port.mock
   buf = d1.allocator.alloc(1 << 16)
-  assert m1.vram_used == v1 + (1 << 16) and m0.vram_used == v0
-  m1.write_gpu(buf.va_addr, b"\x5a" * 16)
-  assert m1.read_gpu(buf.va_addr, 16) == b"\x5a" * 16
-  with pytest.raises(ValueError, match="MMU fault"): m0.read_gpu(buf.va_addr, 16)
+  assert m.clients[d1.root][buf.meta.handle].data.gpu == 1
+  with m.gpu_view(d1.uuid):
+    m.write_gpu(buf.va_addr, b"\x5a" * 16)
+    assert m.read_gpu(buf.va_addr, 16) == b"\x5a" * 16
+  with m.gpu_view(d0.uuid), pytest.raises(ValueError, match="MMU fault"): m.read_gpu(buf.va_addr, 16)
   d1.allocator.free(buf, 1 << 16)
   assert Device["NV:0"] is d0 and Device["NV:1"] is d1
   with pytest.raises(DeviceUnavailable, match="reports 2 GPU"): Device["NV:2"]

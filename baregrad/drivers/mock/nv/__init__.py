@@ -30,8 +30,8 @@ every channel of the group, and an Xid line in the kernel log (`kmsg`, served on
 `log` is the mock's own record of what it refused and why.
 
 Modules: device (MockNVGPU: the device files and the ioctl entry); the kernel-driver model: rm (RM escapes, objects,
-controls, mmap), uvm (UVM ioctls); the GPU engines: gpfifo (doorbell, GPFIFO channels, pushbuffer methods,
-semaphores, Xids), mmu (GPU VA translation), dma (the copy engine), compute (QMD launches through the PTX interpreter,
+controls, mmap), uvm (UVM ioctls: a VA space per fd, peer access); the GPU engines: gpfifo (doorbell, GPFIFO channels, pushbuffer methods,
+semaphores, Xids), mmu (GPU VA translation, per GPU VA space), dma (the copy engine), compute (QMD launches through the PTX interpreter,
 work in flight, hazards); state (objects both sides share). Memfd memory and the MMU fault type are in
 drivers/mock/common.py, shared with the AMD mock.
 """

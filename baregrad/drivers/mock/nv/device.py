@@ -5,7 +5,7 @@ import ctypes, errno, os, threading, time
 from baregrad import knobs
 from typing import Any
 from baregrad.ctypes_autogen.nv import nv_580 as nv
-from baregrad.drivers.mock.common import MACHINE, MemFD
+from baregrad.drivers.mock.common import MACHINE
 from baregrad.drivers.mock.nv.compute import ComputeEngine
 from baregrad.drivers.mock.nv.dma import CopyEngine
 from baregrad.drivers.mock.nv.gpfifo import HostChannels
@@ -24,13 +24,15 @@ def _comm() -> str:
 class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeEngine):
   """NVIDIA GPUs of one generation behind a mock NVIDIA kernel driver: `arch` (MOCKGPU_ARCH: sm_80, sm_86, sm_89,
   sm_90, sm_100, sm_120; default sm_90) picks what RM reports (MC architecture, SM version, classlist) and which
-  classes it accepts; `count` (MOCKGPU_COUNT, default 1) how many GPUs NV_ESC_CARD_INFO lists. GPU i answers at
-  /dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens each GPU through
-  its own port (its own mock instance), so every GPU's memory, page tables and channels are its own."""
+  classes it accepts; `count` (MOCKGPU_COUNT, default 1) how many GPUs NV_ESC_CARD_INFO lists; `p2p` whether RM
+reports a PCIe P2P link between them (UVM_ENABLE_PEER_ACCESS). GPU i answers at
+  /dev/nvidia<i> and to NV01_DEVICE_0 deviceId i, with its own UUID and PCI bus. The driver opens all GPUs of a
+  process through one port (one mock: one kernel); each UVM VA space (an initialized /dev/nvidia-uvm fd) has its own
+  GPUs, ranges and peer pairs, and each GPU VA space its own page tables (uvm.py, mmu.py)."""
 
   def __init__(self, driver_version: str = "580.95.05", vram_bytes: int = 80 << 30, sysmem_bytes: int = 64 << 30,
                gpcs: int = 8, tpc_per_gpc: int = 9, sm_per_tpc: int = 2, uuid: bytes = bytes(range(0x10, 0x20)),
-               arch: str | None = None, count: int | None = None) -> None:
+               arch: str | None = None, count: int | None = None, p2p: bool = True) -> None:
     self.driver_version, self.vram_bytes, self.sysmem_bytes, self.uuid = driver_version, vram_bytes, sysmem_bytes, uuid
     self.gpcs, self.tpc_per_gpc, self.sm_per_tpc = gpcs, tpc_per_gpc, sm_per_tpc
     self.arch_info = arch_from_env(arch)
@@ -41,10 +43,9 @@ class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeE
       count = int(env)
     if not 1 <= count <= 32: raise ValueError(f"count={count}: 1 to 32 GPUs")
     self.count = count
+    self.p2p = p2p   # RM's P2P capabilities list a PCIe link between every two GPUs (False: none, as behind no common switch)
     # GPU i: the same UUID with i added to its last byte, PCI bus i + 1, /dev/nvidia<i>
     self.uuids = [uuid[:-1] + bytes([(uuid[-1] + i) & 0xFF]) for i in range(count)]
-    self.registered_gpus: set[bytes] = set()
-    self.registered_vaspaces: dict[bytes, Any] = {}   # GPU uuid -> the VA space UVM_REGISTER_GPU_VASPACE gave it
     self.vram_used = self.sysmem_used = 0
     self.classes = _class_table(self.arch_info)
     self.classlist = [nv.NV01_ROOT_CLIENT] + sorted(self.classes)
@@ -52,13 +53,10 @@ class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeE
     self.clients: dict[int, dict[int, RMObject]] = {}
     self.channels: dict[int, Channel] = {}       # work-submit token -> channel
     self.scheduled_groups: set[tuple[int, int]] = set()
-    self.va_map: list[tuple[int, int, MemFD, int]] = []   # sorted (va, length, memory, offset): the GPU page tables
-    self.uvm_ranges: dict[int, int] = {}                     # external range base -> length
     self.maps: dict[int, tuple[int, Any]] = {}               # host mmaps the mock made: addr -> (length, memory or None)
     self.log: list[str] = []
     self.kmsg: list[tuple[int, str]] = []   # the kernel log (dmesg): (microseconds, line)
     self.kmsg_readable = True                # False: /dev/kmsg refuses us, as under kernel.dmesg_restrict=1
-    self.uvm_channels: dict[tuple[int, int], dict] = {}   # UVM_REGISTER_CHANNEL'ed (client, channel) -> its VA ranges
     self.process_name = _comm()
     self.launches: list[dict[str, int]] = []
     self.hazards: list[str] = []      # launches/copies that ran concurrently and touched the same memory
@@ -85,7 +83,9 @@ class MockNVGPU(ResourceManager, UVM, HostChannels, GPUMMU, CopyEngine, ComputeE
       return fd
 
   def close(self, fd: int) -> None:
-    with self._lock: self.files.pop(fd, None)
+    with self._lock:
+      f = self.files.pop(fd, None)
+      if f is not None and f["kind"] == "uvm": self.uvm_close(f)
 
   # /dev/kmsg: one record per read, "prio,seq,usec,flags;text\n"; EAGAIN at the end (the driver opens it O_NONBLOCK)
   def read(self, fd: int, n: int) -> bytes:

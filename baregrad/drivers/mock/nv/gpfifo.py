@@ -30,6 +30,9 @@ class HostChannels:
       raise OSError(errno.EFAULT, f"doorbell write to {addr:#x}: not a mapped usermode region")
 
   def _announce(self, ch: Channel) -> None:
+    with self.in_vaspace(ch.vaspace): self._announce_in(ch)
+
+  def _announce_in(self, ch: Channel) -> None:
     """GP_PUT as the doorbell found it becomes the channel's work; remember what each new launch's QMD and constant
     bank 0 held at submission, to report a host that rewrites them before the launch runs."""
     put = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_PUT).value % ch.entries
@@ -91,6 +94,10 @@ class HostChannels:
                         f"Fault is of type FAULT_PTE {e.access}", why)
 
   def _run_channel(self, ch: Channel) -> bool:
+    """Run what the channel may run, translating through its GPU VA space's page tables (mmu.py)."""
+    with self.in_vaspace(ch.vaspace): return self._run_channel_in(ch)
+
+  def _run_channel_in(self, ch: Channel) -> bool:
     progress = False
     get_p = ctypes.c_uint32.from_address(ch.userd + hw.USERD_GP_GET)
     try:
@@ -218,7 +225,7 @@ class HostChannels:
 
   def dump_channel(self, token: int, last: int = 8) -> str:
     """A channel's GPFIFO and pushbuffers as the GPU sees them (read through its VA space), decoded."""
-    with self._lock:
+    with self._lock, self.in_vaspace(self.channels[token].vaspace):
       ch = self.channels[token]
       ring = hw.words_of(self.read_gpu(ch.ring_va, 8 * ch.entries))
       entries = [ring[2 * i] | (ring[2 * i + 1] << 32) for i in range(ch.entries)]

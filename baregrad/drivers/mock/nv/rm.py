@@ -254,7 +254,8 @@ class ResourceManager:
       m = MemFD(hw.USERMODE_SIZE, "usermode")
       m.gpu = parent.data["gpu"]
       return m
-    if cls == nv.FERMI_VASPACE_A: return {"flags": params.flags if params is not None else 0}
+    if cls == nv.FERMI_VASPACE_A: return {"flags": params.flags if params is not None else 0, "pt": [],
+                                          "gpu": parent.data.get("gpu", 0) if isinstance(parent.data, dict) else 0}
     if cls == nv.NV01_DEVICE_0:
       if params is not None and params.deviceId >= self.count:
         raise RMStatus(nv.NV_ERR_INVALID_ARGUMENT, f"deviceId {params.deviceId}: this system has {self.count} GPU(s)")
@@ -313,15 +314,15 @@ class ResourceManager:
     o = objs.pop(h)
     for c in list(o.children): self._free_tree(objs, c)
     if o.parent is not None and o.parent in objs: objs[o.parent].children.remove(h)
-    if isinstance(o.data, UserPages): self.va_map = [m for m in self.va_map if m[2] is not o.data]
+    if isinstance(o.data, (UserPages, MemFD)): self.unmap_memory(o.data)
     if isinstance(o.data, MemFD):
-      self.va_map = [m for m in self.va_map if m[2] is not o.data]
       if o.data.kind == "vid": self.vram_used -= o.data.size
       elif o.data.kind == "sys": self.sysmem_used -= o.data.size
       o.data.release()
     if isinstance(o.data, Channel):
       self.channels.pop(o.data.token, None)
-      self.uvm_channels = {k: v for k, v in self.uvm_channels.items() if v["channel"] is not o.data}
+      for f in self.files.values():
+        if f.get("vas") is not None: f["vas"].channels = {k: v for k, v in f["vas"].channels.items() if v["channel"] is not o.data}
     if o.cls == nv.KEPLER_CHANNEL_GROUP_A: self.scheduled_groups.discard((id(objs), h))
 
   def _control(self, p: Any) -> None:
