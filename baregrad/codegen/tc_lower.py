@@ -143,10 +143,10 @@ def wgmma_desc(lw: Lowering, t: StagedTile, rbuf: UOp, after: UOp) -> UOp:
   kt = [i for i in tile if axes[i].kind == "tc"]
   rows = [i for i in tile if axes[i].tc is not None and axes[i].kind != "tc" and axes[i].orig == rorig]
   if len(kt) != 1: raise OptError("TC wgmma: the operand tile has no k16 part")
-  if sstride[kt[0]] == 1 and all(sstride[i] == 64 << axes[i].tc[1] for i in rows): lbo, sbo, trans = 16, 1024, 0
+  if sstride[kt[0]] == 1 and all(sstride[i] == 64 << (axes[i].tc or (0, 0))[1] for i in rows): lbo, sbo, trans = 16, 1024, 0
   # MN-major: SBO steps over 8 k rows; LBO (between 64-value chunks of the row coordinate) is unused with one chunk, and
   # set to the same 1024 so a reading that swaps the two (CUTLASS's and the ISA's wording differ) still gets 1024
-  elif sstride[kt[0]] == 64 and all(sstride[i] == 1 << axes[i].tc[1] for i in rows): lbo, sbo, trans = 1024, 1024, 1
+  elif sstride[kt[0]] == 64 and all(sstride[i] == 1 << (axes[i].tc or (0, 0))[1] for i in rows): lbo, sbo, trans = 1024, 1024, 1
   else: raise OptError("TC wgmma: the operand tile's rows are not in the canonical 128-byte swizzle layout")
   vals = dict(lw.rng)
   for i in rows + kt: vals[i] = UOp.const(lw.it, 0)

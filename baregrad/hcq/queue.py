@@ -18,6 +18,17 @@ class Cmd:
   # name -> (word offset in the command, nwords) or (offset, nwords, True) for a field stored high word first
   fields: dict[str, tuple] = field(default_factory=dict)
 
+def args_struct_format(args: Sequence[tuple[int, int]]) -> str | None:
+  """The struct format of kernel arguments (offset, size) from offset 0 through the last one, gaps as pad bytes (the
+  drivers' fast launch paths pack them in one call); None where they are not in offset order or of a size other than
+  1, 2, 4 or 8 bytes."""
+  fmt, pos = "", 0
+  for off, sz in args:
+    if off < pos or sz not in (1, 2, 4, 8): return None
+    fmt += "x" * (off - pos) + {1: "B", 2: "H", 4: "I", 8: "Q"}[sz]
+    pos = off + sz
+  return fmt
+
 class HCQArgsState:
   """Kernel arguments written into argument memory; patch them in place for replays."""
   def __init__(self, cpu_addr: int, va_addr: int, prg: Any, bufs: Sequence[Any], vals: Sequence[int]) -> None:

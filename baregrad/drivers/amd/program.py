@@ -11,7 +11,7 @@ from baregrad import helpers
 from baregrad.knobs import DEBUG
 from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
-from baregrad.hcq.queue import _dims
+from baregrad.hcq.queue import _dims, args_struct_format
 from baregrad.drivers.amd_compile import CodeObjectError, load_code_object
 
 NT_AMDGPU_METADATA = 32
@@ -67,16 +67,6 @@ def _hidden_value(kind: str, gs: tuple[int, int, int], ls: tuple[int, int, int],
   if kind == "hidden_dynamic_lds_size": return 0
   if kind == "hidden_queue_ptr": return dev.amd_queue_va   # the amd_queue_t of the compute queue (as ROCr passes it)
   return None
-
-def _args_format(args: Sequence[tuple[int, int]]) -> str | None:
-  """The struct format of arguments (offset, size) from offset 0 through the last one, gaps as pad bytes; None where
-  they are not in offset order or of a size other than 1, 2, 4 or 8 bytes."""
-  fmt, pos = "", 0
-  for off, sz in args:
-    if off < pos or sz not in (1, 2, 4, 8): return None
-    fmt += "x" * (off - pos) + {1: "B", 2: "H", 4: "I", 8: "Q"}[sz]
-    pos = off + sz
-  return fmt
 
 class AMDArgsState(HCQArgsState):
   """The kernarg segment: explicit arguments at the offsets the metadata gives, hidden ones filled per launch."""
@@ -149,7 +139,7 @@ class AMDProgram(HCQProgram):
     self.kernarg_size = max(kd.kernarg_size, max((o + s for o, s in exp), default=0), max((o + s for _, o, s in hid), default=0), 1)
     # __call__'s launch: the explicit arguments packed straight into a copy of the geometry's segment (_write_args); None
     # where they are out of order, of another size than 1, 2, 4 or 8 bytes, or a hidden one lies among them
-    fmt, end = _args_format(exp), max((o + s for o, s in exp), default=0)
+    fmt, end = args_struct_format(exp), max((o + s for o, s in exp), default=0)
     self._explicit_into = struct.Struct("<" + fmt).pack_into if fmt is not None and all(o >= end for _, o, _ in hid) else None
     self._explicit_masks = [(1 << (8 * sz)) - 1 for _, sz in exp]
     self._all8 = all(sz == 8 for _, sz in exp)   # (no argument narrower than an address: buffer addresses need no mask)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from baregrad.knobs import DEBUG
 from baregrad.hal import profile
 from baregrad.hcq import HCQArgsState, HCQProgram
-from baregrad.hcq.queue import _dims
+from baregrad.hcq.queue import _dims, args_struct_format
 from baregrad.drivers.vmem import round_up
 from baregrad.drivers.nv import hw
 from baregrad.drivers.nv_compile import unpack_lib
@@ -83,21 +83,11 @@ class NVArgsState(HCQArgsState):
 
 _U64 = struct.Struct("<Q")
 
-def _param_format(params: Sequence[tuple[int, int]]) -> str | None:
-  """The struct format of parameters (offset, size) from offset 0 through the last one, gaps as pad bytes; None where
-  they are not in offset order or of a size other than 1, 2, 4 or 8 bytes."""
-  fmt, pos = "", 0
-  for off, sz in params:
-    if off < pos or sz not in (1, 2, 4, 8): return None
-    fmt += "x" * (off - pos) + {1: "B", 2: "H", 4: "I", 8: "Q"}[sz]
-    pos = off + sz
-  return fmt
-
 def param_packer(param_off: int, params: Sequence[tuple[int, int]]) -> Any:
   """pack(*values) -> bytes of constant bank 0 from its start through the last parameter: the `param_off` header bytes
   and the gaps between parameters zero, each parameter (offset, size) at param_off + offset, little-endian (values
   already masked to their sizes); None where the parameters are not in offset order or of a size other than 1-8 bytes."""
-  fmt = _param_format(params)
+  fmt = args_struct_format(params)
   return None if fmt is None else struct.Struct("<" + "x" * param_off + fmt).pack
 
 def launch_pushbuffer(compute_class: int, timeline: int) -> tuple[array, tuple[int, int, int]]:
@@ -166,7 +156,7 @@ class NVProgram(HCQProgram):
     self.param_pack = param_packer(self.param_off, self.params)   # (NVArgsState writes a launch's parameters with it)
     self.param_masks = [(1 << (8 * sz)) - 1 for _, sz in self.params]
     # __call__'s launch: the parameters packed straight into the args memory (None: out of order, NVArgsState's way)
-    fmt = _param_format(self.params)
+    fmt = args_struct_format(self.params)
     self._param_into = None if fmt is None else struct.Struct("<" + fmt).pack_into
     self._all8 = all(sz == 8 for _, sz in self.params)   # (no parameter narrower than an address: nothing to mask)
     image, code_off = hw.pack_image(ptx, name, code or b"\0" * 16)
