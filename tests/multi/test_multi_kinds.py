@@ -7,7 +7,7 @@ import pytest
 from tests.paths import REPO
 
 SCRIPT = textwrap.dedent('''
-  import sys, time, numpy as np
+  import ctypes, sys, numpy as np
   from baregrad import Tensor, dtypes, knobs
   from baregrad.hal.device import Device
   from baregrad.tensor import collectives as C
@@ -39,6 +39,10 @@ SCRIPT = textwrap.dedent('''
   if D[0].startswith("QCOM"):   # two files of the one KGSL GPU: one port, each its own file and context
     a, b = Device[D[0]], Device[D[1]]
     assert a.kgsl.port is b.kgsl.port and a.kgsl.fd != b.kgsl.fd and a.ctx != b.ctx, (a.kgsl.fd, b.kgsl.fd, a.ctx, b.ctx)
+  if D[0].startswith("CL"):     # each handle its own context and queue
+    a, b = Device[D[0]], Device[D[1]]
+    addr = lambda p: ctypes.cast(p, ctypes.c_void_p).value  # noqa: E731
+    assert a is not b and addr(a.ctx) != addr(b.ctx) and addr(a.queue) != addr(b.queue)
   print("done", ",".join(done))
   print("ok")
 ''')
@@ -53,3 +57,14 @@ def test_two_qcom_handles_of_one_mock_adreno():
   pytest.importorskip("tinymesa")
   done = _run("QCOM:0,QCOM:1", MOCKGPU="1", DEV="QCOM")
   assert done.split(",") == ["float32", "int32", "float16"], done
+
+def test_two_cl_handles_of_one_opencl_device():
+  """CL:0 and CL:1 with CL_SHARE_DEVICE=1: two contexts and queues on the one OpenCL device PoCL lists (or two
+  devices where OpenCL lists two)."""
+  from baregrad.hal import DeviceUnavailable
+  try:
+    from baregrad.drivers.cl import list_devices
+    list_devices()
+  except (DeviceUnavailable, ImportError, OSError) as e: pytest.skip(f"no OpenCL ICD or device here: {e}")
+  done = _run("CL:0,CL:1", timeout=600, CL_SHARE_DEVICE="1", DEV="CL")
+  assert done.split(",")[:2] == ["float32", "int32"], done
