@@ -68,3 +68,18 @@ def test_two_cl_handles_of_one_opencl_device():
   except (DeviceUnavailable, ImportError, OSError) as e: pytest.skip(f"no OpenCL ICD or device here: {e}")
   done = _run("CL:0,CL:1", timeout=600, CL_SHARE_DEVICE="1", DEV="CL")
   assert done.split(",")[:2] == ["float32", "int32"], done
+
+@pytest.mark.parametrize("devices,named", [
+  (["QCOM:0", "NV:0"], r"QCOM:0 \(QCOM\), NV:0 \(NV\)"), (["CL:0", "CPU:1"], r"CL:0 \(CL\), CPU:1 \(CPU\)"),
+  (["QCOM:0", "QCOM:1", "AMD:0"], r"QCOM:1 \(QCOM\), AMD:0 \(AMD\)"), (["CL:1", "NV:1"], r"CL:1 \(CL\), NV:1 \(NV\)")])
+def test_mixes_that_cannot_exchange_are_refused_by_name(devices, named):
+  """A device list mixing kinds is refused before any device opens (none of these need to exist), naming each."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.tensor import collectives as C
+  from baregrad.tensor.multi import MultiTensor
+  x = Tensor(np.arange(8, dtype=np.float32))
+  with pytest.raises(ValueError, match=r"mixes kinds that cannot exchange: .*" + named): x.shard(devices)
+  with pytest.raises(ValueError, match=named): x.to(devices)
+  with pytest.raises(ValueError, match=named): C.broadcast(x, devices)
+  with pytest.raises(ValueError, match=named): MultiTensor.replicate(x, devices)
