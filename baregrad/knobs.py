@@ -192,6 +192,9 @@ _DECLARED = [
        default_text="the device's own"),
   Knob("CL_TIMEOUT_MS", "int", 30000,
        "how long DEV=CL waits for an event before it raises", _GPU, lo=1, unit="milliseconds"),
+  Knob("CL_SHARE_DEVICE", "bool", False, "CL:i at or past the number of OpenCL devices opens its own context and queue on "
+       "device i mod that number (several handles of one device, e.g. multi-device code on one PoCL device); off: such a CL:i "
+       "is unavailable, naming the devices there are", _GPU),
   Knob("CUDA_TIMEOUT_MS", "int", 30000,
        "how long DEV=CUDA waits for work before it raises", _GPU, lo=1, unit="milliseconds"),
   Knob("RING_MIN_BYTES", "int", 4 << 20, "in-process allreduce: tensors of at least this many bytes over 3+ devices take the ring, "

@@ -1,6 +1,9 @@
 """OpenCL fallback device (DEV=CL, CL:n for the n-th device over all platforms) through the system's libOpenCL
 (an ICD loader) and the generated bindings (ctypes_autogen/opencl.py). Kernels are OpenCL C from
 codegen/renderer/opencl.py; the compiler builds them for the device and keeps the device binary in the compile cache.
+Each CL:n is its own context and queue; with CL_SHARE_DEVICE=1 a CL:n past the listed devices is another context on
+device n mod their number (two handles of one PoCL device: multi-device tensors where OpenCL lists one device). Copies
+between CL devices go through the host (a buffer belongs to one context).
 
 One in-order command queue with profiling: commands run in the order they were enqueued, so a buffer freed into the
 allocator's cache and handed out again is only written after every kernel queued before has read it. Every wait polls
@@ -255,6 +258,9 @@ class CLDevice(Compiled):
     self.closed, self.device = False, device
     idx = int(device.split(":")[-1]) if device.split(":")[-1].isdigit() else 0
     devs = list_devices()
+    # OpenCL lets one device be in several contexts (clCreateContext takes any listed device): with CL_SHARE_DEVICE each
+    # handle past the list is its own context and queue on one of them
+    if idx >= len(devs) and knobs.get("CL_SHARE_DEVICE"): idx %= len(devs)
     if idx >= len(devs):
       raise DeviceUnavailable(f"{device}: there are {len(devs)} OpenCL device(s) here: " +
                               ", ".join(f"CL:{i} {info_str(cl.clGetDeviceInfo, d, cl.CL_DEVICE_NAME)}" for i, (_, d) in enumerate(devs)))

@@ -7,6 +7,11 @@ KGSL context; KGSL appends the end-of-pipe timestamp of the context. Signals are
 writes the low dword (CP_EVENT_WRITE CACHE_FLUSH_TS after all earlier work); waits are CP_WAIT_REG_MEM on it, so
 signal values stay below 2^32 (a6xx event writes are 32-bit). Timestamps: CP_ALWAYS_ON_COUNTER (19.2 MHz).
 
+Several QCOM devices (QCOM:0, QCOM:1, ...) are several handles of the one GPU behind /dev/kgsl-3d0 (a phone has one
+Adreno): each opens the file itself, so each is its own KGSL file with its own context (kgsl.c: a context belongs to
+the file that created it), and all share the process's GPU page table. Devices opened without a port share one port
+(`shared_port`: with MOCKGPU=1 one mock KGSL, one GPU). Copies between them go through the host (no _import_host).
+
 Host waits sleep in KGSL (WAITTIMESTAMP_CTXTID on the last submission) between looks at the signal, with the
 device's timeout. A context KGSL reports faulted (-EPROTO: hang or page fault) raises QCOMFault naming the context,
 the timestamp and the last kernel submitted; the device then creates a new context, so the next computation runs.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import threading
 import time
 from typing import Any, Hashable, Sequence
 
@@ -31,6 +37,21 @@ from baregrad.drivers.qcom.kgsl import KGSL, GPUFault, GpuObject
 IB_RING = 4 << 20
 ALWAYS_ON_MHZ = 19.2   # a6xx CP_ALWAYS_ON_COUNTER: the 19.2 MHz always-on clock (KGSL adreno_a6xx.c, a6xx_read_alwayson)
 GPU_IDS = {"a630": 630, "a640": 640, "a650": 650, "a660": 660}
+
+
+_SHARED: dict[tuple, Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_port() -> Any:
+  """The port every QCOMDevice opened without one uses: one per MOCKGPU setting, so with MOCKGPU=1 the devices of a
+  process are files of one mock KGSL (one GPU), as they are files of the one /dev/kgsl-3d0 on a phone."""
+  from baregrad import knobs
+  from baregrad.drivers.port import driver_port
+  key = (knobs.raw("MOCKGPU"),)
+  with _SHARED_LOCK:
+    if key not in _SHARED: _SHARED[key] = driver_port("QCOM")
+    return _SHARED[key]
 
 
 class QCOMFault(RuntimeError):
@@ -171,9 +192,8 @@ class QCOMDevice(HCQDevice):
   ticks_per_us = ALWAYS_ON_MHZ
 
   def __init__(self, device: str, port: Any = None) -> None:
-    from baregrad.drivers.port import driver_port
     if port is None:
-      try: port = driver_port("QCOM")
+      try: port = shared_port()
       except ValueError as e: raise DeviceUnavailable(f"{device}: mock GPU: {e}") from None
     try: self.kgsl = KGSL(port)
     except FileNotFoundError: raise DeviceUnavailable(f"{device}: /dev/kgsl-3d0 not found (no KGSL here); set MOCKGPU=1 for the mock Adreno") from None

@@ -137,3 +137,27 @@ def test_allocation_past_system_memory_is_enomem_and_freeing_gives_it_back():
   d.free(a)
   d.free(d.alloc(40 << 10))
   d.close()
+
+
+def test_two_opens_of_one_gpu_own_their_contexts_and_share_the_process_memory():
+  """Two QCOM device handles in one process: two files of one mock KGSL. Each file's contexts are its own
+  (kgsl_context_get_owner: -EINVAL for another file's context id); objects and GPU
+  addresses are the process's, so a context of one file copies from an object another file allocated."""
+  port = MockPort(MockKGSL())
+  a, b = KGSL(port), KGSL(port)
+  assert a.fd != b.fd
+  ca, cb = a.create_context(), b.create_context()
+  src, dst, ib = a.alloc(4096), b.alloc(4096), b.alloc(4096)
+  ctypes.memmove(src.cpu, struct.pack("<4I", 7, 8, 9, 10), 16)
+  words = CommandStream().memcpy(dst.gpuaddr, src.gpuaddr, 4).words
+  b.wait(cb, b.submit(cb, [_put_ib(ib, words)]), 1000)   # b's context reads a's object at its GPU address
+  assert struct.unpack_from("<4I", bytes(dst.view()[:16])) == (7, 8, 9, 10)
+  for who, ctx in ((a, cb), (b, ca)):   # another file's context: refused on submit and on wait
+    with pytest.raises(IoctlError) as e: who.submit(ctx, [_put_ib(ib, CommandStream().nop().words)])
+    assert e.value.errno == errno.EINVAL
+    with pytest.raises(IoctlError) as e: who.wait(ctx, 1, 10)
+    assert e.value.errno == errno.EINVAL
+  info = k.struct_kgsl_gpuobj_info(id=src.id)   # a's object id is the process's: b's file finds it
+  b.port.ioctl(b.fd, k.IOCTL_KGSL_GPUOBJ_INFO, info)
+  assert info.gpuaddr == src.gpuaddr
+  a.close(); b.close()

@@ -25,13 +25,21 @@ EOP_OFF = kgsl.struct_kgsl_devmemstore.eoptimestamp.offset
 class _Ctx:
   id: int
   flags: int
+  fd: int                     # the open file (dev_priv) that created it: the only one that may use it
   issued: int = 0
   fault: str | None = None
 
 
 class MockKGSL:
   """One Adreno behind KGSL. `chip_id` is what DEVICE_INFO reports (default an a630, patch 1); `sysmem` the system
-  memory its objects' pages come from (an Adreno has no memory of its own)."""
+  memory its objects' pages come from (an Adreno has no memory of its own).
+
+  Several opens of /dev/kgsl-3d0 by one process (several QCOM device handles) are several files of the one GPU, as
+  kgsl.c has them: each open is its own dev_priv, owning the contexts it creates (kgsl_context_get_owner refuses a
+  context of another file with -EINVAL), while memory objects, their ids and the GPU page table belong to the process
+  (kgsl_process_private_new finds the process's private by tgid for every open), so an object allocated through one
+  file is at the same GPU address for the contexts of all. One ringbuffer runs the submissions of every context in
+  order (the model is synchronous)."""
 
   def __init__(self, chip_id: int = 0x06030001, gmem_bytes: int = 1 << 20, sysmem: int = 8 << 30) -> None:
     self.chip_id, self.gmem_bytes = chip_id, gmem_bytes
@@ -64,6 +72,14 @@ class MockKGSL:
 
   def close(self, fd: int) -> None:
     self.fds.discard(fd)
+    # kgsl.c kgsl_release: the contexts the file created are detached with it (their ids no longer name a context)
+    for c in self.ctxs.values():
+      if c.fd == fd: c.fd = -1
+
+  def _owned(self, cid: int, fd: int) -> _Ctx | None:
+    # kgsl.c kgsl_context_get_owner: a context id names a context only for the file (dev_priv) that created it
+    ctx = self.ctxs.get(cid)
+    return ctx if ctx is not None and ctx.fd == fd else None
 
   def ioctl(self, fd: int, request: int, argp: int, argsize: int) -> int:
     if fd not in self.fds: return -errno.EBADF
@@ -73,7 +89,7 @@ class MockKGSL:
          kgsl.IOCTL_KGSL_DEVICE_WAITTIMESTAMP_CTXTID: self._wait}.get(request)
     # not modelled here: answered as KGSL answers a command outside its table (kgsl.c kgsl_ioctl_helper, -ENOTTY to the user)
     if h is None: return -errno.ENOTTY
-    return h(argp)
+    return h(fd, argp) if h in (self._ctx_create, self._command, self._wait) else h(argp)
 
   def _getproperty(self, argp: int) -> int:
     p = kgsl.struct_kgsl_device_getproperty.from_address(argp)
@@ -85,11 +101,11 @@ class MockKGSL:
     ctypes.memmove(p.value, ctypes.addressof(info), min(ctypes.sizeof(info), p.sizebytes))
     return 0
 
-  def _ctx_create(self, argp: int) -> int:
+  def _ctx_create(self, fd: int, argp: int) -> int:
     p = kgsl.struct_kgsl_drawctxt_create.from_address(argp)
     cid = len(self.ctxs) + 1
     if (cid + 1) * MEMSTORE_SLOT > self.memstore.size: return -errno.ENOSPC  # kgsl.c kgsl_context_init: ids are bounded by the memstore
-    self.ctxs[cid] = _Ctx(cid, p.flags)
+    self.ctxs[cid] = _Ctx(cid, p.flags, fd)
     p.drawctxt_id = cid
     return 0
 
@@ -140,11 +156,11 @@ class MockKGSL:
   def eop(self, cid: int) -> int:
     return struct.unpack("<I", self.mem.read(self.memstore.gpu + cid * MEMSTORE_SLOT + EOP_OFF, 4))[0]
 
-  def _command(self, argp: int) -> int:
+  def _command(self, fd: int, argp: int) -> int:
     p = kgsl.struct_kgsl_gpu_command.from_address(argp)
     # kgsl.c kgsl_ioctl_gpu_command/_process_command_input: more than KGSL_MAX_NUMIBS objects, or nothing, is -EINVAL
     if p.numcmds > MAX_NUMIBS or p.numcmds == 0: return -errno.EINVAL
-    ctx = self.ctxs.get(p.context_id)
+    ctx = self._owned(p.context_id, fd)
     if ctx is None: return -errno.EINVAL  # kgsl.c kgsl_ioctl_gpu_command: kgsl_context_get_owner NULL -> -EINVAL
     if ctx.fault: return -errno.EPROTO  # kgsl.c kgsl_ioctl_gpu_command: -EPROTO tells the user the context faulted
     if p.cmdsize < ctypes.sizeof(kgsl.struct_kgsl_command_object): return -errno.EINVAL  # kgsl_drawobj.c: short object records
@@ -176,10 +192,11 @@ class MockKGSL:
         self.ctxs[cid].fault = f"context {cid} faulted at timestamp {ts}: {e}"
       self.pending.pop(0)
 
-  def _wait(self, argp: int) -> int:
+  def _wait(self, fd: int, argp: int) -> int:
     p = kgsl.struct_kgsl_device_waittimestamp_ctxtid.from_address(argp)
-    ctx = self.ctxs.get(p.context_id)
-    if ctx is None: return -errno.EINVAL  # kgsl.c kgsl_ioctl_device_waittimestamp_ctxtid: unknown context -> -EINVAL
+    ctx = self._owned(p.context_id, fd)
+    # kgsl.c kgsl_ioctl_device_waittimestamp_ctxtid: kgsl_context_get_owner NULL (unknown, or another file's) -> -EINVAL
+    if ctx is None: return -errno.EINVAL
     self._progress()
     if ctx.fault: return -errno.EPROTO
     if self.eop(ctx.id) >= p.timestamp: return 0
