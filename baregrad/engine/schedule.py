@@ -238,12 +238,25 @@ class _KernelBuilder:
 
   def _zero_at_pad(self, u: UOp) -> bool:
     """Whether u is 0 where every buffer it reads (and every constant) reads as 0: u's padding may then be the
-    padding of its sources (see _step). Reductions, gathers and copies count as buffers (they get their own)."""
+    padding of its sources (see _step). Reductions, gathers and copies count as buffers (they get their own).
+    Only a short epilogue (bias, activation, scale, residual) qualifies: a long value, or one padded again inside (a
+    cat, a sort's stages), would nest masks kernel after kernel, each recomputing it (test_sort 11 s -> 5 min)."""
+    stops = (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.GATHER, Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN)
+    order: list[UOp] = []
+    seen: set[UOp] = set()
+    stack: list[tuple[UOp, bool]] = [(u, False)]
+    while stack:   # post-order over u's own computation, not below its buffers and realized nodes
+      x, done = stack.pop()
+      if done: order.append(x); continue
+      if x in seen: continue
+      seen.add(x)
+      if len(seen) > PAD_FUSE_MAX_OPS or x.op is Ops.PAD: return False
+      stack.append((x, True))
+      if not (x in self.realized or x.op in stops): stack.extend((s, False) for s in x.src)
     vals: dict[UOp, Any] = {}
     def zero(dt: Any) -> Any: return False if dtypes.is_bool(dt) else 0 if dtypes.is_int(dt) else 0.0
-    for x in u.toposort():
-      if x in self.realized or x.op in (Ops.BUFFER, Ops.CONST, Ops.REDUCE_AXIS, Ops.GATHER, Ops.COPY, Ops.CONTIGUOUS, Ops.ASSIGN):
-        vals[x] = zero(x.dtype.scalar)
+    for x in order:
+      if x in self.realized or x.op in stops: vals[x] = zero(x.dtype.scalar)
       elif x.op in GroupOp.Movement or x.op is Ops.DETACH: vals[x] = vals[x.src[0]]
       elif x.op in (Ops.CAST, Ops.BITCAST):
         if vals[x.src[0]] != 0: return False   # (a nonzero value converted: not worth modelling)
@@ -275,6 +288,7 @@ class _KernelBuilder:
     self.costly[u] = found
     return found
 
+PAD_FUSE_MAX_OPS = 24   # most nodes (ops, buffers, constants) of a padded value computed in the padding's kernel (_zero_at_pad)
 _EXPENSIVE = GroupOp.Transcendental | {Ops.RECIP, Ops.FDIV, Ops.IDIV, Ops.MOD}
 
 def _expanded(st: ShapeTracker) -> bool:

@@ -63,3 +63,18 @@ def test_padded_value_over_a_cropped_read_is_one_view():
   assert views and all(len(st.views) == 1 for st in views), views
   ref = np.pad(np.maximum(yn[:, :, :54].reshape(1, 4, 6, 9)[..., :7] + B[0, 0, 0], 0), ((0, 0), (0, 0), (1, 2), (1, 1)))
   np.testing.assert_allclose(out.numpy(), ref, rtol=1e-6, atol=1e-6)
+
+def test_value_padded_inside_or_long_gets_its_own_buffer():
+  # only a short epilogue is computed in the padding's kernel: a value padded again inside (a cat, a sort's stages)
+  # would nest masks kernel after kernel, each recomputing it (test_sort: 11 s -> 5 min); a long chain likewise
+  n, got = _padded(lambda x, b: (x.pad((1, 1)) * b).relu()[..., 1:-1], X, B)
+  assert n == 2, n
+  np.testing.assert_allclose(got, np.pad(np.maximum(X * B, 0), PAD), rtol=1e-6, atol=1e-6)
+  def chain(x, b):
+    for _ in range(20): x = (x * b).relu()
+    return x
+  n, got = _padded(chain, X, B)
+  ref = X
+  for _ in range(20): ref = np.maximum(ref * B, 0)
+  assert n == 2, n
+  np.testing.assert_allclose(got, np.pad(ref, PAD), rtol=1e-5, atol=1e-6)
