@@ -119,9 +119,9 @@ def test_direct_launch_kernargs_equal_the_args_state(arch):
     prg.explicit_args = [(0, 1), (8, 8), (16, 2), (20, 4), (24, 8)]
     prg.hidden_args = [(k, o + 32, sz) for k, o, sz in prg.hidden_args]
     prg.kernarg_size += 32
-    from baregrad.drivers.amd.program import _args_format
+    from baregrad.hcq.queue import args_struct_format
     import struct
-    prg._explicit_into = struct.Struct("<" + _args_format(prg.explicit_args)).pack_into
+    prg._explicit_into = struct.Struct("<" + args_struct_format(prg.explicit_args)).pack_into
     prg._explicit_masks = [(1 << (8 * sz)) - 1 for _, sz in prg.explicit_args]
     prg._all8, prg._segments = False, {}
     vals = (-1, 0x7f00_0000_1000, -2, 0x1_0000_0005, -3)
