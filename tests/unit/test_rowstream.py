@@ -88,6 +88,22 @@ def test_rowstream_off_keeps_the_strips():
     assert len(items) == 1 and len(items[0].ast.src[0].src[1].arg.shape) == 3, [it.ast.src[0].src[1].arg.shape for it in items]
     np.testing.assert_allclose((x @ W).numpy(), a @ w, rtol=1e-4, atol=1e-3)
 
+def test_rowstream_switch_is_part_of_the_schedule_cache_key():
+  # the same graph scheduled with ROWSTREAM on, then off, then on again in one process: each gets the schedule of its
+  # own setting (the cache key holds the knobs that change how a graph is cut; ROWSTREAM and PACK were missing)
+  from baregrad import Tensor
+  from baregrad.helpers import Context
+  rng = np.random.default_rng(10)
+  a, w = rng.standard_normal((1, 1536), dtype=np.float32), rng.standard_normal((1536, 2048), dtype=np.float32)
+  counts = []
+  for on in (1, 0, 1):
+    with Context(ROWSTREAM=on):
+      x, W = Tensor(a), Tensor(w)
+      items = (x @ W).schedule()
+      counts.append((len(items), len(items[0].ast.src[0].src[1].arg.shape)))
+      np.testing.assert_allclose((x @ W).numpy(), a @ w, rtol=1e-4, atol=1e-3)
+  assert counts[1] == (1, 3) and counts[0] == counts[2] != counts[1], counts
+
 def test_a_jit_replays_row_streamed_kernels_on_new_inputs():
   from baregrad import Tensor
   from baregrad.tensor.jit import jit
