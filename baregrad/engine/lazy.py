@@ -87,7 +87,7 @@ def _substitute_all(uops: list[UOp]) -> list[UOp]:
 # reads: the schedule passes one argument per storage); the bounds checks registered on its nodes are part of the key.
 # Not cached: COPY and stale reads (those take the full path, which also raises their errors).
 _CACHEABLE = GroupOp.ALU | GroupOp.Movement | {Ops.BUFFER, Ops.CONST, Ops.IOTA, Ops.REDUCE_AXIS, Ops.CAST, Ops.BITCAST, Ops.CONTIGUOUS,
-                                               Ops.DETACH, Ops.ASSIGN, Ops.GATHER}
+                                               Ops.DETACH, Ops.ASSIGN, Ops.GATHER, Ops.COPY}
 SCHEDULE_CACHE_SIZE = 2048
 # evicted by the clock algorithm (LRU's approximation): a hit sets the template's used flag, which is cheaper than
 # moving its key to the end of an ordered dict (hashing the whole nested key once more on every eager op); eviction
@@ -171,7 +171,7 @@ def _template(items: list[ScheduleItem], realized_: dict, pos: dict[UOp, int], s
     return t
   titems = []
   for it in items:
-    if it.kind != "kernel" or (it.srcnode is not None and it.srcnode not in pos): return None
+    if it.kind not in ("kernel", "copy") or (it.srcnode is not None and it.srcnode not in pos): return None
     if it.check is not None and it.check[0] not in pos: return None
     if any(n not in pos for n, _ in it.also): return None
     titems.append((it.ast, [tref(b) for b in it.bufs], it.kind, pos.get(it.srcnode) if it.srcnode is not None else None,

@@ -210,3 +210,22 @@ def test_a_cached_single_kernel_result_is_recorded_on_its_node():
     w = z.uop
     z.realize()
     assert w._realized is None and z.numpy().tolist() == [6.0] * 4
+
+def test_graphs_with_copies_between_devices_hit(schedules):
+  # a step moving values between devices (a data-parallel step's gradients, a sharded result gathered) is cached like
+  # any other graph: each copy keeps its own source and target buffers, and a source written in place in between is
+  # copied with its new value (the cached copy reads the buffer, not what it held when the schedule was cut)
+  rng = np.random.default_rng(3)
+  xs = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(3)]
+  outs, cut = [], []
+  for x in xs:
+    a = Tensor(x, device="CPU:0").realize()
+    outs.append(((a * 3).to("CPU:1") + 1).numpy())
+    cut.append(len(schedules))
+  assert cut[0] == cut[1] == cut[2], cut   # cut in the first round only
+  for x, o in zip(xs, outs): np.testing.assert_allclose(o, x * 3 + 1, rtol=1e-6)
+  a = Tensor(xs[0], device="CPU:0").realize()
+  first = ((a * 3).to("CPU:1") + 1).numpy()
+  a.assign(Tensor(xs[1], device="CPU:0")).realize()
+  np.testing.assert_allclose(((a * 3).to("CPU:1") + 1).numpy(), xs[1] * 3 + 1, rtol=1e-6)
+  np.testing.assert_allclose(first, xs[0] * 3 + 1, rtol=1e-6)
