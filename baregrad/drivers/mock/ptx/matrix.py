@@ -150,16 +150,20 @@ class MatrixOps:
           wd(c, h[2 * j] | (h[2 * j + 1] << np.uint32(16)), False, m)
     ins.fn = fn
 
-  def _c_ldmatrix(self, ins: _Ins) -> None:
+  def _m8n8_form(self, ins: _Ins, name: str, verb: str) -> tuple[int, bool]:
+    """(matrices, transposed) of an ldmatrix/stmatrix: only the .sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 form."""
     mods = ins.mods
     if "sync" not in mods or "aligned" not in mods or "m8n8" not in mods or "b16" not in mods:
-      raise self._err(ins, "only ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 is supported")
+      raise self._err(ins, f"only {name}.sync.aligned.m8n8.x{{1,2,4}}{{.trans}}.shared.b16 is supported")
     num = next((int(x[1:]) for x in mods if x in ("x1", "x2", "x4")), None)
     if num is None:
-      raise self._err(ins, "ldmatrix needs .x1, .x2 or .x4")
+      raise self._err(ins, f"{name} needs .x1, .x2 or .x4")
     if not any(x.startswith("shared") for x in mods):
-      raise self._err(ins, "ldmatrix reads shared memory (.shared)")
-    trans = "trans" in mods
+      raise self._err(ins, f"{name} {verb} shared memory (.shared)")
+    return num, "trans" in mods
+
+  def _c_ldmatrix(self, ins: _Ins) -> None:
+    num, trans = self._m8n8_form(ins, "ldmatrix", "reads")
     self._need(ins, 2)
     wds = [self._dst(ins, x) for x in self._regs(ins, ins.ops[0], num)]
     addr = self._addr(ins, ins.ops[1], "shared")
@@ -191,15 +195,7 @@ class MatrixOps:
     inverse. Threads 8j..8j+7 give the addresses of the 8 rows (16 bytes, 16-byte aligned) of matrix j; thread l's
     register j holds (row l/4, columns 2*(l%4), 2*(l%4)+1) of matrix j, the lower column in the lower half (.trans:
     rows 2*(l%4) and 2*(l%4)+1 of column l/4)."""
-    mods = ins.mods
-    if "sync" not in mods or "aligned" not in mods or "m8n8" not in mods or "b16" not in mods:
-      raise self._err(ins, "only stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 is supported")
-    num = next((int(x[1:]) for x in mods if x in ("x1", "x2", "x4")), None)
-    if num is None:
-      raise self._err(ins, "stmatrix needs .x1, .x2 or .x4")
-    if not any(x.startswith("shared") for x in mods):
-      raise self._err(ins, "stmatrix writes shared memory (.shared)")
-    trans = "trans" in mods
+    num, trans = self._m8n8_form(ins, "stmatrix", "writes")
     self._need(ins, 2)
     addr = self._addr(ins, ins.ops[0], "shared")
     srcs = [self._src(ins, x, np.dtype(np.uint32)) for x in self._regs(ins, ins.ops[1], num)]
