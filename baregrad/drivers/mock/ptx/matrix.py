@@ -27,6 +27,7 @@ Each is modelled from the PTX ISA, independently of the code generator's own des
 - cvt.rna.tf32.f32: round to nearest, ties away from zero, to a 10-bit mantissa (the low 13 bits of the result are 0).
 """
 from __future__ import annotations
+from typing import Any
 import numpy as np
 from baregrad.drivers.mock.ptx.errors import GPUFault
 from baregrad.drivers.mock.ptx.launch import _Ctx
@@ -72,6 +73,15 @@ def _elements(words, kind: str):
       raise ValueError(kind)
   return out
 
+def _m8n8_rows(addr: Any, n: int, num: int, name: str) -> np.ndarray:
+  """The row addresses of an ldmatrix/stmatrix, (warps, 8 * num): threads 8j..8j+7 of each warp give matrix j's 8 rows;
+  each must be 16-byte aligned (PTX ISA 9.7.14.6, ldmatrix/stmatrix: a misaligned row address is undefined; reported
+  as a fault here)."""
+  a = np.broadcast_to(np.asarray(addr), (n,)).astype(np.uint64).reshape(n // 32, 32)[:, :8 * num]
+  if (a % np.uint64(16)).any():
+    bad = int(a.reshape(-1)[np.argmax((a % np.uint64(16)).reshape(-1) != 0)])
+    raise GPUFault(f"GPU fault: {name} row address {bad:#x} is not 16-byte aligned", bad)
+  return a
 
 class MatrixOps:
   """Instruction compilers for mma.sync, ldmatrix and cp.async (see the module docstring)."""
@@ -172,10 +182,7 @@ class MatrixOps:
     def fn(c, m):
       self._warp_check(c, m, ins)
       W = c.n // 32
-      a = np.broadcast_to(np.asarray(addr(c)), (c.n,)).astype(np.uint64).reshape(W, 32)[:, :8 * num]
-      if (a % np.uint64(16)).any():
-        bad = int(a.reshape(-1)[np.argmax((a % np.uint64(16)).reshape(-1) != 0)])
-        raise GPUFault(f"GPU fault: ldmatrix row address {bad:#x} is not 16-byte aligned", bad)
+      a = _m8n8_rows(addr(c), c.n, num, "ldmatrix")
       if self.bank_conflicts is not None:
         words = (a.reshape(W * num, 8)[:, :, None] // np.uint64(4) + np.arange(4, dtype=np.uint64)).reshape(W * num, 32)
         self.bank_conflicts(ins.line, ins.text, shared_wavefronts(words), W * num)
@@ -204,10 +211,7 @@ class MatrixOps:
     def fn(c, m):
       self._warp_check(c, m, ins)
       W = c.n // 32
-      a = np.broadcast_to(np.asarray(addr(c)), (c.n,)).astype(np.uint64).reshape(W, 32)[:, :8 * num]
-      if (a % np.uint64(16)).any():
-        bad = int(a.reshape(-1)[np.argmax((a % np.uint64(16)).reshape(-1) != 0)])
-        raise GPUFault(f"GPU fault: stmatrix row address {bad:#x} is not 16-byte aligned", bad)
+      a = _m8n8_rows(addr(c), c.n, num, "stmatrix")
       rows = np.zeros((W, num, 8, 8), np.uint16)
       for j, f in enumerate(srcs):
         v = np.broadcast_to(np.asarray(f(c)), (c.n,)).astype(np.uint32).reshape(W, 32)
