@@ -80,17 +80,41 @@ def test_masked_stores_write_nothing_past_the_end(device, dt):
     np.testing.assert_array_equal(got[n:], sentinel[n:], err_msg=f"opts={opts}: wrote past the end")
 
 def test_masked_edge_takes_plain_accesses_where_every_lane_is_valid():
-  # a padded elementwise loop: only its last iteration has lanes past the end; the others load and store plainly (a
-  # masked store on every iteration made relu(x*y+z) 2.5x slower on AVX2), the masked forms stay for the edge
+  # a padded elementwise loop: only its last iteration has lanes past the end; the others store plainly (a masked
+  # store on every iteration made relu(x*y+z) 2.5x slower on AVX2), the masked forms stay for the edge. Loads take the
+  # same branch where a masked load costs more (AVX2's vmaskmov); on AVX-512 it is one plain instruction, so they are
+  # masked loads without a branch (see the next test)
   n = 16 * 5 + 3
   ast = sink(store(0, (n,), load(1, f32, ShapeTracker.from_shape((n,))) * load(2, f32, ShapeTracker.from_shape((n,)))))
-  spec = get_program(ast, Device["CPU"].renderer, [Opt(PAD, 0, 16), Opt(U, 0, 16)])
-  if "define void" not in spec.src: pytest.skip("the CPU renderer here is not LLVM IR")
-  assert "@llvm.masked.store.v16f32" in spec.src and "@llvm.vector.reduce.and.v16i1" in spec.src
-  assert "store <16 x float>" in spec.src and spec.src.count("load <16 x float>, ptr") == 2
+  opts = [Opt(PAD, 0, 16), Opt(U, 0, 16)]
+  if "define void" not in get_program(ast, Device["CPU"].renderer, opts).src: pytest.skip("the CPU renderer here is not LLVM IR")
+  avx2, avx512 = get_program(ast, _host_like(8, 16), opts).src, get_program(ast, _host_like(16, 32), opts).src
+  for src in (avx2, avx512):
+    assert "@llvm.masked.store.v16f32" in src and "@llvm.vector.reduce.and.v16i1" in src and "store <16 x float>" in src
+  assert avx2.count("load <16 x float>, ptr") == 2 and avx2.count("@llvm.masked.load.v16f32.p0(ptr %") == 2
+  assert avx512.count("load <16 x float>, ptr") == 0 and avx512.count("@llvm.masked.load.v16f32.p0(ptr %") == 2
   x, y = np.arange(n, dtype=np.float32), np.arange(n, dtype=np.float32)[::-1].copy()
-  (got,) = run(ast, [(n, f32)], [(x, f32), (y, f32)], "CPU", opts=[Opt(PAD, 0, 16), Opt(U, 0, 16)])
+  (got,) = run(ast, [(n, f32)], [(x, f32), (y, f32)], "CPU", opts=opts)
   np.testing.assert_array_equal(got, x * y)
+
+def test_avx512_padded_gemm_loads_without_branches():
+  # a GEMM whose lanes are padded (196 positions of a 14x14 image in tiles of 32): with a branch around each masked
+  # load, a row's scalar weight load and its broadcast fell in different basic blocks, so instruction selection could
+  # not fold them into one broadcast load: each of the 8 broadcasts took a shuffle on an FMA port (ResNet-50's 1x1
+  # layers at 14x14 2-3x slower). On AVX-512 the reduction's loop has no branch but its own; the stores after it keep theirs
+  M, K, N = 16, 64, 196
+  opts = [Opt(PAD, 1, 32), Opt(U, 1, 32), Opt(U, 0, 8)]
+  src = get_program(matmul(M, K, N), _host_like(16, 32), opts).src
+  if "define void" not in src: pytest.skip("the CPU renderer here is not LLVM IR")
+  body = src[src.index("define void"):]
+  last_fma = body.rindex("@llvm.fma.v16f32(")
+  assert "@llvm.masked.load.v16f32.p0(ptr %" in body[:last_fma]
+  assert "@llvm.vector.reduce.and" not in body[:last_fma], "a branch around a load inside the reduction"
+  assert "@llvm.masked.store.v16f32" in body[last_fma:]
+  rng = np.random.default_rng(5)
+  a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+  (got,) = run(matmul(M, K, N), [(M * N, f32)], [(a, f32), (b, f32)], "CPU", opts=opts)
+  np.testing.assert_allclose(got.reshape(M, N), a @ b, rtol=1e-4, atol=1e-4)
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_tile_rows_are_vector_runs(device):
@@ -247,3 +271,19 @@ def test_outputs_past_the_cache_are_stored_non_temporally(monkeypatch):
   # a kernel with a reduction loop keeps plain stores, however big its output (its tiles are written after their K loop)
   monkeypatch.setattr(ren, "stream_bytes", 64)
   assert "!nontemporal" not in get_program(matmul(64, 32, 64), ren, [Opt(U, 1, 16), Opt(U, 0, 4)]).src
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_parallel_loop_deals_whole_tiles_evenly(monkeypatch, threads):
+  # 196 positions are 7 tiles of 32 lanes: dealt to 2 threads, one core idles for a seventh of the kernel (4 tiles
+  # against 3); the 32 row tiles of 256 output channels split evenly, so they take the cores. With many position tiles
+  # (3136: 98) the positions keep them (a panel of the lane operand stays in each core's cache)
+  monkeypatch.setenv("CPU_THREADS", str(threads))
+  ren = _host_like(16, 32)
+  def parallel_size(M: int, K: int, N: int) -> int:
+    k = Kernel(matmul(M, K, N), ren=ren)
+    from baregrad.codegen.heuristic import heuristic_opts
+    opts = heuristic_opts(k, ren)
+    (p,) = [o for o in opts if o.op is P]
+    return k.axes[k.loop_axes()[p.axis]].size
+  assert parallel_size(256, 1152, 196) == 32
+  assert parallel_size(64, 576, 3136) == 98

@@ -287,6 +287,18 @@ class LLVMRenderer(Renderer):
     if u.op is Ops.STORE and vd.scalar == dtypes.bool:  # (before the branch: both ways store it)
       lines.append(f"  {nm}.z = zext {ltype(vd)} {r[u.src[1]]} to {mt}")
     if u.op is Ops.STORE and bits16: lines.append(f"  {nm}.z = bitcast {ltype(vd)} {r[u.src[1]]} to {mt}")
+    if u.op is Ops.LOAD and self.simd_lanes >= 16:
+      # AVX-512: a masked load is one instruction, as cheap as a plain one; no branch around it, so the loads and
+      # broadcasts of a tile stay in one basic block (instruction selection folds a scalar load into its broadcast only
+      # there: split by the branch, each of a padded GEMM's 8 row broadcasts took a shuffle on an FMA port, 2-3x slower)
+      decls.add(f"declare {mt} @llvm.masked.load.{sfx}.p0(ptr, i32 immarg, <{n} x i1>, {mt})")
+      lines.append(f"  {nm}.m = call {mt} @llvm.masked.load.{sfx}.p0(ptr {r[idx]}, i32 {al}, <{n} x i1> {m}, {mt} zeroinitializer)")
+      if bits16:
+        lines.append(f"  {nm} = bitcast {mt} {nm}.m to {ltype(vd)}")
+        return nm
+      if vd.scalar != dtypes.bool: return f"{nm}.m"
+      lines.append(f"  {nm} = icmp ne {mt} {nm}.m, zeroinitializer")
+      return nm
     decls.add(f"declare i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1>)")
     lines += [f"  {nm}.all = call i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1> {m})", f"  br i1 {nm}.all, label %{b}.full, label %{b}.part",
               f"{b}.full:"]

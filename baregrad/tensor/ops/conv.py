@@ -148,10 +148,12 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
 # (one extra zero row) and flattened: output position p = oh * Wp + ow over the padded width Wp reads the input at
 # p + kh * Wp + kw, a single contiguous axis of OH * Wp positions for every tap. The kernel is then a matmul whose
 # lanes run along p (the Wp - OW columns past each row's end are computed and dropped), the weights broadcast per
-# output channel: ResNet-18's 3x3 layers 40 -> 170 GFLOPS on a 2-core AVX-512 host. A strided convolution is split
-# into its stride phases (the input's rows and columns of each residue mod the stride, with the kernel taps that read
-# them): each phase is a stride-1 convolution of this kind, and their sum is the output (no zero taps: 0 * inf in an
-# unread position would make a NaN). 1x1 convolutions are GEMMs over the input (subsampled first when strided).
+# output channel: ResNet-18's 3x3 layers 40 -> 170 GFLOPS on a 2-core AVX-512 host. A strided convolution gathers its
+# windows into columns for one GEMM (im2col) where the columns stay small (3x3 at stride 2: 2.25x the input; an RGB
+# stem); otherwise it is split into its stride phases (the input's rows and columns of each residue mod the stride,
+# with the kernel taps that read them): each phase is a stride-1 convolution of this kind, and their sum is the output
+# (no zero taps: 0 * inf in an unread position would make a NaN). 1x1 convolutions are GEMMs over the input
+# (subsampled first when strided).
 # Half and bfloat16 multiply and add in float32 and round once at the end. For inference only (no input needs a
 # gradient, _needs_grad): training keeps the general path. Measured (bench/models.py, 2 cores, batch 1): ResNet-18
 # 103 -> 23 ms, ResNet-50 -> 63 ms.
@@ -233,6 +235,18 @@ def _conv2d_cpu(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tenso
 FLAT_POSITIONS = 32     # _conv2d_flat computes a multiple of this many positions (a register tile's lanes: 32 on AVX-512, 16 on AVX2; 64 would
                         # add 14% to a 14x14 layer's 224)
 IM2COL_MAX_TERMS = 160   # a strided convolution with at most this many terms per output (C * KH * KW) gathers columns
+# a strided convolution whose columns are at most this many times its input gathers them too: ResNet's 3x3 stride-2
+# layers (2.25x) at 0.72-0.86 ms as one GEMM, against 1.1-1.3 ms as 4 phases' GEMMs, their padded copies and a sum
+IM2COL_MAX_GROWTH = 3
+
+def _im2col_gemm(win: Tensor, w: Tensor, groups: int) -> Tensor:
+  """The convolution of windows win (N, C, OH, OW, KH, KW) with w (Cout, C/groups, KH, KW) as one GEMM over the
+  columns gathered from them (im2col): (N, Cout, OH, OW)."""
+  # (Gathered into panels of 32 positions, the stem's GEMM ran 955 -> 692 us, its rows no longer 50 KiB apart; the
+  # gather, with a division per lane or masked lanes at each row's end, lost as much again)
+  N, C, OH, OW, KH, KW = win.shape
+  Cout, Cg = w.shape[:2]
+  return _conv2d_flat(win.permute(0, 1, 4, 5, 2, 3).reshape(N, C * KH * KW, OH, OW), w.reshape(Cout, Cg * KH * KW, 1, 1), groups)
 
 def _conv2d_phases(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Tensor:
   """_conv2d_cpu before the final rounding of half and bfloat16 (their float32 sums)."""
@@ -241,19 +255,16 @@ def _conv2d_phases(x: Tensor, w: Tensor, s_: tuple[int, ...], groups: int) -> Te
   sh, sw = s_
   OH, OW = (Hp - KH) // sh + 1, (Wp - KW) // sw + 1
   if s_ == (1, 1): return _conv2d_flat(x, w, groups)
-  if C * KH * KW <= IM2COL_MAX_TERMS:
-    # few input channels (an RGB stem): the phases' GEMMs are short reductions, each writing the whole output, and a
-    # fifth kernel sums them; the padded input made contiguous and gathered into columns once feeds one GEMM instead
-    # (MobileNetV2's 3x3 stem 0.7-0.8 -> 0.3 ms, ResNet's 7x7 stem 3.0 -> 1.7 ms)
-    win = _pool(x.contiguous(), (KH, KW), s_, (1, 1)).permute(0, 1, 4, 5, 2, 3)
-    Cout, Cg = w.shape[:2]
-    return _conv2d_flat(win.reshape(N, C * KH * KW, OH, OW), w.reshape(Cout, Cg * KH * KW, 1, 1), groups)
+  if C * KH * KW <= IM2COL_MAX_TERMS or KH * KW <= IM2COL_MAX_GROWTH * sh * sw:
+    # few input channels (an RGB stem) or columns not much larger than the input (3x3 at stride 2): the phases' GEMMs
+    # each write the whole output (short reductions for a stem) and a fifth kernel sums them; the padded input made
+    # contiguous and gathered into columns once feeds one GEMM instead (MobileNetV2's 3x3 stem 0.7-0.8 -> 0.3 ms,
+    # ResNet's 7x7 stem 3.0 -> 1.7 ms, its 3x3 stride-2 layers above)
+    return _im2col_gemm(_pool(x.contiguous(), (KH, KW), s_, (1, 1)), w, groups)
   if (KH <= sh and KW <= sw) or min(sh, KH) * min(sw, KW) > 4:
     # windows that do not overlap (1x1 strided, a ViT's 16x16 patches) or many phases: the windows gathered once into
     # columns (im2col; a quarter of the input for a 1x1 at stride 2, the input itself for patches), then one GEMM
-    win = _pool(x, (KH, KW), s_, (1, 1)).permute(0, 1, 4, 5, 2, 3)          # (N, C, KH, KW, OH, OW)
-    Cout, Cg = w.shape[:2]
-    return _conv2d_flat(win.reshape(N, C * KH * KW, OH, OW), w.reshape(Cout, Cg * KH * KW, 1, 1), groups)
+    return _im2col_gemm(_pool(x, (KH, KW), s_, (1, 1)), w, groups)
   # stride phases: phase (a, b) holds x[..., a::sh, b::sw] on a grid of Hq x Wq, read by taps w[..., a::sh, b::sw]
   Hq, Wq = OH + -(-KH // sh) - 1, OW + -(-KW // sw) - 1
   xq = _pad_crop(x, [(0, Hq * sh - Hp), (0, Wq * sw - Wp)]).reshape(N, C, Hq, sh, Wq, sw)
@@ -323,6 +334,10 @@ def _max_pool(x: Tensor, kernel_size, stride, padding, dilation, ceil_mode, retu
   fill = -math.inf if dtypes.is_float(x.dtype) else dtypes.min(x.dtype)
   flat = [v for p, e in zip(reversed(p_), reversed(extra)) for v in (p, p + e)]
   xp = x.pad(flat, value=fill) if any(flat) else x
+  # on a CPU, a strided pool reads the padded input from a buffer of its own: unmasked, each row of outputs' windows
+  # is one block of whole vectors (codegen/cpu_heuristic, _strided_window); through the padding's masks, every lane
+  # loaded on its own (ResNet's 3x3 stride-2 pool: 520 us, now the copy and the pool take ~150)
+  if any(flat) and any(s > 1 for s in s_) and _cpu_fast_path(x, x): xp = xp.contiguous()
   win = _pool(xp, k_, s_, d_)
   out = win.amax(tuple(range(-nsp, 0)))
   if not return_indices: return out
