@@ -32,7 +32,12 @@ PANEL = 16                 # lanes of a panel where vectors are 8 floats or fewe
 # 256x256x1024 1.0-1.5x; 128x256x784 0.75x, 64x128x784 0.65-1.0x, 32x1024x1024 0.75-1.0x (the copy is a large part of a
 # short kernel)
 MIN_BYTES = 512 << 10      # a smaller B stays in the L2 unpacked (257^3: no gain)
-MIN_ROWS = 256             # rows of outputs (row tiles of A) that read each panel of B
+# rows of outputs (row tiles of A) that read each panel of B. Counted with the copy, packing lost below ~256 rows (the
+# short kernels above); but a B that is a model's weight is packed once per model where the jit replays (JIT_HOIST
+# runs the packing only when the weight changes), and then 64 rows pay: ViT-tiny's 197-row matmuls (197 x 192 x 768
+# and back) and BERT-base's 128 x 768 x 768, 2 cores AVX-512: ViT 16.8 -> 15.7 ms, BERT 96.5 -> 88.4 ms per call
+# (bench/models.py); MLP training steps (B rewritten every step) unchanged
+MIN_ROWS = 64
 # a B past the L2 pays with fewer rows: BERT-base's MLP at sequence 128 (128 x 768 x 3072 and 128 x 3072 x 768, 9 MiB
 # of B, rows 12 KiB apart) 99 -> 150 and 98 -> 169 GFLOPS packed, 2-core AVX-512; 197 x 192 x 768 (0.6 MiB) loses
 BIG_BYTES, BIG_MIN_ROWS = 4 << 20, 64
