@@ -173,6 +173,19 @@ def dynamic_shared_bytes(ptx: str) -> int:
   m = _DYN_NOTE_RE.search(ptx)
   return int(m.group(1)) if m else 0
 
+# A kernel that builds tensor maps on the device (TMA loads, sm_90a) writes them into per-launch global scratch the
+# driver gives it (drivers/nv/scratch.py): a last parameter `.param .u64 tmap_scratch` holds the address, and a
+# TMAP_SCRATCH_NOTE line states the bytes each block uses (its maps, 128 bytes each, at block * bytes).
+TMAP_SCRATCH_NOTE = "// baregrad: tensor map scratch bytes per block "
+TMAP_SCRATCH_PARAM = "tmap_scratch"
+_TMAP_NOTE_RE = re.compile("^" + re.escape(TMAP_SCRATCH_NOTE) + r"(\d+)$", re.M)
+
+def tmap_scratch_bytes(ptx: str) -> int:
+  """The per-block tensor-map scratch (bytes) a kernel the PTX renderer wrote needs at launch (0: none, and no
+  tmap_scratch parameter)."""
+  m = _TMAP_NOTE_RE.search(ptx)
+  return int(m.group(1)) if m else 0
+
 def _shared_layout(uops: list[UOp], align: int = 16) -> tuple[dict[UOp, int], int]:
   """DEFINE_LOCAL -> its byte offset in one shared region (`align`-byte aligned each), and the region's size."""
   offs, total = {}, 0
