@@ -4,12 +4,13 @@
   python3 tools/sass_report.py --arch sm_90 --matmul 4096x4096x4096 --dtype half
 
 Fields: name, arch, opts, regs, spills (bytes of spill stores + loads, from ptxas -v), smem, then PTX counts of the
-innermost (main) loop: loop_mma (mma.sync), loop_wgmma (wgmma.mma_async: sm_90a), loop_ldsm (ldmatrix), loop_cp_async, loop_ldg (ld.global), loop_bar,
+innermost (main) loop: loop_mma (mma.sync), loop_wgmma (wgmma.mma_async: sm_90a), loop_ldsm (ldmatrix), loop_cp_async (not the bulk ones),
+loop_tma (cp.async.bulk.tensor), loop_ldg (ld.global), loop_bar,
 loop_cvt_float (float conversions; the innermost loop is the k-step's, cp.async prefetch sits in the loop around it); and, when cuobjdump or
 nvdisasm is found (NVIDIA's pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm), SASS counts over the whole
 kernel: HMMA, HGMMA, LDSM, LDGSTS, LDG, STSM, UTMALDG, SYNCS, BAR, and over the main loop (the innermost SASS loop with
 HMMA/HGMMA; ptxas may unroll the PTX k-step loop into it): main_HMMA, main_HGMMA, main_LDSM, main_LDGSTS, main_LDG,
-main_BAR. Without the tools the SASS fields read `sass=unavailable` (not zeros).
+main_UTMALDG (TMA loads: sm_90a kernels whose tiles codegen/tma.py fills), main_BAR. Without the tools the SASS fields read `sass=unavailable` (not zeros).
 Not done yet (issue 32): ptxas advisories (wgmma serialization)."""
 from __future__ import annotations
 import argparse, glob, os, re, shutil, subprocess, sys, tempfile
@@ -131,7 +132,8 @@ def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
        "regs": regs.group(1) if regs else "?", "spills": str(int(sp.group(1)) + int(sp.group(2))) if sp else "?",
        "smem": smem.group(1) if smem else "0", "dyn_smem": str(spec.dyn_shared), "loop_mma": str(pick("mma.sync")),
        "loop_wgmma": str(pick("wgmma.mma_async")), "loop_ldsm": str(pick("ldmatrix")),
-       "loop_cp_async": str(pick("cp.async")), "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
+       "loop_cp_async": str(pick("cp.async") - pick("cp.async.bulk")), "loop_tma": str(pick("cp.async.bulk.tensor")),
+       "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
        "loop_cvt_float": str(pick("cvt.rn") + pick("cvt.f"))}
   text = disassemble(cubin)
   if text is None: f["sass"] = "unavailable"
@@ -139,7 +141,7 @@ def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
     ops = sass_ops(text)
     whole, loop = Counter(op for _, op, _ in ops), sass_main_loop(ops)
     f.update({op: str(_fam(whole, op)) for op in SASS_OPS})
-    f.update({f"main_{op}": str(_fam(loop, op)) for op in ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDG", "BAR")})
+    f.update({f"main_{op}": str(_fam(loop, op)) for op in ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDG", "UTMALDG", "BAR")})
   return f
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,7 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, LANE_KINDS
 from baregrad.codegen.tc_lower import ldmatrix, wgmma_desc
+from baregrad.codegen import tma
 if TYPE_CHECKING: from baregrad.codegen.lower import Lowering
 
 def _swizzler(rowlen: int) -> Callable[[UOp], UOp]:
@@ -257,6 +258,9 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
     pool = UOp(Ops.DEFINE_LOCAL, tiles[0].ld.dtype.ptr(local=True), (), ("stage", off))
     for t in tiles: t.smem = pool
     lw.pool = (pool, off)
+  if (maps := tma.plan(s, tiles)) is not None:   # one thread's TMA copies on mbarriers instead (codegen/tma.py)
+    after = tma.pipeline(s, maps)
+    return {t.ld: s.read(t, ((s.stage_r % s.nbuf) * t.size).simplify(), after) for t in tiles}
   for t in tiles:
     f0, f, rbuf = s.fills(t)
     first, fills = [a + b for a, b in zip(first, f0)] if first else f0, fills + f

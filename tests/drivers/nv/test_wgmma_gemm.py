@@ -44,7 +44,21 @@ def test_heuristic_matmul_runs_on_wgmma(shape, dt, bt):
   # a B stored k-contiguous is read K-major by the wider m64n128k16, one stored n-contiguous MN-major by m64n64k16
   assert f"wgmma.mma_async.sync.aligned.m64n{128 if bt else 64}k16" in src and "mma.sync" not in src, r.spec.opts
   assert [o.op for o in r.spec.opts].count(OptOps.SMEM) == 2, r.spec.opts
+  # both tiles come by TMA (codegen/tma.py) through tensor maps the kernel builds in its launch scratch: no cp.async
+  assert src.count("cp.async.bulk.tensor") >= 2 and "cp.async.cg" not in src and "tensormap.replace" in src
   assert (got == want).all(), f"max error {abs(got - want).max()}"
+
+
+def test_a_row_pitch_tma_cannot_take_keeps_cp_async(monkeypatch):
+  """A's rows 204 halves apart (408 bytes: a tensor map's strides are multiples of 16, cuTensorMapEncodeTiled) keep
+  the cp.async pipeline, right; so does every shape with NV_TMA=0."""
+  got, want, r = run_matmul(128, 128, 204, f16, None)
+  assert "wgmma.mma_async" in r.spec.src and "cp.async.cg" in r.spec.src and "cp.async.bulk" not in r.spec.src
+  assert (got == want).all()
+  monkeypatch.setenv("NV_TMA", "0")
+  got, want, r = run_matmul(192, 128, 128, bf16, None)
+  assert "wgmma.mma_async" in r.spec.src and "cp.async.cg" in r.spec.src and "cp.async.bulk" not in r.spec.src
+  assert (got == want).all()
 
 
 def test_what_wgmma_cannot_take_falls_back_to_mma_sync():
@@ -90,9 +104,11 @@ def test_4096_kernel_for_sm_90a(dt):
   ren, ast = renderer_for("sm_90a"), ast_of(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt])
   _, v = assemble(get_program(ast, ren, heuristic_opts(Kernel(ast, max_parallel=3, gpu=True, ren=ren), ren)).src, "sm_90a")
   assert "serializ" not in v.lower(), v
-  assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0", f
+  assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0" and f["loop_cp_async"] == "0", f
   if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-  assert int(f["main_HGMMA"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0" and int(f["LDGSTS"]) > 0, f
+  # TMA (codegen/tma.py): tensor copies in the main loop beside the HGMMAs, and no cp.async (LDGSTS) left anywhere
+  assert int(f["main_HGMMA"]) > 0 and int(f["main_UTMALDG"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0", f
+  assert f["LDGSTS"] == "0", f
 
 
 def test_fused_bias_and_relu_stay_in_the_wgmma_kernel():

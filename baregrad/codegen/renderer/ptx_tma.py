@@ -1,0 +1,127 @@
+"""The PTX of a TMA pipeline (codegen/tma.py's BARRIERs): tensor maps built on the device, mbarriers, tensor bulk
+copies. Used by PTXRenderer.render; each function emits through the renderer's `emit` and `reg`.
+
+- ("tma_setup", buffers, specs), sources (mbarriers, then per map: the global buffer, the element index the tensor
+  starts at): thread 0 of the block zeroes its maps' 128 bytes each in the launch's scratch (`tmap_scratch` + the
+  block's linear index x maps x 128), writes every field with tensormap.replace.tile (PTX ISA 9.7.9.28; rank is the
+  rank minus one, global_stride[0] the bytes between rows, element strides 1, no interleave, the 128-byte swizzle, zero
+  fill), releases them to the tensormap proxy (fence.proxy.tensormap::generic.release.gpu) and acquires each
+  (fence.proxy.tensormap::generic.acquire.gpu [map], 128: 9.7.12.4), and initializes the mbarriers with one arrival
+  each (9.7.13.15.9); then a barrier, so every thread sees them initialized.
+- ("tma_issue", bytes), sources (the tile pool, mbarriers, buffer slot, issue-or-not, then per map: the tile's element
+  offset in the pool, x, y): thread 0 arrives on the slot's mbarrier expecting `bytes` (mbarrier.arrive.expect_tx,
+  9.7.13.15.13) and issues each map's box into its tile (cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes,
+  9.7.9.25.5.2).
+- ("tma_wait",), sources (mbarriers, slot, parity): every thread polls mbarrier.try_wait.parity until the slot's
+  phase of that parity completed (9.7.13.15.16), then bar.sync."""
+from __future__ import annotations
+from typing import Any, Callable
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp, Ops
+
+TMA_PTX_VERSION = "8.3"   # tensormap.replace and fence.proxy.tensormap: PTX ISA 8.3
+MAP_BYTES = 128
+_FIELDS = ("box_dim", "global_dim", "element_stride")
+
+
+class TmaState:
+  """What the setup leaves for the issues: thread 0's predicate and the register holding the block's first map."""
+  def __init__(self) -> None:
+    self.first: str | None = None
+    self.maps: list[str] = []   # each map's address (a register: a tensor copy's map operand takes no offset)
+
+
+def _i32(r: Any, u: UOp, reg: Callable, emit: Callable) -> str:
+  if u.dtype.itemsize == 4: return r[u]
+  x = reg(dtypes.int32)
+  emit(f"cvt.u32.u64 {x}, {r[u]};")
+  return x
+
+
+def _bar_addr(r: Any, bars: UOp, slot: UOp, reg: Callable, emit: Callable) -> str:
+  s, a = reg(dtypes.uint32), reg(dtypes.uint32)
+  emit(f"shl.b32 {s}, {_i32(r, slot, reg, emit)}, 3;")
+  emit(f"add.u32 {a}, {r[bars]}, {s};")
+  return a
+
+
+def setup(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], None], st: TmaState, param: str, n: int) -> None:
+  _, nbuf, specs = u.arg
+  bars, rest = u.src[0], u.src[1:]
+  tid = [reg(dtypes.uint32) for _ in range(3)]
+  for x, d in zip(tid, "xyz"): emit(f"mov.u32 {x}, %tid.{d};")
+  emit(f"or.b32 {tid[0]}, {tid[0]}, {tid[1]};"); emit(f"or.b32 {tid[0]}, {tid[0]}, {tid[2]};")
+  first = reg(dtypes.bool)
+  emit(f"setp.eq.u32 {first}, {tid[0]}, 0;")
+  # the block's linear index: (ctaid.z * nctaid.y + ctaid.y) * nctaid.x + ctaid.x
+  c = [reg(dtypes.uint32) for _ in range(5)]
+  for x, sr in zip(c, ("%ctaid.x", "%ctaid.y", "%ctaid.z", "%nctaid.x", "%nctaid.y")): emit(f"mov.u32 {x}, {sr};")
+  emit(f"mad.lo.u32 {c[2]}, {c[2]}, {c[4]}, {c[1]};"); emit(f"mad.lo.u32 {c[2]}, {c[2]}, {c[3]}, {c[0]};")
+  sc, off, maps = reg(dtypes.uint64), reg(dtypes.uint64), reg(dtypes.uint64)
+  emit(f"ld.param.u64 {sc}, [{param}];")
+  emit(f"cvta.to.global.u64 {sc}, {sc};")
+  emit(f"mul.wide.u32 {off}, {c[2]}, {len(specs) * MAP_BYTES};")
+  emit(f"add.s64 {maps}, {sc}, {off};")
+  st.first, st.maps = first, [maps]
+  for i in range(1, len(specs)):
+    st.maps.append(reg(dtypes.uint64))
+    emit(f"add.s64 {st.maps[i]}, {maps}, {i * MAP_BYTES};")
+  emit(f"@!{first} bra $Ltma_setup{n};")
+  z = reg(dtypes.uint32)
+  emit(f"mov.b32 {z}, 0;")
+  for j in range(len(specs) * MAP_BYTES // 16): emit(f"st.global.v4.b32 [{maps}+{16 * j}], {{{z}, {z}, {z}, {z}}};")
+  for i, (elemtype, esz, gd0, gd1, pitch, bx, by) in enumerate(specs):
+    buf, base = rest[2 * i], rest[2 * i + 1]
+    m = st.maps[i]
+    ga, t = reg(dtypes.uint64), reg(dtypes.uint64)
+    if base.dtype.itemsize == 8: emit(f"mul.lo.s64 {t}, {r[base]}, {esz};")
+    else: emit(f"mul.wide.s32 {t}, {r[base]}, {esz};")
+    emit(f"add.s64 {ga}, {r[buf]}, {t};")
+    rep = "tensormap.replace.tile"
+    emit(f"{rep}.global_address.global.b1024.b64 [{m}], {ga};")
+    emit(f"{rep}.rank.global.b1024.b32 [{m}], 1;")
+    for f, vals in zip(_FIELDS, ((bx, by), (gd0, gd1), (1, 1))):
+      for o, v in enumerate(vals): emit(f"{rep}.{f}.global.b1024.b32 [{m}], {o}, {v};")
+    emit(f"{rep}.global_stride.global.b1024.b64 [{m}], 0, {pitch};")
+    for f, v in (("elemtype", elemtype), ("interleave_layout", 0), ("swizzle_mode", 3), ("fill_mode", 0)):
+      emit(f"{rep}.{f}.global.b1024.b32 [{m}], {v};")
+  emit("fence.proxy.tensormap::generic.release.gpu;")
+  for m in st.maps: emit(f"fence.proxy.tensormap::generic.acquire.gpu [{m}], 128;")
+  b = reg(dtypes.uint32)
+  for j in range(nbuf):
+    emit(f"add.u32 {b}, {r[bars]}, {8 * j};")
+    emit(f"mbarrier.init.shared::cta.b64 [{b}], 1;")
+  label(f"$Ltma_setup{n}:")
+  emit("bar.sync 0;")
+
+
+def issue(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], None], st: TmaState, n: int) -> None:
+  if st.first is None: raise ValueError("PTX: a tma_issue before the tma_setup")
+  pool, bars, slot, ok = u.src[:4]
+  per = u.src[4:4 + 3 * len(st.maps)]
+  p = st.first
+  if not (ok.op is Ops.CONST and ok.arg):
+    p = reg(dtypes.bool)
+    emit(f"and.pred {p}, {st.first}, {r[ok]};")
+  emit(f"@!{p} bra $Ltma_issue{n};")
+  bar = _bar_addr(r, bars, slot, reg, emit)
+  emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {u.arg[1]};")
+  esz = pool.dtype.base.itemsize  # type: ignore[attr-defined]
+  for i, m in enumerate(st.maps):
+    off, x, y = per[3 * i:3 * i + 3]
+    d, t = reg(dtypes.uint32), reg(dtypes.uint32)
+    emit(f"mul.lo.u32 {t}, {_i32(r, off, reg, emit)}, {esz};")
+    emit(f"add.u32 {d}, {r[pool]}, {t};")
+    emit(f"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [{d}], [{m}, "
+         f"{{{_i32(r, x, reg, emit)}, {_i32(r, y, reg, emit)}}}], [{bar}];")
+  label(f"$Ltma_issue{n}:")
+
+
+def wait(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], None], n: int) -> None:
+  bars, slot, parity = u.src[:3]
+  bar = _bar_addr(r, bars, slot, reg, emit)
+  par, p = _i32(r, parity, reg, emit), reg(dtypes.bool)
+  label(f"$Ltma_wait{n}:")
+  emit(f"mbarrier.try_wait.parity.shared::cta.b64 {p}, [{bar}], {par};")
+  emit(f"@!{p} bra $Ltma_wait{n};")
+  emit("bar.sync 0;")

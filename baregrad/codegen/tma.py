@@ -1,0 +1,144 @@
+"""TMA loads of staged tensor-core tiles (sm_90a wgmma kernels), a step of staging (codegen/stage.py): instead of every
+thread copying 16-byte chunks with cp.async, one thread copies each tile of a step with one cp.async.bulk.tensor
+through a tensor map, and the pipeline's steps complete on mbarriers instead of cp.async groups.
+
+Where it applies (`plan`; anything else keeps the cp.async pipeline): a wgmma kernel (TensorCore.desc) with the
+pipelined pool of tiles, no output loop around the stage loop, and every staged tile a dense [R][64] array of a 16-bit
+type (R <= 256 rows of 64 values, 128 bytes, each R and the 64 one contiguous run of coordinates of one full-shape
+axis) whose load is one unmasked 2-d strided view: the 64 along the axis contiguous in global memory, the rows a
+positive pitch that is a multiple of 16 bytes. That is exactly the box a 2-d tensor map with box (64, R) and the
+128-byte swizzle writes (PTX ISA 9.7.9.25.5.2 cp.async.bulk.tensor; the swizzle is the one wgmma reads, codegen/tc_lower.py
+wgmma_desc). Elements past the tensor's ends (padded edge tiles, k past the reduction) are filled with zeros by the copy.
+
+The maps are built on the device, per block, in the launch's tensor-map scratch (the kernel's `tmap_scratch`
+parameter, drivers/nv/scratch.py): at the kernel's start one thread writes each map's fields with tensormap.replace
+(9.7.9.28), releases them to the tensormap proxy and acquires them there (fence.proxy.tensormap, 9.7.12.4), and
+initializes one mbarrier per pipeline buffer (arrival count 1). Pipeline of S buffers: before the loop, steps 0 ..
+S-2 are issued (the thread arrives on the step's mbarrier with expect_tx of the step's bytes, then the copies complete
+it); in step s every thread waits for phase parity (s // S) % 2 of mbarrier s % S (try_wait.parity, 9.7.13.15.16), a
+barrier (everyone is done with step s - 1, whose wgmmas the renderer waits for before a barrier), then the thread issues
+step s + S - 1 into the buffer step s - 1 read (none past the last step)."""
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from baregrad import knobs
+from baregrad.helpers import prod
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import UOp, Ops
+if TYPE_CHECKING:
+  from baregrad.codegen.stage import StagedTile, _Stager
+
+# PTX's tensor-map elemtype codes (PTX ISA 9.7.9.28 tensormap.replace, the .elemtype field's table)
+ELEMTYPE = {dtypes.float16: 6, dtypes.bfloat16: 10}
+SWIZZLE_128B = 3   # tensormap.replace swizzle_mode: 0 none, 1 32B, 2 64B, 3 128B
+MAP_BYTES = 128    # one tensor map, a .b1024 object
+
+
+@dataclass(frozen=True)
+class TmaMap:
+  """A staged tile's 2-d tensor map: the global tensor (the axis contiguous in memory `fast` and the rows' axis `slow`
+  of the kernel's full shape, their sizes, the rows' pitch in bytes), the box (64 x rows), and the element index the
+  tensor starts at for this block (`base`: the view's offset and any batch position)."""
+  tile: StagedTile
+  fast: int
+  slow: int
+  dims: tuple[int, int]
+  pitch: int
+  box: tuple[int, int]
+  base: UOp
+
+  def spec(self) -> tuple[int, int, int, int, int, int, int]:
+    """(elemtype, element bytes, global dim 0, global dim 1, pitch bytes, box dim 0, box dim 1): what the renderer's
+    setup writes with tensormap.replace."""
+    dt = self.tile.ld.dtype
+    return (ELEMTYPE[dt], dt.itemsize, self.dims[0], self.dims[1], self.pitch, self.box[0], self.box[1])
+
+
+def _cstride(axes: list, i: int) -> int:
+  """The step in its full-shape axis's coordinate of one unit of axis part i (the parts after it, inner, multiply)."""
+  return prod(b.size for k, b in enumerate(axes) if b.orig == axes[i].orig and k > i)
+
+
+def _run(axes: list, parts: list[int], sstride: dict[int, int], scale: int) -> int | None:
+  """The extent of the parts (all of one full-shape axis) when they are one contiguous run of its coordinates stored
+  at `scale` elements per coordinate step (shared offset = scale * coordinate), else None."""
+  ext = 1
+  for i in sorted(parts, key=lambda i: _cstride(axes, i)):
+    if _cstride(axes, i) != ext or sstride[i] != scale * ext: return None
+    ext *= axes[i].size
+  return ext
+
+
+def _plan_tile(s: _Stager, t: StagedTile, vals0: dict[int, UOp]) -> TmaMap | None:
+  axes, lw = s.axes, s.lw
+  if t.ld.dtype not in ELEMTYPE or t.rowlen != 64: return None
+  st = t.st
+  if len(st.views) != 1 or st.views[0].mask is not None: return None
+  strides = st.real_strides()
+  origs = sorted({axes[i].orig for i in t.parts})
+  if len(origs) != 2: return None
+  fast = next((o for o in origs if strides[o] == 1), None)
+  if fast is None: return None
+  slow = next(o for o in origs if o != fast)
+  pitch = strides[slow]
+  esz = t.ld.dtype.itemsize
+  if not isinstance(pitch, int) or pitch <= 0 or pitch * esz % 16 or pitch * esz >= 1 << 40: return None
+  if any(not isinstance(x, int) or (x and x * esz % 16) for o, x in enumerate(strides) if o not in (fast, slow)): return None
+  if not isinstance(st.views[0].offset, int) or st.views[0].offset * esz % 16: return None
+  inner = _run(axes, [i for i in t.parts if axes[i].orig == fast], t.sstride, 1)
+  rows = _run(axes, [i for i in t.parts if axes[i].orig == slow], t.sstride, 64)
+  if inner != 64 or rows is None or not 1 <= rows <= 256 or rows * 64 != t.size: return None
+  dims = (st.shape[fast], st.shape[slow])
+  if not all(isinstance(d, int) and 0 < d < 1 << 32 for d in dims): return None
+  # every buffer of the tile starts on a 1024-byte boundary of the pool (the 128-byte swizzle's pattern)
+  if t.base * esz % 1024 or t.size * esz % 1024: return None
+  v = {**vals0, **{i: UOp.const(lw.it, 0) for i, a in enumerate(axes) if a.orig in (fast, slow)}}
+  base, _ = lw.access(st, None, v)
+  if any(x.op is Ops.RANGE for x in base.toposort()): return None   # (the same map for the whole block)
+  return TmaMap(t, fast, slow, dims, pitch * esz, (64, rows), base)
+
+
+def plan(s: _Stager, tiles: list[StagedTile]) -> list[TmaMap] | None:
+  """The tensor maps of the kernel's staged tiles, where TMA can fill every one of them (see the module docstring);
+  None: keep the cp.async pipeline."""
+  k = s.k
+  if k.tc is None or not k.tc[0].desc or not s.dbl or s.pre is not None or s.lw.pool is None: return None
+  if not k.has_tma or not knobs.read("NV_TMA"): return None
+  vals0 = {**s.lw.rng, s.si: UOp.const(s.it, 0)}
+  maps = [_plan_tile(s, t, vals0) for t in tiles]
+  return None if any(m is None for m in maps) else maps  # type: ignore[return-value]
+
+
+def _coords(s: _Stager, m: TmaMap, step: UOp) -> tuple[UOp, UOp]:
+  """The box's origin (x along the contiguous axis, y the row) at stage step `step`: the tile's own parts at 0."""
+  v = {**s.lw.rng, s.si: step, **{i: UOp.const(s.it, 0) for i in m.tile.parts}}
+  idx = s.lw.index_of(v)
+  return idx[m.fast], idx[m.slow]
+
+
+def pipeline(s: _Stager, maps: list[TmaMap]) -> UOp:
+  """The TMA pipeline's setup, prologue and per-step wait and refill (see the module docstring) as BARRIERs the PTX
+  renderer emits: ("tma_setup", buffers, specs), ("tma_issue", bytes), ("tma_wait",). Returns the one step s's reads
+  come after."""
+  it, nb, nstage = s.it, s.nbuf, s.nstage
+  pool = maps[0].tile.smem
+  bars = UOp(Ops.DEFINE_LOCAL, dtypes.uint64.ptr(local=True), (), ("tmabar", nb))
+  srcs: tuple[UOp, ...] = (bars,)
+  for m in maps: srcs += (m.tile.ld.src[0], m.base)
+  dep = UOp(Ops.BARRIER, dtypes.void, srcs, ("tma_setup", nb, tuple(m.spec() for m in maps)))
+  nbytes = sum(m.tile.size * m.tile.ld.dtype.itemsize for m in maps)
+
+  def issue(step: UOp, ok: UOp, dep: UOp) -> UOp:
+    slot = (step % nb).simplify()
+    src: tuple[UOp, ...] = (pool, bars, slot, ok)
+    for m in maps:
+      x, y = _coords(s, m, step)
+      src += ((slot * m.tile.size + m.tile.base).simplify(), x, y)
+    return UOp(Ops.BARRIER, dtypes.void, src + (dep,), ("tma_issue", nbytes))
+
+  true = UOp.const(dtypes.bool, True)
+  for p in range(min(nb - 1, nstage)): dep = issue(UOp.const(it, p), true, dep)
+  r = s.stage_r
+  wait = UOp(Ops.BARRIER, dtypes.void, (bars, (r % nb).simplify(), (r // nb % 2).simplify(), r, dep), ("tma_wait",))
+  nxt = (r + (nb - 1)).simplify()
+  return issue(nxt, (nxt < nstage).simplify(), wait)
