@@ -147,3 +147,19 @@ def test_check_archs_leave_sm_90a_kernels_alone(monkeypatch):
   from baregrad.drivers.nv_compile import PTXCompiler
   monkeypatch.setenv("PTX_CHECK_ARCHS", "sm_80,sm_89")
   assert PTXCompiler("sm_90a").check_archs == [] and PTXCompiler("sm_90").check_archs == ["sm_80", "sm_89"]
+
+
+def test_batched_matmul_builds_a_map_per_block():
+  """(3, 128, 192) @ (3, 192, 64) in half: one wgmma kernel whose tiles come by TMA, each block's maps starting at its
+  batch's matrices (the map's global address: codegen/tma.py), exact."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.engine.runner import compile_ast
+  rng = np.random.default_rng(2)
+  a = (rng.integers(-8, 8, (3, 128, 192)) / 4).astype(np.float16)
+  b = (rng.integers(-8, 8, (3, 192, 64)) / 4).astype(np.float16)
+  out = Tensor(a, device="NV") @ Tensor(b, device="NV")
+  (item,) = [it for it in out.schedule() if hasattr(it, "ast")]
+  src = compile_ast(item.ast, "NV").spec.src
+  assert "wgmma.mma_async" in src and "cp.async.bulk.tensor" in src and "cp.async.cg" not in src
+  np.testing.assert_array_equal(out.numpy().astype(np.float64), a.astype(np.float64) @ b)
