@@ -150,6 +150,9 @@ _DECLARED = [
   Knob("NV_TMA", "bool", True,
        "sm_90a wgmma kernels load their staged tiles with TMA (cp.async.bulk.tensor through tensor maps built on the device) "
        "where the shapes allow; 0: the cp.async pipeline (read when a kernel is lowered)", _C),
+  Knob("NV_WARPSPEC", "bool", True,
+       "a TMA-fed sm_90a wgmma kernel gets one producer warpgroup issuing the copies while its warpgroups compute "
+       "(setmaxnreg moves registers to them); 0: every warpgroup computes and one thread issues (read when a kernel is lowered)", _C),
   Knob("PTX_CHECK_ARCHS", "list", (), "also assemble every PTX kernel for these sm_ targets (validation only)", _C),
   Knob("AMD_CHECK_ARCHS", "list", (), "also compile every AMD kernel for these gfx targets (validation only)", _C),
   # debugging

@@ -260,7 +260,7 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
     lw.pool = (pool, off)
   if (maps := tma.plan(s, tiles)) is not None:   # one thread's TMA copies on mbarriers instead (codegen/tma.py)
     after = tma.pipeline(s, maps)
-    return {t.ld: s.read(t, ((s.stage_r % s.nbuf) * t.size).simplify(), after) for t in tiles}
+    return {t.ld: s.read(t, (tma.mod(s.stage_r, s.nbuf) * t.size).simplify(), after) for t in tiles}
   for t in tiles:
     f0, f, rbuf = s.fills(t)
     first, fills = [a + b for a, b in zip(first, f0)] if first else f0, fills + f

@@ -98,6 +98,14 @@ def _plan_tile(s: _Stager, t: StagedTile, vals0: dict[int, UOp]) -> TmaMap | Non
   return TmaMap(t, fast, slow, dims, pitch * esz, (64, rows), base)
 
 
+def producer_threads(s: _Stager) -> int:
+  """128 (one producer warpgroup added to the block) where the pipeline is warp-specialized (NV_WARPSPEC, default on):
+  the block's threads are two consumer warpgroups along one dimension (the register split of 168 a thread into 40 for
+  the producer and 232 for each consumer: ptx_tma.register_split); else 0."""
+  n, ls = s.nthr, s.k.local_size()
+  return 128 if knobs.read("NV_WARPSPEC") and ls[1:] == (1, 1) and ls[0] == n == 256 else 0
+
+
 def plan(s: _Stager, tiles: list[StagedTile]) -> list[TmaMap] | None:
   """The tensor maps of the kernel's staged tiles, where TMA can fill every one of them (see the module docstring);
   None: keep the cp.async pipeline."""
@@ -116,29 +124,51 @@ def _coords(s: _Stager, m: TmaMap, step: UOp) -> tuple[UOp, UOp]:
   return idx[m.fast], idx[m.slow]
 
 
+def mod(x: UOp, n: int) -> UOp:
+  """x % n for x >= 0: an AND where n is a power of two (the renderer's % by a register would be a division)."""
+  return (x & (n - 1) if n & (n - 1) == 0 else x % n).simplify()
+
+
+def div(x: UOp, n: int) -> UOp:
+  """x // n for x >= 0: a shift where n is a power of two."""
+  return (x >> (n.bit_length() - 1) if n & (n - 1) == 0 else x // n).simplify()
+
+
 def pipeline(s: _Stager, maps: list[TmaMap]) -> UOp:
   """The TMA pipeline's setup, prologue and per-step wait and refill (see the module docstring) as BARRIERs the PTX
   renderer emits: ("tma_setup", buffers, specs), ("tma_issue", bytes), ("tma_wait",). Returns the one step s's reads
   come after."""
   it, nb, nstage = s.it, s.nbuf, s.nstage
   pool = maps[0].tile.smem
-  bars = UOp(Ops.DEFINE_LOCAL, dtypes.uint64.ptr(local=True), (), ("tmabar", nb))
+  prod_threads = producer_threads(s)
+  # mbarriers: "full" 0 .. nb-1 (a buffer's copies landed), and with a producer warpgroup "empty" nb .. 2nb-1 (its
+  # consumers are done reading it)
+  bars = UOp(Ops.DEFINE_LOCAL, dtypes.uint64.ptr(local=True), (), ("tmabar", 2 * nb if prod_threads else nb))
   srcs: tuple[UOp, ...] = (bars,)
   for m in maps: srcs += (m.tile.ld.src[0], m.base)
-  dep = UOp(Ops.BARRIER, dtypes.void, srcs, ("tma_setup", nb, tuple(m.spec() for m in maps)))
+  ws = None
+  if prod_threads:   # the producer's own loop over every step t: its slot and boxes as expressions of a counter
+    pv = UOp.range(nstage, 400_000, "loop", it)
+    per: tuple[UOp, ...] = ()
+    for m in maps: per += ((mod(pv, nb) * m.tile.size + m.tile.base).simplify(), *_coords(s, m, pv))
+    ws = (s.nthr, pv, mod(pv, nb), per, nstage, nb)
+    srcs += (pool,)
+  dep = UOp(Ops.BARRIER, dtypes.void, srcs, ("tma_setup", nb, tuple(m.spec() for m in maps), ws))
   nbytes = sum(m.tile.size * m.tile.ld.dtype.itemsize for m in maps)
 
   def issue(step: UOp, ok: UOp, dep: UOp) -> UOp:
-    slot = (step % nb).simplify()
+    slot = mod(step, nb)
     src: tuple[UOp, ...] = (pool, bars, slot, ok)
     for m in maps:
       x, y = _coords(s, m, step)
       src += ((slot * m.tile.size + m.tile.base).simplify(), x, y)
     return UOp(Ops.BARRIER, dtypes.void, src + (dep,), ("tma_issue", nbytes))
 
+  r = s.stage_r
+  if ws:   # the producer warpgroup issues every step (ptx_tma._producer): the consumers only wait
+    return UOp(Ops.BARRIER, dtypes.void, (bars, mod(r, nb), mod(div(r, nb), 2), r, dep), ("tma_wait",))
   true = UOp.const(dtypes.bool, True)
   for p in range(min(nb - 1, nstage)): dep = issue(UOp.const(it, p), true, dep)
-  r = s.stage_r
-  wait = UOp(Ops.BARRIER, dtypes.void, (bars, (r % nb).simplify(), (r // nb % 2).simplify(), r, dep), ("tma_wait",))
+  wait = UOp(Ops.BARRIER, dtypes.void, (bars, mod(r, nb), mod(div(r, nb), 2), r, dep), ("tma_wait",))
   nxt = (r + (nb - 1)).simplify()
   return issue(nxt, (nxt < nstage).simplify(), wait)

@@ -46,6 +46,10 @@ def test_heuristic_matmul_runs_on_wgmma(shape, dt, bt):
   assert [o.op for o in r.spec.opts].count(OptOps.SMEM) == 2, r.spec.opts
   # both tiles come by TMA (codegen/tma.py) through tensor maps the kernel builds in its launch scratch: no cp.async
   assert src.count("cp.async.bulk.tensor") >= 2 and "cp.async.cg" not in src and "tensormap.replace" in src
+  # two consumer warpgroups: a producer warpgroup issues the copies (ptx_tma._producer), registers moved by setmaxnreg
+  ws = r.spec.local_size == (384, 1, 1)
+  assert ws == ("setmaxnreg.dec.sync.aligned.u32 40;" in src) == ("setmaxnreg.inc.sync.aligned.u32 232;" in src), r.spec.local_size
+  if shape[0] >= 128 and not bt: assert ws
   assert (got == want).all(), f"max error {abs(got - want).max()}"
 
 
@@ -90,25 +94,48 @@ def test_only_sm_90a_lists_wgmma():
   assert sum(tc.desc for tc in PTXRenderer("sm_90a").tensor_cores) == 4
 
 
+def test_one_thread_issues_without_a_producer_warpgroup(monkeypatch):
+  """NV_WARPSPEC=0: the block's own first thread issues the copies between the steps' barriers, right."""
+  monkeypatch.setenv("NV_WARPSPEC", "0")
+  got, want, r = run_matmul(256, 128, 320, f16, None)
+  src = r.spec.src
+  assert r.spec.local_size == (256, 1, 1) and "setmaxnreg" not in src and "cp.async.bulk.tensor" in src
+  assert (got == want).all()
+
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("dt", ["half", "bf16"])
 def test_4096_kernel_for_sm_90a(dt):
-  """Statically (no GPU): the 4096^3 kernel for sm_90a assembles with at most 255 registers and no spills, its main
-  loop is wgmma.mma_async with no global loads, and where nvdisasm/cuobjdump are installed its SASS main loop has HGMMA
-  and no LDG."""
+  """Statically (no GPU): the 4096^3 kernel for sm_90a assembles with no spills and no ptxas advisory, its main loop is
+  wgmma.mma_async with no global loads; it has a producer warpgroup (384 threads, 168 registers each at the start:
+  ptx_tma.register_split's budget, so setmaxnreg can move 128 of the producer's to the consumers), and where
+  nvdisasm/cuobjdump are installed its SASS main loop has HGMMA and no LDG, the producer's loop UTMALDG and no HGMMA,
+  and no LDGSTS is left."""
   from tools.sass_report import report, renderer_for, matmul_ast as ast_of, assemble
   from baregrad.codegen.heuristic import heuristic_opts
   f = report(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt], "sm_90a")
-  assert f["spills"] == "0" and int(f["regs"]) <= 255, f
+  from baregrad.codegen.renderer.ptx_tma import register_split
+  assert f["spills"] == "0" and f["producer"] == "128" and int(f["regs"]) == register_split(256)[0] and f["advisories"] == "none", f
   # ptxas says when it has to serialize wgmma (accumulators touched between them without the fences it wants)
   ren, ast = renderer_for("sm_90a"), ast_of(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt])
   _, v = assemble(get_program(ast, ren, heuristic_opts(Kernel(ast, max_parallel=3, gpu=True, ren=ren), ren)).src, "sm_90a")
   assert "serializ" not in v.lower(), v
   assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0" and f["loop_cp_async"] == "0", f
   if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-  # TMA (codegen/tma.py): tensor copies in the main loop beside the HGMMAs, and no cp.async (LDGSTS) left anywhere
-  assert int(f["main_HGMMA"]) > 0 and int(f["main_UTMALDG"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0", f
-  assert f["LDGSTS"] == "0", f
+  # TMA (codegen/tma.py): tensor copies in the producer's loop, HGMMAs in the consumers', and no cp.async (LDGSTS) left
+  assert int(f["main_HGMMA"]) > 0 and f["main_UTMALDG"] == "0" and f["main_LDG"] == "0" and f["HMMA"] == "0", f
+  assert int(f["tma_loop_UTMALDG"]) > 0 and f["tma_loop_HGMMA"] == "0" and f["LDGSTS"] == "0" and f["main_BAR"] == "0", f
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+def test_4096_kernel_without_a_producer_keeps_tma_in_the_main_loop(monkeypatch):
+  """NV_WARPSPEC=0: the 4096^3 bf16 kernel's SASS main loop has HGMMA and UTMALDG, and no LDGSTS."""
+  from tools.sass_report import report
+  monkeypatch.setenv("NV_WARPSPEC", "0")
+  f = report(4096, 4096, 4096, bf16, "sm_90a")
+  assert f["spills"] == "0" and f["producer"] == "0" and f["loop_cp_async"] == "0", f
+  if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found")
+  assert int(f["main_HGMMA"]) > 0 and int(f["main_UTMALDG"]) > 0 and f["LDGSTS"] == "0", f
 
 
 def test_fused_bias_and_relu_stay_in_the_wgmma_kernel():

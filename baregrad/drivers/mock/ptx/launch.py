@@ -261,7 +261,9 @@ class Launcher:
               waiting = g.copy()
               waitpc = np.full(n, pc, np.int64)
             else:
-              if exited_any and self.strict_barriers:
+              if ins.barcount:
+                _check_count(c, live, ins)
+              elif exited_any and self.strict_barriers:
                 wb = np.zeros(c.nblocks, bool)
                 wb[c.bidx[live]] = True
                 if (~live & wb[c.bidx]).any():
@@ -294,7 +296,9 @@ class Launcher:
             lines = sorted({code[int(p)].line for p in np.unique(bp[bb == b0])})
             raise PTXError(f"divergent barrier: threads of one block wait at different "
                            f"barriers (lines {lines})")
-        if self.strict_barriers and exited_any:
+        if code[int(bp[0])].barcount:
+          _check_count(c, wl, code[int(bp[0])])
+        elif self.strict_barriers and exited_any:
           wb = np.zeros(c.nblocks, bool)
           wb[c.bidx[wl]] = True
           if (~live & wb[c.bidx]).any():
@@ -360,3 +364,14 @@ class Launcher:
           pc = int(lp[0])
           if div_steps <= self.livelock_steps:  # once a spin loop was seen, stay fair
             div_steps = 0
+
+
+def _check_count(c: _Ctx, arrived: np.ndarray, ins) -> None:
+  """A barrier with a thread count (bar.sync a, b) completes when b threads of the block arrived (PTX ISA 9.7.13.1):
+  a block whose threads at it are not b (more, or fewer with no other thread left to come) is an error here."""
+  got = np.bincount(c.bidx[arrived], minlength=c.nblocks)
+  bad = (got > 0) & (got != ins.barcount)
+  if bad.any():
+    b0 = int(np.argmax(bad))
+    raise PTXError(f"bar.sync {ins.barid}, {ins.barcount}: {int(got[b0])} threads of block {b0} arrived, the barrier "
+                   f"counts {ins.barcount} (PTX ISA 9.7.13.1)", ins.line, ins.text)
