@@ -13,11 +13,21 @@ wgmma_desc). Elements past the tensor's ends (padded edge tiles, k past the redu
 The maps are built on the device, per block, in the launch's tensor-map scratch (the kernel's `tmap_scratch`
 parameter, drivers/nv/scratch.py): at the kernel's start one thread writes each map's fields with tensormap.replace
 (9.7.9.28), releases them to the tensormap proxy and acquires them there (fence.proxy.tensormap, 9.7.12.4), and
-initializes one mbarrier per pipeline buffer (arrival count 1). Pipeline of S buffers: before the loop, steps 0 ..
-S-2 are issued (the thread arrives on the step's mbarrier with expect_tx of the step's bytes, then the copies complete
-it); in step s every thread waits for phase parity (s // S) % 2 of mbarrier s % S (try_wait.parity, 9.7.13.15.16), a
-barrier (everyone is done with step s - 1, whose wgmmas the renderer waits for before a barrier), then the thread issues
-step s + S - 1 into the buffer step s - 1 read (none past the last step)."""
+initializes one "full" mbarrier per pipeline buffer (arrival count 1: the issuing thread's arrive.expect_tx of the
+step's bytes, which the copies then complete).
+
+With two consumer warpgroups (a 128-row block of wgmma m64 tiles; NV_WARPSPEC, default on) a producer warpgroup is
+added to the block (`producer_threads`): it gives registers up (setmaxnreg.dec), and its first thread loops over every
+step t, waits until the consumers are done with the step t - S its buffer held (an "empty" mbarrier per buffer, one
+arrival per consumer thread, phase t // S - 1), then issues step t; the consumers take the registers (setmaxnreg.inc),
+and per step wait for their buffer's full phase (s // S) % 2, run the step's wgmmas, wait for them and arrive on its
+empty mbarrier; no block-wide barrier per step. The producer's step expressions are built here on a placeholder counter
+(`ws` in the setup's arg) for the renderer to compute in its own loop (codegen/renderer/ptx_tma.py).
+
+Otherwise (NV_WARPSPEC=0, or other blocks), pipeline of S buffers: before the loop, steps 0 .. S-2 are issued by the
+block's first thread; in step s every thread waits for phase parity (s // S) % 2 of mbarrier s % S (try_wait.parity,
+9.7.13.15.16), a barrier (everyone is done with step s - 1, whose wgmmas the renderer waits for before a barrier), then
+the thread issues step s + S - 1 into the buffer step s - 1 read (none past the last step)."""
 from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING

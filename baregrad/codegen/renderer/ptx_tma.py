@@ -13,7 +13,15 @@ copies. Used by PTXRenderer.render; each function emits through the renderer's `
   9.7.13.15.13) and issues each map's box into its tile (cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes,
   9.7.9.25.5.2).
 - ("tma_wait",), sources (mbarriers, slot, parity): every thread polls mbarrier.try_wait.parity until the slot's
-  phase of that parity completed (9.7.13.15.16), then bar.sync."""
+  phase of that parity completed (9.7.13.15.16), then bar.sync.
+
+With a producer warpgroup (the setup's `ws`): the setup also initializes the empty mbarriers (one arrival per
+consumer thread) and emits the producer's branch (`_producer`: setmaxnreg.dec, its first thread's loop over every step,
+then ret) before the consumers go on (setmaxnreg.inc); issues in the consumers' code are dropped, a wait has no
+bar.sync, the end of each stage step arrives on the step's empty mbarrier (`end_step`), and every later block-wide
+barrier is the consumers' named barrier 1 for their thread count (`TmaState.barrier`): the producer has left. The
+kernel gets .minnctapersm 1 so ptxas gives each thread the 384-thread share of the register file at the start, which
+`register_split` then moves (PTX ISA 9.7.17.1)."""
 from __future__ import annotations
 from typing import Any, Callable
 from baregrad.ir.dtype import dtypes
