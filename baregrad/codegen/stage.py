@@ -105,12 +105,15 @@ class _Stager:
     the fragment coordinate contiguous in global memory stays contiguous."""
     axes = self.axes
     if ld not in self.lw.opvals: return sorted(parts, key=lambda i: (axes[i].kind in LANE_KINDS, i))
-    _, m_, n_, k_, la, _ = self.k.tc  # type: ignore[misc]
+    tc, m_, n_, k_, la, _ = self.k.tc  # type: ignore[misc]
     row = m_ if ld is la else n_
     fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
     # every part of that coordinate (the warps', the fragments' and the lanes' parts): a whole tile row contiguous, so
-    # neighbouring threads fill neighbouring 16-byte chunks of one row (one wavefront per 8 of them once swizzled)
-    return sorted(parts, key=lambda i: (axes[i].orig == fastc, i))
+    # neighbouring threads fill neighbouring 16-byte chunks of one row (one wavefront per 8 of them once swizzled).
+    # wgmma reading an operand MN-major (its row coordinate contiguous) takes rows of one 64-value chunk: the upcast
+    # parts of that coordinate (several instructions along N or M) go outermost, one [k][64] block per chunk
+    outer = lambda i: tc.desc and fastc != k_ and axes[i].orig == fastc and axes[i].tc is None   # noqa: E731
+    return sorted(parts, key=lambda i: (axes[i].orig == fastc and not outer(i), i))
 
   def swizzle_rowlen(self, ld: UOp, lay: list[int]) -> int:
     """A tensor-core operand of 16-bit values is read by ldmatrix, 8 rows of 16 bytes at once: rows of k (without

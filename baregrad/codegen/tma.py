@@ -48,7 +48,9 @@ MAP_BYTES = 128    # one tensor map, a .b1024 object
 class TmaMap:
   """A staged tile's 2-d tensor map: the global tensor (the axis contiguous in memory `fast` and the rows' axis `slow`
   of the kernel's full shape, their sizes, the rows' pitch in bytes), the box (64 x rows), and the element index the
-  tensor starts at for this block (`base`: the view's offset and any batch position)."""
+  tensor starts at for this block (`base`: the view's offset and any batch position). A tile of several 64-wide chunks
+  of its contiguous axis (an operand wgmma reads MN-major, several instructions along it: stage.py's layout) takes one
+  box a chunk: `boxes` holds each one's (x offset, offset in the tile in elements)."""
   tile: StagedTile
   fast: int
   slow: int
@@ -56,6 +58,7 @@ class TmaMap:
   pitch: int
   box: tuple[int, int]
   base: UOp
+  boxes: tuple[tuple[int, int], ...] = ((0, 0),)
 
   def spec(self) -> tuple[int, int, int, int, int, int, int]:
     """(elemtype, element bytes, global dim 0, global dim 1, pitch bytes, box dim 0, box dim 1): what the renderer's
@@ -95,9 +98,18 @@ def _plan_tile(s: _Stager, t: StagedTile, vals0: dict[int, UOp]) -> TmaMap | Non
   if not isinstance(pitch, int) or pitch <= 0 or pitch * esz % 16 or pitch * esz >= 1 << 40: return None
   if any(not isinstance(x, int) or (x and x * esz % 16) for o, x in enumerate(strides) if o not in (fast, slow)): return None
   if not isinstance(st.views[0].offset, int) or st.views[0].offset * esz % 16: return None
-  inner = _run(axes, [i for i in t.parts if axes[i].orig == fast], t.sstride, 1)
+  fparts = sorted((i for i in t.parts if axes[i].orig == fast), key=lambda i: _cstride(axes, i))
+  cut = next((j for j in range(len(fparts) + 1) if prod(axes[i].size for i in fparts[:j]) >= 64), len(fparts))
+  inner = _run(axes, fparts[:cut], t.sstride, 1)
   rows = _run(axes, [i for i in t.parts if axes[i].orig == slow], t.sstride, 64)
-  if inner != 64 or rows is None or not 1 <= rows <= 256 or rows * 64 != t.size: return None
+  if inner != 64 or rows is None or not 1 <= rows <= 256: return None
+  # the chunks: the fast axis's other parts, its coordinates on from 64, each chunk a [rows][64] block 1024-aligned
+  boxes, ext = [(0, 0)], 64
+  for i in fparts[cut:]:
+    if _cstride(axes, i) != ext or t.sstride[i] * esz % 1024: return None
+    boxes = [(x + v * ext, o + v * t.sstride[i]) for v in range(axes[i].size) for x, o in boxes]
+    ext *= axes[i].size
+  if len(boxes) * rows * 64 != t.size or len({o for _, o in boxes}) != len(boxes): return None
   dims = (st.shape[fast], st.shape[slow])
   if not all(isinstance(d, int) and 0 < d < 1 << 32 for d in dims): return None
   # every buffer of the tile starts on a 1024-byte boundary of the pool (the 128-byte swizzle's pattern)
@@ -105,7 +117,7 @@ def _plan_tile(s: _Stager, t: StagedTile, vals0: dict[int, UOp]) -> TmaMap | Non
   v = {**vals0, **{i: UOp.const(lw.it, 0) for i, a in enumerate(axes) if a.orig in (fast, slow)}}
   base, _ = lw.access(st, None, v)
   if any(x.op is Ops.RANGE for x in base.toposort()): return None   # (the same map for the whole block)
-  return TmaMap(t, fast, slow, dims, pitch * esz, (64, rows), base)
+  return TmaMap(t, fast, slow, dims, pitch * esz, (64, rows), base, tuple(sorted(boxes, key=lambda b: b[1])))
 
 
 def producer_threads(s: _Stager) -> int:
@@ -156,23 +168,26 @@ def pipeline(s: _Stager, maps: list[TmaMap]) -> UOp:
   bars = UOp(Ops.DEFINE_LOCAL, dtypes.uint64.ptr(local=True), (), ("tmabar", 2 * nb if prod_threads else nb))
   srcs: tuple[UOp, ...] = (bars,)
   for m in maps: srcs += (m.tile.ld.src[0], m.base)
+  nbytes = sum(m.tile.size * m.tile.ld.dtype.itemsize for m in maps)
+  copies = tuple(j for j, m in enumerate(maps) for _ in m.boxes)   # the map of each box copied a step
   ws = None
   if prod_threads:   # the producer's own loop over every step t: its slot and boxes as expressions of a counter
     pv = UOp.range(nstage, 400_000, "loop", it)
     per: tuple[UOp, ...] = ()
-    for m in maps: per += ((mod(pv, nb) * m.tile.size + m.tile.base).simplify(), *_coords(s, m, pv))
-    ws = (s.nthr, pv, mod(pv, nb), per, nstage, nb)
+    for m in maps:
+      x, y = _coords(s, m, pv)
+      for bx, bo in m.boxes: per += ((mod(pv, nb) * m.tile.size + m.tile.base + bo).simplify(), (x + bx).simplify(), y)
+    ws = (s.nthr, pv, mod(pv, nb), per, nstage, nb, copies)
     srcs += (pool,)
   dep = UOp(Ops.BARRIER, dtypes.void, srcs, ("tma_setup", nb, tuple(m.spec() for m in maps), ws))
-  nbytes = sum(m.tile.size * m.tile.ld.dtype.itemsize for m in maps)
 
   def issue(step: UOp, ok: UOp, dep: UOp) -> UOp:
     slot = mod(step, nb)
     src: tuple[UOp, ...] = (pool, bars, slot, ok)
     for m in maps:
       x, y = _coords(s, m, step)
-      src += ((slot * m.tile.size + m.tile.base).simplify(), x, y)
-    return UOp(Ops.BARRIER, dtypes.void, src + (dep,), ("tma_issue", nbytes))
+      for bx, bo in m.boxes: src += ((slot * m.tile.size + m.tile.base + bo).simplify(), (x + bx).simplify(), y)
+    return UOp(Ops.BARRIER, dtypes.void, src + (dep,), ("tma_issue", nbytes, copies))
 
   r = s.stage_r
   if ws:   # the producer warpgroup issues every step (ptx_tma._producer): the consumers only wait

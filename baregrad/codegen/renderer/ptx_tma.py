@@ -141,7 +141,7 @@ def _producer(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[st
   """The producer warpgroup (threads `consumers` .. +127): registers down, then its first thread copies every step t
   into buffer t % S, after waiting for the consumers to be done with the step t - S that buffer held (the empty
   mbarrier's phase t // S - 1), and leaves; the consumers take registers up and go on."""
-  nc, pv, slot, per, nstage, nb = u.arg[3]
+  nc, pv, slot, per, nstage, nb, copies = u.arg[3]
   pool = u.src[-1]
   st.ws, st.consumers = u.arg[3], nc
   tx, prod, el = reg(dtypes.uint32), reg(dtypes.bool), reg(dtypes.bool)
@@ -177,7 +177,8 @@ def _producer(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[st
   emit(f"add.u32 {f}, {f}, {st.bars};")
   emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{f}], {_step_bytes(u)};")
   esz = pool.dtype.base.itemsize  # type: ignore[attr-defined]
-  for i, m in enumerate(st.maps):
+  for i, mi in enumerate(copies):
+    m = st.maps[mi]
     off, x, y = (_i32(r, v, reg, emit, expr(v, memo)) for v in per[3 * i:3 * i + 3])
     d, tt = reg(dtypes.uint32), reg(dtypes.uint32)
     emit(f"mul.lo.u32 {tt}, {off}, {esz};")
@@ -193,15 +194,16 @@ def _producer(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[st
 
 
 def _step_bytes(u: UOp) -> int:
-  """The bytes of one step's boxes (every map's box)."""
-  return sum(esz * bx * by for _, esz, _, _, _, bx, by in u.arg[2])
+  """The bytes of one step's boxes (each copy's map's box)."""
+  return sum(u.arg[2][mi][1] * u.arg[2][mi][5] * u.arg[2][mi][6] for mi in u.arg[3][6])
 
 
 def issue(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], None], st: TmaState, n: int) -> None:
   if st.first is None: raise ValueError("PTX: a tma_issue before the tma_setup")
   if st.ws: return   # the producer warpgroup issues every step
   pool, bars, slot, ok = u.src[:4]
-  per = u.src[4:4 + 3 * len(st.maps)]
+  copies = u.arg[2]
+  per = u.src[4:4 + 3 * len(copies)]
   p = st.first
   if not (ok.op is Ops.CONST and ok.arg):
     p = reg(dtypes.bool)
@@ -210,8 +212,8 @@ def issue(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], 
   bar = _bar_addr(r, bars, slot, reg, emit)
   emit(f"mbarrier.arrive.expect_tx.shared::cta.b64 _, [{bar}], {u.arg[1]};")
   esz = pool.dtype.base.itemsize  # type: ignore[attr-defined]
-  for i, m in enumerate(st.maps):
-    off, x, y = per[3 * i:3 * i + 3]
+  for i, mi in enumerate(copies):
+    m, (off, x, y) = st.maps[mi], per[3 * i:3 * i + 3]
     d, t = reg(dtypes.uint32), reg(dtypes.uint32)
     emit(f"mul.lo.u32 {t}, {_i32(r, off, reg, emit)}, {esz};")
     emit(f"add.u32 {d}, {r[pool]}, {t};")

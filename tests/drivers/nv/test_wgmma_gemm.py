@@ -65,6 +65,22 @@ def test_a_row_pitch_tma_cannot_take_keeps_cp_async(monkeypatch):
   assert (got == want).all()
 
 
+@pytest.mark.parametrize("shape,dt,bt", [((256, 256, 192), f16, False), ((250, 504, 192), bf16, False),
+                                         ((128, 256, 128), f16, True)],
+                         ids=["256x256x192-half", "awkward-250x504x192-bf16", "B-k-major-half"])
+def test_two_warpgroups_take_a_128x256_block_tile(shape, dt, bt):
+  """N of 256 or more: the heuristic upcasts N to a 128 x 256 block tile (4 m64n64k16 a k-step and warpgroup, B read
+  MN-major from four [k][64] chunks each filled by its own TMA box; 2 m64n128k16 for a k-contiguous B), exact on the
+  mock; the awkward one's edge tiles are TMA's zero fill."""
+  got, want, r = run_matmul(*shape, dt, None, b_transposed=bt)
+  src = r.spec.src
+  assert any(o.op is OptOps.UPCAST and o.amt == (2 if bt else 4) for o in r.spec.opts), r.spec.opts
+  assert src.count("wgmma.mma_async") == (2 if bt else 4) and r.spec.local_size == (384, 1, 1), r.spec.opts
+  # the producer's loop copies A's box and B's one (k-contiguous) or four (a chunk each)
+  assert src.count("cp.async.bulk.tensor") == (2 if bt else 5) and "cp.async.cg" not in src
+  assert (got == want).all(), f"max error {abs(got - want).max()}"
+
+
 def test_what_wgmma_cannot_take_falls_back_to_mma_sync():
   """A reduction of one 64-wide step (no stage loop) goes to mma.sync, and is right."""
   got, want, r = run_matmul(64, 64, 64, f16, None)
