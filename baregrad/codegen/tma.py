@@ -19,7 +19,7 @@ step's bytes, which the copies then complete).
 With two consumer warpgroups (a 128-row block of wgmma m64 tiles; NV_WARPSPEC, default on) a producer warpgroup is
 added to the block (`producer_threads`): it gives registers up (setmaxnreg.dec), and its first thread loops over every
 step t, waits until the consumers are done with the step t - S its buffer held (an "empty" mbarrier per buffer, one
-arrival per consumer thread, phase t // S - 1), then issues step t; the consumers take the registers (setmaxnreg.inc),
+arrival per consumer warp, phase t // S - 1), then issues step t; the consumers take the registers (setmaxnreg.inc),
 and per step wait for their buffer's full phase (s // S) % 2, run the step's wgmmas, wait for them and arrive on its
 empty mbarrier; no block-wide barrier per step. The producer's step expressions are built here on a placeholder counter
 (`ws` in the setup's arg) for the renderer to compute in its own loop (codegen/renderer/ptx_tma.py).

@@ -16,7 +16,7 @@ copies. Used by PTXRenderer.render; each function emits through the renderer's `
   phase of that parity completed (9.7.13.15.16), then bar.sync.
 
 With a producer warpgroup (the setup's `ws`): the setup also initializes the empty mbarriers (one arrival per
-consumer thread) and emits the producer's branch (`_producer`: setmaxnreg.dec, its first thread's loop over every step,
+consumer warp, its lane 0) and emits the producer's branch (`_producer`: setmaxnreg.dec, its first thread's loop over every step,
 then ret) before the consumers go on (setmaxnreg.inc); issues in the consumers' code are dropped, a wait has no
 bar.sync, the end of each stage step arrives on the step's empty mbarrier (`end_step`), and every later block-wide
 barrier is the consumers' named barrier 1 for their thread count (`TmaState.barrier`): the producer has left. The
@@ -127,9 +127,9 @@ def setup(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], 
   emit("fence.proxy.tensormap::generic.release.gpu;")
   for m in st.maps: emit(f"fence.proxy.tensormap::generic.acquire.gpu [{m}], 128;")
   b = reg(dtypes.uint32)
-  for j in range(nbuf * (2 if ws else 1)):   # full: one arrival (the issuing thread's); empty: every consumer's
+  for j in range(nbuf * (2 if ws else 1)):   # full: one arrival (the issuing thread's); empty: each consumer warp's
     emit(f"add.u32 {b}, {r[bars]}, {8 * j};")
-    emit(f"mbarrier.init.shared::cta.b64 [{b}], {1 if j < nbuf else ws[0]};")
+    emit(f"mbarrier.init.shared::cta.b64 [{b}], {1 if j < nbuf else ws[0] // 32};")
   label(f"$Ltma_setup{n}:")
   emit("bar.sync 0;")
   st.bars = r[bars]
@@ -234,11 +234,14 @@ def wait(u: UOp, r: Any, reg: Callable, emit: Callable, label: Callable[[str], N
 
 
 def end_step(rng: UOp, reg: Callable, emit: Callable, st: TmaState) -> None:
-  """At the end of a consumer's stage step (its wgmmas waited for already): each consumer thread arrives on the
-  buffer's empty mbarrier (9.7.13.15.13), letting the producer refill it."""
+  """At the end of a consumer's stage step (its wgmmas waited for already: wgmma.wait_group is warpgroup-wide, so every
+  lane of the warp is past it): lane 0 of each consumer warp arrives on the buffer's empty mbarrier (9.7.13.15.13),
+  letting the producer refill it."""
   if not st.ws or rng is not st.stage or st.slot is None or st.bars is None: return
-  e = reg(dtypes.uint32)
+  e, ln, p = reg(dtypes.uint32), reg(dtypes.uint32), reg(dtypes.bool)
   emit(f"add.u32 {e}, {st.slot}, {st.ws[5]};")
   emit(f"shl.b32 {e}, {e}, 3;")
   emit(f"add.u32 {e}, {e}, {st.bars};")
-  emit(f"mbarrier.arrive.shared::cta.b64 _, [{e}];")
+  emit(f"mov.u32 {ln}, %laneid;")
+  emit(f"setp.eq.u32 {p}, {ln}, 0;")
+  emit(f"@{p} mbarrier.arrive.shared::cta.b64 _, [{e}];")
