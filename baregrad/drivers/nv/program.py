@@ -225,6 +225,9 @@ class NVProgram(HCQProgram):
       old = int.from_bytes(cb[o:o + sz], "little")
       if old in reloc: cb[o:o + sz] = reloc[old].to_bytes(sz, "little")
       else: notes.append(f"constant bank 0 parameter {i} at {o:#x} holds {old:#x}, the address of no captured buffer")
+    if self.scratch_per_block and args.scratch is not None:   # the launch's own tensor-map scratch, not the capture's
+      off, sz = self.params[-1]
+      cb[self.param_off + off:self.param_off + off + sz] = args.scratch[1].to_bytes(sz, "little")
     hw.relocate_qmd(qmd, self.dev.qmd_version, self.code_va, args.cb_va)
     mine_qmd = hw.words_of(ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES))
     if qmd != mine_qmd:

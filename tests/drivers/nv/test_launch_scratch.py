@@ -58,3 +58,35 @@ def test_each_launch_gets_its_own_aligned_scratch():
     assert c[0] % 128 == 0 and d[0] % 128 == 0 and abs(int(c[0]) - int(d[0])) >= 8 * PER_BLOCK, (c, d)
     assert all(a[0] != x[0] for x in (c, d))
   finally: dev.close()
+
+
+def test_a_replayed_capture_gets_scratch_of_its_own(tmp_path, monkeypatch):
+  """NV_CAPTURE of a launch with scratch, replayed on a fresh mock (hcq/replay.py): the replay's constant bank names
+  the replaying launch's scratch, not the captured address (unmapped there: the mock would fault), and the outputs are
+  the captured ones."""
+  from baregrad.hcq.replay import replay
+  for k in ("MOCKGPU_ARCH", "MOCKGPU_COUNT", "NV_CAPTURE"): monkeypatch.delenv(k, raising=False)
+  src = scratch_ptx().replace("  mul.wide.u32 %rd5, %r1, 8; add.s64 %rd6, %rd1, %rd5; st.global.u64 [%rd6], %rd4;",
+                              "  ld.global.u32 %r2, [%rd4]; mul.wide.u32 %rd5, %r1, 4; add.s64 %rd6, %rd1, %rd5; "
+                              "st.global.u32 [%rd6], %r2;")
+  monkeypatch.setenv("NV_CAPTURE", str(tmp_path))
+  dev = NVDevice("NV", port=make_port(MockNVGPU(arch="sm_90")))
+  try:
+    prg = dev.runtime(dev, "sc", src.encode())
+    out = dev.allocator.alloc(8 * 4)
+    prg(out, global_size=(8, 1, 1), local_size=(32, 1, 1))
+    dev.synchronize()
+  finally: dev.close()
+  monkeypatch.delenv("NV_CAPTURE")
+  from baregrad.drivers.nv.program import ptx_params
+  dev = NVDevice("NV", port=make_port(MockNVGPU(arch="sm_90")))
+  try:
+    dev.allocator.alloc(8 << 20)   # (video memory first: the replay's scratch ring lands elsewhere than the capture's)
+    rep = replay(str(tmp_path), dev, dev.arch)
+    # the parameter the replayed launch ran with: an address in this device's scratch ring
+    cb = dev.port.mock.launches[-1]["cbank0"]
+    at = int.from_bytes(dev.port.mock.read_gpu(cb + dev.param_off + ptx_params(src, "sc")[-1][0], 8), "little")
+    ring = dev.launch_scratch.mem
+    assert ring is not None and ring.va <= at < ring.va + ring.size, (hex(at), ring)
+  finally: dev.close()
+  assert rep.first_difference is None and rep.launches == 1, rep.text()
