@@ -206,3 +206,15 @@ def test_batched_matmul_builds_a_map_per_block():
   src = compile_ast(item.ast, "NV").spec.src
   assert "wgmma.mma_async" in src and "cp.async.bulk.tensor" in src and "cp.async.cg" not in src
   np.testing.assert_array_equal(out.numpy().astype(np.float64), a.astype(np.float64) @ b)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found (the mock takes the register count from the cubin)")
+def test_a_register_split_the_launch_cannot_give_is_a_hang(monkeypatch):
+  """Without .minnctapersm 1, ptxas gives the producer kernel far fewer registers than 168 a thread: the consumers'
+  setmaxnreg.inc 232 then waits for registers the producer's dec (to 40) does not free, which the mock reports as a
+  hang from the launch's REGISTER_COUNT (mock/ptx/wgmma.py _register_budget)."""
+  from baregrad.drivers.nv.faults import NVChannelError
+  render = PTXRenderer.render
+  monkeypatch.setattr(PTXRenderer, "render", lambda self, name, uops: render(self, name, uops).replace(".minnctapersm 1\n", ""))
+  with pytest.raises(NVChannelError, match=r"hang: block 0's warpgroups hold \[232, 232, 40\] registers"):
+    run_matmul(128, 128, 448, f16, None)

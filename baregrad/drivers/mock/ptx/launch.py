@@ -11,7 +11,7 @@ from baregrad.drivers.mock.ptx.memory import Memory, Windows, _DEFAULT_WINDOWS, 
 class _Ctx:
   __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
                "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size", "win", "step",
-               "cp_async", "wgmma", "mbar", "tmaps")
+               "cp_async", "wgmma", "mbar", "tmaps", "regs_launch", "maxnreg")
 
 
 def _mixed_blocks(c: _Ctx, act, g):
@@ -175,11 +175,16 @@ class Launcher:
         c.wgmma = None
         c.mbar = None
         c.tmaps = None
+        # registers a thread has at launch (the QMD's REGISTER_COUNT, where the launch ran compiled code: the NV mock's
+        # "regs" special), and each warpgroup's count after setmaxnreg (wgmma.py): a block's budget at its end
+        c.regs_launch = (specials or {}).get("regs")
+        c.maxnreg = {}
         c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes, specials or {})
         c.win = windows or _DEFAULT_WINDOWS
         c.step = step
         first = (int(cta[0][0]), int(cta[1][0]), int(cta[2][0]))
         yield from self._run_block(c, first)
+        if c.maxnreg and c.regs_launch: self._register_budget(c, start)   # wgmma.py
         yield
 
   def _run_block(self, c: _Ctx, ctaid):
