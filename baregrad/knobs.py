@@ -147,6 +147,15 @@ _DECLARED = [
        "nvcc (tools and tests only)", _C, default_text="PATH, /usr/local/cuda*/bin, the pip wheel"),
   Knob("NV_SM90A", "bool", False,
        "NV on Hopper (sm_90) compiles for sm_90a: matmuls may use wgmma tensor cores (mock-checked, not yet confirmed on a GPU)", _C),
+  Knob("NV_TMA", "bool", True,
+       "sm_90a wgmma kernels load their staged tiles with TMA (cp.async.bulk.tensor through tensor maps built on the device) "
+       "where the shapes allow; 0: the cp.async pipeline (read when a kernel is lowered)", _C),
+  Knob("NV_WARPSPEC", "bool", True,
+       "a TMA-fed sm_90a wgmma kernel gets one producer warpgroup issuing the copies while its warpgroups compute "
+       "(setmaxnreg moves registers to them); 0: every warpgroup computes and one thread issues (read when a kernel is lowered)", _C),
+  Knob("NV_WGMMA_N256", "bool", True,
+       "sm_90a wgmma matmuls with two warpgroups take 128 x 256 block tiles where N allows; 0: 128 x N (N of one "
+       "instruction, 64 or 128)", _C),
   Knob("PTX_CHECK_ARCHS", "list", (), "also assemble every PTX kernel for these sm_ targets (validation only)", _C),
   Knob("AMD_CHECK_ARCHS", "list", (), "also compile every AMD kernel for these gfx targets (validation only)", _C),
   # debugging

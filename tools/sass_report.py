@@ -4,12 +4,16 @@
   python3 tools/sass_report.py --arch sm_90 --matmul 4096x4096x4096 --dtype half
 
 Fields: name, arch, opts, regs, spills (bytes of spill stores + loads, from ptxas -v), smem, then PTX counts of the
-innermost (main) loop: loop_mma (mma.sync), loop_wgmma (wgmma.mma_async: sm_90a), loop_ldsm (ldmatrix), loop_cp_async, loop_ldg (ld.global), loop_bar,
+innermost (main) loop: loop_mma (mma.sync), loop_wgmma (wgmma.mma_async: sm_90a), loop_ldsm (ldmatrix), loop_cp_async (not the bulk ones),
+loop_tma (cp.async.bulk.tensor), loop_ldg (ld.global), loop_bar,
 loop_cvt_float (float conversions; the innermost loop is the k-step's, cp.async prefetch sits in the loop around it); and, when cuobjdump or
 nvdisasm is found (NVIDIA's pip wheels nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm), SASS counts over the whole
 kernel: HMMA, HGMMA, LDSM, LDGSTS, LDG, STSM, UTMALDG, SYNCS, BAR, and over the main loop (the innermost SASS loop with
 HMMA/HGMMA; ptxas may unroll the PTX k-step loop into it): main_HMMA, main_HGMMA, main_LDSM, main_LDGSTS, main_LDG,
-main_BAR. Without the tools the SASS fields read `sass=unavailable` (not zeros).
+main_UTMALDG (TMA loads: sm_90a kernels whose tiles codegen/tma.py fills), main_BAR; and of the innermost loop with
+UTMALDG (a producer warpgroup's, where the kernel has one): tma_loop_UTMALDG, tma_loop_HGMMA. Also `producer` (the
+threads the kernel adds for a producer warpgroup) and `advisories` (ptxas's warnings: wgmma serialization, setmaxnreg
+ignored; `none` when it printed none). Without the tools the SASS fields read `sass=unavailable` (not zeros).
 Not done yet (issue 32): ptxas advisories (wgmma serialization)."""
 from __future__ import annotations
 import argparse, glob, os, re, shutil, subprocess, sys, tempfile
@@ -95,14 +99,16 @@ def sass_counts(cubin: bytes) -> Counter | None:
   sass = disassemble(cubin)
   return None if sass is None else Counter(op for _, op, _ in sass_ops(sass))
 
-def sass_main_loop(ops: list[tuple[int, str, str]]) -> Counter:
+def sass_main_loop(ops: list[tuple[int, str, str]], holds: tuple[str, ...] = ("HMMA", "HGMMA")) -> Counter:
   """Opcode counts of the main loop: of the loops (a BRA back to an earlier address: the body from its target to it)
-  that hold HMMA or HGMMA, the innermost (shortest); empty when none does."""
+  that hold one of `holds` (default HMMA or HGMMA; UTMALDG: a producer warpgroup's loop) and no EXIT, the innermost
+  (shortest); empty when none does."""
   loops = []
   for addr, op, rest in ops:
     if op == "BRA" and (m := re.match(r"(?:`\()?(0x[0-9a-f]+)", rest)) and int(m.group(1), 16) < addr:
       body = [o for a, o, _ in ops if int(m.group(1), 16) <= a <= addr]
-      if any(o in ("HMMA", "HGMMA") for o in body): loops.append(body)
+      # (a branch back from code past an EXIT is an out-of-line retry, e.g. of an mbarrier wait, not a loop's end)
+      if any(o in holds for o in body) and "EXIT" not in body: loops.append(body)
   return Counter(min(loops, key=len)) if loops else Counter()
 
 def _fam(c: Counter, op: str) -> int: return sum(n for o, n in c.items() if o == op or o.startswith(op + "_"))
@@ -129,9 +135,13 @@ def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
   pick = lambda pre: sum(c for op, c in loop.items() if op.startswith(pre))   # noqa: E731
   f = {"name": spec.name, "arch": arch, "dtype": dt.name, "opts": ",".join(f"{o.op.name}{o.axis}:{o.amt}" for o in opts),
        "regs": regs.group(1) if regs else "?", "spills": str(int(sp.group(1)) + int(sp.group(2))) if sp else "?",
-       "smem": smem.group(1) if smem else "0", "dyn_smem": str(spec.dyn_shared), "loop_mma": str(pick("mma.sync")),
+       "smem": smem.group(1) if smem else "0", "dyn_smem": str(spec.dyn_shared),
+       "producer": str(ren.producer_threads(spec.src)),
+       "advisories": ";".join(ln.split(":", 1)[-1].strip().replace(" ", "_") for ln in v.splitlines() if "warning" in ln.lower()) or "none",
+       "loop_mma": str(pick("mma.sync")),
        "loop_wgmma": str(pick("wgmma.mma_async")), "loop_ldsm": str(pick("ldmatrix")),
-       "loop_cp_async": str(pick("cp.async")), "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
+       "loop_cp_async": str(pick("cp.async") - pick("cp.async.bulk")), "loop_tma": str(pick("cp.async.bulk.tensor")),
+       "loop_ldg": str(pick("ld.global")), "loop_bar": str(pick("bar.")),
        "loop_cvt_float": str(pick("cvt.rn") + pick("cvt.f"))}
   text = disassemble(cubin)
   if text is None: f["sass"] = "unavailable"
@@ -139,7 +149,9 @@ def report(m: int, n: int, k: int, dt: DType, arch: str) -> dict[str, str]:
     ops = sass_ops(text)
     whole, loop = Counter(op for _, op, _ in ops), sass_main_loop(ops)
     f.update({op: str(_fam(whole, op)) for op in SASS_OPS})
-    f.update({f"main_{op}": str(_fam(loop, op)) for op in ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDG", "BAR")})
+    f.update({f"main_{op}": str(_fam(loop, op)) for op in ("HMMA", "HGMMA", "LDSM", "LDGSTS", "LDG", "UTMALDG", "BAR")})
+    tl = sass_main_loop(ops, ("UTMALDG",))   # the loop issuing the tensor copies: the main loop, or a producer's own
+    f.update({"tma_loop_UTMALDG": str(_fam(tl, "UTMALDG")), "tma_loop_HGMMA": str(_fam(tl, "HGMMA"))})
   return f
 
 def main(argv: list[str] | None = None) -> int:

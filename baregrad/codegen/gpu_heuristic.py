@@ -218,16 +218,24 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
       if b and used + b <= ren.shared_max and apply_smem(k, j, stages): used += b
   return True
 
+def WIDE_N() -> bool:
+  """Whether sm_90a wgmma kernels with two warpgroups take 256-wide tiles along N (NV_WGMMA_N256, default on)."""
+  from baregrad import knobs
+  return bool(knobs.read("NV_WGMMA_N256"))
+
 def _wgmma(k: Kernel, ren: Renderer, pick: int, m: int, n: int, r: int, mn_major_a: bool) -> bool:
   """sm_90a wgmma (a TensorCore read through matrix descriptors): one or two warpgroups along M, each a 64 x N tile
-  (N the instruction's), the operand tiles staged 64 k values a step (one 128-byte swizzled row of 16-bit values, the
+  (N the instruction's; with two, and N of the output at least 256, 256 // N instructions side by side along N: a
+  128 x 256 block tile), the operand tiles staged 64 k values a step (one 128-byte swizzled row of 16-bit values, the
   layout wgmma reads: codegen/tc_lower.py wgmma_desc) in the deepest cp.async pipeline that fits. An A stored
   m-contiguous is staged in rows of its m coordinate, which must then be one 64-value row: one warpgroup. Not when
   padding would waste more than half the work, or the tiles do not fit shared memory (the mma.sync path is tried
   then)."""
   tc = ren.tensor_cores[pick]
   wm = 2 if k.full_shape[m] > tc.dims[0] and not mn_major_a else 1
-  tiles = {m: wm * tc.dims[0], n: tc.dims[1], r: 64}
+  # two warpgroups along M: each a 64 x 256 tile (the 128 x 256 block tile), 256 // N instructions along N per k-step
+  un = 256 // tc.dims[1] if wm == 2 and k.full_shape[n] >= 256 and WIDE_N() else 1
+  tiles = {m: wm * tc.dims[0], n: un * tc.dims[1], r: 64}
   padded = prod(-(-k.full_shape[o] // t) * t for o, t in tiles.items())
   # (a reduction of one 64-wide step leaves no stage loop around the tile: mma.sync takes it)
   if padded > 1.5 * prod(k.full_shape[o] for o in tiles) or k.full_shape[r] <= tiles[r]: return False
@@ -240,6 +248,7 @@ def _wgmma(k: Kernel, ren: Renderer, pick: int, m: int, n: int, r: int, mn_major
       if kk.full_shape[o] % t and not apply(kk, OptOps.PADTO, o, t, ("loop", "reduce")): return False
     try: kk.apply_opt(Opt(OptOps.TC, pick))
     except OptError: return False
+    if un > 1 and not apply(kk, OptOps.UPCAST, n, un, ("loop",)): return False
     if wm > 1 and not apply(kk, OptOps.LOCAL, m, wm, ("loop",)): return False
     if size_of(kk, r, ("reduce",)) > 1 and not apply(kk, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",)): return False
     return all(apply_smem(kk, j, stages) for j in range(len(kk.stage_candidates())))

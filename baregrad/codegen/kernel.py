@@ -197,6 +197,7 @@ class Kernel:
     self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
     self.async_copy: bool = bool(getattr(ren, "has_async_copy", False))
     self.has_ldmatrix: bool = bool(getattr(ren, "has_ldmatrix", False))
+    self.has_tma: bool = bool(getattr(ren, "has_tma", False))   # TMA loads of staged tiles (codegen/tma.py)
     self.name = name
 
   # ---- the optimizer's view: loop axes are numbered in order; lanes are not addressable by opts

@@ -169,4 +169,6 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   if viz is not None: viz("program", name=fname, renderer=ren.name, shape=k.colored_shape(), opts=list(k.applied), stages=stages,
                           uops=uops, src=src, global_size=k.global_size(), local_size=k.local_size())
   dyn = ren.dynamic_shared_bytes(src) if hasattr(ren, "dynamic_shared_bytes") else 0
-  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn)
+  ls = k.local_size()
+  if (extra := ren.producer_threads(src) if hasattr(ren, "producer_threads") else 0): ls = (ls[0] + extra, ls[1], ls[2])
+  return ProgramSpec(fname, src, k.global_size(), ls, k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn)

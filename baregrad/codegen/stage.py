@@ -25,6 +25,7 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.view import ShapeTracker
 from baregrad.codegen.kernel import OptError, LANE_KINDS
 from baregrad.codegen.tc_lower import ldmatrix, wgmma_desc
+from baregrad.codegen import tma
 if TYPE_CHECKING: from baregrad.codegen.lower import Lowering
 
 def _swizzler(rowlen: int) -> Callable[[UOp], UOp]:
@@ -104,12 +105,15 @@ class _Stager:
     the fragment coordinate contiguous in global memory stays contiguous."""
     axes = self.axes
     if ld not in self.lw.opvals: return sorted(parts, key=lambda i: (axes[i].kind in LANE_KINDS, i))
-    _, m_, n_, k_, la, _ = self.k.tc  # type: ignore[misc]
+    tc, m_, n_, k_, la, _ = self.k.tc  # type: ignore[misc]
     row = m_ if ld is la else n_
     fastc = row if strides[row] == 1 and strides[k_] != 1 else k_
     # every part of that coordinate (the warps', the fragments' and the lanes' parts): a whole tile row contiguous, so
-    # neighbouring threads fill neighbouring 16-byte chunks of one row (one wavefront per 8 of them once swizzled)
-    return sorted(parts, key=lambda i: (axes[i].orig == fastc, i))
+    # neighbouring threads fill neighbouring 16-byte chunks of one row (one wavefront per 8 of them once swizzled).
+    # wgmma reading an operand MN-major (its row coordinate contiguous) takes rows of one 64-value chunk: the upcast
+    # parts of that coordinate (several instructions along N or M) go outermost, one [k][64] block per chunk
+    outer = lambda i: tc.desc and fastc != k_ and axes[i].orig == fastc and axes[i].tc is None   # noqa: E731
+    return sorted(parts, key=lambda i: (axes[i].orig == fastc and not outer(i), i))
 
   def swizzle_rowlen(self, ld: UOp, lay: list[int]) -> int:
     """A tensor-core operand of 16-bit values is read by ldmatrix, 8 rows of 16 bytes at once: rows of k (without
@@ -257,6 +261,9 @@ def stage(lw: Lowering) -> dict[UOp, UOp]:
     pool = UOp(Ops.DEFINE_LOCAL, tiles[0].ld.dtype.ptr(local=True), (), ("stage", off))
     for t in tiles: t.smem = pool
     lw.pool = (pool, off)
+  if (maps := tma.plan(s, tiles)) is not None:   # one thread's TMA copies on mbarriers instead (codegen/tma.py)
+    after = tma.pipeline(s, maps)
+    return {t.ld: s.read(t, (tma.mod(s.stage_r, s.nbuf) * t.size).simplify(), after) for t in tiles}
   for t in tiles:
     f0, f, rbuf = s.fills(t)
     first, fills = [a + b for a, b in zip(first, f0)] if first else f0, fills + f

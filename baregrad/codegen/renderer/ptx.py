@@ -49,6 +49,7 @@ from baregrad.ir.dtype import DType, PtrDType, dtypes
 from baregrad.ir.ops import UOp, Ops, GroupOp
 from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.rewrites import cpu_float_matcher
+from baregrad.codegen.renderer import ptx_tma
 
 def _sm(arch: str) -> int:
   m = re.fullmatch(r"sm_(\d+)[af]?", arch)
@@ -173,6 +174,29 @@ def dynamic_shared_bytes(ptx: str) -> int:
   m = _DYN_NOTE_RE.search(ptx)
   return int(m.group(1)) if m else 0
 
+# A kernel that builds tensor maps on the device (TMA loads, sm_90a) writes them into per-launch global scratch the
+# driver gives it (drivers/nv/scratch.py): a last parameter `.param .u64 tmap_scratch` holds the address, and a
+# TMAP_SCRATCH_NOTE line states the bytes each block uses (its maps, 128 bytes each, at block * bytes).
+TMAP_SCRATCH_NOTE = "// baregrad: tensor map scratch bytes per block "
+TMAP_SCRATCH_PARAM = "tmap_scratch"
+_TMAP_NOTE_RE = re.compile("^" + re.escape(TMAP_SCRATCH_NOTE) + r"(\d+)$", re.M)
+
+# A warp-specialized TMA pipeline adds a producer warpgroup to the block the kernel's index math describes: a
+# PRODUCER_NOTE line states the threads to add to the launch's first block dimension (codegen/program.py reads it).
+PRODUCER_NOTE = "// baregrad: producer threads "
+_PRODUCER_RE = re.compile("^" + re.escape(PRODUCER_NOTE) + r"(\d+)$", re.M)
+
+def producer_threads(ptx: str) -> int:
+  """The threads a kernel the PTX renderer wrote needs in its block beyond those of its index math (0: none)."""
+  m = _PRODUCER_RE.search(ptx)
+  return int(m.group(1)) if m else 0
+
+def tmap_scratch_bytes(ptx: str) -> int:
+  """The per-block tensor-map scratch (bytes) a kernel the PTX renderer wrote needs at launch (0: none, and no
+  tmap_scratch parameter)."""
+  m = _TMAP_NOTE_RE.search(ptx)
+  return int(m.group(1)) if m else 0
+
 def _shared_layout(uops: list[UOp], align: int = 16) -> tuple[dict[UOp, int], int]:
   """DEFINE_LOCAL -> its byte offset in one shared region (`align`-byte aligned each), and the region's size."""
   offs, total = {}, 0
@@ -205,6 +229,13 @@ class PTXRenderer(Renderer):
     from baregrad.codegen.tc import MMA_SM80, MMA_SM80_PAIRS, WGMMA_SM90A
     self.tensor_cores = MMA_SM80 + MMA_SM80_PAIRS  # mma.sync m16n8k16 f16/bf16 (alone and in pairs), m16n8k8 tf32: sm_80+
     if arch == "sm_90a": self.tensor_cores = WGMMA_SM90A + self.tensor_cores   # wgmma: sm_90a only (PTX ISA 9.7.15)
+    # TMA from device-built tensor maps: tensormap.replace is sm_90a only (PTX ISA 9.7.9.28), cp.async.bulk.tensor sm_90
+    self.has_tma = arch == "sm_90a"
+
+  @staticmethod
+  def producer_threads(src: str) -> int:
+    """The threads the kernel `src` needs in its block's first dimension beyond its index math's (a producer warpgroup)."""
+    return producer_threads(src)
 
   @staticmethod
   def dynamic_shared_bytes(src: str) -> int:
@@ -251,6 +282,31 @@ class PTXRenderer(Renderer):
       seen_vars.add(dv.arg[0])
       if dv.dtype.scalar not in _PARAM_T: raise RenderError(f"PTX: DEFINE_VAR {dv.arg[0]} of dtype {dv.dtype} cannot be a parameter")
       params.append(f"  .param .{_PARAM_T[dv.dtype.scalar]} {param_name(dv)}")
+    # a TMA pipeline (codegen/tma.py): its tensor maps live in the launch's scratch, the last parameter (ptx_tma.py)
+    tma_setups = [u for u in uops if u.op is Ops.BARRIER and isinstance(u.arg, tuple) and u.arg[0] == "tma_setup"]
+    if len(tma_setups) > 1: raise RenderError("PTX: more than one TMA setup in a kernel")
+    if tma_setups:
+      params.append(f"  .param .u64 {TMAP_SCRATCH_PARAM}")
+      head = f"{TMAP_SCRATCH_NOTE}{len(tma_setups[0].arg[2]) * ptx_tma.MAP_BYTES}\n{head}"
+    tma_st = ptx_tma.TmaState()
+    def expr(e: UOp, memo: dict) -> str:
+      """Registers for integer expression e where memo gives some of its nodes (the TMA producer's step counter): nodes
+      that depend on them computed here, the others reused where already rendered (ptx_tma._producer)."""
+      vary = set(memo)
+      for x in e.toposort():
+        if x in memo: continue
+        if any(s in vary for s in x.src): vary.add(x)
+        elif x in r and isinstance(r[x], str): memo[x] = r[x]; continue
+        if x.op is Ops.CONST: memo[x] = cst(x.dtype, x.arg)
+        elif x.op is Ops.SPECIAL:
+          nm = x.arg[0]
+          y = reg(dtypes.int32)
+          emit(f"mov.u32 {y}, {'%ctaid' if nm.startswith('gidx') else '%tid'}.{'xyz'[int(nm[4:])]};")
+          memo[x] = y if x.dtype.scalar == dtypes.int32 else self._cast(dtypes.int32, x.dtype, y, reg, emit, norm8)
+        elif x.op in GroupOp.ALU: memo[x] = self._alu(x, [memo[s] for s in x.src], reg, emit, norm8)
+        elif x.op is Ops.CAST: memo[x] = self._cast(x.src[0].dtype, x.dtype, memo[x.src[0]], reg, emit, norm8)
+        else: raise RenderError(f"PTX: the TMA producer cannot compute a {x.op} in its box coordinates")
+      return memo[e]
     pos = {u: i for i, u in enumerate(uops)}
     fused = _fused_mma(uops)   # WMMA -> accumulators it updates in place; ASSIGNs folded into it
     copies = _async_copies(uops)  # STOREs to shared memory done by cp.async, and the global LOADs they take over
@@ -301,6 +357,7 @@ class PTXRenderer(Renderer):
         r[u] = x
       elif u.op is Ops.ENDRANGE:
         rg = u.src[0]
+        ptx_tma.end_step(rg, reg, emit, tma_st)   # a warp-specialized TMA pipeline's consumers free the step's buffer
         i0 = pos[rg]
         x, at = r[rg], _AT[rg.dtype.scalar]
         emit(f"add.{at} {x}, {x}, 1;")
@@ -315,7 +372,8 @@ class PTXRenderer(Renderer):
         x = reg(d)
         emit(f"mov.{self._movt(d)} {x}, {r[u.src[0]]};"); r[u] = x
       elif u.op is Ops.ASSIGN and u in fused: r[u] = r[u.src[0]]
-      elif u.op is Ops.WMMA: r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit, pend)
+      elif u.op is Ops.WMMA:   # (tiles TMA wrote are in the async proxy already: no proxy fence before the wgmma)
+        r[u] = self._mma(u, [r[x] for x in fused[u]] if u in fused else None, r, reg, emit, pend, proxy_fence=not tma_setups)
       elif u.op is Ops.ASSIGN:
         acc, val = r[u.src[0]], u.src[1]
         s = d.scalar
@@ -341,6 +399,12 @@ class PTXRenderer(Renderer):
           shared.append(f"  .shared .align {salign} .b8 {u.arg[0]}[{max(1, u.arg[1] * d.base.itemsize)}];")  # type: ignore[attr-defined]
           emit(f"mov.u32 {x}, {u.arg[0]};")
         r[u] = x   # a 32-bit address in the shared window
+      elif u.op is Ops.BARRIER and isinstance(u.arg, tuple) and u.arg[0] == "tma_setup":
+        ptx_tma.setup(u, r, reg, emit, lines.append, tma_st, TMAP_SCRATCH_PARAM, i, expr)
+      elif u.op is Ops.BARRIER and isinstance(u.arg, tuple) and u.arg[0] == "tma_issue":
+        ptx_tma.issue(u, r, reg, emit, lines.append, tma_st, i)
+      elif u.op is Ops.BARRIER and isinstance(u.arg, tuple) and u.arg[0] == "tma_wait":
+        ptx_tma.wait(u, r, reg, emit, lines.append, tma_st, i)
       elif u.op is Ops.BARRIER:
         # asynchronous copies (cp.async): "commit" closes the issued ones into a group (no barrier); ("wait", n) waits
         # until at most n groups are pending, then the barrier (the pipelined shared tiles of codegen/stage.py)
@@ -350,7 +414,7 @@ class PTXRenderer(Renderer):
           # wgmma reads the tiles in the async proxy: each thread fences its landed copies (generic proxy) before the
           # barrier, as well as before each wgmma (PTX ISA 9.7.15.3)
           if wg: emit("fence.proxy.async.shared::cta;")
-        if u.arg != "commit": emit("bar.sync 0;")
+        if u.arg != "commit": emit(tma_st.barrier())
       elif u.op is Ops.INDEX and _is_local(u.src[0]):
         buf, idx = u.src[0], u.src[1]
         it = idx.dtype.scalar
@@ -471,16 +535,25 @@ class PTXRenderer(Renderer):
     ntid = [1, 1, 1]
     for u in uops:
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): ntid[int(u.arg[0][4:])] = int(u.arg[1])
-    return (f"//\n// Generated by baregrad's PTX renderer\n//\n.version {ptx_version(self.arch)}\n.target {self.arch}\n.address_size 64\n\n"
-            f"{head}.visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{{\n" +
+    minncta = ""
+    if tma_st.ws:   # the producer warpgroup after the consumers' threads (ptx_tma._producer)
+      ntid[0] += ptx_tma.PRODUCER_THREADS
+      head = f"{PRODUCER_NOTE}{ptx_tma.PRODUCER_THREADS}\n{head}"
+      # one block an SM: ptxas gives every thread the registers 384 threads share (65536 / 384, down to a multiple of
+      # 8: 168), which setmaxnreg then moves from the producer to the consumers (ptx_tma.register_split)
+      minncta = ".minnctapersm 1\n"
+    ver = ptx_version(self.arch)
+    if tma_setups and float(ver) < float(ptx_tma.TMA_PTX_VERSION): ver = ptx_tma.TMA_PTX_VERSION
+    return (f"//\n// Generated by baregrad's PTX renderer\n//\n.version {ver}\n.target {self.arch}\n.address_size 64\n\n"
+            f"{head}.visible .entry {name}(\n" + ",\n".join(params) + f"\n)\n.maxntid {ntid[0]}, {ntid[1]}, {ntid[2]}\n{minncta}{{\n" +
             "\n".join(shared + decl) + "\n" + "\n".join(lines) + "\n  ret;\n}\n")
 
-  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str] | None = None) -> list[str]:
+  def _mma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str] | None = None, proxy_fence: bool = True) -> list[str]:
     """One mma.sync (tc.split of them side by side along N, each its share of B's and C's registers, in order): 16-bit
     inputs packed in pairs into .b32 registers (the lower index in the low half), float32 inputs rounded to tf32
     (cvt.rna); with `accs`, D and C are the accumulators themselves (acc += A @ B)."""
     tc = u.arg
-    if tc.desc: return self._wgmma(u, accs, r, reg, emit, pend if pend is not None else set())
+    if tc.desc: return self._wgmma(u, accs, r, reg, emit, pend if pend is not None else set(), proxy_fence)
     def pack(regs: list[str], dt: DType, src: UOp) -> list[str]:
       if src.op is Ops.LOAD: return regs   # ldmatrix: packed already
       out = []
@@ -500,14 +573,14 @@ class PTXRenderer(Renderer):
       emit(f"{tc.name} {{{', '.join(dh)}}}, {{{', '.join(a)}}}, {{{', '.join(bh)}}}, {{{', '.join(ch)}}};")
     return d
 
-  def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str]) -> list[str]:
+  def _wgmma(self, u: UOp, accs: list[str] | None, r: dict, reg, emit, pend: set[str], proxy_fence: bool = True) -> list[str]:
     """One wgmma.mma_async (sm_90a) on the operands' matrix descriptors, D the accumulators (or fresh registers holding
     C), committed as its own group; its D registers join `pend`, and render() waits for it where its D is read or its
     tiles may change (9.7.15.8).
     Unless wgmmas are in flight already (in program order: the k-steps of one stage, whose accumulators nothing else
     touches in between), first fence.proxy.async (the tiles were written by cp.async, the generic proxy; wgmma reads
     them in the async proxy: PTX ISA 9.7.15.3) and wgmma.fence (the accumulators were written by other instructions:
-    9.7.15.6)."""
+    9.7.15.6). Tiles written by TMA (`proxy_fence` False) are async-proxy writes already: no proxy fence."""
     tc = u.arg
     if accs is not None: d = accs
     else:
@@ -515,7 +588,7 @@ class PTXRenderer(Renderer):
       for x, c in zip(d, r[u.src[2]]): emit(f"mov.f32 {x}, {c};")
     ta, tb = u.src[0].arg[4], u.src[1].arg[4]
     if not pend or accs is None:
-      emit("fence.proxy.async.shared::cta;")
+      if proxy_fence: emit("fence.proxy.async.shared::cta;")
       emit("wgmma.fence.sync.aligned;")
     emit(f"{tc.name} {{{', '.join(d)}}}, {r[u.src[0]]}, {r[u.src[1]]}, 1, 1, 1, {ta}, {tb};")
     emit("wgmma.commit_group.sync.aligned;")

@@ -64,6 +64,7 @@ from baregrad.drivers.nv.rm import RMClient, RMError, register_ioctls
 from baregrad.drivers.nv.memory import CPU_WINDOW, GPU_WINDOW, DeviceMemory, NVAllocator, NVMemory
 from baregrad.drivers.nv.queues import ChannelSet, NVChannel, NVComputeQueue, NVCopyQueue
 from baregrad.drivers.nv.program import NVProgram
+from baregrad.drivers.nv.scratch import LaunchScratch
 from baregrad.drivers.nv.peer import PeerMappings, shared_port
 from baregrad.drivers.nv_compile import NVCompiler
 
@@ -105,6 +106,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, PeerMappings, HCQDevice):
     self.local_per_thread = 0
     self.notifier_mem: NVMemory | None = None
     self.klog: KernelLog | None = None
+    self.launch_scratch = LaunchScratch(self)   # per-launch global scratch (device-built tensor maps)
     try:
       super().__init__(device, None, renderer, compiler, NVProgram, NVComputeQueue, NVCopyQueue,
                        kernargs_size=1 << 20, signal_pool_size=64 << 10)
@@ -229,6 +231,7 @@ class NVDevice(RMClient, DeviceMemory, ChannelSet, PeerMappings, HCQDevice):
     finally: self._recovering = False
     self.timeline_signal.value = self.timeline_value - 1
     with self._lock: self._kernargs_off = 0
+    self.launch_scratch.reset()
 
   def _signal_written(self) -> None:
     if self.channels and not self.closed: self._kick()

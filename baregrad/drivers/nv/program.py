@@ -11,7 +11,8 @@ from baregrad.hcq.queue import _dims, args_struct_format
 from baregrad.drivers.vmem import round_up
 from baregrad.drivers.nv import hw
 from baregrad.drivers.nv_compile import unpack_lib
-from baregrad.codegen.renderer.ptx import dynamic_shared_bytes
+from baregrad.codegen.renderer.ptx import dynamic_shared_bytes, tmap_scratch_bytes
+from baregrad.drivers.nv import scratch
 if TYPE_CHECKING: from baregrad.drivers.nv.device import NVDevice
 
 _PTX_SIZES = {"u8": 1, "s8": 1, "b8": 1, "u16": 2, "s16": 2, "b16": 2, "f16": 2, "bf16": 2, "u32": 4, "s32": 4, "b32": 4, "f32": 4,
@@ -56,15 +57,18 @@ class NVArgsState(HCQArgsState):
     self.qmd_va, self.qmd_cpu = va_addr + pad, cpu_addr + pad
     self.cb_va, self.cb_cpu = self.qmd_va + 0x200, self.qmd_cpu + 0x200
     self.grid, self.block = (1, 1, 1), (1, 1, 1)
-    if len(self.bufs) + len(self.vals) != len(prg.params):
-      raise ValueError(f"{prg.name} takes {len(prg.params)} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
+    self.dedicated = False    # args memory of its own (a recorded launch): so is its scratch (NVProgram.fill_kernargs)
+    self.scratch: tuple[int, int] | None = None   # (blocks, GPU address) of the launch's tensor-map scratch
+    if len(self.bufs) + len(self.vals) != prg.nargs:
+      raise ValueError(f"{prg.name} takes {prg.nargs} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
     # the header's bytes zeroed (write_qmd writes it) and the parameters in one pack and one copy (prg.param_pack:
     # each parameter at its offset, masked to its size, little-endian, the alignment gaps zeroed)
     if prg.param_pack is None:   # (parameters out of order: one at a time)
       ctypes.memset(self.cb_cpu, 0, prg.param_off)
-      for i, x in enumerate([b.va_addr for b in self.bufs] + list(self.vals)): self._put(i, x)
+      for i, x in enumerate([b.va_addr for b in self.bufs] + list(self.vals) + [0] * prg.scratch_params): self._put(i, x)
       return
-    data = prg.param_pack(*[x & m for x, m in zip([b.va_addr for b in self.bufs] + list(self.vals), prg.param_masks)])
+    args = [b.va_addr for b in self.bufs] + list(self.vals) + [0] * prg.scratch_params   # (write_qmd sets the scratch)
+    data = prg.param_pack(*[x & m for x, m in zip(args, prg.param_masks)])
     ctypes.memmove(self.cb_cpu, data, len(data))
   def _put(self, i: int, v: int) -> None:
     off, sz = self.prg.params[i]
@@ -72,6 +76,10 @@ class NVArgsState(HCQArgsState):
   def write_qmd(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> None:
     prg, dev = self.prg, self.prg.dev
     self.grid, self.block = gs, ls
+    if prg.scratch_per_block and (self.scratch is None or self.scratch[0] < prod3(gs)):
+      size = prod3(gs) * prg.scratch_per_block
+      self.scratch = (prod3(gs), scratch.dedicated(dev, size) if self.dedicated else dev.launch_scratch.alloc(size))
+      self._put(len(prg.params) - 1, self.scratch[1])
     hdr, qmd, at, hi_keep, hi_mask, shift, _ = prg.launch_template(gs, ls)
     ctypes.memmove(self.cb_cpu, hdr, len(hdr))
     c = self.cb_va >> shift
@@ -124,6 +132,9 @@ class NVProgram(HCQProgram):
     self._pushbuf: tuple | None = None   # (timeline, class, launch_pushbuffer's words and places) of __call__
     code = b""
     self.params = ptx_params(ptx, name)
+    # per-launch tensor-map scratch (drivers/nv/scratch.py): the PTX's last parameter, which the driver fills
+    self.scratch_per_block = tmap_scratch_bytes(ptx)
+    self.scratch_params = 1 if self.scratch_per_block else 0
     # without a cubin (the mock, no ptxas) the sizes come from the PTX's declarations
     static, frame = ptx_storage(ptx, name)
     # dynamic shared memory (the renderer's .extern .shared array above 48 KB): its size comes with the PTX
@@ -152,6 +163,7 @@ class NVProgram(HCQProgram):
     if (own := self.shared_total - (dev.cb_layout.shared_base if self.shared_total else 0)) > dev.max_shared_mem:
       raise ValueError(f"NV program {name}: {own} bytes of shared memory ({self.dyn_shared} of them dynamic) exceed the "
                        f"{dev.max_shared_mem} a block may use on {dev.arch} (GPUArch.max_shared)")
+    self.nargs = len(self.params) - self.scratch_params   # the buffers and values a launch passes
     self.param_size = max((o + s for o, s in self.params), default=0)
     self.param_pack = param_packer(self.param_off, self.params)   # (NVArgsState writes a launch's parameters with it)
     self.param_masks = [(1 << (8 * sz)) - 1 for _, sz in self.params]
@@ -167,6 +179,12 @@ class NVProgram(HCQProgram):
     ctypes.memmove(self.image.cpu, image, len(image))
     self.code_va = self.image.va + code_off
   def kernargs_size(self, nbufs: int, nvals: int) -> int: return 256 + 0x200 + self.param_off + self.param_size
+  def fill_kernargs(self, bufs: Sequence[Any], vals: Sequence[int] = (), kernargs: tuple[int, int] | None = None) -> NVArgsState:
+    """HCQProgram's, the args state told whether its memory is its own (a recorded launch: its scratch is too)."""
+    st = super().fill_kernargs(bufs, vals, kernargs)
+    assert isinstance(st, NVArgsState)
+    st.dedicated = kernargs is not None
+    return st
   def launch_template(self, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> tuple:
     """(constant bank 0 header, QMD bytes with the bank address zero, the byte offset of the 64-bit word that holds it,
     that word's bits the template keeps, the mask of the address's high part, the address shift, the whole args block)
@@ -207,6 +225,9 @@ class NVProgram(HCQProgram):
       old = int.from_bytes(cb[o:o + sz], "little")
       if old in reloc: cb[o:o + sz] = reloc[old].to_bytes(sz, "little")
       else: notes.append(f"constant bank 0 parameter {i} at {o:#x} holds {old:#x}, the address of no captured buffer")
+    if self.scratch_per_block and args.scratch is not None:   # the launch's own tensor-map scratch, not the capture's
+      off, sz = self.params[-1]
+      cb[self.param_off + off:self.param_off + off + sz] = args.scratch[1].to_bytes(sz, "little")
     hw.relocate_qmd(qmd, self.dev.qmd_version, self.code_va, args.cb_va)
     mine_qmd = hw.words_of(ctypes.string_at(args.qmd_cpu, hw.QMD_BYTES))
     if qmd != mine_qmd:
@@ -253,8 +274,8 @@ class NVProgram(HCQProgram):
     one copy of the geometry's block template with the bank address and the parameters packed into it; returns the
     QMD's address. The same checks: the parameter count, the bank address's alignment and width."""
     dev = self.dev
-    if len(bufs) + len(vals) != len(self.params):
-      raise ValueError(f"{self.name} takes {len(self.params)} parameters, got {len(bufs)} buffers and {len(vals)} values")
+    if len(bufs) + len(vals) != self.nargs:
+      raise ValueError(f"{self.name} takes {self.nargs} parameters, got {len(bufs)} buffers and {len(vals)} values")
     if (t := self.launch_templates.get((gs, ls, self.code_va, self.shared_total, self.local_bytes, self.regs))) is None:
       t = self.launch_template(gs, ls)
     _, _, at, hi_keep, hi_mask, shift, tmpl = t
@@ -268,6 +289,8 @@ class NVProgram(HCQProgram):
     mv[off:off + len(tmpl)] = tmpl
     _U64.pack_into(mv, off + at, hi_keep | c)
     addrs = [(b._buf if hasattr(b, "_buf") else b).va_addr for b in bufs]
+    if self.scratch_per_block:   # the launch's own tensor-map scratch, the last parameter (drivers/nv/scratch.py)
+      vals = tuple(vals) + (dev.launch_scratch.alloc(prod3(gs) * self.scratch_per_block),)
     self._param_into(mv, off + 0x200 + self.param_off,
                      *([x & m for x, m in zip(addrs + list(vals), self.param_masks)] if vals or not self._all8 else addrs))
     dev.qmd_kernels[qmd_va] = self.name   # for a fault that names the QMD (the SKED's ESR)

@@ -66,12 +66,13 @@ W:
 """
 
 
-def run(src: str, data: np.ndarray, box_bytes: int) -> np.ndarray:
+def run(src: str, data: np.ndarray, box_bytes: int, map_off: int = 0) -> np.ndarray:
+  """Launch `src` with the global map at a 128-byte aligned address plus `map_off`."""
   mem = Memory()
   i = mem.alloc(data.nbytes); mem.write(i, data)
   o = mem.alloc(box_bytes)
-  g = mem.alloc(256)
-  PTXModule(src).kernel("tm").launch(mem, [i, o, g + (-g % 64)], (1, 1, 1), (32, 1, 1))
+  g = mem.alloc(512)
+  PTXModule(src).kernel("tm").launch(mem, [i, o, g + (-g % 128) + map_off], (1, 1, 1), (32, 1, 1))
   return mem.read(o, np.uint8, box_bytes)
 
 
@@ -145,3 +146,13 @@ def test_bad_maps_and_copies_are_reported():
   host = kernel(f, 1024, 0, 0).replace("[%rd3, {", "[%rd9, {").replace("  @%p1 mbarrier.init", "  add.u64 %rd9, %rd3, 64;\n  @%p1 mbarrier.init")
   with pytest.raises(PTXError, match=r"no tensor map built by tensormap.replace at global address"):
     run(host, mat, 1024)
+
+
+@pytest.mark.parametrize("space", ["shared", "global"])
+def test_a_map_built_at_an_address_not_128_byte_aligned_faults(space):
+  """tensormap.replace (and cp_fenceproxy's global destination) address a 128-byte .b1024 object (PTX ISA 9.7.9.28,
+  9.7.9.29): a global map 64 bytes past a 128-byte boundary is refused, however a copy would read it."""
+  mat = np.zeros((16, 16), np.uint32)
+  f = fields2d(16, 16, 64, 8, 8, 2, 0)
+  with pytest.raises(GPUFault, match=r"tensor map address 0x[0-9a-f]+ is not 128-byte aligned \((tensormap|tensormap.replace)"):
+    run(kernel(f, 256, 0, 0, map_space=space), mat, 256, map_off=64)

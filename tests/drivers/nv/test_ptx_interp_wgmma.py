@@ -6,6 +6,7 @@ swizzle rows W bytes apart and bits [4, 7) of the address XORed with bits [7, 10
 the transpose), element by element in plain Python, and the D fragments read back by the ISA's formula (9.7.15.5.1.1),
 independently of the interpreter. Every kernel also assembles with ptxas for sm_90a where ptxas is installed."""
 from __future__ import annotations
+import re
 import numpy as np
 import pytest
 from baregrad.drivers.mock.ptx import PTXModule, Memory, PTXError, GPUFault
@@ -305,6 +306,34 @@ def test_setmaxnreg_checks_its_count_and_the_warpgroup():
     PTXModule(SETMAXNREG.replace("NN", "inc").replace("CNT", "260"))
   with pytest.raises(PTXError, match=r"incomplete warpgroup"):
     PTXModule(src).kernel("smr").launch(Memory(), [], (1, 1, 1), (96, 1, 1))
+
+
+SPLIT = HDR + """.visible .entry split() {
+  .reg .b32 %r<2>; .reg .pred %p<2>;
+  mov.u32 %r1, %tid.x;
+  setp.ge.u32 %p1, %r1, 256;
+  @!%p1 bra CWG;
+  setmaxnreg.dec.sync.aligned.u32 PROD;
+  ret;
+CWG:
+  setmaxnreg.inc.sync.aligned.u32 CONS;
+  ret;
+}
+"""
+
+
+@pytest.mark.parametrize("regs,prod,cons,why", [(168, 40, 232, None), (168, 40, 240, "hang: block 0's warpgroups hold"),
+                                                (64, 40, 232, "hang: block 0's"), (168, 176, 232, "dec 176: warpgroup 2"),
+                                                (168, 40, 160, "inc 160: warpgroup 0")])
+def test_setmaxnreg_moves_registers_within_the_launchs(regs, prod, cons, why):
+  """With the launch's register count known (the NV mock passes REGISTER_COUNT), a producer warpgroup's dec and two
+  consumers' inc must balance within regs x 384 (PTX ISA 9.7.17.1: .inc waits for released registers), .dec may not
+  raise a count and .inc not lower it."""
+  src = SPLIT.replace("PROD", str(prod)).replace("CONS", str(cons))
+  launch = lambda: PTXModule(src).kernel("split").launch(Memory(), [], (2, 1, 1), (384, 1, 1), specials={"regs": regs})  # noqa: E731
+  if why is None: launch()
+  else:
+    with pytest.raises(PTXError, match=re.escape(why)): launch()
 
 
 def test_wgmma_needs_an_sm_90a_module():

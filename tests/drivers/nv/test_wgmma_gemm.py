@@ -44,6 +44,40 @@ def test_heuristic_matmul_runs_on_wgmma(shape, dt, bt):
   # a B stored k-contiguous is read K-major by the wider m64n128k16, one stored n-contiguous MN-major by m64n64k16
   assert f"wgmma.mma_async.sync.aligned.m64n{128 if bt else 64}k16" in src and "mma.sync" not in src, r.spec.opts
   assert [o.op for o in r.spec.opts].count(OptOps.SMEM) == 2, r.spec.opts
+  # both tiles come by TMA (codegen/tma.py) through tensor maps the kernel builds in its launch scratch: no cp.async
+  assert src.count("cp.async.bulk.tensor") >= 2 and "cp.async.cg" not in src and "tensormap.replace" in src
+  # two consumer warpgroups: a producer warpgroup issues the copies (ptx_tma._producer), registers moved by setmaxnreg
+  ws = r.spec.local_size == (384, 1, 1)
+  assert ws == ("setmaxnreg.dec.sync.aligned.u32 40;" in src) == ("setmaxnreg.inc.sync.aligned.u32 232;" in src), r.spec.local_size
+  if shape[0] >= 128 and not bt: assert ws
+  assert (got == want).all(), f"max error {abs(got - want).max()}"
+
+
+def test_a_row_pitch_tma_cannot_take_keeps_cp_async(monkeypatch):
+  """A's rows 204 halves apart (408 bytes: a tensor map's strides are multiples of 16, cuTensorMapEncodeTiled) keep
+  the cp.async pipeline, right; so does every shape with NV_TMA=0."""
+  got, want, r = run_matmul(128, 128, 204, f16, None)
+  assert "wgmma.mma_async" in r.spec.src and "cp.async.cg" in r.spec.src and "cp.async.bulk" not in r.spec.src
+  assert (got == want).all()
+  monkeypatch.setenv("NV_TMA", "0")
+  got, want, r = run_matmul(192, 128, 128, bf16, None)
+  assert "wgmma.mma_async" in r.spec.src and "cp.async.cg" in r.spec.src and "cp.async.bulk" not in r.spec.src
+  assert (got == want).all()
+
+
+@pytest.mark.parametrize("shape,dt,bt", [((256, 256, 192), f16, False), ((250, 504, 192), bf16, False),
+                                         ((128, 256, 128), f16, True)],
+                         ids=["256x256x192-half", "awkward-250x504x192-bf16", "B-k-major-half"])
+def test_two_warpgroups_take_a_128x256_block_tile(shape, dt, bt):
+  """N of 256 or more: the heuristic upcasts N to a 128 x 256 block tile (4 m64n64k16 a k-step and warpgroup, B read
+  MN-major from four [k][64] chunks each filled by its own TMA box; 2 m64n128k16 for a k-contiguous B), exact on the
+  mock; the awkward one's edge tiles are TMA's zero fill."""
+  got, want, r = run_matmul(*shape, dt, None, b_transposed=bt)
+  src = r.spec.src
+  assert any(o.op is OptOps.UPCAST and o.amt == (2 if bt else 4) for o in r.spec.opts), r.spec.opts
+  assert src.count("wgmma.mma_async") == (2 if bt else 4) and r.spec.local_size == (384, 1, 1), r.spec.opts
+  # the producer's loop copies A's box and B's one (k-contiguous) or four (a chunk each)
+  assert src.count("cp.async.bulk.tensor") == (2 if bt else 5) and "cp.async.cg" not in src
   assert (got == want).all(), f"max error {abs(got - want).max()}"
 
 
@@ -76,23 +110,48 @@ def test_only_sm_90a_lists_wgmma():
   assert sum(tc.desc for tc in PTXRenderer("sm_90a").tensor_cores) == 4
 
 
+def test_one_thread_issues_without_a_producer_warpgroup(monkeypatch):
+  """NV_WARPSPEC=0: the block's own first thread issues the copies between the steps' barriers, right."""
+  monkeypatch.setenv("NV_WARPSPEC", "0")
+  got, want, r = run_matmul(256, 128, 320, f16, None)
+  src = r.spec.src
+  assert r.spec.local_size == (256, 1, 1) and "setmaxnreg" not in src and "cp.async.bulk.tensor" in src
+  assert (got == want).all()
+
+
 @pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
 @pytest.mark.parametrize("dt", ["half", "bf16"])
 def test_4096_kernel_for_sm_90a(dt):
-  """Statically (no GPU): the 4096^3 kernel for sm_90a assembles with at most 255 registers and no spills, its main
-  loop is wgmma.mma_async with no global loads, and where nvdisasm/cuobjdump are installed its SASS main loop has HGMMA
-  and no LDG."""
+  """Statically (no GPU): the 4096^3 kernel for sm_90a assembles with no spills and no ptxas advisory, its main loop is
+  wgmma.mma_async with no global loads; it has a producer warpgroup (384 threads, 168 registers each at the start:
+  ptx_tma.register_split's budget, so setmaxnreg can move 128 of the producer's to the consumers), and where
+  nvdisasm/cuobjdump are installed its SASS main loop has HGMMA and no LDG, the producer's loop UTMALDG and no HGMMA,
+  and no LDGSTS is left."""
   from tools.sass_report import report, renderer_for, matmul_ast as ast_of, assemble
   from baregrad.codegen.heuristic import heuristic_opts
   f = report(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt], "sm_90a")
-  assert f["spills"] == "0" and int(f["regs"]) <= 255, f
+  from baregrad.codegen.renderer.ptx_tma import register_split
+  assert f["spills"] == "0" and f["producer"] == "128" and int(f["regs"]) == register_split(256)[0] and f["advisories"] == "none", f
   # ptxas says when it has to serialize wgmma (accumulators touched between them without the fences it wants)
   ren, ast = renderer_for("sm_90a"), ast_of(4096, 4096, 4096, {"half": f16, "bf16": bf16}[dt])
   _, v = assemble(get_program(ast, ren, heuristic_opts(Kernel(ast, max_parallel=3, gpu=True, ren=ren), ren)).src, "sm_90a")
   assert "serializ" not in v.lower(), v
-  assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0", f
+  assert int(f["loop_wgmma"]) >= 1 and f["loop_mma"] == "0" and f["loop_ldg"] == "0" and f["loop_cp_async"] == "0", f
   if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
-  assert int(f["main_HGMMA"]) > 0 and f["main_LDG"] == "0" and f["HMMA"] == "0" and int(f["LDGSTS"]) > 0, f
+  # TMA (codegen/tma.py): tensor copies in the producer's loop, HGMMAs in the consumers', and no cp.async (LDGSTS) left
+  assert int(f["main_HGMMA"]) > 0 and f["main_UTMALDG"] == "0" and f["main_LDG"] == "0" and f["HMMA"] == "0", f
+  assert int(f["tma_loop_UTMALDG"]) > 0 and f["tma_loop_HGMMA"] == "0" and f["LDGSTS"] == "0" and f["main_BAR"] == "0", f
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+def test_4096_kernel_without_a_producer_keeps_tma_in_the_main_loop(monkeypatch):
+  """NV_WARPSPEC=0: the 4096^3 bf16 kernel's SASS main loop has HGMMA and UTMALDG, and no LDGSTS."""
+  from tools.sass_report import report
+  monkeypatch.setenv("NV_WARPSPEC", "0")
+  f = report(4096, 4096, 4096, bf16, "sm_90a")
+  assert f["spills"] == "0" and f["producer"] == "0" and f["loop_cp_async"] == "0", f
+  if f.get("sass") == "unavailable": pytest.skip("cuobjdump/nvdisasm not found")
+  assert int(f["main_HGMMA"]) > 0 and int(f["main_UTMALDG"]) > 0 and f["LDGSTS"] == "0", f
 
 
 def test_fused_bias_and_relu_stay_in_the_wgmma_kernel():
@@ -131,3 +190,31 @@ def test_check_archs_leave_sm_90a_kernels_alone(monkeypatch):
   from baregrad.drivers.nv_compile import PTXCompiler
   monkeypatch.setenv("PTX_CHECK_ARCHS", "sm_80,sm_89")
   assert PTXCompiler("sm_90a").check_archs == [] and PTXCompiler("sm_90").check_archs == ["sm_80", "sm_89"]
+
+
+def test_batched_matmul_builds_a_map_per_block():
+  """(3, 128, 192) @ (3, 192, 64) in half: one wgmma kernel whose tiles come by TMA, each block's maps starting at its
+  batch's matrices (the map's global address: codegen/tma.py), exact."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.engine.runner import compile_ast
+  rng = np.random.default_rng(2)
+  a = (rng.integers(-8, 8, (3, 128, 192)) / 4).astype(np.float16)
+  b = (rng.integers(-8, 8, (3, 192, 64)) / 4).astype(np.float16)
+  out = Tensor(a, device="NV") @ Tensor(b, device="NV")
+  (item,) = [it for it in out.schedule() if hasattr(it, "ast")]
+  src = compile_ast(item.ast, "NV").spec.src
+  assert "wgmma.mma_async" in src and "cp.async.bulk.tensor" in src and "cp.async.cg" not in src
+  np.testing.assert_array_equal(out.numpy().astype(np.float64), a.astype(np.float64) @ b)
+
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found (the mock takes the register count from the cubin)")
+def test_a_register_split_the_launch_cannot_give_is_a_hang(monkeypatch):
+  """Without .minnctapersm 1, ptxas gives the producer kernel far fewer registers than 168 a thread: the consumers'
+  setmaxnreg.inc 232 then waits for registers the producer's dec (to 40) does not free, which the mock reports as a
+  hang from the launch's REGISTER_COUNT (mock/ptx/wgmma.py _register_budget)."""
+  from baregrad.drivers.nv.faults import NVChannelError
+  render = PTXRenderer.render
+  monkeypatch.setattr(PTXRenderer, "render", lambda self, name, uops: render(self, name, uops).replace(".minnctapersm 1\n", ""))
+  with pytest.raises(NVChannelError, match=r"hang: block 0's warpgroups hold \[232, 232, 40\] registers"):
+    run_matmul(128, 128, 448, f16, None)

@@ -100,6 +100,9 @@ class ComputeEngine:
       self._check_local_memory(ch, subc, q["local"], name)
     specials = {"ntid": struct.unpack_from("<III", cb, L.ntid), "nctaid": struct.unpack_from("<III", cb, L.nctaid),
                 "dynamic_smem_size": u32(L.dyn_shared), "total_smem_size": q["shared"] - u32(L.reserved_shared)}
+    # the registers a thread gets (QMD REGISTER_COUNT), where the image carries compiled code (the driver's stand-in
+    # for a missing cubin is 16 zero bytes, with a nominal count): the budget setmaxnreg moves (mock/ptx/wgmma.py)
+    if code_len > 16 or any(self.read_gpu(q["program"], code_len)): specials["regs"] = q["regs"]
     params = cb[L.params:L.params + k.param_size]
     ch.inflight.append(Work("launch", f"kernel {name}", qmd=qmd_addr, release=q["release0"],
                             run=(k, params, q["grid"], q["block"], max(dyn, 0), specials, win)))

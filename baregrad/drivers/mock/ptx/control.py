@@ -38,12 +38,17 @@ class ControlOps:
       return
     if "arrive" in mods or "red" in mods:
       raise self._err(ins, f"bar.{'.'.join(mods)} is not supported")
-    if len(ins.ops) > 1:
-      raise self._err(ins, "bar.sync with a thread count is not supported")
+    if len(ins.ops) > 2:
+      raise self._err(ins, "bar.sync a{, b}: a barrier and an optional thread count (PTX ISA 9.7.13.1)")
     lit = _literal(ins.ops[0]) if ins.ops else ("i", 0)
-    if lit is None or lit[0] != "i":
-      raise self._err(ins, "barrier id must be an immediate")
+    if lit is None or lit[0] != "i" or not 0 <= lit[1] < 16:
+      raise self._err(ins, "barrier id must be an immediate 0..15 (PTX ISA 9.7.13.1: 16 barriers a CTA)")
     ins.kind, ins.barid = "bar", lit[1]
+    if len(ins.ops) == 2:   # a named barrier for b threads: b an immediate multiple of the warp size (9.7.13.1)
+      cnt = _literal(ins.ops[1])
+      if cnt is None or cnt[0] != "i" or cnt[1] <= 0 or cnt[1] % 32:
+        raise self._err(ins, f"bar.sync thread count `{ins.ops[1].strip()}`: an immediate multiple of 32 (PTX ISA 9.7.13.1)")
+      ins.barcount = cnt[1]
 
   _c_barrier = _c_bar
 

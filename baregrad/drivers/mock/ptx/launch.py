@@ -11,7 +11,7 @@ from baregrad.drivers.mock.ptx.memory import Memory, Windows, _DEFAULT_WINDOWS, 
 class _Ctx:
   __slots__ = ("regs", "n", "mem", "shared", "local", "params", "gaddr", "special", "lanes", "ins",
                "clock", "nthreads", "nblocks", "tlin", "bidx", "warp_gid", "nwarp_groups", "warp_size", "win", "step",
-               "cp_async", "wgmma", "mbar", "tmaps")
+               "cp_async", "wgmma", "mbar", "tmaps", "regs_launch", "maxnreg")
 
 
 def _mixed_blocks(c: _Ctx, act, g):
@@ -175,11 +175,16 @@ class Launcher:
         c.wgmma = None
         c.mbar = None
         c.tmaps = None
+        # registers a thread has at launch (the QMD's REGISTER_COUNT, where the launch ran compiled code: the NV mock's
+        # "regs" special), and each warpgroup's count after setmaxnreg (wgmma.py): a block's budget at its end
+        c.regs_launch = (specials or {}).get("regs")
+        c.maxnreg = {}
         c.special = _special_fn(c, tid, block, ctaid, grid, shared_size, shared_bytes, specials or {})
         c.win = windows or _DEFAULT_WINDOWS
         c.step = step
         first = (int(cta[0][0]), int(cta[1][0]), int(cta[2][0]))
         yield from self._run_block(c, first)
+        if c.maxnreg and c.regs_launch: self._register_budget(c, start)   # wgmma.py
         yield
 
   def _run_block(self, c: _Ctx, ctaid):
@@ -261,7 +266,9 @@ class Launcher:
               waiting = g.copy()
               waitpc = np.full(n, pc, np.int64)
             else:
-              if exited_any and self.strict_barriers:
+              if ins.barcount:
+                _check_count(c, live, ins)
+              elif exited_any and self.strict_barriers:
                 wb = np.zeros(c.nblocks, bool)
                 wb[c.bidx[live]] = True
                 if (~live & wb[c.bidx]).any():
@@ -294,7 +301,9 @@ class Launcher:
             lines = sorted({code[int(p)].line for p in np.unique(bp[bb == b0])})
             raise PTXError(f"divergent barrier: threads of one block wait at different "
                            f"barriers (lines {lines})")
-        if self.strict_barriers and exited_any:
+        if code[int(bp[0])].barcount:
+          _check_count(c, wl, code[int(bp[0])])
+        elif self.strict_barriers and exited_any:
           wb = np.zeros(c.nblocks, bool)
           wb[c.bidx[wl]] = True
           if (~live & wb[c.bidx]).any():
@@ -360,3 +369,14 @@ class Launcher:
           pc = int(lp[0])
           if div_steps <= self.livelock_steps:  # once a spin loop was seen, stay fair
             div_steps = 0
+
+
+def _check_count(c: _Ctx, arrived: np.ndarray, ins) -> None:
+  """A barrier with a thread count (bar.sync a, b) completes when b threads of the block arrived (PTX ISA 9.7.13.1):
+  a block whose threads at it are not b (more, or fewer with no other thread left to come) is an error here."""
+  got = np.bincount(c.bidx[arrived], minlength=c.nblocks)
+  bad = (got > 0) & (got != ins.barcount)
+  if bad.any():
+    b0 = int(np.argmax(bad))
+    raise PTXError(f"bar.sync {ins.barid}, {ins.barcount}: {int(got[b0])} threads of block {b0} arrived, the barrier "
+                   f"counts {ins.barcount} (PTX ISA 9.7.13.1)", ins.line, ins.text)

@@ -220,7 +220,7 @@ def _init_bytes(var, line, text):
 
 
 class _Ins:
-  __slots__ = ("line", "text", "pred", "pneg", "op", "mods", "ops", "fn", "kind", "target", "barid")
+  __slots__ = ("line", "text", "pred", "pneg", "op", "mods", "ops", "fn", "kind", "target", "barid", "barcount")
 
   def __repr__(self):
     return f"<{self.line}: {self.text}>"
@@ -307,7 +307,7 @@ class BodyParser:
       skip.line, skip.text = ins.line, ins.text
       skip.pred, skip.pneg = ins.pred, not ins.pneg
       skip.op, skip.mods, skip.ops = "bra", [], [done]
-      skip.fn, skip.kind, skip.target, skip.barid = None, "op", None, 0
+      skip.fn, skip.kind, skip.target, skip.barid, skip.barcount = None, "op", None, 0, 0
       self.code.append(skip)
     names = dict(zip(frets, rets))
     names.update(zip(fparams, args))
@@ -395,7 +395,7 @@ class BodyParser:
     ins.op = pieces[0]
     ins.mods = pieces[1:]
     ins.ops = _split_operands(parts[1]) if len(parts) > 1 else []
-    ins.fn, ins.kind, ins.target, ins.barid = None, "op", None, 0
+    ins.fn, ins.kind, ins.target, ins.barid, ins.barcount = None, "op", None, 0, 0
     return ins
 
   def _layout(self) -> None:

@@ -9,7 +9,9 @@ keeps each map's fields beside memory, keyed by the map's address, so only maps 
   rank (the rank minus one), box_dim[ord], global_dim[ord], global_stride[ord] (bytes between elements of dimension
   ord + 1), element_stride[ord], elemtype (PTX's table: .u8 0, .u16 1, .u32 2, .s32 3, .u64 4, .s64 5, .f16 6, .f32 7,
   .f32.ftz 8, .f64 9, .bf16 10, .tf32 11, .tf32.ftz 12), interleave_layout (0: none), swizzle_mode (0 none, 1 32B, 2
-  64B, 3 128B), fill_mode (0 zeros, 1 NaN). The map's address is 64-byte aligned (cuTensorMapEncodeTiled).
+  64B, 3 128B), fill_mode (0 zeros, 1 NaN). The map that tensormap.replace and tensormap.cp_fenceproxy address is a
+  128-byte .b1024 object, 128-byte aligned (9.7.9.28, 9.7.9.29; CUDA's CUtensorMap is declared 128-byte aligned); the
+  map a tensor copy reads, 64-byte aligned (cuTensorMapEncodeTiled).
 - tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned [global], [shared], 128:
   copies a map from shared to global memory and releases it to the tensormap proxy (9.7.9.29). A map modified in
   global memory by tensormap.replace is in the generic proxy until a fence.proxy.tensormap::generic.acquire on it
@@ -45,9 +47,11 @@ def _maps(c: _Ctx) -> dict:
 class TmaOps:
   """Instruction compilers for tensormap.replace / cp_fenceproxy and cp.async.bulk.tensor (see the module docstring)."""
 
-  def _tmap_key(self, c: _Ctx, space: str, lane: int, a: int, ins: _Ins) -> tuple:
-    if a % 64:
-      raise GPUFault(f"GPU fault: tensor map address {a:#x} is not 64-byte aligned ({ins.op}; cuTensorMapEncodeTiled)", a)
+  def _tmap_key(self, c: _Ctx, space: str, lane: int, a: int, ins: _Ins, align: int = 64) -> tuple:
+    if a % align:
+      why = "a .b1024 tensor-map object: PTX ISA 9.7.9.28 tensormap.replace, 9.7.9.29 tensormap.cp_fenceproxy" if align == 128 \
+        else "cuTensorMapEncodeTiled"
+      raise GPUFault(f"GPU fault: tensor map address {a:#x} is not {align}-byte aligned ({ins.op}; {why})", a)
     if space == "shared":
       c.shared._flat(np.array([a], np.uint64), np.array([lane]), 1, "tensor map")   # inside the block's shared memory
       return ("shared", int(c.bidx[lane]), a)
@@ -67,11 +71,11 @@ class TmaOps:
         for lane in (np.arange(c.n) if m is None else np.flatnonzero(m)):
           d = int(np.broadcast_to(np.asarray(dst(c)), (c.n,))[lane])
           s = int(np.broadcast_to(np.asarray(src(c)), (c.n,))[lane])
-          sk = self._tmap_key(c, "shared", lane, s, ins)
+          sk = self._tmap_key(c, "shared", lane, s, ins, 128)
           if sk not in maps:
             raise self._err(ins, f"tensormap.cp_fenceproxy: no tensor map at shared offset {s:#x} (build it with "
                                  f"tensormap.replace first)")
-          maps[self._tmap_key(c, "global", lane, d, ins)] = {"fields": dict(maps[sk]["fields"]), "acquired": True}
+          maps[self._tmap_key(c, "global", lane, d, ins, 128)] = {"fields": dict(maps[sk]["fields"]), "acquired": True}
       ins.fn = cp
       return
     if not mods or mods[0] != "replace" or "tile" not in mods:
@@ -97,7 +101,7 @@ class TmaOps:
       v = np.broadcast_to(np.asarray(val(c)), (c.n,))
       a = np.broadcast_to(np.asarray(addr(c)), (c.n,))
       for lane in (np.arange(c.n) if m is None else np.flatnonzero(m)):
-        key = self._tmap_key(c, space, lane, int(a[lane]), ins)
+        key = self._tmap_key(c, space, lane, int(a[lane]), ins, 128)
         e = maps.setdefault(key, {"fields": {}, "acquired": space == "shared"})
         e["fields"][name] = int(v[lane])
         if space == "global":

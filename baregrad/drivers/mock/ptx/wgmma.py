@@ -196,7 +196,10 @@ class WgmmaOps:
 
   def _c_setmaxnreg(self, ins: _Ins) -> None:
     """setmaxnreg.{inc,dec}.sync.aligned.u32 n (PTX ISA 9.7.17.1): n a multiple of 8 in [24, 256], executed by whole
-    warpgroups (.aligned). The register budget has no effect on the interpreter, so beyond the checks it does nothing."""
+    warpgroups (.aligned). Where the launch states its register count (the NV mock passes the QMD's REGISTER_COUNT when
+    it runs compiled code), each warpgroup starts at that count rounded up to 8, .inc must not lower it and .dec not
+    raise it, and the block's warpgroups together may not end above what the launch gave it (`_register_budget`):
+    .inc waits for registers other warpgroups released, so asking for more is a hang."""
     self._need_sm90a(ins)
     mods = ins.mods
     if not mods or mods[0] not in ("inc", "dec") or "sync" not in mods or "aligned" not in mods:
@@ -206,9 +209,31 @@ class WgmmaOps:
     if lit is None or lit[0] != "i" or lit[1] % 8 or not 24 <= lit[1] <= 256:
       raise self._err(ins, f"setmaxnreg: the count is an immediate multiple of 8 in [24, 256], got `{ins.ops[0].strip()}` "
                            f"(PTX ISA 9.7.17.1)")
+    inc, n = mods[0] == "inc", lit[1]
+
     def fn(c, m):
-      self._warpgroups(c, m, ins)
+      groups = self._warpgroups(c, m, ins)
+      for g in groups:
+        key = (int(c.bidx[g[0]]), int(c.tlin[g[0]]) // 128)
+        cur = c.maxnreg.get(key, -(-c.regs_launch // 8) * 8 if c.regs_launch else None)
+        if cur is not None and (n < cur if inc else n > cur):
+          raise self._err(ins, f"setmaxnreg.{mods[0]} {n}: warpgroup {key[1]} of block {key[0]} has {cur} registers a "
+                               f"thread (.inc may not lower the count, .dec not raise it: PTX ISA 9.7.17.1)")
+        c.maxnreg[key] = n
     ins.fn = fn
+
+  def _register_budget(self, c, start: int) -> None:
+    """At the end of a batch of blocks: each block's warpgroups' final register counts (setmaxnreg, else the launch's)
+    within the registers the launch gave the block; otherwise some setmaxnreg.inc never gets its registers (9.7.17.1)."""
+    base = -(-c.regs_launch // 8) * 8
+    nwg = -(-c.nthreads // 128)
+    for b in range(c.nblocks):
+      counts = [c.maxnreg.get((b, w), base) for w in range(nwg)]
+      if 128 * sum(counts) > base * c.nthreads:
+        raise PTXError(f"hang: block {start + b}'s warpgroups hold {counts} registers a thread after setmaxnreg, "
+                       f"{128 * sum(counts)} in all; the launch gave it {base} x {c.nthreads} = {base * c.nthreads} "
+                       f"(REGISTER_COUNT {c.regs_launch}): a setmaxnreg.inc waits for registers no warpgroup releases "
+                       f"(PTX ISA 9.7.17.1)")
 
   def _c_wgmma_mma(self, ins: _Ins) -> None:
     mods = ins.mods
