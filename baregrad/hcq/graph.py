@@ -79,6 +79,7 @@ class HCQGraph:
       q.exec(prg, st, gs, ls)
       args.append(st)
     q.signal(dev.timeline_signal, 0)
+    q.prepare_replay(dev)   # (a replay patches the prepared submission's words and submits it: no packets made again)
     return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)},
                  {(k, j): v for k, (_, _, vals, _, _) in enumerate(self.kernels) for j, v in enumerate(vals)})
 

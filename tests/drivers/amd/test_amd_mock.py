@@ -781,6 +781,26 @@ def test_graph_replay_single_submit(amd, mock):
   amd.synchronize()
   assert i32(a) == [10] * 32
 
+@needs_rdna3
+def test_graph_replay_submits_its_prebuilt_packets(amd, mock, monkeypatch):
+  """A replay copies the recording's prebuilt packets into the ring in one submission (AQLRing.submit_prebuilt): no
+  packets made again (packets() is not called), no IB taken from the IB area, one doorbell; what runs follows each
+  replay's patches (buffers, the timeline values in the prebuilt IBs)."""
+  from baregrad.hcq.graph import HCQGraph
+  fill, inc = amd.runtime(amd, "fill", amd_kernels()), amd.runtime(amd, "inc", amd_kernels())
+  bufs = [Buffer("AMD", 32, dtypes.int32).copyin(memoryview(np.zeros(32, np.int32))) for _ in range(3)]
+  g = HCQGraph(amd, [(fill, [bufs[0]._buf], (5,), (32, 1, 1), (1, 1, 1)), (inc, [bufs[0]._buf], (), (32, 1, 1), (1, 1, 1))])
+  amd.synchronize()
+  monkeypatch.setattr(type(amd.aql), "packets", lambda *a: pytest.fail("a replay made its packets again"))
+  bells = []
+  orig = type(amd.port).doorbell
+  monkeypatch.setattr(type(amd.port), "doorbell", lambda port, *a: bells.append(a) or orig(port, *a))
+  ib_off, put = amd.aql.ib_off, amd.aql.put
+  for b in bufs: g.replay([(0, 0, b._buf.va_addr), (1, 0, b._buf.va_addr)])
+  assert len(bells) == 3 and amd.aql.put == put + 3 * g.slots[0].q._prebuilt.n and amd.aql.ib_off == ib_off
+  amd.synchronize()
+  for b in bufs: assert i32(b) == [6 + i for i in range(32)]
+
 def test_rings_wrap(monkeypatch):
   """Small rings (a 64-slot AQL ring, a 4 KiB IB area, a 4 KiB SDMA ring) wrap many times; nothing is overwritten early."""
   import baregrad.drivers.amd.device as amd_device
