@@ -158,7 +158,7 @@ def _launch_path_targets(dev: Any) -> list[tuple[Any, str, str]]:
     ("program", "AMDProgram", "_write_args", "kernarg fill"), ("queues", "AQLRing", "launch_packets", "command encode"),
     ("queues", "AQLRing", "_ib_words_packet", "command encode"),
                                              ("queues", "AMDComputeQueue", "_enc_exec", "command encode"), ("queues", "AQLRing", "packets", "command encode"),
-                                             ("queues", "AQLRing", "submit", "submit")])}
+                                             ("queues", "AQLRing", "submit", "submit"), ("queues", "AQLRing", "submit_prebuilt", "submit")])}
   pkg, items = drivers.get(dev.device.split(":")[0], ("", []))
   for mod, cls, fn, phase in items:
     m = importlib.import_module(f"{pkg}.{mod}")
@@ -183,7 +183,8 @@ class DeferredDoorbells:
   a doorbell announces is everything submitted up to the value written). So the mock runs the work when the host
   waits for it, as if the GPU had run it meanwhile; the driver does the same work either way, the mock's time is apart
   as before, and no wait spins on work the mock was not yet told about."""
-  SUBMITTERS = frozenset({"submit", "submit_packets"})   # NVChannel.submit; AMD's AQLRing.submit_packets, SDMARing.submit
+  # NVChannel.submit; AMD's AQLRing.submit_packets, submit_prebuilt (a graph's replay), SDMARing.submit
+  SUBMITTERS = frozenset({"submit", "submit_packets", "submit_prebuilt"})
   def __enter__(self) -> DeferredDoorbells:
     from baregrad.drivers.port import MockPort
     self.kept: dict[int, tuple[Any, tuple]] = {}   # doorbell address -> (port, the rest of the last call kept)
