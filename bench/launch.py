@@ -227,10 +227,12 @@ class InstantGPU:
     rings = [r for r in (getattr(dev, "aql", None), getattr(dev, "sdma", None)) if r is not None]
     chans = list(getattr(dev, "channels", {}).values())
     dev.synchronize()
-    def doorbell(port: Any, *a: Any) -> None:
+    import ctypes
+    timeline = ctypes.c_uint64.from_address(dev.timeline_signal.cpu_addr)   # (the memory, as the GPU writes it: the
+    def doorbell(port: Any, *a: Any) -> None:                                # signal's setter would wake the device)
       for ch in chans: ch.gp_get_p.value = ch.put
       for r in rings: r.rptr_p.value = r.put
-      dev.timeline_signal.value = dev.timeline_value - 1
+      timeline.value = dev.timeline_value - 1
     MockPort.doorbell = doorbell   # type: ignore[method-assign]
     return self
   def __exit__(self, *exc: Any) -> None: setattr(self.undo[0], "doorbell", self.undo[1])
