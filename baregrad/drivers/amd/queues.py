@@ -193,6 +193,7 @@ class PrebuiltAQL:
   it patches and submits the block."""
   def __init__(self, ring: AQLRing, key: tuple, blob: bytearray, words: memoryview, ib: memoryview, where: dict[int, tuple[bool, int]], n: int) -> None:
     self.ring, self.key, self.blob, self.words, self.ib, self.where, self.n = ring, key, blob, words, ib, where, n
+    self.bytes = memoryview(blob)   # (slices of it copy nothing)
   def mirror(self, q: HWQueue, i: int) -> None:
     """Copy command i's words (just patched in q.words) to where the prebuilt packets hold them."""
     c = q.cmds[i]
@@ -329,7 +330,7 @@ class AQLRing:
     with self.lock:
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
       if self.put + n - self.rptr_p.value > self.nslots: self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
-      slot, mv, blob = self.put % self.nslots, self.ring_mv, pb.blob
+      slot, mv, blob = self.put % self.nslots, self.ring_mv, pb.bytes
       first = min(n, self.nslots - slot)   # packets up to the ring's end; the rest wrap to slot 0
       mv[64 * slot + 4:64 * (slot + first)] = blob[4:64 * first]
       if first < n: mv[0:64 * (n - first)] = blob[64 * first:]

@@ -801,6 +801,26 @@ def test_graph_replay_submits_its_prebuilt_packets(amd, mock, monkeypatch):
   amd.synchronize()
   for b in bufs: assert i32(b) == [6 + i for i in range(32)]
 
+@needs_rdna3
+def test_graph_replays_wrap_the_ring(monkeypatch):
+  """A prebuilt replay of 9 packets on a 64-slot ring: submissions that reach the ring's end are split in two stores
+  (AQLRing.submit_prebuilt) and wrap to slot 0; every replay runs in full (the increments all count)."""
+  import baregrad.drivers.amd.device as amd_device
+  from baregrad.hcq.graph import HCQGraph
+  monkeypatch.setattr(amd_device, "AQL_RING", 4096)
+  dev, mock = open_mock()
+  try:
+    fill, inc = dev.runtime(dev, "fill", amd_kernels()), dev.runtime(dev, "inc", amd_kernels())
+    a = dev.allocator.alloc(4 * 32)
+    g = HCQGraph(dev, [(fill, [a], (5,), (32, 1, 1), (1, 1, 1))] + [(inc, [a], (), (32, 1, 1), (1, 1, 1))] * 3)
+    assert g.slots[0].q._prebuilt.n == 9 and dev.aql.nslots == 64
+    for _ in range(20): g.replay()
+    dev.synchronize(timeout_ms=5000)
+    out = bytearray(4 * 32)
+    dev.allocator._copyout(memoryview(out), a)
+    assert list(memoryview(out).cast("i")) == [8 + i for i in range(32)] and dev.aql.put == 180 and mock.queues[dev.queue_ids[0]].rd == 180
+  finally: dev.close()
+
 def test_rings_wrap(monkeypatch):
   """Small rings (a 64-slot AQL ring, a 4 KiB IB area, a 4 KiB SDMA ring) wrap many times; nothing is overwritten early."""
   import baregrad.drivers.amd.device as amd_device
