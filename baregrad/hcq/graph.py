@@ -125,8 +125,9 @@ class HCQGraph:
     if not keys <= cur.keys():
       k, i = next(ki for ki in keys if ki not in cur)
       raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
-    if self.writes is not None and patches:
-      changed = {(k, i): addr for k, i, addr in patches if cur[(k, i)] != addr}
+    if self.writes is not None and patches:   # (a kernel alone between two barriers collides with nothing)
+      seg_of = self._segment_of
+      changed = {(k, i): addr for k, i, addr in patches if len(seg_of[k]) > 1 and cur[(k, i)] != addr}
       if changed and (hit := self._collision(changed)) is not None:
         raise GraphPatchConflict(f"replay: the patched buffers make kernels {hit[0]} and {hit[1]} depend on each other where the graph "
                          "has no barrier between them; record the graph for these buffers (or without `writes`)")
