@@ -192,6 +192,8 @@ def test_jit_graph_orders_only_launches_that_depend_on_each_other():
   results have no barrier between them (they may overlap on the device), a launch reading another's output is ordered
   after it; the results are right and a mock GPU (which runs unordered launches interleaved) reports no hazard."""
   from baregrad import Device
+  mock = getattr(getattr(Device[Device.DEFAULT], "port", None), "mock", None)
+  hazards = len(getattr(mock, "hazards", []))   # (what other tests left: the mock is the session's)
   @jit
   def f(x, y):
     a, b = (x + 1).contiguous(), (y * 2).contiguous()   # independent
@@ -207,8 +209,7 @@ def test_jit_graph_orders_only_launches_that_depend_on_each_other():
   # (the schedule decides how many kernels: some independent ones are not separated, the consumer is)
   n, barriers = len(cap.graph.kernels), cap.graph.barriers
   assert barriers and len(barriers) < n - 1, (n, barriers)
-  mock = getattr(getattr(Device[Device.DEFAULT], "port", None), "mock", None)
-  assert not getattr(mock, "hazards", [])
+  assert getattr(mock, "hazards", [])[hazards:] == []
 
 def test_jit_arguments_sharing_memory_run_the_launches_in_order():
   """A graph recorded with write sets runs independent launches without a barrier; a call whose arguments share memory
