@@ -90,6 +90,31 @@ dims, the pushbuffer template's copy and five patches, three locks); AMD ~10. Th
 ones (the host's caches cold after the mock's interpreter). An eager op is ~27 us on the CPU (graph ~3-5, schedule
 key and cache hit ~4-6, launch ~7-10 with its output buffer, the result's nodes and tensor ~6); a jit replay's host
 cost is its front end (tensor/jit.py), unchanged here.
+
+Graph replay and overlap (main at d00e0dd -> branch s5-launch; this script under `chrt -f 10`, the two sides back to back
+in the same minutes, load average 5-7 on the shared 2-core VM; thread CPU time, median of 5 rounds of 20 calls; "warm"
+is a loop of its own per workload, 100 calls after 50, mock not run (the "driver alone" table: InstantGPU);
+us per kernel):
+
+  | workload       | NV host     | NV deferred | NV warm     | AMD host      | AMD deferred  | AMD warm    |
+  |----------------|-------------|-------------|-------------|---------------|---------------|-------------|
+  | launch+wait    | 25.4 / 28.7 | 30.8 / 34.6 | 5.6 / 5.8   | 34.1 / 36.0   | 43.8 / 42.0   | 8.8 / 8.7   |
+  | back-to-back   | 18.4 / 20.3 | 9.2 / 9.6   | 4.3 / 4.6   | 29.3 / 29.2   | 14.3 / 13.9   | 7.9 / 7.7   |
+  | jit replay     | 6.1 / 6.8   | 6.2 / 7.4   | 1.12 / 1.23 | 14.2 -> 9.7   | 15.0 -> 10.4  | 3.5 -> 1.4  |
+  | eager op       | 62 / 68     | 47 / 51     | 30.5 / 31.4 | 85 / 83       | 57 / 56       | 36.6 / 35.6 |
+
+(NV: a / b = main / branch, unchanged paths: the branch ran second in each pair and every NV row moved alike.)
+- AMD graph replay (drivers/amd/queues.py): the recording's AQL packets and PM4 IBs are made once (prepare_replay,
+  AQLRing.prebuild; the IBs in memory of their own) and patched in place; a replay copies the block into the ring with
+  one or two slice stores, the first header last (was: packets() rebuilt from the queue and two IBs taken from the IB
+  area per replay). HCQGraph.replay alone, 20 kernels, warm: 2.4 -> 0.39 us per kernel (NV 0.27-0.30); the rest of a
+  jit replay's 1.2-1.4 us per kernel is tensor/jit.py's front end (~17 us a call) and the wait.
+- Overlap: the jit gives HCQGraph each launch's write set, so launches that do not depend on each other have no barrier
+  (WFI+MEMBAR on NV, an AQL barrier-AND on AMD) between them; the bench's chain depends kernel to kernel and keeps its
+  19 barriers. Eager launches stay one submission each, ordered by the timeline.
+- Eager op (warm, NV, wall): ~30 us = graph building (y + 1) ~5.6, realize ~24.6 (the schedule key's walk _abstract and
+  cache hit ~8-10, the runner's checks and the launch ~9: args block, pushbuffer, channel; the output's BufRef,
+  allocation and result node ~5). Nothing cut here.
 """
 from __future__ import annotations
 import argparse, contextlib, os, statistics, sys, time
