@@ -92,9 +92,9 @@ key and cache hit ~4-6, launch ~7-10 with its output buffer, the result's nodes 
 cost is its front end (tensor/jit.py), unchanged here.
 
 Graph replay and overlap (main at d00e0dd -> branch s5-launch; this script under `chrt -f 10`, the two sides back to back
-in the same minutes, load average 5-7 on the shared 2-core VM; thread CPU time, median of 5 rounds of 20 calls; "warm"
-is a loop of its own per workload, 100 calls after 50, mock not run (the "driver alone" table: InstantGPU);
-us per kernel):
+in the same minutes, load average 5-7 on the shared 2-core VM; thread CPU time, median of 5 rounds of 20 calls (warm:
+100); "warm" is the "driver alone" table's setting, each workload in a loop of its own after a warm-up, the mock not
+run (InstantGPU); us per kernel):
 
   | workload       | NV host     | NV deferred | NV warm     | AMD host      | AMD deferred  | AMD warm    |
   |----------------|-------------|-------------|-------------|---------------|---------------|-------------|
@@ -363,6 +363,7 @@ def driver_alone(wl: dict[str, tuple[Callable[[], Any], int]], rounds: int, reps
   print("driver alone (InstantGPU: the mock runs nothing, a doorbell marks the work done), us per kernel:")
   with InstantGPU():
     for name, (fn, per) in wl.items():
+      for _ in range(reps): fn()   # (warm: each workload in a loop of its own)
       rs = [measure(fn, per, reps, clock)[0] for _ in range(rounds)]
       print(f"  {name:13s} {statistics.median(rs):8.2f} (rounds {min(rs):.1f}-{max(rs):.1f}; goal <= {GOALS[name]})")
 
