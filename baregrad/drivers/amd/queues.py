@@ -373,7 +373,29 @@ class AQLRing:
                                                           prg.group_segment_size, prg.private_segment_size))
     d = d[:]
     d[10], d[11] = kernarg & 0xFFFFFFFF, kernarg >> 32
-    return [self._ib_words_packet(fam, w1, False, start_index), d, self._ib_words_packet(fam, w2, True, start_index + 2)]
+    n1, n2 = len(w1), len(w2)
+    b1, b2 = (4 * n1 + 63) & ~63, (4 * n2 + 63) & ~63
+    if self.ib_off + b1 + b2 > self.ib.size:   # (the two would not be adjacent: placed one at a time, as packets() does)
+      return [self._ib_words_packet(fam, w1, False, start_index), d, self._ib_words_packet(fam, w2, True, start_index + 2)]
+    # both IBs in one allocation, where two allocations in a row put them, each retired with the packet that runs it
+    _, va = self._ib_alloc(b1 + b2)
+    off = va - self.ib.va
+    o, ibw = off >> 2, self.ib_words
+    ibw[o:o + n1] = w1
+    ibw[o + (b1 >> 2):o + (b1 >> 2) + n2] = w2
+    self.ib_inflight.append((start_index, off, b1))
+    self.ib_inflight.append((start_index + 2, off + b1, b2))
+    return [self._ib_vendor(fam, n1, False, va), d, self._ib_vendor(fam, n2, True, va + b1)]
+
+  def _ib_vendor(self, fam: str, n: int, barrier: bool, va: int) -> array:
+    """The vendor packet that runs the n-word IB at va: a template per (family, length, barrier), its address patched."""
+    if (p := self._ib_pk.get((fam, n, barrier))) is None:
+      if len(self._ib_pk) >= 64: self._ib_pk.clear()
+      p = self._ib_pk[(fam, n, barrier)] = array("I", hw.aql_pm4_ib(fam, 0, n, barrier))
+      assert hw.aql_pm4_ib(fam, 1 << 34 | 4, n, barrier)[2:4] == [4, 4], "the vendor packet's IB address moved"
+    p = p[:]
+    p[2], p[3] = va & 0xFFFFFFFF, va >> 32
+    return p
 
   def _ib_words_packet(self, fam: str, words: array, barrier: bool, index: int) -> array:
     """_ib_packet of PM4 words already in an array: stored with one slice assignment, the vendor packet from a template
@@ -383,13 +405,7 @@ class AQLRing:
     o = (va - self.ib.va) >> 2
     self.ib_words[o:o + n] = words
     self.ib_inflight.append((index, va - self.ib.va, (4 * n + 63) & ~63))
-    if (p := self._ib_pk.get((fam, n, barrier))) is None:
-      if len(self._ib_pk) >= 64: self._ib_pk.clear()
-      p = self._ib_pk[(fam, n, barrier)] = array("I", hw.aql_pm4_ib(fam, 0, n, barrier))
-      assert hw.aql_pm4_ib(fam, 1 << 34 | 4, n, barrier)[2:4] == [4, 4], "the vendor packet's IB address moved"
-    p = p[:]
-    p[2], p[3] = va & 0xFFFFFFFF, va >> 32
-    return p
+    return self._ib_vendor(fam, n, barrier, va)
 
   def submit(self, q: AMDComputeQueue) -> None:
     self.submit_packets(lambda start: self.packets(q, start))

@@ -821,6 +821,29 @@ def test_graph_replays_wrap_the_ring(monkeypatch):
     assert list(memoryview(out).cast("i")) == [8 + i for i in range(32)] and dev.aql.put == 180 and mock.queues[dev.queue_ids[0]].rd == 180
   finally: dev.close()
 
+@needs_rdna3
+def test_direct_launches_wrap_the_ib_area(monkeypatch):
+  """A direct launch puts its wait and signal IBs in one allocation (AQLRing.launch_packets) and, where the two would
+  not be adjacent before the IB area's end, one at a time as packets() does: 100 launches wrap a 4 KiB IB area (32
+  launches a lap) through both ways, every increment counts and no IB is overwritten while in flight."""
+  import baregrad.drivers.amd.device as amd_device
+  monkeypatch.setattr(amd_device, "IB_AREA", 4096)
+  dev, mock = open_mock()
+  try:
+    inc = dev.runtime(dev, "inc", amd_kernels())
+    a = dev.allocator.alloc(4 * 32)
+    dev.allocator._copyin(a, memoryview(bytearray(4 * 32)))
+    one_at_a_time = []
+    orig = type(dev.aql)._ib_words_packet
+    monkeypatch.setattr(type(dev.aql), "_ib_words_packet", lambda ring, *a: one_at_a_time.append(1) or orig(ring, *a))
+    for _ in range(100): inc(a, global_size=(1, 1, 1), local_size=(32, 1, 1))
+    assert 0 < len(one_at_a_time) < 20   # (both ways taken: the lap's last launch places its IBs one at a time)
+    dev.synchronize(timeout_ms=5000)
+    out = bytearray(4 * 32)
+    dev.allocator._copyout(memoryview(out), a)
+    assert list(memoryview(out).cast("i")) == [100] * 32 and dev.aql.put == 300
+  finally: dev.close()
+
 def test_rings_wrap(monkeypatch):
   """Small rings (a 64-slot AQL ring, a 4 KiB IB area, a 4 KiB SDMA ring) wrap many times; nothing is overwritten early."""
   import baregrad.drivers.amd.device as amd_device
