@@ -822,12 +822,14 @@ def test_graph_replays_wrap_the_ring(monkeypatch):
   finally: dev.close()
 
 @needs_rdna3
-def test_direct_launches_wrap_the_ib_area(monkeypatch):
+def test_direct_launches_wrap_the_ib_area_and_the_ring(monkeypatch):
   """A direct launch puts its wait and signal IBs in one allocation (AQLRing.launch_packets) and, where the two would
-  not be adjacent before the IB area's end, one at a time as packets() does: 100 launches wrap a 4 KiB IB area (32
-  launches a lap) through both ways, every increment counts and no IB is overwritten while in flight."""
+  not be adjacent before the IB area's end, one at a time as packets() does; its packets (word arrays) go into the ring
+  as slice stores. 100 launches wrap a 4 KiB IB area (32 launches a lap) through both ways and a 64-slot ring (300
+  packets): every increment counts, no IB or packet is overwritten while in flight."""
   import baregrad.drivers.amd.device as amd_device
   monkeypatch.setattr(amd_device, "IB_AREA", 4096)
+  monkeypatch.setattr(amd_device, "AQL_RING", 4096)
   dev, mock = open_mock()
   try:
     inc = dev.runtime(dev, "inc", amd_kernels())
