@@ -103,12 +103,17 @@ run (InstantGPU); us per kernel):
   | jit replay     | 6.1 / 6.8   | 6.2 / 7.4   | 1.12 / 1.23 | 14.2 -> 9.7   | 15.0 -> 10.4  | 3.5 -> 1.4  |
   | eager op       | 62 / 68     | 47 / 51     | 30.5 / 31.4 | 85 / 83       | 57 / 56       | 36.6 / 35.6 |
 
-(NV: a / b = main / branch, unchanged paths: the branch ran second in each pair and every NV row moved alike.)
+(NV: a / b = main / branch, unchanged paths: the branch ran second in each pair and every NV row moved alike.) After
+the AMD direct-launch changes below, warm, two pairs, load average 17-20: launch+wait 11.0, 11.2 -> 9.8, 9.95;
+back-to-back 9.3, 9.3 -> 8.5, 8.7; jit replay 4.4, 4.3 -> 1.8, 1.8 (NV 1.6-1.8 both sides).
 - AMD graph replay (drivers/amd/queues.py): the recording's AQL packets and PM4 IBs are made once (prepare_replay,
   AQLRing.prebuild; the IBs in memory of their own) and patched in place; a replay copies the block into the ring with
   one or two slice stores, the first header last (was: packets() rebuilt from the queue and two IBs taken from the IB
   area per replay). HCQGraph.replay alone, 20 kernels, warm: 2.4 -> 0.39 us per kernel (NV 0.27-0.30); the rest of a
   jit replay's 1.2-1.4 us per kernel is tensor/jit.py's front end (~17 us a call) and the wait.
+- AMD direct launch (AQLRing.launch_packets, submit_packets): the wait and signal IBs in one allocation where two in a
+  row would lie adjacent (the same addresses), and a packet that is an array of words stored with one slice of the
+  ring's words instead of a 15-argument struct pack (47 -> 39 Python calls a launch).
 - Overlap: the jit gives HCQGraph each launch's write set, so launches that do not depend on each other have no barrier
   (WFI+MEMBAR on NV, an AQL barrier-AND on AMD) between them; the bench's chain depends kernel to kernel and keeps its
   19 barriers. Eager launches stay one submission each, ordered by the timeline.
