@@ -467,8 +467,10 @@ class AQLRing:
     if d["type"] == hw.AQL_DISPATCH: s += "\n       " + hw.describe_dispatch(w, self.dev.family, mapped_reader(self.dev.memories), self.dev.kernel_names)
     if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and follow_ib:
       va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
-      if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
-        ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
+      # (the IB area, or a graph's prebuilt IBs in memory of their own: any CPU-mapped allocation of the device)
+      cpu = self.ib.cpu + va - self.ib.va if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size else self.dev.cpu_address(va, 4 * ndw)
+      if cpu is not None:
+        ib = list((ctypes.c_uint32 * ndw).from_address(cpu))
         s += "\n" + hw.format_pm4(self.dev.family, ib, va)
     return s
 

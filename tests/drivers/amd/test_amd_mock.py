@@ -800,6 +800,8 @@ def test_graph_replay_submits_its_prebuilt_packets(amd, mock, monkeypatch):
   assert len(bells) == 3 and amd.aql.put == put + 3 * g.slots[0].q._prebuilt.n and amd.aql.ib_off == ib_off
   amd.synchronize()
   for b in bufs: assert i32(b) == [6 + i for i in range(32)]
+  n = g.slots[0].q._prebuilt.n   # (IOCTL_TRACE and a timeout's queue state decode the prebuilt IBs too)
+  assert "WAIT_REG_MEM" in amd.aql.packet_text(amd.aql.put - n) and "RELEASE_MEM" in amd.aql.packet_text(amd.aql.put - 1)
 
 @needs_rdna3
 def test_graph_replays_wrap_the_ring(monkeypatch):
