@@ -5,10 +5,14 @@ Two rules make a replay correct on a GPU (docs/hw/h100-580.159.04-findings.md#fi
 - Launches of one submission run concurrently unless a barrier separates them. Kernels that may depend on each
   other get memory_barrier() between them: every pair of consecutive kernels by default (the graph does not know
   what a kernel reads or writes); with `writes` (per kernel, the indices of the buffers it writes) only where a
-  kernel touches memory that a kernel since the last barrier writes, or writes memory one of them reads.
+  kernel touches memory that a kernel since the last barrier writes, or writes memory one of them reads (the jit
+  passes them: tensor/jit.py _writes). A replay whose patched buffers would make two kernels between the same two
+  barriers collide raises GraphPatchConflict before patching anything.
 - A launch reads its arguments (on NV: its QMD and constant bank) while it is queued or running, so a replay never
   patches arguments a submitted replay may still read. The graph keeps `depth` recordings, each with its own
-  argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission."""
+  argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission.
+A recording's queue is prepared for replays once (HWQueue.prepare_replay: AMD makes its AQL packets and PM4 IBs then),
+so a replay patches the words that change (buffer addresses where they changed, the timeline values) and submits once."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
