@@ -90,6 +90,36 @@ dims, the pushbuffer template's copy and five patches, three locks); AMD ~10. Th
 ones (the host's caches cold after the mock's interpreter). An eager op is ~27 us on the CPU (graph ~3-5, schedule
 key and cache hit ~4-6, launch ~7-10 with its output buffer, the result's nodes and tensor ~6); a jit replay's host
 cost is its front end (tensor/jit.py), unchanged here.
+
+Graph replay and overlap (main at d00e0dd -> branch s5-launch; this script under `chrt -f 10`, the two sides back to back
+in the same minutes, load average 5-7 on the shared 2-core VM; thread CPU time, median of 5 rounds of 20 calls (warm:
+100); "warm" is the "driver alone" table's setting, each workload in a loop of its own after a warm-up, the mock not
+run (InstantGPU); us per kernel):
+
+  | workload       | NV host     | NV deferred | NV warm     | AMD host      | AMD deferred  | AMD warm    |
+  |----------------|-------------|-------------|-------------|---------------|---------------|-------------|
+  | launch+wait    | 25.4 / 28.7 | 30.8 / 34.6 | 5.6 / 5.8   | 34.1 / 36.0   | 43.8 / 42.0   | 8.8 / 8.7   |
+  | back-to-back   | 18.4 / 20.3 | 9.2 / 9.6   | 4.3 / 4.6   | 29.3 / 29.2   | 14.3 / 13.9   | 7.9 / 7.7   |
+  | jit replay     | 6.1 / 6.8   | 6.2 / 7.4   | 1.12 / 1.23 | 14.2 -> 9.7   | 15.0 -> 10.4  | 3.5 -> 1.4  |
+  | eager op       | 62 / 68     | 47 / 51     | 30.5 / 31.4 | 85 / 83       | 57 / 56       | 36.6 / 35.6 |
+
+(NV: a / b = main / branch, unchanged paths: the branch ran second in each pair and every NV row moved alike.) After
+the AMD direct-launch changes below, warm, two pairs, load average 17-20: launch+wait 11.0, 11.2 -> 9.8, 9.95;
+back-to-back 9.3, 9.3 -> 8.5, 8.7; jit replay 4.4, 4.3 -> 1.8, 1.8 (NV 1.6-1.8 both sides).
+- AMD graph replay (drivers/amd/queues.py): the recording's AQL packets and PM4 IBs are made once (prepare_replay,
+  AQLRing.prebuild; the IBs in memory of their own) and patched in place; a replay copies the block into the ring with
+  one or two slice stores, the first header last (was: packets() rebuilt from the queue and two IBs taken from the IB
+  area per replay). HCQGraph.replay alone, 20 kernels, warm: 2.4 -> 0.39 us per kernel (NV 0.27-0.30); the rest of a
+  jit replay's 1.2-1.4 us per kernel is tensor/jit.py's front end (~17 us a call) and the wait.
+- AMD direct launch (AQLRing.launch_packets, submit_packets): the wait and signal IBs in one allocation where two in a
+  row would lie adjacent (the same addresses), and a packet that is an array of words stored with one slice of the
+  ring's words instead of a 15-argument struct pack (47 -> 39 Python calls a launch).
+- Overlap: the jit gives HCQGraph each launch's write set, so launches that do not depend on each other have no barrier
+  (WFI+MEMBAR on NV, an AQL barrier-AND on AMD) between them; the bench's chain depends kernel to kernel and keeps its
+  19 barriers. Eager launches stay one submission each, ordered by the timeline.
+- Eager op (warm, NV, wall): ~30 us = graph building (y + 1) ~5.6, realize ~24.6 (the schedule key's walk _abstract and
+  cache hit ~8-10, the runner's checks and the launch ~9: args block, pushbuffer, channel; the output's BufRef,
+  allocation and result node ~5). Nothing cut here.
 """
 from __future__ import annotations
 import argparse, contextlib, os, statistics, sys, time
@@ -158,7 +188,7 @@ def _launch_path_targets(dev: Any) -> list[tuple[Any, str, str]]:
     ("program", "AMDProgram", "_write_args", "kernarg fill"), ("queues", "AQLRing", "launch_packets", "command encode"),
     ("queues", "AQLRing", "_ib_words_packet", "command encode"),
                                              ("queues", "AMDComputeQueue", "_enc_exec", "command encode"), ("queues", "AQLRing", "packets", "command encode"),
-                                             ("queues", "AQLRing", "submit", "submit")])}
+                                             ("queues", "AQLRing", "submit", "submit"), ("queues", "AQLRing", "submit_prebuilt", "submit")])}
   pkg, items = drivers.get(dev.device.split(":")[0], ("", []))
   for mod, cls, fn, phase in items:
     m = importlib.import_module(f"{pkg}.{mod}")
@@ -183,7 +213,8 @@ class DeferredDoorbells:
   a doorbell announces is everything submitted up to the value written). So the mock runs the work when the host
   waits for it, as if the GPU had run it meanwhile; the driver does the same work either way, the mock's time is apart
   as before, and no wait spins on work the mock was not yet told about."""
-  SUBMITTERS = frozenset({"submit", "submit_packets"})   # NVChannel.submit; AMD's AQLRing.submit_packets, SDMARing.submit
+  # NVChannel.submit; AMD's AQLRing.submit_packets, submit_prebuilt (a graph's replay), SDMARing.submit
+  SUBMITTERS = frozenset({"submit", "submit_packets", "submit_prebuilt"})
   def __enter__(self) -> DeferredDoorbells:
     from baregrad.drivers.port import MockPort
     self.kept: dict[int, tuple[Any, tuple]] = {}   # doorbell address -> (port, the rest of the last call kept)
@@ -212,6 +243,29 @@ class DeferredDoorbells:
   def __exit__(self, *exc: Any) -> None:
     for owner, name, fn in reversed(self.undo): setattr(owner, name, fn)
     self.flush()   # (nothing rung is left unannounced)
+
+class InstantGPU:
+  """The driver's host cost alone: while entered, a doorbell runs nothing on the mock and instead marks all work
+  submitted so far done, as a GPU infinitely fast would (the timeline signal at the last value reserved, each ring's
+  read pointer at its write pointer). What the host does is the same (the launch, the ring, the wait's look at the
+  signal), without the mock's interpretation before it or its cold caches after it. Kernels do not run: no workload
+  here reads a result."""
+  def __enter__(self) -> InstantGPU:
+    from baregrad.drivers.port import MockPort
+    self.undo = (MockPort, MockPort.__dict__["doorbell"])
+    dev = Device[Device.DEFAULT]
+    rings = [r for r in (getattr(dev, "aql", None), getattr(dev, "sdma", None)) if r is not None]
+    chans = list(getattr(dev, "channels", {}).values())
+    dev.synchronize()
+    import ctypes
+    timeline = ctypes.c_uint64.from_address(dev.timeline_signal.cpu_addr)   # (the memory, as the GPU writes it: the
+    def doorbell(port: Any, *a: Any) -> None:                                # signal's setter would wake the device)
+      for ch in chans: ch.gp_get_p.value = ch.put
+      for r in rings: r.rptr_p.value = r.put
+      timeline.value = dev.timeline_value - 1
+    MockPort.doorbell = doorbell   # type: ignore[method-assign]
+    return self
+  def __exit__(self, *exc: Any) -> None: setattr(self.undo[0], "doorbell", self.undo[1])
 
 # --- workloads -----------------------------------------------------------------------------------------------------
 
@@ -302,10 +356,26 @@ def main() -> None:
       lo, hi = min(r[0] for r in rs), max(r[0] for r in rs)
       extra = f"   device (mock) {dev:8.1f} us" if is_mock else ""
       print(f"  {name:13s} {m + ' ':20s} {host:8.2f} us per kernel (rounds {lo:.1f}-{hi:.1f}; goal <= {GOALS[name]}){extra}")
-  if not a.phases: return
+  if a.phases:
+    clock.restore()   # (the phase clock wraps the mock's entry points itself)
+    phases(wl, a.rounds, a.reps)
+  if is_mock: driver_alone(wl, a.rounds, a.reps, clock)
+  del keep
+
+def driver_alone(wl: dict[str, tuple[Callable[[], Any], int]], rounds: int, reps: int, clock: PhaseClock) -> None:
+  """Each workload on a mock with the mock not run at all (InstantGPU): the driver's host cost alone. Last: the mock's
+  own state is out of step with the rings after it."""
+  print("driver alone (InstantGPU: the mock runs nothing, a doorbell marks the work done), us per kernel:")
+  with InstantGPU():
+    for name, (fn, per) in wl.items():
+      for _ in range(reps): fn()   # (warm: each workload in a loop of its own)
+      rs = [measure(fn, per, reps, clock)[0] for _ in range(rounds)]
+      print(f"  {name:13s} {statistics.median(rs):8.2f} (rounds {min(rs):.1f}-{max(rs):.1f}; goal <= {GOALS[name]})")
+
+def phases(wl: dict[str, tuple[Callable[[], Any], int]], rounds: int, reps: int) -> None:
+  """The host time of each workload split by phase of the launch path (wrapped functions, exclusive time)."""
   # phases on the wall clock: reading a thread's CPU time is a system call, which per wrapped call would swamp what
   # it measures; a perf_counter read is ~50 ns
-  clock.restore()
   clock = PhaseClock(time.perf_counter_ns)
   mock_clock(clock)
   for owner, fn, phase in _launch_path_targets(Device[Device.DEFAULT]): clock.wrap(owner, fn, phase)
@@ -314,13 +384,12 @@ def main() -> None:
   print(f"  {'':13s} " + " ".join(f"{p[:12]:>12s}" for p in order))
   for name, (fn, per) in wl.items():
     got: dict[str, list[float]] = {p: [] for p in order}
-    for _ in range(a.rounds):
-      w, _, ph = measure(fn, per, a.reps, clock)
+    for _ in range(rounds):
+      w, _, ph = measure(fn, per, reps, clock)
       for p in order: got[p].append(ph.get(p, 0) / 1e3)
       got["other"][-1] = w - sum(ph.values()) / 1e3
     print(f"  {name:13s} " + " ".join(f"{statistics.median(got[p]):12.2f}" for p in order))
   clock.restore()
-  del keep
 
 if __name__ == "__main__":
   main()

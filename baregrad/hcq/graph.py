@@ -5,10 +5,14 @@ Two rules make a replay correct on a GPU (docs/hw/h100-580.159.04-findings.md#fi
 - Launches of one submission run concurrently unless a barrier separates them. Kernels that may depend on each
   other get memory_barrier() between them: every pair of consecutive kernels by default (the graph does not know
   what a kernel reads or writes); with `writes` (per kernel, the indices of the buffers it writes) only where a
-  kernel touches memory that a kernel since the last barrier writes, or writes memory one of them reads.
+  kernel touches memory that a kernel since the last barrier writes, or writes memory one of them reads (the jit
+  passes them: tensor/jit.py _writes). A replay whose patched buffers would make two kernels between the same two
+  barriers collide raises GraphPatchConflict before patching anything.
 - A launch reads its arguments (on NV: its QMD and constant bank) while it is queued or running, so a replay never
   patches arguments a submitted replay may still read. The graph keeps `depth` recordings, each with its own
-  argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission."""
+  argument memory, used in turn; before patching one, the host waits on the timeline for its previous submission.
+A recording's queue is prepared for replays once (HWQueue.prepare_replay: AMD makes its AQL packets and PM4 IBs then),
+so a replay patches the words that change (buffer addresses where they changed, the timeline values) and submits once."""
 from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -24,6 +28,10 @@ class _Slot:
   done: int = 0                      # timeline value after which this recording's arguments are free again
   addrs: dict | None = None          # (kernel, buffer index) -> the address its arguments hold now
   vals: dict = field(default_factory=dict)   # (kernel, variable index) -> the value its arguments hold now
+
+class GraphPatchConflict(ValueError):
+  """A replay's patched buffers make two kernels the graph runs without a barrier between them touch the same memory,
+  one writing it (raised before anything is patched or submitted: the caller may run the kernels another way)."""
 
 def _span(b: Any) -> tuple[int, int]:
   b = b._buf if hasattr(b, "_buf") else b
@@ -42,6 +50,12 @@ class HCQGraph:
     self.writes = None if writes is None else [set(w) for w in writes]
     self.sizes = [[_span(b)[1] - _span(b)[0] for b in bufs] for _, bufs, _, _, _ in self.kernels]
     self.barriers = self._plan([[_span(b)[0] for b in bufs] for _, bufs, _, _, _ in self.kernels])
+    # the kernels between two barriers (a segment), which run concurrently: where a patch must not make two collide
+    self._segment: list[list[int]] = []
+    for k in range(len(self.kernels)):
+      if k == 0 or k in self.barriers: self._segment.append([])
+      self._segment[-1].append(k)
+    self._segment_of = [seg for seg in self._segment for _ in seg]
     self.slots = [self._record() for _ in range(depth)]
     self.replays = 0
     self.addrs = dict(self.slots[0].addrs or {})  # (kernel, buffer index) -> the address the next replay must use
@@ -79,8 +93,27 @@ class HCQGraph:
       q.exec(prg, st, gs, ls)
       args.append(st)
     q.signal(dev.timeline_signal, 0)
+    q.prepare_replay(dev)   # (a replay patches the prepared submission's words and submits it: no packets made again)
     return _Slot(q, args, wait_idx, q.last, 0, {(k, i): _span(b)[0] for k, (_, bufs, _, _, _) in enumerate(self.kernels) for i, b in enumerate(bufs)},
                  {(k, j): v for k, (_, _, vals, _, _) in enumerate(self.kernels) for j, v in enumerate(vals)})
+
+  def _collision(self, changed: dict[tuple[int, int], int]) -> tuple[int, int] | None:
+    """Two kernels of one segment (no barrier between them) that the addresses `changed` ((kernel, buffer) -> address,
+    the others as they are) make touch the same memory, one of them writing it; None if none. Only the changed buffers
+    can collide where none did: each is compared with the buffers of the other kernels of its segment (what _plan would
+    find for the new addresses, without planning the whole graph again)."""
+    cur, sizes, writes = self.addrs, self.sizes, self.writes
+    assert writes is not None
+    for (k, i), a in changed.items():
+      b = a + sizes[k][i]
+      w = i in writes[k]
+      for m in self._segment_of[k]:
+        if m == k: continue
+        for j, size in enumerate(sizes[m]):
+          c = changed.get((m, j))
+          if c is None: c = cur[(m, j)]
+          if (w or j in writes[m]) and c < b and a < c + size: return (min(k, m), max(k, m))
+    return None
 
   @property
   def args(self) -> list[Any]:
@@ -96,13 +129,12 @@ class HCQGraph:
     if not keys <= cur.keys():
       k, i = next(ki for ki in keys if ki not in cur)
       raise IndexError(f"patch ({k}, {i}): the graph has no buffer {i} in kernel {k}")
-    if self.writes is not None and patches:
-      want = dict(cur)
-      for k, i, addr in patches: want[(k, i)] = addr
-      addrs = [[want[(k, i)] for i in range(len(bufs))] for k, (_, bufs, _, _, _) in enumerate(self.kernels)]
-      if not self._plan(addrs) <= self.barriers:
-        raise ValueError("replay: the patched buffers make kernels depend on each other where the graph has no barrier "
-                         "between them; record the graph for these buffers (or without `writes`)")
+    if self.writes is not None and patches:   # (a kernel alone between two barriers collides with nothing)
+      seg_of = self._segment_of
+      changed = {(k, i): addr for k, i, addr in patches if len(seg_of[k]) > 1 and cur[(k, i)] != addr}
+      if changed and (hit := self._collision(changed)) is not None:
+        raise GraphPatchConflict(f"replay: the patched buffers make kernels {hit[0]} and {hit[1]} depend on each other where the graph "
+                         "has no barrier between them; record the graph for these buffers (or without `writes`)")
     for k, i, addr in patches: cur[(k, i)] = addr
     # a recording differs from what is wanted only where a replay since its own last one patched: compare those alone
     self._patched.append(keys)

@@ -82,6 +82,11 @@ class HWQueue:
         viz("submitted", token=tok)
     return self
 
+  def prepare_replay(self, dev: Any) -> None:
+    """The queue is recorded in full and will be submitted to `dev` again and again, patched between submissions (a
+    graph's recording): a driver may make its submission's form once here (AMD: the AQL packets and PM4 IBs) and keep
+    it patched along with the words. Nothing to do where a submission is the words themselves (NV: the pushbuffer)."""
+
   # --- patching
   def update_wait(self, i: int, signal: Any = None, value: int | None = None) -> HWQueue:
     self._check(i, "wait")

@@ -241,8 +241,12 @@ class _Captured:
       for slots, b in bind:
         a = b._buf.va_addr
         patches += [(k, j, a) for k, j in slots]
-      self.graph.replay(patches, self.var_values(binds or {}) if self.has_vars else ())
-      return
+      try:
+        self.graph.replay(patches, self.var_values(binds or {}) if self.has_vars else ())
+        return
+      except ValueError as e:   # arguments sharing memory order launches the graph runs together: one by one
+        from baregrad.hcq.graph import GraphPatchConflict   # (a graph exists: the device is an HCQ device)
+        if not isinstance(e, GraphPatchConflict): raise
     patch: dict[tuple[int, int], Buffer] = {kj: b for slots, b in bind for kj in slots}
     for k, l in enumerate(self.launches):
       bufs = [r.ensure() for r in l.refs]
@@ -264,7 +268,20 @@ def _graph(launches: list[_Launch]) -> Any:
   if not (hasattr(dev, "compute_queue_t") and hasattr(dev, "alloc_args_memory")): return None
   from baregrad.hcq.graph import HCQGraph  # the device is an HCQ device: it offers the graph
   return HCQGraph(dev, [(l.runner.prg, [l.refs[g.arg].ensure()._buf for g in l.runner.spec.bufs], tuple(l.vals.get(v.arg[0], 0) for v in l.runner.spec.vars),
-                         l.runner.spec.global_size, l.runner.spec.local_size) for l in launches])
+                         l.runner.spec.global_size, l.runner.spec.local_size) for l in launches], writes=_writes(launches))
+
+def _writes(launches: list[_Launch]) -> list[list[int]] | None:
+  """For each launch, the indices (in its program's argument order) of the buffers it writes: what the schedule says it
+  outputs and what its kernel's AST stores into, together. The graph then puts a barrier only between launches whose
+  memory overlaps where one of them writes, and launches that do not depend on each other run concurrently. None (a
+  barrier between every two launches) where a kernel's AST is not at hand."""
+  out = []
+  for l in launches:
+    spec = l.runner.spec
+    if spec.ast is None: return None
+    w = set(l.outs) | set(spec.outs)
+    out.append([j for j, g in enumerate(spec.bufs) if g.arg in w])
+  return out
 
 class jit:
   """Decorator: `@jit def step(x, y): ...`; returns what the function returns (tensors realized). JIT=0 turns it off."""

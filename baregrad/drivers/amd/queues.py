@@ -91,6 +91,21 @@ class AMDComputeQueue(AMDQueue):
   def __init__(self) -> None:
     super().__init__()
     self._launched: set[int] = set()   # args states dispatched since the last packet with the barrier bit
+    self._prebuilt: PrebuiltAQL | None = None   # prepare_replay's packets and IBs, patched along with the words
+
+  def prepare_replay(self, dev: Any) -> None:
+    """This queue is submitted again and again (a graph's recording): its AQL packets and PM4 IBs are made once, the IBs
+    in memory of their own (AQLRing.prebuild); from now on update_* patch them too and a submission copies the packets
+    into the ring (AQLRing.submit_prebuilt) instead of making them again. Commands recorded after this are refused."""
+    self._prebuilt = dev.aql.prebuild(self)
+
+  def _add(self, kind: str, words: Sequence[int], fields: dict[str, tuple[int, int]]) -> HWQueue:
+    if self._prebuilt is not None: raise RuntimeError(f"{kind}: the queue's packets were made already (prepare_replay); record a new queue")
+    return super()._add(kind, words, fields)
+
+  def _put(self, i: int, name: str, value: int) -> None:
+    super()._put(i, name, value)
+    if self._prebuilt is not None: self._prebuilt.mirror(self, i)
 
   def _enc_wait(self, addr: int, value: int) -> Any:
     return hw.pm4_wait_reg_mem(self.family, addr, value) + hw.pm4_acquire_mem(self.family), {"addr": (2, 2), "value": (4, 1)}
@@ -132,8 +147,11 @@ class AMDComputeQueue(AMDQueue):
     w = hw.aql_dispatch(prg.kd_va, args.va_addr, tuple(g * l for g, l in zip(gs, ls)), ls, prg.group_segment_size, prg.private_segment_size,
                         barrier=self._refs.get((i % len(self.cmds), "barrier"), False))
     self.words[c.start:c.start + hw.AQL_WORDS] = type(self.words)("I", w)
+    if self._prebuilt is not None: self._prebuilt.mirror(self, i)
     return self
-  def _submit(self, dev: Any) -> None: dev.aql.submit(self)
+  def _submit(self, dev: Any) -> None:
+    if (pb := self._prebuilt) is not None and pb.ring is dev.aql and pb.key == dev.aql.layout_key(): dev.aql.submit_prebuilt(pb)
+    else: dev.aql.submit(self)   # (recorded for another ring: one made again by recovery, or the event changed)
 
 class GFX11ComputeQueue(AMDComputeQueue): family = "gfx11"
 class GFX9ComputeQueue(AMDComputeQueue): family = "gfx9"
@@ -166,6 +184,21 @@ class RingTimeout(TimeoutError):
   """No room in a ring (or an IB area) within the timeout: the queue is stuck."""
 
 _PACKET_BODY = struct.Struct("<15I")   # an AQL packet's words after its header
+_PACKET = struct.Struct("<16I")
+
+class PrebuiltAQL:
+  """A recorded compute queue made into its AQL packets once (AQLRing.prebuild): `blob` the packets' bytes (`words` the
+  same as 32-bit words), `ib` the IB memory its PM4 runs live in, `where` each command's place (in the IB memory or the
+  block, as a word offset). A patch of the queue's words is mirrored here (mirror), so a replay changes only the words
+  it patches and submits the block."""
+  def __init__(self, ring: AQLRing, key: tuple, blob: bytearray, words: memoryview, ib: memoryview, where: dict[int, tuple[bool, int]], n: int) -> None:
+    self.ring, self.key, self.blob, self.words, self.ib, self.where, self.n = ring, key, blob, words, ib, where, n
+    self.bytes = memoryview(blob)   # (slices of it copy nothing)
+  def mirror(self, q: HWQueue, i: int) -> None:
+    """Copy command i's words (just patched in q.words) to where the prebuilt packets hold them."""
+    c = q.cmds[i]
+    in_ib, o = self.where[i % len(q.cmds)]
+    (self.ib if in_ib else self.words)[o:o + c.nwords] = q.words[c.start:c.start + c.nwords]
 
 class AQLRing:
   """The AQL ring of the compute queue, its amd_queue_t-style pointer page (write_dispatch_id, read_dispatch_id), its
@@ -184,6 +217,7 @@ class AQLRing:
     # the ring and the IB area as bytes and words (slice stores and struct packs: no ctypes object per write), and each
     # slot's header word (a packet becomes valid with one 32-bit store of its header, written last)
     self.ring_mv = memoryview(c_array(ctypes.c_char, ring.size).from_address(ring.cpu)).cast("B")
+    self.ring_words = self.ring_mv.cast("I")
     self.slot_headers = [ctypes.c_uint32.from_address(ring.cpu + 64 * s) for s in range(self.nslots)]
     self.ib_words = memoryview(c_array(ctypes.c_char, ib.size).from_address(ib.cpu)).cast("B").cast("I")
     # launch_packets' word templates: (key, wait IB words, signal IB words, where the signal value goes); the dispatch
@@ -224,27 +258,88 @@ class AQLRing:
     if head < tail: return end <= head or off >= tail
     return off >= tail and end <= head   # (occupied: [head, size) and [0, tail))
 
-  def packets(self, q: AMDComputeQueue, start_index: int) -> list[list[int]]:
-    """The AQL packets a recorded queue becomes (PM4 runs written to the IB area, one vendor packet per run)."""
-    fam, out, run, barrier = q.family, [], [], False
-    xccs = self.dev.sizes.num_xcc
-    def flush() -> None:
-      nonlocal run, barrier
-      if not run: return
-      out.append(self._ib_packet(fam, run, barrier, start_index + len(out)))
-      run, barrier = [], False
-    for c in q.cmds:
-      w = list(q.words[c.start:c.start + c.nwords])
-      if c.kind in AMDComputeQueue.pm4_kinds:
+  def _layout(self, q: AMDComputeQueue) -> list[tuple[list[int], bool | None, list[tuple[int, int]]]]:
+    """What a recorded queue becomes, in order, before its PM4 runs are placed: (words, None, [(command, 0)]) for a
+    command that is an AQL packet as recorded (a dispatch, a barrier-AND); (PM4 words, barrier bit, [(command, word
+    offset in the run)]) for a run of PM4 commands that one vendor packet will run from an IB. A signal is followed by
+    the release of the device's event (its interrupt); on several XCCs what writes memory is under PRED_EXEC (XCC 0 only),
+    waits and invalidations run on all (module docstring)."""
+    fam, out, xccs = q.family, [], self.dev.sizes.num_xcc
+    run: list[int] = []
+    where: list[tuple[int, int]] = []
+    barrier = False
+    pm4 = AMDComputeQueue.pm4_kinds
+    for i, c in enumerate(q.cmds):
+      w = q.words[c.start:c.start + c.nwords].tolist()
+      if c.kind in pm4:
         if c.kind == "signal": w += hw.pm4_release_mem(fam, self.dev.event_mailbox, self.dev.event_id, data_sel=1, int_sel=2, ctxid=self.dev.event_id)
-        # several XCCs: what writes memory runs on XCC 0 only, waits and invalidations on all (module docstring)
-        run += hw.pm4_pred_exec(fam, 1, len(w)) + w if xccs > 1 and c.kind != "wait" else w
+        pre = hw.pm4_pred_exec(fam, 1, len(w)) if xccs > 1 and c.kind != "wait" else []
+        where.append((i, len(run) + len(pre)))   # (the command's own words start after the PRED_EXEC)
+        run += pre + w
         barrier |= c.kind != "wait"
       else:
-        flush()
-        out.append(w)
-    flush()
+        if run: out.append((run, barrier, where))
+        run, where, barrier = [], [], False
+        out.append((w, None, [(i, 0)]))
+    if run: out.append((run, barrier, where))
     return out
+
+  def packets(self, q: AMDComputeQueue, start_index: int) -> list[list[int]]:
+    """The AQL packets a recorded queue becomes (PM4 runs written to the IB area, one vendor packet per run)."""
+    fam, out = q.family, []
+    for words, barrier, _ in self._layout(q):
+      out.append(words if barrier is None else self._ib_packet(fam, words, barrier, start_index + len(out)))
+    return out
+
+  def layout_key(self) -> tuple:
+    """What _layout's words depend on besides the queue: the device's event mailbox and event id, its XCC count."""
+    return (self.dev.event_mailbox, self.dev.event_id, self.dev.sizes.num_xcc)
+
+  def prebuild(self, q: AMDComputeQueue) -> PrebuiltAQL:
+    """The packets packets() makes of q, made once: its PM4 runs placed in IB memory of their own (not the IB area, whose
+    space each submission takes in turn), each at a 64-byte boundary as _ib_alloc places them, and the packets as one
+    block of bytes ready to copy into the ring. The IB memory and the arguments stay valid for as long as the queue
+    lives: its owner (HCQGraph) patches a recording only after its previous submission finished."""
+    lay = self._layout(q)
+    offs, total = [], 0
+    for words, barrier, _ in lay:
+      offs.append(total)
+      if barrier is not None: total += (4 * len(words) + 63) & ~63
+    cpu, va = self.dev.alloc_args_memory(max(total, 64))
+    ib = memoryview(c_array(ctypes.c_char, max(total, 64)).from_address(cpu)).cast("B").cast("I")
+    blob = bytearray(64 * len(lay))
+    where: dict[int, tuple[bool, int]] = {}   # command -> (in an IB, word offset in the IB memory or the block)
+    for k, ((words, barrier, at), off) in enumerate(zip(lay, offs)):
+      if barrier is None:
+        pk = words
+        where[at[0][0]] = (False, 16 * k)
+      else:
+        ib[off >> 2:(off >> 2) + len(words)] = array("I", words)
+        pk = hw.aql_pm4_ib(q.family, va + off, len(words), barrier)
+        for i, o in at: where[i] = (True, (off >> 2) + o)
+      _PACKET.pack_into(blob, 64 * k, *pk)
+    return PrebuiltAQL(self, self.layout_key(), blob, memoryview(blob).cast("I"), ib, where, len(lay))
+
+  def submit_prebuilt(self, pb: PrebuiltAQL) -> None:
+    """Copy a prebuilt queue's packets into the ring (one or two slice stores: all but the first packet's first word,
+    which is stored last, so the CP, which runs packets in order, sees none of them before all are written) and ring
+    the doorbell: what submit_packets does for the same packets."""
+    if self.dev._lost is not None:
+      from baregrad.drivers.amd.faults import AMDDeviceLost
+      raise AMDDeviceLost(self.dev._lost)
+    n = pb.n
+    with self.lock:
+      if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
+      if self.put + n - self.rptr_p.value > self.nslots: self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
+      slot, mv, blob = self.put % self.nslots, self.ring_mv, pb.bytes
+      first = min(n, self.nslots - slot)   # packets up to the ring's end; the rest wrap to slot 0
+      mv[64 * slot + 4:64 * (slot + first)] = blob[4:64 * first]
+      if first < n: mv[0:64 * (n - first)] = blob[64 * first:]
+      self.slot_headers[slot].value = pb.words[0]   # the first packet's header last: it makes the submission valid
+      self.put += n
+      self.wptr_p.value = self.put
+      if self.dev.capture is not None: self._capture([pb.words[16 * k:16 * k + 16].tolist() for k in range(n)], self.put - n)
+      self.dev.port.doorbell(self.doorbell, self.put - 1, 8)   # the packet id of the last packet written
 
   def _ib_packet(self, fam: str, run: list[int], barrier: bool, index: int) -> list[int]:
     """A run of PM4 words written to the IB area, and the vendor packet (at ring index `index`) that runs it."""
@@ -279,7 +374,29 @@ class AQLRing:
                                                           prg.group_segment_size, prg.private_segment_size))
     d = d[:]
     d[10], d[11] = kernarg & 0xFFFFFFFF, kernarg >> 32
-    return [self._ib_words_packet(fam, w1, False, start_index), d, self._ib_words_packet(fam, w2, True, start_index + 2)]
+    n1, n2 = len(w1), len(w2)
+    b1, b2 = (4 * n1 + 63) & ~63, (4 * n2 + 63) & ~63
+    if self.ib_off + b1 + b2 > self.ib.size:   # (the two would not be adjacent: placed one at a time, as packets() does)
+      return [self._ib_words_packet(fam, w1, False, start_index), d, self._ib_words_packet(fam, w2, True, start_index + 2)]
+    # both IBs in one allocation, where two allocations in a row put them, each retired with the packet that runs it
+    _, va = self._ib_alloc(b1 + b2)
+    off = va - self.ib.va
+    o, ibw = off >> 2, self.ib_words
+    ibw[o:o + n1] = w1
+    ibw[o + (b1 >> 2):o + (b1 >> 2) + n2] = w2
+    self.ib_inflight.append((start_index, off, b1))
+    self.ib_inflight.append((start_index + 2, off + b1, b2))
+    return [self._ib_vendor(fam, n1, False, va), d, self._ib_vendor(fam, n2, True, va + b1)]
+
+  def _ib_vendor(self, fam: str, n: int, barrier: bool, va: int) -> array:
+    """The vendor packet that runs the n-word IB at va: a template per (family, length, barrier), its address patched."""
+    if (p := self._ib_pk.get((fam, n, barrier))) is None:
+      if len(self._ib_pk) >= 64: self._ib_pk.clear()
+      p = self._ib_pk[(fam, n, barrier)] = array("I", hw.aql_pm4_ib(fam, 0, n, barrier))
+      assert hw.aql_pm4_ib(fam, 1 << 34 | 4, n, barrier)[2:4] == [4, 4], "the vendor packet's IB address moved"
+    p = p[:]
+    p[2], p[3] = va & 0xFFFFFFFF, va >> 32
+    return p
 
   def _ib_words_packet(self, fam: str, words: array, barrier: bool, index: int) -> array:
     """_ib_packet of PM4 words already in an array: stored with one slice assignment, the vendor packet from a template
@@ -289,13 +406,7 @@ class AQLRing:
     o = (va - self.ib.va) >> 2
     self.ib_words[o:o + n] = words
     self.ib_inflight.append((index, va - self.ib.va, (4 * n + 63) & ~63))
-    if (p := self._ib_pk.get((fam, n, barrier))) is None:
-      if len(self._ib_pk) >= 64: self._ib_pk.clear()
-      p = self._ib_pk[(fam, n, barrier)] = array("I", hw.aql_pm4_ib(fam, 0, n, barrier))
-      assert hw.aql_pm4_ib(fam, 1 << 34 | 4, n, barrier)[2:4] == [4, 4], "the vendor packet's IB address moved"
-    p = p[:]
-    p[2], p[3] = va & 0xFFFFFFFF, va >> 32
-    return p
+    return self._ib_vendor(fam, n, barrier, va)
 
   def submit(self, q: AMDComputeQueue) -> None:
     self.submit_packets(lambda start: self.packets(q, start))
@@ -310,10 +421,12 @@ class AQLRing:
       n = len(pk)
       if n > self.nslots: raise ValueError(f"{n} AQL packets exceed the {self.nslots}-slot ring: split the submission")
       if self.put + n - self.rptr_p.value > self.nslots: self._wait(lambda: self.put + n - self.rptr_p.value <= self.nslots, f"{n} AQL packets")
-      mv, headers, nslots = self.ring_mv, self.slot_headers, self.nslots
+      mv, rw, headers, nslots = self.ring_mv, self.ring_words, self.slot_headers, self.nslots
       for p in pk:
         slot = self.put % nslots
-        _PACKET_BODY.pack_into(mv, 64 * slot + 4, *p[1:])
+        # (an array of 32-bit words, what launch_packets makes: one slice store, a quarter of a 15-argument pack's cost)
+        if type(p) is array and p.typecode == "I": rw[16 * slot + 1:16 * slot + 16] = p[1:]
+        else: _PACKET_BODY.pack_into(mv, 64 * slot + 4, *p[1:])
         headers[slot].value = p[0]   # the header last: the packet becomes valid in one store
         self.put += 1
       self.wptr_p.value = self.put
@@ -354,8 +467,10 @@ class AQLRing:
     if d["type"] == hw.AQL_DISPATCH: s += "\n       " + hw.describe_dispatch(w, self.dev.family, mapped_reader(self.dev.memories), self.dev.kernel_names)
     if d["type"] == hw.AQL_VENDOR and d["format"] == hw.AMD_AQL_FORMAT_PM4_IB and follow_ib:
       va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
-      if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size:
-        ib = list((ctypes.c_uint32 * ndw).from_address(self.ib.cpu + va - self.ib.va))
+      # (the IB area, or a graph's prebuilt IBs in memory of their own: any CPU-mapped allocation of the device)
+      cpu = self.ib.cpu + va - self.ib.va if self.ib.va <= va and va + 4 * ndw <= self.ib.va + self.ib.size else self.dev.cpu_address(va, 4 * ndw)
+      if cpu is not None:
+        ib = list((ctypes.c_uint32 * ndw).from_address(cpu))
         s += "\n" + hw.format_pm4(self.dev.family, ib, va)
     return s
 

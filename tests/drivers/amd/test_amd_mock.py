@@ -781,6 +781,73 @@ def test_graph_replay_single_submit(amd, mock):
   amd.synchronize()
   assert i32(a) == [10] * 32
 
+@needs_rdna3
+def test_graph_replay_submits_its_prebuilt_packets(amd, mock, monkeypatch):
+  """A replay copies the recording's prebuilt packets into the ring in one submission (AQLRing.submit_prebuilt): no
+  packets made again (packets() is not called), no IB taken from the IB area, one doorbell; what runs follows each
+  replay's patches (buffers, the timeline values in the prebuilt IBs)."""
+  from baregrad.hcq.graph import HCQGraph
+  fill, inc = amd.runtime(amd, "fill", amd_kernels()), amd.runtime(amd, "inc", amd_kernels())
+  bufs = [Buffer("AMD", 32, dtypes.int32).copyin(memoryview(np.zeros(32, np.int32))) for _ in range(3)]
+  g = HCQGraph(amd, [(fill, [bufs[0]._buf], (5,), (32, 1, 1), (1, 1, 1)), (inc, [bufs[0]._buf], (), (32, 1, 1), (1, 1, 1))])
+  amd.synchronize()
+  monkeypatch.setattr(type(amd.aql), "packets", lambda *a: pytest.fail("a replay made its packets again"))
+  bells = []
+  orig = type(amd.port).doorbell
+  monkeypatch.setattr(type(amd.port), "doorbell", lambda port, *a: bells.append(a) or orig(port, *a))
+  ib_off, put = amd.aql.ib_off, amd.aql.put
+  for b in bufs: g.replay([(0, 0, b._buf.va_addr), (1, 0, b._buf.va_addr)])
+  assert len(bells) == 3 and amd.aql.put == put + 3 * g.slots[0].q._prebuilt.n and amd.aql.ib_off == ib_off
+  amd.synchronize()
+  for b in bufs: assert i32(b) == [6 + i for i in range(32)]
+  n = g.slots[0].q._prebuilt.n   # (IOCTL_TRACE and a timeout's queue state decode the prebuilt IBs too)
+  assert "WAIT_REG_MEM" in amd.aql.packet_text(amd.aql.put - n) and "RELEASE_MEM" in amd.aql.packet_text(amd.aql.put - 1)
+
+@needs_rdna3
+def test_graph_replays_wrap_the_ring(monkeypatch):
+  """A prebuilt replay of 9 packets on a 64-slot ring: submissions that reach the ring's end are split in two stores
+  (AQLRing.submit_prebuilt) and wrap to slot 0; every replay runs in full (the increments all count)."""
+  import baregrad.drivers.amd.device as amd_device
+  from baregrad.hcq.graph import HCQGraph
+  monkeypatch.setattr(amd_device, "AQL_RING", 4096)
+  dev, mock = open_mock()
+  try:
+    fill, inc = dev.runtime(dev, "fill", amd_kernels()), dev.runtime(dev, "inc", amd_kernels())
+    a = dev.allocator.alloc(4 * 32)
+    g = HCQGraph(dev, [(fill, [a], (5,), (32, 1, 1), (1, 1, 1))] + [(inc, [a], (), (32, 1, 1), (1, 1, 1))] * 3)
+    assert g.slots[0].q._prebuilt.n == 9 and dev.aql.nslots == 64
+    for _ in range(10): g.replay()   # (the 8th starts at slot 63: split in two stores)
+    dev.synchronize(timeout_ms=5000)
+    out = bytearray(4 * 32)
+    dev.allocator._copyout(memoryview(out), a)
+    assert list(memoryview(out).cast("i")) == [8 + i for i in range(32)] and dev.aql.put == 90 and mock.queues[dev.queue_ids[0]].rd == 90
+  finally: dev.close()
+
+@needs_rdna3
+def test_direct_launches_wrap_the_ib_area_and_the_ring(monkeypatch):
+  """A direct launch puts its wait and signal IBs in one allocation (AQLRing.launch_packets) and, where the two would
+  not be adjacent before the IB area's end, one at a time as packets() does; its packets (word arrays) go into the ring
+  as slice stores. 70 launches wrap a 4 KiB IB area (32 launches a lap) through both ways and a 64-slot ring (210
+  packets): every increment counts, no IB or packet is overwritten while in flight."""
+  import baregrad.drivers.amd.device as amd_device
+  monkeypatch.setattr(amd_device, "IB_AREA", 4096)
+  monkeypatch.setattr(amd_device, "AQL_RING", 4096)
+  dev, mock = open_mock()
+  try:
+    inc = dev.runtime(dev, "inc", amd_kernels())
+    a = dev.allocator.alloc(4 * 32)
+    dev.allocator._copyin(a, memoryview(bytearray(4 * 32)))
+    one_at_a_time = []
+    orig = type(dev.aql)._ib_words_packet
+    monkeypatch.setattr(type(dev.aql), "_ib_words_packet", lambda ring, *a: one_at_a_time.append(1) or orig(ring, *a))
+    for _ in range(70): inc(a, global_size=(1, 1, 1), local_size=(32, 1, 1))
+    assert 0 < len(one_at_a_time) < 20   # (both ways taken: the lap's last launch places its IBs one at a time)
+    dev.synchronize(timeout_ms=5000)
+    out = bytearray(4 * 32)
+    dev.allocator._copyout(memoryview(out), a)
+    assert list(memoryview(out).cast("i")) == [70] * 32 and dev.aql.put == 210
+  finally: dev.close()
+
 def test_rings_wrap(monkeypatch):
   """Small rings (a 64-slot AQL ring, a 4 KiB IB area, a 4 KiB SDMA ring) wrap many times; nothing is overwritten early."""
   import baregrad.drivers.amd.device as amd_device

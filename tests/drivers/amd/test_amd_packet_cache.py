@@ -131,3 +131,47 @@ def test_direct_launch_kernargs_equal_the_args_state(arch):
     assert ctypes.string_at(dev.cpu_address(va, prg.kernarg_size), prg.kernarg_size) == ctypes.string_at(args.cpu_addr, prg.kernarg_size)
     dev.allocator.free(buf, 4 * 64)
   finally: dev.close()
+
+def _resolved(dev, packets):
+  """Packets with each vendor packet's IB address (words 2-3) replaced by the IB's contents: packets equal up to where
+  their IBs were placed."""
+  import ctypes
+  out = []
+  for p in packets:
+    p = list(p)
+    d = hw.decode_aql(p)
+    if d["type"] == hw.AQL_VENDOR:
+      va, ndw = d["ib_cmd"][1] | (d["ib_cmd"][2] << 32), d["ib_cmd"][3] & 0xFFFFF
+      p[2:4] = [ctypes.string_at(dev.cpu_address(va, 4 * ndw), 4 * ndw)]
+    out.append(p)
+  return out
+
+@pytest.mark.parametrize("arch", ["gfx1100", "gfx942"])   # (gfx942: 8 XCCs, PRED_EXEC before what writes memory)
+def test_prebuilt_packets_equal_the_recorded_queue(arch):
+  """A graph's recording is made into its packets once (prepare_replay: AQLRing.prebuild) and a replay patches those: the
+  prebuilt packets and IB contents must be what packets() makes of the same queue, before and after patching the wait,
+  the signal, a dispatch's geometry and a kernarg (every kind of command in the queue, PM4 runs of several commands)."""
+  from baregrad.drivers.port import make_port
+  from baregrad.drivers.mock.amd import MockAMDGPU
+  from baregrad.drivers.amd import AMDDevice
+  from baregrad.hcq import HCQSignal
+  from tests.drivers.amd.test_amd_mock import amd_kernels
+  dev = AMDDevice("AMD", port=make_port(MockAMDGPU(arch=arch)))
+  try:
+    prg = dev.runtime(dev, "inc", amd_kernels(arch))
+    a, b = dev.allocator.alloc(4 * 64), dev.allocator.alloc(4 * 64)
+    aql, tl, ts = dev.aql, dev.timeline_signal, HCQSignal(dev)
+    args = [prg.fill_kernargs([x], ()) for x in (a, b, a)]
+    q = dev.compute_queue_t().wait(tl, 7).exec(prg, args[0], (1, 1, 1), (32, 1, 1)).exec(prg, args[1], (2, 1, 1), (32, 1, 1))
+    q.memory_barrier().exec(prg, args[2], (1, 1, 1), (32, 1, 1)).timestamp(ts).copy(b.va_addr, a.va_addr, 64).signal(tl, (1 << 33) + 8)
+    q.prepare_replay(dev)
+    pb = q._prebuilt
+    def prebuilt(): return [pb.words[16 * k:16 * k + 16].tolist() for k in range(pb.n)]
+    assert pb.n == 6 and _resolved(dev, prebuilt()) == _resolved(dev, aql.packets(q, aql.put))
+    q.update_wait(0, value=9).update_signal(q.last, value=(1 << 34) + 1).update_exec(2, (3, 1, 1), (16, 1, 1))
+    q.update_copy(6, dest=a.va_addr, src=b.va_addr, nbytes=32)
+    args[1].update_buffer(0, a.va_addr)
+    assert _resolved(dev, prebuilt()) == _resolved(dev, aql.packets(q, aql.put))
+    assert hw.decode_aql(prebuilt()[2])["grid"] == (48, 1, 1)   # (the patch reached the prebuilt dispatch)
+    with pytest.raises(RuntimeError, match="record a new queue"): q.memory_barrier()
+  finally: dev.close()
