@@ -3,7 +3,8 @@ gradients averaged by an allreduce (tensor/collectives.py) so every replica take
 bit-identical weights."""
 from __future__ import annotations
 import copy
-from typing import Any, Callable, Sequence
+import numpy as np
+from typing import Any, Callable, Sequence, Union
 from baregrad.tensor import collectives
 from baregrad.tensor.tensor import Tensor
 from baregrad.tensor.nn.state import get_parameters
@@ -27,11 +28,14 @@ def _is_module(obj: Any) -> bool:
   from baregrad.tensor.nn.module import Module
   return isinstance(obj, Module)
 
+Part = Union[Tensor, np.ndarray, Sequence[Union[Tensor, np.ndarray]]]
+
 class DataParallel:
   """`DataParallel(model, ["CPU:0", "CPU:1"], lambda ps: optim.Adam(ps, lr=1e-3))`: one replica of the model and one
-  optimizer per device. `step(loss_fn, x, y)` splits the batch along axis 0, runs loss_fn(replica, x_part, y_part)
-  and its backward pass on every device, averages the gradients weighted by each part's share of the batch (the
-  gradient of the mean loss over the whole batch), and steps every optimizer. Returns the mean loss (a Tensor on the
+  optimizer per device. `step(loss_fn, x, y)` splits the batch along axis 0 (x and y: Tensors or NumPy arrays, or
+  lists of one part per device), runs loss_fn(replica, x_part, y_part) and its backward pass on every device,
+  averages the gradients weighted by each part's share of the batch (the gradient of the mean loss over the whole
+  batch), and steps every optimizer. Returns the mean loss (a Tensor on the
   first device)."""
   def __init__(self, model: Any, devices: Sequence[str], make_optimizer: Callable[[list[Tensor]], Any]):
     self.devices = collectives.check_devices(devices)
@@ -41,22 +45,72 @@ class DataParallel:
     if len(counts) != 1: raise RuntimeError(f"DataParallel: replicas have different parameter counts {sorted(counts)}")
     self.optimizers = [make_optimizer(p) for p in self.params]
 
-  def step(self, loss_fn: Callable[[Any, Tensor, Tensor], Tensor], x: Tensor, y: Tensor) -> Tensor:
-    if x.shape[0] != y.shape[0]: raise ValueError(f"DataParallel.step: x has {x.shape[0]} samples (shape {x.shape}), y has {y.shape[0]} (shape {y.shape})")
-    xs, ys = x.shard(self.devices, 0).parts, y.shard(self.devices, 0).parts
-    n = x.shape[0]
-    losses = []
-    for rep, opt, xp, yp in zip(self.replicas, self.optimizers, xs, ys):
+  def step(self, loss_fn: Callable[[Any, Tensor, Tensor], Tensor], x: Part, y: Part) -> Tensor:
+    if not isinstance(x, (list, tuple)) and not isinstance(y, (list, tuple)) and x.shape[0] != y.shape[0]:
+      raise ValueError(f"DataParallel.step: x has {x.shape[0]} samples (shape {x.shape}), y has {y.shape[0]} (shape {y.shape})")
+    xs, ys = self._split(x, "x"), self._split(y, "y")
+    for i, (xp, yp) in enumerate(zip(xs, ys)):
+      if xp.shape[0] != yp.shape[0]:
+        raise ValueError(f"DataParallel.step: part {i} ({self.devices[i]}) of x has {xp.shape[0]} samples (shape {xp.shape}), "
+                         f"of y {yp.shape[0]} (shape {yp.shape})")
+    n = sum(xp.shape[0] for xp in xs)
+    if len(self.devices) == 1:   # nothing to exchange: the loss, gradients and update in one schedule
+      loss = loss_fn(self.replicas[0], xs[0], ys[0])
+      self.optimizers[0].zero_grad()
+      loss.backward()
+      self.optimizers[0].step(loss)
+      return loss
+    losses, grads = [], []
+    for rep, opt, ps, xp, yp in zip(self.replicas, self.optimizers, self.params, xs, ys):
       loss = loss_fn(rep, xp, yp)
       opt.zero_grad()
       loss.backward()
-      losses.append(loss * (xp.shape[0] / n))
-    for i in range(len(self.params[0])):
-      grads = [ps[i].grad * (xp.shape[0] / n) for ps, xp in zip(self.params, xs)]
-      for ps, g in zip(self.params, collectives.allreduce(grads, "sum")): ps[i].grad = g
-    total = collectives.allreduce(losses, "sum")
-    for opt, t in zip(self.optimizers, total): opt.step(t)
-    return total[0]
+      w = xp.shape[0] / n
+      losses.append(loss * w)
+      grads.append([p.grad * w for p in ps if p.grad is not None])
+    # (a live tensor reading a replica's weights is computed again before the optimizer writes them: the last loss)
+    del loss
+    # 1. every device's loss and gradients of its part, with no exchange: one schedule whose items for one device do
+    # not wait on another's (a loss combined in this schedule made each device's backward pass wait for the other's
+    # forward pass; and a loss only copied out, not kept, was computed again by the optimizer's schedule)
+    losses[0].realize(*losses[1:], *[g for gs in grads for g in gs])
+    # 2. the exchange: one allreduce per bucket (the gradients of one dtype and the loss, flattened into one buffer)
+    # instead of one per parameter: a copy each way and one sum kernel per device, whatever the parameter count
+    totals = self._allreduce_buckets(losses, grads)
+    # 3. every replica's update (each optimizer one schedule on its device)
+    for opt, t in zip(self.optimizers, totals): opt.step(t)
+    return totals[0]
+
+  def _split(self, v: Part, name: str) -> list[Tensor]:
+    """v's parts along axis 0, one on each device: a tensor or array is split in near-equal parts (an array's made on
+    their devices directly: no kernel slicing a host tensor, no copy between devices); a list gives one part (a tensor
+    or an array) per device, as it is (a jitted step's array arguments must be the arrays Tensor() reads, tensor/jit.py)."""
+    if isinstance(v, (list, tuple)):
+      if len(v) != len(self.devices): raise ValueError(f"DataParallel.step: {name} has {len(v)} parts for the {len(self.devices)} devices {list(self.devices)}")
+      return [p.to(d) if isinstance(p, Tensor) else Tensor(p, device=d) for p, d in zip(v, self.devices)]
+    if isinstance(v, np.ndarray):
+      k, m = len(self.devices), v.shape[0]
+      return [Tensor(v[m * i // k:m * (i + 1) // k], device=d) for i, d in enumerate(self.devices)]
+    return v.shard(self.devices, 0).parts
+
+  def _allreduce_buckets(self, losses: list[Tensor], grads: list[list[Tensor]]) -> list[Tensor]:
+    """Sum the losses and each parameter's gradients over the devices (the summed gradients become each replica's
+    p.grad); returns the summed loss per device."""
+    vals = [[lo.reshape(1), *gs] for lo, gs in zip(losses, grads)]   # per device: loss, then the gradients
+    buckets: dict[Any, list[int]] = {}
+    for i, v in enumerate(vals[0]): buckets.setdefault(v.dtype, []).append(i)
+    out: list[list[Tensor | None]] = [[None] * len(v) for v in vals]
+    for idx in buckets.values():
+      flat = [Tensor.cat(*[v[i].reshape(-1) for i in idx]) if len(idx) > 1 else v[idx[0]].reshape(-1) for v in vals]
+      for d, r in enumerate(collectives.realize(collectives.allreduce(flat, "sum"))):
+        off = 0
+        for i in idx:
+          k = vals[d][i].numel()
+          out[d][i] = r[off:off + k].reshape(vals[d][i].shape)
+          off += k
+    for ps, o in zip(self.params, out):
+      for p, g in zip([p for p in ps if p.grad is not None], o[1:]): p.grad = g
+    return [o[0].reshape(()) for o in out]
 
   @property
   def model(self) -> Any:
