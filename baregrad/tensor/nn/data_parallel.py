@@ -100,6 +100,8 @@ class DataParallel:
     buckets: dict[Any, list[int]] = {}
     for i, v in enumerate(vals[0]): buckets.setdefault(v.dtype, []).append(i)
     out: list[list[Tensor | None]] = [[None] * len(v) for v in vals]
+    import os
+    if os.environ.get("DP_PER") == "1": buckets = {i: [i] for i in range(len(vals[0]))}
     for idx in buckets.values():
       flat = [Tensor.cat(*[v[i].reshape(-1) for i in idx]) if len(idx) > 1 else v[idx[0]].reshape(-1) for v in vals]
       for d, r in enumerate(collectives.realize(collectives.allreduce(flat, "sum"))):
