@@ -2,7 +2,7 @@
 gradients averaged by an allreduce (tensor/collectives.py) so every replica takes the same update and keeps
 bit-identical weights."""
 from __future__ import annotations
-import copy
+import copy, functools
 import numpy as np
 from typing import Any, Callable, Sequence, Union
 from baregrad.tensor import collectives
@@ -66,18 +66,12 @@ class DataParallel:
       opt.zero_grad()
       loss.backward()
       w = xp.shape[0] / n
-      losses.append(loss * w)
-      grads.append([p.grad * w for p in ps if p.grad is not None])
+      losses.append((loss * w).detach())   # (detached: a realized value of autograd's keeps its graph, which the loss
+      grads.append([(p.grad * w).detach() for p in ps if p.grad is not None])   # would then be computed from again)
     # (a live tensor reading a replica's weights is computed again before the optimizer writes them: the last loss)
     del loss
-    # 1. every device's loss and gradients of its part, with no exchange: one schedule whose items for one device do
-    # not wait on another's (a loss combined in this schedule made each device's backward pass wait for the other's
-    # forward pass; and a loss only copied out, not kept, was computed again by the optimizer's schedule)
-    losses[0].realize(*losses[1:], *[g for gs in grads for g in gs])
-    # 2. the exchange: one allreduce per bucket (the gradients of one dtype and the loss, flattened into one buffer)
-    # instead of one per parameter: a copy each way and one sum kernel per device, whatever the parameter count
     totals = self._allreduce_buckets(losses, grads)
-    # 3. every replica's update (each optimizer one schedule on its device)
+    # every replica's update (each optimizer one schedule on its device)
     for opt, t in zip(self.optimizers, totals): opt.step(t)
     return totals[0]
 
@@ -93,23 +87,55 @@ class DataParallel:
       return [Tensor(v[m * i // k:m * (i + 1) // k], device=d) for i, d in enumerate(self.devices)]
     return v.shard(self.devices, 0).parts
 
+  BUCKET_BYTES = 1 << 20   # gradients smaller than this are packed together, one copy per device pair for the pack
+
+  def _buckets(self, vals: list[Tensor]) -> list[list[int]]:
+    """The exchange's buckets over one device's values (indices): a value of BUCKET_BYTES or more alone (copied as it
+    is), smaller ones of one dtype packed in order up to BUCKET_BYTES. Each bucket is one copy per pair of devices;
+    on CPU devices each copy is a handoff between the two devices' queue threads (~0.2 ms on 2 busy cores: 14 copies
+    for an MLP's 7 values cost more than its forward pass), and a pack costs a kernel concatenating its values."""
+    out: list[list[int]] = []
+    open_: dict[Any, list[int]] = {}
+    size: dict[Any, int] = {}
+    for i, v in enumerate(vals):
+      nb = v.numel() * v.dtype.itemsize
+      if nb >= self.BUCKET_BYTES:
+        out.append([i])
+        continue
+      if v.dtype in open_ and size[v.dtype] + nb > self.BUCKET_BYTES: out.append(open_.pop(v.dtype))
+      if v.dtype not in open_: open_[v.dtype], size[v.dtype] = [], 0
+      open_[v.dtype].append(i)
+      size[v.dtype] += nb
+    return out + list(open_.values())
+
   def _allreduce_buckets(self, losses: list[Tensor], grads: list[list[Tensor]]) -> list[Tensor]:
     """Sum the losses and each parameter's gradients over the devices (the summed gradients become each replica's
-    p.grad); returns the summed loss per device."""
+    p.grad); returns the summed loss per device. Each device's buckets are made with its loss and gradients (one
+    schedule), then every copy between devices is made in one schedule, so each device's queues only copy until it has
+    every part (no copy waits behind another device's sums); the sums, in rank order on every device as
+    collectives.allreduce's (bit-identical replicas), stay lazy: each is computed in its optimizer's update kernels."""
     vals = [[lo.reshape(1), *gs] for lo, gs in zip(losses, grads)]   # per device: loss, then the gradients
-    buckets: dict[Any, list[int]] = {}
-    for i, v in enumerate(vals[0]): buckets.setdefault(v.dtype, []).append(i)
-    out: list[list[Tensor | None]] = [[None] * len(v) for v in vals]
-    import os
-    if os.environ.get("DP_PER") == "1": buckets = {i: [i] for i in range(len(vals[0]))}
-    for idx in buckets.values():
-      flat = [Tensor.cat(*[v[i].reshape(-1) for i in idx]) if len(idx) > 1 else v[idx[0]].reshape(-1) for v in vals]
-      for d, r in enumerate(collectives.realize(collectives.allreduce(flat, "sum"))):
+    k, buckets = len(self.devices), self._buckets(vals[0])
+    packs = [[Tensor.cat(*[v[i].reshape(-1) for i in b]) if len(b) > 1 else v[b[0]] for b in buckets] for v in vals]
+    # 1. every device's loss, gradients and packs, with no exchange: one schedule whose items for one device do not wait
+    # on another's (a loss combined in this schedule made each device's backward pass wait for the other's forward)
+    # (the packed values too: a lazy one, still reading the weights, would be computed again before the update)
+    collectives.realize([t for p in packs for t in p] + losses + [g for gs in grads for g in gs])
+    # 2. the copies
+    there = {(s, d, j): t.to(self.devices[d]) for s in range(k) for d in range(k) if s != d for j, t in enumerate(packs[s])}
+    collectives.realize(list(there.values()))
+    out = []
+    for d in range(k):
+      def part(s: int, j: int) -> Tensor: return packs[s][j] if s == d else there[(s, d, j)]
+      summed = [functools.reduce(lambda acc, s: acc + part(s, j), range(1, k), part(0, j)) for j in range(len(buckets))]
+      o: list[Any] = [None] * len(vals[d])
+      for b, t in zip(buckets, summed):
         off = 0
-        for i in idx:
-          k = vals[d][i].numel()
-          out[d][i] = r[off:off + k].reshape(vals[d][i].shape)
-          off += k
+        for i in b:
+          n = vals[d][i].numel()
+          o[i] = t if len(b) == 1 else t[off:off + n].reshape(vals[d][i].shape)
+          off += n
+      out.append(o)
     for ps, o in zip(self.params, out):
       for p, g in zip([p for p in ps if p.grad is not None], o[1:]): p.grad = g
     return [o[0].reshape(()) for o in out]
