@@ -3,7 +3,7 @@ by `mpirun -np N python3 prog.py` exchange Tensors. Every exchange first checks 
 dtype (naming each rank's), and every wait polls a nonblocking MPI request up to DIST_TIMEOUT_S, so a rank that died
 or never arrives makes the others raise TimeoutError instead of hanging. Values travel through host memory."""
 from __future__ import annotations
-import hashlib, time, weakref
+import hashlib, os, time, weakref
 from typing import Any
 import numpy as np
 from baregrad import knobs
@@ -19,9 +19,14 @@ def _mpi() -> Any:
   return MPI
 
 def init() -> None:
-  """Join the MPI job (mpi4py initializes MPI on import); idempotent."""
+  """Join the MPI job (mpi4py initializes MPI on import); idempotent. Unless CPU_THREADS is set, the ranks on one host
+  share its cores: each rank's CPU devices opened from now on get cores // ranks-on-this-host threads (2 ranks of all
+  cores each on a 2-core host: 4 kernel threads on 2 cores, training at 0.73x of one process; a thread each, 1.05x)."""
   global _comm
-  if _comm is None: _comm = _mpi().COMM_WORLD
+  if _comm is None:
+    _comm = _mpi().COMM_WORLD
+    if knobs.raw("CPU_THREADS") is None and (local := int(_comm.Split_type(_mpi().COMM_TYPE_SHARED).Get_size())) > 1:
+      knobs.set_env("CPU_THREADS", max(1, (os.cpu_count() or 1) // local))
 
 def _c() -> Any:
   if _comm is None: raise RuntimeError("baregrad.distributed: call init() first")

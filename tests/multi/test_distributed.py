@@ -150,3 +150,23 @@ def test_distributed_step_matches_one_process(tmp_path):
   ''')])
   assert p.returncode == 0 and p.stdout.count("ok") == 2, p.stdout + p.stderr
   assert "gradient buffers disagree across ranks: rank 0: float:2:15, rank 1: float:2:20" in p.stdout, p.stdout + p.stderr
+
+def test_ranks_on_one_host_share_its_cores(tmp_path):
+  """Without CPU_THREADS, init() gives each of the 2 local ranks half the cores (at least one) for its CPU devices;
+  a CPU_THREADS the user set is kept."""
+  body = '''
+    import os
+    from baregrad import Tensor, distributed as dist
+    from baregrad.hal import Device
+    dist.init()
+    (Tensor.ones(4) + 1).realize()
+    print("threads", Device["CPU"].threads, os.cpu_count())
+  '''
+  env = {k: v for k, v in os.environ.items() if k != "CPU_THREADS"}
+  p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", sys.executable, script(tmp_path, body)], capture_output=True, text=True, timeout=240,
+                     env=dict(env, PYTHONPATH=str(REPO), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+  lines = [l.split() for l in p.stdout.splitlines() if l.startswith("threads")]
+  assert p.returncode == 0 and len(lines) == 2, p.stdout + p.stderr
+  assert all(int(t) == max(1, int(c) // 2) for _, t, c in lines), lines
+  p = mpirun([script(tmp_path, body)], env={"CPU_THREADS": "3"})
+  assert p.stdout.count("threads 3 ") == 2, p.stdout + p.stderr
