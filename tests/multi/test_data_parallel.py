@@ -73,3 +73,39 @@ def test_parts_per_device_checked():
   x, y = np.zeros((4, 8), np.float32), np.zeros(4, np.int32)
   with pytest.raises(ValueError, match=r"x has 1 parts for the 2 devices"): dp.step(loss_fn, [x], [y[:2], y[2:]])
   with pytest.raises(ValueError, match=r"part 1 \(CPU:1\) of x has 2 samples .* of y 1"): dp.step(loss_fn, [x[:2], x[2:]], [y[:2], y[2:3]])
+
+MOCK_SCRIPT = '''
+import sys, numpy as np
+import baregrad.nn as nn
+from baregrad import Tensor, knobs
+from baregrad.nn import optim
+from baregrad.tensor.jit import jit
+from baregrad.tensor.nn.data_parallel import DataParallel
+D = sys.argv[1].split(",")
+Tensor.manual_seed(0)
+model = nn.Linear(6, 3)
+mk = lambda ps: optim.SGD(ps, lr=0.1)
+loss_fn = lambda m, x, y: nn.cross_entropy(m(x), y)
+one, two = DataParallel(model, D[:1], mk), DataParallel(model, D, mk)
+step = jit(lambda xs, ys: two.step(loss_fn, xs, ys))
+r = np.random.default_rng(0)
+for _ in range(4):
+  x, y = r.standard_normal((6, 6)).astype(np.float32), r.integers(0, 3, 6).astype(np.int32)
+  l1, l2 = one.step(loss_fn, [x], [y]), step([x[:2], x[2:]], [y[:2], y[2:]])
+  np.testing.assert_allclose(l2.item(), l1.item(), rtol=1e-5)
+  for a, b, c in zip(*two.params, one.params[0]):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+    np.testing.assert_allclose(a.numpy(), c.numpy(), rtol=1e-5, atol=1e-6)
+if knobs.get("JIT"): assert len(step.captured) == 1 and not step.eager_only
+print("ok")
+'''
+
+@pytest.mark.parametrize("kind", ["NV", "AMD"])
+def test_jitted_data_parallel_on_two_mock_gpus(kind):
+  """The jitted data-parallel step on two mock GPUs (peer copies through the GPUs' own queues) matches one GPU on the
+  whole batch, replicas bit-identical after every step."""
+  import os, subprocess, sys
+  from tests.paths import REPO
+  env = dict(os.environ, PYTHONPATH=str(REPO), MOCKGPU="1", MOCKGPU_COUNT="2", DEV=kind)
+  p = subprocess.run([sys.executable, "-c", MOCK_SCRIPT, f"{kind}:0,{kind}:1"], env=env, capture_output=True, text=True, timeout=600)
+  assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stdout + p.stderr
