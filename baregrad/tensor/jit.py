@@ -292,7 +292,7 @@ def _graph(launches: list[_Launch]) -> Any:
 def _segments(launches: list[_Launch]) -> list[tuple[int, int, Any]] | None:
   """A recording over several devices with copies between them (a data-parallel step): each maximal run of two or more
   kernels on one HCQ device as one recorded queue, submitted at once (lo, hi, HCQGraph), the other launches one by one
-  (lo, hi, None); None where no run becomes a graph. The copies order the runs as in the eager call: each queues waits on
+  (lo, hi, None); None where no run becomes a graph. The copies order the runs as in the eager call: each queues a wait on
   both devices' timelines (hcq/peer.py), so a run on one device computes while the host submits the next device's."""
   if knobs.get("JIT_NOGRAPH") or not any(isinstance(l.runner, _CopyRunner) for l in launches): return None
   segs: list[tuple[int, int, Any]] = []
