@@ -573,10 +573,16 @@ def _assign_check(ast: UOp, kb: _KernelBuilder, ref: BufRef, store: ShapeTracker
       raise ValueError("ASSIGN reads its own target through a view: the result would depend on the order of writes")
 
 def _src_ref(src: UOp, realized: dict[UOp, BufRef]) -> BufRef:
-  if src in realized: return realized[src]
-  if src.op is Ops.BUFFER:
-    if src.arg.stale: raise stale_error(src.arg)
-    return src.arg
+  """The buffer a COPY reads: its source's, where the source is a buffer or a reshape of a whole one (a reshape keeps
+  the bytes in order: a realized gradient seen in its parameter's shape is copied with no kernel making it contiguous
+  first); else the source must be computed into a buffer of its own (_NeedRealize)."""
+  base = src
+  while base.op is Ops.RESHAPE and base not in realized: base = base.src[0]
+  ref = realized.get(base)
+  if ref is None and base.op is Ops.BUFFER:
+    if base.arg.stale: raise stale_error(base.arg)
+    ref = base.arg
+  if ref is not None and (base is src or (ref.size == numel(src) and ref.dtype == src.dtype)): return ref
   raise _NeedRealize(src)
 
 def _all_nodes(targets: list[UOp]) -> list[UOp]:

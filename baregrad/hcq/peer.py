@@ -48,6 +48,7 @@ class PeerLink:
     self.mapped = not self.direct and not no_map and dst.peer_map(src)   # dst reads src's memory through a peer mapping
     self.lock = threading.Lock()   # one copy at a time uses the slots and counters
     self.copies = 0                # chunks copied (tests)
+    self._dst_only: tuple[int, int] | None = None   # (direct) dst's timeline value of the last copy's wait, dst's work before it
     self.imports: list[tuple[Any, int]] = []
     if not self.direct and not self.mapped: self._staging()
     dst.peers[src.device], src.peers[dst.device] = src, dst   # (named in timeout messages: HCQDevice.peer_state)
@@ -83,6 +84,11 @@ class PeerLink:
     with self.lock:
       if self.direct:
         d_last = d.timeline_value - 1   # dst's work so far (a kernel may still read the memory dest reuses)
+        # where dst's last entry is this link's own wait for its previous copy (nothing else was queued on dst since),
+        # that entry touches no memory and only waits for src's copy queue, which runs this copy after it anyway: wait
+        # for dst's work before it instead. Without this, each copy of a run (a gradient exchange's buckets) waited for
+        # dst's copy thread to see the one before, two thread handoffs per copy
+        if self._dst_only is not None and self._dst_only[0] == d_last: d_last = self._dst_only[1]
         with s.submit_lock:
           tv_s = s.next_timeline()
           q = _copy_queue(s).wait(s.timeline_signal, tv_s - 1)
@@ -91,6 +97,7 @@ class PeerLink:
         with d.submit_lock:
           tv_d = d.next_timeline()
           _copy_queue(d).wait(d.timeline_signal, tv_d - 1).wait(s.timeline_signal, tv_s).signal(d.timeline_signal, tv_d).submit(d)
+        self._dst_only = (tv_d, d_last)
         self.copies += 1
         return
       if self.mapped:

@@ -40,8 +40,9 @@ class ValuesIndices(NamedTuple):
 
 def _is_whole_buffer(u: UOp) -> bool:
   """u is a buffer, or a reshape of one (all of its elements in order), not a view into part of it (x[0] is a
-  RESHAPE of a SHRINK of the buffer)."""
-  return u.op is Ops.BUFFER or (u.op is Ops.RESHAPE and u.src[0].op is Ops.BUFFER)
+  RESHAPE of a SHRINK of the buffer); reshapes of reshapes of one too."""
+  while u.op is Ops.RESHAPE: u = u.src[0]
+  return u.op is Ops.BUFFER
 
 def _shape_arg(shape: tuple) -> tuple[int, ...]:
   if len(shape) == 1 and isinstance(shape[0], (tuple, list)): shape = tuple(shape[0])

@@ -215,6 +215,7 @@ class _Captured:
     self.fresh_outs = list(fresh.values())
     self.has_vars = any(l.runner.spec.vars for l in launches)
     self.graph, self.const_graph = _graph(launches), _graph(self.const)
+    self.segments = _segments(launches) if self.graph is None else None
 
   def valid(self) -> bool:
     """The state the recording reads still belongs to the tensors it belonged to when it was made."""
@@ -248,11 +249,33 @@ class _Captured:
         from baregrad.hcq.graph import GraphPatchConflict   # (a graph exists: the device is an HCQ device)
         if not isinstance(e, GraphPatchConflict): raise
     patch: dict[tuple[int, int], Buffer] = {kj: b for slots, b in bind for kj in slots}
-    for k, l in enumerate(self.launches):
-      bufs = [r.ensure() for r in l.refs]
-      for j, g in enumerate(l.runner.spec.bufs):
-        if (b := patch.get((k, j))) is not None: bufs[g.arg] = b
-      l.runner(bufs, _launch_vals(l, binds or {}) or None)
+    if self.segments is not None:
+      # each run of kernels on one device is one submission; the copies between the runs are launched as they come
+      by_seg: dict[int, list[tuple[int, int, int]]] = {}
+      for (k, j), b in patch.items():
+        if (seg := self.segments[self.seg_of[k]])[2] is not None: by_seg.setdefault(self.seg_of[k], []).append((k - seg[0], j, b._buf.va_addr))
+      vals = self.var_values(binds or {}) if self.has_vars else ()
+      for i, (lo, hi, g) in enumerate(self.segments):
+        if g is not None: g.replay(by_seg.get(i, ()), [(k - lo, j, v) for k, j, v in vals if lo <= k < hi])
+        else:
+          for k in range(lo, hi): self._launch(k, patch, binds)
+      return
+    for k in range(len(self.launches)): self._launch(k, patch, binds)
+
+  def _launch(self, k: int, patch: dict[tuple[int, int], Buffer], binds: dict[str, int] | None) -> None:
+    """Launch recorded launch k on its own, with this call's buffers where `patch` binds them."""
+    l = self.launches[k]
+    bufs = [r.ensure() for r in l.refs]
+    for j, g in enumerate(l.runner.spec.bufs):
+      if (b := patch.get((k, j))) is not None: bufs[g.arg] = b
+    l.runner(bufs, _launch_vals(l, binds or {}) or None)
+
+  @property
+  def seg_of(self) -> list[int]:
+    """The segment of each launch (for a recording in segments)."""
+    if (so := self.__dict__.get("_seg_of")) is None:
+      so = self.__dict__["_seg_of"] = [i for i, (lo, hi, _) in enumerate(self.segments or ()) for _ in range(lo, hi)]
+    return so
 
 def _launch_vals(l: _Launch, binds: dict[str, int]) -> dict[str, int]:
   """A launch's variables (in its argument order) at this call's values; one the call does not bind keeps its recorded
@@ -282,6 +305,22 @@ def _writes(launches: list[_Launch]) -> list[list[int]] | None:
     w = set(l.outs) | set(spec.outs)
     out.append([j for j, g in enumerate(spec.bufs) if g.arg in w])
   return out
+
+def _segments(launches: list[_Launch]) -> list[tuple[int, int, Any]] | None:
+  """A recording over several devices with copies between them (a data-parallel step): each maximal run of two or more
+  kernels on one HCQ device as one recorded queue, submitted at once (lo, hi, HCQGraph), the other launches one by one
+  (lo, hi, None); None where no run becomes a graph. The copies order the runs as in the eager call: each queues a wait on
+  both devices' timelines (hcq/peer.py), so a run on one device computes while the host submits the next device's."""
+  if knobs.get("JIT_NOGRAPH") or not any(isinstance(l.runner, _CopyRunner) for l in launches): return None
+  segs: list[tuple[int, int, Any]] = []
+  k, n = 0, len(launches)
+  while k < n:
+    e = k + 1
+    if not isinstance(launches[k].runner, _CopyRunner):
+      while e < n and not isinstance(launches[e].runner, _CopyRunner) and launches[e].runner.device == launches[k].runner.device: e += 1
+    segs.append((k, e, _graph(launches[k:e]) if e - k > 1 else None))
+    k = e
+  return segs if any(g is not None for _, _, g in segs) else None
 
 class jit:
   """Decorator: `@jit def step(x, y): ...`; returns what the function returns (tensors realized). JIT=0 turns it off."""

@@ -116,3 +116,57 @@ def test_dead_rank_ends_the_job(tmp_path):
   assert p.returncode != 0 and "COMPLETED" not in p.stdout, p.stdout + p.stderr
   assert "TIMEOUT" in p.stdout or "exiting improperly" in p.stdout + p.stderr, p.stdout + p.stderr
   assert time.monotonic() - t0 < 60
+
+def test_distributed_step_matches_one_process(tmp_path):
+  """DistributedStep (two jit replays around the host allreduce): 2 ranks, each half of every global batch, train to
+  the weights one process reaches on the global batch (to float tolerance), equal on both ranks; the replays were
+  captured once each; a rank whose gradient layout differs is named with the other's."""
+  p = mpirun([script(tmp_path, '''
+    import numpy as np
+    import baregrad.nn as nn
+    from baregrad import Tensor, distributed as dist
+    from baregrad.nn import optim
+    dist.init(); r, n = dist.rank(), dist.world_size()
+    def make():
+      Tensor.manual_seed(0)
+      return nn.Linear(6, 8), nn.Linear(8, 3)
+    def loss_of(m, x, y): return nn.cross_entropy(m[1](m[0](Tensor(x)).relu()), Tensor(y))
+    mine, ref = make(), make()
+    step = dist.DistributedStep(optim.SGD(nn.get_parameters(list(mine)), lr=0.1, momentum=0.9), lambda x, y: loss_of(mine, x, y))
+    ref_opt = optim.SGD(nn.get_parameters(list(ref)), lr=0.1, momentum=0.9)
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+      x, y = rng.standard_normal((8, 6)).astype(np.float32), rng.integers(0, 3, 8).astype(np.int32)
+      step(x[r * 4:(r + 1) * 4], y[r * 4:(r + 1) * 4])
+      loss = loss_of(ref, x, y); ref_opt.zero_grad(); loss.backward(); ref_opt.step()
+    for a, b in zip(nn.get_parameters(list(mine)), nn.get_parameters(list(ref))):
+      np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+      np.testing.assert_array_equal(dist.broadcast(a, src=0).numpy(), a.numpy())   # every rank holds the same weights
+    assert len(step._grads.captured) == 1 and len(step._update.captured) == 1 and not step._grads.eager_only
+    odd = nn.Linear(4, 3 + r)
+    try: dist.DistributedStep(optim.SGD(nn.get_parameters(odd), lr=0.1), lambda x: odd(Tensor(x)).sum())(np.ones((2, 4), np.float32))
+    except ValueError as e: print("ERR", e)
+    print("ok", r)
+  ''')])
+  assert p.returncode == 0 and p.stdout.count("ok") == 2, p.stdout + p.stderr
+  assert "gradient buffers disagree across ranks: rank 0: float:2:15, rank 1: float:2:20" in p.stdout, p.stdout + p.stderr
+
+def test_ranks_on_one_host_share_its_cores(tmp_path):
+  """Without CPU_THREADS, init() gives each of the 2 local ranks half the cores (at least one) for its CPU devices;
+  a CPU_THREADS the user set is kept."""
+  body = '''
+    import os
+    from baregrad import Tensor, distributed as dist
+    from baregrad.hal import Device
+    dist.init()
+    (Tensor.ones(4) + 1).realize()
+    print("threads", Device["CPU"].threads, os.cpu_count())
+  '''
+  env = {k: v for k, v in os.environ.items() if k != "CPU_THREADS"}
+  p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", sys.executable, script(tmp_path, body)], capture_output=True, text=True, timeout=240,
+                     env=dict(env, PYTHONPATH=str(REPO), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1"))
+  lines = [l.split() for l in p.stdout.splitlines() if l.startswith("threads")]
+  assert p.returncode == 0 and len(lines) == 2, p.stdout + p.stderr
+  assert all(int(t) == max(1, int(c) // 2) for _, t, c in lines), lines
+  p = mpirun([script(tmp_path, body)], env={"CPU_THREADS": "3"})
+  assert p.stdout.count("threads 3 ") == 2, p.stdout + p.stderr

@@ -36,6 +36,24 @@ SCRIPT = textwrap.dedent('''
     out = allreduce(*[Tensor(v, device=d) for v, d in zip(xs, D)])
     for o in out: np.testing.assert_allclose(o.numpy(), sum(xs), rtol=1e-5, atol=1e-5)
   if knobs.get("JIT"): assert len(allreduce.captured) == 1 and not allreduce.eager_only
+  # runs of several kernels on one device between copies: each run is one recorded queue (tensor/jit.py _segments)
+  @jit
+  def runs(x, w):
+    h = ((x @ w).relu() * 2).realize()          # kernels on D[0]
+    there = h.to(D[1]).contiguous()
+    g = ((there.exp() + 1).sum(1) * 3).realize()   # kernels on D[1]
+    return g, (g.to(D[0]) - h.sum(1)).realize()
+  w = Tensor(r.standard_normal((16, 16)).astype(np.float32), device=D[0]).realize()
+  for i in range(5):
+    x = r.standard_normal((8, 16)).astype(np.float32)
+    g, d = runs(Tensor(x, device=D[0]), w)
+    h = np.maximum(x @ w.numpy(), 0) * 2
+    want = ((np.exp(h) + 1).sum(1) * 3)
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-4); np.testing.assert_allclose(d.numpy(), want - h.sum(1), rtol=1e-4)
+  if knobs.get("JIT") and not knobs.get("JIT_NOGRAPH"):
+    cap = next(iter(runs.captured.values()))
+    graphs = [(lo, hi) for lo, hi, g in cap.segments if g is not None]
+    assert graphs and all(hi - lo >= 2 for lo, hi in graphs), cap.segments
   print("ok")
 ''')
 

@@ -117,3 +117,16 @@ def test_a_constant_computed_on_one_device_is_not_read_on_another():
   w1.sum().backward()                     # the same constant graph, on CPU:1
   y = Tensor(np.arange(4, dtype=np.float32), device="CPU:1")
   np.testing.assert_array_equal((y + w1.grad).numpy(), np.arange(4) + 1)
+
+def test_copy_of_a_reshaped_buffer_reads_the_buffer():
+  """A COPY whose source is a reshape of a whole realized buffer (a gradient in its parameter's shape, a flat view)
+  copies the buffer's bytes: one copy item, no kernel making the source contiguous first; a view that is not the whole
+  buffer in order (a permute, a slice) still gets its kernel."""
+  a = Tensor(np.arange(24, dtype=np.float32), device="CPU:0").realize()
+  for src, want in ((a.reshape(4, 6), np.arange(24).reshape(4, 6)), (a.reshape(2, 3, 4).reshape(6, 4), np.arange(24).reshape(6, 4))):
+    items = src.to("CPU:1").schedule()
+    assert [it.kind for it in items] == ["copy"], [it.kind for it in items]
+    np.testing.assert_array_equal(src.to("CPU:1").numpy(), want)
+  for src, want in ((a.reshape(4, 6).permute(1, 0), np.arange(24).reshape(4, 6).T), (a[2:10], np.arange(2, 10))):
+    assert [it.kind for it in src.to("CPU:1").schedule()] == ["kernel", "copy"]
+    np.testing.assert_array_equal(src.to("CPU:1").numpy(), want)

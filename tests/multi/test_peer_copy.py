@@ -297,3 +297,38 @@ def test_amd_map_for_a_gpu_without_a_vm_is_refused(monkeypatch):
       assert e.value.err == err
     assert mock.bos[m.handle].mapped_on == {a.gpu_id}
   finally: a.close()
+
+def test_direct_copies_in_a_row_wait_for_the_destinations_work_not_the_links_own_waits(monkeypatch):
+  """A direct (CPU) copy's source queue waits for the destination's work so far (a kernel may still use the memory the
+  copy writes); where the destination's last entry is the same link's wait for its previous copy, it waits for the
+  work before that entry instead (the entry touches no memory): a run of copies costs no handoff per copy. Work queued
+  on the destination between two copies is still waited for."""
+  import numpy as np
+  from baregrad import Tensor
+  from baregrad.hal import Device
+  from baregrad.hcq import peer
+  s, d = Device["CPU:0"], Device["CPU:1"]
+  waits: list[int] = []
+  orig = peer._copy_queue
+  def recording(dev):
+    q = orig(dev)
+    if dev is s:
+      w = q.wait
+      def wait(sig, value):
+        if sig is d.timeline_signal: waits.append(value)
+        return w(sig, value)
+      q.wait = wait
+    return q
+  monkeypatch.setattr(peer, "_copy_queue", recording)
+  a, b = Tensor(np.arange(64, dtype=np.float32), device="CPU:0").realize(), Tensor(np.ones(64, np.float32), device="CPU:0").realize()
+  y = (Tensor(np.ones(64, np.float32), device="CPU:1") * 3).realize()   # work on the destination
+  work = d.timeline_value - 1
+  ca, cb = a.to("CPU:1"), b.to("CPU:1")
+  ca.realize(cb)   # two copies in a row
+  assert waits == [work, work], (waits, work)
+  z = (y + 1).realize()   # more work on the destination, then a copy: waited for
+  work2 = d.timeline_value - 1
+  cc = (a + 0).realize().to("CPU:1").realize()
+  assert waits[2:] == [work2], (waits, work2)
+  np.testing.assert_array_equal(ca.numpy(), np.arange(64)); np.testing.assert_array_equal(cb.numpy(), 1)
+  np.testing.assert_array_equal(cc.numpy(), np.arange(64)); np.testing.assert_array_equal(z.numpy(), 4)
