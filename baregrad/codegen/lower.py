@@ -225,8 +225,17 @@ class Lowering:
     if rs and self.n_reduce:
       # a second reduction over the same axes is a separate loop: give it its own ranges
       fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in rs}
-      # ...but only outside reductions nested in it: those keep their own loops
-      val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
+      # ...but only outside reductions nested in it that do not read its ranges (softmax's max inside its sum): those
+      # keep their own loops. One that does (an attention score, a dot product per key, inside each pass over the
+      # keys) is a copy per pass, its own loops fresh too (a loop shared by two passes would need two nestings)
+      keep: dict[UOp, UOp] = {}
+      outer = set(rs)
+      for x in val.toposort():
+        if x.op is not Ops.REDUCE or x is val: continue
+        if any(r in outer for r in x.src[0].toposort()):
+          fresh.update({r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in x.src[1:] if r not in fresh})
+        else: keep[x] = x
+      val = val.substitute({**keep, **fresh})
       rs = tuple(fresh[r] for r in rs)
     if pv := [self.pad_valid[a] for a in sorted(u.arg[1]) if a in self.pad_valid]:
       # past the end of a padded reduce axis the reduction sees its identity
