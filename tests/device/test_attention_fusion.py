@@ -1,0 +1,106 @@
+"""Attention fusion (engine/attention_fusion.py, FUSE_ATTENTION): softmax(q k^T * scale + mask) v is one kernel with no
+buffer of seq x seq scores, with the numbers of the unfused path (FUSE_ATTENTION=0: scores, softmax and product in
+kernels of their own) and of PyTorch; masks of the wrong shape or dtype are refused naming both shapes."""
+import os
+import numpy as np
+import pytest
+from tests.torch_helpers import torch, rnd, check
+from baregrad import Tensor, knobs
+
+MOCK = bool(os.environ.get("MOCKGPU"))   # (the mock GPUs interpret every instruction: short sequences there)
+
+def _qkv(b: int, h: int, L: int, S: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  return rnd((b, h, L, d), seed=seed), rnd((b, h, S, d), seed=seed + 1), rnd((b, h, S, d), seed=seed + 2)
+
+def _mask(kind: str, L: int, S: int) -> np.ndarray | None:
+  if kind == "float": return rnd((L, S), low=-3, high=1, seed=9)
+  if kind == "bool":
+    m = rnd((1, 1, L, S), "bool", seed=9)
+    m[..., 0] = True   # (a row with nothing to attend to is NaN in PyTorch too: not what this compares)
+    return m
+  return None
+
+def _written(items) -> list[int]: return [it.bufs[0].size for it in items]
+
+def _sdpa(q, k, v, kind: str, mask) -> Tensor:
+  m = Tensor(mask) if mask is not None else None
+  return Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=m, is_causal=kind == "causal")
+
+SEQS = [(1, 1), (7, 7), (5, 33)] + ([] if MOCK else [(129, 129)])
+
+@pytest.mark.parametrize("kind", ["none", "causal", "float", "bool"])
+@pytest.mark.parametrize("L,S", SEQS)
+@pytest.mark.parametrize("d", [64, 128])
+def test_fused_attention_is_one_kernel_with_the_unfused_numbers(kind, L, S, d):
+  q, k, v = _qkv(1, 2, L, S, d, seed=L + d)
+  mask = _mask(kind, L, S)
+  out = _sdpa(q, k, v, kind, mask)
+  items = out.schedule()
+  assert len(items) == 1, f"{kind} L={L} S={S} d={d}: {len(items)} kernels with FUSE_ATTENTION, expected 1"
+  fused = out.numpy()
+  with knobs.Context(FUSE_ATTENTION=0):
+    ref = _sdpa(q, k, v, kind, mask)
+    n_split = len(ref.schedule())
+    split = ref.numpy()
+  assert n_split >= 3 or L * S == 1, f"FUSE_ATTENTION=0 gave {n_split} kernel(s): the knob does not turn fusion off"
+  np.testing.assert_allclose(fused, split, rtol=1e-4, atol=1e-5, err_msg=f"{kind} L={L} S={S} d={d}: fused vs unfused")
+  tm = torch.tensor(mask) if mask is not None else None
+  want = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), attn_mask=tm,
+                                                          is_causal=kind == "causal").numpy()
+  np.testing.assert_allclose(fused, want, rtol=1e-4, atol=1e-5, err_msg=f"{kind} L={L} S={S} d={d}: fused vs torch")
+
+def test_no_seq_by_seq_buffer_is_written():
+  # 24 keys, head dim 8: a written buffer of b*h*L*S elements would be the scores or the weights
+  q, k, v = _qkv(2, 3, 24, 24, 8, seed=4)
+  scores = 2 * 3 * 24 * 24
+  out = _sdpa(q, k, v, "causal", None)
+  assert scores not in _written(out.schedule()), f"the fused path writes a {scores}-element buffer (seq x seq scores)"
+  with knobs.Context(FUSE_ATTENTION=0):
+    assert scores in _written(_sdpa(q, k, v, "causal", None).schedule()), "the check cannot tell: the unfused path has no score buffer either"
+
+def test_the_bert_pattern_of_plain_ops_is_fused():
+  # MatMul -> Div -> Add(mask) -> Softmax -> MatMul, as an exported BERT writes it, over a padding mask per batch row
+  q, k, v = _qkv(2, 2, 9, 9, 16, seed=7)
+  pad = np.zeros((2, 1, 1, 9), np.float32)
+  pad[1, ..., 6:] = -10000.0
+  def ours() -> Tensor: return ((Tensor(q) @ Tensor(k).transpose(-1, -2)) / 4.0 + Tensor(pad)).softmax(-1) @ Tensor(v)
+  out = ours()
+  assert len(out.schedule()) == 1, f"the BERT attention pattern made {len(out.schedule())} kernels"
+  tq, tk, tv = torch.tensor(q), torch.tensor(k), torch.tensor(v)
+  want = ((tq @ tk.transpose(-1, -2)) / 4.0 + torch.tensor(pad)).softmax(-1) @ tv
+  np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_projected_inputs_get_their_buffers_and_attention_stays_one_kernel():
+  # q, k, v computed by matmuls (a layer's projections): those are kernels of their own, the attention one more
+  x, w = rnd((6, 32), seed=1), rnd((32, 96), seed=2)
+  def ours() -> Tensor:
+    q, k, v = (Tensor(x) @ Tensor(w)).reshape(6, 2, 3, 16).permute(2, 1, 0, 3)
+    return q.scaled_dot_product_attention(k, v)
+  items = ours().schedule()
+  assert 6 * 6 * 2 not in _written(items), "a seq x seq buffer was written"
+  tq, tk, tv = (torch.tensor(x) @ torch.tensor(w)).reshape(6, 2, 3, 16).permute(2, 1, 0, 3)
+  want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv)
+  np.testing.assert_allclose(ours().numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+def test_gradients_through_the_fused_forward():
+  q, k, v = _qkv(1, 2, 5, 7, 8, seed=3)
+  m = rnd((5, 7), seed=8)
+  sdpa = torch.nn.functional.scaled_dot_product_attention
+  check(lambda q, k, v: q.scaled_dot_product_attention(k, v, is_causal=True), q, rnd((1, 2, 5, 8), seed=4), rnd((1, 2, 5, 8), seed=5),
+        tfn=lambda q, k, v: sdpa(q, k, v, is_causal=True), rtol=1e-4, atol=1e-5)
+  check(lambda q, k, v, m: q.scaled_dot_product_attention(k, v, attn_mask=m), q, k, v, m,
+        tfn=lambda q, k, v, m: sdpa(q, k, v, attn_mask=m), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("mask_shape", [(4, 5), (3, 2, 5, 6), (7,)])
+def test_a_mask_of_the_wrong_shape_names_both_shapes(mask_shape):
+  q, k, v = _qkv(2, 2, 5, 6, 8)
+  with pytest.raises(RuntimeError) as e:
+    Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(rnd(mask_shape)))
+  assert str(mask_shape) in str(e.value) and "(2, 2, 5, 6)" in str(e.value), str(e.value)
+  with pytest.raises((RuntimeError, IndexError)):   # (PyTorch refuses it too)
+    torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(a) for a in (q, k, v)), attn_mask=torch.tensor(rnd(mask_shape)))
+
+def test_a_mask_of_the_wrong_dtype_names_its_dtype_and_both_shapes():
+  q, k, v = _qkv(1, 2, 5, 6, 8)
+  with pytest.raises(RuntimeError, match=r"\(5, 6\) has dtype int: .*\(1, 2, 5, 6\)"):
+    Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(np.ones((5, 6), np.int32)))
