@@ -48,11 +48,18 @@ def linearize(sink: UOp) -> list[UOp]:
     grow = {u: outer_of[u] for u in reduces if not outer_of[u] <= raw[u]}
     if not grow: break
     for u, o in grow.items(): extra[u] = extra.get(u, frozenset()) | o
-  # outer reductions first (reverse toposort): a reduction inside another's loop that reads that loop's index (an
-  # attention score, a dot product per key, inside a pass over the keys) sits in that loop's enclosing loops too
-  for u in reversed(reduces):
-    outer = outer_of[u] = close(outer_of[u])
+  for u in reduces:  # toposort order: inner reductions were seen first, but their outer sets only need outputs
+    outer = outer_of[u]
     prev: frozenset[UOp] = outer
+    for r in u.src[1:]:
+      encl[r] = close(prev)
+      prev = encl[r] | {r}
+  # a reduction inside another's loop that reads that loop's index (an attention score, a dot product per key, inside
+  # each pass over the keys) sits in that loop's enclosing loops too: known only now, outer reductions first
+  red_ranges = {r for u in reduces for r in u.src[1:]}
+  for u in reversed(reduces):
+    if not (outer_of[u] & red_ranges) or (o := close(outer_of[u])) == outer_of[u]: continue
+    outer_of[u] = prev = o
     for r in u.src[1:]:
       encl[r] = close(prev)
       prev = encl[r] | {r}

@@ -232,7 +232,7 @@ class Lowering:
       outer = set(rs)
       for x in val.toposort():
         if x.op is not Ops.REDUCE or x is val: continue
-        if any(r in outer for r in x.src[0].toposort()):
+        if any(r in outer and r not in x.src[1:] for r in x.src[0].toposort()):   # (its own loops aside)
           fresh.update({r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in x.src[1:] if r not in fresh})
         else: keep[x] = x
       val = val.substitute({**keep, **fresh})

@@ -26,11 +26,11 @@ def _sdpa(q, k, v, kind: str, mask) -> Tensor:
   m = Tensor(mask) if mask is not None else None
   return Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=m, is_causal=kind == "causal")
 
-SEQS = [(1, 1), (7, 7), (5, 33)] + ([] if MOCK else [(129, 129)])
+# (query length, key length, head dim): odd lengths, a single row and key, both head dims
+SHAPES = [(1, 1, 64), (7, 7, 64), (5, 33, 64), (7, 7, 128), (33, 5, 128)] + ([] if MOCK else [(129, 129, 64)])
 
 @pytest.mark.parametrize("kind", ["none", "causal", "float", "bool"])
-@pytest.mark.parametrize("L,S", SEQS)
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("L,S,d", SHAPES)
 def test_fused_attention_is_one_kernel_with_the_unfused_numbers(kind, L, S, d):
   q, k, v = _qkv(1, 2, L, S, d, seed=L + d)
   mask = _mask(kind, L, S)
