@@ -89,9 +89,14 @@ def internal_nodes(u: UOp) -> frozenset[UOp]:
   """The nodes of the attention pattern kernel node u computes (as create_schedule takes its value: below an ASSIGN or
   CONTIGUOUS and the reshapes at its root) that must not get buffers of their own; empty where u is none."""
   if not knobs.get("FUSE_ATTENTION"): return frozenset()
+  val = root_value(u)
+  return (pat.internal - {val}) if (pat := match(val, {})) is not None else frozenset()
+
+def root_value(u: UOp) -> UOp:
+  """The value the kernel of node u computes: below an ASSIGN or CONTIGUOUS and the reshapes at its root."""
   val = u.src[1] if u.op is Ops.ASSIGN else u.src[0] if u.op is Ops.CONTIGUOUS else u
   while val.op is Ops.RESHAPE: val = val.src[0]
-  return (pat.internal - {val}) if (pat := match(val, {})) is not None else frozenset()
+  return val
 
 class _AttentionBuilder(_KernelBuilder):
   """A kernel builder whose `in_reduce` says which space a view is in (False: the output's; else the kind of the

@@ -341,7 +341,7 @@ def _value_of(u: UOp) -> UOp:
 def create_schedule(targets: list[UOp], default_device: str | None = None) -> tuple[list[ScheduleItem], dict[UOp, BufRef]]:
   """Kernels that compute every target, in order; returns them and the buffer each realized node lives in.
   A graph that reads no buffer (a constant) runs on default_device."""
-  from baregrad.engine.attention_fusion import attention_kernel, internal_nodes   # (it builds on this module's kernel builder)
+  from baregrad.engine.attention_fusion import attention_kernel, internal_nodes, root_value   # (it builds on this module's kernel builder)
   realized: dict[UOp, BufRef] = {}
   nodes = _all_nodes(targets)  # topological order; the graph does not change while kernels are cut
   # bounds checks on computed nodes are computed alongside (engine/checks.py)
@@ -367,8 +367,13 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
        _row_fusion(u.src[0], devices.get(u) or default_device) is None: must.add(u.src[0])
   _cut_deep_chains(nodes, must)
   _cut_shared_values(nodes, must)
-  # the scores, softmax and statistics of an attention kernel are computed in it (none asked for by the caller)
-  for u in [u for u in must if u.op is not Ops.COPY]: must -= internal_nodes(u) - set(targets)
+  # an attention product is a kernel of its own; its scores, softmax and statistics are computed in it (those the
+  # caller asked for aside)
+  roots = {root_value(t) for t in must}
+  for u in nodes:
+    if u.op is Ops.REDUCE_AXIS and (inside := internal_nodes(u)):
+      if u not in roots: must.add(u)
+      must -= inside - set(targets)
   # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
   # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
   after_write: set[UOp] = set()

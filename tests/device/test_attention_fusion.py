@@ -104,3 +104,45 @@ def test_a_mask_of_the_wrong_dtype_names_its_dtype_and_both_shapes():
   q, k, v = _qkv(1, 2, 5, 6, 8)
   with pytest.raises(RuntimeError, match=r"\(5, 6\) has dtype int: .*\(1, 2, 5, 6\)"):
     Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=Tensor(np.ones((5, 6), np.int32)))
+
+def _mha_pair(E: int, H: int, **kw):
+  from baregrad import nn
+  torch.manual_seed(0)
+  theirs = torch.nn.MultiheadAttention(E, H, **kw).eval()
+  ours = nn.MultiheadAttention(E, H, **kw)
+  ours.load_state_dict({k: Tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+  ours.eval()
+  return ours, theirs
+
+@pytest.mark.parametrize("masks", ["none", "key_padding", "attn_bool", "causal_float"])
+def test_multihead_attention_reaches_the_fused_kernel(masks):
+  E, H, L, N = 32, 4, 6, 2
+  ours, theirs = _mha_pair(E, H, batch_first=True)
+  x = rnd((N, L, E), seed=3)
+  kw_t: dict = {}
+  if masks == "key_padding": kw_t["key_padding_mask"] = torch.tensor([[False] * L, [False] * 4 + [True] * (L - 4)])
+  if masks == "attn_bool": kw_t["attn_mask"] = torch.tensor(rnd((L, L), "bool", seed=4) & ~np.eye(L, dtype=bool))
+  if masks == "causal_float": kw_t["attn_mask"], kw_t["is_causal"] = torch.nn.Transformer.generate_square_subsequent_mask(L), True
+  kw_o = {k: Tensor(v.numpy()) if isinstance(v, torch.Tensor) else v for k, v in kw_t.items()}
+  out, w = ours(Tensor(x), Tensor(x), Tensor(x), need_weights=False, **kw_o)
+  assert w is None
+  assert N * H * L * L not in _written(out.schedule()), "MultiheadAttention wrote a seq x seq buffer"
+  want, _ = theirs(torch.tensor(x), torch.tensor(x), torch.tensor(x), need_weights=False, **kw_t)
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=masks)
+  # need_weights (PyTorch's default): the weights averaged over the heads, and the same output
+  out, w = ours(Tensor(x), Tensor(x), Tensor(x), **kw_o)
+  want, tw = theirs(torch.tensor(x), torch.tensor(x), torch.tensor(x), **kw_t)
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5, err_msg=masks)
+  np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-6, err_msg=masks)
+
+def test_multihead_attention_sequence_first_unbatched_and_other_kv_dims():
+  ours, theirs = _mha_pair(16, 2, kdim=8, vdim=12)
+  assert sorted(dict(ours.state_dict()) if isinstance(ours.state_dict(), dict) else ours.state_dict()) == sorted(theirs.state_dict())
+  q, k, v = rnd((5, 3, 16), seed=1), rnd((7, 3, 8), seed=2), rnd((7, 3, 12), seed=3)
+  out, w = ours(Tensor(q), Tensor(k), Tensor(v), average_attn_weights=False)
+  want, tw = theirs(torch.tensor(q), torch.tensor(k), torch.tensor(v), average_attn_weights=False)
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(w.numpy(), tw.detach().numpy(), rtol=1e-4, atol=1e-6)
+  out, _ = ours(Tensor(q[:, 0]), Tensor(k[:, 0]), Tensor(v[:, 0]), need_weights=False)
+  want, _ = theirs(torch.tensor(q[:, 0]), torch.tensor(k[:, 0]), torch.tensor(v[:, 0]), need_weights=False)
+  np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
