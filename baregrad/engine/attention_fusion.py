@@ -17,6 +17,7 @@ ranges, loops of its own): more arithmetic, no memory traffic for scores. The ma
 gets one first, as everywhere; a graph that does not fit (a dot product of another shape, a mask with a padded view of
 a computed value, views that do not place) keeps the kernels it had."""
 from __future__ import annotations
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from baregrad import knobs
@@ -75,6 +76,7 @@ def match(val: UOp, realized: dict[UOp, BufRef]) -> AttentionPattern | None:
     stack.extend(x.src)
   scores = [x for x, k in kinds.items() if k == "score"]
   if not scores or "row" not in kinds.values(): return None
+  if math.prod(B) * L * S < knobs.get("FUSE_ATTENTION_MIN_SCORES"): return None   # (the unfused kernels are faster)
   ks = {shape_of(x.src[0])[-1] for x in scores}
   if len(ks) != 1: return None
   dep: set[UOp] = set(scores)

@@ -9,6 +9,11 @@ from baregrad import Tensor, knobs
 
 MOCK = bool(os.environ.get("MOCKGPU"))   # (the mock GPUs interpret every instruction: short sequences there)
 
+@pytest.fixture(autouse=True)
+def _fuse_every_size():
+  # (by default only attentions of FUSE_ATTENTION_MIN_SCORES scores or more are fused: far more than a test computes)
+  with knobs.Context(FUSE_ATTENTION_MIN_SCORES=0): yield
+
 def _qkv(b: int, h: int, L: int, S: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   return rnd((b, h, L, d), seed=seed), rnd((b, h, S, d), seed=seed + 1), rnd((b, h, S, d), seed=seed + 2)
 
@@ -48,6 +53,11 @@ def test_fused_attention_is_one_kernel_with_the_unfused_numbers(kind, L, S, d):
   want = torch.nn.functional.scaled_dot_product_attention(torch.tensor(q), torch.tensor(k), torch.tensor(v), attn_mask=tm,
                                                           is_causal=kind == "causal").numpy()
   np.testing.assert_allclose(fused, want, rtol=1e-4, atol=1e-5, err_msg=f"{kind} L={L} S={S} d={d}: fused vs torch")
+
+def test_fusion_starts_at_the_min_scores_knob():
+  q, k, v = _qkv(1, 2, 6, 8, 16, seed=2)
+  with knobs.Context(FUSE_ATTENTION_MIN_SCORES=2 * 6 * 8 + 1): assert len(_sdpa(q, k, v, "none", None).schedule()) >= 3
+  with knobs.Context(FUSE_ATTENTION_MIN_SCORES=2 * 6 * 8): assert len(_sdpa(q, k, v, "none", None).schedule()) == 1
 
 def test_no_seq_by_seq_buffer_is_written():
   # 24 keys, head dim 8: a written buffer of b*h*L*S elements would be the scores or the weights

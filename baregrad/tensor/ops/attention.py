@@ -37,7 +37,7 @@ class AttentionOps:
     batch = math.prod(_bshape(q.shape[:-2], k.shape[:-2]))
     # the scheduler makes softmax(q k^T) v one kernel with no L x S buffer (FUSE_ATTENTION, engine/attention_fusion.py);
     # without it (or with dropout, whose weights are a buffer) blocks of rows bound the scores' memory
-    fused = knobs.get("FUSE_ATTENTION") and dropout_p == 0.0
+    fused = knobs.get("FUSE_ATTENTION") and dropout_p == 0.0 and batch * L * S >= knobs.get("FUSE_ATTENTION_MIN_SCORES")
     if fused or batch * L * S <= BLOCK_SCORES or L == 1: return _attend(q, k, v, attn_mask, sc, dropout_p)
     # a long sequence: blocks of query rows, each with its own scores (rows x S), so no L x S matrix is ever held; the
     # blocks' buffers are dead after their block and the memory plan reuses them. A causal block reads only the keys
