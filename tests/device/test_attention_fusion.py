@@ -156,3 +156,22 @@ def test_multihead_attention_sequence_first_unbatched_and_other_kv_dims():
   out, _ = ours(Tensor(q[:, 0]), Tensor(k[:, 0]), Tensor(v[:, 0]), need_weights=False)
   want, _ = theirs(torch.tensor(q[:, 0]), torch.tensor(k[:, 0]), torch.tensor(v[:, 0]), need_weights=False)
   np.testing.assert_allclose(out.numpy(), want.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_the_onnx_attention_operator_is_fused(masked):
+  pytest.importorskip("onnx")
+  from onnx import helper, TensorProto
+  import baregrad.onnx as bonnx
+  B, H, L, D = 2, 2, 9, 16
+  names = ["q", "k", "v"] + (["m"] if masked else [])
+  ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, H, L, D]) for n in "qkv"]
+  if masked: ins.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, [L, L]))
+  g = helper.make_graph([helper.make_node("Attention", names, ["y"])], "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, H, L, D])])
+  model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)])
+  feeds = {n: rnd((B, H, L, D), seed=i) for i, n in enumerate("qkv")}
+  if masked: feeds["m"] = rnd((L, L), low=-3, high=1, seed=5)
+  y = bonnx.load(model).build({n: Tensor(a) for n, a in feeds.items()})["y"]
+  assert B * H * L * L not in _written(y.schedule()), f"the ONNX Attention operator wrote a seq x seq buffer: {_written(y.schedule())}"
+  tm = torch.tensor(feeds["m"]) if masked else None
+  want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(feeds[n]) for n in "qkv"), attn_mask=tm)
+  np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
