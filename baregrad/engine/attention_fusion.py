@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from baregrad import knobs
 from baregrad.ir.ops import UOp, Ops
+from baregrad.ir.dtype import dtypes
 from baregrad.ir.view import ShapeTracker, View
 from baregrad.codegen.astbuild import gbuf
 from baregrad.codegen.kernel import verify_ast, KernelError
@@ -136,7 +137,23 @@ class _AttentionBuilder(_KernelBuilder):
       raise _NoFusion()
     axis = nb + 3 if kind == "score" else nb + 2
     k = (u.src[0], ShapeTracker.from_shape(shape_of(u.src[0])), kind)
-    return [k], lambda: UOp(Ops.REDUCE_AXIS, u.dtype, (self.memo[k],), (u.arg[0], (axis,)))
+    def build() -> UOp:
+      val = self.memo[k]
+      if kind == "final" and (h := _hoist_division(val, axis)) is not None: return h
+      return UOp(Ops.REDUCE_AXIS, u.dtype, (val,), (u.arg[0], (axis,)))
+    return [k], build
+
+def _hoist_division(val: UOp, axis: int) -> UOp | None:
+  """sum over `axis` of (e / l) * v as (sum of e * v) / l where l is a reduction over that axis (softmax's sum: the same
+  for every key); None where val is not of that form. The sum of e * v and the sum l then share their loop over the
+  keys (codegen/lower.py: sibling reductions over the same axes), so the dot products of the two passes are computed
+  once: two passes over the keys, not three."""
+  if val.op is not Ops.MUL or not dtypes.is_float(val.dtype): return None
+  for a, b in (val.src, val.src[::-1]):
+    if a.op is Ops.FDIV and a.src[1].op is Ops.REDUCE_AXIS and axis in a.src[1].arg[1] and a.src[1].arg[0] is Ops.ADD:
+      num = UOp(Ops.REDUCE_AXIS, val.dtype, (a.src[0] * b,), (Ops.ADD, (axis,)))
+      return UOp(Ops.FDIV, val.dtype, (num, a.src[1]))
+  return None
 
 def _one_view(st: ShapeTracker) -> View | None:
   """st as one unmasked view where it is one, or two whose upper one (a reshape of an expanded row statistic) steps
