@@ -32,7 +32,7 @@ def _sdpa(q, k, v, kind: str, mask) -> Tensor:
   return Tensor(q).scaled_dot_product_attention(Tensor(k), Tensor(v), attn_mask=m, is_causal=kind == "causal")
 
 # (query length, key length, head dim): odd lengths, a single row and key, both head dims
-SHAPES = [(1, 1, 64), (7, 7, 64), (5, 33, 64), (7, 7, 128), (33, 5, 128)] + ([] if MOCK else [(129, 129, 64)])
+SHAPES = [(1, 1, 64), (7, 7, 64), (5, 33, 64), (7, 7, 128)] + ([] if MOCK else [(33, 5, 128), (129, 129, 64)])
 
 @pytest.mark.parametrize("kind", ["none", "causal", "float", "bool"])
 @pytest.mark.parametrize("L,S,d", SHAPES)
@@ -124,7 +124,7 @@ def _mha_pair(E: int, H: int, **kw):
   ours.eval()
   return ours, theirs
 
-@pytest.mark.parametrize("masks", ["none", "key_padding", "attn_bool", "causal_float"])
+@pytest.mark.parametrize("masks", ["key_padding", "causal_float"] + ([] if MOCK else ["none", "attn_bool"]))
 def test_multihead_attention_reaches_the_fused_kernel(masks):
   E, H, L, N = 32, 4, 6, 2
   ours, theirs = _mha_pair(E, H, batch_first=True)
