@@ -17,7 +17,7 @@ PARALLEL_MIN_WORK iterations stay on one core."""
 from __future__ import annotations
 from baregrad.helpers import prod
 from baregrad.ir.ops import Ops
-from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, VECTOR_LANES, MAX_LANES
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, VECTOR_LANES, MAX_LANES, nested_reduce_axes
 from baregrad.codegen.renderer import Renderer
 
 PARALLEL_MIN_WORK = 1 << 15   # iterations (outputs x reduce length) below which a kernel runs on one core
@@ -163,24 +163,6 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   # wake-up and GIL handoffs (tens to hundreds of µs on a busy machine), so small kernels stay on one core
   if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK: _parallel(k, par_first)
   return list(k.applied)
-
-def nested_reduce_axes(k: Kernel) -> set[int]:
-  """The axes only reductions nested in another reduction's input reduce, where that input reads the inner
-  reduction per step of its own loop (an attention kernel's dot products per key, engine/attention_fusion.py); empty
-  for other kernels (softmax's max inside its sum reads it once per row: not per step)."""
-  outer: set[int] = set()
-  inner: set[int] = set()
-  for u in k.ast.toposort():
-    if u.op is not Ops.REDUCE_AXIS: continue
-    for x in u.src[0].toposort():
-      if x.op is Ops.REDUCE_AXIS and set(x.arg[1]) != set(u.arg[1]) and any(
-          y.op is Ops.VIEW and any(y.arg.shape[a] != 1 for a in u.arg[1]) for y in x.toposort()):
-        inner |= set(x.arg[1])
-    outer |= set(u.arg[1])
-  for u in k.ast.toposort():   # (axes a top-level reduction reduces are not inner ones)
-    if u.op is Ops.REDUCE_AXIS and not any(u in r.src[0].toposort() for r in k.ast.toposort() if r.op is Ops.REDUCE_AXIS and r is not u):
-      inner -= set(u.arg[1])
-  return inner
 
 def _attention(k: Kernel, ren: Renderer, stores: list, inner: set[int]) -> list[Opt]:
   """Attention in one kernel (engine/attention_fusion.py): per query row, each pass over the keys computes a dot product
