@@ -26,7 +26,7 @@ fused column at FUSE_ATTENTION_MIN_SCORES=0, the bench sets it):
 The fused kernel writes no seq x seq buffer but computes every dot product twice (two passes over the keys: the max,
 then the sum and the weighted sum together), one key at a time per query row with a horizontal sum: 3-18x slower than
 the unfused kernels on a CPU, which is why FUSE_ATTENTION_MIN_SCORES keeps them below 2^24 scores. (A causal mask is
-slower still: the masked keys' exponentials are subnormal numbers.)
+slower still, by a cause not found yet: the kernel's opts are the same, its masked keys computed like the others.)
 """
 from __future__ import annotations
 import argparse, time
