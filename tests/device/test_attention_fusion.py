@@ -175,3 +175,26 @@ def test_the_onnx_attention_operator_is_fused(masked):
   tm = torch.tensor(feeds["m"]) if masked else None
   want = torch.nn.functional.scaled_dot_product_attention(*(torch.tensor(feeds[n]) for n in "qkv"), attn_mask=tm)
   np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+
+def _attention_ast(L: int, S: int, d: int, dv: int):
+  q, k, v = Tensor.empty(1, 2, L, d), Tensor.empty(1, 2, S, d), Tensor.empty(1, 2, S, dv)
+  items = q.scaled_dot_product_attention(k, v).schedule()
+  assert len(items) == 1
+  return items[0].ast
+
+def test_two_passes_over_the_keys_each_computing_the_dot_products_once():
+  # the max, then the softmax's sum and the weighted sum of values in one loop (codegen/lower.py shares it): two loops
+  # over the 24 keys, each with one loop over the head dim (the dot product), whatever the device
+  from baregrad.hal import Device
+  from baregrad.codegen.program import get_program
+  from baregrad.ir.ops import Ops
+  prg = get_program(_attention_ast(5, 24, 8, 4), Device[Device.DEFAULT].renderer, opts=[])
+  loops = [u.src[0].arg for u in prg.uops if u.op is Ops.RANGE and u.src[0].op is Ops.CONST]
+  assert loops.count(24) == 2 and loops.count(8) == 2, f"loop extents {loops}: expected 2 passes over 24 keys, a dot product of 8 in each"
+
+def test_the_heuristics_see_the_dot_products_nested_in_the_passes():
+  from baregrad.codegen.kernel import Kernel, nested_reduce_axes
+  k = Kernel(_attention_ast(5, 24, 8, 4))
+  assert {k.full_shape[a] for a in nested_reduce_axes(k)} == {8}, f"shape {k.full_shape}: the head dim (8) is the nested axis"
+  sm = Tensor.empty(4, 24).softmax(-1).schedule()
+  assert nested_reduce_axes(Kernel(sm[-1].ast)) == set(), "softmax's max inside its sum is read once per row, not per key"
