@@ -59,6 +59,7 @@ def match(val: UOp, realized: dict[UOp, BufRef]) -> AttentionPattern | None:
   if n < 3 or tuple(sorted(val.arg[1])) != (n - 1,) or not all(isinstance(s, int) for s in ish): return None
   nb = n - 3
   B, (L, D, S) = ish[:nb], ish[nb:]
+  if math.prod(B) * L * S < knobs.get("FUSE_ATTENTION_MIN_SCORES"): return None   # (the unfused kernels are faster)
   kinds: dict[UOp, str] = {val: "final"}
   seen: list[UOp] = []
   visited: set[UOp] = set()
@@ -77,7 +78,6 @@ def match(val: UOp, realized: dict[UOp, BufRef]) -> AttentionPattern | None:
     stack.extend(x.src)
   scores = [x for x, k in kinds.items() if k == "score"]
   if not scores or "row" not in kinds.values(): return None
-  if math.prod(B) * L * S < knobs.get("FUSE_ATTENTION_MIN_SCORES"): return None   # (the unfused kernels are faster)
   ks = {shape_of(x.src[0])[-1] for x in scores}
   if len(ks) != 1: return None
   dep: set[UOp] = set(scores)
