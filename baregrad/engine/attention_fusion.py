@@ -10,9 +10,11 @@ becomes one kernel over the iteration space (..., L, D, S, K):
   - the row reductions' inputs (..., L, S) take size-1 D and K axes, and reduce along S;
   - the dot products' inputs (..., L, S, K) take a size-1 D axis, and reduce along K.
 
-Each pass over the keys (the running max, the sum of exponentials, the weighted sum of values) computes the dot
-products it reads again in its own loop (codegen/lower.py gives a reduction nested in another, and reading its
-ranges, loops of its own): more arithmetic, no memory traffic for scores. The masks, the scale and causal masks
+Each pass over the keys (the max; then the sum of exponentials beside the weighted sum of values, which is divided
+by it once at the end: _hoist_division) computes the dot products it reads again in its own loop (codegen/lower.py
+gives a reduction nested in another, and reading its ranges, loops of its own, and lets sibling reductions share
+theirs): twice the dot products, no memory traffic for scores. Only attentions of FUSE_ATTENTION_MIN_SCORES scores
+or more are fused: below that the unfused kernels are faster (bench/attention.py). The masks, the scale and causal masks
 (IOTA comparisons) are elementwise code in the kernel. Anything else that needs a buffer (a projection computing q)
 gets one first, as everywhere; a graph that does not fit (a dot product of another shape, a mask with a padded view of
 a computed value, views that do not place) keeps the kernels it had."""
