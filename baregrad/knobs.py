@@ -131,6 +131,14 @@ _DECLARED = [
        "into one kernel per row group; 0 gives each reduction its own kernel", _C),
   Knob("FUSE_NORMS_MAX_ROW", "int", 65536,
        "the longest reduced row FUSE_NORMS fuses; longer rows keep a kernel per reduction", _C, lo=1, unit="elements"),
+  Knob("FUSE_ATTENTION", "bool", True,
+       "softmax(q k^T * scale + mask) v with at least FUSE_ATTENTION_MIN_SCORES scores is one kernel (engine/attention_fusion.py: "
+       "the scores are computed again per pass over the keys, no seq x seq buffer); 0 gives the scores, the softmax and the "
+       "product their own kernels", _C),
+  Knob("FUSE_ATTENTION_MIN_SCORES", "int", 1 << 24,
+       "the fewest scores (batch x heads x queries x keys) of an attention FUSE_ATTENTION makes one kernel: below it the "
+       "kernels of the unfused path are faster (3-10x on a CPU, bench/attention.py), above it their score buffers are large",
+       _C, lo=0, unit="elements"),
   Knob("ROWSTREAM", "bool", True, "CPU vector-matrix products and column sums stream rows; 0 keeps column strips", _C),
   Knob("NO_MEMPLAN", "bool", False, "every intermediate buffer of a schedule gets its own memory (no reuse)", _C),
   Knob("ALLOW_TF32", "bool", False,

@@ -17,7 +17,7 @@ PARALLEL_MIN_WORK iterations stay on one core."""
 from __future__ import annotations
 from baregrad.helpers import prod
 from baregrad.ir.ops import Ops
-from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, VECTOR_LANES
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, VECTOR_LANES, MAX_LANES, nested_reduce_axes
 from baregrad.codegen.renderer import Renderer
 
 PARALLEL_MIN_WORK = 1 << 15   # iterations (outputs x reduce length) below which a kernel runs on one core
@@ -67,6 +67,7 @@ def cpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   def contig(x: tuple, o: int) -> bool: return x[1][o] != 1 and x[0][o] in (1, -1)
   par_first: int | None = None   # the output axis whose tiles run over the cores
   if k.acc_axes: return _accumulating(k, ren, stores)
+  if (inner := nested_reduce_axes(k)): return _attention(k, ren, stores, inner)
   if reds and outs:
     # a load contiguous along an output axis that also moves along a reduce axis: a matmul operand
     vj = [o for o in outs if any(contig(x, o) and any(moves(x, r) for r in reds) for x in loads)]
@@ -183,6 +184,22 @@ def _strided_window(k: Kernel, loads: list, stores: list, outs: list[int], reds:
       for r in reds:
         if sh[r] != 1 and st[r] == 1 and st[o] <= k.full_shape[r] <= 8: return o, r
   return None
+
+def _attention(k: Kernel, ren: Renderer, stores: list, inner: set[int]) -> list[Opt]:
+  """Attention in one kernel (engine/attention_fusion.py): per query row, each pass over the keys computes a dot product
+  per key (the inner reduction, over the head dim) and, in the last pass, adds its weight times the key's value row to
+  the output row. The output row (the axis the store walks) takes lanes whole where it fits (up to 128: each dot product
+  is then computed once per pass, not once per tile of it), the dot products one register of lanes along the head dim
+  (reduced across lanes per key), and the outermost output loop the cores."""
+  cont = [a.orig for a in k.axes if a.kind == "loop" and any(x[1][a.orig] != 1 and x[0][a.orig] == 1 for x in stores)]
+  if cont:
+    n = k.full_shape[cont[-1]]
+    _tile(k, cont[-1], n if n <= 128 else (ren.simd_lanes if ren.vectorized else 4) * 4, OptOps.UPCAST)
+  # (as many independent accumulators as the lanes' budget leaves: a dot product of one accumulator is a chain of
+  # dependent FMAs, 4 cycles each)
+  for r in sorted(inner): _tile(k, r, max(1, min(ren.simd_lanes if ren.vectorized else 4, MAX_LANES // max(k.lanes, 1))), OptOps.UNROLL)
+  if ren.has_threads and prod(k.full_shape) >= PARALLEL_MIN_WORK: _parallel(k, None)
+  return list(k.applied)
 
 def _accumulating(k: Kernel, ren: Renderer, stores: list) -> list[Opt]:
   """A kernel adding to its stored values pass by pass (codegen/rowstream): vector lanes along the axis the store

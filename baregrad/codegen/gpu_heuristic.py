@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from baregrad.helpers import prod
 from baregrad.ir.ops import UOp, Ops
-from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError
+from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, MAX_LANES, nested_reduce_axes
 from baregrad.codegen.renderer import Renderer
 
 def _strides(k: Kernel) -> list[tuple[UOp, tuple[int | None, ...]]]:
@@ -69,7 +69,8 @@ def gpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   n_out = prod(k.full_shape[o] for o in out_axes)
   reuse = [o for o in out_axes if any(s[o] == 0 for s in loads)] if red_axes else []
   tails = _row_tails(k) if red_axes else []
-  if tails: _row_fused(k, ren, out_axes, red_axes, tails, loads, tmax)
+  if red_axes and (inner := nested_reduce_axes(k)): _attention(k, ren, stores, inner, out_axes)
+  elif tails: _row_fused(k, ren, out_axes, red_axes, tails, loads, tmax)
   elif red_axes and len(reuse) >= 2 and _matmul(k, ren, reuse, red_axes, loads, stores): pass
   elif red_axes: _reduction(k, ren, out_axes, red_axes, loads, stores, n_out, tmax, cu)
   else: _elementwise(k, ren, out_axes, loads, stores, tmax, cu)
@@ -92,6 +93,23 @@ def _row_fused(k: Kernel, ren: Renderer, out_axes: list[int], red_axes: list[int
   if g < 2 or len(rows) > len(ren.global_max) or any(n > lim for n, lim in zip(reversed(rows), ren.global_max)): return
   if _contiguous(loads, r) and k.full_shape[r] >= 8 * g and k.full_shape[r] % (4 * g) == 0: apply(k, OptOps.UNROLL, r, 4, ("reduce",))
   if apply(k, OptOps.GROUP, r, g, ("reduce",)): apply(k, OptOps.SHARE, t, g, ("loop",))
+
+def _attention(k: Kernel, ren: Renderer, stores: list, inner: set[int], out_axes: list[int]) -> None:
+  """Attention in one kernel (engine/attention_fusion.py): one thread per query row (a workgroup of up to 64 rows), its
+  output row whole in registers where it fits (else a power-of-two part at a time), so each dot product is computed once per pass over the
+  keys by the one thread that needs it; every thread of the workgroup reads the same key and value rows at a step."""
+  d = [o for o in out_axes if _contiguous(stores, o)]
+  if not d: return
+  n = k.full_shape[d[-1]]
+  # (accumulators: up to half the registers a thread may use; 32 where the target does not say: Adreno's ir3 spills
+  # 64 of them to private memory)
+  cap = min(128, (ren.regs_per_thread or 64) // 2)
+  apply(k, OptOps.UPCAST, d[-1], n if n <= cap else pow2_divisor(n, cap), ("loop",))
+  for r in sorted(inner):
+    for amt in (4, 2):
+      if k.lanes * amt <= MAX_LANES and k.full_shape[r] % amt == 0 and apply(k, OptOps.UNROLL, r, amt, ("reduce",)): break
+  rows = [o for o in out_axes if o != d[-1] and any(s[o] != 0 for s in stores) and k.full_shape[o] > 1]
+  if rows and (w := fit(k, rows[-1], ("loop",), 64, 32)) > 1: apply(k, OptOps.LOCAL, rows[-1], w, ("loop",))
 
 def _contiguous(ss: list, o: int) -> bool: return any(s[o] == 1 for s in ss)
 

@@ -128,6 +128,24 @@ def verify_ast(ast: UOp) -> tuple[sint, ...]:
     if any(not sym_eq(a, b) and a != 1 for a, b in zip(s, full)): raise KernelError(f"VIEW shape {s} does not fit the iteration space {full}")
   return full
 
+def nested_reduce_axes(k: "Kernel") -> set[int]:
+  """The axes only reductions nested in another reduction's input reduce, where that input reads the inner
+  reduction per step of its own loop (an attention kernel's dot products per key, engine/attention_fusion.py); empty
+  for other kernels (softmax's max inside its sum reads it once per row: not per step)."""
+  outer: set[int] = set()
+  inner: set[int] = set()
+  for u in k.ast.toposort():
+    if u.op is not Ops.REDUCE_AXIS: continue
+    for x in u.src[0].toposort():
+      if x.op is Ops.REDUCE_AXIS and set(x.arg[1]) != set(u.arg[1]) and any(
+          y.op is Ops.VIEW and any(y.arg.shape[a] != 1 for a in u.arg[1]) for y in x.toposort()):
+        inner |= set(x.arg[1])
+    outer |= set(u.arg[1])
+  for u in k.ast.toposort():   # (axes a top-level reduction reduces are not inner ones)
+    if u.op is Ops.REDUCE_AXIS and not any(u in r.src[0].toposort() for r in k.ast.toposort() if r.op is Ops.REDUCE_AXIS and r is not u):
+      inner -= set(u.arg[1])
+  return inner
+
 INT32_MAX = 2 ** 31 - 1
 
 def index_dtype(ast: UOp) -> DType:

@@ -54,6 +54,15 @@ def linearize(sink: UOp) -> list[UOp]:
     for r in u.src[1:]:
       encl[r] = close(prev)
       prev = encl[r] | {r}
+  # a reduction inside another's loop that reads that loop's index (an attention score, a dot product per key, inside
+  # each pass over the keys) sits in that loop's enclosing loops too: known only now, outer reductions first
+  red_ranges = {r for u in reduces for r in u.src[1:]}
+  for u in reversed(reduces):
+    if not (outer_of[u] & red_ranges) or (o := close(outer_of[u])) == outer_of[u]: continue
+    outer_of[u] = prev = o
+    for r in u.src[1:]:
+      encl[r] = close(prev)
+      prev = encl[r] | {r}
   # replace REDUCEs by accumulator nodes, and give every node the loops it runs in
   ctx: dict[UOp, frozenset[UOp]] = {}
   replace: dict[UOp, UOp] = {}

@@ -55,6 +55,8 @@ class Lowering:
     self.ups = [i for i, a in enumerate(self.axes) if a.kind == "upcast" and self.rng[i].op is Ops.RANGE]
     self.memo: dict[UOp, UOp] = {}
     self.n_reduce = 0
+    # the loops reductions got of their own: (the axes' ranges, their replacements, the reductions in them)
+    self.passes: list[tuple[tuple[UOp, ...], dict[UOp, UOp], set[UOp]]] = []
     self.tcl: dict | None = None        # TC: the fragments' index values and element ranges (tc_lower.tc_lanes)
     self.opvals: dict[UOp, dict[int, UOp]] = {}   # TC: operand load -> the values its index takes
     self.staged: dict[UOp, UOp] = {}    # SMEM: staged load -> its read from shared memory
@@ -222,11 +224,27 @@ class Lowering:
     with a GROUP, the workgroup's partial results combined."""
     rs = tuple(r for a in sorted(u.arg[1]) for r in self.red_ranges.get(a, []))
     fresh: dict[UOp, UOp] = {}
+    orig, share = rs, None
     if rs and self.n_reduce:
-      # a second reduction over the same axes is a separate loop: give it its own ranges
-      fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in rs}
-      # ...but only outside reductions nested in it: those keep their own loops
-      val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
+      # a second reduction over the same axes is a separate loop: give it its own ranges. Where an earlier one that
+      # got loops of its own is not inside this one (attention's sum of exponentials beside its weighted sum of values),
+      # this one runs in the same loops: what both compute (the dot products) once per step
+      deps = set(val.toposort())
+      share = next((p for p in self.passes if p[0] == rs and not (p[2] & deps)), None)
+      fresh = dict(share[1]) if share is not None else \
+        {r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in rs}
+      # ...but only outside reductions nested in it that do not read its ranges (softmax's max inside its sum): those
+      # keep their own loops. One that does (an attention score, a dot product per key, inside each pass over the
+      # keys) is a copy per pass, its own loops fresh too (a loop shared by two passes would need two nestings)
+      keep: dict[UOp, UOp] = {}
+      outer = set(rs)
+      for x in val.toposort():
+        if x.op is not Ops.REDUCE or x is val: continue
+        if any(r in outer and r not in x.src[1:] for r in x.src[0].toposort()):   # (its own loops aside)
+          fresh.update({r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in x.src[1:] if r not in fresh})
+        else: keep[x] = x
+      val = val.substitute({**keep, **fresh})
+      if share is not None: share[1].update(fresh)
       rs = tuple(fresh[r] for r in rs)
     if pv := [self.pad_valid[a] for a in sorted(u.arg[1]) if a in self.pad_valid]:
       # past the end of a padded reduce axis the reduction sees its identity
@@ -236,7 +254,12 @@ class Lowering:
       val = ok.where(val, UOp.const(val.dtype, identity_element(u.arg[0], val.dtype.scalar)))
     val, rs = _fold_invariant(u.arg[0], val, rs)
     new = UOp(Ops.REDUCE, u.dtype, (val,) + rs, u.arg[0]) if rs else val
+    mine: set[UOp] = {new}
+    if fresh:
+      if share is not None: share[2].update(mine)
+      else: self.passes.append((orig, fresh, mine))
     if self.group: new = self.group_combine(u, new)
+    mine.add(new)   # (a GROUP's combined value too: a reduction reading it is inside this one)
     self.n_reduce += 1
     return new
 

@@ -206,7 +206,8 @@ def _schedule(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[Sched
 def cache_key(structure: Any, device: str) -> tuple:
   """The schedule cache's key of a graph's structure (_abstract) on a device: with the knobs that change how a graph
   is cut into kernels."""
-  return (structure, device, knobs.get("FUSE_NORMS"), knobs.get("FUSE_NORMS_MAX_ROW"), knobs.get("ROWSTREAM"), knobs.get("PACK"))
+  return (structure, device, knobs.get("FUSE_NORMS"), knobs.get("FUSE_NORMS_MAX_ROW"), knobs.get("FUSE_ATTENTION"),
+          knobs.get("FUSE_ATTENTION_MIN_SCORES"), knobs.get("ROWSTREAM"), knobs.get("PACK"))
 
 def _schedule_srcs(uops: list[UOp], device: str, single_ok: bool) -> tuple[list[ScheduleItem] | None, list[UOp], Any]:
   ab = _abstract(uops, True)

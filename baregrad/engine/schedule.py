@@ -341,6 +341,7 @@ def _value_of(u: UOp) -> UOp:
 def create_schedule(targets: list[UOp], default_device: str | None = None) -> tuple[list[ScheduleItem], dict[UOp, BufRef]]:
   """Kernels that compute every target, in order; returns them and the buffer each realized node lives in.
   A graph that reads no buffer (a constant) runs on default_device."""
+  from baregrad.engine.attention_fusion import attention_kernel, internal_nodes, root_value   # (it builds on this module's kernel builder)
   realized: dict[UOp, BufRef] = {}
   nodes = _all_nodes(targets)  # topological order; the graph does not change while kernels are cut
   # bounds checks on computed nodes are computed alongside (engine/checks.py)
@@ -366,6 +367,13 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
        _row_fusion(u.src[0], devices.get(u) or default_device) is None: must.add(u.src[0])
   _cut_deep_chains(nodes, must)
   _cut_shared_values(nodes, must)
+  # an attention product is a kernel of its own; its scores, softmax and statistics are computed in it (those the
+  # caller asked for aside)
+  roots = {root_value(t) for t in must}
+  for u in nodes:
+    if u.op is Ops.REDUCE_AXIS and (inside := internal_nodes(u)):
+      if u not in roots: must.add(u)
+      must -= inside - set(targets)
   # reads of a storage's current version run before the ASSIGN that writes its next one: nodes that depend on no
   # ASSIGN come first (a valid topological order: such a node has no ASSIGN below it)
   after_write: set[UOp] = set()
@@ -405,18 +413,22 @@ def create_schedule(targets: list[UOp], default_device: str | None = None) -> tu
           val = _reshape_to_reduce(val, realized)
           shape = shape_of(val) if val is not _value_of(u) else shape_of(u)
           st = store_st = ShapeTracker.from_shape(shape)
-        try: lowered = kb.lower(val, st, False, root=val is u)
-        except _NeedRealize as e:
-          # a reduction broadcast back over its rows: one kernel computing it per row, where that works (else as before)
-          if (fuse := _row_fusion(e.u, dev)) is None or (fk := _fused_kernel(realized, ref, val, st, u, fuse)) is None: raise
-          kb, lowered = fk
-          n_app, unfused = len(fuse[1]), e
-          st, store_st = _append_axes(st, n_app), _append_axes(store_st, n_app)
-        if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = store_st = ShapeTracker.from_shape(())
-        ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=store_st), lowered)),))
-        if n_app:
-          try: verify_ast(ast)
-          except KernelError: raise unfused from None   # (views that do not fit one iteration space: the kernels as before)
+        # softmax(q k^T) v: one kernel over (..., L, D, S, K) where the graph fits (engine/attention_fusion.py)
+        att = None if u.op is Ops.ASSIGN and u.arg is not None else attention_kernel(realized, ref, val, st, store_st, u)
+        if att is not None: kb, ast = att
+        else:
+          try: lowered = kb.lower(val, st, False, root=val is u)
+          except _NeedRealize as e:
+            # a reduction broadcast back over its rows: one kernel computing it per row, where that works (else as before)
+            if (fuse := _row_fusion(e.u, dev)) is None or (fk := _fused_kernel(realized, ref, val, st, u, fuse)) is None: raise
+            kb, lowered = fk
+            n_app, unfused = len(fuse[1]), e
+            st, store_st = _append_axes(st, n_app), _append_axes(store_st, n_app)
+          if not any(x.op is Ops.VIEW for x in lowered.toposort()) and shape == (): st = store_st = ShapeTracker.from_shape(())
+          ast = UOp(Ops.SINK, src=(UOp(Ops.STORE, src=(gbuf(0, u.dtype), UOp(Ops.VIEW, src=(), arg=store_st), lowered)),))
+          if n_app:
+            try: verify_ast(ast)
+            except KernelError: raise unfused from None   # (views that do not fit one iteration space: the kernels as before)
         if u.op is Ops.ASSIGN and kb.loads_output: _assign_check(ast, kb, ref, store_st)
         realized[u] = ref
         items.extend(_device_split(ast, kb.bufs, dev, u, check_of.get(u)))

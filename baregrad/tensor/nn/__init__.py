@@ -371,7 +371,9 @@ class AdaptiveAvgPool2d(Module):
 from baregrad.tensor.nn.state import get_parameters, get_state_dict, load_state_dict  # noqa: E402
 from baregrad.tensor.nn import optim, state, init  # noqa: E402
 
-__all__ = ["Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
+from baregrad.tensor.nn.attention import MultiheadAttention  # noqa: E402  (it builds on Linear above)
+
+__all__ = ["MultiheadAttention", "Module", "ModuleList", "ModuleDict", "IncompatibleKeys", "Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
            "ConvTranspose2d", "ConvTranspose3d", "BatchNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm",
            "RMSNorm", "Embedding", "Dropout", "Sequential", "Identity", "ReLU", "LeakyReLU", "GELU", "SiLU", "Sigmoid", "Tanh", "Softmax",
            "LogSoftmax", "Flatten", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "train", "cross_entropy",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
+from baregrad import knobs
 from baregrad.ir.dtype import dtypes
 from baregrad.tensor.ops.norm import _dropout
 from baregrad.tensor.ops.shape import _tri_mask
@@ -29,11 +30,15 @@ class AttentionOps:
       k, v = _rep(k), _rep(v)
     L, S = q.shape[-2], k.shape[-2]
     sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    if attn_mask is not None: _check_mask(attn_mask, _bshape(q.shape[:-2], k.shape[:-2]) + (L, S))
     if is_causal:
       if attn_mask is not None: raise RuntimeError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
       attn_mask = _tri_mask(Tensor.full((L, S), True, device=q.device), 0, True)
     batch = math.prod(_bshape(q.shape[:-2], k.shape[:-2]))
-    if batch * L * S <= BLOCK_SCORES or L == 1: return _attend(q, k, v, attn_mask, sc, dropout_p)
+    # the scheduler makes softmax(q k^T) v one kernel with no L x S buffer (FUSE_ATTENTION, engine/attention_fusion.py);
+    # without it (or with dropout, whose weights are a buffer) blocks of rows bound the scores' memory
+    fused = knobs.get("FUSE_ATTENTION") and dropout_p == 0.0 and batch * L * S >= knobs.get("FUSE_ATTENTION_MIN_SCORES")
+    if fused or batch * L * S <= BLOCK_SCORES or L == 1: return _attend(q, k, v, attn_mask, sc, dropout_p)
     # a long sequence: blocks of query rows, each with its own scores (rows x S), so no L x S matrix is ever held; the
     # blocks' buffers are dead after their block and the memory plan reuses them. A causal block reads only the keys
     # its rows may see
@@ -57,6 +62,16 @@ def _bshape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
   n = max(len(a), len(b))
   a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
   return tuple(max(x, y) for x, y in zip(a, b))
+
+def _check_mask(mask: Tensor, scores: tuple[int, ...]) -> None:
+  """An attention mask is bool (True: attend) or float (added to the scores) and broadcasts to the scores' shape."""
+  if mask.dtype != dtypes.bool and not dtypes.is_float(mask.dtype):
+    raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {mask.shape} has dtype {mask.dtype.name}: expected bool "
+                       f"or a float dtype, for scores of shape {scores}")
+  ms = mask.shape
+  if len(ms) > len(scores) or any(m not in (1, s) for m, s in zip(reversed(ms), reversed(scores))):
+    raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape {ms} does not broadcast to the scores' shape {scores} "
+                       "(batch..., query length, key length)")
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, sc: float, dropout_p: float) -> Tensor:
   """softmax(q k^T * sc + mask) v over whole rows."""
