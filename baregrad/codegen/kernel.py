@@ -143,8 +143,11 @@ def index_dtype(ast: UOp) -> DType:
     for v in u.arg.views:
       shape = [smax(s) for s in v.shape]   # (a symbolic size at its largest value)
       off = max(abs(v.offset.vmin), abs(v.offset.vmax)) if is_sym(v.offset) else abs(v.offset)
-      # a flat index over a view's shape is formed only between the views of a stack; one view's index is its reach
-      if (len(u.arg.views) > 1 and prod(shape) > INT32_MAX) or off + sum(abs(st) * max(s - 1, 0) for s, st in zip(shape, v.strides)) > INT32_MAX:
+      # a view's index is its reach: in a stack, each view below unravels the index the one above reaches (its parts
+      # within that) and reaches its own (an expanded view's size is no bound: a convolution's im2col operand is
+      # 32x64x3136x576 > 2^31 positions over a 58M-element reach). An index the lowering's simplification widens
+      # past int32 is caught there (_may_wrap) and lowered again in int64.
+      if off + sum(abs(st) * max(s - 1, 0) for s, st in zip(shape, v.strides)) > INT32_MAX:
         return dtypes.int64
   return dtypes.int32
 
