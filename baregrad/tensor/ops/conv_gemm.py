@@ -1,0 +1,46 @@
+"""2-d convolutions on GPUs with tensor cores as implicit GEMMs (issue 34): channels-last windows, the reduction over
+(kh, kw, c) one axis, so the kernel is the matmul the tensor-core path of codegen/gpu_heuristic.py already plans.
+
+The input, padded, is copied once into a channels-last buffer (N, Hp, Wp, C) (the padding and the layout change are
+one elementwise kernel; the user's tensor keeps its layout). Its windows (N, OH, OW, KH, KW, C) are then one View
+(strides Hp*Wp*C, sh*Wp*C, sw*C, Wp*C, C, 1: ir/view.py ShapeTracker.merged folds the expand-and-reshape stack that
+builds them), and (KH, KW, C) reshaped into one reduction axis R = KH*KW*C leaves a two-View stack whose index is the
+im2col addressing: r -> (r // (KW*C), r // C % KW, r % C), constant divisions in the operand loader. The weights,
+(Cout, KH, KW, C) contiguous, are the other operand, R-contiguous. The kernel is
+  out[n, co, oh, ow] = sum_r col[n, oh, ow, r] * wr[co, r]
+one reduction axis, A = wr moving along Cout, B = col along the output positions: the heuristic's tensor-core tiles
+(mma.sync, or wgmma on sm_90a) take it, with the operands staged in shared memory by cp.async. A 1x1 convolution is
+the plain GEMM (its windows are the image itself). Half and bfloat16 multiply on the tensor cores and accumulate in
+float32, one rounding at the end, as PyTorch's convolutions do.
+
+Taken for inference on a renderer that declares tensor cores (tensor_cores) and workgroups: 2-d, one group, no
+dilation (any padding and stride: the copy pads, the window view strides). Grouped, depthwise and dilated
+convolutions, and convolutions autograd will differentiate, keep the general window reduction (ops/conv.py)."""
+from __future__ import annotations
+from typing import TYPE_CHECKING
+from baregrad.ir.dtype import dtypes, promote
+from baregrad.tensor.ops.shape import _pool
+if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
+
+def takes(x: Tensor, w: Tensor, nsp: int, d_: tuple[int, ...], groups: int) -> bool:
+  """Whether a convolution of x by w (stride any, dilation d_, groups) runs as a channels-last implicit GEMM: 2-d, one
+  group, undilated, x and w on one device whose renderer has workgroups and tensor cores."""
+  from baregrad.hal import Device
+  if nsp != 2 or groups != 1 or d_ != (1, 1) or w.device != x.device or not isinstance(x.device, str): return False
+  ren = Device[x.device].renderer
+  return bool(getattr(ren, "has_local", False) and getattr(ren, "tensor_cores", ()))
+
+def conv2d(x: Tensor, w: Tensor, s_: tuple[int, ...]) -> Tensor:
+  """The convolution of an already padded x (N, C, Hp, Wp) by w (Cout, C, KH, KW) with stride s_: (N, Cout, OH, OW)
+  in promote(x.dtype, w.dtype), as one implicit-GEMM kernel over a channels-last copy of x (see the module docstring)."""
+  N, C = x.shape[:2]
+  Cout, _, KH, KW = w.shape
+  xh = x.permute(0, 2, 3, 1).contiguous()                                    # (N, Hp, Wp, C): padding and layout, one copy
+  win = _pool(xh.permute(0, 3, 1, 2), (KH, KW), s_, (1, 1))                 # (N, C, OH, OW, KH, KW) over channels-last memory
+  OH, OW = win.shape[2:4]
+  R = KH * KW * C
+  col = win.permute(0, 2, 3, 4, 5, 1).reshape(N, 1, OH, OW, R)
+  wr = w.permute(0, 2, 3, 1).contiguous().reshape(1, Cout, 1, 1, R)
+  dt = promote(x.dtype, w.dtype)
+  if dt in (dtypes.float16, dtypes.bfloat16): return (col.float() * wr.float()).sum(4).cast(dt)
+  return (col * wr).sum(4)

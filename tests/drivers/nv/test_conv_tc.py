@@ -1,0 +1,120 @@
+"""Convolutions on the NV mock as channels-last implicit GEMMs on tensor cores (tensor/ops/conv_gemm.py, issue 34):
+results against PyTorch's CPU convolution at small shapes (the mock interprets PTX), which kernels the heuristic gives
+them (mma.sync tiles), the fallbacks (groups, depthwise, dilation, training), and a static check of the real-size
+kernel (32x64x56x56 3x3 half) assembled by ptxas: tensor cores in the main loop, no spills, registers bounded."""
+from __future__ import annotations
+import re
+from collections import Counter
+import numpy as np
+import pytest
+import torch
+from baregrad.hal import Device
+from baregrad.ir.dtype import dtypes
+from baregrad.ir.ops import Ops
+from baregrad.codegen.kernel import Kernel, OptOps
+from baregrad.codegen.heuristic import heuristic_opts
+from baregrad.codegen.program import get_program
+from baregrad.drivers.nv_compile import find_ptxas
+from baregrad.tensor import Tensor
+from baregrad.tensor.ops import conv_gemm
+import baregrad.tensor.nn.functional as F
+from tests.helpers import mock_nv_device
+
+@pytest.fixture(scope="module", autouse=True)
+def nv():
+  with mock_nv_device() as dev: yield dev
+
+def _gemm_item(out: Tensor):
+  """The schedule's reduction kernel (the GEMM) of out."""
+  return next(it for it in out.schedule() if it.kind == "kernel" and any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort()))
+
+def _opts(ast) -> list:
+  ren = Device["NV"].renderer
+  return heuristic_opts(Kernel(ast, max_parallel=len(ren.global_max), gpu=True, ren=ren), ren)
+
+def _rnd(*shape, dt=np.float16, seed=0):
+  # small integers over 4: exact in half, so products and float32 sums are exact and the tensor cores' order of
+  # additions cannot change the result
+  return (np.random.default_rng(seed + len(shape)).integers(-4, 5, size=shape) / 4).astype(dt)
+
+CASES = [  # (N, C, H, W), (Cout, KH, KW), stride, padding
+  ((2, 16, 8, 16), (32, 3, 3), 1, 1),
+  ((1, 16, 9, 17), (16, 3, 3), 2, 1),        # strided, odd sizes: the tiles padded
+  ((2, 32, 4, 16), (32, 1, 1), 1, 0),        # 1x1: the plain GEMM
+  ((1, 16, 7, 8), (16, 2, 2), 1, "same"),    # uneven padding (0 before, 1 after)
+]
+
+@pytest.mark.parametrize("xs,ws,stride,padding", CASES, ids=["3x3", "3x3s2", "1x1", "2x2same"])
+@pytest.mark.parametrize("dt", [np.float16, np.float32], ids=["half", "float"])
+def test_forward_matches_torch(xs, ws, stride, padding, dt):
+  x, w, b = _rnd(*xs, dt=dt), _rnd(ws[0], xs[1], *ws[1:], dt=dt, seed=1), _rnd(ws[0], dt=dt, seed=2)
+  tx, tw, tb = (Tensor(a, device="NV") for a in (x, w, b))
+  assert conv_gemm.takes(tx, tw, 2, (1, 1), 1)
+  out = F.conv2d(tx, tw, tb, stride=stride, padding=padding)
+  ref = torch.nn.functional.conv2d(*(torch.tensor(a, dtype=torch.float64) for a in (x, w, b)), stride=stride, padding=padding)
+  assert out.shape == tuple(ref.shape) and out.dtype == Tensor(x).dtype
+  np.testing.assert_allclose(out.numpy().astype(np.float64), ref.numpy(), rtol=1e-3 if dt == np.float16 else 1e-6, atol=1e-3)
+
+@pytest.mark.parametrize("dt", [dtypes.float16, dtypes.bfloat16])
+def test_the_gemm_is_a_tensor_core_kernel_with_one_reduction(dt):
+  x, w = Tensor.empty(2, 64, 16, 16, dtype=dt, device="NV"), Tensor.empty(64, 64, 3, 3, dtype=dt, device="NV")
+  item = _gemm_item(F.conv2d(x, w, padding=1))
+  (red,) = [u for u in item.ast.toposort() if u.op is Ops.REDUCE_AXIS]
+  assert len(red.arg[1]) == 1, f"the reduction over (kh, kw, c) should be one axis: {red.arg}"
+  col = [u.src[1].arg for u in item.ast.toposort() if u.op is Ops.LOAD and len(u.src[1].arg.views) > 1]
+  # the im2col operand: the windows as one View (no masks: the copy padded them) under the reshape into one axis
+  assert len(col) == 1 and len(col[0].views) == 2 and all(v.mask is None for v in col[0].views), col
+  assert any(o.op is OptOps.TC for o in _opts(item.ast)), _opts(item.ast)
+
+def test_tensor_cores_run_on_the_mock():
+  # a shape the heuristic gives mma.sync tiles, run on the mock's PTX interpreter
+  x, w = _rnd(1, 32, 4, 32), _rnd(32, 32, 3, 3, seed=1)
+  tx, tw = Tensor(x, device="NV"), Tensor(w, device="NV")
+  out = F.conv2d(tx, tw, padding=1)
+  assert any(o.op is OptOps.TC for o in _opts(_gemm_item(out).ast))
+  ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=1).numpy()
+  np.testing.assert_allclose(out.numpy().astype(np.float64), ref, rtol=1e-3, atol=1e-3)
+
+@pytest.mark.parametrize("groups,dilation", [(2, 1), (16, 1), (1, 2)], ids=["grouped", "depthwise", "dilated"])
+def test_other_convolutions_fall_back_correctly(groups, dilation):
+  x, w = _rnd(1, 16, 7, 9), _rnd(16, 16 // groups, 3, 3, seed=1)
+  tx, tw = Tensor(x, device="NV"), Tensor(w, device="NV")
+  assert not conv_gemm.takes(tx, tw, 2, (dilation, dilation), groups)
+  out = F.conv2d(tx, tw, padding=1, groups=groups, dilation=dilation)
+  ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=1, groups=groups,
+                                   dilation=dilation).numpy()
+  np.testing.assert_allclose(out.numpy().astype(np.float64), ref, rtol=1e-3, atol=1e-3)
+
+def test_training_gradients_match_torch():
+  # autograd through the convolution: the general window reduction (conv_gemm is for inference), both gradients
+  x, w = _rnd(2, 8, 6, 7, dt=np.float32), _rnd(16, 8, 3, 3, dt=np.float32, seed=1)
+  tx, tw = Tensor(x, device="NV", requires_grad=True), Tensor(w, device="NV", requires_grad=True)
+  F.conv2d(tx, tw, padding=1, stride=2).square().sum().backward()
+  rx, rw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+  torch.nn.functional.conv2d(rx, rw, padding=1, stride=2).square().sum().backward()
+  np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(tw.grad.numpy(), rw.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+# ---- static check at the real size (no GPU: the PTX the heuristic's opts give, assembled by ptxas)
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_resnet_3x3_half_kernel_assembles_to_tensor_cores_without_spills(arch):
+  from tools.sass_report import renderer_for, assemble, innermost_loop, disassemble, sass_ops, sass_main_loop
+  x, w = Tensor.empty(32, 64, 56, 56, dtype=dtypes.float16, device="NV"), Tensor.empty(64, 64, 3, 3, dtype=dtypes.float16, device="NV")
+  ast = _gemm_item(F.conv2d(x, w, padding=1)).ast
+  ren = renderer_for(arch)
+  opts = heuristic_opts(Kernel(ast, max_parallel=len(ren.global_max), gpu=True, ren=ren), ren)
+  src = get_program(ast, ren, opts).src
+  loop = innermost_loop(src)
+  assert sum(n for op, n in loop.items() if op.startswith("mma.sync")) >= 8, f"{arch}: PTX main loop {loop}"
+  assert not any(op.startswith(("div.", "rem.", "ld.local", "st.local")) for op in loop), f"{arch}: PTX main loop {loop}"
+  cubin, v = assemble(src, arch)
+  regs = int(re.search(r"Used (\d+) registers", v).group(1))
+  sp = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", v)
+  assert sp is not None and sp.group(1) == sp.group(2) == "0", f"{arch}: spills\n{v}"
+  # (the window reduction it replaces: 255 and spills; the 4096^3 half matmul: 168)
+  assert regs <= 192, f"{arch}: {regs} registers"
+  if (text := disassemble(cubin)) is not None:
+    main = sass_main_loop(sass_ops(text))
+    assert main["HMMA"] >= 8 and not main["LDL"] and not main["STL"], f"{arch}: SASS main loop {Counter(main).most_common(12)}"
