@@ -428,8 +428,10 @@ class Kernel:
   def stage_tile(self, ld: UOp, si: int | None) -> list[int]:
     """SMEM: the axis parts a staged load's tile spans (workgroup, lane and inner reduce parts it moves with)."""
     st: ShapeTracker = ld.src[1].arg
-    strides = st.real_strides()
-    return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
+    strides, masked = st.real_strides(), st.valid_axes()
+    # (an axis only the validity reads moves the load too: a padded 1x1 image's 3x3 windows read the one pixel at the
+    # centre tap and 0 elsewhere; left out of the tile, every tap read the centre's staged value)
+    return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and (strides[a.orig] != 0 or a.orig in masked) and
             (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
   def stage_buffers(self, stages: int | None = None) -> int:
     """SMEM: shared buffers per staged tile: 1 without asynchronous copies; with them the pipeline's stages (`stages`,

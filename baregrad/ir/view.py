@@ -236,6 +236,16 @@ class ShapeTracker:
       idx, valid = nidx, (valid & nvalid) if nvalid.op is not Ops.CONST or not nvalid.arg else valid
     return idx.simplify(), valid.simplify()
 
+  @functools.cache  # noqa: B019 (immutable values, asked often)
+  def valid_axes(self) -> frozenset[int]:
+    """The axes the validity (the masks of the views) depends on: an axis may have stride 0 and still decide whether
+    an element is read or is 0 (padding)."""
+    if all(v.mask is None for v in self.views): return frozenset()
+    rs = [UOp.range(smax(s) if is_sym(s) else s, i, dtype=dtypes.int64) for i, s in enumerate(self.shape)]
+    _, valid = self.to_index(rs, dtypes.int64)
+    used = set(valid.toposort())
+    return frozenset(i for i, r in enumerate(rs) if r in used)
+
   @functools.cache  # noqa: B019 (ShapeTrackers are immutable values; the optimizer asks for the same ones often)
   def real_strides(self) -> tuple[int | None, ...]:
     """Stride of each axis where the index is affine in that axis alone, else None (used by the optimizer).

@@ -118,3 +118,15 @@ def test_resnet_3x3_half_kernel_assembles_to_tensor_cores_without_spills(arch):
   if (text := disassemble(cubin)) is not None:
     main = sass_main_loop(sass_ops(text))
     assert main["HMMA"] >= 8 and not main["LDL"] and not main["STL"], f"{arch}: SASS main loop {Counter(main).most_common(12)}"
+
+@pytest.mark.parametrize("c", [16, 64])
+def test_padded_one_pixel_image_on_the_general_path(c):
+  # ResNet-18's last stage on 8x8 CIFAR-sized inputs: 3x3 windows over a 1x1 image padded by 1. Its input is staged in
+  # shared memory (SMEM) and reads 0 at every tap but the centre through the padding's mask alone (the taps' stride
+  # is 0): the tile left those axes out and every tap read the centre pixel (off by up to 27 at 64 channels)
+  x, w = _rnd(4, c, 1, 1, dt=np.float32), _rnd(c, c, 3, 3, dt=np.float32, seed=1)
+  out = F.conv2d(Tensor(x, device="NV"), Tensor(w, device="NV", requires_grad=True), padding=1)
+  item = _gemm_item(out)
+  assert any(o.op is OptOps.SMEM for o in _opts(item.ast)), _opts(item.ast)
+  ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=1).numpy()
+  np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
