@@ -122,9 +122,10 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
     out = _conv2d_cpu(x, w, s_, groups)
     if bias is not None: out = out + bias.reshape((1, Cout, 1, 1))
     return out.squeeze(0) if unbatched else out
-  if not _needs_grad(x, w, bias) and conv_gemm.takes(x, w, nsp, d_, groups):
-    # a GPU with tensor cores: a channels-last implicit GEMM (ops/conv_gemm.py)
-    out = conv_gemm.conv2d(x, w, s_)
+  if conv_gemm.takes(x, w, nsp, d_, groups):
+    # a GPU with tensor cores: a channels-last implicit GEMM (ops/conv_gemm.py); for training with the output positions
+    # one axis, so its gradients are GEMMs with one reduction axis too
+    out = conv_gemm.conv2d_positions(x, w, s_) if _needs_grad(x, w, bias) else conv_gemm.conv2d(x, w, s_)
     if bias is not None: out = out + bias.reshape((1, Cout, 1, 1))
     return out.squeeze(0) if unbatched else out
   if _cpu_depthwise(x, w, groups, pads):

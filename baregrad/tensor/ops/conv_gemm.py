@@ -19,6 +19,7 @@ convolutions, and convolutions autograd will differentiate, keep the general win
 from __future__ import annotations
 from typing import TYPE_CHECKING
 from baregrad.ir.dtype import dtypes, promote
+from baregrad.ir.ops import UOp, Ops
 from baregrad.tensor.ops.shape import _pool
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
@@ -41,6 +42,31 @@ def conv2d(x: Tensor, w: Tensor, s_: tuple[int, ...]) -> Tensor:
   R = KH * KW * C
   col = win.permute(0, 2, 3, 4, 5, 1).reshape(N, 1, OH, OW, R)
   wr = w.permute(0, 2, 3, 1).contiguous().reshape(1, Cout, 1, 1, R)
-  dt = promote(x.dtype, w.dtype)
-  if dt in (dtypes.float16, dtypes.bfloat16): return (col.float() * wr.float()).sum(4).cast(dt)
-  return (col * wr).sum(4)
+  return _dot(col, wr, 4)
+
+def _dot(a: Tensor, b: Tensor, axis: int) -> Tensor:
+  """sum over axis of a * b; half and bfloat16 multiplied and summed in float32, rounded once."""
+  dt = promote(a.dtype, b.dtype)
+  if dt in (dtypes.float16, dtypes.bfloat16): return (a.float() * b.float()).sum(axis).cast(dt)
+  return (a * b).sum(axis)
+
+def conv2d_positions(x: Tensor, w: Tensor, s_: tuple[int, ...]) -> Tensor:
+  """conv2d with the output positions (n, oh, ow) as one axis P: out[co, p] = sum_r wr[co, r] * col[p, r], returned as
+  the (N, Cout, OH, OW) view of that (Cout, P) result. For training: autograd's gradients of this product are again
+  products with one reduction axis each (the weights' over P: g[co, p] * col[p, r]; the columns' over Cout: g[co, p] *
+  wr[co, r], then summed back over the overlapping windows), the shape the tensor-core tiles take, where the NCHW form
+  reduces the weights' gradient over three axes (n, oh, ow)."""
+  N, C = x.shape[:2]
+  Cout, _, KH, KW = w.shape
+  xh = x.permute(0, 2, 3, 1).contiguous()
+  win = _pool(xh.permute(0, 3, 1, 2), (KH, KW), s_, (1, 1))
+  OH, OW = win.shape[2:4]
+  P, R = N * OH * OW, KH * KW * C
+  col = win.permute(0, 2, 3, 4, 5, 1).reshape(1, P, R)
+  wr = w.permute(0, 2, 3, 1).contiguous().reshape(Cout, 1, R)
+  out = _dot(wr, col, 2)
+  # its gradient (Cout, P) in a buffer: both gradient GEMMs then read it as a plain load, which the tensor-core path
+  # takes (fused in, the gradient's elementwise expression, a norm's or an activation's backward, makes them not a
+  # product of two loads: register tiles)
+  out = out._new(UOp(Ops.CONTIGUOUS, out.dtype, (out.uop,), "grad"))
+  return out.reshape(Cout, N, OH, OW).permute(1, 0, 2, 3)

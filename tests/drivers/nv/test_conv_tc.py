@@ -85,13 +85,46 @@ def test_other_convolutions_fall_back_correctly(groups, dilation):
                                    dilation=dilation).numpy()
   np.testing.assert_allclose(out.numpy().astype(np.float64), ref, rtol=1e-3, atol=1e-3)
 
-def test_training_gradients_match_torch():
-  # autograd through the convolution: the general window reduction (conv_gemm is for inference), both gradients
-  x, w = _rnd(2, 8, 6, 7, dt=np.float32), _rnd(16, 8, 3, 3, dt=np.float32, seed=1)
+@pytest.mark.parametrize("xs,ws,stride,padding", CASES, ids=["3x3", "3x3s2", "1x1", "2x2same"])
+@pytest.mark.parametrize("dt", [np.float16, np.float32], ids=["half", "float"])
+def test_training_gradients_match_torch(xs, ws, stride, padding, dt):
+  # training: the output positions one axis (conv_gemm.conv2d_positions), the data and weight gradients GEMMs
+  x, w, g = _rnd(*xs, dt=dt), _rnd(ws[0], xs[1], *ws[1:], dt=dt, seed=1), None
   tx, tw = Tensor(x, device="NV", requires_grad=True), Tensor(w, device="NV", requires_grad=True)
-  F.conv2d(tx, tw, padding=1, stride=2).square().sum().backward()
+  out = F.conv2d(tx, tw, stride=stride, padding=padding)
+  g = _rnd(*out.shape, dt=dt, seed=2)
+  (out * Tensor(g, device="NV")).sum().backward()
+  rx, rw = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
+  ref = torch.nn.functional.conv2d(rx, rw, stride=stride, padding=padding)
+  (ref * torch.tensor(g, dtype=torch.float64)).sum().backward()
+  tol = dict(rtol=1e-3, atol=1e-3) if dt == np.float16 else dict(rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(out.numpy().astype(np.float64), ref.detach().numpy(), **tol)
+  np.testing.assert_allclose(tx.grad.numpy().astype(np.float64), rx.grad.numpy(), **tol)
+  np.testing.assert_allclose(tw.grad.numpy().astype(np.float64), rw.grad.numpy(), **tol)
+
+def _grad_gemms(x: Tensor, w: Tensor, **kw) -> list:
+  """The reduction kernels of conv2d(x, w) in training: the forward, the data gradient's, the weight gradient's."""
+  out = F.conv2d(x, w, **kw)
+  items = [it for it in out.schedule() if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort())]
+  (out * Tensor.empty(*out.shape, dtype=out.dtype, device="NV")).sum().backward()
+  for t in (x.grad, w.grad): items += [it for it in t.schedule() if any(u.op is Ops.REDUCE_AXIS for u in it.ast.toposort())]
+  return items
+
+def test_training_gemms_are_tensor_core_kernels():
+  x = Tensor.empty(2, 64, 16, 16, dtype=dtypes.float16, device="NV", requires_grad=True)
+  w = Tensor.empty(64, 64, 3, 3, dtype=dtypes.float16, device="NV", requires_grad=True)
+  gemms = [it for it in _grad_gemms(x, w, padding=1) if len([u for u in it.ast.toposort() if u.op is Ops.LOAD]) == 2]
+  # forward (Cout x positions), data gradient (positions x taps*channels, over Cout), weight gradient (over positions);
+  # the data gradient's window sums (col2im) are a third reduction, of one load
+  assert len(gemms) == 3, [it.ast.src[0].src[1].arg.shape for it in gemms]
+  for it in gemms: assert any(o.op is OptOps.TC for o in _opts(it.ast)), (it.ast.src[0].src[1].arg.shape, _opts(it.ast))
+
+def test_grouped_training_falls_back_correctly():
+  x, w = _rnd(1, 8, 5, 6, dt=np.float32), _rnd(8, 4, 3, 3, dt=np.float32, seed=1)
+  tx, tw = Tensor(x, device="NV", requires_grad=True), Tensor(w, device="NV", requires_grad=True)
+  F.conv2d(tx, tw, padding=1, groups=2).square().sum().backward()
   rx, rw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
-  torch.nn.functional.conv2d(rx, rw, padding=1, stride=2).square().sum().backward()
+  torch.nn.functional.conv2d(rx, rw, padding=1, groups=2).square().sum().backward()
   np.testing.assert_allclose(tx.grad.numpy(), rx.grad.numpy(), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(tw.grad.numpy(), rw.grad.numpy(), rtol=1e-5, atol=1e-5)
 
