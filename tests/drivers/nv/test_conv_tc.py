@@ -163,3 +163,23 @@ def test_padded_one_pixel_image_on_the_general_path(c):
   assert any(o.op is OptOps.SMEM for o in _opts(item.ast)), _opts(item.ast)
   ref = torch.nn.functional.conv2d(torch.tensor(x, dtype=torch.float64), torch.tensor(w, dtype=torch.float64), padding=1).numpy()
   np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
+
+@pytest.mark.skipif(find_ptxas() is None, reason="ptxas not found")
+def test_resnet_3x3_half_training_gemms_assemble_to_tensor_cores_without_spills():
+  from tools.sass_report import renderer_for, assemble, disassemble, sass_ops, sass_main_loop
+  x = Tensor.empty(32, 64, 56, 56, dtype=dtypes.float16, device="NV", requires_grad=True)
+  w = Tensor.empty(64, 64, 3, 3, dtype=dtypes.float16, device="NV", requires_grad=True)
+  gemms = [it for it in _grad_gemms(x, w, padding=1) if len([u for u in it.ast.toposort() if u.op is Ops.LOAD]) == 2]
+  assert len(gemms) == 3
+  ren = renderer_for("sm_90")
+  for it, name in zip(gemms, ("forward", "data gradient", "weight gradient")):
+    opts = heuristic_opts(Kernel(it.ast, max_parallel=len(ren.global_max), gpu=True, ren=ren), ren)
+    assert any(o.op is OptOps.TC for o in opts), f"{name}: {opts}"
+    cubin, v = assemble(get_program(it.ast, ren, opts).src, "sm_90")
+    regs, sp = int(re.search(r"Used (\d+) registers", v).group(1)), re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", v)
+    assert sp is not None and sp.group(1) == sp.group(2) == "0" and regs <= 232, f"{name}: {regs} registers, spills\n{v}"
+    if (text := disassemble(cubin)) is not None:
+      ops = sass_ops(text)
+      assert sum(op == "HMMA" for _, op, _ in ops) >= 16, f"{name}: {Counter(op for _, op, _ in ops).most_common(12)}"
+      # (the data gradient reduces over Cout = 64 only: its k steps unrolled, no loop)
+      if name != "data gradient": assert sass_main_loop(ops)["HMMA"] >= 16 and not sass_main_loop(ops)["LDL"], name
