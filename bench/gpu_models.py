@@ -2,7 +2,8 @@
 
   ResNet-50 inference, batch 1 and 64, half, 224x224           ms per step (forward, realized)
   GPT-2-small (124M) forward, 8 x 1024 tokens, half            ms per step (the logits, realized)
-  ResNet-18 CIFAR training step, batch 256, float32, 32x32     ms per step (forward, backward, SGD with momentum)
+  ResNet-18 CIFAR training step, batch 256, float32, 32x32     ms per step (forward, backward, SGD with momentum;
+                                                               err: the first loss, and the stem's weight updates)
 
 The architectures are written here once, against a namespace `T` that is either `torch` or `baregrad` (the same
 module classes, functional calls and tensor methods exist in both), so both frameworks run the very same model; the
@@ -215,10 +216,12 @@ def bench_resnet18_train(dev: str, small: bool, reps: int, rng: np.random.Genera
     copy_weights(model, tm)
     tm = tm.to(tdev).train()
   opt = bg.nn.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+  w0 = model.stem[0].weight.numpy()
   xs = [rng.standard_normal((s["batch"], 3, s["hw"], s["hw"])).astype(np.float32) for _ in range(reps + 1)]
   ys = [rng.integers(0, s["classes"], s["batch"]).astype(np.int32) for _ in range(reps + 1)]
   ins = [(bg.Tensor(x, device=dev).realize(), bg.Tensor(y, device=dev).realize()) for x, y in zip(xs, ys)]
   first: list = []
+  done: list[int] = []   # the batches each side stepped on, in order
   def step(i: int) -> None:
     x, y = ins[i]
     opt.zero_grad()
@@ -226,6 +229,7 @@ def bench_resnet18_train(dev: str, small: bool, reps: int, rng: np.random.Genera
     loss.backward()
     opt.step()
     loss.realize()
+    done.append(i)
     if not first: first.append(float(loss.item()))
   ours = _best(step, lambda: _sync_bg(dev), reps, warm=not small)
   theirs = err = None
@@ -233,16 +237,22 @@ def bench_resnet18_train(dev: str, small: bool, reps: int, rng: np.random.Genera
     topt = torch.optim.SGD(tm.parameters(), lr=0.01, momentum=0.9)
     tins = [(torch.from_numpy(x).to(tdev), torch.from_numpy(y).long().to(tdev)) for x, y in zip(xs, ys)]
     tfirst: list = []
+    tdone: list[int] = []
     def tstep(i: int) -> None:
       x, y = tins[i]
       topt.zero_grad()
       loss = torch.nn.functional.cross_entropy(tm(x), y)
       loss.backward()
       topt.step()
+      tdone.append(i)
       if not tfirst: tfirst.append(float(loss.item()))
     if tdev == "cuda": theirs = _best(tstep, torch.cuda.synchronize, reps)
-    else: tstep(0)
+    else:
+      for i in done: tstep(i)
     err = abs(first[0] - tfirst[0]) / max(1e-6, abs(tfirst[0]))   # the first step's loss: the same weights and batch
+    if done == tdone:   # and the stem's weights after the same steps: every layer's data gradient passed through them
+      ws, tws = model.stem[0].weight.numpy(), tm.stem[0].weight.detach().cpu().numpy()
+      err = max(err, _rel(ws - w0, tws - w0))
   return [Row(f"resnet18 cifar train step b{s['batch']} f32", ours, theirs, err)]
 
 BENCHES = (bench_resnet50, bench_gpt2, bench_resnet18_train)

@@ -32,7 +32,8 @@ def test_bench_gpu_gemm_table_quick_on_the_mock(monkeypatch, capsys):
 def test_bench_gpu_models_small_on_the_mock(monkeypatch, capsys):
   """Issue 34 item 5 at tiny sizes: ResNet-50 inference (half, two batch sizes), GPT-2 forward (half) and a ResNet-18
   CIFAR training step run on the mock, each compared with the same architecture in PyTorch on the CPU, weights copied
-  (err: the largest difference relative to the largest output; for training, the first step's loss)."""
+  (err: the largest difference relative to the largest output; for training, the first step's loss and the stem's weight
+  updates after the step)."""
   import re
   with mock_nv_device():
     spec = importlib.util.spec_from_file_location("bench_gpu", os.path.join(str(REPO), "bench", "gpu.py"))
@@ -42,6 +43,6 @@ def test_bench_gpu_models_small_on_the_mock(monkeypatch, capsys):
   out = capsys.readouterr().out
   rows = {m.group(1).strip(): float(m.group(2)) for m in re.finditer(r"^(\S.*?)\s+[\d.]+ ms/step.*err (\S+)$", out, re.M)}
   for name, tol in (("resnet50 batch 1 half", 5e-3), ("resnet50 batch 2 half", 5e-3), ("gpt2 1L32 fwd 2x16 half", 5e-3),
-                    ("resnet18 cifar train step b2 f32", 1e-5)):
+                    ("resnet18 cifar train step b2 f32", 1e-4)):
     got = [v for k, v in rows.items() if k.startswith(name)]
     assert got and got[0] < tol, f"{name!r}: err {got} (tolerance {tol}) in:\n{out}"
