@@ -9,8 +9,8 @@ im2col addressing: r -> (r // (KW*C), r // C % KW, r % C), constant divisions in
 (Cout, KH, KW, C) contiguous, are the other operand, R-contiguous. The kernel is
   out[n, co, oh, ow] = sum_r col[n, oh, ow, r] * wr[co, r]
 one reduction axis, A = wr moving along Cout, B = col along the output positions: the heuristic's tensor-core tiles
-(mma.sync, or wgmma on sm_90a) take it, with the operands staged in shared memory by cp.async. A 1x1 convolution is
-the plain GEMM (its windows are the image itself). Half and bfloat16 multiply on the tensor cores and accumulate in
+(mma.sync, or wgmma on sm_90a) take it, with the operands staged in shared memory by cp.async. A 1x1 convolution of
+stride 1 is, for inference, the plain GEMM over the input as it is (no copy). Half and bfloat16 multiply on the tensor cores and accumulate in
 float32, one rounding at the end, as PyTorch's convolutions do.
 
 Taken for inference on a renderer that declares tensor cores (tensor_cores) and workgroups: 2-d, one group, no
@@ -36,6 +36,11 @@ def conv2d(x: Tensor, w: Tensor, s_: tuple[int, ...]) -> Tensor:
   in promote(x.dtype, w.dtype), as one implicit-GEMM kernel over a channels-last copy of x (see the module docstring)."""
   N, C = x.shape[:2]
   Cout, _, KH, KW = w.shape
+  if KH == KW == 1 and s_ == (1, 1):
+    # 1x1: the plain GEMM over x as it is, out[n, co, p] = sum_c w[co, c] x[n, c, p] (no channels-last copy: B is read
+    # along p, the tensor-core path's transposed operand)
+    H, W = x.shape[2:]
+    return _dot(x.reshape(N, 1, C, H * W).permute(0, 1, 3, 2), w.reshape(1, Cout, 1, C), 3).reshape(N, Cout, H, W)
   xh = x.permute(0, 2, 3, 1).contiguous()                                    # (N, Hp, Wp, C): padding and layout, one copy
   win = _pool(xh.permute(0, 3, 1, 2), (KH, KW), s_, (1, 1))                 # (N, C, OH, OW, KH, KW) over channels-last memory
   OH, OW = win.shape[2:4]

@@ -66,6 +66,11 @@ def test_the_gemm_is_a_tensor_core_kernel_with_one_reduction(dt):
   assert len(col) == 1 and len(col[0].views) == 2 and all(v.mask is None for v in col[0].views), col
   assert any(o.op is OptOps.TC for o in _opts(item.ast)), _opts(item.ast)
 
+def test_1x1_is_one_gemm_over_the_input_as_it_is():
+  x, w = Tensor.empty(2, 64, 8, 16, dtype=dtypes.float16, device="NV"), Tensor.empty(32, 64, 1, 1, dtype=dtypes.float16, device="NV")
+  (item,) = F.conv2d(x, w).schedule()   # no channels-last copy, no weight copy
+  assert any(o.op is OptOps.TC for o in _opts(item.ast)), _opts(item.ast)
+
 def test_tensor_cores_run_on_the_mock():
   # a shape the heuristic gives mma.sync tiles, run on the mock's PTX interpreter
   x, w = _rnd(1, 32, 4, 32), _rnd(32, 32, 3, 3, seed=1)
