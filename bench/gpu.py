@@ -9,6 +9,8 @@
   one 32-thread kernel: launch + host wait round trip    us
   back-to-back launches of that kernel, one wait         us per kernel
   jit replay of 20 tiny kernels                          us per kernel
+  models (bench/gpu_models.py): ResNet-50 inference batch 1 and 64 half, GPT-2-small forward 8x1024 half, ResNet-18
+  CIFAR training step batch 256                          ms per step (--small: the same code at tiny sizes)
   (--profile: where the Python time of a launch and of a host wait goes, by function)
 
 Fresh inputs: every timed kernel run gets new random data copied into its input buffers first (the copy is not
@@ -322,10 +324,13 @@ def main() -> None:
   ap.add_argument("--warm", type=float, default=None, help="seconds to run the first kernel before timing (clock ramp; default 2, 0 with --quick)")
   ap.add_argument("--tf32", action="store_true", help="also time float32 matmul on tf32 tensor cores (ALLOW_TF32)")
   ap.add_argument("--profile", action="store_true", help="where the Python time of a launch goes")
-  ap.add_argument("--only", default="", help="comma-separated sections: matmul,ew,sum,conv,latency; gemm (issue 32's shape table, not in the default run)")
+  ap.add_argument("--only", default="", help="comma-separated sections: matmul,ew,sum,conv,latency,models; gemm (issue 32's shape table, "
+                  "not in the default run)")
+  ap.add_argument("--small", action="store_true", help="the models section at tiny sizes, every other at --quick's (the mock GPU runs them)")
   args = ap.parse_args()
   dev = Device.canonicalize(args.dev)
   global WARM_S
+  args.quick = args.quick or args.small
   WARM_S = args.warm if args.warm is not None else (0.0 if args.quick else 2.0)
   reps = args.reps or (2 if args.quick else 5)
   rng = np.random.default_rng(0)
@@ -334,7 +339,7 @@ def main() -> None:
   print(f"device {dev}: {ren.name} renderer {getattr(ren, 'arch', '')}, {ren.compute_units or '?'} compute units; "
         f"PyTorch CUDA: {'yes (' + torch.cuda.get_device_name() + ')' if torch is not None else 'not importable here, no ratios'}")
   print(f"{'':34s} {'baregrad':>18s} {'PyTorch':>22s}  ratio (PyTorch time / ours: >1 means faster)")
-  only = set(args.only.split(",")) if args.only else {"matmul", "ew", "sum", "conv", "latency"}
+  only = set(args.only.split(",")) if args.only else {"matmul", "ew", "sum", "conv", "latency", "models"}
   q = args.quick
   check = True
   if "matmul" in only:
@@ -352,6 +357,18 @@ def main() -> None:
     for dt in (dtypes.float16, dtypes.float32):
       bench_conv(dev, *((1, 16, 8) if q else (32, 64, 56)), dt, reps, rng, check)
   if "latency" in only: bench_latency(dev, args.reps or (10 if q else 300), rng, args.profile)
+  if "models" in only: bench_models(dev, args.small or args.quick, reps, rng)
+
+def bench_models(dev: str, small: bool, reps: int, rng: np.random.Generator) -> None:
+  """The models of bench/gpu_models.py (ResNet-50 inference, GPT-2-small forward, ResNet-18 CIFAR training step), time
+  per step beside PyTorch eager's; `err` compares the results (PyTorch on the CPU where it has no GPU here)."""
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import gpu_models
+  for bench in gpu_models.BENCHES:
+    for r in bench(dev, small, reps, rng):
+      note = f"err {r.err:.1e}" if r.err is not None else ""
+      row(r.name, f"{r.ours * 1e3:8.2f} ms/step", f"{r.theirs * 1e3:8.2f} ms/step" if r.theirs else "-",
+          r.theirs / r.ours if r.theirs else None, note)
 
 if __name__ == "__main__":
   main()

@@ -225,7 +225,9 @@ def _tensor_cores(k: Kernel, ren: Renderer) -> bool:
   for o, w in ((m, wm), (n, wn)):
     if w > 1: apply(k, OptOps.LOCAL, o, w, ("loop",))
   if size_of(k, r, ("reduce",)) > 1 and tiles[r] > tc.dims[2]: apply(k, OptOps.SPLIT, r, tiles[r] // tc.dims[2], ("reduce",))
-  if ren.shared_max:
+  # (a reduction of one k tile leaves no loop to stage the tiles in: its operands are read straight from global memory;
+  # staged, the kernel failed to lower: a half (m, 16) @ (16, n))
+  if ren.shared_max and k.stage_axis() is not None:
     # the deepest cp.async pipeline (up to 4 stages: the copies of three k-steps in flight) whose tiles all fit the
     # shared memory the target allows a block (above 48 KB: dynamic shared memory, where the device declared its limit)
     cands = list(range(len(k.stage_candidates())))

@@ -161,8 +161,11 @@ def index_dtype(ast: UOp) -> DType:
     for v in u.arg.views:
       shape = [smax(s) for s in v.shape]   # (a symbolic size at its largest value)
       off = max(abs(v.offset.vmin), abs(v.offset.vmax)) if is_sym(v.offset) else abs(v.offset)
-      # a flat index over a view's shape is formed only between the views of a stack; one view's index is its reach
-      if (len(u.arg.views) > 1 and prod(shape) > INT32_MAX) or off + sum(abs(st) * max(s - 1, 0) for s, st in zip(shape, v.strides)) > INT32_MAX:
+      # a view's index is its reach: in a stack, each view below unravels the index the one above reaches (its parts
+      # within that) and reaches its own (an expanded view's size is no bound: a convolution's im2col operand is
+      # 32x64x3136x576 > 2^31 positions over a 58M-element reach). An index the lowering's simplification widens
+      # past int32 is caught there (_may_wrap) and lowered again in int64.
+      if off + sum(abs(st) * max(s - 1, 0) for s, st in zip(shape, v.strides)) > INT32_MAX:
         return dtypes.int64
   return dtypes.int32
 
@@ -444,8 +447,10 @@ class Kernel:
   def stage_tile(self, ld: UOp, si: int | None) -> list[int]:
     """SMEM: the axis parts a staged load's tile spans (workgroup, lane and inner reduce parts it moves with)."""
     st: ShapeTracker = ld.src[1].arg
-    strides = st.real_strides()
-    return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and strides[a.orig] != 0 and
+    strides, masked = st.real_strides(), st.valid_axes()
+    # (an axis only the validity reads moves the load too: a padded 1x1 image's 3x3 windows read the one pixel at the
+    # centre tap and 0 elsewhere; left out of the tile, every tap read the centre's staged value)
+    return [i for i, a in enumerate(self.axes) if a.size > 1 and st.shape[a.orig] != 1 and (strides[a.orig] != 0 or a.orig in masked) and
             (a.kind in THREAD_KINDS + LANE_KINDS + ("tc",) or (a.kind == "reduce" and i != si))]
   def stage_buffers(self, stages: int | None = None) -> int:
     """SMEM: shared buffers per staged tile: 1 without asynchronous copies; with them the pipeline's stages (`stages`,

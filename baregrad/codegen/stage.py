@@ -151,10 +151,26 @@ class _Stager:
          and size % (nthr * cand) == 0 and (nthr % (rsize // cand) == 0 or (rsize // cand) % nthr == 0): return fo, cand, run
     return fo, 1, 1
 
+  def block_strides(self, st: ShapeTracker, parts: list[int]) -> tuple:
+    """The load's strides (real_strides), and where an axis has none (its index is not affine: an im2col operand's
+    reduction over (kh, kw, c), unravelled by divisions) but is affine within the blocks the tile spans along it (the
+    tile's parts of the axis are its innermost, T elements, so every stage step starts a block): its stride within
+    them, so the fill copies runs of it as vectors (16 bytes of channels a copy instead of one element)."""
+    strides = list(st.real_strides())
+    for o, s in enumerate(strides):
+      if s is not None or any(v.mask is not None for v in st.views) or not isinstance(st.shape[o], int): continue
+      mine = [i for i, a in enumerate(self.axes) if a.orig == o]
+      tile = [i for i in mine if i in parts]
+      if not tile or tile != mine[len(mine) - len(tile):]: continue
+      T = prod(self.axes[i].size for i in tile)
+      if st.shape[o] % T: continue
+      strides[o] = st.reshape(tuple(st.shape[:o]) + (st.shape[o] // T, T) + tuple(st.shape[o + 1:])).real_strides()[o + 1]
+    return tuple(strides)
+
   def tile(self, n: int, ld: UOp, parts: list[int], size: int) -> StagedTile:
     """Plan the tile of staged load number n: layout, swizzle, fill order, vector width, its shared buffer."""
     st: ShapeTracker = ld.src[1].arg
-    strides = st.real_strides()
+    strides = self.block_strides(st, parts)
     lay = self.layout(ld, parts, strides)
     sstride, acc = {}, 1
     for i in reversed(lay): sstride[i], acc = acc, acc * self.axes[i].size

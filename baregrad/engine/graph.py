@@ -8,6 +8,8 @@
   ALU / CAST / BITCAST          elementwise, the shape of their sources (THREEFRY, random bits, is one ALU node here)
   REDUCE_AXIS(x, arg=(op, axes)) keepdim reduction
   COPY(x, arg=device), CONTIGUOUS(x), ASSIGN(target, value), DETACH(x)
+  CONTIGUOUS(x, arg="grad")     also its gradient in a buffer of its own (autograd): a GEMM's operands then are plain
+                                loads, the tensor-core tiles' (tensor/ops/conv_gemm.py)
   ASSIGN(target, value, arg=ShapeTracker)  a write into part of target: value stored through that view (x[a:b] = v)
   shapes may hold symbolic sizes: integer expressions of bound variables (ir/sint.py)
 """

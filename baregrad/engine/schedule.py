@@ -59,6 +59,9 @@ def compose(lower: ShapeTracker, upper: ShapeTracker) -> ShapeTracker:
   # merged into it): dropped. Kept, it left every load of `a @ b` a two-View stack whose index the kernel recomputed
   # with 64-bit div/rem (issue 32: 222 registers for the 4096^3 half matmul, 128 without).
   if len(lower.views) == 1 and lower.views[0].is_contiguous: return upper
+  # the same for a stack whose top View is contiguous (a reshape of a sliding window): it unravels the flat offset
+  # upper produces and lays it out again, the identity; the Views below it read that offset directly
+  if lower.views[-1].is_contiguous: return ShapeTracker(lower.views[:-1] + upper.views)
   if (box := _as_box(lower, upper)) is not None: return box
   return ShapeTracker(lower.views + upper.views)
 

@@ -82,8 +82,21 @@ def _divmod_fold(x: UOp, c: int, want_div: bool) -> UOp | None:
     red = build_linear({t: v % c for t, v in terms.items() if v % c}, k % c, dt)
     if red.vmin >= 0 and red.vmax < c:
       return build_linear({t: v // c for t, v in terms.items() if v // c}, k // c, dt) if want_div else red
+  if (f := _block_fold(terms, k, c, want_div, dt)) is not None: return f
   if q and lo >= 0:  # pull the multiples of c out
     return build_linear(q, qk, dt) + rem.alu(Ops.IDIV, c) if want_div else rem.alu(Ops.MOD, c)
+  return None
+
+def _block_fold(terms: dict[UOp, int], k: int, c: int, want_div: bool, dt: DType) -> UOp | None:
+  """x = g*a + s with g dividing c, a >= 0 and 0 <= s < g (the terms whose coefficients are multiples of g, and the
+  rest): x // c = a // (c/g) and x % c = g * (a % (c/g)) + s. An index split into aligned blocks and the offset in a
+  block, e.g. (32*q + j) // 64 == q // 2 for j < 32 (a tile of an im2col operand's reduction over (kh, kw, c))."""
+  for g in sorted({math.gcd(c, v) for v in terms.values()} - {1, c}, reverse=True):
+    big = {t: v // g for t, v in terms.items() if v % g == 0}
+    small = build_linear({t: v for t, v in terms.items() if v % g}, k % g, dt)
+    a = build_linear(big, k // g, dt)
+    if small.vmin < 0 or small.vmax >= g or a.vmin < 0 or not big: continue
+    return a.alu(Ops.IDIV, c // g) if want_div else a.alu(Ops.MOD, c // g) * g + small
   return None
 
 def _fold_const(op: Ops, x: UOp) -> UOp | None:

@@ -204,7 +204,23 @@ class ShapeTracker:
     if v is None and (has_sym(shape) or has_sym(self.shape)):
       # (a view stacked on top indexes the largest shape's layout, which the view below does not have)
       raise _symbolic_unsupported("this reshape", self.shape, shape)
-    return self._top(v) if v is not None else ShapeTracker(self.views + (View.contiguous(shape),))
+    if v is not None: return self._top(v)
+    base = self.merged()
+    if base is not self and (v := base.views[-1].reshape(shape)) is not None: return base._top(v)
+    return ShapeTracker(base.views + (View.contiguous(shape),))
+
+  def merged(self) -> ShapeTracker:
+    """This stack as one View where its index is affine in every axis and nothing is masked (sliding windows built
+    by expand-and-reshape: a convolution's windows over a padded channels-last image), else self. Stacked, each view
+    unravels the one above with a division and a remainder per axis; merged, the index is one multiply-add per axis,
+    which a reshape on top may then split or merge without stacking again."""
+    if len(self.views) < 2 or any(v.mask is not None or has_sym(v.shape) or not isinstance(v.offset, int) for v in self.views): return self
+    from baregrad.ir.symbolic import linear
+    rs = [UOp.range(s, i, dtype=dtypes.int64) for i, s in enumerate(self.shape)]
+    idx, _ = self.to_index(rs, dtypes.int64)
+    terms, off = linear(idx)
+    if any(t not in rs for t in terms) or not isinstance(off, int): return self
+    return ShapeTracker((View(self.shape, tuple(terms.get(r, 0) if s != 1 else 0 for r, s in zip(rs, self.shape)), off, None)._canon(),))
 
   def to_index(self, idxs: list[UOp], dtype: DType = dtypes.int32) -> tuple[UOp, UOp]:
     """Flat buffer index and validity for the visible index tuple idxs (simplified), in the dtype of idxs (`dtype`
@@ -219,6 +235,16 @@ class ShapeTracker:
       nidx, nvalid = v.to_index(list(reversed(parts)), idx.dtype)
       idx, valid = nidx, (valid & nvalid) if nvalid.op is not Ops.CONST or not nvalid.arg else valid
     return idx.simplify(), valid.simplify()
+
+  @functools.cache  # noqa: B019 (immutable values, asked often)
+  def valid_axes(self) -> frozenset[int]:
+    """The axes the validity (the masks of the views) depends on: an axis may have stride 0 and still decide whether
+    an element is read or is 0 (padding)."""
+    if all(v.mask is None for v in self.views): return frozenset()
+    rs = [UOp.range(smax(s) if is_sym(s) else s, i, dtype=dtypes.int64) for i, s in enumerate(self.shape)]
+    _, valid = self.to_index(rs, dtypes.int64)
+    used = set(valid.toposort())
+    return frozenset(i for i, r in enumerate(rs) if r in used)
 
   @functools.cache  # noqa: B019 (ShapeTrackers are immutable values; the optimizer asks for the same ones often)
   def real_strides(self) -> tuple[int | None, ...]:

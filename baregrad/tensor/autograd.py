@@ -113,7 +113,7 @@ def grad_rule(u: UOp, g: UOp) -> tuple[UOp | None, ...]:
   if u.op is Ops.SHRINK:
     return (UOp(Ops.PAD, g.dtype, (g,), tuple((lo, n - hi) for (lo, hi), n in zip(u.arg, shape_of(s[0])))),)
   if u.op is Ops.FLIP: return (UOp(Ops.FLIP, g.dtype, (g,), u.arg),)
-  if u.op in (Ops.CONTIGUOUS,): return (g,)
+  if u.op in (Ops.CONTIGUOUS,): return (g,) if u.arg is None else (UOp(Ops.CONTIGUOUS, g.dtype, (g,)),)
   if u.op is Ops.COPY: return (UOp(Ops.COPY, g.dtype, (g,), device_of(s[0])),)
   if u.op is Ops.DETACH: return (None,)
   if u.op is Ops.GATHER: return (_gather_grad(u, g), None)

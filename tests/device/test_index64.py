@@ -8,8 +8,9 @@ from baregrad import Tensor, dtypes, Device
 from baregrad.hal import OutOfMemory
 from baregrad.engine import lazy
 from baregrad.engine.graph import BufRef
-from baregrad.ir.view import ShapeTracker
-from baregrad.codegen.astbuild import load, store, sink, const
+from baregrad.ir.view import ShapeTracker, View
+from baregrad.ir.ops import Ops
+from baregrad.codegen.astbuild import load, store, sink, const, reduce
 from baregrad.codegen.kernel import index_dtype
 from baregrad.codegen.program import get_program
 from baregrad.codegen.renderer.llvmir import LLVMRenderer
@@ -163,3 +164,11 @@ def test_an_index_that_may_wrap_is_widened():
   assert _may_wrap(r * 4096 + 7) and not _may_wrap(r * 2047 + 7)
   st_small = ShapeTracker.from_shape((1 << 20,)).shrink(((100, 112),)).reshape((3, 4)).permute((1, 0)).reshape((12,))
   assert index_dtype(sink(store(0, (12,), load(1, dtypes.uint8, st_small)))) == dtypes.int32
+
+def test_an_expanded_stack_with_a_small_reach_keeps_32_bit():
+  # a convolution's im2col operand broadcast over the output channels: 32x64x3136x576 > 2^31 positions, but each View
+  # reaches 58M elements at most, and that is what the index arithmetic forms
+  col = ShapeTracker((View((32, 56, 56, 3, 3, 64), (215296, 3712, 64, 3712, 64, 1), 0, None),
+                      View((32, 1, 3136, 576), (1806336, 0, 576, 1), 0, None))).expand((32, 64, 3136, 576))
+  ast = sink(store(0, (32, 64, 3136, 1), reduce(load(1, dtypes.float32, col), Ops.ADD, (3,))))
+  assert index_dtype(ast) == dtypes.int32

@@ -273,3 +273,17 @@ def test_ops_is_an_enumeration_of_singletons():
   u = UOp(Ops.ADD, dtypes.int32, (UOp.const(dtypes.int32, 1), UOp.const(dtypes.int32, 2)))
   assert pickle.loads(pickle.dumps(u)) is u   # (a UOp pickles through its op: hash-consed back to the live node)
   assert {Ops.ADD: 1}[Ops.ADD] == 1 and Ops.ADD != Ops.MUL and hash(Ops.ADD) == object.__hash__(Ops.ADD)
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([2, 4, 8, 16, 32]), st.integers(1, 4), st.integers(1, 40), st.integers(0, 3))
+def test_block_division_folds_exactly(g, m, n, k):
+  # (g*q + j + k) // (g*m) and % (g*m) with 0 <= j + k < g: the block and the offset in it (ir/symbolic _block_fold),
+  # checked at every point against Python's arithmetic; it must fold to an expression without j in the division
+  jmax = max(1, g - k)
+  q, j = UOp.range(n, 0), UOp.range(jmax, 1)
+  x = q * g + j + k
+  for e, ref in ((x // (g * m), lambda a, b: (g * a + b + k) // (g * m)), (x % (g * m), lambda a, b: (g * a + b + k) % (g * m))):
+    s = e.simplify()
+    for a in range(n):
+      for b in range(jmax): assert evaluate(s, {"r0": a, "r1": b}) == ref(a, b), (g, m, n, k, a, b)
+  if m > 1 and n >= g * m: assert j not in (x // (g * m)).simplify().toposort(), (x // (g * m)).simplify()

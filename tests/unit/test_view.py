@@ -77,3 +77,34 @@ def test_bad_movements_name_shapes():
   with pytest.raises(ViewError, match="permutation"): View.contiguous((2, 3)).permute((0, 0))
   with pytest.raises(ViewError, match="expand"): View.contiguous((2, 3)).expand((4, 3))
   with pytest.raises(ViewError, match="shrink"): View.contiguous((2, 3)).shrink(((0, 3), (0, 3)))
+
+def _windows(st: ShapeTracker, k: int) -> ShapeTracker:
+  """3x3 sliding windows (stride 1) over the last two axes of st, by expand-and-reshape (tensor/ops/shape.py _pool)."""
+  *pre, h, w = st.shape
+  e = -(-k * (h + 1) // h)
+  st = st.reshape((*pre, 1, h, 1, w)).expand((*pre, e, h, e, w)).reshape((*pre, e * h, e * w))
+  st = st.shrink(tuple((0, s) for s in pre) + ((0, k * (h + 1)), (0, k * (w + 1)))).reshape((*pre, k, h + 1, k, w + 1))
+  st = st.shrink(tuple((0, s) for s in pre) + ((0, k), (0, h - k + 1), (0, k), (0, w - k + 1)))
+  return st.permute((*range(len(pre)), len(pre) + 1, len(pre) + 3, len(pre), len(pre) + 2))
+
+def test_an_affine_stack_merges_into_one_view():
+  # channels-last windows reshaped into an im2col operand: (n, oh, ow, kh, kw, c) -> (n, oh, ow, kh * kw * c). The
+  # window stack is affine in every axis, so it becomes one View before the reshape that cannot merge is stacked on it
+  base = np.arange(2 * 5 * 6 * 4)
+  img = ShapeTracker.from_shape((2, 5, 6, 4)).permute((0, 3, 1, 2))        # (n, c, h, w) over channels-last memory
+  win = _windows(img, 3).permute((0, 2, 3, 4, 5, 1))                          # (n, oh, ow, kh, kw, c)
+  col = win.reshape((2, 3, 4, 36))
+  assert len(col.views) == 2 and col.views[0].mask is None
+  assert col.views[0].strides == (120, 24, 4, 24, 4, 1), col.views[0]
+  ref = np.lib.stride_tricks.sliding_window_view(base.reshape(2, 5, 6, 4), (3, 3), axis=(1, 2)).transpose(0, 1, 2, 4, 5, 3)
+  np.testing.assert_array_equal(gather(col, base), ref.reshape(2, 3, 4, 36))
+  # merged() itself: the same elements as the stack it replaces
+  stack = ShapeTracker(win.views)
+  assert len(stack.merged().views) == 1
+  np.testing.assert_array_equal(gather(stack.merged(), base), gather(stack, base))
+
+def test_a_stack_that_is_not_affine_or_is_masked_stays():
+  st = ShapeTracker.from_shape((6, 7)).permute((1, 0)).reshape((42,)).reshape((2, 21))   # a transpose flattened
+  assert st.merged() is st and len(st.views) == 2
+  padded = _windows(ShapeTracker.from_shape((4, 4)).pad(((1, 1), (1, 1))), 3)          # masks: a padded image's windows
+  assert len(padded.views) > 1 and padded.merged() is padded

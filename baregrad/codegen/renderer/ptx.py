@@ -657,6 +657,15 @@ class PTXRenderer(Renderer):
       return x
     if op in (Ops.IDIV, Ops.MOD):
       ins = "div" if op is Ops.IDIV else "rem"
+      c = u.src[1].arg if u.src[1].op is Ops.CONST else None
+      if isinstance(c, int) and not isinstance(c, bool) and c > 0:
+        # a positive constant divisor (index math: a view stack's unravel, an im2col operand's taps) needs neither guard
+        # (0 and -1 are the only divisors they catch); a dividend known non-negative divides unsigned, which ptxas
+        # turns into a multiply-high and a shift (signed: sign fix-ups around it; a guarded register divisor: a call)
+        ut = at.replace("s", "u") if u.src[0].vmin >= 0 else at
+        emit(f"{ins}.{ut} {x}, {s[0]}, {c};")
+        norm8(d, x)
+        return x
       zero, one = reg(d), reg(d)
       emit(f"mov.{_BITS[ds.itemsize]} {zero}, 0;"); emit(f"mov.{_BITS[ds.itemsize]} {one}, 1;")
       pz, safe, q = reg(dtypes.bool), reg(d), reg(d)

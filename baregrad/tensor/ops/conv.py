@@ -8,6 +8,7 @@ from baregrad.ir.dtype import dtypes, promote
 from baregrad.tensor.recipe import function_recipe
 from baregrad.tensor.ops.indexing import IndexingOps, _onehot
 from baregrad.tensor.ops.shape import _pad_crop, _pool, _tuple
+from baregrad.tensor.ops import conv_gemm
 if TYPE_CHECKING: from baregrad.tensor.tensor import Tensor
 
 def _f32(v: float) -> float:
@@ -119,6 +120,12 @@ def _convnd(x: Tensor, w: Tensor, bias: Tensor | None, stride: Any, padding: Any
   x = x._pad(((0, 0), (0, 0)) + tuple(pads))
   if _implicit_gemm(x, w, nsp, d_, groups) and not _needs_grad(x, w, bias):
     out = _conv2d_cpu(x, w, s_, groups)
+    if bias is not None: out = out + bias.reshape((1, Cout, 1, 1))
+    return out.squeeze(0) if unbatched else out
+  if conv_gemm.takes(x, w, nsp, d_, groups):
+    # a GPU with tensor cores: a channels-last implicit GEMM (ops/conv_gemm.py); for training with the output positions
+    # one axis, so its gradients are GEMMs with one reduction axis too
+    out = conv_gemm.conv2d_positions(x, w, s_) if _needs_grad(x, w, bias) else conv_gemm.conv2d(x, w, s_)
     if bias is not None: out = out + bias.reshape((1, Cout, 1, 1))
     return out.squeeze(0) if unbatched else out
   if _cpu_depthwise(x, w, groups, pads):

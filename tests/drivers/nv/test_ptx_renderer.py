@@ -304,3 +304,17 @@ def test_param_layout_aligns_each_var():
     k = parse_cubin(PTXCompiler("sm_90").compile(src))["kernels"]["mixed"]
     assert [(o, s) for _, o, s in k["params"]] == [(o, s) for _, o, s in lay]
     assert k["param_cbank"] == (NV_ARCHS["sm_90"].param_off, 36)
+
+def test_division_by_a_positive_constant_is_unguarded():
+  """x // c and x % c for a constant c > 0 need no guard for 0 or -1 (the only divisors it catches): signed for a value
+  that may be negative, unsigned where it cannot be (an index: ptxas makes that a multiply-high and a shift, where the
+  guarded register divisor of the general form became a division routine in a convolution's im2col loop)."""
+  x = load(1, dtypes.int32, (N,))
+  ast = sink(store(0, (N,), x // const(dtypes.int32, 7, (N,))), store(2, (N,), x % const(dtypes.int32, 7, (N,))))
+  src = get_program(ast, PTXRenderer(), []).src
+  assert re.search(r"div\.s32 %r\d+, %r\d+, 7;", src) and re.search(r"rem\.s32 %r\d+, %r\d+, 7;", src), src
+  assert "setp.eq.s32" not in src, f"a guard around a constant divisor:\n{src}"
+  # an index unravelled by a view stack (non-negative): unsigned
+  st = ShapeTracker.from_shape((6, 7)).permute((1, 0)).reshape((42,))
+  src = get_program(sink(store(0, (42,), load(1, dtypes.float32, st))), PTXRenderer(), []).src
+  assert re.search(r"(div|rem)\.u32 %r\d+, %r\d+, [67];", src) and not re.search(r"(div|rem)\.s32", src), src

@@ -291,3 +291,14 @@ def test_frontend_matmul_shapes(dt, m, n, k, tc):
   # 4 stages: the mock is an sm_90 GPU, whose 227 KB a block lets the 64 KB pipeline run in dynamic shared memory
   if tc: assert any(o.op is OptOps.SMEM and o.amt == 4 for o in opts), opts
   np.testing.assert_array_equal(t.cast(f32).numpy().astype(np.float64), _round_to(a.astype(np.float64) @ b, dt))
+
+def test_a_single_k_tile_is_not_staged():
+  # K = 16, one mma.sync k step: no reduce loop to stage the operand tiles in, so none is staged (the heuristic staged
+  # them and the kernel failed to lower: a half (m, 16) @ (16, n), a convolution's data gradient over 16 channels)
+  from baregrad.tensor import Tensor
+  a, b = np.arange(64 * 16).reshape(64, 16) % 7 - 3, np.arange(16 * 48).reshape(16, 48) % 5 - 2
+  t = Tensor(a.astype(np.float16), device="NV") @ Tensor(b.astype(np.float16), device="NV")
+  (item,) = t.schedule()
+  spec = compile_ast(item.ast, "NV").spec
+  assert any(o.op is OptOps.TC for o in spec.opts) and not any(o.op is OptOps.SMEM for o in spec.opts), spec.opts
+  np.testing.assert_array_equal(t.numpy().astype(np.float64), a.astype(np.float64) @ b)
