@@ -11,7 +11,7 @@ from baregrad.helpers import prod
 from baregrad.ir.dtype import DType, dtypes
 from baregrad.ir.ops import UOp, Ops, identity_element
 from baregrad.ir.view import ShapeTracker
-from baregrad.codegen.kernel import OptError, _may_wrap
+from baregrad.codegen.kernel import OptError, _may_wrap, nested_reduce_axes
 from baregrad.codegen.stage import stage
 from baregrad.codegen.epilogue import stage_store
 from baregrad.codegen.tc_lower import tc_lanes, tc_desc_lanes
@@ -57,6 +57,10 @@ class Lowering:
     self.n_reduce = 0
     # the loops reductions got of their own: (the axes' ranges, their replacements, the reductions in them)
     self.passes: list[tuple[tuple[UOp, ...], dict[UOp, UOp], set[UOp]]] = []
+    # an attention kernel (reductions nested in another's loop, reading its index: kernel.nested_reduce_axes) lowers
+    # its passes as below; any other kernel's second reduction keeps every reduction nested in it as it is (ResNet-50's
+    # residual GEMMs lowered the attention way loaded their epilogue differently and ran 20% slower)
+    self.nested = bool(nested_reduce_axes(k))
     self.tcl: dict | None = None        # TC: the fragments' index values and element ranges (tc_lower.tc_lanes)
     self.opvals: dict[UOp, dict[int, UOp]] = {}   # TC: operand load -> the values its index takes
     self.staged: dict[UOp, UOp] = {}    # SMEM: staged load -> its read from shared memory
@@ -225,7 +229,13 @@ class Lowering:
     rs = tuple(r for a in sorted(u.arg[1]) for r in self.red_ranges.get(a, []))
     fresh: dict[UOp, UOp] = {}
     orig, share = rs, None
-    if rs and self.n_reduce:
+    if rs and self.n_reduce and not self.nested:
+      # a second reduction over the same axes is a separate loop: give it its own ranges
+      fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in rs}
+      # ...but only outside reductions nested in it: those keep their own loops
+      val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
+      rs = tuple(fresh[r] for r in rs)
+    elif rs and self.n_reduce:
       # a second reduction over the same axes is a separate loop: give it its own ranges. Where an earlier one that
       # got loops of its own is not inside this one (attention's sum of exponentials beside its weighted sum of values),
       # this one runs in the same loops: what both compute (the dot products) once per step
