@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import ctypes
 import os
+import selectors
 import struct
+import time
 from dataclasses import dataclass
 
 from baregrad.hal.compiler import Compiler
@@ -135,6 +137,26 @@ def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int],
   return prog.pack()
 
 
+COMPILE_TIMEOUT_S = 120.0   # one kernel's ir3 compile takes well under a second; a child that runs longer is stuck
+
+
+def _drain(chunks: dict[int, list[bytes]], timeout_s: float) -> dict[int, list[bytes]]:
+  """Read every fd in `chunks` until each reaches end of file, all at once (the child may fill its stderr pipe before
+  it writes the program: reading one pipe to the end first would wait on a child that waits on us); TimeoutError after
+  `timeout_s` seconds."""
+  deadline = time.monotonic() + timeout_s
+  with selectors.DefaultSelector() as sel:
+    for fd in chunks: sel.register(fd, selectors.EVENT_READ)
+    while sel.get_map():
+      if (left := deadline - time.monotonic()) <= 0:
+        raise TimeoutError(f"the compiler child did not finish its output within {timeout_s:g} s "
+                           f"({sum(len(b) for c in chunks.values() for b in c)} bytes read; expected both pipes closed)")
+      for key, _ in sel.select(left):
+        if data := os.read(key.fd, 1 << 16): chunks[key.fd].append(data)
+        else: sel.unregister(key.fd)
+  return chunks
+
+
 def compile_nir(src: str) -> bytes:
   """Compile the NIR renderer's text in a forked child; Mesa's aborts become a CompileError with its messages."""
   gpu_id, param_dwords, params, nir = parse_source(src)
@@ -157,8 +179,15 @@ def compile_nir(src: str) -> bytes:
       os._exit(code)
   os.close(wfd)
   os.close(efd_w)
-  with os.fdopen(rfd, "rb") as f: out = f.read()
-  with os.fdopen(efd_r, "rb") as f: err = f.read().decode(errors="replace")
+  try: chunks = _drain({rfd: [], efd_r: []}, COMPILE_TIMEOUT_S)
+  except TimeoutError as e:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise CompileError("", f"ir3 compile for a{gpu_id}: {e}") from None
+  finally:
+    os.close(rfd)
+    os.close(efd_r)
+  out, err = b"".join(chunks[rfd]), b"".join(chunks[efd_r]).decode(errors="replace")
   _, status = os.waitpid(pid, 0)
   if status != 0 or not out:
     why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
