@@ -152,19 +152,26 @@ class NIRRenderer(Renderer):
   warp_size = 64
   shared_max = 32768
   supported_dtypes = SUPPORTED
+  has_images = True   # OptOps.IMAGE: float buffers read through the texture unit (isam)
   extra_matcher = cpu_float_matcher
 
   def __init__(self, gpu_id: int = 630) -> None:
     self.gpu_id = gpu_id
 
-  def render(self, name: str, uops: list[UOp]) -> str:
+  def render(self, name: str, uops: list[UOp], images: frozenset[int] = frozenset()) -> str:
+    """`images`: buffer slots whose loads read through a texture (image_load, which ir3 compiles to isam); the
+    layout is drivers/qcom/texture.py's (four elements a texel, IMAGE_ROW_BYTES a row)."""
     bufs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     nslots = max((b.arg for b in bufs), default=-1) + 1
     varu = sorted({u.arg[0]: u for u in uops if u.op is Ops.DEFINE_VAR}.values(), key=lambda u: u.arg[0])
     layout = param_layout(bufs, varu)
     param_dwords = max((off + size for _, off, size in layout), default=0) // 4
     nb = NirBuild(self.gpu_id, name)
-    _Body(nb, layout, nslots).run(uops)
+    img = _image_slots(bufs, images)
+    _Body(nb, layout, nslots, img).run(uops)
+    if img:
+      ctypes.c_uint8.from_address(nb.shader + M.SHADER_INFO + M.INFO_NUM_IMAGES).value = len(img)
+      ctypes.c_uint64.from_address(nb.shader + M.SHADER_INFO + M.INFO_IMAGES_USED).value = (1 << len(img)) - 1
     wg = [1, 1, 1]
     for u in uops:
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): wg[int(u.arg[0][4:])] = u.arg[1]
@@ -173,16 +180,32 @@ class NIRRenderer(Renderer):
     ctypes.c_uint.from_address(nb.shader + M.SHADER_INFO + M.INFO_SHARED_SIZE).value = shared
     data = nb.serialize()
     params = ",".join(f"{off}:{size}" for _, off, size in layout) or "-"
-    return f"{NIR_HEADER} {self.gpu_id} {param_dwords} {params}\n" + base64.b64encode(data).decode() + "\n"
+    imgs = (" img=" + ",".join(f"{slot}:{fmt}" for slot, (_, fmt, _) in sorted(img.items(), key=lambda kv: kv[1][0]))) if img else ""
+    return f"{NIR_HEADER} {self.gpu_id} {param_dwords} {params}{imgs}\n" + base64.b64encode(data).decode() + "\n"
 
 
 def _round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 
+def _image_slots(bufs: list[UOp], images: frozenset[int]) -> dict[int, tuple[int, int, int]]:
+  """buffer slot -> (NIR image index, a6xx_format, texels per row) of each buffer read as an image."""
+  from baregrad.drivers.qcom.texture import FMT_F16, FMT_F32, row_texels
+  out: dict[int, tuple[int, int, int]] = {}
+  for b in bufs:
+    if b.arg not in images: continue
+    el = b.dtype.base.scalar if isinstance(b.dtype, PtrDType) else b.dtype.scalar
+    if el not in (dtypes.float32, dtypes.float16): raise RenderError(f"buffer {b.arg} of {el} cannot be an image (RGBA float32/float16 only)")
+    fmt = FMT_F32 if el == dtypes.float32 else FMT_F16
+    out[b.arg] = (len(out), fmt, row_texels(fmt))
+  if missing := set(images) - set(out): raise RenderError(f"image slots {sorted(missing)} are not buffers of the kernel")
+  return out
+
+
 class _Body:
   """Walks the linear program once, building NIR at the cursor."""
-  def __init__(self, nb: NirBuild, layout: list[tuple[str, int, int]], nslots: int) -> None:
+  def __init__(self, nb: NirBuild, layout: list[tuple[str, int, int]], nslots: int, images: dict[int, tuple[int, int, int]] | None = None) -> None:
     self.nb, self.layout, self.nslots = nb, layout, nslots
+    self.images = images or {}
     self.r: dict[UOp, Any] = {}
     self.regs: dict[UOp, tuple[int, int]] = {}     # DEFINE_ACC / ASSIGN -> (register, bits)
     self.loops: list[tuple[int, int, int]] = []      # (loop, counter register, counter bits)
@@ -211,7 +234,8 @@ class _Body:
         if d.scalar == dtypes.bfloat16: self.r[u] = nb.const(16, float_to_bf16(u.arg))   # bfloat16 values are their bits
         else: self.r[u] = nb.const(_bits(d), u.arg if dtypes.is_float(d) else int(u.arg), dtypes.is_float(d))
       elif u.op is Ops.DEFINE_GLOBAL:
-        self.r[u] = ("global", self.param(8 * u.arg, 8))
+        if u.arg in self.images: self.r[u] = ("image", u.arg)   # read through its texture; the address is not loaded
+        else: self.r[u] = ("global", self.param(8 * u.arg, 8))
       elif u.op is Ops.DEFINE_VAR:
         _, off, size = next(x for x in self.layout if x[0] == param_name(u))
         v = self.param(off, max(size, 4))
@@ -292,6 +316,7 @@ class _Body:
     mask = self.val(idx.src[2]) if len(idx.src) > 2 else None
     ibits = nb.bit_size(i)
     if mask is not None: i = nb.alu("bcsel", mask, i, nb.const(ibits, 0))   # never form an out-of-range address
+    if kind == "image": return kind, i if ibits == 32 else nb.alu("u2u32", i), el, mask
     if kind == "global":
       i64 = i if ibits == 64 else nb.alu("i2i64", i)
       return kind, nb.alu("iadd", base, nb.alu("imul", i64, nb.const(64, el.itemsize))), el, mask
@@ -302,15 +327,37 @@ class _Body:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
     mbits = 8 if el == dtypes.bool else _bits(el)
-    if kind == "global": v = nb.intrinsic("load_global", [addr], 1, mbits, access=0, align_mul=el.itemsize, align_offset=0)
+    if kind == "image": v = self.image_load(u.src[0].src[0].arg, addr, el)
+    elif kind == "global": v = nb.intrinsic("load_global", [addr], 1, mbits, access=0, align_mul=el.itemsize, align_offset=0)
     else: v = nb.intrinsic("load_shared", [addr], 1, mbits, base=0, align_mul=el.itemsize, align_offset=0)
     if el == dtypes.bool: v = nb.alu("ine", v, nb.const(8, 0))
     if mask is not None: v = nb.alu("bcsel", mask, v, nb.const(_bits(el), 0))
     return v
 
+  def image_load(self, slot: int, i: int, el: DType) -> int:
+    """Element `i` (int32) of the image buffer `slot`: texel i >> 2 at (x, y) = (texel % row, texel // row), read as
+    RGBA float32 with image_load (readable only, CAN_REORDER: ir3 emits isam through the texture cache), and component
+    i & 3 of it (a float16 image's values come back as float32, exactly, and are narrowed again)."""
+    nb = self.nb
+    index, _, row = self.images[slot]
+    texel = nb.alu("ushr", i, nb.const(32, 2))
+    x = nb.alu("iand", texel, nb.const(32, row - 1))
+    y = nb.alu("ushr", texel, nb.const(32, row.bit_length() - 1))
+    coord = nb.alu("vec4", x, y, nb.const(32, 0), nb.const(32, 0))
+    v = nb.intrinsic("image_load", [nb.const(32, index), coord, nb.const(32, 0), nb.const(32, 0)], 4, 32, image_dim=M.GLSL_SAMPLER_DIM_2D,
+                     access=M.ACCESS_CAN_REORDER | M.ACCESS_NON_WRITEABLE, dest_type=M.NIR_TYPE_FLOAT32,
+                     format=M.PIPE_FORMAT_R32G32B32A32_FLOAT if el == dtypes.float32 else M.PIPE_FORMAT_R16G16B16A16_FLOAT)
+    comp = nb.alu("iand", i, nb.const(32, 3))
+    c = [nb.chan(v, k) for k in range(4)]
+    lo = nb.alu("bcsel", nb.alu("ieq", comp, nb.const(32, 0)), c[0], c[1])
+    hi = nb.alu("bcsel", nb.alu("ieq", comp, nb.const(32, 2)), c[2], c[3])
+    r = nb.alu("bcsel", nb.alu("ult", comp, nb.const(32, 2)), lo, hi)
+    return r if el == dtypes.float32 else nb.alu("f2f16", r)
+
   def store(self, u: UOp) -> None:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
+    if kind == "image": raise RenderError(f"a store to buffer {u.src[0].src[0].arg}, which the kernel reads as an image")
     v = self.val(u.src[1])
     if el == dtypes.bool:
       # the byte is made from the bool widened to 32 bits, not with b2i8: ir3 keeps bools in half registers, and its
