@@ -74,7 +74,18 @@ def gpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   elif red_axes: _reduction(k, ren, out_axes, red_axes, loads, stores, n_out, tmax, cu)
   else: _elementwise(k, ren, out_axes, loads, stores, tmax, cu)
   _grid(k, ren, set(tails))
+  if red_axes and k.has_images: _images(k)
   return list(k.applied)
+
+def _images(k: Kernel) -> None:
+  """Targets with a texture path (Adreno): the operands a reduction reads along a reduced axis (a convolution's weights
+  and activations, a matmul's inputs) go through the texture cache, which serves these re-read, 2-D local patterns
+  better than plain loads (what openpilot's models on Adreno do)."""
+  operands = {u.src[0].arg for u in k.stage_candidates() if u.src[0].op is Ops.DEFINE_GLOBAL}
+  for j, slot in enumerate(k.image_candidates()):
+    if slot in operands:
+      try: k.apply_opt(Opt(OptOps.IMAGE, j))
+      except OptError: pass
 
 def _row_tails(k: Kernel) -> list[int]:
   """Output axes the store moves along and no reduction reads along (a row-fused kernel's elementwise tail)."""

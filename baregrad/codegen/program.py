@@ -31,6 +31,9 @@ class ProgramSpec:
   align: dict[int, int] = field(default_factory=dict)
   # bytes of dynamic shared memory the kernel is launched with (0: none; the PTX renderer above 48 KB)
   dyn_shared: int = 0
+  # buffer numbers read through the texture unit (OptOps.IMAGE); a launch with one larger than the renderer's
+  # image_max_bytes runs the build without images (as a misaligned view runs the one without vector accesses)
+  images: tuple[int, ...] = ()
   @property
   def outs(self) -> list[int]:
     return sorted({u.src[0].arg for u in self.ast.src}) if self.ast is not None else []
@@ -172,4 +175,4 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   if viz is not None: viz("program", name=fname, renderer=ren.name, shape=k.colored_shape(), opts=list(k.applied), stages=stages,
                           uops=uops, src=src, global_size=k.global_size(), local_size=k.local_size())
   dyn = ren.dynamic_shared_bytes(src) if hasattr(ren, "dynamic_shared_bytes") else 0
-  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn)
+  return ProgramSpec(fname, src, k.global_size(), k.local_size(), k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn, tuple(sorted(images)))

@@ -75,7 +75,8 @@ class CompiledRunner:
         raise ValueError(f"kernel {self.spec.name} touches buffer {arg} up to element {need - 1}, but it holds {b.size}")
       if b._buf is None: b.allocate()
       raw.append(b._buf)
-    if self.spec.align and any(bufs[i].offset % a for i, a in self.spec.align.items()):
+    if self.spec.align and (any(bufs[i].offset % a for i, a in self.spec.align.items()) or
+                            any(bufs[i].nbytes > Device[self.device].renderer.image_max_bytes for i in self.spec.images)):
       # a view at an offset the vector accesses cannot take: the same kernel with scalar accesses
       if self._scalar is None:
         # (type: ignore: get_program's specs hold their AST)

@@ -153,6 +153,7 @@ class NIRRenderer(Renderer):
   shared_max = 32768
   supported_dtypes = SUPPORTED
   has_images = True   # OptOps.IMAGE: float buffers read through the texture unit (isam)
+  image_max_bytes = 16384 * 4096   # an image of 4096-byte rows is at most 16384 rows (drivers/qcom/texture.py)
   extra_matcher = cpu_float_matcher
 
   def __init__(self, gpu_id: int = 630) -> None:

@@ -30,7 +30,7 @@ from baregrad.hcq.device import HCQAllocator, HCQBuffer, HCQDevice, HCQProgram
 from baregrad.hcq.queue import HCQArgsState, HWQueue
 from baregrad.drivers.qcom import pm4
 from baregrad.drivers.qcom.chips import UnknownChip
-from baregrad.drivers.qcom.dispatch import const_block, emit_dispatch, shader_bytes, INSTR_UNIT
+from baregrad.drivers.qcom.dispatch import const_block, emit_dispatch, shader_bytes, texture_block, INSTR_UNIT
 from baregrad.drivers.qcom.ir3_compile import IR3Compiler, Ir3Program
 from baregrad.drivers.qcom.kgsl import KGSL, GPUFault, GpuObject
 
@@ -60,7 +60,8 @@ class QCOMFault(RuntimeError):
 
 class QCOMArgsState(HCQArgsState):
   """The const block of one launch (dispatch.const_block: parameters at c0, ir3's immediates after), in args memory the
-  CP loads with CP_LOAD_STATE6 (indirect): patching a buffer address or a variable rewrites its bytes in place."""
+  CP loads with CP_LOAD_STATE6 (indirect): patching a buffer address or a variable rewrites its bytes in place. A program
+  that reads images has their texture descriptors and samplers after it (64-byte aligned; dispatch.texture_block)."""
   def __init__(self, cpu_addr: int, va_addr: int, prg: QCOMProgram, bufs: Sequence[Any], vals: Sequence[int]) -> None:
     super().__init__(cpu_addr, va_addr, prg, bufs, vals)
     p = prg.ir3
@@ -68,10 +69,25 @@ class QCOMArgsState(HCQArgsState):
       raise ValueError(f"{prg.name} takes {len(p.params)} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
     words = const_block(p, b"")
     ctypes.memmove(cpu_addr, (ctypes.c_uint32 * len(words))(*words), 4 * len(words))
+    self.tex_off = (-(va_addr + 4 * len(words)) % 64) + 4 * len(words)
+    self._img_bytes = {pi: self.bufs[pi].size for pi, _, _ in p.images}
+    if p.images:   # the samplers after the descriptors (the descriptors are written with their buffers' addresses)
+      tw = texture_block(p, [(0, 0)] * len(p.params))
+      ctypes.memmove(cpu_addr + self.tex_off, (ctypes.c_uint32 * len(tw))(*tw), 4 * len(tw))
     for i, b in enumerate(self.bufs): self._put(i, b.va_addr)
     for i, v in enumerate(self.vals): self._put(len(self.bufs) + i, v)
 
+  @property
+  def tex_va(self) -> int | None:
+    """Where the texture descriptors are (None: the program reads no images)."""
+    return self.va_addr + self.tex_off if self.prg.ir3.images else None
+
   def _put(self, i: int, v: int) -> None:
+    if i in self._img_bytes:   # an image's address is in its descriptor (the same size of buffer on a replay)
+      from baregrad.drivers.qcom.texture import tex_const
+      _, slot, fmt = next(x for x in self.prg.ir3.images if x[0] == i)
+      d = tex_const(v, self._img_bytes[i], fmt)
+      ctypes.memmove(self.cpu_addr + self.tex_off + 64 * slot, (ctypes.c_uint32 * 16)(*d), 64)
     off, sz = self.prg.ir3.params[i]
     ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
 
@@ -88,7 +104,9 @@ class QCOMProgram(HCQProgram):
     ctypes.memmove(self.code_obj.cpu, code, len(code))
     if self.code_obj.gpuaddr % INSTR_UNIT: raise RuntimeError(f"KGSL gave code memory at {self.code_obj.gpuaddr:#x}, not {INSTR_UNIT}-byte aligned")
 
-  def kernargs_size(self, nbufs: int, nvals: int) -> int: return 4 * len(const_block(self.ir3, b""))
+  def kernargs_size(self, nbufs: int, nvals: int) -> int:
+    # the const block; with images, up to 63 bytes to align their descriptors, then the descriptors and samplers
+    return 4 * len(const_block(self.ir3, b"")) + (64 + 80 * self.ir3.tex_count if self.ir3.images else 0)
 
   def __del__(self) -> None:
     try: self.dev.kgsl.free(self.code_obj)
@@ -120,7 +138,7 @@ class QCOMComputeQueue(HWQueue):
     p: Ir3Program = prg.ir3
     if tuple(ls) != tuple(p.local_size):
       raise ValueError(f"{prg.name}: launched with local_size {tuple(ls)}, compiled for {p.local_size} (ir3 fixes the workgroup shape)")
-    w = emit_dispatch(pm4.CommandStream(), p, prg.code_obj.gpuaddr, None, gs, consts_va=args_state.va_addr).words
+    w = emit_dispatch(pm4.CommandStream(), p, prg.code_obj.gpuaddr, None, gs, consts_va=args_state.va_addr, tex_va=args_state.tex_va).words
     nd = next(i for i in range(len(w)) if w[i] >> 28 == 4 and (w[i] >> 8) & 0x7FFFF == pm4.adreno.REGS_A6XX["HLSQ_CS_NDRANGE_0"])
     n = len(w)
     return w, {"gx": (n - 3, 1), "gy": (n - 2, 1), "gz": (n - 1, 1), "gsx": (nd + 2, 1), "gsy": (nd + 4, 1), "gsz": (nd + 6, 1)}

@@ -102,7 +102,8 @@ def parse_source(src: str) -> tuple[int, int, tuple[tuple[int, int], ...], bytes
   head, _, body = src.partition("\n")
   parts = head.split()
   if len(parts) not in (4, 5) or parts[0] != NIR_HEADER or (len(parts) == 5 and not parts[4].startswith("img=")):
-    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, expected '{NIR_HEADER} <gpu_id> <param dwords> <params> [img=<param:format,...>]'")
+    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, "
+                                  f"expected '{NIR_HEADER} <gpu_id> <param dwords> <params> [img=<param:format,...>]'")
   params = tuple((int(a), int(b)) for a, b in (x.split(":") for x in parts[3].split(","))) if parts[3] != "-" else ()
   images = tuple((int(a), int(b)) for a, b in (x.split(":") for x in parts[4][4:].split(","))) if len(parts) == 5 else ()
   return int(parts[1]), int(parts[2]), params, base64.b64decode(body), images

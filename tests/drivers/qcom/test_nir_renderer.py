@@ -98,7 +98,7 @@ def test_compile_child_stderr_larger_than_a_pipe(monkeypatch):
   # the child writes 1 MiB to stderr before its program: a parent reading stdout to the end first waits forever
   import os
   import baregrad.drivers.qcom.ir3_compile as ic
-  def noisy(gpu_id, param_dwords, params, nir):
+  def noisy(*args):
     os.write(2, b"x" * (1 << 20))
     return b"program"
   monkeypatch.setattr(ic, "_compile_here", noisy)

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from baregrad.drivers.mock.adreno.cp import GpuMemory
+from baregrad.drivers.mock.adreno.tex import Sampler, Texture, fetch
 
 NREGS = 64   # full registers r0-r63 (vec4 each); a6xx has 48 usable GPRs plus sysval/special ones above (r48.x: wgid)
 
@@ -82,6 +83,8 @@ class Instr:
   fn: Any = None                      # its semantics (EXEC[op]); None: not modelled
   label: int = 0                      # a branch's target PC
   conds: list[Opnd] = field(default_factory=list)   # a branch's predicate operands
+  wrmask: int = 0                     # cat5 (isam): the components written, each at dst + its index
+  tex: tuple[int, int] = (-1, -1)     # cat5 (isam): (sampler, texture) slots, s#N t#N
 
 
 _COMP = {"x": 0, "y": 1, "z": 2, "w": 3}
@@ -153,7 +156,16 @@ def _parse_line(raw: str, out: list[Instr]) -> None:
     parts = head.split(".")
     ins.op, ins.types = parts[0], parts[1:]
     toks = [t for t in _split_operands(rest)] if rest.strip() else []
-    if ins.op in ("br", "jump", "brao", "braa"):   # branches have no destination
+    if ins.op == "isam":   # cat5: `isam.1d (f32)(xyzw)r0.w, r0.y, s#0, t#0`; ir3-cat5.xml: type, wrmask, dst, coords, samp, tex
+      m = re.fullmatch(r"\((f32|f16|u32|s32|u16|s16)\)\(([xyzw]+)\)(.+)", toks[0]) if toks else None
+      st = [re.fullmatch(r"([st])#(\d+)", t) for t in toks[2:]]
+      if m is None or len(toks) != 4 or not all(st) or [x.group(1) for x in st] != ["s", "t"]:   # type: ignore[union-attr]
+        raise Ir3Error("an isam form other than `(type)(mask)dst, coords, s#N, t#N` (bindless / s2en / offsets are not modelled)")
+      ins.extra = [m.group(1)]
+      ins.wrmask = sum(1 << _COMP[c] for c in m.group(2))
+      ins.dst, ins.srcs = parse_operand(m.group(3)), [parse_operand(toks[1])]
+      ins.tex = (int(st[0].group(2)), int(st[1].group(2)))  # type: ignore[union-attr]
+    elif ins.op in ("br", "jump", "brao", "braa"):   # branches have no destination
       ins.srcs = [parse_operand(t) for t in toks]
     elif ins.op == "stg" or ins.op == "stl":
       ins.srcs = [parse_operand(t) for t in toks]
@@ -229,6 +241,8 @@ class Executor:
     self.executed: set[str] = set()   # the instruction forms run (op.types), for tests that every form is covered
     self._en = np.ones(1, bool)       # the lanes the current instruction runs for
     self._gen: np.ndarray | None = None   # their workgroups (computed when a hazard check needs them)
+    self.textures: dict[int, Texture] = {}   # the dispatch's texture state (sp.py decodes it from SB6_CS_TEX)
+    self.samplers: dict[int, Sampler] = {}
 
   def run(self, prg: Any, global_size: tuple[int, ...], params: bytes, strict: bool = True, max_steps: int = 10_000_000,
           program: list[Instr] | None = None) -> None:
@@ -739,6 +753,31 @@ def _stl(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     for j in range(size): ex.local[g, a + j] = ((v >> np.uint32(8 * j)) & np.uint32(0xFF)).astype(np.uint8)   # lanes in order (last wins)
 
 
+def _isam(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
+  """isam (cat5, ir3_compiler_nir.c emit for a readable image_load): the texel at integer (x, y) of texture t#N through
+  sampler s#N (mock/adreno/tex.py), each component of the write mask to dst + its index, a (sy)-class result. The
+  coordinates are two consecutive registers from the source (ir3 collects them so: x in the source, y after it)."""
+  if ins.types != ["1d"]: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: isam.{'.'.join(ins.types)} is not modelled (isam.1d only)")
+  samp_i, tex_i = ins.tex
+  tex, samp = ex.textures.get(tex_i), ex.samplers.get(samp_i)
+  if tex is None or samp is None:
+    raise Ir3Error(f"pc {ins.pc} `{ins.text}`: texture {tex_i} / sampler {samp_i} not in the dispatch's texture state "
+                   f"(loaded: textures {sorted(ex.textures)}, samplers {sorted(ex.samplers)})")
+  c = ins.srcs[0]
+  t = "s16" if c.kind == "h" else "s32"
+  x = ex._src(w, ins, c, k, t).astype(np.int64)
+  y = ex._src(w, ins, Opnd(c.kind, c.idx + 1), k, t).astype(np.int64)
+  lanes = np.flatnonzero(en)
+  vals = np.zeros((4, w.n), np.float32)
+  vals[:, lanes] = fetch(ex.mem, tex, samp, x[lanes], y[lanes])
+  ty = ins.extra[0]
+  if ty not in ("f32", "f16"): raise Ir3Error(f"pc {ins.pc} `{ins.text}`: isam returning {ty} from a float texture is not modelled")
+  for comp in range(4):
+    if ins.wrmask >> comp & 1:
+      sub = Instr(ins.pc, ins.text, ins.op, ins.types, Opnd(ins.dst.kind, ins.dst.idx + comp), [])
+      ex._write(w, sub, en, k, vals[comp] if ty == "f32" else vals[comp].astype(np.float16), sync="sy")
+
+
 EXEC: dict[str, Any] = {
   "add": _alu2(lambda a, b: a + b, _ty), "sub": _alu2(lambda a, b: a - b, _ty), "mul": _mul,
   "max": _alu2(lambda a, b: _fmax(a, b) if a.dtype.kind == "f" else np.maximum(a, b), _ty),
@@ -755,5 +794,5 @@ EXEC: dict[str, Any] = {
   "absneg": _absneg, "sign": _unary_f(_fsign),
   "clz": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, _clz(ex._src(w, ins, ins.srcs[0], k, "u32"))),
   "floor": _unary_f(np.floor), "ceil": _unary_f(np.ceil), "trunc": _unary_f(np.trunc), "rndne": _unary_f(np.rint),
-  "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl,
+  "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl, "isam": _isam,
 }

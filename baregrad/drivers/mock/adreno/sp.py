@@ -13,9 +13,11 @@ import numpy as np
 from baregrad.ctypes_autogen import adreno
 from baregrad.drivers.mock.adreno.cp import CP, CPError
 from baregrad.drivers.mock.adreno.ir3_exec import Executor, Instr
+from baregrad.drivers.mock.adreno.tex import Sampler, Texture, TextureError, decode_tex_const, decode_tex_samp
 
 R, F = adreno.REGS_A6XX, adreno.FIELDS_A6XX
 SB_CS = adreno.ENUMS["a6xx_state_block"]["SB6_CS_SHADER"]
+SB_CS_TEX = adreno.ENUMS["a6xx_state_block"]["SB6_CS_TEX"]
 ST = adreno.ENUMS["a6xx_state_type"]
 INSTR_UNIT = 128   # a6xx: SP_CS_INSTRLEN and ST6_SHADER units are 128 bytes
 
@@ -34,8 +36,44 @@ def _highest(prog: list[Instr], kind: str) -> tuple[int, str]:
         # r48+ are sysval/special regs; a half const hcN.c is in the slot of cN.c (ir3_exec.py), so it counts as cN
         if x is not None and (x.kind == kind or (kind == "c" and x.kind == "hc")) and not (kind == "r" and x.idx >= 4 * 48):
           r = (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4
+          if ins.op == "isam":   # cat5 writes each wrmask component at dst + its index; the coordinates are two registers
+            r = (x.idx + (ins.wrmask.bit_length() - 1 if x is ins.dst else 1)) // 4
           if r > hi: hi, where = r, f"pc {ins.pc} `{ins.text}`"
   return hi, where
+
+
+def _tex_unit(cp: CP, stype: int, slot: int, dwords: int, what: str, reg: str, align: int) -> list[int]:
+  """The `dwords` of unit `slot` of the SB6_CS_TEX state of type `stype` (samplers: ST6_SHADER, descriptors:
+  ST6_CONSTANTS, as freedreno's fd6_emit_textures loads them), direct or from memory."""
+  for (block, st, dst), data in cp.state.items():
+    if block != SB_CS_TEX or st != stype: continue
+    if len(data) == 2:   # indirect: [address, units]
+      addr, units = data
+      if not dst <= slot < dst + units: continue
+      # a6xx.xml SP_CS_TEX_SAMP (align 16) / SP_CS_TEX_CONST (align 64): the address of the state the load brings in; turnip
+      # and freedreno (fd6_emit_textures) write the same address to both, so they must agree
+      r = _get(cp, reg) | cp.regs.get(R[reg] + 1, 0) << 32
+      if r != addr: raise CPError(f"CP_EXEC_CS: {what}s loaded from {addr:#x} (CP_LOAD_STATE6 SB6_CS_TEX) but {reg} is {r:#x}")
+      if addr % align: raise CPError(f"CP_EXEC_CS: {reg} {addr:#x} is not {align}-byte aligned (a6xx.xml align={align})")
+      return list(np.frombuffer(cp.mem.read(addr + 4 * dwords * (slot - dst), 4 * dwords), np.uint32))
+    if dst <= slot and len(data) >= dwords * (slot - dst + 1): return list(data[dwords * (slot - dst):dwords * (slot - dst + 1)])
+  raise CPError(f"CP_EXEC_CS: the shader reads {what} {slot}, but no CP_LOAD_STATE6 SB6_CS_TEX load brought it in")
+
+
+def _texture_state(cp: CP, prog: list[Instr]) -> tuple[dict[int, Texture], dict[int, Sampler]]:
+  """The texture descriptors and samplers the program's isam instructions name, decoded (mock/adreno/tex.py)."""
+  used = {ins.tex for ins in prog if ins.op == "isam"}
+  if not used: return {}, {}
+  count = _get(cp, "SP_CS_TEX_COUNT")
+  texs, samps = {}, {}
+  for s, t in sorted(used):
+    # a6xx.xml SP_CS_TEX_COUNT: the texture slots of the CS stage; fd6_emit_textures sets it to the textures loaded
+    if max(s, t) >= count: raise CPError(f"CP_EXEC_CS: the shader samples t#{t} s#{s}, SP_CS_TEX_COUNT is {count}")
+    try:
+      texs[t] = decode_tex_const(_tex_unit(cp, ST["ST6_CONSTANTS"], t, 16, "texture", "SP_CS_TEX_CONST", 64), t)
+      samps[s] = decode_tex_samp(_tex_unit(cp, ST["ST6_SHADER"], s, 4, "sampler", "SP_CS_TEX_SAMP", 16), s)
+    except TextureError as e: raise CPError(f"CP_EXEC_CS: {e}") from None
+  return texs, samps
 
 
 class ShaderProcessor:
@@ -101,5 +139,6 @@ class ShaderProcessor:
     wgid, lid = _get(cp, "SP_CS_CNTL_0", "WGIDCONSTID"), _get(cp, "SP_CS_CNTL_0", "LOCALIDREGID")
     if (wgid, lid) != (_get(cp, "HLSQ_CS_CNTL_0", "WGIDCONSTID"), _get(cp, "HLSQ_CS_CNTL_0", "LOCALIDREGID")):
       raise CPError("CP_EXEC_CS: SP_CS_CNTL_0 and HLSQ_CS_CNTL_0 name different workgroup-id / local-id registers")
+    self.ex.textures, self.ex.samplers = _texture_state(cp, prog)
     self.launches += 1
     self.ex.run_state(prog, consts, local, grid, wgid, lid, shared)
