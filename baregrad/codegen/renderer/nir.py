@@ -40,6 +40,7 @@ from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.renderer import mesa as M
 from baregrad.codegen.rewrites import cpu_float_matcher
 from baregrad.codegen.renderer.ptx import param_layout, param_name
+from baregrad.codegen.renderer import adreno_image as T
 
 NIR_HEADER = "nir-ir3"
 SUPPORTED = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
@@ -168,8 +169,10 @@ class NIRRenderer(Renderer):
     layout = param_layout(bufs, varu)
     param_dwords = max((off + size for _, off, size in layout), default=0) // 4
     nb = NirBuild(self.gpu_id, name)
-    img = _image_slots(bufs, images)
-    _Body(nb, layout, nslots, img).run(uops)
+    _check_image_slots(bufs, images)
+    body = _Body(nb, layout, nslots, images)
+    body.run(uops)
+    img = body.image_list   # (buffer slot, a6xx_format) of each NIR image index, in index order
     if img:
       ctypes.c_uint8.from_address(nb.shader + M.SHADER_INFO + M.INFO_NUM_IMAGES).value = len(img)
       ctypes.c_uint64.from_address(nb.shader + M.SHADER_INFO + M.INFO_IMAGES_USED).value = (1 << len(img)) - 1
@@ -181,32 +184,29 @@ class NIRRenderer(Renderer):
     ctypes.c_uint.from_address(nb.shader + M.SHADER_INFO + M.INFO_SHARED_SIZE).value = shared
     data = nb.serialize()
     params = ",".join(f"{off}:{size}" for _, off, size in layout) or "-"
-    imgs = (" img=" + ",".join(f"{slot}:{fmt}" for slot, (_, fmt, _) in sorted(img.items(), key=lambda kv: kv[1][0]))) if img else ""
+    imgs = (" img=" + ",".join(f"{slot}:{fmt}" for slot, fmt in img)) if img else ""
     return f"{NIR_HEADER} {self.gpu_id} {param_dwords} {params}{imgs}\n" + base64.b64encode(data).decode() + "\n"
 
 
 def _round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 
-def _image_slots(bufs: list[UOp], images: frozenset[int]) -> dict[int, tuple[int, int, int]]:
-  """buffer slot -> (NIR image index, a6xx_format, texels per row) of each buffer read as an image."""
-  from baregrad.drivers.qcom.texture import FMT_F16, FMT_F32, row_texels
-  out: dict[int, tuple[int, int, int]] = {}
-  for b in bufs:
-    if b.arg not in images: continue
-    el = b.dtype.base.scalar if isinstance(b.dtype, PtrDType) else b.dtype.scalar
-    if el not in (dtypes.float32, dtypes.float16): raise RenderError(f"buffer {b.arg} of {el} cannot be an image (RGBA float32/float16 only)")
-    fmt = FMT_F32 if el == dtypes.float32 else FMT_F16
-    out[b.arg] = (len(out), fmt, row_texels(fmt))
-  if missing := set(images) - set(out): raise RenderError(f"image slots {sorted(missing)} are not buffers of the kernel")
-  return out
+def _check_image_slots(bufs: list[UOp], images: frozenset[int]) -> None:
+  """Every image slot is a float32/float16 buffer of the kernel."""
+  have = {b.arg: (b.dtype.base.scalar if isinstance(b.dtype, PtrDType) else b.dtype.scalar) for b in bufs}
+  for slot in images:
+    if slot not in have: raise RenderError(f"image slot {slot} is not a buffer of the kernel (buffers {sorted(have)})")
+    if have[slot] not in (dtypes.float32, dtypes.float16): raise RenderError(f"buffer {slot} of {have[slot]} cannot be an image (float32/float16 only)")
 
 
 class _Body:
   """Walks the linear program once, building NIR at the cursor."""
-  def __init__(self, nb: NirBuild, layout: list[tuple[str, int, int]], nslots: int, images: dict[int, tuple[int, int, int]] | None = None) -> None:
+  def __init__(self, nb: NirBuild, layout: list[tuple[str, int, int]], nslots: int, images: frozenset[int] = frozenset()) -> None:
     self.nb, self.layout, self.nslots = nb, layout, nslots
-    self.images = images or {}
+    self.images = images
+    self.image_list: list[tuple[int, int]] = []         # (buffer slot, a6xx_format) per NIR image index
+    self._image_index: dict[tuple[int, int], int] = {}
+    self._texels: dict[tuple[int, UOp, int, UOp | None], int] = {}   # (image, base index, texel offset, gate) -> the texel read
     self.r: dict[UOp, Any] = {}
     self.regs: dict[UOp, tuple[int, int]] = {}     # DEFINE_ACC / ASSIGN -> (register, bits)
     self.loops: list[tuple[int, int, int]] = []      # (loop, counter register, counter bits)
@@ -316,8 +316,8 @@ class _Body:
     i = self.val(idx.src[1])
     mask = self.val(idx.src[2]) if len(idx.src) > 2 else None
     ibits = nb.bit_size(i)
+    if kind == "image": return kind, 0, el, mask   # (image_load makes the coordinates from the index)
     if mask is not None: i = nb.alu("bcsel", mask, i, nb.const(ibits, 0))   # never form an out-of-range address
-    if kind == "image": return kind, i if ibits == 32 else nb.alu("u2u32", i), el, mask
     if kind == "global":
       i64 = i if ibits == 64 else nb.alu("i2i64", i)
       return kind, nb.alu("iadd", base, nb.alu("imul", i64, nb.const(64, el.itemsize))), el, mask
@@ -328,31 +328,57 @@ class _Body:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
     mbits = 8 if el == dtypes.bool else _bits(el)
-    if kind == "image": v = self.image_load(u.src[0].src[0].arg, addr, el)
+    if kind == "image": v = self.image_load(u.src[0].src[0].arg, u.src[0].src[1], el, u.src[0].src[2] if len(u.src[0].src) > 2 else None)
     elif kind == "global": v = nb.intrinsic("load_global", [addr], 1, mbits, access=0, align_mul=el.itemsize, align_offset=0)
     else: v = nb.intrinsic("load_shared", [addr], 1, mbits, base=0, align_mul=el.itemsize, align_offset=0)
     if el == dtypes.bool: v = nb.alu("ine", v, nb.const(8, 0))
     if mask is not None: v = nb.alu("bcsel", mask, v, nb.const(_bits(el), 0))
     return v
 
-  def image_load(self, slot: int, i: int, el: DType) -> int:
-    """Element `i` (int32) of the image buffer `slot`: texel i >> 2 at (x, y) = (texel % row, texel // row), read as
-    RGBA float32 with image_load (readable only, CAN_REORDER: ir3 emits isam through the texture cache), and component
-    i & 3 of it (a float16 image's values come back as float32, exactly, and are narrowed again)."""
+  def _image(self, slot: int, fmt: int) -> int:
+    """The NIR image index of buffer `slot` viewed in format `fmt` (made on first use)."""
+    key = (slot, fmt)
+    if key not in self._image_index:
+      self._image_index[key] = len(self.image_list)
+      self.image_list.append(key)
+    return self._image_index[key]
+
+  def _fetch(self, image: int, texel: int, row: int, fmt: int) -> int:
+    """image_load of texel number `texel` (int32) at (x, y) = (texel % row, texel // row): readable only, CAN_REORDER,
+    so ir3 emits isam through the texture cache; RGBA float32 comes back (a float16 texel exactly widened)."""
     nb = self.nb
-    index, _, row = self.images[slot]
-    texel = nb.alu("ushr", i, nb.const(32, 2))
     x = nb.alu("iand", texel, nb.const(32, row - 1))
     y = nb.alu("ushr", texel, nb.const(32, row.bit_length() - 1))
     coord = nb.alu("vec4", x, y, nb.const(32, 0), nb.const(32, 0))
-    v = nb.intrinsic("image_load", [nb.const(32, index), coord, nb.const(32, 0), nb.const(32, 0)], 4, 32, image_dim=M.GLSL_SAMPLER_DIM_2D,
-                     access=M.ACCESS_CAN_REORDER | M.ACCESS_NON_WRITEABLE, dest_type=M.NIR_TYPE_FLOAT32,
-                     format=M.PIPE_FORMAT_R32G32B32A32_FLOAT if el == dtypes.float32 else M.PIPE_FORMAT_R16G16B16A16_FLOAT)
-    comp = nb.alu("iand", i, nb.const(32, 3))
-    c = [nb.chan(v, k) for k in range(4)]
-    lo = nb.alu("bcsel", nb.alu("ieq", comp, nb.const(32, 0)), c[0], c[1])
-    hi = nb.alu("bcsel", nb.alu("ieq", comp, nb.const(32, 2)), c[2], c[3])
-    r = nb.alu("bcsel", nb.alu("ult", comp, nb.const(32, 2)), lo, hi)
+    pipe = {T.FMT_F32: M.PIPE_FORMAT_R32G32B32A32_FLOAT, T.FMT_F16: M.PIPE_FORMAT_R16G16B16A16_FLOAT,
+            T.FMT_R32: M.PIPE_FORMAT_R32_FLOAT, T.FMT_R16: M.PIPE_FORMAT_R16_FLOAT}[fmt]
+    return nb.intrinsic("image_load", [nb.const(32, image), coord, nb.const(32, 0), nb.const(32, 0)], 4, 32, image_dim=M.GLSL_SAMPLER_DIM_2D,
+                        access=M.ACCESS_CAN_REORDER | M.ACCESS_NON_WRITEABLE, dest_type=M.NIR_TYPE_FLOAT32, format=pipe)
+
+  def _i32(self, u: UOp) -> int:
+    v = self.val(u)
+    return v if self.nb.bit_size(v) == 32 else self.nb.alu("u2u32", v)
+
+  def image_load(self, slot: int, idx: UOp, el: DType, gate: UOp | None) -> int:
+    """Element `idx` of the image buffer `slot` (drivers/qcom/texture.py's layouts). Where the index is a multiple of 4
+    plus a constant, the element is a known component of an RGBA texel, and the loads of one texel share one isam;
+    other indices read the buffer as a one-channel image (a texel per element), so a load costs one register, not four
+    and a select (ir3 hoists texture reads, and four registers a load made a small conv spill). Where `gate` is false
+    the texel read is texel 0, in every image (the caller selects 0 there), as the plain path reads element 0."""
+    nb = self.nb
+    base, off = (idx.src[0], idx.src[1].arg) if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST else (idx, 0)
+    if isinstance(off, int) and (base.op is Ops.CONST or base.divides(4) is not None):
+      fmt = T.FMT_F32 if el == dtypes.float32 else T.FMT_F16
+      image = self._image(slot, fmt)
+      if (key := (image, base, off >> 2, gate)) not in self._texels:
+        t = nb.alu("iadd", nb.alu("ishr", self._i32(base), nb.const(32, 2)), nb.const(32, off >> 2))
+        if gate is not None: t = nb.alu("bcsel", self.val(gate), t, nb.const(32, 0))
+        self._texels[key] = self._fetch(image, t, T.row_texels(fmt), fmt)
+      r = nb.chan(self._texels[key], off & 3)
+    else:
+      fmt = T.FMT_R32 if el == dtypes.float32 else T.FMT_R16
+      t = self._i32(idx) if gate is None else nb.alu("bcsel", self.val(gate), self._i32(idx), nb.const(32, 0))
+      r = nb.chan(self._fetch(self._image(slot, fmt), t, T.row_texels(fmt), fmt), 0)
     return r if el == dtypes.float32 else nb.alu("f2f16", r)
 
   def store(self, u: UOp) -> None:

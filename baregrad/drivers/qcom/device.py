@@ -85,9 +85,9 @@ class QCOMArgsState(HCQArgsState):
   def _put(self, i: int, v: int) -> None:
     if i in self._img_bytes:   # an image's address is in its descriptor (the same size of buffer on a replay)
       from baregrad.drivers.qcom.texture import tex_const
-      _, slot, fmt = next(x for x in self.prg.ir3.images if x[0] == i)
-      d = tex_const(v, self._img_bytes[i], fmt)
-      ctypes.memmove(self.cpu_addr + self.tex_off + 64 * slot, (ctypes.c_uint32 * 16)(*d), 64)
+      for _, slot, fmt in (x for x in self.prg.ir3.images if x[0] == i):   # (its RGBA and its one-channel view)
+        d = tex_const(v, self._img_bytes[i], fmt)
+        ctypes.memmove(self.cpu_addr + self.tex_off + 64 * slot, (ctypes.c_uint32 * 16)(*d), 64)
     off, sz = self.prg.ir3.params[i]
     ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
 

@@ -1,10 +1,7 @@
-"""The image path on a6xx: a kernel buffer of float32/float16 read as a 2-D RGBA texture (isam through a texture
-descriptor and a sampler), the layout both the NIR renderer and the dispatch agree on.
-
-Layout: the buffer's elements in order, four to a texel (RGBA), IMAGE_ROW_BYTES to a row: element i is component
-i % 4 of texel t = i // 4, at x = t % width, y = t // width. Rows are 4096 bytes (1024 float32 or 2048 float16
-elements), a multiple of the 64-byte pitch alignment; the buffer's address must be 64-byte aligned
-(A6XX_TEX_CONST_4.BASE_LO holds bits 31:5, and Mesa's fdl6 layouts start textures at 64-byte alignment).
+"""The image path on a6xx: a kernel buffer of float32/float16 read as a 2-D texture (isam through a texture descriptor
+and a sampler), in the layout of codegen/renderer/adreno_image.py (RGBA texels, or one channel a texel). The buffer's
+address must be 64-byte aligned (A6XX_TEX_CONST_4.BASE_LO holds bits 31:5, and Mesa's fdl6 layouts start textures at
+64-byte alignment).
 
 Descriptor and sampler fields: a6xx.xml domains A6XX_TEX_CONST (16 dwords) and A6XX_TEX_SAMP (4 dwords), generated
 into ctypes_autogen/adreno.py (DESCRIPTOR_FIELDS_A6XX). What goes where follows Mesa's turnip (tu_image.cc through
@@ -13,14 +10,11 @@ fdl6_view_init: FMT, SWIZ, WIDTH/HEIGHT, PITCH, TYPE, DEPTH 1 for a 2-D view) an
 from __future__ import annotations
 
 from baregrad.ctypes_autogen import adreno
+from baregrad.codegen.renderer.adreno_image import FMT_F16, FMT_F32, FMT_R16, FMT_R32, IMAGE_ROW_BYTES, MAX_DIM, TEXEL_BYTES, row_texels
 
+__all__ = ["FMT_F16", "FMT_F32", "FMT_R16", "FMT_R32", "IMAGE_ROW_BYTES", "MAX_DIM", "TEXEL_BYTES", "row_texels", "image_shape", "tex_const", "tex_samp"]
 D = adreno.DESCRIPTOR_FIELDS_A6XX
 E = adreno.ENUMS
-FMT_F32, FMT_F16 = E["a6xx_format"]["FMT6_32_32_32_32_FLOAT"], E["a6xx_format"]["FMT6_16_16_16_16_FLOAT"]
-TEXEL_BYTES = {FMT_F32: 16, FMT_F16: 8}
-FORMAT_OF = {"float": FMT_F32, "half": FMT_F16}   # the element dtype's name -> its RGBA format
-IMAGE_ROW_BYTES = 4096
-MAX_DIM = 16384          # a6xx's largest texture width/height (Mesa freedreno_dev_info / turnip maxImageDimension2D)
 BASE_ALIGN = 64
 TEX_CONST_DWORDS, TEX_SAMP_DWORDS = 16, 4
 
@@ -29,11 +23,6 @@ def _enc(domain: str, dword: int, **fields: int) -> int:
   v = 0
   for k, x in fields.items(): v |= D[domain][str(dword)][k].encode(x)
   return v
-
-
-def row_texels(fmt: int) -> int:
-  """Texels per row of an image of format `fmt`."""
-  return IMAGE_ROW_BYTES // TEXEL_BYTES[fmt]
 
 
 def image_shape(nbytes: int, fmt: int) -> tuple[int, int]:
@@ -47,7 +36,7 @@ def image_shape(nbytes: int, fmt: int) -> tuple[int, int]:
 def tex_const(va: int, nbytes: int, fmt: int) -> list[int]:
   """The 16 dwords of A6XX_TEX_CONST for the image over `nbytes` at GPU address `va` (64-byte aligned)."""
   if va % BASE_ALIGN: raise ValueError(f"an image at {va:#x} is not {BASE_ALIGN}-byte aligned (A6XX_TEX_CONST_4.BASE_LO)")
-  if fmt not in TEXEL_BYTES: raise ValueError(f"image format {fmt} is not RGBA float32/float16 (FMT6_32_32_32_32_FLOAT / FMT6_16_16_16_16_FLOAT)")
+  if fmt not in TEXEL_BYTES: raise ValueError(f"image format {fmt} is not float32/float16, RGBA or one channel (adreno_image.TEXEL_BYTES)")
   w, h = image_shape(nbytes, fmt)
   sw = E["a6xx_tex_swiz"]
   words = [0] * TEX_CONST_DWORDS

@@ -58,8 +58,9 @@ def images_of(ast):
   return [Opt(OptOps.IMAGE, j) for j in range(len(Kernel(ast, "k", gpu=True, ren=NIRRenderer(630)).image_candidates()))]
 
 
+@pytest.mark.parametrize("upcast", [0, 4], ids=["one_channel", "rgba"])
 @pytest.mark.parametrize("dt", [f32, f16], ids=["float32", "float16"])
-def test_elementwise_through_images_equals_plain_loads(dt):
+def test_elementwise_through_images_equals_plain_loads(dt, upcast):
   # 5000 elements: 5 rows of float32 texels (3 of float16), so x and y both vary; the shifted read is a padded view
   n = 5000
   npdt = np.float32 if dt == f32 else np.float16
@@ -67,8 +68,11 @@ def test_elementwise_through_images_equals_plain_loads(dt):
   shifted = ShapeTracker.from_shape((n,)).pad(((1, 0),)).shrink(((0, n),))   # b[i - 1], 0 at i = 0
   ast = sink(store(0, (n,), load(1, dt, (n,)) * load(2, dt, shifted) + load(1, dt, (n,))))
   plain, prg0, ex0 = run(ast, [np.zeros(n, npdt), a, b], [])
-  img, prg1, ex1 = run(ast, [np.zeros(n, npdt), a, b], images_of(ast))
-  assert not prg0.images and [x[0] for x in prg1.images] == [1, 2]
+  img, prg1, ex1 = run(ast, [np.zeros(n, npdt), a, b], images_of(ast) + ([Opt(OptOps.UPCAST, 0, upcast)] if upcast else []))
+  assert not prg0.images and {x[0] for x in prg1.images} == {1, 2}
+  # the loads at 4k + c share RGBA texels (the unshifted a; b[i - 1] reads across texels); the others read one channel
+  rgba, one = {T.FMT_F32, T.FMT_F16}, {T.FMT_R32, T.FMT_R16}
+  assert {f for p_, _, f in prg1.images if p_ == 1} <= (rgba if upcast else one)
   assert "isam.1d" in ex1.executed and "isam.1d" not in ex0.executed
   assert not any(f.startswith("ldg") for f in ex1.executed)   # every input came through the texture unit
   np.testing.assert_array_equal(img[0], plain[0])
@@ -164,7 +168,7 @@ def _desc(over: dict | None = None):
 
 @pytest.mark.parametrize("over, match", [
   ({(2, "TYPE"): 3}, r"TYPE\) is 3, expected A6XX_TEX_2D"),
-  ({(0, "FMT"): 74}, r"FMT\) is 74"),
+  ({(0, "FMT"): 103}, r"FMT\) is 103"),
   ({(0, "TILE_MODE"): 3}, r"TILE_MODE\) is 3"),
   ({(0, "SAMPLES"): 2}, r"SAMPLES\) is 2"),
   ({(3, "FLAG"): 1}, r"FLAG\) is set"),
