@@ -223,3 +223,9 @@ class IR3Compiler(Compiler):
   def version(self) -> str: return f"tinymesa {M.TINYMESA_VERSION} no-preamble format-{FORMAT_VERSION}"
   def describe(self) -> str: return f"Mesa ir3 (tinymesa {M.TINYMESA_VERSION}) for a{self.gpu_id}"
   def compile(self, src: str) -> bytes: return compile_nir(src)
+
+  def image_build_unusable(self, lib: bytes) -> str | None:
+    """Why a program that reads images cannot run here (None: it can): one that spills registers to private memory
+    (the dispatch sets up no private memory); the runner then builds the kernel without images."""
+    p = Ir3Program.unpack(lib)
+    return f"ir3 spilled {p.pvtmem_size} bytes a fiber to private memory" if p.pvtmem_size else None

@@ -11,7 +11,7 @@ pytest.importorskip("tinymesa")
 from baregrad.ir.dtype import dtypes  # noqa: E402
 from baregrad.ir.ops import Ops  # noqa: E402
 from baregrad.ir.view import ShapeTracker  # noqa: E402
-from baregrad.codegen.astbuild import load, store, sink  # noqa: E402
+from baregrad.codegen.astbuild import load, store, reduce, sink  # noqa: E402
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError  # noqa: E402
 from baregrad.codegen.program import get_program  # noqa: E402
 from baregrad.codegen.renderer.nir import NIRRenderer  # noqa: E402
@@ -222,3 +222,22 @@ def test_driver_descriptor_rules():
   with pytest.raises(ValueError, match="not 64-byte aligned"): T.tex_const(BUF_VA + 32, 64, T.FMT_F32)
   with pytest.raises(ValueError, match="a6xx allows 16384"): T.image_shape(16385 * 4096, T.FMT_F32)
   assert T.image_shape(4097, T.FMT_F16) == (512, 2)
+
+
+def test_build_with_images_that_spills_runs_without_them(qcom):
+  # an 8x8 reduction NIR unrolls: 128 texture reads ir3 hoists, and the registers spill to private memory, which the
+  # dispatch does not set up; the runner builds the same opts without IMAGE and runs that
+  from baregrad.engine.runner import CompiledRunner
+  from baregrad.hal import Buffer
+  sw = ShapeTracker.from_shape((8, 8)).reshape((1, 8, 8)).expand((16, 8, 8))
+  ast = sink(store(0, (16, 1, 1), reduce(load(1, f32, (16, 8, 8)) * load(2, f32, sw), Ops.ADD, (1, 2))))
+  spec = get_program(ast, qcom.renderer, opts=[Opt(OptOps.LOCAL, 0, 16)] + images_of(ast))
+  assert spec.images == (1, 2) and Ir3Program.unpack(qcom.compiler.compile_cached(spec.src)).pvtmem_size > 0
+  r = CompiledRunner(spec, "QCOM")
+  assert r.spec.images == () and OptOps.IMAGE not in {o.op for o in r.spec.opts}
+  a, w = RNG.standard_normal((16, 8, 8)).astype(np.float32), RNG.standard_normal((8, 8)).astype(np.float32)
+  bufs = [Buffer("QCOM", n, dtypes.float32).allocate() for n in (16, 16 * 64, 64)]
+  bufs[1].copyin(memoryview(a.ravel())); bufs[2].copyin(memoryview(w.ravel()))
+  r(bufs, wait=True)
+  got = np.frombuffer(bufs[0].as_memoryview(), np.float32)
+  np.testing.assert_allclose(got, (a * w).sum((1, 2)), rtol=1e-5, atol=1e-5)
