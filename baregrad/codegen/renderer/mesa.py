@@ -70,6 +70,11 @@ INFO_SS, INFO_SY = 34, 36
 SHADER_OPTIONS_SIZE, SHADER_KEY_SIZE = 228, 80
 
 
+# Mesa's device table (freedreno_devices.py) lists these parts by KGSL chip id only (no gpu_id record): the compiler for
+# them is created from the chip id
+CHIP_IDS = {730: 0x07030001, 740: 0x43050A01, 750: 0x43051401}
+
+
 class NirBuilder(ctypes.Structure):
   """nir_builder (nir_builder.h): cursor, exact, fp_fast_math, shader, impl."""
   _fields_ = [("cursor", c_uint8 * 16), ("exact", c_bool), ("fp_fast_math", c_uint32), ("shader", c_void_p), ("impl", c_void_p)]

@@ -57,7 +57,7 @@ def ir3_compiler(gpu_id: int) -> int:
   """One ir3_compiler per chip (ir3_compiler_create), shared by the renderer (its NIR options) and the compiler.
   The compiler's disk cache is off: it keys a variant without its shader options (our const reservation)."""
   L = M.lib()
-  dev = M.FdDevId(gpu_id, 0)
+  dev = M.FdDevId(gpu_id, M.CHIP_IDS.get(gpu_id, 0))
   info = L.fd_dev_info_raw(ctypes.byref(dev))
   if not info: raise RenderError(f"Mesa has no device record for Adreno gpu_id {gpu_id}")
   opts = M.Ir3CompilerOptions(disable_cache=True, storage_16bit=True, storage_8bit=True)
@@ -159,6 +159,9 @@ class NIRRenderer(Renderer):
 
   def __init__(self, gpu_id: int = 630) -> None:
     self.gpu_id = gpu_id
+    # images on a6xx only: on a7xx ir3 passes texture sources through `alias.tex` register aliases, which the mock
+    # Adreno does not model yet, so that path would run untested
+    self.has_images = gpu_id < 700
 
   def render(self, name: str, uops: list[UOp], images: frozenset[int] = frozenset()) -> str:
     """`images`: buffer slots whose loads read through a texture (image_load, which ir3 compiles to isam); the

@@ -1,11 +1,12 @@
-"""QCOMDevice: Qualcomm Adreno (a6xx) through KGSL as an HCQ device.
+"""QCOMDevice: Qualcomm Adreno (a6xx, a7xx) through KGSL as an HCQ device.
 
 Memory: KGSL GPU objects (GPUOBJ_ALLOC, mapped into the process by id), so the host reads and writes device memory
 directly; copies in and out are memmoves after the device is idle for that memory (no copy queue). One compute queue:
 its commands are PM4 (drivers/qcom/pm4.py) written into an IB ring and submitted with GPU_COMMAND on the device's
 KGSL context; KGSL appends the end-of-pipe timestamp of the context. Signals are 64-bit HCQ signals of which the CP
 writes the low dword (CP_EVENT_WRITE CACHE_FLUSH_TS after all earlier work); waits are CP_WAIT_REG_MEM on it, so
-signal values stay below 2^32 (a6xx event writes are 32-bit). Timestamps: CP_ALWAYS_ON_COUNTER (19.2 MHz).
+signal values stay below 2^32 (the event writes used are 32-bit). Timestamps: CP_ALWAYS_ON_COUNTER (19.2 MHz). On a7xx
+both are CP_EVENT_WRITE7 (a user 32-bit value; the always-on counter) and the registers are at their a7xx offsets.
 
 Several QCOM devices (QCOM:0, QCOM:1, ...) are several handles of the one GPU behind /dev/kgsl-3d0 (a phone has one
 Adreno): each opens the file itself, so each is its own KGSL file with its own context (kgsl.c: a context belongs to
@@ -36,7 +37,6 @@ from baregrad.drivers.qcom.kgsl import KGSL, GPUFault, GpuObject
 
 IB_RING = 4 << 20
 ALWAYS_ON_MHZ = 19.2   # a6xx CP_ALWAYS_ON_COUNTER: the 19.2 MHz always-on clock (KGSL adreno_a6xx.c, a6xx_read_alwayson)
-GPU_IDS = {"a630": 630, "a640": 640, "a650": 650, "a660": 660}
 
 
 _SHARED: dict[tuple, Any] = {}
@@ -119,27 +119,29 @@ def _check32(what: str, value: int) -> None:
 
 
 class QCOMComputeQueue(HWQueue):
-  """PM4 for the HCQ commands; submitted as one IB on the device's context."""
+  """PM4 for the HCQ commands; submitted as one IB on the device's context. `gen`: the Adreno generation the stream is
+  for (QCOM7ComputeQueue: a7xx)."""
+  gen = 6
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     _check32("wait", value)
-    w = pm4.CommandStream().wait_reg_mem(addr, value, "WRITE_GE").words   # [hdr, cntl, addr lo, addr hi, ref, mask, delay]
+    w = pm4.CommandStream(self.gen).wait_reg_mem(addr, value, "WRITE_GE").words   # [hdr, cntl, addr lo, addr hi, ref, mask, delay]
     return w, {"addr": (2, 2), "value": (4, 1)}
 
   def _enc_signal(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     _check32("signal", value)
-    w = pm4.CommandStream().event_write_ts(addr, value).words             # [hdr, event, addr lo, addr hi, value]
+    w = pm4.CommandStream(self.gen).event_write_ts(addr, value).words     # [hdr, event, addr lo, addr hi, value] (a7xx too)
     return w, {"addr": (2, 2), "value": (4, 1)}
 
   def _enc_timestamp(self, addr: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
-    w = pm4.CommandStream().wait_for_idle().timestamp(addr).words          # [idle hdr, hdr, cntl, addr lo, addr hi]
+    w = pm4.CommandStream(self.gen).wait_for_idle().timestamp(addr).words  # [idle hdr, hdr, cntl|event, addr lo, addr hi]
     return w, {"addr": (3, 2)}
 
   def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> tuple[list[int], dict[str, tuple[int, int]]]:
     p: Ir3Program = prg.ir3
     if tuple(ls) != tuple(p.local_size):
       raise ValueError(f"{prg.name}: launched with local_size {tuple(ls)}, compiled for {p.local_size} (ir3 fixes the workgroup shape)")
-    w = emit_dispatch(pm4.CommandStream(), p, prg.code_obj.gpuaddr, None, gs, consts_va=args_state.va_addr, tex_va=args_state.tex_va).words
-    nd = next(i for i in range(len(w)) if w[i] >> 28 == 4 and (w[i] >> 8) & 0x7FFFF == pm4.adreno.REGS_A6XX["HLSQ_CS_NDRANGE_0"])
+    w = emit_dispatch(pm4.CommandStream(self.gen), p, prg.code_obj.gpuaddr, None, gs, consts_va=args_state.va_addr, tex_va=args_state.tex_va).words
+    nd = next(i for i in range(len(w)) if w[i] >> 28 == 4 and (w[i] >> 8) & 0x7FFFF == pm4.REGS[self.gen]["HLSQ_CS_NDRANGE_0"])
     n = len(w)
     return w, {"gx": (n - 3, 1), "gy": (n - 2, 1), "gz": (n - 1, 1), "gsx": (nd + 2, 1), "gsy": (nd + 4, 1), "gsz": (nd + 6, 1)}
 
@@ -154,7 +156,7 @@ class QCOMComputeQueue(HWQueue):
 
   def _enc_copy(self, dest: int, src: int, nbytes: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     if (dest | src | nbytes) & 3: raise ValueError(f"QCOM queue copy {src:#x} -> {dest:#x} of {nbytes} bytes: CP_MEMCPY moves whole aligned dwords")
-    w = pm4.CommandStream().wait_for_idle().memcpy(dest, src, nbytes // 4).words   # [idle, hdr, n, src lo, hi, dst lo, hi]
+    w = pm4.CommandStream(self.gen).wait_for_idle().memcpy(dest, src, nbytes // 4).words   # [idle, hdr, n, src lo, hi, dst lo, hi]
     return w, {"src": (3, 2), "dest": (5, 2), "nbytes": (2, 1)}
 
   # a copy's nbytes is stored as CP_MEMCPY's dword count
@@ -169,9 +171,14 @@ class QCOMComputeQueue(HWQueue):
     return 4 * v if name == "nbytes" and self.cmds[i].kind == "copy" else v
 
   def _enc_memory_barrier(self) -> tuple[list[int], dict[str, tuple[int, int]]]:
-    return pm4.CommandStream().wait_for_idle().words, {}
+    return pm4.CommandStream(self.gen).wait_for_idle().words, {}
 
   def _submit(self, dev: Any) -> None: dev._submit_words(list(self.words), self._refs)
+
+
+class QCOM7ComputeQueue(QCOMComputeQueue):
+  """The compute queue of an a7xx: CP_EVENT_WRITE7 signals and timestamps, a7xx register offsets."""
+  gen = 7
 
 
 class QCOMAllocator(HCQAllocator):
@@ -217,8 +224,7 @@ class QCOMDevice(HCQDevice):
     except FileNotFoundError: raise DeviceUnavailable(f"{device}: /dev/kgsl-3d0 not found (no KGSL here); set MOCKGPU=1 for the mock Adreno") from None
     except UnknownChip as e: raise DeviceUnavailable(f"{device}: {e}") from None
     self.chip = self.kgsl.chip
-    if self.chip.gen != 6: raise DeviceUnavailable(f"{device}: {self.chip.name} (a{self.chip.gen}xx) has no compute path here yet; a6xx only")
-    self.gpu_id = GPU_IDS[self.chip.name]
+    self.gpu_id, self.gen = self.chip.gpu_id, self.chip.gen
     self.ctx = self.kgsl.create_context()
     self.last_ts, self.last_kernel = 0, "(none)"
     self.ib = self.kgsl.alloc(IB_RING)
@@ -228,7 +234,8 @@ class QCOMDevice(HCQDevice):
       renderer, compiler = NIRRenderer(self.gpu_id), IR3Compiler(self.gpu_id)
     except ImportError as e: raise DeviceUnavailable(f"{device}: {e}") from None
     self.supported_dtypes = renderer.supported_dtypes   # no float64 on Adreno (no double-precision ALU)
-    super().__init__(device, None, renderer, compiler, QCOMProgram, QCOMComputeQueue, None, kernargs_size=4 << 20, signal_pool_size=16 << 10)
+    queue = QCOMComputeQueue if self.gen == 6 else QCOM7ComputeQueue
+    super().__init__(device, None, renderer, compiler, QCOMProgram, queue, None, kernargs_size=4 << 20, signal_pool_size=16 << 10)
     self.allocator = QCOMAllocator(self)
 
   def _alloc_shared(self, size: int) -> HCQBuffer:

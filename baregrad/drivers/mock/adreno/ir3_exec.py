@@ -105,9 +105,10 @@ def parse_operand(tok: str) -> Opnd:
   tok = tok.strip()
   mods = {"neg": False, "abs": False, "rel": False, "not": False}
   while True:
-    m = re.match(r"^\((neg|abs|r|even)\)", tok)
-    if m:   # (even): cov's round-to-nearest-even, what NumPy's conversions do
-      if m.group(1) != "even": mods["rel" if m.group(1) == "r" else m.group(1)] = True
+    m = re.match(r"^\((neg|abs|r|even|last)\)", tok)
+    if m:   # (even): cov's round-to-nearest-even, what NumPy's conversions do; (last): a7xx's last-use hint on a source
+      # register (Mesa ir3.h IR3_REG_LAST_USE, for the register cache), no change to the value read
+      if m.group(1) not in ("even", "last"): mods["rel" if m.group(1) == "r" else m.group(1)] = True
       tok = tok[m.end():]; continue
     if tok.startswith("!"): mods["not"] = True; tok = tok[1:]; continue
     if tok.startswith("-") and not re.fullmatch(r"-[\d.]+(e[-+]?\d+)?|-inf|-nan|-0x[0-9a-f]+", tok): mods["neg"] = True; tok = tok[1:]; continue
@@ -349,7 +350,9 @@ class Executor:
       else:
         en = active & (~pred_block | pred_ok) if in_pred else active
         self._en = en
-        if op not in ("nop", "fence") and (not in_pred or en.any()):
+        # lock / unlock (cat0, a7xx: ir3 emits `lock` ahead of the shader's end; Mesa ir3-cat0.xml): no register or
+        # memory effect to model, their sync flags are taken above
+        if op not in ("nop", "fence", "lock", "unlock") and (not in_pred or en.any()):
           for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
             if o.kind in ("c", "hc") and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
               raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
