@@ -635,6 +635,16 @@ def _triop(kind):
   return run
 
 
+def _sad(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
+  """sad.s32 (cat3; a660 and a7xx, Mesa has_sad): the sum of its three sources, wrapping. ir3 emits it as a three-way
+  add (the high half of a 64-bit address: the base's, the offset's and the carry of the low halves), and the values
+  of those addresses are what the tests check (tests/drivers/qcom/test_a7xx.py); tinygrad's Adreno emulator models it
+  the same way."""
+  if ins.types != ["s32"]: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: sad.{'.'.join(ins.types)} is not modelled (sad.s32 only)")
+  a, b, c = (ex._src(w, ins, x, k, "u32").astype(np.uint64) for x in ins.srcs[:3])
+  ex._write(w, ins, en, k, ((a + b + c) & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+
+
 def _sfu(fn):
   def run(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     t = "f16" if _dst_half(ins) else "f32"
@@ -790,7 +800,7 @@ EXEC: dict[str, Any] = {
   "mull": _alu2(lambda a, b: (a & np.uint32(0xFFFF)) * (b & np.uint32(0xFFFF)), lambda ins: "u32"),
   "swz": _swz, "gat": _swz, "sct": _swz,
   "cmps": _cmps, "cmpv": _cmps, "cov": _cov, "mov": _mov, "sel": _sel, "mad": _mad, "madsh": _mad,
-  "shrg": _triop("shrg"), "shlg": _triop("shlg"), "shrm": _triop("shrm"), "shlm": _triop("shlm"), "andg": _triop("andg"),
+  "sad": _sad, "shrg": _triop("shrg"), "shlg": _triop("shlg"), "shrm": _triop("shrm"), "shlm": _triop("shlm"), "andg": _triop("andg"),
   "rcp": _sfu(lambda a: 1 / a), "sqrt": _sfu(np.sqrt), "rsq": _sfu(lambda a: 1 / np.sqrt(a)), "exp2": _sfu(np.exp2),
   "log2": _sfu(np.log2), "sin": _sfu(np.sin), "cos": _sfu(np.cos),
   "not": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, ~ex._src(w, ins, ins.srcs[0], k, _ty(ins))),
