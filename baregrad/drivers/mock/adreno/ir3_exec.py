@@ -33,6 +33,7 @@ from baregrad.drivers.mock.adreno.cp import GpuMemory
 from baregrad.drivers.mock.adreno.tex import Sampler, Texture, fetch
 
 NREGS = 64   # full registers r0-r63 (vec4 each); a6xx has 48 usable GPRs plus sysval/special ones above (r48.x: wgid)
+SHARED_HALF = 4 * 48   # hr48.x onwards: the shared half registers (Mesa ir3.h), not halves of the merged full file
 
 
 class Ir3Error(Exception):
@@ -219,7 +220,8 @@ class Wave:
   def __init__(self, lanes: int, consts: np.ndarray, groups: int = 1, grp: np.ndarray | None = None) -> None:
     self.n, self.groups = lanes, groups
     self.grp = grp if grp is not None else np.zeros(lanes, np.int64)
-    self.r = np.zeros((4 * NREGS, lanes), np.uint32)
+    # the full file r0.x-r63.w, then 16 rows holding the shared half registers hr48.x-hr55.w (not part of the merged file)
+    self.r = np.zeros((4 * NREGS + 16, lanes), np.uint32)
     self.p = np.zeros((4, lanes), bool)
     self.c = consts
     # (kind, idx) -> (the sync flag "sy"/"ss", the workgroups whose result is not yet waited for). Hazards are tracked
@@ -228,6 +230,7 @@ class Wave:
 
   def half(self, idx: int) -> np.ndarray:
     """hrN.c (idx = 4N + c) across lanes: a view of 16 bits of full component idx // 2 (merged register file)."""
+    if idx >= SHARED_HALF: return self.r[4 * NREGS + ((idx - SHARED_HALF) >> 1)].view(np.uint16)[idx & 1::2]   # hr48.x+
     return self.r[idx >> 1].view(np.uint16)[idx & 1::2]
 
 
@@ -387,8 +390,8 @@ class Executor:
     if not w.pending or o.kind not in ("r", "h", "p"): return
     idx = o.idx + (k if o.rel else 0)
     keys = [(o.kind, idx)]
-    if o.kind == "h": keys.append(("r", idx // 2))
-    if o.kind == "r": keys += [("h", 2 * idx), ("h", 2 * idx + 1)]
+    if o.kind == "h" and idx < SHARED_HALF: keys.append(("r", idx // 2))
+    if o.kind == "r" and 2 * idx < SHARED_HALF: keys += [("h", 2 * idx), ("h", 2 * idx + 1)]
     for key in keys:
       if (e := w.pending.get(key)) is not None and (e[1] & self._groups(w)).any():
         self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name(o.kind, idx), e[0]))

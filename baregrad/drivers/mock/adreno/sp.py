@@ -42,8 +42,10 @@ def _highest(prog: list[Instr], kind: str) -> tuple[int, str]:
   for ins in prog:
     for o in ([ins.dst] if ins.dst is not None else []) + ins.srcs:
       for x in (o, o.base):
-        # r48+ are sysval/special regs; a half const hcN.c is in the slot of cN.c (ir3_exec.py), so it counts as cN
-        if x is not None and (x.kind == kind or (kind == "c" and x.kind == "hc")) and not (kind == "r" and x.idx >= 4 * 48):
+        # r48+ are sysval/special regs, and r48-r55 / hr48-hr55 the shared (per-wave) registers ir3 uses with its
+        # scalar ALU (Mesa ir3.h: shared registers; ir3_collect_info leaves them out of max_reg / max_half_reg); a half
+        # const hcN.c is in the slot of cN.c (ir3_exec.py), so it counts as cN
+        if x is not None and (x.kind == kind or (kind == "c" and x.kind == "hc")) and not (kind in ("r", "h") and x.idx >= 4 * 48):
           r = (x.idx + (ins.rpt if x.rel or x is ins.dst else 0)) // 4
           if ins.op == "isam":   # cat5 writes each wrmask component at dst + its index; the coordinates are two registers
             r = (x.idx + (ins.wrmask.bit_length() - 1 if x is ins.dst else 1)) // 4
