@@ -143,10 +143,11 @@ def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int],
   for i in range(rd(v, "<I", M.V_INPUTS_COUNT)):
     slot, regid = rd(v, "<B", M.V_INPUTS + 5 * i), rd(v, "<B", M.V_INPUTS + 5 * i + 1)
     if slot in regs: regs[slot] = regid
-  # ir3_shader.h ir3_ibo_mapping: image i is read through texture slot image_to_tex[i] + tex_base (ir3_image.c)
+  # ir3_shader.h ir3_ibo_mapping: image i is read through texture slot image_to_tex[i] + tex_base (ir3_image.c); an
+  # image whose loads NIR optimized away keeps IBO_INVALID (0xff) and needs no descriptor
   tex_base = rd(v, "<B", M.V_IMAGE_MAPPING + M.IBO_TEX_BASE)
-  imgs = tuple((p, rd(v, "<B", M.V_IMAGE_MAPPING + M.IBO_IMAGE_TO_TEX + i) + tex_base, f) for i, (p, f) in enumerate(images))
-  if any(t >= 0xFF for _, t, _ in imgs): raise CompileError("", f"ir3 left an image without a texture slot: {imgs}")
+  slots = [rd(v, "<B", M.V_IMAGE_MAPPING + M.IBO_IMAGE_TO_TEX + i) for i in range(len(images))]
+  imgs = tuple((p, t + tex_base, f) for (p, f), t in zip(images, slots) if t != 0xFF)
   prog = Ir3Program(gpu_id, code, rd(v, "<b", M.V_INFO + M.INFO_MAX_REG), rd(v, "<b", M.V_INFO + M.INFO_MAX_HALF_REG), rd(v, "<I", M.V_CONSTLEN),
                     rd(v, "<I", M.V_BRANCHSTACK), rd(v, "<I", M.V_SHARED_SIZE), rd(v, "<I", M.V_INSTRLEN), pvec4,
                     rd(cs, "<I", M.CS_MAX_CONST_OFFSET_VEC4), tuple(imms), regs[SYSTEM_VALUE_WORKGROUP_ID],

@@ -241,3 +241,28 @@ def test_build_with_images_that_spills_runs_without_them(qcom):
   r(bufs, wait=True)
   got = np.frombuffer(bufs[0].as_memoryview(), np.float32)
   np.testing.assert_allclose(got, (a * w).sum((1, 2)), rtol=1e-5, atol=1e-5)
+
+
+def test_image_whose_loads_were_optimized_away_gets_no_slot():
+  # image 1 is declared but never read (its loads were dead code to NIR): ir3 leaves it IBO_INVALID, the program lists
+  # only image 0 (a descriptor for the other would be for nothing)
+  import base64
+  import ctypes
+  from baregrad.codegen.renderer import mesa as M
+  from baregrad.codegen.renderer.nir import NirBuild
+  from baregrad.drivers.qcom.ir3_compile import compile_nir
+  nb = NirBuild(630, "img")
+  x = nb.chan(nb.intrinsic("load_local_invocation_id", [], 3, 32), 0)
+  coord = nb.alu("vec4", x, nb.const(32, 0), nb.const(32, 0), nb.const(32, 0))
+  v = nb.intrinsic("image_load", [nb.const(32, 0), coord, nb.const(32, 0), nb.const(32, 0)], 4, 32, image_dim=M.GLSL_SAMPLER_DIM_2D,
+                   access=M.ACCESS_CAN_REORDER | M.ACCESS_NON_WRITEABLE, dest_type=M.NIR_TYPE_FLOAT32, format=M.PIPE_FORMAT_R32_FLOAT)
+  addr = nb.alu("pack_64_2x32", nb.intrinsic("load_const_ir3", [nb.const(32, 0)], 2, 32, base=0))
+  nb.intrinsic("store_global", [nb.chan(v, 0), nb.alu("iadd", addr, nb.alu("imul", nb.alu("u2u64", x), nb.const(64, 4)))], 1,
+               write_mask=1, access=0, align_mul=4, align_offset=0)
+  ctypes.c_uint8.from_address(nb.shader + M.SHADER_INFO + M.INFO_NUM_IMAGES).value = 2
+  ctypes.c_uint64.from_address(nb.shader + M.SHADER_INFO + M.INFO_IMAGES_USED).value = 3
+  ctypes.c_uint16.from_address(nb.shader + M.SHADER_INFO + M.INFO_WORKGROUP_SIZE).value = 64
+  for i in (1, 2): ctypes.c_uint16.from_address(nb.shader + M.SHADER_INFO + M.INFO_WORKGROUP_SIZE + 2 * i).value = 1
+  src = f"nir-ir3 630 2 0:8 img=1:{T.FMT_R32},2:{T.FMT_R32}\n" + base64.b64encode(nb.serialize()).decode() + "\n"
+  prg = Ir3Program.unpack(compile_nir(src))
+  assert prg.images == ((1, 0, T.FMT_R32),) and prg.tex_count == 1
