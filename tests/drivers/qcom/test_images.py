@@ -61,14 +61,14 @@ def images_of(ast):
 @pytest.mark.parametrize("upcast", [0, 4], ids=["one_channel", "rgba"])
 @pytest.mark.parametrize("dt", [f32, f16], ids=["float32", "float16"])
 def test_elementwise_through_images_equals_plain_loads(dt, upcast):
-  # 5000 elements: 5 rows of float32 texels (3 of float16), so x and y both vary; the shifted read is a padded view
-  n = 5000
+  # 5120 elements: 5 rows of float32 texels (3 of float16), so x and y both vary; the shifted read is a padded view
+  n = 5120
   npdt = np.float32 if dt == f32 else np.float16
   a, b = (RNG.standard_normal(n) * 4).astype(npdt), RNG.standard_normal(n).astype(npdt)
   shifted = ShapeTracker.from_shape((n,)).pad(((1, 0),)).shrink(((0, n),))   # b[i - 1], 0 at i = 0
   ast = sink(store(0, (n,), load(1, dt, (n,)) * load(2, dt, shifted) + load(1, dt, (n,))))
-  plain, prg0, ex0 = run(ast, [np.zeros(n, npdt), a, b], [])
-  img, prg1, ex1 = run(ast, [np.zeros(n, npdt), a, b], images_of(ast) + ([Opt(OptOps.UPCAST, 0, upcast)] if upcast else []))
+  plain, prg0, ex0 = run(ast, [np.zeros(n, npdt), a, b], [Opt(OptOps.LOCAL, 0, 64)])
+  img, prg1, ex1 = run(ast, [np.zeros(n, npdt), a, b], images_of(ast) + ([Opt(OptOps.UPCAST, 0, upcast)] if upcast else []) + [Opt(OptOps.LOCAL, 0, 64)])
   assert not prg0.images and {x[0] for x in prg1.images} == {1, 2}
   # the loads at 4k + c share RGBA texels (the unshifted a; b[i - 1] reads across texels); the others read one channel
   rgba, one = {T.FMT_F32, T.FMT_F16}, {T.FMT_R32, T.FMT_R16}
