@@ -203,6 +203,8 @@ _DECLARED = [
   Knob("MOCKGPU_ARCH", "str", "sm_90",
        "the mock NVIDIA GPU's generation: sm_80, sm_86, sm_89, sm_90, sm_100, sm_120", _GPU),
   Knob("MOCKGPU_AMD_ARCH", "str", "gfx1100", "the mock AMD GPU's target: gfx1100, gfx942", _GPU),
+  Knob("MOCKGPU_QCOM_CHIP", "str", "a630",
+       "the mock Adreno's part: a630, a640, a650, a660 (a6xx), a730, a740, a750 (a7xx)", _GPU),
   Knob("MOCKGPU_COUNT", "int", 1, "how many mock GPUs the mock driver lists (up to 32 NV, 16 AMD)", _GPU, lo=1),
   Knob("HCQ_TIMEOUT_MS", "int", None,
        "how long an HCQ device waits for a signal before it raises", _GPU, lo=1, unit="milliseconds",

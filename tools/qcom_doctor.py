@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
   def write() -> str:
     d, data = st["dev"], st["data"]
-    ts = d.submit(st["ctx"], [_ib(st["ib"], CommandStream().mem_write(data.gpuaddr, 0x1234).event_write_ts(data.gpuaddr + 4, 7).words)])
+    ts = d.submit(st["ctx"], [_ib(st["ib"], CommandStream(d.chip.gen).mem_write(data.gpuaddr, 0x1234).event_write_ts(data.gpuaddr + 4, 7).words)])
     d.wait(st["ctx"], ts, 2000)
     got = (_u32(data, 0), _u32(data, 4))
     if got != (0x1234, 7): raise RuntimeError(f"memory holds {got}, expected (0x1234, 7)")
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
   def host_signal() -> str:
     d, data = st["dev"], st["data"]
-    ts = d.submit(st["ctx"], [_ib(st["ib"], CommandStream().wait_reg_mem(data.gpuaddr + 8, 1).mem_write(data.gpuaddr + 12, 1).words)])
+    ts = d.submit(st["ctx"], [_ib(st["ib"], CommandStream(d.chip.gen).wait_reg_mem(data.gpuaddr + 8, 1).mem_write(data.gpuaddr + 12, 1).words)])
     try:
       d.wait(st["ctx"], ts, 50)
       raise RuntimeError("the wait returned before the host signalled")
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
   def timestamps() -> str:
     d, data = st["dev"], st["data"]
-    d.wait(st["ctx"], d.submit(st["ctx"], [_ib(st["ib"], CommandStream().timestamp(data.gpuaddr + 16).timestamp(data.gpuaddr + 24).words)]), 2000)
+    d.wait(st["ctx"], d.submit(st["ctx"], [_ib(st["ib"], CommandStream(d.chip.gen).timestamp(data.gpuaddr + 16).timestamp(data.gpuaddr + 24).words)]), 2000)
     t0, t1 = struct.unpack_from("<QQ", bytes(data.view()[16:32]))
     if not t1 >= t0 > 0: raise RuntimeError(f"always-on counter went {t0} -> {t1}")
     return f"CP_ALWAYS_ON_COUNTER {t0} -> {t1}"
@@ -95,13 +95,13 @@ def main(argv: list[str] | None = None) -> int:
   def fault() -> str:
     d = st["dev"]
     ctx = d.create_context()
-    ts = d.submit(ctx, [_ib(st["ib"], CommandStream().mem_write(0x10, 1).words)])
+    ts = d.submit(ctx, [_ib(st["ib"], CommandStream(d.chip.gen).mem_write(0x10, 1).words)])
     try:
       d.wait(ctx, ts, 2000)
       return "a write to GPU address 0x10 did not fault (no GPU MMU enforcement?)"
     except GPUFault as e: msg = str(e)
     ctx2 = d.create_context()
-    d.wait(ctx2, d.submit(ctx2, [_ib(st["ib"], CommandStream().nop().words)]), 2000)
+    d.wait(ctx2, d.submit(ctx2, [_ib(st["ib"], CommandStream(d.chip.gen).nop().words)]), 2000)
     return f"{msg}; context {ctx2} runs after it"
 
   for name, fn in [("open", open_dev), ("context", context), ("memory", memory), ("IB write + signal", write),

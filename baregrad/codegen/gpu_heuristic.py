@@ -75,7 +75,22 @@ def gpu_opts(k: Kernel, ren: Renderer) -> list[Opt]:
   elif red_axes: _reduction(k, ren, out_axes, red_axes, loads, stores, n_out, tmax, cu)
   else: _elementwise(k, ren, out_axes, loads, stores, tmax, cu)
   _grid(k, ren, set(tails))
+  if red_axes and k.has_images: _images(k)
   return list(k.applied)
+
+def _images(k: Kernel) -> None:
+  """Targets with a texture path (Adreno): the operands a reduction reads along a reduced axis (a convolution's weights
+  and activations, a matmul's inputs) go through the texture cache, which serves these re-read, 2-D local patterns
+  better than plain loads (what openpilot's models on Adreno do). Not an operand staged in shared memory (SMEM): its
+  tile is read from memory once a step, cooperatively, and those many loads of a thread, hoisted by ir3 as texture
+  reads, made register pressure spill (ir3 private memory, which this driver does not set up)."""
+  cands = k.stage_candidates()
+  staged = {cands[j].src[0].arg for j in k.staged}
+  operands = {u.src[0].arg for u in cands if u.src[0].op is Ops.DEFINE_GLOBAL} - staged
+  for j, slot in enumerate(k.image_candidates()):
+    if slot in operands:
+      try: k.apply_opt(Opt(OptOps.IMAGE, j))
+      except OptError: pass
 
 def _row_tails(k: Kernel) -> list[int]:
   """Output axes the store moves along and no reduction reads along (a row-fused kernel's elementwise tail)."""
@@ -307,7 +322,8 @@ def _matmul(k: Kernel, ren: Renderer, reuse: list[int], red_axes: list[int], loa
     l = pow2_divisor(size_of(k, ax, ("loop",)), t)
     if l > 1: apply(k, OptOps.LOCAL, ax, l, ("loop",))
   if bk and size_of(k, r, ("reduce",)) > bk: apply(k, OptOps.SPLIT, r, bk, ("reduce",))
-  if ren.shared_max:
+  # a target with a texture path reads the operands as images (_images) instead: the texture cache serves the reuse
+  if ren.shared_max and not k.has_images:
     used = 0
     for j in range(len(k.stage_candidates())):
       b = k.stage_bytes(j)

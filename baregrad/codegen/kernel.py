@@ -39,6 +39,8 @@ class OptOps(Enum):
                      # the asynchronous copies run ahead into, 2..4; 0: two where the target has them, else one)
   TC = auto()        # tensor cores (axis: index into the renderer's tensor_cores): a matmul-shaped reduction runs as
                      # warp-wide matrix instructions; its output axes take the accumulator fragment's lane/element layout
+  IMAGE = auto()     # read a float32/float16 input buffer through the texture unit (axis: which, see Kernel.image_candidates;
+                     # amt 0): targets with images (Adreno) load it as RGBA texels with isam, from the texture cache
   PADTO = auto()     # pad an unsplit axis up to a multiple of amt: loads and stores past its end are masked off, and a
                      # reduction sees its identity there (so awkward sizes take the same tiles as round ones)
   def __repr__(self) -> str: return f"OptOps.{self.name}"
@@ -214,6 +216,8 @@ class Kernel:
     self.pads: dict[int, int] = {}   # padded full-shape axis -> its real size
     self.staged: list[int] = []      # SMEM: indices into stage_candidates()
     self.stages = 0                  # SMEM: the pipeline's stages an opt asked for (0: the default, stage_buffers)
+    self.images: set[int] = set()    # IMAGE: buffer slots read through the texture unit
+    self.has_images: bool = bool(getattr(ren, "has_images", False))
     self.tc: tuple | None = None     # TC: (TensorCore, m axis, n axis, k axis, A load, B load)
     self.tensor_cores: tuple = tuple(getattr(ren, "tensor_cores", ()) or ())
     self.async_copy: bool = bool(getattr(ren, "has_async_copy", False))
@@ -234,6 +238,15 @@ class Kernel:
     up = prod(a.size for a in self.axes if a.kind == "upcast")
     isz = max((u.dtype.itemsize for u in self.ast.toposort() if u.op is Ops.REDUCE_AXIS), default=4)
     return (self.threads if threads is None else threads) * up * isz * self.n_reduces()
+
+  def image_candidates(self) -> list[int]:
+    """Buffer slots the kernel only reads, of float32 or float16 (an image's RGBA texels), in slot order."""
+    stored = {u.src[0].arg for u in self.ast.toposort() if u.op is Ops.STORE}
+    out = set()
+    for u in self.ast.toposort():
+      if u.op is Ops.LOAD and u.src[0].op is Ops.DEFINE_GLOBAL and u.src[0].arg not in stored and u.dtype.scalar in (dtypes.float32, dtypes.float16):
+        out.add(u.src[0].arg)
+    return sorted(out)
 
   def stage_candidates(self) -> list[UOp]:
     """Loads a reduction reads that move with a reduced axis (the operands of a matmul or a convolution), in order."""
@@ -303,6 +316,14 @@ class Kernel:
   def apply_opt(self, opt: Opt) -> None:
     if self.sym and opt.op in (OptOps.TC, OptOps.SMEM): raise OptError(f"{opt}: the kernel has symbolic sizes (axes {sorted(self.sym)})")
     if opt.op is OptOps.TC: return self._apply_tc(opt)
+    if opt.op is OptOps.IMAGE:
+      if not self.has_images: raise OptError(f"{opt}: the target reads no images (its renderer has no texture path)")
+      cands = self.image_candidates()
+      if not 0 <= opt.axis < len(cands) or opt.amt: raise OptError(f"{opt}: the kernel has {len(cands)} buffers it can read as images (amt must be 0)")
+      if cands[opt.axis] in self.images: raise OptError(f"{opt}: buffer {cands[opt.axis]} is already read as an image")
+      self.images.add(cands[opt.axis])
+      self.applied.append(opt)
+      return
     if opt.op is OptOps.SMEM:
       if not self.gpu: raise OptError(f"{opt}: SMEM needs a device with workgroups and shared memory")
       if self.n_reduces() != 1: raise OptError(f"{opt}: SMEM stages the inputs of a kernel with exactly one reduction")

@@ -31,6 +31,9 @@ class ProgramSpec:
   align: dict[int, int] = field(default_factory=dict)
   # bytes of dynamic shared memory the kernel is launched with (0: none; the PTX renderer above 48 KB)
   dyn_shared: int = 0
+  # buffer numbers read through the texture unit (OptOps.IMAGE); a launch with one larger than the renderer's
+  # image_max_bytes runs the build without images (as a misaligned view runs the one without vector accesses)
+  images: tuple[int, ...] = ()
   @property
   def outs(self) -> list[int]:
     return sorted({u.src[0].arg for u in self.ast.src}) if self.ast is not None else []
@@ -159,16 +162,19 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
   if DEBUG() >= 5:
     for i, u in enumerate(uops):
       print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[uops.index(s) if s in uops else '-' for s in u.src]} {u.arg!r}", file=sys.stderr)
-  src = ren.render(fname, uops)
+  # IMAGE: the buffers read through textures (a build without vector accesses, for views at an offset, reads plainly)
+  images = frozenset(k.images) if vector_mem else frozenset()
+  src = ren.render(fname, uops, images=images) if images else ren.render(fname, uops)
   if DEBUG() >= 3: print(src, file=sys.stderr)
   align: dict[int, int] = {}
   if not ren.vectorized:
     for u in uops:
       if u.op in (Ops.LOAD, Ops.STORE) and (d := u.dtype if u.op is Ops.LOAD else u.src[1].dtype).count > 1 and u.src[0].src[0].op is Ops.DEFINE_GLOBAL:
         align[u.src[0].src[0].arg] = max(align.get(u.src[0].src[0].arg, 1), d.nbytes)
+  for slot in images: align[slot] = max(align.get(slot, 1), 64)   # an image's base address: 64-byte aligned (drivers/qcom/texture.py)
   if viz is not None: viz("program", name=fname, renderer=ren.name, shape=k.colored_shape(), opts=list(k.applied), stages=stages,
                           uops=uops, src=src, global_size=k.global_size(), local_size=k.local_size())
   dyn = ren.dynamic_shared_bytes(src) if hasattr(ren, "dynamic_shared_bytes") else 0
   ls = k.local_size()
   if (extra := ren.producer_threads(src) if hasattr(ren, "producer_threads") else 0): ls = (ls[0] + extra, ls[1], ls[2])
-  return ProgramSpec(fname, src, k.global_size(), ls, k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn)
+  return ProgramSpec(fname, src, k.global_size(), ls, k.buffers(), k.vars(), list(k.applied), uops, ast, align, dyn, tuple(sorted(images)))

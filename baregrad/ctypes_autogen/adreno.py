@@ -4,7 +4,8 @@
 # Files: drivers/gpu/drm/msm/registers/adreno/a6xx.xml (and what they import)
 # Command: python tools/autogen.py adreno
 #
-# Adreno A6xx/A7xx registers (offsets, arrays, bitfields), CP packet opcodes and payload fields, from
+# Adreno A6xx/A7xx registers (offsets, arrays, bitfields), CP packet opcodes and payload fields, texture
+# descriptor and sampler fields, from
 # the freedreno register database (Mesa's src/freedreno/registers, as carried by Linux in
 # drivers/gpu/drm/msm/registers).
 # mypy: ignore-errors
@@ -1223,6 +1224,11 @@ PACKET_FIELDS_A6XX: dict[str, dict[str, dict[str, _support.BitField]]] = {
   'CP_FIXED_STRIDE_DRAW_TABLE': {'2': {'IB_SIZE': _F(11, 0), 'STRIDE': _F(31, 20)}, '3': {'COUNT': _F(31, 0)}},
   'CP_RESET_CONTEXT_STATE': {'0': {'CLEAR_ON_CHIP_TS': _F(0, 0), 'CLEAR_RESOURCE_TABLE': _F(1, 1), 'CLEAR_BV_BR_COUNTER': _F(2, 2), 'RESET_GLOBAL_LOCAL_TS': _F(3, 3)}},
   'CP_INDIRECT_BUFFER': {'2': {'IB_SIZE': _F(19, 0)}},
+}
+# A6XX: descriptors in memory: domain -> dword (its index as a name) -> field -> (hi, lo)
+DESCRIPTOR_FIELDS_A6XX: dict[str, dict[str, dict[str, _support.BitField]]] = {
+  'A6XX_TEX_CONST': {'0': {'TILE_MODE': _F(1, 0), 'SRGB': _F(2, 2), 'SWIZ_X': _F(6, 4), 'SWIZ_Y': _F(9, 7), 'SWIZ_Z': _F(12, 10), 'SWIZ_W': _F(15, 13), 'MIPLVLS': _F(19, 16), 'CHROMA_MIDPOINT_X': _F(16, 16), 'CHROMA_MIDPOINT_Y': _F(18, 18), 'SAMPLES': _F(21, 20), 'FMT': _F(29, 22), 'SWAP': _F(31, 30)}, '1': {'WIDTH': _F(14, 0), 'HEIGHT': _F(29, 15)}, '2': {'STRUCTSIZETEXELS': _F(15, 4), 'STARTOFFSETTEXELS': _F(21, 16), 'PITCHALIGN': _F(3, 0), 'PITCH': _F(28, 7), 'TYPE': _F(31, 29)}, '3': {'ARRAY_PITCH': _F(22, 0), 'MIN_LAYERSZ': _F(26, 23), 'TILE_ALL': _F(27, 27), 'FLAG': _F(28, 28)}, '4': {'BASE_LO': _F(31, 5)}, '5': {'BASE_HI': _F(16, 0), 'DEPTH': _F(29, 17)}, '6': {'MIN_LOD_CLAMP': _F(11, 0), 'PLANE_PITCH': _F(31, 8)}, '7': {'FLAG_LO': _F(31, 5)}, '8': {'FLAG_HI': _F(16, 0)}, '9': {'FLAG_BUFFER_ARRAY_PITCH': _F(16, 0)}, '10': {'FLAG_BUFFER_PITCH': _F(6, 0), 'FLAG_BUFFER_LOGW': _F(11, 8), 'FLAG_BUFFER_LOGH': _F(15, 12)}, '11': {}, '12': {}, '13': {}, '14': {}, '15': {}},
+  'A6XX_TEX_SAMP': {'0': {'MIPFILTER_LINEAR_NEAR': _F(0, 0), 'XY_MAG': _F(2, 1), 'XY_MIN': _F(4, 3), 'WRAP_S': _F(7, 5), 'WRAP_T': _F(10, 8), 'WRAP_R': _F(13, 11), 'ANISO': _F(16, 14), 'LOD_BIAS': _F(31, 19)}, '1': {'CLAMPENABLE': _F(0, 0), 'COMPARE_FUNC': _F(3, 1), 'CUBEMAPSEAMLESSFILTOFF': _F(4, 4), 'UNNORM_COORDS': _F(5, 5), 'MIPFILTER_LINEAR_FAR': _F(6, 6), 'MAX_LOD': _F(19, 8), 'MIN_LOD': _F(31, 20)}, '2': {'REDUCTION_MODE': _F(1, 0), 'CHROMA_LINEAR': _F(5, 5), 'BCOLOR': _F(31, 7)}, '3': {}},
 }
 
 # A7XX: register offsets (in dwords); for registers inside an array, the offset of element 0
@@ -2569,6 +2575,11 @@ PACKET_FIELDS_A7XX: dict[str, dict[str, dict[str, _support.BitField]]] = {
   'CP_FIXED_STRIDE_DRAW_TABLE': {'2': {'IB_SIZE': _F(11, 0), 'STRIDE': _F(31, 20)}, '3': {'COUNT': _F(31, 0)}},
   'CP_RESET_CONTEXT_STATE': {'0': {'CLEAR_ON_CHIP_TS': _F(0, 0), 'CLEAR_RESOURCE_TABLE': _F(1, 1), 'CLEAR_BV_BR_COUNTER': _F(2, 2), 'RESET_GLOBAL_LOCAL_TS': _F(3, 3)}},
   'CP_INDIRECT_BUFFER': {'2': {'IB_SIZE': _F(19, 0)}},
+}
+# A7XX: descriptors in memory: domain -> dword (its index as a name) -> field -> (hi, lo)
+DESCRIPTOR_FIELDS_A7XX: dict[str, dict[str, dict[str, _support.BitField]]] = {
+  'A6XX_TEX_CONST': {'0': {'TILE_MODE': _F(1, 0), 'SRGB': _F(2, 2), 'SWIZ_X': _F(6, 4), 'SWIZ_Y': _F(9, 7), 'SWIZ_Z': _F(12, 10), 'SWIZ_W': _F(15, 13), 'MIPLVLS': _F(19, 16), 'CHROMA_MIDPOINT_X': _F(16, 16), 'CHROMA_MIDPOINT_Y': _F(18, 18), 'SAMPLES': _F(21, 20), 'FMT': _F(29, 22), 'SWAP': _F(31, 30)}, '1': {'WIDTH': _F(14, 0), 'HEIGHT': _F(29, 15), 'MUTABLEEN': _F(31, 31)}, '2': {'STRUCTSIZETEXELS': _F(15, 4), 'STARTOFFSETTEXELS': _F(21, 16), 'PITCHALIGN': _F(3, 0), 'PITCH': _F(28, 7), 'TYPE': _F(31, 29)}, '3': {'ARRAY_PITCH': _F(22, 0), 'MIN_LAYERSZ': _F(26, 23), 'TILE_ALL': _F(27, 27), 'FLAG': _F(28, 28)}, '4': {'BASE_LO': _F(31, 5)}, '5': {'BASE_HI': _F(16, 0), 'DEPTH': _F(29, 17)}, '6': {'MIN_LOD_CLAMP': _F(11, 0), 'PLANE_PITCH': _F(31, 8)}, '7': {'FLAG_LO': _F(31, 5)}, '8': {'FLAG_HI': _F(16, 0)}, '9': {'FLAG_BUFFER_ARRAY_PITCH': _F(16, 0)}, '10': {'FLAG_BUFFER_PITCH': _F(6, 0), 'FLAG_BUFFER_LOGW': _F(11, 8), 'FLAG_BUFFER_LOGH': _F(15, 12)}, '11': {}, '12': {}, '13': {}, '14': {}, '15': {}},
+  'A6XX_TEX_SAMP': {'0': {'MIPFILTER_LINEAR_NEAR': _F(0, 0), 'XY_MAG': _F(2, 1), 'XY_MIN': _F(4, 3), 'WRAP_S': _F(7, 5), 'WRAP_T': _F(10, 8), 'WRAP_R': _F(13, 11), 'ANISO': _F(16, 14), 'LOD_BIAS': _F(31, 19)}, '1': {'CLAMPENABLE': _F(0, 0), 'COMPARE_FUNC': _F(3, 1), 'CUBEMAPSEAMLESSFILTOFF': _F(4, 4), 'UNNORM_COORDS': _F(5, 5), 'MIPFILTER_LINEAR_FAR': _F(6, 6), 'MAX_LOD': _F(19, 8), 'MIN_LOD': _F(31, 20)}, '2': {'REDUCTION_MODE': _F(1, 0), 'CHROMA_LINEAR': _F(5, 5), 'BCOLOR': _F(31, 7)}, '3': {}},
 }
 
 # opcodes that are the same on every generation above, as names

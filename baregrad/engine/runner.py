@@ -8,7 +8,7 @@ from baregrad.ir.ops import UOp, Ops
 from baregrad.ir.sint import smax, smin
 from baregrad.hal import Device, Buffer, profile
 from baregrad.hal.errors import CompileError
-from baregrad.codegen.kernel import Opt
+from baregrad.codegen.kernel import Opt, OptOps
 from baregrad.codegen.program import ProgramSpec, get_program
 
 def needed_elements(ast: UOp | None) -> dict[int, int]:
@@ -35,6 +35,12 @@ class CompiledRunner:
     dev = Device[self.device]
     hits = dev.compiler.cache_hits
     self.lib = dev.compiler.compile_cached(spec.src)
+    if spec.images and (why := getattr(dev.compiler, "image_build_unusable", lambda lib: None)(self.lib)):
+      # the build that reads images cannot run (ir3: it spilled registers to private memory, as texture reads hoisted
+      # ahead make it do): the same opts without IMAGE
+      if DEBUG() >= 2: print(f"kernel {spec.name}: no images ({why})", file=sys.stderr)
+      self.spec = spec = get_program(spec.ast, dev.renderer, [o for o in spec.opts if o.op is not OptOps.IMAGE], spec.name)  # type: ignore[arg-type]
+      self.lib = dev.compiler.compile_cached(spec.src)
     self.cached = dev.compiler.cache_hits > hits
     self.prg = dev.runtime(dev, spec.name, self.lib)  # type: ignore[misc]  # (a device that compiles has a runtime)
     self._scalar: CompiledRunner | None = None
@@ -75,7 +81,8 @@ class CompiledRunner:
         raise ValueError(f"kernel {self.spec.name} touches buffer {arg} up to element {need - 1}, but it holds {b.size}")
       if b._buf is None: b.allocate()
       raw.append(b._buf)
-    if self.spec.align and any(bufs[i].offset % a for i, a in self.spec.align.items()):
+    if self.spec.align and (any(bufs[i].offset % a for i, a in self.spec.align.items()) or
+                            any(bufs[i].nbytes > Device[self.device].renderer.image_max_bytes for i in self.spec.images)):
       # a view at an offset the vector accesses cannot take: the same kernel with scalar accesses
       if self._scalar is None:
         # (type: ignore: get_program's specs hold their AST)

@@ -54,6 +54,7 @@ def candidate_actions(k: Kernel) -> list[Opt]:
     acts += [Opt(OptOps.SMEM, j, d) for j in range(len(k.stage_candidates())) if j not in k.staged for d in depths
              if not (d and k.stages and d != k.stages)]
     if k.tc is None: acts += [Opt(OptOps.TC, j) for j in range(len(k.tensor_cores))]
+    if k.has_images: acts += [Opt(OptOps.IMAGE, j) for j, b in enumerate(k.image_candidates()) if b not in k.images]
   return acts
 
 def _extensions(k: Kernel, opts: list[Opt]) -> list[list[Opt]]:

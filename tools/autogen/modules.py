@@ -250,7 +250,8 @@ add(CModule("kgsl", pinned("qualcomm-linux/kgsl", KGSL_COMMIT, f"fetch github:qu
 from .rnn import XmlModule  # noqa: E402
 
 add(XmlModule("adreno", LINUX_SRC, files=["drivers/gpu/drm/msm/registers/adreno/a6xx.xml"], gens=["A6XX", "A7XX"],
-              domains=["A6XX"], packet_enum="adreno_pm4_type3_packets",
-              doc="Adreno A6xx/A7xx registers (offsets, arrays, bitfields), CP packet opcodes and payload fields, from\n"
+              domains=["A6XX"], packet_enum="adreno_pm4_type3_packets", descriptors=["A6XX_TEX_CONST", "A6XX_TEX_SAMP"],
+              doc="Adreno A6xx/A7xx registers (offsets, arrays, bitfields), CP packet opcodes and payload fields, texture\n"
+                  "descriptor and sampler fields, from\n"
                   "the freedreno register database (Mesa's src/freedreno/registers, as carried by Linux in\n"
                   "drivers/gpu/drm/msm/registers)."))

@@ -42,6 +42,7 @@ class XmlModule:
   gens: list[str]
   domains: list[str]        # register domains to emit
   packet_enum: str          # the enum of PM4 type-7 opcodes
+  descriptors: list[str] = dataclasses.field(default_factory=list)   # memory descriptor domains (dword -> fields)
   headers: list[str] = dataclasses.field(default_factory=list)
   doc: str = ""
 
@@ -144,6 +145,15 @@ def generate_xml(spec: XmlModule, src: str, command: str) -> tuple[str, dict]:
           packet_regs[gen].setdefault(dname, {})[c.get("name")] = num(c.get("offset", "0"))
           f = db.fields(c, gen, None)
           if f: packets[gen].setdefault(dname, {})[c.get("name")] = f
+  # descriptors the GPU reads from memory (texture constants, samplers): dword name -> fields, like a packet's payload
+  descs: dict[str, dict[str, dict[str, tuple[int, int]]]] = {g: {} for g in spec.gens}
+  for gen in spec.gens:
+    for dname in spec.descriptors:
+      if dname not in db.domains: raise AutogenError(f"{spec.name}: descriptor domain {dname} not in {spec.files}")
+      for el in db.domains[dname]:
+        for c in el.iter():
+          if c.tag != NS + "reg32" or not variant_ok(c.get("variants"), gen): continue
+          descs[gen].setdefault(dname, {})[c.get("name")] = db.fields(c, gen, None)
   enums: dict[str, dict[str, int]] = {}
   for en_name, els in db.enums.items():
     for el in els:
@@ -179,6 +189,11 @@ def generate_xml(spec: XmlModule, src: str, command: str) -> tuple[str, dict]:
     out.append(f"PACKET_FIELDS_{gen}: dict[str, dict[str, dict[str, _support.BitField]]] = {{")
     for k, v in packets[gen].items(): out.append(f"  {k!r}: {{" + ", ".join(f"{r!r}: {fdict(f)}" for r, f in v.items()) + "},")
     out.append("}")
+    if spec.descriptors:
+      out.append(f"# {gen}: descriptors in memory: domain -> dword (its index as a name) -> field -> (hi, lo)")
+      out.append(f"DESCRIPTOR_FIELDS_{gen}: dict[str, dict[str, dict[str, _support.BitField]]] = {{")
+      for k, v in descs[gen].items(): out.append(f"  {k!r}: {{" + ", ".join(f"{r!r}: {fdict(f)}" for r, f in v.items()) + "},")
+      out.append("}")
     out.append("")
   common = [k for k in pm4[spec.gens[0]] if all(pm4[g].get(k) == pm4[spec.gens[0]][k] for g in spec.gens)]
   out.append("# opcodes that are the same on every generation above, as names")

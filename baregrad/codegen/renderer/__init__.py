@@ -26,6 +26,8 @@ class Renderer:
   compute_units: int = 0           # multiprocessors of the device (the device sets it when it knows): grid-wide splits
   tensor_cores: tuple = ()         # codegen.tc.TensorCore shapes and dtypes the target's matrix instructions take
   has_async_copy: bool = False     # global -> shared copies that run behind the compute (cp.async)
+  has_images: bool = False         # OptOps.IMAGE: float input buffers read through the texture unit (render(images=...))
+  image_max_bytes: int = 0         # the largest buffer an image may cover
   supported_dtypes: tuple[DType, ...] = ALL
   extra_matcher: PatternMatcher | None = None   # device-specific decomposition run before linearizing
   def supports_dtype(self, d: DType) -> bool: return d.scalar in self.supported_dtypes

@@ -30,6 +30,11 @@ NIR_JUMP_BREAK = 2                         # nir_jump_type
 # nir_intrinsic_index_flag
 IDX_BASE, IDX_WRITE_MASK, IDX_RANGE, IDX_ACCESS, IDX_ALIGN_MUL, IDX_ALIGN_OFFSET, IDX_DEST_TYPE = 0, 1, 5, 17, 20, 21, 24
 IDX_MEMORY_SEMANTICS, IDX_MEMORY_MODES, IDX_MEMORY_SCOPE, IDX_EXECUTION_SCOPE = 37, 38, 39, 40
+IDX_IMAGE_DIM, IDX_IMAGE_ARRAY, IDX_FORMAT = 14, 15, 16
+GLSL_SAMPLER_DIM_2D = 1                    # glsl_sampler_dim
+ACCESS_NON_WRITEABLE, ACCESS_CAN_REORDER = 16, 64   # gl_access_qualifier
+NIR_TYPE_FLOAT32 = 160                     # nir_alu_type: float | 32
+PIPE_FORMAT_R32G32B32A32_FLOAT, PIPE_FORMAT_R16G16B16A16_FLOAT, PIPE_FORMAT_R32_FLOAT, PIPE_FORMAT_R16_FLOAT = 16, 83, 13, 80   # pipe_format
 IDX_NUM_COMPONENTS, IDX_NUM_ARRAY_ELEMS, IDX_BIT_SIZE, IDX_RANGE_BASE = 55, 56, 57, 4
 SCOPE_WORKGROUP = 4                        # mesa_scope
 NIR_MEMORY_ACQ_REL = 3                     # nir_memory_semantics (ACQUIRE | RELEASE)
@@ -51,9 +56,11 @@ INTR_INFO_NUM_SRCS, INTR_INFO_INDEX_MAP = 8, 33
 NUM_OPCODES, NUM_INTRINSICS = 489, 732
 SHADER_INFO = 48                           # nir_shader.info (shader_info)
 INFO_SHARED_SIZE, INFO_WORKGROUP_SIZE = 268, 280   # shader_info.shared_size, .workgroup_size[3]
+INFO_NUM_IMAGES, INFO_IMAGES_USED = 0x39, 0xF0       # shader_info.num_images (uint8), .images_used (BITSET of 64)
 # ir3_shader.h: struct ir3_shader_variant
 V_BIN, V_CONST_STATE, V_INFO, V_BRANCHSTACK, V_LOOPS, V_INSTRLEN, V_CONSTLEN = 192, 200, 224, 564, 568, 572, 576
 V_PVTMEM_SIZE, V_SHARED_SIZE, V_LOCAL_SIZE, V_HAS_BARRIER, V_MERGEDREGS, V_IMM_STATE = 580, 588, 1466, 1473, 1243, 208
+V_IMAGE_MAPPING, IBO_IMAGE_TO_TEX, IBO_TEX_BASE = 1124, 32, 97   # .image_mapping (struct ir3_ibo_mapping): image_to_tex[32], tex_base
 V_INPUTS_COUNT, V_INPUTS = 932, 936         # .inputs[]: 5-byte records {slot, regid, compmask, inloc, flags}
 SO_CONST_ALLOCS, SO_RESERVED_VEC4 = 20, 216  # ir3_shader_options.const_allocs.consts[12] (16 bytes each), .reserved_vec4
 CS_MAX_CONST_OFFSET_VEC4 = 236               # ir3_const_state.allocs.max_const_offset_vec4 (immediates start here)
@@ -61,6 +68,11 @@ CS_MAX_CONST_OFFSET_VEC4 = 236               # ir3_const_state.allocs.max_const_
 INFO_SIZE, INFO_SIZEDWORDS, INFO_INSTRS, INFO_MAX_REG, INFO_MAX_HALF_REG, INFO_MAX_CONST = 0, 8, 10, 24, 25, 26
 INFO_SS, INFO_SY = 34, 36
 SHADER_OPTIONS_SIZE, SHADER_KEY_SIZE = 228, 80
+
+
+# Mesa's device table (freedreno_devices.py) lists these parts by KGSL chip id only (no gpu_id record): the compiler for
+# them is created from the chip id
+CHIP_IDS = {730: 0x07030001, 740: 0x43050A01, 750: 0x43051401}
 
 
 class NirBuilder(ctypes.Structure):
@@ -113,6 +125,7 @@ def lib() -> Any:
   _sig(L, "nir_build_alu1", vp, POINTER(NirBuilder), c_uint, vp)
   _sig(L, "nir_build_alu2", vp, POINTER(NirBuilder), c_uint, vp, vp)
   _sig(L, "nir_build_alu3", vp, POINTER(NirBuilder), c_uint, vp, vp, vp)
+  _sig(L, "nir_build_alu4", vp, POINTER(NirBuilder), c_uint, vp, vp, vp, vp)
   _sig(L, "nir_load_const_instr_create", vp, vp, c_uint, c_uint)
   _sig(L, "nir_alu_instr_create", vp, vp, c_uint)
   _sig(L, "nir_intrinsic_instr_create", vp, vp, c_uint)

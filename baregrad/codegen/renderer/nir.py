@@ -40,6 +40,7 @@ from baregrad.codegen.renderer import Renderer, RenderError
 from baregrad.codegen.renderer import mesa as M
 from baregrad.codegen.rewrites import cpu_float_matcher
 from baregrad.codegen.renderer.ptx import param_layout, param_name
+from baregrad.codegen.renderer import adreno_image as T
 
 NIR_HEADER = "nir-ir3"
 SUPPORTED = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32, dtypes.uint32, dtypes.int64,
@@ -56,7 +57,7 @@ def ir3_compiler(gpu_id: int) -> int:
   """One ir3_compiler per chip (ir3_compiler_create), shared by the renderer (its NIR options) and the compiler.
   The compiler's disk cache is off: it keys a variant without its shader options (our const reservation)."""
   L = M.lib()
-  dev = M.FdDevId(gpu_id, 0)
+  dev = M.FdDevId(gpu_id, M.CHIP_IDS.get(gpu_id, 0))
   info = L.fd_dev_info_raw(ctypes.byref(dev))
   if not info: raise RenderError(f"Mesa has no device record for Adreno gpu_id {gpu_id}")
   opts = M.Ir3CompilerOptions(disable_cache=True, storage_16bit=True, storage_8bit=True)
@@ -152,19 +153,32 @@ class NIRRenderer(Renderer):
   warp_size = 64
   shared_max = 32768
   supported_dtypes = SUPPORTED
+  has_images = True   # OptOps.IMAGE: float buffers read through the texture unit (isam)
+  image_max_bytes = 16384 * 4096   # an image of 4096-byte rows is at most 16384 rows (drivers/qcom/texture.py)
   extra_matcher = cpu_float_matcher
 
   def __init__(self, gpu_id: int = 630) -> None:
     self.gpu_id = gpu_id
+    # images on a6xx only: on a7xx ir3 passes texture sources through `alias.tex` register aliases, which the mock
+    # Adreno does not model yet, so that path would run untested
+    self.has_images = gpu_id < 700
 
-  def render(self, name: str, uops: list[UOp]) -> str:
+  def render(self, name: str, uops: list[UOp], images: frozenset[int] = frozenset()) -> str:
+    """`images`: buffer slots whose loads read through a texture (image_load, which ir3 compiles to isam); the
+    layout is drivers/qcom/texture.py's (four elements a texel, IMAGE_ROW_BYTES a row)."""
     bufs = sorted((u for u in uops if u.op is Ops.DEFINE_GLOBAL), key=lambda u: u.arg)
     nslots = max((b.arg for b in bufs), default=-1) + 1
     varu = sorted({u.arg[0]: u for u in uops if u.op is Ops.DEFINE_VAR}.values(), key=lambda u: u.arg[0])
     layout = param_layout(bufs, varu)
     param_dwords = max((off + size for _, off, size in layout), default=0) // 4
     nb = NirBuild(self.gpu_id, name)
-    _Body(nb, layout, nslots).run(uops)
+    _check_image_slots(bufs, images)
+    body = _Body(nb, layout, nslots, images)
+    body.run(uops)
+    img = body.image_list   # (buffer slot, a6xx_format) of each NIR image index, in index order
+    if img:
+      ctypes.c_uint8.from_address(nb.shader + M.SHADER_INFO + M.INFO_NUM_IMAGES).value = len(img)
+      ctypes.c_uint64.from_address(nb.shader + M.SHADER_INFO + M.INFO_IMAGES_USED).value = (1 << len(img)) - 1
     wg = [1, 1, 1]
     for u in uops:
       if u.op is Ops.SPECIAL and u.arg[0].startswith("lidx"): wg[int(u.arg[0][4:])] = u.arg[1]
@@ -173,16 +187,29 @@ class NIRRenderer(Renderer):
     ctypes.c_uint.from_address(nb.shader + M.SHADER_INFO + M.INFO_SHARED_SIZE).value = shared
     data = nb.serialize()
     params = ",".join(f"{off}:{size}" for _, off, size in layout) or "-"
-    return f"{NIR_HEADER} {self.gpu_id} {param_dwords} {params}\n" + base64.b64encode(data).decode() + "\n"
+    imgs = (" img=" + ",".join(f"{slot}:{fmt}" for slot, fmt in img)) if img else ""
+    return f"{NIR_HEADER} {self.gpu_id} {param_dwords} {params}{imgs}\n" + base64.b64encode(data).decode() + "\n"
 
 
 def _round_up(x: int, a: int) -> int: return (x + a - 1) // a * a
 
 
+def _check_image_slots(bufs: list[UOp], images: frozenset[int]) -> None:
+  """Every image slot is a float32/float16 buffer of the kernel."""
+  have = {b.arg: (b.dtype.base.scalar if isinstance(b.dtype, PtrDType) else b.dtype.scalar) for b in bufs}
+  for slot in images:
+    if slot not in have: raise RenderError(f"image slot {slot} is not a buffer of the kernel (buffers {sorted(have)})")
+    if have[slot] not in (dtypes.float32, dtypes.float16): raise RenderError(f"buffer {slot} of {have[slot]} cannot be an image (float32/float16 only)")
+
+
 class _Body:
   """Walks the linear program once, building NIR at the cursor."""
-  def __init__(self, nb: NirBuild, layout: list[tuple[str, int, int]], nslots: int) -> None:
+  def __init__(self, nb: NirBuild, layout: list[tuple[str, int, int]], nslots: int, images: frozenset[int] = frozenset()) -> None:
     self.nb, self.layout, self.nslots = nb, layout, nslots
+    self.images = images
+    self.image_list: list[tuple[int, int]] = []         # (buffer slot, a6xx_format) per NIR image index
+    self._image_index: dict[tuple[int, int], int] = {}
+    self._texels: dict[tuple[int, UOp, int, UOp | None], int] = {}   # (image, base index, texel offset, gate) -> the texel read
     self.r: dict[UOp, Any] = {}
     self.regs: dict[UOp, tuple[int, int]] = {}     # DEFINE_ACC / ASSIGN -> (register, bits)
     self.loops: list[tuple[int, int, int]] = []      # (loop, counter register, counter bits)
@@ -211,7 +238,8 @@ class _Body:
         if d.scalar == dtypes.bfloat16: self.r[u] = nb.const(16, float_to_bf16(u.arg))   # bfloat16 values are their bits
         else: self.r[u] = nb.const(_bits(d), u.arg if dtypes.is_float(d) else int(u.arg), dtypes.is_float(d))
       elif u.op is Ops.DEFINE_GLOBAL:
-        self.r[u] = ("global", self.param(8 * u.arg, 8))
+        if u.arg in self.images: self.r[u] = ("image", u.arg)   # read through its texture; the address is not loaded
+        else: self.r[u] = ("global", self.param(8 * u.arg, 8))
       elif u.op is Ops.DEFINE_VAR:
         _, off, size = next(x for x in self.layout if x[0] == param_name(u))
         v = self.param(off, max(size, 4))
@@ -291,6 +319,7 @@ class _Body:
     i = self.val(idx.src[1])
     mask = self.val(idx.src[2]) if len(idx.src) > 2 else None
     ibits = nb.bit_size(i)
+    if kind == "image": return kind, 0, el, mask   # (image_load makes the coordinates from the index)
     if mask is not None: i = nb.alu("bcsel", mask, i, nb.const(ibits, 0))   # never form an out-of-range address
     if kind == "global":
       i64 = i if ibits == 64 else nb.alu("i2i64", i)
@@ -302,15 +331,63 @@ class _Body:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
     mbits = 8 if el == dtypes.bool else _bits(el)
-    if kind == "global": v = nb.intrinsic("load_global", [addr], 1, mbits, access=0, align_mul=el.itemsize, align_offset=0)
+    if kind == "image": v = self.image_load(u.src[0].src[0].arg, u.src[0].src[1], el, u.src[0].src[2] if len(u.src[0].src) > 2 else None)
+    elif kind == "global": v = nb.intrinsic("load_global", [addr], 1, mbits, access=0, align_mul=el.itemsize, align_offset=0)
     else: v = nb.intrinsic("load_shared", [addr], 1, mbits, base=0, align_mul=el.itemsize, align_offset=0)
     if el == dtypes.bool: v = nb.alu("ine", v, nb.const(8, 0))
     if mask is not None: v = nb.alu("bcsel", mask, v, nb.const(_bits(el), 0))
     return v
 
+  def _image(self, slot: int, fmt: int) -> int:
+    """The NIR image index of buffer `slot` viewed in format `fmt` (made on first use)."""
+    key = (slot, fmt)
+    if key not in self._image_index:
+      self._image_index[key] = len(self.image_list)
+      self.image_list.append(key)
+    return self._image_index[key]
+
+  def _fetch(self, image: int, texel: int, row: int, fmt: int) -> int:
+    """image_load of texel number `texel` (int32) at (x, y) = (texel % row, texel // row): readable only, CAN_REORDER,
+    so ir3 emits isam through the texture cache; RGBA float32 comes back (a float16 texel exactly widened)."""
+    nb = self.nb
+    x = nb.alu("iand", texel, nb.const(32, row - 1))
+    y = nb.alu("ushr", texel, nb.const(32, row.bit_length() - 1))
+    coord = nb.alu("vec4", x, y, nb.const(32, 0), nb.const(32, 0))
+    pipe = {T.FMT_F32: M.PIPE_FORMAT_R32G32B32A32_FLOAT, T.FMT_F16: M.PIPE_FORMAT_R16G16B16A16_FLOAT,
+            T.FMT_R32: M.PIPE_FORMAT_R32_FLOAT, T.FMT_R16: M.PIPE_FORMAT_R16_FLOAT}[fmt]
+    return nb.intrinsic("image_load", [nb.const(32, image), coord, nb.const(32, 0), nb.const(32, 0)], 4, 32, image_dim=M.GLSL_SAMPLER_DIM_2D,
+                        access=M.ACCESS_CAN_REORDER | M.ACCESS_NON_WRITEABLE, dest_type=M.NIR_TYPE_FLOAT32, format=pipe)
+
+  def _i32(self, u: UOp) -> int:
+    v = self.val(u)
+    return v if self.nb.bit_size(v) == 32 else self.nb.alu("u2u32", v)
+
+  def image_load(self, slot: int, idx: UOp, el: DType, gate: UOp | None) -> int:
+    """Element `idx` of the image buffer `slot` (drivers/qcom/texture.py's layouts). Where the index is a multiple of 4
+    plus a constant, the element is a known component of an RGBA texel, and the loads of one texel share one isam;
+    other indices read the buffer as a one-channel image (a texel per element), so a load costs one register, not four
+    and a select (ir3 hoists texture reads, and four registers a load made a small conv spill). Where `gate` is false
+    the texel read is texel 0, in every image (the caller selects 0 there), as the plain path reads element 0."""
+    nb = self.nb
+    base, off = (idx.src[0], idx.src[1].arg) if idx.op is Ops.ADD and idx.src[1].op is Ops.CONST else (idx, 0)
+    if isinstance(off, int) and (base.op is Ops.CONST or base.divides(4) is not None):
+      fmt = T.FMT_F32 if el == dtypes.float32 else T.FMT_F16
+      image = self._image(slot, fmt)
+      if (key := (image, base, off >> 2, gate)) not in self._texels:
+        t = nb.alu("iadd", nb.alu("ishr", self._i32(base), nb.const(32, 2)), nb.const(32, off >> 2))
+        if gate is not None: t = nb.alu("bcsel", self.val(gate), t, nb.const(32, 0))
+        self._texels[key] = self._fetch(image, t, T.row_texels(fmt), fmt)
+      r = nb.chan(self._texels[key], off & 3)
+    else:
+      fmt = T.FMT_R32 if el == dtypes.float32 else T.FMT_R16
+      t = self._i32(idx) if gate is None else nb.alu("bcsel", self.val(gate), self._i32(idx), nb.const(32, 0))
+      r = nb.chan(self._fetch(self._image(slot, fmt), t, T.row_texels(fmt), fmt), 0)
+    return r if el == dtypes.float32 else nb.alu("f2f16", r)
+
   def store(self, u: UOp) -> None:
     nb = self.nb
     kind, addr, el, mask = self._addr(u.src[0])
+    if kind == "image": raise RenderError(f"a store to buffer {u.src[0].src[0].arg}, which the kernel reads as an image")
     v = self.val(u.src[1])
     if el == dtypes.bool:
       # the byte is made from the bool widened to 32 bits, not with b2i8: ir3 keeps bools in half registers, and its

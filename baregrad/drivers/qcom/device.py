@@ -1,11 +1,12 @@
-"""QCOMDevice: Qualcomm Adreno (a6xx) through KGSL as an HCQ device.
+"""QCOMDevice: Qualcomm Adreno (a6xx, a7xx) through KGSL as an HCQ device.
 
 Memory: KGSL GPU objects (GPUOBJ_ALLOC, mapped into the process by id), so the host reads and writes device memory
 directly; copies in and out are memmoves after the device is idle for that memory (no copy queue). One compute queue:
 its commands are PM4 (drivers/qcom/pm4.py) written into an IB ring and submitted with GPU_COMMAND on the device's
 KGSL context; KGSL appends the end-of-pipe timestamp of the context. Signals are 64-bit HCQ signals of which the CP
 writes the low dword (CP_EVENT_WRITE CACHE_FLUSH_TS after all earlier work); waits are CP_WAIT_REG_MEM on it, so
-signal values stay below 2^32 (a6xx event writes are 32-bit). Timestamps: CP_ALWAYS_ON_COUNTER (19.2 MHz).
+signal values stay below 2^32 (the event writes used are 32-bit). Timestamps: CP_ALWAYS_ON_COUNTER (19.2 MHz). On a7xx
+both are CP_EVENT_WRITE7 (a user 32-bit value; the always-on counter) and the registers are at their a7xx offsets.
 
 Several QCOM devices (QCOM:0, QCOM:1, ...) are several handles of the one GPU behind /dev/kgsl-3d0 (a phone has one
 Adreno): each opens the file itself, so each is its own KGSL file with its own context (kgsl.c: a context belongs to
@@ -30,13 +31,12 @@ from baregrad.hcq.device import HCQAllocator, HCQBuffer, HCQDevice, HCQProgram
 from baregrad.hcq.queue import HCQArgsState, HWQueue
 from baregrad.drivers.qcom import pm4
 from baregrad.drivers.qcom.chips import UnknownChip
-from baregrad.drivers.qcom.dispatch import const_block, emit_dispatch, shader_bytes, INSTR_UNIT
+from baregrad.drivers.qcom.dispatch import const_block, emit_dispatch, shader_bytes, texture_block, INSTR_UNIT
 from baregrad.drivers.qcom.ir3_compile import IR3Compiler, Ir3Program
 from baregrad.drivers.qcom.kgsl import KGSL, GPUFault, GpuObject
 
 IB_RING = 4 << 20
 ALWAYS_ON_MHZ = 19.2   # a6xx CP_ALWAYS_ON_COUNTER: the 19.2 MHz always-on clock (KGSL adreno_a6xx.c, a6xx_read_alwayson)
-GPU_IDS = {"a630": 630, "a640": 640, "a650": 650, "a660": 660}
 
 
 _SHARED: dict[tuple, Any] = {}
@@ -60,7 +60,8 @@ class QCOMFault(RuntimeError):
 
 class QCOMArgsState(HCQArgsState):
   """The const block of one launch (dispatch.const_block: parameters at c0, ir3's immediates after), in args memory the
-  CP loads with CP_LOAD_STATE6 (indirect): patching a buffer address or a variable rewrites its bytes in place."""
+  CP loads with CP_LOAD_STATE6 (indirect): patching a buffer address or a variable rewrites its bytes in place. A program
+  that reads images has their texture descriptors and samplers after it (64-byte aligned; dispatch.texture_block)."""
   def __init__(self, cpu_addr: int, va_addr: int, prg: QCOMProgram, bufs: Sequence[Any], vals: Sequence[int]) -> None:
     super().__init__(cpu_addr, va_addr, prg, bufs, vals)
     p = prg.ir3
@@ -68,10 +69,25 @@ class QCOMArgsState(HCQArgsState):
       raise ValueError(f"{prg.name} takes {len(p.params)} parameters, got {len(self.bufs)} buffers and {len(self.vals)} values")
     words = const_block(p, b"")
     ctypes.memmove(cpu_addr, (ctypes.c_uint32 * len(words))(*words), 4 * len(words))
+    self.tex_off = (-(va_addr + 4 * len(words)) % 64) + 4 * len(words)
+    self._img_bytes = {pi: self.bufs[pi].size for pi, _, _ in p.images}
+    if p.images:   # the samplers after the descriptors (the descriptors are written with their buffers' addresses)
+      tw = texture_block(p, [(0, 0)] * len(p.params))
+      ctypes.memmove(cpu_addr + self.tex_off, (ctypes.c_uint32 * len(tw))(*tw), 4 * len(tw))
     for i, b in enumerate(self.bufs): self._put(i, b.va_addr)
     for i, v in enumerate(self.vals): self._put(len(self.bufs) + i, v)
 
+  @property
+  def tex_va(self) -> int | None:
+    """Where the texture descriptors are (None: the program reads no images)."""
+    return self.va_addr + self.tex_off if self.prg.ir3.images else None
+
   def _put(self, i: int, v: int) -> None:
+    if i in self._img_bytes:   # an image's address is in its descriptor (the same size of buffer on a replay)
+      from baregrad.drivers.qcom.texture import tex_const
+      for _, slot, fmt in (x for x in self.prg.ir3.images if x[0] == i):   # (its RGBA and its one-channel view)
+        d = tex_const(v, self._img_bytes[i], fmt)
+        ctypes.memmove(self.cpu_addr + self.tex_off + 64 * slot, (ctypes.c_uint32 * 16)(*d), 64)
     off, sz = self.prg.ir3.params[i]
     ctypes.memmove(self.cpu_addr + off, (v & ((1 << (8 * sz)) - 1)).to_bytes(sz, "little"), sz)
 
@@ -88,7 +104,9 @@ class QCOMProgram(HCQProgram):
     ctypes.memmove(self.code_obj.cpu, code, len(code))
     if self.code_obj.gpuaddr % INSTR_UNIT: raise RuntimeError(f"KGSL gave code memory at {self.code_obj.gpuaddr:#x}, not {INSTR_UNIT}-byte aligned")
 
-  def kernargs_size(self, nbufs: int, nvals: int) -> int: return 4 * len(const_block(self.ir3, b""))
+  def kernargs_size(self, nbufs: int, nvals: int) -> int:
+    # the const block; with images, up to 63 bytes to align their descriptors, then the descriptors and samplers
+    return 4 * len(const_block(self.ir3, b"")) + (64 + 80 * self.ir3.tex_count if self.ir3.images else 0)
 
   def __del__(self) -> None:
     try: self.dev.kgsl.free(self.code_obj)
@@ -101,27 +119,29 @@ def _check32(what: str, value: int) -> None:
 
 
 class QCOMComputeQueue(HWQueue):
-  """PM4 for the HCQ commands; submitted as one IB on the device's context."""
+  """PM4 for the HCQ commands; submitted as one IB on the device's context. `gen`: the Adreno generation the stream is
+  for (QCOM7ComputeQueue: a7xx)."""
+  gen = 6
   def _enc_wait(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     _check32("wait", value)
-    w = pm4.CommandStream().wait_reg_mem(addr, value, "WRITE_GE").words   # [hdr, cntl, addr lo, addr hi, ref, mask, delay]
+    w = pm4.CommandStream(self.gen).wait_reg_mem(addr, value, "WRITE_GE").words   # [hdr, cntl, addr lo, addr hi, ref, mask, delay]
     return w, {"addr": (2, 2), "value": (4, 1)}
 
   def _enc_signal(self, addr: int, value: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     _check32("signal", value)
-    w = pm4.CommandStream().event_write_ts(addr, value).words             # [hdr, event, addr lo, addr hi, value]
+    w = pm4.CommandStream(self.gen).event_write_ts(addr, value).words     # [hdr, event, addr lo, addr hi, value] (a7xx too)
     return w, {"addr": (2, 2), "value": (4, 1)}
 
   def _enc_timestamp(self, addr: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
-    w = pm4.CommandStream().wait_for_idle().timestamp(addr).words          # [idle hdr, hdr, cntl, addr lo, addr hi]
+    w = pm4.CommandStream(self.gen).wait_for_idle().timestamp(addr).words  # [idle hdr, hdr, cntl|event, addr lo, addr hi]
     return w, {"addr": (3, 2)}
 
   def _enc_exec(self, prg: Any, args_state: HCQArgsState, gs: tuple[int, int, int], ls: tuple[int, int, int]) -> tuple[list[int], dict[str, tuple[int, int]]]:
     p: Ir3Program = prg.ir3
     if tuple(ls) != tuple(p.local_size):
       raise ValueError(f"{prg.name}: launched with local_size {tuple(ls)}, compiled for {p.local_size} (ir3 fixes the workgroup shape)")
-    w = emit_dispatch(pm4.CommandStream(), p, prg.code_obj.gpuaddr, None, gs, consts_va=args_state.va_addr).words
-    nd = next(i for i in range(len(w)) if w[i] >> 28 == 4 and (w[i] >> 8) & 0x7FFFF == pm4.adreno.REGS_A6XX["HLSQ_CS_NDRANGE_0"])
+    w = emit_dispatch(pm4.CommandStream(self.gen), p, prg.code_obj.gpuaddr, None, gs, consts_va=args_state.va_addr, tex_va=args_state.tex_va).words
+    nd = next(i for i in range(len(w)) if w[i] >> 28 == 4 and (w[i] >> 8) & 0x7FFFF == pm4.REGS[self.gen]["HLSQ_CS_NDRANGE_0"])
     n = len(w)
     return w, {"gx": (n - 3, 1), "gy": (n - 2, 1), "gz": (n - 1, 1), "gsx": (nd + 2, 1), "gsy": (nd + 4, 1), "gsz": (nd + 6, 1)}
 
@@ -136,7 +156,7 @@ class QCOMComputeQueue(HWQueue):
 
   def _enc_copy(self, dest: int, src: int, nbytes: int) -> tuple[list[int], dict[str, tuple[int, int]]]:
     if (dest | src | nbytes) & 3: raise ValueError(f"QCOM queue copy {src:#x} -> {dest:#x} of {nbytes} bytes: CP_MEMCPY moves whole aligned dwords")
-    w = pm4.CommandStream().wait_for_idle().memcpy(dest, src, nbytes // 4).words   # [idle, hdr, n, src lo, hi, dst lo, hi]
+    w = pm4.CommandStream(self.gen).wait_for_idle().memcpy(dest, src, nbytes // 4).words   # [idle, hdr, n, src lo, hi, dst lo, hi]
     return w, {"src": (3, 2), "dest": (5, 2), "nbytes": (2, 1)}
 
   # a copy's nbytes is stored as CP_MEMCPY's dword count
@@ -151,9 +171,14 @@ class QCOMComputeQueue(HWQueue):
     return 4 * v if name == "nbytes" and self.cmds[i].kind == "copy" else v
 
   def _enc_memory_barrier(self) -> tuple[list[int], dict[str, tuple[int, int]]]:
-    return pm4.CommandStream().wait_for_idle().words, {}
+    return pm4.CommandStream(self.gen).wait_for_idle().words, {}
 
   def _submit(self, dev: Any) -> None: dev._submit_words(list(self.words), self._refs)
+
+
+class QCOM7ComputeQueue(QCOMComputeQueue):
+  """The compute queue of an a7xx: CP_EVENT_WRITE7 signals and timestamps, a7xx register offsets."""
+  gen = 7
 
 
 class QCOMAllocator(HCQAllocator):
@@ -199,8 +224,7 @@ class QCOMDevice(HCQDevice):
     except FileNotFoundError: raise DeviceUnavailable(f"{device}: /dev/kgsl-3d0 not found (no KGSL here); set MOCKGPU=1 for the mock Adreno") from None
     except UnknownChip as e: raise DeviceUnavailable(f"{device}: {e}") from None
     self.chip = self.kgsl.chip
-    if self.chip.gen != 6: raise DeviceUnavailable(f"{device}: {self.chip.name} (a{self.chip.gen}xx) has no compute path here yet; a6xx only")
-    self.gpu_id = GPU_IDS[self.chip.name]
+    self.gpu_id, self.gen = self.chip.gpu_id, self.chip.gen
     self.ctx = self.kgsl.create_context()
     self.last_ts, self.last_kernel = 0, "(none)"
     self.ib = self.kgsl.alloc(IB_RING)
@@ -210,7 +234,8 @@ class QCOMDevice(HCQDevice):
       renderer, compiler = NIRRenderer(self.gpu_id), IR3Compiler(self.gpu_id)
     except ImportError as e: raise DeviceUnavailable(f"{device}: {e}") from None
     self.supported_dtypes = renderer.supported_dtypes   # no float64 on Adreno (no double-precision ALU)
-    super().__init__(device, None, renderer, compiler, QCOMProgram, QCOMComputeQueue, None, kernargs_size=4 << 20, signal_pool_size=16 << 10)
+    queue = QCOMComputeQueue if self.gen == 6 else QCOM7ComputeQueue
+    super().__init__(device, None, renderer, compiler, QCOMProgram, queue, None, kernargs_size=4 << 20, signal_pool_size=16 << 10)
     self.allocator = QCOMAllocator(self)
 
   def _alloc_shared(self, size: int) -> HCQBuffer:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import ctypes
 import os
+import selectors
 import struct
+import time
 from dataclasses import dataclass
 
 from baregrad.hal.compiler import Compiler
@@ -21,6 +23,7 @@ from baregrad.codegen.renderer.nir import NIR_HEADER, ir3_compiler
 
 MAGIC = b"BGI3"
 _HDR = struct.Struct("<4s21I")
+FORMAT_VERSION = 3
 SYSTEM_VALUE_LOCAL_INVOCATION_ID, SYSTEM_VALUE_WORKGROUP_ID = 42, 47   # shader_enums.h gl_system_value
 IR3_CONST_ALLOC_PUSH_CONSTS = 0                                         # ir3_shader.h ir3_const_alloc_type
 IR3_DBG_NOPREAMBLE = 0x2000   # ir3_compiler.h enum ir3_shader_debug
@@ -37,7 +40,9 @@ class Ir3Program:
   instrlen: the code in 128-byte units; param_vec4: vec4s at c0 that hold the kernel
   parameters; imm_base_vec4 / imms: where ir3's immediates live in the const file and their values (dwords);
   wgid_regid / lid_regid: the registers (regid: 4 * register + component) the hardware fills with the workgroup id and
-  the local invocation id (0xfc: not read); local_size: the workgroup shape; has_barrier: the code waits at a barrier."""
+  the local invocation id (0xfc: not read); local_size: the workgroup shape; has_barrier: the code waits at a barrier.
+  images: (kernel parameter, texture slot, a6xx_format) of each buffer the code reads as an image (isam t#slot s#slot;
+  drivers/qcom/texture.py)."""
   gpu_id: int
   code: bytes
   max_reg: int
@@ -55,44 +60,56 @@ class Ir3Program:
   has_barrier: bool
   pvtmem_size: int
   params: tuple[tuple[int, int], ...] = ()   # (byte offset, size) of each kernel parameter in the const file at c0
+  images: tuple[tuple[int, int, int], ...] = ()
+
+  @property
+  def tex_count(self) -> int:
+    """Texture (and sampler) slots the program's isam instructions name."""
+    return max((t for _, t, _ in self.images), default=-1) + 1
 
   def pack(self) -> bytes:
     """The bytes the compile cache stores."""
-    hdr = _HDR.pack(MAGIC, 2, self.gpu_id, len(self.code), self.max_reg & 0xFFFFFFFF, self.max_half_reg & 0xFFFFFFFF, self.constlen,
+    hdr = _HDR.pack(MAGIC, FORMAT_VERSION, self.gpu_id, len(self.code), self.max_reg & 0xFFFFFFFF, self.max_half_reg & 0xFFFFFFFF, self.constlen,
                     self.branchstack, self.shared_size, self.instrlen, self.param_vec4, self.imm_base_vec4, len(self.imms),
-                    self.wgid_regid, self.lid_regid, *self.local_size, int(self.has_barrier), self.pvtmem_size, len(self.params), 0)
-    return hdr + self.code + struct.pack(f"<{len(self.imms)}I", *self.imms) + struct.pack(f"<{2 * len(self.params)}I", *(x for p in self.params for x in p))
+                    self.wgid_regid, self.lid_regid, *self.local_size, int(self.has_barrier), self.pvtmem_size, len(self.params), len(self.images))
+    return (hdr + self.code + struct.pack(f"<{len(self.imms)}I", *self.imms) + struct.pack(f"<{2 * len(self.params)}I", *(x for p in self.params for x in p))
+            + struct.pack(f"<{3 * len(self.images)}I", *(x for i in self.images for x in i)))
 
   @staticmethod
   def unpack(lib: bytes) -> Ir3Program:
     """Parse pack()'s bytes; anything else is refused with what was wrong."""
     if len(lib) < _HDR.size or lib[:4] != MAGIC: raise ValueError(f"not an ir3 program: {len(lib)} bytes starting {lib[:4]!r}, expected magic {MAGIC!r}")
-    (_, ver, gpu, ncode, mr, mhr, constlen, bs, shared, instrlen, pv, ib, nimm, wg, lid, lx, ly, lz, bar, pvt, npar, _) = _HDR.unpack_from(lib)
-    if ver != 2: raise ValueError(f"ir3 program format {ver}, expected 2")
-    if len(lib) != (want := _HDR.size + ncode + 4 * nimm + 8 * npar): raise ValueError(f"ir3 program is {len(lib)} bytes, header says {want}")
+    (_, ver, gpu, ncode, mr, mhr, constlen, bs, shared, instrlen, pv, ib, nimm, wg, lid, lx, ly, lz, bar, pvt, npar, nimg) = _HDR.unpack_from(lib)
+    if ver != FORMAT_VERSION: raise ValueError(f"ir3 program format {ver}, expected {FORMAT_VERSION}")
+    if len(lib) != (want := _HDR.size + ncode + 4 * nimm + 8 * npar + 12 * nimg): raise ValueError(f"ir3 program is {len(lib)} bytes, header says {want}")
     code = lib[_HDR.size:_HDR.size + ncode]
     imms = struct.unpack_from(f"<{nimm}I", lib, _HDR.size + ncode)
     pw = struct.unpack_from(f"<{2 * npar}I", lib, _HDR.size + ncode + 4 * nimm)
     params = tuple((pw[2 * i], pw[2 * i + 1]) for i in range(npar))
+    iw = struct.unpack_from(f"<{3 * nimg}I", lib, _HDR.size + ncode + 4 * nimm + 8 * npar)
+    images = tuple((iw[3 * i], iw[3 * i + 1], iw[3 * i + 2]) for i in range(nimg))
     s8 = lambda x: x - (1 << 32) if x >= 1 << 31 else x  # noqa: E731
-    return Ir3Program(gpu, code, s8(mr), s8(mhr), constlen, bs, shared, instrlen, pv, ib, tuple(imms), wg, lid, (lx, ly, lz), bool(bar), pvt, params)
+    return Ir3Program(gpu, code, s8(mr), s8(mhr), constlen, bs, shared, instrlen, pv, ib, tuple(imms), wg, lid, (lx, ly, lz), bool(bar), pvt, params, images)
 
   def words(self) -> list[int]:
     """The code as 32-bit words."""
     return list(struct.unpack(f"<{len(self.code) // 4}I", self.code))
 
 
-def parse_source(src: str) -> tuple[int, int, tuple[tuple[int, int], ...], bytes]:
-  """(gpu_id, parameter dwords, (offset, size) of each parameter, serialized NIR) of the NIR renderer's text."""
+def parse_source(src: str) -> tuple[int, int, tuple[tuple[int, int], ...], bytes, tuple[tuple[int, int], ...]]:
+  """(gpu_id, parameter dwords, (offset, size) of each parameter, serialized NIR, (parameter, a6xx_format) of each
+  image in NIR image index order) of the NIR renderer's text."""
   head, _, body = src.partition("\n")
   parts = head.split()
-  if len(parts) != 4 or parts[0] != NIR_HEADER:
-    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, expected '{NIR_HEADER} <gpu_id> <param dwords> <params>'")
+  if len(parts) not in (4, 5) or parts[0] != NIR_HEADER or (len(parts) == 5 and not parts[4].startswith("img=")):
+    raise CompileError(src[:200], f"not NIR renderer output: first line {head[:80]!r}, "
+                                  f"expected '{NIR_HEADER} <gpu_id> <param dwords> <params> [img=<param:format,...>]'")
   params = tuple((int(a), int(b)) for a, b in (x.split(":") for x in parts[3].split(","))) if parts[3] != "-" else ()
-  return int(parts[1]), int(parts[2]), params, base64.b64decode(body)
+  images = tuple((int(a), int(b)) for a, b in (x.split(":") for x in parts[4][4:].split(","))) if len(parts) == 5 else ()
+  return int(parts[1]), int(parts[2]), params, base64.b64decode(body), images
 
 
-def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int], ...], nir: bytes) -> bytes:
+def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int], ...], nir: bytes, images: tuple[tuple[int, int], ...] = ()) -> bytes:
   L = M.lib()
   # no shader preamble (shps/getone/stc computing uniform values into the const file once): one straight program,
   # whose const file is exactly what the dispatch loads (set in the forked child only)
@@ -126,18 +143,43 @@ def _compile_here(gpu_id: int, param_dwords: int, params: tuple[tuple[int, int],
   for i in range(rd(v, "<I", M.V_INPUTS_COUNT)):
     slot, regid = rd(v, "<B", M.V_INPUTS + 5 * i), rd(v, "<B", M.V_INPUTS + 5 * i + 1)
     if slot in regs: regs[slot] = regid
+  # ir3_shader.h ir3_ibo_mapping: image i is read through texture slot image_to_tex[i] + tex_base (ir3_image.c); an
+  # image whose loads NIR optimized away keeps IBO_INVALID (0xff) and needs no descriptor
+  tex_base = rd(v, "<B", M.V_IMAGE_MAPPING + M.IBO_TEX_BASE)
+  slots = [rd(v, "<B", M.V_IMAGE_MAPPING + M.IBO_IMAGE_TO_TEX + i) for i in range(len(images))]
+  imgs = tuple((p, t + tex_base, f) for (p, f), t in zip(images, slots) if t != 0xFF)
   prog = Ir3Program(gpu_id, code, rd(v, "<b", M.V_INFO + M.INFO_MAX_REG), rd(v, "<b", M.V_INFO + M.INFO_MAX_HALF_REG), rd(v, "<I", M.V_CONSTLEN),
                     rd(v, "<I", M.V_BRANCHSTACK), rd(v, "<I", M.V_SHARED_SIZE), rd(v, "<I", M.V_INSTRLEN), pvec4,
                     rd(cs, "<I", M.CS_MAX_CONST_OFFSET_VEC4), tuple(imms), regs[SYSTEM_VALUE_WORKGROUP_ID],
                     regs[SYSTEM_VALUE_LOCAL_INVOCATION_ID], tuple(rd(v, "<H", M.V_LOCAL_SIZE + 2 * i) for i in range(3)),
-                    bool(rd(v, "<B", M.V_HAS_BARRIER)), rd(v, "<I", M.V_PVTMEM_SIZE), params)
+                    bool(rd(v, "<B", M.V_HAS_BARRIER)), rd(v, "<I", M.V_PVTMEM_SIZE), params, imgs)
   L.ir3_shader_destroy(sh)
   return prog.pack()
 
 
+COMPILE_TIMEOUT_S = 120.0   # one kernel's ir3 compile takes well under a second; a child that runs longer is stuck
+
+
+def _drain(chunks: dict[int, list[bytes]], timeout_s: float) -> dict[int, list[bytes]]:
+  """Read every fd in `chunks` until each reaches end of file, all at once (the child may fill its stderr pipe before
+  it writes the program: reading one pipe to the end first would wait on a child that waits on us); TimeoutError after
+  `timeout_s` seconds."""
+  deadline = time.monotonic() + timeout_s
+  with selectors.DefaultSelector() as sel:
+    for fd in chunks: sel.register(fd, selectors.EVENT_READ)
+    while sel.get_map():
+      if (left := deadline - time.monotonic()) <= 0:
+        raise TimeoutError(f"the compiler child did not finish its output within {timeout_s:g} s "
+                           f"({sum(len(b) for c in chunks.values() for b in c)} bytes read; expected both pipes closed)")
+      for key, _ in sel.select(left):
+        if data := os.read(key.fd, 1 << 16): chunks[key.fd].append(data)
+        else: sel.unregister(key.fd)
+  return chunks
+
+
 def compile_nir(src: str) -> bytes:
   """Compile the NIR renderer's text in a forked child; Mesa's aborts become a CompileError with its messages."""
-  gpu_id, param_dwords, params, nir = parse_source(src)
+  gpu_id, param_dwords, params, nir, images = parse_source(src)
   ir3_compiler(gpu_id)   # load the library and the compiler before forking (the child inherits both)
   rfd, wfd = os.pipe()
   efd_r, efd_w = os.pipe()
@@ -148,7 +190,7 @@ def compile_nir(src: str) -> bytes:
       import faulthandler
       faulthandler.disable()   # (Mesa's abort is the expected way out; the parent reports it)
       os.dup2(efd_w, 2)
-      out = _compile_here(gpu_id, param_dwords, params, nir)
+      out = _compile_here(gpu_id, param_dwords, params, nir, images)
       with os.fdopen(wfd, "wb") as f: f.write(out)
       code = 0
     except BaseException as e:  # noqa: BLE001 (reported to the parent through stderr)
@@ -157,8 +199,15 @@ def compile_nir(src: str) -> bytes:
       os._exit(code)
   os.close(wfd)
   os.close(efd_w)
-  with os.fdopen(rfd, "rb") as f: out = f.read()
-  with os.fdopen(efd_r, "rb") as f: err = f.read().decode(errors="replace")
+  try: chunks = _drain({rfd: [], efd_r: []}, COMPILE_TIMEOUT_S)
+  except TimeoutError as e:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise CompileError("", f"ir3 compile for a{gpu_id}: {e}") from None
+  finally:
+    os.close(rfd)
+    os.close(efd_r)
+  out, err = b"".join(chunks[rfd]), b"".join(chunks[efd_r]).decode(errors="replace")
   _, status = os.waitpid(pid, 0)
   if status != 0 or not out:
     why = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit status {os.WEXITSTATUS(status)}"
@@ -172,6 +221,12 @@ class IR3Compiler(Compiler):
     super().__init__(f"ir3_a{gpu_id}")
     self.gpu_id = gpu_id
 
-  def version(self) -> str: return f"tinymesa {M.TINYMESA_VERSION} no-preamble format-2"
+  def version(self) -> str: return f"tinymesa {M.TINYMESA_VERSION} no-preamble format-{FORMAT_VERSION}"
   def describe(self) -> str: return f"Mesa ir3 (tinymesa {M.TINYMESA_VERSION}) for a{self.gpu_id}"
   def compile(self, src: str) -> bytes: return compile_nir(src)
+
+  def image_build_unusable(self, lib: bytes) -> str | None:
+    """Why a program that reads images cannot run here (None: it can): one that spills registers to private memory
+    (the dispatch sets up no private memory); the runner then builds the kernel without images."""
+    p = Ir3Program.unpack(lib)
+    return f"ir3 spilled {p.pvtmem_size} bytes a fiber to private memory" if p.pvtmem_size else None

@@ -99,11 +99,21 @@ def _lo_hi(addr: int) -> list[int]:
   return [addr & 0xFFFFFFFF, addr >> 32]
 
 
-class CommandStream:
-  """A growing list of dwords with one method per packet the compute path needs."""
+REGS = {6: adreno.REGS_A6XX, 7: adreno.REGS_A7XX}
+OPS = {6: adreno.PM4_A6XX, 7: adreno.PM4_A7XX}
+PACKET_FIELDS = {6: adreno.PACKET_FIELDS_A6XX, 7: adreno.PACKET_FIELDS_A7XX}
+EV_SRC: dict[str, int] = adreno.ENUMS["event_write_src"]
+EV_DST: dict[str, int] = adreno.ENUMS["event_write_dst"]
 
-  def __init__(self) -> None:
-    self.words: list[int] = []
+
+class CommandStream:
+  """A growing list of dwords with one method per packet the compute path needs, for Adreno generation `gen` (6: a6xx,
+  7: a7xx; register offsets and packets from that generation's tables)."""
+
+  def __init__(self, gen: int = 6) -> None:
+    if gen not in REGS: raise ValueError(f"Adreno generation {gen}: the command streams know a6xx (6) and a7xx (7)")
+    self.gen, self.words = gen, []
+    self.regs, self.ops, self.fields = REGS[gen], OPS[gen], PACKET_FIELDS[gen]
 
   def pkt4(self, reg: int, *values: int) -> CommandStream:
     """Write consecutive registers starting at dword offset `reg`."""
@@ -111,14 +121,14 @@ class CommandStream:
     return self
 
   def reg(self, name: str, *values: int) -> CommandStream:
-    """Write registers by their a6xx name (from the register database)."""
-    if name not in adreno.REGS_A6XX: raise KeyError(f"no a6xx register named {name!r}")
-    return self.pkt4(adreno.REGS_A6XX[name], *values)
+    """Write registers by their name in this generation's register database."""
+    if name not in self.regs: raise KeyError(f"no a{self.gen}xx register named {name!r}")
+    return self.pkt4(self.regs[name], *values)
 
   def pkt7(self, opcode: str, *payload: int) -> CommandStream:
     """Emit the type-7 packet named `opcode` (e.g. 'CP_EXEC_CS') with its payload dwords."""
-    if opcode not in OP: raise KeyError(f"no a6xx PM4 opcode named {opcode!r}")
-    self.words += [pkt7_header(OP[opcode], len(payload)), *(v & 0xFFFFFFFF for v in payload)]
+    if opcode not in self.ops: raise KeyError(f"no a{self.gen}xx PM4 opcode named {opcode!r}")
+    self.words += [pkt7_header(self.ops[opcode], len(payload)), *(v & 0xFFFFFFFF for v in payload)]
     return self
 
   def nop(self, *payload: int) -> CommandStream:
@@ -133,9 +143,21 @@ class CommandStream:
     return self.pkt7("CP_MEM_WRITE", *_lo_hi(addr), *values)
 
   def event_write_ts(self, addr: int, value: int, event: str = "CACHE_FLUSH_TS") -> CommandStream:
-    """Signal: after prior work and a cache flush, write the 32-bit `value` to `addr`."""
+    """Signal: after prior work and a cache flush, write the 32-bit `value` to `addr` (a7xx: CP_EVENT_WRITE7)."""
+    if self.gen >= 7: return self.event_write7(event, "EV_WRITE_USER_32B", addr, value)
     f = FIELDS["CP_EVENT_WRITE"]["0"]
     return self.pkt7("CP_EVENT_WRITE", f["EVENT"].encode(EVENTS[event]) | f["TIMESTAMP"].encode(1), *_lo_hi(addr), value)
+
+  def event_write7(self, event: str, src: str, addr: int, *payload: int) -> CommandStream:
+    """a7xx CP_EVENT_WRITE7 (adreno_pm4.xml): `event`, then a write of `src` (EV_WRITE_USER_32B: one payload dword,
+    EV_WRITE_USER_64B: two, EV_WRITE_ALWAYSON: the 64-bit always-on counter, none) to memory at `addr`, as turnip
+    writes its timestamps and fences on a7xx (WRITE_ENABLED, EV_DST_RAM)."""
+    want = {"EV_WRITE_USER_32B": 1, "EV_WRITE_USER_64B": 2, "EV_WRITE_ALWAYSON": 0}
+    if src not in want or len(payload) != want[src]: raise ValueError(f"CP_EVENT_WRITE7 {src} takes {want.get(src, '?')} payload dwords, got {len(payload)}")
+    if addr & (7 if src != "EV_WRITE_USER_32B" else 3): raise ValueError(f"CP_EVENT_WRITE7 {src} address {addr:#x} is not aligned to its size")
+    f = self.fields["CP_EVENT_WRITE7"]["0"]
+    w0 = f["EVENT"].encode(EVENTS[event]) | f["WRITE_SRC"].encode(EV_SRC[src]) | f["WRITE_DST"].encode(EV_DST["EV_DST_RAM"]) | f["WRITE_ENABLED"].encode(1)
+    return self.pkt7("CP_EVENT_WRITE7", w0, *_lo_hi(addr), *payload)
 
   def wait_reg_mem(self, addr: int, ref: int, function: str = "WRITE_GE", mask: int = 0xFFFFFFFF,
                    delay: int = 16) -> CommandStream:
@@ -150,7 +172,9 @@ class CommandStream:
     return self.pkt7("CP_REG_TO_MEM", f["REG"].encode(reg) | f["CNT"].encode(count) | f["64B"].encode(int(is64)), *_lo_hi(addr))
 
   def timestamp(self, addr: int) -> CommandStream:
-    """Write the 64-bit always-on counter (19.2 MHz on a6xx) to `addr`."""
+    """Write the 64-bit always-on counter (19.2 MHz) to `addr`: CP_REG_TO_MEM of CP_ALWAYS_ON_COUNTER on a6xx, a
+    CP_EVENT_WRITE7 RB_DONE_TS of EV_WRITE_ALWAYSON on a7xx (turnip's timestamp write there)."""
+    if self.gen >= 7: return self.event_write7("RB_DONE_TS", "EV_WRITE_ALWAYSON", addr)
     return self.reg_to_mem(adreno.REGS_A6XX["CP_ALWAYS_ON_COUNTER"], addr, 2, is64=True)
 
   def indirect_buffer(self, addr: int, ndwords: int) -> CommandStream:

@@ -27,6 +27,14 @@ f32, i32, u32 = dtypes.float32, dtypes.int32, dtypes.uint32
 SEEN: set[str] = set()
 
 
+def texture_state(prg: Ir3Program, bufs: list) -> tuple[dict, dict]:
+  from baregrad.drivers.qcom.dispatch import texture_block
+  from baregrad.drivers.mock.adreno.tex import decode_tex_const, decode_tex_samp
+  tw, n = texture_block(prg, [(b[0], len(b[1])) for b in bufs]), prg.tex_count
+  return ({t: decode_tex_const(tw[16 * t:16 * t + 16], t) for _, t, _ in prg.images},
+          {t: decode_tex_samp(tw[16 * n + 4 * t:16 * n + 4 * t + 4], t) for _, t, _ in prg.images})
+
+
 def run_ast(ast, outs: list[np.ndarray], ins: list[np.ndarray], opts=None, program=None):
   p = get_program(ast, NIRRenderer(630), opts=opts)
   prg = Ir3Program.unpack(IR3Compiler(630).compile(p.src))
@@ -38,6 +46,8 @@ def run_ast(ast, outs: list[np.ndarray], ins: list[np.ndarray], opts=None, progr
     va += (len(data) + 0xFFFF) & ~0xFFFF
   params = b"".join(struct.pack("<Q", b[0]) for b in bufs)
   ex = Executor(mem)
+  if prg.images:   # the texture state a dispatch loads (drivers/qcom/dispatch.texture_block), decoded as the SP does
+    ex.textures, ex.samplers = texture_state(prg, bufs)
   ex.run(prg, p.global_size, params, program=program(disassemble(prg.words())) if program else None)
   SEEN.update(ex.executed)
   return [np.frombuffer(bytes(bufs[i][1][:o.nbytes]), o.dtype).copy() for i, o in enumerate(outs)]

@@ -94,6 +94,28 @@ def test_mesa_abort_becomes_compile_error():
   with pytest.raises(CompileError, match="load_kernel_input"): compile_nir(src)
 
 
+def test_compile_child_stderr_larger_than_a_pipe(monkeypatch):
+  # the child writes 1 MiB to stderr before its program: a parent reading stdout to the end first waits forever
+  import os
+  import baregrad.drivers.qcom.ir3_compile as ic
+  def noisy(*args):
+    os.write(2, b"x" * (1 << 20))
+    return b"program"
+  monkeypatch.setattr(ic, "_compile_here", noisy)
+  monkeypatch.setattr(ic, "COMPILE_TIMEOUT_S", 20.0)
+  assert ic.compile_nir("nir-ir3 630 0 -\nAAAA\n") == b"program"
+
+
+def test_compile_child_that_hangs_times_out(monkeypatch):
+  import time
+  import baregrad.drivers.qcom.ir3_compile as ic
+  monkeypatch.setattr(ic, "_compile_here", lambda *a: time.sleep(60) or b"late")
+  monkeypatch.setattr(ic, "COMPILE_TIMEOUT_S", 0.5)
+  t = time.monotonic()
+  with pytest.raises(CompileError, match="did not finish its output within 0.5 s"): ic.compile_nir("nir-ir3 630 0 -\nAAAA\n")
+  assert time.monotonic() - t < 10
+
+
 def test_a660_target():
   _, prg, _ = build(sink(store(0, (8,), load(1, f32, (8,)) + 1.0)), gpu_id=660)
   assert prg.gpu_id == 660 and prg.code

@@ -18,6 +18,8 @@ OPNAME = {v: k for k, v in reversed(list(OPS.items()))}
 EV = adreno.ENUMS["vgt_event_type"]
 COND = adreno.ENUMS["cp_cond_function"]
 REG_ALWAYS_ON = adreno.REGS_A6XX["CP_ALWAYS_ON_COUNTER"]
+EV_SRC, EV_DST = adreno.ENUMS["event_write_src"], adreno.ENUMS["event_write_dst"]
+EW7 = adreno.PACKET_FIELDS_A7XX["CP_EVENT_WRITE7"]["0"]
 # Events that write a timestamp dword to the address in the payload (adreno_pm4.xml: CP_EVENT_WRITE, vgt_event_type).
 TS_EVENTS = {EV["CACHE_FLUSH_TS"], EV["RB_DONE_TS"], EV["CACHE_FLUSH_AND_INV_TS_EVENT"]}
 MAX_IB_DEPTH = 2  # ringbuffer -> IB1 -> IB2; a6xx CP has two IB levels (adreno_pm4.xml: CP_INDIRECT_BUFFER, IB1/IB2 regs)
@@ -75,7 +77,8 @@ class _Frame:
 
 @dataclass
 class CP:
-  """One CP: registers, the loaded shader/constant state, and the stream it is working through."""
+  """One CP: registers, the loaded shader/constant state, and the stream it is working through. `gen`: the Adreno
+  generation (6: a6xx, 7: a7xx, where opcode 0x46 is CP_EVENT_WRITE7)."""
   mem: GpuMemory
   regs: dict[int, int] = field(default_factory=dict)
   state: dict[tuple[int, int, int], list[int]] = field(default_factory=dict)  # (block, type, dst_off) -> dwords
@@ -84,6 +87,7 @@ class CP:
   always_on: int = 0
   stack: list[_Frame] = field(default_factory=list)
   blocked_on: str | None = None
+  gen: int = 6
 
   def submit(self, words: list[int]) -> None:
     """Queue a ringbuffer-level stream; run() works through it."""
@@ -144,6 +148,28 @@ class CP:
       return (self.always_on >> (32 * (reg - REG_ALWAYS_ON))) & 0xFFFFFFFF
     return self.regs.get(reg, 0)
 
+  def _event_write7(self, p: list[int], pos: int) -> bool:
+    # adreno_pm4.xml CP_EVENT_WRITE7 (a7xx, opcode 0x46): EVENT, WRITE_SRC, WRITE_DST, WRITE_ENABLED in dword 0; with a
+    # write to RAM, ADDR_0_LO/HI then the payload (EV_WRITE_USER_32B: PAYLOAD_0, EV_WRITE_USER_64B: PAYLOAD_0/1)
+    if not p: raise self._err(pos, "CP_EVENT_WRITE7 without its dword 0")
+    if not EW7["WRITE_ENABLED"].decode(p[0]):
+      self._need("CP_EVENT_WRITE7 without WRITE_ENABLED", p, pos, 1)
+      return True
+    src, dst = EW7["WRITE_SRC"].decode(p[0]), EW7["WRITE_DST"].decode(p[0])
+    if dst != EV_DST["EV_DST_RAM"]: raise self._err(pos, f"CP_EVENT_WRITE7 WRITE_DST {dst} (on-chip) is not modelled; EV_DST_RAM (0) is")
+    sizes = {EV_SRC["EV_WRITE_USER_32B"]: (4, 4), EV_SRC["EV_WRITE_USER_64B"]: (5, 8), EV_SRC["EV_WRITE_ALWAYSON"]: (3, 8)}
+    if src not in sizes: raise self._err(pos, f"CP_EVENT_WRITE7 WRITE_SRC {src} is not modelled (USER_32B, USER_64B, ALWAYSON are)")
+    n, size = sizes[src]
+    self._need(f"CP_EVENT_WRITE7 of WRITE_SRC {src}", p, pos, n)
+    addr = p[1] | p[2] << 32
+    # the model refuses a write not aligned to its size (turnip places its 64-bit timestamps and fences 8-byte aligned)
+    if addr % size: raise self._err(pos, f"CP_EVENT_WRITE7 address {addr:#x} is not {size}-byte aligned for its {8 * size}-bit write")
+    if src == EV_SRC["EV_WRITE_ALWAYSON"]:
+      self.always_on += 1   # the free-running always-on counter, advanced per read as CP_ALWAYS_ON_COUNTER is
+      self.mem.write(addr, struct.pack("<Q", self.always_on))
+    else: self.mem.write(addr, struct.pack(f"<{n - 3}I", *p[3:]))   # everything before it has finished (packets run in order)
+    return True
+
   def _packet(self, op: int, p: list[int], pos: int) -> bool:
     name = OPNAME.get(op, f"opcode {op:#x}")
     if op == OPS["CP_NOP"]: return True
@@ -161,6 +187,7 @@ class CP:
       if addr & 3: raise self._err(pos, f"CP_MEM_WRITE address {addr:#x} is not dword aligned")
       self.mem.write(addr, struct.pack(f"<{len(p) - 2}I", *p[2:]))
       return True
+    if op == OPS["CP_EVENT_WRITE"] and self.gen >= 7: return self._event_write7(p, pos)
     if op == OPS["CP_EVENT_WRITE"]:
       ev = p[0] & 0xFF if p else -1
       if ev in TS_EVENTS:

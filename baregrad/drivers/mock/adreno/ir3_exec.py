@@ -30,8 +30,10 @@ from typing import Any
 import numpy as np
 
 from baregrad.drivers.mock.adreno.cp import GpuMemory
+from baregrad.drivers.mock.adreno.tex import Sampler, Texture, fetch
 
 NREGS = 64   # full registers r0-r63 (vec4 each); a6xx has 48 usable GPRs plus sysval/special ones above (r48.x: wgid)
+SHARED_HALF = 4 * 48   # hr48.x onwards: the shared half registers (Mesa ir3.h), not halves of the merged full file
 
 
 class Ir3Error(Exception):
@@ -82,6 +84,8 @@ class Instr:
   fn: Any = None                      # its semantics (EXEC[op]); None: not modelled
   label: int = 0                      # a branch's target PC
   conds: list[Opnd] = field(default_factory=list)   # a branch's predicate operands
+  wrmask: int = 0                     # cat5 (isam): the components written, each at dst + its index
+  tex: tuple[int, int] = (-1, -1)     # cat5 (isam): (sampler, texture) slots, s#N t#N
 
 
 _COMP = {"x": 0, "y": 1, "z": 2, "w": 3}
@@ -102,9 +106,10 @@ def parse_operand(tok: str) -> Opnd:
   tok = tok.strip()
   mods = {"neg": False, "abs": False, "rel": False, "not": False}
   while True:
-    m = re.match(r"^\((neg|abs|r|even)\)", tok)
-    if m:   # (even): cov's round-to-nearest-even, what NumPy's conversions do
-      if m.group(1) != "even": mods["rel" if m.group(1) == "r" else m.group(1)] = True
+    m = re.match(r"^\((neg|abs|r|even|last)\)", tok)
+    if m:   # (even): cov's round-to-nearest-even, what NumPy's conversions do; (last): a7xx's last-use hint on a source
+      # register (Mesa ir3.h IR3_REG_LAST_USE, for the register cache), no change to the value read
+      if m.group(1) not in ("even", "last"): mods["rel" if m.group(1) == "r" else m.group(1)] = True
       tok = tok[m.end():]; continue
     if tok.startswith("!"): mods["not"] = True; tok = tok[1:]; continue
     if tok.startswith("-") and not re.fullmatch(r"-[\d.]+(e[-+]?\d+)?|-inf|-nan|-0x[0-9a-f]+", tok): mods["neg"] = True; tok = tok[1:]; continue
@@ -153,7 +158,16 @@ def _parse_line(raw: str, out: list[Instr]) -> None:
     parts = head.split(".")
     ins.op, ins.types = parts[0], parts[1:]
     toks = [t for t in _split_operands(rest)] if rest.strip() else []
-    if ins.op in ("br", "jump", "brao", "braa"):   # branches have no destination
+    if ins.op == "isam":   # cat5: `isam.1d (f32)(xyzw)r0.w, r0.y, s#0, t#0`; ir3-cat5.xml: type, wrmask, dst, coords, samp, tex
+      m = re.fullmatch(r"\((f32|f16|u32|s32|u16|s16)\)\(([xyzw]+)\)(.+)", toks[0]) if toks else None
+      st = [re.fullmatch(r"([st])#(\d+)", t) for t in toks[2:]]
+      if m is None or len(toks) != 4 or not all(st) or [x.group(1) for x in st] != ["s", "t"]:   # type: ignore[union-attr]
+        raise Ir3Error("an isam form other than `(type)(mask)dst, coords, s#N, t#N` (bindless / s2en / offsets are not modelled)")
+      ins.extra = [m.group(1)]
+      ins.wrmask = sum(1 << _COMP[c] for c in m.group(2))
+      ins.dst, ins.srcs = parse_operand(m.group(3)), [parse_operand(toks[1])]
+      ins.tex = (int(st[0].group(2)), int(st[1].group(2)))  # type: ignore[union-attr]
+    elif ins.op in ("br", "jump", "brao", "braa"):   # branches have no destination
       ins.srcs = [parse_operand(t) for t in toks]
     elif ins.op == "stg" or ins.op == "stl":
       ins.srcs = [parse_operand(t) for t in toks]
@@ -206,7 +220,8 @@ class Wave:
   def __init__(self, lanes: int, consts: np.ndarray, groups: int = 1, grp: np.ndarray | None = None) -> None:
     self.n, self.groups = lanes, groups
     self.grp = grp if grp is not None else np.zeros(lanes, np.int64)
-    self.r = np.zeros((4 * NREGS, lanes), np.uint32)
+    # the full file r0.x-r63.w, then 16 rows holding the shared half registers hr48.x-hr55.w (not part of the merged file)
+    self.r = np.zeros((4 * NREGS + 16, lanes), np.uint32)
     self.p = np.zeros((4, lanes), bool)
     self.c = consts
     # (kind, idx) -> (the sync flag "sy"/"ss", the workgroups whose result is not yet waited for). Hazards are tracked
@@ -215,6 +230,7 @@ class Wave:
 
   def half(self, idx: int) -> np.ndarray:
     """hrN.c (idx = 4N + c) across lanes: a view of 16 bits of full component idx // 2 (merged register file)."""
+    if idx >= SHARED_HALF: return self.r[4 * NREGS + ((idx - SHARED_HALF) >> 1)].view(np.uint16)[idx & 1::2]   # hr48.x+
     return self.r[idx >> 1].view(np.uint16)[idx & 1::2]
 
 
@@ -229,6 +245,8 @@ class Executor:
     self.executed: set[str] = set()   # the instruction forms run (op.types), for tests that every form is covered
     self._en = np.ones(1, bool)       # the lanes the current instruction runs for
     self._gen: np.ndarray | None = None   # their workgroups (computed when a hazard check needs them)
+    self.textures: dict[int, Texture] = {}   # the dispatch's texture state (sp.py decodes it from SB6_CS_TEX)
+    self.samplers: dict[int, Sampler] = {}
 
   def run(self, prg: Any, global_size: tuple[int, ...], params: bytes, strict: bool = True, max_steps: int = 10_000_000,
           program: list[Instr] | None = None) -> None:
@@ -335,7 +353,9 @@ class Executor:
       else:
         en = active & (~pred_block | pred_ok) if in_pred else active
         self._en = en
-        if op not in ("nop", "fence") and (not in_pred or en.any()):
+        # lock / unlock (cat0, a7xx: ir3 emits `lock` ahead of the shader's end; Mesa ir3-cat0.xml): no register or
+        # memory effect to model, their sync flags are taken above
+        if op not in ("nop", "fence", "lock", "unlock") and (not in_pred or en.any()):
           for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
             if o.kind in ("c", "hc") and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
               raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
@@ -370,8 +390,8 @@ class Executor:
     if not w.pending or o.kind not in ("r", "h", "p"): return
     idx = o.idx + (k if o.rel else 0)
     keys = [(o.kind, idx)]
-    if o.kind == "h": keys.append(("r", idx // 2))
-    if o.kind == "r": keys += [("h", 2 * idx), ("h", 2 * idx + 1)]
+    if o.kind == "h" and idx < SHARED_HALF: keys.append(("r", idx // 2))
+    if o.kind == "r" and 2 * idx < SHARED_HALF: keys += [("h", 2 * idx), ("h", 2 * idx + 1)]
     for key in keys:
       if (e := w.pending.get(key)) is not None and (e[1] & self._groups(w)).any():
         self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name(o.kind, idx), e[0]))
@@ -618,6 +638,16 @@ def _triop(kind):
   return run
 
 
+def _sad(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
+  """sad.s32 (cat3; a660 and a7xx, Mesa has_sad): the sum of its three sources, wrapping. ir3 emits it as a three-way
+  add (the high half of a 64-bit address: the base's, the offset's and the carry of the low halves), and the values
+  of those addresses are what the tests check (tests/drivers/qcom/test_a7xx.py); tinygrad's Adreno emulator models it
+  the same way."""
+  if ins.types != ["s32"]: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: sad.{'.'.join(ins.types)} is not modelled (sad.s32 only)")
+  a, b, c = (ex._src(w, ins, x, k, "u32").astype(np.uint64) for x in ins.srcs[:3])
+  ex._write(w, ins, en, k, ((a + b + c) & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+
+
 def _sfu(fn):
   def run(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     t = "f16" if _dst_half(ins) else "f32"
@@ -739,6 +769,31 @@ def _stl(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
     for j in range(size): ex.local[g, a + j] = ((v >> np.uint32(8 * j)) & np.uint32(0xFF)).astype(np.uint8)   # lanes in order (last wins)
 
 
+def _isam(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
+  """isam (cat5, ir3_compiler_nir.c emit for a readable image_load): the texel at integer (x, y) of texture t#N through
+  sampler s#N (mock/adreno/tex.py), each component of the write mask to dst + its index, a (sy)-class result. The
+  coordinates are two consecutive registers from the source (ir3 collects them so: x in the source, y after it)."""
+  if ins.types != ["1d"]: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: isam.{'.'.join(ins.types)} is not modelled (isam.1d only)")
+  samp_i, tex_i = ins.tex
+  tex, samp = ex.textures.get(tex_i), ex.samplers.get(samp_i)
+  if tex is None or samp is None:
+    raise Ir3Error(f"pc {ins.pc} `{ins.text}`: texture {tex_i} / sampler {samp_i} not in the dispatch's texture state "
+                   f"(loaded: textures {sorted(ex.textures)}, samplers {sorted(ex.samplers)})")
+  c = ins.srcs[0]
+  t = "s16" if c.kind == "h" else "s32"
+  x = ex._src(w, ins, c, k, t).astype(np.int64)
+  y = ex._src(w, ins, Opnd(c.kind, c.idx + 1), k, t).astype(np.int64)
+  lanes = np.flatnonzero(en)
+  vals = np.zeros((4, w.n), np.float32)
+  vals[:, lanes] = fetch(ex.mem, tex, samp, x[lanes], y[lanes])
+  ty = ins.extra[0]
+  if ty not in ("f32", "f16"): raise Ir3Error(f"pc {ins.pc} `{ins.text}`: isam returning {ty} from a float texture is not modelled")
+  for comp in range(4):
+    if ins.wrmask >> comp & 1:
+      sub = Instr(ins.pc, ins.text, ins.op, ins.types, Opnd(ins.dst.kind, ins.dst.idx + comp), [])
+      ex._write(w, sub, en, k, vals[comp] if ty == "f32" else vals[comp].astype(np.float16), sync="sy")
+
+
 EXEC: dict[str, Any] = {
   "add": _alu2(lambda a, b: a + b, _ty), "sub": _alu2(lambda a, b: a - b, _ty), "mul": _mul,
   "max": _alu2(lambda a, b: _fmax(a, b) if a.dtype.kind == "f" else np.maximum(a, b), _ty),
@@ -748,12 +803,12 @@ EXEC: dict[str, Any] = {
   "mull": _alu2(lambda a, b: (a & np.uint32(0xFFFF)) * (b & np.uint32(0xFFFF)), lambda ins: "u32"),
   "swz": _swz, "gat": _swz, "sct": _swz,
   "cmps": _cmps, "cmpv": _cmps, "cov": _cov, "mov": _mov, "sel": _sel, "mad": _mad, "madsh": _mad,
-  "shrg": _triop("shrg"), "shlg": _triop("shlg"), "shrm": _triop("shrm"), "shlm": _triop("shlm"), "andg": _triop("andg"),
+  "sad": _sad, "shrg": _triop("shrg"), "shlg": _triop("shlg"), "shrm": _triop("shrm"), "shlm": _triop("shlm"), "andg": _triop("andg"),
   "rcp": _sfu(lambda a: 1 / a), "sqrt": _sfu(np.sqrt), "rsq": _sfu(lambda a: 1 / np.sqrt(a)), "exp2": _sfu(np.exp2),
   "log2": _sfu(np.log2), "sin": _sfu(np.sin), "cos": _sfu(np.cos),
   "not": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, ~ex._src(w, ins, ins.srcs[0], k, _ty(ins))),
   "absneg": _absneg, "sign": _unary_f(_fsign),
   "clz": lambda ex, ins, w, en, k: ex._write(w, ins, en, k, _clz(ex._src(w, ins, ins.srcs[0], k, "u32"))),
   "floor": _unary_f(np.floor), "ceil": _unary_f(np.ceil), "trunc": _unary_f(np.trunc), "rndne": _unary_f(np.rint),
-  "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl,
+  "ldg": _ldg, "stg": _stg, "ldl": _ldl, "stl": _stl, "isam": _isam,
 }

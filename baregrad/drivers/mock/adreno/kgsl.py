@@ -41,8 +41,17 @@ class MockKGSL:
   file is at the same GPU address for the contexts of all. One ringbuffer runs the submissions of every context in
   order (the model is synchronous)."""
 
-  def __init__(self, chip_id: int = 0x06030001, gmem_bytes: int = 1 << 20, sysmem: int = 8 << 30) -> None:
-    self.chip_id, self.gmem_bytes = chip_id, gmem_bytes
+  def __init__(self, chip_id: int | None = None, gmem_bytes: int | None = None, sysmem: int = 8 << 30) -> None:
+    from baregrad import knobs
+    from baregrad.drivers.qcom.chips import CHIPS, UnknownChip, by_name
+    if chip_id is None:   # MOCKGPU_QCOM_CHIP names the part (an a6xx id with patch 1, an a7xx id as Mesa lists it)
+      try: c = by_name(knobs.get("MOCKGPU_QCOM_CHIP"))
+      except UnknownChip as e: raise ValueError(f"MOCKGPU_QCOM_CHIP: {e}") from None
+      chip_id = c.chip_id | (1 if c.gen == 6 else 0)
+    known = next((c for c in CHIPS if c.matches(chip_id)), None)
+    self.gen = known.gen if known is not None else chip_id >> 24 & 0xFF
+    gpu_id = known.gpu_id if known is not None else (chip_id >> 24 & 0xFF) * 100 + (chip_id >> 16 & 0xFF) * 10 + (chip_id >> 8 & 0xFF)
+    self.chip_id, self.gmem_bytes = chip_id, gmem_bytes if gmem_bytes is not None else (known.gmem_bytes if known else 1 << 20)
     self.sysmem, self.sysmem_used = sysmem, 0
     self.fds: set[int] = set()
     self.objs: dict[int, MemFD] = {}
@@ -50,8 +59,7 @@ class MockKGSL:
     self.mem = GpuMemory()
     from baregrad.drivers.mock.adreno.ir3_exec import Executor
     from baregrad.drivers.mock.adreno.sp import ShaderProcessor
-    gpu_id = (chip_id >> 24 & 0xFF) * 100 + (chip_id >> 16 & 0xFF) * 10 + (chip_id >> 8 & 0xFF)
-    self.cp = CP(self.mem, dispatch=ShaderProcessor(Executor(self.mem, gpu_id)))   # CP_EXEC_CS runs ir3 code (sp.py)
+    self.cp = CP(self.mem, dispatch=ShaderProcessor(Executor(self.mem, gpu_id), gen=self.gen), gen=self.gen)   # CP_EXEC_CS runs ir3 code (sp.py)
     self.next_va, self.next_id, self.next_fd = VA_BASE, 1, 1000
     self.memstore = MemFD(PAGE, "memstore")  # per-context sop/eop timestamps, KGSL_MEMSTORE_OFFSET(ctx, field)
     self.memstore.gpu = self._map(self.memstore)
@@ -171,8 +179,11 @@ class MockKGSL:
       ring += _ib_packet(c.gpuaddr, c.size // 4)
     ctx.issued += 1
     ts_addr = self.memstore.gpu + ctx.id * MEMSTORE_SLOT + EOP_OFF
-    # the kernel's ringbuffer ends each submission with a CACHE_FLUSH_TS event writing the context's eoptimestamp
-    ring += [_pkt7(0x46, 4), 4 | 1 << 30, ts_addr & 0xFFFFFFFF, ts_addr >> 32, ctx.issued]
+    # the kernel's ringbuffer ends each submission with an event writing the context's eoptimestamp: a6xx CACHE_FLUSH_TS
+    # with TIMESTAMP (adreno_a6xx_ringbuffer.c); a7xx CP_EVENT_WRITE7 CACHE_CLEAN with WRITE_ENABLED, bit 27, of a user
+    # 32-bit value to RAM (adreno_gen7_ringbuffer.c gen7_ringbuffer_addcmds)
+    ev = 4 | 1 << 30 if self.gen == 6 else 49 | 1 << 27
+    ring += [_pkt7(0x46, 4), ev, ts_addr & 0xFFFFFFFF, ts_addr >> 32, ctx.issued]
     p.timestamp = ctx.issued
     self.pending.append([ctx.id, ctx.issued, *ring])
     self._progress()
