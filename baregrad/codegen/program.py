@@ -164,7 +164,7 @@ def get_program(ast: UOp, ren: Renderer, opts: list[Opt] | None = None, name: st
       print(f"{i:4d} {u.op.name:12s} {u.dtype!r:24s} {[uops.index(s) if s in uops else '-' for s in u.src]} {u.arg!r}", file=sys.stderr)
   # IMAGE: the buffers read through textures (a build without vector accesses, for views at an offset, reads plainly)
   images = frozenset(k.images) if vector_mem else frozenset()
-  src = ren.render(fname, uops, images=images) if images else ren.render(fname, uops)
+  src = ren.render(fname, uops, images=images) if images else ren.render(fname, uops)  # type: ignore[call-arg]  # (images: the NIR renderer's)
   if DEBUG() >= 3: print(src, file=sys.stderr)
   align: dict[int, int] = {}
   if not ren.vectorized:

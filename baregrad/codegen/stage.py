@@ -164,7 +164,7 @@ class _Stager:
       if not tile or tile != mine[len(mine) - len(tile):]: continue
       T = prod(self.axes[i].size for i in tile)
       if st.shape[o] % T: continue
-      strides[o] = st.reshape(tuple(st.shape[:o]) + (st.shape[o] // T, T) + tuple(st.shape[o + 1:])).real_strides()[o + 1]
+      strides[o] = st.reshape(tuple(st.shape[:o]) + (st.shape[o] // T, T) + tuple(st.shape[o + 1:])).real_strides()[o + 1]  # type: ignore[arg-type]
     return tuple(strides)
 
   def tile(self, n: int, ld: UOp, parts: list[int], size: int) -> StagedTile:

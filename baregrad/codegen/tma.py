@@ -117,7 +117,7 @@ def _plan_tile(s: _Stager, t: StagedTile, vals0: dict[int, UOp]) -> TmaMap | Non
   v = {**vals0, **{i: UOp.const(lw.it, 0) for i, a in enumerate(axes) if a.orig in (fast, slow)}}
   base, _ = lw.access(st, None, v)
   if any(x.op is Ops.RANGE for x in base.toposort()): return None   # (the same map for the whole block)
-  return TmaMap(t, fast, slow, dims, pitch * esz, (64, rows), base, tuple(sorted(boxes, key=lambda b: b[1])))
+  return TmaMap(t, fast, slow, dims, pitch * esz, (64, rows), base, tuple(sorted(boxes, key=lambda b: b[1])))  # type: ignore[arg-type]
 
 
 def producer_threads(s: _Stager) -> int:

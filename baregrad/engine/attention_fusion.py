@@ -134,13 +134,13 @@ class _AttentionBuilder(_KernelBuilder):
     nb = self.pat.nb
     batch = kst.shape[:nb]
     # a reduction's value is read where its own output index is the kernel's (or broadcast over the axes it lacks)
-    want = View.contiguous(self.pat.out_shape(kind, batch)).expand(kst.shape)
+    want = View.contiguous(self.pat.out_shape(kind, batch)).expand(kst.shape)  # type: ignore[arg-type]
     if (got := _one_view(kst)) is None or (got.shape, got.strides, got.offset, got.mask) != (want.shape, want.strides, want.offset, want.mask):
       raise _NoFusion()
     axis = nb + 3 if kind == "score" else nb + 2
     k = (u.src[0], ShapeTracker.from_shape(shape_of(u.src[0])), kind)
     def build() -> UOp:
-      val = self.memo[k]
+      val = self.memo[k]  # type: ignore[index]
       if kind == "final" and (h := _hoist_division(val, axis)) is not None: return h
       return UOp(Ops.REDUCE_AXIS, u.dtype, (val,), (u.arg[0], (axis,)))
     return [k], build
@@ -165,14 +165,14 @@ def _one_view(st: ShapeTracker) -> View | None:
   lo, up = st.views
   if not all(isinstance(x, int) for x in lo.shape + lo.strides + up.shape + up.strides): return None
   cs = [1] * len(lo.shape)   # (the flat index of lo's shape, laid out contiguously)
-  for j in range(len(lo.shape) - 2, -1, -1): cs[j] = cs[j + 1] * lo.shape[j + 1]
+  for j in range(len(lo.shape) - 2, -1, -1): cs[j] = cs[j + 1] * lo.shape[j + 1]  # type: ignore[assignment]
   reach = [0] * len(lo.shape)
   strides: list[int] = []
   for n, s in zip(up.shape, up.strides):
     if n == 1 or s == 0: strides.append(0); continue
-    j = next((j for j in range(len(lo.shape)) if lo.shape[j] > 1 and s % cs[j] == 0 and s // cs[j] < lo.shape[j]), None)
+    j = next((j for j in range(len(lo.shape)) if lo.shape[j] > 1 and s % cs[j] == 0 and s // cs[j] < lo.shape[j]), None)  # type: ignore[assignment]
     if j is None or s < 0: return None
-    reach[j] += s // cs[j] * (n - 1)
+    reach[j] += s // cs[j] * (n - 1)  # type: ignore[assignment]
     strides.append(s // cs[j] * lo.strides[j])
   if any(r >= n for r, n in zip(reach, lo.shape) if r): return None
   return View(up.shape, tuple(strides), lo.offset, None)

@@ -662,7 +662,7 @@ class PTXRenderer(Renderer):
         # a positive constant divisor (index math: a view stack's unravel, an im2col operand's taps) needs neither guard
         # (0 and -1 are the only divisors they catch); a dividend known non-negative divides unsigned, which ptxas
         # turns into a multiply-high and a shift (signed: sign fix-ups around it; a guarded register divisor: a call)
-        ut = at.replace("s", "u") if u.src[0].vmin >= 0 else at
+        ut = at.replace("s", "u") if u.src[0].vmin >= 0 else at  # type: ignore[union-attr]
         emit(f"{ins}.{ut} {x}, {s[0]}, {c};")
         norm8(d, x)
         return x
