@@ -29,18 +29,11 @@ the unfused kernels on a CPU, which is why FUSE_ATTENTION_MIN_SCORES keeps them 
 slower still, by a cause not found yet: the kernel's opts are the same, its masked keys computed like the others.)
 """
 from __future__ import annotations
-import argparse, time
+import argparse
 import numpy as np
 from baregrad import Tensor, knobs
 from baregrad.hal import Device
-
-def min_time(make, run, reps: int) -> float:
-  """The least wall time of `run` over reps calls, each on new inputs from `make` (made before the clock starts)."""
-  best = float("inf")
-  for _ in range(reps):
-    inp = make()
-    st = time.perf_counter(); run(*inp); best = min(best, time.perf_counter() - st)
-  return best
+from norms import min_time   # (bench/norms.py: the least wall time over fresh inputs)
 
 def main() -> None:
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -287,12 +287,19 @@ class LLVMRenderer(Renderer):
     if u.op is Ops.STORE and vd.scalar == dtypes.bool:  # (before the branch: both ways store it)
       lines.append(f"  {nm}.z = zext {ltype(vd)} {r[u.src[1]]} to {mt}")
     if u.op is Ops.STORE and bits16: lines.append(f"  {nm}.z = bitcast {ltype(vd)} {r[u.src[1]]} to {mt}")
-    if u.op is Ops.LOAD and self.simd_lanes >= 16:
-      # AVX-512: a masked load is one instruction, as cheap as a plain one; no branch around it, so the loads and
-      # broadcasts of a tile stay in one basic block (instruction selection folds a scalar load into its broadcast only
-      # there: split by the branch, each of a padded GEMM's 8 row broadcasts took a shuffle on an FMA port, 2-3x slower)
+    if u.op is Ops.LOAD:
       decls.add(f"declare {mt} @llvm.masked.load.{sfx}.p0(ptr, i32 immarg, <{n} x i1>, {mt})")
-      lines.append(f"  {nm}.m = call {mt} @llvm.masked.load.{sfx}.p0(ptr {r[idx]}, i32 {al}, <{n} x i1> {m}, {mt} zeroinitializer)")
+      masked = f"call {mt} @llvm.masked.load.{sfx}.p0(ptr {r[idx]}, i32 {al}, <{n} x i1> {m}, {mt} zeroinitializer)"
+      if self.simd_lanes >= 16:
+        # AVX-512: a masked load is one instruction, as cheap as a plain one; no branch around it, so the loads and
+        # broadcasts of a tile stay in one basic block (instruction selection folds a scalar load into its broadcast
+        # only there: split by the branch, each of a padded GEMM's 8 row broadcasts took a shuffle on an FMA port)
+        lines.append(f"  {nm}.m = {masked}")
+      else:
+        decls.add(f"declare i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1>)")
+        lines += [f"  {nm}.all = call i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1> {m})", f"  br i1 {nm}.all, label %{b}.full, label %{b}.part",
+                  f"{b}.full:", f"  {nm}.f = load {mt}, ptr {r[idx]}, align {al}", f"  br label %{b}.join", f"{b}.part:",
+                  f"  {nm}.p = {masked}", f"  br label %{b}.join", f"{b}.join:", f"  {nm}.m = phi {mt} [{nm}.f, %{b}.full], [{nm}.p, %{b}.part]"]
       if bits16:
         lines.append(f"  {nm} = bitcast {mt} {nm}.m to {ltype(vd)}")
         return nm
@@ -302,17 +309,6 @@ class LLVMRenderer(Renderer):
     decls.add(f"declare i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1>)")
     lines += [f"  {nm}.all = call i1 @llvm.vector.reduce.and.v{n}i1(<{n} x i1> {m})", f"  br i1 {nm}.all, label %{b}.full, label %{b}.part",
               f"{b}.full:"]
-    if u.op is Ops.LOAD:
-      decls.add(f"declare {mt} @llvm.masked.load.{sfx}.p0(ptr, i32 immarg, <{n} x i1>, {mt})")
-      lines += [f"  {nm}.f = load {mt}, ptr {r[idx]}, align {al}", f"  br label %{b}.join", f"{b}.part:",
-                f"  {nm}.p = call {mt} @llvm.masked.load.{sfx}.p0(ptr {r[idx]}, i32 {al}, <{n} x i1> {m}, {mt} zeroinitializer)",
-                f"  br label %{b}.join", f"{b}.join:", f"  {nm}.m = phi {mt} [{nm}.f, %{b}.full], [{nm}.p, %{b}.part]"]
-      if bits16:
-        lines.append(f"  {nm} = bitcast {mt} {nm}.m to {ltype(vd)}")
-        return nm
-      if vd.scalar != dtypes.bool: return f"{nm}.m"
-      lines.append(f"  {nm} = icmp ne {mt} {nm}.m, zeroinitializer")
-      return nm
     val = f"{nm}.z" if vd.scalar == dtypes.bool or bits16 else r[u.src[1]]
     decls.add(f"declare void @llvm.masked.store.{sfx}.p0({mt}, ptr, i32 immarg, <{n} x i1>)")
     lines += [f"  store {mt} {val}, ptr {r[idx]}, align {al}{self._nt(u, vd, stream)}", f"  br label %{b}.join", f"{b}.part:",
