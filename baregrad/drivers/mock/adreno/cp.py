@@ -42,7 +42,7 @@ class GpuMemory:
 
   def map(self, va: int, data: Any) -> None:
     for base, buf in self.ranges:
-      if va < base + len(buf) and base < va + len(data):
+      if va < base + len(buf) and base < va + len(data):   # model's own invariant (kgsl_mmu gives each object its own range)
         raise CPError(f"mapping {va:#x}+{len(data):#x} overlaps {base:#x}+{len(buf):#x}")
     self.ranges.append((va, data))
 
@@ -52,6 +52,7 @@ class GpuMemory:
   def _find(self, va: int, size: int) -> tuple[Any, int]:
     for base, buf in self.ranges:
       if base <= va and va + size <= base + len(buf): return buf, va - base
+    # kgsl_iommu.c kgsl_iommu_fault_handler: an access to an unmapped GPU address is an SMMU page fault
     raise CPError(f"GPU page fault: {size} bytes at {va:#x} are not mapped")
 
   def read(self, va: int, size: int) -> bytes:
@@ -91,6 +92,7 @@ class CP:
 
   def submit(self, words: list[int]) -> None:
     """Queue a ringbuffer-level stream; run() works through it."""
+    # model's own: one stream at a time (kgsl.py queues submissions and runs them in order)
     if self.stack: raise CPError("CP is still working through an earlier stream (blocked on: %s)" % self.blocked_on)
     self.stack = [_Frame([int(w) & 0xFFFFFFFF for w in words])]
 
@@ -131,6 +133,8 @@ class CP:
 
   def _payload(self, fr: _Frame, cnt: int) -> list[int]:
     start = fr.pos
+    # adreno_pm4types.h type-4/type-7 count: that many payload dwords follow the header; model's own: a packet running
+    # past the end of its buffer (IB sizedwords) is refused rather than read from whatever follows
     if start + 1 + cnt > len(fr.words):
       raise self._err(start, f"packet needs {cnt} payload dwords, its buffer has {len(fr.words) - start - 1} left")
     fr.pos = start + 1 + cnt
@@ -151,16 +155,18 @@ class CP:
   def _event_write7(self, p: list[int], pos: int) -> bool:
     # adreno_pm4.xml CP_EVENT_WRITE7 (a7xx, opcode 0x46): EVENT, WRITE_SRC, WRITE_DST, WRITE_ENABLED in dword 0; with a
     # write to RAM, ADDR_0_LO/HI then the payload (EV_WRITE_USER_32B: PAYLOAD_0, EV_WRITE_USER_64B: PAYLOAD_0/1)
-    if not p: raise self._err(pos, "CP_EVENT_WRITE7 without its dword 0")
+    if not p: raise self._err(pos, "CP_EVENT_WRITE7 without its dword 0")   # adreno_pm4.xml CP_EVENT_WRITE7_0
     if not EW7["WRITE_ENABLED"].decode(p[0]):
-      self._need("CP_EVENT_WRITE7 without WRITE_ENABLED", p, pos, 1)
+      self._need("CP_EVENT_WRITE7 without WRITE_ENABLED", p, pos, 1)   # adreno_pm4.xml CP_EVENT_WRITE7: no ADDR/PAYLOAD without a write
       return True
     src, dst = EW7["WRITE_SRC"].decode(p[0]), EW7["WRITE_DST"].decode(p[0])
+    # adreno_pm4.xml event_write_dst; model's own limit: only EV_DST_RAM is modelled
     if dst != EV_DST["EV_DST_RAM"]: raise self._err(pos, f"CP_EVENT_WRITE7 WRITE_DST {dst} (on-chip) is not modelled; EV_DST_RAM (0) is")
     sizes = {EV_SRC["EV_WRITE_USER_32B"]: (4, 4), EV_SRC["EV_WRITE_USER_64B"]: (5, 8), EV_SRC["EV_WRITE_ALWAYSON"]: (3, 8)}
+    # adreno_pm4.xml event_write_src; model's own limit: USER_32B, USER_64B, ALWAYSON are modelled
     if src not in sizes: raise self._err(pos, f"CP_EVENT_WRITE7 WRITE_SRC {src} is not modelled (USER_32B, USER_64B, ALWAYSON are)")
     n, size = sizes[src]
-    self._need(f"CP_EVENT_WRITE7 of WRITE_SRC {src}", p, pos, n)
+    self._need(f"CP_EVENT_WRITE7 of WRITE_SRC {src}", p, pos, n)   # adreno_pm4.xml CP_EVENT_WRITE7: ADDR_0_LO/HI + PAYLOAD_0[/1]
     addr = p[1] | p[2] << 32
     # the model refuses a write not aligned to its size (turnip places its 64-bit timestamps and fences 8-byte aligned)
     if addr % size: raise self._err(pos, f"CP_EVENT_WRITE7 address {addr:#x} is not {size}-byte aligned for its {8 * size}-bit write")
@@ -174,16 +180,17 @@ class CP:
     name = OPNAME.get(op, f"opcode {op:#x}")
     if op == OPS["CP_NOP"]: return True
     if op == OPS["CP_WAIT_FOR_IDLE"]:
-      self._need(name, p, pos, 0)
+      self._need(name, p, pos, 0)   # adreno_pm4.xml CP_WAIT_FOR_IDLE: no payload
       return True
     if op == OPS["CP_SET_MARKER"]:
-      self._need(name, p, pos, 1)
+      self._need(name, p, pos, 1)   # adreno_pm4.xml CP_SET_MARKER: one dword (CP_SET_MARKER_0)
       self.markers.append(p[0])
       return True
     if op == OPS["CP_MEM_WRITE"]:
       # adreno_pm4.xml CP_MEM_WRITE: ADDR_LO, ADDR_HI, then one or more data dwords.
       if len(p) < 3: raise self._err(pos, f"CP_MEM_WRITE needs an address and at least one dword, got {len(p)} dwords")
       addr = p[0] | p[1] << 32
+      # model's own: the CP writes whole dwords, so the address must be dword aligned
       if addr & 3: raise self._err(pos, f"CP_MEM_WRITE address {addr:#x} is not dword aligned")
       self.mem.write(addr, struct.pack(f"<{len(p) - 2}I", *p[2:]))
       return True
@@ -194,19 +201,22 @@ class CP:
         # adreno_pm4.xml CP_EVENT_WRITE: a timestamp event carries ADDR_0_LO, ADDR_0_HI and the value (4 dwords).
         self._need(f"CP_EVENT_WRITE of timestamp event {ev}", p, pos, 4)
         addr = p[1] | p[2] << 32
+        # model's own: a dword timestamp at a dword-aligned address
         if addr & 3: raise self._err(pos, f"CP_EVENT_WRITE timestamp address {addr:#x} is not dword aligned")
         self.mem.write32(addr, p[3])  # everything before it has finished: the model runs packets in order
       else:
-        self._need(f"CP_EVENT_WRITE of event {ev}", p, pos, 1)
+        self._need(f"CP_EVENT_WRITE of event {ev}", p, pos, 1)   # adreno_pm4.xml CP_EVENT_WRITE: a non-timestamp event is CP_EVENT_WRITE_0 alone
       return True
     if op == OPS["CP_WAIT_REG_MEM"]:
-      self._need(name, p, pos, 6)
+      self._need(name, p, pos, 6)   # adreno_pm4.xml CP_WAIT_REG_MEM_0..5
       fn, poll = p[0] & 7, (p[0] >> 4) & 3
+      # adreno_pm4.xml CP_WAIT_REG_MEM_0.FUNCTION (cp_cond_function): WRITE_ALWAYS (0) is no comparison to wait on
       if fn not in COND.values() or fn == COND["WRITE_ALWAYS"]:
         raise self._err(pos, f"CP_WAIT_REG_MEM function {fn} is not a comparison (cp_cond_function WRITE_LT..WRITE_GT)")
       if poll == 0: cur = self.read_reg(p[1] & 0x3FFFF)
       elif poll == 1:
         addr = p[1] | p[2] << 32
+        # adreno_pm4.xml CP_WAIT_REG_MEM_1.POLL_ADDR_LO is bits 31:2 (a dword address)
         if addr & 3: raise self._err(pos, f"CP_WAIT_REG_MEM poll address {addr:#x} is not dword aligned")
         cur = self.mem.read32(addr)
       else: raise self._err(pos, f"CP_WAIT_REG_MEM poll type {poll} (scratch/on-chip) is not modelled")
@@ -215,10 +225,12 @@ class CP:
       if not ok: self.blocked_on = f"CP_WAIT_REG_MEM: value {cur:#x} & mask {p[4]:#x} vs ref {ref:#x} (function {fn})"
       return ok
     if op == OPS["CP_REG_TO_MEM"]:
+      # adreno_pm4.xml CP_REG_TO_MEM_0 (REG, CNT, 64B, ACCUMULATE), _1 DEST, _2 DEST_HI; ACCUMULATE is model's own limit
       self._need(name, p, pos, 3)
       reg, cnt, is64 = p[0] & 0x3FFFF, (p[0] >> 18) & 0xFFF, (p[0] >> 30) & 1
       if p[0] >> 31: raise self._err(pos, "CP_REG_TO_MEM ACCUMULATE is not modelled")
-      if cnt == 0: raise self._err(pos, "CP_REG_TO_MEM with CNT 0 copies nothing")
+      if cnt == 0: raise self._err(pos, "CP_REG_TO_MEM with CNT 0 copies nothing")   # model's own: an empty copy is a driver bug
+      # adreno_pm4.xml CP_REG_TO_MEM_0.64B: CNT counts dwords of 64-bit register pairs (model's own: so it is even)
       if is64 and cnt & 1: raise self._err(pos, f"CP_REG_TO_MEM 64B copies register pairs; CNT {cnt} is odd")
       addr = p[1] | p[2] << 32
       vals = [self.read_reg(reg + k) for k in range(cnt)]
@@ -228,35 +240,41 @@ class CP:
       # adreno_pm4.xml CP_MEMCPY: DWORDS, SRC_LO/HI, DST_LO/HI (5 dwords); dword-aligned addresses
       self._need(name, p, pos, 5)
       n, src, dst = p[0], p[1] | p[2] << 32, p[3] | p[4] << 32
+      # model's own: an empty copy is refused; alignment: adreno_pm4.xml CP_MEMCPY copies dwords
       if n == 0 or (src | dst) & 3: raise self._err(pos, f"CP_MEMCPY of {n} dwords {src:#x} -> {dst:#x} (needs n > 0, dword alignment)")
       self.mem.write(dst, self.mem.read(src, 4 * n))
       return True
     if op == OPS["CP_INDIRECT_BUFFER"]:
-      self._need(name, p, pos, 3)
+      self._need(name, p, pos, 3)   # adreno_pm4.xml CP_INDIRECT_BUFFER: IB_BASE_LO/HI, CONTROL (IB_SIZE 19:0)
       addr, size = p[0] | p[1] << 32, p[2] & 0xFFFFF
       if len(self.stack) > MAX_IB_DEPTH: raise self._err(pos, f"CP_INDIRECT_BUFFER nested deeper than IB{MAX_IB_DEPTH}")
+      # adreno_dispatch.c _verify_ib: an IB of size 0, or not IS_ALIGNED(gpuaddr, 4), is refused (IB2s: the same rule here)
       if addr & 3 or size == 0: raise self._err(pos, f"CP_INDIRECT_BUFFER at {addr:#x} of {size} dwords (needs dword alignment, size > 0)")
       self.stack.append(_Frame(list(struct.unpack(f"<{size}I", self.mem.read(addr, size * 4)))))
       return True
     if op == OPS["CP_LOAD_STATE6_FRAG"] or op == OPS["CP_LOAD_STATE6_GEOM"] or op == OPS["CP_LOAD_STATE6"]:
+      # adreno_pm4.xml CP_LOAD_STATE6_0/_1/_2: the header (dword 0, EXT_SRC_ADDR, EXT_SRC_ADDR_HI) precedes any data
       if len(p) < 3: raise self._err(pos, f"{name} needs 3 header dwords, got {len(p)}")
       # adreno_pm4.xml CP_LOAD_STATE6_0: DST_OFF 13:0, STATE_TYPE 15:14, STATE_SRC 17:16, STATE_BLOCK 21:18, NUM_UNIT 31:22.
       dst, stype, src, block, nunit = p[0] & 0x3FFF, (p[0] >> 14) & 3, (p[0] >> 16) & 3, (p[0] >> 18) & 0xF, p[0] >> 22
       if src == 0: data = p[3:]  # SS6_DIRECT: the data follows in the packet
       elif src == 2:  # SS6_INDIRECT: EXT_SRC_ADDR (dword aligned, bits 31:2) and EXT_SRC_ADDR_HI
         self._need(f"{name} (indirect)", p, pos, 3)
+        # adreno_pm4.xml CP_LOAD_STATE6_1.EXT_SRC_ADDR is bits 31:2
         if p[1] & 3: raise self._err(pos, f"{name} EXT_SRC_ADDR {p[1]:#x} has bits 1:0 set")
         self.state[(block, stype, dst)] = [p[1] | p[2] << 32, nunit]  # address and units, read at dispatch
         return True
-      else: raise self._err(pos, f"{name} STATE_SRC {src} (bindless/ubo) is not modelled")
+      else: raise self._err(pos, f"{name} STATE_SRC {src} (bindless/ubo) is not modelled")   # a6xx_state_src; model's own limit
+      # adreno_pm4.xml CP_LOAD_STATE6 SS6_DIRECT: the NUM_UNIT units follow the header (model's own: none at all is refused)
       if not data: raise self._err(pos, f"{name} direct load of {nunit} units carries no data")
       self.state[(block, stype, dst)] = data
       return True
     if op == OPS["CP_EXEC_CS"]:
-      self._need(name, p, pos, 4)
+      self._need(name, p, pos, 4)   # adreno_pm4.xml CP_EXEC_CS_0..3 (NGROUPS_X/Y/Z in 1..3)
       grid = (p[1], p[2], p[3])
+      # model's own: a dispatch with an empty axis is refused (the driver has no reason to emit one)
       if min(grid) == 0: raise self._err(pos, f"CP_EXEC_CS grid {grid} has an empty axis")
       if self.dispatch is None: raise self._err(pos, "CP_EXEC_CS: this mock has no shader executor attached")
       self.dispatch(self, grid)
       return True
-    raise self._err(pos, f"{name} is not a packet this CP model decodes")
+    raise self._err(pos, f"{name} is not a packet this CP model decodes")   # model's own: unmodelled packets are refused by name

@@ -124,14 +124,14 @@ def parse_operand(tok: str) -> Opnd:
     base = _reg(inner)
     if base is None:
       if re.fullmatch(r"-?\d+", inner): return Opnd(m.group(1), imm=int(inner), off=int(m.group(3) or 0))
-      raise Ir3Error(f"unsupported address operand {tok!r}")
+      raise Ir3Error(f"unsupported address operand {tok!r}")   # model's own: operand forms outside the parser are refused
     return Opnd(m.group(1), off=int(m.group(3) or 0), base=base)
   if re.fullmatch(r"-?0x[0-9a-f]+|-?\d+", tok): return Opnd("i", imm=int(tok, 0), **kw)
   if (m := re.fullmatch(r"h\((-?0x[0-9a-f]+|-?\d+)\)", tok)): return Opnd("i", imm=int(m.group(1), 0), **kw)   # a half integer immediate
   if (c := _NAMED_FLOAT.get(tok.lstrip("h"))) is not None: return Opnd("f", imm=c, **kw)
   m = re.fullmatch(r"h?\(?(-?(?:[\d.]+(?:e[-+]?\d+)?|inf|nan))\)?", tok)
   if m: return Opnd("f", imm=float(m.group(1)), **kw)
-  raise Ir3Error(f"unsupported operand {tok!r}")
+  raise Ir3Error(f"unsupported operand {tok!r}")   # model's own: operand forms outside the parser are refused
 
 
 def parse(text: str) -> list[Instr]:
@@ -183,7 +183,7 @@ def _parse_line(raw: str, out: list[Instr]) -> None:
     ins.form, ins.fn = ".".join([ins.op, *ins.types]), EXEC.get(ins.op)
     if ins.op in ("br", "jump", "brao", "braa"):
       labels = [o for o in ins.srcs if o.kind == "label"]
-      if not labels: raise Ir3Error("a branch without a target")
+      if not labels: raise Ir3Error("a branch without a target")   # ir3-cat0.xml br/jump: a branch names its target
       ins.label, ins.conds = int(labels[0].imm), [o for o in ins.srcs if o.kind == "p"]
     out.append(ins)
 
@@ -304,7 +304,9 @@ class Executor:
         at = int(np.where(live, pc, np.iinfo(np.int64).max).min())
         active = live & (pc == at)
         if np.count_nonzero(active) == np.count_nonzero(live): uniform, cur = True, at   # the lanes met again
+      # model's own limit: a program still running after max_steps instructions is taken as a hang
       if steps > max_steps: raise Ir3Error(f"program did not end after {max_steps} instructions (pc {at})")
+      # ir3-cat0.xml `end`: every path of a shader ends with it (ir3 emits it last); running past the code is a fault
       if at >= nprog: raise Ir3Error(f"lanes ran past the end of the program (pc {at}, {nprog} instructions) without `end`")
       ins = prog[at]
       executed.add(ins.form)
@@ -340,6 +342,8 @@ class Executor:
         waiting = np.zeros(w.groups, bool)
         waiting[w.grp[active]] = True
         missing = live & ~active & waiting[w.grp]
+        # ir3-cat7.xml `bar` (workgroup barrier): every live invocation of the workgroup must reach it (SPIR-V/Vulkan
+        # OpControlBarrier in uniform control flow); one reached by part of a workgroup hangs the real GPU
         if missing.any():
           g = int(w.grp[np.argmax(missing)])
           raise Ir3Error(f"pc {at} `{ins.text}`: barrier reached by {int((active & (w.grp == g)).sum())} of {int((live & (w.grp == g)).sum())} live lanes")
@@ -356,10 +360,13 @@ class Executor:
         # lock / unlock (cat0, a7xx: ir3 emits `lock` ahead of the shader's end; Mesa ir3-cat0.xml): no register or
         # memory effect to model, their sync flags are taken above
         if op not in ("nop", "fence", "lock", "unlock") and (not in_pred or en.any()):
-          for o in ins.srcs:   # a const read past the const file the state loaded is a fault, not a zero
+          # a6xx.xml HLSQ_CS_CNTL.CONSTLEN (sp.py checks the code against it): a const read past the const file the state
+          # loaded is a fault, not a zero (model's own: the hardware returns undefined values)
+          for o in ins.srcs:
             if o.kind in ("c", "hc") and o.idx + (ins.rpt if o.rel else 0) >= len(w.c):
               raise Ir3Error(f"pc {at} `{ins.text}`: reads c{o.idx // 4}.{'xyzw'[o.idx % 4]} past the {len(w.c) // 4} vec4s of constants loaded")
           fn = ins.fn
+          # model's own: an instruction without modelled semantics is refused by name, never a silent no-op
           if fn is None: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: instruction {ins.op!r} is not modelled by the mock ir3 executor")
           for k in range(ins.rpt + 1): fn(self, ins, w, en, k)
       if uniform: cur = nxt
@@ -394,6 +401,7 @@ class Executor:
     if o.kind == "r" and 2 * idx < SHARED_HALF: keys += [("h", 2 * idx), ("h", 2 * idx + 1)]
     for key in keys:
       if (e := w.pending.get(key)) is not None and (e[1] & self._groups(w)).any():
+        # ir3_legalize.c legalize_block: a read of an (ss)/(sy)-class result needs the flag on an instruction in between
         self.hazards.append(Ir3Hazard(ins.pc, ins.text, _name(o.kind, idx), e[0]))
 
   def _src_bits(self, w: Wave, ins: Instr, o: Opnd, k: int, half: bool) -> np.ndarray:
@@ -740,6 +748,7 @@ def _local_lanes(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, a: np.ndarra
   memory (SP_CS_UNKNOWN_A9B1.SHARED_SIZE, sp.py) faults."""
   lanes = np.flatnonzero(en)
   al = a[lanes]
+  # a6xx.xml SP_CS_UNKNOWN_A9B1.SHARED_SIZE (tu6_emit_cs_config): the workgroup's local memory; past it is a fault
   if ((al < 0) | (al + size > ex.local.shape[1])).any():
     raise Ir3Error(f"pc {ins.pc} `{ins.text}`: local memory access outside the {ex.local.shape[1]} bytes")
   return lanes, w.grp[lanes], al
@@ -776,6 +785,8 @@ def _isam(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   if ins.types != ["1d"]: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: isam.{'.'.join(ins.types)} is not modelled (isam.1d only)")
   samp_i, tex_i = ins.tex
   tex, samp = ex.textures.get(tex_i), ex.samplers.get(samp_i)
+  # a6xx.xml SP_CS_TEX_COUNT / CP_LOAD_STATE6 SB6_CS_TEX: sp.py decodes the slots the isam instructions name; a slot
+  # missing here is the executor run without that state (model's own)
   if tex is None or samp is None:
     raise Ir3Error(f"pc {ins.pc} `{ins.text}`: texture {tex_i} / sampler {samp_i} not in the dispatch's texture state "
                    f"(loaded: textures {sorted(ex.textures)}, samplers {sorted(ex.samplers)})")

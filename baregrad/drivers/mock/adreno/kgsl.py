@@ -73,6 +73,7 @@ class MockKGSL:
     return va
 
   def open(self, path: str, flags: int) -> int:
+    # model's own: the one device node this mock provides (the kernel creates /dev/kgsl-3d0 for the 3D core)
     if path != DEVICE_PATH: raise FileNotFoundError(errno.ENOENT, f"mock KGSL has only {DEVICE_PATH}", path)
     self.next_fd += 1
     self.fds.add(self.next_fd)
@@ -90,7 +91,7 @@ class MockKGSL:
     return ctx if ctx is not None and ctx.fd == fd else None
 
   def ioctl(self, fd: int, request: int, argp: int, argsize: int) -> int:
-    if fd not in self.fds: return -errno.EBADF
+    if fd not in self.fds: return -errno.EBADF  # fs/ioctl.c ioctl syscall: fdget of a closed fd -> -EBADF, before KGSL runs
     h = {kgsl.IOCTL_KGSL_DEVICE_GETPROPERTY: self._getproperty, kgsl.IOCTL_KGSL_DRAWCTXT_CREATE: self._ctx_create,
          kgsl.IOCTL_KGSL_GPUOBJ_ALLOC: self._alloc, kgsl.IOCTL_KGSL_GPUOBJ_INFO: self._info,
          kgsl.IOCTL_KGSL_GPUOBJ_FREE: self._free, kgsl.IOCTL_KGSL_GPU_COMMAND: self._command,
@@ -105,7 +106,7 @@ class MockKGSL:
     info = kgsl.struct_kgsl_devinfo(device_id=1, chip_id=self.chip_id, mmu_enabled=1, gmem_gpubaseaddr=0,
                                     gmem_sizebytes=self.gmem_bytes)
     # adreno.c adreno_prop_device_info -> copy_prop: copies min(sizeof(devinfo), sizebytes) bytes to value
-    if not p.value: return -errno.EFAULT
+    if not p.value: return -errno.EFAULT  # adreno.c copy_prop: copy_to_user to a NULL value fails -> -EFAULT
     ctypes.memmove(p.value, ctypes.addressof(info), min(ctypes.sizeof(info), p.sizebytes))
     return 0
 
@@ -159,6 +160,7 @@ class MockKGSL:
     host_munmap(addr, length)
 
   def doorbell(self, addr: int, value: int) -> None:
+    # model's own: KGSL maps no doorbell page to userspace (kgsl.c kgsl_mmap maps only memory objects)
     raise OSError(errno.EINVAL, "KGSL has no userspace doorbell: work is submitted with IOCTL_KGSL_GPU_COMMAND")
 
   def eop(self, cid: int) -> int:
@@ -166,16 +168,21 @@ class MockKGSL:
 
   def _command(self, fd: int, argp: int) -> int:
     p = kgsl.struct_kgsl_gpu_command.from_address(argp)
-    # kgsl.c kgsl_ioctl_gpu_command/_process_command_input: more than KGSL_MAX_NUMIBS objects, or nothing, is -EINVAL
+    # kgsl.c kgsl_ioctl_gpu_command/_process_command_input: more than KGSL_MAX_NUMIBS objects is -EINVAL. numcmds 0 is
+    # model's own: _process_command_input takes it as a MARKEROBJ (a submission with no IBs), which our driver never sends
     if p.numcmds > MAX_NUMIBS or p.numcmds == 0: return -errno.EINVAL
     ctx = self._owned(p.context_id, fd)
     if ctx is None: return -errno.EINVAL  # kgsl.c kgsl_ioctl_gpu_command: kgsl_context_get_owner NULL -> -EINVAL
     if ctx.fault: return -errno.EPROTO  # kgsl.c kgsl_ioctl_gpu_command: -EPROTO tells the user the context faulted
-    if p.cmdsize < ctypes.sizeof(kgsl.struct_kgsl_command_object): return -errno.EINVAL  # kgsl_drawobj.c: short object records
+    # model's own: kgsl_drawobj.c kgsl_drawobj_cmd_add_cmdlist reads each record with kgsl_copy_from_user, which copies
+    # min(sizeof, cmdsize) bytes (-EINVAL only for 0); the model refuses a record shorter than struct kgsl_command_object
+    if p.cmdsize < ctypes.sizeof(kgsl.struct_kgsl_command_object): return -errno.EINVAL
     ring: list[int] = []
     for i in range(p.numcmds):
       c = kgsl.struct_kgsl_command_object.from_address(p.cmdlist + i * p.cmdsize)
-      if c.size == 0 or c.size % 4: return -errno.EINVAL  # kgsl_drawobj.c add_ibdesc: IB sizes are whole, non-zero dwords
+      # adreno_dispatch.c _verify_ib (adreno_verify_cmdobj -> -EINVAL): ib->size == 0 is refused; a size not a whole
+      # number of dwords is model's own (the kernel rounds it down, size >> 2)
+      if c.size == 0 or c.size % 4: return -errno.EINVAL
       ring += _ib_packet(c.gpuaddr, c.size // 4)
     ctx.issued += 1
     ts_addr = self.memstore.gpu + ctx.id * MEMSTORE_SLOT + EOP_OFF
@@ -209,9 +216,11 @@ class MockKGSL:
     # kgsl.c kgsl_ioctl_device_waittimestamp_ctxtid: kgsl_context_get_owner NULL (unknown, or another file's) -> -EINVAL
     if ctx is None: return -errno.EINVAL
     self._progress()
-    if ctx.fault: return -errno.EPROTO
+    if ctx.fault: return -errno.EPROTO  # adreno.c adreno_waittimestamp: ADRENO_CONTEXT_FAULT set -> -EPROTO
     if self.eop(ctx.id) >= p.timestamp: return 0
-    return -errno.ETIMEDOUT  # the model is synchronous: what has not retired now is blocked for good
+    # adreno.c adreno_waittimestamp -> kgsl_wait_timestamp: not retired within the timeout -> -ETIMEDOUT; the model is
+    # synchronous, so what has not retired now is blocked for good
+    return -errno.ETIMEDOUT
 
 
 def _pkt7(op: int, cnt: int) -> int:

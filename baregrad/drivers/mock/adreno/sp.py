@@ -68,6 +68,8 @@ def _tex_unit(cp: CP, stype: int, slot: int, dwords: int, what: str, reg: str, a
       if addr % align: raise CPError(f"CP_EXEC_CS: {reg} {addr:#x} is not {align}-byte aligned (a6xx.xml align={align})")
       return list(np.frombuffer(cp.mem.read(addr + 4 * dwords * (slot - dst), 4 * dwords), np.uint32))
     if dst <= slot and len(data) >= dwords * (slot - dst + 1): return list(data[dwords * (slot - dst):dwords * (slot - dst + 1)])
+  # freedreno fd6_emit_textures / turnip: the CS stage's samplers and descriptors are loaded with CP_LOAD_STATE6 SB6_CS_TEX;
+  # a slot no load brought in holds nothing the driver set (model's own: refused rather than read as stale state)
   raise CPError(f"CP_EXEC_CS: the shader reads {what} {slot}, but no CP_LOAD_STATE6 SB6_CS_TEX load brought it in")
 
 
@@ -91,9 +93,11 @@ def _check_a7xx(cp: CP, local: tuple[int, ...]) -> None:
   """The a7xx compute state turnip's tu6_emit_cs_config (A7XX) writes beside the a6xx one: the workgroup shape again in
   HLSQ_CS_LOCAL_SIZE, the wave size in SP_CS_CNTL_1 and HLSQ_CS_CNTL_1 (both from the variant's, as SP_CS_CTRL_REG0's)."""
   again = tuple(_get(cp, "HLSQ_CS_LOCAL_SIZE", f"LOCALSIZE{a}") + 1 for a in "XYZ")
+  # a7xx.xml HLSQ_CS_LOCAL_SIZE; tu6_emit_cs_config (A7XX) writes the same workgroup shape as HLSQ_CS_NDRANGE_0
   if again != local: raise CPError(f"CP_EXEC_CS (a7xx): HLSQ_CS_LOCAL_SIZE says a workgroup of {again}, HLSQ_CS_NDRANGE_0 {local}")
   ts = _get(cp, "SP_CS_CTRL_REG0", "THREADSIZE")
   for reg in ("SP_CS_CNTL_1", "HLSQ_CS_CNTL_1"):
+    # a7xx.xml SP_CS_CNTL_1 / HLSQ_CS_CNTL_1 THREADSIZE; tu6_emit_cs_config (A7XX) writes the variant's wave size to all
     if (t := _get(cp, reg, "THREADSIZE")) != ts:
       raise CPError(f"CP_EXEC_CS (a7xx): {reg}.THREADSIZE is {t}, SP_CS_CTRL_REG0.THREADSIZE {ts} (one wave size for the CS stage)")
 
@@ -119,6 +123,7 @@ class ShaderProcessor:
     if not _get(cp, "SP_CS_CONFIG", "ENABLED") or not _get(cp, "HLSQ_CS_CNTL", "ENABLED"):
       raise CPError("CP_EXEC_CS with the CS stage disabled (SP_CS_CONFIG.ENABLED and HLSQ_CS_CNTL.ENABLED must be set)")
     code = cp.state.get((SB_CS, ST["ST6_SHADER"], 0))
+    # tu6_emit_cs_config / tu6_emit_xs: the CS program is loaded with CP_LOAD_STATE6 SB6_CS_SHADER ST6_SHADER before a dispatch
     if code is None: raise CPError("CP_EXEC_CS: no shader loaded (CP_LOAD_STATE6 SB6_CS_SHADER/ST6_SHADER at offset 0)")
     instrlen = _get(cp, "SP_CS_INSTRLEN")
     obj = _reg(cp, "SP_CS_OBJ_START") | _reg(cp, "SP_CS_OBJ_START", 1) << 32
@@ -137,6 +142,7 @@ class ShaderProcessor:
     if merged and (need_half + 1) // 2 > need_full: need_full, wf = (need_half + 1) // 2, wh   # merged file: hrN lives in r(N/2)
     if need_full > full:
       raise CPError(f"CP_EXEC_CS: the shader uses {need_full} full registers ({wf}), SP_CS_CTRL_REG0.FULLREGFOOTPRINT grants {full}")
+    # a6xx.xml SP_CS_CTRL_REG0.HALFREGFOOTPRINT (separate half file when MERGEDREGS is clear); ir3_shader.h max_half_reg
     if not merged and need_half > half: raise CPError(f"CP_EXEC_CS: the shader uses {need_half} half registers, HALFREGFOOTPRINT grants {half}")
     # HLSQ_CS_CNTL.CONSTLEN: const vec4s the shader may read; the loaded constants must cover them
     constlen = _get(cp, "HLSQ_CS_CNTL", "CONSTLEN")
@@ -158,6 +164,7 @@ class ShaderProcessor:
     # SP_CS_UNKNOWN_A9B1.SHARED_SIZE: local memory in KiB units minus one (tu6_emit_cs_config); accesses past it fault
     shared = (_get(cp, "SP_CS_UNKNOWN_A9B1", "SHARED_SIZE") + 1) * 1024
     wgid, lid = _get(cp, "SP_CS_CNTL_0", "WGIDCONSTID"), _get(cp, "SP_CS_CNTL_0", "LOCALIDREGID")
+    # a6xx.xml SP_CS_CNTL_0 / HLSQ_CS_CNTL_0 WGIDCONSTID, LOCALIDREGID: tu6_emit_cs_config writes the same regids to both
     if cp.gen == 6 and (wgid, lid) != (_get(cp, "HLSQ_CS_CNTL_0", "WGIDCONSTID"), _get(cp, "HLSQ_CS_CNTL_0", "LOCALIDREGID")):
       raise CPError("CP_EXEC_CS: SP_CS_CNTL_0 and HLSQ_CS_CNTL_0 name different workgroup-id / local-id registers")
     if cp.gen >= 7: _check_a7xx(cp, local)

@@ -60,6 +60,7 @@ class Sampler:
 
 def decode_tex_const(words: list[int] | np.ndarray, slot: int) -> Texture:
   """A6XX_TEX_CONST (16 dwords) -> Texture, refusing what is malformed or not modelled (each check names its source)."""
+  # a6xx.xml domain A6XX_TEX_CONST: 16 dwords (A6XX_TEX_CONST_0 .. _15)
   if len(words) < 16: raise TextureError(f"texture {slot}: descriptor of {len(words)} dwords, A6XX_TEX_CONST is 16")
   g = lambda dw, f: _get("A6XX_TEX_CONST", words, dw, f)  # noqa: E731
   where = f"texture {slot} (A6XX_TEX_CONST"
@@ -70,7 +71,9 @@ def decode_tex_const(words: list[int] | np.ndarray, slot: int) -> Texture:
     raise TextureError(f"{where}_0.FMT) is {f}, expected one of {sorted(FORMATS)} (RGBA or one-channel float32 / float16)")
   # a6xx.xml TILE_MODE (a6xx_tile_mode), SAMPLES (a3xx_msaa_samples), A6XX_TEX_CONST_3.FLAG (UBWC): linear, 1 sample, plain
   if (tm := g(0, "TILE_MODE")) != E["a6xx_tile_mode"]["TILE6_LINEAR"]: raise TextureError(f"{where}_0.TILE_MODE) is {tm}, expected TILE6_LINEAR (0)")
+  # a6xx.xml A6XX_TEX_CONST_0.SAMPLES (a3xx_msaa_samples): MSAA_ONE
   if (s := g(0, "SAMPLES")) != 0: raise TextureError(f"{where}_0.SAMPLES) is {s}, expected MSAA_ONE (0)")
+  # a6xx.xml A6XX_TEX_CONST_3.FLAG: UBWC flag buffer in use; model's own limit: uncompressed only
   if g(3, "FLAG"): raise TextureError(f"{where}_3.FLAG) is set (UBWC compressed), expected 0")
   # a6xx.xml MIPLVLS: mipmap levels past the first (fdl6_view_init: levels - 1); isam reads level 0 of one level
   if (m := g(0, "MIPLVLS")) != 0: raise TextureError(f"{where}_0.MIPLVLS) is {m}, expected 0 (one level)")
@@ -85,20 +88,24 @@ def decode_tex_const(words: list[int] | np.ndarray, slot: int) -> Texture:
   # a6xx.xml A6XX_TEX_CONST_4.BASE_LO is bits 31:5 (the address in 32-byte units): bits 4:0 are not part of it
   if int(words[4]) & 0x1F: raise TextureError(f"{where}_4) is {int(words[4]):#x}: bits 4:0 are not BASE_LO (bits 31:5), expected them 0")
   base = (int(words[4]) & 0xFFFFFFE0) | g(5, "BASE_HI") << 32
+  # a6xx.xml A6XX_TEX_CONST_4/5 BASE_LO/BASE_HI; model's own: address 0 is never a mapped object (fdl6_view_init sets it)
   if base == 0: raise TextureError(f"{where}_4/5) has base address 0")
   # fdl6_view_init: DEPTH is the layer count, 1 for a 2-D image
   if (dp := g(5, "DEPTH")) != 1: raise TextureError(f"{where}_5.DEPTH) is {dp}, expected 1 for a 2-D image")
   sw = tuple(g(0, f"SWIZ_{c}") for c in "XYZW")
+  # a6xx.xml A6XX_TEX_CONST_0.SWIZ_X..W (a6xx_tex_swiz): A6XX_TEX_X..A6XX_TEX_ONE are 0..5
   if any(x not in SWIZ.values() for x in sw): raise TextureError(f"{where}_0.SWIZ_*) is {sw}, expected a6xx_tex_swiz values 0..5")
   return Texture(base, w, h, pitch, FORMATS[f][0], FORMATS[f][1], sw)  # type: ignore[arg-type]
 
 
 def decode_tex_samp(words: list[int] | np.ndarray, slot: int) -> Sampler:
   """A6XX_TEX_SAMP (4 dwords) -> Sampler; wrap modes the model does not resolve are refused by name."""
+  # a6xx.xml domain A6XX_TEX_SAMP: 4 dwords (A6XX_TEX_SAMP_0 .. _3)
   if len(words) < 4: raise TextureError(f"sampler {slot}: {len(words)} dwords, A6XX_TEX_SAMP is 4")
   ws, wt = _get("A6XX_TEX_SAMP", words, 0, "WRAP_S"), _get("A6XX_TEX_SAMP", words, 0, "WRAP_T")
   names = {v: k for k, v in CLAMP.items()}
   for axis, v in (("WRAP_S", ws), ("WRAP_T", wt)):
+    # a6xx.xml A6XX_TEX_SAMP_0.WRAP_S / WRAP_T (a6xx_tex_clamp); model's own limit: CLAMP_TO_EDGE and REPEAT are resolved
     if v not in (CLAMP["A6XX_TEX_CLAMP_TO_EDGE"], CLAMP["A6XX_TEX_REPEAT"]):
       raise TextureError(f"sampler {slot} (A6XX_TEX_SAMP_0.{axis}) is {names.get(v, v)}: the model resolves A6XX_TEX_CLAMP_TO_EDGE and A6XX_TEX_REPEAT")
   return Sampler(ws, wt)
