@@ -108,6 +108,10 @@ def test_obj_start_must_name_the_loaded_code():
   _run_patched("SP_CS_OBJ_START", CODE_VA + 0x80, r"SP_CS_OBJ_START is 0x10080")
 
 
+def test_instrlen_must_match_the_loaded_code():
+  _run_patched("SP_CS_INSTRLEN", 99, r"ST6_SHADER load of \d+ units but SP_CS_INSTRLEN is 99")
+
+
 def test_local_and_workgroup_id_registers_must_agree():
   _run_patched("HLSQ_CS_CNTL_0", 0xFCFCFCFC, r"name different workgroup-id / local-id registers")
 
