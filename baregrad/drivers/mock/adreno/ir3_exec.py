@@ -371,6 +371,7 @@ class Executor:
           for k in range(ins.rpt + 1): fn(self, ins, w, en, k)
       if uniform: cur = nxt
       else: pc[active] = nxt
+    # ir3_legalize.c: a missing (ss)/(sy) wait reads a stale register; strict runs make each such hazard an error
     if strict and self.hazards: raise Ir3Error("; ".join(str(h) for h in self.hazards[:5]))
 
   # ---- the sync scoreboard (per workgroup)
@@ -425,7 +426,7 @@ class Executor:
     if o.kind == "f":
       if half: return np.full(w.n, np.float16(o.imm).view(np.uint16), np.uint16)
       return np.full(w.n, np.float32(o.imm).view(np.uint32), np.uint32)
-    raise Ir3Error(f"pc {ins.pc} `{ins.text}`: operand kind {o.kind} cannot be a source here")
+    raise Ir3Error(f"pc {ins.pc} `{ins.text}`: operand kind {o.kind} cannot be a source here")   # model's own: unmodelled operand
 
   def _src(self, w: Wave, ins: Instr, o: Opnd, k: int, t: str) -> np.ndarray:
     """An operand's value as NumPy type `t` (f32/f16/u32/s32/u16/s16/b32/b16), with its neg/abs modifiers."""
@@ -451,7 +452,7 @@ class Executor:
     elif o.kind == "p":
       np.copyto(w.p[idx % 4], np.asarray(v) != 0, where=en)
       keys = (("p", idx),)
-    else: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: cannot write a {o.kind} operand")
+    else: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: cannot write a {o.kind} operand")   # model's own: unmodelled destination
     if w.pending:   # a result written again is no longer outstanding (for the workgroups written)
       for key in keys:
         if (e := w.pending.get(key)) is not None:
@@ -540,7 +541,7 @@ def _cmps(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
 
 def _cov(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   m = re.fullmatch(r"([fsu]\d+)([fsu]\d+)", ins.types[0])
-  if not m: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: cov types {ins.types[0]!r}")
+  if not m: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: cov types {ins.types[0]!r}")   # ir3-cat1.xml cov SRC_TYPE/DST_TYPE; model's own limit
   fr, to = m.groups()
   src = ins.srcs[0]
   v = ex._src(w, ins, src, k, fr if fr not in ("u8", "s8") else ("u16" if src.kind == "h" else "u32"))
@@ -651,6 +652,7 @@ def _sad(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   add (the high half of a 64-bit address: the base's, the offset's and the carry of the low halves), and the values
   of those addresses are what the tests check (tests/drivers/qcom/test_a7xx.py); tinygrad's Adreno emulator models it
   the same way."""
+  # model's own limit: sad.s32 only (ir3-cat3.xml sad)
   if ins.types != ["s32"]: raise Ir3Error(f"pc {ins.pc} `{ins.text}`: sad.{'.'.join(ins.types)} is not modelled (sad.s32 only)")
   a, b, c = (ex._src(w, ins, x, k, "u32").astype(np.uint64) for x in ins.srcs[:3])
   ex._write(w, ins, en, k, ((a + b + c) & np.uint64(0xFFFFFFFF)).astype(np.uint32))
@@ -798,6 +800,7 @@ def _isam(ex: Executor, ins: Instr, w: Wave, en: np.ndarray, k: int) -> None:
   vals = np.zeros((4, w.n), np.float32)
   vals[:, lanes] = fetch(ex.mem, tex, samp, x[lanes], y[lanes])
   ty = ins.extra[0]
+  # model's own limit: float results from float textures (ir3-cat5.xml isam TYPE)
   if ty not in ("f32", "f16"): raise Ir3Error(f"pc {ins.pc} `{ins.text}`: isam returning {ty} from a float texture is not modelled")
   for comp in range(4):
     if ins.wrmask >> comp & 1:
