@@ -48,6 +48,15 @@ def test_gpu_command_ib_of_size_zero_is_einval(dev):
   assert _err(dev.port, dev.fd, k.IOCTL_KGSL_GPU_COMMAND, cmd) == errno.EINVAL
 
 
+def test_gpu_command_object_without_a_cmdlist_flag_is_einval(dev):
+  # kgsl_drawobj_cmd_add_cmdlist: an IB object must say what it is (KGSL_CMDLIST_IB and the preamble flags)
+  ctx = dev.create_context()
+  ib = dev.alloc(4096)
+  objs = (k.struct_kgsl_command_object * 1)(k.struct_kgsl_command_object(gpuaddr=ib.gpuaddr, size=4, flags=0))
+  cmd = k.struct_kgsl_gpu_command(cmdlist=ctypes.addressof(objs), cmdsize=ctypes.sizeof(objs[0]), numcmds=1, context_id=ctx)
+  assert _err(dev.port, dev.fd, k.IOCTL_KGSL_GPU_COMMAND, cmd) == errno.EINVAL
+
+
 def test_wait_on_faulted_context_is_eproto_and_unretired_is_etimedout(dev):
   ctx, ib = dev.create_context(), dev.alloc(4096)
   ctypes.memmove(ib.cpu, np.array(CommandStream().mem_write(0xDEAD0000, 1).words, np.uint32).tobytes(), 16)

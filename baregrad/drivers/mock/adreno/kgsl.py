@@ -183,6 +183,9 @@ class MockKGSL:
       # adreno_dispatch.c _verify_ib (adreno_verify_cmdobj -> -EINVAL): ib->size == 0 is refused; a size not a whole
       # number of dwords is model's own (the kernel rounds it down, size >> 2)
       if c.size == 0 or c.size % 4: return -errno.EINVAL
+      # kgsl_drawobj.c kgsl_drawobj_cmd_add_cmdlist: "Sanity check the flags": an object with none of the CMDLIST_FLAGS
+      # (KGSL_CMDLIST_IB, _CTXTSWITCH_PREAMBLE, _IB_PREAMBLE) is -EINVAL
+      if not c.flags & (kgsl.KGSL_CMDLIST_IB | kgsl.KGSL_CMDLIST_CTXTSWITCH_PREAMBLE | kgsl.KGSL_CMDLIST_IB_PREAMBLE): return -errno.EINVAL
       ring += _ib_packet(c.gpuaddr, c.size // 4)
     ctx.issued += 1
     ts_addr = self.memstore.gpu + ctx.id * MEMSTORE_SLOT + EOP_OFF
