@@ -15,6 +15,8 @@ Awkward sizes take a divisor of the lanes or are padded (PADTO) to the tile (_ti
 stays vectorized. The outermost output loop with enough iterations runs over the cores; kernels of fewer than
 PARALLEL_MIN_WORK iterations stay on one core."""
 from __future__ import annotations
+import os
+from baregrad import knobs
 from baregrad.helpers import prod
 from baregrad.ir.ops import Ops
 from baregrad.codegen.kernel import Kernel, Opt, OptOps, OptError, VECTOR_LANES, MAX_LANES, nested_reduce_axes
@@ -230,7 +232,5 @@ def _parallel(k: Kernel, first: int | None) -> None:
     if _try(k, Opt(OptOps.PARALLEL, n)): return
 
 def _threads() -> int:
-  """The threads a CPU kernel is split over (CPU_THREADS, else one per core)."""
-  import os
-  from baregrad import knobs
+  """The threads a CPU kernel is split over (CPU_THREADS, else one per core: as drivers/cpu.py splits them)."""
   return knobs.read("CPU_THREADS") or os.cpu_count() or 1

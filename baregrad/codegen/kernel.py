@@ -9,6 +9,7 @@ Every VIEW has the same number of dimensions; the iteration space (full shape) i
 axis where the stores have size 1 and the inputs more is reduced by a REDUCE_AXIS over it.
 """
 from __future__ import annotations
+import functools
 from dataclasses import dataclass
 from enum import Enum, auto
 from baregrad.helpers import prod
@@ -134,19 +135,21 @@ def nested_reduce_axes(k: "Kernel") -> set[int]:
   """The axes only reductions nested in another reduction's input reduce, where that input reads the inner
   reduction per step of its own loop (an attention kernel's dot products per key, engine/attention_fusion.py); empty
   for other kernels (softmax's max inside its sum reads it once per row: not per step)."""
-  outer: set[int] = set()
+  return set(_nested_reduce_axes(k.ast))
+
+@functools.lru_cache(maxsize=256)
+def _nested_reduce_axes(ast: UOp) -> frozenset[int]:
+  # (asked by the heuristic and again by the lowering of the same AST)
+  reds = [u for u in ast.toposort() if u.op is Ops.REDUCE_AXIS]
   inner: set[int] = set()
-  for u in k.ast.toposort():
-    if u.op is not Ops.REDUCE_AXIS: continue
+  for u in reds:
     for x in u.src[0].toposort():
       if x.op is Ops.REDUCE_AXIS and set(x.arg[1]) != set(u.arg[1]) and any(
           y.op is Ops.VIEW and any(y.arg.shape[a] != 1 for a in u.arg[1]) for y in x.toposort()):
         inner |= set(x.arg[1])
-    outer |= set(u.arg[1])
-  for u in k.ast.toposort():   # (axes a top-level reduction reduces are not inner ones)
-    if u.op is Ops.REDUCE_AXIS and not any(u in r.src[0].toposort() for r in k.ast.toposort() if r.op is Ops.REDUCE_AXIS and r is not u):
-      inner -= set(u.arg[1])
-  return inner
+  for u in reds:   # (axes a top-level reduction reduces are not inner ones)
+    if not any(u in r.src[0].toposort() for r in reds if r is not u): inner -= set(u.arg[1])
+  return frozenset(inner)
 
 INT32_MAX = 2 ** 31 - 1
 

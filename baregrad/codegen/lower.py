@@ -229,28 +229,22 @@ class Lowering:
     rs = tuple(r for a in sorted(u.arg[1]) for r in self.red_ranges.get(a, []))
     fresh: dict[UOp, UOp] = {}
     orig, share = rs, None
-    if rs and self.n_reduce and not self.nested:
-      # a second reduction over the same axes is a separate loop: give it its own ranges
-      fresh = {r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in rs}
-      # ...but only outside reductions nested in it: those keep their own loops
-      val = val.substitute({**{x: x for x in val.toposort() if x.op is Ops.REDUCE and x is not val}, **fresh})
-      rs = tuple(fresh[r] for r in rs)
-    elif rs and self.n_reduce:
-      # a second reduction over the same axes is a separate loop: give it its own ranges. Where an earlier one that
-      # got loops of its own is not inside this one (attention's sum of exponentials beside its weighted sum of values),
-      # this one runs in the same loops: what both compute (the dot products) once per step
-      deps = set(val.toposort())
-      share = next((p for p in self.passes if p[0] == rs and not (p[2] & deps)), None)
+    if rs and self.n_reduce:
+      # a second reduction over the same axes is a separate loop: give it its own ranges. In an attention kernel
+      # (self.nested), where an earlier one that got loops of its own is not inside this one (attention's sum of
+      # exponentials beside its weighted sum of values), this one runs in the same loops: what both compute (the dot
+      # products) once per step
+      share = next((p for p in self.passes if p[0] == rs and not (p[2] & set(val.toposort()))), None) if self.nested else None
       fresh = dict(share[1]) if share is not None else \
         {r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in rs}
-      # ...but only outside reductions nested in it that do not read its ranges (softmax's max inside its sum): those
-      # keep their own loops. One that does (an attention score, a dot product per key, inside each pass over the
-      # keys) is a copy per pass, its own loops fresh too (a loop shared by two passes would need two nestings)
+      # ...but reductions nested in it keep their own loops (softmax's max inside its sum), except, in an attention
+      # kernel, one that reads its ranges (an attention score, a dot product per key, inside each pass over the keys):
+      # a copy per pass, its own loops fresh too (a loop shared by two passes would need two nestings)
       keep: dict[UOp, UOp] = {}
       outer = set(rs)
       for x in val.toposort():
         if x.op is not Ops.REDUCE or x is val: continue
-        if any(r in outer and r not in x.src[1:] for r in x.src[0].toposort()):   # (its own loops aside)
+        if self.nested and any(r in outer and r not in x.src[1:] for r in x.src[0].toposort()):   # (its own loops aside)
           fresh.update({r: UOp.range(r.src[0], r.arg[0] + 1000 * self.n_reduce, r.arg[1], self.it) for r in x.src[1:] if r not in fresh})
         else: keep[x] = x
       val = val.substitute({**keep, **fresh})

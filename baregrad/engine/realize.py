@@ -53,6 +53,7 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, tuple[Bu
     if len(sids) < 2: continue   # nothing to share
     live: list[tuple[int, int, int]] = []   # (offset, end offset, last item) of the buffers placed so far
     place: dict[int, int] = {}
+    size = 0
     for sid in sorted(sids, key=lambda s: first[s]):
       live = [x for x in live if x[2] >= first[sid]]
       r = refs[sid][0]
@@ -61,9 +62,8 @@ def plan_memory(items: list[ScheduleItem], keep: set[int]) -> dict[int, tuple[Bu
       for lo, hi, _ in sorted(live):
         if off + need <= lo: break
         off = max(off, hi)
-      place[sid] = off
+      place[sid], size = off, max(size, off + need)
       live.append((off, off + need, last[sid]))
-    size = max(place[s] + -(-(refs[s][0].size * refs[s][0].dtype.itemsize) // ARENA_ALIGN) * ARENA_ALIGN for s in sids)
     arena = BufRef(dev, size, dtypes.uint8)
     for sid in sids:
       for r in refs[sid]: assign[r.id] = (arena, place[sid])
